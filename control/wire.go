@@ -1,0 +1,484 @@
+// Package control holds the AWCP v1 control plane: the wire types of spec §4,
+// the executor's HTTP service, the delegator's client and orchestration, and
+// admission control.
+//
+// # Wire format
+//
+// Every message is camelCase JSON with version "1". Timestamps stay strings on
+// the wire (validated as RFC 3339) so that a message decodes and re-encodes
+// byte for byte. [DecodeMessage] is the only way input from a peer becomes a
+// typed message: it refuses wrong versions, unknown types, missing required
+// fields and delegation ids that could not safely become a path.
+package control
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Version is the only protocol version this implementation speaks.
+const Version = "1"
+
+// Message types of spec §4.1.
+const (
+	TypeInvite = "INVITE"
+	TypeAccept = "ACCEPT"
+	TypeStart  = "START"
+	TypeDone   = "DONE"
+	TypeError  = "ERROR"
+)
+
+// Access modes.
+const (
+	AccessRO = "ro"
+	AccessRW = "rw"
+)
+
+// Transport names.
+const (
+	TransportSSHFS   = "sshfs"
+	TransportArchive = "archive"
+)
+
+// Event types of spec §3.4.
+const (
+	EventStatus = "status"
+	EventDone   = "done"
+	EventError  = "error"
+)
+
+// Status values of a status event.
+const (
+	StatusRunning  = "running"
+	StatusProgress = "progress"
+)
+
+// BaseMessage is the header every message carries.
+type BaseMessage struct {
+	Version      string `json:"version"`
+	Type         string `json:"type"`
+	DelegationID string `json:"delegationId"`
+}
+
+// Task is what the delegator asks for.
+type Task struct {
+	Description string `json:"description"`
+	Prompt      string `json:"prompt"`
+}
+
+// InviteLease is the lease the delegator proposes.
+type InviteLease struct {
+	TTLSeconds int64  `json:"ttlSeconds"`
+	AccessMode string `json:"accessMode"`
+}
+
+// Workspace names the export logically; it is never a real path.
+type Workspace struct {
+	ExportName string `json:"exportName"`
+}
+
+// Requirements are the delegator's wishes about the executor.
+type Requirements struct {
+	Transport string `json:"transport,omitempty"`
+}
+
+// Auth carries a credential for the executor. It is a secret: never log it.
+type Auth struct {
+	Type       string            `json:"type"`
+	Credential string            `json:"credential"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+}
+
+// Invite is spec §4.2.
+type Invite struct {
+	BaseMessage
+	Task         Task          `json:"task"`
+	Lease        InviteLease   `json:"lease"`
+	Workspace    Workspace     `json:"workspace"`
+	Requirements *Requirements `json:"requirements,omitempty"`
+	Auth         *Auth         `json:"auth,omitempty"`
+}
+
+// ExecutorWorkDir is where the executor will put the workspace.
+type ExecutorWorkDir struct {
+	Path string `json:"path"`
+}
+
+// SandboxProfile is the executor's declaration about itself (spec §7.2).
+type SandboxProfile struct {
+	CwdOnly      *bool `json:"cwdOnly,omitempty"`
+	AllowNetwork *bool `json:"allowNetwork,omitempty"`
+	AllowExec    *bool `json:"allowExec,omitempty"`
+}
+
+// ExecutorConstraints are what the executor actually grants.
+type ExecutorConstraints struct {
+	AcceptedAccessMode string          `json:"acceptedAccessMode,omitempty"`
+	MaxTTLSeconds      int64           `json:"maxTtlSeconds,omitempty"`
+	SandboxProfile     *SandboxProfile `json:"sandboxProfile,omitempty"`
+}
+
+// Accept is spec §4.3.
+type Accept struct {
+	BaseMessage
+	ExecutorWorkDir     ExecutorWorkDir      `json:"executorWorkDir"`
+	ExecutorConstraints *ExecutorConstraints `json:"executorConstraints,omitempty"`
+}
+
+// StartLease is the lease as finally granted.
+type StartLease struct {
+	ExpiresAt  string `json:"expiresAt"`
+	AccessMode string `json:"accessMode"`
+}
+
+// Endpoint is the SSH server of an sshfs WorkDirInfo.
+type Endpoint struct {
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	User string `json:"user"`
+}
+
+// Credential is the SSH key pair of an sshfs WorkDirInfo. Secret.
+type Credential struct {
+	PrivateKey  string `json:"privateKey"`
+	Certificate string `json:"certificate"`
+}
+
+// WorkDirInfo is the union of spec §4.4's two forms; Transport selects which
+// fields are meaningful. Fields of the other form must be empty.
+type WorkDirInfo struct {
+	Transport string `json:"transport"`
+
+	// sshfs
+	Endpoint      *Endpoint         `json:"endpoint,omitempty"`
+	ExportLocator string            `json:"exportLocator,omitempty"`
+	Credential    *Credential       `json:"credential,omitempty"`
+	Options       map[string]string `json:"options,omitempty"`
+
+	// archive
+	WorkspaceBase64 string `json:"workspaceBase64,omitempty"`
+	Checksum        string `json:"checksum,omitempty"`
+}
+
+// Start is spec §4.4.
+type Start struct {
+	BaseMessage
+	Lease   StartLease  `json:"lease"`
+	WorkDir WorkDirInfo `json:"workDir"`
+}
+
+// Error is spec §4.6, sent as an HTTP body in either direction.
+type Error struct {
+	BaseMessage
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Hint    string `json:"hint,omitempty"`
+}
+
+// StartResponse is the executor's answer to a successful START.
+type StartResponse struct {
+	OK bool `json:"ok"`
+}
+
+// Event is a task event of spec §3.4/§4.5 as carried in an SSE data line.
+// Type selects which fields are meaningful.
+type Event struct {
+	DelegationID string `json:"delegationId"`
+	Type         string `json:"type"`
+	Timestamp    string `json:"timestamp"`
+
+	// status
+	Status   string   `json:"status,omitempty"`
+	Message  string   `json:"message,omitempty"`
+	Progress *float64 `json:"progress,omitempty"`
+
+	// done
+	Summary      string   `json:"summary,omitempty"`
+	Highlights   []string `json:"highlights,omitempty"`
+	ResultBase64 string   `json:"resultBase64,omitempty"`
+
+	// error (Message is shared with status)
+	Code string `json:"code,omitempty"`
+	Hint string `json:"hint,omitempty"`
+}
+
+// Terminal reports whether no event follows this one.
+func (e *Event) Terminal() bool { return e.Type == EventDone || e.Type == EventError }
+
+// Timestamp formats t the way the spec's examples do.
+func Timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+// ParseTimestamp reads an ISO 8601 timestamp as the spec uses them.
+func ParseTimestamp(s string) (time.Time, error) { return time.Parse(time.RFC3339Nano, s) }
+
+var (
+	uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	dlgPattern  = regexp.MustCompile(`^dlg_[A-Za-z0-9_-]{1,120}$`)
+)
+
+// ValidDelegationID reports whether id is a UUID or dlg_ followed by letters,
+// digits, '_' and '-'. Such an id is safe as a single path element.
+func ValidDelegationID(id string) bool {
+	return uuidPattern.MatchString(id) || dlgPattern.MatchString(id)
+}
+
+// FieldError is a decoding failure that names the offending field.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Reason) }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// DecodeMessage parses one message posted to /awcp and validates it. The
+// result is *Invite, *Accept, *Start or *Error. A failure is a *FieldError
+// when a field is at fault, so the caller can answer with an ERROR naming it.
+func DecodeMessage(data []byte) (any, error) {
+	var base BaseMessage
+	if err := json.Unmarshal(data, &base); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return nil, fieldErr(typeErr.Field, "must be a %s", typeErr.Type)
+		}
+		return nil, fieldErr("body", "not a JSON object: %v", err)
+	}
+	switch {
+	case base.Version == "":
+		return nil, fieldErr("version", "is required")
+	case base.Version != Version:
+		return nil, fieldErr("version", "unsupported version %q (this executor speaks %q)", base.Version, Version)
+	case base.Type == "":
+		return nil, fieldErr("type", "is required")
+	}
+	var msg interface{ validate() error }
+	switch base.Type {
+	case TypeInvite:
+		msg = new(Invite)
+	case TypeAccept:
+		msg = new(Accept)
+	case TypeStart:
+		msg = new(Start)
+	case TypeError:
+		msg = new(Error)
+	default:
+		return nil, fieldErr("type", "unknown message type %q", base.Type)
+	}
+	if err := strictUnmarshal(data, msg); err != nil {
+		return nil, err
+	}
+	if err := msg.validate(); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
+
+// strictUnmarshal decodes data into v, naming the field of a type mismatch.
+// Unknown fields are tolerated: later minor revisions may add them.
+func strictUnmarshal(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(v); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return fieldErr(typeErr.Field, "must be a %s", typeErr.Type)
+		}
+		return fieldErr("body", "invalid JSON: %v", err)
+	}
+	return nil
+}
+
+func (b *BaseMessage) validate() error {
+	if b.DelegationID == "" {
+		return fieldErr("delegationId", "is required")
+	}
+	if !ValidDelegationID(b.DelegationID) {
+		return fieldErr("delegationId", "must be a UUID or dlg_ followed by letters, digits, '_' or '-'")
+	}
+	return nil
+}
+
+func validAccess(field, mode string) error {
+	switch mode {
+	case "":
+		return fieldErr(field, "is required")
+	case AccessRO, AccessRW:
+		return nil
+	}
+	return fieldErr(field, "must be \"ro\" or \"rw\", not %q", mode)
+}
+
+func (m *Invite) validate() error {
+	if err := m.BaseMessage.validate(); err != nil {
+		return err
+	}
+	switch {
+	case m.Task.Description == "":
+		return fieldErr("task.description", "is required")
+	case m.Task.Prompt == "":
+		return fieldErr("task.prompt", "is required")
+	case m.Lease.TTLSeconds <= 0:
+		return fieldErr("lease.ttlSeconds", "is required and must be a positive number of seconds")
+	case m.Workspace.ExportName == "":
+		return fieldErr("workspace.exportName", "is required")
+	}
+	if err := validAccess("lease.accessMode", m.Lease.AccessMode); err != nil {
+		return err
+	}
+	if m.Requirements != nil {
+		switch m.Requirements.Transport {
+		case "", TransportSSHFS, TransportArchive:
+		default:
+			return fieldErr("requirements.transport", "must be \"sshfs\" or \"archive\", not %q", m.Requirements.Transport)
+		}
+	}
+	if m.Auth != nil {
+		switch m.Auth.Type {
+		case "api_key", "bearer", "oauth2", "custom":
+		default:
+			return fieldErr("auth.type", "must be one of api_key, bearer, oauth2, custom")
+		}
+		if m.Auth.Credential == "" {
+			return fieldErr("auth.credential", "is required")
+		}
+	}
+	return nil
+}
+
+func (m *Accept) validate() error {
+	if err := m.BaseMessage.validate(); err != nil {
+		return err
+	}
+	if m.ExecutorWorkDir.Path == "" {
+		return fieldErr("executorWorkDir.path", "is required")
+	}
+	if c := m.ExecutorConstraints; c != nil && c.AcceptedAccessMode != "" {
+		if err := validAccess("executorConstraints.acceptedAccessMode", c.AcceptedAccessMode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Start) validate() error {
+	if err := m.BaseMessage.validate(); err != nil {
+		return err
+	}
+	if m.Lease.ExpiresAt == "" {
+		return fieldErr("lease.expiresAt", "is required")
+	}
+	if _, err := ParseTimestamp(m.Lease.ExpiresAt); err != nil {
+		return fieldErr("lease.expiresAt", "must be an ISO 8601 time such as 2026-02-01T13:00:00.000Z")
+	}
+	if err := validAccess("lease.accessMode", m.Lease.AccessMode); err != nil {
+		return err
+	}
+	return m.WorkDir.validate()
+}
+
+func (w *WorkDirInfo) validate() error {
+	switch w.Transport {
+	case "":
+		return fieldErr("workDir.transport", "is required")
+	case TransportArchive:
+		if w.WorkspaceBase64 == "" {
+			return fieldErr("workDir.workspaceBase64", "is required")
+		}
+		if w.Checksum == "" {
+			return fieldErr("workDir.checksum", "is required")
+		}
+	case TransportSSHFS:
+		switch {
+		case w.Endpoint == nil:
+			return fieldErr("workDir.endpoint", "is required")
+		case w.Endpoint.Host == "":
+			return fieldErr("workDir.endpoint.host", "is required")
+		case w.Endpoint.Port <= 0 || w.Endpoint.Port > 65535:
+			return fieldErr("workDir.endpoint.port", "must be a TCP port")
+		case w.Endpoint.User == "":
+			return fieldErr("workDir.endpoint.user", "is required")
+		case w.ExportLocator == "":
+			return fieldErr("workDir.exportLocator", "is required")
+		case w.Credential == nil:
+			return fieldErr("workDir.credential", "is required")
+		case w.Credential.PrivateKey == "":
+			return fieldErr("workDir.credential.privateKey", "is required")
+		case w.Credential.Certificate == "":
+			return fieldErr("workDir.credential.certificate", "is required")
+		}
+	default:
+		return fieldErr("workDir.transport", "must be \"sshfs\" or \"archive\", not %q", w.Transport)
+	}
+	return nil
+}
+
+func (m *Error) validate() error {
+	// An ERROR may concern a message whose id was unusable, so only a
+	// present id is checked.
+	if m.DelegationID != "" && !ValidDelegationID(m.DelegationID) {
+		return fieldErr("delegationId", "must be a UUID or dlg_ followed by letters, digits, '_' or '-'")
+	}
+	if m.Code == "" {
+		return fieldErr("code", "is required")
+	}
+	if !KnownCode(m.Code) {
+		return fieldErr("code", "unknown error code %q", m.Code)
+	}
+	if m.Message == "" {
+		return fieldErr("message", "is required")
+	}
+	return nil
+}
+
+// DecodeEvent parses one SSE data payload.
+func DecodeEvent(data []byte) (*Event, error) {
+	var ev Event
+	if err := strictUnmarshal(data, &ev); err != nil {
+		return nil, err
+	}
+	switch {
+	case ev.DelegationID == "":
+		return nil, fieldErr("delegationId", "is required")
+	case !ValidDelegationID(ev.DelegationID):
+		return nil, fieldErr("delegationId", "is not a valid delegation id")
+	case ev.Timestamp == "":
+		return nil, fieldErr("timestamp", "is required")
+	}
+	switch ev.Type {
+	case EventStatus:
+		if ev.Status != StatusRunning && ev.Status != StatusProgress {
+			return nil, fieldErr("status", "must be \"running\" or \"progress\"")
+		}
+	case EventDone:
+		if ev.Summary == "" {
+			return nil, fieldErr("summary", "is required")
+		}
+	case EventError:
+		if ev.Code == "" {
+			return nil, fieldErr("code", "is required")
+		}
+		if ev.Message == "" {
+			return nil, fieldErr("message", "is required")
+		}
+	case "":
+		return nil, fieldErr("type", "is required")
+	default:
+		return nil, fieldErr("type", "unknown event type %q", ev.Type)
+	}
+	return &ev, nil
+}
+
+func header(typ, id string) BaseMessage {
+	return BaseMessage{Version: Version, Type: typ, DelegationID: id}
+}
+
+// NewError builds an ERROR message.
+func NewError(id, code, message, hint string) *Error {
+	return &Error{BaseMessage: header(TypeError, id), Code: code, Message: message, Hint: hint}
+}

@@ -1,0 +1,86 @@
+package lease
+
+import (
+	"fmt"
+	"time"
+)
+
+// Transition is one entry of a lease's history.
+type Transition struct {
+	From  State     `json:"from"`
+	To    State     `json:"to"`
+	Event Event     `json:"event"`
+	At    time.Time `json:"at"`
+	Note  string    `json:"note,omitempty"`
+}
+
+// Failure is how a lease that ended badly ended: a spec error code with its
+// message and hint.
+type Failure struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Hint    string `json:"hint,omitempty"`
+}
+
+// Lease is the part both sides keep about a delegation.
+type Lease struct {
+	ID          string       `json:"id"`
+	State       State        `json:"state"`
+	AccessMode  string       `json:"accessMode"`
+	Transport   string       `json:"transport"`
+	TTLSeconds  int64        `json:"ttlSeconds"`
+	CreatedAt   time.Time    `json:"createdAt"`
+	ExpiresAt   time.Time    `json:"expiresAt"` // zero until a lease is granted
+	EndedAt     time.Time    `json:"endedAt,omitzero"`
+	Transitions []Transition `json:"transitions"`
+	Failure     *Failure     `json:"failure,omitempty"`
+}
+
+func (l *Lease) lease() *Lease { return l }
+
+// fire applies e at now, recording it in the history.
+func (l *Lease) fire(e Event, note string, now time.Time) error {
+	to, err := Next(l.State, e)
+	if err != nil {
+		return fmt.Errorf("delegation %s: %w", l.ID, err)
+	}
+	l.Transitions = append(l.Transitions, Transition{From: l.State, To: to, Event: e, At: now, Note: note})
+	l.State = to
+	if to.Terminal() {
+		l.EndedAt = now
+	}
+	return nil
+}
+
+// Delegation is the delegator's record of a lease it gave out.
+type Delegation struct {
+	Lease
+	Peer            string   `json:"peer"`
+	LocalDir        string   `json:"localDir"` // physical path, symlinks resolved
+	ExportName      string   `json:"exportName"`
+	Description     string   `json:"description"`
+	Prompt          string   `json:"prompt"`
+	ExecutorWorkDir string   `json:"executorWorkDir,omitempty"`
+	LastEventID     uint64   `json:"lastEventId"`
+	OwnerPID        int      `json:"ownerPid,omitempty"` // process following the delegation
+	Token           string   `json:"token,omitempty"`    // secret for the peer; never log
+	Summary         string   `json:"summary,omitempty"`
+	Highlights      []string `json:"highlights,omitempty"`
+	Conflicts       []string `json:"conflicts,omitempty"`
+	Notes           []string `json:"notes,omitempty"` // what the user should know, e.g. a transport fallback
+}
+
+// Assignment is the executor's record of a lease it accepted.
+type Assignment struct {
+	Lease
+	WorkDir     string    `json:"workDir"`
+	Description string    `json:"description"`
+	Prompt      string    `json:"prompt"`
+	Peer        string    `json:"peer"` // remote address of the INVITE
+	AcceptedAt  time.Time `json:"acceptedAt"`
+	StartBy     time.Time `json:"startBy"` // START must arrive before this
+	AgentPID    int       `json:"agentPid,omitempty"`
+}
+
+// Active reports whether the assignment holds one of the executor's slots.
+func (a *Assignment) Active() bool { return !a.State.Terminal() }

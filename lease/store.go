@@ -1,0 +1,475 @@
+package lease
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Errors returned by Store.
+var (
+	// ErrNotFound: no record has that id.
+	ErrNotFound = errors.New("no such delegation")
+	// ErrExists: a record with that id is already stored.
+	ErrExists = errors.New("delegation id already in use")
+	// ErrBusy: CreateAssignment found the executor at its concurrency limit.
+	ErrBusy = errors.New("maximum concurrent delegations reached")
+)
+
+// DirBusyError is returned by CreateDelegation when a live rw delegation
+// already covers the directory (spec §6.5).
+type DirBusyError struct {
+	ID  string // the delegation holding the directory
+	Dir string
+}
+
+func (e *DirBusyError) Error() string {
+	return fmt.Sprintf("%s is already lent read-write by delegation %s", e.Dir, e.ID)
+}
+
+var (
+	bucketDelegations = []byte("delegations")
+	bucketAssignments = []byte("assignments")
+	bucketEvents      = []byte("events") // holds one sub-bucket per delegation
+	bucketBlobs       = []byte("blobs")
+)
+
+// Options configures a Store.
+type Options struct {
+	// Shared opens the bbolt file only for the length of each call, so that
+	// several processes (a daemon and the CLI) take turns on it. Default
+	// false: the file stays open, and locked, until Close.
+	Shared bool
+	// Timeout bounds the wait for another process's lock on the file.
+	// Default 10s.
+	Timeout time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Store keeps leases, their event streams and blobs in one bbolt file.
+type Store struct {
+	path string
+	opts Options
+	db   *bolt.DB // nil when Shared
+}
+
+// Open opens or creates the store at path, creating its directory 0700 and
+// the file 0600.
+func Open(path string, opts Options) (*Store, error) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 10 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create state dir: %w", err)
+	}
+	s := &Store{path: path, opts: opts}
+	db, err := s.open()
+	if err != nil {
+		return nil, err
+	}
+	if opts.Shared {
+		if err := db.Close(); err != nil {
+			return nil, fmt.Errorf("close store: %w", err)
+		}
+	} else {
+		s.db = db
+	}
+	return s, nil
+}
+
+func (s *Store) open() (*bolt.DB, error) {
+	db, err := bolt.Open(s.path, 0o600, &bolt.Options{Timeout: s.opts.Timeout})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("open store %s: another process holds it (is a daemon running with this state dir?)", s.path)
+		}
+		return nil, fmt.Errorf("open store %s: %w", s.path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketDelegations, bucketAssignments, bucketEvents, bucketBlobs} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("init store %s: %w", s.path, err)
+	}
+	return db, nil
+}
+
+// Close releases the file.
+func (s *Store) Close() error {
+	if s.db == nil {
+		return nil
+	}
+	return s.db.Close()
+}
+
+// Path is the bbolt file's path.
+func (s *Store) Path() string { return s.path }
+
+// Now is the store's clock.
+func (s *Store) Now() time.Time { return s.opts.Now() }
+
+func (s *Store) update(fn func(tx *bolt.Tx) error) error { return s.with(true, fn) }
+func (s *Store) view(fn func(tx *bolt.Tx) error) error   { return s.with(false, fn) }
+
+func (s *Store) with(write bool, fn func(tx *bolt.Tx) error) error {
+	db := s.db
+	if db == nil {
+		var err error
+		if db, err = s.open(); err != nil {
+			return err
+		}
+		defer db.Close()
+	}
+	if write {
+		return db.Update(fn)
+	}
+	return db.View(fn)
+}
+
+type record interface{ lease() *Lease }
+
+func get[T any](tx *bolt.Tx, bucket []byte, id string) (*T, error) {
+	data := tx.Bucket(bucket).Get([]byte(id))
+	if data == nil {
+		return nil, fmt.Errorf("%s: %w", id, ErrNotFound)
+	}
+	v := new(T)
+	if err := json.Unmarshal(data, v); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", id, err)
+	}
+	return v, nil
+}
+
+func put(tx *bolt.Tx, bucket []byte, id string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", id, err)
+	}
+	return tx.Bucket(bucket).Put([]byte(id), data)
+}
+
+func list[T record](tx *bolt.Tx, bucket []byte) ([]T, error) {
+	var out []T
+	err := tx.Bucket(bucket).ForEach(func(k, data []byte) error {
+		var v T
+		if err := json.Unmarshal(data, &v); err != nil {
+			return fmt.Errorf("decode %s: %w", k, err)
+		}
+		out = append(out, v)
+		return nil
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].lease().CreatedAt.Before(out[j].lease().CreatedAt) })
+	return out, err
+}
+
+// change loads a record, lets fn modify it, optionally fires an event on it,
+// and stores it, all in one transaction.
+func change[T any, PT interface {
+	*T
+	record
+}](s *Store, bucket []byte, id string, ev Event, note string, fn func(PT) error) (PT, error) {
+	var out PT
+	err := s.update(func(tx *bolt.Tx) error {
+		v, err := get[T](tx, bucket, id)
+		if err != nil {
+			return err
+		}
+		p := PT(v)
+		if ev != "" {
+			if err := p.lease().fire(ev, note, s.opts.Now()); err != nil {
+				return err
+			}
+		}
+		if fn != nil {
+			if err := fn(p); err != nil {
+				return err
+			}
+		}
+		out = p
+		return put(tx, bucket, id, p)
+	})
+	return out, err
+}
+
+// CreateDelegation stores a new delegation in state created. A live rw
+// delegation of the same or an overlapping directory makes it fail with
+// *DirBusyError when d is rw too.
+func (s *Store) CreateDelegation(d *Delegation) error {
+	d.State = Created
+	d.CreatedAt = s.opts.Now()
+	return s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketDelegations)
+		if b.Get([]byte(d.ID)) != nil {
+			return fmt.Errorf("%s: %w", d.ID, ErrExists)
+		}
+		if d.AccessMode == "rw" {
+			live, err := list[*Delegation](tx, bucketDelegations)
+			if err != nil {
+				return err
+			}
+			for _, o := range live {
+				if !o.State.Terminal() && o.AccessMode == "rw" && overlaps(o.LocalDir, d.LocalDir) {
+					return &DirBusyError{ID: o.ID, Dir: o.LocalDir}
+				}
+			}
+		}
+		return put(tx, bucketDelegations, d.ID, d)
+	})
+}
+
+// overlaps reports whether one of two clean absolute paths contains the other.
+func overlaps(a, b string) bool {
+	within := func(p, dir string) bool {
+		return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+	}
+	return within(a, b) || within(b, a)
+}
+
+// Delegation returns the delegation with id.
+func (s *Store) Delegation(id string) (*Delegation, error) {
+	var d *Delegation
+	err := s.view(func(tx *bolt.Tx) (err error) {
+		d, err = get[Delegation](tx, bucketDelegations, id)
+		return err
+	})
+	return d, err
+}
+
+// Delegations returns every delegation, oldest first.
+func (s *Store) Delegations() ([]*Delegation, error) {
+	var out []*Delegation
+	err := s.view(func(tx *bolt.Tx) (err error) {
+		out, err = list[*Delegation](tx, bucketDelegations)
+		return err
+	})
+	return out, err
+}
+
+// FireDelegation applies event ev to delegation id and then fn (which may be
+// nil), and commits both together. A refused transition changes nothing and
+// returns an error wrapping *TransitionError.
+func (s *Store) FireDelegation(id string, ev Event, note string, fn func(*Delegation) error) (*Delegation, error) {
+	return change[Delegation](s, bucketDelegations, id, ev, note, fn)
+}
+
+// UpdateDelegation applies fn to delegation id without a transition.
+func (s *Store) UpdateDelegation(id string, fn func(*Delegation) error) (*Delegation, error) {
+	return change[Delegation](s, bucketDelegations, id, "", "", fn)
+}
+
+// CreateAssignment stores a new assignment in state accepted, unless
+// maxActive assignments are already active (ErrBusy) or the id is taken.
+// The count and the insert are one transaction, so concurrent INVITEs
+// cannot overshoot the limit.
+func (s *Store) CreateAssignment(a *Assignment, maxActive int) error {
+	now := s.opts.Now()
+	a.State = Accepted
+	a.CreatedAt = now
+	a.AcceptedAt = now
+	a.Transitions = []Transition{{From: Invited, To: Accepted, Event: ReceiveAccept, At: now, Note: "INVITE accepted"}}
+	return s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAssignments)
+		if b.Get([]byte(a.ID)) != nil {
+			return fmt.Errorf("%s: %w", a.ID, ErrExists)
+		}
+		all, err := list[*Assignment](tx, bucketAssignments)
+		if err != nil {
+			return err
+		}
+		active := 0
+		for _, o := range all {
+			if o.Active() {
+				active++
+			}
+		}
+		if active >= maxActive {
+			return ErrBusy
+		}
+		return put(tx, bucketAssignments, a.ID, a)
+	})
+}
+
+// Assignment returns the assignment with id.
+func (s *Store) Assignment(id string) (*Assignment, error) {
+	var a *Assignment
+	err := s.view(func(tx *bolt.Tx) (err error) {
+		a, err = get[Assignment](tx, bucketAssignments, id)
+		return err
+	})
+	return a, err
+}
+
+// Assignments returns every assignment, oldest first.
+func (s *Store) Assignments() ([]*Assignment, error) {
+	var out []*Assignment
+	err := s.view(func(tx *bolt.Tx) (err error) {
+		out, err = list[*Assignment](tx, bucketAssignments)
+		return err
+	})
+	return out, err
+}
+
+// UpdateAssignment applies fn to assignment id without a transition.
+func (s *Store) UpdateAssignment(id string, fn func(*Assignment) error) (*Assignment, error) {
+	return change[Assignment](s, bucketAssignments, id, "", "", fn)
+}
+
+// FireAssignment applies ev to assignment id, then fn (may be nil), and
+// appends event (if not nil) to its stream, all in one transaction: the
+// event a subscriber sees and the state a restart finds never disagree.
+// It returns the sequence number given to event.
+func (s *Store) FireAssignment(id string, ev Event, note string, fn func(*Assignment) error, event []byte) (*Assignment, uint64, error) {
+	var (
+		out *Assignment
+		seq uint64
+	)
+	err := s.update(func(tx *bolt.Tx) error {
+		a, err := get[Assignment](tx, bucketAssignments, id)
+		if err != nil {
+			return err
+		}
+		if err := a.fire(ev, note, s.opts.Now()); err != nil {
+			return err
+		}
+		if fn != nil {
+			if err := fn(a); err != nil {
+				return err
+			}
+		}
+		if event != nil {
+			if seq, err = appendEvents(tx, id, [][]byte{event}); err != nil {
+				return err
+			}
+		}
+		out = a
+		return put(tx, bucketAssignments, id, a)
+	})
+	return out, seq, err
+}
+
+// StoredEvent is one event of a delegation's stream with its sequence number
+// (the SSE id), starting at 1.
+type StoredEvent struct {
+	Seq  uint64
+	Data []byte
+}
+
+func appendEvents(tx *bolt.Tx, id string, events [][]byte) (uint64, error) {
+	b, err := tx.Bucket(bucketEvents).CreateBucketIfNotExists([]byte(id))
+	if err != nil {
+		return 0, err
+	}
+	var seq uint64
+	for _, data := range events {
+		if seq, err = b.NextSequence(); err != nil {
+			return 0, err
+		}
+		if err := b.Put(seqKey(seq), data); err != nil {
+			return 0, err
+		}
+	}
+	return seq, nil
+}
+
+func seqKey(seq uint64) []byte {
+	k := make([]byte, 8)
+	binary.BigEndian.PutUint64(k, seq)
+	return k
+}
+
+// AppendEvents adds events to the stream of a live assignment and returns
+// the last sequence number. It fails once the assignment is terminal, so no
+// event ever follows a terminal one.
+func (s *Store) AppendEvents(id string, events [][]byte) (uint64, error) {
+	var seq uint64
+	err := s.update(func(tx *bolt.Tx) error {
+		a, err := get[Assignment](tx, bucketAssignments, id)
+		if err != nil {
+			return err
+		}
+		if a.State.Terminal() {
+			return fmt.Errorf("delegation %s: %w", id, &TransitionError{From: a.State, Event: "APPEND_EVENT"})
+		}
+		seq, err = appendEvents(tx, id, events)
+		return err
+	})
+	return seq, err
+}
+
+// EventsAfter returns the events of id with a sequence number above after,
+// at most limit of them (0: no limit).
+func (s *Store) EventsAfter(id string, after uint64, limit int) ([]StoredEvent, error) {
+	var out []StoredEvent
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents).Bucket([]byte(id))
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.Seek(seqKey(after + 1)); k != nil; k, v = c.Next() {
+			// Copy: v is only valid inside the transaction.
+			out = append(out, StoredEvent{Seq: binary.BigEndian.Uint64(k), Data: append([]byte(nil), v...)})
+			if limit > 0 && len(out) >= limit {
+				break
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DeleteAssignment removes an assignment and its events.
+func (s *Store) DeleteAssignment(id string) error {
+	return s.update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketAssignments).Delete([]byte(id)); err != nil {
+			return err
+		}
+		err := tx.Bucket(bucketEvents).DeleteBucket([]byte(id))
+		if errors.Is(err, bolt.ErrBucketNotFound) {
+			err = nil
+		}
+		return err
+	})
+}
+
+// PutBlob stores data under key, replacing what was there.
+func (s *Store) PutBlob(key string, data []byte) error {
+	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketBlobs).Put([]byte(key), data) })
+}
+
+// Blob returns the data stored under key, or ErrNotFound.
+func (s *Store) Blob(key string) ([]byte, error) {
+	var out []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketBlobs).Get([]byte(key))
+		if v == nil {
+			return fmt.Errorf("blob %s: %w", key, ErrNotFound)
+		}
+		out = append([]byte(nil), v...)
+		return nil
+	})
+	return out, err
+}
+
+// DeleteBlob removes key; a missing key is not an error.
+func (s *Store) DeleteBlob(key string) error {
+	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketBlobs).Delete([]byte(key)) })
+}
