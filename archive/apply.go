@@ -1,0 +1,240 @@
+package archive
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"sort"
+	"strings"
+)
+
+// Report says what Apply did.
+type Report struct {
+	Created   []string `json:"created,omitempty"`
+	Modified  []string `json:"modified,omitempty"`
+	Deleted   []string `json:"deleted,omitempty"`
+	Conflicts []string `json:"conflicts,omitempty"` // "path: what happened"
+}
+
+// Changes is the number of paths Apply changed.
+func (r *Report) Changes() int { return len(r.Created) + len(r.Modified) + len(r.Deleted) }
+
+// ApplyOptions configures Apply.
+type ApplyOptions struct {
+	// StagingDir is where the result is extracted first; it should be on
+	// the same file system as the target. Required.
+	StagingDir string
+	// ConflictSuffix names the executor's copy of a file the user changed
+	// meanwhile: "<path><ConflictSuffix>". Required.
+	ConflictSuffix string
+	// Limits bound the extraction of the result.
+	Limits Limits
+}
+
+// Apply makes dir end as the executor left it, given base (the manifest of
+// what was sent) and result (the ZIP the executor returned): created,
+// changed and deleted paths are carried over. A path the user changed in dir
+// since base is not overwritten: the executor's version is written beside it
+// with the conflict suffix and the conflict is reported. Paths that were
+// never sent (see the package rules) are never touched.
+func Apply(dir string, base Manifest, result []byte, opts ApplyOptions) (*Report, error) {
+	if opts.StagingDir == "" || opts.ConflictSuffix == "" {
+		return nil, errors.New("apply: StagingDir and ConflictSuffix are required")
+	}
+	if err := os.MkdirAll(opts.StagingDir, 0o700); err != nil {
+		return nil, err
+	}
+	staging, err := os.MkdirTemp(opts.StagingDir, "result-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(staging)
+	if err := Extract(result, staging, opts.Limits); err != nil {
+		return nil, fmt.Errorf("result: %w", err)
+	}
+	res, err := Scan(staging)
+	if err != nil {
+		return nil, fmt.Errorf("result: %w", err)
+	}
+	cur, err := Scan(dir)
+	if err != nil {
+		return nil, err
+	}
+	a := &applier{staging: staging, suffix: opts.ConflictSuffix, rep: &Report{}}
+	if a.root, err = os.OpenRoot(dir); err != nil {
+		return nil, err
+	}
+	defer a.root.Close()
+	if a.src, err = os.OpenRoot(staging); err != nil {
+		return nil, err
+	}
+	defer a.src.Close()
+
+	paths := union(base, res)
+	var todo []string
+	for _, p := range paths {
+		b, inBase := base[p]
+		r, inRes := res[p]
+		c, inCur := cur[p]
+		switch {
+		case inBase == inRes && b == r: // the executor left it alone
+		case inCur == inRes && c == r: // already as the executor left it
+		case inCur == inBase && c == b: // only the executor changed it
+			todo = append(todo, p)
+		default:
+			a.conflict(p, inRes, r, inCur)
+		}
+	}
+	// Removals deepest first, then creations parents first.
+	for i := len(todo) - 1; i >= 0; i-- {
+		p := todo[i]
+		r, inRes := res[p]
+		c, inCur := cur[p]
+		if inCur && (!inRes || r.Kind != c.Kind || r.Kind == KindSymlink) {
+			if err := a.root.Remove(p); err != nil {
+				a.conflictf(p, "kept: could not remove it (%v)", rootErr(err))
+				continue
+			}
+			if !inRes {
+				a.rep.Deleted = append(a.rep.Deleted, p)
+			}
+		}
+	}
+	for _, p := range todo {
+		r, inRes := res[p]
+		if !inRes {
+			continue
+		}
+		c, inCur := cur[p]
+		if err := a.put(p, r, inCur && c.Kind == r.Kind && r.Kind != KindSymlink); err != nil {
+			a.conflictf(p, "not applied: %v", rootErr(err))
+			continue
+		}
+		if inCur {
+			a.rep.Modified = append(a.rep.Modified, p)
+		} else {
+			a.rep.Created = append(a.rep.Created, p)
+		}
+	}
+	return a.rep, nil
+}
+
+type applier struct {
+	root, src *os.Root
+	staging   string
+	suffix    string
+	rep       *Report
+}
+
+func (a *applier) conflictf(p, format string, args ...any) {
+	a.rep.Conflicts = append(a.rep.Conflicts, p+": "+fmt.Sprintf(format, args...))
+}
+
+// conflict keeps the user's version of p and, if the executor left a file
+// there, writes the executor's version beside it.
+func (a *applier) conflict(p string, inRes bool, r Entry, inCur bool) {
+	switch {
+	case !inRes:
+		a.conflictf(p, "changed locally and deleted by the executor; kept the local version")
+	case r.Kind == KindFile:
+		side := p + a.suffix
+		if err := a.copyFile(p, side, r.Perm); err != nil {
+			a.conflictf(p, "changed on both sides; kept the local version, could not save the executor's (%v)", rootErr(err))
+			return
+		}
+		if inCur {
+			a.conflictf(p, "changed on both sides; kept the local version, the executor's is in %s", side)
+		} else {
+			a.conflictf(p, "deleted locally and changed by the executor; the executor's version is in %s", side)
+		}
+	default:
+		a.conflictf(p, "changed on both sides; kept the local version")
+	}
+}
+
+// put writes the executor's entry r at p. inPlace means p already holds an
+// entry of the same kind (a file is replaced atomically, a dir re-moded).
+func (a *applier) put(p string, r Entry, inPlace bool) error {
+	switch r.Kind {
+	case KindDir:
+		if !inPlace {
+			if err := a.root.Mkdir(p, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+				return err
+			}
+		}
+		return a.root.Chmod(p, r.Perm)
+	case KindSymlink:
+		return a.root.Symlink(r.Hash, p)
+	default:
+		return a.copyFile(p, p, r.Perm)
+	}
+}
+
+// copyFile copies the staged file src to dst in the target through a
+// temporary name and a rename, so a reader never sees half a file.
+func (a *applier) copyFile(src, dst string, perm fs.FileMode) error {
+	in, err := a.src.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp := path.Join(path.Dir(dst), ".awcp-tmp-"+path.Base(dst))
+	out, err := a.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = a.root.Chmod(tmp, perm)
+	}
+	if err == nil {
+		if info, serr := in.Stat(); serr == nil {
+			err = a.root.Chtimes(tmp, info.ModTime(), info.ModTime())
+		}
+	}
+	if err == nil {
+		err = a.root.Rename(tmp, dst)
+	}
+	if err != nil {
+		a.root.Remove(tmp)
+	}
+	return err
+}
+
+// rootErr drops the path from an *fs.PathError: messages name relative paths.
+func rootErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+func union(a, b Manifest) []string {
+	seen := make(map[string]bool, len(a)+len(b))
+	var out []string
+	for _, m := range []Manifest{a, b} {
+		for p := range m {
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	sortPaths(out)
+	return out
+}
+
+// sortPaths orders paths so that a directory comes right before its
+// contents ("a", "a/b", "a.txt"), which plain string order does not do.
+func sortPaths(ps []string) {
+	sort.Slice(ps, func(i, j int) bool {
+		return strings.ReplaceAll(ps[i], "/", "\x00") < strings.ReplaceAll(ps[j], "/", "\x00")
+	})
+}
