@@ -1,0 +1,241 @@
+// Package agent runs the executor's configured agent command on a task, as
+// the agent-command contract of DESIGN.md says: /bin/sh -c "$AGENT_CMD" in
+// the work directory, the task in the environment and on stdin (never on the
+// command line), stdout lines as progress, the whole process group killed
+// when the run's context ends.
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Task is what the agent is asked to do.
+type Task struct {
+	DelegationID string
+	Prompt       string
+	Description  string
+	WorkDir      string
+	AccessMode   string
+	// SummaryFile is where the agent may write its summary; it must be
+	// outside WorkDir so it is not part of the result.
+	SummaryFile string
+}
+
+// Options configures a run.
+type Options struct {
+	// Command is the shell command line to run. Required.
+	Command string
+	// Started is called with the pid (= process group id) once the agent
+	// runs, before any output is read. May be nil.
+	Started func(pid int)
+	// Line is called for each line of stdout, in order, from one goroutine.
+	// Lines longer than MaxLine are cut. May be nil.
+	Line func(line string)
+	// KillGrace is how long the group has between SIGTERM and SIGKILL once
+	// the context ends. Default 2s.
+	KillGrace time.Duration
+	// MaxLine bounds a progress line. Default 4 KiB.
+	MaxLine int
+	// Env is added to the agent's environment (after os.Environ).
+	Env []string
+}
+
+// Result is how a run ended.
+type Result struct {
+	ExitCode   int    // -1 if killed by a signal
+	Summary    string // $AWCP_SUMMARY_FILE if written, else the stdout tail
+	StderrTail string
+}
+
+// ErrKilled is returned when the run's context ended the agent.
+var ErrKilled = errors.New("agent killed")
+
+const (
+	stdoutTailLines = 20
+	stderrTailBytes = 4 << 10
+	summaryMaxBytes = 64 << 10
+)
+
+// Run runs the agent to completion, or until ctx ends; then the whole
+// process group is killed and Run returns an error wrapping ErrKilled and
+// ctx's cause. A non-zero exit is not an error: see Result.ExitCode.
+func Run(ctx context.Context, t Task, opts Options) (*Result, error) {
+	if opts.Command == "" {
+		return nil, errors.New("agent command is empty")
+	}
+	if opts.KillGrace <= 0 {
+		opts.KillGrace = 2 * time.Second
+	}
+	if opts.MaxLine <= 0 {
+		opts.MaxLine = 4 << 10
+	}
+	cmd := exec.Command("/bin/sh", "-c", opts.Command)
+	cmd.Dir = t.WorkDir
+	cmd.Env = append(append(os.Environ(), opts.Env...),
+		"AWCP_PROMPT="+t.Prompt,
+		"AWCP_DESCRIPTION="+t.Description,
+		"AWCP_DELEGATION_ID="+t.DelegationID,
+		"AWCP_WORKDIR="+t.WorkDir,
+		"AWCP_ACCESS_MODE="+t.AccessMode,
+		"AWCP_SUMMARY_FILE="+t.SummaryFile,
+	)
+	cmd.Stdin = strings.NewReader(t.Prompt)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A pipe of our own rather than StdoutPipe: a background process the
+	// agent leaves behind may hold stdout open, and must not keep Run
+	// waiting once the agent itself has exited.
+	stdout, stdoutW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer stdout.Close()
+	stderrR, stderrW, err := os.Pipe()
+	if err != nil {
+		stdoutW.Close()
+		return nil, err
+	}
+	defer stderrR.Close()
+	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+	stderr := &tailBuffer{max: stderrTailBytes}
+	if t.SummaryFile != "" {
+		os.Remove(t.SummaryFile)
+	}
+	err = cmd.Start()
+	stdoutW.Close()
+	stderrW.Close()
+	if err != nil {
+		return nil, fmt.Errorf("start agent: %w", err)
+	}
+	pgid := cmd.Process.Pid
+	if opts.Started != nil {
+		opts.Started(pgid)
+	}
+
+	// The killer owns the group's end: on ctx done it sends SIGTERM, then
+	// SIGKILL after the grace. It stops when the run is over.
+	over := make(chan struct{})
+	var killed bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-over:
+			return
+		case <-ctx.Done():
+		}
+		killed = true
+		syscall.Kill(-pgid, syscall.SIGTERM)
+		t := time.NewTimer(opts.KillGrace)
+		defer t.Stop()
+		select {
+		case <-over:
+		case <-t.C:
+		}
+		syscall.Kill(-pgid, syscall.SIGKILL)
+	}()
+
+	var tail []string
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tail = readLines(stdout, opts.MaxLine, opts.Line)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		io.Copy(stderr, stderrR)
+	}()
+	waitErr := cmd.Wait()
+	close(over)
+	// Whatever the agent left running in its group goes with it; that also
+	// closes the last writers of stdout, so the reader ends.
+	syscall.Kill(-pgid, syscall.SIGKILL)
+	wg.Wait()
+
+	if killed {
+		return nil, fmt.Errorf("%w: %w", ErrKilled, context.Cause(ctx))
+	}
+	res := &Result{ExitCode: cmd.ProcessState.ExitCode(), StderrTail: strings.TrimSpace(stderr.String())}
+	var exitErr *exec.ExitError
+	if waitErr != nil && !errors.As(waitErr, &exitErr) {
+		return nil, fmt.Errorf("wait for agent: %w", waitErr)
+	}
+	res.Summary = readSummary(t.SummaryFile)
+	if res.Summary == "" {
+		res.Summary = strings.Join(tail, "\n")
+	}
+	return res, nil
+}
+
+// readLines feeds each stdout line to fn and returns the last lines.
+func readLines(r io.Reader, maxLine int, fn func(string)) []string {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var tail []string
+	for {
+		line, err := br.ReadString('\n')
+		if line != "" {
+			line = strings.TrimRight(line, "\r\n")
+			if len(line) > maxLine {
+				line = line[:maxLine]
+			}
+			if fn != nil {
+				fn(line)
+			}
+			tail = append(tail, line)
+			if len(tail) > stdoutTailLines {
+				tail = tail[1:]
+			}
+		}
+		if err != nil {
+			return tail
+		}
+	}
+}
+
+func readSummary(path string) string {
+	if path == "" {
+		return ""
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, summaryMaxBytes))
+	return strings.TrimSpace(string(b))
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex // guards buf: written by the copier, read after it ends
+	max int
+	buf bytes.Buffer
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Write(p)
+	if extra := b.buf.Len() - b.max; extra > 0 {
+		b.buf.Next(extra)
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
