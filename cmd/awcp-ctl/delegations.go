@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/awcp/awcp/cmd/internal/clikit"
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/lease"
+)
+
+// exitPending is output's exit code for a delegation that has not ended.
+const exitPending = 3
+
+// env is what every delegator command works with.
+type env struct {
+	state string
+	store *lease.Store
+	log   *slog.Logger
+}
+
+func openEnv(c *cli.Context) (*env, error) {
+	log, err := clikit.Logger(c, c.App.ErrWriter)
+	if err != nil {
+		return nil, err
+	}
+	state, err := clikit.StateDir(c)
+	if err != nil {
+		return nil, err
+	}
+	// Shared: the daemon, a waiting export and these commands take turns.
+	store, err := lease.Open(filepath.Join(state, "delegator.db"), lease.Options{Shared: true})
+	if err != nil {
+		return nil, err
+	}
+	return &env{state: state, store: store, log: log}, nil
+}
+
+func (e *env) socket() string { return filepath.Join(e.state, "ctl.sock") }
+
+func (e *env) delegator(progress func(string, *control.Event)) (*control.Delegator, error) {
+	return control.NewDelegator(control.DelegatorOptions{
+		Store: e.store,
+		Transports: map[string]control.DelegatorTransport{
+			control.TransportArchive: &control.ArchiveDelegator{Blobs: e.store, StagingDir: filepath.Join(e.state, "staging")},
+		},
+		Progress: progress,
+		Logger:   e.log,
+	})
+}
+
+// resolve finds a delegation by id or unique id prefix.
+func (e *env) resolve(arg string) (*lease.Delegation, error) {
+	if arg == "" {
+		return nil, clikit.UsageError("a delegation id is required")
+	}
+	ds, err := e.store.Delegations()
+	if err != nil {
+		return nil, err
+	}
+	var found []*lease.Delegation
+	for _, d := range ds {
+		if d.ID == arg {
+			return d, nil
+		}
+		if strings.HasPrefix(d.ID, arg) {
+			found = append(found, d)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, fmt.Errorf("no delegation %s (see `awcp-ctl status`)", arg)
+	case 1:
+		return found[0], nil
+	}
+	return nil, fmt.Errorf("%s is ambiguous: %d delegations start with it", arg, len(found))
+}
+
+// view is a delegation as shown to the user: no secret in it.
+type view struct {
+	*lease.Delegation
+	Token string `json:"token,omitempty"`
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func redact(d *lease.Delegation) view { return view{Delegation: d} }
+
+// report prints how a delegation stands or ended: the result to stdout, a
+// failure (code, message, hint) to stderr. It returns the exit error.
+func report(c *cli.Context, d *lease.Delegation) error {
+	if c.Bool("json") {
+		if err := printJSON(c.App.Writer, redact(d)); err != nil {
+			return err
+		}
+		return exitFor(d)
+	}
+	w := c.App.Writer
+	fmt.Fprintf(w, "delegation %s %s\n", d.ID, d.State)
+	fmt.Fprintf(w, "  directory: %s\n  executor:  %s (%s, %s)\n", d.LocalDir, d.Peer, d.Transport, d.AccessMode)
+	if d.State == lease.Completed {
+		fmt.Fprintf(w, "summary:\n%s\n", indent(d.Summary))
+		if len(d.Highlights) > 0 {
+			fmt.Fprintf(w, "highlights:\n%s\n", indent(strings.Join(d.Highlights, "\n")))
+		}
+	}
+	var changes, notes []string
+	for _, n := range d.Notes {
+		if len(n) > 2 && strings.Contains("+~-", n[:1]) && n[1] == ' ' {
+			changes = append(changes, n)
+		} else {
+			notes = append(notes, n)
+		}
+	}
+	if len(changes) > 0 {
+		fmt.Fprintf(w, "changes applied to %s:\n%s\n", d.LocalDir, indent(strings.Join(changes, "\n")))
+	} else if d.State == lease.Completed && d.Transport == control.TransportArchive && d.AccessMode == control.AccessRW {
+		fmt.Fprintln(w, "changes: none")
+	}
+	if len(d.Conflicts) > 0 {
+		fmt.Fprintf(w, "conflicts (local versions kept):\n%s\n", indent(strings.Join(d.Conflicts, "\n")))
+	}
+	for _, n := range notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	if f := d.Failure; f != nil && d.State != lease.Completed {
+		fmt.Fprintf(c.App.ErrWriter, "error %s: %s\n", f.Code, f.Message)
+		if f.Hint != "" {
+			fmt.Fprintf(c.App.ErrWriter, "hint: %s\n", f.Hint)
+		}
+	}
+	if !d.State.Terminal() && !d.ExpiresAt.IsZero() {
+		fmt.Fprintf(w, "  lease expires: %s\n", d.ExpiresAt.Local().Format(time.DateTime))
+	}
+	return exitFor(d)
+}
+
+func exitFor(d *lease.Delegation) error {
+	switch {
+	case d.State == lease.Completed:
+		return nil
+	case !d.State.Terminal():
+		return clikit.Exit(exitPending)
+	}
+	return clikit.Failed()
+}
+
+func indent(s string) string { return "  " + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n  ") }
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "status",
+		Usage:     "list delegations, or show one",
+		ArgsUsage: "[ID]",
+		Flags:     append(clikit.CommonFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON"}),
+		Action: func(c *cli.Context) error {
+			e, err := openEnv(c)
+			if err != nil {
+				return err
+			}
+			if c.Args().Len() > 0 {
+				d, err := e.resolve(c.Args().First())
+				if err != nil {
+					return err
+				}
+				report(c, d) // status informs; its exit code does not judge the outcome
+				return nil
+			}
+			ds, err := e.store.Delegations()
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				out := make([]view, 0, len(ds))
+				for _, d := range ds {
+					out = append(out, redact(d))
+				}
+				return printJSON(c.App.Writer, out)
+			}
+			if len(ds) == 0 {
+				fmt.Fprintln(c.App.Writer, "no delegations")
+				return nil
+			}
+			fmt.Fprintf(c.App.Writer, "%-36s  %-9s  %-7s  %-2s  %-19s  %s\n", "ID", "STATE", "TRANSP", "AM", "CREATED", "DIRECTORY")
+			for _, d := range ds {
+				fmt.Fprintf(c.App.Writer, "%-36s  %-9s  %-7s  %-2s  %-19s  %s\n", d.ID, d.State, d.Transport, d.AccessMode,
+					d.CreatedAt.Local().Format(time.DateTime), d.LocalDir)
+			}
+			return nil
+		},
+	}
+}
+
+func outputCommand(ctx context.Context) *cli.Command {
+	return &cli.Command{
+		Name:      "output",
+		Usage:     "show a delegation's result (exit 0 completed, 1 ended otherwise, 3 not ended yet)",
+		ArgsUsage: "ID",
+		Flags: append(clikit.CommonFlags(),
+			&cli.BoolFlag{Name: "block", Usage: "wait until the delegation ends"},
+			&cli.DurationFlag{Name: "timeout", Value: 60 * time.Second, Usage: "longest wait with --block"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+		),
+		Action: func(c *cli.Context) error {
+			e, err := openEnv(c)
+			if err != nil {
+				return err
+			}
+			d, err := e.resolve(c.Args().First())
+			if err != nil {
+				return err
+			}
+			if c.Bool("block") {
+				deadline := time.NewTimer(c.Duration("timeout"))
+				defer deadline.Stop()
+				tick := time.NewTicker(200 * time.Millisecond)
+				defer tick.Stop()
+			wait:
+				for !d.State.Terminal() {
+					select {
+					case <-ctx.Done():
+						break wait
+					case <-deadline.C:
+						break wait
+					case <-tick.C:
+					}
+					if d, err = e.store.Delegation(d.ID); err != nil {
+						return err
+					}
+				}
+			}
+			return report(c, d)
+		},
+	}
+}
+
+func cancelCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "cancel",
+		Usage:     "cancel a delegation, or all live ones",
+		ArgsUsage: "ID | --all",
+		Flags: append(clikit.CommonFlags(),
+			&cli.BoolFlag{Name: "all", Usage: "cancel every live delegation"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+		),
+		Action: func(c *cli.Context) error {
+			e, err := openEnv(c)
+			if err != nil {
+				return err
+			}
+			var ids []string
+			if c.Bool("all") {
+				ds, err := e.store.Delegations()
+				if err != nil {
+					return err
+				}
+				for _, d := range ds {
+					if !d.State.Terminal() {
+						ids = append(ids, d.ID)
+					}
+				}
+			} else {
+				d, err := e.resolve(c.Args().First())
+				if err != nil {
+					return err
+				}
+				if d.State.Terminal() {
+					return fmt.Errorf("delegation %s already ended (%s)", d.ID, d.State)
+				}
+				ids = []string{d.ID}
+			}
+			daemon, viaDaemon := control.DialLocal(e.socket())
+			dlg, err := e.delegator(nil)
+			if err != nil {
+				return err
+			}
+			var failed bool
+			for _, id := range ids {
+				if viaDaemon {
+					err = daemon.Cancel(id)
+				} else {
+					_, err = dlg.Cancel(context.Background(), id)
+				}
+				if err != nil {
+					failed = true
+					fmt.Fprintf(c.App.ErrWriter, "cancel %s: %v\n", id, err)
+					continue
+				}
+				fmt.Fprintf(c.App.Writer, "cancelled %s\n", id)
+			}
+			if failed {
+				return clikit.Failed()
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/awcp/awcp/cmd/internal/clikit"
+	"github.com/awcp/awcp/control"
+)
+
+func exportCommand(ctx context.Context) *cli.Command {
+	return &cli.Command{
+		Name:      "export",
+		Usage:     "lend DIR to an executor for a task and wait for the result",
+		ArgsUsage: "DIR",
+		Flags: append(clikit.CommonFlags(),
+			&cli.StringFlag{Name: "peer", EnvVars: []string{"AWCP_PEER"}, Required: true, Usage: "executor URL, e.g. http://host:10200"},
+			&cli.StringFlag{Name: "prompt", EnvVars: []string{"AWCP_PROMPT"}, Required: true, Usage: "the task, in full"},
+			&cli.StringFlag{Name: "description", Usage: "short description for logs and lists (default: the prompt's first line)"},
+			&cli.DurationFlag{Name: "ttl", EnvVars: []string{"AWCP_TTL"}, Value: time.Hour, Usage: "length of the lease"},
+			&cli.StringFlag{Name: "access", EnvVars: []string{"AWCP_ACCESS"}, Value: "rw", Usage: "rw or ro"},
+			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs or archive"},
+			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executor requires"},
+			&cli.BoolFlag{Name: "background", Usage: "hand the delegation to the daemon (started if needed), print its id and return"},
+			&cli.BoolFlag{Name: "json", Usage: "print the outcome as JSON"},
+		),
+		Action: func(c *cli.Context) error {
+			if c.Args().Len() != 1 {
+				return clikit.UsageError("export takes exactly one directory")
+			}
+			e, err := openEnv(c)
+			if err != nil {
+				return err
+			}
+			req := control.ExportRequest{
+				Dir: c.Args().First(), Peer: c.String("peer"), Prompt: c.String("prompt"),
+				Description: c.String("description"), TTL: c.Duration("ttl"), Access: c.String("access"),
+				Transport: c.String("transport"), Token: c.String("token"),
+			}
+			if abs, err := filepath.Abs(req.Dir); err == nil {
+				req.Dir = abs
+			}
+			if c.Bool("background") {
+				return exportBackground(c, e, req)
+			}
+			return exportWait(ctx, c, e, req)
+		},
+	}
+}
+
+// exportWait runs the delegation in this process and reports its outcome.
+// Ctrl-C cancels it.
+func exportWait(ctx context.Context, c *cli.Context, e *env, req control.ExportRequest) error {
+	errw := c.App.ErrWriter
+	dlg, err := e.delegator(func(id string, ev *control.Event) {
+		switch {
+		case ev.Type == control.EventStatus && ev.Status == control.StatusRunning:
+			fmt.Fprintf(errw, "awcp: executor is running the task\n")
+		case ev.Type == control.EventStatus:
+			fmt.Fprintf(errw, "  | %s\n", ev.Message)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	d, err := dlg.Create(req)
+	if err != nil {
+		return fail(c, err)
+	}
+	for _, n := range d.Notes {
+		fmt.Fprintf(errw, "awcp: %s\n", n)
+	}
+	fmt.Fprintf(errw, "awcp: delegation %s: lending %s to %s\n", d.ID, d.LocalDir, d.Peer)
+
+	runCtx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); dlg.RunScheduler(runCtx) }()
+	done := make(chan struct{})
+	go func() { defer close(done); d, err = dlg.Run(runCtx, d.ID) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		fmt.Fprintf(errw, "awcp: interrupted; cancelling %s\n", d.ID)
+		if _, cerr := dlg.Cancel(context.Background(), d.ID); cerr != nil {
+			fmt.Fprintf(errw, "awcp: cancel: %v\n", cerr)
+		}
+		<-done
+	}
+	stop()
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	return report(c, d)
+}
+
+// fail prints a spec error (code, message, hint) and exits 1.
+func fail(c *cli.Context, err error) error {
+	var pe *control.ProtocolError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	if c.Bool("json") {
+		printJSON(c.App.Writer, pe.ToMessage(""))
+	}
+	fmt.Fprintf(c.App.ErrWriter, "error %s: %s\n", pe.Code, pe.Message)
+	if pe.Hint != "" {
+		fmt.Fprintf(c.App.ErrWriter, "hint: %s\n", pe.Hint)
+	}
+	return clikit.Failed()
+}
+
+// exportBackground hands the delegation to the daemon, starting it first
+// if none runs.
+func exportBackground(c *cli.Context, e *env, req control.ExportRequest) error {
+	daemon, ok := control.DialLocal(e.socket())
+	if !ok {
+		var err error
+		if daemon, err = startDaemon(c, e); err != nil {
+			return err
+		}
+	}
+	id, err := daemon.Export(req)
+	if err != nil {
+		return fail(c, err)
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, map[string]string{"delegationId": id})
+	}
+	fmt.Fprintln(c.App.Writer, id)
+	return nil
+}
+
+// startDaemon runs `awcp-ctl serve` detached, logging to daemon.log in the
+// state dir, and waits until it answers.
+func startDaemon(c *cli.Context, e *env) (*control.LocalClient, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(filepath.Join(e.state, "daemon.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(self, "serve", "--state-dir", e.state, "--log-level", "info")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start daemon: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if cl, ok := control.DialLocal(e.socket()); ok {
+			fmt.Fprintf(c.App.ErrWriter, "awcp: started the daemon (pid %d, log %s)\n", cmd.Process.Pid, logf.Name())
+			return cl, nil
+		}
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("the daemon exited at start; see %s", logf.Name())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil, fmt.Errorf("the daemon did not answer within 10s; see %s", logf.Name())
+}

@@ -1,0 +1,40 @@
+// Command awcp-ctl is the delegator side of AWCP: it lends a directory to a
+// remote executor (`export`), follows and ends delegations (`status`,
+// `output`, `cancel`), and runs the delegator daemon (`serve`).
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/awcp/awcp/cmd/internal/clikit"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := clikit.Main(newApp(ctx, os.Stdout, os.Stderr), os.Args)
+	stop()
+	os.Exit(code)
+}
+
+func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:      "awcp-ctl",
+		Usage:     "AWCP delegator: lend a directory to a remote agent for the length of a lease",
+		Writer:    stdout,
+		ErrWriter: stderr,
+		Flags:     clikit.CommonFlags(),
+		Commands: []*cli.Command{
+			exportCommand(ctx),
+			statusCommand(),
+			outputCommand(ctx),
+			cancelCommand(),
+			serveCommand(ctx),
+		},
+	}
+}

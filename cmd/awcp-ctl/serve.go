@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/awcp/awcp/cmd/internal/clikit"
+	"github.com/awcp/awcp/control"
+)
+
+func serveCommand(ctx context.Context) *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the delegator daemon: leases, expiry, background delegations, the local API",
+		Flags: clikit.CommonFlags(),
+		Action: func(c *cli.Context) error {
+			e, err := openEnv(c)
+			if err != nil {
+				return err
+			}
+			if _, running := control.DialLocal(e.socket()); running {
+				return fmt.Errorf("a daemon already serves %s", e.state)
+			}
+			dlg, err := e.delegator(nil)
+			if err != nil {
+				return err
+			}
+			srv := &control.LocalServer{Delegator: dlg}
+			orphans, err := dlg.Orphans()
+			if err != nil {
+				return err
+			}
+			for _, id := range orphans {
+				e.log.Info("adopting delegation", "delegation", id)
+				srv.Adopt(ctx, id)
+			}
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { defer wg.Done(); dlg.RunScheduler(ctx) }()
+			e.log.Info("daemon serving", "socket", e.socket())
+			err = srv.Serve(ctx, e.socket())
+			wg.Wait()
+			return err
+		},
+	}
+}

@@ -1,0 +1,149 @@
+// Command awcp-fs is the executor side of AWCP: `awcp-fs serve` takes
+// delegations and runs the configured agent command on them.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/awcp/awcp/cmd/internal/clikit"
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/lease"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := clikit.Main(newApp(ctx, os.Stdout, os.Stderr), os.Args)
+	stop()
+	os.Exit(code)
+}
+
+func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:      "awcp-fs",
+		Usage:     "AWCP executor: work on workspaces delegated to this machine",
+		Writer:    stdout,
+		ErrWriter: stderr,
+		Flags:     clikit.CommonFlags(),
+		Commands:  []*cli.Command{serveCommand(ctx)},
+	}
+}
+
+func serveCommand(ctx context.Context) *cli.Command {
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the executor daemon (spec §7)",
+		Flags: append(clikit.CommonFlags(),
+			&cli.StringFlag{Name: "work-root", EnvVars: []string{"AWCP_WORK_ROOT"}, Required: true,
+				Usage: "directory under which each delegation gets {work-root}/{delegationId}"},
+			&cli.StringFlag{Name: "agent-cmd", EnvVars: []string{"AWCP_AGENT_CMD"}, Required: true,
+				Usage: "shell command run in the work dir for each task; the task comes in $AWCP_PROMPT and on stdin"},
+			&cli.StringFlag{Name: "listen", EnvVars: []string{"AWCP_LISTEN"}, Value: "127.0.0.1:10200",
+				Usage: "HTTP address to serve /awcp on"},
+			&cli.IntFlag{Name: "max-concurrent", EnvVars: []string{"AWCP_MAX_CONCURRENT"}, Value: 5,
+				Usage: "delegations active at once; more are DECLINED"},
+			&cli.DurationFlag{Name: "max-ttl", EnvVars: []string{"AWCP_MAX_TTL"}, Value: time.Hour,
+				Usage: "longest lease granted"},
+			&cli.StringSliceFlag{Name: "access", EnvVars: []string{"AWCP_ACCESS"}, Value: cli.NewStringSlice("rw", "ro"),
+				Usage: "access modes allowed; rw asked of a ro-only executor is downgraded"},
+			&cli.StringSliceFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"},
+				Usage: "if set, INVITE must carry one of these tokens (repeatable)"},
+			&cli.DurationFlag{Name: "retention", EnvVars: []string{"AWCP_RETENTION"}, Value: time.Hour,
+				Usage: "how long a finished delegation's events stay available"},
+			&cli.DurationFlag{Name: "start-timeout", EnvVars: []string{"AWCP_START_TIMEOUT"}, Value: 2 * time.Minute,
+				Usage: "how long an accepted INVITE waits for START"},
+			&cli.DurationFlag{Name: "keepalive", EnvVars: []string{"AWCP_KEEPALIVE"}, Value: 15 * time.Second,
+				Usage: "interval of SSE keep-alive comments"},
+		),
+		Action: func(c *cli.Context) error { return serve(ctx, c) },
+	}
+}
+
+func serve(ctx context.Context, c *cli.Context) error {
+	log, err := clikit.Logger(c, c.App.ErrWriter)
+	if err != nil {
+		return err
+	}
+	state, err := clikit.StateDir(c)
+	if err != nil {
+		return err
+	}
+	root, err := filepath.Abs(c.String("work-root"))
+	if err != nil {
+		return clikit.UsageError("--work-root: %v", err)
+	}
+	for _, m := range c.StringSlice("access") {
+		if m != control.AccessRO && m != control.AccessRW {
+			return clikit.UsageError("--access takes rw and/or ro, not %q", m)
+		}
+	}
+	store, err := lease.Open(filepath.Join(state, "executor.db"), lease.Options{})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	exec, err := control.NewExecutor(control.ExecutorOptions{
+		WorkRoot:      root,
+		AgentCommand:  c.String("agent-cmd"),
+		Store:         store,
+		StateDir:      state,
+		Transports:    []control.ExecutorTransport{&control.ArchiveExecutor{}},
+		MaxConcurrent: c.Int("max-concurrent"),
+		MaxTTL:        c.Duration("max-ttl"),
+		AccessModes:   c.StringSlice("access"),
+		Tokens:        c.StringSlice("token"),
+		Retention:     c.Duration("retention"),
+		StartTimeout:  c.Duration("start-timeout"),
+		KeepAlive:     c.Duration("keepalive"),
+		Version:       clikit.Version,
+		Logger:        log,
+	})
+	if err != nil {
+		return clikit.UsageError("%v", err)
+	}
+	ln, err := net.Listen("tcp", c.String("listen"))
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{Handler: exec.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: nil}
+
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); exec.Run(runCtx) }()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	fmt.Fprintf(c.App.Writer, "awcp-fs: listening on http://%s\n", ln.Addr())
+
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		// Event streams never end by themselves: give requests a moment,
+		// then close what is left.
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if srv.Shutdown(sctx) != nil {
+			srv.Close()
+		}
+		cancel()
+		err = <-errc
+	}
+	stopRun()
+	wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

@@ -1,0 +1,168 @@
+// Package clikit holds what both awcp programs' command lines share: the
+// common flags, the state dir, logging and exit codes.
+package clikit
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Version is set at build time with -ldflags "-X ...clikit.Version=...".
+var Version = "dev"
+
+// Exit codes.
+const (
+	ExitOK     = 0
+	ExitFailed = 1 // the delegation or the operation failed
+	ExitUsage  = 2 // bad flags or arguments
+)
+
+// CommonFlags are accepted by every command of both programs.
+func CommonFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "state-dir", EnvVars: []string{"AWCP_STATE_DIR", "AWCP_HOME"},
+			Usage: "where leases, keys and sockets live (default ~/.awcp)"},
+		&cli.StringFlag{Name: "log-level", EnvVars: []string{"AWCP_LOG_LEVEL"}, Value: "warn",
+			Usage: "debug, info, warn or error"},
+	}
+}
+
+// StateDir returns the state dir, created 0700.
+func StateDir(c *cli.Context) (string, error) {
+	dir := c.String("state-dir")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("no --state-dir and no home directory: %w", err)
+		}
+		dir = filepath.Join(home, ".awcp")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return "", fmt.Errorf("state dir: %w", err)
+	}
+	return abs, nil
+}
+
+// Logger builds the logger for --log-level, writing to w.
+func Logger(c *cli.Context, w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return nil, UsageError("--log-level must be debug, info, warn or error")
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+// exitError carries an exit code to main.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// UsageError reports bad input on the command line (exit 2).
+func UsageError(format string, args ...any) error {
+	return &exitError{code: ExitUsage, msg: fmt.Sprintf(format, args...)}
+}
+
+// Failed reports an outcome already printed in full (exit 1, no message).
+func Failed() error { return Exit(ExitFailed) }
+
+// Exit ends the program with code and no further message.
+func Exit(code int) error { return &exitError{code: code} }
+
+// Main runs app and maps its error to an exit code: the message goes to
+// stderr once, and never as a stack trace.
+func Main(app *cli.App, args []string) int {
+	app.ExitErrHandler = func(*cli.Context, error) {} // exit codes are ours
+	app.Version = Version
+	err := app.Run(Intersperse(app, args))
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(app.ErrWriter, app.Name+": "+ee.msg)
+		}
+		return ee.code
+	}
+	msg := err.Error()
+	fmt.Fprintln(app.ErrWriter, app.Name+": "+msg)
+	if strings.Contains(msg, "flag provided but not defined") || strings.Contains(msg, "Required flag") {
+		return ExitUsage
+	}
+	return ExitFailed
+}
+
+// Intersperse lets flags follow positional arguments, as in
+// `awcp-ctl export DIR --peer URL`: urfave/cli v2 stops parsing flags at the
+// first positional argument, so the command's flags are moved before its
+// positional arguments (everything after "--" stays positional).
+func Intersperse(app *cli.App, args []string) []string {
+	i := 1
+	for i < len(args) && strings.HasPrefix(args[i], "-") { // global flags
+		if takesValue(app.Flags, args[i]) {
+			i++
+		}
+		i++
+	}
+	if i >= len(args) {
+		return args
+	}
+	cmd := app.Command(args[i])
+	if cmd == nil {
+		return args
+	}
+	out := append([]string(nil), args[:i+1]...)
+	var pos []string
+	rest := args[i+1:]
+	for j := 0; j < len(rest); j++ {
+		a := rest[j]
+		switch {
+		case a == "--":
+			pos = append(pos, rest[j+1:]...)
+			j = len(rest)
+		case strings.HasPrefix(a, "-") && a != "-":
+			out = append(out, a)
+			if takesValue(cmd.Flags, a) && j+1 < len(rest) {
+				j++
+				out = append(out, rest[j])
+			}
+		default:
+			pos = append(pos, a)
+		}
+	}
+	if len(pos) > 0 {
+		out = append(append(out, "--"), pos...)
+	}
+	return out
+}
+
+// takesValue reports whether arg names a flag that needs the next argument.
+func takesValue(flags []cli.Flag, arg string) bool {
+	name := strings.TrimLeft(arg, "-")
+	if strings.Contains(name, "=") {
+		return false
+	}
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				_, isBool := f.(*cli.BoolFlag)
+				return !isBool
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,130 @@
+package control
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/awcp/awcp/archive"
+)
+
+// AdmissionLimits are the admission checks of spec §3.1/§6.2. A zero field
+// takes the spec's default.
+type AdmissionLimits struct {
+	MaxTotalBytes int64 // default 100 MB
+	MaxFileCount  int64 // default 10,000
+	MaxFileBytes  int64 // default 50 MB
+}
+
+func (l AdmissionLimits) withDefaults() AdmissionLimits {
+	if l.MaxTotalBytes <= 0 {
+		l.MaxTotalBytes = 100 << 20
+	}
+	if l.MaxFileCount <= 0 {
+		l.MaxFileCount = 10_000
+	}
+	if l.MaxFileBytes <= 0 {
+		l.MaxFileBytes = 50 << 20
+	}
+	return l
+}
+
+// WorkspaceStats is what admission counted.
+type WorkspaceStats struct {
+	Files int64
+	Bytes int64
+}
+
+// Admit checks dir before anything is sent and returns its physical path
+// (absolute, symlinks resolved). node_modules/ and .git/ are not counted,
+// and symlinks are not followed. Failures are *ProtocolError with the
+// spec's codes and hints.
+func Admit(dir string, lim AdmissionLimits) (string, WorkspaceStats, error) {
+	lim = lim.withDefaults()
+	var st WorkspaceStats
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", st, Errorf(CodeWorkspaceInvalid, "cannot resolve %s: %v", dir, err)
+	}
+	phys, err := filepath.EvalSymlinks(abs)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", st, Errorf(CodeWorkspaceNotFound, "workspace %s does not exist", dir).
+			WithHint("check the path; relative paths are resolved from the current directory")
+	}
+	if err != nil {
+		return "", st, Errorf(CodeWorkspaceInvalid, "cannot resolve %s: %v", dir, rootCause(err))
+	}
+	info, err := os.Stat(phys)
+	if err != nil {
+		return "", st, Errorf(CodeWorkspaceInvalid, "cannot read %s: %v", dir, rootCause(err))
+	}
+	if !info.IsDir() {
+		return "", st, Errorf(CodeWorkspaceInvalid, "workspace %s is not a directory", dir).
+			WithHint("delegate the directory that contains it")
+	}
+	var largest int64
+	var largestName string
+	err = filepath.WalkDir(phys, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != phys && archive.Skip(d.Name()) {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		st.Files++
+		if d.Type().IsRegular() {
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			st.Bytes += fi.Size()
+			if fi.Size() > largest {
+				largest, largestName = fi.Size(), p
+			}
+		}
+		if st.Files > lim.MaxFileCount || st.Bytes > lim.MaxTotalBytes {
+			return fs.SkipAll // obviously too large: no need to count on
+		}
+		return nil
+	})
+	if err != nil {
+		return "", st, Errorf(CodeWorkspaceInvalid, "cannot read the workspace: %v", rootCause(err)).
+			WithHint("make sure every file in it is readable")
+	}
+	switch {
+	case st.Files > lim.MaxFileCount:
+		return "", st, Errorf(CodeWorkspaceTooLarge, "Workspace exceeds file count limit: more than %d files", lim.MaxFileCount).
+			WithHint("Consider excluding node_modules, build artifacts, or data directories, or selecting a smaller subdirectory")
+	case st.Bytes > lim.MaxTotalBytes:
+		return "", st, Errorf(CodeWorkspaceTooLarge, "Workspace exceeds size limits: more than %s > %s", human(st.Bytes), human(lim.MaxTotalBytes)).
+			WithHint("Consider selecting a smaller subdirectory or excluding large files")
+	case largest > lim.MaxFileBytes:
+		rel, _ := filepath.Rel(phys, largestName)
+		return "", st, Errorf(CodeWorkspaceTooLarge, "File %s is too large: %s > %s", rel, human(largest), human(lim.MaxFileBytes)).
+			WithHint("Consider excluding large binary files")
+	}
+	return phys, st, nil
+}
+
+func rootCause(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", pe.Path, pe.Err)
+	}
+	return err
+}
+
+func human(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%dMB", n>>20)
+	case n >= 1<<10:
+		return fmt.Sprintf("%dKB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}

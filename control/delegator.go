@@ -1,0 +1,491 @@
+package control
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/awcp/awcp/lease"
+)
+
+// DelegatorOptions configures a Delegator.
+type DelegatorOptions struct {
+	// Store is the delegator's lease store, normally opened Shared so the
+	// CLI and a daemon can both use it. Required.
+	Store *lease.Store
+	// Transports by wire name. Required: at least archive.
+	Transports map[string]DelegatorTransport
+	// Admission limits; zero fields take the spec's defaults.
+	Admission AdmissionLimits
+	// HTTP is the client for executors. Default http.DefaultClient.
+	HTTP *http.Client
+	// Progress, if set, receives every event of the delegations this
+	// Delegator follows, as they arrive.
+	Progress func(id string, ev *Event)
+	// Logger default slog.Default().
+	Logger *slog.Logger
+}
+
+// Delegator drives delegations from the delegator's side: admission, INVITE
+// → ACCEPT → START, the event stream, the result, cancel and expiry. Each
+// transition is committed to the store before it takes effect.
+type Delegator struct {
+	opts  DelegatorOptions
+	store *lease.Store
+	log   *slog.Logger
+	sched *lease.Scheduler
+
+	mu        sync.Mutex                    // guards following
+	following map[string]context.CancelFunc // delegations this process drives
+}
+
+// NewDelegator builds a Delegator.
+func NewDelegator(opts DelegatorOptions) (*Delegator, error) {
+	if opts.Store == nil || opts.Transports[TransportArchive] == nil {
+		return nil, errors.New("delegator: store and archive transport are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	d := &Delegator{opts: opts, store: opts.Store, log: opts.Logger, following: map[string]context.CancelFunc{}}
+	d.sched = lease.NewScheduler(lease.Scheduler{List: d.due, Expire: d.Expire, Logger: opts.Logger})
+	return d, nil
+}
+
+// ExportRequest is what `awcp-ctl export` and MCP's delegate ask for.
+type ExportRequest struct {
+	Dir         string        `json:"dir"`
+	Peer        string        `json:"peer"`
+	Prompt      string        `json:"prompt"`
+	Description string        `json:"description"`
+	TTL         time.Duration `json:"ttl"`       // default 1h
+	Access      string        `json:"access"`    // default rw
+	Transport   string        `json:"transport"` // auto, sshfs or archive; default auto
+	Token       string        `json:"token,omitempty"`
+}
+
+// NewDelegationID returns a random (v4) UUID.
+func NewDelegationID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// Create runs admission and records a new delegation in state created.
+func (d *Delegator) Create(req ExportRequest) (*lease.Delegation, error) {
+	if req.Prompt == "" {
+		return nil, Errorf(CodeWorkspaceInvalid, "a prompt is required").WithHint("pass --prompt TEXT")
+	}
+	if req.Peer == "" {
+		return nil, Errorf(CodeDeclined, "no executor given").WithHint("pass --peer URL of an `awcp-fs serve`")
+	}
+	if req.Access == "" {
+		req.Access = AccessRW
+	}
+	if req.Access != AccessRW && req.Access != AccessRO {
+		return nil, Errorf(CodeWorkspaceInvalid, "access must be rw or ro, not %q", req.Access)
+	}
+	if req.TTL <= 0 {
+		req.TTL = time.Hour
+	}
+	if req.TTL < time.Second {
+		return nil, Errorf(CodeWorkspaceInvalid, "ttl must be at least 1s")
+	}
+	var notes []string
+	switch req.Transport {
+	case "", "auto":
+		if d.opts.Transports[TransportSSHFS] != nil {
+			req.Transport = TransportSSHFS
+		} else {
+			req.Transport = TransportArchive
+			notes = append(notes, "transport auto: the live mount is not available in this build, using archive")
+		}
+	case TransportArchive:
+	case TransportSSHFS:
+		if d.opts.Transports[TransportSSHFS] == nil {
+			return nil, Errorf(CodeDepMissing, "the sshfs transport is not available in this build").
+				WithHint("use --transport archive")
+		}
+	default:
+		return nil, Errorf(CodeWorkspaceInvalid, "unknown transport %q", req.Transport).
+			WithHint("use auto, sshfs or archive")
+	}
+	phys, _, err := Admit(req.Dir, d.opts.Admission)
+	if err != nil {
+		return nil, err
+	}
+	if req.Description == "" {
+		req.Description = firstLine(req.Prompt, 80)
+	}
+	id := NewDelegationID()
+	del := &lease.Delegation{
+		Lease: lease.Lease{ID: id, AccessMode: req.Access, Transport: req.Transport,
+			TTLSeconds: int64((req.TTL + time.Second - 1) / time.Second)},
+		Peer: req.Peer, LocalDir: phys, ExportName: "awcp/" + id,
+		Description: req.Description, Prompt: req.Prompt, Token: req.Token, Notes: notes,
+	}
+	var busy *lease.DirBusyError
+	if err := d.store.CreateDelegation(del); errors.As(err, &busy) {
+		return nil, Errorf(CodeDeclined, "%s", busy.Error()).
+			WithHint(fmt.Sprintf("only one rw delegation per directory at a time: wait for it, or `awcp-ctl cancel %s`", busy.ID))
+	} else if err != nil {
+		return nil, err
+	}
+	return del, nil
+}
+
+func firstLine(s string, n int) string {
+	for i, r := range s {
+		if r == '\n' || i >= n {
+			return s[:i]
+		}
+	}
+	return s
+}
+
+// RunScheduler expires this store's leases until ctx is done.
+func (d *Delegator) RunScheduler(ctx context.Context) { d.sched.Run(ctx) }
+
+func (d *Delegator) due() ([]lease.Due, error) {
+	ds, err := d.store.Delegations()
+	out := make([]lease.Due, 0, len(ds))
+	for _, del := range ds {
+		out = append(out, lease.Due{ID: del.ID, State: del.State, ExpiresAt: del.ExpiresAt})
+	}
+	return out, err
+}
+
+func (d *Delegator) peer(del *lease.Delegation) *PeerClient {
+	return &PeerClient{BaseURL: del.Peer, Token: del.Token, HTTP: d.opts.HTTP}
+}
+
+func (d *Delegator) transport(del *lease.Delegation) DelegatorTransport {
+	return d.opts.Transports[del.Transport]
+}
+
+func lent(del *lease.Delegation) Lent {
+	return Lent{ID: del.ID, LocalDir: del.LocalDir, AccessMode: del.AccessMode}
+}
+
+// Run drives delegation id until it ends or ctx is done, and returns the
+// final record. If ctx ends first the delegation is left as it is, for a
+// later Run (by a daemon, say) to pick up.
+func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	d.mu.Lock()
+	if _, dup := d.following[id]; dup {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("delegation %s is already being followed", id)
+	}
+	d.following[id] = cancel
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.following, id)
+		d.mu.Unlock()
+	}()
+
+	del, err := d.store.UpdateDelegation(id, func(del *lease.Delegation) error { del.OwnerPID = os.Getpid(); return nil })
+	if err != nil {
+		return nil, err
+	}
+	switch del.State {
+	case lease.Created:
+		if err := d.handshake(ctx, del); err != nil {
+			if ctx.Err() != nil {
+				return d.store.Delegation(id)
+			}
+			return d.fail(ctx, id, err)
+		}
+	case lease.Invited, lease.Accepted:
+		// A previous owner died mid-handshake: whether the executor holds a
+		// slot is unknown, so release it and end here.
+		d.notifyPeer(del, NewError(id, CodeDeclined, "the delegator restarted during the handshake", ""))
+		return d.fail(ctx, id, Errorf(CodeSetupFailed, "the delegator restarted during the handshake").WithHint("delegate again"))
+	}
+	d.follow(ctx, id)
+	return d.store.Delegation(id)
+}
+
+// handshake does INVITE → ACCEPT → START.
+func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) error {
+	id, pc := del.ID, d.peer(del)
+	inv := &Invite{
+		BaseMessage:  header(TypeInvite, id),
+		Task:         Task{Description: del.Description, Prompt: del.Prompt},
+		Lease:        InviteLease{TTLSeconds: del.TTLSeconds, AccessMode: del.AccessMode},
+		Workspace:    Workspace{ExportName: del.ExportName},
+		Requirements: &Requirements{Transport: del.Transport},
+	}
+	if _, err := d.store.FireDelegation(id, lease.SendInvite, "INVITE sent", nil); err != nil {
+		return err
+	}
+	acc, err := pc.Invite(ctx, inv)
+	if err != nil {
+		return err
+	}
+	now := d.store.Now()
+	del, err = d.store.FireDelegation(id, lease.ReceiveAccept, "ACCEPT received", func(del *lease.Delegation) error {
+		del.ExecutorWorkDir = acc.ExecutorWorkDir.Path
+		if c := acc.ExecutorConstraints; c != nil {
+			if c.AcceptedAccessMode != "" && c.AcceptedAccessMode != del.AccessMode {
+				del.Notes = append(del.Notes, fmt.Sprintf("the executor downgraded access from %s to %s", del.AccessMode, c.AcceptedAccessMode))
+				del.AccessMode = c.AcceptedAccessMode
+			}
+			if c.MaxTTLSeconds > 0 && c.MaxTTLSeconds < del.TTLSeconds {
+				del.Notes = append(del.Notes, fmt.Sprintf("the executor capped the lease at %ds", c.MaxTTLSeconds))
+				del.TTLSeconds = c.MaxTTLSeconds
+			}
+		}
+		del.ExpiresAt = now.Add(time.Duration(del.TTLSeconds) * time.Second)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	d.sched.Kick()
+
+	info, err := d.transport(del).Prepare(ctx, lent(del))
+	if err != nil {
+		return err
+	}
+	st := &Start{
+		BaseMessage: header(TypeStart, id),
+		Lease:       StartLease{ExpiresAt: Timestamp(del.ExpiresAt), AccessMode: del.AccessMode},
+		WorkDir:     *info,
+	}
+	if _, err := d.store.FireDelegation(id, lease.SendStart, "START sent", nil); err != nil {
+		return err
+	}
+	return pc.Start(ctx, st)
+}
+
+// fail ends delegation id in error with err's code, tells the executor if
+// it may hold anything, and cleans up.
+func (d *Delegator) fail(ctx context.Context, id string, err error) (*lease.Delegation, error) {
+	pe := AsProtocolError(err, CodeSetupFailed)
+	ev := lease.ReceiveError
+	if errors.Is(err, context.Canceled) {
+		ev = lease.SendError
+	}
+	del, ferr := d.store.FireDelegation(id, ev, pe.Code+": "+pe.Message, func(del *lease.Delegation) error {
+		del.Failure = &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint}
+		return nil
+	})
+	if ferr != nil {
+		// Ended meanwhile (cancel, expiry): that outcome stands.
+		return d.store.Delegation(id)
+	}
+	// Whatever the executor answered, an ERROR lets it free the slot.
+	d.notifyPeer(del, pe.ToMessage(id))
+	d.cleanup(ctx, del)
+	return del, nil
+}
+
+// notifyPeer sends an ERROR to the executor, best effort and bounded.
+func (d *Delegator) notifyPeer(del *lease.Delegation, m *Error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.peer(del).SendError(ctx, m); err != nil {
+		d.log.Debug("tell executor", "delegation", del.ID, "err", err)
+	}
+}
+
+func (d *Delegator) cleanup(ctx context.Context, del *lease.Delegation) {
+	if t := d.transport(del); t != nil {
+		if err := t.Cleanup(context.WithoutCancel(ctx), lent(del)); err != nil {
+			d.log.Warn("transport clean-up", "delegation", del.ID, "err", err)
+		}
+	}
+}
+
+// follow reads the event stream, reconnecting with Last-Event-ID, until the
+// delegation is terminal or ctx is done.
+func (d *Delegator) follow(ctx context.Context, id string) {
+	backoff := 100 * time.Millisecond
+	for {
+		del, err := d.store.Delegation(id)
+		if err != nil || del.State.Terminal() {
+			return
+		}
+		err = d.peer(del).Events(ctx, id, del.LastEventID, func(seq uint64, ev *Event) error {
+			backoff = 100 * time.Millisecond
+			return d.handleEvent(ctx, id, seq, ev)
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		var pe *ProtocolError
+		if errors.As(err, &pe) && pe.Code != CodeDeclined {
+			d.fail(ctx, id, pe)
+			return
+		}
+		if err != nil && !errors.Is(err, errStreamEnded) {
+			d.log.Debug("event stream broke off; reconnecting", "delegation", id, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// handleEvent applies one event. Its id is stored in the same transaction
+// as the transition it causes, so a reconnect never replays an applied one.
+func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *Event) error {
+	if d.opts.Progress != nil {
+		d.opts.Progress(id, ev)
+	}
+	seen := func(del *lease.Delegation) error { del.LastEventID = seq; return nil }
+	del, err := d.store.Delegation(id)
+	if err != nil {
+		return err
+	}
+	if seq != 0 && seq <= del.LastEventID {
+		return nil
+	}
+	switch ev.Type {
+	case EventStatus:
+		if del.State == lease.Started {
+			_, err = d.store.FireDelegation(id, lease.SetupComplete, "executor running", seen)
+		} else {
+			_, err = d.store.UpdateDelegation(id, seen)
+		}
+	case EventDone:
+		if del.State.Terminal() {
+			return nil
+		}
+		rep, ferr := d.transport(del).Finish(ctx, lent(del), ev)
+		if ferr != nil {
+			d.log.Error("apply result", "delegation", id, "err", ferr)
+			_, err = d.store.FireDelegation(id, lease.SendError, "result not applied", func(del *lease.Delegation) error {
+				del.LastEventID = seq
+				del.Failure = &lease.Failure{Code: CodeTaskFailed, Message: "the result could not be applied: " + ferr.Error(),
+					Hint: "the local directory was left as it was"}
+				return nil
+			})
+		} else {
+			_, err = d.store.FireDelegation(id, lease.ReceiveDone, "done received", func(del *lease.Delegation) error {
+				del.LastEventID = seq
+				del.Summary, del.Highlights = ev.Summary, ev.Highlights
+				for _, p := range rep.Created {
+					del.Notes = append(del.Notes, "+ "+p)
+				}
+				for _, p := range rep.Modified {
+					del.Notes = append(del.Notes, "~ "+p)
+				}
+				for _, p := range rep.Deleted {
+					del.Notes = append(del.Notes, "- "+p)
+				}
+				del.Conflicts = rep.Conflicts
+				return nil
+			})
+		}
+	case EventError:
+		lev := lease.ReceiveError
+		switch {
+		case ev.Code == CodeCancelled:
+			lev = lease.Cancel
+		case ev.Code == CodeExpired && lease.CanFire(del.State, lease.Expire):
+			lev = lease.Expire
+		}
+		_, err = d.store.FireDelegation(id, lev, ev.Code+": "+ev.Message, func(del *lease.Delegation) error {
+			del.LastEventID = seq
+			del.Failure = &lease.Failure{Code: ev.Code, Message: ev.Message, Hint: ev.Hint}
+			return nil
+		})
+	}
+	var te *lease.TransitionError
+	if errors.As(err, &te) {
+		err = nil // ended meanwhile; the first ending stands
+	}
+	if ev.Terminal() {
+		if cur, gerr := d.store.Delegation(id); gerr == nil {
+			d.cleanup(ctx, cur)
+		}
+	}
+	return err
+}
+
+// Expire ends a delegation whose lease ran out: the transition first, then
+// the executor is told and this process stops following it.
+func (d *Delegator) Expire(ctx context.Context, id string) error {
+	return d.end(id, lease.Expire, Errorf(CodeExpired, "the lease expired").WithHint("delegate again with a longer --ttl"))
+}
+
+// Cancel ends a delegation on the user's request.
+func (d *Delegator) Cancel(ctx context.Context, id string) (*lease.Delegation, error) {
+	if err := d.end(id, lease.Cancel, Errorf(CodeCancelled, "cancelled by the delegator")); err != nil {
+		return nil, err
+	}
+	return d.store.Delegation(id)
+}
+
+func (d *Delegator) end(id string, ev lease.Event, pe *ProtocolError) error {
+	del, err := d.store.FireDelegation(id, ev, pe.Code+": "+pe.Message, func(del *lease.Delegation) error {
+		del.Failure = &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	d.log.Info("delegation ended", "delegation", id, "state", del.State)
+	if len(del.Transitions) > 1 { // it was invited: the executor may hold it
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if ev == lease.Cancel {
+			err = d.peer(del).Cancel(ctx, id)
+		} else {
+			err = d.peer(del).SendError(ctx, pe.ToMessage(id))
+		}
+		cancel()
+		if err != nil {
+			d.log.Debug("tell executor", "delegation", id, "err", err)
+		}
+	}
+	d.mu.Lock()
+	if stop, ok := d.following[id]; ok {
+		stop()
+	}
+	d.mu.Unlock()
+	d.cleanup(context.Background(), del)
+	return nil
+}
+
+// Orphans lists live delegations whose owning process is gone: a daemon
+// adopts them with Run.
+func (d *Delegator) Orphans() ([]string, error) {
+	ds, err := d.store.Delegations()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, del := range ds {
+		if !del.State.Terminal() && !processAlive(del.OwnerPID) {
+			out = append(out, del.ID)
+		}
+	}
+	return out, nil
+}
+
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	if pid == os.Getpid() {
+		return true
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}

@@ -1,0 +1,732 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/control/agent"
+	"github.com/awcp/awcp/lease"
+)
+
+// ExecutorOptions configures an Executor. A zero field takes the default
+// noted on it; the required ones have none.
+type ExecutorOptions struct {
+	// WorkRoot is the only directory work dirs are made in, as
+	// {WorkRoot}/{delegationId}. Required, absolute.
+	WorkRoot string
+	// AgentCommand is the shell command run for every task. Required.
+	AgentCommand string
+	// Store holds assignments and events. Required.
+	Store *lease.Store
+	// StateDir holds summary files. Required.
+	StateDir string
+	// Transports offered, preferred first. Required.
+	Transports []ExecutorTransport
+	// MaxConcurrent is how many delegations may be active. Default 5.
+	MaxConcurrent int
+	// MaxTTL caps a lease. Default 1h.
+	MaxTTL time.Duration
+	// AccessModes are the modes allowed. Default rw and ro. When rw is asked
+	// and only ro allowed, the lease is downgraded and ACCEPT says so.
+	AccessModes []string
+	// Tokens, if any, are the credentials an INVITE's auth must carry; every
+	// other request must then send one as "Authorization: Bearer". Secret.
+	Tokens []string
+	// StartTimeout is how long an accepted INVITE waits for START before
+	// its slot is freed. Default 2m.
+	StartTimeout time.Duration
+	// Retention is how long events are kept after the terminal one. Default 1h.
+	Retention time.Duration
+	// KeepAlive is the interval of SSE keep-alive comments. Default 15s.
+	KeepAlive time.Duration
+	// MaxBodyBytes bounds a POST body; it must fit the largest archive
+	// admission lets through (100 MB as base64). Default 256 MiB.
+	MaxBodyBytes int64
+	// KillGrace is the agent's time between SIGTERM and SIGKILL. Default 2s.
+	KillGrace time.Duration
+	// Name and Version appear in the agent card and status.
+	Name, Version string
+	// Logger default slog.Default().
+	Logger *slog.Logger
+}
+
+func (o ExecutorOptions) validate() error {
+	var errs []error
+	if !filepath.IsAbs(o.WorkRoot) {
+		errs = append(errs, errors.New("work root must be an absolute path"))
+	}
+	if o.AgentCommand == "" {
+		errs = append(errs, errors.New("agent command is required"))
+	}
+	if o.Store == nil || o.StateDir == "" {
+		errs = append(errs, errors.New("store and state dir are required"))
+	}
+	if len(o.Transports) == 0 {
+		errs = append(errs, errors.New("at least one transport is required"))
+	}
+	for _, m := range o.AccessModes {
+		if m != AccessRO && m != AccessRW {
+			errs = append(errs, fmt.Errorf("access mode %q is not ro or rw", m))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (o ExecutorOptions) withDefaults() ExecutorOptions {
+	if o.MaxConcurrent <= 0 {
+		o.MaxConcurrent = 5
+	}
+	if o.MaxTTL <= 0 {
+		o.MaxTTL = time.Hour
+	}
+	if len(o.AccessModes) == 0 {
+		o.AccessModes = []string{AccessRW, AccessRO}
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 2 * time.Minute
+	}
+	if o.Retention <= 0 {
+		o.Retention = time.Hour
+	}
+	if o.KeepAlive <= 0 {
+		o.KeepAlive = 15 * time.Second
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = 256 << 20
+	}
+	if o.KillGrace <= 0 {
+		o.KillGrace = 2 * time.Second
+	}
+	if o.Name == "" {
+		o.Name = "awcp-fs"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Executor is the executor daemon of spec §7: policy, transports, the task
+// runner and the event streams. Serve its Handler and call Run.
+type Executor struct {
+	opts  ExecutorOptions
+	store *lease.Store
+	log   *slog.Logger
+	sched *lease.Scheduler
+
+	mu     sync.Mutex               // guards tasks and notify
+	tasks  map[string]*task         // running agents by delegation id
+	notify map[string]chan struct{} // closed when a delegation gets events
+
+	wg sync.WaitGroup // task goroutines
+}
+
+// task is one running agent.
+type task struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the task goroutine has cleaned up
+}
+
+// NewExecutor checks opts and builds an Executor.
+func NewExecutor(opts ExecutorOptions) (*Executor, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	if err := os.MkdirAll(opts.WorkRoot, 0o700); err != nil {
+		return nil, fmt.Errorf("work root: %w", err)
+	}
+	e := &Executor{
+		opts: opts, store: opts.Store, log: opts.Logger,
+		tasks: map[string]*task{}, notify: map[string]chan struct{}{},
+	}
+	e.sched = lease.NewScheduler(lease.Scheduler{
+		List:   e.due,
+		Expire: e.expire,
+		Logger: opts.Logger,
+	})
+	return e, nil
+}
+
+// Run recovers what a previous run left, then expires leases and drops old
+// event streams until ctx is done. On return every task has been stopped
+// and cleaned up.
+func (e *Executor) Run(ctx context.Context) {
+	e.recover(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); e.sched.Run(ctx) }()
+	janitor := time.NewTicker(min(e.opts.Retention/4+time.Second, time.Minute))
+	defer janitor.Stop()
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-janitor.C:
+			e.dropExpiredStreams()
+		}
+	}
+	wg.Wait()
+	e.stopAll()
+}
+
+// stopAll ends every running task on shutdown. The leases stay as they are
+// in the store; the next run's recovery settles them.
+func (e *Executor) stopAll() {
+	e.mu.Lock()
+	for _, t := range e.tasks {
+		t.cancel()
+	}
+	e.mu.Unlock()
+	e.wg.Wait()
+}
+
+func (e *Executor) workDir(id string) string { return filepath.Join(e.opts.WorkRoot, id) }
+
+func (e *Executor) summaryFile(id string) string {
+	return filepath.Join(e.opts.StateDir, "summaries", id)
+}
+
+func (e *Executor) transport(name string) ExecutorTransport {
+	for _, t := range e.opts.Transports {
+		if t.Name() == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// due lists the leases the scheduler watches: an accepted INVITE is due at
+// its START deadline, a running task at its lease's expiry.
+func (e *Executor) due() ([]lease.Due, error) {
+	as, err := e.store.Assignments()
+	out := make([]lease.Due, 0, len(as))
+	for _, a := range as {
+		at := a.ExpiresAt
+		if a.State == lease.Accepted {
+			at = a.StartBy
+		}
+		out = append(out, lease.Due{ID: a.ID, State: a.State, ExpiresAt: at})
+	}
+	return out, err
+}
+
+func (e *Executor) expire(ctx context.Context, id string) error {
+	a, err := e.store.Assignment(id)
+	if err != nil {
+		return err
+	}
+	if a.State == lease.Accepted {
+		return e.end(ctx, id, lease.Expire, Errorf(CodeStartExpired, "no START arrived within %s of ACCEPT", e.opts.StartTimeout))
+	}
+	return e.end(ctx, id, lease.Expire, Errorf(CodeExpired, "the lease expired at %s", Timestamp(a.ExpiresAt)).
+		WithHint("delegate again with a longer --ttl"))
+}
+
+// end moves delegation id to a terminal state with an error event, stops its
+// agent and removes its work dir. It is a no-op for a lease already ended.
+func (e *Executor) end(ctx context.Context, id string, ev lease.Event, pe *ProtocolError) error {
+	data := e.eventJSON(&Event{DelegationID: id, Type: EventError, Code: pe.Code, Message: pe.Message, Hint: pe.Hint})
+	a, _, err := e.store.FireAssignment(id, ev, pe.Code+": "+pe.Message, func(a *lease.Assignment) error {
+		a.Failure = &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint}
+		return nil
+	}, data)
+	var te *lease.TransitionError
+	if errors.As(err, &te) && te.From.Terminal() {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	e.publish(id)
+	e.log.Info("delegation ended", "delegation", id, "state", a.State, "code", pe.Code)
+	e.mu.Lock()
+	t := e.tasks[id]
+	e.mu.Unlock()
+	if t != nil {
+		t.cancel()
+		select {
+		case <-t.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	// No task: setup may be under way (START will find the lease ended and
+	// clean up), or nothing was set up yet.
+	if a.State != lease.Started && a.WorkDir != "" {
+		return e.removeWorkDir(ctx, a)
+	}
+	return nil
+}
+
+func (e *Executor) removeWorkDir(ctx context.Context, a *lease.Assignment) error {
+	if t := e.transport(a.Transport); t != nil {
+		if _, err := t.Teardown(ctx, a.ID, a.WorkDir, false); err != nil {
+			return fmt.Errorf("teardown %s: %w", a.ID, err)
+		}
+	}
+	if err := os.RemoveAll(a.WorkDir); err != nil {
+		return fmt.Errorf("remove work dir of %s: %w", a.ID, err)
+	}
+	os.Remove(e.summaryFile(a.ID))
+	return nil
+}
+
+// recover settles what a previous run left: an interrupted setup failed, an
+// agent that lost its daemon is stopped (its lease expired if overdue).
+func (e *Executor) recover(ctx context.Context) {
+	as, err := e.store.Assignments()
+	if err != nil {
+		e.log.Error("recover: list assignments", "err", err)
+		return
+	}
+	for _, a := range as {
+		switch a.State {
+		case lease.Started:
+			e.end(ctx, a.ID, lease.SendError, Errorf(CodeSetupFailed, "the executor restarted during setup").
+				WithHint("delegate again"))
+		case lease.Running:
+			killGroup(a.AgentPID)
+			if !a.ExpiresAt.IsZero() && !e.store.Now().Before(a.ExpiresAt) {
+				e.expire(ctx, a.ID)
+				continue
+			}
+			e.end(ctx, a.ID, lease.SendError, Errorf(CodeTaskFailed, "the executor restarted and stopped the agent").
+				WithHint("delegate again"))
+		}
+		if a.State.Terminal() {
+			if _, err := os.Lstat(a.WorkDir); err == nil {
+				e.removeWorkDir(ctx, a)
+			}
+		}
+	}
+}
+
+// killGroup kills process group pgid if its leader still runs.
+func killGroup(pgid int) {
+	if pgid <= 1 {
+		return
+	}
+	if g, err := syscall.Getpgid(pgid); err == nil && g == pgid {
+		syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+}
+
+// dropExpiredStreams deletes ended assignments whose retention is over.
+func (e *Executor) dropExpiredStreams() {
+	as, err := e.store.Assignments()
+	if err != nil {
+		e.log.Warn("retention: list assignments", "err", err)
+		return
+	}
+	now := e.store.Now()
+	for _, a := range as {
+		if a.State.Terminal() && now.Sub(a.EndedAt) > e.opts.Retention {
+			if err := e.store.DeleteAssignment(a.ID); err != nil {
+				e.log.Warn("retention: delete", "delegation", a.ID, "err", err)
+				continue
+			}
+			e.mu.Lock()
+			delete(e.notify, a.ID)
+			e.mu.Unlock()
+		}
+	}
+}
+
+// publish wakes the subscribers of id.
+func (e *Executor) publish(id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ch, ok := e.notify[id]; ok {
+		close(ch)
+		delete(e.notify, id)
+	}
+}
+
+// watch returns a channel closed at id's next event. Take it before reading
+// the store, so an event between the read and the wait is not missed.
+func (e *Executor) watch(id string) <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ch, ok := e.notify[id]
+	if !ok {
+		ch = make(chan struct{})
+		e.notify[id] = ch
+	}
+	return ch
+}
+
+func (e *Executor) eventJSON(ev *Event) []byte {
+	ev.Timestamp = Timestamp(e.store.Now())
+	data, err := json.Marshal(ev)
+	if err != nil {
+		panic(err) // Event has only marshalable fields
+	}
+	return data
+}
+
+// admit handles INVITE.
+func (e *Executor) admit(inv *Invite, peer string) (*Accept, *ProtocolError) {
+	if len(e.opts.Tokens) > 0 && (inv.Auth == nil || !e.validToken(inv.Auth.Credential)) {
+		return nil, Errorf(CodeAuthFailed, "INVITE carries no valid credential").
+			WithHint("pass the executor's token with --token")
+	}
+	tname := ""
+	if inv.Requirements != nil {
+		tname = inv.Requirements.Transport
+	}
+	var tr ExecutorTransport
+	if tname == "" {
+		tr = e.opts.Transports[0]
+		for _, t := range e.opts.Transports {
+			if t.Available() == nil {
+				tr = t
+				break
+			}
+		}
+	} else if tr = e.transport(tname); tr == nil {
+		return nil, Errorf(CodeDeclined, "transport %q is not offered by this executor", tname).
+			WithHint("use --transport " + e.opts.Transports[0].Name())
+	}
+	if err := tr.Available(); err != nil {
+		return nil, AsProtocolError(err, CodeDepMissing)
+	}
+
+	mode := inv.Lease.AccessMode
+	if !slices.Contains(e.opts.AccessModes, mode) {
+		if mode == AccessRW && slices.Contains(e.opts.AccessModes, AccessRO) {
+			mode = AccessRO
+		} else {
+			return nil, Errorf(CodeDeclined, "access mode %q is not allowed here", mode).
+				WithHint("allowed: " + fmt.Sprint(e.opts.AccessModes))
+		}
+	}
+	ttl := min(time.Duration(inv.Lease.TTLSeconds)*time.Second, e.opts.MaxTTL)
+
+	wd := e.workDir(inv.DelegationID)
+	if err := checkWorkDir(wd); err != nil {
+		return nil, err
+	}
+	now := e.store.Now()
+	a := &lease.Assignment{
+		Lease:   lease.Lease{ID: inv.DelegationID, AccessMode: mode, Transport: tr.Name(), TTLSeconds: int64(ttl / time.Second)},
+		WorkDir: wd, Description: inv.Task.Description, Prompt: inv.Task.Prompt, Peer: peer,
+		StartBy: now.Add(e.opts.StartTimeout),
+	}
+	switch err := e.store.CreateAssignment(a, e.opts.MaxConcurrent); {
+	case errors.Is(err, lease.ErrBusy):
+		return nil, Errorf(CodeDeclined, "Maximum concurrent delegations reached (%d)", e.opts.MaxConcurrent).
+			WithHint("Try again later when current tasks complete")
+	case errors.Is(err, lease.ErrExists):
+		return nil, Errorf(CodeDeclined, "delegation %s was already invited here", inv.DelegationID).
+			WithHint("use a new delegation id")
+	case err != nil:
+		e.log.Error("store assignment", "delegation", inv.DelegationID, "err", err)
+		return nil, Errorf(CodeDeclined, "the executor cannot record the delegation")
+	}
+	e.sched.Kick()
+	yes, no := true, false
+	return &Accept{
+		BaseMessage:     header(TypeAccept, inv.DelegationID),
+		ExecutorWorkDir: ExecutorWorkDir{Path: wd},
+		ExecutorConstraints: &ExecutorConstraints{
+			AcceptedAccessMode: mode,
+			MaxTTLSeconds:      int64(e.opts.MaxTTL / time.Second),
+			// Honest: the agent runs as a normal process, with the network.
+			SandboxProfile: &SandboxProfile{CwdOnly: &no, AllowNetwork: &yes, AllowExec: &yes},
+		},
+	}, nil
+}
+
+// checkWorkDir refuses a work dir that exists and is not an empty directory.
+func checkWorkDir(wd string) *ProtocolError {
+	info, err := os.Lstat(wd)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil || !info.IsDir() {
+		return Errorf(CodeWorkdirDenied, "the work directory for this delegation is not usable")
+	}
+	f, err := os.Open(wd)
+	if err != nil {
+		return Errorf(CodeWorkdirDenied, "the work directory for this delegation is not usable")
+	}
+	defer f.Close()
+	if _, err := f.Readdirnames(1); !errors.Is(err, io.EOF) {
+		return Errorf(CodeWorkdirDenied, "the work directory for this delegation is not empty").
+			WithHint("use a new delegation id, or clear the executor's work root")
+	}
+	return nil
+}
+
+// start handles START: it sets the workspace up and launches the agent.
+// It returns only after setup, so {ok:true} means the workspace is there.
+func (e *Executor) start(ctx context.Context, st *Start) *ProtocolError {
+	id := st.DelegationID
+	a, err := e.store.Assignment(id)
+	if errors.Is(err, lease.ErrNotFound) {
+		return Errorf(CodeDeclined, "no INVITE was accepted for delegation %s", id).WithHint("send INVITE first")
+	}
+	if err != nil {
+		return Errorf(CodeSetupFailed, "the executor cannot read the delegation")
+	}
+	now := e.store.Now()
+	expiresAt, _ := ParseTimestamp(st.Lease.ExpiresAt)
+	switch {
+	case a.State == lease.Expired && a.Failure != nil && a.Failure.Code == CodeStartExpired,
+		a.State == lease.Accepted && !now.Before(a.StartBy):
+		return Errorf(CodeStartExpired, "START came too late: the accepted INVITE lapsed").WithHint("delegate again")
+	case a.State != lease.Accepted:
+		return Errorf(CodeDeclined, "delegation %s is %s; START is not expected", id, a.State)
+	case !now.Before(expiresAt):
+		return Errorf(CodeStartExpired, "the lease in START expired at %s", st.Lease.ExpiresAt).WithHint("delegate again")
+	}
+	tr := e.transport(st.WorkDir.Transport)
+	if tr == nil {
+		return Errorf(CodeDeclined, "transport %q is not offered by this executor", st.WorkDir.Transport)
+	}
+	if err := tr.Available(); err != nil {
+		return AsProtocolError(err, CodeDepMissing)
+	}
+	// The executor's own caps win over what START says.
+	expiresAt = minTime(expiresAt, a.AcceptedAt.Add(time.Duration(a.TTLSeconds)*time.Second+time.Minute), now.Add(e.opts.MaxTTL))
+	mode := a.AccessMode
+	if st.Lease.AccessMode == AccessRO {
+		mode = AccessRO
+	}
+	a, _, err = e.store.FireAssignment(id, lease.SendStart, "START received", func(a *lease.Assignment) error {
+		a.ExpiresAt, a.AccessMode, a.Transport = expiresAt, mode, tr.Name()
+		return nil
+	}, nil)
+	if err != nil {
+		return Errorf(CodeDeclined, "delegation %s cannot start: %v", id, err)
+	}
+
+	if pe := e.setup(ctx, a, tr, &st.WorkDir); pe != nil {
+		if err := e.end(ctx, id, lease.SendError, pe); err != nil {
+			e.log.Warn("record setup failure", "delegation", id, "err", err)
+		}
+		if err := e.removeWorkDir(ctx, a); err != nil {
+			e.log.Warn("clean failed setup", "delegation", id, "err", err)
+		}
+		return pe
+	}
+
+	tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	t := &task{cancel: cancel, done: make(chan struct{})}
+	e.mu.Lock()
+	e.tasks[id] = t
+	e.mu.Unlock()
+	running := e.eventJSON(&Event{DelegationID: id, Type: EventStatus, Status: StatusRunning, Message: "workspace ready; agent starting"})
+	started := a
+	a, _, err = e.store.FireAssignment(id, lease.SetupComplete, "workspace ready", nil, running)
+	if err != nil {
+		// Cancelled or failed while setting up: whoever ended it recorded
+		// the terminal event; only the clean-up is left.
+		e.mu.Lock()
+		delete(e.tasks, id)
+		e.mu.Unlock()
+		cancel()
+		close(t.done)
+		e.removeWorkDir(ctx, started)
+		if cur, gerr := e.store.Assignment(id); gerr == nil && cur.Failure != nil {
+			return &ProtocolError{Code: cur.Failure.Code, Message: cur.Failure.Message, Hint: cur.Failure.Hint}
+		}
+		return Errorf(CodeSetupFailed, "delegation %s ended during setup", id)
+	}
+	e.publish(id)
+	e.wg.Add(1)
+	go e.run(tctx, t, a)
+	e.sched.Kick()
+	return nil
+}
+
+func minTime(t time.Time, others ...time.Time) time.Time {
+	for _, o := range others {
+		if o.Before(t) {
+			t = o
+		}
+	}
+	return t
+}
+
+func (e *Executor) setup(ctx context.Context, a *lease.Assignment, tr ExecutorTransport, info *WorkDirInfo) *ProtocolError {
+	if pe := checkWorkDir(a.WorkDir); pe != nil {
+		return pe
+	}
+	if err := os.Mkdir(a.WorkDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		e.log.Error("create work dir", "delegation", a.ID, "err", err)
+		return Errorf(CodeSetupFailed, "cannot create the work directory")
+	}
+	if err := tr.Setup(ctx, a.ID, info, a.WorkDir); err != nil {
+		e.log.Warn("setup failed", "delegation", a.ID, "err", err)
+		return AsProtocolError(err, CodeSetupFailed)
+	}
+	return nil
+}
+
+// run is a task's goroutine: the agent, then the result, then clean-up.
+func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
+	defer e.wg.Done()
+	defer close(t.done)
+	defer func() {
+		e.mu.Lock()
+		delete(e.tasks, a.ID)
+		e.mu.Unlock()
+		if err := e.removeWorkDir(context.Background(), a); err != nil {
+			e.log.Warn("clean up", "delegation", a.ID, "err", err)
+		}
+	}()
+	log := e.log.With("delegation", a.ID)
+	before, err := archive.Scan(a.WorkDir)
+	if err != nil {
+		log.Warn("scan work dir before the task", "err", err)
+	}
+
+	lines := make(chan string, 256)
+	var pumpDone sync.WaitGroup
+	pumpDone.Add(1)
+	go func() { defer pumpDone.Done(); e.pumpProgress(a.ID, lines) }()
+
+	os.MkdirAll(filepath.Dir(e.summaryFile(a.ID)), 0o700)
+	res, err := agent.Run(ctx, agent.Task{
+		DelegationID: a.ID, Prompt: a.Prompt, Description: a.Description,
+		WorkDir: a.WorkDir, AccessMode: a.AccessMode, SummaryFile: e.summaryFile(a.ID),
+	}, agent.Options{
+		Command:   e.opts.AgentCommand,
+		KillGrace: e.opts.KillGrace,
+		Started: func(pid int) {
+			if _, err := e.store.UpdateAssignment(a.ID, func(a *lease.Assignment) error { a.AgentPID = pid; return nil }); err != nil {
+				log.Warn("record agent pid", "err", err)
+			}
+		},
+		Line: func(l string) { lines <- l },
+	})
+	close(lines)
+	pumpDone.Wait()
+	if errors.Is(err, agent.ErrKilled) {
+		return // cancel, expiry or shutdown: the one who ended it reported it
+	}
+
+	var final []byte
+	var ev lease.Event
+	switch {
+	case err != nil:
+		ev = lease.SendError
+		final = e.eventJSON(&Event{DelegationID: a.ID, Type: EventError, Code: CodeTaskFailed, Message: "the agent could not run: " + err.Error()})
+	case res.ExitCode != 0:
+		ev = lease.SendError
+		msg := fmt.Sprintf("the agent exited with status %d", res.ExitCode)
+		if res.StderrTail != "" {
+			msg += ": " + res.StderrTail
+		}
+		final = e.eventJSON(&Event{DelegationID: a.ID, Type: EventError, Code: CodeTaskFailed, Message: msg})
+	default:
+		ev = lease.ReceiveDone
+		final, err = e.doneEvent(ctx, a, before, res.Summary)
+		if err != nil {
+			log.Error("collect result", "err", err)
+			ev = lease.SendError
+			final = e.eventJSON(&Event{DelegationID: a.ID, Type: EventError, Code: CodeTaskFailed, Message: "the result could not be collected"})
+		}
+	}
+	var decoded Event
+	json.Unmarshal(final, &decoded)
+	_, _, err = e.store.FireAssignment(a.ID, ev, "agent finished", func(a *lease.Assignment) error {
+		if decoded.Type == EventError {
+			a.Failure = &lease.Failure{Code: decoded.Code, Message: decoded.Message}
+		}
+		return nil
+	}, final)
+	if err != nil {
+		log.Info("task outcome not recorded", "err", err) // ended meanwhile
+		return
+	}
+	e.publish(a.ID)
+	log.Info("delegation finished", "event", decoded.Type)
+}
+
+func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before archive.Manifest, summary string) ([]byte, error) {
+	after, err := archive.Scan(a.WorkDir)
+	if err != nil {
+		return nil, err
+	}
+	tr := e.transport(a.Transport)
+	result, err := tr.Teardown(ctx, a.ID, a.WorkDir, a.AccessMode == AccessRW)
+	if err != nil {
+		return nil, err
+	}
+	if summary == "" {
+		summary = "The agent finished without output."
+	}
+	return e.eventJSON(&Event{DelegationID: a.ID, Type: EventDone, Summary: summary,
+		Highlights: archive.Changed(before, after), ResultBase64: result}), nil
+}
+
+// pumpProgress turns agent output lines into status events, writing all
+// lines that queued up meanwhile in one transaction.
+func (e *Executor) pumpProgress(id string, lines <-chan string) {
+	for l := range lines {
+		batch := [][]byte{e.progress(id, l)}
+	drain:
+		for len(batch) < 512 {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, e.progress(id, l))
+			default:
+				break drain
+			}
+		}
+		if _, err := e.store.AppendEvents(id, batch); err != nil {
+			continue // the lease ended; drain the rest
+		}
+		e.publish(id)
+	}
+}
+
+func (e *Executor) progress(id, line string) []byte {
+	return e.eventJSON(&Event{DelegationID: id, Type: EventStatus, Status: StatusProgress, Message: line})
+}
+
+func (e *Executor) validToken(tok string) bool {
+	for _, t := range e.opts.Tokens {
+		if constantTimeEqual(t, tok) {
+			return true
+		}
+	}
+	return false
+}
+
+// Active counts delegations holding a slot.
+func (e *Executor) Active() int {
+	as, _ := e.store.Assignments()
+	n := 0
+	for _, a := range as {
+		if a.Active() {
+			n++
+		}
+	}
+	return n
+}
+
+func parseLastEventID(s string) uint64 {
+	n, _ := strconv.ParseUint(s, 10, 64)
+	return n
+}

@@ -1,0 +1,381 @@
+package control
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/awcp/awcp/lease"
+)
+
+// ExtensionURI names AWCP in an agent card (spec §8.3).
+const ExtensionURI = "https://awcp-protocol.org/v1"
+
+// Handler serves the executor's endpoints of spec §7.4 and the agent card.
+// Every answer, failures included, is JSON (or an SSE stream).
+func (e *Executor) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/awcp", e.method(http.MethodPost, e.handleMessage))
+	mux.HandleFunc("/awcp/tasks/{id}/events", e.method(http.MethodGet, e.handleEvents))
+	mux.HandleFunc("/awcp/cancel/{id}", e.method(http.MethodPost, e.handleCancel))
+	mux.HandleFunc("/awcp/status", e.method(http.MethodGet, e.handleStatus))
+	mux.HandleFunc("/.well-known/agent-card.json", e.method(http.MethodGet, e.handleCard))
+	mux.HandleFunc("/.well-known/agent.json", e.method(http.MethodGet, e.handleCard))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, NewError("", CodeDeclined, "no such endpoint: "+r.URL.Path, "see spec §7.4"))
+	})
+	return e.recoverPanics(mux)
+}
+
+// recoverPanics turns a handler panic into a JSON ERROR instead of a dropped
+// connection, and logs it.
+func (e *Executor) recoverPanics(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				e.log.Error("handler panic", "path", r.URL.Path, "panic", fmt.Sprint(v))
+				writeError(w, http.StatusInternalServerError, NewError("", CodeDeclined, "internal error", ""))
+			}
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (e *Executor) method(m string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != m {
+			w.Header().Set("Allow", m)
+			writeError(w, http.StatusMethodNotAllowed, NewError("", CodeDeclined, r.Method+" is not allowed on "+r.URL.Path, "use "+m))
+			return
+		}
+		h(w, r)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, m *Error) { writeJSON(w, status, m) }
+
+// statusOf maps an error code to the HTTP status of its answer.
+func statusOf(code string) int {
+	switch code {
+	case CodeAuthFailed:
+		return http.StatusUnauthorized
+	case CodeWorkdirDenied:
+		return http.StatusForbidden
+	case CodeStartExpired, CodeExpired:
+		return http.StatusGone
+	case CodeWorkspaceTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeDeclined, CodeDepMissing:
+		return http.StatusServiceUnavailable
+	case CodeSetupFailed:
+		return http.StatusUnprocessableEntity
+	}
+	return http.StatusConflict
+}
+
+// authorized checks the bearer token of a non-INVITE request.
+func (e *Executor) authorized(w http.ResponseWriter, r *http.Request, id string) bool {
+	if len(e.opts.Tokens) == 0 {
+		return true
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if ok && e.validToken(tok) {
+		return true
+	}
+	writeError(w, http.StatusUnauthorized, NewError(id, CodeAuthFailed, "missing or invalid bearer token", "send the executor's token"))
+	return false
+}
+
+func constantTimeEqual(a, b string) bool {
+	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}
+
+func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, e.opts.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, NewError("", CodeWorkspaceTooLarge,
+				fmt.Sprintf("message larger than this executor's limit of %d bytes", e.opts.MaxBodyBytes),
+				"Consider selecting a smaller subdirectory or excluding large files"))
+			return
+		}
+		writeError(w, http.StatusBadRequest, NewError("", CodeDeclined, "cannot read the request body", ""))
+		return
+	}
+	msg, err := DecodeMessage(body)
+	if err != nil {
+		var fe *FieldError
+		text := err.Error()
+		if errors.As(err, &fe) {
+			text = "invalid message: field " + fe.Field + " " + fe.Reason
+		}
+		writeError(w, http.StatusBadRequest, NewError(idOf(body), CodeDeclined, text, "send an AWCP v1 message (spec §4)"))
+		return
+	}
+	switch m := msg.(type) {
+	case *Invite:
+		acc, pe := e.admit(m, r.RemoteAddr)
+		if pe != nil {
+			e.log.Info("INVITE refused", "delegation", m.DelegationID, "code", pe.Code, "reason", pe.Message)
+			writeError(w, statusOf(pe.Code), pe.ToMessage(m.DelegationID))
+			return
+		}
+		e.log.Info("INVITE accepted", "delegation", m.DelegationID, "peer", r.RemoteAddr,
+			"access", acc.ExecutorConstraints.AcceptedAccessMode)
+		writeJSON(w, http.StatusOK, acc)
+	case *Start:
+		if !e.authorized(w, r, m.DelegationID) {
+			return
+		}
+		if pe := e.start(r.Context(), m); pe != nil {
+			e.log.Info("START refused", "delegation", m.DelegationID, "code", pe.Code, "reason", pe.Message)
+			writeError(w, statusOf(pe.Code), pe.ToMessage(m.DelegationID))
+			return
+		}
+		writeJSON(w, http.StatusOK, StartResponse{OK: true})
+	case *Error:
+		if !e.authorized(w, r, m.DelegationID) {
+			return
+		}
+		ev := lease.ReceiveError
+		switch m.Code {
+		case CodeCancelled:
+			ev = lease.Cancel
+		case CodeExpired:
+			ev = lease.Expire
+		}
+		pe := &ProtocolError{Code: m.Code, Message: "the delegator reported: " + m.Message, Hint: m.Hint}
+		if err := e.endKnown(r, m.DelegationID, ev, pe); err != nil {
+			writeError(w, http.StatusNotFound, NewError(m.DelegationID, CodeDeclined, err.Error(), ""))
+			return
+		}
+		writeJSON(w, http.StatusOK, StartResponse{OK: true})
+	default:
+		// ACCEPT goes from executor to delegator, never the other way.
+		writeError(w, http.StatusBadRequest, NewError("", CodeDeclined, "an executor does not take ACCEPT messages", ""))
+	}
+}
+
+// endKnown ends a delegation the executor knows, answering an EXPIRE that
+// the state does not allow (setup under way) as an error.
+func (e *Executor) endKnown(r *http.Request, id string, ev lease.Event, pe *ProtocolError) error {
+	a, err := e.store.Assignment(id)
+	if err != nil {
+		return fmt.Errorf("unknown delegation %s", id)
+	}
+	if ev == lease.Expire && !lease.CanFire(a.State, ev) {
+		ev = lease.ReceiveError
+	}
+	return e.end(r.Context(), id, ev, pe)
+}
+
+// idOf digs the delegation id out of a message that did not decode, for
+// the ERROR's header; only a valid id is echoed.
+func idOf(body []byte) string {
+	var b BaseMessage
+	if json.Unmarshal(body, &b) == nil && ValidDelegationID(b.DelegationID) {
+		return b.DelegationID
+	}
+	return ""
+}
+
+func (e *Executor) pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if !ValidDelegationID(id) {
+		writeError(w, http.StatusBadRequest, NewError("", CodeDeclined, "invalid delegation id in path", ""))
+		return "", false
+	}
+	if !e.authorized(w, r, id) {
+		return "", false
+	}
+	return id, true
+}
+
+func (e *Executor) handleCancel(w http.ResponseWriter, r *http.Request) {
+	id, ok := e.pathID(w, r)
+	if !ok {
+		return
+	}
+	err := e.endKnown(r, id, lease.Cancel, Errorf(CodeCancelled, "the delegation was cancelled"))
+	if err != nil {
+		writeError(w, http.StatusNotFound, NewError(id, CodeDeclined, err.Error(), ""))
+		return
+	}
+	writeJSON(w, http.StatusOK, StartResponse{OK: true})
+}
+
+// handleEvents streams a delegation's events as SSE: everything after
+// Last-Event-ID from the store, then new ones as they come, with keep-alive
+// comments in between, until the terminal event.
+func (e *Executor) handleEvents(w http.ResponseWriter, r *http.Request) {
+	id, ok := e.pathID(w, r)
+	if !ok {
+		return
+	}
+	if _, err := e.store.Assignment(id); err != nil {
+		writeError(w, http.StatusNotFound, NewError(id, CodeDeclined, "unknown delegation (or its events are past retention)", ""))
+		return
+	}
+	last := parseLastEventID(r.Header.Get("Last-Event-ID"))
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	rc.Flush()
+
+	keepAlive := time.NewTicker(e.opts.KeepAlive)
+	defer keepAlive.Stop()
+	const page = 64
+	for {
+		wake := e.watch(id)
+		evs, err := e.store.EventsAfter(id, last, page)
+		if err != nil {
+			e.log.Warn("read events", "delegation", id, "err", err)
+			return
+		}
+		for _, ev := range evs {
+			if _, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", ev.Seq, ev.Data); err != nil {
+				return
+			}
+			last = ev.Seq
+			var head struct{ Type string }
+			if json.Unmarshal(ev.Data, &head) == nil && (head.Type == EventDone || head.Type == EventError) {
+				rc.Flush()
+				return
+			}
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+		if len(evs) == page {
+			continue
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-wake:
+		case <-keepAlive.C:
+			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// StatusReport is the body of GET /awcp/status.
+type StatusReport struct {
+	OK            bool             `json:"ok"`
+	Name          string           `json:"name"`
+	Version       string           `json:"version"`
+	Active        int              `json:"active"`
+	MaxConcurrent int              `json:"maxConcurrent"`
+	Transports    []string         `json:"transports"`
+	Delegations   []StatusLeaseRow `json:"delegations"`
+}
+
+// StatusLeaseRow is one delegation in a status report.
+type StatusLeaseRow struct {
+	DelegationID string `json:"delegationId"`
+	State        string `json:"state"`
+	Transport    string `json:"transport"`
+	AccessMode   string `json:"accessMode"`
+	ExpiresAt    string `json:"expiresAt,omitempty"`
+}
+
+func (e *Executor) handleStatus(w http.ResponseWriter, r *http.Request) {
+	if !e.authorized(w, r, "") {
+		return
+	}
+	as, err := e.store.Assignments()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, NewError("", CodeDeclined, "cannot read the store", ""))
+		return
+	}
+	rep := StatusReport{OK: true, Name: e.opts.Name, Version: e.opts.Version, MaxConcurrent: e.opts.MaxConcurrent,
+		Delegations: []StatusLeaseRow{}}
+	for _, t := range e.opts.Transports {
+		if t.Available() == nil {
+			rep.Transports = append(rep.Transports, t.Name())
+		}
+	}
+	for _, a := range as {
+		row := StatusLeaseRow{DelegationID: a.ID, State: string(a.State), Transport: a.Transport, AccessMode: a.AccessMode}
+		if !a.ExpiresAt.IsZero() {
+			row.ExpiresAt = Timestamp(a.ExpiresAt)
+		}
+		if a.Active() {
+			rep.Active++
+		}
+		rep.Delegations = append(rep.Delegations, row)
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+// AgentCard is the A2A agent card with the AWCP extension of spec §8.3.
+type AgentCard struct {
+	Name               string           `json:"name"`
+	Description        string           `json:"description"`
+	URL                string           `json:"url"`
+	Version            string           `json:"version"`
+	Capabilities       map[string]any   `json:"capabilities"`
+	DefaultInputModes  []string         `json:"defaultInputModes"`
+	DefaultOutputModes []string         `json:"defaultOutputModes"`
+	Skills             []map[string]any `json:"skills"`
+	Extensions         []CardExtension  `json:"extensions"`
+}
+
+// CardExtension declares a protocol extension.
+type CardExtension struct {
+	URI      string         `json:"uri"`
+	Required bool           `json:"required"`
+	Params   map[string]any `json:"params,omitempty"`
+}
+
+func (e *Executor) handleCard(w http.ResponseWriter, r *http.Request) {
+	var transports []string
+	for _, t := range e.opts.Transports {
+		if t.Available() == nil {
+			transports = append(transports, t.Name())
+		}
+	}
+	host := r.Host
+	if host == "" {
+		host = net.JoinHostPort("127.0.0.1", "10200")
+	}
+	ext := CardExtension{URI: ExtensionURI, Required: false, Params: map[string]any{
+		"transports":    transports,
+		"accessModes":   e.opts.AccessModes,
+		"maxConcurrent": e.opts.MaxConcurrent,
+		"maxTtlSeconds": int64(e.opts.MaxTTL / time.Second),
+		"authRequired":  len(e.opts.Tokens) > 0,
+	}}
+	writeJSON(w, http.StatusOK, AgentCard{
+		Name:               e.opts.Name,
+		Description:        "AWCP executor: works on delegated workspaces with its own tools",
+		URL:                "http://" + host + "/awcp",
+		Version:            e.opts.Version,
+		Capabilities:       map[string]any{"streaming": true, "extensions": []CardExtension{ext}},
+		DefaultInputModes:  []string{"text"},
+		DefaultOutputModes: []string{"text"},
+		Skills:             []map[string]any{},
+		Extensions:         []CardExtension{ext},
+	})
+}

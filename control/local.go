@@ -1,0 +1,149 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+)
+
+// The delegator daemon's local API, for the CLI: HTTP over a unix socket in
+// the state dir, mode 0600 in a 0700 directory, so no other user reaches it.
+
+// LocalServer serves the local API of an `awcp-ctl serve` daemon.
+type LocalServer struct {
+	Delegator *Delegator
+	wg        sync.WaitGroup // delegations started through the API
+}
+
+// Serve accepts on the unix socket at path until ctx is done, then waits for
+// the delegations it runs to stop following (they stay in the store).
+func (s *LocalServer) Serve(ctx context.Context, path string) error {
+	os.Remove(path) // a stale socket of a dead daemon; a live one was checked by the caller
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "pid": os.Getpid()})
+	})
+	mux.HandleFunc("POST /v1/delegations", func(w http.ResponseWriter, r *http.Request) { s.create(ctx, w, r) })
+	mux.HandleFunc("POST /v1/delegations/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
+		del, err := s.Delegator.Cancel(r.Context(), r.PathValue("id"))
+		if err != nil {
+			writeJSON(w, http.StatusConflict, localError(err))
+			return
+		}
+		writeJSON(w, http.StatusOK, del)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		srv.Shutdown(sctx)
+		cancel()
+		err = <-errc
+	}
+	s.wg.Wait()
+	os.Remove(path)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Adopt runs a delegation that no live process follows.
+func (s *LocalServer) Adopt(ctx context.Context, id string) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.Delegator.Run(ctx, id)
+	}()
+}
+
+func (s *LocalServer) create(ctx context.Context, w http.ResponseWriter, r *http.Request) {
+	var req ExportRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&req); err != nil {
+		writeJSON(w, http.StatusBadRequest, localError(Errorf(CodeWorkspaceInvalid, "bad request: %v", err)))
+		return
+	}
+	del, err := s.Delegator.Create(req)
+	if err != nil {
+		writeJSON(w, http.StatusUnprocessableEntity, localError(err))
+		return
+	}
+	s.Adopt(ctx, del.ID)
+	writeJSON(w, http.StatusOK, map[string]string{"delegationId": del.ID})
+}
+
+func localError(err error) *Error {
+	return AsProtocolError(err, CodeDeclined).ToMessage("")
+}
+
+// LocalClient talks to a daemon's local API.
+type LocalClient struct{ http *http.Client }
+
+// DialLocal returns a client if a daemon answers on the socket at path.
+func DialLocal(path string) (*LocalClient, bool) {
+	c := &LocalClient{http: &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}},
+	}}
+	resp, err := c.http.Get("http://awcp/v1/health")
+	if err != nil {
+		return nil, false
+	}
+	resp.Body.Close()
+	return c, resp.StatusCode == http.StatusOK
+}
+
+func (c *LocalClient) post(path string, body, out any) error {
+	data, _ := json.Marshal(body)
+	resp, err := c.http.Post("http://awcp"+path, "application/json", bytes.NewReader(data))
+	if err != nil {
+		return fmt.Errorf("daemon: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		var m Error
+		if json.Unmarshal(raw, &m) == nil && m.Code != "" {
+			return &ProtocolError{Code: m.Code, Message: m.Message, Hint: m.Hint}
+		}
+		return fmt.Errorf("daemon answered HTTP %d", resp.StatusCode)
+	}
+	return json.Unmarshal(raw, out)
+}
+
+// Export asks the daemon to run a delegation and returns its id.
+func (c *LocalClient) Export(req ExportRequest) (string, error) {
+	var out struct {
+		DelegationID string `json:"delegationId"`
+	}
+	err := c.post("/v1/delegations", req, &out)
+	return out.DelegationID, err
+}
+
+// Cancel asks the daemon to cancel a delegation.
+func (c *LocalClient) Cancel(id string) error {
+	var out json.RawMessage
+	return c.post("/v1/delegations/"+id+"/cancel", nil, &out)
+}
