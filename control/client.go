@@ -39,7 +39,7 @@ func (c *PeerClient) client() *http.Client {
 func (c *PeerClient) do(ctx context.Context, method, path string, body any) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
-		data, err := json.Marshal(body)
+		data, err := Marshal(body)
 		if err != nil {
 			return nil, err
 		}

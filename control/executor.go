@@ -372,7 +372,7 @@ func (e *Executor) watch(id string) <-chan struct{} {
 
 func (e *Executor) eventJSON(ev *Event) []byte {
 	ev.Timestamp = Timestamp(e.store.Now())
-	data, err := json.Marshal(ev)
+	data, err := Marshal(ev)
 	if err != nil {
 		panic(err) // Event has only marshalable fields
 	}

@@ -64,7 +64,9 @@ func (e *Executor) method(m string, h http.HandlerFunc) http.HandlerFunc {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
 }
 
 func writeError(w http.ResponseWriter, status int, m *Error) { writeJSON(w, status, m) }

@@ -209,6 +209,18 @@ type Event struct {
 // Terminal reports whether no event follows this one.
 func (e *Event) Terminal() bool { return e.Type == EventDone || e.Type == EventError }
 
+// Marshal encodes a message or event as it goes on the wire: compact, and
+// without the HTML escaping of encoding/json ("250MB > 100MB" stays as is).
+func Marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
 // Timestamp formats t the way the spec's examples do.
 func Timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 

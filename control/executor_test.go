@@ -1,0 +1,581 @@
+package control
+
+import (
+	"archive/zip"
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/lease"
+)
+
+type execFixture struct {
+	t     *testing.T
+	e     *Executor
+	srv   *httptest.Server
+	root  string
+	state string
+	store *lease.Store
+	stop  func()
+}
+
+func newExecFixture(t *testing.T, agentCmd string, mod func(*ExecutorOptions)) *execFixture {
+	t.Helper()
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	store, err := lease.Open(filepath.Join(state, "executor.db"), lease.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &execFixture{t: t, root: filepath.Join(dir, "work"), state: state, store: store}
+	f.start(agentCmd, mod)
+	t.Cleanup(func() { f.stop(); store.Close() })
+	return f
+}
+
+// start runs an Executor on f's store; stop ends it as a daemon's SIGTERM would.
+func (f *execFixture) start(agentCmd string, mod func(*ExecutorOptions)) {
+	opts := ExecutorOptions{
+		WorkRoot: f.root, AgentCommand: agentCmd, Store: f.store, StateDir: f.state,
+		Transports: []ExecutorTransport{&ArchiveExecutor{}}, KillGrace: 200 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
+	}
+	if mod != nil {
+		mod(&opts)
+	}
+	e, err := NewExecutor(opts)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); e.Run(ctx) }()
+	f.e, f.srv = e, httptest.NewServer(e.Handler())
+	f.stop = func() {
+		f.srv.CloseClientConnections()
+		f.srv.Close()
+		cancel()
+		wg.Wait()
+	}
+}
+
+func (f *execFixture) peer(token string) *PeerClient {
+	return &PeerClient{BaseURL: f.srv.URL, Token: token}
+}
+
+func invite(id string) *Invite {
+	return &Invite{
+		BaseMessage: header(TypeInvite, id),
+		Task:        Task{Description: "test", Prompt: "do the thing"},
+		Lease:       InviteLease{TTLSeconds: 600, AccessMode: AccessRW},
+		Workspace:   Workspace{ExportName: "awcp/" + id},
+	}
+}
+
+func workspace(t *testing.T, files map[string]string) WorkDirInfo {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := archive.Pack(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return WorkDirInfo{Transport: TransportArchive, WorkspaceBase64: base64.StdEncoding.EncodeToString(p.Zip), Checksum: archive.Checksum(p.Zip)}
+}
+
+func start(id string, wd WorkDirInfo, expires time.Time) *Start {
+	return &Start{BaseMessage: header(TypeStart, id), Lease: StartLease{ExpiresAt: Timestamp(expires), AccessMode: AccessRW}, WorkDir: wd}
+}
+
+// delegate runs INVITE and START for id.
+func (f *execFixture) delegate(id string, wd WorkDirInfo) {
+	f.t.Helper()
+	pc := f.peer("")
+	if _, err := pc.Invite(context.Background(), invite(id)); err != nil {
+		f.t.Fatalf("INVITE: %v", err)
+	}
+	if err := pc.Start(context.Background(), start(id, wd, time.Now().Add(10*time.Minute))); err != nil {
+		f.t.Fatalf("START: %v", err)
+	}
+}
+
+type seqEvent struct {
+	seq uint64
+	ev  *Event
+}
+
+// events reads id's stream from after last to its terminal event.
+func (f *execFixture) events(id string, last uint64) []seqEvent {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var out []seqEvent
+	err := f.peer("").Events(ctx, id, last, func(seq uint64, ev *Event) error {
+		out = append(out, seqEvent{seq, ev})
+		return nil
+	})
+	if err != nil {
+		f.t.Fatalf("events of %s: %v (got %d)", id, err, len(out))
+	}
+	return out
+}
+
+func last(evs []seqEvent) *Event { return evs[len(evs)-1].ev }
+
+func TestExecutorRunsTaskAndStreamsEvents(t *testing.T) {
+	f := newExecFixture(t, `echo step one; echo step two; echo more >> a.txt; echo new > b.txt; rm gone.txt`, nil)
+	id := "dlg_happy"
+	f.delegate(id, workspace(t, map[string]string{"a.txt": "a\n", "gone.txt": "x"}))
+	evs := f.events(id, 0)
+
+	var kinds []string
+	for i, se := range evs {
+		if se.seq != uint64(i+1) {
+			t.Fatalf("event %d has id %d", i, se.seq)
+		}
+		kinds = append(kinds, se.ev.Type+"/"+se.ev.Status+se.ev.Message)
+	}
+	want := []string{"status/runningworkspace ready; agent starting", "status/progressstep one", "status/progressstep two", "done/"}
+	if strings.Join(kinds, "|") != strings.Join(want, "|") {
+		t.Fatalf("events %q, want %q", kinds, want)
+	}
+	done := last(evs)
+	if done.Summary != "step one\nstep two" || strings.Join(done.Highlights, ",") != "a.txt,b.txt" {
+		t.Fatalf("done %+v", done)
+	}
+	// The result is the work dir as the agent left it.
+	data, _ := base64.StdEncoding.DecodeString(done.ResultBase64)
+	dst := t.TempDir()
+	if err := archive.Extract(data, dst, archive.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "a.txt")); string(b) != "a\nmore\n" {
+		t.Fatalf("a.txt = %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "gone.txt")); !os.IsNotExist(err) {
+		t.Fatal("deleted file in result")
+	}
+	// The work dir is gone; the stream stays for late subscribers and resumes.
+	if _, err := os.Stat(filepath.Join(f.root, id)); !os.IsNotExist(err) {
+		t.Fatalf("work dir left behind: %v", err)
+	}
+	if again := f.events(id, 0); len(again) != len(evs) {
+		t.Fatalf("late subscriber got %d events, want %d", len(again), len(evs))
+	}
+	resumed := f.events(id, 2)
+	if len(resumed) != 2 || resumed[0].seq != 3 {
+		t.Fatalf("resume after 2 got %+v", resumed)
+	}
+}
+
+func TestExecutorAgentFailure(t *testing.T) {
+	f := newExecFixture(t, `echo trying; echo "fatal: it broke" >&2; exit 4`, nil)
+	f.delegate("dlg_fail", workspace(t, map[string]string{"a": "1"}))
+	ev := last(f.events("dlg_fail", 0))
+	if ev.Type != EventError || ev.Code != CodeTaskFailed || !strings.Contains(ev.Message, "status 4") || !strings.Contains(ev.Message, "it broke") {
+		t.Fatalf("%+v", ev)
+	}
+}
+
+func TestExecutorPolicy(t *testing.T) {
+	tests := []struct {
+		name     string
+		mod      func(*ExecutorOptions)
+		prepare  func(f *execFixture)
+		msg      func(*Invite)
+		token    string
+		wantCode string
+		check    func(t *testing.T, acc *Accept)
+	}{
+		{name: "token required", mod: func(o *ExecutorOptions) { o.Tokens = []string{"s3cret"} }, wantCode: CodeAuthFailed},
+		{name: "wrong token", mod: func(o *ExecutorOptions) { o.Tokens = []string{"s3cret"} }, token: "guess", wantCode: CodeAuthFailed},
+		{name: "right token", mod: func(o *ExecutorOptions) { o.Tokens = []string{"a", "s3cret"} }, token: "s3cret"},
+		{name: "concurrency limit", mod: func(o *ExecutorOptions) { o.MaxConcurrent = 1 },
+			prepare: func(f *execFixture) {
+				if _, err := f.peer("").Invite(context.Background(), invite("dlg_first")); err != nil {
+					f.t.Fatal(err)
+				}
+			}, wantCode: CodeDeclined},
+		{name: "work dir not empty", prepare: func(f *execFixture) {
+			os.MkdirAll(filepath.Join(f.root, "dlg_policy"), 0o700)
+			os.WriteFile(filepath.Join(f.root, "dlg_policy", "precious"), []byte("x"), 0o600)
+		}, wantCode: CodeWorkdirDenied},
+		{name: "work dir is a symlink", prepare: func(f *execFixture) {
+			os.Symlink("/etc", filepath.Join(f.root, "dlg_policy"))
+		}, wantCode: CodeWorkdirDenied},
+		{name: "rw downgraded to ro", mod: func(o *ExecutorOptions) { o.AccessModes = []string{AccessRO} },
+			check: func(t *testing.T, acc *Accept) {
+				if acc.ExecutorConstraints.AcceptedAccessMode != AccessRO {
+					t.Fatalf("accepted %q", acc.ExecutorConstraints.AcceptedAccessMode)
+				}
+			}},
+		{name: "ro refused by rw-only", mod: func(o *ExecutorOptions) { o.AccessModes = []string{AccessRW} },
+			msg: func(i *Invite) { i.Lease.AccessMode = AccessRO }, wantCode: CodeDeclined},
+		{name: "ttl capped", mod: func(o *ExecutorOptions) { o.MaxTTL = time.Minute },
+			check: func(t *testing.T, acc *Accept) {
+				if acc.ExecutorConstraints.MaxTTLSeconds != 60 {
+					t.Fatalf("maxTtlSeconds %d", acc.ExecutorConstraints.MaxTTLSeconds)
+				}
+			}},
+		{name: "transport not offered", msg: func(i *Invite) { i.Requirements = &Requirements{Transport: TransportSSHFS} }, wantCode: CodeDeclined},
+		{name: "work dir under the root", check: func(t *testing.T, acc *Accept) {
+			if !strings.HasSuffix(acc.ExecutorWorkDir.Path, "/work/dlg_policy") {
+				t.Fatalf("work dir %s", acc.ExecutorWorkDir.Path)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newExecFixture(t, "true", tt.mod)
+			os.MkdirAll(f.root, 0o700)
+			if tt.prepare != nil {
+				tt.prepare(f)
+			}
+			inv := invite("dlg_policy")
+			if tt.msg != nil {
+				tt.msg(inv)
+			}
+			acc, err := f.peer(tt.token).Invite(context.Background(), inv)
+			if tt.wantCode != "" {
+				var pe *ProtocolError
+				if !errors.As(err, &pe) || pe.Code != tt.wantCode {
+					t.Fatalf("err = %v, want %s", err, tt.wantCode)
+				}
+				if strings.Contains(pe.Message, f.root) {
+					t.Fatalf("message leaks a host path: %s", pe.Message)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.check != nil {
+				tt.check(t, acc)
+			}
+		})
+	}
+}
+
+func TestExecutorTokenGuardsOtherEndpoints(t *testing.T) {
+	f := newExecFixture(t, "true", func(o *ExecutorOptions) { o.Tokens = []string{"s3cret"} })
+	for _, r := range []struct{ method, path string }{
+		{"GET", "/awcp/status"}, {"GET", "/awcp/tasks/dlg_x/events"}, {"POST", "/awcp/cancel/dlg_x"},
+	} {
+		req, _ := http.NewRequest(r.method, f.srv.URL+r.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m Error
+		json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || m.Code != CodeAuthFailed {
+			t.Errorf("%s %s: %d %+v", r.method, r.path, resp.StatusCode, m)
+		}
+	}
+}
+
+func TestExecutorMalformedInput(t *testing.T) {
+	f := newExecFixture(t, "true", func(o *ExecutorOptions) { o.MaxBodyBytes = 1 << 20 })
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		contains                 string
+	}{
+		{"not json", "POST", "/awcp", "<xml/>", 400, "body"},
+		{"empty", "POST", "/awcp", "", 400, "body"},
+		{"wrong version", "POST", "/awcp", `{"version":"9","type":"INVITE","delegationId":"dlg_a"}`, 400, "version"},
+		{"bad id", "POST", "/awcp", `{"version":"1","type":"INVITE","delegationId":"../x"}`, 400, "delegationId"},
+		{"missing prompt", "POST", "/awcp", `{"version":"1","type":"INVITE","delegationId":"dlg_a","task":{"description":"d"}}`, 400, "task.prompt"},
+		{"ACCEPT posted", "POST", "/awcp", `{"version":"1","type":"ACCEPT","delegationId":"dlg_a","executorWorkDir":{"path":"/x"}}`, 400, "ACCEPT"},
+		{"GET on /awcp", "GET", "/awcp", "", 405, "GET"},
+		{"unknown path", "GET", "/admin", "", 404, "no such endpoint"},
+		{"bad id in path", "GET", "/awcp/tasks/..%2f..%2fetc/events", "", 400, "invalid delegation id"},
+		{"unknown delegation events", "GET", "/awcp/tasks/dlg_nope/events", "", 404, "unknown delegation"},
+		{"START without INVITE", "POST", "/awcp", mustJSON(start("dlg_nope", WorkDirInfo{Transport: "archive", WorkspaceBase64: "UEs=", Checksum: "00"}, time.Now().Add(time.Hour))), 503, "no INVITE"},
+		{"too large", "POST", "/awcp", `{"version":"1","pad":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "limit"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, f.srv.URL+tt.path, strings.NewReader(tt.body))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			var m Error
+			if resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal(body, &m) != nil {
+				t.Fatalf("not a JSON answer: %s %s", resp.Header.Get("Content-Type"), body)
+			}
+			if resp.StatusCode != tt.status || m.Type != TypeError || m.Version != Version || !KnownCode(m.Code) || !strings.Contains(m.Message, tt.contains) {
+				t.Fatalf("got %d %s", resp.StatusCode, body)
+			}
+		})
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := Marshal(v)
+	return string(b)
+}
+
+// TestExecutorAcceptsLargeWorkspace: the reference implementation refuses
+// bodies over 100 kB; a START carrying megabytes must go through.
+func TestExecutorAcceptsLargeWorkspace(t *testing.T) {
+	f := newExecFixture(t, `wc -c < big.bin`, nil)
+	big := make([]byte, 3<<20) // random: incompressible, ~4 MB as base64
+	rand.Read(big)
+	f.delegate("dlg_big", workspace(t, map[string]string{"big.bin": string(big)}))
+	ev := last(f.events("dlg_big", 0))
+	if ev.Type != EventDone || strings.TrimSpace(ev.Summary) != "3145728" {
+		t.Fatalf("%+v", ev.Summary)
+	}
+}
+
+func TestExecutorSetupFailures(t *testing.T) {
+	badZip := func() WorkDirInfo {
+		var buf bytes.Buffer
+		zw := zip.NewWriter(&buf)
+		w, _ := zw.Create("../../escaped")
+		w.Write([]byte("x"))
+		zw.Close()
+		return WorkDirInfo{Transport: TransportArchive, WorkspaceBase64: base64.StdEncoding.EncodeToString(buf.Bytes()), Checksum: archive.Checksum(buf.Bytes())}
+	}
+	tests := []struct {
+		name string
+		wd   func(t *testing.T) WorkDirInfo
+		want string
+	}{
+		{"checksum mismatch", func(t *testing.T) WorkDirInfo {
+			wd := workspace(t, map[string]string{"a": "1"})
+			wd.Checksum = strings.Repeat("0", 64)
+			return wd
+		}, "checksum"},
+		{"not base64", func(t *testing.T) WorkDirInfo {
+			return WorkDirInfo{Transport: TransportArchive, WorkspaceBase64: "!!!", Checksum: "00"}
+		}, "base64"},
+		{"zip slip", func(t *testing.T) WorkDirInfo { return badZip() }, "leaves the work directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newExecFixture(t, "true", nil)
+			id := "dlg_setup"
+			pc := f.peer("")
+			if _, err := pc.Invite(context.Background(), invite(id)); err != nil {
+				t.Fatal(err)
+			}
+			err := pc.Start(context.Background(), start(id, tt.wd(t), time.Now().Add(time.Hour)))
+			var pe *ProtocolError
+			if !errors.As(err, &pe) || pe.Code != CodeSetupFailed || !strings.Contains(pe.Message, tt.want) {
+				t.Fatalf("err = %v", err)
+			}
+			ev := last(f.events(id, 0))
+			if ev.Code != CodeSetupFailed {
+				t.Fatalf("stream ends with %+v", ev)
+			}
+			ents, _ := os.ReadDir(f.root)
+			if len(ents) != 0 {
+				t.Fatalf("work root not clean: %v", ents)
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(f.root), "escaped")); err == nil {
+				t.Fatal("zip slip wrote outside the work root")
+			}
+		})
+	}
+}
+
+// agentPID waits until the assignment records its agent's pid.
+func agentPID(t *testing.T, s *lease.Store, id string) int {
+	t.Helper()
+	for i := 0; i < 200; i++ {
+		if a, err := s.Assignment(id); err == nil && a.AgentPID > 0 {
+			return a.AgentPID
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("agent never started")
+	return 0
+}
+
+func TestExecutorCancelKillsAgent(t *testing.T) {
+	f := newExecFixture(t, `sleep 60 & sleep 60`, nil)
+	id := "dlg_cancel"
+	f.delegate(id, workspace(t, map[string]string{"a": "1"}))
+	pid := agentPID(t, f.store, id)
+	if err := f.peer("").Cancel(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	ev := last(f.events(id, 0))
+	if ev.Code != CodeCancelled {
+		t.Fatalf("%+v", ev)
+	}
+	if groupAlive(pid) {
+		t.Fatalf("agent group %d still there after cancel returned", pid)
+	}
+	if _, err := os.Stat(filepath.Join(f.root, id)); !os.IsNotExist(err) {
+		t.Fatal("work dir left after cancel")
+	}
+	// A second cancel is harmless.
+	if err := f.peer("").Cancel(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExecutorExpiresRunningTask(t *testing.T) {
+	f := newExecFixture(t, `sleep 60`, nil)
+	id := "dlg_expire"
+	pc := f.peer("")
+	pc.Invite(context.Background(), invite(id))
+	if err := pc.Start(context.Background(), start(id, workspace(t, map[string]string{"a": "1"}), time.Now().Add(time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	pid := agentPID(t, f.store, id)
+	ev := last(f.events(id, 0))
+	if ev.Code != CodeExpired {
+		t.Fatalf("%+v", ev)
+	}
+	if groupAlive(pid) {
+		t.Fatal("agent survived expiry")
+	}
+	a, _ := f.store.Assignment(id)
+	if a.State != lease.Expired {
+		t.Fatalf("state %s", a.State)
+	}
+}
+
+func TestExecutorStartTimeoutFreesSlot(t *testing.T) {
+	f := newExecFixture(t, "true", func(o *ExecutorOptions) { o.MaxConcurrent = 1; o.StartTimeout = 300 * time.Millisecond })
+	pc := f.peer("")
+	if _, err := pc.Invite(context.Background(), invite("dlg_slow")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	err := pc.Start(context.Background(), start("dlg_slow", workspace(t, map[string]string{"a": "1"}), time.Now().Add(time.Hour)))
+	var pe *ProtocolError
+	if !errors.As(err, &pe) || pe.Code != CodeStartExpired {
+		t.Fatalf("late START: %v", err)
+	}
+	if _, err := pc.Invite(context.Background(), invite("dlg_next")); err != nil {
+		t.Fatalf("slot not freed: %v", err)
+	}
+}
+
+func TestExecutorKeepAliveAndRetention(t *testing.T) {
+	f := newExecFixture(t, `sleep 0.5; echo late`, func(o *ExecutorOptions) {
+		o.KeepAlive = 50 * time.Millisecond
+		o.Retention = 200 * time.Millisecond
+	})
+	id := "dlg_keep"
+	f.delegate(id, workspace(t, map[string]string{"a": "1"}))
+	resp, err := http.Get(f.srv.URL + "/awcp/tasks/" + id + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %s", ct)
+	}
+	raw, _ := io.ReadAll(bufio.NewReader(resp.Body))
+	resp.Body.Close()
+	if !bytes.Contains(raw, []byte(": keep-alive\n\n")) || !bytes.Contains(raw, []byte("id: 1\ndata: {")) {
+		t.Fatalf("stream:\n%s", raw)
+	}
+	// After the retention period the stream is gone.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := f.store.Assignment(id); errors.Is(err, lease.ErrNotFound) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("events outlived the retention period")
+}
+
+func TestExecutorRestartSettlesRunningTask(t *testing.T) {
+	f := newExecFixture(t, `sleep 60`, nil)
+	id := "dlg_restart"
+	f.delegate(id, workspace(t, map[string]string{"a": "1"}))
+	agentPID(t, f.store, id)
+	f.stop() // the daemon goes down mid-task
+	if a, _ := f.store.Assignment(id); a.State != lease.Running {
+		t.Fatalf("state after shutdown %s", a.State)
+	}
+	f.start(`sleep 60`, nil)
+	ev := last(f.events(id, 0))
+	if ev.Code != CodeTaskFailed || !strings.Contains(ev.Message, "restarted") {
+		t.Fatalf("%+v", ev)
+	}
+	if _, err := os.Stat(filepath.Join(f.root, id)); !os.IsNotExist(err) {
+		t.Fatal("work dir left after restart")
+	}
+}
+
+func TestExecutorStatusAndAgentCard(t *testing.T) {
+	f := newExecFixture(t, `sleep 60`, func(o *ExecutorOptions) { o.MaxConcurrent = 3 })
+	f.delegate("dlg_s", workspace(t, map[string]string{"a": "1"}))
+	var st StatusReport
+	getJSON(t, f.srv.URL+"/awcp/status", &st)
+	if !st.OK || st.Active != 1 || st.MaxConcurrent != 3 || len(st.Delegations) != 1 || st.Delegations[0].State != "running" {
+		t.Fatalf("%+v", st)
+	}
+	var card AgentCard
+	getJSON(t, f.srv.URL+"/.well-known/agent-card.json", &card)
+	if len(card.Extensions) != 1 || card.Extensions[0].URI != ExtensionURI || card.Extensions[0].Required {
+		t.Fatalf("%+v", card)
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// groupAlive reports whether process group pgid has a member that is not a
+// zombie (orphans may wait for a reaper that never comes in a container).
+func groupAlive(pgid int) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
+			return true
+		}
+	}
+	return false
+}

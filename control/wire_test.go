@@ -1,0 +1,182 @@
+package control
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestAppendixRoundTrip decodes the examples of spec appendix A (and an
+// sshfs START) and re-encodes them byte for byte.
+func TestAppendixRoundTrip(t *testing.T) {
+	tests := []struct {
+		file string
+		want any
+	}{
+		{"a_invite.json", &Invite{}},
+		{"a_accept.json", &Accept{}},
+		{"a_start.json", &Start{}},
+		{"a_error_declined.json", &Error{}},
+		{"a_error_too_large.json", &Error{}},
+		{"sshfs_start.json", &Start{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", tt.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg, err := DecodeMessage(data)
+			if err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			if got, want := typeName(msg), typeName(tt.want); got != want {
+				t.Fatalf("decoded as %s, want %s", got, want)
+			}
+			compact, err := Marshal(msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			json.Indent(&out, compact, "", "  ")
+			if !bytes.Equal(out.Bytes(), bytes.TrimSpace(data)) {
+				t.Fatalf("re-encoded differently:\n%s\nwant:\n%s", out.Bytes(), data)
+			}
+		})
+	}
+	t.Run("start response", func(t *testing.T) {
+		data, _ := os.ReadFile("testdata/a_start_response.json")
+		var r StartResponse
+		if err := json.Unmarshal(data, &r); err != nil || !r.OK {
+			t.Fatalf("%v %v", r, err)
+		}
+		out, _ := json.Marshal(r)
+		if string(out) != `{"ok":true}` {
+			t.Fatal(string(out))
+		}
+	})
+	t.Run("events", func(t *testing.T) {
+		data, _ := os.ReadFile("testdata/a_events.sse")
+		var n int
+		err := readSSE(bytes.NewReader(data), func(_ uint64, payload []byte) (bool, error) {
+			ev, err := DecodeEvent(payload)
+			if err != nil {
+				return false, err
+			}
+			out, _ := Marshal(ev)
+			if !bytes.Equal(out, payload) {
+				t.Errorf("event re-encoded differently:\n%s\nwant:\n%s", out, payload)
+			}
+			n++
+			return ev.Terminal(), nil
+		})
+		if err != nil || n != 2 {
+			t.Fatalf("read %d events: %v", n, err)
+		}
+	})
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case *Invite:
+		return "INVITE"
+	case *Accept:
+		return "ACCEPT"
+	case *Start:
+		return "START"
+	case *Error:
+		return "ERROR"
+	}
+	return "?"
+}
+
+// mutate loads a fixture as a generic map, applies fn, and re-marshals it.
+func mutate(t *testing.T, file string, fn func(m map[string]any)) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	fn(m)
+	out, _ := json.Marshal(m)
+	return out
+}
+
+func sub(m map[string]any, key string) map[string]any { return m[key].(map[string]any) }
+
+func TestDecodeRefusals(t *testing.T) {
+	tests := []struct {
+		name, file, field string
+		fn                func(m map[string]any)
+	}{
+		{"missing version", "a_invite.json", "version", func(m map[string]any) { delete(m, "version") }},
+		{"wrong version", "a_invite.json", "version", func(m map[string]any) { m["version"] = "2" }},
+		{"numeric version", "a_invite.json", "version", func(m map[string]any) { m["version"] = 1 }},
+		{"missing type", "a_invite.json", "type", func(m map[string]any) { delete(m, "type") }},
+		{"unknown type", "a_invite.json", "type", func(m map[string]any) { m["type"] = "HELLO" }},
+		{"DONE is not posted", "a_invite.json", "type", func(m map[string]any) { m["type"] = "DONE" }},
+		{"missing id", "a_invite.json", "delegationId", func(m map[string]any) { delete(m, "delegationId") }},
+		{"id with slash", "a_invite.json", "delegationId", func(m map[string]any) { m["delegationId"] = "dlg_../../etc" }},
+		{"id dot-dot", "a_invite.json", "delegationId", func(m map[string]any) { m["delegationId"] = ".." }},
+		{"id no prefix", "a_invite.json", "delegationId", func(m map[string]any) { m["delegationId"] = "abc" }},
+		{"id bad uuid", "a_invite.json", "delegationId", func(m map[string]any) { m["delegationId"] = "3f2b8c1e-9a4d-4e7b-8c21-5d6e7f8a9b0" }},
+		{"missing prompt", "a_invite.json", "task.prompt", func(m map[string]any) { delete(sub(m, "task"), "prompt") }},
+		{"missing description", "a_invite.json", "task.description", func(m map[string]any) { delete(sub(m, "task"), "description") }},
+		{"missing task", "a_invite.json", "task.description", func(m map[string]any) { delete(m, "task") }},
+		{"missing ttl", "a_invite.json", "lease.ttlSeconds", func(m map[string]any) { delete(sub(m, "lease"), "ttlSeconds") }},
+		{"string ttl", "a_invite.json", "lease.ttlSeconds", func(m map[string]any) { sub(m, "lease")["ttlSeconds"] = "1h" }},
+		{"bad access", "a_invite.json", "lease.accessMode", func(m map[string]any) { sub(m, "lease")["accessMode"] = "wx" }},
+		{"missing export name", "a_invite.json", "workspace.exportName", func(m map[string]any) { delete(m, "workspace") }},
+		{"bad transport", "a_invite.json", "requirements.transport", func(m map[string]any) { sub(m, "requirements")["transport"] = "nfs" }},
+		{"missing expiresAt", "a_start.json", "lease.expiresAt", func(m map[string]any) { delete(sub(m, "lease"), "expiresAt") }},
+		{"bad expiresAt", "a_start.json", "lease.expiresAt", func(m map[string]any) { sub(m, "lease")["expiresAt"] = "tomorrow" }},
+		{"missing workDir transport", "a_start.json", "workDir.transport", func(m map[string]any) { delete(sub(m, "workDir"), "transport") }},
+		{"missing checksum", "a_start.json", "workDir.checksum", func(m map[string]any) { delete(sub(m, "workDir"), "checksum") }},
+		{"missing archive", "a_start.json", "workDir.workspaceBase64", func(m map[string]any) { delete(sub(m, "workDir"), "workspaceBase64") }},
+		{"missing endpoint", "sshfs_start.json", "workDir.endpoint", func(m map[string]any) { delete(sub(m, "workDir"), "endpoint") }},
+		{"missing certificate", "sshfs_start.json", "workDir.credential.certificate", func(m map[string]any) {
+			delete(sub(sub(m, "workDir"), "credential"), "certificate")
+		}},
+		{"bad port", "sshfs_start.json", "workDir.endpoint.port", func(m map[string]any) { sub(sub(m, "workDir"), "endpoint")["port"] = 0 }},
+		{"missing work dir path", "a_accept.json", "executorWorkDir.path", func(m map[string]any) { delete(m, "executorWorkDir") }},
+		{"unknown error code", "a_error_declined.json", "code", func(m map[string]any) { m["code"] = "OOPS" }},
+		{"error without message", "a_error_declined.json", "message", func(m map[string]any) { delete(m, "message") }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := DecodeMessage(mutate(t, tt.file, tt.fn))
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("err = %v, want a FieldError", err)
+			}
+			if fe.Field != tt.field {
+				t.Fatalf("field %q (%v), want %q", fe.Field, err, tt.field)
+			}
+		})
+	}
+	for _, body := range []string{"", "null", "[]", "{", "<html>"} {
+		if _, err := DecodeMessage([]byte(body)); err == nil {
+			t.Errorf("%q decoded", body)
+		}
+	}
+}
+
+func TestValidDelegationID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"dlg_a1b2c3d4": true, "dlg_A-b_9": true, "3f2b8c1e-9a4d-4e7b-8c21-5d6e7f8a9b0c": true,
+		"dlg_": false, "dlg_a/b": false, "dlg_a.b": false, "DLG_a": false, "": false,
+		"dlg_" + strings.Repeat("a", 121): false, NewDelegationID(): true,
+	} {
+		if ValidDelegationID(id) != want {
+			t.Errorf("ValidDelegationID(%q) = %v", id, !want)
+		}
+	}
+}
