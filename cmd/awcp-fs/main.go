@@ -18,6 +18,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/lease"
@@ -64,6 +65,8 @@ func serveCommand(ctx context.Context) *cli.Command {
 				Usage: "how long a finished delegation's events stay available"},
 			&cli.DurationFlag{Name: "start-timeout", EnvVars: []string{"AWCP_START_TIMEOUT"}, Value: 2 * time.Minute,
 				Usage: "how long an accepted INVITE waits for START"},
+			&cli.Int64Flag{Name: "max-workspace-bytes", EnvVars: []string{"AWCP_MAX_WORKSPACE_BYTES"}, Value: 1 << 30,
+				Usage: "most bytes an archive workspace may expand to (zip bombs stop here)"},
 			&cli.DurationFlag{Name: "keepalive", EnvVars: []string{"AWCP_KEEPALIVE"}, Value: 15 * time.Second,
 				Usage: "interval of SSE keep-alive comments"},
 		),
@@ -95,11 +98,13 @@ func serve(ctx context.Context, c *cli.Context) error {
 	}
 	defer store.Close()
 	exec, err := control.NewExecutor(control.ExecutorOptions{
-		WorkRoot:      root,
-		AgentCommand:  c.String("agent-cmd"),
-		Store:         store,
-		StateDir:      state,
-		Transports:    []control.ExecutorTransport{&control.ArchiveExecutor{}},
+		WorkRoot:     root,
+		AgentCommand: c.String("agent-cmd"),
+		Store:        store,
+		StateDir:     state,
+		Transports: []control.ExecutorTransport{&control.ArchiveExecutor{
+			Limits: archive.Limits{MaxBytes: c.Int64("max-workspace-bytes")},
+		}},
 		MaxConcurrent: c.Int("max-concurrent"),
 		MaxTTL:        c.Duration("max-ttl"),
 		AccessModes:   c.StringSlice("access"),

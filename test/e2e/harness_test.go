@@ -1,0 +1,325 @@
+// Package e2e runs awcp-fs and awcp-ctl as separate processes on loopback
+// and checks what they do on disk.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binDir holds the binaries under test: $AWCP_BIN_DIR, or built by TestMain.
+var binDir string
+
+func TestMain(m *testing.M) {
+	binDir = os.Getenv("AWCP_BIN_DIR")
+	if binDir == "" {
+		tmp, err := os.MkdirTemp("", "awcp-e2e-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer os.RemoveAll(tmp)
+		cmd := exec.Command("go", "build", "-o", tmp+"/", "../../cmd/awcp-ctl", "../../cmd/awcp-fs")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build:", err)
+			os.Exit(1)
+		}
+		binDir = tmp
+	}
+	os.Exit(m.Run())
+}
+
+// executor is a running `awcp-fs serve`.
+type executor struct {
+	url      string
+	workRoot string
+	cmd      *exec.Cmd
+	log      *bytes.Buffer
+}
+
+// startExecutor runs awcp-fs serve on a free loopback port with agentCmd and
+// extra flags, and stops it (SIGTERM) at cleanup.
+func startExecutor(t *testing.T, agentCmd string, extra ...string) *executor {
+	t.Helper()
+	dir := t.TempDir()
+	x := &executor{workRoot: filepath.Join(dir, "work"), log: new(bytes.Buffer)}
+	args := append([]string{"serve", "--state-dir", filepath.Join(dir, "state"), "--work-root", x.workRoot,
+		"--listen", "127.0.0.1:0", "--agent-cmd", agentCmd, "--log-level", "info"}, extra...)
+	x.cmd = exec.Command(filepath.Join(binDir, "awcp-fs"), args...)
+	x.cmd.Stderr = x.log
+	out, err := x.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		x.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { x.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			x.cmd.Process.Kill()
+			<-done
+			t.Errorf("awcp-fs did not stop on SIGTERM; log:\n%s", x.log)
+		}
+		if t.Failed() {
+			t.Logf("awcp-fs log:\n%s", x.log)
+		}
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("awcp-fs did not start: %v\n%s", err, x.log)
+	}
+	_, addr, ok := strings.Cut(strings.TrimSpace(line), "listening on ")
+	if !ok {
+		t.Fatalf("unexpected first line %q", line)
+	}
+	x.url = addr
+	return x
+}
+
+// workRootEmpty fails unless the executor left nothing in its work root.
+func (x *executor) workRootEmpty(t *testing.T) {
+	t.Helper()
+	ents, err := os.ReadDir(x.workRoot)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	if len(ents) != 0 {
+		t.Fatalf("executor work root not clean: %v", ents)
+	}
+}
+
+// ctl runs awcp-ctl with a state dir.
+type ctl struct {
+	t     *testing.T
+	state string
+}
+
+func newCtl(t *testing.T) *ctl {
+	c := &ctl{t: t, state: filepath.Join(t.TempDir(), "ctl-state")}
+	t.Cleanup(c.stopDaemon)
+	return c
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (c *ctl) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(binDir, "awcp-ctl"), args...)
+	cmd.Env = append(os.Environ(), "AWCP_STATE_DIR="+c.state)
+	return cmd
+}
+
+func (c *ctl) run(args ...string) result {
+	c.t.Helper()
+	cmd := c.command(args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	case err != nil:
+		c.t.Fatal(err)
+	}
+	if strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr, "panic:") {
+		c.t.Fatalf("awcp-ctl crashed:\n%s", r.stderr)
+	}
+	return r
+}
+
+// delegation is the part of `status --json` the tests read.
+type delegation struct {
+	ID         string   `json:"id"`
+	State      string   `json:"state"`
+	Summary    string   `json:"summary"`
+	Highlights []string `json:"highlights"`
+	Conflicts  []string `json:"conflicts"`
+	Failure    *struct {
+		Code string `json:"code"`
+	} `json:"failure"`
+}
+
+func (c *ctl) status() []delegation {
+	c.t.Helper()
+	r := c.run("status", "--json")
+	var ds []delegation
+	if err := json.Unmarshal([]byte(r.stdout), &ds); err != nil {
+		c.t.Fatalf("status --json: %v\n%s%s", err, r.stdout, r.stderr)
+	}
+	return ds
+}
+
+// waitState polls until delegation id (or the only one, if id is "") is in state.
+func (c *ctl) waitState(id, state string) delegation {
+	c.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, d := range c.status() {
+			if (id == "" || d.ID == id) && d.State == state {
+				return d
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("delegation %q never reached %s: %+v", id, state, c.status())
+	return delegation{}
+}
+
+// stopDaemon ends an `awcp-ctl serve` a background export started.
+func (c *ctl) stopDaemon() {
+	out, _ := exec.Command("pgrep", "-f", "awcp-ctl serve --state-dir "+c.state).Output()
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			syscall.Kill(pid, syscall.SIGTERM)
+		}
+	}
+}
+
+// tree records every path of dir: kind, mode, content hash or link target.
+func tree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		desc := info.Mode().String()
+		switch {
+		case info.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			sum := sha256.Sum256(b)
+			desc += " " + hex.EncodeToString(sum[:8])
+		case info.Mode()&fs.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			desc += " -> " + target
+		}
+		m[rel] = desc
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func sameTree(t *testing.T, dir string, before map[string]string) {
+	t.Helper()
+	after := tree(t, dir)
+	for p, d := range before {
+		if after[p] != d {
+			t.Errorf("%s changed: %q -> %q", p, d, after[p])
+		}
+	}
+	for p := range after {
+		if _, ok := before[p]; !ok {
+			t.Errorf("%s appeared", p)
+		}
+	}
+}
+
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// sampleWorkspace makes a small project with a script, a subdir and a .git.
+func sampleWorkspace(t *testing.T) string {
+	dir := filepath.Join(t.TempDir(), "project")
+	writeFiles(t, dir, map[string]string{
+		"README.md":        "# sample\n",
+		"src/main.go":      "package main\n\nfunc main() {}\n",
+		"src/old.go":       "package main\n",
+		"scripts/build.sh": "#!/bin/sh\necho build\n",
+		".git/HEAD":        "ref: refs/heads/main\n",
+	})
+	if err := os.Symlink("src/main.go", filepath.Join(dir, "main-link")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// groupAlive reports whether a process group has a live (non-zombie) member.
+func groupAlive(pgid int) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
+			return true
+		}
+	}
+	return false
+}
+
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				return pid
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no pid in %s", path)
+	return 0
+}
+
+func waitGone(t *testing.T, pgid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if !groupAlive(pgid) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("agent process group %d still runs", pgid)
+}
