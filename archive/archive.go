@@ -26,6 +26,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // CompressionLevel is the deflate level of spec §5.3.
@@ -167,9 +168,7 @@ type Packed struct {
 func Pack(dir string) (*Packed, error) {
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
-	zw.RegisterCompressor(zip.Deflate, func(w io.Writer) (io.WriteCloser, error) {
-		return flate.NewWriter(w, CompressionLevel)
-	})
+	zw.RegisterCompressor(zip.Deflate, pooledDeflate)
 	m := Manifest{}
 	skipped, err := walk(dir, func(rel string, info fs.FileInfo, target string, open func() (*os.File, error)) error {
 		e := entryOf(info, target)
@@ -217,6 +216,31 @@ func Pack(dir string) (*Packed, error) {
 		return nil, fmt.Errorf("pack workspace: %w", err)
 	}
 	return &Packed{Zip: buf.Bytes(), Manifest: m, Skipped: skipped}, nil
+}
+
+// deflaters recycles flate writers: each holds about a megabyte of state,
+// and a workspace has thousands of files.
+var deflaters sync.Pool
+
+// pooledDeflate is a zip.Compressor at CompressionLevel from the pool.
+func pooledDeflate(w io.Writer) (io.WriteCloser, error) {
+	if fw, ok := deflaters.Get().(*flate.Writer); ok {
+		fw.Reset(w)
+		return pooledWriter{fw}, nil
+	}
+	fw, err := flate.NewWriter(w, CompressionLevel)
+	if err != nil {
+		return nil, err
+	}
+	return pooledWriter{fw}, nil
+}
+
+type pooledWriter struct{ *flate.Writer }
+
+func (p pooledWriter) Close() error {
+	err := p.Writer.Close()
+	deflaters.Put(p.Writer)
+	return err
 }
 
 // Limits bound what Extract writes. Zero fields take the defaults.

@@ -1,0 +1,36 @@
+# awcp — see README.md.
+GO      ?= go
+BIN     := $(CURDIR)/bin
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/awcp/awcp/cmd/internal/clikit.Version=$(VERSION)
+
+.PHONY: build test unit e2e race bench demo lint clean
+
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/awcp-ctl ./cmd/awcp-fs
+
+# Everything: unit tests with the race detector, then the end-to-end suite
+# against the built binaries.
+test: build
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 10m $$($(GO) list ./... | grep -v /test/e2e)
+	AWCP_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 10m ./test/e2e/...
+
+unit:
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/e2e)
+
+e2e: build
+	AWCP_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout 10m ./test/e2e/...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./archive/ ./lease/
+
+demo: build
+	BIN=$(BIN) sh test/e2e/demo/run.sh
+
+lint:
+	gofmt -l . | (! grep .)
+	$(GO) vet ./...
+
+clean:
+	rm -rf $(BIN)

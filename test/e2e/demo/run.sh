@@ -1,0 +1,35 @@
+#!/bin/sh
+# make demo: an executor on loopback with the demo agent, a copy of the
+# sample workspace delegated to it, and what changed. Needs only the two
+# binaries in $BIN (default ./bin).
+set -eu
+BIN=${BIN:-$(pwd)/bin}
+HERE=$(cd "$(dirname "$0")" && pwd)
+TMP=$(mktemp -d /tmp/awcp-demo.XXXXXX)
+PORT=${AWCP_DEMO_PORT:-10299}
+cleanup() {
+	[ -n "${EXEC_PID:-}" ] && kill "$EXEC_PID" 2>/dev/null && wait "$EXEC_PID" 2>/dev/null
+	rm -rf "$TMP"
+}
+trap cleanup EXIT INT TERM
+
+cp -R "$HERE/workspace" "$TMP/workspace"
+echo "== workspace before:"
+(cd "$TMP/workspace" && find . -type f | sort | xargs ls -l | awk '{print "   " $1, $NF}')
+
+echo "== starting the executor: awcp-fs serve --listen 127.0.0.1:$PORT"
+"$BIN/awcp-fs" serve --state-dir "$TMP/executor-state" --work-root "$TMP/executor-work" \
+	--listen "127.0.0.1:$PORT" --agent-cmd "sh $HERE/agent.sh" >"$TMP/executor.log" 2>&1 &
+EXEC_PID=$!
+for _ in $(seq 50); do
+	grep -q listening "$TMP/executor.log" 2>/dev/null && break
+	sleep 0.1
+done
+
+echo "== delegating: awcp-ctl export workspace --peer http://127.0.0.1:$PORT --transport archive"
+"$BIN/awcp-ctl" --state-dir "$TMP/delegator-state" export "$TMP/workspace" \
+	--peer "http://127.0.0.1:$PORT" --transport archive \
+	--prompt "Make greet.sh executable, add a test for it, and close the TODO."
+
+echo "== workspace after:"
+(cd "$TMP/workspace" && find . -type f | sort | xargs ls -l | awk '{print "   " $1, $NF}')
