@@ -463,6 +463,24 @@ func (d *Delegator) end(id string, ev lease.Event, pe *ProtocolError) error {
 	return nil
 }
 
+// ExpireOverdue expires the overdue delegations no live process follows.
+// Commands that open the store call it, so a lease that ran out while
+// nothing ran ends as soon as anything looks at it.
+func (d *Delegator) ExpireOverdue(ctx context.Context) {
+	ds, err := d.store.Delegations()
+	if err != nil {
+		return
+	}
+	now := d.store.Now()
+	for _, del := range ds {
+		if !del.ExpiresAt.IsZero() && !now.Before(del.ExpiresAt) && lease.CanFire(del.State, lease.Expire) && !processAlive(del.OwnerPID) {
+			if err := d.Expire(ctx, del.ID); err != nil {
+				d.log.Debug("expire overdue", "delegation", del.ID, "err", err)
+			}
+		}
+	}
+}
+
 // Orphans lists live delegations whose owning process is gone: a daemon
 // adopts them with Run.
 func (d *Delegator) Orphans() ([]string, error) {

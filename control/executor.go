@@ -265,9 +265,9 @@ func (e *Executor) end(ctx context.Context, id string, ev lease.Event, pe *Proto
 		}
 		return nil
 	}
-	// No task: setup may be under way (START will find the lease ended and
-	// clean up), or nothing was set up yet.
-	if a.State != lease.Started && a.WorkDir != "" {
+	// No task. If setup was under way, START finds the lease ended and
+	// cleans up itself; otherwise whatever exists goes now.
+	if prev := a.Transitions[len(a.Transitions)-1].From; prev != lease.Started {
 		return e.removeWorkDir(ctx, a)
 	}
 	return nil

@@ -41,7 +41,11 @@ func openEnv(c *cli.Context) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &env{state: state, store: store, log: log}, nil
+	e := &env{state: state, store: store, log: log}
+	if dlg, err := e.delegator(nil); err == nil {
+		dlg.ExpireOverdue(c.Context)
+	}
+	return e, nil
 }
 
 func (e *env) socket() string { return filepath.Join(e.state, "ctl.sock") }

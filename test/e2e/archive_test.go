@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -414,4 +415,67 @@ func post(t *testing.T, base string, msg any, wantStatus int) map[string]any {
 		t.Fatalf("HTTP %d, want %d: %s", resp.StatusCode, wantStatus, raw)
 	}
 	return m
+}
+
+// TestDaemonCrashLosesNothing kills the delegator daemon mid-task; the task
+// finishes while no delegator runs; a new daemon adopts the delegation,
+// resumes the event stream and applies the result.
+func TestDaemonCrashLosesNothing(t *testing.T) {
+	x := startExecutor(t, `sleep 1; echo "made while the delegator was down" > late.txt; echo finished`)
+	c := newCtl(t)
+	dir := sampleWorkspace(t)
+	r := c.run("export", dir, "--peer", x.url, "--prompt", "p", "--background")
+	if r.code != 0 {
+		t.Fatalf("%d %s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	c.waitState(id, "running")
+
+	// The local API is for this user only.
+	for path, want := range map[string]fs.FileMode{c.state: 0o700, filepath.Join(c.state, "ctl.sock"): 0o600, filepath.Join(c.state, "delegator.db"): 0o600} {
+		if info, err := os.Stat(path); err != nil || info.Mode().Perm() != want {
+			t.Errorf("%s: mode %v (%v), want %v", path, info.Mode().Perm(), err, want)
+		}
+	}
+
+	c.stopDaemonHard()
+	time.Sleep(2 * time.Second) // the task ends meanwhile
+	if _, err := os.Stat(filepath.Join(dir, "late.txt")); err == nil {
+		t.Fatal("result applied with no delegator running?")
+	}
+
+	daemon := c.command("serve", "--state-dir", c.state)
+	if err := daemon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { daemon.Process.Signal(syscall.SIGTERM); daemon.Wait() }()
+	res := c.run("output", id, "--block", "--timeout", "15s")
+	if res.code != 0 {
+		t.Fatalf("after restart: %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "late.txt")); err != nil || !strings.Contains(string(b), "delegator was down") {
+		t.Fatalf("late.txt = %q, %v", b, err)
+	}
+}
+
+// TestOverdueLeaseExpiresOnNextLook: a lease that runs out while no
+// delegator process runs is expired by the next command that opens the store.
+func TestOverdueLeaseExpiresOnNextLook(t *testing.T) {
+	x := startExecutor(t, `sleep 60`)
+	c := newCtl(t)
+	dir := sampleWorkspace(t)
+	before := tree(t, dir)
+	r := c.run("export", dir, "--peer", x.url, "--prompt", "p", "--background", "--ttl", "2s")
+	if r.code != 0 {
+		t.Fatalf("%d %s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	c.waitState(id, "running")
+	c.stopDaemonHard()
+	time.Sleep(2500 * time.Millisecond)
+	d := c.waitState(id, "expired")
+	if d.Failure == nil || d.Failure.Code != control.CodeExpired {
+		t.Fatalf("%+v", d)
+	}
+	sameTree(t, dir, before)
 }

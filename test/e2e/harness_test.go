@@ -190,13 +190,25 @@ func (c *ctl) waitState(id, state string) delegation {
 }
 
 // stopDaemon ends an `awcp-ctl serve` a background export started.
-func (c *ctl) stopDaemon() {
+func (c *ctl) stopDaemon() { c.signalDaemon(syscall.SIGTERM) }
+
+// stopDaemonHard kills the daemon as a crash would.
+func (c *ctl) stopDaemonHard() {
+	if c.signalDaemon(syscall.SIGKILL) == 0 {
+		c.t.Fatal("no daemon to kill")
+	}
+}
+
+func (c *ctl) signalDaemon(sig syscall.Signal) int {
 	out, _ := exec.Command("pgrep", "-f", "awcp-ctl serve --state-dir "+c.state).Output()
+	n := 0
 	for _, f := range strings.Fields(string(out)) {
 		if pid, err := strconv.Atoi(f); err == nil {
-			syscall.Kill(pid, syscall.SIGTERM)
+			syscall.Kill(pid, sig)
+			n++
 		}
 	}
+	return n
 }
 
 // tree records every path of dir: kind, mode, content hash or link target.
