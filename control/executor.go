@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/awcp/awcp/archive"
@@ -300,7 +299,7 @@ func (e *Executor) recover(ctx context.Context) {
 			e.end(ctx, a.ID, lease.SendError, Errorf(CodeSetupFailed, "the executor restarted during setup").
 				WithHint("delegate again"))
 		case lease.Running:
-			killGroup(a.AgentPID)
+			agent.KillGroup(a.AgentPID)
 			if !a.ExpiresAt.IsZero() && !e.store.Now().Before(a.ExpiresAt) {
 				e.expire(ctx, a.ID)
 				continue
@@ -313,16 +312,6 @@ func (e *Executor) recover(ctx context.Context) {
 				e.removeWorkDir(ctx, a)
 			}
 		}
-	}
-}
-
-// killGroup kills process group pgid if its leader still runs.
-func killGroup(pgid int) {
-	if pgid <= 1 {
-		return
-	}
-	if g, err := syscall.Getpgid(pgid); err == nil && g == pgid {
-		syscall.Kill(-pgid, syscall.SIGKILL)
 	}
 }
 

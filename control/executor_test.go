@@ -15,13 +15,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/control/agent"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -433,7 +433,7 @@ func TestExecutorCancelKillsAgent(t *testing.T) {
 	if ev.Code != CodeCancelled {
 		t.Fatalf("%+v", ev)
 	}
-	if groupAlive(pid) {
+	if agent.GroupAlive(pid) {
 		t.Fatalf("agent group %d still there after cancel returned", pid)
 	}
 	if _, err := os.Stat(filepath.Join(f.root, id)); !os.IsNotExist(err) {
@@ -458,7 +458,7 @@ func TestExecutorExpiresRunningTask(t *testing.T) {
 	if ev.Code != CodeExpired {
 		t.Fatalf("%+v", ev)
 	}
-	if groupAlive(pid) {
+	if agent.GroupAlive(pid) {
 		t.Fatal("agent survived expiry")
 	}
 	a, _ := f.store.Assignment(id)
@@ -558,24 +558,4 @@ func getJSON(t *testing.T, url string, v any) {
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// groupAlive reports whether process group pgid has a member that is not a
-// zombie (orphans may wait for a reaper that never comes in a container).
-func groupAlive(pgid int) bool {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
-			return true
-		}
-	}
-	return false
 }

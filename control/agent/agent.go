@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -238,4 +239,41 @@ func (b *tailBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// GroupAlive reports whether process group pgid has a member that is not a
+// zombie. An agent's leader may be gone while children it started live on,
+// and orphans that died may wait for a reaper that never comes (PID 1 in a
+// container), so neither kill(-pgid, 0) nor the leader's pid tells.
+func GroupAlive(pgid int) bool {
+	if pgid <= 1 {
+		return false
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return syscall.Kill(-pgid, 0) == nil
+	}
+	want := strconv.Itoa(pgid)
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after "(comm)": state, ppid, pgrp, ...
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 2 && f[0] != "Z" && f[2] == want {
+			return true
+		}
+	}
+	return false
+}
+
+// KillGroup kills what is left of process group pgid.
+func KillGroup(pgid int) {
+	if GroupAlive(pgid) {
+		syscall.Kill(-pgid, syscall.SIGKILL)
+	}
 }

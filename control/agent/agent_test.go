@@ -5,9 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -75,7 +73,7 @@ func TestCancelKillsProcessGroup(t *testing.T) {
 		})
 		errc <- err
 	}()
-	<-started
+	pgid := <-started
 	var childPID int
 	for i := 0; i < 100 && childPID == 0; i++ {
 		time.Sleep(20 * time.Millisecond)
@@ -96,12 +94,12 @@ func TestCancelKillsProcessGroup(t *testing.T) {
 		t.Fatal("Run did not return after cancel")
 	}
 	for i := 0; i < 50; i++ {
-		if !alive(childPID) {
+		if !GroupAlive(pgid) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("child %d survived", childPID)
+	t.Fatalf("child %d of group %d survived", childPID, pgid)
 }
 
 func TestBackgroundChildDoesNotHoldRun(t *testing.T) {
@@ -115,19 +113,6 @@ func TestBackgroundChildDoesNotHoldRun(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run waited for a background child")
 	}
-}
-
-// alive reports whether pid runs; a zombie waiting for a reaper does not.
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return len(f) > 0 && f[0] != "Z"
 }
 
 func atoi(s string) int {

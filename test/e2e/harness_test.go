@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/awcp/awcp/control/agent"
 )
 
 // binDir holds the binaries under test: $AWCP_BIN_DIR, or built by TestMain.
@@ -290,25 +292,6 @@ func sampleWorkspace(t *testing.T) string {
 	return dir
 }
 
-// groupAlive reports whether a process group has a live (non-zombie) member.
-func groupAlive(pgid int) bool {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
-			return true
-		}
-	}
-	return false
-}
-
 func readPID(t *testing.T, path string) int {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -328,7 +311,7 @@ func waitGone(t *testing.T, pgid int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if !groupAlive(pgid) {
+		if !agent.GroupAlive(pgid) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
