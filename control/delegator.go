@@ -373,7 +373,7 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 			_, err = d.store.FireDelegation(id, lease.SendError, "result not applied", func(del *lease.Delegation) error {
 				del.LastEventID = seq
 				del.Failure = &lease.Failure{Code: CodeTaskFailed, Message: "the result could not be applied: " + ferr.Error(),
-					Hint: "the local directory was left as it was"}
+					Hint: "nothing was lost: the executor's result is kept in the file named above"}
 				return nil
 			})
 		} else {
@@ -381,13 +381,13 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 				del.LastEventID = seq
 				del.Summary, del.Highlights = ev.Summary, ev.Highlights
 				for _, p := range rep.Created {
-					del.Notes = append(del.Notes, "+ "+p)
+					del.Changes = append(del.Changes, "+ "+p)
 				}
 				for _, p := range rep.Modified {
-					del.Notes = append(del.Notes, "~ "+p)
+					del.Changes = append(del.Changes, "~ "+p)
 				}
 				for _, p := range rep.Deleted {
-					del.Notes = append(del.Notes, "- "+p)
+					del.Changes = append(del.Changes, "- "+p)
 				}
 				del.Conflicts = rep.Conflicts
 				return nil

@@ -182,14 +182,22 @@ func (e *Executor) Run(ctx context.Context) {
 	e.stopAll()
 }
 
-// stopAll ends every running task on shutdown. The leases stay as they are
-// in the store; the next run's recovery settles them.
+// stopAll ends every running task on shutdown with TASK_FAILED, so that a
+// delegator still connected hears of it now rather than at expiry.
 func (e *Executor) stopAll() {
 	e.mu.Lock()
-	for _, t := range e.tasks {
-		t.cancel()
+	ids := make([]string, 0, len(e.tasks))
+	for id := range e.tasks {
+		ids = append(ids, id)
 	}
 	e.mu.Unlock()
+	for _, id := range ids {
+		err := e.end(context.Background(), id, lease.SendError,
+			Errorf(CodeTaskFailed, "the executor shut down").WithHint("delegate again"))
+		if err != nil {
+			e.log.Warn("stop task", "delegation", id, "err", err)
+		}
+	}
 	e.wg.Wait()
 }
 
@@ -250,7 +258,9 @@ func (e *Executor) end(ctx context.Context, id string, ev lease.Event, pe *Proto
 	if err != nil {
 		return err
 	}
-	e.publish(id)
+	// Subscribers hear of the end once the agent is stopped and the work dir
+	// is gone (a subscriber connecting meanwhile may read it sooner).
+	defer e.publish(id)
 	e.log.Info("delegation ended", "delegation", id, "state", a.State, "code", pe.Code)
 	e.mu.Lock()
 	t := e.tasks[id]

@@ -14,9 +14,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -514,23 +516,58 @@ func TestExecutorKeepAliveAndRetention(t *testing.T) {
 	t.Fatal("events outlived the retention period")
 }
 
-func TestExecutorRestartSettlesRunningTask(t *testing.T) {
+func TestExecutorShutdownFailsRunningTask(t *testing.T) {
 	f := newExecFixture(t, `sleep 60`, nil)
-	id := "dlg_restart"
+	id := "dlg_shutdown"
 	f.delegate(id, workspace(t, map[string]string{"a": "1"}))
-	agentPID(t, f.store, id)
-	f.stop() // the daemon goes down mid-task
-	if a, _ := f.store.Assignment(id); a.State != lease.Running {
-		t.Fatalf("state after shutdown %s", a.State)
+	pid := agentPID(t, f.store, id)
+	f.stop()
+	a, _ := f.store.Assignment(id)
+	if a.State != lease.Error || a.Failure.Code != CodeTaskFailed || agent.GroupAlive(pid) {
+		t.Fatalf("after shutdown: %s %+v, agent alive %v", a.State, a.Failure, agent.GroupAlive(pid))
 	}
-	f.start(`sleep 60`, nil)
-	ev := last(f.events(id, 0))
-	if ev.Code != CodeTaskFailed || !strings.Contains(ev.Message, "restarted") {
+	f.start("true", nil)
+	if ev := last(f.events(id, 0)); ev.Code != CodeTaskFailed || !strings.Contains(ev.Message, "shut down") {
 		t.Fatalf("%+v", ev)
 	}
-	if _, err := os.Stat(filepath.Join(f.root, id)); !os.IsNotExist(err) {
-		t.Fatal("work dir left after restart")
+}
+
+// TestExecutorRecoversAfterCrash: a daemon that died without shutting down
+// left a running lease, its agent and its work dir; the next start stops
+// the agent, fails the lease and removes the work dir.
+func TestExecutorRecoversAfterCrash(t *testing.T) {
+	f := newExecFixture(t, "true", nil)
+	f.stop()
+	id := "dlg_crashed"
+	wd := filepath.Join(f.root, id)
+	os.MkdirAll(wd, 0o700)
+	os.WriteFile(filepath.Join(wd, "half-done"), []byte("x"), 0o600)
+	orphan := exec.Command("sleep", "60")
+	orphan.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
 	}
+	defer orphan.Wait()
+	if err := f.store.CreateAssignment(&lease.Assignment{Lease: lease.Lease{ID: id, Transport: TransportArchive}, WorkDir: wd}, 5); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []lease.Event{lease.SendStart, lease.SetupComplete} {
+		if _, _, err := f.store.FireAssignment(id, ev, "", func(a *lease.Assignment) error {
+			a.AgentPID = orphan.Process.Pid
+			a.ExpiresAt = time.Now().Add(time.Hour)
+			return nil
+		}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.start("true", nil)
+	if ev := last(f.events(id, 0)); ev.Code != CodeTaskFailed || !strings.Contains(ev.Message, "restarted") {
+		t.Fatalf("%+v", ev)
+	}
+	if agent.GroupAlive(orphan.Process.Pid) {
+		t.Fatal("orphaned agent still runs")
+	}
+	waitRemoved(t, wd)
 }
 
 func TestExecutorStatusAndAgentCard(t *testing.T) {
@@ -558,4 +595,15 @@ func getJSON(t *testing.T, url string, v any) {
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func waitRemoved(t *testing.T, path string) {
+	t.Helper()
+	for i := 0; i < 200; i++ {
+		if _, err := os.Lstat(path); os.IsNotExist(err) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s was not removed", path)
 }

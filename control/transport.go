@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/awcp/awcp/archive"
@@ -111,6 +113,9 @@ type ArchiveDelegator struct {
 	// StagingDir is where results are unpacked before they are applied.
 	// Required.
 	StagingDir string
+	// ResultDir keeps a result that could not be applied, as <id>.zip, so
+	// that nothing the executor did is lost. Required.
+	ResultDir string
 	// Limits bound the extraction of results.
 	Limits archive.Limits
 }
@@ -167,7 +172,11 @@ func (t *ArchiveDelegator) Finish(_ context.Context, d Lent, ev *Event) (*archiv
 		Limits:         t.Limits,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("apply the result: %w", err)
+		kept := filepath.Join(t.ResultDir, d.ID+".zip")
+		if werr := writePrivate(kept, data); werr != nil {
+			return nil, fmt.Errorf("apply the result: %w (and it could not be kept: %v)", err, werr)
+		}
+		return nil, fmt.Errorf("apply the result: %w; the result is kept in %s", err, kept)
 	}
 	return rep, nil
 }
@@ -183,4 +192,12 @@ func shortID(id string) string {
 		id = id[:8]
 	}
 	return id
+}
+
+// writePrivate writes data to path, 0600 in a 0700 directory.
+func writePrivate(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o600)
 }

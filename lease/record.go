@@ -66,8 +66,9 @@ type Delegation struct {
 	Token           string   `json:"token,omitempty"`    // secret for the peer; never log
 	Summary         string   `json:"summary,omitempty"`
 	Highlights      []string `json:"highlights,omitempty"`
-	Conflicts       []string `json:"conflicts,omitempty"`
-	Notes           []string `json:"notes,omitempty"` // what the user should know, e.g. a transport fallback
+	Changes         []string `json:"changes,omitempty"`   // "+ new", "~ changed", "- deleted"
+	Conflicts       []string `json:"conflicts,omitempty"` // local versions kept
+	Notes           []string `json:"notes,omitempty"`     // what the user should know, e.g. a transport fallback
 }
 
 // Assignment is the executor's record of a lease it accepted.

@@ -54,7 +54,8 @@ func (e *env) delegator(progress func(string, *control.Event)) (*control.Delegat
 	return control.NewDelegator(control.DelegatorOptions{
 		Store: e.store,
 		Transports: map[string]control.DelegatorTransport{
-			control.TransportArchive: &control.ArchiveDelegator{Blobs: e.store, StagingDir: filepath.Join(e.state, "staging")},
+			control.TransportArchive: &control.ArchiveDelegator{Blobs: e.store,
+				StagingDir: filepath.Join(e.state, "staging"), ResultDir: filepath.Join(e.state, "results")},
 		},
 		Progress: progress,
 		Logger:   e.log,
@@ -120,23 +121,15 @@ func report(c *cli.Context, d *lease.Delegation) error {
 			fmt.Fprintf(w, "highlights:\n%s\n", indent(strings.Join(d.Highlights, "\n")))
 		}
 	}
-	var changes, notes []string
-	for _, n := range d.Notes {
-		if len(n) > 2 && strings.Contains("+~-", n[:1]) && n[1] == ' ' {
-			changes = append(changes, n)
-		} else {
-			notes = append(notes, n)
-		}
-	}
-	if len(changes) > 0 {
-		fmt.Fprintf(w, "changes applied to %s:\n%s\n", d.LocalDir, indent(strings.Join(changes, "\n")))
+	if len(d.Changes) > 0 {
+		fmt.Fprintf(w, "changes applied to %s:\n%s\n", d.LocalDir, indent(strings.Join(d.Changes, "\n")))
 	} else if d.State == lease.Completed && d.Transport == control.TransportArchive && d.AccessMode == control.AccessRW {
 		fmt.Fprintln(w, "changes: none")
 	}
 	if len(d.Conflicts) > 0 {
 		fmt.Fprintf(w, "conflicts (local versions kept):\n%s\n", indent(strings.Join(d.Conflicts, "\n")))
 	}
-	for _, n := range notes {
+	for _, n := range d.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
 	if f := d.Failure; f != nil && d.State != lease.Completed {

@@ -479,3 +479,38 @@ func TestOverdueLeaseExpiresOnNextLook(t *testing.T) {
 	}
 	sameTree(t, dir, before)
 }
+
+// TestResultKeptWhenItCannotBeApplied: the workspace vanished while the
+// task ran; the executor's result is kept in the state dir, not lost.
+func TestResultKeptWhenItCannotBeApplied(t *testing.T) {
+	gate := filepath.Join(t.TempDir(), "gate")
+	x := startExecutor(t, `while [ ! -e `+gate+` ]; do sleep 0.05; done; echo precious > work.txt`)
+	c := newCtl(t)
+	dir := sampleWorkspace(t)
+	exp := c.command("export", dir, "--peer", x.url, "--prompt", "p")
+	var stderr bytes.Buffer
+	exp.Stderr = &stderr
+	exp.Start()
+	d := c.waitState("", "running")
+	os.RemoveAll(dir)
+	os.WriteFile(gate, nil, 0o644)
+	exp.Wait()
+	if exp.ProcessState.ExitCode() != 1 || !strings.Contains(stderr.String(), "error TASK_FAILED") {
+		t.Fatalf("%d %s", exp.ProcessState.ExitCode(), stderr.String())
+	}
+	kept := filepath.Join(c.state, "results", d.ID+".zip")
+	if !strings.Contains(stderr.String(), kept) {
+		t.Fatalf("the message does not say where the result is:\n%s", stderr.String())
+	}
+	data, err := os.ReadFile(kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	if err := archive.Extract(data, out, archive.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "work.txt")); string(b) != "precious\n" {
+		t.Fatalf("kept result lacks the work: %q", b)
+	}
+}
