@@ -2,12 +2,19 @@ module github.com/awcp/awcp
 
 go 1.26.8
 
-require go.etcd.io/bbolt v1.5.0
+require (
+	github.com/gliderlabs/ssh v0.3.8
+	github.com/pkg/sftp v1.13.12
+	github.com/urfave/cli/v2 v2.27.7
+	go.etcd.io/bbolt v1.5.0
+	golang.org/x/crypto v0.58.0
+)
 
 require (
+	github.com/anmitsu/go-shlex v0.0.0-20200514113438-38f4b401e2be // indirect
 	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
+	github.com/kr/fs v0.1.0 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
-	github.com/urfave/cli/v2 v2.27.7 // indirect
 	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )

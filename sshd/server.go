@@ -1,0 +1,234 @@
+package sshd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/gliderlabs/ssh"
+	gossh "golang.org/x/crypto/ssh"
+)
+
+// Export is what a live lease lends: a directory and whether it is read-only.
+type Export struct {
+	Dir      string
+	ReadOnly bool
+}
+
+// Leases answers whether a delegation's lease is live, and what it lends.
+// The delegator's lease store implements it.
+type Leases interface {
+	Live(id string) (Export, bool)
+}
+
+// Options configures a Server. Authority and Leases are required.
+type Options struct {
+	// Authority signs and checks certificates. Required.
+	Authority *Authority
+	// Leases decides, at every login and session, whether a lease is live.
+	// Required.
+	Leases Leases
+	// SweepInterval is how often connections of leases that ended
+	// elsewhere (another process) are closed. Default 2s.
+	SweepInterval time.Duration
+	// IdleTimeout closes connections without traffic. Default 5m; the
+	// executor's keepalives count.
+	IdleTimeout time.Duration
+	// Logger default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock for certificate validity. Default time.Now.
+	Now func() time.Time
+}
+
+// Server is the embedded SSH server: certificates of our CA only, the sftp
+// subsystem only.
+type Server struct {
+	opts Options
+	ssh  *ssh.Server
+	log  *slog.Logger
+
+	mu    sync.Mutex // guards conns
+	conns map[string]map[gossh.Conn]struct{}
+
+	sessions sync.WaitGroup // sftp sessions: gliderlabs does not track them
+}
+
+// New builds a Server.
+func New(opts Options) (*Server, error) {
+	if opts.Authority == nil || opts.Leases == nil {
+		return nil, errors.New("sshd: Authority and Leases are required")
+	}
+	if opts.SweepInterval <= 0 {
+		opts.SweepInterval = 2 * time.Second
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = 5 * time.Minute
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Server{opts: opts, log: opts.Logger, conns: map[string]map[gossh.Conn]struct{}{}}
+	s.ssh = &ssh.Server{
+		HostSigners:      []ssh.Signer{opts.Authority.HostKey()},
+		IdleTimeout:      opts.IdleTimeout,
+		PublicKeyHandler: s.checkCert,
+		// Without a Handler gliderlabs panics on "exec"; this one refuses
+		// shells and commands. SessionRequestCallback refuses them first.
+		Handler: func(sess ssh.Session) {
+			sess.Stderr().Write([]byte("awcp: only the sftp subsystem is served\n"))
+			sess.Exit(1)
+		},
+		SessionRequestCallback: func(_ ssh.Session, typ string) bool { return typ == "subsystem" },
+		PtyCallback:            func(ssh.Context, ssh.Pty) bool { return false },
+		SubsystemHandlers:      map[string]ssh.SubsystemHandler{"sftp": s.serveSFTP},
+		// No LocalPortForwardingCallback, ReversePortForwardingCallback or
+		// RequestHandlers: forwarding of any kind is refused.
+	}
+	return s, nil
+}
+
+// checkCert accepts only a user certificate signed by our CA whose single
+// principal is the login user, inside its validity, for a live lease.
+// CertChecker alone would accept an empty principal list and ignore the
+// certificate type, hence the explicit checks.
+func (s *Server) checkCert(ctx ssh.Context, key ssh.PublicKey) bool {
+	user := ctx.User()
+	cert, ok := key.(*gossh.Certificate)
+	if !ok {
+		s.log.Info("ssh: refused a plain key", "user", user, "remote", ctx.RemoteAddr())
+		return false
+	}
+	switch {
+	case cert.CertType != gossh.UserCert:
+		return false
+	case !bytes.Equal(cert.SignatureKey.Marshal(), s.opts.Authority.CAPublicKey().Marshal()):
+		s.log.Info("ssh: refused a certificate of another CA", "user", user)
+		return false
+	case len(cert.ValidPrincipals) != 1 || cert.ValidPrincipals[0] != user:
+		return false
+	}
+	checker := gossh.CertChecker{Clock: s.opts.Now}
+	if err := checker.CheckCert(user, cert); err != nil {
+		s.log.Info("ssh: refused certificate", "user", user, "serial", cert.Serial, "err", err)
+		return false
+	}
+	if _, live := s.opts.Leases.Live(user); !live {
+		s.log.Info("ssh: refused certificate of an ended lease", "user", user, "serial", cert.Serial)
+		return false
+	}
+	return true
+}
+
+func (s *Server) serveSFTP(sess ssh.Session) {
+	s.sessions.Add(1)
+	defer s.sessions.Done()
+	id := sess.User()
+	conn, _ := sess.Context().Value(ssh.ContextKeyConn).(gossh.Conn)
+	exp, live := s.opts.Leases.Live(id)
+	if !live || conn == nil {
+		sess.Exit(1)
+		return
+	}
+	s.track(id, conn)
+	defer s.untrack(id, conn)
+	root, err := os.OpenRoot(exp.Dir)
+	if err != nil {
+		s.log.Warn("sftp: open export", "delegation", id, "err", err)
+		sess.Exit(1)
+		return
+	}
+	defer root.Close()
+	s.log.Info("sftp session", "delegation", id, "remote", sess.RemoteAddr(), "readOnly", exp.ReadOnly)
+	err = ServeSFTP(sess, root, exp.ReadOnly, s.log.With("delegation", id))
+	if err != nil {
+		s.log.Debug("sftp session ended", "delegation", id, "err", err)
+	}
+	sess.Exit(0)
+}
+
+func (s *Server) track(id string, c gossh.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns[id] == nil {
+		s.conns[id] = map[gossh.Conn]struct{}{}
+	}
+	s.conns[id][c] = struct{}{}
+}
+
+func (s *Server) untrack(id string, c gossh.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns[id], c)
+	if len(s.conns[id]) == 0 {
+		delete(s.conns, id)
+	}
+}
+
+// Revoke closes every connection of delegation id now. New ones are
+// refused as soon as the lease is no longer live in the store.
+func (s *Server) Revoke(id string) {
+	s.mu.Lock()
+	conns := make([]gossh.Conn, 0, len(s.conns[id]))
+	for c := range s.conns[id] {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+	if len(conns) > 0 {
+		s.log.Info("ssh: closed connections of an ended lease", "delegation", id, "connections", len(conns))
+	}
+}
+
+// sweep revokes leases that ended without Revoke being called here (in
+// another process sharing the store).
+func (s *Server) sweep() {
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.conns))
+	for id := range s.conns {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		if _, live := s.opts.Leases.Live(id); !live {
+			s.Revoke(id)
+		}
+	}
+}
+
+// Serve accepts on ln until ctx is done, then closes every connection and
+// returns once every session has ended.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.ssh.Serve(ln) }()
+	t := time.NewTicker(s.opts.SweepInterval)
+	defer t.Stop()
+	var err error
+loop:
+	for {
+		select {
+		case err = <-errc:
+			break loop
+		case <-t.C:
+			s.sweep()
+		case <-ctx.Done():
+			s.ssh.Close()
+			err = <-errc
+			break loop
+		}
+	}
+	s.sessions.Wait()
+	if errors.Is(err, ssh.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

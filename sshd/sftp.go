@@ -1,0 +1,939 @@
+package sshd
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// This file is our own SFTP v3 server. pkg/sftp's request server answers
+// FSTAT and FSETSTAT by path (so an open, unlinked file is lost) and has no
+// fsync@openssh.com; its plain server is not confined to a directory. So
+// the server side is written here, on os.Root; pkg/sftp stays the client.
+
+// Packet types of SFTP v3 (draft-ietf-secsh-filexfer-02).
+const (
+	fxpInit          = 1
+	fxpVersion       = 2
+	fxpOpen          = 3
+	fxpClose         = 4
+	fxpRead          = 5
+	fxpWrite         = 6
+	fxpLstat         = 7
+	fxpFstat         = 8
+	fxpSetstat       = 9
+	fxpFsetstat      = 10
+	fxpOpendir       = 11
+	fxpReaddir       = 12
+	fxpRemove        = 13
+	fxpMkdir         = 14
+	fxpRmdir         = 15
+	fxpRealpath      = 16
+	fxpStat          = 17
+	fxpRename        = 18
+	fxpReadlink      = 19
+	fxpSymlink       = 20
+	fxpStatus        = 101
+	fxpHandle        = 102
+	fxpData          = 103
+	fxpName          = 104
+	fxpAttrs         = 105
+	fxpExtended      = 200
+	fxpExtendedReply = 201
+)
+
+// Status codes.
+const (
+	fxOK               = 0
+	fxEOF              = 1
+	fxNoSuchFile       = 2
+	fxPermissionDenied = 3
+	fxFailure          = 4
+	fxBadMessage       = 5
+	fxOpUnsupported    = 8
+)
+
+// Attribute flags.
+const (
+	attrSize        = 0x1
+	attrUIDGID      = 0x2
+	attrPermissions = 0x4
+	attrACModTime   = 0x8
+	attrExtended    = 0x80000000
+)
+
+// Open flags.
+const (
+	pflagRead   = 0x1
+	pflagWrite  = 0x2
+	pflagAppend = 0x4
+	pflagCreat  = 0x8
+	pflagTrunc  = 0x10
+	pflagExcl   = 0x20
+)
+
+const (
+	maxPacket   = 1<<20 + 1024 // a 1 MiB write plus its header
+	maxReadLen  = 1 << 20
+	readdirPage = 256
+	workers     = 8
+)
+
+// extensions are announced in VERSION.
+var extensions = [][2]string{
+	{"posix-rename@openssh.com", "1"},
+	{"statvfs@openssh.com", "2"},
+	{"fsync@openssh.com", "1"},
+	{"hardlink@openssh.com", "1"},
+}
+
+// errBadMessage is a malformed packet.
+var errBadMessage = errors.New("bad message")
+
+// sftpServer serves one SFTP session on one directory.
+type sftpServer struct {
+	root     *os.Root
+	readOnly bool
+	log      *slog.Logger
+	w        io.Writer
+
+	outMu sync.Mutex // serializes response writes
+
+	mu      sync.Mutex // guards handles and next
+	handles map[string]*handle
+	next    uint64
+}
+
+// handle is an open file or directory.
+type handle struct {
+	mu      sync.Mutex // serializes readdir on a directory
+	f       *os.File
+	dir     bool
+	listed  bool          // entries has been read
+	entries []os.DirEntry // directory listing, read at the first READDIR
+	pos     int
+}
+
+// ServeSFTP runs an SFTP v3 session on rw, confined to root, until rw ends.
+// It closes every handle it opened before returning.
+func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger) error {
+	s := &sftpServer{root: root, readOnly: readOnly, log: log, w: rw, handles: map[string]*handle{}}
+	defer s.closeAll()
+
+	// Requests on one handle or path go to the same worker, so they keep
+	// their order; others run side by side.
+	queues := make([]chan []byte, workers)
+	var wg sync.WaitGroup
+	for i := range queues {
+		queues[i] = make(chan []byte, 64)
+		wg.Add(1)
+		go func(q chan []byte) {
+			defer wg.Done()
+			for pkt := range q {
+				s.handle(pkt)
+			}
+		}(queues[i])
+	}
+	defer func() {
+		for _, q := range queues {
+			close(q)
+		}
+		wg.Wait()
+	}()
+
+	var hdr [4]byte
+	for {
+		if _, err := io.ReadFull(rw, hdr[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		n := binary.BigEndian.Uint32(hdr[:])
+		if n < 1 || n > maxPacket {
+			return fmt.Errorf("sftp: packet of %d bytes", n)
+		}
+		pkt := make([]byte, n)
+		if _, err := io.ReadFull(rw, pkt); err != nil {
+			return err
+		}
+		if pkt[0] == fxpInit {
+			s.sendVersion()
+			continue
+		}
+		queues[routeKey(pkt)%workers] <- pkt
+	}
+}
+
+// routeKey picks a worker from the packet's first string (handle or path).
+func routeKey(pkt []byte) uint32 {
+	if len(pkt) < 9 {
+		return 0
+	}
+	b := pkt[5:]
+	n := binary.BigEndian.Uint32(b)
+	if int(n) > len(b)-4 {
+		return 0
+	}
+	var h uint32 = 2166136261
+	for _, c := range b[4 : 4+n] {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return h
+}
+
+func (s *sftpServer) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, h := range s.handles {
+		h.f.Close()
+		delete(s.handles, k)
+	}
+}
+
+func (s *sftpServer) sendVersion() {
+	var b buf
+	b.byte(fxpVersion)
+	b.u32(3)
+	for _, e := range extensions {
+		b.str(e[0])
+		b.str(e[1])
+	}
+	s.send(b)
+}
+
+func (s *sftpServer) send(b buf) {
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(b)))
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	if _, err := s.w.Write(append(hdr[:], b...)); err != nil {
+		s.log.Debug("sftp: write response", "err", err)
+	}
+}
+
+func (s *sftpServer) status(id uint32, code uint32, msg string) {
+	var b buf
+	b.byte(fxpStatus)
+	b.u32(id)
+	b.u32(code)
+	b.str(msg)
+	b.str("")
+	s.send(b)
+}
+
+// errStatus answers id with the status err maps to. Messages carry only
+// the errno text: never a host path.
+func (s *sftpServer) errStatus(id uint32, err error) {
+	code, msg := statusOf(err)
+	s.status(id, code, msg)
+}
+
+func statusOf(err error) (uint32, string) {
+	var errno syscall.Errno
+	switch {
+	case err == nil:
+		return fxOK, "OK"
+	case errors.Is(err, io.EOF):
+		return fxEOF, "EOF"
+	case errors.Is(err, errReadOnly):
+		return fxPermissionDenied, "read-only delegation"
+	case errors.Is(err, errBadMessage):
+		return fxBadMessage, "bad message"
+	case errors.Is(err, errUnsupported):
+		return fxOpUnsupported, "operation unsupported"
+	case errors.Is(err, fs.ErrNotExist):
+		return fxNoSuchFile, "no such file"
+	case errors.Is(err, fs.ErrPermission):
+		return fxPermissionDenied, "permission denied"
+	case isEscape(err):
+		return fxPermissionDenied, "path leaves the delegated directory"
+	case errors.As(err, &errno):
+		return fxFailure, errno.Error()
+	}
+	return fxFailure, "failure"
+}
+
+var (
+	errReadOnly    = errors.New("read-only")
+	errUnsupported = errors.New("unsupported")
+)
+
+// isEscape reports os.Root's refusal of a path that leads out.
+func isEscape(err error) bool {
+	var pe *fs.PathError
+	return errors.As(err, &pe) && strings.Contains(pe.Err.Error(), "escapes")
+}
+
+// rel maps a request path (absolute or relative to the root) to a name
+// inside the root. ".." cannot climb above "/".
+func rel(p string) string {
+	if p = strings.TrimPrefix(path.Clean("/"+p), "/"); p == "" {
+		return "."
+	}
+	return p
+}
+
+// handle processes one request; it never panics out of the session.
+func (s *sftpServer) handle(pkt []byte) {
+	typ := pkt[0]
+	r := newReader(pkt[1:])
+	id := r.u32()
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("sftp: handler panic", "type", typ, "panic", fmt.Sprint(v))
+			s.status(id, fxFailure, "internal error")
+		}
+	}()
+	if r.err != nil {
+		s.status(id, fxBadMessage, "bad message")
+		return
+	}
+	switch typ {
+	case fxpOpen:
+		s.open(id, &r)
+	case fxpClose:
+		s.close(id, &r)
+	case fxpRead:
+		s.read(id, &r)
+	case fxpWrite:
+		s.write(id, &r)
+	case fxpLstat, fxpStat:
+		name := rel(r.str())
+		if r.err != nil {
+			s.errStatus(id, errBadMessage)
+			return
+		}
+		var fi fs.FileInfo
+		var err error
+		if typ == fxpLstat {
+			fi, err = s.root.Lstat(name)
+		} else {
+			fi, err = s.root.Stat(name)
+		}
+		s.attrsOrStatus(id, fi, err)
+	case fxpFstat:
+		h, err := s.get(r.str())
+		if err != nil {
+			s.errStatus(id, err)
+			return
+		}
+		fi, err := h.f.Stat()
+		s.attrsOrStatus(id, fi, err)
+	case fxpSetstat:
+		name := rel(r.str())
+		a := r.attrs()
+		s.errStatus(id, s.setstat(name, nil, a, r.err))
+	case fxpFsetstat:
+		h, err := s.get(r.str())
+		a := r.attrs()
+		if err != nil {
+			s.errStatus(id, err)
+			return
+		}
+		s.errStatus(id, s.setstat("", h.f, a, r.err))
+	case fxpOpendir:
+		s.opendir(id, &r)
+	case fxpReaddir:
+		s.readdir(id, &r)
+	case fxpRemove:
+		s.errStatus(id, s.mutate(&r, func(name string) error {
+			fi, err := s.root.Lstat(name)
+			if err != nil {
+				return err
+			}
+			if fi.IsDir() {
+				return syscall.EISDIR
+			}
+			return s.root.Remove(name)
+		}))
+	case fxpRmdir:
+		s.errStatus(id, s.mutate(&r, func(name string) error {
+			fi, err := s.root.Lstat(name)
+			if err != nil {
+				return err
+			}
+			if !fi.IsDir() {
+				return syscall.ENOTDIR
+			}
+			return s.root.Remove(name)
+		}))
+	case fxpMkdir:
+		name := rel(r.str())
+		a := r.attrs()
+		perm := fs.FileMode(0o755)
+		if a.flags&attrPermissions != 0 {
+			perm = fs.FileMode(a.perm) & fs.ModePerm
+		}
+		err := r.err
+		if err == nil {
+			err = s.writable()
+		}
+		if err == nil {
+			err = s.root.Mkdir(name, perm)
+		}
+		s.errStatus(id, err)
+	case fxpRealpath:
+		p := r.str()
+		if r.err != nil {
+			s.errStatus(id, errBadMessage)
+			return
+		}
+		s.name(id, "/"+strings.TrimPrefix(rel(p), "."), nil)
+	case fxpRename:
+		from, to := rel(r.str()), rel(r.str())
+		err := r.err
+		if err == nil {
+			err = s.writable()
+		}
+		if err == nil {
+			// Plain v3 RENAME does not replace: that is posix-rename.
+			if _, lerr := s.root.Lstat(to); lerr == nil {
+				err = fs.ErrExist
+			} else {
+				err = s.root.Rename(from, to)
+			}
+		}
+		s.errStatus(id, err)
+	case fxpReadlink:
+		name := rel(r.str())
+		if r.err != nil {
+			s.errStatus(id, errBadMessage)
+			return
+		}
+		target, err := s.root.Readlink(name)
+		if err != nil {
+			s.errStatus(id, err)
+			return
+		}
+		s.name(id, target, nil)
+	case fxpSymlink:
+		// OpenSSH (and pkg/sftp) send the target first, then the link path.
+		target, link := r.str(), rel(r.str())
+		err := r.err
+		if err == nil {
+			err = s.writable()
+		}
+		if err == nil {
+			err = s.symlink(target, link)
+		}
+		s.errStatus(id, err)
+	case fxpExtended:
+		s.extended(id, &r)
+	default:
+		s.status(id, fxOpUnsupported, "operation unsupported")
+	}
+}
+
+func (s *sftpServer) writable() error {
+	if s.readOnly {
+		return errReadOnly
+	}
+	return nil
+}
+
+// mutate runs fn on the request's path if writes are allowed.
+func (s *sftpServer) mutate(r *reader, fn func(name string) error) error {
+	name := rel(r.str())
+	if r.err != nil {
+		return errBadMessage
+	}
+	if err := s.writable(); err != nil {
+		return err
+	}
+	return fn(name)
+}
+
+// symlink refuses a target that is absolute or leads out of the tree:
+// os.Root checks the link's own path, not what it points to.
+func (s *sftpServer) symlink(target, link string) error {
+	if target == "" || path.IsAbs(target) || !filepath.IsLocal(path.Join(path.Dir(link), target)) {
+		return fs.ErrPermission
+	}
+	return s.root.Symlink(target, link)
+}
+
+func (s *sftpServer) open(id uint32, r *reader) {
+	name := rel(r.str())
+	pflags := r.u32()
+	a := r.attrs()
+	if r.err != nil {
+		s.errStatus(id, errBadMessage)
+		return
+	}
+	var flags int
+	switch {
+	case pflags&pflagRead != 0 && pflags&pflagWrite != 0:
+		flags = os.O_RDWR
+	case pflags&pflagWrite != 0:
+		flags = os.O_WRONLY
+	default:
+		flags = os.O_RDONLY
+	}
+	// APPEND is left out on purpose: writes come with their offsets, and
+	// *os.File refuses WriteAt on an O_APPEND file.
+	if pflags&pflagCreat != 0 {
+		flags |= os.O_CREATE
+	}
+	if pflags&pflagTrunc != 0 {
+		flags |= os.O_TRUNC
+	}
+	if pflags&pflagExcl != 0 {
+		flags |= os.O_EXCL
+	}
+	if flags&(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_TRUNC) != 0 && s.readOnly {
+		s.errStatus(id, errReadOnly)
+		return
+	}
+	perm := fs.FileMode(0o644)
+	if a.flags&attrPermissions != 0 {
+		perm = fs.FileMode(a.perm) & fs.ModePerm
+	}
+	f, err := s.root.OpenFile(name, flags, perm)
+	if err != nil {
+		s.errStatus(id, err)
+		return
+	}
+	if fi, err := f.Stat(); err == nil && fi.IsDir() && flags != os.O_RDONLY {
+		f.Close()
+		s.errStatus(id, syscall.EISDIR)
+		return
+	}
+	s.sendHandle(id, &handle{f: f})
+}
+
+func (s *sftpServer) opendir(id uint32, r *reader) {
+	name := rel(r.str())
+	if r.err != nil {
+		s.errStatus(id, errBadMessage)
+		return
+	}
+	f, err := s.root.Open(name)
+	if err != nil {
+		s.errStatus(id, err)
+		return
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.IsDir() {
+		err = syscall.ENOTDIR
+	}
+	if err != nil {
+		f.Close()
+		s.errStatus(id, err)
+		return
+	}
+	s.sendHandle(id, &handle{f: f, dir: true})
+}
+
+func (s *sftpServer) sendHandle(id uint32, h *handle) {
+	s.mu.Lock()
+	s.next++
+	key := fmt.Sprintf("%x", s.next)
+	s.handles[key] = h
+	s.mu.Unlock()
+	var b buf
+	b.byte(fxpHandle)
+	b.u32(id)
+	b.str(key)
+	s.send(b)
+}
+
+func (s *sftpServer) get(key string) (*handle, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.handles[key]
+	if !ok {
+		return nil, syscall.EBADF
+	}
+	return h, nil
+}
+
+func (s *sftpServer) close(id uint32, r *reader) {
+	key := r.str()
+	s.mu.Lock()
+	h, ok := s.handles[key]
+	delete(s.handles, key)
+	s.mu.Unlock()
+	if !ok {
+		s.errStatus(id, syscall.EBADF)
+		return
+	}
+	s.errStatus(id, h.f.Close())
+}
+
+func (s *sftpServer) read(id uint32, r *reader) {
+	h, err := s.get(r.str())
+	off, n := r.u64(), r.u32()
+	if err == nil && r.err != nil {
+		err = errBadMessage
+	}
+	if err == nil && h.dir {
+		err = syscall.EISDIR
+	}
+	if err != nil {
+		s.errStatus(id, err)
+		return
+	}
+	n = min(n, maxReadLen)
+	var b buf
+	b.byte(fxpData)
+	b.u32(id)
+	b.u32(0) // length, filled in below
+	b = append(b, make([]byte, n)...)
+	got, err := h.f.ReadAt(b[9:], int64(off))
+	if got == 0 && err != nil {
+		s.errStatus(id, err)
+		return
+	}
+	binary.BigEndian.PutUint32(b[5:9], uint32(got))
+	s.send(b[:9+got])
+}
+
+func (s *sftpServer) write(id uint32, r *reader) {
+	h, err := s.get(r.str())
+	off := r.u64()
+	data := r.bytes()
+	if err == nil && r.err != nil {
+		err = errBadMessage
+	}
+	if err == nil {
+		err = s.writable()
+	}
+	if err == nil {
+		_, err = h.f.WriteAt(data, int64(off))
+	}
+	s.errStatus(id, err)
+}
+
+func (s *sftpServer) readdir(id uint32, r *reader) {
+	h, err := s.get(r.str())
+	if err == nil && !h.dir {
+		err = syscall.ENOTDIR
+	}
+	if err != nil {
+		s.errStatus(id, err)
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.listed {
+		if h.entries, err = h.f.ReadDir(-1); err != nil {
+			s.errStatus(id, err)
+			return
+		}
+		h.listed = true
+	}
+	if h.pos >= len(h.entries) {
+		s.status(id, fxEOF, "EOF")
+		return
+	}
+	page := h.entries[h.pos:min(h.pos+readdirPage, len(h.entries))]
+	h.pos += len(page)
+	infos := make([]fs.FileInfo, 0, len(page))
+	for _, e := range page {
+		fi, err := e.Info() // lstat: links are seen as links
+		if err != nil {
+			continue // removed meanwhile
+		}
+		infos = append(infos, fi)
+	}
+	s.names(id, infos)
+}
+
+// name answers with one name and optional attributes.
+func (s *sftpServer) name(id uint32, name string, fi fs.FileInfo) {
+	var b buf
+	b.byte(fxpName)
+	b.u32(id)
+	b.u32(1)
+	b.str(name)
+	b.str(name)
+	if fi != nil {
+		b.attrs(fi)
+	} else {
+		b.u32(0)
+	}
+	s.send(b)
+}
+
+func (s *sftpServer) names(id uint32, infos []fs.FileInfo) {
+	var b buf
+	b.byte(fxpName)
+	b.u32(id)
+	b.u32(uint32(len(infos)))
+	for _, fi := range infos {
+		b.str(fi.Name())
+		b.str(longName(fi))
+		b.attrs(fi)
+	}
+	s.send(b)
+}
+
+// longName is the ls -l line v3 clients print.
+func longName(fi fs.FileInfo) string {
+	return fmt.Sprintf("%s 1 owner group %8d %s %s", fi.Mode().String(), fi.Size(),
+		fi.ModTime().Format("Jan _2 15:04"), fi.Name())
+}
+
+func (s *sftpServer) attrsOrStatus(id uint32, fi fs.FileInfo, err error) {
+	if err != nil {
+		s.errStatus(id, err)
+		return
+	}
+	var b buf
+	b.byte(fxpAttrs)
+	b.u32(id)
+	b.attrs(fi)
+	s.send(b)
+}
+
+// setstat applies attributes to name (through the root) or to the open f.
+func (s *sftpServer) setstat(name string, f *os.File, a attrs, decodeErr error) error {
+	if decodeErr != nil {
+		return errBadMessage
+	}
+	if err := s.writable(); err != nil {
+		return err
+	}
+	if a.flags&attrSize != 0 {
+		var err error
+		if f != nil {
+			err = f.Truncate(int64(a.size))
+		} else {
+			err = s.truncate(name, int64(a.size))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if a.flags&attrPermissions != 0 {
+		mode := fs.FileMode(a.perm) & fs.ModePerm
+		var err error
+		if f != nil {
+			err = f.Chmod(mode)
+		} else {
+			err = s.root.Chmod(name, mode)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if a.flags&attrACModTime != 0 {
+		at, mt := time.Unix(int64(a.atime), 0), time.Unix(int64(a.mtime), 0)
+		var err error
+		if f != nil {
+			err = futimes(f, at, mt)
+		} else {
+			err = s.root.Chtimes(name, at, mt)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	// UIDGID is ignored: the session owns everything it creates.
+	return nil
+}
+
+func (s *sftpServer) truncate(name string, size int64) error {
+	f, err := s.root.OpenFile(name, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Truncate(size)
+}
+
+func futimes(f *os.File, at, mt time.Time) error {
+	tv := []syscall.Timeval{syscall.NsecToTimeval(at.UnixNano()), syscall.NsecToTimeval(mt.UnixNano())}
+	return syscall.Futimes(int(f.Fd()), tv)
+}
+
+func (s *sftpServer) extended(id uint32, r *reader) {
+	switch name := r.str(); name {
+	case "posix-rename@openssh.com":
+		from, to := rel(r.str()), rel(r.str())
+		err := r.err
+		if err == nil {
+			err = s.writable()
+		}
+		if err == nil {
+			err = s.root.Rename(from, to)
+		}
+		s.errStatus(id, err)
+	case "hardlink@openssh.com":
+		from, to := rel(r.str()), rel(r.str())
+		err := r.err
+		if err == nil {
+			err = s.writable()
+		}
+		if err == nil {
+			err = s.root.Link(from, to)
+		}
+		s.errStatus(id, err)
+	case "fsync@openssh.com":
+		h, err := s.get(r.str())
+		if err == nil {
+			err = h.f.Sync()
+		}
+		s.errStatus(id, err)
+	case "statvfs@openssh.com":
+		rel(r.str()) // every path is on the same file system
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(s.root.Name(), &st); err != nil {
+			s.errStatus(id, err)
+			return
+		}
+		var b buf
+		b.byte(fxpExtendedReply)
+		b.u32(id)
+		for _, v := range []uint64{uint64(st.Bsize), uint64(st.Frsize), st.Blocks, st.Bfree, st.Bavail,
+			st.Files, st.Ffree, st.Ffree, uint64(st.Fsid.X__val[0]), statvfsFlags(s.readOnly), uint64(st.Namelen)} {
+			b.u64(v)
+		}
+		s.send(b)
+	default:
+		s.status(id, fxOpUnsupported, "extension unsupported")
+	}
+}
+
+func statvfsFlags(readOnly bool) uint64 {
+	const stRdonly = 0x1
+	if readOnly {
+		return stRdonly
+	}
+	return 0
+}
+
+// buf builds a packet.
+type buf []byte
+
+func (b *buf) byte(v byte) { *b = append(*b, v) }
+func (b *buf) u32(v uint32) { *b = binary.BigEndian.AppendUint32(*b, v) }
+func (b *buf) u64(v uint64) { *b = binary.BigEndian.AppendUint64(*b, v) }
+func (b *buf) str(s string) {
+	b.u32(uint32(len(s)))
+	*b = append(*b, s...)
+}
+
+func (b *buf) attrs(fi fs.FileInfo) {
+	b.u32(attrSize | attrUIDGID | attrPermissions | attrACModTime)
+	b.u64(uint64(fi.Size()))
+	uid, gid, atime := uint32(0), uint32(0), fi.ModTime().Unix()
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		uid, gid, atime = st.Uid, st.Gid, st.Atim.Sec
+	}
+	b.u32(uid)
+	b.u32(gid)
+	b.u32(fileModeToSFTP(fi.Mode()))
+	b.u32(uint32(atime))
+	b.u32(uint32(fi.ModTime().Unix()))
+}
+
+// fileModeToSFTP encodes a Go mode as POSIX mode bits.
+func fileModeToSFTP(m fs.FileMode) uint32 {
+	v := uint32(m.Perm())
+	switch {
+	case m.IsDir():
+		v |= syscall.S_IFDIR
+	case m&fs.ModeSymlink != 0:
+		v |= syscall.S_IFLNK
+	case m&fs.ModeNamedPipe != 0:
+		v |= syscall.S_IFIFO
+	case m&fs.ModeSocket != 0:
+		v |= syscall.S_IFSOCK
+	case m&fs.ModeDevice != 0 && m&fs.ModeCharDevice != 0:
+		v |= syscall.S_IFCHR
+	case m&fs.ModeDevice != 0:
+		v |= syscall.S_IFBLK
+	default:
+		v |= syscall.S_IFREG
+	}
+	if m&fs.ModeSetuid != 0 {
+		v |= syscall.S_ISUID
+	}
+	if m&fs.ModeSetgid != 0 {
+		v |= syscall.S_ISGID
+	}
+	if m&fs.ModeSticky != 0 {
+		v |= syscall.S_ISVTX
+	}
+	return v
+}
+
+// reader decodes a packet; the first error sticks and zero values follow.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func newReader(b []byte) reader { return reader{b: b} }
+
+func (r *reader) take(n int) []byte {
+	if r.err != nil || n < 0 || len(r.b) < n {
+		r.err = errBadMessage
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) u32() uint32 {
+	if v := r.take(4); v != nil {
+		return binary.BigEndian.Uint32(v)
+	}
+	return 0
+}
+
+func (r *reader) u64() uint64 {
+	if v := r.take(8); v != nil {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
+
+func (r *reader) bytes() []byte { return r.take(int(r.u32())) }
+func (r *reader) str() string   { return string(r.bytes()) }
+
+// attrs are the settable attributes of a request.
+type attrs struct {
+	flags        uint32
+	size         uint64
+	perm         uint32
+	atime, mtime uint32
+}
+
+func (r *reader) attrs() attrs {
+	var a attrs
+	a.flags = r.u32()
+	if a.flags&attrSize != 0 {
+		a.size = r.u64()
+	}
+	if a.flags&attrUIDGID != 0 {
+		r.u32()
+		r.u32()
+	}
+	if a.flags&attrPermissions != 0 {
+		a.perm = r.u32()
+	}
+	if a.flags&attrACModTime != 0 {
+		a.atime, a.mtime = r.u32(), r.u32()
+	}
+	if a.flags&attrExtended != 0 {
+		for n := r.u32(); n > 0 && r.err == nil; n-- {
+			r.str()
+			r.str()
+		}
+	}
+	return a
+}
