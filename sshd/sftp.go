@@ -817,7 +817,7 @@ func statvfsFlags(readOnly bool) uint64 {
 // buf builds a packet.
 type buf []byte
 
-func (b *buf) byte(v byte) { *b = append(*b, v) }
+func (b *buf) byte(v byte)  { *b = append(*b, v) }
 func (b *buf) u32(v uint32) { *b = binary.BigEndian.AppendUint32(*b, v) }
 func (b *buf) u64(v uint64) { *b = binary.BigEndian.AppendUint64(*b, v) }
 func (b *buf) str(s string) {
