@@ -4,10 +4,12 @@ go 1.26.8
 
 require (
 	github.com/gliderlabs/ssh v0.3.8
+	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/pkg/sftp v1.13.12
 	github.com/urfave/cli/v2 v2.27.7
 	go.etcd.io/bbolt v1.5.0
 	golang.org/x/crypto v0.58.0
+	golang.org/x/sys v0.49.0
 )
 
 require (
@@ -16,5 +18,4 @@ require (
 	github.com/kr/fs v0.1.0 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
 	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 )

@@ -10,10 +10,13 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // This file is our own SFTP v3 server. pkg/sftp's request server answers
@@ -767,7 +770,7 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 			err = s.writable()
 		}
 		if err == nil {
-			err = s.root.Rename(from, to)
+			err = s.renameReplacing(from, to)
 		}
 		s.errStatus(id, err)
 	case "hardlink@openssh.com":
@@ -806,6 +809,27 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 	}
 }
 
+// renameReplacing is rename(2): it replaces an existing target, an empty
+// directory included, which os.Root.Rename refuses. Both parents are opened
+// through the root and the names are single components, so nothing leads
+// out; renameat does not follow a link in the last component.
+func (s *sftpServer) renameReplacing(from, to string) error {
+	if from == "." || to == "." {
+		return syscall.EBUSY
+	}
+	src, err := s.root.Open(path.Dir(from))
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := s.root.Open(path.Dir(to))
+	if err != nil {
+		return err
+	}
+	defer dst.Close()
+	return unix.Renameat(int(src.Fd()), path.Base(from), int(dst.Fd()), path.Base(to))
+}
+
 func statvfsFlags(readOnly bool) uint64 {
 	const stRdonly = 0x1
 	if readOnly {
@@ -825,11 +849,20 @@ func (b *buf) str(s string) {
 	*b = append(*b, s...)
 }
 
+// NlinkAttr is the extended attribute carrying the link count, which SFTP
+// v3 lacks; clients that do not know it ignore it.
+const NlinkAttr = "nlink@awcp"
+
 func (b *buf) attrs(fi fs.FileInfo) {
-	b.u32(attrSize | attrUIDGID | attrPermissions | attrACModTime)
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	flags := uint32(attrSize | attrUIDGID | attrPermissions | attrACModTime)
+	if st != nil {
+		flags |= attrExtended
+	}
+	b.u32(flags)
 	b.u64(uint64(fi.Size()))
 	uid, gid, atime := uint32(0), uint32(0), fi.ModTime().Unix()
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+	if st != nil {
 		uid, gid, atime = st.Uid, st.Gid, st.Atim.Sec
 	}
 	b.u32(uid)
@@ -837,6 +870,11 @@ func (b *buf) attrs(fi fs.FileInfo) {
 	b.u32(fileModeToSFTP(fi.Mode()))
 	b.u32(uint32(atime))
 	b.u32(uint32(fi.ModTime().Unix()))
+	if st != nil {
+		b.u32(1)
+		b.str(NlinkAttr)
+		b.str(strconv.FormatUint(uint64(st.Nlink), 10))
+	}
 }
 
 // fileModeToSFTP encodes a Go mode as POSIX mode bits.

@@ -1,0 +1,50 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	iofs "io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/pkg/sftp"
+)
+
+// toErrno is the one place client errors become errnos. Unknown errors
+// are logged and become EIO; a cancelled call is EINTR.
+func toErrno(ctx context.Context, log *slog.Logger, op, p string, err error) syscall.Errno {
+	var (
+		errno syscall.Errno
+		st    *sftp.StatusError
+	)
+	switch {
+	case err == nil:
+		return 0
+	case ctx.Err() != nil:
+		return syscall.EINTR
+	case errors.As(err, &errno):
+		return errno
+	case errors.Is(err, iofs.ErrNotExist):
+		return syscall.ENOENT
+	case errors.Is(err, iofs.ErrPermission):
+		return syscall.EACCES
+	case errors.Is(err, iofs.ErrExist):
+		return syscall.EEXIST
+	case errors.As(err, &st) && st.FxCode() == sftp.ErrSSHFxOpUnsupported:
+		return syscall.ENOTSUP
+	case errors.Is(err, os.ErrClosed), errors.Is(err, net.ErrClosed), errors.Is(err, sftp.ErrSSHFxConnectionLost):
+		log.Warn("fs: connection to the delegator lost", "op", op, "path", p)
+		return syscall.EIO
+	}
+	log.Warn("fs: remote error", "op", op, "path", p, "err", err)
+	return syscall.EIO
+}
+
+// isFailure reports SSH_FX_FAILURE, which SFTP v3 uses for EEXIST,
+// ENOTEMPTY and more; callers probe to tell which.
+func isFailure(err error) bool {
+	var st *sftp.StatusError
+	return errors.As(err, &st) && st.FxCode() == sftp.ErrSSHFxFailure
+}

@@ -1,0 +1,392 @@
+// Package fs is the executor's view of a delegated directory: a go-fuse
+// filesystem over an SFTP client, mounted in-process.
+//
+// # Connection
+//
+// The client dials the delegator's embedded SSH server with the START's
+// certificate and pins the host key START carries; nothing else from START
+// is interpreted. Keepalives run on the connection: when the delegator is
+// away for longer than the bound, the connection is closed and every call
+// fails with EIO instead of hanging.
+//
+// # Caching
+//
+// The kernel caches entries and attributes for EntryTimeout/AttrTimeout
+// (default 1s), so changes on the delegator's side show within that time.
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/pkg/sftp"
+	gossh "golang.org/x/crypto/ssh"
+)
+
+// Remote is the part of *sftp.Client the tree uses.
+type Remote interface {
+	Lstat(p string) (os.FileInfo, error)
+	ReadDir(p string) ([]os.FileInfo, error)
+	OpenFile(p string, flags int) (*sftp.File, error)
+	Mkdir(p string) error
+	Remove(p string) error
+	RemoveDirectory(p string) error
+	PosixRename(from, to string) error
+	Symlink(target, link string) error
+	ReadLink(p string) (string, error)
+	Link(from, to string) error
+	Chmod(p string, mode os.FileMode) error
+	Truncate(p string, size int64) error
+	Chtimes(p string, atime, mtime time.Time) error
+	StatVFS(p string) (*sftp.StatVFS, error)
+}
+
+var _ Remote = (*sftp.Client)(nil)
+
+// Options configures a mount.
+type Options struct {
+	// Addr is the delegator's SSH server, host:port. Required.
+	Addr string
+	// User is the login name (the delegation id). Required.
+	User string
+	// Signer is the certificate signer from START's credential. Required.
+	Signer gossh.Signer
+	// HostKey is the delegator's host key, pinned. Required: never
+	// trust-on-first-use.
+	HostKey gossh.PublicKey
+	// ReadOnly mounts read-only (writes fail with EROFS).
+	ReadOnly bool
+	// Name shows in /proc/self/mountinfo as the source.
+	Name string
+	// EntryTimeout and AttrTimeout are the kernel cache times. Default 1s.
+	EntryTimeout, AttrTimeout time.Duration
+	// KeepAlive is the interval of SSH keepalives; a connection that does
+	// not answer within 3 of them is closed. Default 5s.
+	KeepAlive time.Duration
+	// DialTimeout bounds connecting. Default 15s.
+	DialTimeout time.Duration
+	// Logger default slog.Default().
+	Logger *slog.Logger
+	// Debug logs every FUSE request.
+	Debug bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.EntryTimeout <= 0 {
+		o.EntryTimeout = time.Second
+	}
+	if o.AttrTimeout <= 0 {
+		o.AttrTimeout = time.Second
+	}
+	if o.KeepAlive <= 0 {
+		o.KeepAlive = 5 * time.Second
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 15 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Name == "" {
+		o.Name = "awcp"
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	if o.Addr == "" || o.User == "" || o.Signer == nil || o.HostKey == nil {
+		return errors.New("fs: Addr, User, Signer and HostKey are required")
+	}
+	return nil
+}
+
+// filesystem is what every node shares.
+type filesystem struct {
+	remote Remote
+	log    *slog.Logger
+	entry  time.Duration
+	attr   time.Duration
+}
+
+func (f *filesystem) setEntryTimeouts(out *fuse.EntryOut) {
+	out.SetEntryTimeout(f.entry)
+	out.SetAttrTimeout(f.attr)
+}
+
+// Mount is a live mount of a delegation.
+type Mount struct {
+	Mountpoint string
+
+	server *fuse.Server
+	client *sftp.Client
+	conn   *gossh.Client
+	log    *slog.Logger
+
+	stopKeepAlive context.CancelFunc
+	done          chan struct{}  // closed when the connection ends
+	wg            sync.WaitGroup // keepalive and connection watcher
+
+	unmountOnce sync.Once
+	unmountErr  error
+}
+
+// Dial connects to the delegator and opens an SFTP session.
+func Dial(opts Options) (*gossh.Client, *sftp.Client, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, nil, err
+	}
+	conn, err := gossh.Dial("tcp", opts.Addr, &gossh.ClientConfig{
+		User:              opts.User,
+		Auth:              []gossh.AuthMethod{gossh.PublicKeys(opts.Signer)},
+		HostKeyCallback:   gossh.FixedHostKey(opts.HostKey),
+		HostKeyAlgorithms: []string{opts.HostKey.Type()},
+		Timeout:           opts.DialTimeout,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to the delegator at %s: %w", opts.Addr, err)
+	}
+	client, err := sftp.NewClient(conn,
+		sftp.MaxPacketUnchecked(256<<10),
+		sftp.MaxConcurrentRequestsPerFile(64),
+		sftp.UseConcurrentWrites(true),
+		sftp.UseFstat(true),
+	)
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("start sftp: %w", err)
+	}
+	return conn, client, nil
+}
+
+// New mounts the delegation at mountpoint, which must be an existing
+// directory, and checks that the mount took (the device id changed, as
+// spec §5.2 says).
+func New(mountpoint string, opts Options) (*Mount, error) {
+	opts = opts.withDefaults()
+	before, err := deviceOf(mountpoint)
+	if err != nil {
+		return nil, fmt.Errorf("mountpoint: %w", err)
+	}
+	conn, client, err := Dial(opts)
+	if err != nil {
+		return nil, err
+	}
+	fsys := &filesystem{remote: client, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout}
+	root := &node{fsys: fsys}
+	entry, attr, neg := opts.EntryTimeout, opts.AttrTimeout, time.Duration(0)
+	mopts := fuse.MountOptions{
+		FsName:        opts.Name,
+		Name:          "awcp",
+		DirectMount:   true, // as root no fusermount is needed; otherwise it is used
+		MaxWrite:      1 << 20,
+		MaxReadAhead:  1 << 20,
+		DisableXAttrs: true,
+		Debug:         opts.Debug,
+	}
+	if opts.ReadOnly {
+		mopts.Options = append(mopts.Options, "ro")
+	}
+	server, err := fs.Mount(mountpoint, root, &fs.Options{
+		MountOptions:    mopts,
+		EntryTimeout:    &entry,
+		AttrTimeout:     &attr,
+		NegativeTimeout: &neg,
+	})
+	if err != nil {
+		client.Close()
+		conn.Close()
+		return nil, fmt.Errorf("mount: %w", err)
+	}
+	m := &Mount{Mountpoint: mountpoint, server: server, client: client, conn: conn, log: opts.Logger}
+	after, err := deviceOf(mountpoint)
+	if err != nil || after == before {
+		m.Unmount()
+		return nil, fmt.Errorf("mount at %s did not take (device %d before, %d after: %v)", mountpoint, before, after, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.stopKeepAlive = cancel
+	m.done = make(chan struct{})
+	m.wg.Add(2)
+	go func() { defer m.wg.Done(); m.keepAlive(ctx, opts.KeepAlive) }()
+	go func() { defer m.wg.Done(); conn.Wait(); close(m.done) }()
+	return m, nil
+}
+
+// keepAlive closes the connection when the delegator stops answering, so
+// that calls fail with EIO rather than hang.
+func (m *Mount) keepAlive(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		replied := make(chan error, 1)
+		go func() {
+			_, _, err := m.conn.SendRequest("keepalive@openssh.com", true, nil)
+			replied <- err
+		}()
+		select {
+		case err := <-replied:
+			if err != nil {
+				m.log.Warn("fs: connection to the delegator lost", "err", err)
+				return
+			}
+		case <-time.After(3 * every):
+			m.log.Warn("fs: the delegator stopped answering; closing the connection")
+			m.conn.Close()
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// Done is closed when the connection to the delegator ends (lease revoked,
+// delegator gone).
+func (m *Mount) Done() <-chan struct{} { return m.done }
+
+// Unmount detaches the mount and closes the connection. Open files make
+// the kernel refuse (EBUSY); it retries for a moment, then detaches lazily:
+// the tree is gone from the namespace either way, and nothing below the
+// mountpoint is ever deleted through it.
+func (m *Mount) Unmount() error {
+	m.unmountOnce.Do(func() {
+		var err error
+		for i := 0; i < 10; i++ {
+			if err = m.server.Unmount(); err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			m.log.Warn("fs: unmount busy; detaching lazily", "mountpoint", m.Mountpoint, "err", err)
+			if lerr := syscall.Unmount(m.Mountpoint, syscall.MNT_DETACH); lerr == nil {
+				err = nil
+			}
+		}
+		if m.stopKeepAlive != nil {
+			m.stopKeepAlive()
+		}
+		m.client.Close()
+		m.conn.Close()
+		m.wg.Wait()
+		m.unmountErr = err
+	})
+	return m.unmountErr
+}
+
+// Wait blocks until the mount is gone (unmounted here or from outside).
+func (m *Mount) Wait() { m.server.Wait() }
+
+func deviceOf(p string) (uint64, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		return 0, err
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		return 0, fmt.Errorf("%s is not a directory", p)
+	}
+	return st.Dev, nil
+}
+
+// IsMountpoint reports whether p is the root of a mount (its device
+// differs from its parent's). A work dir that still is one must never be
+// deleted recursively.
+func IsMountpoint(p string) bool {
+	d, err := deviceOf(p)
+	if err != nil {
+		return false
+	}
+	parent, err := deviceOf(p + "/..")
+	return err == nil && parent != d
+}
+
+// Unmount detaches whatever is mounted at p: `awcp-fs umount`.
+func Unmount(p string) error {
+	if err := syscall.Unmount(p, 0); err != nil {
+		if errors.Is(err, syscall.EBUSY) {
+			return syscall.Unmount(p, syscall.MNT_DETACH)
+		}
+		return fmt.Errorf("unmount %s: %w", p, err)
+	}
+	return nil
+}
+
+// Mounted lists the mountpoints of awcp FUSE mounts from
+// /proc/self/mountinfo.
+func Mounted() ([]string, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		// ... mountpoint ... - fstype source options
+		fields := strings.Fields(line)
+		sep := -1
+		for i, f := range fields {
+			if f == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 0 || sep+1 >= len(fields) || len(fields) < 5 {
+			continue
+		}
+		if fields[sep+1] == "fuse.awcp" {
+			// mountinfo escapes space, tab, newline and backslash as \ooo.
+			out = append(out, unescapeOctal(fields[4]))
+		}
+	}
+	return out, nil
+}
+
+func isEOF(err error) bool { return errors.Is(err, io.EOF) }
+
+func unescapeOctal(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// CertSigner builds the signer for START's credential: an OpenSSH private
+// key and the certificate for it.
+func CertSigner(privateKey, certificate string) (gossh.Signer, error) {
+	key, err := gossh.ParsePrivateKey([]byte(privateKey))
+	if err != nil {
+		return nil, fmt.Errorf("credential.privateKey: %w", err)
+	}
+	pub, _, _, _, err := gossh.ParseAuthorizedKey([]byte(certificate))
+	if err != nil {
+		return nil, fmt.Errorf("credential.certificate: %w", err)
+	}
+	cert, ok := pub.(*gossh.Certificate)
+	if !ok {
+		return nil, errors.New("credential.certificate is not a certificate")
+	}
+	return gossh.NewCertSigner(cert, key)
+}

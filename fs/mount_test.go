@@ -1,0 +1,243 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/posixtest"
+
+	"github.com/awcp/awcp/sshd"
+)
+
+// requireFUSE skips where FUSE cannot work (no /dev/fuse, not root and no
+// fusermount). CI runs as root with /dev/fuse, so it never skips there.
+func requireFUSE(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no usable /dev/fuse: %v", err)
+	}
+	f.Close()
+	if os.Geteuid() != 0 {
+		if _, err := exec.LookPath("fusermount3"); err != nil {
+			t.Skip("not root and no fusermount3")
+		}
+	}
+}
+
+type leases struct {
+	mu sync.Mutex
+	m  map[string]sshd.Export
+}
+
+func (l *leases) Live(id string) (sshd.Export, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.m[id]
+	return e, ok
+}
+
+// mountFixture serves a fresh directory over a real SSH server and mounts
+// it through a real FUSE mount.
+type mountFixture struct {
+	dir, mnt string
+	mount    *Mount
+	auth     *sshd.Authority
+	srv      *sshd.Server
+	leases   *leases
+}
+
+func newMount(t *testing.T, ro bool) *mountFixture {
+	t.Helper()
+	requireFUSE(t)
+	auth, err := sshd.LoadAuthority(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The mountpoint sits deeper than the export, so a relative link
+	// leading out of the export names nothing on the executor's side.
+	mnt := filepath.Join(t.TempDir(), "executor", "work")
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f := &mountFixture{dir: t.TempDir(), mnt: mnt, auth: auth, leases: &leases{m: map[string]sshd.Export{}}}
+	const id = "dlg_fstest"
+	f.leases.m[id] = sshd.Export{Dir: f.dir, ReadOnly: ro}
+	log := slog.New(slog.DiscardHandler)
+	f.srv, err = sshd.New(sshd.Options{Authority: auth, Leases: f.leases, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() { defer close(served); f.srv.Serve(ctx, ln) }()
+
+	cred, err := auth.Issue(id, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := CertSigner(cred.PrivateKey, cred.Certificate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mount, err = New(f.mnt, Options{Addr: ln.Addr().String(), User: id, Signer: signer,
+		HostKey: auth.HostKey().PublicKey(), ReadOnly: ro, Logger: log, Name: "awcp:" + id})
+	if err != nil {
+		cancel()
+		<-served
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.mount.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+		cancel()
+		<-served
+		if IsMountpoint(f.mnt) {
+			t.Error("mount left behind")
+		}
+	})
+	return f
+}
+
+// TestPosix runs go-fuse's posixtest suite against the mount. The cases
+// left out test what a network filesystem over SFTP v3 cannot carry.
+func TestPosix(t *testing.T) {
+	excluded := map[string]string{
+		"XAttr":               "SFTP v3 has no extended attributes",
+		"XAttrLarge":          "SFTP v3 has no extended attributes",
+		"FcntlFlockSetLk":     "SFTP v3 has no byte-range locks",
+		"FcntlFlockLocksFile": "SFTP v3 has no byte-range locks",
+		"LseekHoleSeeksToEOF": "SFTP v3 cannot report holes (SEEK_HOLE)",
+		"LseekEnxioCheck":     "SFTP v3 cannot report holes (SEEK_DATA)",
+		"Fallocate":           "SFTP v3 has no fallocate",
+		"FallocateKeepSize":   "SFTP v3 has no fallocate",
+		"NlinkZero":           "fstat after a rename replaced the open file is answered from the kernel's attribute cache (1s), as on any caching network filesystem",
+		"SymlinkReadlink":     "makes a symlink to an absolute path, which the server refuses by design",
+		"OpenSymlinkRace":     "makes symlinks to absolute paths, which the server refuses by design",
+		"SetattrSymlink":      "sets times on a symlink itself: SFTP v3 SETSTAT follows links and pkg/sftp's client has no lsetstat",
+	}
+	names := make([]string, 0, len(posixtest.All))
+	for name := range posixtest.All {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			if why, ok := excluded[name]; ok {
+				t.Skip(why)
+			}
+			f := newMount(t, false)
+			posixtest.All[name](t, f.mnt)
+		})
+	}
+}
+
+func TestMountSeesBothSides(t *testing.T) {
+	f := newMount(t, false)
+	os.WriteFile(filepath.Join(f.dir, "from-delegator"), []byte("d"), 0o644)
+	if b, err := os.ReadFile(filepath.Join(f.mnt, "from-delegator")); err != nil || string(b) != "d" {
+		t.Fatalf("delegator's file in the mount: %q %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(f.mnt, "from-executor"), []byte("e"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(f.dir, "from-executor"))
+	if err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("executor's file on the delegator's side: %v %v", fi, err)
+	}
+	// errno mapping
+	if err := os.Mkdir(filepath.Join(f.mnt, "from-executor"), 0o755); !errors.Is(err, syscall.EEXIST) {
+		t.Errorf("mkdir over a file: %v", err)
+	}
+	os.MkdirAll(filepath.Join(f.mnt, "d/e"), 0o755)
+	if err := os.Remove(filepath.Join(f.mnt, "d")); !errors.Is(err, syscall.ENOTEMPTY) {
+		t.Errorf("rmdir of a non-empty dir: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(f.mnt, "nope")); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("stat missing: %v", err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(f.mnt, "escape")); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("symlink out of the tree: %v", err)
+	}
+	if err := os.Symlink("from-executor", filepath.Join(f.mnt, "ok-link")); err != nil {
+		t.Errorf("in-tree symlink: %v", err)
+	}
+	// A link leading out of the export is resolved by the executor's
+	// kernel, on the executor's side: it never reaches the delegator's file.
+	os.WriteFile(filepath.Join(filepath.Dir(f.dir), "secret"), []byte("s"), 0o600)
+	os.Symlink("../secret", filepath.Join(f.dir, "planted"))
+	if b, err := os.ReadFile(filepath.Join(f.mnt, "planted")); err == nil && string(b) == "s" {
+		t.Error("a link leading out reached the delegator's file")
+	}
+	// A readdir of many entries answers lookups from its listing.
+	for i := range 50 {
+		os.WriteFile(filepath.Join(f.dir, "many", "f"+string(rune('a'+i%26))+string(rune('a'+i/26))), nil, 0o644)
+	}
+	os.Mkdir(filepath.Join(f.dir, "many"), 0o755)
+	for i := range 50 {
+		os.WriteFile(filepath.Join(f.dir, "many", "f"+string(rune('a'+i%26))+string(rune('a'+i/26))), nil, 0o644)
+	}
+	out, err := exec.Command("ls", "-l", filepath.Join(f.mnt, "many")).CombinedOutput()
+	if err != nil || strings.Count(string(out), "\n") != 51 {
+		t.Fatalf("ls -l: %v\n%s", err, out)
+	}
+}
+
+func TestReadOnlyMount(t *testing.T) {
+	f := newMount(t, true)
+	os.WriteFile(filepath.Join(f.dir, "f"), []byte("x"), 0o644)
+	if b, err := os.ReadFile(filepath.Join(f.mnt, "f")); err != nil || string(b) != "x" {
+		t.Fatalf("read: %q %v", b, err)
+	}
+	for name, op := range map[string]func() error{
+		"create": func() error { return os.WriteFile(filepath.Join(f.mnt, "new"), nil, 0o644) },
+		"write":  func() error { return os.WriteFile(filepath.Join(f.mnt, "f"), []byte("y"), 0o644) },
+		"remove": func() error { return os.Remove(filepath.Join(f.mnt, "f")) },
+		"mkdir":  func() error { return os.Mkdir(filepath.Join(f.mnt, "d"), 0o755) },
+		"chmod":  func() error { return os.Chmod(filepath.Join(f.mnt, "f"), 0o777) },
+		"rename": func() error { return os.Rename(filepath.Join(f.mnt, "f"), filepath.Join(f.mnt, "g")) },
+	} {
+		err := op()
+		if !errors.Is(err, syscall.EROFS) && !errors.Is(err, syscall.EACCES) {
+			t.Errorf("%s: %v, want EROFS or EACCES", name, err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.dir, "f")); string(b) != "x" {
+		t.Fatal("file changed")
+	}
+}
+
+func TestRevokedLeaseFailsFast(t *testing.T) {
+	f := newMount(t, false)
+	os.WriteFile(filepath.Join(f.mnt, "before"), []byte("x"), 0o644)
+	f.leases.mu.Lock()
+	delete(f.leases.m, "dlg_fstest")
+	f.leases.mu.Unlock()
+	f.srv.Revoke("dlg_fstest")
+	select {
+	case <-f.mount.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("connection not closed on revoke")
+	}
+	start := time.Now()
+	_, err := os.ReadFile(filepath.Join(f.mnt, "after-revoke"))
+	if err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("call after revoke: %v in %s", err, time.Since(start))
+	}
+}

@@ -1,0 +1,400 @@
+package fs
+
+import (
+	"context"
+	iofs "io/fs"
+	"os"
+	"path"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/pkg/sftp"
+
+	"github.com/awcp/awcp/sshd"
+)
+
+// node is a file, directory or symlink of the delegated tree. Its remote
+// path is derived from its place in the inode tree, which go-fuse keeps
+// current across renames.
+type node struct {
+	fs.Inode
+	fsys *filesystem
+}
+
+// Every namespace operation is implemented: go-fuse reports success for a
+// missing Unlink or Rmdir, so none may be left out.
+var (
+	_ fs.NodeLookuper       = (*node)(nil)
+	_ fs.NodeGetattrer      = (*node)(nil)
+	_ fs.NodeSetattrer      = (*node)(nil)
+	_ fs.NodeOpendirHandler = (*node)(nil)
+	_ fs.NodeOpener         = (*node)(nil)
+	_ fs.NodeCreater        = (*node)(nil)
+	_ fs.NodeMkdirer        = (*node)(nil)
+	_ fs.NodeMknoder        = (*node)(nil)
+	_ fs.NodeUnlinker       = (*node)(nil)
+	_ fs.NodeRmdirer        = (*node)(nil)
+	_ fs.NodeRenamer        = (*node)(nil)
+	_ fs.NodeSymlinker      = (*node)(nil)
+	_ fs.NodeReadlinker     = (*node)(nil)
+	_ fs.NodeLinker         = (*node)(nil)
+	_ fs.NodeStatfser       = (*node)(nil)
+	_ fs.NodeGetxattrer     = (*node)(nil)
+	_ fs.NodeSetxattrer     = (*node)(nil)
+	_ fs.NodeListxattrer    = (*node)(nil)
+	_ fs.NodeRemovexattrer  = (*node)(nil)
+)
+
+// rpath is the node's path on the delegator's side ("/" is the export).
+func (n *node) rpath() string { return "/" + n.Path(nil) }
+
+func (n *node) child(name string) string { return path.Join(n.rpath(), name) }
+
+func (n *node) errno(ctx context.Context, op, p string, err error) syscall.Errno {
+	return toErrno(ctx, n.fsys.log, op, p, err)
+}
+
+// newChild makes the inode for fi, named name under n.
+func (n *node) newChild(ctx context.Context, fi os.FileInfo, out *fuse.EntryOut) *fs.Inode {
+	fillAttr(fi, &out.Attr)
+	n.fsys.setEntryTimeouts(out)
+	return n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: out.Attr.Mode & syscall.S_IFMT})
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	p := n.child(name)
+	fi, err := n.fsys.remote.Lstat(p) // a round trip: no lock is held here
+	if err != nil {
+		return nil, n.errno(ctx, "lookup", p, err)
+	}
+	return n.newChild(ctx, fi, out), 0
+}
+
+func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if h, ok := f.(*fileHandle); ok {
+		// FSTAT: works for a file unlinked while open.
+		fi, err := h.f.Stat()
+		if err != nil {
+			return n.errno(ctx, "fstat", n.rpath(), err)
+		}
+		fillAttr(fi, &out.Attr)
+		return 0
+	}
+	p := n.rpath()
+	fi, err := n.fsys.remote.Lstat(p)
+	if err != nil {
+		return n.errno(ctx, "getattr", p, err)
+	}
+	fillAttr(fi, &out.Attr)
+	return 0
+}
+
+func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	p := n.rpath()
+	h, _ := f.(*fileHandle)
+	if size, ok := in.GetSize(); ok {
+		var err error
+		if h != nil {
+			err = h.f.Truncate(int64(size))
+		} else {
+			err = n.fsys.remote.Truncate(p, int64(size))
+		}
+		if err != nil {
+			return n.errno(ctx, "truncate", p, err)
+		}
+	}
+	if mode, ok := in.GetMode(); ok {
+		var err error
+		if h != nil {
+			err = h.f.Chmod(os.FileMode(mode & 0o7777))
+		} else {
+			err = n.fsys.remote.Chmod(p, os.FileMode(mode&0o7777))
+		}
+		if err != nil {
+			return n.errno(ctx, "chmod", p, err)
+		}
+	}
+	mtime, mok := in.GetMTime()
+	atime, aok := in.GetATime()
+	if mok || aok {
+		if !mok || !aok {
+			// SFTP sets both at once: keep the one not asked for.
+			fi, err := n.fsys.remote.Lstat(p)
+			if err != nil {
+				return n.errno(ctx, "utimens", p, err)
+			}
+			if !mok {
+				mtime = fi.ModTime()
+			}
+			if !aok {
+				atime = accessTime(fi)
+			}
+		}
+		if err := n.fsys.remote.Chtimes(p, atime, mtime); err != nil {
+			return n.errno(ctx, "utimens", p, err)
+		}
+	}
+	// Ownership is not delegated: chown is accepted and has no effect.
+	return n.Getattr(ctx, f, out)
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	p := n.rpath()
+	f, err := n.fsys.remote.OpenFile(p, int(flags)&^(syscall.O_CREAT|syscall.O_EXCL|syscall.O_APPEND))
+	if err != nil {
+		return nil, 0, n.errno(ctx, "open", p, err)
+	}
+	return &fileHandle{f: f, node: n}, 0, 0
+}
+
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	p := n.child(name)
+	f, err := n.fsys.remote.OpenFile(p, int(flags)&^syscall.O_APPEND|os.O_CREATE)
+	if err != nil {
+		if isFailure(err) && n.exists(p) {
+			return nil, nil, 0, syscall.EEXIST
+		}
+		return nil, nil, 0, n.errno(ctx, "create", p, err)
+	}
+	if perm := os.FileMode(mode & 0o7777); perm != 0o644 {
+		if err := f.Chmod(perm); err != nil {
+			f.Close()
+			return nil, nil, 0, n.errno(ctx, "create", p, err)
+		}
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, 0, n.errno(ctx, "create", p, err)
+	}
+	child := n.newChild(ctx, fi, out)
+	return child, &fileHandle{f: f, node: n}, 0, 0
+}
+
+func (n *node) exists(p string) bool {
+	_, err := n.fsys.remote.Lstat(p)
+	return err == nil
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	p := n.child(name)
+	if err := n.fsys.remote.Mkdir(p); err != nil {
+		if isFailure(err) && n.exists(p) {
+			return nil, syscall.EEXIST
+		}
+		return nil, n.errno(ctx, "mkdir", p, err)
+	}
+	if perm := os.FileMode(mode & 0o7777); perm != 0o755 {
+		if err := n.fsys.remote.Chmod(p, perm); err != nil {
+			return nil, n.errno(ctx, "mkdir", p, err)
+		}
+	}
+	fi, err := n.fsys.remote.Lstat(p)
+	if err != nil {
+		return nil, n.errno(ctx, "mkdir", p, err)
+	}
+	return n.newChild(ctx, fi, out), 0
+}
+
+// Mknod: devices, fifos and sockets are not carried by SFTP.
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return nil, syscall.EPERM
+}
+
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	p := n.child(name)
+	if err := n.fsys.remote.Remove(p); err != nil {
+		return n.errno(ctx, "unlink", p, err)
+	}
+	return 0
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	p := n.child(name)
+	err := n.fsys.remote.RemoveDirectory(p)
+	if err == nil {
+		return 0
+	}
+	// SFTP v3 has no ENOTEMPTY: the server says SSH_FX_FAILURE. Probe.
+	if isFailure(err) {
+		if ents, lerr := n.fsys.remote.ReadDir(p); lerr == nil && len(ents) > 0 {
+			return syscall.ENOTEMPTY
+		}
+	}
+	return n.errno(ctx, "rmdir", p, err)
+}
+
+const (
+	renameNoReplace = 0x1 // RENAME_NOREPLACE
+	renameExchange  = 0x2 // RENAME_EXCHANGE
+)
+
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	from := n.child(name)
+	to := path.Join("/"+newParent.EmbeddedInode().Path(nil), newName)
+	switch {
+	case flags&renameExchange != 0:
+		return syscall.EINVAL // SFTP cannot swap atomically
+	case flags&renameNoReplace != 0:
+		if n.exists(to) {
+			return syscall.EEXIST
+		}
+	}
+	err := n.fsys.remote.PosixRename(from, to)
+	if err == nil {
+		return 0
+	}
+	if isFailure(err) {
+		src, serr := n.fsys.remote.Lstat(from)
+		dst, derr := n.fsys.remote.Lstat(to)
+		switch {
+		case serr == nil && derr == nil && dst.IsDir() && !src.IsDir():
+			return syscall.EISDIR
+		case serr == nil && derr == nil && !dst.IsDir() && src.IsDir():
+			return syscall.ENOTDIR
+		case derr == nil && dst.IsDir():
+			if ents, lerr := n.fsys.remote.ReadDir(to); lerr == nil && len(ents) > 0 {
+				return syscall.ENOTEMPTY
+			}
+		}
+	}
+	return n.errno(ctx, "rename", from, err)
+}
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	p := n.child(name)
+	if err := n.fsys.remote.Symlink(target, p); err != nil {
+		if isFailure(err) && n.exists(p) {
+			return nil, syscall.EEXIST
+		}
+		return nil, n.errno(ctx, "symlink", p, err)
+	}
+	fi, err := n.fsys.remote.Lstat(p)
+	if err != nil {
+		return nil, n.errno(ctx, "symlink", p, err)
+	}
+	return n.newChild(ctx, fi, out), 0
+}
+
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	p := n.rpath()
+	target, err := n.fsys.remote.ReadLink(p)
+	if err != nil {
+		return nil, n.errno(ctx, "readlink", p, err)
+	}
+	return []byte(target), 0
+}
+
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	p := n.child(name)
+	from := "/" + target.EmbeddedInode().Path(nil)
+	if err := n.fsys.remote.Link(from, p); err != nil {
+		if isFailure(err) && n.exists(p) {
+			return nil, syscall.EEXIST
+		}
+		return nil, n.errno(ctx, "link", p, err)
+	}
+	fi, err := n.fsys.remote.Lstat(p)
+	if err != nil {
+		return nil, n.errno(ctx, "link", p, err)
+	}
+	fillAttr(fi, &out.Attr)
+	n.fsys.setEntryTimeouts(out)
+	// The same inode under a second name, as the kernel expects of link(2).
+	return target.EmbeddedInode(), 0
+}
+
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	st, err := n.fsys.remote.StatVFS("/")
+	if err != nil {
+		return n.errno(ctx, "statfs", "/", err)
+	}
+	out.Blocks, out.Bfree, out.Bavail = st.Blocks, st.Bfree, st.Bavail
+	out.Files, out.Ffree = st.Files, st.Ffree
+	out.Bsize, out.Frsize = uint32(st.Bsize), uint32(st.Frsize)
+	out.NameLen = uint32(st.Namemax)
+	return 0
+}
+
+// Extended attributes are not carried by SFTP v3.
+
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	return 0, syscall.ENOTSUP
+}
+
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return syscall.ENOTSUP
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) { return 0, 0 }
+
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno { return syscall.ENOTSUP }
+
+// fillAttr copies what SFTP v3 carries: type and permission bits, size,
+// owner, access and modification times.
+func fillAttr(fi os.FileInfo, a *fuse.Attr) {
+	a.Mode = modeOf(fi.Mode())
+	a.Size = uint64(fi.Size())
+	a.Nlink = 1
+	if fi.IsDir() {
+		a.Nlink = 2
+	}
+	mt := fi.ModTime()
+	a.Mtime, a.Mtimensec = uint64(mt.Unix()), uint32(mt.Nanosecond())
+	a.Ctime, a.Ctimensec = a.Mtime, a.Mtimensec
+	at := accessTime(fi)
+	a.Atime, a.Atimensec = uint64(at.Unix()), uint32(at.Nanosecond())
+	if st, ok := fi.Sys().(*sftp.FileStat); ok {
+		a.Uid, a.Gid = st.UID, st.GID
+		for _, e := range st.Extended {
+			if e.ExtType == sshd.NlinkAttr {
+				if n, err := strconv.ParseUint(e.ExtData, 10, 32); err == nil {
+					a.Nlink = uint32(n)
+				}
+			}
+		}
+	}
+	a.Blksize = 4096
+	a.Blocks = (a.Size + 511) / 512
+}
+
+func accessTime(fi os.FileInfo) time.Time {
+	if st, ok := fi.Sys().(*sftp.FileStat); ok {
+		return time.Unix(int64(st.Atime), 0)
+	}
+	return fi.ModTime()
+}
+
+// modeOf encodes a Go file mode as st_mode.
+func modeOf(m iofs.FileMode) uint32 {
+	v := uint32(m.Perm())
+	switch {
+	case m.IsDir():
+		v |= syscall.S_IFDIR
+	case m&iofs.ModeSymlink != 0:
+		v |= syscall.S_IFLNK
+	case m&iofs.ModeNamedPipe != 0:
+		v |= syscall.S_IFIFO
+	case m&iofs.ModeSocket != 0:
+		v |= syscall.S_IFSOCK
+	case m&iofs.ModeCharDevice != 0:
+		v |= syscall.S_IFCHR
+	case m&iofs.ModeDevice != 0:
+		v |= syscall.S_IFBLK
+	default:
+		v |= syscall.S_IFREG
+	}
+	if m&iofs.ModeSetuid != 0 {
+		v |= syscall.S_ISUID
+	}
+	if m&iofs.ModeSetgid != 0 {
+		v |= syscall.S_ISGID
+	}
+	if m&iofs.ModeSticky != 0 {
+		v |= syscall.S_ISVTX
+	}
+	return v
+}
