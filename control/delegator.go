@@ -101,13 +101,15 @@ func (d *Delegator) Create(req ExportRequest) (*lease.Delegation, error) {
 		return nil, Errorf(CodeWorkspaceInvalid, "ttl must be at least 1s")
 	}
 	var notes []string
+	auto := false
 	switch req.Transport {
 	case "", "auto":
+		auto = true
 		if d.opts.Transports[TransportSSHFS] != nil {
 			req.Transport = TransportSSHFS
 		} else {
 			req.Transport = TransportArchive
-			notes = append(notes, "transport auto: the live mount is not available in this build, using archive")
+			notes = append(notes, "transport auto: no SSH server runs here for a live mount; using archive")
 		}
 	case TransportArchive:
 	case TransportSSHFS:
@@ -132,6 +134,7 @@ func (d *Delegator) Create(req ExportRequest) (*lease.Delegation, error) {
 			TTLSeconds: int64((req.TTL + time.Second - 1) / time.Second)},
 		Peer: req.Peer, LocalDir: phys, ExportName: "awcp/" + id,
 		Description: req.Description, Prompt: req.Prompt, Token: req.Token, Notes: notes,
+		AutoTransport: auto,
 	}
 	var busy *lease.DirBusyError
 	if err := d.store.CreateDelegation(del); errors.As(err, &busy) {
@@ -173,7 +176,7 @@ func (d *Delegator) transport(del *lease.Delegation) DelegatorTransport {
 }
 
 func lent(del *lease.Delegation) Lent {
-	return Lent{ID: del.ID, LocalDir: del.LocalDir, AccessMode: del.AccessMode}
+	return Lent{ID: del.ID, LocalDir: del.LocalDir, AccessMode: del.AccessMode, ExpiresAt: del.ExpiresAt, Peer: del.Peer}
 }
 
 // Run drives delegation id until it ends or ctx is done, and returns the
@@ -231,6 +234,21 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) error 
 		return err
 	}
 	acc, err := pc.Invite(ctx, inv)
+	var pe *ProtocolError
+	if errors.As(err, &pe) && pe.Code == CodeDepMissing && del.AutoTransport && del.Transport == TransportSSHFS {
+		// The executor cannot mount: fall back to archive, and say so.
+		note := fmt.Sprintf("transport auto: the executor cannot mount (%s); fell back to archive", pe.Message)
+		del, err = d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
+			del.Transport = TransportArchive
+			del.Notes = append(del.Notes, note)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		inv.Requirements.Transport = TransportArchive
+		acc, err = pc.Invite(ctx, inv)
+	}
 	if err != nil {
 		return err
 	}
@@ -367,7 +385,11 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 		if del.State.Terminal() {
 			return nil
 		}
-		rep, ferr := d.transport(del).Finish(ctx, lent(del), ev)
+		tr := d.transport(del)
+		if tr == nil {
+			return fmt.Errorf("delegation %s: transport %s is not available in this process", id, del.Transport)
+		}
+		rep, ferr := tr.Finish(ctx, lent(del), ev)
 		if ferr != nil {
 			d.log.Error("apply result", "delegation", id, "err", ferr)
 			_, err = d.store.FireDelegation(id, lease.SendError, "result not applied", func(del *lease.Delegation) error {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control/agent"
+	awcpfs "github.com/awcp/awcp/fs"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -287,6 +288,11 @@ func (e *Executor) removeWorkDir(ctx context.Context, a *lease.Assignment) error
 		if _, err := t.Teardown(ctx, a.ID, a.WorkDir, false); err != nil {
 			return fmt.Errorf("teardown %s: %w", a.ID, err)
 		}
+	}
+	// Never delete recursively through a live mount: that would delete
+	// the delegator's files.
+	if awcpfs.IsMountpoint(a.WorkDir) {
+		return fmt.Errorf("work dir of %s: %w", a.ID, errMounted)
 	}
 	if err := os.RemoveAll(a.WorkDir); err != nil {
 		return fmt.Errorf("remove work dir of %s: %w", a.ID, err)
@@ -571,7 +577,7 @@ func (e *Executor) setup(ctx context.Context, a *lease.Assignment, tr ExecutorTr
 		e.log.Error("create work dir", "delegation", a.ID, "err", err)
 		return Errorf(CodeSetupFailed, "cannot create the work directory")
 	}
-	if err := tr.Setup(ctx, a.ID, info, a.WorkDir); err != nil {
+	if err := tr.Setup(ctx, SetupParams{ID: a.ID, Info: info, WorkDir: a.WorkDir, AccessMode: a.AccessMode}); err != nil {
 		e.log.Warn("setup failed", "delegation", a.ID, "err", err)
 		return AsProtocolError(err, CodeSetupFailed)
 	}
@@ -591,7 +597,13 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		}
 	}()
 	log := e.log.With("delegation", a.ID)
-	before, err := archive.Scan(a.WorkDir)
+	// Highlights compare the tree before and after. Through a mount, hashing
+	// would read every file over the network: size, mode and mtime do.
+	scan := archive.Scan
+	if a.Transport == TransportSSHFS {
+		scan = archive.ScanMeta
+	}
+	before, err := scan(a.WorkDir)
 	if err != nil {
 		log.Warn("scan work dir before the task", "err", err)
 	}
@@ -636,7 +648,7 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		final = e.eventJSON(&Event{DelegationID: a.ID, Type: EventError, Code: CodeTaskFailed, Message: msg})
 	default:
 		ev = lease.ReceiveDone
-		final, err = e.doneEvent(ctx, a, before, res.Summary)
+		final, err = e.doneEvent(ctx, a, scan, before, res.Summary)
 		if err != nil {
 			log.Error("collect result", "err", err)
 			ev = lease.SendError
@@ -659,8 +671,9 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	log.Info("delegation finished", "event", decoded.Type)
 }
 
-func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before archive.Manifest, summary string) ([]byte, error) {
-	after, err := archive.Scan(a.WorkDir)
+func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, scan func(string) (archive.Manifest, error),
+	before archive.Manifest, summary string) ([]byte, error) {
+	after, err := scan(a.WorkDir)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/awcp/awcp/archive"
 )
@@ -20,13 +21,21 @@ type ExecutorTransport interface {
 	// Available returns a *ProtocolError (DEP_MISSING) if this machine
 	// cannot use the transport.
 	Available() error
-	// Setup fills workDir, which exists and is empty, from info. An error
-	// means SETUP_FAILED; workDir is cleaned by the caller.
-	Setup(ctx context.Context, id string, info *WorkDirInfo, workDir string) error
+	// Setup fills p.WorkDir, which exists and is empty, from p.Info. An
+	// error means SETUP_FAILED; the work dir is cleaned by the caller.
+	Setup(ctx context.Context, p SetupParams) error
 	// Teardown ends the transport's use of workDir before it is removed.
 	// With wantResult it returns the result to send back in the done event
 	// (empty for transports that write through).
 	Teardown(ctx context.Context, id, workDir string, wantResult bool) (resultBase64 string, err error)
+}
+
+// SetupParams is what an executor transport sets a workspace up from.
+type SetupParams struct {
+	ID         string
+	Info       *WorkDirInfo
+	WorkDir    string
+	AccessMode string
 }
 
 // DelegatorTransport is the delegator's side of a data plane (spec §5.1).
@@ -47,6 +56,8 @@ type Lent struct {
 	ID         string
 	LocalDir   string
 	AccessMode string
+	ExpiresAt  time.Time
+	Peer       string // the executor's URL
 }
 
 // ArchiveExecutor is the executor side of the archive transport.
@@ -64,7 +75,8 @@ func (*ArchiveExecutor) Name() string { return TransportArchive }
 func (*ArchiveExecutor) Available() error { return nil }
 
 // Setup verifies the checksum and extracts the workspace.
-func (t *ArchiveExecutor) Setup(_ context.Context, _ string, info *WorkDirInfo, workDir string) error {
+func (t *ArchiveExecutor) Setup(_ context.Context, p SetupParams) error {
+	info, workDir := p.Info, p.WorkDir
 	data, err := base64.StdEncoding.DecodeString(info.WorkspaceBase64)
 	if err != nil {
 		return Errorf(CodeSetupFailed, "workDir.workspaceBase64 is not valid base64")

@@ -394,6 +394,9 @@ func (m *Start) validate() error {
 	return m.WorkDir.validate()
 }
 
+// ValidateWorkDir checks a workDir on its own, as `awcp-fs mount` reads one.
+func ValidateWorkDir(w *WorkDirInfo) error { return w.validate() }
+
 func (w *WorkDirInfo) validate() error {
 	switch w.Transport {
 	case "":

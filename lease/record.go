@@ -58,6 +58,7 @@ type Delegation struct {
 	Peer            string   `json:"peer"`
 	LocalDir        string   `json:"localDir"` // physical path, symlinks resolved
 	ExportName      string   `json:"exportName"`
+	AutoTransport   bool     `json:"autoTransport,omitempty"` // chosen by --transport auto: may fall back
 	Description     string   `json:"description"`
 	Prompt          string   `json:"prompt"`
 	ExecutorWorkDir string   `json:"executorWorkDir,omitempty"`

@@ -221,8 +221,12 @@ loop:
 		case <-t.C:
 			s.sweep()
 		case <-ctx.Done():
+			// Close the listener too: Serve may not have registered it
+			// with the server yet, and would then accept forever.
+			ln.Close()
 			s.ssh.Close()
-			err = <-errc
+			<-errc
+			err = nil
 			break loop
 		}
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/lease"
+	"github.com/awcp/awcp/sshd"
 )
 
 // exitPending is output's exit code for a delegation that has not ended.
@@ -25,6 +28,7 @@ type env struct {
 	state string
 	store *lease.Store
 	log   *slog.Logger
+	sshfs *control.SSHFSDelegator // set while this process runs the SSH server
 }
 
 func openEnv(c *cli.Context) (*env, error) {
@@ -51,15 +55,70 @@ func openEnv(c *cli.Context) (*env, error) {
 func (e *env) socket() string { return filepath.Join(e.state, "ctl.sock") }
 
 func (e *env) delegator(progress func(string, *control.Event)) (*control.Delegator, error) {
+	transports := map[string]control.DelegatorTransport{
+		control.TransportArchive: &control.ArchiveDelegator{Blobs: e.store,
+			StagingDir: filepath.Join(e.state, "staging"), ResultDir: filepath.Join(e.state, "results")},
+	}
+	if e.sshfs != nil {
+		transports[control.TransportSSHFS] = e.sshfs
+	}
 	return control.NewDelegator(control.DelegatorOptions{
-		Store: e.store,
-		Transports: map[string]control.DelegatorTransport{
-			control.TransportArchive: &control.ArchiveDelegator{Blobs: e.store,
-				StagingDir: filepath.Join(e.state, "staging"), ResultDir: filepath.Join(e.state, "results")},
-		},
-		Progress: progress,
-		Logger:   e.log,
+		Store:      e.store,
+		Transports: transports,
+		Progress:   progress,
+		Logger:     e.log,
 	})
+}
+
+// sshFlags configure the embedded SSH server of export and serve.
+func sshFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "ssh-listen", EnvVars: []string{"AWCP_SSH_LISTEN"}, Value: ":0",
+			Usage: "address of the embedded SSH/SFTP server for live mounts"},
+		&cli.StringFlag{Name: "ssh-advertise", EnvVars: []string{"AWCP_SSH_ADVERTISE"},
+			Usage: "host[:port] executors dial (default: this machine's address towards each executor, the listening port)"},
+	}
+}
+
+// startSSH runs the embedded SSH server until ctx ends and registers the
+// live-mount transport. wait returns once the server has stopped.
+func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err error) {
+	auth, err := sshd.LoadAuthority(e.state)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := sshd.New(sshd.Options{Authority: auth, Leases: control.LeaseExports{Store: e.store}, Logger: e.log})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", c.String("ssh-listen"))
+	if err != nil {
+		return nil, fmt.Errorf("--ssh-listen: %w", err)
+	}
+	t := &control.SSHFSDelegator{Issuer: auth, Revoker: srv, Port: ln.Addr().(*net.TCPAddr).Port}
+	if adv := c.String("ssh-advertise"); adv != "" {
+		host, port, err := net.SplitHostPort(adv)
+		if err != nil {
+			host, port = adv, ""
+		}
+		t.Host = host
+		if port != "" {
+			if t.Port, err = strconv.Atoi(port); err != nil {
+				ln.Close()
+				return nil, clikit.UsageError("--ssh-advertise: bad port %q", port)
+			}
+		}
+	}
+	e.sshfs = t
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ctx, ln); err != nil {
+			e.log.Warn("ssh server", "err", err)
+		}
+	}()
+	e.log.Info("ssh server listening", "addr", ln.Addr())
+	return func() { <-done }, nil
 }
 
 // resolve finds a delegation by id or unique id prefix.

@@ -22,7 +22,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 		Name:      "export",
 		Usage:     "lend DIR to an executor for a task and wait for the result",
 		ArgsUsage: "DIR",
-		Flags: append(clikit.CommonFlags(),
+		Flags: append(append(clikit.CommonFlags(),
 			&cli.StringFlag{Name: "peer", EnvVars: []string{"AWCP_PEER"}, Required: true, Usage: "executor URL, e.g. http://host:10200"},
 			&cli.StringFlag{Name: "prompt", EnvVars: []string{"AWCP_PROMPT"}, Required: true, Usage: "the task, in full"},
 			&cli.StringFlag{Name: "description", Usage: "short description for logs and lists (default: the prompt's first line)"},
@@ -32,7 +32,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executor requires"},
 			&cli.BoolFlag{Name: "background", Usage: "hand the delegation to the daemon (started if needed), print its id and return"},
 			&cli.BoolFlag{Name: "json", Usage: "print the outcome as JSON"},
-		),
+		), sshFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.Args().Len() != 1 {
 				return clikit.UsageError("export takes exactly one directory")
@@ -61,6 +61,25 @@ func exportCommand(ctx context.Context) *cli.Command {
 // Ctrl-C cancels it.
 func exportWait(ctx context.Context, c *cli.Context, e *env, req control.ExportRequest) error {
 	errw := c.App.ErrWriter
+	// The SSH server lives as long as this delegation is followed here; it
+	// outlives ctx (Ctrl-C) until the cancel has been carried out.
+	sshCtx, stopSSH := context.WithCancel(context.Background())
+	var waitSSH func()
+	defer func() {
+		stopSSH()
+		if waitSSH != nil {
+			waitSSH()
+		}
+	}()
+	if req.Transport != control.TransportArchive {
+		var err error
+		if waitSSH, err = e.startSSH(sshCtx, c); err != nil {
+			if req.Transport == control.TransportSSHFS {
+				return err
+			}
+			fmt.Fprintf(errw, "awcp: no SSH server for a live mount (%v); using archive\n", err)
+		}
+	}
 	dlg, err := e.delegator(func(id string, ev *control.Event) {
 		switch {
 		case ev.Type == control.EventStatus && ev.Status == control.StatusRunning:

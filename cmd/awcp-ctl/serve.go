@@ -15,7 +15,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the delegator daemon: leases, expiry, background delegations, the local API",
-		Flags: clikit.CommonFlags(),
+		Flags: append(clikit.CommonFlags(), sshFlags()...),
 		Action: func(c *cli.Context) error {
 			e, err := openEnv(c)
 			if err != nil {
@@ -24,6 +24,14 @@ func serveCommand(ctx context.Context) *cli.Command {
 			if _, running := control.DialLocal(e.socket()); running {
 				return fmt.Errorf("a daemon already serves %s", e.state)
 			}
+			sshCtx, stopSSH := context.WithCancel(context.Background())
+			waitSSH, err := e.startSSH(sshCtx, c)
+			if err != nil {
+				stopSSH()
+				return err
+			}
+			// The SSH server stops after the delegations this daemon follows.
+			defer func() { stopSSH(); waitSSH() }()
 			dlg, err := e.delegator(nil)
 			if err != nil {
 				return err

@@ -38,7 +38,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Flags:     clikit.CommonFlags(),
-		Commands:  []*cli.Command{serveCommand(ctx)},
+		Commands:  []*cli.Command{serveCommand(ctx), mountCommand(ctx), umountCommand()},
 	}
 }
 
@@ -65,6 +65,8 @@ func serveCommand(ctx context.Context) *cli.Command {
 				Usage: "how long a finished delegation's events stay available"},
 			&cli.DurationFlag{Name: "start-timeout", EnvVars: []string{"AWCP_START_TIMEOUT"}, Value: 2 * time.Minute,
 				Usage: "how long an accepted INVITE waits for START"},
+			&cli.StringSliceFlag{Name: "transports", EnvVars: []string{"AWCP_TRANSPORTS"}, Value: cli.NewStringSlice("sshfs", "archive"),
+				Usage: "transports offered, preferred first: sshfs (live mount) and/or archive"},
 			&cli.Int64Flag{Name: "max-workspace-bytes", EnvVars: []string{"AWCP_MAX_WORKSPACE_BYTES"}, Value: 1 << 30,
 				Usage: "most bytes an archive workspace may expand to (zip bombs stop here)"},
 			&cli.DurationFlag{Name: "keepalive", EnvVars: []string{"AWCP_KEEPALIVE"}, Value: 15 * time.Second,
@@ -92,19 +94,39 @@ func serve(ctx context.Context, c *cli.Context) error {
 			return clikit.UsageError("--access takes rw and/or ro, not %q", m)
 		}
 	}
+	var transports []control.ExecutorTransport
+	offered := map[string]bool{}
+	for _, name := range c.StringSlice("transports") {
+		offered[name] = true
+	}
+	for _, name := range c.StringSlice("transports") {
+		switch name {
+		case control.TransportSSHFS:
+			transports = append(transports, &control.SSHFSExecutor{Logger: log})
+		case control.TransportArchive:
+			transports = append(transports, &control.ArchiveExecutor{
+				Limits: archive.Limits{MaxBytes: c.Int64("max-workspace-bytes")},
+			})
+		default:
+			return clikit.UsageError("--transports takes sshfs and/or archive, not %q", name)
+		}
+	}
+	if !offered[control.TransportSSHFS] {
+		// Still known, so that INVITEs asking for it get DEP_MISSING and
+		// a delegator on auto falls back.
+		transports = append(transports, &control.SSHFSExecutor{Disabled: true})
+	}
 	store, err := lease.Open(filepath.Join(state, "executor.db"), lease.Options{})
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	exec, err := control.NewExecutor(control.ExecutorOptions{
-		WorkRoot:     root,
-		AgentCommand: c.String("agent-cmd"),
-		Store:        store,
-		StateDir:     state,
-		Transports: []control.ExecutorTransport{&control.ArchiveExecutor{
-			Limits: archive.Limits{MaxBytes: c.Int64("max-workspace-bytes")},
-		}},
+		WorkRoot:      root,
+		AgentCommand:  c.String("agent-cmd"),
+		Store:         store,
+		StateDir:      state,
+		Transports:    transports,
 		MaxConcurrent: c.Int("max-concurrent"),
 		MaxTTL:        c.Duration("max-ttl"),
 		AccessModes:   c.StringSlice("access"),

@@ -102,6 +102,7 @@ func TestExportErrorCodes(t *testing.T) {
 	x := startExecutor(t, `echo fine`)
 	tokenX := startExecutor(t, `echo fine`, "--token", "s3cret")
 	failing := startExecutor(t, `echo "compiling"; echo "main.go:3: undefined: foo" >&2; exit 2`)
+	noMount := startExecutor(t, `echo fine`, "--transports", "archive")
 	c := newCtl(t)
 
 	t.Run("WORKSPACE_NOT_FOUND", func(t *testing.T) {
@@ -153,7 +154,13 @@ func TestExportErrorCodes(t *testing.T) {
 		}
 	})
 	t.Run("DEP_MISSING", func(t *testing.T) {
-		failCase(t, c, sampleWorkspace(t), control.CodeDepMissing, "--peer", x.url, "--prompt", "p", "--transport", "sshfs")
+		failCase(t, c, sampleWorkspace(t), control.CodeDepMissing, "--peer", noMount.url, "--prompt", "p", "--transport", "sshfs")
+	})
+	t.Run("auto falls back to archive", func(t *testing.T) {
+		r := c.run("export", sampleWorkspace(t), "--peer", noMount.url, "--prompt", "p")
+		if r.code != 0 || !strings.Contains(r.stdout, "fell back to archive") || !strings.Contains(r.stdout, "(archive, rw)") {
+			t.Fatalf("%d\n%s%s", r.code, r.stdout, r.stderr)
+		}
 	})
 	t.Run("TASK_FAILED", func(t *testing.T) {
 		r := failCase(t, c, sampleWorkspace(t), control.CodeTaskFailed, "--peer", failing.url, "--prompt", "p")
@@ -264,7 +271,7 @@ func TestLeaseExpiresMidTask(t *testing.T) {
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
 	start := time.Now()
-	r := failCase(t, c, dir, control.CodeExpired, "--peer", x.url, "--prompt", "p", "--ttl", "2s")
+	r := failCase(t, c, dir, control.CodeExpired, "--peer", x.url, "--prompt", "p", "--ttl", "2s", "--transport", "archive")
 	if el := time.Since(start); el > 10*time.Second {
 		t.Fatalf("expiry took %s", el)
 	}
@@ -287,7 +294,7 @@ func TestLocalChangeIsNotOverwritten(t *testing.T) {
 	x := startExecutor(t, `while [ ! -e `+gate+` ]; do sleep 0.05; done; echo executor > README.md; echo ok`)
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
-	exp := c.command("export", dir, "--peer", x.url, "--prompt", "p")
+	exp := c.command("export", dir, "--peer", x.url, "--prompt", "p", "--transport", "archive")
 	var stdout bytes.Buffer
 	exp.Stdout = &stdout
 	exp.Start()
@@ -424,7 +431,7 @@ func TestDaemonCrashLosesNothing(t *testing.T) {
 	x := startExecutor(t, `sleep 1; echo "made while the delegator was down" > late.txt; echo finished`)
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
-	r := c.run("export", dir, "--peer", x.url, "--prompt", "p", "--background")
+	r := c.run("export", dir, "--peer", x.url, "--prompt", "p", "--background", "--transport", "archive")
 	if r.code != 0 {
 		t.Fatalf("%d %s", r.code, r.stderr)
 	}
@@ -487,7 +494,7 @@ func TestResultKeptWhenItCannotBeApplied(t *testing.T) {
 	x := startExecutor(t, `while [ ! -e `+gate+` ]; do sleep 0.05; done; echo precious > work.txt`)
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
-	exp := c.command("export", dir, "--peer", x.url, "--prompt", "p")
+	exp := c.command("export", dir, "--peer", x.url, "--prompt", "p", "--transport", "archive")
 	var stderr bytes.Buffer
 	exp.Stderr = &stderr
 	exp.Start()

@@ -1,0 +1,255 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/awcp/awcp/archive"
+	awcpfs "github.com/awcp/awcp/fs"
+	"github.com/awcp/awcp/lease"
+	"github.com/awcp/awcp/sshd"
+)
+
+// HostKeyOption is the key of workDir.options that carries the delegator's
+// host key. It is the only option an executor interprets.
+const HostKeyOption = "hostKey"
+
+// CertIssuer issues a delegation's credential; *sshd.Authority.
+type CertIssuer interface {
+	Issue(id string, validBefore time.Time) (*sshd.Credential, error)
+	HostPublicKey() string
+}
+
+// ConnRevoker closes a delegation's SSH connections; *sshd.Server.
+type ConnRevoker interface {
+	Revoke(id string)
+}
+
+// SSHFSDelegator is the delegator side of the live mount: a certificate per
+// delegation for the embedded SSH server, revoked when the lease ends.
+type SSHFSDelegator struct {
+	Issuer  CertIssuer  // required
+	Revoker ConnRevoker // required
+	// Host is the address executors dial. Default: the local end of the
+	// route towards each executor.
+	Host string
+	// Port is the server's port. Required.
+	Port int
+}
+
+var _ DelegatorTransport = (*SSHFSDelegator)(nil)
+
+// Name implements DelegatorTransport.
+func (*SSHFSDelegator) Name() string { return TransportSSHFS }
+
+// Prepare issues the certificate. The export locator is a logical name:
+// the real path never leaves this machine.
+func (t *SSHFSDelegator) Prepare(_ context.Context, d Lent) (*WorkDirInfo, error) {
+	cred, err := t.Issuer.Issue(d.ID, d.ExpiresAt)
+	if err != nil {
+		return nil, fmt.Errorf("issue certificate: %w", err)
+	}
+	host := t.Host
+	if host == "" {
+		host = "127.0.0.1"
+		if u, err := url.Parse(d.Peer); err == nil && u.Hostname() != "" {
+			host = AdvertiseHost(u.Hostname())
+		}
+	}
+	return &WorkDirInfo{
+		Transport:     TransportSSHFS,
+		Endpoint:      &Endpoint{Host: host, Port: t.Port, User: d.ID},
+		ExportLocator: "awcp/" + d.ID,
+		Credential:    &Credential{PrivateKey: cred.PrivateKey, Certificate: cred.Certificate},
+		Options:       map[string]string{HostKeyOption: t.Issuer.HostPublicKey()},
+	}, nil
+}
+
+// Finish has nothing to bring back: every write already happened in place.
+func (*SSHFSDelegator) Finish(context.Context, Lent, *Event) (*archive.Report, error) {
+	return &archive.Report{}, nil
+}
+
+// Cleanup closes the delegation's connections; the store already refuses
+// new ones, the lease being over.
+func (t *SSHFSDelegator) Cleanup(_ context.Context, d Lent) error {
+	t.Revoker.Revoke(d.ID)
+	return nil
+}
+
+// LeaseExports answers the SSH server from the delegator's lease store: a
+// delegation may connect while START is out or the task runs, before its
+// expiry.
+type LeaseExports struct {
+	Store *lease.Store
+}
+
+var _ sshd.Leases = LeaseExports{}
+
+// Live implements sshd.Leases.
+func (l LeaseExports) Live(id string) (sshd.Export, bool) {
+	d, err := l.Store.Delegation(id)
+	if err != nil || d.Transport != TransportSSHFS {
+		return sshd.Export{}, false
+	}
+	if d.State != lease.Started && d.State != lease.Running {
+		return sshd.Export{}, false
+	}
+	if !d.ExpiresAt.IsZero() && !l.Store.Now().Before(d.ExpiresAt) {
+		return sshd.Export{}, false
+	}
+	return sshd.Export{Dir: d.LocalDir, ReadOnly: d.AccessMode != AccessRW}, true
+}
+
+// AdvertiseHost picks the address an executor at peerURL can reach this
+// machine on: the local end of the route towards it.
+func AdvertiseHost(peerHost string) string {
+	conn, err := net.Dial("udp", net.JoinHostPort(peerHost, "9"))
+	if err != nil {
+		return "127.0.0.1"
+	}
+	defer conn.Close()
+	host, _, _ := net.SplitHostPort(conn.LocalAddr().String())
+	return host
+}
+
+// SSHFSExecutor is the executor side of the live mount: an in-process
+// go-fuse client over SFTP at the work dir.
+type SSHFSExecutor struct {
+	// Disabled turns live mounts off on this executor (DEP_MISSING).
+	Disabled bool
+	// FUSEDevice is checked for availability. Default /dev/fuse.
+	FUSEDevice string
+	// Logger default slog.Default().
+	Logger *slog.Logger
+
+	mu     sync.Mutex // guards mounts
+	mounts map[string]*awcpfs.Mount
+}
+
+var _ ExecutorTransport = (*SSHFSExecutor)(nil)
+
+// Name implements ExecutorTransport.
+func (*SSHFSExecutor) Name() string { return TransportSSHFS }
+
+// Available reports DEP_MISSING when this machine cannot mount.
+func (t *SSHFSExecutor) Available() error {
+	if t.Disabled {
+		return Errorf(CodeDepMissing, "this executor does not offer live mounts").
+			WithHint("use --transport archive")
+	}
+	dev := t.FUSEDevice
+	if dev == "" {
+		dev = "/dev/fuse"
+	}
+	f, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err != nil {
+		return Errorf(CodeDepMissing, "the executor has no usable FUSE device").
+			WithHint("install fuse3 on the executor, or use --transport archive")
+	}
+	f.Close()
+	if os.Geteuid() != 0 {
+		if _, err := exec.LookPath("fusermount3"); err != nil {
+			if _, err := exec.LookPath("fusermount"); err != nil {
+				return Errorf(CodeDepMissing, "the executor is not root and has no fusermount").
+					WithHint("install fuse3 on the executor, or use --transport archive")
+			}
+		}
+	}
+	return nil
+}
+
+// Setup mounts the delegator's export at the work dir, pinning the host
+// key START carries.
+func (t *SSHFSExecutor) Setup(_ context.Context, p SetupParams) error {
+	m, err := t.Mount(p, false)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	if t.mounts == nil {
+		t.mounts = map[string]*awcpfs.Mount{}
+	}
+	t.mounts[p.ID] = m
+	t.mu.Unlock()
+	return nil
+}
+
+// Mount mounts p's sshfs workDir at p.WorkDir; `awcp-fs mount` uses it
+// directly. Only the endpoint, the credential and the host key option are
+// read from the workDir.
+func (t *SSHFSExecutor) Mount(p SetupParams, debug bool) (*awcpfs.Mount, error) {
+	info := p.Info
+	hostKey, _, _, _, err := gossh.ParseAuthorizedKey([]byte(info.Options[HostKeyOption]))
+	if err != nil {
+		return nil, Errorf(CodeSetupFailed, "workDir.options.%s is missing or not an SSH public key", HostKeyOption).
+			WithHint("the delegator must send its host key; the executor never trusts on first use")
+	}
+	signer, err := awcpfs.CertSigner(info.Credential.PrivateKey, info.Credential.Certificate)
+	if err != nil {
+		return nil, Errorf(CodeSetupFailed, "invalid workDir.credential: %v", err)
+	}
+	log := t.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	m, err := awcpfs.New(p.WorkDir, awcpfs.Options{
+		Addr:     net.JoinHostPort(info.Endpoint.Host, strconv.Itoa(info.Endpoint.Port)),
+		User:     info.Endpoint.User,
+		Signer:   signer,
+		HostKey:  hostKey,
+		ReadOnly: p.AccessMode != AccessRW,
+		Name:     "awcp:" + p.ID,
+		Logger:   log.With("delegation", p.ID),
+		Debug:    debug,
+	})
+	if err != nil {
+		return nil, &ProtocolError{Code: CodeSetupFailed, Message: "cannot mount the delegator's workspace: " + stripPaths(err, p.WorkDir), Err: err}
+	}
+	return m, nil
+}
+
+// CertificateExpiry is when info's certificate stops being valid.
+func CertificateExpiry(info *WorkDirInfo) (time.Time, bool) {
+	if info.Credential == nil {
+		return time.Time{}, false
+	}
+	pub, _, _, _, err := gossh.ParseAuthorizedKey([]byte(info.Credential.Certificate))
+	if err != nil {
+		return time.Time{}, false
+	}
+	cert, ok := pub.(*gossh.Certificate)
+	if !ok || cert.ValidBefore == gossh.CertTimeInfinity {
+		return time.Time{}, false
+	}
+	return time.Unix(int64(cert.ValidBefore), 0), true
+}
+
+// Teardown unmounts. There is no result: the work happened in place.
+func (t *SSHFSExecutor) Teardown(_ context.Context, id, workDir string, _ bool) (string, error) {
+	t.mu.Lock()
+	m := t.mounts[id]
+	delete(t.mounts, id)
+	t.mu.Unlock()
+	if m != nil {
+		return "", m.Unmount()
+	}
+	// Left by a previous run of the daemon: unmount what is there.
+	if awcpfs.IsMountpoint(workDir) {
+		return "", awcpfs.Unmount(workDir)
+	}
+	return "", nil
+}
+
+var errMounted = errors.New("the work dir is still a mount point; refusing to delete through it")
