@@ -1,0 +1,231 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/awcp/awcp/control"
+	awcpfs "github.com/awcp/awcp/fs"
+)
+
+// noMountsLeft fails if an awcp FUSE mount is still in the mount table.
+func noMountsLeft(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mps, err := awcpfs.Mounted()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(mps) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("awcp mounts left in /proc/self/mountinfo: %v", mps)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func waitWorkRootEmpty(t *testing.T, x *executor) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if ents, _ := os.ReadDir(x.workRoot); len(ents) == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	x.workRootEmpty(t)
+}
+
+func waitFile(t *testing.T, path string) []byte {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil {
+			return b
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s never appeared", path)
+	return nil
+}
+
+// The agent of the live-mount round trip works like a developer would:
+// edits, renames, deletes, git, a Go build, all inside the mount.
+const developerAgent = `set -e
+echo "started" > progress.txt
+while [ ! -e from-delegator.txt ]; do sleep 0.05; done
+echo "saw: $(cat from-delegator.txt)"
+echo "edited in the mount" >> README.md
+mv src/old.go src/renamed.go
+rm scripts/build.sh
+mkdir -p newdir && echo x > newdir/x.txt
+git init -q .
+git add -A
+git -c user.email=agent@example.com -c user.name=agent commit -qm "work from the executor"
+go build -buildvcs=false -o app .
+./app > app.out
+echo "Built and committed in the live mount." > "$AWCP_SUMMARY_FILE"`
+
+func goWorkspace(t *testing.T) string {
+	dir := filepath.Join(t.TempDir(), "project")
+	writeFiles(t, dir, map[string]string{
+		"README.md":        "# live\n",
+		"go.mod":           "module example.com/live\n\ngo 1.21\n",
+		"main.go":          "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello from the mount\") }\n",
+		"src/old.go":       "package src\n",
+		"scripts/build.sh": "#!/bin/sh\n",
+	})
+	return dir
+}
+
+func TestLiveMountRoundTrip(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatal("git is needed by this test (.ci/run installs it)")
+	}
+	x := startExecutor(t, developerAgent)
+	c := newCtl(t)
+	dir := goWorkspace(t)
+
+	exp := c.command("export", dir, "--peer", x.url, "--prompt", "build it", "--ssh-listen", "127.0.0.1:0")
+	var stdout, stderr bytes.Buffer
+	exp.Stdout, exp.Stderr = &stdout, &stderr
+	if err := exp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The executor's write shows on this side while the task runs...
+	if b := waitFile(t, filepath.Join(dir, "progress.txt")); string(b) != "started\n" {
+		t.Fatalf("progress.txt = %q", b)
+	}
+	if mps, _ := awcpfs.Mounted(); len(mps) != 1 {
+		t.Fatalf("mounts while running: %v", mps)
+	}
+	// ...and this side's write shows in the mount.
+	os.WriteFile(filepath.Join(dir, "from-delegator.txt"), []byte("hi executor"), 0o644)
+	if err := exp.Wait(); err != nil {
+		t.Fatalf("export: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	if !strings.Contains(out, "(sshfs, rw)") || !strings.Contains(out, "Built and committed") {
+		t.Fatalf("output:\n%s", out)
+	}
+	if !strings.Contains(stderr.String(), "| saw: hi executor") {
+		t.Fatalf("the delegator's write was not visible in the mount:\n%s", stderr.String())
+	}
+	readme, _ := os.ReadFile(filepath.Join(dir, "README.md"))
+	if string(readme) != "# live\nedited in the mount\n" {
+		t.Errorf("README.md = %q", readme)
+	}
+	for _, p := range []string{"src/renamed.go", "newdir/x.txt", "app"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			t.Errorf("%s missing: %v", p, err)
+		}
+	}
+	for _, p := range []string{"src/old.go", "scripts/build.sh"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); !os.IsNotExist(err) {
+			t.Errorf("%s not deleted", p)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "app.out")); string(b) != "hello from the mount\n" {
+		t.Errorf("app.out = %q", b)
+	}
+	log, err := exec.Command("git", "-C", dir, "log", "--format=%s").Output()
+	if err != nil || strings.TrimSpace(string(log)) != "work from the executor" {
+		t.Errorf("git log in the delegator's dir: %q %v", log, err)
+	}
+	if st, _ := exec.Command("git", "-C", dir, "status", "--porcelain").Output(); !bytes.Contains(st, []byte("app")) || bytes.Contains(st, []byte("README")) {
+		t.Errorf("git status: %s", st)
+	}
+	noMountsLeft(t)
+	waitWorkRootEmpty(t, x)
+}
+
+func TestLiveMountReadOnly(t *testing.T) {
+	x := startExecutor(t, `for op in "touch new.txt" "echo x >> README.md" "rm README.md" "mkdir d" \
+		"mv README.md R.md" "chmod 777 README.md" "ln -s README.md l" "truncate -s 0 README.md"; do
+		if out=$(sh -c "$op" 2>&1); then echo "WROTE: $op"; else echo "refused: $op: $out"; fi
+	done
+	cat README.md >/dev/null && echo read-ok`)
+	c := newCtl(t)
+	dir := sampleWorkspace(t)
+	before := tree(t, dir)
+	r := c.run("export", dir, "--peer", x.url, "--prompt", "try to write", "--access", "ro", "--ssh-listen", "127.0.0.1:0")
+	if r.code != 0 || !strings.Contains(r.stdout, "(sshfs, ro)") {
+		t.Fatalf("%d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if strings.Contains(r.stderr, "WROTE") || !strings.Contains(r.stderr, "read-ok") {
+		t.Fatalf("agent output:\n%s", r.stderr)
+	}
+	for _, line := range strings.Split(r.stderr, "\n") {
+		if strings.Contains(line, "refused:") && !strings.Contains(line, "Read-only file system") && !strings.Contains(line, "Permission denied") {
+			t.Errorf("refused with an unexpected error: %s", line)
+		}
+	}
+	sameTree(t, dir, before)
+	noMountsLeft(t)
+	waitWorkRootEmpty(t, x)
+}
+
+func TestLiveMountSymlinkEscapes(t *testing.T) {
+	x := startExecutor(t, `
+	ln -s /etc/passwd abs-link 2>/dev/null && echo "ESCAPED: absolute link made"
+	ln -s ../../../outside rel-link 2>/dev/null && echo "ESCAPED: relative link made"
+	cat planted 2>/dev/null | grep -q delegator-secret && echo "ESCAPED: read through planted link"
+	echo done`)
+	c := newCtl(t)
+	dir := sampleWorkspace(t)
+	os.WriteFile(filepath.Join(filepath.Dir(dir), "secret.txt"), []byte("delegator-secret\n"), 0o600)
+	os.Symlink("../secret.txt", filepath.Join(dir, "planted"))
+	before := tree(t, dir)
+	r := c.run("export", dir, "--peer", x.url, "--prompt", "escape", "--ssh-listen", "127.0.0.1:0")
+	if r.code != 0 || strings.Contains(r.stderr, "ESCAPED") || !strings.Contains(r.stderr, "| done") {
+		t.Fatalf("%d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	sameTree(t, dir, before)
+	noMountsLeft(t)
+}
+
+func TestLiveMountEndsOnCancelAndExpiry(t *testing.T) {
+	for _, how := range []string{"cancel", "expiry"} {
+		t.Run(how, func(t *testing.T) {
+			pidFile := filepath.Join(t.TempDir(), "agent.pid")
+			x := startExecutor(t, `echo $$ > `+pidFile+`; while :; do ls >/dev/null; sleep 0.1; done`)
+			c := newCtl(t)
+			dir := sampleWorkspace(t)
+			args := []string{"export", dir, "--peer", x.url, "--prompt", "p", "--ssh-listen", "127.0.0.1:0"}
+			code := control.CodeCancelled
+			if how == "expiry" {
+				args = append(args, "--ttl", "2s")
+				code = control.CodeExpired
+			}
+			exp := c.command(args...)
+			var stderr bytes.Buffer
+			exp.Stderr = &stderr
+			exp.Start()
+			pgid := readPID(t, pidFile)
+			d := c.waitState("", "running")
+			if mps, _ := awcpfs.Mounted(); len(mps) != 1 {
+				t.Fatalf("mounts while running: %v", mps)
+			}
+			if how == "cancel" {
+				if r := c.run("cancel", d.ID); r.code != 0 {
+					t.Fatalf("cancel: %s", r.stderr)
+				}
+			}
+			exp.Wait()
+			if exp.ProcessState.ExitCode() != 1 || !strings.Contains(stderr.String(), "error "+code) {
+				t.Fatalf("%d %s", exp.ProcessState.ExitCode(), stderr.String())
+			}
+			waitGone(t, pgid)
+			noMountsLeft(t)
+			waitWorkRootEmpty(t, x)
+		})
+	}
+}
