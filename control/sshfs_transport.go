@@ -191,7 +191,7 @@ func (t *SSHFSExecutor) Setup(_ context.Context, p SetupParams) error {
 // read from the workDir.
 func (t *SSHFSExecutor) Mount(p SetupParams, debug bool) (*awcpfs.Mount, error) {
 	info := p.Info
-	hostKey, _, _, _, err := gossh.ParseAuthorizedKey([]byte(info.Options[HostKeyOption]))
+	hostKey, err := parseHostKey(info.Options[HostKeyOption])
 	if err != nil {
 		return nil, Errorf(CodeSetupFailed, "workDir.options.%s is missing or not an SSH public key", HostKeyOption).
 			WithHint("the delegator must send its host key; the executor never trusts on first use")
@@ -253,3 +253,8 @@ func (t *SSHFSExecutor) Teardown(_ context.Context, id, workDir string, _ bool) 
 }
 
 var errMounted = errors.New("the work dir is still a mount point; refusing to delete through it")
+
+func parseHostKey(s string) (gossh.PublicKey, error) {
+	k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(s))
+	return k, err
+}

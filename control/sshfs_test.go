@@ -1,0 +1,172 @@
+package control
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	awcpfs "github.com/awcp/awcp/fs"
+	"github.com/awcp/awcp/lease"
+	"github.com/awcp/awcp/sshd"
+)
+
+// recordingTransport keeps what Prepare handed out, so the test can try
+// the credential after the lease.
+type recordingTransport struct {
+	*SSHFSDelegator
+	mu   sync.Mutex
+	last *WorkDirInfo
+}
+
+func (r *recordingTransport) Prepare(ctx context.Context, d Lent) (*WorkDirInfo, error) {
+	info, err := r.SSHFSDelegator.Prepare(ctx, d)
+	r.mu.Lock()
+	r.last = info
+	r.mu.Unlock()
+	return info, err
+}
+
+type liveFixture struct {
+	exec *execFixture
+	dlg  *Delegator
+	rec  *recordingTransport
+	dir  string
+}
+
+func newLiveFixture(t *testing.T, agentCmd string) *liveFixture {
+	t.Helper()
+	if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
+		t.Skipf("no usable /dev/fuse: %v", err)
+	} else {
+		f.Close()
+	}
+	log := slog.New(slog.DiscardHandler)
+	x := newExecFixture(t, agentCmd, func(o *ExecutorOptions) {
+		o.Transports = []ExecutorTransport{&SSHFSExecutor{Logger: log}, &ArchiveExecutor{}}
+	})
+	state := t.TempDir()
+	store, err := lease.Open(filepath.Join(state, "delegator.db"), lease.Options{Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := sshd.LoadAuthority(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := sshd.New(sshd.Options{Authority: auth, Leases: LeaseExports{Store: store}, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() { defer close(served); srv.Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-served })
+	rec := &recordingTransport{SSHFSDelegator: &SSHFSDelegator{Issuer: auth, Revoker: srv, Host: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port}}
+	dlg, err := NewDelegator(DelegatorOptions{Store: store, Logger: log, Transports: map[string]DelegatorTransport{
+		TransportArchive: &ArchiveDelegator{Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
+		TransportSSHFS:   rec,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a\n"), 0o644)
+	return &liveFixture{exec: x, dlg: dlg, rec: rec, dir: dir}
+}
+
+// credentialRefused fails unless the last issued credential is refused.
+func (f *liveFixture) credentialRefused(t *testing.T) {
+	t.Helper()
+	f.rec.mu.Lock()
+	info := f.rec.last
+	f.rec.mu.Unlock()
+	signer, err := awcpfs.CertSigner(info.Credential.PrivateKey, info.Credential.Certificate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostKey, err := parseHostKey(info.Options[HostKeyOption])
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, client, err := awcpfs.Dial(awcpfs.Options{Addr: net.JoinHostPort(info.Endpoint.Host, strconv.Itoa(info.Endpoint.Port)),
+		User: info.Endpoint.User, Signer: signer, HostKey: hostKey, DialTimeout: 5 * time.Second})
+	if err == nil {
+		client.Close()
+		conn.Close()
+		t.Fatal("the certificate of an ended lease was accepted")
+	}
+}
+
+func TestLiveDelegationCompletesAndRevokes(t *testing.T) {
+	f := newLiveFixture(t, `echo edited >> a.txt; echo ok`)
+	d, err := f.dlg.Create(ExportRequest{Dir: f.dir, Peer: f.exec.srv.URL, Prompt: "edit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Transport != TransportSSHFS {
+		t.Fatalf("transport %s", d.Transport)
+	}
+	end, err := f.dlg.Run(context.Background(), d.ID)
+	if err != nil || end.State != lease.Completed {
+		t.Fatalf("%+v %v", end, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.dir, "a.txt")); string(b) != "a\nedited\n" {
+		t.Fatalf("a.txt = %q", b)
+	}
+	if len(end.Highlights) != 1 || end.Highlights[0] != "a.txt" {
+		t.Fatalf("highlights %v", end.Highlights)
+	}
+	f.credentialRefused(t)
+	if mps, _ := awcpfs.Mounted(); len(mps) != 0 {
+		t.Fatalf("mounts left: %v", mps)
+	}
+}
+
+func TestLiveDelegationCancelRevokes(t *testing.T) {
+	f := newLiveFixture(t, `while :; do cat a.txt >/dev/null; sleep 0.05; done`)
+	d, err := f.dlg.Create(ExportRequest{Dir: f.dir, Peer: f.exec.srv.URL, Prompt: "loop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *lease.Delegation, 1)
+	go func() { end, _ := f.dlg.Run(context.Background(), d.ID); done <- end }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cur, _ := f.dlg.store.Delegation(d.ID)
+		if cur.State == lease.Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never running")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := f.dlg.Cancel(context.Background(), d.ID); err != nil {
+		t.Fatal(err)
+	}
+	end := <-done
+	if end.State != lease.Cancelled {
+		t.Fatalf("state %s", end.State)
+	}
+	f.credentialRefused(t)
+	for i := 0; ; i++ {
+		mps, _ := awcpfs.Mounted()
+		if len(mps) == 0 {
+			break
+		}
+		if i > 100 {
+			t.Fatalf("mounts left: %v", mps)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
