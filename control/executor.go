@@ -655,6 +655,11 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 			final = e.eventJSON(&Event{DelegationID: a.ID, Type: EventError, Code: CodeTaskFailed, Message: "the result could not be collected"})
 		}
 	}
+	// Clean up before the terminal event: whoever hears "done" may count on
+	// the executor having let go of the workspace.
+	if err := e.removeWorkDir(ctx, a); err != nil {
+		log.Warn("clean up", "err", err)
+	}
 	var decoded Event
 	json.Unmarshal(final, &decoded)
 	_, _, err = e.store.FireAssignment(a.ID, ev, "agent finished", func(a *lease.Assignment) error {

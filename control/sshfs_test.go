@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,7 +128,7 @@ func TestLiveDelegationCompletesAndRevokes(t *testing.T) {
 		t.Fatalf("highlights %v", end.Highlights)
 	}
 	f.credentialRefused(t)
-	if mps, _ := awcpfs.Mounted(); len(mps) != 0 {
+	if mps := f.mountsLeft(); len(mps) != 0 {
 		t.Fatalf("mounts left: %v", mps)
 	}
 }
@@ -160,7 +161,7 @@ func TestLiveDelegationCancelRevokes(t *testing.T) {
 	}
 	f.credentialRefused(t)
 	for i := 0; ; i++ {
-		mps, _ := awcpfs.Mounted()
+		mps := f.mountsLeft()
 		if len(mps) == 0 {
 			break
 		}
@@ -169,4 +170,17 @@ func TestLiveDelegationCancelRevokes(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// mountsLeft lists awcp mounts under this fixture's work root (other tests
+// may mount elsewhere at the same time).
+func (f *liveFixture) mountsLeft() []string {
+	mps, _ := awcpfs.Mounted()
+	var out []string
+	for _, mp := range mps {
+		if strings.HasPrefix(mp, f.exec.root+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out
 }

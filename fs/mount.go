@@ -22,6 +22,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -268,6 +269,10 @@ func (m *Mount) Unmount() error {
 	m.unmountOnce.Do(func() {
 		var err error
 		for i := 0; i < 10; i++ {
+			if !IsMountpoint(m.Mountpoint) { // unmounted from outside
+				err = nil
+				break
+			}
 			if err = m.server.Unmount(); err == nil {
 				break
 			}
@@ -304,16 +309,25 @@ func deviceOf(p string) (uint64, error) {
 	return st.Dev, nil
 }
 
-// IsMountpoint reports whether p is the root of a mount (its device
-// differs from its parent's). A work dir that still is one must never be
-// deleted recursively.
+// IsMountpoint reports whether something is mounted at p, from
+// /proc/self/mountinfo: a stat would go to the FUSE server, and fail with
+// EIO when the delegator is gone. A work dir that still is a mountpoint
+// must never be deleted recursively.
 func IsMountpoint(p string) bool {
-	d, err := deviceOf(p)
+	abs, err := filepath.Abs(p)
 	if err != nil {
 		return false
 	}
-	parent, err := deviceOf(p + "/..")
-	return err == nil && parent != d
+	mps, err := mountpoints("")
+	if err != nil {
+		return false
+	}
+	for _, mp := range mps {
+		if mp == abs {
+			return true
+		}
+	}
+	return false
 }
 
 // Unmount detaches whatever is mounted at p: `awcp-fs umount`.
@@ -327,16 +341,19 @@ func Unmount(p string) error {
 	return nil
 }
 
-// Mounted lists the mountpoints of awcp FUSE mounts from
-// /proc/self/mountinfo.
-func Mounted() ([]string, error) {
+// Mounted lists the mountpoints of awcp FUSE mounts.
+func Mounted() ([]string, error) { return mountpoints("fuse.awcp") }
+
+// mountpoints lists mountpoints from /proc/self/mountinfo, of one file
+// system type or ("") all.
+func mountpoints(fstype string) ([]string, error) {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, line := range strings.Split(string(data), "\n") {
-		// ... mountpoint ... - fstype source options
+		// id parent major:minor root mountpoint options... - fstype source superoptions
 		fields := strings.Fields(line)
 		sep := -1
 		for i, f := range fields {
@@ -345,18 +362,16 @@ func Mounted() ([]string, error) {
 				break
 			}
 		}
-		if sep < 0 || sep+1 >= len(fields) || len(fields) < 5 {
+		if sep < 5 || sep+1 >= len(fields) {
 			continue
 		}
-		if fields[sep+1] == "fuse.awcp" {
+		if fstype == "" || fields[sep+1] == fstype {
 			// mountinfo escapes space, tab, newline and backslash as \ooo.
 			out = append(out, unescapeOctal(fields[4]))
 		}
 	}
 	return out, nil
 }
-
-func isEOF(err error) bool { return errors.Is(err, io.EOF) }
 
 func unescapeOctal(s string) string {
 	var b strings.Builder
@@ -390,3 +405,5 @@ func CertSigner(privateKey, certificate string) (gossh.Signer, error) {
 	}
 	return gossh.NewCertSigner(cert, key)
 }
+
+func isEOF(err error) bool { return errors.Is(err, io.EOF) }

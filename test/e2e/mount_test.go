@@ -13,15 +13,28 @@ import (
 	awcpfs "github.com/awcp/awcp/fs"
 )
 
-// noMountsLeft fails if an awcp FUSE mount is still in the mount table.
-func noMountsLeft(t *testing.T) {
+// mountsUnder lists awcp FUSE mounts below an executor's work root.
+func mountsUnder(t *testing.T, x *executor) []string {
+	t.Helper()
+	mps, err := awcpfs.Mounted()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, mp := range mps {
+		if strings.HasPrefix(mp, x.workRoot+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out
+}
+
+// noMountsLeft fails if x still has an awcp FUSE mount in the mount table.
+func noMountsLeft(t *testing.T, x *executor) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		mps, err := awcpfs.Mounted()
-		if err != nil {
-			t.Fatal(err)
-		}
+		mps := mountsUnder(t, x)
 		if len(mps) == 0 {
 			return
 		}
@@ -104,7 +117,7 @@ func TestLiveMountRoundTrip(t *testing.T) {
 	if b := waitFile(t, filepath.Join(dir, "progress.txt")); string(b) != "started\n" {
 		t.Fatalf("progress.txt = %q", b)
 	}
-	if mps, _ := awcpfs.Mounted(); len(mps) != 1 {
+	if mps := mountsUnder(t, x); len(mps) != 1 {
 		t.Fatalf("mounts while running: %v", mps)
 	}
 	// ...and this side's write shows in the mount.
@@ -143,7 +156,7 @@ func TestLiveMountRoundTrip(t *testing.T) {
 	if st, _ := exec.Command("git", "-C", dir, "status", "--porcelain").Output(); !bytes.Contains(st, []byte("app")) || bytes.Contains(st, []byte("README")) {
 		t.Errorf("git status: %s", st)
 	}
-	noMountsLeft(t)
+	noMountsLeft(t, x)
 	waitWorkRootEmpty(t, x)
 }
 
@@ -169,7 +182,7 @@ func TestLiveMountReadOnly(t *testing.T) {
 		}
 	}
 	sameTree(t, dir, before)
-	noMountsLeft(t)
+	noMountsLeft(t, x)
 	waitWorkRootEmpty(t, x)
 }
 
@@ -189,7 +202,7 @@ func TestLiveMountSymlinkEscapes(t *testing.T) {
 		t.Fatalf("%d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	sameTree(t, dir, before)
-	noMountsLeft(t)
+	noMountsLeft(t, x)
 }
 
 func TestLiveMountEndsOnCancelAndExpiry(t *testing.T) {
@@ -211,7 +224,7 @@ func TestLiveMountEndsOnCancelAndExpiry(t *testing.T) {
 			exp.Start()
 			pgid := readPID(t, pidFile)
 			d := c.waitState("", "running")
-			if mps, _ := awcpfs.Mounted(); len(mps) != 1 {
+			if mps := mountsUnder(t, x); len(mps) != 1 {
 				t.Fatalf("mounts while running: %v", mps)
 			}
 			if how == "cancel" {
@@ -224,7 +237,7 @@ func TestLiveMountEndsOnCancelAndExpiry(t *testing.T) {
 				t.Fatalf("%d %s", exp.ProcessState.ExitCode(), stderr.String())
 			}
 			waitGone(t, pgid)
-			noMountsLeft(t)
+			noMountsLeft(t, x)
 			waitWorkRootEmpty(t, x)
 		})
 	}
