@@ -26,9 +26,11 @@ for _ in $(seq 50); do
 	sleep 0.1
 done
 
-echo "== delegating: awcp-ctl export workspace --peer http://127.0.0.1:$PORT --transport archive"
+# The default transport is the live mount; without FUSE it falls back to
+# the archive transport by itself, and says so.
+echo "== delegating: awcp-ctl export workspace --peer http://127.0.0.1:$PORT"
 "$BIN/awcp-ctl" --state-dir "$TMP/delegator-state" export "$TMP/workspace" \
-	--peer "http://127.0.0.1:$PORT" --transport archive \
+	--peer "http://127.0.0.1:$PORT" --ssh-listen 127.0.0.1:0 \
 	--prompt "Make greet.sh executable, add a test for it, and close the TODO."
 
 echo "== workspace after:"
