@@ -7,6 +7,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/awcp/awcp/sshd"
 )
 
 // dirHandle is an open directory: one READDIR exchange fetched the names
@@ -46,7 +48,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	}
 	fi := d.entries[d.pos]
 	d.pos++
-	return &fuse.DirEntry{Name: fi.Name(), Mode: modeOf(fi.Mode()), Off: uint64(d.pos)}, 0
+	return &fuse.DirEntry{Name: fi.Name(), Mode: sshd.ModeBits(fi.Mode()), Off: uint64(d.pos)}, 0
 }
 
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {

@@ -2,7 +2,6 @@ package fs
 
 import (
 	"context"
-	iofs "io/fs"
 	"os"
 	"path"
 	"strconv"
@@ -336,7 +335,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno { ret
 // fillAttr copies what SFTP v3 carries: type and permission bits, size,
 // owner, access and modification times.
 func fillAttr(fi os.FileInfo, a *fuse.Attr) {
-	a.Mode = modeOf(fi.Mode())
+	a.Mode = sshd.ModeBits(fi.Mode())
 	a.Size = uint64(fi.Size())
 	a.Nlink = 1
 	if fi.IsDir() {
@@ -366,35 +365,4 @@ func accessTime(fi os.FileInfo) time.Time {
 		return time.Unix(int64(st.Atime), 0)
 	}
 	return fi.ModTime()
-}
-
-// modeOf encodes a Go file mode as st_mode.
-func modeOf(m iofs.FileMode) uint32 {
-	v := uint32(m.Perm())
-	switch {
-	case m.IsDir():
-		v |= syscall.S_IFDIR
-	case m&iofs.ModeSymlink != 0:
-		v |= syscall.S_IFLNK
-	case m&iofs.ModeNamedPipe != 0:
-		v |= syscall.S_IFIFO
-	case m&iofs.ModeSocket != 0:
-		v |= syscall.S_IFSOCK
-	case m&iofs.ModeCharDevice != 0:
-		v |= syscall.S_IFCHR
-	case m&iofs.ModeDevice != 0:
-		v |= syscall.S_IFBLK
-	default:
-		v |= syscall.S_IFREG
-	}
-	if m&iofs.ModeSetuid != 0 {
-		v |= syscall.S_ISUID
-	}
-	if m&iofs.ModeSetgid != 0 {
-		v |= syscall.S_ISGID
-	}
-	if m&iofs.ModeSticky != 0 {
-		v |= syscall.S_ISVTX
-	}
-	return v
 }

@@ -867,7 +867,7 @@ func (b *buf) attrs(fi fs.FileInfo) {
 	}
 	b.u32(uid)
 	b.u32(gid)
-	b.u32(fileModeToSFTP(fi.Mode()))
+	b.u32(ModeBits(fi.Mode()))
 	b.u32(uint32(atime))
 	b.u32(uint32(fi.ModTime().Unix()))
 	if st != nil {
@@ -877,8 +877,9 @@ func (b *buf) attrs(fi fs.FileInfo) {
 	}
 }
 
-// fileModeToSFTP encodes a Go mode as POSIX mode bits.
-func fileModeToSFTP(m fs.FileMode) uint32 {
+// ModeBits encodes a Go file mode as POSIX st_mode bits, as SFTP carries
+// them and as FUSE wants them.
+func ModeBits(m fs.FileMode) uint32 {
 	v := uint32(m.Perm())
 	switch {
 	case m.IsDir():
