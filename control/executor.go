@@ -312,8 +312,12 @@ func (e *Executor) recover(ctx context.Context) {
 	for _, a := range as {
 		switch a.State {
 		case lease.Started:
+			// No START handler survives a restart to clean up after it.
 			e.end(ctx, a.ID, lease.SendError, Errorf(CodeSetupFailed, "the executor restarted during setup").
 				WithHint("delegate again"))
+			if err := e.removeWorkDir(ctx, a); err != nil {
+				e.log.Warn("recover: clean up", "delegation", a.ID, "err", err)
+			}
 		case lease.Running:
 			agent.KillGroup(a.AgentPID)
 			if !a.ExpiresAt.IsZero() && !e.store.Now().Before(a.ExpiresAt) {
@@ -498,14 +502,16 @@ func (e *Executor) start(ctx context.Context, st *Start) *ProtocolError {
 	case a.State != lease.Accepted:
 		return Errorf(CodeDeclined, "delegation %s is %s; START is not expected", id, a.State)
 	case !now.Before(expiresAt):
-		return Errorf(CodeStartExpired, "the lease in START expired at %s", st.Lease.ExpiresAt).WithHint("delegate again")
+		return e.refuseStart(ctx, id, lease.Expire,
+			Errorf(CodeStartExpired, "the lease in START expired at %s", st.Lease.ExpiresAt).WithHint("delegate again"))
 	}
 	tr := e.transport(st.WorkDir.Transport)
 	if tr == nil {
-		return Errorf(CodeDeclined, "transport %q is not offered by this executor", st.WorkDir.Transport)
+		return e.refuseStart(ctx, id, lease.SendError,
+			Errorf(CodeDeclined, "transport %q is not offered by this executor", st.WorkDir.Transport))
 	}
 	if err := tr.Available(); err != nil {
-		return AsProtocolError(err, CodeDepMissing)
+		return e.refuseStart(ctx, id, lease.SendError, AsProtocolError(err, CodeDepMissing))
 	}
 	// The executor's own caps win over what START says.
 	expiresAt = minTime(expiresAt, a.AcceptedAt.Add(time.Duration(a.TTLSeconds)*time.Second+time.Minute), now.Add(e.opts.MaxTTL))
@@ -558,6 +564,15 @@ func (e *Executor) start(ctx context.Context, st *Start) *ProtocolError {
 	go e.run(tctx, t, a)
 	e.sched.Kick()
 	return nil
+}
+
+// refuseStart ends an accepted delegation whose START cannot be honoured,
+// freeing its slot at once rather than at the START deadline.
+func (e *Executor) refuseStart(ctx context.Context, id string, ev lease.Event, pe *ProtocolError) *ProtocolError {
+	if err := e.end(ctx, id, ev, pe); err != nil {
+		e.log.Warn("refuse START", "delegation", id, "err", err)
+	}
+	return pe
 }
 
 func minTime(t time.Time, others ...time.Time) time.Time {
