@@ -89,6 +89,9 @@ func New(opts Options) (*Server, error) {
 		SessionRequestCallback: func(_ ssh.Session, typ string) bool { return typ == "subsystem" },
 		PtyCallback:            func(ssh.Context, ssh.Pty) bool { return false },
 		SubsystemHandlers:      map[string]ssh.SubsystemHandler{"sftp": s.serveSFTP},
+		// gliderlabs accepts every "env" request; this session handler
+		// refuses them before it sees them.
+		ChannelHandlers: map[string]ssh.ChannelHandler{"session": refuseEnv},
 		// No LocalPortForwardingCallback, ReversePortForwardingCallback or
 		// RequestHandlers: forwarding of any kind is refused.
 	}
@@ -235,4 +238,35 @@ loop:
 		err = nil
 	}
 	return err
+}
+
+// refuseEnv is gliderlabs' session handler with "env" requests refused: a
+// delegation's environment is the executor's business, not the session's.
+func refuseEnv(srv *ssh.Server, conn *gossh.ServerConn, newChan gossh.NewChannel, ctx ssh.Context) {
+	ssh.DefaultSessionHandler(srv, conn, envFilter{newChan}, ctx)
+}
+
+type envFilter struct{ gossh.NewChannel }
+
+// Accept passes the channel's requests on, answering "env" with a refusal.
+// The filtering goroutine ends when the channel's requests do.
+func (f envFilter) Accept() (gossh.Channel, <-chan *gossh.Request, error) {
+	ch, reqs, err := f.NewChannel.Accept()
+	if err != nil {
+		return ch, reqs, err
+	}
+	out := make(chan *gossh.Request)
+	go func() {
+		defer close(out)
+		for r := range reqs {
+			if r.Type == "env" {
+				if r.WantReply {
+					r.Reply(false, nil)
+				}
+				continue
+			}
+			out <- r
+		}
+	}()
+	return ch, out, nil
 }

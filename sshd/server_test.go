@@ -185,6 +185,7 @@ func TestCertificateChecks(t *testing.T) {
 			func(s *gossh.Session) error { return s.Shell() },
 			func(s *gossh.Session) error { return s.RequestPty("xterm", 80, 24, nil) },
 			func(s *gossh.Session) error { return s.RequestSubsystem("netconf") },
+			func(s *gossh.Session) error { return s.Setenv("LD_PRELOAD", "/tmp/x.so") },
 		} {
 			sess, err := c.NewSession()
 			if err != nil {
