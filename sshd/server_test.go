@@ -45,7 +45,7 @@ type fixture struct {
 	leases *leaseMap
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	auth, err := LoadAuthority(t.TempDir())
 	if err != nil {
@@ -75,7 +75,7 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // lend registers a live lease on a new directory and returns a credential.
-func (f *fixture) lend(t *testing.T, id string, ro bool) (string, *Credential) {
+func (f *fixture) lend(t testing.TB, id string, ro bool) (string, *Credential) {
 	t.Helper()
 	dir := t.TempDir()
 	f.leases.mu.Lock()
@@ -88,7 +88,7 @@ func (f *fixture) lend(t *testing.T, id string, ro bool) (string, *Credential) {
 	return dir, cred
 }
 
-func certSigner(t *testing.T, cred *Credential) gossh.Signer {
+func certSigner(t testing.TB, cred *Credential) gossh.Signer {
 	t.Helper()
 	key, err := gossh.ParsePrivateKey([]byte(cred.PrivateKey))
 	if err != nil {
@@ -114,7 +114,7 @@ func (f *fixture) dial(user string, signer gossh.Signer) (*gossh.Client, error) 
 	})
 }
 
-func (f *fixture) sftp(t *testing.T, user string, cred *Credential) *sftp.Client {
+func (f *fixture) sftp(t testing.TB, user string, cred *Credential) *sftp.Client {
 	t.Helper()
 	c, err := f.dial(user, certSigner(t, cred))
 	if err != nil {

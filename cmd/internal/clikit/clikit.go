@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -24,19 +25,45 @@ const (
 	ExitUsage  = 2 // bad flags or arguments
 )
 
-// CommonFlags are accepted by every command of both programs.
+// commonEnv are the environment variables of the common flags, read by
+// flag below rather than by urfave/cli: a variable set at the command's
+// level would otherwise beat the same flag given before the command.
+var commonEnv = map[string][]string{
+	"state-dir": {"AWCP_STATE_DIR", "AWCP_HOME"},
+	"log-level": {"AWCP_LOG_LEVEL"},
+}
+
+// CommonFlags are accepted by every command of both programs, before or
+// after the command name.
 func CommonFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "state-dir", EnvVars: []string{"AWCP_STATE_DIR", "AWCP_HOME"},
-			Usage: "where leases, keys and sockets live (default ~/.awcp)"},
-		&cli.StringFlag{Name: "log-level", EnvVars: []string{"AWCP_LOG_LEVEL"}, Value: "warn",
-			Usage: "debug, info, warn or error"},
+		&cli.StringFlag{Name: "state-dir",
+			Usage: "where leases, keys and sockets live (default ~/.awcp) [$AWCP_STATE_DIR, $AWCP_HOME]"},
+		&cli.StringFlag{Name: "log-level", Value: "warn",
+			Usage: "debug, info, warn or error [$AWCP_LOG_LEVEL]"},
 	}
+}
+
+// flag reads a common flag wherever on the command line it was given
+// (urfave/cli would read the command's own, unset copy and miss
+// `awcp-ctl --state-dir X status`), then the environment, then the default.
+func flag(c *cli.Context, name string) string {
+	for _, ctx := range c.Lineage() {
+		if ctx.IsSet(name) {
+			return ctx.String(name)
+		}
+	}
+	for _, env := range commonEnv[name] {
+		if v := os.Getenv(env); v != "" {
+			return v
+		}
+	}
+	return c.String(name)
 }
 
 // StateDir returns the state dir, created 0700.
 func StateDir(c *cli.Context) (string, error) {
-	dir := c.String("state-dir")
+	dir := flag(c, "state-dir")
 	if dir == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
@@ -57,7 +84,7 @@ func StateDir(c *cli.Context) (string, error) {
 // Logger builds the logger for --log-level, writing to w.
 func Logger(c *cli.Context, w io.Writer) (*slog.Logger, error) {
 	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+	if err := lvl.UnmarshalText([]byte(flag(c, "log-level"))); err != nil {
 		return nil, UsageError("--log-level must be debug, info, warn or error")
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl})), nil
@@ -87,6 +114,13 @@ func Exit(code int) error { return &exitError{code: code} }
 func Main(app *cli.App, args []string) int {
 	app.ExitErrHandler = func(*cli.Context, error) {} // exit codes are ours
 	app.Version = Version
+	if prof := os.Getenv("AWCP_CPUPROFILE"); prof != "" {
+		// For performance work: a CPU profile per process.
+		if f, err := os.Create(fmt.Sprintf("%s.%s.%d", prof, app.Name, os.Getpid())); err == nil {
+			pprof.StartCPUProfile(f)
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+	}
 	err := app.Run(Intersperse(app, args))
 	if err == nil {
 		return ExitOK
