@@ -81,9 +81,17 @@ func Run(ctx context.Context, t Task, opts Options) (*Result, error) {
 	if opts.MaxLine <= 0 {
 		opts.MaxLine = 4 << 10
 	}
-	cmd := exec.Command("/bin/sh", "-c", opts.Command)
-	cmd.Dir = t.WorkDir
+	// The shell enters the work dir itself: the child must not chdir into
+	// it between fork and exec. When the work dir is a FUSE mount served
+	// by this very process, that chdir waits for our FUSE server while our
+	// forking thread waits for the child, and a garbage collection that
+	// stops the world in between deadlocks the daemon (go-fuse's "forking
+	// with the cwd in your own mount"). The command itself still comes only
+	// from the environment, never spliced into a command line.
+	cmd := exec.Command("/bin/sh", "-c", `cd -- "$AWCP_WORKDIR" || exit 125; exec /bin/sh -c "$AWCP_AGENT_CMD"`)
+	cmd.Dir = "/"
 	cmd.Env = append(append(os.Environ(), opts.Env...),
+		"AWCP_AGENT_CMD="+opts.Command,
 		"AWCP_PROMPT="+t.Prompt,
 		"AWCP_DESCRIPTION="+t.Description,
 		"AWCP_DELEGATION_ID="+t.DelegationID,
