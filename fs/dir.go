@@ -70,6 +70,9 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		fillAttr(fi, &out.Attr)
 		d.node.fsys.setEntryTimeouts(out)
 		if ch.StableAttr().Mode == out.Attr.Mode&syscall.S_IFMT {
+			if cn, ok := ch.Operations().(*node); ok {
+				cn.observe(&out.Attr)
+			}
 			return ch, 0
 		}
 	}

@@ -51,8 +51,15 @@ func (h *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	return 0
 }
 
-// Release frees the remote handle; the kernel ignores what it returns.
+// Release frees the remote handle in the background: the kernel ignores
+// what Release returns and nothing waits for it, so the round trip need not
+// hold up the caller. Unmount waits for these closes.
 func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
-	h.f.Close()
+	fsys := h.node.fsys
+	fsys.closing.Add(1)
+	go func() {
+		defer fsys.closing.Done()
+		h.f.Close()
+	}()
 	return 0
 }

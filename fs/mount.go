@@ -118,6 +118,11 @@ type filesystem struct {
 	log    *slog.Logger
 	entry  time.Duration
 	attr   time.Duration
+	// owner is who the delegator's server creates files as, so a created
+	// file's attributes need no round trip.
+	uid, gid uint32
+
+	closing sync.WaitGroup // remote handles being closed in the background
 }
 
 func (f *filesystem) setEntryTimeouts(out *fuse.EntryOut) {
@@ -130,6 +135,7 @@ type Mount struct {
 	Mountpoint string
 
 	server *fuse.Server
+	fsys   *filesystem
 	client *sftp.Client
 	conn   *gossh.Client
 	log    *slog.Logger
@@ -185,8 +191,16 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 		return nil, err
 	}
 	fsys := &filesystem{remote: client, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout}
+	if fi, err := client.Lstat("/"); err == nil {
+		if st, ok := fi.Sys().(*sftp.FileStat); ok {
+			fsys.uid, fsys.gid = st.UID, st.GID
+		}
+	}
 	root := &node{fsys: fsys}
-	entry, attr, neg := opts.EntryTimeout, opts.AttrTimeout, time.Duration(0)
+	// Negative entries are cached as long as positive ones: tools probe
+	// for many files that do not exist (git does, a lot). Our own creates
+	// replace the negative entry in the kernel at once.
+	entry, attr, neg := opts.EntryTimeout, opts.AttrTimeout, opts.EntryTimeout
 	mopts := fuse.MountOptions{
 		FsName:        opts.Name,
 		Name:          "awcp",
@@ -210,7 +224,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 		conn.Close()
 		return nil, fmt.Errorf("mount: %w", err)
 	}
-	m := &Mount{Mountpoint: mountpoint, server: server, client: client, conn: conn, log: opts.Logger}
+	m := &Mount{Mountpoint: mountpoint, server: server, client: client, conn: conn, log: opts.Logger, fsys: fsys}
 	after, err := deviceOf(mountpoint)
 	if err != nil || after == before {
 		m.Unmount()
@@ -287,6 +301,7 @@ func (m *Mount) Unmount() error {
 		if m.stopKeepAlive != nil {
 			m.stopKeepAlive()
 		}
+		m.fsys.closing.Wait()
 		m.client.Close()
 		m.conn.Close()
 		m.wg.Wait()

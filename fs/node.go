@@ -5,6 +5,7 @@ import (
 	"os"
 	"path"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -21,6 +22,25 @@ import (
 type node struct {
 	fs.Inode
 	fsys *filesystem
+
+	mu sync.Mutex // guards seen and opened
+	// seen is the file's size and mtime as last reported by the server,
+	// opened the same at the last open; when they agree at an open, the
+	// kernel may keep its cached pages (FOPEN_KEEP_CACHE).
+	seen, opened version
+}
+
+// version identifies a file's content as far as attributes can tell.
+type version struct {
+	size  uint64
+	mtime uint64
+	nsec  uint32
+}
+
+func (n *node) observe(a *fuse.Attr) {
+	n.mu.Lock()
+	n.seen = version{a.Size, a.Mtime, a.Mtimensec}
+	n.mu.Unlock()
 }
 
 // Every namespace operation is implemented: go-fuse reports success for a
@@ -59,8 +79,16 @@ func (n *node) errno(ctx context.Context, op, p string, err error) syscall.Errno
 // newChild makes the inode for fi, named name under n.
 func (n *node) newChild(ctx context.Context, fi os.FileInfo, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(fi, &out.Attr)
+	return n.childFromAttr(ctx, out)
+}
+
+func (n *node) childFromAttr(ctx context.Context, out *fuse.EntryOut) *fs.Inode {
 	n.fsys.setEntryTimeouts(out)
-	return n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: out.Attr.Mode & syscall.S_IFMT})
+	ch := n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: out.Attr.Mode & syscall.S_IFMT})
+	if cn, ok := ch.Operations().(*node); ok {
+		cn.observe(&out.Attr)
+	}
+	return ch
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -80,6 +108,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 			return n.errno(ctx, "fstat", n.rpath(), err)
 		}
 		fillAttr(fi, &out.Attr)
+		n.observe(&out.Attr)
 		return 0
 	}
 	p := n.rpath()
@@ -88,6 +117,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		return n.errno(ctx, "getattr", p, err)
 	}
 	fillAttr(fi, &out.Attr)
+	n.observe(&out.Attr)
 	return 0
 }
 
@@ -146,7 +176,17 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, n.errno(ctx, "open", p, err)
 	}
-	return &fileHandle{f: f, node: n}, 0, 0
+	// The kernel refreshed the attributes before this open if they were
+	// stale; if the file is as it was at the last open, its cached pages
+	// are still right.
+	var fuseFlags uint32
+	n.mu.Lock()
+	if n.seen == n.opened && n.seen != (version{}) && flags&syscall.O_TRUNC == 0 {
+		fuseFlags = fuse.FOPEN_KEEP_CACHE
+	}
+	n.opened = n.seen
+	n.mu.Unlock()
+	return &fileHandle{f: f, node: n}, fuseFlags, 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
@@ -164,13 +204,26 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 			return nil, nil, 0, n.errno(ctx, "create", p, err)
 		}
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, 0, n.errno(ctx, "create", p, err)
+	var child *fs.Inode
+	if flags&(syscall.O_EXCL|syscall.O_TRUNC) != 0 {
+		// A new or emptied file: its attributes are known without asking.
+		// Its times are the server's, though: the attributes are not
+		// cached, so the next stat asks.
+		now := time.Now().Truncate(time.Second)
+		out.Attr = fuse.Attr{Mode: syscall.S_IFREG | mode&0o7777, Nlink: 1, Blksize: 4096,
+			Owner: fuse.Owner{Uid: n.fsys.uid, Gid: n.fsys.gid}}
+		out.Attr.SetTimes(&now, &now, &now)
+		child = n.childFromAttr(ctx, out)
+		out.SetAttrTimeout(0)
+	} else {
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, nil, 0, n.errno(ctx, "create", p, err)
+		}
+		child = n.newChild(ctx, fi, out)
 	}
-	child := n.newChild(ctx, fi, out)
-	return child, &fileHandle{f: f, node: n}, 0, 0
+	return child, &fileHandle{f: f, node: child.Operations().(*node)}, 0, 0
 }
 
 func (n *node) exists(p string) bool {

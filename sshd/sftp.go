@@ -179,6 +179,9 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 }
 
 // routeKey picks a worker from the packet's first string (handle or path).
+// Reads and writes also mix in their offset, so the pipelined chunks of one
+// file are served side by side: pread and pwrite at distinct offsets need
+// no order, and the client waits for them before it closes the handle.
 func routeKey(pkt []byte) uint32 {
 	if len(pkt) < 9 {
 		return 0
@@ -191,6 +194,9 @@ func routeKey(pkt []byte) uint32 {
 	var h uint32 = 2166136261
 	for _, c := range b[4 : 4+n] {
 		h = (h ^ uint32(c)) * 16777619
+	}
+	if (pkt[0] == fxpRead || pkt[0] == fxpWrite) && len(b) >= 4+int(n)+8 {
+		h += uint32(binary.BigEndian.Uint64(b[4+n:]) >> 16) // 64 KiB chunks
 	}
 	return h
 }
