@@ -106,6 +106,7 @@ var errBadMessage = errors.New("bad message")
 // sftpServer serves one SFTP session on one directory.
 type sftpServer struct {
 	root     *os.Root
+	fast     *beneath // opens and stats in one syscall where the kernel can
 	readOnly bool
 	log      *slog.Logger
 	w        io.Writer
@@ -131,6 +132,8 @@ type handle struct {
 // It closes every handle it opened before returning.
 func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger) error {
 	s := &sftpServer{root: root, readOnly: readOnly, log: log, w: rw, handles: map[string]*handle{}}
+	s.fast = newBeneath(root)
+	defer s.fast.Close()
 	defer s.closeAll()
 
 	// Requests on one handle or path go to the same worker, so they keep
@@ -265,7 +268,7 @@ func statusOf(err error) (uint32, string) {
 		return fxNoSuchFile, "no such file"
 	case errors.Is(err, fs.ErrPermission):
 		return fxPermissionDenied, "permission denied"
-	case isEscape(err):
+	case errors.Is(err, errEscape), isEscape(err):
 		return fxPermissionDenied, "path leaves the delegated directory"
 	case errors.As(err, &errno):
 		return fxFailure, errno.Error()
@@ -326,9 +329,9 @@ func (s *sftpServer) handle(pkt []byte) {
 		var fi fs.FileInfo
 		var err error
 		if typ == fxpLstat {
-			fi, err = s.root.Lstat(name)
+			fi, err = s.fast.Lstat(name)
 		} else {
-			fi, err = s.root.Stat(name)
+			fi, err = s.fast.Stat(name)
 		}
 		s.attrsOrStatus(id, fi, err)
 	case fxpFstat:
@@ -508,7 +511,7 @@ func (s *sftpServer) open(id uint32, r *reader) {
 	if a.flags&attrPermissions != 0 {
 		perm = fs.FileMode(a.perm) & fs.ModePerm
 	}
-	f, err := s.root.OpenFile(name, flags, perm)
+	f, err := s.fast.OpenFile(name, flags, perm)
 	if err != nil {
 		s.errStatus(id, err)
 		return

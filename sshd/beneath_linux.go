@@ -1,0 +1,150 @@
+package sshd
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// beneath resolves names inside one directory with openat2(RESOLVE_BENEATH):
+// the kernel walks the whole path in one call and refuses any step — "..",
+// an absolute symlink, a symlink leading out — that would leave the
+// directory. os.Root gives the same guarantee with an openat per path
+// component, which is most of the server's cost for deep trees like .git;
+// it stays the fallback where openat2 is missing.
+type beneath struct {
+	dir  *os.File // the directory, opened through the root
+	root *os.Root
+	ok   bool // openat2 works here
+}
+
+func newBeneath(root *os.Root) *beneath {
+	b := &beneath{root: root}
+	dir, err := root.Open(".")
+	if err != nil {
+		return b
+	}
+	b.dir = dir
+	fd, err := unix.Openat2(int(dir.Fd()), ".", &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH})
+	if err == nil {
+		unix.Close(fd)
+		b.ok = true
+	}
+	return b
+}
+
+func (b *beneath) Close() error {
+	if b.dir != nil {
+		return b.dir.Close()
+	}
+	return nil
+}
+
+func (b *beneath) openat2(name string, flags int, perm fs.FileMode) (int, error) {
+	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS}
+	if flags&unix.O_CREAT != 0 {
+		how.Mode = uint64(perm.Perm()) // openat2 refuses a mode without O_CREAT
+	}
+	for {
+		fd, err := unix.Openat2(int(b.dir.Fd()), name, &how)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+			continue // a rename raced the walk: the kernel asks to retry
+		}
+		if errors.Is(err, unix.EXDEV) {
+			err = errEscape
+		}
+		if err != nil {
+			return -1, &fs.PathError{Op: "open", Path: name, Err: err}
+		}
+		return fd, nil
+	}
+}
+
+// errEscape is a path that would leave the delegated directory.
+var errEscape = errors.New("path escapes from the delegated directory")
+
+// OpenFile opens name inside the directory.
+func (b *beneath) OpenFile(name string, flags int, perm fs.FileMode) (*os.File, error) {
+	if !b.ok {
+		return b.root.OpenFile(name, flags, perm)
+	}
+	fd, err := b.openat2(name, flags, perm)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// Lstat is lstat inside the directory: a final symlink is not followed.
+func (b *beneath) Lstat(name string) (fs.FileInfo, error) {
+	if !b.ok {
+		return b.root.Lstat(name)
+	}
+	return b.stat(name, unix.O_NOFOLLOW)
+}
+
+// Stat follows a final symlink, as long as it stays inside.
+func (b *beneath) Stat(name string) (fs.FileInfo, error) {
+	if !b.ok {
+		return b.root.Stat(name)
+	}
+	return b.stat(name, 0)
+}
+
+func (b *beneath) stat(name string, extra int) (fs.FileInfo, error) {
+	fd, err := b.openat2(name, unix.O_PATH|extra, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: err}
+	}
+	return &statInfo{name: path.Base(name), st: st}, nil
+}
+
+// statInfo is an fs.FileInfo from a Stat_t.
+type statInfo struct {
+	name string
+	st   syscall.Stat_t
+}
+
+func (s *statInfo) Name() string       { return s.name }
+func (s *statInfo) Size() int64        { return s.st.Size }
+func (s *statInfo) ModTime() time.Time { return time.Unix(s.st.Mtim.Unix()) }
+func (s *statInfo) IsDir() bool        { return s.Mode().IsDir() }
+func (s *statInfo) Sys() any           { return &s.st }
+
+func (s *statInfo) Mode() fs.FileMode {
+	m := fs.FileMode(s.st.Mode & 0o777)
+	switch s.st.Mode & syscall.S_IFMT {
+	case syscall.S_IFDIR:
+		m |= fs.ModeDir
+	case syscall.S_IFLNK:
+		m |= fs.ModeSymlink
+	case syscall.S_IFIFO:
+		m |= fs.ModeNamedPipe
+	case syscall.S_IFSOCK:
+		m |= fs.ModeSocket
+	case syscall.S_IFCHR:
+		m |= fs.ModeDevice | fs.ModeCharDevice
+	case syscall.S_IFBLK:
+		m |= fs.ModeDevice
+	}
+	if s.st.Mode&syscall.S_ISUID != 0 {
+		m |= fs.ModeSetuid
+	}
+	if s.st.Mode&syscall.S_ISGID != 0 {
+		m |= fs.ModeSetgid
+	}
+	if s.st.Mode&syscall.S_ISVTX != 0 {
+		m |= fs.ModeSticky
+	}
+	return m
+}
