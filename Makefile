@@ -23,7 +23,7 @@ e2e: build
 	AWCP_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout 10m ./test/e2e/...
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./archive/ ./lease/
+	$(GO) test -run '^$$' -bench . -benchmem ./archive/ ./lease/ ./sshd/
 
 demo: build
 	BIN=$(BIN) sh test/e2e/demo/run.sh

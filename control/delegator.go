@@ -273,7 +273,11 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) error 
 	}
 	d.sched.Kick()
 
-	info, err := d.transport(del).Prepare(ctx, lent(del))
+	tr := d.transport(del)
+	if tr == nil {
+		return Errorf(CodeDepMissing, "the %s transport is not available in this process", del.Transport)
+	}
+	info, err := tr.Prepare(ctx, lent(del))
 	if err != nil {
 		return err
 	}
