@@ -2,6 +2,8 @@ package fs
 
 import (
 	"context"
+	"os"
+	"sync"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -11,9 +13,15 @@ import (
 
 // fileHandle is an open remote file. pkg/sftp pipelines a large ReadAt or
 // WriteAt as concurrent requests, and its *File is safe for concurrent use.
+// When the connection is re-dialled, the handle is opened again by path
+// (a file unlinked meanwhile is lost: EIO).
 type fileHandle struct {
-	f    *sftp.File
-	node *node
+	node  *node
+	flags int // the open flags, for re-opening
+
+	mu  sync.Mutex // guards f and gen
+	f   *sftp.File
+	gen uint64 // the connection f belongs to
 }
 
 var (
@@ -24,16 +32,70 @@ var (
 	_ fs.FileReleaser = (*fileHandle)(nil)
 )
 
+func (n *node) newHandle(f *sftp.File, flags int) *fileHandle {
+	h := &fileHandle{node: n, f: f, flags: flags}
+	h.gen = n.fsys.conn.generation()
+	return h
+}
+
+// withFile runs op on the handle's file, re-opening it once on the next
+// connection if the connection failed under it.
+func (h *fileHandle) withFile(ctx context.Context, op func(*sftp.File) error) error {
+	for attempt := 0; ; attempt++ {
+		h.mu.Lock()
+		f, gen := h.f, h.gen
+		h.mu.Unlock()
+		err := op(f)
+		if err == nil || !connErr(err) || attempt == 1 {
+			return err
+		}
+		h.node.fsys.conn.lost(gen)
+		if err := h.reopen(ctx, gen); err != nil {
+			return err
+		}
+	}
+}
+
+func (h *fileHandle) reopen(ctx context.Context, stale uint64) error {
+	client, gen, err := h.node.fsys.conn.get(ctx)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gen != stale { // another call re-opened it already
+		return nil
+	}
+	// Neither create nor truncate again: the file is what it was.
+	f, err := client.OpenFile(h.node.rpath(), h.flags&^(os.O_CREATE|os.O_EXCL|os.O_TRUNC|os.O_APPEND))
+	if err != nil {
+		return err
+	}
+	h.f, h.gen = f, gen
+	return nil
+}
+
 func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	n, err := h.f.ReadAt(dest, off)
-	if err != nil && n == 0 && !isEOF(err) {
+	var n int
+	err := h.withFile(ctx, func(f *sftp.File) (err error) {
+		n, err = f.ReadAt(dest, off)
+		if isEOF(err) {
+			err = nil
+		}
+		return err
+	})
+	if err != nil && n == 0 {
 		return nil, h.node.errno(ctx, "read", h.node.rpath(), err)
 	}
 	return fuse.ReadResultData(dest[:n]), 0
 }
 
 func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	n, err := h.f.WriteAt(data, off)
+	var n int
+	err := h.withFile(ctx, func(f *sftp.File) (err error) {
+		n, err = f.WriteAt(data, off)
+		return err
+	})
 	if err != nil {
 		return uint32(n), h.node.errno(ctx, "write", h.node.rpath(), err)
 	}
@@ -45,10 +107,20 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 func (h *fileHandle) Flush(ctx context.Context) syscall.Errno { return 0 }
 
 func (h *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	if err := h.f.Sync(); err != nil {
+	if err := h.withFile(ctx, func(f *sftp.File) error { return f.Sync() }); err != nil {
 		return h.node.errno(ctx, "fsync", h.node.rpath(), err)
 	}
 	return 0
+}
+
+// stat is FSTAT: it works for a file unlinked while open.
+func (h *fileHandle) stat(ctx context.Context) (os.FileInfo, error) {
+	var fi os.FileInfo
+	err := h.withFile(ctx, func(f *sftp.File) (err error) {
+		fi, err = f.Stat()
+		return err
+	})
+	return fi, err
 }
 
 // Release frees the remote handle in the background: the kernel ignores
@@ -56,10 +128,13 @@ func (h *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 // hold up the caller. Unmount waits for these closes.
 func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 	fsys := h.node.fsys
+	h.mu.Lock()
+	f := h.f
+	h.mu.Unlock()
 	fsys.closing.Add(1)
 	go func() {
 		defer fsys.closing.Done()
-		h.f.Close()
+		f.Close()
 	}()
 	return 0
 }

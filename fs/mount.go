@@ -16,7 +16,6 @@
 package fs
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -77,6 +76,9 @@ type Options struct {
 	KeepAlive time.Duration
 	// DialTimeout bounds connecting. Default 15s.
 	DialTimeout time.Duration
+	// ReconnectBound is how long a call waits for a lost connection to
+	// come back before it fails with EIO. Default 30s.
+	ReconnectBound time.Duration
 	// Logger default slog.Default().
 	Logger *slog.Logger
 	// Debug logs every FUSE request.
@@ -95,6 +97,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = 15 * time.Second
+	}
+	if o.ReconnectBound <= 0 {
+		o.ReconnectBound = 30 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -115,6 +120,7 @@ func (o Options) validate() error {
 // filesystem is what every node shares.
 type filesystem struct {
 	remote Remote
+	conn   *conn // the live connection, for re-opening handles
 	log    *slog.Logger
 	entry  time.Duration
 	attr   time.Duration
@@ -136,13 +142,8 @@ type Mount struct {
 
 	server *fuse.Server
 	fsys   *filesystem
-	client *sftp.Client
-	conn   *gossh.Client
+	conn   *conn
 	log    *slog.Logger
-
-	stopKeepAlive context.CancelFunc
-	done          chan struct{}  // closed when the connection ends
-	wg            sync.WaitGroup // keepalive and connection watcher
 
 	unmountOnce sync.Once
 	unmountErr  error
@@ -186,12 +187,12 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mountpoint: %w", err)
 	}
-	conn, client, err := Dial(opts)
+	c, err := newConn(opts)
 	if err != nil {
 		return nil, err
 	}
-	fsys := &filesystem{remote: client, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout}
-	if fi, err := client.Lstat("/"); err == nil {
+	fsys := &filesystem{remote: reconnecting{c}, conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout}
+	if fi, err := fsys.remote.Lstat("/"); err == nil {
 		if st, ok := fi.Sys().(*sftp.FileStat); ok {
 			fsys.uid, fsys.gid = st.UID, st.GID
 		}
@@ -220,60 +221,21 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 		NegativeTimeout: &neg,
 	})
 	if err != nil {
-		client.Close()
-		conn.Close()
+		c.close()
 		return nil, fmt.Errorf("mount: %w", err)
 	}
-	m := &Mount{Mountpoint: mountpoint, server: server, client: client, conn: conn, log: opts.Logger, fsys: fsys}
+	m := &Mount{Mountpoint: mountpoint, server: server, conn: c, log: opts.Logger, fsys: fsys}
 	after, err := deviceOf(mountpoint)
 	if err != nil || after == before {
 		m.Unmount()
 		return nil, fmt.Errorf("mount at %s did not take (device %d before, %d after: %v)", mountpoint, before, after, err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	m.stopKeepAlive = cancel
-	m.done = make(chan struct{})
-	m.wg.Add(2)
-	go func() { defer m.wg.Done(); m.keepAlive(ctx, opts.KeepAlive) }()
-	go func() { defer m.wg.Done(); conn.Wait(); close(m.done) }()
 	return m, nil
 }
 
-// keepAlive closes the connection when the delegator stops answering, so
-// that calls fail with EIO rather than hang.
-func (m *Mount) keepAlive(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		replied := make(chan error, 1)
-		go func() {
-			_, _, err := m.conn.SendRequest("keepalive@openssh.com", true, nil)
-			replied <- err
-		}()
-		select {
-		case err := <-replied:
-			if err != nil {
-				m.log.Warn("fs: connection to the delegator lost", "err", err)
-				return
-			}
-		case <-time.After(3 * every):
-			m.log.Warn("fs: the delegator stopped answering; closing the connection")
-			m.conn.Close()
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// Done is closed when the connection to the delegator ends (lease revoked,
-// delegator gone).
-func (m *Mount) Done() <-chan struct{} { return m.done }
+// Done is closed when the connection to the delegator has ended for good
+// (the lease is over, or the mount is closing).
+func (m *Mount) Done() <-chan struct{} { return m.conn.done }
 
 // Unmount detaches the mount and closes the connection. Open files make
 // the kernel refuse (EBUSY); it retries for a moment, then detaches lazily:
@@ -298,13 +260,8 @@ func (m *Mount) Unmount() error {
 				err = nil
 			}
 		}
-		if m.stopKeepAlive != nil {
-			m.stopKeepAlive()
-		}
 		m.fsys.closing.Wait()
-		m.client.Close()
-		m.conn.Close()
-		m.wg.Wait()
+		m.conn.close()
 		m.unmountErr = err
 	})
 	return m.unmountErr

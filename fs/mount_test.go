@@ -52,10 +52,40 @@ func (l *leases) Live(id string) (sshd.Export, bool) {
 // it through a real FUSE mount.
 type mountFixture struct {
 	dir, mnt string
+	addr     string
 	mount    *Mount
 	auth     *sshd.Authority
 	srv      *sshd.Server
 	leases   *leases
+
+	stopServer func() // closes the listener and every connection
+}
+
+// serve runs f.srv on ln until stopServer.
+func (f *mountFixture) serve(ln net.Listener) {
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() { defer close(served); f.srv.Serve(ctx, ln) }()
+	var once sync.Once
+	f.stopServer = func() { once.Do(func() { cancel(); <-served }) }
+}
+
+// restartServer takes the delegator's server away for down, then brings a
+// new one up on the same address with the same keys.
+func (f *mountFixture) restartServer(t *testing.T, down time.Duration) {
+	t.Helper()
+	f.stopServer()
+	time.Sleep(down)
+	srv, err := sshd.New(sshd.Options{Authority: f.auth, Leases: f.leases, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv = srv
+	f.serve(ln)
 }
 
 func newMount(t *testing.T, ro bool) *mountFixture {
@@ -83,9 +113,8 @@ func newMount(t *testing.T, ro bool) *mountFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan struct{})
-	go func() { defer close(served); f.srv.Serve(ctx, ln) }()
+	f.addr = ln.Addr().String()
+	f.serve(ln)
 
 	cred, err := auth.Issue(id, time.Now().Add(time.Hour))
 	if err != nil {
@@ -95,19 +124,18 @@ func newMount(t *testing.T, ro bool) *mountFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.mount, err = New(f.mnt, Options{Addr: ln.Addr().String(), User: id, Signer: signer,
-		HostKey: auth.HostKey().PublicKey(), ReadOnly: ro, Logger: log, Name: "awcp:" + id})
+	f.mount, err = New(f.mnt, Options{Addr: f.addr, User: id, Signer: signer,
+		HostKey: auth.HostKey().PublicKey(), ReadOnly: ro, Logger: log, Name: "awcp:" + id,
+		ReconnectBound: 3 * time.Second, KeepAlive: 200 * time.Millisecond})
 	if err != nil {
-		cancel()
-		<-served
+		f.stopServer()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if err := f.mount.Unmount(); err != nil {
 			t.Errorf("unmount: %v", err)
 		}
-		cancel()
-		<-served
+		f.stopServer()
 		if IsMountpoint(f.mnt) {
 			t.Error("mount left behind")
 		}
@@ -239,5 +267,46 @@ func TestRevokedLeaseFailsFast(t *testing.T) {
 	_, err := os.ReadFile(filepath.Join(f.mnt, "after-revoke"))
 	if err == nil || time.Since(start) > 5*time.Second {
 		t.Fatalf("call after revoke: %v in %s", err, time.Since(start))
+	}
+}
+
+// TestReconnect: the delegator's server goes away and comes back on the
+// same address; calls made meanwhile stall instead of failing, and a file
+// open across the outage keeps working.
+func TestReconnect(t *testing.T) {
+	f := newMount(t, false)
+	fd, err := os.OpenFile(filepath.Join(f.mnt, "kept-open"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	fd.Write([]byte("before "))
+
+	f.restartServer(t, 800*time.Millisecond)
+
+	// A new name (no cache can answer), during or right after the outage.
+	if err := os.WriteFile(filepath.Join(f.mnt, "after"), []byte("x"), 0o644); err != nil {
+		t.Fatalf("write after the outage: %v", err)
+	}
+	if _, err := fd.Write([]byte("after")); err != nil {
+		t.Fatalf("write to a file open across the outage: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.dir, "kept-open")); string(b) != "before after" {
+		t.Fatalf("kept-open = %q", b)
+	}
+}
+
+// TestReconnectBound: when the delegator stays away, calls fail with EIO
+// once the bound has passed, never hang.
+func TestReconnectBound(t *testing.T) {
+	f := newMount(t, false)
+	f.stopServer()
+	start := time.Now()
+	_, err := os.Stat(filepath.Join(f.mnt, "never-seen"))
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("stat while away: %v", err)
+	}
+	if el := time.Since(start); el > 10*time.Second {
+		t.Fatalf("took %s, bound is 3s", el)
 	}
 }

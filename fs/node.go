@@ -102,8 +102,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	if h, ok := f.(*fileHandle); ok {
-		// FSTAT: works for a file unlinked while open.
-		fi, err := h.f.Stat()
+		fi, err := h.stat(ctx)
 		if err != nil {
 			return n.errno(ctx, "fstat", n.rpath(), err)
 		}
@@ -127,7 +126,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if size, ok := in.GetSize(); ok {
 		var err error
 		if h != nil {
-			err = h.f.Truncate(int64(size))
+			err = h.withFile(ctx, func(f *sftp.File) error { return f.Truncate(int64(size)) })
 		} else {
 			err = n.fsys.remote.Truncate(p, int64(size))
 		}
@@ -138,7 +137,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if mode, ok := in.GetMode(); ok {
 		var err error
 		if h != nil {
-			err = h.f.Chmod(os.FileMode(mode & 0o7777))
+			err = h.withFile(ctx, func(f *sftp.File) error { return f.Chmod(os.FileMode(mode & 0o7777)) })
 		} else {
 			err = n.fsys.remote.Chmod(p, os.FileMode(mode&0o7777))
 		}
@@ -186,7 +185,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	n.opened = n.seen
 	n.mu.Unlock()
-	return &fileHandle{f: f, node: n}, fuseFlags, 0
+	return n.newHandle(f, int(flags)), fuseFlags, 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
@@ -223,7 +222,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		}
 		child = n.newChild(ctx, fi, out)
 	}
-	return child, &fileHandle{f: f, node: child.Operations().(*node)}, 0, 0
+	return child, child.Operations().(*node).newHandle(f, int(flags)), 0, 0
 }
 
 func (n *node) exists(p string) bool {

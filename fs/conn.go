@@ -1,0 +1,319 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/pkg/sftp"
+	gossh "golang.org/x/crypto/ssh"
+)
+
+// conn is the connection to the delegator, re-dialled when it is lost. A
+// call made while it is down waits for the next connection, up to the
+// bound, and then fails; a refused login (the lease ended) ends it for good.
+type conn struct {
+	opts Options
+	log  *slog.Logger
+
+	mu     sync.Mutex // guards the fields below; never held across a dial
+	ssh    *gossh.Client
+	client *sftp.Client
+	gen    uint64        // bumped at every new connection
+	up     chan struct{} // closed when the current outage ends (or for good)
+	downAt time.Time     // start of the current outage; zero while up
+	dead   error         // set when no connection will come again
+
+	stop context.CancelFunc
+	ctx  context.Context
+	wg   sync.WaitGroup // the re-dialler and the keepalive
+	done chan struct{}  // closed when dead
+}
+
+// errGone is the error of calls once the connection is gone for good.
+var errGone = errors.New("the delegator is gone")
+
+func newConn(opts Options) (*conn, error) {
+	sshc, client, err := Dial(opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &conn{opts: opts, log: opts.Logger, ssh: sshc, client: client, gen: 1,
+		up: closedChan(), stop: cancel, ctx: ctx, done: make(chan struct{})}
+	c.watch(sshc, 1)
+	return c, nil
+}
+
+func closedChan() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}
+
+// watch starts the keepalive of connection gen and notices its end.
+func (c *conn) watch(sshc *gossh.Client, gen uint64) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		keepAlive(c.ctx, sshc, c.opts.KeepAlive, c.log)
+		sshc.Close()
+		c.lost(gen)
+	}()
+}
+
+// keepAlive returns when the connection ends, stops answering for three
+// intervals, or ctx is done.
+func keepAlive(ctx context.Context, sshc *gossh.Client, every time.Duration, log *slog.Logger) {
+	ended := make(chan struct{})
+	go func() { sshc.Wait(); close(ended) }()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ended:
+			return
+		case <-t.C:
+		}
+		replied := make(chan error, 1)
+		go func() {
+			_, _, err := sshc.SendRequest("keepalive@openssh.com", true, nil)
+			replied <- err
+		}()
+		select {
+		case err := <-replied:
+			if err != nil {
+				return
+			}
+		case <-time.After(3 * every):
+			log.Warn("fs: the delegator stopped answering")
+			return
+		case <-ctx.Done():
+			return
+		case <-ended:
+			return
+		}
+	}
+}
+
+// get returns the current client, waiting for a reconnection if the
+// connection is down, at most until the outage has lasted the bound.
+func (c *conn) get(ctx context.Context) (*sftp.Client, uint64, error) {
+	for {
+		c.mu.Lock()
+		client, gen, up, dead, downAt := c.client, c.gen, c.up, c.dead, c.downAt
+		c.mu.Unlock()
+		if dead != nil {
+			return nil, 0, dead
+		}
+		if downAt.IsZero() {
+			return client, gen, nil
+		}
+		wait := time.Until(downAt.Add(c.opts.ReconnectBound))
+		if wait <= 0 {
+			return nil, 0, errors.New("the delegator has been unreachable for longer than the reconnect bound")
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-up:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, 0, ctx.Err()
+		}
+		t.Stop()
+	}
+}
+
+// lost reports that connection gen failed; the first report starts the
+// re-dialler.
+func (c *conn) lost(gen uint64) {
+	c.mu.Lock()
+	if gen != c.gen || !c.downAt.IsZero() || c.dead != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.downAt = time.Now()
+	c.up = make(chan struct{})
+	old := c.client
+	c.mu.Unlock()
+	old.Close()
+	c.log.Warn("fs: connection to the delegator lost; re-dialling")
+	c.wg.Add(1)
+	go func() { defer c.wg.Done(); c.redial(gen) }()
+}
+
+// redial dials with backoff until it gets through, the login is refused
+// (the lease is over), or the mount is closing.
+func (c *conn) redial(gen uint64) {
+	backoff := 100 * time.Millisecond
+	for {
+		select {
+		case <-c.ctx.Done():
+			c.end(errGone)
+			return
+		case <-time.After(backoff):
+		}
+		sshc, client, err := Dial(c.opts)
+		if err == nil {
+			c.mu.Lock()
+			c.ssh, c.client, c.gen = sshc, client, gen+1
+			c.downAt = time.Time{}
+			close(c.up)
+			c.mu.Unlock()
+			c.log.Info("fs: reconnected to the delegator")
+			c.watch(sshc, gen+1)
+			return
+		}
+		if !transient(err) {
+			c.log.Warn("fs: the delegator refused the connection; the lease is over", "err", err)
+			c.end(errGone)
+			return
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+// transient tells a delegator that is not there (yet) from one that
+// refuses us: a network error, or a connection cut during the handshake,
+// is worth another try; a refused certificate or a wrong host key is not.
+func transient(err error) bool {
+	var opErr *net.OpError
+	return errors.As(err, &opErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+func (c *conn) end(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead != nil {
+		return
+	}
+	c.dead = err
+	select {
+	case <-c.up:
+	default:
+		close(c.up)
+	}
+	close(c.done)
+}
+
+// close ends the connection for good and waits for its goroutines.
+func (c *conn) close() {
+	c.stop()
+	c.mu.Lock()
+	client, sshc := c.client, c.ssh
+	c.mu.Unlock()
+	client.Close()
+	sshc.Close()
+	c.wg.Wait()
+	c.end(errGone)
+}
+
+// connErr reports an error that means the connection, not the request,
+// failed: the call is worth retrying on the next connection.
+func connErr(err error) bool {
+	return errors.Is(err, sftp.ErrSSHFxConnectionLost) || errors.Is(err, sftp.ErrSSHFxNoConnection) ||
+		errors.Is(err, net.ErrClosed)
+}
+
+// do runs op on a live client, and once more on the next connection if the
+// connection failed under it.
+func do[T any](ctx context.Context, c *conn, op func(*sftp.Client) (T, error)) (T, error) {
+	var zero T
+	for attempt := 0; ; attempt++ {
+		client, gen, err := c.get(ctx)
+		if err != nil {
+			return zero, err
+		}
+		v, err := op(client)
+		if err == nil || !connErr(err) || attempt == 1 {
+			return v, err
+		}
+		c.lost(gen)
+	}
+}
+
+// reconnecting is the Remote the tree uses: every call goes to the live
+// connection and survives one reconnection.
+type reconnecting struct{ c *conn }
+
+var _ Remote = reconnecting{}
+
+func unit(err error) (struct{}, error) { return struct{}{}, err }
+
+func (r reconnecting) run(op func(*sftp.Client) error) error {
+	_, err := do(context.Background(), r.c, func(cl *sftp.Client) (struct{}, error) { return unit(op(cl)) })
+	return err
+}
+
+func (r reconnecting) Lstat(p string) (os.FileInfo, error) {
+	return do(context.Background(), r.c, func(cl *sftp.Client) (os.FileInfo, error) { return cl.Lstat(p) })
+}
+
+func (r reconnecting) ReadDir(p string) ([]os.FileInfo, error) {
+	return do(context.Background(), r.c, func(cl *sftp.Client) ([]os.FileInfo, error) { return cl.ReadDir(p) })
+}
+
+func (r reconnecting) OpenFile(p string, flags int) (*sftp.File, error) {
+	return do(context.Background(), r.c, func(cl *sftp.Client) (*sftp.File, error) { return cl.OpenFile(p, flags) })
+}
+
+func (r reconnecting) ReadLink(p string) (string, error) {
+	return do(context.Background(), r.c, func(cl *sftp.Client) (string, error) { return cl.ReadLink(p) })
+}
+
+func (r reconnecting) StatVFS(p string) (*sftp.StatVFS, error) {
+	return do(context.Background(), r.c, func(cl *sftp.Client) (*sftp.StatVFS, error) { return cl.StatVFS(p) })
+}
+
+func (r reconnecting) Mkdir(p string) error {
+	return r.run(func(cl *sftp.Client) error { return cl.Mkdir(p) })
+}
+
+func (r reconnecting) Remove(p string) error {
+	return r.run(func(cl *sftp.Client) error { return cl.Remove(p) })
+}
+
+func (r reconnecting) RemoveDirectory(p string) error {
+	return r.run(func(cl *sftp.Client) error { return cl.RemoveDirectory(p) })
+}
+
+func (r reconnecting) PosixRename(from, to string) error {
+	return r.run(func(cl *sftp.Client) error { return cl.PosixRename(from, to) })
+}
+
+func (r reconnecting) Symlink(target, link string) error {
+	return r.run(func(cl *sftp.Client) error { return cl.Symlink(target, link) })
+}
+
+func (r reconnecting) Link(from, to string) error {
+	return r.run(func(cl *sftp.Client) error { return cl.Link(from, to) })
+}
+
+func (r reconnecting) Chmod(p string, mode os.FileMode) error {
+	return r.run(func(cl *sftp.Client) error { return cl.Chmod(p, mode) })
+}
+
+func (r reconnecting) Truncate(p string, size int64) error {
+	return r.run(func(cl *sftp.Client) error { return cl.Truncate(p, size) })
+}
+
+func (r reconnecting) Chtimes(p string, atime, mtime time.Time) error {
+	return r.run(func(cl *sftp.Client) error { return cl.Chtimes(p, atime, mtime) })
+}
+
+// generation is the number of the current connection.
+func (c *conn) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
