@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -241,4 +243,62 @@ func TestLiveMountEndsOnCancelAndExpiry(t *testing.T) {
 			waitWorkRootEmpty(t, x)
 		})
 	}
+}
+
+// TestDelegatorCrashMidMount: the daemon that serves a live mount is killed
+// with SIGKILL and started again on the same SSH port; the executor's mount
+// re-dials, the agent only stalls, and the delegation completes with all of
+// the agent's writes on disk.
+func TestDelegatorCrashMidMount(t *testing.T) {
+	gate := filepath.Join(t.TempDir(), "gate")
+	x := startExecutor(t, `echo one > first.txt; while [ ! -e `+gate+` ]; do sleep 0.05; done; echo two > second.txt; cat first.txt > copy.txt; echo finished`)
+	c := newCtl(t)
+	dir := sampleWorkspace(t)
+
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	sshAddr := ln.Addr().String()
+	ln.Close()
+	startDaemon := func() *exec.Cmd {
+		d := c.command("serve", "--state-dir", c.state, "--ssh-listen", sshAddr)
+		if err := d.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	daemon := startDaemon()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(c.state, "ctl.sock")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("daemon did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r := c.run("export", dir, "--peer", x.url, "--prompt", "p", "--background")
+	if r.code != 0 {
+		t.Fatalf("%d %s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	waitFile(t, filepath.Join(dir, "first.txt"))
+
+	daemon.Process.Kill()
+	daemon.Wait()
+	time.Sleep(500 * time.Millisecond)
+	daemon = startDaemon()
+	defer func() { daemon.Process.Signal(syscall.SIGTERM); daemon.Wait() }()
+	os.WriteFile(gate, nil, 0o644)
+
+	out := c.run("output", id, "--block", "--timeout", "30s")
+	if out.code != 0 {
+		t.Fatalf("after the crash: %d\n%s%s", out.code, out.stdout, out.stderr)
+	}
+	for name, want := range map[string]string{"first.txt": "one\n", "second.txt": "two\n", "copy.txt": "one\n"} {
+		if b, _ := os.ReadFile(filepath.Join(dir, name)); string(b) != want {
+			t.Errorf("%s = %q, want %q", name, b, want)
+		}
+	}
+	noMountsLeft(t, x)
+	waitWorkRootEmpty(t, x)
 }
