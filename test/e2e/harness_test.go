@@ -50,6 +50,7 @@ func TestMain(m *testing.M) {
 type executor struct {
 	url      string
 	workRoot string
+	args     []string // of awcp-fs, for a restart
 	cmd      *exec.Cmd
 	log      *bytes.Buffer
 }
@@ -60,17 +61,9 @@ func startExecutor(t *testing.T, agentCmd string, extra ...string) *executor {
 	t.Helper()
 	dir := t.TempDir()
 	x := &executor{workRoot: filepath.Join(dir, "work"), log: new(bytes.Buffer)}
-	args := append([]string{"serve", "--state-dir", filepath.Join(dir, "state"), "--work-root", x.workRoot,
-		"--listen", "127.0.0.1:0", "--agent-cmd", agentCmd, "--log-level", "info"}, extra...)
-	x.cmd = exec.Command(filepath.Join(binDir, "awcp-fs"), args...)
-	x.cmd.Stderr = x.log
-	out, err := x.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := x.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	x.args = append([]string{"serve", "--state-dir", filepath.Join(dir, "state"), "--work-root", x.workRoot,
+		"--agent-cmd", agentCmd, "--log-level", "info"}, extra...)
+	x.start(t, "127.0.0.1:0")
 	t.Cleanup(func() {
 		x.cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
@@ -86,6 +79,20 @@ func startExecutor(t *testing.T, agentCmd string, extra ...string) *executor {
 			t.Logf("awcp-fs log:\n%s", x.log)
 		}
 	})
+	return x
+}
+
+func (x *executor) start(t *testing.T, listen string) {
+	t.Helper()
+	x.cmd = exec.Command(filepath.Join(binDir, "awcp-fs"), append(x.args, "--listen", listen)...)
+	x.cmd.Stderr = x.log
+	out, err := x.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		t.Fatalf("awcp-fs did not start: %v\n%s", err, x.log)
@@ -95,7 +102,15 @@ func startExecutor(t *testing.T, agentCmd string, extra ...string) *executor {
 		t.Fatalf("unexpected first line %q", line)
 	}
 	x.url = addr
-	return x
+}
+
+// crash kills awcp-fs with SIGKILL and starts it again on the same address
+// and state dir.
+func (x *executor) crash(t *testing.T) {
+	t.Helper()
+	x.cmd.Process.Kill()
+	x.cmd.Wait()
+	x.start(t, strings.TrimPrefix(x.url, "http://"))
 }
 
 // workRootEmpty fails unless the executor left nothing in its work root.

@@ -302,3 +302,34 @@ func TestDelegatorCrashMidMount(t *testing.T) {
 	noMountsLeft(t, x)
 	waitWorkRootEmpty(t, x)
 }
+
+// TestExecutorCrashMidTask: awcp-fs is killed with SIGKILL while its agent
+// works in a live mount; started again, it stops the orphaned agent,
+// unmounts the stale mount, removes the work dir without deleting through
+// it, and the waiting delegator hears TASK_FAILED. The delegator's files
+// are intact.
+func TestExecutorCrashMidTask(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "agent.pid")
+	x := startExecutor(t, `echo $$ > `+pidFile+`; echo partial > partial.txt; while :; do sleep 0.1; done`)
+	c := newCtl(t)
+	dir := sampleWorkspace(t)
+	exp := c.command("export", dir, "--peer", x.url, "--prompt", "p", "--ssh-listen", "127.0.0.1:0")
+	var stderr bytes.Buffer
+	exp.Stderr = &stderr
+	exp.Start()
+	pgid := readPID(t, pidFile)
+	waitFile(t, filepath.Join(dir, "partial.txt"))
+	before := tree(t, dir)
+
+	x.crash(t)
+
+	exp.Wait()
+	if exp.ProcessState.ExitCode() != 1 || !strings.Contains(stderr.String(), "error TASK_FAILED") ||
+		!strings.Contains(stderr.String(), "restarted") {
+		t.Fatalf("%d\n%s", exp.ProcessState.ExitCode(), stderr.String())
+	}
+	waitGone(t, pgid)
+	noMountsLeft(t, x)
+	waitWorkRootEmpty(t, x)
+	sameTree(t, dir, before)
+}
