@@ -150,6 +150,16 @@ func (c *ctl) command(args ...string) *exec.Cmd {
 
 func (c *ctl) run(args ...string) result {
 	c.t.Helper()
+	r := c.runQuiet(args...)
+	if strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr, "panic:") {
+		c.t.Fatalf("awcp-ctl crashed:\n%s", r.stderr)
+	}
+	return r
+}
+
+// runQuiet runs awcp-ctl and never fails the test itself, so it may be
+// called from other goroutines.
+func (c *ctl) runQuiet(args ...string) result {
 	cmd := c.command(args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -160,10 +170,7 @@ func (c *ctl) run(args ...string) result {
 	case errors.As(err, &ee):
 		r.code = ee.ExitCode()
 	case err != nil:
-		c.t.Fatal(err)
-	}
-	if strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr, "panic:") {
-		c.t.Fatalf("awcp-ctl crashed:\n%s", r.stderr)
+		r.code, r.stderr = -1, err.Error()
 	}
 	return r
 }
