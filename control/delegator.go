@@ -205,6 +205,17 @@ func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, erro
 	switch del.State {
 	case lease.Created:
 		if err := d.handshake(ctx, del); err != nil {
+			cur, gerr := d.store.Delegation(id)
+			if gerr == nil && cur.State.Terminal() {
+				// Cancelled or expired during the handshake. The executor may
+				// have accepted after it was told: tell it again, so that
+				// its reservation goes now and not at its START deadline.
+				if cur.Failure != nil {
+					d.notifyPeer(cur, NewError(id, cur.Failure.Code, cur.Failure.Message, cur.Failure.Hint))
+				}
+				d.cleanup(ctx, cur)
+				return cur, nil
+			}
 			if ctx.Err() != nil {
 				return d.store.Delegation(id)
 			}

@@ -1,0 +1,114 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/awcp/awcp/lease"
+)
+
+// slowExecutor holds the answer to INVITE or START until released, so the
+// delegation can be cancelled in the state before it.
+type slowExecutor struct {
+	next    http.Handler
+	hold    string // "INVITE" or "START"
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func (s *slowExecutor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost && r.URL.Path == "/awcp" {
+		body, _ := readAllLimited(r)
+		if strings.Contains(string(body), `"type":"`+s.hold+`"`) {
+			// Let the executor act on it, but hold the answer back.
+			rec := httptest.NewRecorder()
+			r.Body = nopBody(body)
+			s.next.ServeHTTP(rec, r)
+			close(s.arrived)
+			<-s.release
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			w.Write(rec.Body.Bytes())
+			return
+		}
+		r.Body = nopBody(body)
+	}
+	s.next.ServeHTTP(w, r)
+}
+
+// TestCancelInEveryHandshakeState cancels while INVITE and while START are
+// out (the delegation is invited, then started). Either way the delegation
+// ends cancelled, the executor holds no reservation or work dir, and the
+// local directory is untouched.
+func TestCancelInEveryHandshakeState(t *testing.T) {
+	for _, hold := range []string{TypeInvite, TypeStart} {
+		t.Run(hold, func(t *testing.T) {
+			x := newExecFixture(t, `echo should not run > ran.txt`, nil)
+			slow := &slowExecutor{next: x.e.Handler(), hold: hold, arrived: make(chan struct{}), release: make(chan struct{})}
+			srv := httptest.NewServer(slow)
+			defer srv.Close()
+
+			state := t.TempDir()
+			store, err := lease.Open(filepath.Join(state, "d.db"), lease.Options{Shared: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dlg, err := NewDelegator(DelegatorOptions{Store: store, Logger: slog.New(slog.DiscardHandler),
+				Transports: map[string]DelegatorTransport{TransportArchive: &ArchiveDelegator{Blobs: store,
+					StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a"), 0o644)
+			d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: TransportArchive})
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan *lease.Delegation, 1)
+			go func() { end, _ := dlg.Run(context.Background(), d.ID); done <- end }()
+			<-slow.arrived
+			want := map[string]lease.State{TypeInvite: lease.Invited, TypeStart: lease.Started}[hold]
+			if cur, _ := store.Delegation(d.ID); cur.State != want {
+				t.Fatalf("state %s, want %s", cur.State, want)
+			}
+			if _, err := dlg.Cancel(context.Background(), d.ID); err != nil {
+				t.Fatal(err)
+			}
+			close(slow.release)
+			end := <-done
+			if end.State != lease.Cancelled {
+				t.Fatalf("ended %s", end.State)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for x.e.Active() != 0 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if n := x.e.Active(); n != 0 {
+				t.Fatalf("executor still holds %d reservations", n)
+			}
+			waitRemoved(t, filepath.Join(x.root, d.ID))
+			if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+				t.Fatalf("local dir changed: %v", ents)
+			}
+		})
+	}
+}
+
+func readAllLimited(r *http.Request) ([]byte, error) {
+	defer r.Body.Close()
+	return io.ReadAll(io.LimitReader(r.Body, 64<<20))
+}
+
+func nopBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
