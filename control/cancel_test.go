@@ -112,3 +112,80 @@ func readAllLimited(r *http.Request) ([]byte, error) {
 }
 
 func nopBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
+
+// gatedTransport blocks Prepare (the delegation is accepted, START not yet
+// sent) until released.
+type gatedTransport struct {
+	DelegatorTransport
+	arrived, release chan struct{}
+}
+
+func (g *gatedTransport) Prepare(ctx context.Context, d Lent) (*WorkDirInfo, error) {
+	close(g.arrived)
+	<-g.release
+	return g.DelegatorTransport.Prepare(ctx, d)
+}
+
+// TestEndWhileAccepted cancels, and separately lets expire, a delegation
+// the executor has accepted but that has no START yet: the executor's
+// reservation is released at once.
+func TestEndWhileAccepted(t *testing.T) {
+	for _, how := range []string{"cancel", "expire"} {
+		t.Run(how, func(t *testing.T) {
+			x := newExecFixture(t, `true`, nil)
+			state := t.TempDir()
+			store, err := lease.Open(filepath.Join(state, "d.db"), lease.Options{Shared: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gate := &gatedTransport{DelegatorTransport: &ArchiveDelegator{Blobs: store,
+				StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
+				arrived: make(chan struct{}), release: make(chan struct{})}
+			dlg, err := NewDelegator(DelegatorOptions{Store: store, Logger: slog.New(slog.DiscardHandler),
+				Transports: map[string]DelegatorTransport{TransportArchive: gate}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			go dlg.RunScheduler(ctx)
+			ttl := time.Hour
+			if how == "expire" {
+				ttl = time.Second
+			}
+			d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: x.srv.URL, Prompt: "p", Transport: TransportArchive, TTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan *lease.Delegation, 1)
+			go func() { end, _ := dlg.Run(context.Background(), d.ID); done <- end }()
+			<-gate.arrived
+			if x.e.Active() != 1 {
+				t.Fatalf("executor reservations: %d", x.e.Active())
+			}
+			start := time.Now()
+			want := lease.Cancelled
+			if how == "cancel" {
+				if _, err := dlg.Cancel(context.Background(), d.ID); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				want = lease.Expired
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for x.e.Active() != 0 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if n := x.e.Active(); n != 0 {
+				t.Fatalf("executor still holds %d reservations", n)
+			}
+			if how == "expire" && time.Since(start) > 3*time.Second {
+				t.Fatalf("expired %s after the lease's end", time.Since(start)-ttl)
+			}
+			close(gate.release)
+			if end := <-done; end.State != want {
+				t.Fatalf("ended %s, want %s", end.State, want)
+			}
+		})
+	}
+}

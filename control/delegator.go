@@ -136,6 +136,9 @@ func (d *Delegator) Create(req ExportRequest) (*lease.Delegation, error) {
 		Description: req.Description, Prompt: req.Prompt, Token: req.Token, Notes: notes,
 		AutoTransport: auto,
 	}
+	// A provisional end, so that a handshake the executor never answers
+	// expires too; ACCEPT sets the granted one.
+	del.ExpiresAt = d.store.Now().Add(time.Duration(del.TTLSeconds) * time.Second)
 	var busy *lease.DirBusyError
 	if err := d.store.CreateDelegation(del); errors.As(err, &busy) {
 		return nil, Errorf(CodeDeclined, "%s", busy.Error()).
