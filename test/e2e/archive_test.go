@@ -217,30 +217,34 @@ func TestMaxConcurrentDeclines(t *testing.T) {
 }
 
 func TestCancelMidTask(t *testing.T) {
-	pidFile := filepath.Join(t.TempDir(), "agent.pid")
-	x := startExecutor(t, `echo $$ > `+pidFile+`; echo started; sleep 60 & sleep 60`)
-	c := newCtl(t)
-	dir := sampleWorkspace(t)
-	before := tree(t, dir)
+	for _, transport := range []string{"archive", "sshfs"} {
+		t.Run(transport, func(t *testing.T) {
+			pidFile := filepath.Join(t.TempDir(), "agent.pid")
+			x := startExecutor(t, `echo $$ > `+pidFile+`; echo started; sleep 60 & sleep 60`)
+			c := newCtl(t)
+			dir := sampleWorkspace(t)
+			before := tree(t, dir)
 
-	exp := c.command("export", dir, "--peer", x.url, "--prompt", "never finishes")
-	var stderr bytes.Buffer
-	exp.Stderr = &stderr
-	if err := exp.Start(); err != nil {
-		t.Fatal(err)
+			exp := c.command("export", dir, "--peer", x.url, "--prompt", "never finishes", "--transport", transport,
+				"--ssh-listen", "127.0.0.1:0")
+			var stderr bytes.Buffer
+			exp.Stderr = &stderr
+			if err := exp.Start(); err != nil {
+				t.Fatal(err)
+			}
+			pgid := readPID(t, pidFile)
+			d := c.waitState("", "running")
+			if r := c.run("cancel", d.ID); r.code != 0 {
+				t.Fatalf("cancel: %s", r.stderr)
+			}
+			err := exp.Wait()
+			if exp.ProcessState.ExitCode() != 1 || !strings.Contains(stderr.String(), "error CANCELLED") {
+				t.Fatalf("export after cancel: %v\n%s", err, stderr.String())
+			}
+			nothingLeft(t, c, x, pgid)
+			sameTree(t, dir, before)
+		})
 	}
-	pgid := readPID(t, pidFile)
-	d := c.waitState("", "running")
-	if r := c.run("cancel", d.ID); r.code != 0 {
-		t.Fatalf("cancel: %s", r.stderr)
-	}
-	err := exp.Wait()
-	if exp.ProcessState.ExitCode() != 1 || !strings.Contains(stderr.String(), "error CANCELLED") {
-		t.Fatalf("export after cancel: %v\n%s", err, stderr.String())
-	}
-	waitGone(t, pgid)
-	x.workRootEmpty(t)
-	sameTree(t, dir, before)
 }
 
 func TestInterruptCancels(t *testing.T) {
@@ -259,34 +263,34 @@ func TestInterruptCancels(t *testing.T) {
 	if !strings.Contains(stderr.String(), "cancelling") || exp.ProcessState.ExitCode() != 1 {
 		t.Fatalf("%d %s", exp.ProcessState.ExitCode(), stderr.String())
 	}
-	waitGone(t, pgid)
 	if d := c.status()[0]; d.State != "cancelled" {
 		t.Fatalf("state %s", d.State)
 	}
+	nothingLeft(t, c, x, pgid)
 }
 
+// TestLeaseExpiresMidTask: a 2 s lease ends a task that would run for a
+// minute, on both transports, within 2 s of its end.
 func TestLeaseExpiresMidTask(t *testing.T) {
-	pidFile := filepath.Join(t.TempDir(), "agent.pid")
-	x := startExecutor(t, `echo $$ > `+pidFile+`; echo scribble >> README.md; sleep 60`)
-	c := newCtl(t)
-	dir := sampleWorkspace(t)
-	start := time.Now()
-	r := failCase(t, c, dir, control.CodeExpired, "--peer", x.url, "--prompt", "p", "--ttl", "2s", "--transport", "archive")
-	if el := time.Since(start); el > 10*time.Second {
-		t.Fatalf("expiry took %s", el)
+	for _, transport := range []string{"archive", "sshfs"} {
+		t.Run(transport, func(t *testing.T) {
+			pidFile := filepath.Join(t.TempDir(), "agent.pid")
+			x := startExecutor(t, `echo $$ > `+pidFile+`; sleep 60`)
+			c := newCtl(t)
+			dir := sampleWorkspace(t)
+			start := time.Now()
+			r := failCase(t, c, dir, control.CodeExpired, "--peer", x.url, "--prompt", "p", "--ttl", "2s",
+				"--transport", transport, "--ssh-listen", "127.0.0.1:0")
+			// 2 s of lease, the handshake before it, and at most 2 s late.
+			if el := time.Since(start); el > 5*time.Second {
+				t.Fatalf("expiry took %s for a 2s lease", el)
+			}
+			if !strings.Contains(r.stderr, "--ttl") {
+				t.Fatalf("no hint:\n%s", r.stderr)
+			}
+			nothingLeft(t, c, x, readPID(t, pidFile))
+		})
 	}
-	if !strings.Contains(r.stderr, "--ttl") {
-		t.Fatalf("no hint:\n%s", r.stderr)
-	}
-	waitGone(t, readPID(t, pidFile))
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if ents, _ := os.ReadDir(x.workRoot); len(ents) == 0 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	x.workRootEmpty(t)
 }
 
 func TestLocalChangeIsNotOverwritten(t *testing.T) {
@@ -463,6 +467,7 @@ func TestDaemonCrashLosesNothing(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, "late.txt")); err != nil || !strings.Contains(string(b), "delegator was down") {
 		t.Fatalf("late.txt = %q, %v", b, err)
 	}
+	nothingLeft(t, c, x, 0)
 }
 
 // TestOverdueLeaseExpiresOnNextLook: a lease that runs out while no
@@ -485,6 +490,7 @@ func TestOverdueLeaseExpiresOnNextLook(t *testing.T) {
 		t.Fatalf("%+v", d)
 	}
 	sameTree(t, dir, before)
+	nothingLeft(t, c, x, 0)
 }
 
 // TestResultKeptWhenItCannotBeApplied: the workspace vanished while the

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -339,4 +340,57 @@ func waitGone(t *testing.T, pgid int) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("agent process group %d still runs", pgid)
+}
+
+// storesAgree fails unless the executor's store holds every delegation of
+// the delegator's in the same state.
+func storesAgree(t *testing.T, c *ctl, x *executor) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := http.Get(x.url + "/awcp/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct {
+			Delegations []struct {
+				ID    string `json:"delegationId"`
+				State string `json:"state"`
+			} `json:"delegations"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		executorSide := map[string]string{}
+		for _, d := range st.Delegations {
+			executorSide[d.ID] = d.State
+		}
+		var disagree []string
+		for _, d := range c.status() {
+			if executorSide[d.ID] != d.State {
+				disagree = append(disagree, fmt.Sprintf("%s: delegator %s, executor %q", d.ID, d.State, executorSide[d.ID]))
+			}
+		}
+		if len(disagree) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stores disagree: %v", disagree)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// nothingLeft checks what every fault test ends with: no agent process, no
+// mount, an empty work root, and the two stores in agreement.
+func nothingLeft(t *testing.T, c *ctl, x *executor, agentPGID int) {
+	t.Helper()
+	if agentPGID > 0 {
+		waitGone(t, agentPGID)
+	}
+	noMountsLeft(t, x)
+	waitWorkRootEmpty(t, x)
+	storesAgree(t, c, x)
 }

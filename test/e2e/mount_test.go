@@ -238,9 +238,7 @@ func TestLiveMountEndsOnCancelAndExpiry(t *testing.T) {
 			if exp.ProcessState.ExitCode() != 1 || !strings.Contains(stderr.String(), "error "+code) {
 				t.Fatalf("%d %s", exp.ProcessState.ExitCode(), stderr.String())
 			}
-			waitGone(t, pgid)
-			noMountsLeft(t, x)
-			waitWorkRootEmpty(t, x)
+			nothingLeft(t, c, x, pgid)
 		})
 	}
 }
@@ -299,8 +297,7 @@ func TestDelegatorCrashMidMount(t *testing.T) {
 			t.Errorf("%s = %q, want %q", name, b, want)
 		}
 	}
-	noMountsLeft(t, x)
-	waitWorkRootEmpty(t, x)
+	nothingLeft(t, c, x, 0)
 }
 
 // TestExecutorCrashMidTask: awcp-fs is killed with SIGKILL while its agent
@@ -328,8 +325,6 @@ func TestExecutorCrashMidTask(t *testing.T) {
 		!strings.Contains(stderr.String(), "restarted") {
 		t.Fatalf("%d\n%s", exp.ProcessState.ExitCode(), stderr.String())
 	}
-	waitGone(t, pgid)
-	noMountsLeft(t, x)
-	waitWorkRootEmpty(t, x)
+	nothingLeft(t, c, x, pgid)
 	sameTree(t, dir, before)
 }
