@@ -55,7 +55,8 @@ type ExecutorOptions struct {
 	// MaxBodyBytes bounds a POST body; it must fit the largest archive
 	// admission lets through (100 MB as base64). Default 256 MiB.
 	MaxBodyBytes int64
-	// KillGrace is the agent's time between SIGTERM and SIGKILL. Default 2s.
+	// KillGrace is the agent's time between SIGTERM and SIGKILL. Default 1s,
+	// so that an expired lease is torn down within 2s of its end.
 	KillGrace time.Duration
 	// Name and Version appear in the agent card and status.
 	Name, Version string
@@ -108,7 +109,7 @@ func (o ExecutorOptions) withDefaults() ExecutorOptions {
 		o.MaxBodyBytes = 256 << 20
 	}
 	if o.KillGrace <= 0 {
-		o.KillGrace = 2 * time.Second
+		o.KillGrace = time.Second
 	}
 	if o.Name == "" {
 		o.Name = "awcp-fs"

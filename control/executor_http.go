@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"time"
 
@@ -291,6 +292,9 @@ type StatusReport struct {
 	MaxConcurrent int              `json:"maxConcurrent"`
 	Transports    []string         `json:"transports"`
 	Delegations   []StatusLeaseRow `json:"delegations"`
+	// Goroutines is the daemon's goroutine count: leak checks compare it
+	// before and after a load.
+	Goroutines int `json:"goroutines"`
 }
 
 // StatusLeaseRow is one delegation in a status report.
@@ -312,7 +316,7 @@ func (e *Executor) handleStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rep := StatusReport{OK: true, Name: e.opts.Name, Version: e.opts.Version, MaxConcurrent: e.opts.MaxConcurrent,
-		Delegations: []StatusLeaseRow{}}
+		Delegations: []StatusLeaseRow{}, Goroutines: runtime.NumGoroutine()}
 	for _, t := range e.opts.Transports {
 		if t.Available() == nil {
 			rep.Transports = append(rep.Transports, t.Name())

@@ -243,36 +243,40 @@ func do[T any](ctx context.Context, c *conn, op func(*sftp.Client) (T, error)) (
 }
 
 // reconnecting is the Remote the tree uses: every call goes to the live
-// connection and survives one reconnection.
-type reconnecting struct{ c *conn }
+// connection and survives one reconnection. ctx is the FUSE request's: a
+// call waiting for the delegator ends when the caller is interrupted.
+type reconnecting struct {
+	c   *conn
+	ctx context.Context
+}
 
 var _ Remote = reconnecting{}
 
 func unit(err error) (struct{}, error) { return struct{}{}, err }
 
 func (r reconnecting) run(op func(*sftp.Client) error) error {
-	_, err := do(context.Background(), r.c, func(cl *sftp.Client) (struct{}, error) { return unit(op(cl)) })
+	_, err := do(r.ctx, r.c, func(cl *sftp.Client) (struct{}, error) { return unit(op(cl)) })
 	return err
 }
 
 func (r reconnecting) Lstat(p string) (os.FileInfo, error) {
-	return do(context.Background(), r.c, func(cl *sftp.Client) (os.FileInfo, error) { return cl.Lstat(p) })
+	return do(r.ctx, r.c, func(cl *sftp.Client) (os.FileInfo, error) { return cl.Lstat(p) })
 }
 
 func (r reconnecting) ReadDir(p string) ([]os.FileInfo, error) {
-	return do(context.Background(), r.c, func(cl *sftp.Client) ([]os.FileInfo, error) { return cl.ReadDir(p) })
+	return do(r.ctx, r.c, func(cl *sftp.Client) ([]os.FileInfo, error) { return cl.ReadDir(p) })
 }
 
 func (r reconnecting) OpenFile(p string, flags int) (*sftp.File, error) {
-	return do(context.Background(), r.c, func(cl *sftp.Client) (*sftp.File, error) { return cl.OpenFile(p, flags) })
+	return do(r.ctx, r.c, func(cl *sftp.Client) (*sftp.File, error) { return cl.OpenFile(p, flags) })
 }
 
 func (r reconnecting) ReadLink(p string) (string, error) {
-	return do(context.Background(), r.c, func(cl *sftp.Client) (string, error) { return cl.ReadLink(p) })
+	return do(r.ctx, r.c, func(cl *sftp.Client) (string, error) { return cl.ReadLink(p) })
 }
 
 func (r reconnecting) StatVFS(p string) (*sftp.StatVFS, error) {
-	return do(context.Background(), r.c, func(cl *sftp.Client) (*sftp.StatVFS, error) { return cl.StatVFS(p) })
+	return do(r.ctx, r.c, func(cl *sftp.Client) (*sftp.StatVFS, error) { return cl.StatVFS(p) })
 }
 
 func (r reconnecting) Mkdir(p string) error {

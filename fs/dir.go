@@ -31,7 +31,7 @@ var (
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	p := n.rpath()
-	ents, err := n.fsys.remote.ReadDir(p)
+	ents, err := n.fsys.at(ctx).ReadDir(p)
 	if err != nil {
 		return nil, 0, n.errno(ctx, "readdir", p, err)
 	}

@@ -16,6 +16,7 @@
 package fs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -131,6 +132,14 @@ type filesystem struct {
 	closing sync.WaitGroup // remote handles being closed in the background
 }
 
+// at is the Remote for one FUSE request.
+func (f *filesystem) at(ctx context.Context) Remote {
+	if f.conn == nil {
+		return f.remote
+	}
+	return reconnecting{c: f.conn, ctx: ctx}
+}
+
 func (f *filesystem) setEntryTimeouts(out *fuse.EntryOut) {
 	out.SetEntryTimeout(f.entry)
 	out.SetAttrTimeout(f.attr)
@@ -191,7 +200,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	fsys := &filesystem{remote: reconnecting{c}, conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout}
+	fsys := &filesystem{remote: reconnecting{c: c, ctx: context.Background()}, conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout}
 	if fi, err := fsys.remote.Lstat("/"); err == nil {
 		if st, ok := fi.Sys().(*sftp.FileStat); ok {
 			fsys.uid, fsys.gid = st.UID, st.GID
@@ -237,27 +246,21 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 // (the lease is over, or the mount is closing).
 func (m *Mount) Done() <-chan struct{} { return m.conn.done }
 
-// Unmount detaches the mount and closes the connection. Open files make
-// the kernel refuse (EBUSY); it retries for a moment, then detaches lazily:
-// the tree is gone from the namespace either way, and nothing below the
-// mountpoint is ever deleted through it.
+// Unmount detaches the mount and closes the connection. If open files make
+// the kernel refuse (EBUSY), it detaches lazily: the tree is gone from the
+// namespace either way, and nothing below the mountpoint is ever deleted
+// through it.
 func (m *Mount) Unmount() error {
 	m.unmountOnce.Do(func() {
 		var err error
-		for i := 0; i < 10; i++ {
-			if !IsMountpoint(m.Mountpoint) { // unmounted from outside
-				err = nil
-				break
-			}
-			if err = m.server.Unmount(); err == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err != nil {
-			m.log.Warn("fs: unmount busy; detaching lazily", "mountpoint", m.Mountpoint, "err", err)
-			if lerr := syscall.Unmount(m.Mountpoint, syscall.MNT_DETACH); lerr == nil {
-				err = nil
+		if IsMountpoint(m.Mountpoint) { // else unmounted from outside
+			if err = m.server.Unmount(); err != nil {
+				// Busy: a process still has a file or its cwd there. Detach
+				// now; the kernel lets go when they do.
+				m.log.Warn("fs: unmount busy; detaching lazily", "mountpoint", m.Mountpoint, "err", err)
+				if lerr := syscall.Unmount(m.Mountpoint, syscall.MNT_DETACH); lerr == nil {
+					err = nil
+				}
 			}
 		}
 		m.fsys.closing.Wait()

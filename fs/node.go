@@ -93,7 +93,7 @@ func (n *node) childFromAttr(ctx context.Context, out *fuse.EntryOut) *fs.Inode 
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	p := n.child(name)
-	fi, err := n.fsys.remote.Lstat(p) // a round trip: no lock is held here
+	fi, err := n.fsys.at(ctx).Lstat(p) // a round trip: no lock is held here
 	if err != nil {
 		return nil, n.errno(ctx, "lookup", p, err)
 	}
@@ -111,7 +111,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		return 0
 	}
 	p := n.rpath()
-	fi, err := n.fsys.remote.Lstat(p)
+	fi, err := n.fsys.at(ctx).Lstat(p)
 	if err != nil {
 		return n.errno(ctx, "getattr", p, err)
 	}
@@ -128,7 +128,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		if h != nil {
 			err = h.withFile(ctx, func(f *sftp.File) error { return f.Truncate(int64(size)) })
 		} else {
-			err = n.fsys.remote.Truncate(p, int64(size))
+			err = n.fsys.at(ctx).Truncate(p, int64(size))
 		}
 		if err != nil {
 			return n.errno(ctx, "truncate", p, err)
@@ -139,7 +139,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		if h != nil {
 			err = h.withFile(ctx, func(f *sftp.File) error { return f.Chmod(os.FileMode(mode & 0o7777)) })
 		} else {
-			err = n.fsys.remote.Chmod(p, os.FileMode(mode&0o7777))
+			err = n.fsys.at(ctx).Chmod(p, os.FileMode(mode&0o7777))
 		}
 		if err != nil {
 			return n.errno(ctx, "chmod", p, err)
@@ -150,7 +150,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if mok || aok {
 		if !mok || !aok {
 			// SFTP sets both at once: keep the one not asked for.
-			fi, err := n.fsys.remote.Lstat(p)
+			fi, err := n.fsys.at(ctx).Lstat(p)
 			if err != nil {
 				return n.errno(ctx, "utimens", p, err)
 			}
@@ -161,7 +161,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 				atime = accessTime(fi)
 			}
 		}
-		if err := n.fsys.remote.Chtimes(p, atime, mtime); err != nil {
+		if err := n.fsys.at(ctx).Chtimes(p, atime, mtime); err != nil {
 			return n.errno(ctx, "utimens", p, err)
 		}
 	}
@@ -171,7 +171,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	p := n.rpath()
-	f, err := n.fsys.remote.OpenFile(p, int(flags)&^(syscall.O_CREAT|syscall.O_EXCL|syscall.O_APPEND))
+	f, err := n.fsys.at(ctx).OpenFile(p, int(flags)&^(syscall.O_CREAT|syscall.O_EXCL|syscall.O_APPEND))
 	if err != nil {
 		return nil, 0, n.errno(ctx, "open", p, err)
 	}
@@ -190,9 +190,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	p := n.child(name)
-	f, err := n.fsys.remote.OpenFile(p, int(flags)&^syscall.O_APPEND|os.O_CREATE)
+	f, err := n.fsys.at(ctx).OpenFile(p, int(flags)&^syscall.O_APPEND|os.O_CREATE)
 	if err != nil {
-		if isFailure(err) && n.exists(p) {
+		if isFailure(err) && n.exists(ctx, p) {
 			return nil, nil, 0, syscall.EEXIST
 		}
 		return nil, nil, 0, n.errno(ctx, "create", p, err)
@@ -225,25 +225,25 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	return child, child.Operations().(*node).newHandle(f, int(flags)), 0, 0
 }
 
-func (n *node) exists(p string) bool {
-	_, err := n.fsys.remote.Lstat(p)
+func (n *node) exists(ctx context.Context, p string) bool {
+	_, err := n.fsys.at(ctx).Lstat(p)
 	return err == nil
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	p := n.child(name)
-	if err := n.fsys.remote.Mkdir(p); err != nil {
-		if isFailure(err) && n.exists(p) {
+	if err := n.fsys.at(ctx).Mkdir(p); err != nil {
+		if isFailure(err) && n.exists(ctx, p) {
 			return nil, syscall.EEXIST
 		}
 		return nil, n.errno(ctx, "mkdir", p, err)
 	}
 	if perm := os.FileMode(mode & 0o7777); perm != 0o755 {
-		if err := n.fsys.remote.Chmod(p, perm); err != nil {
+		if err := n.fsys.at(ctx).Chmod(p, perm); err != nil {
 			return nil, n.errno(ctx, "mkdir", p, err)
 		}
 	}
-	fi, err := n.fsys.remote.Lstat(p)
+	fi, err := n.fsys.at(ctx).Lstat(p)
 	if err != nil {
 		return nil, n.errno(ctx, "mkdir", p, err)
 	}
@@ -257,7 +257,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	p := n.child(name)
-	if err := n.fsys.remote.Remove(p); err != nil {
+	if err := n.fsys.at(ctx).Remove(p); err != nil {
 		return n.errno(ctx, "unlink", p, err)
 	}
 	return 0
@@ -265,13 +265,13 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	p := n.child(name)
-	err := n.fsys.remote.RemoveDirectory(p)
+	err := n.fsys.at(ctx).RemoveDirectory(p)
 	if err == nil {
 		return 0
 	}
 	// SFTP v3 has no ENOTEMPTY: the server says SSH_FX_FAILURE. Probe.
 	if isFailure(err) {
-		if ents, lerr := n.fsys.remote.ReadDir(p); lerr == nil && len(ents) > 0 {
+		if ents, lerr := n.fsys.at(ctx).ReadDir(p); lerr == nil && len(ents) > 0 {
 			return syscall.ENOTEMPTY
 		}
 	}
@@ -290,24 +290,24 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	case flags&renameExchange != 0:
 		return syscall.EINVAL // SFTP cannot swap atomically
 	case flags&renameNoReplace != 0:
-		if n.exists(to) {
+		if n.exists(ctx, to) {
 			return syscall.EEXIST
 		}
 	}
-	err := n.fsys.remote.PosixRename(from, to)
+	err := n.fsys.at(ctx).PosixRename(from, to)
 	if err == nil {
 		return 0
 	}
 	if isFailure(err) {
-		src, serr := n.fsys.remote.Lstat(from)
-		dst, derr := n.fsys.remote.Lstat(to)
+		src, serr := n.fsys.at(ctx).Lstat(from)
+		dst, derr := n.fsys.at(ctx).Lstat(to)
 		switch {
 		case serr == nil && derr == nil && dst.IsDir() && !src.IsDir():
 			return syscall.EISDIR
 		case serr == nil && derr == nil && !dst.IsDir() && src.IsDir():
 			return syscall.ENOTDIR
 		case derr == nil && dst.IsDir():
-			if ents, lerr := n.fsys.remote.ReadDir(to); lerr == nil && len(ents) > 0 {
+			if ents, lerr := n.fsys.at(ctx).ReadDir(to); lerr == nil && len(ents) > 0 {
 				return syscall.ENOTEMPTY
 			}
 		}
@@ -317,13 +317,13 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	p := n.child(name)
-	if err := n.fsys.remote.Symlink(target, p); err != nil {
-		if isFailure(err) && n.exists(p) {
+	if err := n.fsys.at(ctx).Symlink(target, p); err != nil {
+		if isFailure(err) && n.exists(ctx, p) {
 			return nil, syscall.EEXIST
 		}
 		return nil, n.errno(ctx, "symlink", p, err)
 	}
-	fi, err := n.fsys.remote.Lstat(p)
+	fi, err := n.fsys.at(ctx).Lstat(p)
 	if err != nil {
 		return nil, n.errno(ctx, "symlink", p, err)
 	}
@@ -332,7 +332,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	p := n.rpath()
-	target, err := n.fsys.remote.ReadLink(p)
+	target, err := n.fsys.at(ctx).ReadLink(p)
 	if err != nil {
 		return nil, n.errno(ctx, "readlink", p, err)
 	}
@@ -342,13 +342,13 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	p := n.child(name)
 	from := "/" + target.EmbeddedInode().Path(nil)
-	if err := n.fsys.remote.Link(from, p); err != nil {
-		if isFailure(err) && n.exists(p) {
+	if err := n.fsys.at(ctx).Link(from, p); err != nil {
+		if isFailure(err) && n.exists(ctx, p) {
 			return nil, syscall.EEXIST
 		}
 		return nil, n.errno(ctx, "link", p, err)
 	}
-	fi, err := n.fsys.remote.Lstat(p)
+	fi, err := n.fsys.at(ctx).Lstat(p)
 	if err != nil {
 		return nil, n.errno(ctx, "link", p, err)
 	}
@@ -359,7 +359,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
-	st, err := n.fsys.remote.StatVFS("/")
+	st, err := n.fsys.at(ctx).StatVFS("/")
 	if err != nil {
 		return n.errno(ctx, "statfs", "/", err)
 	}

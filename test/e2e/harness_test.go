@@ -342,13 +342,17 @@ func waitGone(t *testing.T, pgid int) {
 	t.Fatalf("agent process group %d still runs", pgid)
 }
 
+// statusClient asks executors for their status without keeping the
+// connection: tests count the executor's descriptors.
+var statusClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+
 // storesAgree fails unless the executor's store holds every delegation of
 // the delegator's in the same state.
 func storesAgree(t *testing.T, c *ctl, x *executor) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		resp, err := http.Get(x.url + "/awcp/status")
+		resp, err := statusClient.Get(x.url + "/awcp/status")
 		if err != nil {
 			t.Fatal(err)
 		}

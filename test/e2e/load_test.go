@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -33,6 +32,7 @@ func TestConcurrentDelegations(t *testing.T) {
 	pid := x.cmd.Process.Pid
 	time.Sleep(200 * time.Millisecond)
 	fdsBefore := openFDs(t, pid)
+	goroutinesBefore := goroutines(t, x)
 
 	c := newCtl(t)
 	var wg sync.WaitGroup
@@ -70,9 +70,15 @@ func TestConcurrentDelegations(t *testing.T) {
 	if after := openFDs(t, pid); after > fdsBefore {
 		t.Errorf("executor descriptors: %d before, %d after", fdsBefore, after)
 	}
+	for goroutines(t, x) > goroutinesBefore && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if after := goroutines(t, x); after > goroutinesBefore {
+		t.Errorf("executor goroutines: %d before, %d after", goroutinesBefore, after)
+	}
 
 	// Both stores agree.
-	resp, err := http.Get(x.url + "/awcp/status")
+	resp, err := statusClient.Get(x.url + "/awcp/status")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,4 +106,20 @@ func TestConcurrentDelegations(t *testing.T) {
 			t.Errorf("%s: delegator %s, executor %s", d.ID, d.State, executorSide[d.ID])
 		}
 	}
+}
+
+func goroutines(t *testing.T, x *executor) int {
+	t.Helper()
+	resp, err := statusClient.Get(x.url + "/awcp/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Goroutines int `json:"goroutines"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Goroutines
 }

@@ -328,3 +328,29 @@ func TestExecutorCrashMidTask(t *testing.T) {
 	nothingLeft(t, c, x, pgid)
 	sameTree(t, dir, before)
 }
+
+// TestDelegatorGoneForGood: the delegator vanishes (SIGKILL, never comes
+// back) while the agent works in the mount; calls fail after the reconnect
+// bound, and the executor tears the mount down at the lease's end at the
+// latest.
+func TestDelegatorGoneForGood(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "agent.pid")
+	x := startExecutor(t, `echo $$ > `+pidFile+`; while :; do ls >/dev/null 2>&1; sleep 0.1; done`)
+	c := newCtl(t)
+	dir := sampleWorkspace(t)
+	exp := c.command("export", dir, "--peer", x.url, "--prompt", "p", "--ttl", "3s", "--ssh-listen", "127.0.0.1:0")
+	exp.Start()
+	pgid := readPID(t, pidFile)
+	c.waitState("", "running")
+	exp.Process.Kill()
+	exp.Wait()
+	start := time.Now()
+	waitGone(t, pgid)
+	noMountsLeft(t, x)
+	waitWorkRootEmpty(t, x)
+	// The lease ends 3 s after ACCEPT; the agent blocked in the mount is
+	// interrupted by the kill, so teardown follows within the 2 s target.
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("mount torn down only after %s", el)
+	}
+}
