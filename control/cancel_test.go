@@ -189,3 +189,33 @@ func TestEndWhileAccepted(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelBeforeInvite: a delegation cancelled before anything was sent
+// ends cancelled, and a later Run does not revive it.
+func TestCancelBeforeInvite(t *testing.T) {
+	x := newExecFixture(t, `true`, nil)
+	state := t.TempDir()
+	store, err := lease.Open(filepath.Join(state, "d.db"), lease.Options{Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlg, err := NewDelegator(DelegatorOptions{Store: store, Logger: slog.New(slog.DiscardHandler),
+		Transports: map[string]DelegatorTransport{TransportArchive: &ArchiveDelegator{Blobs: store,
+			StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: x.srv.URL, Prompt: "p", Transport: TransportArchive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end, err := dlg.Cancel(context.Background(), d.ID); err != nil || end.State != lease.Cancelled {
+		t.Fatalf("%v %v", end, err)
+	}
+	if end, _ := dlg.Run(context.Background(), d.ID); end.State != lease.Cancelled {
+		t.Fatalf("Run revived it: %s", end.State)
+	}
+	if as, _ := x.store.Assignments(); len(as) != 0 {
+		t.Fatalf("the executor heard of it: %v", as)
+	}
+}
