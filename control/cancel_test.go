@@ -59,17 +59,7 @@ func TestCancelInEveryHandshakeState(t *testing.T) {
 			srv := httptest.NewServer(slow)
 			defer srv.Close()
 
-			state := t.TempDir()
-			store, err := lease.Open(filepath.Join(state, "d.db"), lease.Options{Shared: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			dlg, err := NewDelegator(DelegatorOptions{Store: store, Logger: slog.New(slog.DiscardHandler),
-				Transports: map[string]DelegatorTransport{TransportArchive: &ArchiveDelegator{Blobs: store,
-					StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")}}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			dlg, store := newArchiveDelegator(t, nil)
 			dir := t.TempDir()
 			os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a"), 0o644)
 			d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: TransportArchive})
@@ -133,19 +123,11 @@ func TestEndWhileAccepted(t *testing.T) {
 	for _, how := range []string{"cancel", "expire"} {
 		t.Run(how, func(t *testing.T) {
 			x := newExecFixture(t, `true`, nil)
-			state := t.TempDir()
-			store, err := lease.Open(filepath.Join(state, "d.db"), lease.Options{Shared: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			gate := &gatedTransport{DelegatorTransport: &ArchiveDelegator{Blobs: store,
-				StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
-				arrived: make(chan struct{}), release: make(chan struct{})}
-			dlg, err := NewDelegator(DelegatorOptions{Store: store, Logger: slog.New(slog.DiscardHandler),
-				Transports: map[string]DelegatorTransport{TransportArchive: gate}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			gate := &gatedTransport{arrived: make(chan struct{}), release: make(chan struct{})}
+			dlg, _ := newArchiveDelegator(t, func(tr DelegatorTransport) DelegatorTransport {
+				gate.DelegatorTransport = tr
+				return gate
+			})
 			ctx, stop := context.WithCancel(context.Background())
 			defer stop()
 			go dlg.RunScheduler(ctx)
@@ -194,17 +176,7 @@ func TestEndWhileAccepted(t *testing.T) {
 // ends cancelled, and a later Run does not revive it.
 func TestCancelBeforeInvite(t *testing.T) {
 	x := newExecFixture(t, `true`, nil)
-	state := t.TempDir()
-	store, err := lease.Open(filepath.Join(state, "d.db"), lease.Options{Shared: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dlg, err := NewDelegator(DelegatorOptions{Store: store, Logger: slog.New(slog.DiscardHandler),
-		Transports: map[string]DelegatorTransport{TransportArchive: &ArchiveDelegator{Blobs: store,
-			StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dlg, _ := newArchiveDelegator(t, nil)
 	d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: x.srv.URL, Prompt: "p", Transport: TransportArchive})
 	if err != nil {
 		t.Fatal(err)
@@ -218,4 +190,26 @@ func TestCancelBeforeInvite(t *testing.T) {
 	if as, _ := x.store.Assignments(); len(as) != 0 {
 		t.Fatalf("the executor heard of it: %v", as)
 	}
+}
+
+// newArchiveDelegator is a Delegator with the archive transport on a fresh
+// store; wrap, if set, wraps the transport.
+func newArchiveDelegator(t *testing.T, wrap func(DelegatorTransport) DelegatorTransport) (*Delegator, *lease.Store) {
+	t.Helper()
+	state := t.TempDir()
+	store, err := lease.Open(filepath.Join(state, "d.db"), lease.Options{Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr DelegatorTransport = &ArchiveDelegator{Blobs: store,
+		StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")}
+	if wrap != nil {
+		tr = wrap(tr)
+	}
+	dlg, err := NewDelegator(DelegatorOptions{Store: store, Logger: slog.New(slog.DiscardHandler),
+		Transports: map[string]DelegatorTransport{TransportArchive: tr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dlg, store
 }
