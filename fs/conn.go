@@ -136,6 +136,9 @@ func (c *conn) get(ctx context.Context) (*sftp.Client, uint64, error) {
 // lost reports that connection gen failed; the first report starts the
 // re-dialler.
 func (c *conn) lost(gen uint64) {
+	if c.ctx.Err() != nil {
+		return // closing: the end is ours, not a loss
+	}
 	c.mu.Lock()
 	if gen != c.gen || !c.downAt.IsZero() || c.dead != nil {
 		c.mu.Unlock()

@@ -63,13 +63,14 @@ func TestConcurrentDelegations(t *testing.T) {
 	}
 	noMountsLeft(t, x)
 	waitWorkRootEmpty(t, x)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for openFDs(t, pid) > fdsBefore && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if after := openFDs(t, pid); after > fdsBefore {
 		t.Errorf("executor descriptors: %d before, %d after", fdsBefore, after)
 	}
+	deadline = time.Now().Add(10 * time.Second)
 	for goroutines(t, x) > goroutinesBefore && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}

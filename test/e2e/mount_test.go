@@ -349,8 +349,9 @@ func TestDelegatorGoneForGood(t *testing.T) {
 	noMountsLeft(t, x)
 	waitWorkRootEmpty(t, x)
 	// The lease ends 3 s after ACCEPT; the agent blocked in the mount is
-	// interrupted by the kill, so teardown follows within the 2 s target.
-	if el := time.Since(start); el > 5*time.Second {
+	// interrupted by the kill, so teardown follows within the 2 s target
+	// (plus slack for a loaded machine).
+	if el := time.Since(start); el > 6*time.Second {
 		t.Fatalf("mount torn down only after %s", el)
 	}
 }
