@@ -59,11 +59,13 @@ func waitWorkRootEmpty(t *testing.T, x *executor) {
 	x.workRootEmpty(t)
 }
 
+// waitFile waits until path holds something: a writer creates the file
+// before it writes to it.
 func waitFile(t *testing.T, path string) []byte {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(path); err == nil {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
 			return b
 		}
 		time.Sleep(50 * time.Millisecond)
