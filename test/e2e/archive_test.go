@@ -206,14 +206,7 @@ func TestMaxConcurrentDeclines(t *testing.T) {
 	if out.code != 1 || !strings.Contains(out.stderr, "error CANCELLED") {
 		t.Fatalf("output after cancel: %d %s %s", out.code, out.stdout, out.stderr)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if ents, _ := os.ReadDir(x.workRoot); len(ents) == 0 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	x.workRootEmpty(t)
+	nothingLeft(t, c, x, 0)
 }
 
 func TestCancelMidTask(t *testing.T) {
