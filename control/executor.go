@@ -613,13 +613,10 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		}
 	}()
 	log := e.log.With("delegation", a.ID)
-	// Highlights compare the tree before and after. Through a mount, hashing
-	// would read every file over the network: size, mode and mtime do.
-	scan := archive.Scan
-	if a.Transport == TransportSSHFS {
-		scan = archive.ScanMeta
-	}
-	before, err := scan(a.WorkDir)
+	// Highlights compare the tree before and after by size, mode and mtime:
+	// hashing would read every file twice more (through a mount, over the
+	// network), and a task's writes always move the mtime.
+	before, err := archive.ScanMeta(a.WorkDir)
 	if err != nil {
 		log.Warn("scan work dir before the task", "err", err)
 	}
@@ -664,7 +661,7 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		final = e.eventJSON(&Event{DelegationID: a.ID, Type: EventError, Code: CodeTaskFailed, Message: msg})
 	default:
 		ev = lease.ReceiveDone
-		final, err = e.doneEvent(ctx, a, scan, before, res.Summary)
+		final, err = e.doneEvent(ctx, a, before, res.Summary)
 		if err != nil {
 			log.Error("collect result", "err", err)
 			ev = lease.SendError
@@ -692,9 +689,8 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	log.Info("delegation finished", "event", decoded.Type)
 }
 
-func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, scan func(string) (archive.Manifest, error),
-	before archive.Manifest, summary string) ([]byte, error) {
-	after, err := scan(a.WorkDir)
+func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before archive.Manifest, summary string) ([]byte, error) {
+	after, err := archive.ScanMeta(a.WorkDir)
 	if err != nil {
 		return nil, err
 	}
