@@ -346,16 +346,24 @@ func (d *Delegator) cleanup(ctx context.Context, del *lease.Delegation) {
 }
 
 // follow reads the event stream, reconnecting with Last-Event-ID, until the
-// delegation is terminal or ctx is done.
+// delegation is terminal or ctx is done. The last event id is kept here and
+// stored with each transition; progress lines are not written to the store
+// one by one (after a crash of this process they may be shown again).
 func (d *Delegator) follow(ctx context.Context, id string) {
 	backoff := 100 * time.Millisecond
+	var last uint64
 	for {
 		del, err := d.store.Delegation(id)
 		if err != nil || del.State.Terminal() {
 			return
 		}
-		err = d.peer(del).Events(ctx, id, del.LastEventID, func(seq uint64, ev *Event) error {
+		last = max(last, del.LastEventID)
+		err = d.peer(del).Events(ctx, id, last, func(seq uint64, ev *Event) error {
 			backoff = 100 * time.Millisecond
+			if seq != 0 && seq <= last {
+				return nil // seen before a reconnect
+			}
+			last = seq
 			return d.handleEvent(ctx, id, seq, ev)
 		})
 		if ctx.Err() != nil {
@@ -378,11 +386,15 @@ func (d *Delegator) follow(ctx context.Context, id string) {
 	}
 }
 
-// handleEvent applies one event. Its id is stored in the same transaction
-// as the transition it causes, so a reconnect never replays an applied one.
+// handleEvent applies one new event. Its id is stored in the same
+// transaction as the transition it causes, so a restarted delegator never
+// applies an event twice.
 func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *Event) error {
 	if d.opts.Progress != nil {
 		d.opts.Progress(id, ev)
+	}
+	if ev.Type == EventStatus && ev.Status == StatusProgress {
+		return nil // nothing to record
 	}
 	seen := func(del *lease.Delegation) error { del.LastEventID = seq; return nil }
 	del, err := d.store.Delegation(id)
