@@ -36,8 +36,12 @@ type conn struct {
 	done chan struct{}  // closed when dead
 }
 
-// errGone is the error of calls once the connection is gone for good.
-var errGone = errors.New("the delegator is gone")
+var (
+	// errGone is the error of calls once the connection is gone for good.
+	errGone = errors.New("the delegator is gone")
+	// errUnreachable is the error of a call that waited the whole bound.
+	errUnreachable = errors.New("the delegator has been unreachable for longer than the reconnect bound")
+)
 
 func newConn(opts Options) (*conn, error) {
 	sshc, client, err := Dial(opts)
@@ -119,7 +123,7 @@ func (c *conn) get(ctx context.Context) (*sftp.Client, uint64, error) {
 		}
 		wait := time.Until(downAt.Add(c.opts.ReconnectBound))
 		if wait <= 0 {
-			return nil, 0, errors.New("the delegator has been unreachable for longer than the reconnect bound")
+			return nil, 0, errUnreachable
 		}
 		t := time.NewTimer(wait)
 		select {

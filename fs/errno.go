@@ -5,7 +5,6 @@ import (
 	"errors"
 	iofs "io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"syscall"
 
@@ -34,8 +33,8 @@ func toErrno(ctx context.Context, log *slog.Logger, op, p string, err error) sys
 		return syscall.EEXIST
 	case errors.As(err, &st) && st.FxCode() == sftp.ErrSSHFxOpUnsupported:
 		return syscall.ENOTSUP
-	case errors.Is(err, os.ErrClosed), errors.Is(err, net.ErrClosed), errors.Is(err, sftp.ErrSSHFxConnectionLost):
-		log.Warn("fs: connection to the delegator lost", "op", op, "path", p)
+	case connErr(err), errors.Is(err, errGone), errors.Is(err, errUnreachable), errors.Is(err, os.ErrClosed):
+		log.Debug("fs: no connection to the delegator", "op", op, "path", p, "err", err)
 		return syscall.EIO
 	}
 	log.Warn("fs: remote error", "op", op, "path", p, "err", err)

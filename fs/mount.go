@@ -120,11 +120,10 @@ func (o Options) validate() error {
 
 // filesystem is what every node shares.
 type filesystem struct {
-	remote Remote
-	conn   *conn // the live connection, for re-opening handles
-	log    *slog.Logger
-	entry  time.Duration
-	attr   time.Duration
+	conn  *conn // the live connection
+	log   *slog.Logger
+	entry time.Duration
+	attr  time.Duration
 	// owner is who the delegator's server creates files as, so a created
 	// file's attributes need no round trip.
 	uid, gid uint32
@@ -132,11 +131,9 @@ type filesystem struct {
 	closing sync.WaitGroup // remote handles being closed in the background
 }
 
-// at is the Remote for one FUSE request.
+// at is the Remote for one FUSE request: ctx ends a wait for the
+// delegator when the caller is interrupted.
 func (f *filesystem) at(ctx context.Context) Remote {
-	if f.conn == nil {
-		return f.remote
-	}
 	return reconnecting{c: f.conn, ctx: ctx}
 }
 
@@ -200,8 +197,8 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	fsys := &filesystem{remote: reconnecting{c: c, ctx: context.Background()}, conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout}
-	if fi, err := fsys.remote.Lstat("/"); err == nil {
+	fsys := &filesystem{conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout}
+	if fi, err := fsys.at(context.Background()).Lstat("/"); err == nil {
 		if st, ok := fi.Sys().(*sftp.FileStat); ok {
 			fsys.uid, fsys.gid = st.UID, st.GID
 		}
