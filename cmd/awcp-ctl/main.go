@@ -6,21 +6,13 @@ package main
 import (
 	"context"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/awcp/awcp/cmd/internal/clikit"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := clikit.Main(newApp(ctx, os.Stdout, os.Stderr), os.Args)
-	stop()
-	os.Exit(code)
-}
+func main() { clikit.Run(newApp) }
 
 func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 	return &cli.App{

@@ -9,11 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -24,12 +21,7 @@ import (
 	"github.com/awcp/awcp/lease"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := clikit.Main(newApp(ctx, os.Stdout, os.Stderr), os.Args)
-	stop()
-	os.Exit(code)
-}
+func main() { clikit.Run(newApp) }
 
 func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 	return &cli.App{

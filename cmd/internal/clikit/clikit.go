@@ -3,14 +3,17 @@
 package clikit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 )
@@ -108,6 +111,15 @@ func Failed() error { return Exit(ExitFailed) }
 
 // Exit ends the program with code and no further message.
 func Exit(code int) error { return &exitError{code: code} }
+
+// Run is a program's main: the context ends on SIGINT or SIGTERM, and the
+// process exits with Main's code.
+func Run(newApp func(ctx context.Context, stdout, stderr io.Writer) *cli.App) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Main(newApp(ctx, os.Stdout, os.Stderr), os.Args)
+	stop()
+	os.Exit(code)
+}
 
 // Main runs app and maps its error to an exit code: the message goes to
 // stderr once, and never as a stack trace.
