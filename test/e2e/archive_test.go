@@ -218,21 +218,16 @@ func TestCancelMidTask(t *testing.T) {
 			dir := sampleWorkspace(t)
 			before := tree(t, dir)
 
-			exp := c.command("export", dir, "--peer", x.url, "--prompt", "never finishes", "--transport", transport,
+			exp := c.start("export", dir, "--peer", x.url, "--prompt", "never finishes", "--transport", transport,
 				"--ssh-listen", "127.0.0.1:0")
-			var stderr bytes.Buffer
-			exp.Stderr = &stderr
-			if err := exp.Start(); err != nil {
-				t.Fatal(err)
-			}
 			pgid := readPID(t, pidFile)
 			d := c.waitState("", "running")
 			if r := c.run("cancel", d.ID); r.code != 0 {
 				t.Fatalf("cancel: %s", r.stderr)
 			}
 			err := exp.Wait()
-			if exp.ProcessState.ExitCode() != 1 || !strings.Contains(stderr.String(), "error CANCELLED") {
-				t.Fatalf("export after cancel: %v\n%s", err, stderr.String())
+			if exp.ProcessState.ExitCode() != 1 || !strings.Contains(exp.stderr.String(), "error CANCELLED") {
+				t.Fatalf("export after cancel: %v\n%s", err, exp.stderr.String())
 			}
 			nothingLeft(t, c, x, pgid)
 			sameTree(t, dir, before)
@@ -245,16 +240,13 @@ func TestInterruptCancels(t *testing.T) {
 	x := startExecutor(t, `echo $$ > `+pidFile+`; sleep 60`)
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
-	exp := c.command("export", dir, "--peer", x.url, "--prompt", "p")
-	var stderr bytes.Buffer
-	exp.Stderr = &stderr
-	exp.Start()
+	exp := c.start("export", dir, "--peer", x.url, "--prompt", "p")
 	pgid := readPID(t, pidFile)
 	c.waitState("", "running")
 	exp.Process.Signal(os.Interrupt)
 	exp.Wait()
-	if !strings.Contains(stderr.String(), "cancelling") || exp.ProcessState.ExitCode() != 1 {
-		t.Fatalf("%d %s", exp.ProcessState.ExitCode(), stderr.String())
+	if !strings.Contains(exp.stderr.String(), "cancelling") || exp.ProcessState.ExitCode() != 1 {
+		t.Fatalf("%d %s", exp.ProcessState.ExitCode(), exp.stderr.String())
 	}
 	if d := c.status()[0]; d.State != "cancelled" {
 		t.Fatalf("state %s", d.State)
@@ -291,16 +283,13 @@ func TestLocalChangeIsNotOverwritten(t *testing.T) {
 	x := startExecutor(t, `while [ ! -e `+gate+` ]; do sleep 0.05; done; echo executor > README.md; echo ok`)
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
-	exp := c.command("export", dir, "--peer", x.url, "--prompt", "p", "--transport", "archive")
-	var stdout bytes.Buffer
-	exp.Stdout = &stdout
-	exp.Start()
+	exp := c.start("export", dir, "--peer", x.url, "--prompt", "p", "--transport", "archive")
 	c.waitState("", "running")
 	os.WriteFile(filepath.Join(dir, "README.md"), []byte("user\n"), 0o644)
 	os.WriteFile(gate, nil, 0o644)
 	exp.Wait()
-	if exp.ProcessState.ExitCode() != 0 || !strings.Contains(stdout.String(), "conflicts") {
-		t.Fatalf("%s", stdout.String())
+	if exp.ProcessState.ExitCode() != 0 || !strings.Contains(exp.stdout.String(), "conflicts") {
+		t.Fatalf("%s", exp.stdout.String())
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "README.md")); string(b) != "user\n" {
 		t.Fatalf("local change overwritten: %q", b)
@@ -493,20 +482,17 @@ func TestResultKeptWhenItCannotBeApplied(t *testing.T) {
 	x := startExecutor(t, `while [ ! -e `+gate+` ]; do sleep 0.05; done; echo precious > work.txt`)
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
-	exp := c.command("export", dir, "--peer", x.url, "--prompt", "p", "--transport", "archive")
-	var stderr bytes.Buffer
-	exp.Stderr = &stderr
-	exp.Start()
+	exp := c.start("export", dir, "--peer", x.url, "--prompt", "p", "--transport", "archive")
 	d := c.waitState("", "running")
 	os.RemoveAll(dir)
 	os.WriteFile(gate, nil, 0o644)
 	exp.Wait()
-	if exp.ProcessState.ExitCode() != 1 || !strings.Contains(stderr.String(), "error TASK_FAILED") {
-		t.Fatalf("%d %s", exp.ProcessState.ExitCode(), stderr.String())
+	if exp.ProcessState.ExitCode() != 1 || !strings.Contains(exp.stderr.String(), "error TASK_FAILED") {
+		t.Fatalf("%d %s", exp.ProcessState.ExitCode(), exp.stderr.String())
 	}
 	kept := filepath.Join(c.state, "results", d.ID+".zip")
-	if !strings.Contains(stderr.String(), kept) {
-		t.Fatalf("the message does not say where the result is:\n%s", stderr.String())
+	if !strings.Contains(exp.stderr.String(), kept) {
+		t.Fatalf("the message does not say where the result is:\n%s", exp.stderr.String())
 	}
 	data, err := os.ReadFile(kept)
 	if err != nil {

@@ -158,6 +158,23 @@ func (c *ctl) run(args ...string) result {
 	return r
 }
 
+// background is awcp-ctl running on its own, its output captured.
+type background struct {
+	*exec.Cmd
+	stdout, stderr bytes.Buffer
+}
+
+// start runs awcp-ctl without waiting for it.
+func (c *ctl) start(args ...string) *background {
+	c.t.Helper()
+	b := &background{Cmd: c.command(args...)}
+	b.Stdout, b.Stderr = &b.stdout, &b.stderr
+	if err := b.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	return b
+}
+
 // runQuiet runs awcp-ctl and never fails the test itself, so it may be
 // called from other goroutines.
 func (c *ctl) runQuiet(args ...string) result {

@@ -111,12 +111,7 @@ func TestLiveMountRoundTrip(t *testing.T) {
 	c := newCtl(t)
 	dir := goWorkspace(t)
 
-	exp := c.command("export", dir, "--peer", x.url, "--prompt", "build it", "--ssh-listen", "127.0.0.1:0")
-	var stdout, stderr bytes.Buffer
-	exp.Stdout, exp.Stderr = &stdout, &stderr
-	if err := exp.Start(); err != nil {
-		t.Fatal(err)
-	}
+	exp := c.start("export", dir, "--peer", x.url, "--prompt", "build it", "--ssh-listen", "127.0.0.1:0")
 	// The executor's write shows on this side while the task runs...
 	if b := waitFile(t, filepath.Join(dir, "progress.txt")); string(b) != "started\n" {
 		t.Fatalf("progress.txt = %q", b)
@@ -127,14 +122,14 @@ func TestLiveMountRoundTrip(t *testing.T) {
 	// ...and this side's write shows in the mount.
 	os.WriteFile(filepath.Join(dir, "from-delegator.txt"), []byte("hi executor"), 0o644)
 	if err := exp.Wait(); err != nil {
-		t.Fatalf("export: %v\n%s%s", err, stdout.String(), stderr.String())
+		t.Fatalf("export: %v\n%s%s", err, exp.stdout.String(), exp.stderr.String())
 	}
-	out := stdout.String()
+	out := exp.stdout.String()
 	if !strings.Contains(out, "(sshfs, rw)") || !strings.Contains(out, "Built and committed") {
 		t.Fatalf("output:\n%s", out)
 	}
-	if !strings.Contains(stderr.String(), "| saw: hi executor") {
-		t.Fatalf("the delegator's write was not visible in the mount:\n%s", stderr.String())
+	if !strings.Contains(exp.stderr.String(), "| saw: hi executor") {
+		t.Fatalf("the delegator's write was not visible in the mount:\n%s", exp.stderr.String())
 	}
 	readme, _ := os.ReadFile(filepath.Join(dir, "README.md"))
 	if string(readme) != "# live\nedited in the mount\n" {
@@ -222,10 +217,7 @@ func TestLiveMountEndsOnCancelAndExpiry(t *testing.T) {
 				args = append(args, "--ttl", "2s")
 				code = control.CodeExpired
 			}
-			exp := c.command(args...)
-			var stderr bytes.Buffer
-			exp.Stderr = &stderr
-			exp.Start()
+			exp := c.start(args...)
 			pgid := readPID(t, pidFile)
 			d := c.waitState("", "running")
 			if mps := mountsUnder(t, x); len(mps) != 1 {
@@ -237,8 +229,8 @@ func TestLiveMountEndsOnCancelAndExpiry(t *testing.T) {
 				}
 			}
 			exp.Wait()
-			if exp.ProcessState.ExitCode() != 1 || !strings.Contains(stderr.String(), "error "+code) {
-				t.Fatalf("%d %s", exp.ProcessState.ExitCode(), stderr.String())
+			if exp.ProcessState.ExitCode() != 1 || !strings.Contains(exp.stderr.String(), "error "+code) {
+				t.Fatalf("%d %s", exp.ProcessState.ExitCode(), exp.stderr.String())
 			}
 			nothingLeft(t, c, x, pgid)
 		})
@@ -312,10 +304,7 @@ func TestExecutorCrashMidTask(t *testing.T) {
 	x := startExecutor(t, `echo $$ > `+pidFile+`; echo partial > partial.txt; while :; do sleep 0.1; done`)
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
-	exp := c.command("export", dir, "--peer", x.url, "--prompt", "p", "--ssh-listen", "127.0.0.1:0")
-	var stderr bytes.Buffer
-	exp.Stderr = &stderr
-	exp.Start()
+	exp := c.start("export", dir, "--peer", x.url, "--prompt", "p", "--ssh-listen", "127.0.0.1:0")
 	pgid := readPID(t, pidFile)
 	waitFile(t, filepath.Join(dir, "partial.txt"))
 	before := tree(t, dir)
@@ -323,9 +312,9 @@ func TestExecutorCrashMidTask(t *testing.T) {
 	x.crash(t)
 
 	exp.Wait()
-	if exp.ProcessState.ExitCode() != 1 || !strings.Contains(stderr.String(), "error TASK_FAILED") ||
-		!strings.Contains(stderr.String(), "restarted") {
-		t.Fatalf("%d\n%s", exp.ProcessState.ExitCode(), stderr.String())
+	if exp.ProcessState.ExitCode() != 1 || !strings.Contains(exp.stderr.String(), "error TASK_FAILED") ||
+		!strings.Contains(exp.stderr.String(), "restarted") {
+		t.Fatalf("%d\n%s", exp.ProcessState.ExitCode(), exp.stderr.String())
 	}
 	nothingLeft(t, c, x, pgid)
 	sameTree(t, dir, before)
@@ -340,8 +329,7 @@ func TestDelegatorGoneForGood(t *testing.T) {
 	x := startExecutor(t, `echo $$ > `+pidFile+`; while :; do ls >/dev/null 2>&1; sleep 0.1; done`)
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
-	exp := c.command("export", dir, "--peer", x.url, "--prompt", "p", "--ttl", "3s", "--ssh-listen", "127.0.0.1:0")
-	exp.Start()
+	exp := c.start("export", dir, "--peer", x.url, "--prompt", "p", "--ttl", "3s", "--ssh-listen", "127.0.0.1:0")
 	pgid := readPID(t, pidFile)
 	c.waitState("", "running")
 	exp.Process.Kill()
