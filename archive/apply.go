@@ -19,9 +19,6 @@ type Report struct {
 	Conflicts []string `json:"conflicts,omitempty"` // "path: what happened"
 }
 
-// Changes is the number of paths Apply changed.
-func (r *Report) Changes() int { return len(r.Created) + len(r.Modified) + len(r.Deleted) }
-
 // ApplyOptions configures Apply.
 type ApplyOptions struct {
 	// StagingDir is where the result is extracted first; it should be on

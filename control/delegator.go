@@ -252,7 +252,7 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) error 
 	if errors.As(err, &pe) && pe.Code == CodeDepMissing && del.AutoTransport && del.Transport == TransportSSHFS {
 		// The executor cannot mount: fall back to archive, and say so.
 		note := fmt.Sprintf("transport auto: the executor cannot mount (%s); fell back to archive", pe.Message)
-		del, err = d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
+		_, err = d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
 			del.Transport = TransportArchive
 			del.Notes = append(del.Notes, note)
 			return nil

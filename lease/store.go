@@ -12,6 +12,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Errors returned by Store.
@@ -92,7 +93,7 @@ func Open(path string, opts Options) (*Store, error) {
 func (s *Store) open() (*bolt.DB, error) {
 	db, err := bolt.Open(s.path, 0o600, &bolt.Options{Timeout: s.opts.Timeout})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, fmt.Errorf("open store %s: another process holds it (is a daemon running with this state dir?)", s.path)
 		}
 		return nil, fmt.Errorf("open store %s: %w", s.path, err)
@@ -119,9 +120,6 @@ func (s *Store) Close() error {
 	}
 	return s.db.Close()
 }
-
-// Path is the bbolt file's path.
-func (s *Store) Path() string { return s.path }
 
 // Now is the store's clock.
 func (s *Store) Now() time.Time { return s.opts.Now() }
@@ -443,7 +441,7 @@ func (s *Store) DeleteAssignment(id string) error {
 			return err
 		}
 		err := tx.Bucket(bucketEvents).DeleteBucket([]byte(id))
-		if errors.Is(err, bolt.ErrBucketNotFound) {
+		if errors.Is(err, berrors.ErrBucketNotFound) {
 			err = nil
 		}
 		return err
