@@ -31,6 +31,7 @@ demo: build
 lint:
 	gofmt -l . | (! grep .)
 	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 clean:
 	rm -rf $(BIN)
