@@ -218,3 +218,47 @@ func readSSE(r io.Reader, fn func(seq uint64, data []byte) (bool, error)) error 
 		}
 	}
 }
+
+// AgentCard fetches the executor's A2A agent card (spec §8.3): the
+// well-known agent-card.json, else the older agent.json. ctx bounds the
+// whole look-up; discovery callers give it a short deadline.
+func (c *PeerClient) AgentCard(ctx context.Context) (*AgentCard, error) {
+	var lastErr error
+	for _, path := range []string{"/.well-known/agent-card.json", "/.well-known/agent.json"} {
+		card, err := c.getCard(ctx, path)
+		if err == nil {
+			return card, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, lastErr
+}
+
+func (c *PeerClient) getCard(ctx context.Context, path string) (*AgentCard, error) {
+	resp, err := c.do(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: HTTP %d", path, resp.StatusCode)
+	}
+	var card AgentCard
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&card); err != nil {
+		return nil, fmt.Errorf("%s: not an agent card: %w", path, err)
+	}
+	return &card, nil
+}
+
+// AWCP returns the card's AWCP extension (spec §8.3), if it declares one.
+func (c *AgentCard) AWCP() (CardExtension, bool) {
+	for _, ext := range c.Extensions {
+		if ext.URI == ExtensionURI {
+			return ext, true
+		}
+	}
+	return CardExtension{}, false
+}

@@ -58,8 +58,14 @@ type ExecutorOptions struct {
 	// KillGrace is the agent's time between SIGTERM and SIGKILL. Default 1s,
 	// so that an expired lease is torn down within 2s of its end.
 	KillGrace time.Duration
-	// Name and Version appear in the agent card and status.
+	// Name and Version appear in the agent card and status. Name default
+	// "awcp-fs".
 	Name, Version string
+	// Description and Skills tell delegators (and the models choosing an
+	// executor for them, spec §8.3) what this executor's agent is good at.
+	// Default: a generic description and no skills.
+	Description string
+	Skills      []CardSkill
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
@@ -113,6 +119,9 @@ func (o ExecutorOptions) withDefaults() ExecutorOptions {
 	}
 	if o.Name == "" {
 		o.Name = "awcp-fs"
+	}
+	if o.Description == "" {
+		o.Description = "AWCP executor: works on delegated workspaces with its own tools"
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

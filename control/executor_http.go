@@ -337,15 +337,23 @@ func (e *Executor) handleStatus(w http.ResponseWriter, r *http.Request) {
 
 // AgentCard is the A2A agent card with the AWCP extension of spec §8.3.
 type AgentCard struct {
-	Name               string           `json:"name"`
-	Description        string           `json:"description"`
-	URL                string           `json:"url"`
-	Version            string           `json:"version"`
-	Capabilities       map[string]any   `json:"capabilities"`
-	DefaultInputModes  []string         `json:"defaultInputModes"`
-	DefaultOutputModes []string         `json:"defaultOutputModes"`
-	Skills             []map[string]any `json:"skills"`
-	Extensions         []CardExtension  `json:"extensions"`
+	Name               string          `json:"name"`
+	Description        string          `json:"description"`
+	URL                string          `json:"url"`
+	Version            string          `json:"version"`
+	Capabilities       map[string]any  `json:"capabilities"`
+	DefaultInputModes  []string        `json:"defaultInputModes"`
+	DefaultOutputModes []string        `json:"defaultOutputModes"`
+	Skills             []CardSkill     `json:"skills"`
+	Extensions         []CardExtension `json:"extensions"`
+}
+
+// CardSkill is one skill of an agent card (A2A AgentSkill).
+type CardSkill struct {
+	ID          string   `json:"id"`
+	Name        string   `json:"name"`
+	Description string   `json:"description"`
+	Tags        []string `json:"tags"`
 }
 
 // CardExtension declares a protocol extension.
@@ -375,13 +383,13 @@ func (e *Executor) handleCard(w http.ResponseWriter, r *http.Request) {
 	}}
 	writeJSON(w, http.StatusOK, AgentCard{
 		Name:               e.opts.Name,
-		Description:        "AWCP executor: works on delegated workspaces with its own tools",
+		Description:        e.opts.Description,
 		URL:                "http://" + host + "/awcp",
 		Version:            e.opts.Version,
 		Capabilities:       map[string]any{"streaming": true, "extensions": []CardExtension{ext}},
 		DefaultInputModes:  []string{"text"},
 		DefaultOutputModes: []string{"text"},
-		Skills:             []map[string]any{},
+		Skills:             append([]CardSkill{}, e.opts.Skills...),
 		Extensions:         []CardExtension{ext},
 	})
 }

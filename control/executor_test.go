@@ -571,17 +571,52 @@ func TestExecutorRecoversAfterCrash(t *testing.T) {
 }
 
 func TestExecutorStatusAndAgentCard(t *testing.T) {
-	f := newExecFixture(t, `sleep 60`, func(o *ExecutorOptions) { o.MaxConcurrent = 3 })
+	skill := CardSkill{ID: "go-tests", Name: "go-tests", Description: "writes Go unit tests", Tags: []string{"go"}}
+	f := newExecFixture(t, `sleep 60`, func(o *ExecutorOptions) {
+		o.MaxConcurrent = 3
+		o.Name, o.Description, o.Skills = "builder", "a Go build box", []CardSkill{skill}
+	})
 	f.delegate("dlg_s", workspace(t, map[string]string{"a": "1"}))
 	var st StatusReport
 	getJSON(t, f.srv.URL+"/awcp/status", &st)
 	if !st.OK || st.Active != 1 || st.MaxConcurrent != 3 || len(st.Delegations) != 1 || st.Delegations[0].State != "running" {
 		t.Fatalf("%+v", st)
 	}
-	var card AgentCard
-	getJSON(t, f.srv.URL+"/.well-known/agent-card.json", &card)
-	if len(card.Extensions) != 1 || card.Extensions[0].URI != ExtensionURI || card.Extensions[0].Required {
+	card, err := (&PeerClient{BaseURL: f.srv.URL}).AgentCard(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, ok := card.AWCP()
+	if !ok || ext.Required || len(card.Extensions) != 1 {
 		t.Fatalf("%+v", card)
+	}
+	if card.Name != "builder" || card.Description != "a Go build box" || len(card.Skills) != 1 || card.Skills[0].Description != skill.Description {
+		t.Fatalf("card does not describe the executor: %+v", card)
+	}
+}
+
+// An executor that only serves the older agent.json is still discovered;
+// one that serves neither is an error, not a hang.
+func TestAgentCardFallback(t *testing.T) {
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/.well-known/agent.json" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write([]byte(`{"name":"legacy","description":"old card"}`))
+	}))
+	defer old.Close()
+	card, err := (&PeerClient{BaseURL: old.URL + "/awcp"}).AgentCard(context.Background())
+	if err != nil || card.Name != "legacy" {
+		t.Fatalf("card %+v, err %v", card, err)
+	}
+	if _, ok := card.AWCP(); ok {
+		t.Error("a card without the extension claims AWCP")
+	}
+	none := httptest.NewServer(http.NotFoundHandler())
+	defer none.Close()
+	if _, err := (&PeerClient{BaseURL: none.URL}).AgentCard(context.Background()); err == nil {
+		t.Fatal("no card, no error")
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,6 +64,12 @@ func serveCommand(ctx context.Context) *cli.Command {
 				Usage: "most bytes an archive workspace may expand to (zip bombs stop here)"},
 			&cli.DurationFlag{Name: "keepalive", EnvVars: []string{"AWCP_KEEPALIVE"}, Value: 15 * time.Second,
 				Usage: "interval of SSE keep-alive comments"},
+			&cli.StringFlag{Name: "name", EnvVars: []string{"AWCP_NAME"}, Value: "awcp-fs",
+				Usage: "this executor's name in its agent card"},
+			&cli.StringFlag{Name: "description", EnvVars: []string{"AWCP_DESCRIPTION"},
+				Usage: "what this executor's agent does, for delegators choosing a peer (agent card)"},
+			&cli.GenericFlag{Name: "skill", EnvVars: []string{"AWCP_SKILL"}, Value: &repeated{},
+				Usage: `a skill for the agent card, "name: description" (repeatable)`},
 		),
 		Action: func(c *cli.Context) error { return serve(ctx, c) },
 	}
@@ -126,6 +133,9 @@ func serve(ctx context.Context, c *cli.Context) error {
 		Retention:     c.Duration("retention"),
 		StartTimeout:  c.Duration("start-timeout"),
 		KeepAlive:     c.Duration("keepalive"),
+		Name:          c.String("name"),
+		Description:   c.String("description"),
+		Skills:        skills(*c.Generic("skill").(*repeated)),
 		Version:       clikit.Version,
 		Logger:        log,
 	})
@@ -165,4 +175,25 @@ func serve(ctx context.Context, c *cli.Context) error {
 		err = nil
 	}
 	return err
+}
+
+// repeated is a flag given several times whose values may hold commas
+// (urfave/cli's slice flags split on them).
+type repeated []string
+
+func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
+func (r *repeated) String() string     { return strings.Join(*r, "; ") }
+
+// skills parses --skill values, "name: description" or just a name.
+func skills(flags []string) []control.CardSkill {
+	var out []control.CardSkill
+	for _, f := range flags {
+		name, desc, _ := strings.Cut(f, ":")
+		name, desc = strings.TrimSpace(name), strings.TrimSpace(desc)
+		if name == "" {
+			continue
+		}
+		out = append(out, control.CardSkill{ID: name, Name: name, Description: desc, Tags: []string{}})
+	}
+	return out
 }
