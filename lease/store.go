@@ -36,6 +36,16 @@ func (e *DirBusyError) Error() string {
 	return fmt.Sprintf("%s is already lent read-write by delegation %s", e.Dir, e.ID)
 }
 
+// AmbiguousError is returned by FindDelegation for a prefix of several ids.
+type AmbiguousError struct {
+	Prefix  string
+	Matches int
+}
+
+func (e *AmbiguousError) Error() string {
+	return fmt.Sprintf("%s is ambiguous: %d delegations start with it", e.Prefix, e.Matches)
+}
+
 var (
 	bucketDelegations = []byte("delegations")
 	bucketAssignments = []byte("assignments")
@@ -259,6 +269,32 @@ func (s *Store) Delegations() ([]*Delegation, error) {
 		return err
 	})
 	return out, err
+}
+
+// FindDelegation returns the delegation whose id is idOrPrefix, else the
+// only one whose id starts with it. No match is ErrNotFound; several are an
+// *AmbiguousError.
+func (s *Store) FindDelegation(idOrPrefix string) (*Delegation, error) {
+	ds, err := s.Delegations()
+	if err != nil {
+		return nil, err
+	}
+	var found []*Delegation
+	for _, d := range ds {
+		if d.ID == idOrPrefix {
+			return d, nil
+		}
+		if idOrPrefix != "" && strings.HasPrefix(d.ID, idOrPrefix) {
+			found = append(found, d)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, fmt.Errorf("delegation %q: %w", idOrPrefix, ErrNotFound)
+	case 1:
+		return found[0], nil
+	}
+	return nil, &AmbiguousError{Prefix: idOrPrefix, Matches: len(found)}
 }
 
 // FireDelegation applies event ev to delegation id and then fn (which may be

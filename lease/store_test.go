@@ -247,3 +247,39 @@ func TestSchedulerExpiresOnlyAllowedStates(t *testing.T) {
 		}
 	}
 }
+
+func TestFindDelegation(t *testing.T) {
+	s := openStore(t, filepath.Join(t.TempDir(), "ctl.db"), true)
+	for i, id := range []string{"ab12-one", "ab34-two"} {
+		d := &Delegation{Lease: Lease{ID: id, AccessMode: "ro", Transport: "archive", TTLSeconds: 60},
+			LocalDir: filepath.Join("/tmp", id, string(rune('a'+i)))}
+		if err := s.CreateDelegation(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var amb *AmbiguousError
+	tests := []struct {
+		name, arg, want string
+		check           func(error) bool
+	}{
+		{name: "full id", arg: "ab12-one", want: "ab12-one"},
+		{name: "unique prefix", arg: "ab3", want: "ab34-two"},
+		{name: "shared prefix", arg: "ab", check: func(err error) bool { return errors.As(err, &amb) && amb.Matches == 2 }},
+		{name: "unknown", arg: "zz", check: func(err error) bool { return errors.Is(err, ErrNotFound) }},
+		{name: "empty", arg: "", check: func(err error) bool { return errors.Is(err, ErrNotFound) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := s.FindDelegation(tt.arg)
+			if tt.check != nil {
+				if !tt.check(err) {
+					t.Fatalf("FindDelegation(%q) = %v, %v", tt.arg, d, err)
+				}
+				return
+			}
+			if err != nil || d.ID != tt.want {
+				t.Fatalf("FindDelegation(%q) = %v, %v; want %s", tt.arg, d, err, tt.want)
+			}
+		})
+	}
+}

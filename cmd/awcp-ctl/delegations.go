@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -126,26 +127,11 @@ func (e *env) resolve(arg string) (*lease.Delegation, error) {
 	if arg == "" {
 		return nil, clikit.UsageError("a delegation id is required")
 	}
-	ds, err := e.store.Delegations()
-	if err != nil {
-		return nil, err
-	}
-	var found []*lease.Delegation
-	for _, d := range ds {
-		if d.ID == arg {
-			return d, nil
-		}
-		if strings.HasPrefix(d.ID, arg) {
-			found = append(found, d)
-		}
-	}
-	switch len(found) {
-	case 0:
+	d, err := e.store.FindDelegation(arg)
+	if errors.Is(err, lease.ErrNotFound) {
 		return nil, fmt.Errorf("no delegation %s (see `awcp-ctl status`)", arg)
-	case 1:
-		return found[0], nil
 	}
-	return nil, fmt.Errorf("%s is ambiguous: %d delegations start with it", arg, len(found))
+	return d, err
 }
 
 // view is a delegation as shown to the user: no secret in it.

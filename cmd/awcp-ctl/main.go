@@ -1,6 +1,7 @@
 // Command awcp-ctl is the delegator side of AWCP: it lends a directory to a
 // remote executor (`export`), follows and ends delegations (`status`,
-// `output`, `cancel`), and runs the delegator daemon (`serve`).
+// `output`, `cancel`) and runs the delegator daemon (`serve`); `mcp` offers
+// the same to MCP clients as tools.
 package main
 
 import (
@@ -27,6 +28,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 			outputCommand(ctx),
 			cancelCommand(),
 			serveCommand(ctx),
+			mcpCommand(ctx),
 		},
 	}
 }

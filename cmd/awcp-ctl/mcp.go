@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/urfave/cli/v2"
+
+	"github.com/awcp/awcp/cmd/internal/clikit"
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/mcpserver"
+	"github.com/awcp/awcp/lease"
+)
+
+func mcpCommand(ctx context.Context) *cli.Command {
+	return &cli.Command{
+		Name:  "mcp",
+		Usage: "serve the delegate tools to an MCP client over stdio (spec §8.2)",
+		Description: "Stdout carries only MCP; logs go to stderr or --log-file. Delegations go through the\n" +
+			"`awcp-ctl serve` daemon when one runs, else run in this process (with its own SSH server for\n" +
+			"live mounts) and are cancelled when the MCP client goes away.",
+		Flags: append(append(clikit.CommonFlags(),
+			&cli.StringSliceFlag{Name: "peers", EnvVars: []string{"AWCP_PEERS"},
+				Usage: "executor URLs, comma-separated; their agent cards are described to the model"},
+			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executors require"},
+			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs or archive"},
+			&cli.DurationFlag{Name: "discovery-timeout", Value: 3 * time.Second, Usage: "how long to wait for each peer's agent card at start"},
+			&cli.StringFlag{Name: "log-file", EnvVars: []string{"AWCP_LOG_FILE"}, Usage: "append logs to this file instead of stderr"},
+		), sshFlags()...),
+		Action: func(c *cli.Context) error { return serveMCP(ctx, c) },
+	}
+}
+
+func serveMCP(ctx context.Context, c *cli.Context) error {
+	if c.Args().Len() > 0 {
+		return clikit.UsageError("mcp takes no arguments")
+	}
+	switch t := c.String("transport"); t {
+	case "auto", control.TransportSSHFS, control.TransportArchive:
+	default:
+		return clikit.UsageError("--transport must be auto, sshfs or archive, not %q", t)
+	}
+	if path := c.String("log-file"); path != "" {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return fmt.Errorf("--log-file: %w", err)
+		}
+		defer f.Close()
+		c.App.ErrWriter = f
+	}
+	e, err := openEnv(c)
+	if err != nil {
+		return err
+	}
+	peers := mcpserver.Discover(ctx, nil, c.StringSlice("peers"), c.String("token"), c.Duration("discovery-timeout"))
+	for _, p := range peers {
+		if p.Err != nil {
+			e.log.Warn("peer offline at start", "peer", p.URL, "err", p.Err)
+		}
+	}
+	dlg := &mcpDelegator{e: e, c: c}
+	defer dlg.close()
+	srv, err := mcpserver.New(mcpserver.Options{
+		Delegator: dlg,
+		Peers:     peers,
+		Token:     c.String("token"),
+		Transport: c.String("transport"),
+		Version:   clikit.Version,
+		Logger:    e.log,
+	})
+	if err != nil {
+		return err
+	}
+	e.log.Info("mcp server on stdio", "peers", len(peers))
+	err = srv.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(c.App.Reader), Writer: nopWriteCloser{c.App.Writer}})
+	if ctx.Err() != nil || err == nil || err == io.EOF {
+		return nil // the client went away, or a signal: both are a normal end
+	}
+	return fmt.Errorf("mcp: %w", err)
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+// mcpDelegator runs the tools' delegations through the `awcp-ctl serve`
+// daemon when one answers, else in this process: a Delegator with its own
+// SSH server, made at the first delegation that needs it and kept until
+// close.
+type mcpDelegator struct {
+	e *env
+	c *cli.Context
+
+	mu      sync.Mutex // guards the fields below; held across nothing but the local delegator's start-up
+	local   *control.Delegator
+	started []string           // delegations run by local
+	runCtx  context.Context    // lives until close: local's followers, scheduler and SSH server
+	stop    context.CancelFunc // ends runCtx
+	runs    sync.WaitGroup     // local's followers
+	sched   chan struct{}      // closed when local's scheduler has returned
+	waitSSH func()
+}
+
+var _ mcpserver.Delegator = (*mcpDelegator)(nil)
+
+func (m *mcpDelegator) daemon() (*control.LocalClient, bool) { return control.DialLocal(m.e.socket()) }
+
+// inProcess returns the local delegator, starting it (and its SSH server
+// and scheduler) the first time.
+func (m *mcpDelegator) inProcess() (*control.Delegator, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.local != nil {
+		return m.local, nil
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	if m.c.String("transport") != control.TransportArchive {
+		wait, err := m.e.startSSH(runCtx, m.c)
+		if err != nil {
+			if m.c.String("transport") == control.TransportSSHFS {
+				stop()
+				return nil, err
+			}
+			m.e.log.Warn("no SSH server for live mounts; delegations use archive", "err", err)
+		}
+		m.waitSSH = wait
+	}
+	dlg, err := m.e.delegator(nil)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	m.local, m.runCtx, m.stop, m.sched = dlg, runCtx, stop, make(chan struct{})
+	go func(done chan struct{}) { defer close(done); dlg.RunScheduler(runCtx) }(m.sched)
+	return dlg, nil
+}
+
+func (m *mcpDelegator) Start(ctx context.Context, req control.ExportRequest) (string, error) {
+	if d, ok := m.daemon(); ok {
+		return d.Export(req)
+	}
+	dlg, err := m.inProcess()
+	if err != nil {
+		return "", err
+	}
+	del, err := dlg.Create(req)
+	if err != nil {
+		return "", err
+	}
+	m.mu.Lock()
+	m.started = append(m.started, del.ID)
+	m.runs.Add(1)
+	runCtx := m.runCtx
+	m.mu.Unlock()
+	go func() {
+		defer m.runs.Done()
+		// Not the call's context: a background delegation outlives its call.
+		if _, err := dlg.Run(runCtx, del.ID); err != nil {
+			m.e.log.Warn("delegation", "delegation", del.ID, "err", err)
+		}
+	}()
+	return del.ID, nil
+}
+
+func (m *mcpDelegator) Cancel(ctx context.Context, id string) error {
+	if d, ok := m.daemon(); ok {
+		return d.Cancel(id)
+	}
+	m.mu.Lock()
+	dlg := m.local
+	m.mu.Unlock()
+	if dlg == nil {
+		var err error
+		if dlg, err = m.e.delegator(nil); err != nil {
+			return err
+		}
+	}
+	_, err := dlg.Cancel(ctx, id)
+	return err
+}
+
+func (m *mcpDelegator) Find(idOrPrefix string) (*lease.Delegation, error) {
+	return m.e.store.FindDelegation(idOrPrefix)
+}
+
+func (m *mcpDelegator) List() ([]*lease.Delegation, error) { return m.e.store.Delegations() }
+
+// close cancels the delegations this process still runs — their SSH
+// server ends with it — and waits for every goroutine it started.
+func (m *mcpDelegator) close() {
+	m.mu.Lock()
+	dlg, ids, stop, sched, waitSSH := m.local, m.started, m.stop, m.sched, m.waitSSH
+	m.mu.Unlock()
+	if dlg == nil {
+		return
+	}
+	for _, id := range ids {
+		d, err := m.e.store.Delegation(id)
+		if err != nil || d.State.Terminal() {
+			continue
+		}
+		m.e.log.Info("the MCP client went away: cancelling", "delegation", id)
+		if _, err := dlg.Cancel(context.Background(), id); err != nil {
+			m.e.log.Warn("cancel", "delegation", id, "err", err)
+		}
+	}
+	// Followers return once their delegations are terminal; one that does
+	// not within 10s is stopped, leaving its delegation to expire.
+	runsDone := make(chan struct{})
+	go func() { m.runs.Wait(); close(runsDone) }()
+	select {
+	case <-runsDone:
+	case <-time.After(10 * time.Second):
+		m.e.log.Warn("delegations still followed after 10s; stopping")
+	}
+	stop()
+	<-runsDone
+	<-sched
+	if waitSSH != nil {
+		waitSSH()
+	}
+}

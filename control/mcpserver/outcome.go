@@ -1,0 +1,105 @@
+package mcpserver
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/lease"
+)
+
+// Outcome is a delegation as the tools report it: how it stands or ended.
+// Every field is optional, so that a call refused before any delegation
+// existed is an Outcome with only Error.
+type Outcome struct {
+	DelegationID string   `json:"delegation_id,omitempty"`
+	State        string   `json:"state,omitempty" jsonschema:"created, invited, accepted, started, running, completed, error, cancelled or expired"`
+	Description  string   `json:"description,omitempty"`
+	WorkspaceDir string   `json:"workspace_dir,omitempty"`
+	PeerURL      string   `json:"peer_url,omitempty"`
+	Transport    string   `json:"transport,omitempty" jsonschema:"sshfs (live mount) or archive"`
+	AccessMode   string   `json:"access_mode,omitempty"`
+	CreatedAt    string   `json:"created_at,omitempty"`
+	ExpiresAt    string   `json:"expires_at,omitempty" jsonschema:"when the lease ends (RFC 3339)"`
+	Summary      string   `json:"summary,omitempty" jsonschema:"the executor's summary, once completed"`
+	Highlights   []string `json:"highlights,omitempty" jsonschema:"files the executor created or changed"`
+	Changes      []string `json:"changes,omitempty" jsonschema:"archive transport: what was applied to the workspace (+ created, ~ changed, - deleted)"`
+	Conflicts    []string `json:"conflicts,omitempty" jsonschema:"files changed locally meanwhile: the local version was kept"`
+	Notes        []string `json:"notes,omitempty"`
+	Error        *Failure `json:"error,omitempty"`
+}
+
+// Failure is a spec error (§4.6): code, message and hint.
+type Failure struct {
+	Code    string `json:"code" jsonschema:"an AWCP v1 error code, e.g. WORKSPACE_NOT_FOUND or TASK_FAILED"`
+	Message string `json:"message"`
+	Hint    string `json:"hint,omitempty" jsonschema:"what to do about it"`
+}
+
+func failureOf(err error) *Failure {
+	pe := control.AsProtocolError(err, control.CodeDeclined)
+	return &Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint}
+}
+
+func outcomeOf(d *lease.Delegation) Outcome {
+	o := Outcome{
+		DelegationID: d.ID, State: string(d.State), Description: d.Description,
+		WorkspaceDir: d.LocalDir, PeerURL: d.Peer, Transport: d.Transport, AccessMode: d.AccessMode,
+		CreatedAt: stamp(d.CreatedAt), Summary: d.Summary,
+		Highlights: d.Highlights, Changes: d.Changes, Conflicts: d.Conflicts, Notes: d.Notes,
+	}
+	if !d.State.Terminal() {
+		o.ExpiresAt = stamp(d.ExpiresAt)
+	}
+	if f := d.Failure; f != nil && d.State != lease.Completed {
+		o.Error = &Failure{Code: f.Code, Message: f.Message, Hint: f.Hint}
+	}
+	return o
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// failed reports whether the outcome is a tool error: a refused call or a
+// delegation that ended other than completed.
+func (o Outcome) failed() bool { return o.Error != nil }
+
+func (Outcome) refused(f *Failure) Outcome { return Outcome{Error: f} }
+
+// text is the outcome for a model to read.
+func (o Outcome) text() string {
+	var b strings.Builder
+	if o.DelegationID != "" {
+		fmt.Fprintf(&b, "delegation %s: %s\n", o.DelegationID, o.State)
+		fmt.Fprintf(&b, "workspace %s lent to %s (%s, %s)\n", o.WorkspaceDir, o.PeerURL, o.Transport, o.AccessMode)
+	}
+	if o.Summary != "" {
+		fmt.Fprintf(&b, "summary:\n%s\n", indent(o.Summary))
+	}
+	list := func(title string, items []string) {
+		if len(items) > 0 {
+			fmt.Fprintf(&b, "%s:\n%s\n", title, indent(strings.Join(items, "\n")))
+		}
+	}
+	list("highlights", o.Highlights)
+	list("changes applied to the workspace", o.Changes)
+	list("conflicts (local versions kept)", o.Conflicts)
+	list("notes", o.Notes)
+	if o.ExpiresAt != "" {
+		fmt.Fprintf(&b, "lease ends %s\n", o.ExpiresAt)
+	}
+	if e := o.Error; e != nil {
+		fmt.Fprintf(&b, "error %s: %s\n", e.Code, e.Message)
+		if e.Hint != "" {
+			fmt.Fprintf(&b, "hint: %s\n", e.Hint)
+		}
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func indent(s string) string { return "  " + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n  ") }

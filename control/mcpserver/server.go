@@ -1,0 +1,528 @@
+// Package mcpserver is awcp's MCP tool layer (spec §8.2): with it any MCP
+// client — a desktop assistant, a coding agent, an IDE — lends a directory
+// to an executor with one tool call.
+//
+// # Tools
+//
+//   - delegate: admission, then the delegation runs; the call waits for the
+//     end (up to SyncWait) or, with background, returns the id at once.
+//   - delegate_output: how a delegation stands or ended, optionally waiting.
+//   - delegate_cancel: one delegation, or all live ones.
+//   - delegate_status: the delegations in the store.
+//
+// Bad arguments and delegations that end other than completed are tool
+// errors (isError) whose structured result carries the spec's error code,
+// message and hint; they are never protocol errors.
+//
+// # Discovery
+//
+// The executors given at start are described in the delegate tool's
+// description from their agent cards (spec §8.3), so a model can choose.
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/lease"
+)
+
+// Delegator is what the tools need of the delegator side: the daemon's
+// local API or a Delegator in this process.
+type Delegator interface {
+	// Start runs admission, records the delegation and has it run in the
+	// background; it returns the new id.
+	Start(ctx context.Context, req control.ExportRequest) (string, error)
+	// Cancel ends a live delegation.
+	Cancel(ctx context.Context, id string) error
+	// Find returns the delegation with this id or unique id prefix
+	// (lease.ErrNotFound, *lease.AmbiguousError).
+	Find(idOrPrefix string) (*lease.Delegation, error)
+	// List returns every delegation, oldest first.
+	List() ([]*lease.Delegation, error)
+}
+
+// Options configures the server. Zero fields take the defaults noted.
+type Options struct {
+	// Delegator runs and ends delegations. Required.
+	Delegator Delegator
+	// Peers are the executors described to the model; with exactly one,
+	// peer_url may be left out.
+	Peers []Peer
+	// Token is sent to executors that require one. Secret.
+	Token string
+	// Transport of new delegations: auto, sshfs or archive. Default auto.
+	Transport string
+	// Cwd resolves a relative workspace_dir when the call gives no cwd.
+	// Default: the process's working directory.
+	Cwd string
+	// SyncWait bounds how long delegate waits without background.
+	// Default 1h (spec §8.2.1).
+	SyncWait time.Duration
+	// Poll is how often a waiting call looks at the store. Default 200ms.
+	Poll time.Duration
+	// Version is reported to clients. Default "dev".
+	Version string
+	// Logger default slog.Default(). It must not write to stdout, which
+	// belongs to the MCP stream.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Transport == "" {
+		o.Transport = "auto"
+	}
+	if o.Cwd == "" {
+		o.Cwd, _ = os.Getwd()
+	}
+	if o.SyncWait <= 0 {
+		o.SyncWait = time.Hour
+	}
+	if o.Poll <= 0 {
+		o.Poll = 200 * time.Millisecond
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+type server struct {
+	opts Options
+	dlg  Delegator
+	log  *slog.Logger
+}
+
+// New builds the MCP server with awcp's four tools.
+func New(opts Options) (*mcp.Server, error) {
+	if opts.Delegator == nil {
+		return nil, errors.New("mcpserver: Delegator is required")
+	}
+	opts = opts.withDefaults()
+	s := &server{opts: opts, dlg: opts.Delegator, log: opts.Logger}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "awcp", Title: "AWCP workspace delegation", Version: opts.Version},
+		&mcp.ServerOptions{
+			Instructions: "Lend a local directory to a remote executor agent for a task (AWCP). " +
+				"Prefer delegate with background: true, then delegate_output with block: true.",
+			Logger: opts.Logger,
+		})
+
+	err := errors.Join(
+		addTool(srv, &mcp.Tool{
+			Name:        "delegate",
+			Title:       "Delegate a task on a local directory",
+			Description: delegateDescription(opts.Peers),
+		}, s.delegate, map[string]schemaHint{
+			"ttl_seconds": {def: 3600, min: ptr(1.0)},
+			"access_mode": {def: "rw", enum: []any{"rw", "ro"}},
+			"background":  {def: false},
+		}),
+		addTool(srv, &mcp.Tool{
+			Name:        "delegate_output",
+			Title:       "A delegation's result",
+			Description: "How a delegation stands or ended: state, summary and highlighted files, or the error code, message and hint. With block it waits up to timeout seconds for the end.",
+		}, s.output, map[string]schemaHint{
+			"block":   {def: false},
+			"timeout": {def: 60, min: ptr(0.0)},
+		}),
+		addTool(srv, &mcp.Tool{
+			Name:        "delegate_cancel",
+			Title:       "Cancel delegations",
+			Description: "Cancel one delegation (delegation_id) or every live one (all: true; all wins when both are given). The executor stops its agent and every access to the workspace is closed.",
+		}, s.cancel, map[string]schemaHint{
+			"all": {def: false},
+		}),
+		addTool(srv, &mcp.Tool{
+			Name:        "delegate_status",
+			Title:       "List delegations",
+			Description: "The delegations made from this machine, newest last, with their states; or one, given delegation_id.",
+		}, s.status, nil),
+	)
+	if err != nil {
+		return nil, err
+	}
+	return srv, nil
+}
+
+func delegateDescription(peers []Peer) string {
+	return "Lend a local directory (workspace_dir) to a remote executor agent for one task, under a lease " +
+		"(ttl_seconds). The executor's agent works on the directory with its own tools — live, over a mount, " +
+		"or on a copy whose result is applied back — and every access ends with the lease. " +
+		"Without background the call waits for the end (at most an hour) and returns the summary and the " +
+		"files the executor changed; with background: true it returns the delegation_id at once, for " +
+		"delegate_output. Recommended: background.\n\n" + describePeers(peers)
+}
+
+type delegateArgs struct {
+	Description  string `json:"description" jsonschema:"short task description, for logs and lists"`
+	Prompt       string `json:"prompt" jsonschema:"the complete task for the executor's agent"`
+	WorkspaceDir string `json:"workspace_dir,omitempty" jsonschema:"the local directory to lend; relative paths are resolved against cwd (default: cwd)"`
+	PeerURL      string `json:"peer_url,omitempty" jsonschema:"the executor's URL (or the name of a listed executor); default: the only configured one"`
+	Cwd          string `json:"cwd,omitempty" jsonschema:"directory against which a relative workspace_dir is resolved (default: the server's working directory)"`
+	TTLSeconds   int64  `json:"ttl_seconds,omitempty" jsonschema:"length of the lease in seconds"`
+	AccessMode   string `json:"access_mode,omitempty" jsonschema:"rw lets the executor change the directory; ro only read it"`
+	Background   bool   `json:"background,omitempty" jsonschema:"return the delegation_id at once instead of waiting for the result"`
+}
+
+func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in delegateArgs) (Outcome, error) {
+	if strings.TrimSpace(in.Prompt) == "" {
+		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "prompt is required").
+			WithHint("give the executor's agent the complete task in prompt")
+	}
+	if in.TTLSeconds < 0 {
+		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "ttl_seconds must be positive, not %d", in.TTLSeconds)
+	}
+	if in.TTLSeconds == 0 {
+		in.TTLSeconds = 3600
+	}
+	peer, err := pickPeer(in.PeerURL, s.opts.Peers)
+	if err != nil {
+		return Outcome{}, err
+	}
+	cwd := in.Cwd
+	if cwd == "" {
+		cwd = s.opts.Cwd
+	} else if !filepath.IsAbs(cwd) {
+		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "cwd must be an absolute path, not %q", in.Cwd)
+	}
+	dir := in.WorkspaceDir
+	if dir == "" {
+		dir = cwd
+	} else if !filepath.IsAbs(dir) {
+		dir = filepath.Join(cwd, dir)
+	}
+	id, err := s.dlg.Start(ctx, control.ExportRequest{
+		Dir: dir, Peer: peer, Prompt: in.Prompt, Description: strings.TrimSpace(in.Description),
+		TTL: time.Duration(in.TTLSeconds) * time.Second, Access: in.AccessMode,
+		Transport: s.opts.Transport, Token: s.opts.Token,
+	})
+	if err != nil {
+		return Outcome{}, err
+	}
+	s.log.Info("delegation started", "delegation", id, "peer", peer, "background", in.Background)
+	if in.Background {
+		d, err := s.dlg.Find(id)
+		if err != nil {
+			return Outcome{}, err
+		}
+		o := outcomeOf(d)
+		o.Notes = append(o.Notes, "running in the background: call delegate_output with this delegation_id (block: true waits for the end)")
+		return o, nil
+	}
+	d, err := s.wait(ctx, req, id, s.opts.SyncWait)
+	if ctx.Err() != nil {
+		// The client gave up on the call (or the server is stopping): the
+		// delegation ends with it, as Ctrl-C ends `awcp-ctl export`.
+		if cerr := s.dlg.Cancel(context.WithoutCancel(ctx), id); cerr != nil {
+			s.log.Warn("cancel after the call ended", "delegation", id, "err", cerr)
+		}
+		return Outcome{}, ctx.Err()
+	}
+	if err != nil {
+		return Outcome{}, err
+	}
+	o := outcomeOf(d)
+	if !d.State.Terminal() {
+		o.Notes = append(o.Notes, fmt.Sprintf("not ended after %s: call delegate_output to keep waiting", s.opts.SyncWait))
+	}
+	return o, nil
+}
+
+type outputArgs struct {
+	DelegationID string  `json:"delegation_id" jsonschema:"the delegation's id (a unique prefix is enough)"`
+	Block        bool    `json:"block,omitempty" jsonschema:"wait until the delegation ends"`
+	Timeout      float64 `json:"timeout,omitempty" jsonschema:"longest wait in seconds, with block"`
+}
+
+func (s *server) output(ctx context.Context, req *mcp.CallToolRequest, in outputArgs) (Outcome, error) {
+	d, err := s.find(in.DelegationID)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if in.Block && !d.State.Terminal() {
+		if in.Timeout < 0 {
+			return Outcome{}, control.Errorf(control.CodeDeclined, "timeout must not be negative")
+		}
+		timeout := 60 * time.Second
+		if in.Timeout > 0 {
+			timeout = time.Duration(in.Timeout * float64(time.Second))
+		}
+		if d, err = s.wait(ctx, req, d.ID, timeout); err != nil {
+			return Outcome{}, err
+		}
+	}
+	o := outcomeOf(d)
+	if !d.State.Terminal() {
+		o.Notes = append(o.Notes, "not ended yet: call delegate_output again (block: true waits)")
+	}
+	return o, nil
+}
+
+type cancelArgs struct {
+	DelegationID string `json:"delegation_id,omitempty" jsonschema:"the delegation to cancel (a unique prefix is enough)"`
+	All          bool   `json:"all,omitempty" jsonschema:"cancel every live delegation"`
+}
+
+// CancelResult is delegate_cancel's result.
+type CancelResult struct {
+	Cancelled []Outcome `json:"cancelled,omitempty" jsonschema:"the delegations now cancelled"`
+	Error     *Failure  `json:"error,omitempty"`
+}
+
+func (r CancelResult) failed() bool                  { return r.Error != nil }
+func (CancelResult) refused(f *Failure) CancelResult { return CancelResult{Error: f} }
+
+func (r CancelResult) text() string {
+	var b strings.Builder
+	if len(r.Cancelled) == 0 && r.Error == nil {
+		b.WriteString("no live delegation to cancel")
+	}
+	for _, o := range r.Cancelled {
+		fmt.Fprintf(&b, "cancelled %s (%s)\n", o.DelegationID, o.Description)
+	}
+	if e := r.Error; e != nil {
+		fmt.Fprintf(&b, "error %s: %s", e.Code, e.Message)
+		if e.Hint != "" {
+			fmt.Fprintf(&b, "\nhint: %s", e.Hint)
+		}
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func (s *server) cancel(ctx context.Context, _ *mcp.CallToolRequest, in cancelArgs) (CancelResult, error) {
+	var ids []string
+	switch {
+	case in.All:
+		ds, err := s.dlg.List()
+		if err != nil {
+			return CancelResult{}, err
+		}
+		for _, d := range ds {
+			if !d.State.Terminal() {
+				ids = append(ids, d.ID)
+			}
+		}
+	case in.DelegationID != "":
+		d, err := s.find(in.DelegationID)
+		if err != nil {
+			return CancelResult{}, err
+		}
+		if d.State.Terminal() {
+			return CancelResult{}, control.Errorf(control.CodeDeclined, "delegation %s already ended (%s)", d.ID, d.State).
+				WithHint("delegate_output shows how it ended")
+		}
+		ids = []string{d.ID}
+	default:
+		return CancelResult{}, control.Errorf(control.CodeDeclined, "nothing to cancel").
+			WithHint("give delegation_id, or all: true")
+	}
+	var res CancelResult
+	var errs []error
+	for _, id := range ids {
+		if err := s.dlg.Cancel(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", id, err))
+			continue
+		}
+		if d, err := s.dlg.Find(id); err == nil {
+			res.Cancelled = append(res.Cancelled, outcomeOf(d))
+		}
+	}
+	if len(errs) > 0 {
+		res.Error = failureOf(errors.Join(errs...))
+	}
+	return res, nil
+}
+
+type statusArgs struct {
+	DelegationID string `json:"delegation_id,omitempty" jsonschema:"show only this delegation (a unique prefix is enough)"`
+}
+
+// StatusResult is delegate_status's result.
+type StatusResult struct {
+	Delegations []Outcome `json:"delegations,omitempty"`
+	Error       *Failure  `json:"error,omitempty"`
+}
+
+func (r StatusResult) failed() bool                  { return r.Error != nil }
+func (StatusResult) refused(f *Failure) StatusResult { return StatusResult{Error: f} }
+
+func (r StatusResult) text() string {
+	if r.Error != nil {
+		return Outcome{Error: r.Error}.text()
+	}
+	if len(r.Delegations) == 0 {
+		return "no delegations"
+	}
+	var b strings.Builder
+	for _, o := range r.Delegations {
+		fmt.Fprintf(&b, "%s  %-9s  %s  %s → %s\n", o.DelegationID, o.State, o.Description, o.WorkspaceDir, o.PeerURL)
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func (s *server) status(_ context.Context, _ *mcp.CallToolRequest, in statusArgs) (StatusResult, error) {
+	if in.DelegationID != "" {
+		d, err := s.find(in.DelegationID)
+		if err != nil {
+			return StatusResult{}, err
+		}
+		return StatusResult{Delegations: []Outcome{outcomeOf(d)}}, nil
+	}
+	ds, err := s.dlg.List()
+	if err != nil {
+		return StatusResult{}, err
+	}
+	var res StatusResult
+	for _, d := range ds {
+		res.Delegations = append(res.Delegations, outcomeOf(d))
+	}
+	return res, nil
+}
+
+// find resolves a delegation_id argument, with spec-coded errors.
+func (s *server) find(arg string) (*lease.Delegation, error) {
+	if arg == "" {
+		return nil, control.Errorf(control.CodeDeclined, "delegation_id is required").
+			WithHint("delegate_status lists the delegations")
+	}
+	d, err := s.dlg.Find(arg)
+	var amb *lease.AmbiguousError
+	switch {
+	case errors.Is(err, lease.ErrNotFound):
+		return nil, control.Errorf(control.CodeDeclined, "no delegation %s", arg).
+			WithHint("delegate_status lists the delegations")
+	case errors.As(err, &amb):
+		return nil, control.Errorf(control.CodeDeclined, "%s", amb.Error()).WithHint("give more of the id")
+	}
+	return d, err
+}
+
+// wait polls the store until delegation id ends, timeout passes or ctx is
+// done. When the client asked for progress it hears of every change of
+// state, and at least every 10s, so that clients which reset their request
+// timeout on progress keep waiting.
+func (s *server) wait(ctx context.Context, req *mcp.CallToolRequest, id string, timeout time.Duration) (*lease.Delegation, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(s.opts.Poll)
+	defer tick.Stop()
+	token := req.Params.GetProgressToken()
+	var (
+		step     float64
+		lastSeen lease.State
+		lastSent time.Time
+	)
+	for {
+		d, err := s.dlg.Find(id)
+		if err != nil {
+			return nil, err
+		}
+		if token != nil && req.Session != nil && (d.State != lastSeen || time.Since(lastSent) >= 10*time.Second) {
+			step++
+			lastSeen, lastSent = d.State, time.Now()
+			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: token, Progress: step, Message: "delegation " + id + ": " + string(d.State)})
+			if err != nil {
+				s.log.Debug("progress notification", "err", err)
+			}
+		}
+		if d.State.Terminal() {
+			return d, nil
+		}
+		select {
+		case <-ctx.Done():
+			return d, ctx.Err()
+		case <-deadline.C:
+			return d, nil
+		case <-tick.C:
+		}
+	}
+}
+
+// result is what every tool returns: structured, readable, and a tool
+// error when failed. refused is the result of a call refused with f before
+// anything was done, in the tool's own type so that its structured content
+// still matches the tool's output schema.
+type result[R any] interface {
+	failed() bool
+	text() string
+	refused(f *Failure) R
+}
+
+// schemaHint adds to an inferred property schema what struct tags cannot
+// say: its default, its allowed values, its minimum.
+type schemaHint struct {
+	def  any
+	enum []any
+	min  *float64
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// addTool registers a tool whose arguments decode into In and whose result
+// is Out. It does what mcp.AddTool does — schemas inferred from the types,
+// structured content with a text fallback — but decodes and checks the
+// arguments itself, so that every bad argument and every failure is a tool
+// error carrying a spec code (mcp.AddTool reports schema violations as
+// plain text). Defaults are applied by the handlers; hints only show them.
+func addTool[In any, Out result[Out]](srv *mcp.Server, tool *mcp.Tool,
+	h func(context.Context, *mcp.CallToolRequest, In) (Out, error), hints map[string]schemaHint) error {
+	in, err := jsonschema.For[In](nil)
+	if err != nil {
+		return fmt.Errorf("tool %s: input schema: %w", tool.Name, err)
+	}
+	for name, hint := range hints {
+		p := in.Properties[name]
+		if p == nil {
+			return fmt.Errorf("tool %s: no argument %s", tool.Name, name)
+		}
+		if hint.def != nil {
+			if p.Default, err = json.Marshal(hint.def); err != nil {
+				return err
+			}
+		}
+		p.Enum, p.Minimum = hint.enum, hint.min
+	}
+	out, err := jsonschema.For[Out](nil)
+	if err != nil {
+		return fmt.Errorf("tool %s: output schema: %w", tool.Name, err)
+	}
+	tool.InputSchema, tool.OutputSchema = in, out
+	srv.AddTool(tool, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args In
+		raw := req.Params.Arguments
+		if len(raw) == 0 || string(raw) == "null" {
+			raw = []byte("{}")
+		}
+		var o Out
+		if err := json.Unmarshal(raw, &args); err != nil {
+			o = o.refused(&Failure{Code: control.CodeWorkspaceInvalid, Message: "bad arguments: " + err.Error(),
+				Hint: "see the tool's input schema"})
+		} else if o, err = h(ctx, req, args); err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return nil, err // the call was cancelled: nobody waits for an answer
+			}
+			o = o.refused(failureOf(err))
+		}
+		return &mcp.CallToolResult{
+			Content:           []mcp.Content{&mcp.TextContent{Text: o.text()}},
+			StructuredContent: o,
+			IsError:           o.failed(),
+		}, nil
+	})
+	return nil
+}

@@ -1,0 +1,361 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/lease"
+)
+
+// executor runs a real executor (archive transport) with agentCmd on an
+// httptest server.
+func executor(t *testing.T, agentCmd string, mod func(*control.ExecutorOptions)) string {
+	t.Helper()
+	dir := t.TempDir()
+	store, err := lease.Open(filepath.Join(dir, "executor.db"), lease.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := control.ExecutorOptions{
+		WorkRoot: filepath.Join(dir, "work"), AgentCommand: agentCmd, Store: store, StateDir: dir,
+		Transports: []control.ExecutorTransport{&control.ArchiveExecutor{}}, KillGrace: 200 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
+	}
+	if mod != nil {
+		mod(&opts)
+	}
+	e, err := control.NewExecutor(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); e.Run(ctx) }()
+	srv := httptest.NewServer(e.Handler())
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		cancel()
+		wg.Wait()
+		store.Close()
+	})
+	return srv.URL
+}
+
+// inProcess is the Delegator of a process without a daemon: a real
+// control.Delegator on a real store, each delegation followed on its own
+// goroutine.
+type inProcess struct {
+	dlg   *control.Delegator
+	store *lease.Store
+	ctx   context.Context
+	wg    sync.WaitGroup
+}
+
+func (p *inProcess) Start(_ context.Context, req control.ExportRequest) (string, error) {
+	d, err := p.dlg.Create(req)
+	if err != nil {
+		return "", err
+	}
+	p.wg.Add(1)
+	go func() { defer p.wg.Done(); p.dlg.Run(p.ctx, d.ID) }()
+	return d.ID, nil
+}
+
+func (p *inProcess) Cancel(ctx context.Context, id string) error {
+	_, err := p.dlg.Cancel(ctx, id)
+	return err
+}
+
+func (p *inProcess) Find(id string) (*lease.Delegation, error) { return p.store.FindDelegation(id) }
+func (p *inProcess) List() ([]*lease.Delegation, error)       { return p.store.Delegations() }
+
+// connect serves New(opts) to an in-memory MCP client. opts.Delegator, if
+// nil, is an in-process one on a fresh store.
+func connect(t *testing.T, opts Options) *mcp.ClientSession {
+	t.Helper()
+	if opts.Delegator == nil {
+		state := t.TempDir()
+		store, err := lease.Open(filepath.Join(state, "delegator.db"), lease.Options{Shared: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dlg, err := control.NewDelegator(control.DelegatorOptions{
+			Store: store,
+			Transports: map[string]control.DelegatorTransport{control.TransportArchive: &control.ArchiveDelegator{
+				Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")}},
+			Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		p := &inProcess{dlg: dlg, store: store, ctx: ctx}
+		t.Cleanup(func() { cancel(); p.wg.Wait(); store.Close() })
+		opts.Delegator = p
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	srv, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct, st := mcp.NewInMemoryTransports()
+	ss, err := srv.Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(context.Background(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close(); ss.Wait() })
+	return cs
+}
+
+// call calls a tool and decodes its structured result into out.
+func call(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any, out any) *mcp.CallToolResult {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: protocol error %v", tool, err)
+	}
+	raw, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		t.Fatalf("%s: structured content %s: %v", tool, raw, err)
+	}
+	return res
+}
+
+func text(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func workspace(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "ws")
+	if err := os.MkdirAll(filepath.Join(dir, "src"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "src", "a.txt"), []byte("a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestDelegateSyncRelativeWorkspace(t *testing.T) {
+	peer := executor(t, `echo working; echo "fixed" > src/a.txt; echo "all fixed" > "$AWCP_SUMMARY_FILE"`, nil)
+	cs := connect(t, Options{Peers: []Peer{{URL: peer}}, Transport: control.TransportArchive})
+	ws := workspace(t)
+
+	var o Outcome
+	res := call(t, cs, "delegate", map[string]any{
+		"description": "fix a", "prompt": "fix src/a.txt",
+		"cwd": filepath.Dir(ws), "workspace_dir": filepath.Base(ws), // relative, against cwd
+	}, &o)
+	if res.IsError || o.State != "completed" || o.Summary != "all fixed" {
+		t.Fatalf("delegate: isError %v, %+v\n%s", res.IsError, o, text(res))
+	}
+	if len(o.Highlights) != 1 || o.Highlights[0] != "src/a.txt" || o.WorkspaceDir != ws || o.PeerURL != peer {
+		t.Fatalf("outcome %+v", o)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "src/a.txt")); string(b) != "fixed\n" {
+		t.Fatalf("result not applied: %q", b)
+	}
+	if !strings.Contains(text(res), "all fixed") {
+		t.Errorf("text lacks the summary:\n%s", text(res))
+	}
+}
+
+// Refused calls are tool errors with a spec code in the structured result
+// — never protocol errors — and nothing is delegated.
+func TestToolErrorsCarrySpecCodes(t *testing.T) {
+	peer := executor(t, `true`, nil)
+	cs := connect(t, Options{Peers: []Peer{{URL: peer}, {URL: peer + "/second"}}, Transport: control.TransportArchive})
+	ws := workspace(t)
+	tests := []struct {
+		name, tool string
+		args       map[string]any
+		code       string
+	}{
+		{name: "missing workspace", tool: "delegate", code: control.CodeWorkspaceNotFound,
+			args: map[string]any{"description": "d", "prompt": "p", "peer_url": peer, "workspace_dir": filepath.Join(ws, "nope")}},
+		{name: "file as workspace", tool: "delegate", code: control.CodeWorkspaceInvalid,
+			args: map[string]any{"description": "d", "prompt": "p", "peer_url": peer, "workspace_dir": filepath.Join(ws, "src/a.txt")}},
+		{name: "no prompt", tool: "delegate", code: control.CodeWorkspaceInvalid,
+			args: map[string]any{"description": "d", "peer_url": peer, "workspace_dir": ws}},
+		{name: "bad access mode", tool: "delegate", code: control.CodeWorkspaceInvalid,
+			args: map[string]any{"description": "d", "prompt": "p", "peer_url": peer, "workspace_dir": ws, "access_mode": "wx"}},
+		{name: "ttl of the wrong type", tool: "delegate", code: control.CodeWorkspaceInvalid,
+			args: map[string]any{"description": "d", "prompt": "p", "peer_url": peer, "workspace_dir": ws, "ttl_seconds": "soon"}},
+		{name: "no peer among several", tool: "delegate", code: control.CodeDeclined,
+			args: map[string]any{"description": "d", "prompt": "p", "workspace_dir": ws}},
+		{name: "unreachable peer", tool: "delegate", code: control.CodeDeclined,
+			args: map[string]any{"description": "d", "prompt": "p", "workspace_dir": ws, "peer_url": "http://127.0.0.1:1"}},
+		{name: "unknown delegation", tool: "delegate_output", code: control.CodeDeclined,
+			args: map[string]any{"delegation_id": "nope"}},
+		{name: "cancel without arguments", tool: "delegate_cancel", code: control.CodeDeclined, args: map[string]any{}},
+		{name: "status of an unknown delegation", tool: "delegate_status", code: control.CodeDeclined,
+			args: map[string]any{"delegation_id": "nope"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out struct {
+				Error *Failure `json:"error"`
+			}
+			res := call(t, cs, tt.tool, tt.args, &out)
+			if !res.IsError || out.Error == nil || out.Error.Code != tt.code {
+				t.Fatalf("want a tool error %s, got isError %v %+v\n%s", tt.code, res.IsError, out.Error, text(res))
+			}
+			if !strings.Contains(text(res), "error "+tt.code+":") {
+				t.Errorf("text does not name the code:\n%s", text(res))
+			}
+		})
+	}
+	// The failed delegation to an unreachable peer is on record, ended.
+	var st StatusResult
+	call(t, cs, "delegate_status", nil, &st)
+	if len(st.Delegations) != 1 || st.Delegations[0].State != "error" {
+		t.Fatalf("status after refusals: %+v", st)
+	}
+}
+
+func TestBackgroundOutputCancel(t *testing.T) {
+	peer := executor(t, `echo started; sleep 30`, nil)
+	cs := connect(t, Options{Peers: []Peer{{URL: peer}}, Transport: control.TransportArchive})
+	ws := workspace(t)
+
+	var o Outcome
+	res := call(t, cs, "delegate", map[string]any{"description": "slow", "prompt": "take your time",
+		"workspace_dir": ws, "background": true}, &o)
+	if res.IsError || o.DelegationID == "" {
+		t.Fatalf("background delegate: %+v\n%s", o, text(res))
+	}
+	id := o.DelegationID
+
+	// Not ended within a short block: an answer, not an error.
+	start := time.Now()
+	res = call(t, cs, "delegate_output", map[string]any{"delegation_id": id[:8], "block": true, "timeout": 0.5}, &o)
+	if res.IsError || o.State == "completed" || time.Since(start) < 400*time.Millisecond {
+		t.Fatalf("blocking output on a running task: %+v after %s\n%s", o, time.Since(start), text(res))
+	}
+
+	var cr CancelResult
+	res = call(t, cs, "delegate_cancel", map[string]any{"delegation_id": id, "all": false}, &cr)
+	if res.IsError || len(cr.Cancelled) != 1 || cr.Cancelled[0].State != "cancelled" {
+		t.Fatalf("cancel: %+v\n%s", cr, text(res))
+	}
+	// A cancelled delegation's output is a tool error with CANCELLED.
+	res = call(t, cs, "delegate_output", map[string]any{"delegation_id": id}, &o)
+	if !res.IsError || o.Error == nil || o.Error.Code != control.CodeCancelled {
+		t.Fatalf("output after cancel: %+v\n%s", o, text(res))
+	}
+	// all wins over a delegation_id, and with nothing live cancels nothing.
+	cr = CancelResult{}
+	res = call(t, cs, "delegate_cancel", map[string]any{"delegation_id": "whatever", "all": true}, &cr)
+	if res.IsError || len(cr.Cancelled) != 0 {
+		t.Fatalf("cancel all: %+v\n%s", cr, text(res))
+	}
+}
+
+// The sync call ends with its client: a cancelled call cancels the
+// delegation, as Ctrl-C does for `awcp-ctl export`.
+func TestCancelledCallCancelsDelegation(t *testing.T) {
+	peer := executor(t, `sleep 30`, nil)
+	cs := connect(t, Options{Peers: []Peer{{URL: peer}}, Transport: control.TransportArchive})
+	ws := workspace(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delegate",
+			Arguments: map[string]any{"description": "d", "prompt": "p", "workspace_dir": ws}})
+		errc <- err
+	}()
+	var id string
+	for deadline := time.Now().Add(10 * time.Second); id == ""; {
+		var st StatusResult
+		call(t, cs, "delegate_status", nil, &st)
+		if len(st.Delegations) == 1 && st.Delegations[0].State == "running" {
+			id = st.Delegations[0].DelegationID
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never running: %+v", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: %v", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var st StatusResult
+		call(t, cs, "delegate_status", map[string]any{"delegation_id": id}, &st)
+		if st.Delegations[0].State == "cancelled" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delegation not cancelled with its call: %+v", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestDiscoveryDescribesPeers(t *testing.T) {
+	peer := executor(t, `true`, func(o *control.ExecutorOptions) {
+		o.Name, o.Description = "gpu-box", "trains models\nand runs CUDA"
+		o.Skills = []control.CardSkill{{ID: "cuda", Name: "cuda", Description: "CUDA kernels"}}
+	})
+	peers := Discover(context.Background(), nil, []string{peer, "http://127.0.0.1:1"}, "", 2*time.Second)
+	if peers[0].Err != nil || peers[0].Name() != "gpu-box" || peers[1].Err == nil {
+		t.Fatalf("discovery: %+v", peers)
+	}
+	cs := connect(t, Options{Peers: peers})
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var desc string
+	names := map[string]*mcp.Tool{}
+	for _, tool := range tools.Tools {
+		names[tool.Name] = tool
+	}
+	for _, want := range []string{"delegate", "delegate_output", "delegate_cancel", "delegate_status"} {
+		if names[want] == nil {
+			t.Fatalf("tool %s missing; have %v", want, names)
+		}
+	}
+	desc = names["delegate"].Description
+	for _, want := range []string{peer + " — gpu-box: trains models and runs CUDA", "skill cuda: CUDA kernels",
+		"AWCP: yes; transports [archive]", "http://127.0.0.1:1 — offline at start"} {
+		if !strings.Contains(desc, want) {
+			t.Errorf("delegate's description lacks %q:\n%s", want, desc)
+		}
+	}
+	// A peer is also chosen by its card's name.
+	if url, err := pickPeer("gpu-box", peers); err != nil || url != peer {
+		t.Errorf("pickPeer by name: %q %v", url, err)
+	}
+}
