@@ -206,6 +206,7 @@ type delegation struct {
 	Transitions []struct {
 		To string `json:"to"`
 	} `json:"transitions"`
+	OwnerPID int `json:"ownerPid"`
 }
 
 // accepted reports whether the executor ever accepted the delegation (one
