@@ -81,7 +81,7 @@ func (p *inProcess) Cancel(ctx context.Context, id string) error {
 }
 
 func (p *inProcess) Find(id string) (*lease.Delegation, error) { return p.store.FindDelegation(id) }
-func (p *inProcess) List() ([]*lease.Delegation, error)       { return p.store.Delegations() }
+func (p *inProcess) List() ([]*lease.Delegation, error)        { return p.store.Delegations() }
 
 // connect serves New(opts) to an in-memory MCP client. opts.Delegator, if
 // nil, is an in-process one on a fresh store.
