@@ -27,8 +27,23 @@ type ExecutorOptions struct {
 	// WorkRoot is the only directory work dirs are made in, as
 	// {WorkRoot}/{delegationId}. Required, absolute.
 	WorkRoot string
-	// AgentCommand is the shell command run for every task. Required.
+	// AgentCommand is the shell command run for every task (agent.Shell).
+	// Required unless Worker is set.
 	AgentCommand string
+	// Worker runs each task's agent instead of AgentCommand: an ACP agent,
+	// say (acp.Worker).
+	Worker Worker
+	// Permission decides the agent's permission requests: PermissionAuto
+	// (the default) picks the first allow option, PermissionDeny the first
+	// reject option, PermissionForward asks the delegator with a
+	// "permission" event. Every decision is an event saying who made it.
+	Permission string
+	// PermissionTimeout cancels a forwarded request nobody answered.
+	// Default 5m.
+	PermissionTimeout time.Duration
+	// Sandbox is declared in ACCEPT. It must say what the worker enforces.
+	// Default: what a shell agent gets — exec and network, not confined.
+	Sandbox *SandboxProfile
 	// Store holds assignments and events. Required.
 	Store *lease.Store
 	// StateDir holds summary files. Required.
@@ -75,8 +90,13 @@ func (o ExecutorOptions) validate() error {
 	if !filepath.IsAbs(o.WorkRoot) {
 		errs = append(errs, errors.New("work root must be an absolute path"))
 	}
-	if o.AgentCommand == "" {
-		errs = append(errs, errors.New("agent command is required"))
+	if o.AgentCommand == "" && o.Worker == nil {
+		errs = append(errs, errors.New("an agent command or worker is required"))
+	}
+	switch o.Permission {
+	case "", PermissionAuto, PermissionDeny, PermissionForward:
+	default:
+		errs = append(errs, fmt.Errorf("permission policy %q is not auto, deny or forward", o.Permission))
 	}
 	if o.Store == nil || o.StateDir == "" {
 		errs = append(errs, errors.New("store and state dir are required"))
@@ -120,6 +140,19 @@ func (o ExecutorOptions) withDefaults() ExecutorOptions {
 	if o.Name == "" {
 		o.Name = "awcp-fs"
 	}
+	if o.Worker == nil {
+		o.Worker = agent.Shell{Command: o.AgentCommand, KillGrace: o.KillGrace}
+	}
+	if o.Permission == "" {
+		o.Permission = PermissionAuto
+	}
+	if o.PermissionTimeout <= 0 {
+		o.PermissionTimeout = 5 * time.Minute
+	}
+	if o.Sandbox == nil {
+		yes, no := true, false
+		o.Sandbox = &SandboxProfile{CwdOnly: &no, AllowNetwork: &yes, AllowExec: &yes}
+	}
 	if o.Description == "" {
 		o.Description = "AWCP executor: works on delegated workspaces with its own tools"
 	}
@@ -148,6 +181,9 @@ type Executor struct {
 type task struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the task goroutine has cleaned up
+	// asks are the permission requests forwarded to the delegator and not
+	// yet answered, by request id; guarded by Executor.mu.
+	asks map[string]*ask
 }
 
 // NewExecutor checks opts and builds an Executor.
@@ -458,15 +494,13 @@ func (e *Executor) admit(inv *Invite, peer string) (*Accept, *ProtocolError) {
 		return nil, Errorf(CodeDeclined, "the executor cannot record the delegation")
 	}
 	e.sched.Kick()
-	yes, no := true, false
 	return &Accept{
 		BaseMessage:     header(TypeAccept, inv.DelegationID),
 		ExecutorWorkDir: ExecutorWorkDir{Path: wd},
 		ExecutorConstraints: &ExecutorConstraints{
 			AcceptedAccessMode: mode,
 			MaxTTLSeconds:      int64(e.opts.MaxTTL / time.Second),
-			// Honest: the agent runs as a normal process, with the network.
-			SandboxProfile: &SandboxProfile{CwdOnly: &no, AllowNetwork: &yes, AllowExec: &yes},
+			SandboxProfile:     e.opts.Sandbox,
 		},
 	}, nil
 }
@@ -548,7 +582,7 @@ func (e *Executor) start(ctx context.Context, st *Start) *ProtocolError {
 	}
 
 	tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	t := &task{cancel: cancel, done: make(chan struct{})}
+	t := &task{cancel: cancel, done: make(chan struct{}), asks: map[string]*ask{}}
 	e.mu.Lock()
 	e.tasks[id] = t
 	e.mu.Unlock()
@@ -630,26 +664,25 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		log.Warn("scan work dir before the task", "err", err)
 	}
 
-	lines := make(chan string, 256)
+	updates := make(chan agent.Update, 256)
 	var pumpDone sync.WaitGroup
 	pumpDone.Add(1)
-	go func() { defer pumpDone.Done(); e.pumpProgress(a.ID, lines) }()
+	go func() { defer pumpDone.Done(); e.pumpProgress(a.ID, updates) }()
 
 	os.MkdirAll(filepath.Dir(e.summaryFile(a.ID)), 0o700)
-	res, err := agent.Run(ctx, agent.Task{
+	res, err := e.opts.Worker.Run(ctx, agent.Task{
 		DelegationID: a.ID, Prompt: a.Prompt, Description: a.Description,
 		WorkDir: a.WorkDir, AccessMode: a.AccessMode, SummaryFile: e.summaryFile(a.ID),
-	}, agent.Options{
-		Command:   e.opts.AgentCommand,
-		KillGrace: e.opts.KillGrace,
+	}, agent.Hooks{
 		Started: func(pid int) {
 			if _, err := e.store.UpdateAssignment(a.ID, func(a *lease.Assignment) error { a.AgentPID = pid; return nil }); err != nil {
 				log.Warn("record agent pid", "err", err)
 			}
 		},
-		Line: func(l string) { lines <- l },
+		Update:     func(u agent.Update) { updates <- u },
+		Permission: func(ctx context.Context, req agent.PermissionRequest) agent.Decision { return e.decide(ctx, a.ID, t, req) },
 	})
-	close(lines)
+	close(updates)
 	pumpDone.Wait()
 	if errors.Is(err, agent.ErrKilled) {
 		return // cancel, expiry or shutdown: the one who ended it reported it
@@ -661,13 +694,9 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	case err != nil:
 		ev = lease.SendError
 		final = e.eventJSON(&Event{DelegationID: a.ID, Type: EventError, Code: CodeTaskFailed, Message: "the agent could not run: " + err.Error()})
-	case res.ExitCode != 0:
+	case res.Failed != "":
 		ev = lease.SendError
-		msg := fmt.Sprintf("the agent exited with status %d", res.ExitCode)
-		if res.StderrTail != "" {
-			msg += ": " + res.StderrTail
-		}
-		final = e.eventJSON(&Event{DelegationID: a.ID, Type: EventError, Code: CodeTaskFailed, Message: msg})
+		final = e.eventJSON(&Event{DelegationID: a.ID, Type: EventError, Code: CodeTaskFailed, Message: res.Failed})
 	default:
 		ev = lease.ReceiveDone
 		final, err = e.doneEvent(ctx, a, before, res.Summary)
@@ -715,19 +744,19 @@ func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before ar
 		Highlights: archive.Changed(before, after), ResultBase64: result}), nil
 }
 
-// pumpProgress turns agent output lines into status events, writing all
-// lines that queued up meanwhile in one transaction.
-func (e *Executor) pumpProgress(id string, lines <-chan string) {
-	for l := range lines {
-		batch := [][]byte{e.progress(id, l)}
+// pumpProgress turns the worker's updates into status events, writing all
+// that queued up meanwhile in one transaction.
+func (e *Executor) pumpProgress(id string, updates <-chan agent.Update) {
+	for u := range updates {
+		batch := [][]byte{e.progress(id, u)}
 	drain:
 		for len(batch) < 512 {
 			select {
-			case l, ok := <-lines:
+			case u, ok := <-updates:
 				if !ok {
 					break drain
 				}
-				batch = append(batch, e.progress(id, l))
+				batch = append(batch, e.progress(id, u))
 			default:
 				break drain
 			}
@@ -739,8 +768,8 @@ func (e *Executor) pumpProgress(id string, lines <-chan string) {
 	}
 }
 
-func (e *Executor) progress(id, line string) []byte {
-	return e.eventJSON(&Event{DelegationID: id, Type: EventStatus, Status: StatusProgress, Message: line})
+func (e *Executor) progress(id string, u agent.Update) []byte {
+	return e.eventJSON(&Event{DelegationID: id, Type: EventStatus, Status: StatusProgress, Message: u.Message, Progress: u.Progress})
 }
 
 func (e *Executor) validToken(tok string) bool {

@@ -25,6 +25,7 @@ func (e *Executor) Handler() http.Handler {
 	mux.HandleFunc("/awcp", e.method(http.MethodPost, e.handleMessage))
 	mux.HandleFunc("/awcp/tasks/{id}/events", e.method(http.MethodGet, e.handleEvents))
 	mux.HandleFunc("/awcp/cancel/{id}", e.method(http.MethodPost, e.handleCancel))
+	mux.HandleFunc("/awcp/tasks/{id}/permission", e.method(http.MethodPost, e.handlePermission))
 	mux.HandleFunc("/awcp/status", e.method(http.MethodGet, e.handleStatus))
 	mux.HandleFunc("/.well-known/agent-card.json", e.method(http.MethodGet, e.handleCard))
 	mux.HandleFunc("/.well-known/agent.json", e.method(http.MethodGet, e.handleCard))

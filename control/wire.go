@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/awcp/awcp/control/agent"
 )
 
 // Version is the only protocol version this implementation speaks.
@@ -49,6 +51,17 @@ const (
 	EventStatus = "status"
 	EventDone   = "done"
 	EventError  = "error"
+	// EventPermission is an extension of v1: an ACP agent's permission
+	// request, pending or decided. Delegators that do not know the type
+	// ignore it, so the v1 wire stays compatible.
+	EventPermission = "permission"
+)
+
+// Outcomes of a permission event.
+const (
+	PermissionPending   = "pending"   // forwarded: waits for POST /awcp/tasks/{id}/permission
+	PermissionSelected  = "selected"  // OptionID was chosen, by DecidedBy
+	PermissionCancelled = "cancelled" // nobody chose: timeout, or the task ended
 )
 
 // Status values of a status event.
@@ -204,6 +217,25 @@ type Event struct {
 	// error (Message is shared with status)
 	Code string `json:"code,omitempty"`
 	Hint string `json:"hint,omitempty"`
+
+	// permission (an extension of v1; Message is the tool call's title)
+	RequestID string             `json:"requestId,omitempty"`
+	ToolCall  json.RawMessage    `json:"toolCall,omitempty"`
+	Options   []PermissionOption `json:"options,omitempty"`
+	Outcome   string             `json:"outcome,omitempty"`
+	OptionID  string             `json:"optionId,omitempty"`
+	DecidedBy string             `json:"decidedBy,omitempty"`
+}
+
+// PermissionOption is one choice of a permission event (ACP's
+// PermissionOption), as the worker reports it.
+type PermissionOption = agent.PermissionOption
+
+// PermissionAnswer is the body of POST /awcp/tasks/{id}/permission: the
+// delegator's choice for a pending request.
+type PermissionAnswer struct {
+	RequestID string `json:"requestId"`
+	OptionID  string `json:"optionId"`
 }
 
 // Terminal reports whether no event follows this one.

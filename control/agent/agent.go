@@ -57,6 +57,8 @@ type Result struct {
 	ExitCode   int    // -1 if killed by a signal
 	Summary    string // $AWCP_SUMMARY_FILE if written, else the stdout tail
 	StderrTail string
+	// Failed, if set, says why the task failed (TASK_FAILED); else it is done.
+	Failed string
 }
 
 // ErrKilled is returned when the run's context ended the agent.
@@ -67,6 +69,32 @@ const (
 	stderrTailBytes = 4 << 10
 	summaryMaxBytes = 64 << 10
 )
+
+// Command is the agent's process for task t, not yet started: command run
+// by /bin/sh in the work dir, in a process group of its own, with the task
+// in its environment (after os.Environ and env) — never in a command line.
+//
+// The shell enters the work dir itself: the child must not chdir into it
+// between fork and exec. When the work dir is a FUSE mount served by this
+// very process, that chdir waits for our FUSE server while our forking
+// thread waits for the child, and a garbage collection that stops the
+// world in between deadlocks the daemon (go-fuse's "forking with the cwd in
+// your own mount").
+func Command(t Task, command string, env []string) *exec.Cmd {
+	cmd := exec.Command("/bin/sh", "-c", `cd -- "$AWCP_WORKDIR" || exit 125; exec /bin/sh -c "$AWCP_AGENT_CMD"`)
+	cmd.Dir = "/"
+	cmd.Env = append(append(os.Environ(), env...),
+		"AWCP_AGENT_CMD="+command,
+		"AWCP_PROMPT="+t.Prompt,
+		"AWCP_DESCRIPTION="+t.Description,
+		"AWCP_DELEGATION_ID="+t.DelegationID,
+		"AWCP_WORKDIR="+t.WorkDir,
+		"AWCP_ACCESS_MODE="+t.AccessMode,
+		"AWCP_SUMMARY_FILE="+t.SummaryFile,
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd
+}
 
 // Run runs the agent to completion, or until ctx ends; then the whole
 // process group is killed and Run returns an error wrapping ErrKilled and
@@ -81,26 +109,8 @@ func Run(ctx context.Context, t Task, opts Options) (*Result, error) {
 	if opts.MaxLine <= 0 {
 		opts.MaxLine = 4 << 10
 	}
-	// The shell enters the work dir itself: the child must not chdir into
-	// it between fork and exec. When the work dir is a FUSE mount served
-	// by this very process, that chdir waits for our FUSE server while our
-	// forking thread waits for the child, and a garbage collection that
-	// stops the world in between deadlocks the daemon (go-fuse's "forking
-	// with the cwd in your own mount"). The command itself still comes only
-	// from the environment, never spliced into a command line.
-	cmd := exec.Command("/bin/sh", "-c", `cd -- "$AWCP_WORKDIR" || exit 125; exec /bin/sh -c "$AWCP_AGENT_CMD"`)
-	cmd.Dir = "/"
-	cmd.Env = append(append(os.Environ(), opts.Env...),
-		"AWCP_AGENT_CMD="+opts.Command,
-		"AWCP_PROMPT="+t.Prompt,
-		"AWCP_DESCRIPTION="+t.Description,
-		"AWCP_DELEGATION_ID="+t.DelegationID,
-		"AWCP_WORKDIR="+t.WorkDir,
-		"AWCP_ACCESS_MODE="+t.AccessMode,
-		"AWCP_SUMMARY_FILE="+t.SummaryFile,
-	)
+	cmd := Command(t, opts.Command, opts.Env)
 	cmd.Stdin = strings.NewReader(t.Prompt)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// A pipe of our own rather than StdoutPipe: a background process the
 	// agent leaves behind may hold stdout open, and must not keep Run
 	// waiting once the agent itself has exited.
@@ -116,7 +126,7 @@ func Run(ctx context.Context, t Task, opts Options) (*Result, error) {
 	}
 	defer stderrR.Close()
 	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
-	stderr := &tailBuffer{max: stderrTailBytes}
+	stderr := &Tail{Max: stderrTailBytes}
 	if t.SummaryFile != "" {
 		os.Remove(t.SummaryFile)
 	}
@@ -226,24 +236,25 @@ func readSummary(path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex // guards buf: written by the copier, read after it ends
-	max int
+// Tail keeps the last Max bytes written to it; it is safe for one writer
+// and concurrent readers.
+type Tail struct {
+	Max int
+	mu  sync.Mutex // guards buf
 	buf bytes.Buffer
 }
 
-func (b *tailBuffer) Write(p []byte) (int, error) {
+func (b *Tail) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.buf.Write(p)
-	if extra := b.buf.Len() - b.max; extra > 0 {
+	if extra := b.buf.Len() - b.Max; extra > 0 {
 		b.buf.Next(extra)
 	}
 	return len(p), nil
 }
 
-func (b *tailBuffer) String() string {
+func (b *Tail) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
