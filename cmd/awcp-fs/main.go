@@ -19,6 +19,7 @@ import (
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/acp"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -42,8 +43,16 @@ func serveCommand(ctx context.Context) *cli.Command {
 		Flags: append(clikit.CommonFlags(),
 			&cli.StringFlag{Name: "work-root", EnvVars: []string{"AWCP_WORK_ROOT"}, Required: true,
 				Usage: "directory under which each delegation gets {work-root}/{delegationId}"},
-			&cli.StringFlag{Name: "agent-cmd", EnvVars: []string{"AWCP_AGENT_CMD"}, Required: true,
+			&cli.StringFlag{Name: "agent-cmd", EnvVars: []string{"AWCP_AGENT_CMD"},
 				Usage: "shell command run in the work dir for each task; the task comes in $AWCP_PROMPT and on stdin"},
+			&cli.StringFlag{Name: "agent-acp", EnvVars: []string{"AWCP_AGENT_ACP"},
+				Usage: "instead of --agent-cmd: an ACP agent's command (e.g. an ACP adapter of a coding agent), spoken to over its stdio"},
+			&cli.StringFlag{Name: "permission", EnvVars: []string{"AWCP_PERMISSION"}, Value: control.PermissionAuto,
+				Usage: "ACP permission requests: auto (first allow option), deny (first reject option) or forward (the delegator decides)"},
+			&cli.DurationFlag{Name: "permission-timeout", EnvVars: []string{"AWCP_PERMISSION_TIMEOUT"}, Value: 5 * time.Minute,
+				Usage: "a forwarded permission request unanswered this long is cancelled"},
+			&cli.BoolFlag{Name: "allow-exec", EnvVars: []string{"AWCP_ALLOW_EXEC"}, Value: true,
+				Usage: "let ACP agents run commands through terminal/create (declared in ACCEPT's sandbox profile)"},
 			&cli.StringFlag{Name: "listen", EnvVars: []string{"AWCP_LISTEN"}, Value: "127.0.0.1:10200",
 				Usage: "HTTP address to serve /awcp on"},
 			&cli.IntFlag{Name: "max-concurrent", EnvVars: []string{"AWCP_MAX_CONCURRENT"}, Value: 5,
@@ -115,29 +124,47 @@ func serve(ctx context.Context, c *cli.Context) error {
 		// a delegator on auto falls back.
 		transports = append(transports, &control.SSHFSExecutor{Disabled: true})
 	}
+	var worker control.Worker
+	var sandbox *control.SandboxProfile
+	switch cmd, acpCmd := c.String("agent-cmd"), c.String("agent-acp"); {
+	case cmd != "" && acpCmd != "":
+		return clikit.UsageError("give --agent-cmd or --agent-acp, not both")
+	case cmd == "" && acpCmd == "":
+		return clikit.UsageError("an agent is required: --agent-cmd CMD, or --agent-acp CMD for an ACP agent")
+	case acpCmd != "":
+		worker = acp.Worker{Command: acpCmd, AllowExec: c.Bool("allow-exec"), Logger: log}
+		// What the ACP client enforces: its file and terminal callbacks
+		// stay in the work dir, and terminal/create follows --allow-exec.
+		yes, exec := true, c.Bool("allow-exec")
+		sandbox = &control.SandboxProfile{CwdOnly: &yes, AllowNetwork: &yes, AllowExec: &exec}
+	}
 	store, err := lease.Open(filepath.Join(state, "executor.db"), lease.Options{})
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	exec, err := control.NewExecutor(control.ExecutorOptions{
-		WorkRoot:      root,
-		AgentCommand:  c.String("agent-cmd"),
-		Store:         store,
-		StateDir:      state,
-		Transports:    transports,
-		MaxConcurrent: c.Int("max-concurrent"),
-		MaxTTL:        c.Duration("max-ttl"),
-		AccessModes:   c.StringSlice("access"),
-		Tokens:        c.StringSlice("token"),
-		Retention:     c.Duration("retention"),
-		StartTimeout:  c.Duration("start-timeout"),
-		KeepAlive:     c.Duration("keepalive"),
-		Name:          c.String("name"),
-		Description:   c.String("description"),
-		Skills:        skills(*c.Generic("skill").(*repeated)),
-		Version:       clikit.Version,
-		Logger:        log,
+		WorkRoot:          root,
+		AgentCommand:      c.String("agent-cmd"),
+		Worker:            worker,
+		Sandbox:           sandbox,
+		Permission:        c.String("permission"),
+		PermissionTimeout: c.Duration("permission-timeout"),
+		Store:             store,
+		StateDir:          state,
+		Transports:        transports,
+		MaxConcurrent:     c.Int("max-concurrent"),
+		MaxTTL:            c.Duration("max-ttl"),
+		AccessModes:       c.StringSlice("access"),
+		Tokens:            c.StringSlice("token"),
+		Retention:         c.Duration("retention"),
+		StartTimeout:      c.Duration("start-timeout"),
+		KeepAlive:         c.Duration("keepalive"),
+		Name:              c.String("name"),
+		Description:       c.String("description"),
+		Skills:            skills(*c.Generic("skill").(*repeated)),
+		Version:           clikit.Version,
+		Logger:            log,
 	})
 	if err != nil {
 		return clikit.UsageError("%v", err)

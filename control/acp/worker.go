@@ -1,0 +1,227 @@
+// Package acp runs an ACP agent (Agent Client Protocol: JSON-RPC 2.0 over
+// the agent's stdio) as the executor's worker: the executor is the ACP
+// client. For each task it starts the agent in the work dir, initializes,
+// opens a session there and sends the delegation's prompt; the agent's
+// session updates become progress, its stop reason the task's end.
+//
+// # Client callbacks
+//
+// The executor serves fs/read_text_file, fs/write_text_file and the
+// terminal/* methods, confined to the work dir: paths must be absolute and
+// inside it (symlinks included), a ro delegation refuses writes, and with
+// AllowExec false terminal/create is refused. Unknown methods get -32601 and
+// malformed params -32602 from acp-go-sdk.
+//
+// # Ending
+//
+// A turn that ends with end_turn is done; refusal, max_tokens and
+// max_turn_requests fail the task. When the task's context ends (cancel,
+// expiry) the worker sends session/cancel, answers pending permission
+// requests with cancelled, waits CancelGrace for the turn to end, then
+// stops the agent's process group.
+package acp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	acpsdk "github.com/coder/acp-go-sdk"
+
+	"github.com/awcp/awcp/control/agent"
+)
+
+// Worker runs an ACP agent for each task. It is a control.Worker.
+type Worker struct {
+	// Command starts the agent (run by /bin/sh in the work dir). Required.
+	Command string
+	// AllowExec permits terminal/create. The executor declares it in
+	// ACCEPT's sandbox profile.
+	AllowExec bool
+	// CancelGrace is how long a cancelled turn may take to end with
+	// stopReason cancelled before the agent is stopped. Default 5s.
+	CancelGrace time.Duration
+	// KillGrace is the time between SIGTERM and SIGKILL. Default 2s.
+	KillGrace time.Duration
+	// Logger receives the agent's stderr and protocol diagnostics.
+	// Default slog.Default().
+	Logger *slog.Logger
+}
+
+const stderrTailBytes = 4 << 10
+
+// Run runs the agent on t until its turn ends or ctx does. Like
+// agent.Run, an ended ctx returns an error wrapping agent.ErrKilled.
+func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Result, error) {
+	if w.Command == "" {
+		return nil, errors.New("acp: agent command is empty")
+	}
+	if w.CancelGrace <= 0 {
+		w.CancelGrace = 5 * time.Second
+	}
+	if w.KillGrace <= 0 {
+		w.KillGrace = 2 * time.Second
+	}
+	if w.Logger == nil {
+		w.Logger = slog.Default()
+	}
+	log := w.Logger.With("delegation", t.DelegationID)
+
+	cmd := agent.Command(t, w.Command, nil)
+	// Pipes of our own (see agent.Run): a child the agent leaves behind may
+	// hold them open after the agent itself has exited.
+	toAgent, toAgentW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	fromAgent, fromAgentW, err := os.Pipe()
+	if err != nil {
+		toAgent.Close()
+		toAgentW.Close()
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		toAgent.Close()
+		toAgentW.Close()
+		fromAgent.Close()
+		fromAgentW.Close()
+		return nil, err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = toAgent, fromAgentW, errW
+	err = cmd.Start()
+	toAgent.Close()
+	fromAgentW.Close()
+	errW.Close()
+	if err != nil {
+		toAgentW.Close()
+		fromAgent.Close()
+		errR.Close()
+		return nil, fmt.Errorf("start ACP agent: %w", err)
+	}
+	pgid := cmd.Process.Pid
+	if h.Started != nil {
+		h.Started(pgid)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+
+	stderr := &agent.Tail{Max: stderrTailBytes}
+	stderrDone := make(chan struct{})
+	go func() {
+		defer close(stderrDone)
+		sc := bufio.NewScanner(io.TeeReader(errR, stderr))
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for sc.Scan() {
+			log.Info("agent stderr", "line", sc.Text())
+		}
+	}()
+
+	// Our requests to the agent live until the agent is stopped, so that a
+	// cancelled turn can still answer; the agent's requests to us
+	// (permissions above all) end with the task, answered cancelled.
+	reqCtx, endRequests := context.WithCancel(context.Background())
+	defer endRequests()
+	askCtx, endAsks := context.WithCancel(context.Background())
+	defer endAsks()
+	c, err := newClient(askCtx, t, w.AllowExec, h, log)
+	if err != nil {
+		toAgentW.Close()
+		fromAgent.Close()
+		w.stop(pgid, exited)
+		<-stderrDone
+		errR.Close()
+		return nil, err
+	}
+	conn := acpsdk.NewClientSideConnection(c, toAgentW, fromAgent)
+	conn.SetLogger(log.With("component", "acp"))
+
+	ended := make(chan turnEnd, 1)
+	go func() {
+		stop, err := c.turn(reqCtx, conn)
+		ended <- turnEnd{stop, err}
+	}()
+
+	var end turnEnd
+	killed := false
+	select {
+	case end = <-ended:
+	case <-ctx.Done():
+		killed = true
+		if sid, ok := c.session(); ok {
+			// Best effort and bounded: the agent may be wedged.
+			nctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			if err := conn.Cancel(nctx, acpsdk.CancelNotification{SessionId: sid}); err != nil {
+				log.Debug("session/cancel", "err", err)
+			}
+			cancel()
+		}
+		endAsks()
+		select {
+		case end = <-ended:
+			log.Info("turn cancelled", "stopReason", end.stop, "err", end.err)
+		case <-exited:
+		case <-time.After(w.CancelGrace):
+			log.Warn("the agent did not end its cancelled turn in time; stopping it")
+		}
+	}
+	// The turn is over: the agent's process group goes, and with it every
+	// terminal it left.
+	toAgentW.Close()
+	w.stop(pgid, exited)
+	endAsks()
+	endRequests()
+	c.releaseAll()
+	fromAgent.Close()
+	<-stderrDone
+	errR.Close()
+
+	if killed {
+		return nil, fmt.Errorf("%w: %w", agent.ErrKilled, context.Cause(ctx))
+	}
+	res := &agent.Result{ExitCode: cmd.ProcessState.ExitCode(), StderrTail: strings.TrimSpace(stderr.String())}
+	switch {
+	case end.err != nil:
+		res.Failed = "the ACP agent failed: " + end.err.Error()
+		if res.StderrTail != "" {
+			res.Failed += "; stderr: " + res.StderrTail
+		}
+	case end.stop == acpsdk.StopReasonEndTurn:
+		res.Summary = c.summary()
+	default:
+		res.Failed = fmt.Sprintf("the agent stopped: %s", end.stop)
+		if m := c.summary(); m != "" {
+			res.Failed += ": " + m
+		}
+	}
+	return res, nil
+}
+
+type turnEnd struct {
+	stop acpsdk.StopReason
+	err  error
+}
+
+// stop ends the agent's process group: SIGTERM, then SIGKILL after
+// KillGrace unless the agent exited; whatever else is left in the group is
+// killed either way.
+func (w Worker) stop(pgid int, exited <-chan struct{}) {
+	select {
+	case <-exited:
+	default:
+		syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(w.KillGrace):
+		}
+	}
+	syscall.Kill(-pgid, syscall.SIGKILL)
+	<-exited
+}
