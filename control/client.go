@@ -139,6 +139,12 @@ func (c *PeerClient) Cancel(ctx context.Context, id string) error {
 	return c.post(ctx, "/awcp/cancel/"+id, nil, &ok)
 }
 
+// Permit answers a permission request the executor forwarded.
+func (c *PeerClient) Permit(ctx context.Context, id, requestID, optionID string) error {
+	var ok StartResponse
+	return c.post(ctx, "/awcp/tasks/"+id+"/permission", PermissionAnswer{RequestID: requestID, OptionID: optionID}, &ok)
+}
+
 // Events reads id's event stream from after lastID, calling fn for each
 // event in order. It returns nil after a terminal event was handled, fn's
 // error if it fails, or the reason the stream broke off.

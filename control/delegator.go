@@ -445,6 +445,12 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 				return nil
 			})
 		}
+	case EventPermission:
+		_, err = d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
+			del.LastEventID = seq
+			recordPermission(del, ev, d.store.Now())
+			return nil
+		})
 	case EventError:
 		lev := lease.ReceiveError
 		switch {
@@ -558,4 +564,34 @@ func processAlive(pid int) bool {
 	}
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// recordPermission keeps a permission event in the delegation's record: a
+// new request, or the decision on one already known.
+func recordPermission(del *lease.Delegation, ev *Event, now time.Time) {
+	p := lease.Permission{RequestID: ev.RequestID, Title: ev.Message, Outcome: ev.Outcome,
+		OptionID: ev.OptionID, DecidedBy: ev.DecidedBy, At: now}
+	for _, o := range ev.Options {
+		p.Options = append(p.Options, lease.PermissionOption{OptionID: o.ID, Name: o.Name, Kind: o.Kind})
+	}
+	for i := range del.Permissions {
+		if del.Permissions[i].RequestID == p.RequestID {
+			del.Permissions[i] = p
+			return
+		}
+	}
+	del.Permissions = append(del.Permissions, p)
+}
+
+// Permit answers a pending permission request of delegation id, as the
+// delegator's user.
+func (d *Delegator) Permit(ctx context.Context, id, requestID, optionID string) error {
+	del, err := d.store.Delegation(id)
+	if err != nil {
+		return err
+	}
+	if del.State.Terminal() {
+		return Errorf(CodeDeclined, "delegation %s already ended (%s)", id, del.State)
+	}
+	return d.peer(del).Permit(ctx, id, requestID, optionID)
 }

@@ -679,8 +679,10 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 				log.Warn("record agent pid", "err", err)
 			}
 		},
-		Update:     func(u agent.Update) { updates <- u },
-		Permission: func(ctx context.Context, req agent.PermissionRequest) agent.Decision { return e.decide(ctx, a.ID, t, req) },
+		Update: func(u agent.Update) { updates <- u },
+		Permission: func(ctx context.Context, req agent.PermissionRequest) agent.Decision {
+			return e.decide(ctx, a.ID, t, req)
+		},
 	})
 	close(updates)
 	pumpDone.Wait()

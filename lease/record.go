@@ -70,6 +70,39 @@ type Delegation struct {
 	Changes         []string `json:"changes,omitempty"`   // "+ new", "~ changed", "- deleted"
 	Conflicts       []string `json:"conflicts,omitempty"` // local versions kept
 	Notes           []string `json:"notes,omitempty"`     // what the user should know, e.g. a transport fallback
+	// Permissions are the agent's permission requests, pending or decided,
+	// in the order asked.
+	Permissions []Permission `json:"permissions,omitempty"`
+}
+
+// Permission is a permission request of the executor's agent and what
+// became of it.
+type Permission struct {
+	RequestID string             `json:"requestId"`
+	Title     string             `json:"title"`
+	Options   []PermissionOption `json:"options"`
+	Outcome   string             `json:"outcome"`            // pending, selected or cancelled
+	OptionID  string             `json:"optionId,omitempty"` // when selected
+	DecidedBy string             `json:"decidedBy,omitempty"`
+	At        time.Time          `json:"at"` // of the last change
+}
+
+// PermissionOption is one choice of a Permission.
+type PermissionOption struct {
+	OptionID string `json:"optionId"`
+	Name     string `json:"name"`
+	Kind     string `json:"kind"`
+}
+
+// Pending lists the permission requests waiting for an answer.
+func (d *Delegation) Pending() []Permission {
+	var out []Permission
+	for _, p := range d.Permissions {
+		if p.Outcome == "pending" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Assignment is the executor's record of a lease it accepted.

@@ -177,6 +177,7 @@ func report(c *cli.Context, d *lease.Delegation) error {
 	for _, n := range d.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
+	printPermissions(w, d)
 	if f := d.Failure; f != nil && d.State != lease.Completed {
 		fmt.Fprintf(c.App.ErrWriter, "error %s: %s\n", f.Code, f.Message)
 		if f.Hint != "" {
@@ -187,6 +188,26 @@ func report(c *cli.Context, d *lease.Delegation) error {
 		fmt.Fprintf(w, "  lease expires: %s\n", d.ExpiresAt.Local().Format(time.DateTime))
 	}
 	return exitFor(d)
+}
+
+// printPermissions shows the agent's permission requests: how each was
+// decided and by whom, and how to answer the pending ones.
+func printPermissions(w io.Writer, d *lease.Delegation) {
+	for _, p := range d.Permissions {
+		opts := make([]string, len(p.Options))
+		for i, o := range p.Options {
+			opts[i] = fmt.Sprintf("%s (%s)", o.OptionID, o.Kind)
+		}
+		switch p.Outcome {
+		case control.PermissionPending:
+			fmt.Fprintf(w, "permission %s PENDING: %s\n  options: %s\n  answer: awcp-ctl permit %s %s OPTION\n",
+				p.RequestID, p.Title, strings.Join(opts, ", "), d.ID, p.RequestID)
+		case control.PermissionSelected:
+			fmt.Fprintf(w, "permission %s: %s: %s, decided by %s\n", p.RequestID, p.Title, p.OptionID, p.DecidedBy)
+		default:
+			fmt.Fprintf(w, "permission %s: %s: %s (%s)\n", p.RequestID, p.Title, p.Outcome, p.DecidedBy)
+		}
+	}
 }
 
 func exitFor(d *lease.Delegation) error {
@@ -345,6 +366,40 @@ func cancelCommand() *cli.Command {
 			if failed {
 				return clikit.Failed()
 			}
+			return nil
+		},
+	}
+}
+
+func permitCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "permit",
+		Usage:     "answer a permission request the executor's agent forwarded",
+		ArgsUsage: "ID REQUEST OPTION",
+		Flags:     clikit.CommonFlags(),
+		Action: func(c *cli.Context) error {
+			if c.Args().Len() != 3 {
+				return clikit.UsageError("permit takes a delegation id, a request id and an option id (see `awcp-ctl output ID`)")
+			}
+			e, err := openEnv(c)
+			if err != nil {
+				return err
+			}
+			d, err := e.resolve(c.Args().Get(0))
+			if err != nil {
+				return err
+			}
+			dlg, err := e.delegator(nil)
+			if err != nil {
+				return err
+			}
+			req, opt := c.Args().Get(1), c.Args().Get(2)
+			ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
+			defer cancel()
+			if err := dlg.Permit(ctx, d.ID, req, opt); err != nil {
+				return fail(c, err)
+			}
+			fmt.Fprintf(c.App.Writer, "answered %s of %s: %s\n", req, d.ID, opt)
 			return nil
 		},
 	}

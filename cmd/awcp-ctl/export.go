@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -86,6 +87,15 @@ func exportWait(ctx context.Context, c *cli.Context, e *env, req control.ExportR
 			fmt.Fprintf(errw, "awcp: executor is running the task\n")
 		case ev.Type == control.EventStatus:
 			fmt.Fprintf(errw, "  | %s\n", ev.Message)
+		case ev.Type == control.EventPermission && ev.Outcome == control.PermissionPending:
+			opts := make([]string, len(ev.Options))
+			for i, o := range ev.Options {
+				opts[i] = fmt.Sprintf("%s (%s)", o.ID, o.Kind)
+			}
+			fmt.Fprintf(errw, "awcp: the agent asks permission (%s): %s\n  options: %s\n  answer: awcp-ctl permit %s %s OPTION\n",
+				ev.RequestID, ev.Message, strings.Join(opts, ", "), id, ev.RequestID)
+		case ev.Type == control.EventPermission:
+			fmt.Fprintf(errw, "awcp: permission %s: %s %s (%s)\n", ev.RequestID, ev.Outcome, ev.OptionID, ev.DecidedBy)
 		}
 	})
 	if err != nil {

@@ -27,6 +27,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 			statusCommand(),
 			outputCommand(ctx),
 			cancelCommand(),
+			permitCommand(),
 			serveCommand(ctx),
 			mcpCommand(ctx),
 		},

@@ -190,6 +190,16 @@ func (m *mcpDelegator) Find(idOrPrefix string) (*lease.Delegation, error) {
 
 func (m *mcpDelegator) List() ([]*lease.Delegation, error) { return m.e.store.Delegations() }
 
+// Permit goes to the executor straight from here: the store has its
+// address and token, daemon or not.
+func (m *mcpDelegator) Permit(ctx context.Context, id, requestID, optionID string) error {
+	dlg, err := m.e.delegator(nil)
+	if err != nil {
+		return err
+	}
+	return dlg.Permit(ctx, id, requestID, optionID)
+}
+
 // close cancels the delegations this process still runs — their SSH
 // server ends with it — and waits for every goroutine it started.
 func (m *mcpDelegator) close() {

@@ -13,21 +13,32 @@ import (
 // Every field is optional, so that a call refused before any delegation
 // existed is an Outcome with only Error.
 type Outcome struct {
-	DelegationID string   `json:"delegation_id,omitempty"`
-	State        string   `json:"state,omitempty" jsonschema:"created, invited, accepted, started, running, completed, error, cancelled or expired"`
-	Description  string   `json:"description,omitempty"`
-	WorkspaceDir string   `json:"workspace_dir,omitempty"`
-	PeerURL      string   `json:"peer_url,omitempty"`
-	Transport    string   `json:"transport,omitempty" jsonschema:"sshfs (live mount) or archive"`
-	AccessMode   string   `json:"access_mode,omitempty"`
-	CreatedAt    string   `json:"created_at,omitempty"`
-	ExpiresAt    string   `json:"expires_at,omitempty" jsonschema:"when the lease ends (RFC 3339)"`
-	Summary      string   `json:"summary,omitempty" jsonschema:"the executor's summary, once completed"`
-	Highlights   []string `json:"highlights,omitempty" jsonschema:"files the executor created or changed"`
-	Changes      []string `json:"changes,omitempty" jsonschema:"archive transport: what was applied to the workspace (+ created, ~ changed, - deleted)"`
-	Conflicts    []string `json:"conflicts,omitempty" jsonschema:"files changed locally meanwhile: the local version was kept"`
-	Notes        []string `json:"notes,omitempty"`
-	Error        *Failure `json:"error,omitempty"`
+	DelegationID string       `json:"delegation_id,omitempty"`
+	State        string       `json:"state,omitempty" jsonschema:"created, invited, accepted, started, running, completed, error, cancelled or expired"`
+	Description  string       `json:"description,omitempty"`
+	WorkspaceDir string       `json:"workspace_dir,omitempty"`
+	PeerURL      string       `json:"peer_url,omitempty"`
+	Transport    string       `json:"transport,omitempty" jsonschema:"sshfs (live mount) or archive"`
+	AccessMode   string       `json:"access_mode,omitempty"`
+	CreatedAt    string       `json:"created_at,omitempty"`
+	ExpiresAt    string       `json:"expires_at,omitempty" jsonschema:"when the lease ends (RFC 3339)"`
+	Summary      string       `json:"summary,omitempty" jsonschema:"the executor's summary, once completed"`
+	Highlights   []string     `json:"highlights,omitempty" jsonschema:"files the executor created or changed"`
+	Changes      []string     `json:"changes,omitempty" jsonschema:"archive transport: what was applied to the workspace (+ created, ~ changed, - deleted)"`
+	Conflicts    []string     `json:"conflicts,omitempty" jsonschema:"files changed locally meanwhile: the local version was kept"`
+	Notes        []string     `json:"notes,omitempty"`
+	Permissions  []Permission `json:"permissions,omitempty" jsonschema:"the executor agent's permission requests: pending ones wait for delegate_permission"`
+	Error        *Failure     `json:"error,omitempty"`
+}
+
+// Permission is a permission request of the executor's agent.
+type Permission struct {
+	RequestID string   `json:"request_id"`
+	Title     string   `json:"title"`
+	Options   []string `json:"options" jsonschema:"option ids with their kind, e.g. allow (allow_once)"`
+	Outcome   string   `json:"outcome" jsonschema:"pending, selected or cancelled"`
+	OptionID  string   `json:"option_id,omitempty"`
+	DecidedBy string   `json:"decided_by,omitempty"`
 }
 
 // Failure is a spec error (§4.6): code, message and hint.
@@ -51,6 +62,14 @@ func outcomeOf(d *lease.Delegation) Outcome {
 	}
 	if !d.State.Terminal() {
 		o.ExpiresAt = stamp(d.ExpiresAt)
+	}
+	for _, p := range d.Permissions {
+		v := Permission{RequestID: p.RequestID, Title: p.Title, Outcome: p.Outcome, OptionID: p.OptionID, DecidedBy: p.DecidedBy,
+			Options: []string{}}
+		for _, opt := range p.Options {
+			v.Options = append(v.Options, fmt.Sprintf("%s (%s)", opt.OptionID, opt.Kind))
+		}
+		o.Permissions = append(o.Permissions, v)
 	}
 	if f := d.Failure; f != nil && d.State != lease.Completed {
 		o.Error = &Failure{Code: f.Code, Message: f.Message, Hint: f.Hint}
@@ -90,6 +109,15 @@ func (o Outcome) text() string {
 	list("changes applied to the workspace", o.Changes)
 	list("conflicts (local versions kept)", o.Conflicts)
 	list("notes", o.Notes)
+	for _, p := range o.Permissions {
+		switch p.Outcome {
+		case "pending":
+			fmt.Fprintf(&b, "permission %s PENDING: %s; options: %s (answer with delegate_permission)\n",
+				p.RequestID, p.Title, strings.Join(p.Options, ", "))
+		default:
+			fmt.Fprintf(&b, "permission %s: %s: %s %s (by %s)\n", p.RequestID, p.Title, p.Outcome, p.OptionID, p.DecidedBy)
+		}
+	}
 	if o.ExpiresAt != "" {
 		fmt.Fprintf(&b, "lease ends %s\n", o.ExpiresAt)
 	}

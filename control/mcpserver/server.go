@@ -9,6 +9,8 @@
 //   - delegate_output: how a delegation stands or ended, optionally waiting.
 //   - delegate_cancel: one delegation, or all live ones.
 //   - delegate_status: the delegations in the store.
+//   - delegate_permission: answers a permission request of the executor's
+//     agent (an executor run with --permission forward).
 //
 // Bad arguments and delegations that end other than completed are tool
 // errors (isError) whose structured result carries the spec's error code,
@@ -51,6 +53,8 @@ type Delegator interface {
 	Find(idOrPrefix string) (*lease.Delegation, error)
 	// List returns every delegation, oldest first.
 	List() ([]*lease.Delegation, error)
+	// Permit answers a permission request the executor forwarded.
+	Permit(ctx context.Context, id, requestID, optionID string) error
 }
 
 // Options configures the server. Zero fields take the defaults noted.
@@ -151,6 +155,13 @@ func New(opts Options) (*mcp.Server, error) {
 			Title:       "List delegations",
 			Description: "The delegations made from this machine, newest last, with their states; or one, given delegation_id.",
 		}, s.status, nil),
+		addTool(srv, &mcp.Tool{
+			Name:  "delegate_permission",
+			Title: "Answer the executor agent's permission request",
+			Description: "An executor run with --permission forward asks before its agent's sensitive tool calls; " +
+				"delegate_output lists the pending requests (permissions with outcome pending) and their options. " +
+				"Answer with one option_id; unanswered requests are cancelled after the executor's timeout.",
+		}, s.permit, nil),
 	)
 	if err != nil {
 		return nil, err
@@ -345,6 +356,29 @@ func (s *server) cancel(ctx context.Context, _ *mcp.CallToolRequest, in cancelAr
 		res.Error = failureOf(errors.Join(errs...))
 	}
 	return res, nil
+}
+
+type permitArgs struct {
+	DelegationID string `json:"delegation_id" jsonschema:"the delegation (a unique prefix is enough)"`
+	RequestID    string `json:"request_id" jsonschema:"the pending request's id, e.g. perm-1"`
+	OptionID     string `json:"option_id" jsonschema:"the chosen option's id"`
+}
+
+func (s *server) permit(ctx context.Context, _ *mcp.CallToolRequest, in permitArgs) (Outcome, error) {
+	d, err := s.find(in.DelegationID)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if in.RequestID == "" || in.OptionID == "" {
+		return Outcome{}, control.Errorf(control.CodeDeclined, "request_id and option_id are required").
+			WithHint("delegate_output lists the pending requests and their options")
+	}
+	if err := s.dlg.Permit(ctx, d.ID, in.RequestID, in.OptionID); err != nil {
+		return Outcome{}, err
+	}
+	o := outcomeOf(d)
+	o.Notes = append(o.Notes, fmt.Sprintf("answered %s with %s", in.RequestID, in.OptionID))
+	return o, nil
 }
 
 type statusArgs struct {
