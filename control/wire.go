@@ -513,11 +513,18 @@ func DecodeEvent(data []byte) (*Event, error) {
 		if ev.Message == "" {
 			return nil, fieldErr("message", "is required")
 		}
+	case EventPermission:
+		if ev.RequestID == "" {
+			return nil, fieldErr("requestId", "is required")
+		}
+		if ev.Outcome == "" {
+			return nil, fieldErr("outcome", "is required")
+		}
 	case "":
 		return nil, fieldErr("type", "is required")
-	default:
-		return nil, fieldErr("type", "unknown event type %q", ev.Type)
 	}
+	// An event type this delegator does not know (a later extension) is
+	// returned as it is, for the caller to ignore: the stream goes on.
 	return &ev, nil
 }
 

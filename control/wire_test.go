@@ -180,3 +180,32 @@ func TestValidDelegationID(t *testing.T) {
 		}
 	}
 }
+
+// Events of a type this delegator does not know decode, so that the stream
+// goes on past them; the permission extension is checked like the rest.
+func TestDecodeEventExtensions(t *testing.T) {
+	const id = "dlg_ext"
+	tests := []struct {
+		name, json, field string
+	}{
+		{name: "unknown type passes", json: `{"delegationId":"dlg_ext","type":"heartbeat","timestamp":"2026-01-01T00:00:00Z","extra":1}`},
+		{name: "permission", json: `{"delegationId":"dlg_ext","type":"permission","timestamp":"2026-01-01T00:00:00Z","requestId":"perm-1","outcome":"pending","options":[{"optionId":"allow","name":"Allow","kind":"allow_once"}]}`},
+		{name: "permission without request", field: "requestId", json: `{"delegationId":"dlg_ext","type":"permission","timestamp":"2026-01-01T00:00:00Z","outcome":"pending"}`},
+		{name: "permission without outcome", field: "outcome", json: `{"delegationId":"dlg_ext","type":"permission","timestamp":"2026-01-01T00:00:00Z","requestId":"perm-1"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ev, err := DecodeEvent([]byte(tt.json))
+			var fe *FieldError
+			if tt.field != "" {
+				if !errors.As(err, &fe) || fe.Field != tt.field {
+					t.Fatalf("want a FieldError on %s, got %v", tt.field, err)
+				}
+				return
+			}
+			if err != nil || ev.DelegationID != id || ev.Terminal() {
+				t.Fatalf("decode: %+v %v", ev, err)
+			}
+		})
+	}
+}
