@@ -21,6 +21,14 @@ import (
 	"github.com/awcp/awcp/lease"
 )
 
+// Worker runs one task's agent in its work dir: agent.Shell for the
+// agent-command contract, acp.Worker for an ACP agent.
+type Worker interface {
+	Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Result, error)
+}
+
+var _ Worker = agent.Shell{}
+
 // ExecutorOptions configures an Executor. A zero field takes the default
 // noted on it; the required ones have none.
 type ExecutorOptions struct {

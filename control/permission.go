@@ -13,14 +13,6 @@ import (
 	"github.com/awcp/awcp/control/agent"
 )
 
-// Worker runs one task's agent in its work dir: agent.Shell for the
-// agent-command contract, acp.Worker for an ACP agent.
-type Worker interface {
-	Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Result, error)
-}
-
-var _ Worker = agent.Shell{}
-
 // Permission policies of an executor (ExecutorOptions.Permission).
 const (
 	PermissionAuto    = "auto"    // the first allow option
@@ -58,8 +50,8 @@ func (e *Executor) decide(ctx context.Context, id string, t *task, req agent.Per
 	outcome := PermissionSelected
 	if d.OptionID == "" {
 		outcome = PermissionCancelled
-		if d.By == "" {
-			d.By = e.opts.Permission + " policy: no matching option"
+		if e.opts.Permission != PermissionForward {
+			d.By += ": no matching option"
 		}
 	}
 	e.permissionEvent(id, req, outcome, d)

@@ -1,0 +1,88 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/awcp/awcp/control/agent"
+)
+
+// The policies pick by kind, never the first option blindly; with no
+// option of the kind wanted the request is cancelled, and the record says
+// why.
+func TestPermissionPolicies(t *testing.T) {
+	opts := []agent.PermissionOption{
+		{ID: "no", Name: "No", Kind: "reject_once"},
+		{ID: "always", Name: "Always", Kind: "allow_always"},
+		{ID: "yes", Name: "Yes", Kind: "allow_once"},
+	}
+	onlyReject := opts[:1]
+	tests := []struct {
+		name, policy string
+		options      []agent.PermissionOption
+		want         agent.Decision
+	}{
+		{name: "auto takes the first allow", policy: PermissionAuto, options: opts, want: agent.Decision{OptionID: "always", By: DecidedByPolicyAuto}},
+		{name: "deny takes the first reject", policy: PermissionDeny, options: opts, want: agent.Decision{OptionID: "no", By: DecidedByPolicyDeny}},
+		{name: "auto without an allow option", policy: PermissionAuto, options: onlyReject, want: agent.Decision{By: DecidedByPolicyAuto + ": no matching option"}},
+		{name: "forward times out", policy: PermissionForward, options: opts, want: agent.Decision{By: DecidedByTimeout}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newExecFixture(t, `true`, func(o *ExecutorOptions) {
+				o.Permission, o.PermissionTimeout = tt.policy, 50*time.Millisecond
+			})
+			tk := &task{asks: map[string]*ask{}}
+			got := f.e.decide(context.Background(), "dlg_perm", tk, agent.PermissionRequest{ID: "perm-1", Title: "x", Options: tt.options})
+			if got != tt.want {
+				t.Fatalf("decision %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// A forwarded request takes one valid answer, once.
+func TestForwardedAnswer(t *testing.T) {
+	f := newExecFixture(t, `true`, func(o *ExecutorOptions) { o.Permission = PermissionForward })
+	tk := &task{asks: map[string]*ask{}}
+	f.e.mu.Lock()
+	f.e.tasks["dlg_fwd"] = tk
+	f.e.mu.Unlock()
+	decided := make(chan agent.Decision, 1)
+	go func() {
+		decided <- f.e.decide(context.Background(), "dlg_fwd", tk, agent.PermissionRequest{ID: "perm-1",
+			Options: []agent.PermissionOption{{ID: "yes", Kind: "allow_once"}, {ID: "no", Kind: "reject_once"}}})
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		f.e.mu.Lock()
+		n := len(tk.asks)
+		f.e.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the request was never pending")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := f.e.answer("dlg_fwd", "perm-1", "maybe"); err == nil || errors.Is(err, errNoSuchAsk) {
+		t.Fatalf("an option not offered: %v", err)
+	}
+	if err := f.e.answer("dlg_fwd", "perm-9", "yes"); !errors.Is(err, errNoSuchAsk) {
+		t.Fatalf("an unknown request: %v", err)
+	}
+	if err := f.e.answer("dlg_fwd", "perm-1", "no"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.e.answer("dlg_fwd", "perm-1", "yes"); !errors.Is(err, errNoSuchAsk) {
+		t.Fatalf("a second answer: %v", err)
+	}
+	if d := <-decided; d != (agent.Decision{OptionID: "no", By: DecidedByDelegator}) {
+		t.Fatalf("decision %+v", d)
+	}
+	f.e.mu.Lock()
+	delete(f.e.tasks, "dlg_fwd")
+	f.e.mu.Unlock()
+}
