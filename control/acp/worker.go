@@ -150,9 +150,10 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 	}()
 
 	var end turnEnd
-	killed := false
+	killed, turnOver := false, false
 	select {
 	case end = <-ended:
+		turnOver = true
 	case <-ctx.Done():
 		killed = true
 		if sid, ok := c.session(); ok {
@@ -166,6 +167,7 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 		endAsks()
 		select {
 		case end = <-ended:
+			turnOver = true
 			log.Info("turn cancelled", "stopReason", end.stop, "err", end.err)
 		case <-exited:
 		case <-time.After(w.CancelGrace):
@@ -178,10 +180,19 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 	w.stop(pgid, exited)
 	endAsks()
 	endRequests()
-	c.releaseAll()
 	fromAgent.Close()
-	<-stderrDone
+	if !turnOver {
+		<-ended // the connection is closed: the turn fails at once
+	}
+	c.releaseAll()
+	// The group is gone, so stderr ends — unless something that left the
+	// group holds it; then it is cut off after a second.
+	select {
+	case <-stderrDone:
+	case <-time.After(time.Second):
+	}
 	errR.Close()
+	<-stderrDone
 
 	if killed {
 		return nil, fmt.Errorf("%w: %w", agent.ErrKilled, context.Cause(ctx))
