@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/agent"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -361,5 +362,57 @@ func TestDiscoveryDescribesPeers(t *testing.T) {
 	// A peer is also chosen by its card's name.
 	if url, err := pickPeer("gpu-box", peers); err != nil || url != peer {
 		t.Errorf("pickPeer by name: %q %v", url, err)
+	}
+}
+
+// askingWorker is an agent that asks one permission and reports the answer.
+type askingWorker struct{}
+
+func (askingWorker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Result, error) {
+	d := h.Permission(ctx, agent.PermissionRequest{ID: "perm-1", Title: "Delete build/", Options: []agent.PermissionOption{
+		{ID: "reject", Name: "Reject", Kind: "reject_once"}, {ID: "allow", Name: "Allow", Kind: "allow_once"}}})
+	return &agent.Result{Summary: "chose " + d.OptionID + " (" + d.By + ")"}, nil
+}
+
+// An executor that forwards permission requests: the model sees the
+// pending one in delegate_output and answers with delegate_permission.
+func TestDelegatePermission(t *testing.T) {
+	peer := executor(t, "", func(o *control.ExecutorOptions) {
+		o.Worker, o.Permission = askingWorker{}, control.PermissionForward
+	})
+	cs := connect(t, Options{Peers: []Peer{{URL: peer}}, Transport: control.TransportArchive})
+	var o Outcome
+	call(t, cs, "delegate", map[string]any{"description": "d", "prompt": "p", "workspace_dir": workspace(t), "background": true}, &o)
+	id := o.DelegationID
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		o = Outcome{}
+		res := call(t, cs, "delegate_output", map[string]any{"delegation_id": id}, &o)
+		if len(o.Permissions) == 1 && o.Permissions[0].Outcome == "pending" {
+			if !strings.Contains(text(res), "permission perm-1 PENDING: Delete build/; options: reject (reject_once), allow (allow_once)") {
+				t.Fatalf("pending request not shown:\n%s", text(res))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no pending permission: %+v", o)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var refused Outcome
+	res := call(t, cs, "delegate_permission", map[string]any{"delegation_id": id, "request_id": "perm-1", "option_id": "maybe"}, &refused)
+	if !res.IsError || refused.Error == nil || refused.Error.Code != control.CodeDeclined {
+		t.Fatalf("an option not offered: %+v\n%s", refused, text(res))
+	}
+	res = call(t, cs, "delegate_permission", map[string]any{"delegation_id": id, "request_id": "perm-1", "option_id": "allow"}, &o)
+	if res.IsError {
+		t.Fatalf("delegate_permission: %s", text(res))
+	}
+	o = Outcome{}
+	call(t, cs, "delegate_output", map[string]any{"delegation_id": id, "block": true, "timeout": 10}, &o)
+	if o.State != "completed" || o.Summary != "chose allow (delegator)" {
+		t.Fatalf("outcome %+v", o)
+	}
+	if len(o.Permissions) != 1 || o.Permissions[0].OptionID != "allow" || o.Permissions[0].DecidedBy != "delegator" {
+		t.Fatalf("permission record %+v", o.Permissions)
 	}
 }
