@@ -22,8 +22,11 @@ unit:
 e2e: build
 	AWCP_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout 10m ./test/e2e/...
 
-bench:
+# Micro-benchmarks, then the filesystem workloads on local disk, a go-fuse
+# loopback, sshfs and an awcp mount (root; BENCH_ROUNDS=1 for a quick run).
+bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./archive/ ./lease/ ./sshd/
+	BIN=$(BIN) bash test/bench/fs.sh
 
 demo: build
 	BIN=$(BIN) sh test/e2e/demo/run.sh

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# make bench, the filesystem part: the workloads of ../shared/bench/fsbench.sh
+# on a local directory, a go-fuse loopback mount (FUSE alone), sshfs over a
+# private loopback OpenSSH (what people use today) and a real awcp delegation
+# (awcp-ctl serve + awcp-fs serve, our FUSE client over our SSH server),
+# interleaved for BENCH_ROUNDS rounds. Prints one table of medians with the
+# ratios to local and to sshfs, the CPU time and peak RSS of the two awcp
+# daemons, and writes the table as TSV to $BENCH_OUT/fs.tsv.
+#
+# Env: BIN (the binaries, default ./bin), BENCH_ROUNDS (default 3),
+# FSBENCH_DIR (default ../shared/bench), BENCH_OUT (default ./bin/bench),
+# FSBENCH_ARGS (extra fsbench.sh flags, e.g. -F to skip fio).
+# Needs root and /dev/fuse; installs sshfs, openssh-server and fio from
+# Debian's packages if they are missing.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=${BIN:-$ROOT/bin}
+ROUNDS=${BENCH_ROUNDS:-3}
+FSBENCH_DIR=$(cd "${FSBENCH_DIR:-$ROOT/../shared/bench}" 2>/dev/null && pwd) ||
+	{ echo "bench: no fsbench at ${FSBENCH_DIR:-$ROOT/../shared/bench} (set FSBENCH_DIR)" >&2; exit 2; }
+FSBENCH=$FSBENCH_DIR/fsbench.sh
+OUT=${BENCH_OUT:-$ROOT/bin/bench}
+[ "$(id -u)" = 0 ] || { echo "bench: needs root (mounts, drop_caches, a private sshd)" >&2; exit 2; }
+[ -e /dev/fuse ] || { echo "bench: needs /dev/fuse" >&2; exit 2; }
+
+missing=""
+for pkg in sshfs openssh-server openssh-client fio git fuse3; do
+	dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
+done
+if [ -n "$missing" ]; then
+	echo "bench: installing$missing"
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+B=$(mktemp -d /tmp/awcp-bench.XXXXXX)
+mkdir -p "$B"/{ssh,src,local,mnt-loop,mnt-sshfs,run,work,results} "$OUT"
+chmod 700 "$B/ssh"
+pids=()
+cleanup() {
+	set +e
+	[ -n "${AWCP_ID:-}" ] && "$BIN/awcp-ctl" --state-dir "$B/ctl" cancel "$AWCP_ID" >/dev/null 2>&1
+	fusermount3 -u "$B/mnt-sshfs" 2>/dev/null
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+	[ -f "$B/ssh/sshd.pid" ] && kill "$(cat "$B/ssh/sshd.pid")" 2>/dev/null
+	sleep 0.5
+	grep -q " $B/" /proc/self/mountinfo && echo "bench: mounts left under $B" >&2
+	rm -rf "$B"
+}
+trap cleanup EXIT INT TERM
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_for() { # wait_for SECONDS CMD...: until CMD succeeds
+	local n=$(($1 * 10)); shift
+	until "$@" >/dev/null 2>&1; do n=$((n - 1)); [ $n -gt 0 ] || return 1; sleep 0.1; done
+}
+
+# --- sshfs over a private OpenSSH on loopback (as ../shared/bench/README.md) ---
+SSHD_PORT=$(free_port)
+ssh-keygen -q -t ed25519 -N '' -f "$B/ssh/host_ed25519_key"
+ssh-keygen -q -t ed25519 -N '' -f "$B/ssh/client_ed25519"
+cp "$B/ssh/client_ed25519.pub" "$B/ssh/authorized_keys" && chmod 600 "$B/ssh/authorized_keys"
+sed -e "s|@BENCH@|$B|g" -e "s|^Port .*|Port $SSHD_PORT|" "$FSBENCH_DIR/sshd_config.template" >"$B/ssh/sshd_config"
+mkdir -p /run/sshd
+/usr/sbin/sshd -f "$B/ssh/sshd_config" -E "$B/ssh/sshd.log"
+cat >"$B/ssh/ssh_config" <<EOF
+Host awcpbench
+  HostName 127.0.0.1
+  Port $SSHD_PORT
+  User root
+  IdentityFile $B/ssh/client_ed25519
+  IdentitiesOnly yes
+  UserKnownHostsFile $B/ssh/known_hosts
+  StrictHostKeyChecking accept-new
+  BatchMode yes
+EOF
+wait_for 5 ssh -F "$B/ssh/ssh_config" awcpbench true
+sshfs -F "$B/ssh/ssh_config" -o reconnect,ServerAliveInterval=15,ServerAliveCountMax=3 \
+	"awcpbench:$B/src" "$B/mnt-sshfs"
+
+# --- go-fuse loopback: the cost of FUSE alone ---
+(cd "$FSBENCH_DIR/loopmount" && go build -o "$B/run/loopmount" .)
+"$B/run/loopmount" "$B/mnt-loop" "$B/src" >"$B/run/loopmount.log" 2>&1 &
+pids+=($!)
+
+# --- awcp: a real delegation of src, live-mounted on the executor ---
+AWCP_PORT=$(free_port)
+"$BIN/awcp-fs" serve --state-dir "$B/exec" --work-root "$B/work" --listen "127.0.0.1:$AWCP_PORT" \
+	--max-ttl 24h --agent-cmd "echo \"\$AWCP_WORKDIR\" > '$B/run/workdir'; exec sleep 100000" >"$B/run/awcp-fs.log" 2>&1 &
+EXEC_PID=$!
+pids+=($EXEC_PID)
+"$BIN/awcp-ctl" --state-dir "$B/ctl" serve --ssh-listen 127.0.0.1:0 >"$B/run/awcp-ctl.log" 2>&1 &
+CTL_PID=$!
+pids+=($CTL_PID)
+wait_for 10 test -S "$B/ctl/ctl.sock"
+wait_for 10 grep -q listening "$B/run/awcp-fs.log"
+AWCP_ID=$("$BIN/awcp-ctl" --state-dir "$B/ctl" export "$B/src" --peer "http://127.0.0.1:$AWCP_PORT" \
+	--transport sshfs --ttl 12h --background --prompt "benchmark mount: the agent waits")
+wait_for 20 test -s "$B/run/workdir" || { echo "bench: the delegation did not start" >&2; cat "$B/run/"*.log >&2; exit 1; }
+AWCP_MNT=$(cat "$B/run/workdir")
+for m in "$B/mnt-loop" "$B/mnt-sshfs" "$AWCP_MNT"; do
+	wait_for 10 grep -q " $m " /proc/self/mountinfo || { echo "bench: $m is not mounted" >&2; exit 1; }
+done
+
+cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }   # utime + stime, clock ticks
+hwm() { awk '/^VmHWM/ { print $2 }' "/proc/$1/status"; } # peak RSS, KiB
+
+declare -A DIRS=([local]="$B/local" [goloop]="$B/mnt-loop" [sshfs]="$B/mnt-sshfs" [awcp]="$AWCP_MNT")
+TARGETS=(local goloop sshfs awcp)
+export FSBENCH_CACHE=${FSBENCH_CACHE:-/tmp/fsbench-cache}
+ctl_cpu=0 exec_cpu=0
+echo "bench: $ROUNDS round(s) of ${TARGETS[*]}; fsbench logs in $FSBENCH_CACHE"
+for r in $(seq "$ROUNDS"); do
+	for t in "${TARGETS[@]}"; do
+		printf 'bench: round %d %-7s ' "$r" "$t"
+		[ "$t" = awcp ] && c0=$(cpu $CTL_PID) && e0=$(cpu $EXEC_PID)
+		start=$(date +%s)
+		"$FSBENCH" ${FSBENCH_ARGS:-} "${DIRS[$t]}" >"$B/results/$t.r$r.txt" 2>"$B/results/$t.r$r.err" || true
+		if [ "$t" = awcp ]; then
+			ctl_cpu=$((ctl_cpu + $(cpu $CTL_PID) - c0))
+			exec_cpu=$((exec_cpu + $(cpu $EXEC_PID) - e0))
+		fi
+		echo "$(($(date +%s) - start))s"
+	done
+done
+for t in "${TARGETS[@]}"; do
+	"$FSBENCH" -m "$B"/results/"$t".r*.txt >"$B/results/$t.txt"
+done
+
+TICK=$(getconf CLK_TCK)
+awk -v tick="$TICK" -v rounds="$ROUNDS" \
+	-v ctl_cpu="$ctl_cpu" -v exec_cpu="$exec_cpu" -v ctl_rss="$(hwm $CTL_PID)" -v exec_rss="$(hwm $EXEC_PID)" \
+	-v tsv="$OUT/fs.tsv" -f "$ROOT/test/bench/table.awk" \
+	"$B/results/local.txt" "$B/results/goloop.txt" "$B/results/sshfs.txt" "$B/results/awcp.txt"
+cp "$B"/results/*.txt "$OUT/" 2>/dev/null || true
