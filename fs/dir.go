@@ -66,17 +66,7 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if !ok {
 		return d.node.Lookup(ctx, name, out)
 	}
-	if ch := d.node.GetChild(name); ch != nil {
-		fillAttr(fi, &out.Attr)
-		d.node.fsys.setEntryTimeouts(out)
-		if ch.StableAttr().Mode == out.Attr.Mode&syscall.S_IFMT {
-			if cn, ok := ch.Operations().(*node); ok {
-				cn.observe(&out.Attr)
-			}
-			return ch, 0
-		}
-	}
-	return d.node.newChild(ctx, fi, out), 0
+	return d.node.newChild(ctx, name, fi, out), 0
 }
 
 func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno { return 0 }

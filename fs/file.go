@@ -15,13 +15,17 @@ import (
 // WriteAt as concurrent requests, and its *File is safe for concurrent use.
 // When the connection is re-dialled, the handle is opened again by path
 // (a file unlinked meanwhile is lost: EIO).
+//
+// A read-only open of a file whose cached pages the kernel keeps is
+// deferred: f stays nil until a call needs the remote file, so that reading
+// a file again from the page cache costs no round trip at all.
 type fileHandle struct {
 	node  *node
 	flags int // the open flags, for re-opening
 
 	mu  sync.Mutex // guards f and gen
-	f   *sftp.File
-	gen uint64 // the connection f belongs to
+	f   *sftp.File // nil while the open is deferred
+	gen uint64     // the connection f belongs to
 }
 
 var (
@@ -38,14 +42,80 @@ func (n *node) newHandle(f *sftp.File, flags int) *fileHandle {
 	return h
 }
 
+// deferredHandle is a read-only handle whose remote open waits for the
+// first call that needs it. The node keeps it until then: an unlink or a
+// rename over the file opens it first, so the file stays readable.
+func (n *node) deferredHandle(flags int) *fileHandle {
+	h := &fileHandle{node: n, flags: flags}
+	n.mu.Lock()
+	if n.deferred == nil {
+		n.deferred = map[*fileHandle]struct{}{}
+	}
+	n.deferred[h] = struct{}{}
+	n.mu.Unlock()
+	return h
+}
+
+// file returns the handle's remote file, opening it if the open was
+// deferred. No lock is held across the round trip; a racing open loses.
+func (h *fileHandle) file(ctx context.Context) (*sftp.File, uint64, error) {
+	h.mu.Lock()
+	f, gen := h.f, h.gen
+	h.mu.Unlock()
+	if f != nil {
+		return f, gen, nil
+	}
+	client, gen, err := h.node.fsys.conn.get(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	f, err = client.OpenFile(h.node.rpath(), h.flags&^(os.O_CREATE|os.O_EXCL|os.O_TRUNC|os.O_APPEND))
+	if err != nil {
+		return nil, gen, err // gen: the connection that failed, if it did
+	}
+	h.mu.Lock()
+	if h.f != nil {
+		h.mu.Unlock()
+		f.Close()
+		return h.file(ctx)
+	}
+	h.f, h.gen = f, gen
+	h.mu.Unlock()
+	h.node.mu.Lock()
+	delete(h.node.deferred, h)
+	h.node.mu.Unlock()
+	return f, gen, nil
+}
+
+// openDeferred opens n's deferred handles now: the file is about to be
+// unlinked or replaced, and its open handles must keep reading it.
+func (n *node) openDeferred(ctx context.Context) {
+	n.mu.Lock()
+	hs := make([]*fileHandle, 0, len(n.deferred))
+	for h := range n.deferred {
+		hs = append(hs, h)
+	}
+	n.mu.Unlock()
+	for _, h := range hs {
+		if _, _, err := h.file(ctx); err != nil {
+			n.fsys.log.Debug("open a deferred handle", "path", n.rpath(), "err", err)
+		}
+	}
+}
+
 // withFile runs op on the handle's file, re-opening it once on the next
 // connection if the connection failed under it.
 func (h *fileHandle) withFile(ctx context.Context, op func(*sftp.File) error) error {
 	for attempt := 0; ; attempt++ {
-		h.mu.Lock()
-		f, gen := h.f, h.gen
-		h.mu.Unlock()
-		err := op(f)
+		f, gen, err := h.file(ctx)
+		if err != nil {
+			if !connErr(err) || attempt == 1 {
+				return err
+			}
+			h.node.fsys.conn.lost(gen)
+			continue
+		}
+		err = op(f)
 		if err == nil || !connErr(err) || attempt == 1 {
 			return err
 		}
@@ -131,6 +201,12 @@ func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 	h.mu.Lock()
 	f := h.f
 	h.mu.Unlock()
+	if f == nil { // never opened
+		h.node.mu.Lock()
+		delete(h.node.deferred, h)
+		h.node.mu.Unlock()
+		return 0
+	}
 	fsys.closing.Add(1)
 	go func() {
 		defer fsys.closing.Done()

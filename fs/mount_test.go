@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
+	"golang.org/x/sys/unix"
 
 	"github.com/awcp/awcp/sshd"
 )
@@ -308,5 +310,65 @@ func TestReconnectBound(t *testing.T) {
 	}
 	if el := time.Since(start); el > 10*time.Second {
 		t.Fatalf("took %s, bound is 3s", el)
+	}
+}
+
+// A file read again unchanged is served from the page cache without
+// opening it remotely; a file changed by the delegator between opens is
+// read fresh; and a deferred open still reads a file unlinked or replaced
+// after it was opened.
+func TestReopenFromCache(t *testing.T) {
+	f := newMount(t, false)
+	path := filepath.Join(f.mnt, "cached.txt")
+	if err := os.WriteFile(path, []byte("first version\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second open keeps the cache and defers its open
+		if b, err := os.ReadFile(path); err != nil || string(b) != "first version\n" {
+			t.Fatalf("read: %q %v", b, err)
+		}
+	}
+	// Changed on the delegator's side: new size and mtime, so the next open
+	// after the attribute timeout reads it fresh.
+	later := time.Now().Add(time.Hour)
+	os.WriteFile(filepath.Join(f.dir, "cached.txt"), []byte("second, longer version\n"), 0o644)
+	os.Chtimes(filepath.Join(f.dir, "cached.txt"), later, later)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil && string(b) == "second, longer version\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the delegator's change never showed: %q %v", b, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, remove := range []func() error{
+		func() error { return os.Remove(path) },
+		func() error {
+			os.WriteFile(filepath.Join(f.mnt, "other"), []byte("other"), 0o644)
+			return os.Rename(filepath.Join(f.mnt, "other"), path)
+		},
+	} {
+		content := []byte(strings.Repeat("kept after unlink ", 1000))
+		if err := os.WriteFile(path, content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.ReadFile(path) // opened once: the next open is deferred
+		fd, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Drop the cached pages so the reads below must reach the file.
+		unix.Fadvise(int(fd.Fd()), 0, 0, unix.FADV_DONTNEED)
+		if err := remove(); err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(fd)
+		fd.Close()
+		if err != nil || string(b) != string(content) {
+			t.Fatalf("read after the file went: %d bytes, %v", len(b), err)
+		}
 	}
 }

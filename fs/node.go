@@ -23,11 +23,13 @@ type node struct {
 	fs.Inode
 	fsys *filesystem
 
-	mu sync.Mutex // guards seen and opened
+	mu sync.Mutex // guards seen, opened and deferred
 	// seen is the file's size and mtime as last reported by the server,
 	// opened the same at the last open; when they agree at an open, the
 	// kernel may keep its cached pages (FOPEN_KEEP_CACHE).
 	seen, opened version
+	// deferred are the handles whose remote open waits for a first read.
+	deferred map[*fileHandle]struct{}
 }
 
 // version identifies a file's content as far as attributes can tell.
@@ -76,15 +78,23 @@ func (n *node) errno(ctx context.Context, op, p string, err error) syscall.Errno
 	return toErrno(ctx, n.fsys.log, op, p, err)
 }
 
-// newChild makes the inode for fi, named name under n.
-func (n *node) newChild(ctx context.Context, fi os.FileInfo, out *fuse.EntryOut) *fs.Inode {
+// newChild is the inode for fi, named name under n.
+func (n *node) newChild(ctx context.Context, name string, fi os.FileInfo, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(fi, &out.Attr)
-	return n.childFromAttr(ctx, out)
+	return n.childFromAttr(ctx, name, out)
 }
 
-func (n *node) childFromAttr(ctx context.Context, out *fuse.EntryOut) *fs.Inode {
+// childFromAttr is the inode for the attributes in out, named name under n:
+// the one the kernel already knows if it is still of the same kind, so that
+// what it remembers — its cached pages above all (FOPEN_KEEP_CACHE) —
+// outlives an expired entry; else a new one.
+func (n *node) childFromAttr(ctx context.Context, name string, out *fuse.EntryOut) *fs.Inode {
 	n.fsys.setEntryTimeouts(out)
-	ch := n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: out.Attr.Mode & syscall.S_IFMT})
+	mode := out.Attr.Mode & syscall.S_IFMT
+	ch := n.GetChild(name)
+	if ch == nil || ch.StableAttr().Mode != mode {
+		ch = n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: mode})
+	}
 	if cn, ok := ch.Operations().(*node); ok {
 		cn.observe(&out.Attr)
 	}
@@ -97,7 +107,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if err != nil {
 		return nil, n.errno(ctx, "lookup", p, err)
 	}
-	return n.newChild(ctx, fi, out), 0
+	return n.newChild(ctx, name, fi, out), 0
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -170,21 +180,27 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	// The kernel refreshed the attributes before this open if they were
+	// stale; if the file is as it was at the last open, its cached pages
+	// are still right.
+	n.mu.Lock()
+	keep := n.seen == n.opened && n.seen != (version{}) && flags&syscall.O_TRUNC == 0
+	n.opened = n.seen
+	n.mu.Unlock()
+	if keep && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		// Reads will mostly come from the page cache: open remotely only
+		// if one does not.
+		return n.deferredHandle(int(flags)), fuse.FOPEN_KEEP_CACHE, 0
+	}
 	p := n.rpath()
 	f, err := n.fsys.at(ctx).OpenFile(p, int(flags)&^(syscall.O_CREAT|syscall.O_EXCL|syscall.O_APPEND))
 	if err != nil {
 		return nil, 0, n.errno(ctx, "open", p, err)
 	}
-	// The kernel refreshed the attributes before this open if they were
-	// stale; if the file is as it was at the last open, its cached pages
-	// are still right.
 	var fuseFlags uint32
-	n.mu.Lock()
-	if n.seen == n.opened && n.seen != (version{}) && flags&syscall.O_TRUNC == 0 {
+	if keep {
 		fuseFlags = fuse.FOPEN_KEEP_CACHE
 	}
-	n.opened = n.seen
-	n.mu.Unlock()
 	return n.newHandle(f, int(flags)), fuseFlags, 0
 }
 
@@ -212,7 +228,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		out.Attr = fuse.Attr{Mode: syscall.S_IFREG | mode&0o7777, Nlink: 1, Blksize: 4096,
 			Owner: fuse.Owner{Uid: n.fsys.uid, Gid: n.fsys.gid}}
 		out.Attr.SetTimes(&now, &now, &now)
-		child = n.childFromAttr(ctx, out)
+		child = n.childFromAttr(ctx, name, out)
 		out.SetAttrTimeout(0)
 	} else {
 		fi, err := f.Stat()
@@ -220,7 +236,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 			f.Close()
 			return nil, nil, 0, n.errno(ctx, "create", p, err)
 		}
-		child = n.newChild(ctx, fi, out)
+		child = n.newChild(ctx, name, fi, out)
 	}
 	return child, child.Operations().(*node).newHandle(f, int(flags)), 0, 0
 }
@@ -247,7 +263,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if err != nil {
 		return nil, n.errno(ctx, "mkdir", p, err)
 	}
-	return n.newChild(ctx, fi, out), 0
+	return n.newChild(ctx, name, fi, out), 0
 }
 
 // Mknod: devices, fifos and sockets are not carried by SFTP.
@@ -255,7 +271,18 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	return nil, syscall.EPERM
 }
 
+// openDeferredChild opens the deferred handles of child name, which is
+// about to go.
+func (n *node) openDeferredChild(ctx context.Context, name string) {
+	if ch := n.GetChild(name); ch != nil {
+		if cn, ok := ch.Operations().(*node); ok {
+			cn.openDeferred(ctx)
+		}
+	}
+}
+
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	n.openDeferredChild(ctx, name)
 	p := n.child(name)
 	if err := n.fsys.at(ctx).Remove(p); err != nil {
 		return n.errno(ctx, "unlink", p, err)
@@ -294,6 +321,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return syscall.EEXIST
 		}
 	}
+	if np, ok := newParent.EmbeddedInode().Operations().(*node); ok {
+		np.openDeferredChild(ctx, newName) // it may be replaced
+	}
 	err := n.fsys.at(ctx).PosixRename(from, to)
 	if err == nil {
 		return 0
@@ -327,7 +357,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if err != nil {
 		return nil, n.errno(ctx, "symlink", p, err)
 	}
-	return n.newChild(ctx, fi, out), 0
+	return n.newChild(ctx, name, fi, out), 0
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
