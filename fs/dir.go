@@ -36,9 +36,12 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 		return nil, 0, n.errno(ctx, "readdir", p, err)
 	}
 	d := &dirHandle{node: n, entries: ents, byName: make(map[string]os.FileInfo, len(ents))}
-	for _, fi := range ents {
+	names := make([]string, len(ents))
+	for i, fi := range ents {
 		d.byName[fi.Name()] = fi
+		names[i] = fi.Name()
 	}
+	n.knowNames(names)
 	return d, 0, 0
 }
 

@@ -213,7 +213,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 		Name:          "awcp",
 		DirectMount:   true, // as root no fusermount is needed; otherwise it is used
 		MaxWrite:      1 << 20,
-		MaxReadAhead:  1 << 20,
+		MaxReadAhead:  8 << 20,
 		DisableXAttrs: true,
 		Debug:         opts.Debug,
 	}

@@ -375,3 +375,50 @@ func TestReopenFromCache(t *testing.T) {
 		}
 	}
 }
+
+// In a directory the mount made or listed, names it does not hold are
+// answered without asking the delegator, for an entry timeout: the mount's
+// own changes are seen at once, the delegator's within two timeouts.
+func TestKnownNames(t *testing.T) {
+	f := newMount(t, false)
+	d := filepath.Join(f.mnt, "made")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(d, "probe")); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("probe in a new dir: %v", err)
+	}
+	for _, step := range []struct {
+		name string
+		do   func() error
+	}{
+		{"create", func() error { return os.WriteFile(filepath.Join(d, "a"), []byte("a"), 0o644) }},
+		{"mkdir", func() error { return os.Mkdir(filepath.Join(d, "sub"), 0o755) }},
+		{"symlink", func() error { return os.Symlink("a", filepath.Join(d, "link")) }},
+		{"link", func() error { return os.Link(filepath.Join(d, "a"), filepath.Join(d, "hard")) }},
+		{"rename", func() error { return os.Rename(filepath.Join(d, "hard"), filepath.Join(d, "moved")) }},
+	} {
+		if err := step.do(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+	}
+	for _, name := range []string{"a", "sub", "link", "moved"} {
+		if _, err := os.Lstat(filepath.Join(d, name)); err != nil {
+			t.Errorf("%s after the mount made it: %v", name, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(d, "hard")); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("renamed-away name: %v", err)
+	}
+	os.WriteFile(filepath.Join(f.dir, "made", "from-delegator"), []byte("d"), 0o644)
+	start := time.Now()
+	for {
+		if _, err := os.Stat(filepath.Join(d, "from-delegator")); err == nil {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the delegator's new file never showed in a dir the mount made")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -23,13 +23,59 @@ type node struct {
 	fs.Inode
 	fsys *filesystem
 
-	mu sync.Mutex // guards seen, opened and deferred
+	mu sync.Mutex // guards seen, opened, deferred, names and namesUntil
 	// seen is the file's size and mtime as last reported by the server,
 	// opened the same at the last open; when they agree at an open, the
 	// kernel may keep its cached pages (FOPEN_KEEP_CACHE).
 	seen, opened version
 	// deferred are the handles whose remote open waits for a first read.
 	deferred map[*fileHandle]struct{}
+	// names is what n, a directory, holds as far as this mount knows —
+	// from a listing, or from having made it empty — until namesUntil (an
+	// entry timeout later). Until then a lookup of any other name is
+	// ENOENT without asking: tools probe for many names that do not exist,
+	// in directories they have just made above all (untar, git).
+	names      map[string]struct{}
+	namesUntil time.Time
+}
+
+// knowNames records that directory n holds exactly names, for an entry
+// timeout.
+func (n *node) knowNames(names []string) {
+	m := make(map[string]struct{}, len(names))
+	for _, name := range names {
+		m[name] = struct{}{}
+	}
+	n.mu.Lock()
+	n.names, n.namesUntil = m, time.Now().Add(n.fsys.entry)
+	n.mu.Unlock()
+}
+
+// absent reports whether directory n is known not to hold name.
+func (n *node) absent(name string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.names == nil || time.Now().After(n.namesUntil) {
+		return false
+	}
+	_, ok := n.names[name]
+	return !ok
+}
+
+// named and unnamed keep n's known names current with this mount's own
+// changes.
+func (n *node) named(name string) {
+	n.mu.Lock()
+	if n.names != nil {
+		n.names[name] = struct{}{}
+	}
+	n.mu.Unlock()
+}
+
+func (n *node) unnamed(name string) {
+	n.mu.Lock()
+	delete(n.names, name)
+	n.mu.Unlock()
 }
 
 // version identifies a file's content as far as attributes can tell.
@@ -102,6 +148,9 @@ func (n *node) childFromAttr(ctx context.Context, name string, out *fuse.EntryOu
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.absent(name) {
+		return nil, syscall.ENOENT
+	}
 	p := n.child(name)
 	fi, err := n.fsys.at(ctx).Lstat(p) // a round trip: no lock is held here
 	if err != nil {
@@ -213,6 +262,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		}
 		return nil, nil, 0, n.errno(ctx, "create", p, err)
 	}
+	n.named(name)
 	if perm := os.FileMode(mode & 0o7777); perm != 0o644 {
 		if err := f.Chmod(perm); err != nil {
 			f.Close()
@@ -254,6 +304,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		}
 		return nil, n.errno(ctx, "mkdir", p, err)
 	}
+	n.named(name)
 	if perm := os.FileMode(mode & 0o7777); perm != 0o755 {
 		if err := n.fsys.at(ctx).Chmod(p, perm); err != nil {
 			return nil, n.errno(ctx, "mkdir", p, err)
@@ -263,7 +314,11 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if err != nil {
 		return nil, n.errno(ctx, "mkdir", p, err)
 	}
-	return n.newChild(ctx, name, fi, out), 0
+	ch := n.newChild(ctx, name, fi, out)
+	if cn, ok := ch.Operations().(*node); ok {
+		cn.knowNames(nil) // made here, empty
+	}
+	return ch, 0
 }
 
 // Mknod: devices, fifos and sockets are not carried by SFTP.
@@ -287,6 +342,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if err := n.fsys.at(ctx).Remove(p); err != nil {
 		return n.errno(ctx, "unlink", p, err)
 	}
+	n.unnamed(name)
 	return 0
 }
 
@@ -294,6 +350,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	p := n.child(name)
 	err := n.fsys.at(ctx).RemoveDirectory(p)
 	if err == nil {
+		n.unnamed(name)
 		return 0
 	}
 	// SFTP v3 has no ENOTEMPTY: the server says SSH_FX_FAILURE. Probe.
@@ -326,6 +383,10 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	err := n.fsys.at(ctx).PosixRename(from, to)
 	if err == nil {
+		n.unnamed(name)
+		if np, ok := newParent.EmbeddedInode().Operations().(*node); ok {
+			np.named(newName)
+		}
 		return 0
 	}
 	if isFailure(err) {
@@ -353,6 +414,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 		}
 		return nil, n.errno(ctx, "symlink", p, err)
 	}
+	n.named(name)
 	fi, err := n.fsys.at(ctx).Lstat(p)
 	if err != nil {
 		return nil, n.errno(ctx, "symlink", p, err)
@@ -378,6 +440,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		}
 		return nil, n.errno(ctx, "link", p, err)
 	}
+	n.named(name)
 	fi, err := n.fsys.at(ctx).Lstat(p)
 	if err != nil {
 		return nil, n.errno(ctx, "link", p, err)
