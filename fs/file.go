@@ -23,9 +23,10 @@ type fileHandle struct {
 	node  *node
 	flags int // the open flags, for re-opening
 
-	mu  sync.Mutex // guards f and gen
-	f   *sftp.File // nil while the open is deferred
-	gen uint64     // the connection f belongs to
+	mu       sync.Mutex // guards f, gen and released
+	f        *sftp.File // nil while the open is deferred
+	gen      uint64     // the connection f belongs to
+	released bool       // a deferred open that comes after Release is closed at once
 }
 
 var (
@@ -74,6 +75,11 @@ func (h *fileHandle) file(ctx context.Context) (*sftp.File, uint64, error) {
 		return nil, gen, err // gen: the connection that failed, if it did
 	}
 	h.mu.Lock()
+	if h.released { // an unlink's openDeferred lost the race with Release
+		h.mu.Unlock()
+		f.Close()
+		return nil, gen, os.ErrClosed
+	}
 	if h.f != nil {
 		h.mu.Unlock()
 		f.Close()
@@ -200,6 +206,7 @@ func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 	fsys := h.node.fsys
 	h.mu.Lock()
 	f := h.f
+	h.released = true
 	h.mu.Unlock()
 	if f == nil { // never opened
 		h.node.mu.Lock()
