@@ -225,7 +225,13 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		}
 	}
 	// Ownership is not delegated: chown is accepted and has no effect.
-	return n.Getattr(ctx, f, out)
+	if errno := n.Getattr(ctx, f, out); errno != 0 {
+		return errno
+	}
+	// go-fuse sets the attribute timeout after GETATTR but not after
+	// SETATTR: without this the kernel would ask again at the next stat.
+	out.SetTimeout(n.fsys.attr)
+	return 0
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
