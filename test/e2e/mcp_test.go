@@ -88,9 +88,11 @@ func runNode(t *testing.T, modules, script string, env []string, out any) {
 	}
 }
 
-// The agent of the MCP tests: a greeting, or a long wait for prompts that
-// say "slow".
+// The agent of the MCP tests: a greeting after a second (so that a
+// blocking delegate_output has something to wait for), or a long wait for
+// prompts that say "slow".
 const greetingAgent = `case "$AWCP_PROMPT" in *slow*) echo waiting; sleep 60;; esac
+sleep 1
 echo "hello from the executor" > greeting.txt
 echo "Added greeting.txt." > "$AWCP_SUMMARY_FILE"`
 
