@@ -216,21 +216,12 @@ func TestACPCancelMidTurn(t *testing.T) {
 		t.Fatalf("export exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	id := strings.TrimSpace(r.stdout)
-	c.waitState(id, "running")
-	time.Sleep(300 * time.Millisecond) // into the turn
+	waitFile(t, filepath.Join(markers, "prompted")) // the turn has begun
 	if cr := c.run("cancel", id); cr.code != 0 {
 		t.Fatalf("cancel: %d %s%s", cr.code, cr.stdout, cr.stderr)
 	}
 	c.waitState(id, "cancelled")
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if _, err := os.Stat(filepath.Join(markers, "cancelled")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent never heard session/cancel\nexecutor:\n%s", x.log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitFile(t, filepath.Join(markers, "cancelled")) // the agent heard session/cancel
 	nothingLeft(t, c, x, 0)
 	sameTree(t, dir, before)
 }

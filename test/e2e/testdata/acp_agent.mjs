@@ -7,7 +7,8 @@
 //   "crash"  — writes to stderr and exits mid-turn;
 //   "refuse" — ends the turn with stopReason refusal.
 // It also writes one line that is not JSON to stdout, which the client must
-// survive. With $ACP_MARKER_DIR set it leaves a file there when cancelled.
+// survive. With $ACP_MARKER_DIR set it leaves files there when the slow
+// turn starts ("prompted") and when it is cancelled ("cancelled").
 import * as acp from "@agentclientprotocol/sdk";
 import { Readable, Writable } from "node:stream";
 import { writeFileSync } from "node:fs";
@@ -46,6 +47,7 @@ app.onRequest(acp.methods.agent.session.prompt, async ({ params, client }) => {
 
   if (text.includes("slow")) {
     await say("waiting for a cancel\n");
+    if (process.env.ACP_MARKER_DIR) writeFileSync(join(process.env.ACP_MARKER_DIR, "prompted"), sessionId);
     await new Promise((resolve) => (s.abort = resolve));
     if (process.env.ACP_MARKER_DIR) writeFileSync(join(process.env.ACP_MARKER_DIR, "cancelled"), sessionId);
     return { stopReason: "cancelled" };
