@@ -22,10 +22,12 @@ unit:
 e2e: build
 	AWCP_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout 10m ./test/e2e/...
 
-# Micro-benchmarks, then the filesystem workloads on local disk, a go-fuse
-# loopback, sshfs and an awcp mount (root; BENCH_ROUNDS=1 for a quick run).
+# Micro-benchmarks, the control plane's INVITE → running latency, then the
+# filesystem workloads on local disk, a go-fuse loopback, sshfs and an awcp
+# mount (root; BENCH_ROUNDS=1 for a quick run).
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./archive/ ./lease/ ./sshd/
+	$(GO) run ./test/bench/latency -bin $(BIN) -n 100
 	BIN=$(BIN) bash test/bench/fs.sh
 
 demo: build
