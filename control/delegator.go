@@ -569,11 +569,8 @@ func processAlive(pid int) bool {
 // recordPermission keeps a permission event in the delegation's record: a
 // new request, or the decision on one already known.
 func recordPermission(del *lease.Delegation, ev *Event, now time.Time) {
-	p := lease.Permission{RequestID: ev.RequestID, Title: ev.Message, Outcome: ev.Outcome,
+	p := lease.Permission{RequestID: ev.RequestID, Title: ev.Message, Options: ev.Options, Outcome: ev.Outcome,
 		OptionID: ev.OptionID, DecidedBy: ev.DecidedBy, At: now}
-	for _, o := range ev.Options {
-		p.Options = append(p.Options, lease.PermissionOption{OptionID: o.ID, Name: o.Name, Kind: o.Kind})
-	}
 	for i := range del.Permissions {
 		if del.Permissions[i].RequestID == p.RequestID {
 			del.Permissions[i] = p

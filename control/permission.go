@@ -64,7 +64,7 @@ func (e *Executor) decide(ctx context.Context, id string, t *task, req agent.Per
 func firstOption(opts []agent.PermissionOption, prefix string) string {
 	for _, o := range opts {
 		if strings.HasPrefix(o.Kind, prefix) {
-			return o.ID
+			return o.OptionID
 		}
 	}
 	return ""
@@ -121,7 +121,7 @@ func (e *Executor) answer(id, requestID, optionID string) error {
 		return fmt.Errorf("%w %q (answered, timed out, or never asked)", errNoSuchAsk, requestID)
 	}
 	for _, o := range a.options {
-		if o.ID == optionID {
+		if o.OptionID == optionID {
 			delete(t.asks, requestID) // a second answer finds nothing
 			a.answer <- optionID
 			return nil
@@ -129,7 +129,7 @@ func (e *Executor) answer(id, requestID, optionID string) error {
 	}
 	ids := make([]string, len(a.options))
 	for i, o := range a.options {
-		ids[i] = o.ID
+		ids[i] = o.OptionID
 	}
 	return fmt.Errorf("option %q is not one of %s", optionID, strings.Join(ids, ", "))
 }

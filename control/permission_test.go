@@ -14,9 +14,9 @@ import (
 // why.
 func TestPermissionPolicies(t *testing.T) {
 	opts := []agent.PermissionOption{
-		{ID: "no", Name: "No", Kind: "reject_once"},
-		{ID: "always", Name: "Always", Kind: "allow_always"},
-		{ID: "yes", Name: "Yes", Kind: "allow_once"},
+		{OptionID: "no", Name: "No", Kind: "reject_once"},
+		{OptionID: "always", Name: "Always", Kind: "allow_always"},
+		{OptionID: "yes", Name: "Yes", Kind: "allow_once"},
 	}
 	onlyReject := opts[:1]
 	tests := []struct {
@@ -53,7 +53,7 @@ func TestForwardedAnswer(t *testing.T) {
 	decided := make(chan agent.Decision, 1)
 	go func() {
 		decided <- f.e.decide(context.Background(), "dlg_fwd", tk, agent.PermissionRequest{ID: "perm-1",
-			Options: []agent.PermissionOption{{ID: "yes", Kind: "allow_once"}, {ID: "no", Kind: "reject_once"}}})
+			Options: []agent.PermissionOption{{OptionID: "yes", Kind: "allow_once"}, {OptionID: "no", Kind: "reject_once"}}})
 	}()
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		f.e.mu.Lock()

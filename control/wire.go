@@ -19,7 +19,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/awcp/awcp/control/agent"
+	"github.com/awcp/awcp/lease"
 )
 
 // Version is the only protocol version this implementation speaks.
@@ -229,7 +229,7 @@ type Event struct {
 
 // PermissionOption is one choice of a permission event (ACP's
 // PermissionOption), as the worker reports it.
-type PermissionOption = agent.PermissionOption
+type PermissionOption = lease.PermissionOption
 
 // PermissionAnswer is the body of POST /awcp/tasks/{id}/permission: the
 // delegator's choice for a pending request.

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -87,22 +88,23 @@ type Permission struct {
 	At        time.Time          `json:"at"` // of the last change
 }
 
-// PermissionOption is one choice of a Permission.
+// PermissionOption is one choice of a permission request (ACP's
+// PermissionOption): the same on the executor's worker, on the wire and in
+// the delegator's record.
 type PermissionOption struct {
 	OptionID string `json:"optionId"`
 	Name     string `json:"name"`
-	Kind     string `json:"kind"`
+	Kind     string `json:"kind"` // allow_once, allow_always, reject_once, reject_always
 }
 
-// Pending lists the permission requests waiting for an answer.
-func (d *Delegation) Pending() []Permission {
-	var out []Permission
-	for _, p := range d.Permissions {
-		if p.Outcome == "pending" {
-			out = append(out, p)
-		}
+// Choices shows options as people and models read them: "allow
+// (allow_once), reject (reject_once)".
+func Choices(opts []PermissionOption) string {
+	s := make([]string, len(opts))
+	for i, o := range opts {
+		s[i] = o.OptionID + " (" + o.Kind + ")"
 	}
-	return out
+	return strings.Join(s, ", ")
 }
 
 // Assignment is the executor's record of a lease it accepted.

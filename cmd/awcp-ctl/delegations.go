@@ -194,14 +194,10 @@ func report(c *cli.Context, d *lease.Delegation) error {
 // decided and by whom, and how to answer the pending ones.
 func printPermissions(w io.Writer, d *lease.Delegation) {
 	for _, p := range d.Permissions {
-		opts := make([]string, len(p.Options))
-		for i, o := range p.Options {
-			opts[i] = fmt.Sprintf("%s (%s)", o.OptionID, o.Kind)
-		}
 		switch p.Outcome {
 		case control.PermissionPending:
 			fmt.Fprintf(w, "permission %s PENDING: %s\n  options: %s\n  answer: awcp-ctl permit %s %s OPTION\n",
-				p.RequestID, p.Title, strings.Join(opts, ", "), d.ID, p.RequestID)
+				p.RequestID, p.Title, lease.Choices(p.Options), d.ID, p.RequestID)
 		case control.PermissionSelected:
 			fmt.Fprintf(w, "permission %s: %s: %s, decided by %s\n", p.RequestID, p.Title, p.OptionID, p.DecidedBy)
 		default:

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/lease"
 )
 
 func exportCommand(ctx context.Context) *cli.Command {
@@ -88,12 +88,8 @@ func exportWait(ctx context.Context, c *cli.Context, e *env, req control.ExportR
 		case ev.Type == control.EventStatus:
 			fmt.Fprintf(errw, "  | %s\n", ev.Message)
 		case ev.Type == control.EventPermission && ev.Outcome == control.PermissionPending:
-			opts := make([]string, len(ev.Options))
-			for i, o := range ev.Options {
-				opts[i] = fmt.Sprintf("%s (%s)", o.ID, o.Kind)
-			}
 			fmt.Fprintf(errw, "awcp: the agent asks permission (%s): %s\n  options: %s\n  answer: awcp-ctl permit %s %s OPTION\n",
-				ev.RequestID, ev.Message, strings.Join(opts, ", "), id, ev.RequestID)
+				ev.RequestID, ev.Message, lease.Choices(ev.Options), id, ev.RequestID)
 		case ev.Type == control.EventPermission:
 			fmt.Fprintf(errw, "awcp: permission %s: %s %s (%s)\n", ev.RequestID, ev.Outcome, ev.OptionID, ev.DecidedBy)
 		}

@@ -222,7 +222,7 @@ func (c *client) RequestPermission(ctx context.Context, p acpsdk.RequestPermissi
 	raw, _ := json.Marshal(p.ToolCall)
 	req := agent.PermissionRequest{ID: id, Title: title, ToolCall: raw}
 	for _, o := range p.Options {
-		req.Options = append(req.Options, agent.PermissionOption{ID: string(o.OptionId), Name: o.Name, Kind: string(o.Kind)})
+		req.Options = append(req.Options, agent.PermissionOption{OptionID: string(o.OptionId), Name: o.Name, Kind: string(o.Kind)})
 	}
 	cancelled := acpsdk.RequestPermissionResponse{Outcome: acpsdk.NewRequestPermissionOutcomeCancelled()}
 	if c.hooks.Permission == nil {
@@ -232,13 +232,7 @@ func (c *client) RequestPermission(ctx context.Context, p acpsdk.RequestPermissi
 	// it), whichever comes first.
 	actx, stop := context.WithCancel(ctx)
 	defer stop()
-	go func() {
-		select {
-		case <-c.askCtx.Done():
-			stop()
-		case <-actx.Done():
-		}
-	}()
+	defer context.AfterFunc(c.askCtx, stop)()
 	d := c.hooks.Permission(actx, req)
 	if d.OptionID == "" {
 		return cancelled, nil

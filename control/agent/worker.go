@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/awcp/awcp/lease"
 )
 
 // Hooks connect a worker to the executor running it. Every hook may be nil.
@@ -36,11 +38,7 @@ type PermissionRequest struct {
 }
 
 // PermissionOption is one choice of a PermissionRequest.
-type PermissionOption struct {
-	ID   string `json:"optionId"`
-	Name string `json:"name"`
-	Kind string `json:"kind"` // allow_once, allow_always, reject_once, reject_always
-}
+type PermissionOption = lease.PermissionOption
 
 // Decision is the answer to a PermissionRequest and who gave it.
 type Decision struct {

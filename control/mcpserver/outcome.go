@@ -33,12 +33,12 @@ type Outcome struct {
 
 // Permission is a permission request of the executor's agent.
 type Permission struct {
-	RequestID string   `json:"request_id"`
-	Title     string   `json:"title"`
-	Options   []string `json:"options" jsonschema:"option ids with their kind, e.g. allow (allow_once)"`
-	Outcome   string   `json:"outcome" jsonschema:"pending, selected or cancelled"`
-	OptionID  string   `json:"option_id,omitempty"`
-	DecidedBy string   `json:"decided_by,omitempty"`
+	RequestID string `json:"request_id"`
+	Title     string `json:"title"`
+	Options   string `json:"options" jsonschema:"option ids with their kind, e.g. allow (allow_once), reject (reject_once)"`
+	Outcome   string `json:"outcome" jsonschema:"pending, selected or cancelled"`
+	OptionID  string `json:"option_id,omitempty"`
+	DecidedBy string `json:"decided_by,omitempty"`
 }
 
 // Failure is a spec error (§4.6): code, message and hint.
@@ -64,12 +64,8 @@ func outcomeOf(d *lease.Delegation) Outcome {
 		o.ExpiresAt = stamp(d.ExpiresAt)
 	}
 	for _, p := range d.Permissions {
-		v := Permission{RequestID: p.RequestID, Title: p.Title, Outcome: p.Outcome, OptionID: p.OptionID, DecidedBy: p.DecidedBy,
-			Options: []string{}}
-		for _, opt := range p.Options {
-			v.Options = append(v.Options, fmt.Sprintf("%s (%s)", opt.OptionID, opt.Kind))
-		}
-		o.Permissions = append(o.Permissions, v)
+		o.Permissions = append(o.Permissions, Permission{RequestID: p.RequestID, Title: p.Title,
+			Options: lease.Choices(p.Options), Outcome: p.Outcome, OptionID: p.OptionID, DecidedBy: p.DecidedBy})
 	}
 	if f := d.Failure; f != nil && d.State != lease.Completed {
 		o.Error = &Failure{Code: f.Code, Message: f.Message, Hint: f.Hint}
@@ -111,9 +107,9 @@ func (o Outcome) text() string {
 	list("notes", o.Notes)
 	for _, p := range o.Permissions {
 		switch p.Outcome {
-		case "pending":
+		case control.PermissionPending:
 			fmt.Fprintf(&b, "permission %s PENDING: %s; options: %s (answer with delegate_permission)\n",
-				p.RequestID, p.Title, strings.Join(p.Options, ", "))
+				p.RequestID, p.Title, p.Options)
 		default:
 			fmt.Fprintf(&b, "permission %s: %s: %s %s (by %s)\n", p.RequestID, p.Title, p.Outcome, p.OptionID, p.DecidedBy)
 		}
@@ -121,13 +117,20 @@ func (o Outcome) text() string {
 	if o.ExpiresAt != "" {
 		fmt.Fprintf(&b, "lease ends %s\n", o.ExpiresAt)
 	}
-	if e := o.Error; e != nil {
-		fmt.Fprintf(&b, "error %s: %s\n", e.Code, e.Message)
-		if e.Hint != "" {
-			fmt.Fprintf(&b, "hint: %s\n", e.Hint)
-		}
-	}
+	b.WriteString(o.Error.text())
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// text is the failure as the CLI prints it; nothing for none.
+func (f *Failure) text() string {
+	if f == nil {
+		return ""
+	}
+	s := fmt.Sprintf("error %s: %s\n", f.Code, f.Message)
+	if f.Hint != "" {
+		s += "hint: " + f.Hint + "\n"
+	}
+	return s
 }
 
 func indent(s string) string { return "  " + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n  ") }

@@ -305,12 +305,7 @@ func (r CancelResult) text() string {
 	for _, o := range r.Cancelled {
 		fmt.Fprintf(&b, "cancelled %s (%s)\n", o.DelegationID, o.Description)
 	}
-	if e := r.Error; e != nil {
-		fmt.Fprintf(&b, "error %s: %s", e.Code, e.Message)
-		if e.Hint != "" {
-			fmt.Fprintf(&b, "\nhint: %s", e.Hint)
-		}
-	}
+	b.WriteString(r.Error.text())
 	return strings.TrimRight(b.String(), "\n")
 }
 
@@ -396,7 +391,7 @@ func (StatusResult) refused(f *Failure) StatusResult { return StatusResult{Error
 
 func (r StatusResult) text() string {
 	if r.Error != nil {
-		return Outcome{Error: r.Error}.text()
+		return strings.TrimRight(r.Error.text(), "\n")
 	}
 	if len(r.Delegations) == 0 {
 		return "no delegations"

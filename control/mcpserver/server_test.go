@@ -370,7 +370,7 @@ type askingWorker struct{}
 
 func (askingWorker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Result, error) {
 	d := h.Permission(ctx, agent.PermissionRequest{ID: "perm-1", Title: "Delete build/", Options: []agent.PermissionOption{
-		{ID: "reject", Name: "Reject", Kind: "reject_once"}, {ID: "allow", Name: "Allow", Kind: "allow_once"}}})
+		{OptionID: "reject", Name: "Reject", Kind: "reject_once"}, {OptionID: "allow", Name: "Allow", Kind: "allow_once"}}})
 	return &agent.Result{Summary: "chose " + d.OptionID + " (" + d.By + ")"}, nil
 }
 
