@@ -74,27 +74,37 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 	}
 	log := w.Logger.With("delegation", t.DelegationID)
 
+	// Our requests to the agent live until the agent is stopped, so that a
+	// cancelled turn can still answer; the agent's requests to us
+	// (permissions above all) end with the task, answered cancelled.
+	reqCtx, endRequests := context.WithCancel(context.Background())
+	defer endRequests()
+	askCtx, endAsks := context.WithCancel(context.Background())
+	defer endAsks()
+	c, err := newClient(askCtx, t, w.AllowExec, h, log)
+	if err != nil {
+		return nil, err
+	}
+
 	cmd := agent.Command(t, w.Command, nil)
 	// Pipes of our own (see agent.Run): a child the agent leaves behind may
 	// hold them open after the agent itself has exited.
-	toAgent, toAgentW, err := os.Pipe()
-	if err != nil {
-		return nil, err
+	var pipes [3][2]*os.File // to the agent, from it, its stderr: read end, write end
+	for i := range pipes {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			for _, p := range pipes[:i] {
+				p[0].Close()
+				p[1].Close()
+			}
+			c.releaseAll()
+			return nil, err
+		}
+		pipes[i] = [2]*os.File{pr, pw}
 	}
-	fromAgent, fromAgentW, err := os.Pipe()
-	if err != nil {
-		toAgent.Close()
-		toAgentW.Close()
-		return nil, err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		toAgent.Close()
-		toAgentW.Close()
-		fromAgent.Close()
-		fromAgentW.Close()
-		return nil, err
-	}
+	toAgent, toAgentW := pipes[0][0], pipes[0][1]
+	fromAgent, fromAgentW := pipes[1][0], pipes[1][1]
+	errR, errW := pipes[2][0], pipes[2][1]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = toAgent, fromAgentW, errW
 	err = cmd.Start()
 	toAgent.Close()
@@ -104,6 +114,7 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 		toAgentW.Close()
 		fromAgent.Close()
 		errR.Close()
+		c.releaseAll()
 		return nil, fmt.Errorf("start ACP agent: %w", err)
 	}
 	pgid := cmd.Process.Pid
@@ -124,22 +135,6 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 		}
 	}()
 
-	// Our requests to the agent live until the agent is stopped, so that a
-	// cancelled turn can still answer; the agent's requests to us
-	// (permissions above all) end with the task, answered cancelled.
-	reqCtx, endRequests := context.WithCancel(context.Background())
-	defer endRequests()
-	askCtx, endAsks := context.WithCancel(context.Background())
-	defer endAsks()
-	c, err := newClient(askCtx, t, w.AllowExec, h, log)
-	if err != nil {
-		toAgentW.Close()
-		fromAgent.Close()
-		w.stop(pgid, exited)
-		<-stderrDone
-		errR.Close()
-		return nil, err
-	}
 	conn := acpsdk.NewClientSideConnection(c, toAgentW, fromAgent)
 	conn.SetLogger(log.With("component", "acp"))
 

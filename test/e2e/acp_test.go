@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,36 +29,14 @@ func acpExecutor(t *testing.T, extra ...string) *executor {
 	return x
 }
 
-// acpDelegation is the part of `status --json` the ACP tests read.
-type acpDelegation struct {
-	delegation
-	Highlights  []string `json:"highlights"`
-	Permissions []struct {
-		RequestID string `json:"requestId"`
-		Title     string `json:"title"`
-		Outcome   string `json:"outcome"`
-		OptionID  string `json:"optionId"`
-		DecidedBy string `json:"decidedBy"`
-	} `json:"permissions"`
-}
-
-func (c *ctl) acpStatus(id string) acpDelegation {
-	c.t.Helper()
-	r := c.run("status", id, "--json")
-	var d acpDelegation
-	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil {
-		c.t.Fatalf("status %s --json: %v\n%s%s", id, err, r.stdout, r.stderr)
-	}
-	return d
-}
-
-func (c *ctl) onlyID() string {
+// only is the one delegation of c, as `status --json` shows it.
+func (c *ctl) only() delegation {
 	c.t.Helper()
 	ds := c.status()
 	if len(ds) != 1 {
 		c.t.Fatalf("want one delegation, have %+v", ds)
 	}
-	return ds[0].ID
+	return ds[0]
 }
 
 // The whole "work" turn of the test agent under the auto policy, on a live
@@ -97,7 +74,7 @@ func TestACPAgentAutoPolicy(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, "term.txt")); err != nil || string(b) != "from-terminal\n" {
 		t.Errorf("term.txt through terminal/create: %q %v", b, err)
 	}
-	d := c.acpStatus(c.onlyID())
+	d := c.only()
 	if !slices.Contains(d.Highlights, "docs/notes.md") || !slices.Contains(d.Highlights, "term.txt") {
 		t.Errorf("highlights %v", d.Highlights)
 	}
@@ -132,7 +109,7 @@ func TestACPAgentDenyPolicy(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "docs/notes.md")); !os.IsNotExist(err) {
 		t.Error("docs/notes.md written although the permission was denied")
 	}
-	d := c.acpStatus(c.onlyID())
+	d := c.only()
 	if len(d.Permissions) != 1 || d.Permissions[0].OptionID != "reject" || d.Permissions[0].DecidedBy != "executor policy deny" {
 		t.Errorf("permission record %+v", d.Permissions)
 	}
@@ -196,7 +173,7 @@ func TestACPPermissionTimeout(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "permission: cancelled") {
 		t.Fatalf("export exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	d := c.acpStatus(c.onlyID())
+	d := c.only()
 	if len(d.Permissions) != 1 || d.Permissions[0].Outcome != "cancelled" || d.Permissions[0].DecidedBy != "timeout" {
 		t.Errorf("permission record %+v", d.Permissions)
 	}

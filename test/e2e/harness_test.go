@@ -206,7 +206,14 @@ type delegation struct {
 	Transitions []struct {
 		To string `json:"to"`
 	} `json:"transitions"`
-	OwnerPID int `json:"ownerPid"`
+	OwnerPID    int `json:"ownerPid"`
+	Permissions []struct {
+		RequestID string `json:"requestId"`
+		Title     string `json:"title"`
+		Outcome   string `json:"outcome"`
+		OptionID  string `json:"optionId"`
+		DecidedBy string `json:"decidedBy"`
+	} `json:"permissions"`
 }
 
 // accepted reports whether the executor ever accepted the delegation (one
