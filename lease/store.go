@@ -275,15 +275,17 @@ func (s *Store) Delegations() ([]*Delegation, error) {
 // only one whose id starts with it. No match is ErrNotFound; several are an
 // *AmbiguousError.
 func (s *Store) FindDelegation(idOrPrefix string) (*Delegation, error) {
+	// A whole id — what programs pass, polling — costs one get, not a
+	// decode of every record.
+	if d, err := s.Delegation(idOrPrefix); !errors.Is(err, ErrNotFound) {
+		return d, err
+	}
 	ds, err := s.Delegations()
 	if err != nil {
 		return nil, err
 	}
 	var found []*Delegation
 	for _, d := range ds {
-		if d.ID == idOrPrefix {
-			return d, nil
-		}
 		if idOrPrefix != "" && strings.HasPrefix(d.ID, idOrPrefix) {
 			found = append(found, d)
 		}
