@@ -1,6 +1,7 @@
 package archive
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +39,11 @@ type ApplyOptions struct {
 // with the conflict suffix and the conflict is reported. Paths that were
 // never sent (see the package rules) are never touched.
 func Apply(dir string, base Manifest, result []byte, opts ApplyOptions) (*Report, error) {
+	return ApplyFrom(dir, base, bytes.NewReader(result), int64(len(result)), opts)
+}
+
+// ApplyFrom is Apply of a result of size bytes read from r.
+func ApplyFrom(dir string, base Manifest, r io.ReaderAt, size int64, opts ApplyOptions) (*Report, error) {
 	if opts.StagingDir == "" || opts.ConflictSuffix == "" {
 		return nil, errors.New("apply: StagingDir and ConflictSuffix are required")
 	}
@@ -49,7 +55,7 @@ func Apply(dir string, base Manifest, result []byte, opts ApplyOptions) (*Report
 		return nil, err
 	}
 	defer os.RemoveAll(staging)
-	if err := Extract(result, staging, opts.Limits); err != nil {
+	if err := ExtractFrom(r, size, staging, opts.Limits); err != nil {
 		return nil, fmt.Errorf("result: %w", err)
 	}
 	res, err := Scan(staging)

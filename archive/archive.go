@@ -63,6 +63,15 @@ func Checksum(data []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// ChecksumOf is the Checksum of what r yields.
+func ChecksumOf(r io.Reader) (string, error) {
+	h := sha256.New()
+	if _, err := io.Copy(h, r); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
 // LinkStaysInside reports whether a symlink at rel (slash-separated,
 // relative to the root) with target stays inside the tree.
 func LinkStaysInside(rel, target string) bool {
@@ -183,10 +192,21 @@ type Packed struct {
 	Skipped  []string // paths left out: links leading out, special files
 }
 
-// Pack zips dir (deflate level 6) under the package's rules.
+// Pack zips dir (deflate level 6) under the package's rules, in memory.
 func Pack(dir string) (*Packed, error) {
 	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
+	p, err := PackTo(&buf, dir)
+	if err != nil {
+		return nil, err
+	}
+	p.Zip = buf.Bytes()
+	return p, nil
+}
+
+// PackTo zips dir (deflate level 6) under the package's rules into w, as it
+// walks: a workspace is never held in memory. The result's Zip is nil.
+func PackTo(w io.Writer, dir string) (*Packed, error) {
+	zw := zip.NewWriter(w)
 	zw.RegisterCompressor(zip.Deflate, pooledDeflate)
 	m := Manifest{}
 	skipped, err := walk(dir, func(rel string, info fs.FileInfo, target string, open func() (*os.File, error)) error {
@@ -234,7 +254,7 @@ func Pack(dir string) (*Packed, error) {
 	if err := zw.Close(); err != nil {
 		return nil, fmt.Errorf("pack workspace: %w", err)
 	}
-	return &Packed{Zip: buf.Bytes(), Manifest: m, Skipped: skipped}, nil
+	return &Packed{Manifest: m, Skipped: skipped}, nil
 }
 
 // deflaters recycles flate writers: each holds about a megabyte of state,
@@ -294,8 +314,13 @@ func unsafef(format string, args ...any) error {
 // so nothing lands outside it even through links made earlier in the same
 // archive. On error dir may hold part of the archive: the caller removes it.
 func Extract(data []byte, dir string, lim Limits) error {
+	return ExtractFrom(bytes.NewReader(data), int64(len(data)), dir, lim)
+}
+
+// ExtractFrom is Extract of the size bytes of r, a ZIP file for instance.
+func ExtractFrom(r io.ReaderAt, size int64, dir string, lim Limits) error {
 	lim = lim.withDefaults()
-	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
+	zr, err := zip.NewReader(r, size)
 	if err != nil {
 		return fmt.Errorf("%w: not a ZIP archive: %v", ErrUnsafe, err)
 	}

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -20,6 +22,9 @@ type PeerClient struct {
 	BaseURL string
 	// Token, if set, is sent in INVITE's auth and as a bearer token. Secret.
 	Token string
+	// SpoolDir is where results of the archive transport are decoded to
+	// as they arrive. Default: the system's temporary directory.
+	SpoolDir string
 	// HTTP is the client used. Default: one without a timeout (event
 	// streams are long); requests are bounded by their contexts.
 	HTTP *http.Client
@@ -37,19 +42,24 @@ func (c *PeerClient) client() *http.Client {
 }
 
 func (c *PeerClient) do(ctx context.Context, method, path string, body any) (*http.Response, error) {
-	var rd io.Reader
+	var (
+		rd   io.Reader
+		size int64
+	)
 	if body != nil {
-		data, err := Marshal(body)
-		if err != nil {
+		var done func()
+		var err error
+		if rd, size, done, err = requestBody(body); err != nil {
 			return nil, err
 		}
-		rd = bytes.NewReader(data)
+		defer done()
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base()+path, rd)
 	if err != nil {
 		return nil, Errorf(CodeDeclined, "invalid executor URL %q: %v", c.BaseURL, err)
 	}
 	if body != nil {
+		req.ContentLength = size
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.Token != "" {
@@ -64,6 +74,44 @@ func (c *PeerClient) do(ctx context.Context, method, path string, body any) (*ht
 			Hint: "check --peer and that `awcp-fs serve` runs there", Err: err}
 	}
 	return resp, nil
+}
+
+// workspacePlaceholder stands for workspaceBase64 in a marshalled START
+// until the file's base64 takes its place; no other START field can hold
+// it.
+const workspacePlaceholder = "awcp:workspace-file"
+
+// requestBody is msg as an HTTP body and its length. A START whose
+// workspace is a file carries the file's base64 as workspaceBase64, read
+// from the file as the body is sent. done releases the file.
+func requestBody(msg any) (body io.Reader, size int64, done func(), err error) {
+	st, ok := msg.(*Start)
+	if !ok || st.WorkDir.WorkspaceFile == "" {
+		data, err := Marshal(msg)
+		return bytes.NewReader(data), int64(len(data)), func() {}, err
+	}
+	cp := *st
+	cp.WorkDir.WorkspaceBase64 = workspacePlaceholder
+	data, err := Marshal(&cp)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	prefix, suffix, ok := bytes.Cut(data, []byte(workspacePlaceholder))
+	if !ok || bytes.Contains(suffix, []byte(workspacePlaceholder)) {
+		return nil, 0, nil, errors.New("START: the workspace placeholder is not unique")
+	}
+	f, err := os.Open(st.WorkDir.WorkspaceFile)
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("open the packed workspace: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, nil, err
+	}
+	body = io.MultiReader(bytes.NewReader(prefix), newBase64Reader(f), bytes.NewReader(suffix))
+	size = int64(len(prefix)+len(suffix)) + int64(base64.StdEncoding.EncodedLen(int(fi.Size())))
+	return body, size, func() { f.Close() }, nil
 }
 
 // post sends msg to path and decodes a 200 answer into out; any other
@@ -147,7 +195,9 @@ func (c *PeerClient) Permit(ctx context.Context, id, requestID, optionID string)
 
 // Events reads id's event stream from after lastID, calling fn for each
 // event in order. It returns nil after a terminal event was handled, fn's
-// error if it fails, or the reason the stream broke off.
+// error if it fails, or the reason the stream broke off. A done event's
+// resultBase64 reaches fn as ev.ResultFile, a ZIP in SpoolDir that is
+// removed when fn returns.
 func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn func(seq uint64, ev *Event) error) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base()+"/awcp/tasks/"+id+"/events", nil)
 	if err != nil {
@@ -169,7 +219,7 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		return peerError(resp.StatusCode, body)
 	}
-	return readSSE(resp.Body, func(seq uint64, data []byte) (bool, error) {
+	return readSSE(resp.Body, c.SpoolDir, func(seq uint64, data []byte, resultFile string, bad error) (bool, error) {
 		ev, err := DecodeEvent(data)
 		if err != nil {
 			return false, fmt.Errorf("bad event %d: %w", seq, err)
@@ -177,6 +227,7 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 		if ev.DelegationID != id {
 			return false, fmt.Errorf("event %d is for another delegation", seq)
 		}
+		ev.ResultFile, ev.resultErr = resultFile, bad
 		if err := fn(seq, ev); err != nil {
 			return false, err
 		}
@@ -187,42 +238,123 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 // errStreamEnded is returned when the stream ends before a terminal event.
 var errStreamEnded = errors.New("event stream ended before the task did")
 
+// maxEventBytes bounds an event's data apart from a diverted result.
+const maxEventBytes = 16 << 20
+
 // readSSE parses a text/event-stream, calling fn with each event's id and
-// data until fn reports the end.
-func readSSE(r io.Reader, fn func(seq uint64, data []byte) (bool, error)) error {
+// data until fn reports the end. An event's top-level resultBase64 is not
+// kept in data: it is decoded into a file in spoolDir as it is read, named
+// to fn (with bad if it was not base64), and removed when fn returns.
+func readSSE(r io.Reader, spoolDir string, fn func(seq uint64, data []byte, resultFile string, bad error) (bool, error)) error {
 	br := bufio.NewReaderSize(r, 64<<10)
-	var (
-		seq  uint64
-		data bytes.Buffer
-	)
 	for {
-		line, err := br.ReadBytes('\n')
-		if err != nil {
+		ev := &sseEvent{br: br}
+		data := bufio.NewReader(ev)
+		if _, err := data.Peek(1); err != nil {
 			if errors.Is(err, io.EOF) {
-				return errStreamEnded
+				continue // an event without data, or a comment
 			}
 			return err
 		}
-		line = bytes.TrimRight(line, "\r\n")
-		switch {
-		case len(line) == 0: // dispatch
-			if data.Len() > 0 {
-				end, err := fn(seq, data.Bytes())
-				if err != nil || end {
-					return err
-				}
-				data.Reset()
+		var spool *spoolFile
+		rest, _, err := divert(data, []string{"resultBase64"}, maxEventBytes, func() (io.Writer, error) {
+			var err error
+			spool, err = newSpoolFile(spoolDir)
+			return spool, err
+		})
+		if err == nil {
+			_, err = io.Copy(io.Discard, data) // to the event's end, past a late id
+		}
+		var result string
+		var bad error
+		if err == nil && spool != nil {
+			result, bad, err = spool.finish()
+		}
+		if err != nil {
+			spool.discard()
+			if errors.Is(err, errStreamEnded) {
+				return err
 			}
-		case line[0] == ':': // comment, keep-alive
-		case bytes.HasPrefix(line, []byte("data:")):
-			if data.Len() > 0 {
-				data.WriteByte('\n')
-			}
-			data.Write(bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" ")))
-		case bytes.HasPrefix(line, []byte("id:")):
-			seq, _ = strconv.ParseUint(strings.TrimSpace(string(line[3:])), 10, 64)
+			return fmt.Errorf("bad event after %d: %w", ev.seq, err)
+		}
+		end, err := fn(ev.seq, rest, result, bad)
+		spool.discard()
+		if err != nil || end {
+			return err
 		}
 	}
+}
+
+// sseEvent reads the data of one server-sent event: its data lines joined
+// by newlines, then io.EOF at the blank line that ends the event. Other
+// fields are read on the way (id) or skipped.
+type sseEvent struct {
+	br      *bufio.Reader
+	seq     uint64
+	left    []byte // data not read yet; may point into br's buffer
+	inData  bool   // within a data line
+	hasData bool   // a data line was read
+	end     bool
+}
+
+func (e *sseEvent) Read(p []byte) (int, error) {
+	for len(e.left) == 0 {
+		if e.end {
+			return 0, io.EOF
+		}
+		if err := e.next(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, e.left)
+	e.left = e.left[n:]
+	return n, nil
+}
+
+// next reads on to the next piece of data, or to the event's end. A line
+// is read in chunks of br's buffer: only a data line can be longer.
+func (e *sseEvent) next() error {
+	chunk, err := e.br.ReadSlice('\n')
+	full := errors.Is(err, bufio.ErrBufferFull)
+	switch {
+	case full:
+	case errors.Is(err, io.EOF):
+		return errStreamEnded
+	case err != nil:
+		return err
+	}
+	if !full {
+		chunk = bytes.TrimRight(chunk, "\r\n")
+	}
+	if e.inData { // the rest of a long data line
+		e.left, e.inData = chunk, full
+		return nil
+	}
+	switch {
+	case bytes.HasPrefix(chunk, []byte("data:")):
+		chunk = bytes.TrimPrefix(chunk[5:], []byte(" "))
+		if e.hasData {
+			// Lines of one event's data are joined by newlines; the
+			// chunk stays valid until br is read again.
+			e.left = append([]byte{'\n'}, chunk...)
+		} else {
+			e.left = chunk
+		}
+		e.inData, e.hasData = full, true
+	case full: // a long line of another field: skipped
+		for errors.Is(err, bufio.ErrBufferFull) {
+			_, err = e.br.ReadSlice('\n')
+		}
+		if errors.Is(err, io.EOF) {
+			return errStreamEnded
+		}
+		return err
+	case len(chunk) == 0:
+		e.end = true
+	case bytes.HasPrefix(chunk, []byte("id:")):
+		e.seq, _ = strconv.ParseUint(strings.TrimSpace(string(chunk[3:])), 10, 64)
+	}
+	return nil
 }
 
 // AgentCard fetches the executor's A2A agent card (spec §8.3): the

@@ -26,6 +26,10 @@ type DelegatorOptions struct {
 	Admission AdmissionLimits
 	// HTTP is the client for executors. Default http.DefaultClient.
 	HTTP *http.Client
+	// SpoolDir is where results of the archive transport are decoded to as
+	// they arrive, before they are applied. Default: the system's
+	// temporary directory.
+	SpoolDir string
 	// Progress, if set, receives every event of the delegations this
 	// Delegator follows, as they arrive.
 	Progress func(id string, ev *Event)
@@ -171,7 +175,7 @@ func (d *Delegator) due() ([]lease.Due, error) {
 }
 
 func (d *Delegator) peer(del *lease.Delegation) *PeerClient {
-	return &PeerClient{BaseURL: del.Peer, Token: del.Token, HTTP: d.opts.HTTP}
+	return &PeerClient{BaseURL: del.Peer, Token: del.Token, HTTP: d.opts.HTTP, SpoolDir: d.opts.SpoolDir}
 }
 
 func (d *Delegator) transport(del *lease.Delegation) DelegatorTransport {
@@ -299,6 +303,10 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) error 
 		BaseMessage: header(TypeStart, id),
 		Lease:       StartLease{ExpiresAt: Timestamp(del.ExpiresAt), AccessMode: del.AccessMode},
 		WorkDir:     *info,
+	}
+	if info.WorkspaceFile != "" {
+		// Sent once: the packed workspace is of no use after START.
+		defer os.Remove(info.WorkspaceFile)
 	}
 	if _, err := d.store.FireDelegation(id, lease.SendStart, "START sent", nil); err != nil {
 		return err

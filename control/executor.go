@@ -203,6 +203,14 @@ func NewExecutor(opts ExecutorOptions) (*Executor, error) {
 	if err := os.MkdirAll(opts.WorkRoot, 0o700); err != nil {
 		return nil, fmt.Errorf("work root: %w", err)
 	}
+	// Workspaces being received when a previous run stopped are of no use.
+	incoming := filepath.Join(opts.StateDir, "incoming")
+	if err := os.RemoveAll(incoming); err != nil {
+		return nil, fmt.Errorf("incoming workspaces: %w", err)
+	}
+	if err := os.MkdirAll(incoming, 0o700); err != nil {
+		return nil, fmt.Errorf("incoming workspaces: %w", err)
+	}
 	e := &Executor{
 		opts: opts, store: opts.Store, log: opts.Logger,
 		tasks: map[string]*task{}, notify: map[string]chan struct{}{},
@@ -257,6 +265,10 @@ func (e *Executor) stopAll() {
 }
 
 func (e *Executor) workDir(id string) string { return filepath.Join(e.opts.WorkRoot, id) }
+
+// incomingDir holds workspaces of the archive transport while START is
+// read and set up.
+func (e *Executor) incomingDir() string { return filepath.Join(e.opts.StateDir, "incoming") }
 
 func (e *Executor) summaryFile(id string) string {
 	return filepath.Join(e.opts.StateDir, "summaries", id)
@@ -339,7 +351,7 @@ func (e *Executor) end(ctx context.Context, id string, ev lease.Event, pe *Proto
 
 func (e *Executor) removeWorkDir(ctx context.Context, a *lease.Assignment) error {
 	if t := e.transport(a.Transport); t != nil {
-		if _, err := t.Teardown(ctx, a.ID, a.WorkDir, false); err != nil {
+		if _, err := t.Teardown(ctx, a.ID, a.WorkDir, nil); err != nil {
 			return fmt.Errorf("teardown %s: %w", a.ID, err)
 		}
 	}
@@ -403,6 +415,7 @@ func (e *Executor) dropExpiredStreams() {
 				e.log.Warn("retention: delete", "delegation", a.ID, "err", err)
 				continue
 			}
+			os.Remove(e.resultFile(a.ID))
 			e.mu.Lock()
 			delete(e.notify, a.ID)
 			e.mu.Unlock()
@@ -743,15 +756,48 @@ func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before ar
 		return nil, err
 	}
 	tr := e.transport(a.Transport)
-	result, err := tr.Teardown(ctx, a.ID, a.WorkDir, a.AccessMode == AccessRW)
+	if a.AccessMode == AccessRW {
+		err = e.packResult(ctx, tr, a)
+	} else {
+		_, err = tr.Teardown(ctx, a.ID, a.WorkDir, nil)
+	}
 	if err != nil {
 		return nil, err
 	}
 	if summary == "" {
 		summary = "The agent finished without output."
 	}
+	// A result is not part of the stored event: the event stream appends
+	// it from the file (see handleEvents).
 	return e.eventJSON(&Event{DelegationID: a.ID, Type: EventDone, Summary: summary,
-		Highlights: archive.Changed(before, after), ResultBase64: result}), nil
+		Highlights: archive.Changed(before, after)}), nil
+}
+
+// resultFile is where a delegation's result ZIP is kept until its events
+// are past retention.
+func (e *Executor) resultFile(id string) string {
+	return filepath.Join(e.opts.StateDir, "results", id+".zip")
+}
+
+// packResult has the transport write its result into the result file;
+// none is left if it has no result.
+func (e *Executor) packResult(ctx context.Context, tr ExecutorTransport, a *lease.Assignment) error {
+	name := e.resultFile(a.ID)
+	if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	wrote, err := tr.Teardown(ctx, a.ID, a.WorkDir, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || !wrote {
+		os.Remove(name)
+	}
+	return err
 }
 
 // pumpProgress turns the worker's updates into status events, writing all

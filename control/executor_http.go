@@ -1,6 +1,8 @@
 package control
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -8,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -110,19 +113,41 @@ func constantTimeEqual(a, b string) bool {
 }
 
 func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, e.opts.MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, NewError("", CodeWorkspaceTooLarge,
-				fmt.Sprintf("message larger than this executor's limit of %d bytes", e.opts.MaxBodyBytes),
-				"Consider selecting a smaller subdirectory or excluding large files"))
-			return
-		}
+	// A START's workspace goes to a file as it is read (see stream.go).
+	br := bufio.NewReaderSize(http.MaxBytesReader(w, r.Body, e.opts.MaxBodyBytes), 64<<10)
+	var spool *spoolFile
+	defer func() { spool.discard() }()
+	body, _, err := divert(br, []string{"workDir", "workspaceBase64"}, int(e.opts.MaxBodyBytes), func() (io.Writer, error) {
+		var err error
+		spool, err = newSpoolFile(e.incomingDir())
+		return spool, err
+	})
+	var syntax *jsonSyntaxError
+	switch {
+	case errors.As(err, new(*http.MaxBytesError)):
+		writeError(w, http.StatusRequestEntityTooLarge, NewError("", CodeWorkspaceTooLarge,
+			fmt.Sprintf("message larger than this executor's limit of %d bytes", e.opts.MaxBodyBytes),
+			"Consider selecting a smaller subdirectory or excluding large files"))
+		return
+	case errors.As(err, &syntax):
+		writeError(w, http.StatusBadRequest, NewError("", CodeDeclined, "invalid message: field body not a JSON object: "+syntax.Error(),
+			"send an AWCP v1 message (spec §4)"))
+		return
+	case err != nil:
+		e.log.Warn("read a message", "err", err)
 		writeError(w, http.StatusBadRequest, NewError("", CodeDeclined, "cannot read the request body", ""))
 		return
 	}
-	msg, err := DecodeMessage(body)
+	var workspaceFile string
+	var workspaceErr error
+	if spool != nil {
+		if workspaceFile, workspaceErr, err = spool.finish(); err != nil {
+			e.log.Warn("receive a workspace", "err", err)
+			writeError(w, http.StatusServiceUnavailable, NewError("", CodeDeclined, "the executor cannot store the workspace", ""))
+			return
+		}
+	}
+	msg, err := decodeMessage(body, workspaceFile, workspaceErr)
 	if err != nil {
 		var fe *FieldError
 		text := err.Error()
@@ -256,12 +281,13 @@ func (e *Executor) handleEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for _, ev := range evs {
-			if _, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", ev.Seq, ev.Data); err != nil {
+			var head struct{ Type string }
+			json.Unmarshal(ev.Data, &head)
+			if err := e.writeEvent(w, id, ev, head.Type == EventDone); err != nil {
 				return
 			}
 			last = ev.Seq
-			var head struct{ Type string }
-			if json.Unmarshal(ev.Data, &head) == nil && (head.Type == EventDone || head.Type == EventError) {
+			if head.Type == EventDone || head.Type == EventError {
 				rc.Flush()
 				return
 			}
@@ -282,6 +308,30 @@ func (e *Executor) handleEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// writeEvent writes one stored event. A done event gets the delegation's
+// result, if there is one, as resultBase64, streamed from its file.
+func (e *Executor) writeEvent(w io.Writer, id string, ev lease.StoredEvent, done bool) error {
+	var f *os.File
+	if done {
+		var err error
+		if f, err = os.Open(e.resultFile(id)); err == nil {
+			defer f.Close()
+		}
+	}
+	data := bytes.TrimSpace(ev.Data)
+	if f == nil || len(data) == 0 || data[len(data)-1] != '}' {
+		_, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", ev.Seq, data)
+		return err
+	}
+	_, err := io.Copy(w, io.MultiReader(
+		strings.NewReader(fmt.Sprintf("id: %d\ndata: ", ev.Seq)),
+		bytes.NewReader(data[:len(data)-1]),
+		strings.NewReader(`,"resultBase64":"`),
+		newBase64Reader(f),
+		strings.NewReader("\"}\n\n")))
+	return err
 }
 
 // StatusReport is the body of GET /awcp/status.

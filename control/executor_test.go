@@ -125,8 +125,9 @@ func (f *execFixture) delegate(id string, wd WorkDirInfo) {
 }
 
 type seqEvent struct {
-	seq uint64
-	ev  *Event
+	seq    uint64
+	ev     *Event
+	result []byte // the result ZIP a done event carried
 }
 
 // events reads id's stream from after last to its terminal event.
@@ -136,7 +137,14 @@ func (f *execFixture) events(id string, last uint64) []seqEvent {
 	defer cancel()
 	var out []seqEvent
 	err := f.peer("").Events(ctx, id, last, func(seq uint64, ev *Event) error {
-		out = append(out, seqEvent{seq, ev})
+		se := seqEvent{seq: seq, ev: ev}
+		if ev.ResultFile != "" { // removed when this returns
+			var err error
+			if se.result, err = os.ReadFile(ev.ResultFile); err != nil {
+				return err
+			}
+		}
+		out = append(out, se)
 		return nil
 	})
 	if err != nil {
@@ -169,9 +177,8 @@ func TestExecutorRunsTaskAndStreamsEvents(t *testing.T) {
 		t.Fatalf("done %+v", done)
 	}
 	// The result is the work dir as the agent left it.
-	data, _ := base64.StdEncoding.DecodeString(done.ResultBase64)
 	dst := t.TempDir()
-	if err := archive.Extract(data, dst, archive.Limits{}); err != nil {
+	if err := archive.Extract(evs[len(evs)-1].result, dst, archive.Limits{}); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dst, "a.txt")); string(b) != "a\nmore\n" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -237,19 +238,19 @@ func CertificateExpiry(info *WorkDirInfo) (time.Time, bool) {
 }
 
 // Teardown unmounts. There is no result: the work happened in place.
-func (t *SSHFSExecutor) Teardown(_ context.Context, id, workDir string, _ bool) (string, error) {
+func (t *SSHFSExecutor) Teardown(_ context.Context, id, workDir string, _ io.Writer) (bool, error) {
 	t.mu.Lock()
 	m := t.mounts[id]
 	delete(t.mounts, id)
 	t.mu.Unlock()
 	if m != nil {
-		return "", m.Unmount()
+		return false, m.Unmount()
 	}
 	// Left by a previous run of the daemon: unmount what is there.
 	if awcpfs.IsMountpoint(workDir) {
-		return "", awcpfs.Unmount(workDir)
+		return false, awcpfs.Unmount(workDir)
 	}
-	return "", nil
+	return false, nil
 }
 
 var errMounted = errors.New("the work dir is still a mount point; refusing to delete through it")

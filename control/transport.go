@@ -1,11 +1,16 @@
 package control
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,9 +30,10 @@ type ExecutorTransport interface {
 	// error means SETUP_FAILED; the work dir is cleaned by the caller.
 	Setup(ctx context.Context, p SetupParams) error
 	// Teardown ends the transport's use of workDir before it is removed.
-	// With wantResult it returns the result to send back in the done event
-	// (empty for transports that write through).
-	Teardown(ctx context.Context, id, workDir string, wantResult bool) (resultBase64 string, err error)
+	// With a result writer it writes there the result to send back in the
+	// done event, as a ZIP, and reports whether it wrote one (transports
+	// that write through have none).
+	Teardown(ctx context.Context, id, workDir string, result io.Writer) (wrote bool, err error)
 }
 
 // SetupParams is what an executor transport sets a workspace up from.
@@ -74,18 +80,44 @@ func (*ArchiveExecutor) Name() string { return TransportArchive }
 // Available implements ExecutorTransport: the archive transport needs nothing.
 func (*ArchiveExecutor) Available() error { return nil }
 
-// Setup verifies the checksum and extracts the workspace.
+// Setup verifies the checksum and extracts the workspace, from the file the
+// START reader decoded workspaceBase64 into, or from the string.
 func (t *ArchiveExecutor) Setup(_ context.Context, p SetupParams) error {
 	info, workDir := p.Info, p.WorkDir
-	data, err := base64.StdEncoding.DecodeString(info.WorkspaceBase64)
-	if err != nil {
-		return Errorf(CodeSetupFailed, "workDir.workspaceBase64 is not valid base64")
+	var (
+		zip  io.ReaderAt
+		size int64
+	)
+	if info.workspaceErr != nil {
+		return Errorf(CodeSetupFailed, "workDir.workspaceBase64 is %v", info.workspaceErr)
 	}
-	if sum := archive.Checksum(data); !strings.EqualFold(sum, info.Checksum) {
+	if info.WorkspaceFile != "" {
+		f, err := os.Open(info.WorkspaceFile)
+		if err != nil {
+			return fmt.Errorf("open the received workspace: %w", err)
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		zip, size = f, fi.Size()
+	} else {
+		data, err := base64.StdEncoding.DecodeString(info.WorkspaceBase64)
+		if err != nil {
+			return Errorf(CodeSetupFailed, "workDir.workspaceBase64 is not valid base64")
+		}
+		zip, size = bytes.NewReader(data), int64(len(data))
+	}
+	sum, err := archive.ChecksumOf(io.NewSectionReader(zip, 0, size))
+	if err != nil {
+		return fmt.Errorf("read the received workspace: %w", err)
+	}
+	if !strings.EqualFold(sum, info.Checksum) {
 		return Errorf(CodeSetupFailed, "workspace checksum mismatch: got %s, START says %s", sum, info.Checksum).
 			WithHint("the archive was damaged in transit; delegate again")
 	}
-	if err := archive.Extract(data, workDir, t.Limits); err != nil {
+	if err := archive.ExtractFrom(zip, size, workDir, t.Limits); err != nil {
 		pe := Errorf(CodeSetupFailed, "cannot extract the workspace: %s", stripPaths(err, workDir))
 		pe.Err = err
 		return pe
@@ -94,15 +126,14 @@ func (t *ArchiveExecutor) Setup(_ context.Context, p SetupParams) error {
 }
 
 // Teardown packs the work directory as the result.
-func (*ArchiveExecutor) Teardown(_ context.Context, _ string, workDir string, wantResult bool) (string, error) {
-	if !wantResult {
-		return "", nil
+func (*ArchiveExecutor) Teardown(_ context.Context, _ string, workDir string, result io.Writer) (bool, error) {
+	if result == nil {
+		return false, nil
 	}
-	p, err := archive.Pack(workDir)
-	if err != nil {
-		return "", err
+	if _, err := archive.PackTo(result, workDir); err != nil {
+		return false, err
 	}
-	return base64.StdEncoding.EncodeToString(p.Zip), nil
+	return true, nil
 }
 
 // stripPaths keeps host paths out of messages that reach the peer.
@@ -139,10 +170,29 @@ func (*ArchiveDelegator) Name() string { return TransportArchive }
 
 func manifestKey(id string) string { return "archive-base/" + id }
 
-// Prepare packs the directory and remembers what it sent.
+func (t *ArchiveDelegator) packedFile(id string) string {
+	return filepath.Join(t.StagingDir, id+".zip")
+}
+
+// Prepare packs the directory into a file in the staging directory, which
+// START streams from, and remembers what it sent.
 func (t *ArchiveDelegator) Prepare(_ context.Context, d Lent) (*WorkDirInfo, error) {
-	p, err := archive.Pack(d.LocalDir)
+	if err := os.MkdirAll(t.StagingDir, 0o700); err != nil {
+		return nil, err
+	}
+	name := t.packedFile(d.ID)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
+		return nil, fmt.Errorf("pack the workspace: %w", err)
+	}
+	defer f.Close()
+	sum := sha256.New()
+	p, err := archive.PackTo(io.MultiWriter(f, sum), d.LocalDir)
+	if err == nil {
+		err = f.Close()
+	}
+	if err != nil {
+		os.Remove(name)
 		return nil, Errorf(CodeWorkspaceInvalid, "cannot pack the workspace: %v", err)
 	}
 	m, err := json.Marshal(p.Manifest)
@@ -153,22 +203,30 @@ func (t *ArchiveDelegator) Prepare(_ context.Context, d Lent) (*WorkDirInfo, err
 		return nil, fmt.Errorf("remember what was sent: %w", err)
 	}
 	return &WorkDirInfo{
-		Transport:       TransportArchive,
-		WorkspaceBase64: base64.StdEncoding.EncodeToString(p.Zip),
-		Checksum:        archive.Checksum(p.Zip),
+		Transport:     TransportArchive,
+		WorkspaceFile: name,
+		Checksum:      hex.EncodeToString(sum.Sum(nil)),
 	}, nil
 }
 
-// Finish applies resultBase64 so that the directory ends as the executor
-// left it. A ro delegation, or a done event without a result, changes
-// nothing.
+// Finish applies the result (ev.ResultFile, as the event reader decoded
+// resultBase64) so that the directory ends as the executor left it. A ro
+// delegation, or a done event without a result, changes nothing.
 func (t *ArchiveDelegator) Finish(_ context.Context, d Lent, ev *Event) (*archive.Report, error) {
-	if d.AccessMode != AccessRW || ev.ResultBase64 == "" {
+	if d.AccessMode != AccessRW || ev.ResultFile == "" {
 		return &archive.Report{}, nil
 	}
-	data, err := base64.StdEncoding.DecodeString(ev.ResultBase64)
+	if ev.resultErr != nil {
+		return nil, fmt.Errorf("resultBase64 is %v", ev.resultErr)
+	}
+	f, err := os.Open(ev.ResultFile)
 	if err != nil {
-		return nil, errors.New("resultBase64 is not valid base64")
+		return nil, fmt.Errorf("open the result: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
 	}
 	raw, err := t.Blobs.Blob(manifestKey(d.ID))
 	if err != nil {
@@ -178,14 +236,14 @@ func (t *ArchiveDelegator) Finish(_ context.Context, d Lent, ev *Event) (*archiv
 	if err := json.Unmarshal(raw, &base); err != nil {
 		return nil, fmt.Errorf("what was sent is unreadable: %w", err)
 	}
-	rep, err := archive.Apply(d.LocalDir, base, data, archive.ApplyOptions{
+	rep, err := archive.ApplyFrom(d.LocalDir, base, f, fi.Size(), archive.ApplyOptions{
 		StagingDir:     t.StagingDir,
 		ConflictSuffix: ".awcp-" + shortID(d.ID),
 		Limits:         t.Limits,
 	})
 	if err != nil {
 		kept := filepath.Join(t.ResultDir, d.ID+".zip")
-		if werr := writePrivate(kept, data); werr != nil {
+		if werr := keepFile(ev.ResultFile, kept); werr != nil {
 			return nil, fmt.Errorf("apply the result: %w (and it could not be kept: %v)", err, werr)
 		}
 		return nil, fmt.Errorf("apply the result: %w; the result is kept in %s", err, kept)
@@ -195,6 +253,9 @@ func (t *ArchiveDelegator) Finish(_ context.Context, d Lent, ev *Event) (*archiv
 
 // Cleanup forgets what was sent.
 func (t *ArchiveDelegator) Cleanup(_ context.Context, d Lent) error {
+	if err := os.Remove(t.packedFile(d.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	return t.Blobs.DeleteBlob(manifestKey(d.ID))
 }
 
@@ -206,10 +267,27 @@ func shortID(id string) string {
 	return id
 }
 
-// writePrivate writes data to path, 0600 in a 0700 directory.
-func writePrivate(path string, data []byte) error {
+// keepFile moves file to path, in a private directory, copying it if it is
+// on another filesystem.
+func keepFile(file, path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	return os.WriteFile(path, data, 0o600)
+	if os.Rename(file, path) == nil {
+		return nil
+	}
+	src, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return err
+	}
+	return dst.Close()
 }

@@ -175,6 +175,14 @@ type WorkDirInfo struct {
 	// archive
 	WorkspaceBase64 string `json:"workspaceBase64,omitempty"`
 	Checksum        string `json:"checksum,omitempty"`
+	// WorkspaceFile is the workspace ZIP as a local file, in place of
+	// WorkspaceBase64: the delegator streams it into the message as it
+	// sends START, and the executor's reader streams workspaceBase64 into
+	// it, so that neither holds the workspace in memory.
+	WorkspaceFile string `json:"-"`
+	// workspaceErr is why the workspaceBase64 received into WorkspaceFile
+	// is unusable (not base64); Setup reports it.
+	workspaceErr error
 }
 
 // Start is spec §4.4.
@@ -213,6 +221,12 @@ type Event struct {
 	Summary      string   `json:"summary,omitempty"`
 	Highlights   []string `json:"highlights,omitempty"`
 	ResultBase64 string   `json:"resultBase64,omitempty"`
+	// ResultFile is the result ZIP as a local file, in place of
+	// ResultBase64 (see WorkDirInfo.WorkspaceFile): on the executor, the
+	// one appended as resultBase64 when the event is sent; on the
+	// delegator, the one the reader streamed resultBase64 into.
+	ResultFile string `json:"-"`
+	resultErr  error  // why ResultFile is unusable (not base64)
 
 	// error (Message is shared with status)
 	Code string `json:"code,omitempty"`
@@ -285,7 +299,12 @@ func fieldErr(field, format string, args ...any) error {
 // DecodeMessage parses one message posted to /awcp and validates it. The
 // result is *Invite, *Accept, *Start or *Error. A failure is a *FieldError
 // when a field is at fault, so the caller can answer with an ERROR naming it.
-func DecodeMessage(data []byte) (any, error) {
+func DecodeMessage(data []byte) (any, error) { return decodeMessage(data, "", nil) }
+
+// decodeMessage is DecodeMessage of a message whose workspaceBase64, if it
+// is a START, was diverted into workspaceFile (with workspaceErr if it was
+// not base64).
+func decodeMessage(data []byte, workspaceFile string, workspaceErr error) (any, error) {
 	var base BaseMessage
 	if err := json.Unmarshal(data, &base); err != nil {
 		var typeErr *json.UnmarshalTypeError
@@ -317,6 +336,9 @@ func DecodeMessage(data []byte) (any, error) {
 	}
 	if err := strictUnmarshal(data, msg); err != nil {
 		return nil, err
+	}
+	if st, ok := msg.(*Start); ok && workspaceFile != "" {
+		st.WorkDir.WorkspaceFile, st.WorkDir.workspaceErr = workspaceFile, workspaceErr
 	}
 	if err := msg.validate(); err != nil {
 		return nil, err
@@ -434,7 +456,7 @@ func (w *WorkDirInfo) validate() error {
 	case "":
 		return fieldErr("workDir.transport", "is required")
 	case TransportArchive:
-		if w.WorkspaceBase64 == "" {
+		if w.WorkspaceBase64 == "" && w.WorkspaceFile == "" {
 			return fieldErr("workDir.workspaceBase64", "is required")
 		}
 		if w.Checksum == "" {

@@ -62,12 +62,20 @@ func TestAppendixRoundTrip(t *testing.T) {
 	t.Run("events", func(t *testing.T) {
 		data, _ := os.ReadFile("testdata/a_events.sse")
 		var n int
-		err := readSSE(bytes.NewReader(data), func(_ uint64, payload []byte) (bool, error) {
+		err := readSSE(bytes.NewReader(data), t.TempDir(), func(_ uint64, payload []byte, result string, bad error) (bool, error) {
 			ev, err := DecodeEvent(payload)
 			if err != nil {
 				return false, err
 			}
 			out, _ := Marshal(ev)
+			if ev.Type == EventDone {
+				// resultBase64 went to a file as it was read; the fixture's
+				// is cut short ("..."), so it is reported as not base64.
+				if result == "" || bad == nil {
+					t.Errorf("done event: result file %q, bad %v; want a file reported bad", result, bad)
+				}
+				payload = bytes.Replace(payload, []byte(`,"resultBase64":""`), nil, 1)
+			}
 			if !bytes.Equal(out, payload) {
 				t.Errorf("event re-encoded differently:\n%s\nwant:\n%s", out, payload)
 			}

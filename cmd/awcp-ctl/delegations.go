@@ -56,9 +56,10 @@ func openEnv(c *cli.Context) (*env, error) {
 func (e *env) socket() string { return filepath.Join(e.state, "ctl.sock") }
 
 func (e *env) delegator(progress func(string, *control.Event)) (*control.Delegator, error) {
+	staging := filepath.Join(e.state, "staging")
 	transports := map[string]control.DelegatorTransport{
 		control.TransportArchive: &control.ArchiveDelegator{Blobs: e.store,
-			StagingDir: filepath.Join(e.state, "staging"), ResultDir: filepath.Join(e.state, "results")},
+			StagingDir: staging, ResultDir: filepath.Join(e.state, "results")},
 	}
 	if e.sshfs != nil {
 		transports[control.TransportSSHFS] = e.sshfs
@@ -66,6 +67,7 @@ func (e *env) delegator(progress func(string, *control.Event)) (*control.Delegat
 	return control.NewDelegator(control.DelegatorOptions{
 		Store:      e.store,
 		Transports: transports,
+		SpoolDir:   staging,
 		Progress:   progress,
 		Logger:     e.log,
 	})
