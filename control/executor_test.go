@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -191,8 +192,12 @@ func TestExecutorRunsTaskAndStreamsEvents(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(f.root, id)); !os.IsNotExist(err) {
 		t.Fatalf("work dir left behind: %v", err)
 	}
-	if again := f.events(id, 0); len(again) != len(evs) {
-		t.Fatalf("late subscriber got %d events, want %d", len(again), len(evs))
+	if again := f.events(id, 0); len(again) != len(evs) || !bytes.Equal(again[len(again)-1].result, evs[len(evs)-1].result) {
+		t.Fatalf("late subscriber got %d events, want %d with the same result", len(again), len(evs))
+	}
+	// The received workspace is gone; the result is kept for the stream.
+	if left, _ := os.ReadDir(filepath.Join(f.state, "incoming")); len(left) != 0 {
+		t.Fatalf("received workspaces left: %v", left)
 	}
 	resumed := f.events(id, 2)
 	if len(resumed) != 2 || resumed[0].seq != 3 {
@@ -509,18 +514,21 @@ func TestExecutorKeepAliveAndRetention(t *testing.T) {
 	}
 	raw, _ := io.ReadAll(bufio.NewReader(resp.Body))
 	resp.Body.Close()
-	if !bytes.Contains(raw, []byte(": keep-alive\n\n")) || !bytes.Contains(raw, []byte("id: 1\ndata: {")) {
+	if !bytes.Contains(raw, []byte(": keep-alive\n\n")) || !bytes.Contains(raw, []byte("id: 1\ndata: {")) ||
+		!bytes.Contains(raw, []byte(`,"resultBase64":"UEsDB`)) { // a ZIP's magic number
 		t.Fatalf("stream:\n%s", raw)
 	}
-	// After the retention period the stream is gone.
+	// After the retention period the stream is gone, and its result.
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, err := f.store.Assignment(id); errors.Is(err, lease.ErrNotFound) {
+		_, err := f.store.Assignment(id)
+		_, ferr := os.Stat(filepath.Join(f.state, "results", id+".zip"))
+		if errors.Is(err, lease.ErrNotFound) && errors.Is(ferr, fs.ErrNotExist) {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatal("events outlived the retention period")
+	t.Fatal("events or the result outlived the retention period")
 }
 
 func TestExecutorShutdownFailsRunningTask(t *testing.T) {
