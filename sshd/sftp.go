@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -147,6 +148,7 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 			defer wg.Done()
 			for pkt := range q {
 				s.handle(pkt)
+				putPacket(pkt)
 			}
 		}(queues[i])
 	}
@@ -169,7 +171,7 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 		if n < 1 || n > maxPacket {
 			return fmt.Errorf("sftp: packet of %d bytes", n)
 		}
-		pkt := make([]byte, n)
+		pkt := getPacket(int(n))
 		if _, err := io.ReadFull(rw, pkt); err != nil {
 			return err
 		}
@@ -178,6 +180,29 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 			continue
 		}
 		queues[routeKey(pkt)%workers] <- pkt
+	}
+}
+
+// Request packets are recycled once handled (nothing keeps a reference to
+// one): small ones, and the large ones of writes.
+const smallPacket = 64 << 10
+
+var smallPackets, largePackets = sync.Pool{New: func() any { return new([smallPacket]byte) }},
+	sync.Pool{New: func() any { return new([maxPacket]byte) }}
+
+func getPacket(n int) []byte {
+	if n <= smallPacket {
+		return smallPackets.Get().(*[smallPacket]byte)[:n]
+	}
+	return largePackets.Get().(*[maxPacket]byte)[:n]
+}
+
+func putPacket(pkt []byte) {
+	switch cap(pkt) {
+	case smallPacket:
+		smallPackets.Put((*[smallPacket]byte)(pkt[:smallPacket]))
+	case maxPacket:
+		largePackets.Put((*[maxPacket]byte)(pkt[:maxPacket]))
 	}
 }
 
@@ -214,7 +239,7 @@ func (s *sftpServer) closeAll() {
 }
 
 func (s *sftpServer) sendVersion() {
-	var b buf
+	b := newBuf()
 	b.byte(fxpVersion)
 	b.u32(3)
 	for _, e := range extensions {
@@ -224,18 +249,20 @@ func (s *sftpServer) sendVersion() {
 	s.send(b)
 }
 
+// send writes a response built on newBuf and recycles its buffer.
 func (s *sftpServer) send(b buf) {
-	var hdr [4]byte
-	binary.BigEndian.PutUint32(hdr[:], uint32(len(b)))
+	binary.BigEndian.PutUint32(b[:4], uint32(len(b)-4))
 	s.outMu.Lock()
-	defer s.outMu.Unlock()
-	if _, err := s.w.Write(append(hdr[:], b...)); err != nil {
+	_, err := s.w.Write(b)
+	s.outMu.Unlock()
+	if err != nil {
 		s.log.Debug("sftp: write response", "err", err)
 	}
+	putBuf(b)
 }
 
 func (s *sftpServer) status(id uint32, code uint32, msg string) {
-	var b buf
+	b := newBuf()
 	b.byte(fxpStatus)
 	b.u32(id)
 	b.u32(code)
@@ -553,7 +580,7 @@ func (s *sftpServer) sendHandle(id uint32, h *handle) {
 	key := fmt.Sprintf("%x", s.next)
 	s.handles[key] = h
 	s.mu.Unlock()
-	var b buf
+	b := newBuf()
 	b.byte(fxpHandle)
 	b.u32(id)
 	b.str(key)
@@ -597,18 +624,20 @@ func (s *sftpServer) read(id uint32, r *reader) {
 		return
 	}
 	n = min(n, maxReadLen)
-	var b buf
+	b := newBuf()
 	b.byte(fxpData)
 	b.u32(id)
 	b.u32(0) // length, filled in below
-	b = append(b, make([]byte, n)...)
-	got, err := h.f.ReadAt(b[9:], int64(off))
+	const head = 4 + 9
+	b = slices.Grow(b, int(n))[:head+int(n)]
+	got, err := h.f.ReadAt(b[head:], int64(off))
 	if got == 0 && err != nil {
+		putBuf(b)
 		s.errStatus(id, err)
 		return
 	}
-	binary.BigEndian.PutUint32(b[5:9], uint32(got))
-	s.send(b[:9+got])
+	binary.BigEndian.PutUint32(b[head-4:head], uint32(got))
+	s.send(b[:head+got])
 }
 
 func (s *sftpServer) write(id uint32, r *reader) {
@@ -664,7 +693,7 @@ func (s *sftpServer) readdir(id uint32, r *reader) {
 
 // name answers with one name and optional attributes.
 func (s *sftpServer) name(id uint32, name string, fi fs.FileInfo) {
-	var b buf
+	b := newBuf()
 	b.byte(fxpName)
 	b.u32(id)
 	b.u32(1)
@@ -679,7 +708,7 @@ func (s *sftpServer) name(id uint32, name string, fi fs.FileInfo) {
 }
 
 func (s *sftpServer) names(id uint32, infos []fs.FileInfo) {
-	var b buf
+	b := newBuf()
 	b.byte(fxpName)
 	b.u32(id)
 	b.u32(uint32(len(infos)))
@@ -702,7 +731,7 @@ func (s *sftpServer) attrsOrStatus(id uint32, fi fs.FileInfo, err error) {
 		s.errStatus(id, err)
 		return
 	}
-	var b buf
+	b := newBuf()
 	b.byte(fxpAttrs)
 	b.u32(id)
 	b.attrs(fi)
@@ -805,7 +834,7 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 			s.errStatus(id, err)
 			return
 		}
-		var b buf
+		b := newBuf()
 		b.byte(fxpExtendedReply)
 		b.u32(id)
 		for _, v := range []uint64{uint64(st.Bsize), uint64(st.Frsize), st.Blocks, st.Bfree, st.Bavail,
@@ -848,7 +877,24 @@ func statvfsFlags(readOnly bool) uint64 {
 }
 
 // buf builds a packet.
+// buf is a response under construction: four bytes for its length, then
+// the packet. Buffers are recycled: a read answers with up to a megabyte.
 type buf []byte
+
+var bufs = sync.Pool{New: func() any { return new(buf) }}
+
+func newBuf() buf {
+	b := *bufs.Get().(*buf)
+	return append(b[:0], 0, 0, 0, 0)
+}
+
+func putBuf(b buf) {
+	if cap(b) > 2*maxPacket {
+		return
+	}
+	b = b[:0]
+	bufs.Put(&b)
+}
 
 func (b *buf) byte(v byte)  { *b = append(*b, v) }
 func (b *buf) u32(v uint32) { *b = binary.BigEndian.AppendUint32(*b, v) }
