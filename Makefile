@@ -22,12 +22,12 @@ unit:
 e2e: build
 	AWCP_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout 10m ./test/e2e/...
 
-# Micro-benchmarks, the control plane's INVITE → running latency, then the
-# filesystem workloads on local disk, a go-fuse loopback, sshfs and an awcp
+# Micro-benchmarks, the control plane's INVITE → running latency, the
+# archive round trip of a 50 MB workspace, then the filesystem workloads on local disk, a go-fuse loopback, sshfs and an awcp
 # mount (root; BENCH_ROUNDS=1 for a quick run).
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./archive/ ./lease/ ./sshd/
-	$(GO) run ./test/bench/latency -bin $(BIN) -n 100
+	$(GO) run ./test/bench/control -bin $(BIN) -n 100 -archive-mb 50 -archive-files 5000
 	BIN=$(BIN) bash test/bench/fs.sh
 
 demo: build
