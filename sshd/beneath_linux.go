@@ -148,3 +148,55 @@ func (s *statInfo) Mode() fs.FileMode {
 	}
 	return m
 }
+
+// inParent runs op on the directory that holds name, opened beneath the
+// root, and name's last element: one openat2 however deep name is, and op
+// acts on the last element itself, never following it. Where openat2 is
+// missing, or name is the root itself, it runs fallback instead.
+func (b *beneath) inParent(name string, op func(dirfd int, base string) error, fallback func() error) error {
+	dir, base := path.Split(name)
+	if !b.ok || base == "" || base == "." || base == ".." {
+		return fallback()
+	}
+	if dir == "" {
+		dir = "."
+	}
+	fd, err := b.openat2(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := op(fd, base); err != nil {
+		return &fs.PathError{Op: "remove", Path: name, Err: err}
+	}
+	return nil
+}
+
+// Remove removes the file (or, with dir, the empty directory) name: a file
+// asked to go as a directory is ENOTDIR, a directory asked to go as a file
+// EISDIR, as unlinkat(2) says.
+func (b *beneath) Remove(name string, dir bool) error {
+	flags := 0
+	if dir {
+		flags = unix.AT_REMOVEDIR
+	}
+	return b.inParent(name, func(fd int, base string) error { return unix.Unlinkat(fd, base, flags) },
+		func() error {
+			fi, err := b.root.Lstat(name)
+			switch {
+			case err != nil:
+				return err
+			case dir && !fi.IsDir():
+				return syscall.ENOTDIR
+			case !dir && fi.IsDir():
+				return syscall.EISDIR
+			}
+			return b.root.Remove(name)
+		})
+}
+
+// Mkdir makes the directory name.
+func (b *beneath) Mkdir(name string, perm fs.FileMode) error {
+	return b.inParent(name, func(fd int, base string) error { return unix.Mkdirat(fd, base, uint32(perm.Perm())) },
+		func() error { return b.root.Mkdir(name, perm) })
+}

@@ -386,27 +386,9 @@ func (s *sftpServer) handle(pkt []byte) {
 	case fxpReaddir:
 		s.readdir(id, &r)
 	case fxpRemove:
-		s.errStatus(id, s.mutate(&r, func(name string) error {
-			fi, err := s.root.Lstat(name)
-			if err != nil {
-				return err
-			}
-			if fi.IsDir() {
-				return syscall.EISDIR
-			}
-			return s.root.Remove(name)
-		}))
+		s.errStatus(id, s.mutate(&r, func(name string) error { return s.fast.Remove(name, false) }))
 	case fxpRmdir:
-		s.errStatus(id, s.mutate(&r, func(name string) error {
-			fi, err := s.root.Lstat(name)
-			if err != nil {
-				return err
-			}
-			if !fi.IsDir() {
-				return syscall.ENOTDIR
-			}
-			return s.root.Remove(name)
-		}))
+		s.errStatus(id, s.mutate(&r, func(name string) error { return s.fast.Remove(name, true) }))
 	case fxpMkdir:
 		name := rel(r.str())
 		a := r.attrs()
@@ -419,7 +401,7 @@ func (s *sftpServer) handle(pkt []byte) {
 			err = s.writable()
 		}
 		if err == nil {
-			err = s.root.Mkdir(name, perm)
+			err = s.fast.Mkdir(name, perm)
 		}
 		s.errStatus(id, err)
 	case fxpRealpath:
