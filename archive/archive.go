@@ -63,15 +63,6 @@ func Checksum(data []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// ChecksumOf is the Checksum of what r yields.
-func ChecksumOf(r io.Reader) (string, error) {
-	h := sha256.New()
-	if _, err := io.Copy(h, r); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
 // LinkStaysInside reports whether a symlink at rel (slash-separated,
 // relative to the root) with target stays inside the tree.
 func LinkStaysInside(rel, target string) bool {

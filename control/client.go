@@ -219,7 +219,7 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		return peerError(resp.StatusCode, body)
 	}
-	return readSSE(resp.Body, c.SpoolDir, func(seq uint64, data []byte, resultFile string, bad error) (bool, error) {
+	return readSSE(resp.Body, c.SpoolDir, func(seq uint64, data []byte, result spooled) (bool, error) {
 		ev, err := DecodeEvent(data)
 		if err != nil {
 			return false, fmt.Errorf("bad event %d: %w", seq, err)
@@ -227,7 +227,7 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 		if ev.DelegationID != id {
 			return false, fmt.Errorf("event %d is for another delegation", seq)
 		}
-		ev.ResultFile, ev.resultErr = resultFile, bad
+		ev.ResultFile, ev.resultErr = result.file, result.bad
 		if err := fn(seq, ev); err != nil {
 			return false, err
 		}
@@ -243,9 +243,9 @@ const maxEventBytes = 16 << 20
 
 // readSSE parses a text/event-stream, calling fn with each event's id and
 // data until fn reports the end. An event's top-level resultBase64 is not
-// kept in data: it is decoded into a file in spoolDir as it is read, named
-// to fn (with bad if it was not base64), and removed when fn returns.
-func readSSE(r io.Reader, spoolDir string, fn func(seq uint64, data []byte, resultFile string, bad error) (bool, error)) error {
+// kept in data: it is decoded into a file in spoolDir as it is read, given
+// to fn (with bad set if it was not base64), and removed when fn returns.
+func readSSE(r io.Reader, spoolDir string, fn func(seq uint64, data []byte, result spooled) (bool, error)) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		ev := &sseEvent{br: br}
@@ -257,7 +257,7 @@ func readSSE(r io.Reader, spoolDir string, fn func(seq uint64, data []byte, resu
 			return err
 		}
 		var spool *spoolFile
-		rest, _, err := divert(data, []string{"resultBase64"}, maxEventBytes, func() (io.Writer, error) {
+		rest, err := divert(data, []string{"resultBase64"}, maxEventBytes, func() (io.Writer, error) {
 			var err error
 			spool, err = newSpoolFile(spoolDir)
 			return spool, err
@@ -265,10 +265,9 @@ func readSSE(r io.Reader, spoolDir string, fn func(seq uint64, data []byte, resu
 		if err == nil {
 			_, err = io.Copy(io.Discard, data) // to the event's end, past a late id
 		}
-		var result string
-		var bad error
+		var result spooled
 		if err == nil && spool != nil {
-			result, bad, err = spool.finish()
+			result, err = spool.finish()
 		}
 		if err != nil {
 			spool.discard()
@@ -277,7 +276,7 @@ func readSSE(r io.Reader, spoolDir string, fn func(seq uint64, data []byte, resu
 			}
 			return fmt.Errorf("bad event after %d: %w", ev.seq, err)
 		}
-		end, err := fn(ev.seq, rest, result, bad)
+		end, err := fn(ev.seq, rest, result)
 		spool.discard()
 		if err != nil || end {
 			return err

@@ -203,17 +203,16 @@ func NewExecutor(opts ExecutorOptions) (*Executor, error) {
 	if err := os.MkdirAll(opts.WorkRoot, 0o700); err != nil {
 		return nil, fmt.Errorf("work root: %w", err)
 	}
-	// Workspaces being received when a previous run stopped are of no use.
-	incoming := filepath.Join(opts.StateDir, "incoming")
-	if err := os.RemoveAll(incoming); err != nil {
-		return nil, fmt.Errorf("incoming workspaces: %w", err)
-	}
-	if err := os.MkdirAll(incoming, 0o700); err != nil {
-		return nil, fmt.Errorf("incoming workspaces: %w", err)
-	}
 	e := &Executor{
 		opts: opts, store: opts.Store, log: opts.Logger,
 		tasks: map[string]*task{}, notify: map[string]chan struct{}{},
+	}
+	// Workspaces being received when a previous run stopped are of no use.
+	if err := os.RemoveAll(e.incomingDir()); err != nil {
+		return nil, fmt.Errorf("incoming workspaces: %w", err)
+	}
+	if err := os.MkdirAll(e.incomingDir(), 0o700); err != nil {
+		return nil, fmt.Errorf("incoming workspaces: %w", err)
 	}
 	e.sched = lease.NewScheduler(lease.Scheduler{
 		List:   e.due,

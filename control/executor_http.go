@@ -117,7 +117,7 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 	br := bufio.NewReaderSize(http.MaxBytesReader(w, r.Body, e.opts.MaxBodyBytes), 64<<10)
 	var spool *spoolFile
 	defer func() { spool.discard() }()
-	body, _, err := divert(br, []string{"workDir", "workspaceBase64"}, int(e.opts.MaxBodyBytes), func() (io.Writer, error) {
+	body, err := divert(br, []string{"workDir", "workspaceBase64"}, int(e.opts.MaxBodyBytes), func() (io.Writer, error) {
 		var err error
 		spool, err = newSpoolFile(e.incomingDir())
 		return spool, err
@@ -138,16 +138,17 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, NewError("", CodeDeclined, "cannot read the request body", ""))
 		return
 	}
-	var workspaceFile string
-	var workspaceErr error
+	var workspace *spooled
 	if spool != nil {
-		if workspaceFile, workspaceErr, err = spool.finish(); err != nil {
+		got, err := spool.finish()
+		if err != nil {
 			e.log.Warn("receive a workspace", "err", err)
 			writeError(w, http.StatusServiceUnavailable, NewError("", CodeDeclined, "the executor cannot store the workspace", ""))
 			return
 		}
+		workspace = &got
 	}
-	msg, err := decodeMessage(body, workspaceFile, workspaceErr)
+	msg, err := decodeMessage(body, workspace)
 	if err != nil {
 		var fe *FieldError
 		text := err.Error()

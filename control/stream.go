@@ -3,10 +3,13 @@ package control
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"strconv"
@@ -45,20 +48,20 @@ type diverter struct {
 	open  func() (io.Writer, error)
 	rest  bytes.Buffer
 	max   int
-	found bool
+	found bool // the member was diverted: a second one is kept
 }
 
-// divert reads one JSON value from r. max bounds the rest (without the
-// diverted string).
-func divert(r *bufio.Reader, path []string, max int, open func() (io.Writer, error)) (rest []byte, found bool, err error) {
+// divert reads one JSON value from r; open is called only if the member
+// is there. max bounds the rest (without the diverted string).
+func divert(r *bufio.Reader, path []string, max int, open func() (io.Writer, error)) (rest []byte, err error) {
 	d := &diverter{r: r, path: path, open: open, max: max}
 	if err := d.value(0, 0); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		return nil, false, err
+		return nil, err
 	}
-	return d.rest.Bytes(), d.found, nil
+	return d.rest.Bytes(), nil
 }
 
 func (d *diverter) keep(b ...byte) error {
@@ -101,11 +104,7 @@ func (d *diverter) value(depth, matched int) error {
 	case '{':
 		return d.object(depth, matched)
 	case '[':
-		d.r.ReadByte()
-		if err := d.keep('['); err != nil {
-			return err
-		}
-		return d.elements(depth)
+		return d.sequence(']', func() error { return d.value(depth+1, -1) })
 	case '"':
 		if matched == len(d.path) && !d.found {
 			return d.divertString()
@@ -129,44 +128,19 @@ func (d *diverter) value(depth, matched int) error {
 	}
 }
 
+// object reads an object; its member named path[matched] leads on along
+// the path.
 func (d *diverter) object(depth, matched int) error {
-	d.r.ReadByte()
-	if err := d.keep('{'); err != nil {
-		return err
-	}
-	for first := true; ; first = false {
-		c, err := d.space()
-		if err != nil {
+	return d.sequence('}', func() error {
+		if err := d.expect('"'); err != nil {
 			return err
-		}
-		if c == '}' {
-			d.r.ReadByte()
-			return d.keep('}')
-		}
-		if !first {
-			if c != ',' {
-				return syntaxErrorf("JSON: %q where , or } belongs", c)
-			}
-			d.r.ReadByte()
-			if err := d.keep(','); err != nil {
-				return err
-			}
-			if c, err = d.space(); err != nil {
-				return err
-			}
-		}
-		if c != '"' {
-			return syntaxErrorf("JSON: %q where a key belongs", c)
 		}
 		key, err := d.copyString()
 		if err != nil {
 			return err
 		}
-		if c, err = d.space(); err != nil {
+		if err := d.expect(':'); err != nil {
 			return err
-		}
-		if c != ':' {
-			return syntaxErrorf("JSON: %q where : belongs", c)
 		}
 		d.r.ReadByte()
 		if err := d.keep(':'); err != nil {
@@ -176,35 +150,48 @@ func (d *diverter) object(depth, matched int) error {
 		if matched >= 0 && matched < len(d.path) && key == d.path[matched] {
 			next = matched + 1
 		}
-		if err := d.value(depth+1, next); err != nil {
-			return err
-		}
-	}
+		return d.value(depth+1, next)
+	})
 }
 
-func (d *diverter) elements(depth int) error {
+// sequence reads an object or an array from its opening byte: items read
+// by item, separated by commas, up to closer.
+func (d *diverter) sequence(closer byte, item func() error) error {
+	opener, _ := d.r.ReadByte()
+	if err := d.keep(opener); err != nil {
+		return err
+	}
 	for first := true; ; first = false {
 		c, err := d.space()
 		if err != nil {
 			return err
 		}
-		if c == ']' {
+		if c == closer {
 			d.r.ReadByte()
-			return d.keep(']')
+			return d.keep(closer)
 		}
 		if !first {
 			if c != ',' {
-				return syntaxErrorf("JSON: %q where , or ] belongs", c)
+				return syntaxErrorf("JSON: %q where , or %c belongs", c, closer)
 			}
 			d.r.ReadByte()
 			if err := d.keep(','); err != nil {
 				return err
 			}
 		}
-		if err := d.value(depth+1, -1); err != nil {
+		if err := item(); err != nil {
 			return err
 		}
 	}
+}
+
+// expect reads on to the next byte, which must be c, and leaves it unread.
+func (d *diverter) expect(c byte) error {
+	got, err := d.space()
+	if err == nil && got != c {
+		err = syntaxErrorf("JSON: %q where %q belongs", got, c)
+	}
+	return err
 }
 
 // copyString copies a string to rest and returns its decoded value.
@@ -419,8 +406,16 @@ func (b *base64Reader) Read(p []byte) (int, error) {
 // A nil *spoolFile discards nothing.
 type spoolFile struct {
 	f   *os.File
+	sum hash.Hash // of the decoded bytes: START's checksum needs no second read
 	dec base64Writer
 	bad error // the input is not base64
+}
+
+// spooled is what a spoolFile received.
+type spooled struct {
+	file string
+	sum  string // hex SHA-256 of the file
+	bad  error  // the input was not base64: the file is of no use
 }
 
 func newSpoolFile(dir string) (*spoolFile, error) {
@@ -433,8 +428,8 @@ func newSpoolFile(dir string) (*spoolFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spool the result: %w", err)
 	}
-	s := &spoolFile{f: f}
-	s.dec.dst = f
+	s := &spoolFile{f: f, sum: sha256.New()}
+	s.dec.dst = io.MultiWriter(f, s.sum)
 	return s, nil
 }
 
@@ -452,13 +447,13 @@ func (s *spoolFile) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// finish closes the file and names it; bad says if the input was not
-// base64, err if the file could not be written.
-func (s *spoolFile) finish() (name string, bad, err error) {
+// finish closes the file and says what it holds; err is a file that could
+// not be written.
+func (s *spoolFile) finish() (spooled, error) {
 	if s.bad == nil {
 		s.bad = s.dec.Close()
 	}
-	return s.f.Name(), s.bad, s.f.Close()
+	return spooled{file: s.f.Name(), sum: hex.EncodeToString(s.sum.Sum(nil)), bad: s.bad}, s.f.Close()
 }
 
 // discard removes the file.

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/awcp/awcp/archive"
 )
 
 func TestDivert(t *testing.T) {
@@ -34,7 +36,8 @@ func TestDivert(t *testing.T) {
 			var got bytes.Buffer
 			// One byte at a time: every chunk boundary is exercised.
 			r := bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(c.in)), 16)
-			rest, found, err := divert(r, path, 1<<20, func() (io.Writer, error) { return &got, nil })
+			found := false
+			rest, err := divert(r, path, 1<<20, func() (io.Writer, error) { found = true; return &got, nil })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,13 +47,13 @@ func TestDivert(t *testing.T) {
 		})
 	}
 	for _, bad := range []string{`{"a" 1}`, `{"a":1 "b":2}`, `{"workDir":{"workspaceBase64":"a\qb"}}`, strings.Repeat("[", 100) + strings.Repeat("]", 100), `{"a":"` + strings.Repeat("x", 200) + `"}`} {
-		_, _, err := divert(bufio.NewReader(strings.NewReader(bad)), path, 100, func() (io.Writer, error) { return io.Discard, nil })
+		_, err := divert(bufio.NewReader(strings.NewReader(bad)), path, 100, func() (io.Writer, error) { return io.Discard, nil })
 		var se *jsonSyntaxError
 		if !errors.As(err, &se) {
 			t.Errorf("%.40s: err %v, want a syntax error", bad, err)
 		}
 	}
-	if _, _, err := divert(bufio.NewReader(strings.NewReader(`{"a":`)), path, 100, nil); !errors.Is(err, io.ErrUnexpectedEOF) {
+	if _, err := divert(bufio.NewReader(strings.NewReader(`{"a":`)), path, 100, nil); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("cut short: %v", err)
 	}
 }
@@ -101,7 +104,8 @@ func TestReadSSEDivertsTheResult(t *testing.T) {
 	spool := t.TempDir()
 	var seqs []uint64
 	var files []string
-	err := readSSE(strings.NewReader(stream), spool, func(seq uint64, data []byte, file string, bad error) (bool, error) {
+	err := readSSE(strings.NewReader(stream), spool, func(seq uint64, data []byte, got spooled) (bool, error) {
+		file, bad := got.file, got.bad
 		seqs = append(seqs, seq)
 		if len(data) > 1000 {
 			t.Errorf("event %d kept %d bytes of data", seq, len(data))
@@ -111,8 +115,8 @@ func TestReadSSEDivertsTheResult(t *testing.T) {
 		}
 		if file != "" {
 			files = append(files, file)
-			if got, _ := os.ReadFile(file); !bytes.Equal(got, result) {
-				t.Errorf("the result file holds %d bytes, not the result", len(got))
+			if b, _ := os.ReadFile(file); !bytes.Equal(b, result) || got.sum != archive.Checksum(result) {
+				t.Errorf("the result file holds %d bytes (sum %s), not the result", len(b), got.sum)
 			}
 		}
 		return strings.Contains(string(data), `"done"`), nil
@@ -125,7 +129,7 @@ func TestReadSSEDivertsTheResult(t *testing.T) {
 	}
 	// A stream cut inside the result leaves nothing behind either.
 	cut := stream[:len(stream)-1000]
-	err = readSSE(strings.NewReader(cut), spool, func(uint64, []byte, string, error) (bool, error) { return false, nil })
+	err = readSSE(strings.NewReader(cut), spool, func(uint64, []byte, spooled) (bool, error) { return false, nil })
 	if !errors.Is(err, errStreamEnded) {
 		t.Fatalf("cut stream: %v", err)
 	}

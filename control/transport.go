@@ -1,10 +1,8 @@
 package control
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -80,44 +78,31 @@ func (*ArchiveExecutor) Name() string { return TransportArchive }
 // Available implements ExecutorTransport: the archive transport needs nothing.
 func (*ArchiveExecutor) Available() error { return nil }
 
-// Setup verifies the checksum and extracts the workspace, from the file the
-// START reader decoded workspaceBase64 into, or from the string.
+// Setup verifies the checksum and extracts the workspace from the file the
+// START reader decoded workspaceBase64 into.
 func (t *ArchiveExecutor) Setup(_ context.Context, p SetupParams) error {
 	info, workDir := p.Info, p.WorkDir
-	var (
-		zip  io.ReaderAt
-		size int64
-	)
-	if info.workspaceErr != nil {
-		return Errorf(CodeSetupFailed, "workDir.workspaceBase64 is %v", info.workspaceErr)
+	got := info.received
+	if got == nil {
+		return errors.New("archive setup: the workspace was not received into a file")
 	}
-	if info.WorkspaceFile != "" {
-		f, err := os.Open(info.WorkspaceFile)
-		if err != nil {
-			return fmt.Errorf("open the received workspace: %w", err)
-		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			return err
-		}
-		zip, size = f, fi.Size()
-	} else {
-		data, err := base64.StdEncoding.DecodeString(info.WorkspaceBase64)
-		if err != nil {
-			return Errorf(CodeSetupFailed, "workDir.workspaceBase64 is not valid base64")
-		}
-		zip, size = bytes.NewReader(data), int64(len(data))
+	if got.bad != nil {
+		return Errorf(CodeSetupFailed, "workDir.workspaceBase64 is %v", got.bad)
 	}
-	sum, err := archive.ChecksumOf(io.NewSectionReader(zip, 0, size))
-	if err != nil {
-		return fmt.Errorf("read the received workspace: %w", err)
-	}
-	if !strings.EqualFold(sum, info.Checksum) {
-		return Errorf(CodeSetupFailed, "workspace checksum mismatch: got %s, START says %s", sum, info.Checksum).
+	if !strings.EqualFold(got.sum, info.Checksum) {
+		return Errorf(CodeSetupFailed, "workspace checksum mismatch: got %s, START says %s", got.sum, info.Checksum).
 			WithHint("the archive was damaged in transit; delegate again")
 	}
-	if err := archive.ExtractFrom(zip, size, workDir, t.Limits); err != nil {
+	f, err := os.Open(got.file)
+	if err != nil {
+		return fmt.Errorf("open the received workspace: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if err := archive.ExtractFrom(f, fi.Size(), workDir, t.Limits); err != nil {
 		pe := Errorf(CodeSetupFailed, "cannot extract the workspace: %s", stripPaths(err, workDir))
 		pe.Err = err
 		return pe

@@ -180,9 +180,9 @@ type WorkDirInfo struct {
 	// sends START, and the executor's reader streams workspaceBase64 into
 	// it, so that neither holds the workspace in memory.
 	WorkspaceFile string `json:"-"`
-	// workspaceErr is why the workspaceBase64 received into WorkspaceFile
-	// is unusable (not base64); Setup reports it.
-	workspaceErr error
+	// received is workspaceBase64 as the executor's reader decoded it into
+	// WorkspaceFile: its checksum, or why it is unusable.
+	received *spooled
 }
 
 // Start is spec §4.4.
@@ -299,12 +299,11 @@ func fieldErr(field, format string, args ...any) error {
 // DecodeMessage parses one message posted to /awcp and validates it. The
 // result is *Invite, *Accept, *Start or *Error. A failure is a *FieldError
 // when a field is at fault, so the caller can answer with an ERROR naming it.
-func DecodeMessage(data []byte) (any, error) { return decodeMessage(data, "", nil) }
+func DecodeMessage(data []byte) (any, error) { return decodeMessage(data, nil) }
 
 // decodeMessage is DecodeMessage of a message whose workspaceBase64, if it
-// is a START, was diverted into workspaceFile (with workspaceErr if it was
-// not base64).
-func decodeMessage(data []byte, workspaceFile string, workspaceErr error) (any, error) {
+// is a START, was diverted into a file as it was read.
+func decodeMessage(data []byte, workspace *spooled) (any, error) {
 	var base BaseMessage
 	if err := json.Unmarshal(data, &base); err != nil {
 		var typeErr *json.UnmarshalTypeError
@@ -337,8 +336,8 @@ func decodeMessage(data []byte, workspaceFile string, workspaceErr error) (any, 
 	if err := strictUnmarshal(data, msg); err != nil {
 		return nil, err
 	}
-	if st, ok := msg.(*Start); ok && workspaceFile != "" {
-		st.WorkDir.WorkspaceFile, st.WorkDir.workspaceErr = workspaceFile, workspaceErr
+	if st, ok := msg.(*Start); ok && workspace != nil {
+		st.WorkDir.WorkspaceFile, st.WorkDir.received = workspace.file, workspace
 	}
 	if err := msg.validate(); err != nil {
 		return nil, err

@@ -62,7 +62,7 @@ func TestAppendixRoundTrip(t *testing.T) {
 	t.Run("events", func(t *testing.T) {
 		data, _ := os.ReadFile("testdata/a_events.sse")
 		var n int
-		err := readSSE(bytes.NewReader(data), t.TempDir(), func(_ uint64, payload []byte, result string, bad error) (bool, error) {
+		err := readSSE(bytes.NewReader(data), t.TempDir(), func(_ uint64, payload []byte, result spooled) (bool, error) {
 			ev, err := DecodeEvent(payload)
 			if err != nil {
 				return false, err
@@ -71,8 +71,8 @@ func TestAppendixRoundTrip(t *testing.T) {
 			if ev.Type == EventDone {
 				// resultBase64 went to a file as it was read; the fixture's
 				// is cut short ("..."), so it is reported as not base64.
-				if result == "" || bad == nil {
-					t.Errorf("done event: result file %q, bad %v; want a file reported bad", result, bad)
+				if result.file == "" || result.bad == nil {
+					t.Errorf("done event: result %+v; want a file reported bad", result)
 				}
 				payload = bytes.Replace(payload, []byte(`,"resultBase64":""`), nil, 1)
 			}

@@ -384,13 +384,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return syscall.EEXIST
 		}
 	}
-	if np, ok := newParent.EmbeddedInode().Operations().(*node); ok {
+	np, _ := newParent.EmbeddedInode().Operations().(*node)
+	if np != nil {
 		np.openDeferredChild(ctx, newName) // it may be replaced
 	}
 	err := n.fsys.at(ctx).PosixRename(from, to)
 	if err == nil {
 		n.unnamed(name)
-		if np, ok := newParent.EmbeddedInode().Operations().(*node); ok {
+		if np != nil {
 			np.named(newName)
 		}
 		return 0

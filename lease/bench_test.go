@@ -43,3 +43,24 @@ func BenchmarkSharedTransition(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFindDelegation is a short-prefix look-up, as `awcp-ctl status
+// ID` does, in a shared store of 300 delegations.
+func BenchmarkFindDelegation(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "ctl.db"), Options{Shared: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 300 {
+		id := "dlg" + strconv.Itoa(i) + "-5f0c9a2e"
+		d := &Delegation{Lease: Lease{ID: id, AccessMode: "ro"}, LocalDir: "/tmp/" + id, Notes: []string{"a note to decode"}}
+		if err := s.CreateDelegation(d); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		if d, err := s.FindDelegation("dlg150-"); err != nil || d.ID != "dlg150-5f0c9a2e" {
+			b.Fatal(d, err)
+		}
+	}
+}

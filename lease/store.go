@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -273,30 +274,32 @@ func (s *Store) Delegations() ([]*Delegation, error) {
 
 // FindDelegation returns the delegation whose id is idOrPrefix, else the
 // only one whose id starts with it. No match is ErrNotFound; several are an
-// *AmbiguousError.
+// *AmbiguousError. Keys are sorted, so one seek finds the candidates and
+// only the match is decoded.
 func (s *Store) FindDelegation(idOrPrefix string) (*Delegation, error) {
-	// A whole id — what programs pass, polling — costs one get, not a
-	// decode of every record.
-	if d, err := s.Delegation(idOrPrefix); !errors.Is(err, ErrNotFound) {
-		return d, err
-	}
-	ds, err := s.Delegations()
-	if err != nil {
-		return nil, err
-	}
-	var found []*Delegation
-	for _, d := range ds {
-		if idOrPrefix != "" && strings.HasPrefix(d.ID, idOrPrefix) {
-			found = append(found, d)
+	var d *Delegation
+	err := s.view(func(tx *bolt.Tx) error {
+		prefix := []byte(idOrPrefix)
+		c := tx.Bucket(bucketDelegations).Cursor()
+		k, _ := c.Seek(prefix)
+		if k == nil || len(prefix) == 0 || !bytes.HasPrefix(k, prefix) {
+			return fmt.Errorf("delegation %q: %w", idOrPrefix, ErrNotFound)
 		}
-	}
-	switch len(found) {
-	case 0:
-		return nil, fmt.Errorf("delegation %q: %w", idOrPrefix, ErrNotFound)
-	case 1:
-		return found[0], nil
-	}
-	return nil, &AmbiguousError{Prefix: idOrPrefix, Matches: len(found)}
+		id := string(k)
+		if !bytes.Equal(k, prefix) { // a prefix: it must be the only one
+			matches := 1
+			for k, _ = c.Next(); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+				matches++
+			}
+			if matches > 1 {
+				return &AmbiguousError{Prefix: idOrPrefix, Matches: matches}
+			}
+		}
+		var err error
+		d, err = get[Delegation](tx, bucketDelegations, id)
+		return err
+	})
+	return d, err
 }
 
 // FireDelegation applies event ev to delegation id and then fn (which may be

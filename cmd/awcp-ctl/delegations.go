@@ -198,14 +198,20 @@ func printPermissions(w io.Writer, d *lease.Delegation) {
 	for _, p := range d.Permissions {
 		switch p.Outcome {
 		case control.PermissionPending:
-			fmt.Fprintf(w, "permission %s PENDING: %s\n  options: %s\n  answer: awcp-ctl permit %s %s OPTION\n",
-				p.RequestID, p.Title, lease.Choices(p.Options), d.ID, p.RequestID)
+			fmt.Fprintf(w, "permission %s PENDING: %s\n", p.RequestID, p.Title)
+			printHowToAnswer(w, d.ID, p.RequestID, p.Options)
 		case control.PermissionSelected:
 			fmt.Fprintf(w, "permission %s: %s: %s, decided by %s\n", p.RequestID, p.Title, p.OptionID, p.DecidedBy)
 		default:
 			fmt.Fprintf(w, "permission %s: %s: %s (%s)\n", p.RequestID, p.Title, p.Outcome, p.DecidedBy)
 		}
 	}
+}
+
+// printHowToAnswer follows a pending permission request with its options
+// and the command that answers it.
+func printHowToAnswer(w io.Writer, id, requestID string, opts []lease.PermissionOption) {
+	fmt.Fprintf(w, "  options: %s\n  answer: awcp-ctl permit %s %s OPTION\n", lease.Choices(opts), id, requestID)
 }
 
 func exitFor(d *lease.Delegation) error {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
-	"github.com/awcp/awcp/lease"
 )
 
 func exportCommand(ctx context.Context) *cli.Command {
@@ -88,8 +87,8 @@ func exportWait(ctx context.Context, c *cli.Context, e *env, req control.ExportR
 		case ev.Type == control.EventStatus:
 			fmt.Fprintf(errw, "  | %s\n", ev.Message)
 		case ev.Type == control.EventPermission && ev.Outcome == control.PermissionPending:
-			fmt.Fprintf(errw, "awcp: the agent asks permission (%s): %s\n  options: %s\n  answer: awcp-ctl permit %s %s OPTION\n",
-				ev.RequestID, ev.Message, lease.Choices(ev.Options), id, ev.RequestID)
+			fmt.Fprintf(errw, "awcp: the agent asks permission (%s): %s\n", ev.RequestID, ev.Message)
+			printHowToAnswer(errw, id, ev.RequestID, ev.Options)
 		case ev.Type == control.EventPermission:
 			fmt.Fprintf(errw, "awcp: permission %s: %s %s (%s)\n", ev.RequestID, ev.Outcome, ev.OptionID, ev.DecidedBy)
 		}

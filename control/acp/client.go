@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -38,8 +39,8 @@ type client struct {
 
 	mu        sync.Mutex // guards the fields below
 	sid       acpsdk.SessionId
-	message   strings.Builder // the agent's text since its last tool call: the summary
-	pending   map[string]*strings.Builder
+	message   strings.Builder   // the agent's text since its last tool call: the summary
+	pending   map[string]string // unfinished lines of the agent's text, by kind
 	toolTitle map[acpsdk.ToolCallId]string
 	terms     map[string]*terminal
 	nextID    int
@@ -59,7 +60,7 @@ func newClient(askCtx context.Context, t agent.Task, allowExec bool, h agent.Hoo
 	return &client{
 		askCtx: askCtx, task: t, workDir: filepath.Clean(wd), root: root,
 		allowExec: allowExec, readOnly: t.AccessMode == "ro", hooks: h, log: log,
-		pending: map[string]*strings.Builder{}, toolTitle: map[acpsdk.ToolCallId]string{}, terms: map[string]*terminal{},
+		pending: map[string]string{}, toolTitle: map[acpsdk.ToolCallId]string{}, terms: map[string]*terminal{},
 	}, nil
 }
 
@@ -163,15 +164,18 @@ func (c *client) ReadTextFile(_ context.Context, p acpsdk.ReadTextFileRequest) (
 	if p.Line != nil && *p.Line < 1 || p.Limit != nil && *p.Limit < 0 {
 		return acpsdk.ReadTextFileResponse{}, acpsdk.NewInvalidParams(map[string]any{"error": "line is 1-based and limit not negative"})
 	}
-	if info, err := c.root.Stat(rel); err != nil {
-		return acpsdk.ReadTextFileResponse{}, fileError(p.Path, err)
-	} else if info.Size() > maxTextFile {
-		return acpsdk.ReadTextFileResponse{}, acpsdk.NewInvalidParams(map[string]any{"path": p.Path,
-			"error": fmt.Sprintf("the file is larger than %d bytes", maxTextFile)})
-	}
-	data, err := c.root.ReadFile(rel)
+	f, err := c.root.Open(rel)
 	if err != nil {
 		return acpsdk.ReadTextFileResponse{}, fileError(p.Path, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxTextFile+1))
+	if err != nil {
+		return acpsdk.ReadTextFileResponse{}, fileError(p.Path, err)
+	}
+	if len(data) > maxTextFile {
+		return acpsdk.ReadTextFileResponse{}, acpsdk.NewInvalidParams(map[string]any{"path": p.Path,
+			"error": fmt.Sprintf("the file is larger than %d bytes", maxTextFile)})
 	}
 	content := string(data)
 	if p.Line != nil || p.Limit != nil {

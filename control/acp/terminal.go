@@ -7,12 +7,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	acpsdk "github.com/coder/acp-go-sdk"
+
+	"github.com/awcp/awcp/control/agent"
 )
 
 // defaultOutputLimit bounds a terminal's kept output when the agent sets
@@ -22,7 +22,7 @@ const defaultOutputLimit = 16 << 20
 // terminal is a command the agent runs through terminal/create.
 type terminal struct {
 	cmd  *exec.Cmd
-	out  *output
+	out  *agent.Tail
 	done chan struct{} // closed once the command exited and status is set
 	// status is how the command ended; written before done is closed.
 	status acpsdk.TerminalExitStatus
@@ -37,36 +37,6 @@ func (t *terminal) kill() {
 }
 
 func (t *terminal) wait() { <-t.done }
-
-// output keeps the last limit bytes a command wrote, cut at a character
-// boundary.
-type output struct {
-	mu        sync.Mutex // guards the fields below
-	buf       []byte
-	limit     int
-	truncated bool
-}
-
-func (o *output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.buf = append(o.buf, p...)
-	if extra := len(o.buf) - o.limit; extra > 0 {
-		// Drop from the front, then up to the next character's start.
-		for extra < len(o.buf) && !utf8.RuneStart(o.buf[extra]) {
-			extra++
-		}
-		o.buf = append(o.buf[:0], o.buf[extra:]...)
-		o.truncated = true
-	}
-	return len(p), nil
-}
-
-func (o *output) snapshot() (string, bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return string(o.buf), o.truncated
-}
 
 func (c *client) CreateTerminal(_ context.Context, p acpsdk.CreateTerminalRequest) (acpsdk.CreateTerminalResponse, error) {
 	if !c.allowExec {
@@ -108,7 +78,7 @@ func (c *client) CreateTerminal(_ context.Context, p acpsdk.CreateTerminalReques
 	for _, e := range p.Env {
 		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
 	}
-	out := &output{limit: limit}
+	out := &agent.Tail{Max: limit}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// A child left behind holding the output open must not keep the exit
@@ -161,7 +131,7 @@ func (c *client) TerminalOutput(_ context.Context, p acpsdk.TerminalOutputReques
 		resp.ExitStatus = &st
 	default:
 	}
-	resp.Output, resp.Truncated = t.out.snapshot()
+	resp.Output, resp.Truncated = t.out.Snapshot()
 	return resp, nil
 }
 

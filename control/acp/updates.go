@@ -89,45 +89,30 @@ func (c *client) SessionUpdate(_ context.Context, n acpsdk.SessionNotification) 
 // it completes.
 func (c *client) stream(kind, text string) {
 	c.mu.Lock()
-	b := c.pending[kind]
-	if b == nil {
-		b = &strings.Builder{}
-		c.pending[kind] = b
-	}
-	b.WriteString(text)
+	rest := c.pending[kind] + text
 	var lines []string
 	for {
-		s := b.String()
-		i := strings.IndexByte(s, '\n')
-		if i < 0 {
+		line, after, ok := strings.Cut(rest, "\n")
+		if !ok {
 			break
 		}
-		lines = append(lines, s[:i])
-		b.Reset()
-		b.WriteString(s[i+1:])
+		lines, rest = append(lines, line), after
 	}
+	c.pending[kind] = rest
 	c.mu.Unlock()
 	for _, l := range lines {
 		c.line(kind, l)
 	}
 }
 
-// flush emits the unfinished line of every kind.
+// flush emits the unfinished line of every kind, thoughts first.
 func (c *client) flush() {
 	c.mu.Lock()
-	rest := map[string]string{}
-	for kind, b := range c.pending {
-		if b.Len() > 0 {
-			rest[kind] = b.String()
-			b.Reset()
-		}
-	}
+	thinking, said := c.pending["thinking"], c.pending["agent"]
+	clear(c.pending)
 	c.mu.Unlock()
-	for _, kind := range []string{"thinking", "agent"} {
-		if l, ok := rest[kind]; ok {
-			c.line(kind, l)
-		}
-	}
+	c.line("thinking", thinking)
+	c.line("agent", said)
 }
 
 func (c *client) line(kind, l string) {

@@ -30,7 +30,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"syscall"
 	"time"
 
 	acpsdk "github.com/coder/acp-go-sdk"
@@ -172,7 +171,7 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 	// The turn is over: the agent's process group goes, and with it every
 	// terminal it left.
 	toAgentW.Close()
-	w.stop(pgid, exited)
+	agent.StopGroup(pgid, exited, w.KillGrace)
 	endAsks()
 	endRequests()
 	fromAgent.Close()
@@ -213,21 +212,4 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 type turnEnd struct {
 	stop acpsdk.StopReason
 	err  error
-}
-
-// stop ends the agent's process group: SIGTERM, then SIGKILL after
-// KillGrace unless the agent exited; whatever else is left in the group is
-// killed either way.
-func (w Worker) stop(pgid int, exited <-chan struct{}) {
-	select {
-	case <-exited:
-	default:
-		syscall.Kill(-pgid, syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(w.KillGrace):
-		}
-	}
-	syscall.Kill(-pgid, syscall.SIGKILL)
-	<-exited
 }

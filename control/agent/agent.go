@@ -19,6 +19,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // Task is what the agent is asked to do.
@@ -155,14 +156,7 @@ func Run(ctx context.Context, t Task, opts Options) (*Result, error) {
 		case <-ctx.Done():
 		}
 		killed = true
-		syscall.Kill(-pgid, syscall.SIGTERM)
-		t := time.NewTimer(opts.KillGrace)
-		defer t.Stop()
-		select {
-		case <-over:
-		case <-t.C:
-		}
-		syscall.Kill(-pgid, syscall.SIGKILL)
+		StopGroup(pgid, over, opts.KillGrace)
 	}()
 
 	var tail []string
@@ -236,12 +230,13 @@ func readSummary(path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// Tail keeps the last Max bytes written to it; it is safe for one writer
-// and concurrent readers.
+// Tail keeps the last Max bytes written to it, from the start of a UTF-8
+// character; it is safe for concurrent use.
 type Tail struct {
-	Max int
-	mu  sync.Mutex // guards buf
-	buf bytes.Buffer
+	Max       int
+	mu        sync.Mutex // guards buf and truncated
+	buf       bytes.Buffer
+	truncated bool
 }
 
 func (b *Tail) Write(p []byte) (int, error) {
@@ -250,14 +245,24 @@ func (b *Tail) Write(p []byte) (int, error) {
 	b.buf.Write(p)
 	if extra := b.buf.Len() - b.Max; extra > 0 {
 		b.buf.Next(extra)
+		for b.buf.Len() > 0 && !utf8.RuneStart(b.buf.Bytes()[0]) {
+			b.buf.Next(1)
+		}
+		b.truncated = true
 	}
 	return len(p), nil
 }
 
 func (b *Tail) String() string {
+	s, _ := b.Snapshot()
+	return s
+}
+
+// Snapshot returns what is kept and whether anything was dropped.
+func (b *Tail) Snapshot() (string, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.buf.String()
+	return b.buf.String(), b.truncated
 }
 
 // GroupAlive reports whether process group pgid has a member that is not a
@@ -288,6 +293,25 @@ func GroupAlive(pgid int) bool {
 		}
 	}
 	return false
+}
+
+// StopGroup ends the process group of a leader that has not exited (exited
+// closes when it has): SIGTERM, then SIGKILL after grace, to the whole
+// group either way. It returns once the leader exited.
+func StopGroup(pgid int, exited <-chan struct{}, grace time.Duration) {
+	select {
+	case <-exited:
+	default:
+		syscall.Kill(-pgid, syscall.SIGTERM)
+		t := time.NewTimer(grace)
+		select {
+		case <-exited:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	syscall.Kill(-pgid, syscall.SIGKILL)
+	<-exited
 }
 
 // KillGroup kills what is left of process group pgid.

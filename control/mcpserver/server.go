@@ -111,7 +111,8 @@ type server struct {
 	log  *slog.Logger
 }
 
-// New builds the MCP server with awcp's four tools.
+// New builds the MCP server with awcp's tools: delegate, delegate_output,
+// delegate_cancel, delegate_status and delegate_permission.
 func New(opts Options) (*mcp.Server, error) {
 	if opts.Delegator == nil {
 		return nil, errors.New("mcpserver: Delegator is required")
