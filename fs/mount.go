@@ -155,6 +155,12 @@ type Mount struct {
 	unmountErr  error
 }
 
+// maxSFTPData is the most data one SFTP read or write carries. pkg/sftp's
+// client refuses any packet over 256 KiB, header included, and drops the
+// connection: a READ answered with a full 256 KiB failed every large read
+// (EIO). 252 KiB leaves room for the header and keeps chunks page-sized.
+const maxSFTPData = 256<<10 - 4<<10
+
 // Dial connects to the delegator and opens an SFTP session.
 func Dial(opts Options) (*gossh.Client, *sftp.Client, error) {
 	opts = opts.withDefaults()
@@ -172,7 +178,7 @@ func Dial(opts Options) (*gossh.Client, *sftp.Client, error) {
 		return nil, nil, fmt.Errorf("connect to the delegator at %s: %w", opts.Addr, err)
 	}
 	client, err := sftp.NewClient(conn,
-		sftp.MaxPacketUnchecked(256<<10),
+		sftp.MaxPacketUnchecked(maxSFTPData),
 		sftp.MaxConcurrentRequestsPerFile(64),
 		sftp.UseConcurrentWrites(true),
 		sftp.UseFstat(true),

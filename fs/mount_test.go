@@ -1,7 +1,10 @@
 package fs
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"io"
 	"log/slog"
@@ -420,5 +423,45 @@ func TestKnownNames(t *testing.T) {
 			t.Fatal("the delegator's new file never showed in a dir the mount made")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Large files read cold come back whole, however the kernel splits the
+// reads: full-size SFTP reads once made answers longer than pkg/sftp's
+// client accepts, which dropped the connection and failed the read (EIO).
+func TestLargeColdRead(t *testing.T) {
+	f := newMount(t, false)
+	want := make([]byte, 3<<20+12345)
+	rand.Read(want)
+	if err := os.WriteFile(filepath.Join(f.dir, "big.bin"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(f.mnt, "big.bin")
+	// O_DIRECT: each read is one READ of that size, up to max_read (1 MiB).
+	fd, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	for off := 0; off < len(want); {
+		n, err := fd.ReadAt(buf, int64(off))
+		if n == 0 || (err != nil && !errors.Is(err, io.EOF)) || !bytes.Equal(buf[:n], want[off:off+n]) {
+			fd.Close()
+			t.Fatalf("O_DIRECT read at %d: %d bytes, err %v", off, n, err)
+		}
+		off += n
+	}
+	fd.Close()
+	for _, bufSize := range []int{4 << 10, 128 << 10, 1 << 20, 4 << 20} {
+		fd, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Fadvise(int(fd.Fd()), 0, 0, unix.FADV_DONTNEED) // cold
+		got, err := io.ReadAll(bufio.NewReaderSize(fd, bufSize))
+		fd.Close()
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("read with %d-byte reads: %d of %d bytes, equal %v, err %v", bufSize, len(got), len(want), bytes.Equal(got, want), err)
+		}
 	}
 }
