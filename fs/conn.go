@@ -11,8 +11,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pkg/sftp"
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/awcp/awcp/fs/sftpc"
 )
 
 // conn is the connection to the delegator, re-dialled when it is lost. A
@@ -24,7 +25,7 @@ type conn struct {
 
 	mu     sync.Mutex // guards the fields below; never held across a dial
 	ssh    *gossh.Client
-	client *sftp.Client
+	client *sftpc.Client
 	gen    uint64        // bumped at every new connection
 	up     chan struct{} // closed when the current outage ends (or for good)
 	downAt time.Time     // start of the current outage; zero while up
@@ -34,6 +35,8 @@ type conn struct {
 	ctx  context.Context
 	wg   sync.WaitGroup // the re-dialler and the keepalive
 	done chan struct{}  // closed when dead
+
+	writes writeBehind // writes sent and not yet answered, across connections
 }
 
 var (
@@ -110,7 +113,7 @@ func keepAlive(ctx context.Context, sshc *gossh.Client, every time.Duration, log
 
 // get returns the current client, waiting for a reconnection if the
 // connection is down, at most until the outage has lasted the bound.
-func (c *conn) get(ctx context.Context) (*sftp.Client, uint64, error) {
+func (c *conn) get(ctx context.Context) (*sftpc.Client, uint64, error) {
 	for {
 		c.mu.Lock()
 		client, gen, up, dead, downAt := c.client, c.gen, c.up, c.dead, c.downAt
@@ -228,14 +231,16 @@ func (c *conn) close() {
 // connErr reports an error that means the connection, not the request,
 // failed: the call is worth retrying on the next connection.
 func connErr(err error) bool {
-	return errors.Is(err, sftp.ErrSSHFxConnectionLost) || errors.Is(err, sftp.ErrSSHFxNoConnection) ||
-		errors.Is(err, net.ErrClosed)
+	return errors.Is(err, sftpc.ErrConnLost) || errors.Is(err, net.ErrClosed)
 }
 
-// do runs op on a live client, and once more on the next connection if the
-// connection failed under it.
-func do[T any](ctx context.Context, c *conn, op func(*sftp.Client) (T, error)) (T, error) {
+// do runs op on a live client once the writes sent before are settled, and
+// once more on the next connection if the connection failed under it.
+func do[T any](ctx context.Context, c *conn, op func(*sftpc.Client) (T, error)) (T, error) {
 	var zero T
+	if err := c.writes.settle(ctx); err != nil {
+		return zero, err
+	}
 	for attempt := 0; ; attempt++ {
 		client, gen, err := c.get(ctx)
 		if err != nil {
@@ -249,77 +254,92 @@ func do[T any](ctx context.Context, c *conn, op func(*sftp.Client) (T, error)) (
 	}
 }
 
-// reconnecting is the Remote the tree uses: every call goes to the live
-// connection and survives one reconnection. ctx is the FUSE request's: a
-// call waiting for the delegator ends when the caller is interrupted.
+// reconnecting is how the tree reaches the delegator: every call goes to
+// the live connection and survives one reconnection. ctx is the FUSE
+// request's: a call waiting for the delegator ends when the caller is
+// interrupted.
 type reconnecting struct {
 	c   *conn
 	ctx context.Context
 }
 
-var _ Remote = reconnecting{}
-
 func unit(err error) (struct{}, error) { return struct{}{}, err }
 
-func (r reconnecting) run(op func(*sftp.Client) error) error {
-	_, err := do(r.ctx, r.c, func(cl *sftp.Client) (struct{}, error) { return unit(op(cl)) })
+func (r reconnecting) run(op func(*sftpc.Client) error) error {
+	_, err := do(r.ctx, r.c, func(cl *sftpc.Client) (struct{}, error) { return unit(op(cl)) })
 	return err
 }
 
-func (r reconnecting) Lstat(p string) (os.FileInfo, error) {
-	return do(r.ctx, r.c, func(cl *sftp.Client) (os.FileInfo, error) { return cl.Lstat(p) })
+func (r reconnecting) Lstat(p string) (sftpc.Attrs, error) {
+	return do(r.ctx, r.c, func(cl *sftpc.Client) (sftpc.Attrs, error) { return cl.Lstat(p) })
 }
 
-func (r reconnecting) ReadDir(p string) ([]os.FileInfo, error) {
-	return do(r.ctx, r.c, func(cl *sftp.Client) ([]os.FileInfo, error) { return cl.ReadDir(p) })
+func (r reconnecting) ReadDir(p string) ([]sftpc.Entry, error) {
+	return do(r.ctx, r.c, func(cl *sftpc.Client) ([]sftpc.Entry, error) { return cl.ReadDir(p) })
 }
 
-func (r reconnecting) OpenFile(p string, flags int) (*sftp.File, error) {
-	return do(r.ctx, r.c, func(cl *sftp.Client) (*sftp.File, error) { return cl.OpenFile(p, flags) })
+func (r reconnecting) OpenFile(p string, pflags, perm uint32) (*sftpc.File, error) {
+	return do(r.ctx, r.c, func(cl *sftpc.Client) (*sftpc.File, error) { return cl.OpenFile(p, pflags, perm) })
 }
 
 func (r reconnecting) ReadLink(p string) (string, error) {
-	return do(r.ctx, r.c, func(cl *sftp.Client) (string, error) { return cl.ReadLink(p) })
+	return do(r.ctx, r.c, func(cl *sftpc.Client) (string, error) { return cl.ReadLink(p) })
 }
 
-func (r reconnecting) StatVFS(p string) (*sftp.StatVFS, error) {
-	return do(r.ctx, r.c, func(cl *sftp.Client) (*sftp.StatVFS, error) { return cl.StatVFS(p) })
+func (r reconnecting) StatVFS(p string) (sftpc.StatVFS, error) {
+	return do(r.ctx, r.c, func(cl *sftpc.Client) (sftpc.StatVFS, error) { return cl.StatVFS(p) })
 }
 
-func (r reconnecting) Mkdir(p string) error {
-	return r.run(func(cl *sftp.Client) error { return cl.Mkdir(p) })
+// then sends first and, right behind it, an LSTAT of p, and returns the
+// attributes if first succeeded. Our server runs requests naming the same
+// path in order, so the LSTAT sees first's effect: one round trip.
+func (r reconnecting) then(p string, first func(*sftpc.Client) *sftpc.Call) (sftpc.Attrs, error) {
+	return do(r.ctx, r.c, func(cl *sftpc.Client) (sftpc.Attrs, error) {
+		call, stat := first(cl), cl.StartLstat(p)
+		err := call.Err()
+		a, serr := stat.Attrs()
+		if err != nil {
+			return sftpc.Attrs{}, err
+		}
+		return a, serr
+	})
+}
+
+// Mkdir makes directory p with perm (less the server's umask) and returns
+// its attributes.
+func (r reconnecting) Mkdir(p string, perm uint32) (sftpc.Attrs, error) {
+	return r.then(p, func(cl *sftpc.Client) *sftpc.Call { return cl.StartMkdir(p, perm) })
+}
+
+// Setstat sets what set.Flags names on p and returns p's attributes.
+func (r reconnecting) Setstat(p string, set sftpc.Attrs) (sftpc.Attrs, error) {
+	return r.then(p, func(cl *sftpc.Client) *sftpc.Call { return cl.StartSetstat(p, set) })
+}
+
+func (r reconnecting) Chmod(p string, perm uint32) error {
+	return r.run(func(cl *sftpc.Client) error {
+		return cl.Setstat(p, sftpc.Attrs{Flags: sftpc.AttrPermissions, Mode: perm})
+	})
 }
 
 func (r reconnecting) Remove(p string) error {
-	return r.run(func(cl *sftp.Client) error { return cl.Remove(p) })
+	return r.run(func(cl *sftpc.Client) error { return cl.Remove(p) })
 }
 
 func (r reconnecting) RemoveDirectory(p string) error {
-	return r.run(func(cl *sftp.Client) error { return cl.RemoveDirectory(p) })
+	return r.run(func(cl *sftpc.Client) error { return cl.RemoveDirectory(p) })
 }
 
 func (r reconnecting) PosixRename(from, to string) error {
-	return r.run(func(cl *sftp.Client) error { return cl.PosixRename(from, to) })
+	return r.run(func(cl *sftpc.Client) error { return cl.PosixRename(from, to) })
 }
 
 func (r reconnecting) Symlink(target, link string) error {
-	return r.run(func(cl *sftp.Client) error { return cl.Symlink(target, link) })
+	return r.run(func(cl *sftpc.Client) error { return cl.Symlink(target, link) })
 }
 
 func (r reconnecting) Link(from, to string) error {
-	return r.run(func(cl *sftp.Client) error { return cl.Link(from, to) })
-}
-
-func (r reconnecting) Chmod(p string, mode os.FileMode) error {
-	return r.run(func(cl *sftp.Client) error { return cl.Chmod(p, mode) })
-}
-
-func (r reconnecting) Truncate(p string, size int64) error {
-	return r.run(func(cl *sftp.Client) error { return cl.Truncate(p, size) })
-}
-
-func (r reconnecting) Chtimes(p string, atime, mtime time.Time) error {
-	return r.run(func(cl *sftp.Client) error { return cl.Chtimes(p, atime, mtime) })
+	return r.run(func(cl *sftpc.Client) error { return cl.Link(from, to) })
 }
 
 // generation is the number of the current connection.

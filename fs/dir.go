@@ -2,13 +2,12 @@ package fs
 
 import (
 	"context"
-	"os"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/awcp/awcp/sshd"
+	"github.com/awcp/awcp/fs/sftpc"
 )
 
 // dirHandle is an open directory: one READDIR exchange fetched the names
@@ -16,8 +15,8 @@ import (
 // it, so listing a directory costs no round trip per entry.
 type dirHandle struct {
 	node    *node
-	entries []os.FileInfo
-	byName  map[string]os.FileInfo
+	entries []sftpc.Entry
+	byName  map[string]sftpc.Attrs
 	pos     int
 }
 
@@ -35,11 +34,11 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	if err != nil {
 		return nil, 0, n.errno(ctx, "readdir", p, err)
 	}
-	d := &dirHandle{node: n, entries: ents, byName: make(map[string]os.FileInfo, len(ents))}
+	d := &dirHandle{node: n, entries: ents, byName: make(map[string]sftpc.Attrs, len(ents))}
 	names := make([]string, len(ents))
-	for i, fi := range ents {
-		d.byName[fi.Name()] = fi
-		names[i] = fi.Name()
+	for i, e := range ents {
+		d.byName[e.Name] = e.Attrs
+		names[i] = e.Name
 	}
 	n.knowNames(names)
 	return d, 0, 0
@@ -49,9 +48,9 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	if d.pos >= len(d.entries) {
 		return nil, 0
 	}
-	fi := d.entries[d.pos]
+	e := d.entries[d.pos]
 	d.pos++
-	return &fuse.DirEntry{Name: fi.Name(), Mode: sshd.ModeBits(fi.Mode()), Off: uint64(d.pos)}, 0
+	return &fuse.DirEntry{Name: e.Name, Mode: e.Attrs.Mode, Off: uint64(d.pos)}, 0
 }
 
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
@@ -65,11 +64,11 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 // Lookup answers READDIRPLUS from the listing, falling back to LSTAT for a
 // name it does not hold.
 func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	fi, ok := d.byName[name]
+	a, ok := d.byName[name]
 	if !ok {
 		return d.node.Lookup(ctx, name, out)
 	}
-	return d.node.newChild(ctx, name, fi, out), 0
+	return d.node.newChild(ctx, name, a, out), 0
 }
 
 func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno { return 0 }

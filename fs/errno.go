@@ -8,7 +8,7 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/pkg/sftp"
+	"github.com/awcp/awcp/fs/sftpc"
 )
 
 // toErrno is the one place client errors become errnos. Unknown errors
@@ -16,7 +16,7 @@ import (
 func toErrno(ctx context.Context, log *slog.Logger, op, p string, err error) syscall.Errno {
 	var (
 		errno syscall.Errno
-		st    *sftp.StatusError
+		st    *sftpc.StatusError
 	)
 	switch {
 	case err == nil:
@@ -31,7 +31,7 @@ func toErrno(ctx context.Context, log *slog.Logger, op, p string, err error) sys
 		return syscall.EACCES
 	case errors.Is(err, iofs.ErrExist):
 		return syscall.EEXIST
-	case errors.As(err, &st) && st.FxCode() == sftp.ErrSSHFxOpUnsupported:
+	case errors.As(err, &st) && st.Code == sftpc.StatusOpUnsupported:
 		return syscall.ENOTSUP
 	case connErr(err), errors.Is(err, errGone), errors.Is(err, errUnreachable), errors.Is(err, os.ErrClosed):
 		log.Debug("fs: no connection to the delegator", "op", op, "path", p, "err", err)
@@ -44,6 +44,6 @@ func toErrno(ctx context.Context, log *slog.Logger, op, p string, err error) sys
 // isFailure reports SSH_FX_FAILURE, which SFTP v3 uses for EEXIST,
 // ENOTEMPTY and more; callers probe to tell which.
 func isFailure(err error) bool {
-	var st *sftp.StatusError
-	return errors.As(err, &st) && st.FxCode() == sftp.ErrSSHFxFailure
+	var st *sftpc.StatusError
+	return errors.As(err, &st) && st.Code == sftpc.StatusFailure
 }

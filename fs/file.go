@@ -8,13 +8,13 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/pkg/sftp"
+
+	"github.com/awcp/awcp/fs/sftpc"
 )
 
-// fileHandle is an open remote file. pkg/sftp pipelines a large ReadAt or
-// WriteAt as concurrent requests, and its *File is safe for concurrent use.
-// When the connection is re-dialled, the handle is opened again by path
-// (a file unlinked meanwhile is lost: EIO).
+// fileHandle is an open remote file. Writes are sent without waiting for
+// their answers (see writeBehind). When the connection is re-dialled, the
+// handle is opened again by path (a file unlinked meanwhile is lost: EIO).
 //
 // A read-only open of a file whose cached pages the kernel keeps is
 // deferred: f stays nil until a call needs the remote file, so that reading
@@ -23,10 +23,11 @@ type fileHandle struct {
 	node  *node
 	flags int // the open flags, for re-opening
 
-	mu       sync.Mutex // guards f, gen and released
-	f        *sftp.File // nil while the open is deferred
-	gen      uint64     // the connection f belongs to
-	released bool       // a deferred open that comes after Release is closed at once
+	mu       sync.Mutex  // guards f, gen, released and werr
+	f        *sftpc.File // nil while the open is deferred
+	gen      uint64      // the connection f belongs to
+	released bool        // a deferred open that comes after Release is closed at once
+	werr     error       // the first error of a write sent behind, not yet reported
 }
 
 var (
@@ -37,7 +38,7 @@ var (
 	_ fs.FileReleaser = (*fileHandle)(nil)
 )
 
-func (n *node) newHandle(f *sftp.File, flags int) *fileHandle {
+func (n *node) newHandle(f *sftpc.File, flags int) *fileHandle {
 	h := &fileHandle{node: n, f: f, flags: flags}
 	h.gen = n.fsys.conn.generation()
 	return h
@@ -59,7 +60,7 @@ func (n *node) deferredHandle(flags int) *fileHandle {
 
 // file returns the handle's remote file, opening it if the open was
 // deferred. No lock is held across the round trip; a racing open loses.
-func (h *fileHandle) file(ctx context.Context) (*sftp.File, uint64, error) {
+func (h *fileHandle) file(ctx context.Context) (*sftpc.File, uint64, error) {
 	h.mu.Lock()
 	f, gen := h.f, h.gen
 	h.mu.Unlock()
@@ -70,7 +71,7 @@ func (h *fileHandle) file(ctx context.Context) (*sftp.File, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	f, err = client.OpenFile(h.node.rpath(), h.flags&^(os.O_CREATE|os.O_EXCL|os.O_TRUNC|os.O_APPEND))
+	f, err = client.OpenFile(h.node.rpath(), reopenFlags(h.flags), 0)
 	if err != nil {
 		return nil, gen, err // gen: the connection that failed, if it did
 	}
@@ -109,9 +110,18 @@ func (n *node) openDeferred(ctx context.Context) {
 	}
 }
 
-// withFile runs op on the handle's file, re-opening it once on the next
-// connection if the connection failed under it.
-func (h *fileHandle) withFile(ctx context.Context, op func(*sftp.File) error) error {
+// withFile runs op on the handle's file once the writes sent before are
+// settled, re-opening it once on the next connection if the connection
+// failed under it.
+func (h *fileHandle) withFile(ctx context.Context, op func(*sftpc.File) error) error {
+	if err := h.node.fsys.conn.writes.settle(ctx); err != nil {
+		return err
+	}
+	return h.withFileNow(ctx, op)
+}
+
+// withFileNow is withFile without settling first.
+func (h *fileHandle) withFileNow(ctx context.Context, op func(*sftpc.File) error) error {
 	for attempt := 0; ; attempt++ {
 		f, gen, err := h.file(ctx)
 		if err != nil {
@@ -142,8 +152,7 @@ func (h *fileHandle) reopen(ctx context.Context, stale uint64) error {
 	if h.gen != stale { // another call re-opened it already
 		return nil
 	}
-	// Neither create nor truncate again: the file is what it was.
-	f, err := client.OpenFile(h.node.rpath(), h.flags&^(os.O_CREATE|os.O_EXCL|os.O_TRUNC|os.O_APPEND))
+	f, err := client.OpenFile(h.node.rpath(), reopenFlags(h.flags), 0)
 	if err != nil {
 		return err
 	}
@@ -151,9 +160,39 @@ func (h *fileHandle) reopen(ctx context.Context, stale uint64) error {
 	return nil
 }
 
+// reopenFlags opens a file again: neither create nor truncate again, the
+// file is what it was.
+func reopenFlags(flags int) uint32 {
+	return pflags(flags &^ (os.O_CREATE | os.O_EXCL | os.O_TRUNC))
+}
+
+// pflags are the SFTP open flags for open(2)'s. O_APPEND is left out:
+// every write carries its offset, which the kernel computed.
+func pflags(flags int) uint32 {
+	var pf uint32
+	switch flags & syscall.O_ACCMODE {
+	case syscall.O_RDONLY:
+		pf = sftpc.OpenRead
+	case syscall.O_WRONLY:
+		pf = sftpc.OpenWrite
+	default:
+		pf = sftpc.OpenRead | sftpc.OpenWrite
+	}
+	if flags&os.O_CREATE != 0 {
+		pf |= sftpc.OpenCreate
+	}
+	if flags&os.O_TRUNC != 0 {
+		pf |= sftpc.OpenTrunc
+	}
+	if flags&os.O_EXCL != 0 {
+		pf |= sftpc.OpenExcl
+	}
+	return pf
+}
+
 func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	var n int
-	err := h.withFile(ctx, func(f *sftp.File) (err error) {
+	err := h.withFile(ctx, func(f *sftpc.File) (err error) {
 		n, err = f.ReadAt(dest, off)
 		if isEOF(err) {
 			err = nil
@@ -166,37 +205,96 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	return fuse.ReadResultData(dest[:n]), 0
 }
 
+// Write sends the data and returns: the answer is waited for by the next
+// request that is not a write (see writeBehind). An error of an earlier
+// write of this handle is returned here if nothing has reported it yet.
 func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	var n int
-	err := h.withFile(ctx, func(f *sftp.File) (err error) {
-		n, err = f.WriteAt(data, off)
-		return err
-	})
-	if err != nil {
-		return uint32(n), h.node.errno(ctx, "write", h.node.rpath(), err)
+	if err := h.takeErr(); err != nil {
+		return 0, h.node.errno(ctx, "write", h.node.rpath(), err)
 	}
-	return uint32(n), 0
+	f, _, err := h.file(ctx)
+	if err != nil {
+		return 0, h.node.errno(ctx, "write", h.node.rpath(), err)
+	}
+	wb := &h.node.fsys.conn.writes
+	// The kernel reuses data once Write returns; the copy is also what a
+	// lost connection's write is sent again from.
+	kept := keep(data)
+	if upto := wb.queue(h, f.StartWrite(kept, off), kept, off); upto != 0 {
+		if err := wb.settleTo(ctx, upto); err != nil {
+			return 0, h.node.errno(ctx, "write", h.node.rpath(), err)
+		}
+	}
+	return uint32(len(data)), 0
 }
 
-// Flush has nothing to do: every Write is acknowledged by the server before
-// it returns, so write errors surface there. It may run several times.
-func (h *fileHandle) Flush(ctx context.Context) syscall.Errno { return 0 }
+// failed keeps the first error of a write sent behind for the handle's
+// next write, flush or fsync.
+func (h *fileHandle) failed(err error) {
+	h.mu.Lock()
+	if h.werr == nil {
+		h.werr = err
+	}
+	h.mu.Unlock()
+}
+
+// takeErr returns and forgets the handle's write error: it is reported
+// once.
+func (h *fileHandle) takeErr() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	err := h.werr
+	h.werr = nil
+	return err
+}
+
+// Flush waits for the handle's writes (all writes sent before, in fact)
+// and reports their error: close(2) returns it. It may run several times.
+func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {
+	if err := h.node.fsys.conn.writes.settle(ctx); err != nil {
+		return h.node.errno(ctx, "flush", h.node.rpath(), err)
+	}
+	if err := h.takeErr(); err != nil {
+		return h.node.errno(ctx, "write", h.node.rpath(), err)
+	}
+	return 0
+}
 
 func (h *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	if err := h.withFile(ctx, func(f *sftp.File) error { return f.Sync() }); err != nil {
+	err := h.withFile(ctx, func(f *sftpc.File) error { return f.Sync() })
+	if werr := h.takeErr(); werr != nil {
+		err = werr
+	}
+	if err != nil {
 		return h.node.errno(ctx, "fsync", h.node.rpath(), err)
 	}
 	return 0
 }
 
 // stat is FSTAT: it works for a file unlinked while open.
-func (h *fileHandle) stat(ctx context.Context) (os.FileInfo, error) {
-	var fi os.FileInfo
-	err := h.withFile(ctx, func(f *sftp.File) (err error) {
-		fi, err = f.Stat()
+func (h *fileHandle) stat(ctx context.Context) (sftpc.Attrs, error) {
+	var a sftpc.Attrs
+	err := h.withFile(ctx, func(f *sftpc.File) (err error) {
+		a, err = f.Stat()
 		return err
 	})
-	return fi, err
+	return a, err
+}
+
+// setstat is FSETSTAT and FSTAT sent back to back: our server runs requests
+// on one handle in order, so one round trip brings the new attributes.
+func (h *fileHandle) setstat(ctx context.Context, set sftpc.Attrs) (sftpc.Attrs, error) {
+	var a sftpc.Attrs
+	err := h.withFile(ctx, func(f *sftpc.File) error {
+		setting, stat := f.StartSetstat(set), f.StartStat()
+		err := setting.Err()
+		got, serr := stat.Attrs()
+		if err == nil {
+			a, err = got, serr
+		}
+		return err
+	})
+	return a, err
 }
 
 // Release frees the remote handle in the background: the kernel ignores
@@ -217,6 +315,12 @@ func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 	fsys.closing.Add(1)
 	go func() {
 		defer fsys.closing.Done()
+		// The writes go before the close: the server could run a CLOSE
+		// ahead of writes still queued on other workers.
+		fsys.conn.writes.settle(context.Background())
+		h.mu.Lock()
+		f := h.f // re-opened, perhaps, by a re-sent write
+		h.mu.Unlock()
 		f.Close()
 	}()
 	return 0

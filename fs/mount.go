@@ -31,29 +31,10 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/pkg/sftp"
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/awcp/awcp/fs/sftpc"
 )
-
-// Remote is the part of *sftp.Client the tree uses.
-type Remote interface {
-	Lstat(p string) (os.FileInfo, error)
-	ReadDir(p string) ([]os.FileInfo, error)
-	OpenFile(p string, flags int) (*sftp.File, error)
-	Mkdir(p string) error
-	Remove(p string) error
-	RemoveDirectory(p string) error
-	PosixRename(from, to string) error
-	Symlink(target, link string) error
-	ReadLink(p string) (string, error)
-	Link(from, to string) error
-	Chmod(p string, mode os.FileMode) error
-	Truncate(p string, size int64) error
-	Chtimes(p string, atime, mtime time.Time) error
-	StatVFS(p string) (*sftp.StatVFS, error)
-}
-
-var _ Remote = (*sftp.Client)(nil)
 
 // Options configures a mount.
 type Options struct {
@@ -131,9 +112,9 @@ type filesystem struct {
 	closing sync.WaitGroup // remote handles being closed in the background
 }
 
-// at is the Remote for one FUSE request: ctx ends a wait for the
+// at reaches the delegator for one FUSE request: ctx ends a wait for the
 // delegator when the caller is interrupted.
-func (f *filesystem) at(ctx context.Context) Remote {
+func (f *filesystem) at(ctx context.Context) reconnecting {
 	return reconnecting{c: f.conn, ctx: ctx}
 }
 
@@ -155,14 +136,8 @@ type Mount struct {
 	unmountErr  error
 }
 
-// maxSFTPData is the most data one SFTP read or write carries. pkg/sftp's
-// client refuses any packet over 256 KiB, header included, and drops the
-// connection: a READ answered with a full 256 KiB failed every large read
-// (EIO). 252 KiB leaves room for the header and keeps chunks page-sized.
-const maxSFTPData = 256<<10 - 4<<10
-
 // Dial connects to the delegator and opens an SFTP session.
-func Dial(opts Options) (*gossh.Client, *sftp.Client, error) {
+func Dial(opts Options) (*gossh.Client, *sftpc.Client, error) {
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, nil, err
@@ -177,12 +152,7 @@ func Dial(opts Options) (*gossh.Client, *sftp.Client, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to the delegator at %s: %w", opts.Addr, err)
 	}
-	client, err := sftp.NewClient(conn,
-		sftp.MaxPacketUnchecked(maxSFTPData),
-		sftp.MaxConcurrentRequestsPerFile(64),
-		sftp.UseConcurrentWrites(true),
-		sftp.UseFstat(true),
-	)
+	client, err := sftpc.Open(conn)
 	if err != nil {
 		conn.Close()
 		return nil, nil, fmt.Errorf("start sftp: %w", err)
@@ -204,10 +174,8 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 		return nil, err
 	}
 	fsys := &filesystem{conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout}
-	if fi, err := fsys.at(context.Background()).Lstat("/"); err == nil {
-		if st, ok := fi.Sys().(*sftp.FileStat); ok {
-			fsys.uid, fsys.gid = st.UID, st.GID
-		}
+	if a, err := fsys.at(context.Background()).Lstat("/"); err == nil {
+		fsys.uid, fsys.gid = a.UID, a.GID
 	}
 	root := &node{fsys: fsys}
 	// Negative entries are cached as long as positive ones: tools probe
@@ -217,10 +185,13 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 	mopts := fuse.MountOptions{
 		FsName:        opts.Name,
 		Name:          "awcp",
-		DirectMount:   true, // as root no fusermount is needed; otherwise it is used
-		MaxWrite:      1 << 20,
+		DirectMount:   true,          // as root no fusermount is needed; otherwise it is used
+		MaxWrite:      sftpc.MaxData, // one FUSE write or read is one SFTP request
 		MaxReadAhead:  8 << 20,
 		DisableXAttrs: true,
+		// Our reads answer from memory: splicing them through a pipe is a
+		// copy more (and go-fuse logs each 1 MiB read it cannot splice).
+		DisableSplice: true,
 		Debug:         opts.Debug,
 	}
 	if opts.ReadOnly {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -296,6 +297,11 @@ func TestReconnect(t *testing.T) {
 	if _, err := fd.Write([]byte("after")); err != nil {
 		t.Fatalf("write to a file open across the outage: %v", err)
 	}
+	// Writes are sent behind: they are on the delegator's disk once fsync
+	// (or close) has returned.
+	if err := fd.Sync(); err != nil {
+		t.Fatalf("fsync: %v", err)
+	}
 	if b, _ := os.ReadFile(filepath.Join(f.dir, "kept-open")); string(b) != "before after" {
 		t.Fatalf("kept-open = %q", b)
 	}
@@ -462,6 +468,47 @@ func TestLargeColdRead(t *testing.T) {
 		fd.Close()
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("read with %d-byte reads: %d of %d bytes, equal %v, err %v", bufSize, len(got), len(want), bytes.Equal(got, want), err)
+		}
+	}
+}
+
+// Writes are sent without waiting for their answers; every other request
+// waits for them first. Setting the mtime by path while the file is still
+// open must therefore land after the writes — the server runs a file's
+// writes side by side, and a write landing after the SETSTAT would set the
+// mtime to now. More than the 16 MiB kept in flight is written, so the
+// writer also waits for the oldest half on the way.
+func TestWriteBehindOrder(t *testing.T) {
+	f := newMount(t, false)
+	for round := range 3 {
+		name := fmt.Sprintf("behind%d.bin", round)
+		data := make([]byte, 40<<20+round*4097)
+		rand.Read(data)
+		fd, err := os.OpenFile(filepath.Join(f.mnt, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for off := 0; off < len(data); off += 300_000 { // unaligned pieces
+			if _, err := fd.Write(data[off:min(off+300_000, len(data))]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		past := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+		if err := os.Chtimes(filepath.Join(f.mnt, name), past, past); err != nil {
+			t.Fatal(err)
+		}
+		if err := fd.Close(); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		fi, err := os.Stat(filepath.Join(f.dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fi.ModTime().Equal(past) {
+			t.Fatalf("round %d: the delegator's mtime is %s, want %s: a write landed after the SETSTAT", round, fi.ModTime(), past)
+		}
+		if on, _ := os.ReadFile(filepath.Join(f.dir, name)); !bytes.Equal(on, data) {
+			t.Fatalf("round %d: the delegator's file differs (%d bytes, want %d)", round, len(on), len(data))
 		}
 	}
 }

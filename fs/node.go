@@ -2,18 +2,15 @@ package fs
 
 import (
 	"context"
-	"os"
 	"path"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/pkg/sftp"
 
-	"github.com/awcp/awcp/sshd"
+	"github.com/awcp/awcp/fs/sftpc"
 )
 
 // node is a file, directory or symlink of the delegated tree. Its remote
@@ -23,11 +20,14 @@ type node struct {
 	fs.Inode
 	fsys *filesystem
 
-	mu sync.Mutex // guards seen, opened, deferred, names and namesUntil
+	mu sync.Mutex // guards seen, opened, atime, deferred, names and namesUntil
 	// seen is the file's size and mtime as last reported by the server,
 	// opened the same at the last open; when they agree at an open, the
 	// kernel may keep its cached pages (FOPEN_KEEP_CACHE).
 	seen, opened version
+	// atime is the access time last reported, what a change of the mtime
+	// alone sends again (v3 sets both); 0 if none was.
+	atime uint32
 	// deferred are the handles whose remote open waits for a first read.
 	deferred map[*fileHandle]struct{}
 	// names is what n, a directory, holds as far as this mount knows —
@@ -88,6 +88,7 @@ type version struct {
 func (n *node) observe(a *fuse.Attr) {
 	n.mu.Lock()
 	n.seen = version{a.Size, a.Mtime, a.Mtimensec}
+	n.atime = uint32(a.Atime)
 	n.mu.Unlock()
 }
 
@@ -124,9 +125,9 @@ func (n *node) errno(ctx context.Context, op, p string, err error) syscall.Errno
 	return toErrno(ctx, n.fsys.log, op, p, err)
 }
 
-// newChild is the inode for fi, named name under n.
-func (n *node) newChild(ctx context.Context, name string, fi os.FileInfo, out *fuse.EntryOut) *fs.Inode {
-	fillAttr(fi, &out.Attr)
+// newChild is the inode for a, named name under n.
+func (n *node) newChild(ctx context.Context, name string, a sftpc.Attrs, out *fuse.EntryOut) *fs.Inode {
+	fillAttr(a, &out.Attr)
 	return n.childFromAttr(ctx, name, out)
 }
 
@@ -152,82 +153,87 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		return nil, syscall.ENOENT
 	}
 	p := n.child(name)
-	fi, err := n.fsys.at(ctx).Lstat(p) // a round trip: no lock is held here
+	a, err := n.fsys.at(ctx).Lstat(p) // a round trip: no lock is held here
 	if err != nil {
 		return nil, n.errno(ctx, "lookup", p, err)
 	}
-	return n.newChild(ctx, name, fi, out), 0
+	return n.newChild(ctx, name, a, out), 0
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	if h, ok := f.(*fileHandle); ok {
-		fi, err := h.stat(ctx)
+		a, err := h.stat(ctx)
 		if err != nil {
 			return n.errno(ctx, "fstat", n.rpath(), err)
 		}
-		fillAttr(fi, &out.Attr)
+		fillAttr(a, &out.Attr)
 		n.observe(&out.Attr)
 		return 0
 	}
 	p := n.rpath()
-	fi, err := n.fsys.at(ctx).Lstat(p)
+	a, err := n.fsys.at(ctx).Lstat(p)
 	if err != nil {
 		return n.errno(ctx, "getattr", p, err)
 	}
-	fillAttr(fi, &out.Attr)
+	fillAttr(a, &out.Attr)
 	n.observe(&out.Attr)
 	return 0
 }
 
+// Setattr sends what changes in one SETSTAT (FSETSTAT with a handle) and
+// the request that reads the attributes back right behind it: one round
+// trip. Ownership is not delegated: chown is accepted and has no effect.
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	p := n.rpath()
-	h, _ := f.(*fileHandle)
+	var set sftpc.Attrs
 	if size, ok := in.GetSize(); ok {
-		var err error
-		if h != nil {
-			err = h.withFile(ctx, func(f *sftp.File) error { return f.Truncate(int64(size)) })
-		} else {
-			err = n.fsys.at(ctx).Truncate(p, int64(size))
-		}
-		if err != nil {
-			return n.errno(ctx, "truncate", p, err)
-		}
+		set.Flags |= sftpc.AttrSize
+		set.Size = size
 	}
 	if mode, ok := in.GetMode(); ok {
-		var err error
-		if h != nil {
-			err = h.withFile(ctx, func(f *sftp.File) error { return f.Chmod(os.FileMode(mode & 0o7777)) })
-		} else {
-			err = n.fsys.at(ctx).Chmod(p, os.FileMode(mode&0o7777))
-		}
-		if err != nil {
-			return n.errno(ctx, "chmod", p, err)
-		}
+		set.Flags |= sftpc.AttrPermissions
+		set.Mode = mode & 0o7777
 	}
 	mtime, mok := in.GetMTime()
 	atime, aok := in.GetATime()
 	if mok || aok {
-		if !mok || !aok {
-			// SFTP sets both at once: keep the one not asked for.
-			fi, err := n.fsys.at(ctx).Lstat(p)
+		set.Flags |= sftpc.AttrTimes
+		// v3 sets both times at once: the one not asked for is sent as
+		// it was last seen (asked for if it never was).
+		n.mu.Lock()
+		set.Atime, set.Mtime = n.atime, uint32(n.seen.mtime)
+		n.mu.Unlock()
+		if !mok || !aok && set.Atime == 0 {
+			a, err := n.fsys.at(ctx).Lstat(p)
 			if err != nil {
 				return n.errno(ctx, "utimens", p, err)
 			}
-			if !mok {
-				mtime = fi.ModTime()
-			}
-			if !aok {
-				atime = accessTime(fi)
-			}
+			set.Atime, set.Mtime = a.Atime, a.Mtime
 		}
-		if err := n.fsys.at(ctx).Chtimes(p, atime, mtime); err != nil {
-			return n.errno(ctx, "utimens", p, err)
+		if mok {
+			set.Mtime = uint32(mtime.Unix())
+		}
+		if aok {
+			set.Atime = uint32(atime.Unix())
 		}
 	}
-	// Ownership is not delegated: chown is accepted and has no effect.
-	if errno := n.Getattr(ctx, f, out); errno != 0 {
-		return errno
+	if set.Flags == 0 {
+		return n.Getattr(ctx, f, out)
 	}
+	var (
+		a   sftpc.Attrs
+		err error
+	)
+	if h, ok := f.(*fileHandle); ok {
+		a, err = h.setstat(ctx, set)
+	} else {
+		a, err = n.fsys.at(ctx).Setstat(p, set)
+	}
+	if err != nil {
+		return n.errno(ctx, "setattr", p, err)
+	}
+	fillAttr(a, &out.Attr)
+	n.observe(&out.Attr)
 	// go-fuse sets the attribute timeout after GETATTR but not after
 	// SETATTR: without this the kernel would ask again at the next stat.
 	out.SetTimeout(n.fsys.attr)
@@ -248,7 +254,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return n.deferredHandle(int(flags)), fuse.FOPEN_KEEP_CACHE, 0
 	}
 	p := n.rpath()
-	f, err := n.fsys.at(ctx).OpenFile(p, int(flags)&^(syscall.O_CREAT|syscall.O_EXCL|syscall.O_APPEND))
+	f, err := n.fsys.at(ctx).OpenFile(p, pflags(int(flags)&^(syscall.O_CREAT|syscall.O_EXCL)), 0)
 	if err != nil {
 		return nil, 0, n.errno(ctx, "open", p, err)
 	}
@@ -261,7 +267,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	p := n.child(name)
-	f, err := n.fsys.at(ctx).OpenFile(p, int(flags)&^syscall.O_APPEND|os.O_CREATE)
+	perm := mode & 0o7777
+	f, err := n.fsys.at(ctx).OpenFile(p, pflags(int(flags)|syscall.O_CREAT), perm)
 	if err != nil {
 		if isFailure(err) && n.exists(ctx, p) {
 			return nil, nil, 0, syscall.EEXIST
@@ -269,8 +276,10 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, n.errno(ctx, "create", p, err)
 	}
 	n.named(name)
-	if perm := os.FileMode(mode & 0o7777); perm != 0o644 {
-		if err := f.Chmod(perm); err != nil {
+	// The server creates with perm less its umask: set it exactly unless
+	// it is the usual 0644.
+	if perm != 0o644 {
+		if err := f.StartSetstat(sftpc.Attrs{Flags: sftpc.AttrPermissions, Mode: perm}).Err(); err != nil {
 			f.Close()
 			return nil, nil, 0, n.errno(ctx, "create", p, err)
 		}
@@ -287,12 +296,12 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		child = n.childFromAttr(ctx, name, out)
 		out.SetAttrTimeout(0)
 	} else {
-		fi, err := f.Stat()
+		a, err := f.Stat()
 		if err != nil {
 			f.Close()
 			return nil, nil, 0, n.errno(ctx, "create", p, err)
 		}
-		child = n.newChild(ctx, name, fi, out)
+		child = n.newChild(ctx, name, a, out)
 	}
 	return child, child.Operations().(*node).newHandle(f, int(flags)), 0, 0
 }
@@ -302,25 +311,27 @@ func (n *node) exists(ctx context.Context, p string) bool {
 	return err == nil
 }
 
+// Mkdir sends MKDIR and the LSTAT of the new directory back to back (our
+// server runs requests on one path in order): one round trip.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	p := n.child(name)
-	if err := n.fsys.at(ctx).Mkdir(p); err != nil {
+	perm := mode & 0o7777
+	a, err := n.fsys.at(ctx).Mkdir(p, perm)
+	if err != nil {
 		if isFailure(err) && n.exists(ctx, p) {
 			return nil, syscall.EEXIST
 		}
 		return nil, n.errno(ctx, "mkdir", p, err)
 	}
 	n.named(name)
-	if perm := os.FileMode(mode & 0o7777); perm != 0o755 {
+	// The server made it with perm less its umask: set it exactly.
+	if a.Mode&0o7777 != perm {
 		if err := n.fsys.at(ctx).Chmod(p, perm); err != nil {
 			return nil, n.errno(ctx, "mkdir", p, err)
 		}
+		a.Mode = a.Mode&^0o7777 | perm
 	}
-	fi, err := n.fsys.at(ctx).Lstat(p)
-	if err != nil {
-		return nil, n.errno(ctx, "mkdir", p, err)
-	}
-	ch := n.newChild(ctx, name, fi, out)
+	ch := n.newChild(ctx, name, a, out)
 	if cn, ok := ch.Operations().(*node); ok {
 		cn.knowNames(nil) // made here, empty
 	}
@@ -422,11 +433,11 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 		return nil, n.errno(ctx, "symlink", p, err)
 	}
 	n.named(name)
-	fi, err := n.fsys.at(ctx).Lstat(p)
+	a, err := n.fsys.at(ctx).Lstat(p)
 	if err != nil {
 		return nil, n.errno(ctx, "symlink", p, err)
 	}
-	return n.newChild(ctx, name, fi, out), 0
+	return n.newChild(ctx, name, a, out), 0
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
@@ -448,11 +459,11 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, n.errno(ctx, "link", p, err)
 	}
 	n.named(name)
-	fi, err := n.fsys.at(ctx).Lstat(p)
+	a, err := n.fsys.at(ctx).Lstat(p)
 	if err != nil {
 		return nil, n.errno(ctx, "link", p, err)
 	}
-	fillAttr(fi, &out.Attr)
+	fillAttr(a, &out.Attr)
 	n.fsys.setEntryTimeouts(out)
 	// The same inode under a second name, as the kernel expects of link(2).
 	return target.EmbeddedInode(), 0
@@ -485,36 +496,21 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno { return syscall.ENOTSUP }
 
 // fillAttr copies what SFTP v3 carries: type and permission bits, size,
-// owner, access and modification times.
-func fillAttr(fi os.FileInfo, a *fuse.Attr) {
-	a.Mode = sshd.ModeBits(fi.Mode())
-	a.Size = uint64(fi.Size())
-	a.Nlink = 1
-	if fi.IsDir() {
-		a.Nlink = 2
-	}
-	mt := fi.ModTime()
-	a.Mtime, a.Mtimensec = uint64(mt.Unix()), uint32(mt.Nanosecond())
-	a.Ctime, a.Ctimensec = a.Mtime, a.Mtimensec
-	at := accessTime(fi)
-	a.Atime, a.Atimensec = uint64(at.Unix()), uint32(at.Nanosecond())
-	if st, ok := fi.Sys().(*sftp.FileStat); ok {
-		a.Uid, a.Gid = st.UID, st.GID
-		for _, e := range st.Extended {
-			if e.ExtType == sshd.NlinkAttr {
-				if n, err := strconv.ParseUint(e.ExtData, 10, 32); err == nil {
-					a.Nlink = uint32(n)
-				}
-			}
+// owner, access and modification times, and the link count our server adds.
+func fillAttr(a sftpc.Attrs, out *fuse.Attr) {
+	out.Mode = a.Mode
+	out.Size = a.Size
+	out.Nlink = a.Nlink
+	if !a.HasNlink {
+		out.Nlink = 1
+		if a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			out.Nlink = 2
 		}
 	}
-	a.Blksize = 4096
-	a.Blocks = (a.Size + 511) / 512
-}
-
-func accessTime(fi os.FileInfo) time.Time {
-	if st, ok := fi.Sys().(*sftp.FileStat); ok {
-		return time.Unix(int64(st.Atime), 0)
-	}
-	return fi.ModTime()
+	out.Mtime, out.Mtimensec = uint64(a.Mtime), 0
+	out.Ctime, out.Ctimensec = out.Mtime, 0
+	out.Atime, out.Atimensec = uint64(a.Atime), 0
+	out.Uid, out.Gid = a.UID, a.GID
+	out.Blksize = 4096
+	out.Blocks = (out.Size + 511) / 512
 }

@@ -1,0 +1,433 @@
+// Package sftpc is the mount's SFTP v3 client. Unlike pkg/sftp's client,
+// whose every call waits for its answer, it lets the caller start a
+// request and wait for it later: the mount sends writes without waiting
+// (write-behind) and sends a request and the one that reads its result
+// back to back (SETSTAT then LSTAT), one round trip for both.
+//
+// Requests go out in the order they are started. Whether the server runs
+// them in that order is the server's business: ours (package sshd) runs the
+// requests that name the same handle or path in order, which is what the
+// mount's back-to-back pairs rely on, and nothing else.
+package sftpc
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"sync"
+
+	gossh "golang.org/x/crypto/ssh"
+)
+
+// Packet types of SFTP v3 (draft-ietf-secsh-filexfer-02).
+const (
+	fxpInit          = 1
+	fxpVersion       = 2
+	fxpOpen          = 3
+	fxpClose         = 4
+	fxpRead          = 5
+	fxpWrite         = 6
+	fxpLstat         = 7
+	fxpFstat         = 8
+	fxpSetstat       = 9
+	fxpFsetstat      = 10
+	fxpOpendir       = 11
+	fxpReaddir       = 12
+	fxpRemove        = 13
+	fxpMkdir         = 14
+	fxpRmdir         = 15
+	fxpReadlink      = 19
+	fxpSymlink       = 20
+	fxpStatus        = 101
+	fxpHandle        = 102
+	fxpData          = 103
+	fxpName          = 104
+	fxpAttrs         = 105
+	fxpExtended      = 200
+	fxpExtendedReply = 201
+)
+
+// Status codes.
+const (
+	StatusOK               = 0
+	StatusEOF              = 1
+	StatusNoSuchFile       = 2
+	StatusPermissionDenied = 3
+	StatusFailure          = 4
+	StatusBadMessage       = 5
+	StatusOpUnsupported    = 8
+)
+
+// Open flags (pflags).
+const (
+	OpenRead   = 0x1
+	OpenWrite  = 0x2
+	OpenAppend = 0x4
+	OpenCreate = 0x8
+	OpenTrunc  = 0x10
+	OpenExcl   = 0x20
+)
+
+// MaxData is the most data one READ or WRITE carries: our server answers
+// reads of up to 1 MiB and takes writes as large, so one FUSE request of
+// the kernel's largest size is one SFTP request.
+const MaxData = 1 << 20
+
+// maxPacket bounds an incoming packet: a 1 MiB DATA and its header, or a
+// NAME page of a few hundred entries.
+const maxPacket = MaxData + 64<<10
+
+var (
+	// ErrConnLost is the error of every request once the session ended.
+	ErrConnLost = errors.New("sftp: connection lost")
+	errBadReply = errors.New("sftp: malformed reply")
+)
+
+// StatusError is a STATUS reply other than OK (and EOF, which is io.EOF).
+type StatusError struct {
+	Code uint32
+	Msg  string
+}
+
+func (e *StatusError) Error() string { return fmt.Sprintf("sftp: %s (status %d)", e.Msg, e.Code) }
+
+// Is lets errors.Is(err, fs.ErrNotExist) and fs.ErrPermission work.
+func (e *StatusError) Is(target error) bool {
+	switch target {
+	case fs.ErrNotExist:
+		return e.Code == StatusNoSuchFile
+	case fs.ErrPermission:
+		return e.Code == StatusPermissionDenied
+	}
+	return false
+}
+
+// Client is one SFTP session. It is safe for concurrent use.
+type Client struct {
+	ch gossh.Channel
+
+	// wmu keeps each request's bytes together on the channel and the
+	// requests in the order they were started; it is held across the
+	// channel write for that reason alone.
+	wmu  sync.Mutex
+	wbuf []byte
+
+	mu    sync.Mutex // guards next, calls and err
+	next  uint32
+	calls map[uint32]*Call
+	err   error // why the session ended; nil while it runs
+
+	exts map[string]string
+	wg   sync.WaitGroup // the receive loop and the request discarder
+}
+
+// Open starts an SFTP session on a new channel of sshc.
+func Open(sshc *gossh.Client) (*Client, error) {
+	ch, reqs, err := sshc.OpenChannel("session", nil)
+	if err != nil {
+		return nil, fmt.Errorf("open the sftp channel: %w", err)
+	}
+	c := &Client{ch: ch, calls: map[uint32]*Call{}}
+	c.wg.Add(1)
+	go func() { defer c.wg.Done(); gossh.DiscardRequests(reqs) }()
+	if err := c.handshake(); err != nil {
+		ch.Close()
+		c.wg.Wait()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Client) handshake() error {
+	ok, err := c.ch.SendRequest("subsystem", true, gossh.Marshal(struct{ Name string }{"sftp"}))
+	if err == nil && !ok {
+		err = errors.New("refused")
+	}
+	if err != nil {
+		return fmt.Errorf("start the sftp subsystem: %w", err)
+	}
+	init := binary.BigEndian.AppendUint32(nil, 5)
+	init = append(init, fxpInit, 0, 0, 0, 3)
+	if _, err := c.ch.Write(init); err != nil {
+		return fmt.Errorf("sftp init: %w", err)
+	}
+	r := bufio.NewReaderSize(c.ch, 64<<10)
+	var hdr [5]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return fmt.Errorf("sftp version: %w", err)
+	}
+	n := binary.BigEndian.Uint32(hdr[:4])
+	if hdr[4] != fxpVersion || n < 5 || n > 64<<10 {
+		return errors.New("sftp version: malformed reply")
+	}
+	body := make([]byte, n-1)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return fmt.Errorf("sftp version: %w", err)
+	}
+	d := decoder{b: body}
+	if v := d.u32(); v != 3 {
+		return fmt.Errorf("sftp version %d, want 3", v)
+	}
+	c.exts = map[string]string{}
+	for len(d.b) > 0 && d.err == nil {
+		name, data := d.str(), d.str()
+		c.exts[name] = data
+	}
+	c.wg.Add(1)
+	go func() { defer c.wg.Done(); c.receive(r) }()
+	return nil
+}
+
+// HasExtension reports whether the server announced ext.
+func (c *Client) HasExtension(ext string) bool { _, ok := c.exts[ext]; return ok }
+
+// Close ends the session; requests still waiting fail with ErrConnLost.
+func (c *Client) Close() error {
+	c.fail(ErrConnLost)
+	c.wg.Wait()
+	return nil
+}
+
+// Err is why the session ended, nil while it runs.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// fail ends the session with err (the first reason sticks) and completes
+// every waiting request with it.
+func (c *Client) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	calls := c.calls
+	c.calls = map[uint32]*Call{}
+	c.mu.Unlock()
+	c.ch.Close()
+	for _, call := range calls {
+		call.err = err
+		close(call.done)
+	}
+}
+
+// Call is a request in flight.
+type Call struct {
+	done chan struct{}
+	typ  byte   // the reply's type
+	body []byte // the reply after its id
+	dst  []byte // READ: the reply's data goes here
+	n    int    // READ: bytes of data in dst
+	err  error  // the session's end, if it ended first
+}
+
+// Done is closed when the reply has come (or the session ended).
+func (c *Call) Done() <-chan struct{} { return c.done }
+
+// wait returns the reply, or the session's end.
+func (c *Call) wait() (byte, decoder, error) {
+	<-c.done
+	if c.err != nil {
+		return 0, decoder{}, c.err
+	}
+	return c.typ, decoder{b: c.body}, nil
+}
+
+// Err waits for a request answered by STATUS and returns its error.
+func (c *Call) Err() error {
+	typ, d, err := c.wait()
+	if err != nil {
+		return err
+	}
+	return statusOf(typ, d)
+}
+
+// Attrs waits for a request answered by ATTRS.
+func (c *Call) Attrs() (Attrs, error) {
+	typ, d, err := c.wait()
+	if err != nil {
+		return Attrs{}, err
+	}
+	if typ != fxpAttrs {
+		return Attrs{}, statusOf(typ, d)
+	}
+	a := d.attrs()
+	return a, d.err
+}
+
+func (c *Call) handle() (string, error) {
+	typ, d, err := c.wait()
+	if err != nil {
+		return "", err
+	}
+	if typ != fxpHandle {
+		return "", statusOf(typ, d)
+	}
+	h := d.str()
+	return h, d.err
+}
+
+// statusOf is the error of a reply that should be a STATUS.
+func statusOf(typ byte, d decoder) error {
+	if typ != fxpStatus {
+		return errBadReply
+	}
+	code, msg := d.u32(), d.str()
+	switch {
+	case d.err != nil:
+		return errBadReply
+	case code == StatusOK:
+		return nil
+	case code == StatusEOF:
+		return io.EOF
+	}
+	return &StatusError{Code: code, Msg: msg}
+}
+
+// start sends a request built by body and returns it in flight. dst, for
+// a READ, is where the reply's data is read to.
+func (c *Client) start(typ byte, dst []byte, body func(e *encoder)) *Call {
+	return c.startWith(typ, dst, body, nil)
+}
+
+// startWith is start with a payload sent after what body builds (a
+// WRITE's data), without copying it into the request buffer.
+func (c *Client) startWith(typ byte, dst []byte, body func(e *encoder), payload []byte) *Call {
+	call := &Call{done: make(chan struct{}), dst: dst}
+	c.wmu.Lock()
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		c.wmu.Unlock()
+		call.err = c.err
+		close(call.done)
+		return call
+	}
+	c.next++
+	id := c.next
+	c.calls[id] = call
+	c.mu.Unlock()
+	e := encoder{b: c.wbuf[:0]}
+	e.u32(0) // length, set below
+	e.byte(typ)
+	e.u32(id)
+	body(&e)
+	binary.BigEndian.PutUint32(e.b, uint32(len(e.b)-4+len(payload)))
+	// The channel sends at most a 32 KiB SSH packet per write: a payload
+	// fills the head's packet first, so a small write is one packet.
+	head := min(len(payload), max(0, 32<<10-len(e.b)))
+	e.b = append(e.b, payload[:head]...)
+	_, err := c.ch.Write(e.b)
+	if err == nil && head < len(payload) {
+		_, err = c.ch.Write(payload[head:])
+	}
+	c.wbuf = e.b
+	c.wmu.Unlock()
+	if err != nil {
+		c.fail(fmt.Errorf("%w: %v", ErrConnLost, err))
+	}
+	return call
+}
+
+// receive reads replies until the session ends and completes their calls.
+func (c *Client) receive(r *bufio.Reader) {
+	var hdr [9]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			c.fail(fmt.Errorf("%w: %v", ErrConnLost, err))
+			return
+		}
+		n := int(binary.BigEndian.Uint32(hdr[:4]))
+		typ, id := hdr[4], binary.BigEndian.Uint32(hdr[5:])
+		if n < 5 || n > maxPacket {
+			c.fail(fmt.Errorf("%w: a reply of %d bytes", ErrConnLost, n))
+			return
+		}
+		c.mu.Lock()
+		call := c.calls[id]
+		delete(c.calls, id)
+		c.mu.Unlock()
+		if call == nil {
+			c.fail(fmt.Errorf("%w: a reply to no request (id %d)", ErrConnLost, id))
+			return
+		}
+		if err := call.read(r, typ, n-5); err != nil {
+			call.err = fmt.Errorf("%w: %v", ErrConnLost, err)
+			close(call.done)
+			c.fail(call.err)
+			return
+		}
+		close(call.done)
+	}
+}
+
+// read takes the reply's rest (n bytes) off r: a READ's data straight into
+// its destination, anything else into a buffer of its own.
+func (call *Call) read(r io.Reader, typ byte, n int) error {
+	call.typ = typ
+	if typ == fxpData && call.dst != nil {
+		var l [4]byte
+		if n < 4 {
+			return errBadReply
+		}
+		if _, err := io.ReadFull(r, l[:]); err != nil {
+			return err
+		}
+		size := int(binary.BigEndian.Uint32(l[:]))
+		if size != n-4 || size > len(call.dst) {
+			return errBadReply
+		}
+		call.n = size
+		_, err := io.ReadFull(r, call.dst[:size])
+		return err
+	}
+	call.body = make([]byte, n)
+	_, err := io.ReadFull(r, call.body)
+	return err
+}
+
+// encoder builds a request.
+type encoder struct{ b []byte }
+
+func (e *encoder) byte(v byte)  { e.b = append(e.b, v) }
+func (e *encoder) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
+func (e *encoder) u64(v uint64) { e.b = binary.BigEndian.AppendUint64(e.b, v) }
+func (e *encoder) str(s string) { e.u32(uint32(len(s))); e.b = append(e.b, s...) }
+
+// decoder reads a reply; the first error sticks and zero values follow.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) take(n int) []byte {
+	if d.err != nil || n < 0 || len(d.b) < n {
+		d.err = errBadReply
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) u32() uint32 {
+	if v := d.take(4); v != nil {
+		return binary.BigEndian.Uint32(v)
+	}
+	return 0
+}
+
+func (d *decoder) u64() uint64 {
+	if v := d.take(8); v != nil {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
+
+func (d *decoder) str() string { return string(d.take(int(d.u32()))) }

@@ -1,0 +1,224 @@
+package sftpc_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	iofs "io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/awcp/awcp/fs"
+	"github.com/awcp/awcp/fs/sftpc"
+	"github.com/awcp/awcp/sshd"
+)
+
+type oneLease struct {
+	id  string
+	dir string
+}
+
+func (l oneLease) Live(id string) (sshd.Export, bool) {
+	return sshd.Export{Dir: l.dir}, id == l.id
+}
+
+// session serves a fresh directory with our real SSH server and opens a
+// client session on it, as the mount does.
+func session(t *testing.T) (dir string, sshc *gossh.Client, c *sftpc.Client) {
+	t.Helper()
+	auth, err := sshd.LoadAuthority(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir = t.TempDir()
+	const id = "dlg_sftpc"
+	srv, err := sshd.New(sshd.Options{Authority: auth, Leases: oneLease{id, dir}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() { defer close(served); srv.Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-served })
+	cred, err := auth.Issue(id, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := fs.CertSigner(cred.PrivateKey, cred.Certificate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshc, c, err = fs.Dial(fs.Options{Addr: ln.Addr().String(), User: id, Signer: signer, HostKey: auth.HostKey().PublicKey()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); sshc.Close() })
+	return dir, sshc, c
+}
+
+// The mount sends SETSTAT (or MKDIR) and the LSTAT that reads its result
+// back to back, without waiting in between. That is only right if the
+// server runs them in order; every LSTAT here must see its SETSTAT.
+func TestBackToBackRequestsOnOnePathStayInOrder(t *testing.T) {
+	dir, _, c := session(t)
+	if err := os.WriteFile(filepath.Join(dir, "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := uint32(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC).Unix())
+	for i := range uint32(300) {
+		set := c.StartSetstat("/f", sftpc.Attrs{Flags: sftpc.AttrTimes | sftpc.AttrPermissions,
+			Atime: base, Mtime: base + i, Mode: 0o600 | i%2*0o44})
+		stat := c.StartLstat("/f")
+		if err := set.Err(); err != nil {
+			t.Fatal(err)
+		}
+		a, err := stat.Attrs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Mtime != base+i || a.Mode&0o777 != 0o600|i%2*0o44 {
+			t.Fatalf("round %d: LSTAT saw mtime %d mode %o: it ran before its SETSTAT", i, a.Mtime-base, a.Mode&0o777)
+		}
+	}
+	for i := range 50 {
+		p := fmt.Sprintf("/d%d", i)
+		mk, stat := c.StartMkdir(p, 0o750), c.StartLstat(p)
+		if err := mk.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if a, err := stat.Attrs(); err != nil || !a.IsDir() {
+			t.Fatalf("LSTAT right behind MKDIR %s: %+v, %v", p, a, err)
+		}
+	}
+}
+
+func TestReadWrite(t *testing.T) {
+	dir, _, c := session(t)
+	f, err := c.OpenFile("/big", sftpc.OpenRead|sftpc.OpenWrite|sftpc.OpenCreate|sftpc.OpenExcl, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 3*sftpc.MaxData+12345)
+	rand.Read(data)
+	// Written in pieces sent without waiting, the way the mount writes.
+	var calls []*sftpc.Call
+	for off := 0; off < len(data); off += 100_000 {
+		calls = append(calls, f.StartWrite(data[off:min(off+100_000, len(data))], int64(off)))
+	}
+	for _, call := range calls {
+		if err := call.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := f.WriteAt(data[:10], int64(len(data))); n != 10 || err != nil {
+		t.Fatalf("WriteAt: %d, %v", n, err)
+	}
+	data = append(data, data[:10]...)
+	if on, _ := os.ReadFile(filepath.Join(dir, "big")); !bytes.Equal(on, data) {
+		t.Fatalf("the delegator's file differs (%d bytes, want %d)", len(on), len(data))
+	}
+	var got []byte
+	buf := make([]byte, sftpc.MaxData)
+	for off := int64(0); ; {
+		n, err := f.ReadAt(buf, off)
+		got = append(got, buf[:n]...)
+		off += int64(n)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil || n != len(buf) {
+			t.Fatalf("ReadAt %d: %d, %v", off, n, err)
+		}
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("read back differs")
+	}
+	if a, err := f.Stat(); err != nil || a.Size != uint64(len(data)) || a.Mode&0o777 != 0o600 {
+		t.Fatalf("FSTAT: %+v, %v", a, err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	dir, _, c := session(t)
+	os.Mkdir(filepath.Join(dir, "d"), 0o755)
+	os.WriteFile(filepath.Join(dir, "d", "x"), nil, 0o644)
+	if _, err := c.Lstat("/missing"); !errors.Is(err, iofs.ErrNotExist) {
+		t.Errorf("LSTAT of a missing file: %v", err)
+	}
+	var st *sftpc.StatusError
+	if err := c.RemoveDirectory("/d"); !errors.As(err, &st) || st.Code != sftpc.StatusFailure {
+		t.Errorf("RMDIR of a full directory: %v", err)
+	}
+	if _, err := c.OpenFile("/d/x", sftpc.OpenWrite|sftpc.OpenCreate|sftpc.OpenExcl, 0o644); !errors.As(err, &st) {
+		t.Errorf("exclusive create of an existing file: %v", err)
+	}
+	if _, err := c.Lstat("/../../etc/passwd"); !errors.Is(err, iofs.ErrNotExist) {
+		t.Errorf("a path above the root is the root's: %v", err)
+	}
+}
+
+func TestReadDirPages(t *testing.T) {
+	dir, _, c := session(t)
+	for i := range 600 { // our server answers 256 names a page
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%03d", i)), []byte("x"), 0o644)
+	}
+	ents, err := c.ReadDir("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, e := range ents {
+		if e.Name == "." || e.Name == ".." || seen[e.Name] || e.Attrs.Size != 1 {
+			t.Fatalf("entry %q (%+v)", e.Name, e.Attrs)
+		}
+		seen[e.Name] = true
+	}
+	if len(seen) != 600 {
+		t.Fatalf("%d names, want 600", len(seen))
+	}
+	if _, err := c.ReadDir("/f001"); err == nil {
+		t.Fatal("listing a file succeeded")
+	}
+}
+
+// A request in flight when the connection goes, and every one after, fails
+// with ErrConnLost, which the mount re-dials on: nothing hangs.
+func TestConnectionLost(t *testing.T) {
+	_, sshc, c := session(t)
+	f, err := c.OpenFile("/f", sftpc.OpenWrite|sftpc.OpenCreate, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inFlight := f.StartWrite(make([]byte, sftpc.MaxData), 0)
+	sshc.Close()
+	select {
+	case <-inFlight.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a request in flight did not end with the connection")
+	}
+	if err := inFlight.Err(); err != nil && !errors.Is(err, sftpc.ErrConnLost) {
+		t.Fatalf("in flight: %v", err)
+	}
+	if _, err := c.Lstat("/f"); !errors.Is(err, sftpc.ErrConnLost) {
+		t.Fatalf("after: %v", err)
+	}
+}

@@ -1,0 +1,327 @@
+package sftpc
+
+import (
+	"errors"
+	"io"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Attribute flags.
+const (
+	AttrSize        = 0x1
+	AttrUIDGID      = 0x2
+	AttrPermissions = 0x4
+	AttrTimes       = 0x8 // atime and mtime, always together in v3
+	attrExtended    = 0x80000000
+)
+
+// NlinkAttr is the extended attribute our server adds with the link count.
+const NlinkAttr = "nlink@awcp"
+
+// Attrs are a file's attributes as SFTP v3 carries them; in a request,
+// Flags says which are set.
+type Attrs struct {
+	Flags        uint32
+	Size         uint64
+	UID, GID     uint32
+	Mode         uint32 // st_mode: type and permission bits
+	Atime, Mtime uint32 // seconds
+	Nlink        uint32 // if HasNlink: 0 for a file unlinked while open
+	HasNlink     bool
+}
+
+// ModTime is the modification time.
+func (a Attrs) ModTime() time.Time { return time.Unix(int64(a.Mtime), 0) }
+
+// IsDir reports a directory.
+func (a Attrs) IsDir() bool { return a.Mode&syscall.S_IFMT == syscall.S_IFDIR }
+
+func (d *decoder) attrs() Attrs {
+	var a Attrs
+	a.Flags = d.u32()
+	if a.Flags&AttrSize != 0 {
+		a.Size = d.u64()
+	}
+	if a.Flags&AttrUIDGID != 0 {
+		a.UID, a.GID = d.u32(), d.u32()
+	}
+	if a.Flags&AttrPermissions != 0 {
+		a.Mode = d.u32()
+	}
+	if a.Flags&AttrTimes != 0 {
+		a.Atime, a.Mtime = d.u32(), d.u32()
+	}
+	if a.Flags&attrExtended != 0 {
+		for n := d.u32(); n > 0 && d.err == nil; n-- {
+			typ, data := d.str(), d.str()
+			if typ == NlinkAttr {
+				if v, err := strconv.ParseUint(data, 10, 32); err == nil {
+					a.Nlink, a.HasNlink = uint32(v), true
+				}
+			}
+		}
+	}
+	return a
+}
+
+// attrs encodes the settable attributes: size, permissions, times.
+func (e *encoder) attrs(a Attrs) {
+	flags := a.Flags & (AttrSize | AttrPermissions | AttrTimes)
+	e.u32(flags)
+	if flags&AttrSize != 0 {
+		e.u64(a.Size)
+	}
+	if flags&AttrPermissions != 0 {
+		e.u32(a.Mode & 0o7777)
+	}
+	if flags&AttrTimes != 0 {
+		e.u32(a.Atime)
+		e.u32(a.Mtime)
+	}
+}
+
+func (c *Client) path(typ byte, p string) *Call {
+	return c.start(typ, nil, func(e *encoder) { e.str(p) })
+}
+
+func (c *Client) extended(name string, args ...string) *Call {
+	return c.start(fxpExtended, nil, func(e *encoder) {
+		e.str(name)
+		for _, a := range args {
+			e.str(a)
+		}
+	})
+}
+
+// StartLstat sends LSTAT; the Call's Attrs has the answer.
+func (c *Client) StartLstat(p string) *Call { return c.path(fxpLstat, p) }
+
+// Lstat is the attributes of p, not following a final symlink.
+func (c *Client) Lstat(p string) (Attrs, error) { return c.StartLstat(p).Attrs() }
+
+// StartSetstat sends SETSTAT with the attributes a.Flags names.
+func (c *Client) StartSetstat(p string, a Attrs) *Call {
+	return c.start(fxpSetstat, nil, func(e *encoder) { e.str(p); e.attrs(a) })
+}
+
+// Setstat sets the attributes a.Flags names.
+func (c *Client) Setstat(p string, a Attrs) error { return c.StartSetstat(p, a).Err() }
+
+// StartMkdir sends MKDIR with permissions perm.
+func (c *Client) StartMkdir(p string, perm uint32) *Call {
+	return c.start(fxpMkdir, nil, func(e *encoder) {
+		e.str(p)
+		e.attrs(Attrs{Flags: AttrPermissions, Mode: perm})
+	})
+}
+
+// Remove unlinks a file.
+func (c *Client) Remove(p string) error { return c.path(fxpRemove, p).Err() }
+
+// RemoveDirectory removes an empty directory.
+func (c *Client) RemoveDirectory(p string) error { return c.path(fxpRmdir, p).Err() }
+
+// PosixRename renames, replacing the target (posix-rename@openssh.com).
+func (c *Client) PosixRename(from, to string) error {
+	return c.extended("posix-rename@openssh.com", from, to).Err()
+}
+
+// Link makes a hard link (hardlink@openssh.com).
+func (c *Client) Link(from, to string) error {
+	return c.extended("hardlink@openssh.com", from, to).Err()
+}
+
+// Symlink makes link point at target. The target goes first, as OpenSSH
+// (and our server) read them.
+func (c *Client) Symlink(target, link string) error {
+	return c.start(fxpSymlink, nil, func(e *encoder) { e.str(target); e.str(link) }).Err()
+}
+
+// ReadLink is a symlink's target.
+func (c *Client) ReadLink(p string) (string, error) {
+	names, err := c.path(fxpReadlink, p).names()
+	if err != nil {
+		return "", err
+	}
+	if len(names) != 1 {
+		return "", errBadReply
+	}
+	return names[0].Name, nil
+}
+
+// StatVFS is statvfs@openssh.com's answer.
+type StatVFS struct {
+	Bsize, Frsize, Blocks, Bfree, Bavail, Files, Ffree, Favail, Fsid, Flag, Namemax uint64
+}
+
+// StatVFS describes the file system p is on.
+func (c *Client) StatVFS(p string) (StatVFS, error) {
+	typ, d, err := c.extended("statvfs@openssh.com", p).wait()
+	if err != nil {
+		return StatVFS{}, err
+	}
+	if typ != fxpExtendedReply {
+		return StatVFS{}, statusOf(typ, d)
+	}
+	var s StatVFS
+	for _, v := range []*uint64{&s.Bsize, &s.Frsize, &s.Blocks, &s.Bfree, &s.Bavail, &s.Files, &s.Ffree,
+		&s.Favail, &s.Fsid, &s.Flag, &s.Namemax} {
+		*v = d.u64()
+	}
+	return s, d.err
+}
+
+// Entry is a directory entry.
+type Entry struct {
+	Name  string
+	Attrs Attrs
+}
+
+func (c *Call) names() ([]Entry, error) {
+	typ, d, err := c.wait()
+	if err != nil {
+		return nil, err
+	}
+	if typ != fxpName {
+		return nil, statusOf(typ, d)
+	}
+	n := d.u32()
+	if int(n) > len(d.b)/12 { // a name, a long name and flags at least
+		return nil, errBadReply
+	}
+	out := make([]Entry, 0, n)
+	for ; n > 0; n-- {
+		name := d.str()
+		d.str() // the long name, for humans
+		out = append(out, Entry{Name: name, Attrs: d.attrs()})
+	}
+	return out, d.err
+}
+
+// ReadDir lists directory p, without "." and "..". Two READDIRs are kept
+// in flight, so a directory of one page costs two round trips (OPENDIR and
+// READDIR), and the handle is closed without waiting.
+func (c *Client) ReadDir(p string) ([]Entry, error) {
+	h, err := c.path(fxpOpendir, p).handle()
+	if err != nil {
+		return nil, err
+	}
+	defer c.path(fxpClose, h) // nobody waits for the answer
+	var out []Entry
+	next := c.path(fxpReaddir, h)
+	for {
+		ahead := c.path(fxpReaddir, h)
+		page, err := next.names()
+		if errors.Is(err, io.EOF) {
+			<-ahead.Done()
+			return out, nil
+		}
+		if err != nil {
+			<-ahead.Done()
+			return nil, err
+		}
+		for _, e := range page {
+			if e.Name != "." && e.Name != ".." {
+				out = append(out, e)
+			}
+		}
+		next = ahead
+	}
+}
+
+// File is an open remote file.
+type File struct {
+	c      *Client
+	handle string
+}
+
+// StartOpen sends OPEN; OpenResult turns the Call into a File.
+func (c *Client) StartOpen(p string, pflags uint32, perm uint32) *Call {
+	return c.start(fxpOpen, nil, func(e *encoder) {
+		e.str(p)
+		e.u32(pflags)
+		e.attrs(Attrs{Flags: AttrPermissions, Mode: perm})
+	})
+}
+
+// OpenResult waits for an OPEN.
+func (c *Client) OpenResult(call *Call) (*File, error) {
+	h, err := call.handle()
+	if err != nil {
+		return nil, err
+	}
+	return &File{c: c, handle: h}, nil
+}
+
+// OpenFile opens p with pflags; perm is for a file it creates.
+func (c *Client) OpenFile(p string, pflags uint32, perm uint32) (*File, error) {
+	return c.OpenResult(c.StartOpen(p, pflags, perm))
+}
+
+// ReadAt reads up to len(dst) bytes at off (at most MaxData are asked
+// for); at the end of the file it returns what there was and io.EOF.
+func (f *File) ReadAt(dst []byte, off int64) (int, error) {
+	dst = dst[:min(len(dst), MaxData)]
+	call := f.c.start(fxpRead, dst, func(e *encoder) {
+		e.str(f.handle)
+		e.u64(uint64(off))
+		e.u32(uint32(len(dst)))
+	})
+	typ, d, err := call.wait()
+	switch {
+	case err != nil:
+		return 0, err
+	case typ == fxpData:
+		if call.n < len(dst) {
+			return call.n, io.EOF
+		}
+		return call.n, nil
+	}
+	return 0, statusOf(typ, d)
+}
+
+// StartWrite sends a WRITE of data (at most MaxData bytes) at off; the
+// Call's Err is its outcome. data may be reused once it returns.
+func (f *File) StartWrite(data []byte, off int64) *Call {
+	if len(data) > MaxData {
+		call := &Call{done: make(chan struct{}), err: errors.New("sftp: write larger than MaxData")}
+		close(call.done)
+		return call
+	}
+	return f.c.startWith(fxpWrite, nil, func(e *encoder) {
+		e.str(f.handle)
+		e.u64(uint64(off))
+		e.u32(uint32(len(data)))
+	}, data)
+}
+
+// WriteAt writes data at off and waits for it.
+func (f *File) WriteAt(data []byte, off int64) (int, error) {
+	for done := 0; done < len(data); {
+		n := min(len(data)-done, MaxData)
+		if err := f.StartWrite(data[done:done+n], off+int64(done)).Err(); err != nil {
+			return done, err
+		}
+		done += n
+	}
+	return len(data), nil
+}
+
+// StartStat sends FSTAT.
+func (f *File) StartStat() *Call { return f.c.path(fxpFstat, f.handle) }
+
+// Stat is FSTAT: it works for a file unlinked while open.
+func (f *File) Stat() (Attrs, error) { return f.StartStat().Attrs() }
+
+// StartSetstat sends FSETSTAT.
+func (f *File) StartSetstat(a Attrs) *Call {
+	return f.c.start(fxpFsetstat, nil, func(e *encoder) { e.str(f.handle); e.attrs(a) })
+}
+
+// Sync is fsync@openssh.com.
+func (f *File) Sync() error { return f.c.extended("fsync@openssh.com", f.handle).Err() }
+
+// Close closes the handle.
+func (f *File) Close() error { return f.c.path(fxpClose, f.handle).Err() }
