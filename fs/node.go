@@ -203,7 +203,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		n.mu.Lock()
 		set.Atime, set.Mtime = n.atime, uint32(n.seen.mtime)
 		n.mu.Unlock()
-		if !mok || !aok && set.Atime == 0 {
+		if !mok || (!aok && set.Atime == 0) {
 			a, err := n.fsys.at(ctx).Lstat(p)
 			if err != nil {
 				return n.errno(ctx, "utimens", p, err)

@@ -120,8 +120,7 @@ type Client struct {
 	calls map[uint32]*Call
 	err   error // why the session ended; nil while it runs
 
-	exts map[string]string
-	wg   sync.WaitGroup // the receive loop and the request discarder
+	wg sync.WaitGroup // the receive loop and the request discarder
 }
 
 // Open starts an SFTP session on a new channel of sshc.
@@ -171,18 +170,12 @@ func (c *Client) handshake() error {
 	if v := d.u32(); v != 3 {
 		return fmt.Errorf("sftp version %d, want 3", v)
 	}
-	c.exts = map[string]string{}
-	for len(d.b) > 0 && d.err == nil {
-		name, data := d.str(), d.str()
-		c.exts[name] = data
-	}
+	// The extensions announced are not read: the server is ours, and has
+	// the ones used (posix-rename, hardlink, fsync, statvfs).
 	c.wg.Add(1)
 	go func() { defer c.wg.Done(); c.receive(r) }()
 	return nil
 }
-
-// HasExtension reports whether the server announced ext.
-func (c *Client) HasExtension(ext string) bool { _, ok := c.exts[ext]; return ok }
 
 // Close ends the session; requests still waiting fail with ErrConnLost.
 func (c *Client) Close() error {

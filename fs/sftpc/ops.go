@@ -5,7 +5,6 @@ import (
 	"io"
 	"strconv"
 	"syscall"
-	"time"
 )
 
 // Attribute flags.
@@ -31,9 +30,6 @@ type Attrs struct {
 	Nlink        uint32 // if HasNlink: 0 for a file unlinked while open
 	HasNlink     bool
 }
-
-// ModTime is the modification time.
-func (a Attrs) ModTime() time.Time { return time.Unix(int64(a.Mtime), 0) }
 
 // IsDir reports a directory.
 func (a Attrs) IsDir() bool { return a.Mode&syscall.S_IFMT == syscall.S_IFDIR }
