@@ -18,73 +18,14 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
 // This file is our own SFTP v3 server. pkg/sftp's request server answers
 // FSTAT and FSETSTAT by path (so an open, unlinked file is lost) and has no
 // fsync@openssh.com; its plain server is not confined to a directory. So
 // the server side is written here, on os.Root; pkg/sftp stays the client.
-
-// Packet types of SFTP v3 (draft-ietf-secsh-filexfer-02).
-const (
-	fxpInit          = 1
-	fxpVersion       = 2
-	fxpOpen          = 3
-	fxpClose         = 4
-	fxpRead          = 5
-	fxpWrite         = 6
-	fxpLstat         = 7
-	fxpFstat         = 8
-	fxpSetstat       = 9
-	fxpFsetstat      = 10
-	fxpOpendir       = 11
-	fxpReaddir       = 12
-	fxpRemove        = 13
-	fxpMkdir         = 14
-	fxpRmdir         = 15
-	fxpRealpath      = 16
-	fxpStat          = 17
-	fxpRename        = 18
-	fxpReadlink      = 19
-	fxpSymlink       = 20
-	fxpStatus        = 101
-	fxpHandle        = 102
-	fxpData          = 103
-	fxpName          = 104
-	fxpAttrs         = 105
-	fxpExtended      = 200
-	fxpExtendedReply = 201
-)
-
-// Status codes.
-const (
-	fxOK               = 0
-	fxEOF              = 1
-	fxNoSuchFile       = 2
-	fxPermissionDenied = 3
-	fxFailure          = 4
-	fxBadMessage       = 5
-	fxOpUnsupported    = 8
-)
-
-// Attribute flags.
-const (
-	attrSize        = 0x1
-	attrUIDGID      = 0x2
-	attrPermissions = 0x4
-	attrACModTime   = 0x8
-	attrExtended    = 0x80000000
-)
-
-// Open flags.
-const (
-	pflagRead   = 0x1
-	pflagWrite  = 0x2
-	pflagAppend = 0x4
-	pflagCreat  = 0x8
-	pflagTrunc  = 0x10
-	pflagExcl   = 0x20
-)
 
 const (
 	maxPacket   = 1<<20 + 1024 // a 1 MiB write plus its header
@@ -102,7 +43,7 @@ var extensions = [][2]string{
 }
 
 // errBadMessage is a malformed packet.
-var errBadMessage = errors.New("bad message")
+var errBadMessage = wire.ErrMalformed
 
 // sftpServer serves one SFTP session on one directory.
 type sftpServer struct {
@@ -175,7 +116,7 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 		if _, err := io.ReadFull(rw, pkt); err != nil {
 			return err
 		}
-		if pkt[0] == fxpInit {
+		if pkt[0] == wire.Init {
 			s.sendVersion()
 			continue
 		}
@@ -223,7 +164,7 @@ func routeKey(pkt []byte) uint32 {
 	for _, c := range b[4 : 4+n] {
 		h = (h ^ uint32(c)) * 16777619
 	}
-	if (pkt[0] == fxpRead || pkt[0] == fxpWrite) && len(b) >= 4+int(n)+8 {
+	if (pkt[0] == wire.Read || pkt[0] == wire.Write) && len(b) >= 4+int(n)+8 {
 		h += uint32(binary.BigEndian.Uint64(b[4+n:]) >> 16) // 64 KiB chunks
 	}
 	return h
@@ -240,7 +181,7 @@ func (s *sftpServer) closeAll() {
 
 func (s *sftpServer) sendVersion() {
 	b := newBuf()
-	b.byte(fxpVersion)
+	b.byte(wire.Version)
 	b.u32(3)
 	for _, e := range extensions {
 		b.str(e[0])
@@ -263,7 +204,7 @@ func (s *sftpServer) send(b buf) {
 
 func (s *sftpServer) status(id uint32, code uint32, msg string) {
 	b := newBuf()
-	b.byte(fxpStatus)
+	b.byte(wire.Status)
 	b.u32(id)
 	b.u32(code)
 	b.str(msg)
@@ -282,25 +223,25 @@ func statusOf(err error) (uint32, string) {
 	var errno syscall.Errno
 	switch {
 	case err == nil:
-		return fxOK, "OK"
+		return wire.OK, "OK"
 	case errors.Is(err, io.EOF):
-		return fxEOF, "EOF"
+		return wire.EOF, "EOF"
 	case errors.Is(err, errReadOnly):
-		return fxPermissionDenied, "read-only delegation"
+		return wire.PermissionDenied, "read-only delegation"
 	case errors.Is(err, errBadMessage):
-		return fxBadMessage, "bad message"
+		return wire.BadMessage, "bad message"
 	case errors.Is(err, errUnsupported):
-		return fxOpUnsupported, "operation unsupported"
+		return wire.OpUnsupported, "operation unsupported"
 	case errors.Is(err, fs.ErrNotExist):
-		return fxNoSuchFile, "no such file"
+		return wire.NoSuchFile, "no such file"
 	case errors.Is(err, fs.ErrPermission):
-		return fxPermissionDenied, "permission denied"
+		return wire.PermissionDenied, "permission denied"
 	case errors.Is(err, errEscape), isEscape(err):
-		return fxPermissionDenied, "path leaves the delegated directory"
+		return wire.PermissionDenied, "path leaves the delegated directory"
 	case errors.As(err, &errno):
-		return fxFailure, errno.Error()
+		return wire.Failure, errno.Error()
 	}
-	return fxFailure, "failure"
+	return wire.Failure, "failure"
 }
 
 var (
@@ -327,76 +268,76 @@ func rel(p string) string {
 func (s *sftpServer) handle(pkt []byte) {
 	typ := pkt[0]
 	r := newReader(pkt[1:])
-	id := r.u32()
+	id := r.U32()
 	defer func() {
 		if v := recover(); v != nil {
 			s.log.Error("sftp: handler panic", "type", typ, "panic", fmt.Sprint(v))
-			s.status(id, fxFailure, "internal error")
+			s.status(id, wire.Failure, "internal error")
 		}
 	}()
-	if r.err != nil {
-		s.status(id, fxBadMessage, "bad message")
+	if r.Err != nil {
+		s.status(id, wire.BadMessage, "bad message")
 		return
 	}
 	switch typ {
-	case fxpOpen:
+	case wire.Open:
 		s.open(id, &r)
-	case fxpClose:
+	case wire.Close:
 		s.close(id, &r)
-	case fxpRead:
+	case wire.Read:
 		s.read(id, &r)
-	case fxpWrite:
+	case wire.Write:
 		s.write(id, &r)
-	case fxpLstat, fxpStat:
-		name := rel(r.str())
-		if r.err != nil {
+	case wire.Lstat, wire.Stat:
+		name := rel(r.Str())
+		if r.Err != nil {
 			s.errStatus(id, errBadMessage)
 			return
 		}
 		var fi fs.FileInfo
 		var err error
-		if typ == fxpLstat {
+		if typ == wire.Lstat {
 			fi, err = s.fast.Lstat(name)
 		} else {
 			fi, err = s.fast.Stat(name)
 		}
 		s.attrsOrStatus(id, fi, err)
-	case fxpFstat:
-		h, err := s.get(r.str())
+	case wire.Fstat:
+		h, err := s.get(r.Str())
 		if err != nil {
 			s.errStatus(id, err)
 			return
 		}
 		fi, err := h.f.Stat()
 		s.attrsOrStatus(id, fi, err)
-	case fxpSetstat:
-		name := rel(r.str())
-		a := r.attrs()
-		s.errStatus(id, s.setstat(name, nil, a, r.err))
-	case fxpFsetstat:
-		h, err := s.get(r.str())
-		a := r.attrs()
+	case wire.Setstat:
+		name := rel(r.Str())
+		a := readAttrs(&r)
+		s.errStatus(id, s.setstat(name, nil, a, r.Err))
+	case wire.Fsetstat:
+		h, err := s.get(r.Str())
+		a := readAttrs(&r)
 		if err != nil {
 			s.errStatus(id, err)
 			return
 		}
-		s.errStatus(id, s.setstat("", h.f, a, r.err))
-	case fxpOpendir:
+		s.errStatus(id, s.setstat("", h.f, a, r.Err))
+	case wire.Opendir:
 		s.opendir(id, &r)
-	case fxpReaddir:
+	case wire.Readdir:
 		s.readdir(id, &r)
-	case fxpRemove:
+	case wire.Remove:
 		s.errStatus(id, s.mutate(&r, func(name string) error { return s.fast.Remove(name, false) }))
-	case fxpRmdir:
+	case wire.Rmdir:
 		s.errStatus(id, s.mutate(&r, func(name string) error { return s.fast.Remove(name, true) }))
-	case fxpMkdir:
-		name := rel(r.str())
-		a := r.attrs()
+	case wire.Mkdir:
+		name := rel(r.Str())
+		a := readAttrs(&r)
 		perm := fs.FileMode(0o755)
-		if a.flags&attrPermissions != 0 {
+		if a.flags&wire.AttrPermissions != 0 {
 			perm = fs.FileMode(a.perm) & fs.ModePerm
 		}
-		err := r.err
+		err := r.Err
 		if err == nil {
 			err = s.writable()
 		}
@@ -404,16 +345,16 @@ func (s *sftpServer) handle(pkt []byte) {
 			err = s.fast.Mkdir(name, perm)
 		}
 		s.errStatus(id, err)
-	case fxpRealpath:
-		p := r.str()
-		if r.err != nil {
+	case wire.Realpath:
+		p := r.Str()
+		if r.Err != nil {
 			s.errStatus(id, errBadMessage)
 			return
 		}
 		s.name(id, "/"+strings.TrimPrefix(rel(p), "."), nil)
-	case fxpRename:
-		from, to := rel(r.str()), rel(r.str())
-		err := r.err
+	case wire.Rename:
+		from, to := rel(r.Str()), rel(r.Str())
+		err := r.Err
 		if err == nil {
 			err = s.writable()
 		}
@@ -426,9 +367,9 @@ func (s *sftpServer) handle(pkt []byte) {
 			}
 		}
 		s.errStatus(id, err)
-	case fxpReadlink:
-		name := rel(r.str())
-		if r.err != nil {
+	case wire.Readlink:
+		name := rel(r.Str())
+		if r.Err != nil {
 			s.errStatus(id, errBadMessage)
 			return
 		}
@@ -438,10 +379,10 @@ func (s *sftpServer) handle(pkt []byte) {
 			return
 		}
 		s.name(id, target, nil)
-	case fxpSymlink:
+	case wire.Symlink:
 		// OpenSSH (and pkg/sftp) send the target first, then the link path.
-		target, link := r.str(), rel(r.str())
-		err := r.err
+		target, link := r.Str(), rel(r.Str())
+		err := r.Err
 		if err == nil {
 			err = s.writable()
 		}
@@ -449,10 +390,10 @@ func (s *sftpServer) handle(pkt []byte) {
 			err = s.symlink(target, link)
 		}
 		s.errStatus(id, err)
-	case fxpExtended:
+	case wire.Extended:
 		s.extended(id, &r)
 	default:
-		s.status(id, fxOpUnsupported, "operation unsupported")
+		s.status(id, wire.OpUnsupported, "operation unsupported")
 	}
 }
 
@@ -465,8 +406,8 @@ func (s *sftpServer) writable() error {
 
 // mutate runs fn on the request's path if writes are allowed.
 func (s *sftpServer) mutate(r *reader, fn func(name string) error) error {
-	name := rel(r.str())
-	if r.err != nil {
+	name := rel(r.Str())
+	if r.Err != nil {
 		return errBadMessage
 	}
 	if err := s.writable(); err != nil {
@@ -485,31 +426,31 @@ func (s *sftpServer) symlink(target, link string) error {
 }
 
 func (s *sftpServer) open(id uint32, r *reader) {
-	name := rel(r.str())
-	pflags := r.u32()
-	a := r.attrs()
-	if r.err != nil {
+	name := rel(r.Str())
+	pflags := r.U32()
+	a := readAttrs(r)
+	if r.Err != nil {
 		s.errStatus(id, errBadMessage)
 		return
 	}
 	var flags int
 	switch {
-	case pflags&pflagRead != 0 && pflags&pflagWrite != 0:
+	case pflags&wire.FlagRead != 0 && pflags&wire.FlagWrite != 0:
 		flags = os.O_RDWR
-	case pflags&pflagWrite != 0:
+	case pflags&wire.FlagWrite != 0:
 		flags = os.O_WRONLY
 	default:
 		flags = os.O_RDONLY
 	}
 	// APPEND is left out on purpose: writes come with their offsets, and
 	// *os.File refuses WriteAt on an O_APPEND file.
-	if pflags&pflagCreat != 0 {
+	if pflags&wire.FlagCreat != 0 {
 		flags |= os.O_CREATE
 	}
-	if pflags&pflagTrunc != 0 {
+	if pflags&wire.FlagTrunc != 0 {
 		flags |= os.O_TRUNC
 	}
-	if pflags&pflagExcl != 0 {
+	if pflags&wire.FlagExcl != 0 {
 		flags |= os.O_EXCL
 	}
 	if flags&(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_TRUNC) != 0 && s.readOnly {
@@ -517,7 +458,7 @@ func (s *sftpServer) open(id uint32, r *reader) {
 		return
 	}
 	perm := fs.FileMode(0o644)
-	if a.flags&attrPermissions != 0 {
+	if a.flags&wire.AttrPermissions != 0 {
 		perm = fs.FileMode(a.perm) & fs.ModePerm
 	}
 	f, err := s.fast.OpenFile(name, flags, perm)
@@ -534,8 +475,8 @@ func (s *sftpServer) open(id uint32, r *reader) {
 }
 
 func (s *sftpServer) opendir(id uint32, r *reader) {
-	name := rel(r.str())
-	if r.err != nil {
+	name := rel(r.Str())
+	if r.Err != nil {
 		s.errStatus(id, errBadMessage)
 		return
 	}
@@ -563,7 +504,7 @@ func (s *sftpServer) sendHandle(id uint32, h *handle) {
 	s.handles[key] = h
 	s.mu.Unlock()
 	b := newBuf()
-	b.byte(fxpHandle)
+	b.byte(wire.Handle)
 	b.u32(id)
 	b.str(key)
 	s.send(b)
@@ -580,7 +521,7 @@ func (s *sftpServer) get(key string) (*handle, error) {
 }
 
 func (s *sftpServer) close(id uint32, r *reader) {
-	key := r.str()
+	key := r.Str()
 	s.mu.Lock()
 	h, ok := s.handles[key]
 	delete(s.handles, key)
@@ -593,9 +534,9 @@ func (s *sftpServer) close(id uint32, r *reader) {
 }
 
 func (s *sftpServer) read(id uint32, r *reader) {
-	h, err := s.get(r.str())
-	off, n := r.u64(), r.u32()
-	if err == nil && r.err != nil {
+	h, err := s.get(r.Str())
+	off, n := r.U64(), r.U32()
+	if err == nil && r.Err != nil {
 		err = errBadMessage
 	}
 	if err == nil && h.dir {
@@ -607,7 +548,7 @@ func (s *sftpServer) read(id uint32, r *reader) {
 	}
 	n = min(n, maxReadLen)
 	b := newBuf()
-	b.byte(fxpData)
+	b.byte(wire.Data)
 	b.u32(id)
 	b.u32(0) // length, filled in below
 	const head = 4 + 9
@@ -623,10 +564,10 @@ func (s *sftpServer) read(id uint32, r *reader) {
 }
 
 func (s *sftpServer) write(id uint32, r *reader) {
-	h, err := s.get(r.str())
-	off := r.u64()
-	data := r.bytes()
-	if err == nil && r.err != nil {
+	h, err := s.get(r.Str())
+	off := r.U64()
+	data := r.Bytes()
+	if err == nil && r.Err != nil {
 		err = errBadMessage
 	}
 	if err == nil {
@@ -639,7 +580,7 @@ func (s *sftpServer) write(id uint32, r *reader) {
 }
 
 func (s *sftpServer) readdir(id uint32, r *reader) {
-	h, err := s.get(r.str())
+	h, err := s.get(r.Str())
 	if err == nil && !h.dir {
 		err = syscall.ENOTDIR
 	}
@@ -657,7 +598,7 @@ func (s *sftpServer) readdir(id uint32, r *reader) {
 		h.listed = true
 	}
 	if h.pos >= len(h.entries) {
-		s.status(id, fxEOF, "EOF")
+		s.status(id, wire.EOF, "EOF")
 		return
 	}
 	page := h.entries[h.pos:min(h.pos+readdirPage, len(h.entries))]
@@ -676,7 +617,7 @@ func (s *sftpServer) readdir(id uint32, r *reader) {
 // name answers with one name and optional attributes.
 func (s *sftpServer) name(id uint32, name string, fi fs.FileInfo) {
 	b := newBuf()
-	b.byte(fxpName)
+	b.byte(wire.Name)
 	b.u32(id)
 	b.u32(1)
 	b.str(name)
@@ -691,7 +632,7 @@ func (s *sftpServer) name(id uint32, name string, fi fs.FileInfo) {
 
 func (s *sftpServer) names(id uint32, infos []fs.FileInfo) {
 	b := newBuf()
-	b.byte(fxpName)
+	b.byte(wire.Name)
 	b.u32(id)
 	b.u32(uint32(len(infos)))
 	for _, fi := range infos {
@@ -714,7 +655,7 @@ func (s *sftpServer) attrsOrStatus(id uint32, fi fs.FileInfo, err error) {
 		return
 	}
 	b := newBuf()
-	b.byte(fxpAttrs)
+	b.byte(wire.Attrs)
 	b.u32(id)
 	b.attrs(fi)
 	s.send(b)
@@ -728,7 +669,7 @@ func (s *sftpServer) setstat(name string, f *os.File, a attrs, decodeErr error) 
 	if err := s.writable(); err != nil {
 		return err
 	}
-	if a.flags&attrSize != 0 {
+	if a.flags&wire.AttrSize != 0 {
 		var err error
 		if f != nil {
 			err = f.Truncate(int64(a.size))
@@ -739,7 +680,7 @@ func (s *sftpServer) setstat(name string, f *os.File, a attrs, decodeErr error) 
 			return err
 		}
 	}
-	if a.flags&attrPermissions != 0 {
+	if a.flags&wire.AttrPermissions != 0 {
 		mode := fs.FileMode(a.perm) & fs.ModePerm
 		var err error
 		if f != nil {
@@ -751,7 +692,7 @@ func (s *sftpServer) setstat(name string, f *os.File, a attrs, decodeErr error) 
 			return err
 		}
 	}
-	if a.flags&attrACModTime != 0 {
+	if a.flags&wire.AttrACModTime != 0 {
 		at, mt := time.Unix(int64(a.atime), 0), time.Unix(int64(a.mtime), 0)
 		var err error
 		if f != nil {
@@ -782,10 +723,10 @@ func futimes(f *os.File, at, mt time.Time) error {
 }
 
 func (s *sftpServer) extended(id uint32, r *reader) {
-	switch name := r.str(); name {
+	switch name := r.Str(); name {
 	case "posix-rename@openssh.com":
-		from, to := rel(r.str()), rel(r.str())
-		err := r.err
+		from, to := rel(r.Str()), rel(r.Str())
+		err := r.Err
 		if err == nil {
 			err = s.writable()
 		}
@@ -794,8 +735,8 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 		}
 		s.errStatus(id, err)
 	case "hardlink@openssh.com":
-		from, to := rel(r.str()), rel(r.str())
-		err := r.err
+		from, to := rel(r.Str()), rel(r.Str())
+		err := r.Err
 		if err == nil {
 			err = s.writable()
 		}
@@ -804,20 +745,20 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 		}
 		s.errStatus(id, err)
 	case "fsync@openssh.com":
-		h, err := s.get(r.str())
+		h, err := s.get(r.Str())
 		if err == nil {
 			err = h.f.Sync()
 		}
 		s.errStatus(id, err)
 	case "statvfs@openssh.com":
-		rel(r.str()) // every path is on the same file system
+		rel(r.Str()) // every path is on the same file system
 		var st syscall.Statfs_t
 		if err := syscall.Statfs(s.root.Name(), &st); err != nil {
 			s.errStatus(id, err)
 			return
 		}
 		b := newBuf()
-		b.byte(fxpExtendedReply)
+		b.byte(wire.ExtendedReply)
 		b.u32(id)
 		for _, v := range []uint64{uint64(st.Bsize), uint64(st.Frsize), st.Blocks, st.Bfree, st.Bavail,
 			st.Files, st.Ffree, st.Ffree, uint64(st.Fsid.X__val[0]), statvfsFlags(s.readOnly), uint64(st.Namelen)} {
@@ -825,7 +766,7 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 		}
 		s.send(b)
 	default:
-		s.status(id, fxOpUnsupported, "extension unsupported")
+		s.status(id, wire.OpUnsupported, "extension unsupported")
 	}
 }
 
@@ -886,15 +827,11 @@ func (b *buf) str(s string) {
 	*b = append(*b, s...)
 }
 
-// NlinkAttr is the extended attribute carrying the link count, which SFTP
-// v3 lacks; clients that do not know it ignore it.
-const NlinkAttr = "nlink@awcp"
-
 func (b *buf) attrs(fi fs.FileInfo) {
 	st, _ := fi.Sys().(*syscall.Stat_t)
-	flags := uint32(attrSize | attrUIDGID | attrPermissions | attrACModTime)
+	flags := uint32(wire.AttrSize | wire.AttrUIDGID | wire.AttrPermissions | wire.AttrACModTime)
 	if st != nil {
-		flags |= attrExtended
+		flags |= wire.AttrExtended
 	}
 	b.u32(flags)
 	b.u64(uint64(fi.Size()))
@@ -909,7 +846,7 @@ func (b *buf) attrs(fi fs.FileInfo) {
 	b.u32(uint32(fi.ModTime().Unix()))
 	if st != nil {
 		b.u32(1)
-		b.str(NlinkAttr)
+		b.str(wire.NlinkAttr)
 		b.str(strconv.FormatUint(uint64(st.Nlink), 10))
 	}
 }
@@ -946,40 +883,10 @@ func ModeBits(m fs.FileMode) uint32 {
 	return v
 }
 
-// reader decodes a packet; the first error sticks and zero values follow.
-type reader struct {
-	b   []byte
-	err error
-}
+// reader decodes a request.
+type reader = wire.Decoder
 
-func newReader(b []byte) reader { return reader{b: b} }
-
-func (r *reader) take(n int) []byte {
-	if r.err != nil || n < 0 || len(r.b) < n {
-		r.err = errBadMessage
-		return nil
-	}
-	v := r.b[:n]
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) u32() uint32 {
-	if v := r.take(4); v != nil {
-		return binary.BigEndian.Uint32(v)
-	}
-	return 0
-}
-
-func (r *reader) u64() uint64 {
-	if v := r.take(8); v != nil {
-		return binary.BigEndian.Uint64(v)
-	}
-	return 0
-}
-
-func (r *reader) bytes() []byte { return r.take(int(r.u32())) }
-func (r *reader) str() string   { return string(r.bytes()) }
+func newReader(b []byte) reader { return reader{B: b} }
 
 // attrs are the settable attributes of a request.
 type attrs struct {
@@ -989,26 +896,26 @@ type attrs struct {
 	atime, mtime uint32
 }
 
-func (r *reader) attrs() attrs {
+func readAttrs(r *reader) attrs {
 	var a attrs
-	a.flags = r.u32()
-	if a.flags&attrSize != 0 {
-		a.size = r.u64()
+	a.flags = r.U32()
+	if a.flags&wire.AttrSize != 0 {
+		a.size = r.U64()
 	}
-	if a.flags&attrUIDGID != 0 {
-		r.u32()
-		r.u32()
+	if a.flags&wire.AttrUIDGID != 0 {
+		r.U32()
+		r.U32()
 	}
-	if a.flags&attrPermissions != 0 {
-		a.perm = r.u32()
+	if a.flags&wire.AttrPermissions != 0 {
+		a.perm = r.U32()
 	}
-	if a.flags&attrACModTime != 0 {
-		a.atime, a.mtime = r.u32(), r.u32()
+	if a.flags&wire.AttrACModTime != 0 {
+		a.atime, a.mtime = r.U32(), r.U32()
 	}
-	if a.flags&attrExtended != 0 {
-		for n := r.u32(); n > 0 && r.err == nil; n-- {
-			r.str()
-			r.str()
+	if a.flags&wire.AttrExtended != 0 {
+		for n := r.U32(); n > 0 && r.Err == nil; n-- {
+			r.Str()
+			r.Str()
 		}
 	}
 	return a

@@ -20,55 +20,23 @@ import (
 	"sync"
 
 	gossh "golang.org/x/crypto/ssh"
+
+	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
-// Packet types of SFTP v3 (draft-ietf-secsh-filexfer-02).
+// Status codes the mount tells apart.
 const (
-	fxpInit          = 1
-	fxpVersion       = 2
-	fxpOpen          = 3
-	fxpClose         = 4
-	fxpRead          = 5
-	fxpWrite         = 6
-	fxpLstat         = 7
-	fxpFstat         = 8
-	fxpSetstat       = 9
-	fxpFsetstat      = 10
-	fxpOpendir       = 11
-	fxpReaddir       = 12
-	fxpRemove        = 13
-	fxpMkdir         = 14
-	fxpRmdir         = 15
-	fxpReadlink      = 19
-	fxpSymlink       = 20
-	fxpStatus        = 101
-	fxpHandle        = 102
-	fxpData          = 103
-	fxpName          = 104
-	fxpAttrs         = 105
-	fxpExtended      = 200
-	fxpExtendedReply = 201
-)
-
-// Status codes.
-const (
-	StatusOK               = 0
-	StatusEOF              = 1
-	StatusNoSuchFile       = 2
-	StatusPermissionDenied = 3
-	StatusFailure          = 4
-	StatusBadMessage       = 5
-	StatusOpUnsupported    = 8
+	StatusFailure       = wire.Failure
+	StatusOpUnsupported = wire.OpUnsupported
 )
 
 // Open flags (pflags).
 const (
-	OpenRead   = 0x1
-	OpenWrite  = 0x2
-	OpenAppend = 0x4
-	OpenCreate = 0x8
-	OpenTrunc  = 0x10
-	OpenExcl   = 0x20
+	OpenRead   = wire.FlagRead
+	OpenWrite  = wire.FlagWrite
+	OpenCreate = wire.FlagCreat
+	OpenTrunc  = wire.FlagTrunc
+	OpenExcl   = wire.FlagExcl
 )
 
 // MaxData is the most data one READ or WRITE carries: our server answers
@@ -83,7 +51,7 @@ const maxPacket = MaxData + 64<<10
 var (
 	// ErrConnLost is the error of every request once the session ended.
 	ErrConnLost = errors.New("sftp: connection lost")
-	errBadReply = errors.New("sftp: malformed reply")
+	errBadReply = wire.ErrMalformed
 )
 
 // StatusError is a STATUS reply other than OK (and EOF, which is io.EOF).
@@ -98,9 +66,9 @@ func (e *StatusError) Error() string { return fmt.Sprintf("sftp: %s (status %d)"
 func (e *StatusError) Is(target error) bool {
 	switch target {
 	case fs.ErrNotExist:
-		return e.Code == StatusNoSuchFile
+		return e.Code == wire.NoSuchFile
 	case fs.ErrPermission:
-		return e.Code == StatusPermissionDenied
+		return e.Code == wire.PermissionDenied
 	}
 	return false
 }
@@ -149,7 +117,7 @@ func (c *Client) handshake() error {
 		return fmt.Errorf("start the sftp subsystem: %w", err)
 	}
 	init := binary.BigEndian.AppendUint32(nil, 5)
-	init = append(init, fxpInit, 0, 0, 0, 3)
+	init = append(init, wire.Init, 0, 0, 0, 3)
 	if _, err := c.ch.Write(init); err != nil {
 		return fmt.Errorf("sftp init: %w", err)
 	}
@@ -159,15 +127,15 @@ func (c *Client) handshake() error {
 		return fmt.Errorf("sftp version: %w", err)
 	}
 	n := binary.BigEndian.Uint32(hdr[:4])
-	if hdr[4] != fxpVersion || n < 5 || n > 64<<10 {
+	if hdr[4] != wire.Version || n < 5 || n > 64<<10 {
 		return errors.New("sftp version: malformed reply")
 	}
 	body := make([]byte, n-1)
 	if _, err := io.ReadFull(r, body); err != nil {
 		return fmt.Errorf("sftp version: %w", err)
 	}
-	d := decoder{b: body}
-	if v := d.u32(); v != 3 {
+	d := decoder{B: body}
+	if v := d.U32(); v != 3 {
 		return fmt.Errorf("sftp version %d, want 3", v)
 	}
 	// The extensions announced are not read: the server is ours, and has
@@ -229,7 +197,7 @@ func (c *Call) wait() (byte, decoder, error) {
 	if c.err != nil {
 		return 0, decoder{}, c.err
 	}
-	return c.typ, decoder{b: c.body}, nil
+	return c.typ, decoder{B: c.body}, nil
 }
 
 // Err waits for a request answered by STATUS and returns its error.
@@ -247,11 +215,11 @@ func (c *Call) Attrs() (Attrs, error) {
 	if err != nil {
 		return Attrs{}, err
 	}
-	if typ != fxpAttrs {
+	if typ != wire.Attrs {
 		return Attrs{}, statusOf(typ, d)
 	}
-	a := d.attrs()
-	return a, d.err
+	a := readAttrs(&d)
+	return a, d.Err
 }
 
 func (c *Call) handle() (string, error) {
@@ -259,25 +227,25 @@ func (c *Call) handle() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if typ != fxpHandle {
+	if typ != wire.Handle {
 		return "", statusOf(typ, d)
 	}
-	h := d.str()
-	return h, d.err
+	h := d.Str()
+	return h, d.Err
 }
 
 // statusOf is the error of a reply that should be a STATUS.
 func statusOf(typ byte, d decoder) error {
-	if typ != fxpStatus {
+	if typ != wire.Status {
 		return errBadReply
 	}
-	code, msg := d.u32(), d.str()
+	code, msg := d.U32(), d.Str()
 	switch {
-	case d.err != nil:
+	case d.Err != nil:
 		return errBadReply
-	case code == StatusOK:
+	case code == wire.OK:
 		return nil
-	case code == StatusEOF:
+	case code == wire.EOF:
 		return io.EOF
 	}
 	return &StatusError{Code: code, Msg: msg}
@@ -364,7 +332,7 @@ func (c *Client) receive(r *bufio.Reader) {
 // its destination, anything else into a buffer of its own.
 func (call *Call) read(r io.Reader, typ byte, n int) error {
 	call.typ = typ
-	if typ == fxpData && call.dst != nil {
+	if typ == wire.Data && call.dst != nil {
 		var l [4]byte
 		if n < 4 {
 			return errBadReply
@@ -393,34 +361,5 @@ func (e *encoder) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
 func (e *encoder) u64(v uint64) { e.b = binary.BigEndian.AppendUint64(e.b, v) }
 func (e *encoder) str(s string) { e.u32(uint32(len(s))); e.b = append(e.b, s...) }
 
-// decoder reads a reply; the first error sticks and zero values follow.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) take(n int) []byte {
-	if d.err != nil || n < 0 || len(d.b) < n {
-		d.err = errBadReply
-		return nil
-	}
-	v := d.b[:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) u32() uint32 {
-	if v := d.take(4); v != nil {
-		return binary.BigEndian.Uint32(v)
-	}
-	return 0
-}
-
-func (d *decoder) u64() uint64 {
-	if v := d.take(8); v != nil {
-		return binary.BigEndian.Uint64(v)
-	}
-	return 0
-}
-
-func (d *decoder) str() string { return string(d.take(int(d.u32()))) }
+// decoder reads a reply.
+type decoder = wire.Decoder

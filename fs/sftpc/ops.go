@@ -5,19 +5,17 @@ import (
 	"io"
 	"strconv"
 	"syscall"
+
+	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
 // Attribute flags.
 const (
-	AttrSize        = 0x1
-	AttrUIDGID      = 0x2
-	AttrPermissions = 0x4
-	AttrTimes       = 0x8 // atime and mtime, always together in v3
-	attrExtended    = 0x80000000
+	AttrSize        = wire.AttrSize
+	AttrUIDGID      = wire.AttrUIDGID
+	AttrPermissions = wire.AttrPermissions
+	AttrTimes       = wire.AttrACModTime // atime and mtime, always together in v3
 )
-
-// NlinkAttr is the extended attribute our server adds with the link count.
-const NlinkAttr = "nlink@awcp"
 
 // Attrs are a file's attributes as SFTP v3 carries them; in a request,
 // Flags says which are set.
@@ -34,25 +32,25 @@ type Attrs struct {
 // IsDir reports a directory.
 func (a Attrs) IsDir() bool { return a.Mode&syscall.S_IFMT == syscall.S_IFDIR }
 
-func (d *decoder) attrs() Attrs {
+func readAttrs(d *decoder) Attrs {
 	var a Attrs
-	a.Flags = d.u32()
+	a.Flags = d.U32()
 	if a.Flags&AttrSize != 0 {
-		a.Size = d.u64()
+		a.Size = d.U64()
 	}
 	if a.Flags&AttrUIDGID != 0 {
-		a.UID, a.GID = d.u32(), d.u32()
+		a.UID, a.GID = d.U32(), d.U32()
 	}
 	if a.Flags&AttrPermissions != 0 {
-		a.Mode = d.u32()
+		a.Mode = d.U32()
 	}
 	if a.Flags&AttrTimes != 0 {
-		a.Atime, a.Mtime = d.u32(), d.u32()
+		a.Atime, a.Mtime = d.U32(), d.U32()
 	}
-	if a.Flags&attrExtended != 0 {
-		for n := d.u32(); n > 0 && d.err == nil; n-- {
-			typ, data := d.str(), d.str()
-			if typ == NlinkAttr {
+	if a.Flags&wire.AttrExtended != 0 {
+		for n := d.U32(); n > 0 && d.Err == nil; n-- {
+			typ, data := d.Str(), d.Str()
+			if typ == wire.NlinkAttr {
 				if v, err := strconv.ParseUint(data, 10, 32); err == nil {
 					a.Nlink, a.HasNlink = uint32(v), true
 				}
@@ -83,7 +81,7 @@ func (c *Client) path(typ byte, p string) *Call {
 }
 
 func (c *Client) extended(name string, args ...string) *Call {
-	return c.start(fxpExtended, nil, func(e *encoder) {
+	return c.start(wire.Extended, nil, func(e *encoder) {
 		e.str(name)
 		for _, a := range args {
 			e.str(a)
@@ -92,14 +90,14 @@ func (c *Client) extended(name string, args ...string) *Call {
 }
 
 // StartLstat sends LSTAT; the Call's Attrs has the answer.
-func (c *Client) StartLstat(p string) *Call { return c.path(fxpLstat, p) }
+func (c *Client) StartLstat(p string) *Call { return c.path(wire.Lstat, p) }
 
 // Lstat is the attributes of p, not following a final symlink.
 func (c *Client) Lstat(p string) (Attrs, error) { return c.StartLstat(p).Attrs() }
 
 // StartSetstat sends SETSTAT with the attributes a.Flags names.
 func (c *Client) StartSetstat(p string, a Attrs) *Call {
-	return c.start(fxpSetstat, nil, func(e *encoder) { e.str(p); e.attrs(a) })
+	return c.start(wire.Setstat, nil, func(e *encoder) { e.str(p); e.attrs(a) })
 }
 
 // Setstat sets the attributes a.Flags names.
@@ -107,17 +105,17 @@ func (c *Client) Setstat(p string, a Attrs) error { return c.StartSetstat(p, a).
 
 // StartMkdir sends MKDIR with permissions perm.
 func (c *Client) StartMkdir(p string, perm uint32) *Call {
-	return c.start(fxpMkdir, nil, func(e *encoder) {
+	return c.start(wire.Mkdir, nil, func(e *encoder) {
 		e.str(p)
 		e.attrs(Attrs{Flags: AttrPermissions, Mode: perm})
 	})
 }
 
 // Remove unlinks a file.
-func (c *Client) Remove(p string) error { return c.path(fxpRemove, p).Err() }
+func (c *Client) Remove(p string) error { return c.path(wire.Remove, p).Err() }
 
 // RemoveDirectory removes an empty directory.
-func (c *Client) RemoveDirectory(p string) error { return c.path(fxpRmdir, p).Err() }
+func (c *Client) RemoveDirectory(p string) error { return c.path(wire.Rmdir, p).Err() }
 
 // PosixRename renames, replacing the target (posix-rename@openssh.com).
 func (c *Client) PosixRename(from, to string) error {
@@ -132,12 +130,12 @@ func (c *Client) Link(from, to string) error {
 // Symlink makes link point at target. The target goes first, as OpenSSH
 // (and our server) read them.
 func (c *Client) Symlink(target, link string) error {
-	return c.start(fxpSymlink, nil, func(e *encoder) { e.str(target); e.str(link) }).Err()
+	return c.start(wire.Symlink, nil, func(e *encoder) { e.str(target); e.str(link) }).Err()
 }
 
 // ReadLink is a symlink's target.
 func (c *Client) ReadLink(p string) (string, error) {
-	names, err := c.path(fxpReadlink, p).names()
+	names, err := c.path(wire.Readlink, p).names()
 	if err != nil {
 		return "", err
 	}
@@ -158,15 +156,15 @@ func (c *Client) StatVFS(p string) (StatVFS, error) {
 	if err != nil {
 		return StatVFS{}, err
 	}
-	if typ != fxpExtendedReply {
+	if typ != wire.ExtendedReply {
 		return StatVFS{}, statusOf(typ, d)
 	}
 	var s StatVFS
 	for _, v := range []*uint64{&s.Bsize, &s.Frsize, &s.Blocks, &s.Bfree, &s.Bavail, &s.Files, &s.Ffree,
 		&s.Favail, &s.Fsid, &s.Flag, &s.Namemax} {
-		*v = d.u64()
+		*v = d.U64()
 	}
-	return s, d.err
+	return s, d.Err
 }
 
 // Entry is a directory entry.
@@ -180,35 +178,35 @@ func (c *Call) names() ([]Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if typ != fxpName {
+	if typ != wire.Name {
 		return nil, statusOf(typ, d)
 	}
-	n := d.u32()
-	if int(n) > len(d.b)/12 { // a name, a long name and flags at least
+	n := d.U32()
+	if int(n) > len(d.B)/12 { // a name, a long name and flags at least
 		return nil, errBadReply
 	}
 	out := make([]Entry, 0, n)
 	for ; n > 0; n-- {
-		name := d.str()
-		d.str() // the long name, for humans
-		out = append(out, Entry{Name: name, Attrs: d.attrs()})
+		name := d.Str()
+		d.Str() // the long name, for humans
+		out = append(out, Entry{Name: name, Attrs: readAttrs(&d)})
 	}
-	return out, d.err
+	return out, d.Err
 }
 
 // ReadDir lists directory p, without "." and "..". Two READDIRs are kept
 // in flight, so a directory of one page costs two round trips (OPENDIR and
 // READDIR), and the handle is closed without waiting.
 func (c *Client) ReadDir(p string) ([]Entry, error) {
-	h, err := c.path(fxpOpendir, p).handle()
+	h, err := c.path(wire.Opendir, p).handle()
 	if err != nil {
 		return nil, err
 	}
-	defer c.path(fxpClose, h) // nobody waits for the answer
+	defer c.path(wire.Close, h) // nobody waits for the answer
 	var out []Entry
-	next := c.path(fxpReaddir, h)
+	next := c.path(wire.Readdir, h)
 	for {
-		ahead := c.path(fxpReaddir, h)
+		ahead := c.path(wire.Readdir, h)
 		page, err := next.names()
 		if errors.Is(err, io.EOF) {
 			<-ahead.Done()
@@ -235,7 +233,7 @@ type File struct {
 
 // StartOpen sends OPEN; OpenResult turns the Call into a File.
 func (c *Client) StartOpen(p string, pflags uint32, perm uint32) *Call {
-	return c.start(fxpOpen, nil, func(e *encoder) {
+	return c.start(wire.Open, nil, func(e *encoder) {
 		e.str(p)
 		e.u32(pflags)
 		e.attrs(Attrs{Flags: AttrPermissions, Mode: perm})
@@ -260,7 +258,7 @@ func (c *Client) OpenFile(p string, pflags uint32, perm uint32) (*File, error) {
 // for); at the end of the file it returns what there was and io.EOF.
 func (f *File) ReadAt(dst []byte, off int64) (int, error) {
 	dst = dst[:min(len(dst), MaxData)]
-	call := f.c.start(fxpRead, dst, func(e *encoder) {
+	call := f.c.start(wire.Read, dst, func(e *encoder) {
 		e.str(f.handle)
 		e.u64(uint64(off))
 		e.u32(uint32(len(dst)))
@@ -269,7 +267,7 @@ func (f *File) ReadAt(dst []byte, off int64) (int, error) {
 	switch {
 	case err != nil:
 		return 0, err
-	case typ == fxpData:
+	case typ == wire.Data:
 		if call.n < len(dst) {
 			return call.n, io.EOF
 		}
@@ -286,7 +284,7 @@ func (f *File) StartWrite(data []byte, off int64) *Call {
 		close(call.done)
 		return call
 	}
-	return f.c.startWith(fxpWrite, nil, func(e *encoder) {
+	return f.c.startWith(wire.Write, nil, func(e *encoder) {
 		e.str(f.handle)
 		e.u64(uint64(off))
 		e.u32(uint32(len(data)))
@@ -306,18 +304,18 @@ func (f *File) WriteAt(data []byte, off int64) (int, error) {
 }
 
 // StartStat sends FSTAT.
-func (f *File) StartStat() *Call { return f.c.path(fxpFstat, f.handle) }
+func (f *File) StartStat() *Call { return f.c.path(wire.Fstat, f.handle) }
 
 // Stat is FSTAT: it works for a file unlinked while open.
 func (f *File) Stat() (Attrs, error) { return f.StartStat().Attrs() }
 
 // StartSetstat sends FSETSTAT.
 func (f *File) StartSetstat(a Attrs) *Call {
-	return f.c.start(fxpFsetstat, nil, func(e *encoder) { e.str(f.handle); e.attrs(a) })
+	return f.c.start(wire.Fsetstat, nil, func(e *encoder) { e.str(f.handle); e.attrs(a) })
 }
 
 // Sync is fsync@openssh.com.
 func (f *File) Sync() error { return f.c.extended("fsync@openssh.com", f.handle).Err() }
 
 // Close closes the handle.
-func (f *File) Close() error { return f.c.path(fxpClose, f.handle).Err() }
+func (f *File) Close() error { return f.c.path(wire.Close, f.handle).Err() }
