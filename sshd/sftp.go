@@ -25,7 +25,8 @@ import (
 // This file is our own SFTP v3 server. pkg/sftp's request server answers
 // FSTAT and FSETSTAT by path (so an open, unlinked file is lost) and has no
 // fsync@openssh.com; its plain server is not confined to a directory. So
-// the server side is written here, on os.Root; pkg/sftp stays the client.
+// the server side is written here, on os.Root. The mount's client is ours
+// too (fs/sftpc); pkg/sftp's client is kept for the interop tests.
 
 const (
 	maxPacket   = 1<<20 + 1024 // a 1 MiB write plus its header
