@@ -316,12 +316,6 @@ func (r reconnecting) Setstat(p string, set sftpc.Attrs) (sftpc.Attrs, error) {
 	return r.then(p, func(cl *sftpc.Client) *sftpc.Call { return cl.StartSetstat(p, set) })
 }
 
-func (r reconnecting) Chmod(p string, perm uint32) error {
-	return r.run(func(cl *sftpc.Client) error {
-		return cl.Setstat(p, sftpc.Attrs{Flags: sftpc.AttrPermissions, Mode: perm})
-	})
-}
-
 func (r reconnecting) Remove(p string) error {
 	return r.run(func(cl *sftpc.Client) error { return cl.Remove(p) })
 }

@@ -324,12 +324,12 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, n.errno(ctx, "mkdir", p, err)
 	}
 	n.named(name)
-	// The server made it with perm less its umask: set it exactly.
+	// The server made it with perm less its umask: set it exactly (and
+	// read the attributes back in the same round trip).
 	if a.Mode&0o7777 != perm {
-		if err := n.fsys.at(ctx).Chmod(p, perm); err != nil {
+		if a, err = n.fsys.at(ctx).Setstat(p, sftpc.Attrs{Flags: sftpc.AttrPermissions, Mode: perm}); err != nil {
 			return nil, n.errno(ctx, "mkdir", p, err)
 		}
-		a.Mode = a.Mode&^0o7777 | perm
 	}
 	ch := n.newChild(ctx, name, a, out)
 	if cn, ok := ch.Operations().(*node); ok {
