@@ -282,6 +282,20 @@ func (r reconnecting) OpenFile(p string, pflags, perm uint32) (*sftpc.File, erro
 	return do(r.ctx, r.c, func(cl *sftpc.Client) (*sftpc.File, error) { return cl.OpenFile(p, pflags, perm) })
 }
 
+// OpenRead is sftpc's OpenRead: the open, the file's first n bytes and its
+// attributes in one round trip.
+func (r reconnecting) OpenRead(p string, pflags uint32, n int) (*sftpc.File, sftpc.Opened, error) {
+	type opened struct {
+		f *sftpc.File
+		o sftpc.Opened
+	}
+	v, err := do(r.ctx, r.c, func(cl *sftpc.Client) (opened, error) {
+		f, o, err := cl.OpenRead(p, pflags, n)
+		return opened{f, o}, err
+	})
+	return v.f, v.o, err
+}
+
 func (r reconnecting) ReadLink(p string) (string, error) {
 	return do(r.ctx, r.c, func(cl *sftpc.Client) (string, error) { return cl.ReadLink(p) })
 }

@@ -28,6 +28,40 @@ type fileHandle struct {
 	gen      uint64      // the connection f belongs to
 	released bool        // a deferred open that comes after Release is closed at once
 	werr     error       // the first error of a write sent behind, not yet reported
+
+	lastWrite uint64 // the handle's newest write (writeBehind's sequence; its mu guards this)
+
+	head headRead // the file's start, read by the open; mu guards it
+}
+
+// headRead is the start of a file, read along with its open (OpenRead). It
+// answers the first read at offset 0, if nothing was written to the file
+// through this mount since; it is dropped at the first read either way.
+type headRead struct {
+	data    []byte
+	eof     bool   // data is the whole file
+	changes uint64 // the node's changes counter at the open
+	ok      bool
+}
+
+// headSize is how much of a file an open for reading brings along: the
+// whole of most source files, as much as the kernel's first read asks
+// for many.
+const headSize = 64 << 10
+
+// fromHead answers a read at off from the handle's head: n bytes in dest,
+// and whether that is the whole answer (the head covered dest, or reached
+// the end of the file).
+func (h *fileHandle) fromHead(dest []byte, off int64) (n int, whole bool) {
+	h.mu.Lock()
+	head := h.head
+	h.head = headRead{}
+	h.mu.Unlock()
+	if !head.ok || off != 0 || h.node.changes.Load() != head.changes {
+		return 0, false
+	}
+	n = copy(dest, head.data)
+	return n, n == len(dest) || head.eof
 }
 
 var (
@@ -41,7 +75,38 @@ var (
 func (n *node) newHandle(f *sftpc.File, flags int) *fileHandle {
 	h := &fileHandle{node: n, f: f, flags: flags}
 	h.gen = n.fsys.conn.generation()
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		n.mu.Lock()
+		if n.writers == nil {
+			n.writers = map[*fileHandle]struct{}{}
+		}
+		n.writers[h] = struct{}{}
+		n.mu.Unlock()
+	}
 	return h
+}
+
+// writer returns a handle of n open for writing, or nil.
+func (n *node) writer() *fileHandle {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for h := range n.writers {
+		return h
+	}
+	return nil
+}
+
+// otherWriters are n's handles open for writing but h.
+func (n *node) otherWriters(h *fileHandle) []*fileHandle {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var hs []*fileHandle
+	for w := range n.writers {
+		if w != h {
+			hs = append(hs, w)
+		}
+	}
+	return hs
 }
 
 // deferredHandle is a read-only handle whose remote open waits for the
@@ -120,6 +185,29 @@ func (h *fileHandle) withFile(ctx context.Context, op func(*sftpc.File) error) e
 	return h.withFileNow(ctx, op)
 }
 
+// ordered runs op, a request the server keeps behind the handle's writes
+// (FSTAT, FSETSTAT: sftpc's WriteBarrier), without waiting for those writes
+// first. Only the writes of the file's other handles are settled. Where the
+// server has no barrier, or the request is sent again on a new connection
+// (this handle's lost writes are sent again first, by settling), it is
+// withFile.
+func (h *fileHandle) ordered(ctx context.Context, op func(*sftpc.File) error) error {
+	wb := &h.node.fsys.conn.writes
+	if err := wb.settleHandles(ctx, h.node.otherWriters(h)...); err != nil {
+		return err
+	}
+	first := true
+	return h.withFileNow(ctx, func(f *sftpc.File) error {
+		if !first || !f.WriteBarrier() {
+			if err := wb.settle(ctx); err != nil {
+				return err
+			}
+		}
+		first = false
+		return op(f)
+	})
+}
+
 // withFileNow is withFile without settling first.
 func (h *fileHandle) withFileNow(ctx context.Context, op func(*sftpc.File) error) error {
 	for attempt := 0; ; attempt++ {
@@ -191,18 +279,24 @@ func pflags(flags int) uint32 {
 }
 
 func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	had, whole := h.fromHead(dest, off)
+	if whole {
+		return fuse.ReadResultData(dest[:had]), 0
+	}
 	var n int
 	err := h.withFile(ctx, func(f *sftpc.File) (err error) {
-		n, err = f.ReadAt(dest, off)
+		n, err = f.ReadAt(dest[had:], off+int64(had))
 		if isEOF(err) {
 			err = nil
 		}
 		return err
 	})
-	if err != nil && n == 0 {
+	// A short answer is the end of the file to the kernel: never one for
+	// a failed read after the head.
+	if err != nil && (n == 0 || had > 0) {
 		return nil, h.node.errno(ctx, "read", h.node.rpath(), err)
 	}
-	return fuse.ReadResultData(dest[:n]), 0
+	return fuse.ReadResultData(dest[:had+n]), 0
 }
 
 // Write sends the data and returns: the answer is waited for by the next
@@ -216,6 +310,7 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 	if err != nil {
 		return 0, h.node.errno(ctx, "write", h.node.rpath(), err)
 	}
+	h.node.changes.Add(1)
 	wb := &h.node.fsys.conn.writes
 	// The kernel reuses data once Write returns; the copy is also what a
 	// lost connection's write is sent again from.
@@ -248,10 +343,10 @@ func (h *fileHandle) takeErr() error {
 	return err
 }
 
-// Flush waits for the handle's writes (all writes sent before, in fact)
-// and reports their error: close(2) returns it. It may run several times.
+// Flush waits for the handle's writes (and those sent before them) and
+// reports their error: close(2) returns it. It may run several times.
 func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {
-	if err := h.node.fsys.conn.writes.settle(ctx); err != nil {
+	if err := h.node.fsys.conn.writes.settleHandles(ctx, h); err != nil {
 		return h.node.errno(ctx, "flush", h.node.rpath(), err)
 	}
 	if err := h.takeErr(); err != nil {
@@ -274,7 +369,7 @@ func (h *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 // stat is FSTAT: it works for a file unlinked while open.
 func (h *fileHandle) stat(ctx context.Context) (sftpc.Attrs, error) {
 	var a sftpc.Attrs
-	err := h.withFile(ctx, func(f *sftpc.File) (err error) {
+	err := h.ordered(ctx, func(f *sftpc.File) (err error) {
 		a, err = f.Stat()
 		return err
 	})
@@ -285,7 +380,7 @@ func (h *fileHandle) stat(ctx context.Context) (sftpc.Attrs, error) {
 // on one handle in order, so one round trip brings the new attributes.
 func (h *fileHandle) setstat(ctx context.Context, set sftpc.Attrs) (sftpc.Attrs, error) {
 	var a sftpc.Attrs
-	err := h.withFile(ctx, func(f *sftpc.File) error {
+	err := h.ordered(ctx, func(f *sftpc.File) error {
 		setting, stat := f.StartSetstat(set), f.StartStat()
 		err := setting.Err()
 		got, serr := stat.Attrs()
@@ -302,6 +397,9 @@ func (h *fileHandle) setstat(ctx context.Context, set sftpc.Attrs) (sftpc.Attrs,
 // hold up the caller. Unmount waits for these closes.
 func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 	fsys := h.node.fsys
+	h.node.mu.Lock()
+	delete(h.node.writers, h)
+	h.node.mu.Unlock()
 	h.mu.Lock()
 	f := h.f
 	h.released = true

@@ -512,3 +512,37 @@ func TestWriteBehindOrder(t *testing.T) {
 		}
 	}
 }
+
+// An open for reading brings the file's start along, and the first read
+// is answered from it — unless the file was written through the mount in
+// between, by another handle or a truncate: then the read must see that.
+func TestOpenReadHead(t *testing.T) {
+	f := newMount(t, false)
+	for i, change := range []struct {
+		name string
+		do   func(p string) error
+		want string
+	}{
+		{"nothing", func(string) error { return nil }, "delegator's\n"},
+		{"write", func(p string) error { return os.WriteFile(p, []byte("new contents, longer\n"), 0o644) }, "new contents, longer\n"},
+		{"truncate", func(p string) error { return os.Truncate(p, 3) }, "del"},
+	} {
+		name := fmt.Sprintf("head%d.txt", i)
+		if err := os.WriteFile(filepath.Join(f.dir, name), []byte("delegator's\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(f.mnt, name)
+		r, err := os.Open(p) // a first open: it brings "delegator's\n" along
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := change.do(p); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || string(got) != change.want {
+			t.Fatalf("after %s through the mount, the handle opened before read %q (%v), want %q", change.name, got, err, change.want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,7 +21,7 @@ type node struct {
 	fs.Inode
 	fsys *filesystem
 
-	mu sync.Mutex // guards seen, opened, atime, deferred, names and namesUntil
+	mu sync.Mutex // guards seen, opened, atime, deferred, writers, names and namesUntil
 	// seen is the file's size and mtime as last reported by the server,
 	// opened the same at the last open; when they agree at an open, the
 	// kernel may keep its cached pages (FOPEN_KEEP_CACHE).
@@ -30,6 +31,11 @@ type node struct {
 	atime uint32
 	// deferred are the handles whose remote open waits for a first read.
 	deferred map[*fileHandle]struct{}
+	// writers are the handles open for writing, until released.
+	writers map[*fileHandle]struct{}
+	// changes counts the writes and truncations made through this mount:
+	// what a handle read at its open is stale once it moved.
+	changes atomic.Uint64
 	// names is what n, a directory, holds as far as this mount knows —
 	// from a listing, or from having made it empty — until namesUntil (an
 	// entry timeout later). Until then a lookup of any other name is
@@ -189,6 +195,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if size, ok := in.GetSize(); ok {
 		set.Flags |= sftpc.AttrSize
 		set.Size = size
+		n.changes.Add(1)
 	}
 	if mode, ok := in.GetMode(); ok {
 		set.Flags |= sftpc.AttrPermissions
@@ -224,7 +231,15 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		a   sftpc.Attrs
 		err error
 	)
-	if h, ok := f.(*fileHandle); ok {
+	h, _ := f.(*fileHandle)
+	if h == nil {
+		// futimens(2) and truncate(2) come without a handle. If the file
+		// is open for writing here, going through that handle keeps the
+		// change behind the writes without waiting for them (see
+		// fileHandle.ordered): one round trip instead of two for tar.
+		h = n.writer()
+	}
+	if h != nil {
 		a, err = h.setstat(ctx, set)
 	} else {
 		a, err = n.fsys.at(ctx).Setstat(p, set)
@@ -254,7 +269,32 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return n.deferredHandle(int(flags)), fuse.FOPEN_KEEP_CACHE, 0
 	}
 	p := n.rpath()
-	f, err := n.fsys.at(ctx).OpenFile(p, pflags(int(flags)&^(syscall.O_CREAT|syscall.O_EXCL)), 0)
+	if flags&syscall.O_TRUNC != 0 {
+		n.changes.Add(1)
+	}
+	pf := pflags(int(flags) &^ (syscall.O_CREAT | syscall.O_EXCL))
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		// Not in the page cache: the first read is coming. The open
+		// brings the file's start along (one round trip, not two, for
+		// the small files grep and git read whole).
+		changes := n.changes.Load()
+		f, o, err := n.fsys.at(ctx).OpenRead(p, pf, headSize)
+		if err != nil {
+			return nil, 0, n.errno(ctx, "open", p, err)
+		}
+		if o.Attrs.Flags != 0 {
+			var a fuse.Attr
+			fillAttr(o.Attrs, &a)
+			n.observe(&a)
+			n.mu.Lock()
+			n.opened = n.seen // the pages the kernel reads now are of this version
+			n.mu.Unlock()
+		}
+		h := n.newHandle(f, int(flags))
+		h.head = headRead{data: o.Head, eof: o.EOF, changes: changes, ok: o.Attrs.Flags != 0}
+		return h, 0, 0
+	}
+	f, err := n.fsys.at(ctx).OpenFile(p, pf, 0)
 	if err != nil {
 		return nil, 0, n.errno(ctx, "open", p, err)
 	}
@@ -303,7 +343,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		}
 		child = n.newChild(ctx, name, a, out)
 	}
-	return child, child.Operations().(*node).newHandle(f, int(flags)), 0, 0
+	cn := child.Operations().(*node)
+	if flags&syscall.O_TRUNC != 0 {
+		cn.changes.Add(1)
+	}
+	return child, cn.newHandle(f, int(flags)), 0, 0
 }
 
 func (n *node) exists(ctx context.Context, p string) bool {

@@ -13,7 +13,9 @@ import (
 // the wire. Every other request waits first until the writes sent before
 // it are answered (settle), so nothing ever sees the tree without them —
 // the server runs a file's writes side by side and would not keep them in
-// order with a later SETSTAT or LSTAT. A write's error is kept on its
+// order with a later SETSTAT or LSTAT. The exception is FSTAT and FSETSTAT
+// on the handle that wrote, which our server keeps behind its writes
+// (fileHandle.ordered). A write's error is kept on its
 // handle and returned by the handle's next write, flush (close) or fsync,
 // as NFS and sshfs do.
 type writeBehind struct {
@@ -63,6 +65,7 @@ func (w *writeBehind) queue(h *fileHandle, call *sftpc.Call, data []byte, off in
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.last++
+	h.lastWrite = w.last
 	w.queued = append(w.queued, &pendingWrite{seq: w.last, call: call, h: h, off: off, data: data})
 	w.bytes += len(data)
 	if w.bytes <= maxBehind {
@@ -85,6 +88,18 @@ func (w *writeBehind) settle(ctx context.Context) error {
 	last := w.last
 	w.mu.Unlock()
 	return w.settleTo(ctx, last)
+}
+
+// settleHandles returns once the writes of hs (and every write queued
+// before them) are settled.
+func (w *writeBehind) settleHandles(ctx context.Context, hs ...*fileHandle) error {
+	var target uint64
+	w.mu.Lock()
+	for _, h := range hs {
+		target = max(target, h.lastWrite)
+	}
+	w.mu.Unlock()
+	return w.settleTo(ctx, target)
 }
 
 // settleTo returns once the writes up to seq target are settled. Waiting

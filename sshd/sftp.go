@@ -41,6 +41,8 @@ var extensions = [][2]string{
 	{"statvfs@openssh.com", "2"},
 	{"fsync@openssh.com", "1"},
 	{"hardlink@openssh.com", "1"},
+	{wire.WriteBarrier, "1"},
+	{wire.OpenRead, "1"},
 }
 
 // errBadMessage is a malformed packet.
@@ -63,12 +65,13 @@ type sftpServer struct {
 
 // handle is an open file or directory.
 type handle struct {
-	mu      sync.Mutex // serializes readdir on a directory
-	f       *os.File
-	dir     bool
-	listed  bool          // entries has been read
-	entries []os.DirEntry // directory listing, read at the first READDIR
-	pos     int
+	mu       sync.Mutex // serializes readdir on a directory
+	f        *os.File
+	dir      bool
+	readable bool          // a file opened for reading
+	listed   bool          // entries has been read
+	entries  []os.DirEntry // directory listing, read at the first READDIR
+	pos      int
 }
 
 // ServeSFTP runs an SFTP v3 session on rw, confined to root, until rw ends.
@@ -81,16 +84,22 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 
 	// Requests on one handle or path go to the same worker, so they keep
 	// their order; others run side by side.
-	queues := make([]chan []byte, workers)
+	queues := make([]chan job, workers)
 	var wg sync.WaitGroup
 	for i := range queues {
-		queues[i] = make(chan []byte, 64)
+		queues[i] = make(chan job, 64)
 		wg.Add(1)
-		go func(q chan []byte) {
+		go func(q chan job) {
 			defer wg.Done()
-			for pkt := range q {
-				s.handle(pkt)
-				putPacket(pkt)
+			for j := range q {
+				if j.after != nil {
+					j.after.Wait()
+				}
+				s.handle(j.pkt)
+				if j.done != nil {
+					j.done.Done()
+				}
+				putPacket(j.pkt)
 			}
 		}(queues[i])
 	}
@@ -101,6 +110,9 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 		wg.Wait()
 	}()
 
+	// order holds, by handle, the writes sent since its last barrier request
+	// and that request (wire.WriteBarrier). Only this loop touches it.
+	order := map[string]*handleOrder{}
 	var hdr [4]byte
 	for {
 		if _, err := io.ReadFull(rw, hdr[:]); err != nil {
@@ -121,8 +133,84 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 			s.sendVersion()
 			continue
 		}
-		queues[routeKey(pkt)%workers] <- pkt
+		j := job{pkt: pkt}
+		switch key, ok := firstString(pkt); {
+		case !ok:
+		case pkt[0] == wire.Write:
+			o := order[string(key)]
+			if o == nil {
+				if !s.has(key) { // unknown handles leave nothing behind
+					break
+				}
+				o = &handleOrder{}
+				order[string(key)] = o
+			}
+			if o.writes == nil {
+				o.writes = new(sync.WaitGroup)
+			}
+			o.writes.Add(1)
+			j.done, j.after = o.writes, o.barrier
+		case pkt[0] == wire.Fstat || pkt[0] == wire.Fsetstat || pkt[0] == wire.Close:
+			o := order[string(key)]
+			if o == nil {
+				break
+			}
+			j.after, o.writes = o.writes, nil
+			if pkt[0] == wire.Close {
+				delete(order, string(key))
+				break
+			}
+			o.barrier = new(sync.WaitGroup)
+			o.barrier.Add(1)
+			j.done = o.barrier
+		}
+		queues[routeKey(pkt)%workers] <- j
 	}
+}
+
+// job is a request on its way to a worker: it waits for after, if set,
+// and is marked in done, if set, once handled.
+//
+// A handle's writes run side by side on several workers, but a barrier
+// request on it (FSTAT, FSETSTAT: wire.WriteBarrier) waits for the writes
+// sent before it, and the writes sent after it wait for it. A job only
+// ever waits for jobs that came before it, and every worker takes its jobs
+// in order, so no wait is circular.
+type job struct {
+	pkt   []byte
+	after *sync.WaitGroup
+	done  *sync.WaitGroup
+}
+
+// handleOrder is the state of one handle's barrier.
+type handleOrder struct {
+	writes  *sync.WaitGroup // the writes since the last barrier request
+	barrier *sync.WaitGroup // the last barrier request, until it is handled
+}
+
+// firstString is the packet's first string (a handle or a path), after
+// its type and request id.
+func firstString(pkt []byte) ([]byte, bool) { return stringAt(pkt, 5) }
+
+// stringAt is the string at offset off of the packet.
+func stringAt(pkt []byte, off int) ([]byte, bool) {
+	if len(pkt) < off+4 {
+		return nil, false
+	}
+	b := pkt[off:]
+	n := binary.BigEndian.Uint32(b)
+	if int(n) > len(b)-4 {
+		return nil, false
+	}
+	return b[4 : 4+n], true
+}
+
+// has reports whether key is an open handle.
+func (s *sftpServer) has(key []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.handles[string(key)]
+	return ok
 }
 
 // Request packets are recycled once handled (nothing keeps a reference to
@@ -148,25 +236,29 @@ func putPacket(pkt []byte) {
 	}
 }
 
-// routeKey picks a worker from the packet's first string (handle or path).
+// routeKey picks a worker from the packet's first string (handle or path;
+// for an extension, the string after its name).
 // Reads and writes also mix in their offset, so the pipelined chunks of one
 // file are served side by side: pread and pwrite at distinct offsets need
-// no order, and the client waits for them before it closes the handle.
+// no order, and the handle's other requests wait for its writes (job).
 func routeKey(pkt []byte) uint32 {
-	if len(pkt) < 9 {
+	key, ok := firstString(pkt)
+	if !ok {
 		return 0
 	}
-	b := pkt[5:]
-	n := binary.BigEndian.Uint32(b)
-	if int(n) > len(b)-4 {
-		return 0
+	if pkt[0] == wire.Extended {
+		// By what it names, not by the extension's name: opens of many
+		// files (wire.OpenRead) run side by side.
+		if named, ok := stringAt(pkt, 5+4+len(key)); ok {
+			key = named
+		}
 	}
 	var h uint32 = 2166136261
-	for _, c := range b[4 : 4+n] {
+	for _, c := range key {
 		h = (h ^ uint32(c)) * 16777619
 	}
-	if (pkt[0] == wire.Read || pkt[0] == wire.Write) && len(b) >= 4+int(n)+8 {
-		h += uint32(binary.BigEndian.Uint64(b[4+n:]) >> 16) // 64 KiB chunks
+	if rest := pkt[5+4+len(key):]; (pkt[0] == wire.Read || pkt[0] == wire.Write) && len(rest) >= 8 {
+		h += uint32(binary.BigEndian.Uint64(rest) >> 16) // 64 KiB chunks
 	}
 	return h
 }
@@ -427,12 +519,62 @@ func (s *sftpServer) symlink(target, link string) error {
 }
 
 func (s *sftpServer) open(id uint32, r *reader) {
+	h, _, err := s.openFile(r)
+	if err != nil {
+		s.errStatus(id, err)
+		return
+	}
+	s.sendHandle(id, h)
+}
+
+// openRead is wire.OpenRead: OPEN, and the file's first bytes with its
+// attributes, in one reply.
+func (s *sftpServer) openRead(id uint32, r *reader) {
+	h, fi, err := s.openFile(r)
+	want := r.U32()
+	if err == nil && r.Err != nil {
+		h.f.Close()
+		err = errBadMessage
+	}
+	if err != nil {
+		s.errStatus(id, err)
+		return
+	}
+	key := s.register(h)
+	b := newBuf()
+	b.byte(wire.ExtendedReply)
+	b.u32(id)
+	b.str(key)
+	b.attrs(fi)
+	at := len(b)
+	b.u32(0) // the data's length, filled in below
+	if h.readable {
+		n := int(min(want, maxReadLen))
+		b = slices.Grow(b, n)[:at+4+n]
+		got, err := h.f.ReadAt(b[at+4:], 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			putBuf(b)
+			s.mu.Lock()
+			delete(s.handles, key)
+			s.mu.Unlock()
+			h.f.Close()
+			s.errStatus(id, err)
+			return
+		}
+		b = b[:at+4+got]
+		binary.BigEndian.PutUint32(b[at:], uint32(got))
+	}
+	s.send(b)
+}
+
+// openFile opens the file an OPEN (or wire.OpenRead) names, with what
+// fstat says of it.
+func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 	name := rel(r.Str())
 	pflags := r.U32()
 	a := readAttrs(r)
 	if r.Err != nil {
-		s.errStatus(id, errBadMessage)
-		return
+		return nil, nil, errBadMessage
 	}
 	var flags int
 	switch {
@@ -455,8 +597,7 @@ func (s *sftpServer) open(id uint32, r *reader) {
 		flags |= os.O_EXCL
 	}
 	if flags&(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_TRUNC) != 0 && s.readOnly {
-		s.errStatus(id, errReadOnly)
-		return
+		return nil, nil, errReadOnly
 	}
 	perm := fs.FileMode(0o644)
 	if a.flags&wire.AttrPermissions != 0 {
@@ -464,15 +605,17 @@ func (s *sftpServer) open(id uint32, r *reader) {
 	}
 	f, err := s.fast.OpenFile(name, flags, perm)
 	if err != nil {
-		s.errStatus(id, err)
-		return
+		return nil, nil, err
 	}
-	if fi, err := f.Stat(); err == nil && fi.IsDir() && flags != os.O_RDONLY {
+	fi, err := f.Stat()
+	if err == nil && fi.IsDir() && flags != os.O_RDONLY {
+		err = syscall.EISDIR
+	}
+	if err != nil {
 		f.Close()
-		s.errStatus(id, syscall.EISDIR)
-		return
+		return nil, nil, err
 	}
-	s.sendHandle(id, &handle{f: f})
+	return &handle{f: f, readable: flags&os.O_WRONLY == 0 && !fi.IsDir()}, fi, nil
 }
 
 func (s *sftpServer) opendir(id uint32, r *reader) {
@@ -499,16 +642,21 @@ func (s *sftpServer) opendir(id uint32, r *reader) {
 }
 
 func (s *sftpServer) sendHandle(id uint32, h *handle) {
-	s.mu.Lock()
-	s.next++
-	key := fmt.Sprintf("%x", s.next)
-	s.handles[key] = h
-	s.mu.Unlock()
 	b := newBuf()
 	b.byte(wire.Handle)
 	b.u32(id)
-	b.str(key)
+	b.str(s.register(h))
 	s.send(b)
+}
+
+// register keeps h open under a new handle string, which it returns.
+func (s *sftpServer) register(h *handle) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next++
+	key := fmt.Sprintf("%x", s.next)
+	s.handles[key] = h
+	return key
 }
 
 func (s *sftpServer) get(key string) (*handle, error) {
@@ -751,6 +899,8 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 			err = h.f.Sync()
 		}
 		s.errStatus(id, err)
+	case wire.OpenRead:
+		s.openRead(id, r)
 	case "statvfs@openssh.com":
 		rel(r.Str()) // every path is on the same file system
 		var st syscall.Statfs_t

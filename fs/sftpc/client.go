@@ -89,7 +89,14 @@ type Client struct {
 	err   error // why the session ended; nil while it runs
 
 	wg sync.WaitGroup // the receive loop and the request discarder
+
+	writeBarrier bool // the server announced wire.WriteBarrier
+	openRead     bool // the server announced wire.OpenRead
 }
+
+// WriteBarrier reports whether the server runs a handle's FSTAT, FSETSTAT
+// and CLOSE after the WRITEs on it sent before them (wire.WriteBarrier).
+func (c *Client) WriteBarrier() bool { return c.writeBarrier }
 
 // Open starts an SFTP session on a new channel of sshc.
 func Open(sshc *gossh.Client) (*Client, error) {
@@ -138,8 +145,16 @@ func (c *Client) handshake() error {
 	if v := d.U32(); v != 3 {
 		return fmt.Errorf("sftp version %d, want 3", v)
 	}
-	// The extensions announced are not read: the server is ours, and has
-	// the ones used (posix-rename, hardlink, fsync, statvfs).
+	// Of the extensions announced only ours is looked for: the server is
+	// ours, and has the others used (posix-rename, hardlink, fsync, statvfs).
+	for len(d.B) > 0 && d.Err == nil {
+		switch name, _ := d.Str(), d.Str(); name {
+		case wire.WriteBarrier:
+			c.writeBarrier = true
+		case wire.OpenRead:
+			c.openRead = true
+		}
+	}
 	c.wg.Add(1)
 	go func() { defer c.wg.Done(); c.receive(r) }()
 	return nil

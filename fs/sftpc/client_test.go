@@ -105,6 +105,98 @@ func TestBackToBackRequestsOnOnePathStayInOrder(t *testing.T) {
 	}
 }
 
+// With the server's write barrier the mount sends FSETSTAT, FSTAT and CLOSE
+// right behind a file's writes, which the server runs on several workers.
+// Each of those must see every write sent before it: the truncation must
+// not be undone by a late write, the size must count them all, and the
+// bytes must all be there once CLOSE is answered.
+func TestWriteBarrier(t *testing.T) {
+	dir, _, c := session(t)
+	if !c.WriteBarrier() {
+		t.Fatal("our server does not announce write-barrier@awcp")
+	}
+	const piece, pieces = 64 << 10, 24 // spread over the server's workers
+	data := make([]byte, piece*pieces)
+	rand.Read(data)
+	for round := range 20 {
+		f, err := c.OpenFile(fmt.Sprintf("/f%d", round), sftpc.OpenRead|sftpc.OpenWrite|sftpc.OpenCreate, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var calls []*sftpc.Call
+		for i := range pieces {
+			calls = append(calls, f.StartWrite(data[i*piece:(i+1)*piece], int64(i*piece)))
+		}
+		trunc := f.StartSetstat(sftpc.Attrs{Flags: sftpc.AttrSize, Size: piece})
+		stat := f.StartStat()
+		for i := range pieces {
+			calls = append(calls, f.StartWrite(data[i*piece:(i+1)*piece], int64(len(data)+i*piece)))
+		}
+		closed := f.StartClose()
+		for _, call := range append(calls, trunc, closed) {
+			if err := call.Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if a, err := stat.Attrs(); err != nil || a.Size != piece {
+			t.Fatalf("round %d: FSTAT right behind the writes and the truncation saw size %d (%v), want %d", round, a.Size, err, piece)
+		}
+		// Answered CLOSE: every write is in, and the truncation was not
+		// undone by one of the writes before it.
+		want := append(append(bytes.Clone(data[:piece]), make([]byte, len(data)-piece)...), data...)
+		if on, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("f%d", round))); !bytes.Equal(on, want) {
+			t.Fatalf("round %d: the file has %d bytes, not what was written in order", round, len(on))
+		}
+	}
+}
+
+// OpenRead brings the handle, the attributes and the file's start in one
+// reply: all of a small file (EOF), the asked-for part of a larger one.
+func TestOpenRead(t *testing.T) {
+	dir, _, c := session(t)
+	small, large := []byte("package main\n"), make([]byte, 200_000)
+	rand.Read(large)
+	for name, data := range map[string][]byte{"small.go": small, "large.bin": large, "empty": nil} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		want []byte
+		eof  bool
+	}{{"small.go", small, true}, {"large.bin", large[:64<<10], false}, {"empty", nil, true}} {
+		f, o, err := c.OpenRead("/"+tc.name, sftpc.OpenRead, 64<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(o.Head, tc.want) || o.EOF != tc.eof {
+			t.Errorf("%s: head of %d bytes, eof %v; want %d bytes, eof %v", tc.name, len(o.Head), o.EOF, len(tc.want), tc.eof)
+		}
+		fi, _ := os.Stat(filepath.Join(dir, tc.name))
+		if o.Attrs.Size != uint64(fi.Size()) || o.Attrs.Mode&0o777 != 0o640 || o.Attrs.Mtime != uint32(fi.ModTime().Unix()) {
+			t.Errorf("%s: attributes %+v, want size %d mode 640", tc.name, o.Attrs, fi.Size())
+		}
+		// The handle is a real one: the rest reads on from it.
+		rest := make([]byte, 10)
+		if n, err := f.ReadAt(rest, int64(len(o.Head))); tc.eof != (n == 0 && err == io.EOF) {
+			t.Errorf("%s: READ after the head: %d, %v", tc.name, n, err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Opened for writing only: a handle and the attributes, no data.
+	f, o, err := c.OpenRead("/small.go", sftpc.OpenWrite, 64<<10)
+	if err != nil || len(o.Head) != 0 || o.Attrs.Size != uint64(len(small)) {
+		t.Fatalf("write-only OpenRead: %d bytes, %+v, %v", len(o.Head), o.Attrs, err)
+	}
+	f.Close()
+	if _, _, err := c.OpenRead("/missing", sftpc.OpenRead, 64<<10); !errors.Is(err, iofs.ErrNotExist) {
+		t.Fatalf("OpenRead of a missing file: %v, want ErrNotExist", err)
+	}
+}
+
 func TestReadWrite(t *testing.T) {
 	dir, _, c := session(t)
 	f, err := c.OpenFile("/big", sftpc.OpenRead|sftpc.OpenWrite|sftpc.OpenCreate|sftpc.OpenExcl, 0o600)

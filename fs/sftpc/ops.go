@@ -254,6 +254,46 @@ func (c *Client) OpenFile(p string, pflags uint32, perm uint32) (*File, error) {
 	return c.OpenResult(c.StartOpen(p, pflags, perm))
 }
 
+// Opened is what OpenRead learns besides the handle.
+type Opened struct {
+	Attrs Attrs  // the open file's; Flags is 0 if the server did not say
+	Head  []byte // the file's first bytes, as of the open
+	EOF   bool   // Head is the whole file
+}
+
+// OpenRead opens p with pflags and, in the same round trip, reads up to n
+// bytes at its start and its attributes (our server's wire.OpenRead). From
+// other servers it is a plain OPEN: Opened is empty.
+func (c *Client) OpenRead(p string, pflags uint32, n int) (*File, Opened, error) {
+	if !c.openRead {
+		f, err := c.OpenFile(p, pflags, 0)
+		return f, Opened{}, err
+	}
+	n = min(n, MaxData) // the most the server reads
+	typ, d, err := c.start(wire.Extended, nil, func(e *encoder) {
+		e.str(wire.OpenRead)
+		e.str(p)
+		e.u32(pflags)
+		e.attrs(Attrs{})
+		e.u32(uint32(n))
+	}).wait()
+	if err != nil {
+		return nil, Opened{}, err
+	}
+	if typ != wire.ExtendedReply {
+		return nil, Opened{}, statusOf(typ, d)
+	}
+	f := &File{c: c, handle: d.Str()}
+	o := Opened{Attrs: readAttrs(&d)}
+	o.Head = d.Bytes()
+	o.EOF = len(o.Head) < n
+	if d.Err != nil {
+		f.Close()
+		return nil, Opened{}, d.Err
+	}
+	return f, o, nil
+}
+
 // ReadAt reads up to len(dst) bytes at off (at most MaxData are asked
 // for); at the end of the file it returns what there was and io.EOF.
 func (f *File) ReadAt(dst []byte, off int64) (int, error) {
@@ -317,5 +357,12 @@ func (f *File) StartSetstat(a Attrs) *Call {
 // Sync is fsync@openssh.com.
 func (f *File) Sync() error { return f.c.extended("fsync@openssh.com", f.handle).Err() }
 
+// WriteBarrier reports whether the file's server keeps its FSTAT, FSETSTAT
+// and CLOSE behind its writes (Client.WriteBarrier).
+func (f *File) WriteBarrier() bool { return f.c.writeBarrier }
+
+// StartClose sends CLOSE.
+func (f *File) StartClose() *Call { return f.c.path(wire.Close, f.handle) }
+
 // Close closes the handle.
-func (f *File) Close() error { return f.c.path(wire.Close, f.handle).Err() }
+func (f *File) Close() error { return f.StartClose().Err() }

@@ -8,6 +8,22 @@ import (
 	"errors"
 )
 
+// WriteBarrier is our extension, announced in VERSION: FSTAT, FSETSTAT and
+// CLOSE on a handle run after every WRITE on that handle sent before them,
+// and the WRITEs sent after them run after them. Our server runs a file's
+// writes side by side on several workers; with this, a client may send
+// such a request right behind its writes instead of waiting for their
+// answers first.
+const WriteBarrier = "write-barrier@awcp"
+
+// OpenRead is our extension, announced in VERSION: OPEN and the first
+// bytes of the file in one round trip. The request is OPEN's body (path,
+// pflags, attrs) and a uint32 length; the EXTENDED_REPLY holds the handle
+// (string), the open file's attributes (ATTRS) and, if the file was opened
+// for reading, its first bytes up to that length (string: fewer only at
+// the end of the file). A failed open is a STATUS, as for OPEN.
+const OpenRead = "open-read@awcp"
+
 // Packet types.
 const (
 	Init          = 1
