@@ -284,13 +284,13 @@ func (r reconnecting) OpenFile(p string, pflags, perm uint32) (*sftpc.File, erro
 
 // OpenRead is sftpc's OpenRead: the open, the file's first n bytes and its
 // attributes in one round trip.
-func (r reconnecting) OpenRead(p string, pflags uint32, n int) (*sftpc.File, sftpc.Opened, error) {
+func (r reconnecting) OpenRead(p string, pflags, perm uint32, n int) (*sftpc.File, sftpc.Opened, error) {
 	type opened struct {
 		f *sftpc.File
 		o sftpc.Opened
 	}
 	v, err := do(r.ctx, r.c, func(cl *sftpc.Client) (opened, error) {
-		f, o, err := cl.OpenRead(p, pflags, n)
+		f, o, err := cl.OpenRead(p, pflags, perm, n)
 		return opened{f, o}, err
 	})
 	return v.f, v.o, err
@@ -342,12 +342,14 @@ func (r reconnecting) PosixRename(from, to string) error {
 	return r.run(func(cl *sftpc.Client) error { return cl.PosixRename(from, to) })
 }
 
-func (r reconnecting) Symlink(target, link string) error {
-	return r.run(func(cl *sftpc.Client) error { return cl.Symlink(target, link) })
+// Symlink makes link point at target and returns link's attributes.
+func (r reconnecting) Symlink(target, link string) (sftpc.Attrs, error) {
+	return r.then(link, func(cl *sftpc.Client) *sftpc.Call { return cl.StartSymlink(target, link) })
 }
 
-func (r reconnecting) Link(from, to string) error {
-	return r.run(func(cl *sftpc.Client) error { return cl.Link(from, to) })
+// Link makes to a hard link of from and returns its attributes.
+func (r reconnecting) Link(from, to string) (sftpc.Attrs, error) {
+	return r.then(to, func(cl *sftpc.Client) *sftpc.Call { return cl.StartLink(from, to) })
 }
 
 // generation is the number of the current connection.

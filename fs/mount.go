@@ -105,9 +105,6 @@ type filesystem struct {
 	log   *slog.Logger
 	entry time.Duration
 	attr  time.Duration
-	// owner is who the delegator's server creates files as, so a created
-	// file's attributes need no round trip.
-	uid, gid uint32
 
 	closing sync.WaitGroup // remote handles being closed in the background
 }
@@ -174,9 +171,6 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 		return nil, err
 	}
 	fsys := &filesystem{conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout}
-	if a, err := fsys.at(context.Background()).Lstat("/"); err == nil {
-		fsys.uid, fsys.gid = a.UID, a.GID
-	}
 	root := &node{fsys: fsys}
 	// Negative entries are cached as long as positive ones: tools probe
 	// for many files that do not exist (git does, a lot). Our own creates

@@ -278,7 +278,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// brings the file's start along (one round trip, not two, for
 		// the small files grep and git read whole).
 		changes := n.changes.Load()
-		f, o, err := n.fsys.at(ctx).OpenRead(p, pf, headSize)
+		f, o, err := n.fsys.at(ctx).OpenRead(p, pf, 0, headSize)
 		if err != nil {
 			return nil, 0, n.errno(ctx, "open", p, err)
 		}
@@ -308,7 +308,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	p := n.child(name)
 	perm := mode & 0o7777
-	f, err := n.fsys.at(ctx).OpenFile(p, pflags(int(flags)|syscall.O_CREAT), perm)
+	// The open brings the file's attributes along (OpenRead, reading
+	// nothing): the new entry needs them, and they show the mode made.
+	f, o, err := n.fsys.at(ctx).OpenRead(p, pflags(int(flags)|syscall.O_CREAT), perm, 0)
 	if err != nil {
 		if isFailure(err) && n.exists(ctx, p) {
 			return nil, nil, 0, syscall.EEXIST
@@ -316,33 +318,27 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, n.errno(ctx, "create", p, err)
 	}
 	n.named(name)
-	// The server creates with perm less its umask: set it exactly unless
-	// it is the usual 0644.
-	if perm != 0o644 {
-		if err := f.StartSetstat(sftpc.Attrs{Flags: sftpc.AttrPermissions, Mode: perm}).Err(); err != nil {
+	a := o.Attrs
+	if a.Flags == 0 { // a server without OpenRead
+		if a, err = f.Stat(); err != nil {
 			f.Close()
 			return nil, nil, 0, n.errno(ctx, "create", p, err)
 		}
 	}
-	var child *fs.Inode
-	if flags&(syscall.O_EXCL|syscall.O_TRUNC) != 0 {
-		// A new or emptied file: its attributes are known without asking.
-		// Its times are the server's, though: the attributes are not
-		// cached, so the next stat asks.
-		now := time.Now().Truncate(time.Second)
-		out.Attr = fuse.Attr{Mode: syscall.S_IFREG | mode&0o7777, Nlink: 1, Blksize: 4096,
-			Owner: fuse.Owner{Uid: n.fsys.uid, Gid: n.fsys.gid}}
-		out.Attr.SetTimes(&now, &now, &now)
-		child = n.childFromAttr(ctx, name, out)
-		out.SetAttrTimeout(0)
-	} else {
-		a, err := f.Stat()
+	// Our server creates with exactly perm. One that cut it with its umask
+	// (or kept an existing file's mode, as open(2) does) is set right.
+	if a.Mode&0o7777 != perm && flags&syscall.O_EXCL != 0 {
+		setting, stat := f.StartSetstat(sftpc.Attrs{Flags: sftpc.AttrPermissions, Mode: perm}), f.StartStat()
+		err := setting.Err()
+		if got, serr := stat.Attrs(); err == nil {
+			a, err = got, serr
+		}
 		if err != nil {
 			f.Close()
 			return nil, nil, 0, n.errno(ctx, "create", p, err)
 		}
-		child = n.newChild(ctx, name, a, out)
 	}
+	child := n.newChild(ctx, name, a, out)
 	cn := child.Operations().(*node)
 	if flags&syscall.O_TRUNC != 0 {
 		cn.changes.Add(1)
@@ -470,17 +466,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	p := n.child(name)
-	if err := n.fsys.at(ctx).Symlink(target, p); err != nil {
+	a, err := n.fsys.at(ctx).Symlink(target, p)
+	if err != nil {
 		if isFailure(err) && n.exists(ctx, p) {
 			return nil, syscall.EEXIST
 		}
 		return nil, n.errno(ctx, "symlink", p, err)
 	}
 	n.named(name)
-	a, err := n.fsys.at(ctx).Lstat(p)
-	if err != nil {
-		return nil, n.errno(ctx, "symlink", p, err)
-	}
 	return n.newChild(ctx, name, a, out), 0
 }
 
@@ -496,17 +489,14 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	p := n.child(name)
 	from := "/" + target.EmbeddedInode().Path(nil)
-	if err := n.fsys.at(ctx).Link(from, p); err != nil {
+	a, err := n.fsys.at(ctx).Link(from, p)
+	if err != nil {
 		if isFailure(err) && n.exists(ctx, p) {
 			return nil, syscall.EEXIST
 		}
 		return nil, n.errno(ctx, "link", p, err)
 	}
 	n.named(name)
-	a, err := n.fsys.at(ctx).Lstat(p)
-	if err != nil {
-		return nil, n.errno(ctx, "link", p, err)
-	}
 	fillAttr(a, &out.Attr)
 	n.fsys.setEntryTimeouts(out)
 	// The same inode under a second name, as the kernel expects of link(2).

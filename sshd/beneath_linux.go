@@ -5,6 +5,9 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -149,27 +152,76 @@ func (s *statInfo) Mode() fs.FileMode {
 	return m
 }
 
-// inParent runs op on the directory that holds name, opened beneath the
-// root, and name's last element: one openat2 however deep name is, and op
-// acts on the last element itself, never following it. Where openat2 is
-// missing, or name is the root itself, it runs fallback instead.
-func (b *beneath) inParent(name string, op func(dirfd int, base string) error, fallback func() error) error {
+// parent opens the directory that holds name beneath the root — one
+// openat2 however deep name is — and returns it with name's last element.
+// ok is false where openat2 is missing or name is the root itself.
+func (b *beneath) parent(name string) (fd int, base string, ok bool, err error) {
 	dir, base := path.Split(name)
 	if !b.ok || base == "" || base == "." || base == ".." {
-		return fallback()
+		return -1, "", false, nil
 	}
 	if dir == "" {
 		dir = "."
 	}
-	fd, err := b.openat2(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return err
+	fd, err = b.openat2(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	return fd, base, true, err
+}
+
+// inParent runs op (named what, for errors) on the directory that holds
+// name and name's last element, so op acts on the last element itself,
+// never following it. Where parent cannot, it runs fallback instead.
+func (b *beneath) inParent(what, name string, op func(dirfd int, base string) error, fallback func() error) error {
+	err := b.inParents([]string{name}, func(fds []int, bases []string) error { return op(fds[0], bases[0]) }, fallback)
+	if errno, ok := err.(syscall.Errno); ok {
+		return &fs.PathError{Op: what, Path: name, Err: errno}
 	}
-	defer unix.Close(fd)
-	if err := op(fd, base); err != nil {
-		return &fs.PathError{Op: "remove", Path: name, Err: err}
+	return err
+}
+
+// inParents is inParent for several names: op gets the directories that
+// hold them and their last elements. op's error is returned as it is.
+func (b *beneath) inParents(names []string, op func(fds []int, bases []string) error, fallback func() error) error {
+	fds, bases := make([]int, len(names)), make([]string, len(names))
+	for i, name := range names {
+		fd, base, ok, err := b.parent(name)
+		if !ok {
+			return fallback()
+		}
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		fds[i], bases[i] = fd, base
 	}
-	return nil
+	return op(fds, bases)
+}
+
+// inTwoParents is inParents for a rename or a link from one name to
+// another.
+func (b *beneath) inTwoParents(what, from, to string, op func(fromDir int, fromBase string, toDir int, toBase string) error, fallback func() error) error {
+	err := b.inParents([]string{from, to}, func(fds []int, bases []string) error {
+		return op(fds[0], bases[0], fds[1], bases[1])
+	}, fallback)
+	if errno, ok := err.(syscall.Errno); ok {
+		return &os.LinkError{Op: what, Old: from, New: to, Err: errno}
+	}
+	return err
+}
+
+// Rename is rename(2): it replaces an existing target, an empty directory
+// included, and does not follow a symlink in either last element.
+func (b *beneath) Rename(from, to string, fallback func() error) error {
+	return b.inTwoParents("rename", from, to, func(fd1 int, base1 string, fd2 int, base2 string) error {
+		return unix.Renameat(fd1, base1, fd2, base2)
+	}, fallback)
+}
+
+// Link makes to a hard link of from (a symlink itself, not what it points
+// to).
+func (b *beneath) Link(from, to string) error {
+	return b.inTwoParents("link", from, to, func(fd1 int, base1 string, fd2 int, base2 string) error {
+		return unix.Linkat(fd1, base1, fd2, base2, 0)
+	}, func() error { return b.root.Link(from, to) })
 }
 
 // Remove removes the file (or, with dir, the empty directory) name: a file
@@ -180,7 +232,7 @@ func (b *beneath) Remove(name string, dir bool) error {
 	if dir {
 		flags = unix.AT_REMOVEDIR
 	}
-	return b.inParent(name, func(fd int, base string) error { return unix.Unlinkat(fd, base, flags) },
+	return b.inParent("remove", name, func(fd int, base string) error { return unix.Unlinkat(fd, base, flags) },
 		func() error {
 			fi, err := b.root.Lstat(name)
 			switch {
@@ -195,8 +247,75 @@ func (b *beneath) Remove(name string, dir bool) error {
 		})
 }
 
-// Mkdir makes the directory name.
+// Mkdir makes the directory name with exactly perm: where the process
+// umask cuts bits of perm, the new directory is opened (not following a
+// symlink raced into its place) and chmodded.
 func (b *beneath) Mkdir(name string, perm fs.FileMode) error {
-	return b.inParent(name, func(fd int, base string) error { return unix.Mkdirat(fd, base, uint32(perm.Perm())) },
-		func() error { return b.root.Mkdir(name, perm) })
+	perm = perm.Perm()
+	return b.inParent("mkdir", name, func(fd int, base string) error {
+		if err := unix.Mkdirat(fd, base, uint32(perm)); err != nil || !umaskCuts(perm) {
+			return err
+		}
+		dfd, err := unix.Openat(fd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(dfd)
+		return unix.Fchmod(dfd, uint32(perm))
+	}, func() error {
+		if err := b.root.Mkdir(name, perm); err != nil || !umaskCuts(perm) {
+			return err
+		}
+		return b.root.Chmod(name, perm)
+	})
 }
+
+// OpenCreating is OpenFile, except that a file it creates gets exactly
+// perm, which the process umask would otherwise cut: the executor's tool
+// asked for perm (its own umask already applied). To know whether the file
+// is new, it tries an exclusive create first.
+func (b *beneath) OpenCreating(name string, flags int, perm fs.FileMode) (*os.File, error) {
+	perm = perm.Perm()
+	if flags&os.O_CREATE == 0 || !umaskCuts(perm) {
+		return b.OpenFile(name, flags, perm)
+	}
+	for {
+		f, err := b.OpenFile(name, flags|os.O_EXCL, perm)
+		if err == nil {
+			if err := f.Chmod(perm); err != nil {
+				f.Close()
+				return nil, err
+			}
+			return f, nil
+		}
+		if flags&os.O_EXCL != 0 || !errors.Is(err, fs.ErrExist) {
+			return nil, err
+		}
+		f, err = b.OpenFile(name, flags&^os.O_CREATE, perm)
+		if !errors.Is(err, fs.ErrNotExist) {
+			return f, err
+		}
+		// Removed between the two: create it after all.
+	}
+}
+
+// umaskCuts reports whether the process umask takes bits off perm.
+func umaskCuts(perm fs.FileMode) bool { return perm&^processUmask() != perm }
+
+// processUmask is the umask, read once from /proc/self/status (setting it
+// to read it back would race with other goroutines creating files). If it
+// cannot be read, every bit is taken as cut, so modes are always set.
+var processUmask = sync.OnceValue(func() fs.FileMode {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0o777
+	}
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+			if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+				return fs.FileMode(m) & fs.ModePerm
+			}
+		}
+	}
+	return 0o777
+})

@@ -236,8 +236,9 @@ func putPacket(pkt []byte) {
 	}
 }
 
-// routeKey picks a worker from the packet's first string (handle or path;
-// for an extension, the string after its name).
+// routeKey picks a worker from the path or handle the request acts on:
+// the packet's first string, but for SYMLINK the link and for an extension
+// the string after its name (for a link or a rename, the new name).
 // Reads and writes also mix in their offset, so the pipelined chunks of one
 // file are served side by side: pread and pwrite at distinct offsets need
 // no order, and the handle's other requests wait for its writes (job).
@@ -246,10 +247,20 @@ func routeKey(pkt []byte) uint32 {
 	if !ok {
 		return 0
 	}
-	if pkt[0] == wire.Extended {
+	at := 5 + 4 + len(key)
+	switch {
+	case pkt[0] == wire.Extended:
 		// By what it names, not by the extension's name: opens of many
-		// files (wire.OpenRead) run side by side.
-		if named, ok := stringAt(pkt, 5+4+len(key)); ok {
+		// files (wire.OpenRead) run side by side. A link or a rename by
+		// its new name, which the client reads back right behind it.
+		if name := string(key); name == "hardlink@openssh.com" || name == "posix-rename@openssh.com" {
+			if from, ok := stringAt(pkt, at); ok {
+				at += 4 + len(from)
+			}
+		}
+		fallthrough
+	case pkt[0] == wire.Symlink: // (target, link): by the link
+		if named, ok := stringAt(pkt, at); ok {
 			key = named
 		}
 	}
@@ -603,7 +614,7 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 	if a.flags&wire.AttrPermissions != 0 {
 		perm = fs.FileMode(a.perm) & fs.ModePerm
 	}
-	f, err := s.fast.OpenFile(name, flags, perm)
+	f, err := s.fast.OpenCreating(name, flags, perm)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -890,7 +901,7 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 			err = s.writable()
 		}
 		if err == nil {
-			err = s.root.Link(from, to)
+			err = s.fast.Link(from, to)
 		}
 		s.errStatus(id, err)
 	case "fsync@openssh.com":
@@ -929,6 +940,11 @@ func (s *sftpServer) renameReplacing(from, to string) error {
 	if from == "." || to == "." {
 		return syscall.EBUSY
 	}
+	return s.fast.Rename(from, to, func() error { return s.renameRoot(from, to) })
+}
+
+// renameRoot is renameReplacing where openat2 is missing.
+func (s *sftpServer) renameRoot(from, to string) error {
 	src, err := s.root.Open(path.Dir(from))
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -103,6 +104,64 @@ func TestBackToBackRequestsOnOnePathStayInOrder(t *testing.T) {
 			t.Fatalf("LSTAT right behind MKDIR %s: %+v, %v", p, a, err)
 		}
 	}
+	// Links and symlinks are routed by the name they make, not by the
+	// extension's name or the target, so the LSTAT behind them sees it.
+	for i := range 50 {
+		hard, soft := fmt.Sprintf("/hard%d", i), fmt.Sprintf("/soft%d", i)
+		link, lstat := c.StartLink("/f", hard), c.StartLstat(hard)
+		symlink, lstat2 := c.StartSymlink("f", soft), c.StartLstat(soft)
+		if err := link.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := symlink.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if a, err := lstat.Attrs(); err != nil || a.Nlink != uint32(i+2) {
+			t.Fatalf("LSTAT right behind a link: %+v, %v", a, err)
+		}
+		if a, err := lstat2.Attrs(); err != nil || a.Mode&syscall.S_IFMT != syscall.S_IFLNK {
+			t.Fatalf("LSTAT right behind SYMLINK: %+v, %v", a, err)
+		}
+	}
+}
+
+// What the executor's tools create gets exactly the mode they asked for,
+// whatever the delegator's umask; an existing file keeps its own.
+func TestExactModes(t *testing.T) {
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	dir, _, c := session(t)
+	for _, perm := range []uint32{0o664, 0o666, 0o444, 0o600} {
+		name := fmt.Sprintf("/f%o", perm)
+		f, o, err := c.OpenRead(name, sftpc.OpenWrite|sftpc.OpenCreate|sftpc.OpenExcl, perm, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		fi, _ := os.Stat(filepath.Join(dir, name))
+		if uint32(fi.Mode().Perm()) != perm || o.Attrs.Mode&0o777 != perm {
+			t.Errorf("created with %o: mode %o on disk, %o in the reply", perm, fi.Mode().Perm(), o.Attrs.Mode&0o777)
+		}
+	}
+	// O_CREAT without O_EXCL: new files get perm, existing ones keep theirs.
+	os.WriteFile(filepath.Join(dir, "kept"), nil, 0o600)
+	for name, want := range map[string]os.FileMode{"kept": 0o600, "new": 0o666} {
+		f, err := c.OpenFile("/"+name, sftpc.OpenWrite|sftpc.OpenCreate|sftpc.OpenTrunc, 0o666)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if fi, _ := os.Stat(filepath.Join(dir, name)); fi.Mode().Perm() != want {
+			t.Errorf("%s opened with O_CREAT 0666: mode %o, want %o", name, fi.Mode().Perm(), want)
+		}
+	}
+	mk, stat := c.StartMkdir("/d", 0o775), c.StartLstat("/d")
+	if err := mk.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := stat.Attrs(); err != nil || a.Mode&0o777 != 0o775 {
+		t.Fatalf("MKDIR 0775: %+v, %v", a, err)
+	}
 }
 
 // With the server's write barrier the mount sends FSETSTAT, FSTAT and CLOSE
@@ -166,7 +225,7 @@ func TestOpenRead(t *testing.T) {
 		want []byte
 		eof  bool
 	}{{"small.go", small, true}, {"large.bin", large[:64<<10], false}, {"empty", nil, true}} {
-		f, o, err := c.OpenRead("/"+tc.name, sftpc.OpenRead, 64<<10)
+		f, o, err := c.OpenRead("/"+tc.name, sftpc.OpenRead, 0, 64<<10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,12 +246,12 @@ func TestOpenRead(t *testing.T) {
 		}
 	}
 	// Opened for writing only: a handle and the attributes, no data.
-	f, o, err := c.OpenRead("/small.go", sftpc.OpenWrite, 64<<10)
+	f, o, err := c.OpenRead("/small.go", sftpc.OpenWrite, 0, 64<<10)
 	if err != nil || len(o.Head) != 0 || o.Attrs.Size != uint64(len(small)) {
 		t.Fatalf("write-only OpenRead: %d bytes, %+v, %v", len(o.Head), o.Attrs, err)
 	}
 	f.Close()
-	if _, _, err := c.OpenRead("/missing", sftpc.OpenRead, 64<<10); !errors.Is(err, iofs.ErrNotExist) {
+	if _, _, err := c.OpenRead("/missing", sftpc.OpenRead, 0, 64<<10); !errors.Is(err, iofs.ErrNotExist) {
 		t.Fatalf("OpenRead of a missing file: %v, want ErrNotExist", err)
 	}
 }

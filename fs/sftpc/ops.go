@@ -122,16 +122,24 @@ func (c *Client) PosixRename(from, to string) error {
 	return c.extended("posix-rename@openssh.com", from, to).Err()
 }
 
-// Link makes a hard link (hardlink@openssh.com).
-func (c *Client) Link(from, to string) error {
-	return c.extended("hardlink@openssh.com", from, to).Err()
+// StartLink sends a hard link request (hardlink@openssh.com). Our server
+// runs it in order with the requests on to.
+func (c *Client) StartLink(from, to string) *Call {
+	return c.extended("hardlink@openssh.com", from, to)
 }
 
-// Symlink makes link point at target. The target goes first, as OpenSSH
-// (and our server) read them.
-func (c *Client) Symlink(target, link string) error {
-	return c.start(wire.Symlink, nil, func(e *encoder) { e.str(target); e.str(link) }).Err()
+// Link makes a hard link.
+func (c *Client) Link(from, to string) error { return c.StartLink(from, to).Err() }
+
+// StartSymlink sends SYMLINK, making link point at target. The target goes
+// first, as OpenSSH (and our server) read them. Our server runs it in order
+// with the requests on link.
+func (c *Client) StartSymlink(target, link string) *Call {
+	return c.start(wire.Symlink, nil, func(e *encoder) { e.str(target); e.str(link) })
 }
+
+// Symlink makes link point at target.
+func (c *Client) Symlink(target, link string) error { return c.StartSymlink(target, link).Err() }
 
 // ReadLink is a symlink's target.
 func (c *Client) ReadLink(p string) (string, error) {
@@ -261,12 +269,13 @@ type Opened struct {
 	EOF   bool   // Head is the whole file
 }
 
-// OpenRead opens p with pflags and, in the same round trip, reads up to n
-// bytes at its start and its attributes (our server's wire.OpenRead). From
-// other servers it is a plain OPEN: Opened is empty.
-func (c *Client) OpenRead(p string, pflags uint32, n int) (*File, Opened, error) {
+// OpenRead opens p with pflags (perm for a file it creates) and, in the
+// same round trip, reads up to n bytes at its start and its attributes
+// (our server's wire.OpenRead). From other servers it is a plain OPEN:
+// Opened is empty.
+func (c *Client) OpenRead(p string, pflags, perm uint32, n int) (*File, Opened, error) {
 	if !c.openRead {
-		f, err := c.OpenFile(p, pflags, 0)
+		f, err := c.OpenFile(p, pflags, perm)
 		return f, Opened{}, err
 	}
 	n = min(n, MaxData) // the most the server reads
@@ -274,7 +283,7 @@ func (c *Client) OpenRead(p string, pflags uint32, n int) (*File, Opened, error)
 		e.str(wire.OpenRead)
 		e.str(p)
 		e.u32(pflags)
-		e.attrs(Attrs{})
+		e.attrs(Attrs{Flags: AttrPermissions, Mode: perm})
 		e.u32(uint32(n))
 	}).wait()
 	if err != nil {
