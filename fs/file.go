@@ -29,7 +29,10 @@ type fileHandle struct {
 	released bool        // a deferred open that comes after Release is closed at once
 	werr     error       // the first error of a write sent behind, not yet reported
 
-	lastWrite uint64 // the handle's newest write (writeBehind's sequence; its mu guards this)
+	// The handle's newest write: its writeBehind sequence and the
+	// connection it went out on; and its newest write that went out on
+	// an earlier connection (writeBehind's mu guards the three).
+	lastWrite, lastWriteGen, lastOtherGen uint64
 
 	head headRead // the file's start, read by the open; mu guards it
 }
@@ -187,23 +190,25 @@ func (h *fileHandle) withFile(ctx context.Context, op func(*sftpc.File) error) e
 
 // ordered runs op, a request the server keeps behind the handle's writes
 // (FSTAT, FSETSTAT: sftpc's WriteBarrier), without waiting for those writes
-// first. Only the writes of the file's other handles are settled. Where the
-// server has no barrier, or the request is sent again on a new connection
-// (this handle's lost writes are sent again first, by settling), it is
-// withFile.
+// first. Only the writes of the file's other handles are settled. It is
+// withFile where the server has no barrier, and wherever the handle's
+// writes went out on another connection than op does: the barrier orders
+// one connection's requests, and writes a lost connection cut off are sent
+// again (by settling) before op.
 func (h *fileHandle) ordered(ctx context.Context, op func(*sftpc.File) error) error {
 	wb := &h.node.fsys.conn.writes
 	if err := wb.settleHandles(ctx, h.node.otherWriters(h)...); err != nil {
 		return err
 	}
-	first := true
 	return h.withFileNow(ctx, func(f *sftpc.File) error {
-		if !first || !f.WriteBarrier() {
+		h.mu.Lock()
+		gen := h.gen // the connection f belongs to
+		h.mu.Unlock()
+		if !f.WriteBarrier() || !wb.wroteOn(h, gen) {
 			if err := wb.settle(ctx); err != nil {
 				return err
 			}
 		}
-		first = false
 		return op(f)
 	})
 }
@@ -306,7 +311,7 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 	if err := h.takeErr(); err != nil {
 		return 0, h.node.errno(ctx, "write", h.node.rpath(), err)
 	}
-	f, _, err := h.file(ctx)
+	f, gen, err := h.file(ctx)
 	if err != nil {
 		return 0, h.node.errno(ctx, "write", h.node.rpath(), err)
 	}
@@ -315,7 +320,7 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 	// The kernel reuses data once Write returns; the copy is also what a
 	// lost connection's write is sent again from.
 	kept := keep(data)
-	if upto := wb.queue(h, f.StartWrite(kept, off), kept, off); upto != 0 {
+	if upto := wb.queue(h, gen, f.StartWrite(kept, off), kept, off); upto != 0 {
 		if err := wb.settleTo(ctx, upto); err != nil {
 			return 0, h.node.errno(ctx, "write", h.node.rpath(), err)
 		}

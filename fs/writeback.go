@@ -61,11 +61,14 @@ func release(data []byte) {
 // queue adds a write in flight. Past maxBehind it returns the newest
 // write to settle first so that half of that remains in flight: the oldest
 // are the likeliest answered already, and the wire never runs dry.
-func (w *writeBehind) queue(h *fileHandle, call *sftpc.Call, data []byte, off int64) (settleTo uint64) {
+func (w *writeBehind) queue(h *fileHandle, gen uint64, call *sftpc.Call, data []byte, off int64) (settleTo uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.last++
-	h.lastWrite = w.last
+	if gen != h.lastWriteGen {
+		h.lastOtherGen = h.lastWrite
+	}
+	h.lastWrite, h.lastWriteGen = w.last, gen
 	w.queued = append(w.queued, &pendingWrite{seq: w.last, call: call, h: h, off: off, data: data})
 	w.bytes += len(data)
 	if w.bytes <= maxBehind {
@@ -88,6 +91,14 @@ func (w *writeBehind) settle(ctx context.Context) error {
 	last := w.last
 	w.mu.Unlock()
 	return w.settleTo(ctx, last)
+}
+
+// wroteOn reports whether h's writes still unsettled, if any, all went out
+// on connection gen.
+func (w *writeBehind) wroteOn(h *fileHandle, gen uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return h.lastWrite <= w.done || (h.lastWriteGen == gen && h.lastOtherGen <= w.done)
 }
 
 // settleHandles returns once the writes of hs (and every write queued

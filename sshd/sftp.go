@@ -172,7 +172,7 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 // and is marked in done, if set, once handled.
 //
 // A handle's writes run side by side on several workers, but a barrier
-// request on it (FSTAT, FSETSTAT: wire.WriteBarrier) waits for the writes
+// request on it (FSTAT, FSETSTAT, CLOSE: wire.WriteBarrier) waits for the writes
 // sent before it, and the writes sent after it wait for it. A job only
 // ever waits for jobs that came before it, and every worker takes its jobs
 // in order, so no wait is circular.
@@ -268,8 +268,10 @@ func routeKey(pkt []byte) uint32 {
 	for _, c := range key {
 		h = (h ^ uint32(c)) * 16777619
 	}
-	if rest := pkt[5+4+len(key):]; (pkt[0] == wire.Read || pkt[0] == wire.Write) && len(rest) >= 8 {
-		h += uint32(binary.BigEndian.Uint64(rest) >> 16) // 64 KiB chunks
+	if pkt[0] == wire.Read || pkt[0] == wire.Write {
+		if rest := pkt[at:]; len(rest) >= 8 {
+			h += uint32(binary.BigEndian.Uint64(rest) >> 16) // 64 KiB chunks
+		}
 	}
 	return h
 }
