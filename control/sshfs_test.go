@@ -15,6 +15,7 @@ import (
 	awcpfs "github.com/awcp/awcp/fs"
 	"github.com/awcp/awcp/lease"
 	"github.com/awcp/awcp/sshd"
+	"github.com/awcp/awcp/sshd/sshdtest"
 )
 
 // recordingTransport keeps what Prepare handed out, so the test can try
@@ -64,15 +65,8 @@ func newLiveFixture(t *testing.T, agentCmd string) *liveFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan struct{})
-	go func() { defer close(served); srv.Serve(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-served })
-	rec := &recordingTransport{SSHFSDelegator: &SSHFSDelegator{Issuer: auth, Revoker: srv, Host: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port}}
+	addr := sshdtest.Serve(t, srv)
+	rec := &recordingTransport{SSHFSDelegator: &SSHFSDelegator{Issuer: auth, Revoker: srv, Host: "127.0.0.1", Port: addr.Port}}
 	dlg, err := NewDelegator(DelegatorOptions{Store: store, Logger: log, Transports: map[string]DelegatorTransport{
 		TransportArchive: &ArchiveDelegator{Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
 		TransportSSHFS:   rec,

@@ -2,14 +2,12 @@ package sftpc_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	iofs "io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -21,6 +19,7 @@ import (
 	"github.com/awcp/awcp/fs"
 	"github.com/awcp/awcp/fs/sftpc"
 	"github.com/awcp/awcp/sshd"
+	"github.com/awcp/awcp/sshd/sshdtest"
 )
 
 type oneLease struct {
@@ -46,14 +45,7 @@ func session(t *testing.T) (dir string, sshc *gossh.Client, c *sftpc.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan struct{})
-	go func() { defer close(served); srv.Serve(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-served })
+	addr := sshdtest.Serve(t, srv)
 	cred, err := auth.Issue(id, time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +54,7 @@ func session(t *testing.T) (dir string, sshc *gossh.Client, c *sftpc.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sshc, c, err = fs.Dial(fs.Options{Addr: ln.Addr().String(), User: id, Signer: signer, HostKey: auth.HostKey().PublicKey()})
+	sshc, c, err = fs.Dial(fs.Options{Addr: addr.String(), User: id, Signer: signer, HostKey: auth.HostKey().PublicKey()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,9 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +17,7 @@ import (
 	"github.com/awcp/awcp/control"
 	awcpfs "github.com/awcp/awcp/fs"
 	"github.com/awcp/awcp/sshd"
+	"github.com/awcp/awcp/sshd/sshdtest"
 )
 
 type oneLease struct {
@@ -48,11 +47,7 @@ func TestMountByHand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan struct{})
-	go func() { defer close(served); srv.Serve(ctx, ln) }()
-	defer func() { cancel(); <-served }()
+	addr := sshdtest.Serve(t, srv)
 
 	expires := time.Now().Add(time.Hour)
 	cred, err := auth.Issue(id, expires)
@@ -63,7 +58,7 @@ func TestMountByHand(t *testing.T) {
 		BaseMessage: control.BaseMessage{Version: "1", Type: control.TypeStart, DelegationID: id},
 		Lease:       control.StartLease{ExpiresAt: control.Timestamp(expires), AccessMode: "rw"},
 		WorkDir: control.WorkDirInfo{Transport: "sshfs",
-			Endpoint:      &control.Endpoint{Host: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port, User: id},
+			Endpoint:      &control.Endpoint{Host: "127.0.0.1", Port: addr.Port, User: id},
 			ExportLocator: "awcp/" + id,
 			Credential:    &control.Credential{PrivateKey: cred.PrivateKey, Certificate: cred.Certificate},
 			Options:       map[string]string{control.HostKeyOption: auth.HostPublicKey()}},
