@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -469,6 +470,25 @@ func TestLargeColdRead(t *testing.T) {
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("read with %d-byte reads: %d of %d bytes, equal %v, err %v", bufSize, len(got), len(want), bytes.Equal(got, want), err)
 		}
+	}
+}
+
+// A cold sequential read reaches the delegator as requests of up to 1 MiB,
+// several in flight: the mount widens the kernel's read-ahead window from
+// the 128 KiB it gives every FUSE mount.
+func TestReadAheadWidened(t *testing.T) {
+	f := newMount(t, false)
+	var st unix.Stat_t
+	if err := unix.Stat(f.mnt, &st); err != nil {
+		t.Fatal(err)
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	got, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strconv.Itoa(readAhead >> 10); strings.TrimSpace(string(got)) != want {
+		t.Fatalf("%s = %s, want %s", p, strings.TrimSpace(string(got)), want)
 	}
 }
 
