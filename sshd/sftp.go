@@ -54,9 +54,7 @@ type sftpServer struct {
 	fast     *beneath // opens and stats in one syscall where the kernel can
 	readOnly bool
 	log      *slog.Logger
-	w        io.Writer
-
-	outMu sync.Mutex // serializes response writes
+	out      *responder
 
 	mu      sync.Mutex // guards handles and next
 	handles map[string]*handle
@@ -77,10 +75,12 @@ type handle struct {
 // ServeSFTP runs an SFTP v3 session on rw, confined to root, until rw ends.
 // It closes every handle it opened before returning.
 func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger) error {
-	s := &sftpServer{root: root, readOnly: readOnly, log: log, w: rw, handles: map[string]*handle{}}
+	s := &sftpServer{root: root, readOnly: readOnly, log: log, handles: map[string]*handle{}}
 	s.fast = newBeneath(root)
 	defer s.fast.Close()
 	defer s.closeAll()
+	s.out = startResponder(rw, log)
+	defer s.out.stop() // after the workers have queued their last response
 
 	// Requests on one handle or path go to the same worker, so they keep
 	// their order; others run side by side.
@@ -296,16 +296,11 @@ func (s *sftpServer) sendVersion() {
 	s.send(b)
 }
 
-// send writes a response built on newBuf and recycles its buffer.
+// send queues a response built on newBuf; its buffer is recycled once it
+// is written.
 func (s *sftpServer) send(b buf) {
 	binary.BigEndian.PutUint32(b[:4], uint32(len(b)-4))
-	s.outMu.Lock()
-	_, err := s.w.Write(b)
-	s.outMu.Unlock()
-	if err != nil {
-		s.log.Debug("sftp: write response", "err", err)
-	}
-	putBuf(b)
+	s.out.queue(b)
 }
 
 func (s *sftpServer) status(id uint32, code uint32, msg string) {

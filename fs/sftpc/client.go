@@ -77,11 +77,17 @@ func (e *StatusError) Is(target error) bool {
 type Client struct {
 	ch gossh.Channel
 
-	// wmu keeps each request's bytes together on the channel and the
-	// requests in the order they were started; it is held across the
-	// channel write for that reason alone.
-	wmu  sync.Mutex
-	wbuf []byte
+	// Requests are encoded into out, in the order they are started, and
+	// written to the channel by the sender goroutine: the caller does not
+	// wait for the channel write (an SSH packet's encryption and a
+	// syscall), and requests started while one is written go out together,
+	// several to an SSH packet.
+	wmu   sync.Mutex
+	chmu  sync.Mutex    // held across a channel write; taken under wmu
+	out   []byte        // encoded requests not yet taken by the sender
+	spare []byte        // the sender's last buffer, for out to reuse
+	kick  chan struct{} // out became non-empty
+	ended chan struct{} // closed by fail: the sender stops
 
 	mu    sync.Mutex // guards next, calls and err
 	next  uint32
@@ -104,7 +110,7 @@ func Open(sshc *gossh.Client) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the sftp channel: %w", err)
 	}
-	c := &Client{ch: ch, calls: map[uint32]*Call{}}
+	c := &Client{ch: ch, calls: map[uint32]*Call{}, kick: make(chan struct{}, 1), ended: make(chan struct{})}
 	c.wg.Add(1)
 	go func() { defer c.wg.Done(); gossh.DiscardRequests(reqs) }()
 	if err := c.handshake(); err != nil {
@@ -155,10 +161,67 @@ func (c *Client) handshake() error {
 			c.openRead = true
 		}
 	}
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go func() { defer c.wg.Done(); c.receive(r) }()
+	go func() { defer c.wg.Done(); c.send() }()
 	return nil
 }
+
+// send writes the requests queued in out until the session ends.
+func (c *Client) send() {
+	for {
+		select {
+		case <-c.kick:
+		case <-c.ended:
+			return
+		}
+		c.wmu.Lock()
+		if len(c.out) == 0 { // taken by a large write
+			c.wmu.Unlock()
+			continue
+		}
+		if err := c.flush(nil); err != nil {
+			c.fail(fmt.Errorf("%w: %v", ErrConnLost, err))
+			return
+		}
+	}
+}
+
+// flush writes the queued requests to the channel, then tail (the rest of
+// a large write's data, sent from the caller's buffer). It is called with
+// wmu held and releases it once it holds chmu, so that what is taken from
+// out reaches the channel in the order it was taken.
+func (c *Client) flush(tail []byte) error {
+	buf := c.out
+	c.out, c.spare = c.spare[:0], nil
+	c.chmu.Lock()
+	c.wmu.Unlock()
+	var err error
+	if len(buf) > 0 {
+		_, err = c.ch.Write(buf)
+	}
+	if err == nil && len(tail) > 0 {
+		_, err = c.ch.Write(tail)
+	}
+	c.chmu.Unlock()
+	if cap(buf) <= maxSpare {
+		c.wmu.Lock()
+		if c.spare == nil {
+			c.spare = buf[:0]
+		}
+		c.wmu.Unlock()
+	}
+	return err
+}
+
+// maxSpare bounds the send buffer kept for reuse; a larger one (many
+// writes queued while the channel waited for window) goes to the GC.
+const maxSpare = 4 << 20
+
+// maxQueued is the largest payload copied into the send queue. A larger
+// one (a 1 MiB write) is written by its caller, from its buffer: the copy
+// would cost more than the wait, which the data's size dominates anyway.
+const maxQueued = 64 << 10
 
 // Close ends the session; requests still waiting fail with ErrConnLost.
 func (c *Client) Close() error {
@@ -186,6 +249,7 @@ func (c *Client) fail(err error) {
 	calls := c.calls
 	c.calls = map[uint32]*Call{}
 	c.mu.Unlock()
+	close(c.ended)
 	c.ch.Close()
 	for _, call := range calls {
 		call.err = err
@@ -289,24 +353,30 @@ func (c *Client) startWith(typ byte, dst []byte, body func(e *encoder), payload 
 	id := c.next
 	c.calls[id] = call
 	c.mu.Unlock()
-	e := encoder{b: c.wbuf[:0]}
+	start := len(c.out)
+	e := encoder{b: c.out}
 	e.u32(0) // length, set below
 	e.byte(typ)
 	e.u32(id)
 	body(&e)
-	binary.BigEndian.PutUint32(e.b, uint32(len(e.b)-4+len(payload)))
-	// The channel sends at most a 32 KiB SSH packet per write: a payload
-	// fills the head's packet first, so a small write is one packet.
-	head := min(len(payload), max(0, 32<<10-len(e.b)))
-	e.b = append(e.b, payload[:head]...)
-	_, err := c.ch.Write(e.b)
-	if err == nil && head < len(payload) {
-		_, err = c.ch.Write(payload[head:])
+	binary.BigEndian.PutUint32(e.b[start:], uint32(len(e.b)-start-4+len(payload)))
+	if len(payload) > maxQueued {
+		// The channel sends at most a 32 KiB SSH packet per write: the
+		// payload fills the header's packet first.
+		head := max(0, 32<<10-len(e.b))
+		c.out = append(e.b, payload[:head]...)
+		if err := c.flush(payload[head:]); err != nil {
+			c.fail(fmt.Errorf("%w: %v", ErrConnLost, err))
+		}
+		return call
 	}
-	c.wbuf = e.b
+	c.out = append(e.b, payload...)
 	c.wmu.Unlock()
-	if err != nil {
-		c.fail(fmt.Errorf("%w: %v", ErrConnLost, err))
+	if start == 0 {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
 	}
 	return call
 }

@@ -201,6 +201,46 @@ func TestWriteBarrier(t *testing.T) {
 	}
 }
 
+// Small requests are queued for the sending goroutine and large writes go
+// out from the caller's buffer; on the wire they stay in the order they
+// were started. Our server runs writes to the same 64 KiB in order, so a
+// small write started before the last large one must not show in the file.
+func TestSendOrder(t *testing.T) {
+	dir, _, c := session(t)
+	f, err := c.OpenFile("/mixed", sftpc.OpenWrite|sftpc.OpenCreate, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Made first, then started in a tight loop: small writes are still
+	// queued when a large one is started.
+	type write struct {
+		b   []byte
+		off int64
+	}
+	var writes []write
+	for i := range 201 {
+		w := write{b: make([]byte, 4<<10), off: int64(i%16) * 4 << 10} // queued
+		if i%3 == 2 {
+			w = write{b: make([]byte, 300<<10)} // sent by the caller
+		}
+		rand.Read(w.b)
+		writes = append(writes, w)
+	}
+	var calls []*sftpc.Call
+	for _, w := range writes {
+		calls = append(calls, f.StartWrite(w.b, w.off))
+	}
+	calls = append(calls, f.StartClose())
+	for _, call := range calls {
+		if err := call.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if on, _ := os.ReadFile(filepath.Join(dir, "mixed")); !bytes.Equal(on, writes[200].b) {
+		t.Fatalf("the file (%d bytes) is not the large write started last", len(on))
+	}
+}
+
 // OpenRead brings the handle, the attributes and the file's start in one
 // reply: all of a small file (EOF), the asked-for part of a larger one.
 func TestOpenRead(t *testing.T) {
