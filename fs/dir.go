@@ -29,10 +29,15 @@ var (
 )
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	p := n.rpath()
-	ents, err := n.fsys.at(ctx).ReadDir(p)
-	if err != nil {
-		return nil, 0, n.errno(ctx, "readdir", p, err)
+	ents, cached := n.cachedListing()
+	if !cached {
+		p := n.rpath()
+		at := n.fsys.changes.Load() // before: a change during the READDIR voids it
+		var err error
+		if ents, err = n.fsys.at(ctx).ReadDir(p); err != nil {
+			return nil, 0, n.errno(ctx, "readdir", p, err)
+		}
+		n.keepListing(ents, at)
 	}
 	d := &dirHandle{node: n, entries: ents, byName: make(map[string]sftpc.Attrs, len(ents))}
 	names := make([]string, len(ents))
@@ -40,7 +45,9 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 		d.byName[e.Name] = e.Attrs
 		names[i] = e.Name
 	}
-	n.knowNames(names)
+	if !cached {
+		n.knowNames(names)
+	}
 	return d, 0, 0
 }
 

@@ -316,6 +316,7 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 		return 0, h.node.errno(ctx, "write", h.node.rpath(), err)
 	}
 	h.node.changes.Add(1)
+	h.node.fsys.changes.Add(1)
 	wb := &h.node.fsys.conn.writes
 	// The kernel reuses data once Write returns; the copy is also what a
 	// lost connection's write is sent again from.

@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -108,6 +109,18 @@ type filesystem struct {
 	attr  time.Duration
 
 	closing sync.WaitGroup // remote handles being closed in the background
+
+	// changes moves before and after every request of this mount that
+	// changes the tree (a write only before: later requests wait for it
+	// anyway). A directory listing read while it stood still is current.
+	changes atomic.Uint64
+}
+
+// changing marks a change to the tree starting; call what it returns when
+// the change is answered.
+func (f *filesystem) changing() func() {
+	f.changes.Add(1)
+	return func() { f.changes.Add(1) }
 }
 
 // at reaches the delegator for one FUSE request: ctx ends a wait for the

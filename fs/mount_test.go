@@ -433,6 +433,51 @@ func TestKnownNames(t *testing.T) {
 	}
 }
 
+// A directory listed again within the entry timeout is not read from the
+// delegator again (`ls -l` after `find`), unless the mount changed the tree
+// since: then the next listing shows the mount's change and the
+// delegator's. The delegator's own changes show within the timeout.
+func TestListingReused(t *testing.T) {
+	f := newMount(t, false)
+	if err := os.Mkdir(filepath.Join(f.dir, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(f.dir, "d", "a"), []byte("a"), 0o644)
+	list := func() string {
+		t.Helper()
+		ents, err := os.ReadDir(filepath.Join(f.mnt, "d"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		return strings.Join(names, " ")
+	}
+	listed := time.Now()
+	if got := list(); got != "a" {
+		t.Fatalf("first listing: %q", got)
+	}
+	os.WriteFile(filepath.Join(f.dir, "d", "delegator"), []byte("d"), 0o644)
+	got := list()
+	if since := time.Since(listed); since < time.Second/2 && got != "a" {
+		t.Fatalf("listed again %v later: %q, want the listing of then, %q", since, got, "a")
+	}
+	if err := os.WriteFile(filepath.Join(f.mnt, "d", "b"), []byte("bb"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := list(); got != "a b delegator" {
+		t.Fatalf("after a create through the mount: %q, want %q", got, "a b delegator")
+	}
+	os.WriteFile(filepath.Join(f.dir, "d", "later"), nil, 0o644)
+	for start := time.Now(); list() != "a b delegator later"; time.Sleep(50 * time.Millisecond) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("the delegator's new file never showed: %q", list())
+		}
+	}
+}
+
 // Large files read cold come back whole, however the kernel splits the
 // reads: full-size SFTP reads once made answers longer than pkg/sftp's
 // client accepts, which dropped the connection and failed the read (EIO).

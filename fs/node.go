@@ -43,6 +43,15 @@ type node struct {
 	// in directories they have just made above all (untar, git).
 	names      map[string]struct{}
 	namesUntil time.Time
+	// listing is n's last READDIR, reused by the next opendir until
+	// listedUntil (an entry timeout later) unless the mount changed
+	// anything since (filesystem.changes moved from listedAt): `ls -l`
+	// after `find`, or a tool listing a directory twice, costs no round
+	// trip. Changes on the delegator's side show within the entry
+	// timeout, as they do for names and attributes.
+	listing     []sftpc.Entry
+	listedUntil time.Time
+	listedAt    uint64
 }
 
 // knowNames records that directory n holds exactly names, for an entry
@@ -66,6 +75,26 @@ func (n *node) absent(name string) bool {
 	}
 	_, ok := n.names[name]
 	return !ok
+}
+
+// cachedListing is n's listing if it may be used again.
+func (n *node) cachedListing() ([]sftpc.Entry, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.listing == nil || time.Now().After(n.listedUntil) || n.fsys.changes.Load() != n.listedAt {
+		return nil, false
+	}
+	return n.listing, true
+}
+
+// keepListing records ents, read when the mount's change count was at.
+func (n *node) keepListing(ents []sftpc.Entry, at uint64) {
+	if ents == nil {
+		ents = []sftpc.Entry{}
+	}
+	n.mu.Lock()
+	n.listing, n.listedUntil, n.listedAt = ents, time.Now().Add(n.fsys.entry), at
+	n.mu.Unlock()
 }
 
 // named and unnamed keep n's known names current with this mount's own
@@ -190,6 +219,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 // the request that reads the attributes back right behind it: one round
 // trip. Ownership is not delegated: chown is accepted and has no effect.
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	defer n.fsys.changing()()
 	p := n.rpath()
 	var set sftpc.Attrs
 	if size, ok := in.GetSize(); ok {
@@ -256,6 +286,10 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&syscall.O_TRUNC != 0 {
+		n.changes.Add(1)
+		defer n.fsys.changing()()
+	}
 	// The kernel refreshed the attributes before this open if they were
 	// stale; if the file is as it was at the last open, its cached pages
 	// are still right.
@@ -269,9 +303,6 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return n.deferredHandle(int(flags)), fuse.FOPEN_KEEP_CACHE, 0
 	}
 	p := n.rpath()
-	if flags&syscall.O_TRUNC != 0 {
-		n.changes.Add(1)
-	}
 	pf := pflags(int(flags) &^ (syscall.O_CREAT | syscall.O_EXCL))
 	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
 		// Not in the page cache: the first read is coming. The open
@@ -306,6 +337,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	defer n.fsys.changing()()
 	p := n.child(name)
 	perm := mode & 0o7777
 	// The open brings the file's attributes along (OpenRead, reading
@@ -354,6 +386,7 @@ func (n *node) exists(ctx context.Context, p string) bool {
 // Mkdir sends MKDIR and the LSTAT of the new directory back to back (our
 // server runs requests on one path in order): one round trip.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	defer n.fsys.changing()()
 	p := n.child(name)
 	perm := mode & 0o7777
 	a, err := n.fsys.at(ctx).Mkdir(p, perm)
@@ -380,6 +413,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 
 // Mknod: devices, fifos and sockets are not carried by SFTP.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	defer n.fsys.changing()()
 	return nil, syscall.EPERM
 }
 
@@ -394,6 +428,7 @@ func (n *node) openDeferredChild(ctx context.Context, name string) {
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	defer n.fsys.changing()()
 	n.openDeferredChild(ctx, name)
 	p := n.child(name)
 	if err := n.fsys.at(ctx).Remove(p); err != nil {
@@ -404,6 +439,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	defer n.fsys.changing()()
 	p := n.child(name)
 	err := n.fsys.at(ctx).RemoveDirectory(p)
 	if err == nil {
@@ -425,6 +461,7 @@ const (
 )
 
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	defer n.fsys.changing()()
 	from := n.child(name)
 	to := path.Join("/"+newParent.EmbeddedInode().Path(nil), newName)
 	switch {
@@ -465,6 +502,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	defer n.fsys.changing()()
 	p := n.child(name)
 	a, err := n.fsys.at(ctx).Symlink(target, p)
 	if err != nil {
@@ -487,6 +525,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	defer n.fsys.changing()()
 	p := n.child(name)
 	from := "/" + target.EmbeddedInode().Path(nil)
 	a, err := n.fsys.at(ctx).Link(from, p)
