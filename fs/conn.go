@@ -111,6 +111,16 @@ func keepAlive(ctx context.Context, sshc *gossh.Client, every time.Duration, log
 	}
 }
 
+// live returns the current client, or nil if the connection is down.
+func (c *conn) live() *sftpc.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead != nil || !c.downAt.IsZero() {
+		return nil
+	}
+	return c.client
+}
+
 // get returns the current client, waiting for a reconnection if the
 // connection is down, at most until the outage has lasted the bound.
 func (c *conn) get(ctx context.Context) (*sftpc.Client, uint64, error) {

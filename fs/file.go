@@ -316,7 +316,9 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 		return 0, h.node.errno(ctx, "write", h.node.rpath(), err)
 	}
 	h.node.changes.Add(1)
-	h.node.fsys.changes.Add(1)
+	// Before and after the queueing: a read ahead asked for in between
+	// could overtake the write on the wire.
+	defer h.node.fsys.changing()()
 	wb := &h.node.fsys.conn.writes
 	// The kernel reuses data once Write returns; the copy is also what a
 	// lost connection's write is sent again from.

@@ -111,9 +111,12 @@ type filesystem struct {
 	closing sync.WaitGroup // remote handles being closed in the background
 
 	// changes moves before and after every request of this mount that
-	// changes the tree (a write only before: later requests wait for it
-	// anyway). A directory listing read while it stood still is current.
+	// changes the tree (a write: before and after it is queued). A
+	// directory listing or a read ahead asked for while it stood still is
+	// current.
 	changes atomic.Uint64
+
+	ahead readAhead
 }
 
 // changing marks a change to the tree starting; call what it returns when
@@ -195,7 +198,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 		Name:          "awcp",
 		DirectMount:   true,          // as root no fusermount is needed; otherwise it is used
 		MaxWrite:      sftpc.MaxData, // one FUSE write or read is one SFTP request
-		MaxReadAhead:  readAhead,
+		MaxReadAhead:  kernelReadAhead,
 		DisableXAttrs: true,
 		// Our reads answer from memory: splicing them through a pipe is a
 		// copy more (and go-fuse logs each 1 MiB read it cannot splice).
@@ -228,19 +231,19 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 	return m, nil
 }
 
-// readAhead is how far ahead the kernel reads a file being read
+// kernelReadAhead is how far ahead the kernel reads a file being read
 // sequentially: four requests of sftpc.MaxData in flight keep the
 // connection busy while the reader consumes the previous ones.
-const readAhead = 4 << 20
+const kernelReadAhead = 4 << 20
 
-// widenReadAhead sets the mount's kernel read-ahead window to readAhead.
+// widenReadAhead sets the mount's kernel read-ahead window to kernelReadAhead.
 // The FUSE INIT reply can only lower the backing device's default of
 // 128 KiB, so without this a 1 MiB read(2) reaches us as 128 KiB requests
 // with one or two in flight, each a round trip to the delegator (a cold
 // sequential read ran at half the speed). Only root may write sysfs.
 func widenReadAhead(dev uint64) error {
 	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(dev), unix.Minor(dev))
-	return os.WriteFile(p, []byte(strconv.Itoa(readAhead>>10)), 0)
+	return os.WriteFile(p, []byte(strconv.Itoa(kernelReadAhead>>10)), 0)
 }
 
 // Done is closed when the connection to the delegator has ended for good

@@ -478,6 +478,82 @@ func TestListingReused(t *testing.T) {
 	}
 }
 
+// Files opened for reading in their directory's order are read ahead, a
+// batch in one round trip. What was read ahead is served only while the
+// mount changed nothing and within the attribute timeout: a file written
+// through the mount reads back new, and a change on the delegator's side
+// shows as late as a cached attribute would, not later.
+func TestReadAheadInOrder(t *testing.T) {
+	f := newMount(t, false)
+	dir := filepath.Join(f.dir, "src")
+	os.Mkdir(dir, 0o755)
+	for i := range 40 {
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%02d.go", i)), []byte(fmt.Sprintf("package f%d\n", i)), 0o644)
+	}
+	d, err := os.Open(filepath.Join(f.mnt, "src"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := d.Readdirnames(-1) // the listing's order, which readers follow
+	d.Close()
+	if err != nil || len(names) != 40 {
+		t.Fatalf("listing: %d names, %v", len(names), err)
+	}
+	read := func(name string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(f.mnt, "src", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	original := func(name string) string {
+		var i int
+		fmt.Sscanf(name, "f%02d.go", &i)
+		return fmt.Sprintf("package f%d\n", i)
+	}
+	started := time.Now()
+	read(names[0])
+	read(names[1]) // in order: the next files are read ahead
+	time.Sleep(100 * time.Millisecond)
+	// Changed on the delegator after it was read ahead: the next open may
+	// serve what was read, within the attribute timeout.
+	os.WriteFile(filepath.Join(dir, names[3]), []byte("changed on the delegator\n"), 0o644)
+	if got := read(names[2]); got != original(names[2]) {
+		t.Fatalf("%s: %q", names[2], got)
+	}
+	got := read(names[3])
+	if time.Since(started) < time.Second/2 && got != original(names[3]) {
+		t.Errorf("%s was not read ahead: the delegator's change of a moment ago shows (%q)", names[3], got)
+	}
+	// Changed through the mount: never served from what was read ahead.
+	if err := os.WriteFile(filepath.Join(f.mnt, "src", names[6]), []byte("written here\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(f.mnt, "src", names[8]), filepath.Join(f.mnt, "src", names[7])); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names[4:] {
+		want := original(name)
+		switch name {
+		case names[6]:
+			want = "written here\n"
+		case names[7]:
+			want = original(names[8])
+		case names[8]:
+			continue
+		}
+		if got := read(name); got != want {
+			t.Fatalf("%s: %q, want %q", name, got, want)
+		}
+	}
+	// Past the attribute timeout the delegator's change shows.
+	time.Sleep(time.Second + 100*time.Millisecond)
+	if got := read(names[3]); got != "changed on the delegator\n" {
+		t.Fatalf("%s after the attribute timeout: %q", names[3], got)
+	}
+}
+
 // Large files read cold come back whole, however the kernel splits the
 // reads: full-size SFTP reads once made answers longer than pkg/sftp's
 // client accepts, which dropped the connection and failed the read (EIO).
@@ -532,7 +608,7 @@ func TestReadAheadWidened(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := strconv.Itoa(readAhead >> 10); strings.TrimSpace(string(got)) != want {
+	if want := strconv.Itoa(kernelReadAhead >> 10); strings.TrimSpace(string(got)) != want {
 		t.Fatalf("%s = %s, want %s", p, strings.TrimSpace(string(got)), want)
 	}
 }

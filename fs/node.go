@@ -307,7 +307,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
 		// Not in the page cache: the first read is coming. The open
 		// brings the file's start along (one round trip, not two, for
-		// the small files grep and git read whole).
+		// the small files grep and git read whole), unless it was read
+		// ahead (no round trip at all).
+		if h := n.openAhead(ctx, int(flags)); h != nil {
+			return h, 0, 0
+		}
 		changes := n.changes.Load()
 		f, o, err := n.fsys.at(ctx).OpenRead(p, pf, 0, headSize)
 		if err != nil {

@@ -93,6 +93,13 @@ func (w *writeBehind) settle(ctx context.Context) error {
 	return w.settleTo(ctx, last)
 }
 
+// idle reports whether every write sent is settled.
+func (w *writeBehind) idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.done == w.last
+}
+
 // wroteOn reports whether h's writes still unsettled, if any, all went out
 // on connection gen.
 func (w *writeBehind) wroteOn(h *fileHandle, gen uint64) bool {

@@ -274,18 +274,38 @@ type Opened struct {
 // (our server's wire.OpenRead). From other servers it is a plain OPEN:
 // Opened is empty.
 func (c *Client) OpenRead(p string, pflags, perm uint32, n int) (*File, Opened, error) {
+	return c.OpenReadResult(c.StartOpenRead(p, pflags, perm, n))
+}
+
+// OpenReadCall is an OpenRead in flight.
+type OpenReadCall struct {
+	call  *Call
+	n     int
+	plain bool // the server lacks wire.OpenRead: a plain OPEN
+}
+
+// StartOpenRead sends OpenRead's request.
+func (c *Client) StartOpenRead(p string, pflags, perm uint32, n int) OpenReadCall {
 	if !c.openRead {
-		f, err := c.OpenFile(p, pflags, perm)
-		return f, Opened{}, err
+		return OpenReadCall{call: c.StartOpen(p, pflags, perm), plain: true}
 	}
 	n = min(n, MaxData) // the most the server reads
-	typ, d, err := c.start(wire.Extended, nil, func(e *encoder) {
+	return OpenReadCall{n: n, call: c.start(wire.Extended, nil, func(e *encoder) {
 		e.str(wire.OpenRead)
 		e.str(p)
 		e.u32(pflags)
 		e.attrs(Attrs{Flags: AttrPermissions, Mode: perm})
 		e.u32(uint32(n))
-	}).wait()
+	})}
+}
+
+// OpenReadResult waits for an OpenRead.
+func (c *Client) OpenReadResult(o OpenReadCall) (*File, Opened, error) {
+	if o.plain {
+		f, err := c.OpenResult(o.call)
+		return f, Opened{}, err
+	}
+	typ, d, err := o.call.wait()
 	if err != nil {
 		return nil, Opened{}, err
 	}
@@ -293,14 +313,14 @@ func (c *Client) OpenRead(p string, pflags, perm uint32, n int) (*File, Opened, 
 		return nil, Opened{}, statusOf(typ, d)
 	}
 	f := &File{c: c, handle: d.Str()}
-	o := Opened{Attrs: readAttrs(&d)}
-	o.Head = d.Bytes()
-	o.EOF = len(o.Head) < n
+	opened := Opened{Attrs: readAttrs(&d)}
+	opened.Head = d.Bytes()
+	opened.EOF = len(opened.Head) < o.n
 	if d.Err != nil {
 		f.Close()
 		return nil, Opened{}, d.Err
 	}
-	return f, o, nil
+	return f, opened, nil
 }
 
 // ReadAt reads up to len(dst) bytes at off (at most MaxData are asked

@@ -1,0 +1,174 @@
+package fs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/awcp/awcp/fs/sftpc"
+)
+
+// readAhead opens a directory's files ahead of a reader going through
+// them in order (grep -r, a build reading its sources): when a file is
+// opened for reading just after its predecessor in the directory's
+// listing, the next small files are opened, read whole and closed, all in
+// one round trip (open-read@awcp), and their opens then cost none.
+//
+// What was read ahead is used only while the mount has changed nothing
+// since it was asked for (filesystem.changes, as for listings) and for an
+// attribute timeout: the delegator's own changes show as late as they do
+// through the kernel's caches, and never later. One directory at a time
+// is read ahead, so at most aheadFiles heads are held.
+type readAhead struct {
+	mu      sync.Mutex
+	dir     *node          // the directory read ahead; nil if none
+	listing []sftpc.Entry  // dir's listing the index is of
+	index   map[string]int // name → position in listing
+	heads   map[string]*aheadHead
+	last    int // position of the last file opened; -1 if none
+	next    int // first position not read ahead yet
+}
+
+const (
+	aheadFiles = 16 // how many files ahead of the reader are read
+	aheadGap   = 8  // an open at most this far past the last one is in order (subdirectories are skipped)
+)
+
+// aheadHead is a file read ahead: its fields are set when done is closed.
+type aheadHead struct {
+	done   chan struct{}
+	at     uint64    // filesystem.changes when it was asked for
+	until  time.Time // an attribute timeout after
+	opened sftpc.Opened
+	err    error
+}
+
+// openAhead is a read-only open of n answered from what was read ahead, or
+// nil if nothing was. It also reads on ahead of this open.
+func (n *node) openAhead(ctx context.Context, flags int) *fileHandle {
+	name, parent := n.Parent()
+	if parent == nil {
+		return nil
+	}
+	dir, ok := parent.Operations().(*node)
+	if !ok {
+		return nil
+	}
+	a := n.fsys.ahead.opening(dir, name)
+	if a == nil {
+		return nil
+	}
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+		return nil
+	}
+	if a.err != nil || a.opened.Attrs.Flags == 0 || n.fsys.changes.Load() != a.at || time.Now().After(a.until) {
+		return nil
+	}
+	var attr fuse.Attr
+	fillAttr(a.opened.Attrs, &attr)
+	n.observe(&attr)
+	n.mu.Lock()
+	n.opened = n.seen // the pages the kernel reads now are of this version
+	n.mu.Unlock()
+	h := n.deferredHandle(flags)
+	h.head = headRead{data: a.opened.Head, eof: a.opened.EOF, changes: n.changes.Load(), ok: true}
+	return h
+}
+
+// opening notes that name, in dir, is being opened for reading: it
+// returns what was read ahead of it, if anything, and asks for the files
+// after it if the reader is going through dir in order.
+func (r *readAhead) opening(dir *node, name string) *aheadHead {
+	listing, ok := dir.cachedListing()
+	if !ok {
+		return nil
+	}
+	fsys := dir.fsys
+	r.mu.Lock()
+	if r.dir != dir || !sameListing(r.listing, listing) {
+		r.start(dir, listing)
+	}
+	a := r.heads[name]
+	delete(r.heads, name)
+	pos, known := r.index[name]
+	inOrder := known && pos > r.last && pos-r.last <= aheadGap
+	if known {
+		r.last = pos
+	}
+	var batch []string
+	var heads []*aheadHead
+	// Ask again once half of what was asked for is used, so that a batch
+	// is several files, one round trip.
+	if inOrder && r.next <= pos+aheadFiles/2 {
+		at := fsys.changes.Load()    // before: a change from now on voids the batch
+		if fsys.conn.writes.idle() { // else the reads could overtake writes
+			until := time.Now().Add(fsys.attr)
+			for i := max(r.next, pos+1); i < min(len(listing), pos+1+aheadFiles); i++ {
+				e := listing[i]
+				if e.Attrs.Mode&syscall.S_IFMT != syscall.S_IFREG || e.Attrs.Size > headSize || r.heads[e.Name] != nil {
+					continue
+				}
+				h := &aheadHead{done: make(chan struct{}), at: at, until: until}
+				r.heads[e.Name] = h
+				batch, heads = append(batch, dir.child(e.Name)), append(heads, h)
+			}
+			r.next = pos + 1 + aheadFiles
+		}
+	}
+	r.mu.Unlock()
+	if len(batch) > 0 {
+		fsys.readAheadOf(batch, heads)
+	}
+	return a
+}
+
+// start moves the read-ahead to dir, dropping what was read in another.
+func (r *readAhead) start(dir *node, listing []sftpc.Entry) {
+	r.dir, r.listing, r.last, r.next = dir, listing, -1, 0
+	r.index = make(map[string]int, len(listing))
+	for i, e := range listing {
+		r.index[e.Name] = i
+	}
+	r.heads = map[string]*aheadHead{}
+}
+
+// sameListing reports whether a and b are the same listing (not merely
+// equal ones: a listing read again is a new slice).
+func sameListing(a, b []sftpc.Entry) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// readAheadOf opens, reads and closes paths on the live connection, all
+// sent at once, and completes heads with what came back. Nothing is
+// waited for here: if the connection is down, the heads fail.
+func (f *filesystem) readAheadOf(paths []string, heads []*aheadHead) {
+	client := f.conn.live()
+	if client == nil {
+		for _, h := range heads {
+			h.err = errUnreachable
+			close(h.done)
+		}
+		return
+	}
+	calls := make([]sftpc.OpenReadCall, len(paths))
+	for i, p := range paths {
+		calls[i] = client.StartOpenRead(p, sftpc.OpenRead, 0, headSize)
+	}
+	f.closing.Add(1)
+	go func() {
+		defer f.closing.Done()
+		for i, h := range heads {
+			file, opened, err := client.OpenReadResult(calls[i])
+			if err == nil {
+				file.StartClose() // nobody waits for the answer
+			}
+			h.opened, h.err = opened, err
+			close(h.done)
+		}
+	}()
+}
