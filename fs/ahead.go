@@ -24,9 +24,8 @@ import (
 // is read ahead, so at most aheadFiles heads are held.
 type readAhead struct {
 	mu      sync.Mutex
-	dir     *node          // the directory read ahead; nil if none
-	listing []sftpc.Entry  // dir's listing the index is of
-	index   map[string]int // name → position in listing
+	dir     *node    // the directory read ahead; nil if none
+	listing *listing // dir's listing, which positions are in
 	heads   map[string]*aheadHead
 	last    int // position of the last file opened; -1 if none
 	next    int // first position not read ahead yet
@@ -84,18 +83,18 @@ func (n *node) openAhead(ctx context.Context, flags int) *fileHandle {
 // returns what was read ahead of it, if anything, and asks for the files
 // after it if the reader is going through dir in order.
 func (r *readAhead) opening(dir *node, name string) *aheadHead {
-	listing, ok := dir.cachedListing()
+	l, ok := dir.cachedListing()
 	if !ok {
 		return nil
 	}
 	fsys := dir.fsys
 	r.mu.Lock()
-	if r.dir != dir || !sameListing(r.listing, listing) {
-		r.start(dir, listing)
+	if r.dir != dir || r.listing != l {
+		r.dir, r.listing, r.heads, r.last, r.next = dir, l, map[string]*aheadHead{}, -1, 0
 	}
 	a := r.heads[name]
 	delete(r.heads, name)
-	pos, known := r.index[name]
+	pos, known := l.position(name)
 	inOrder := known && pos > r.last && pos-r.last <= aheadGap
 	if known {
 		r.last = pos
@@ -108,8 +107,13 @@ func (r *readAhead) opening(dir *node, name string) *aheadHead {
 		at := fsys.changes.Load()    // before: a change from now on voids the batch
 		if fsys.conn.writes.idle() { // else the reads could overtake writes
 			until := time.Now().Add(fsys.attr)
-			for i := max(r.next, pos+1); i < min(len(listing), pos+1+aheadFiles); i++ {
-				e := listing[i]
+			for skipped := range r.heads { // passed over by the reader
+				if i, _ := l.position(skipped); i < pos {
+					delete(r.heads, skipped)
+				}
+			}
+			for i := max(r.next, pos+1); i < min(len(l.entries), pos+1+aheadFiles); i++ {
+				e := l.entries[i]
 				if e.Attrs.Mode&syscall.S_IFMT != syscall.S_IFREG || e.Attrs.Size > headSize || r.heads[e.Name] != nil {
 					continue
 				}
@@ -125,22 +129,6 @@ func (r *readAhead) opening(dir *node, name string) *aheadHead {
 		fsys.readAheadOf(batch, heads)
 	}
 	return a
-}
-
-// start moves the read-ahead to dir, dropping what was read in another.
-func (r *readAhead) start(dir *node, listing []sftpc.Entry) {
-	r.dir, r.listing, r.last, r.next = dir, listing, -1, 0
-	r.index = make(map[string]int, len(listing))
-	for i, e := range listing {
-		r.index[e.Name] = i
-	}
-	r.heads = map[string]*aheadHead{}
-}
-
-// sameListing reports whether a and b are the same listing (not merely
-// equal ones: a listing read again is a new slice).
-func sameListing(a, b []sftpc.Entry) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // readAheadOf opens, reads and closes paths on the live connection, all

@@ -29,16 +29,17 @@ var (
 )
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	ents, cached := n.cachedListing()
+	l, cached := n.cachedListing()
 	if !cached {
 		p := n.rpath()
 		at := n.fsys.changes.Load() // before: a change during the READDIR voids it
-		var err error
-		if ents, err = n.fsys.at(ctx).ReadDir(p); err != nil {
+		ents, err := n.fsys.at(ctx).ReadDir(p)
+		if err != nil {
 			return nil, 0, n.errno(ctx, "readdir", p, err)
 		}
-		n.keepListing(ents, at)
+		l = n.keepListing(ents, at)
 	}
+	ents := l.entries
 	d := &dirHandle{node: n, entries: ents, byName: make(map[string]sftpc.Attrs, len(ents))}
 	names := make([]string, len(ents))
 	for i, e := range ents {

@@ -116,7 +116,8 @@ type filesystem struct {
 	// current.
 	changes atomic.Uint64
 
-	ahead readAhead
+	listings listingRing
+	ahead    readAhead
 }
 
 // changing marks a change to the tree starting; call what it returns when

@@ -21,7 +21,7 @@ type node struct {
 	fs.Inode
 	fsys *filesystem
 
-	mu sync.Mutex // guards seen, opened, atime, deferred, writers, names and namesUntil
+	mu sync.Mutex // guards seen, opened, atime, deferred, writers, names, namesUntil and listing
 	// seen is the file's size and mtime as last reported by the server,
 	// opened the same at the last open; when they agree at an open, the
 	// kernel may keep its cached pages (FOPEN_KEEP_CACHE).
@@ -43,15 +43,8 @@ type node struct {
 	// in directories they have just made above all (untar, git).
 	names      map[string]struct{}
 	namesUntil time.Time
-	// listing is n's last READDIR, reused by the next opendir until
-	// listedUntil (an entry timeout later) unless the mount changed
-	// anything since (filesystem.changes moved from listedAt): `ls -l`
-	// after `find`, or a tool listing a directory twice, costs no round
-	// trip. Changes on the delegator's side show within the entry
-	// timeout, as they do for names and attributes.
-	listing     []sftpc.Entry
-	listedUntil time.Time
-	listedAt    uint64
+	// listing is n's last READDIR while it is kept (listingRing).
+	listing *listing
 }
 
 // knowNames records that directory n holds exactly names, for an entry
@@ -75,26 +68,6 @@ func (n *node) absent(name string) bool {
 	}
 	_, ok := n.names[name]
 	return !ok
-}
-
-// cachedListing is n's listing if it may be used again.
-func (n *node) cachedListing() ([]sftpc.Entry, bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.listing == nil || time.Now().After(n.listedUntil) || n.fsys.changes.Load() != n.listedAt {
-		return nil, false
-	}
-	return n.listing, true
-}
-
-// keepListing records ents, read when the mount's change count was at.
-func (n *node) keepListing(ents []sftpc.Entry, at uint64) {
-	if ents == nil {
-		ents = []sftpc.Entry{}
-	}
-	n.mu.Lock()
-	n.listing, n.listedUntil, n.listedAt = ents, time.Now().Add(n.fsys.entry), at
-	n.mu.Unlock()
 }
 
 // named and unnamed keep n's known names current with this mount's own
@@ -417,7 +390,6 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 
 // Mknod: devices, fifos and sockets are not carried by SFTP.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer n.fsys.changing()()
 	return nil, syscall.EPERM
 }
 

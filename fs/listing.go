@@ -1,0 +1,82 @@
+package fs
+
+import (
+	"sync"
+	"time"
+
+	"github.com/awcp/awcp/fs/sftpc"
+)
+
+// listing is a directory's last READDIR, reused by the next opendir until
+// an entry timeout has passed, unless the mount changed anything since
+// (filesystem.changes moved from at): `ls -l` after `find`, or a tool
+// listing a directory twice, costs no round trip. Changes on the
+// delegator's side show within the entry timeout, as they do for names
+// and attributes.
+type listing struct {
+	entries []sftpc.Entry
+	until   time.Time
+	at      uint64
+
+	indexOnce sync.Once
+	index     map[string]int // name → position in entries, made when first asked
+}
+
+// position is where name is in the listing.
+func (l *listing) position(name string) (int, bool) {
+	l.indexOnce.Do(func() {
+		l.index = make(map[string]int, len(l.entries))
+		for i, e := range l.entries {
+			l.index[e.Name] = i
+		}
+	})
+	i, ok := l.index[name]
+	return i, ok
+}
+
+// keptListings bounds how many directories keep a listing: keeping one
+// more drops the oldest, so a walk over a large tree holds a few hundred
+// kilobytes of listings, not the tree's.
+const keptListings = 128
+
+// listingRing is the directories keeping a listing, oldest first from next.
+type listingRing struct {
+	mu   sync.Mutex
+	dirs [keptListings]*node
+	next int
+}
+
+// cachedListing is n's listing if it may be used again.
+func (n *node) cachedListing() (*listing, bool) {
+	n.mu.Lock()
+	l := n.listing
+	n.mu.Unlock()
+	if l == nil || time.Now().After(l.until) || n.fsys.changes.Load() != l.at {
+		return nil, false
+	}
+	return l, true
+}
+
+// keepListing records ents, read when the mount's change count was at.
+func (n *node) keepListing(ents []sftpc.Entry, at uint64) *listing {
+	l := &listing{entries: ents, until: time.Now().Add(n.fsys.entry), at: at}
+	n.mu.Lock()
+	kept := n.listing != nil // n is in the ring already
+	n.listing = l
+	n.mu.Unlock()
+	if kept {
+		return l
+	}
+	r := &n.fsys.listings
+	r.mu.Lock()
+	oldest := r.dirs[r.next]
+	r.dirs[r.next] = n
+	r.next = (r.next + 1) % keptListings
+	r.mu.Unlock()
+	if oldest != nil && oldest != n {
+		oldest.mu.Lock()
+		oldest.listing = nil
+		oldest.mu.Unlock()
+	}
+	return l
+}
