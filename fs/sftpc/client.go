@@ -214,14 +214,18 @@ func (c *Client) flush(tail []byte) error {
 	return err
 }
 
-// maxSpare bounds the send buffer kept for reuse; a larger one (many
-// writes queued while the channel waited for window) goes to the GC.
-const maxSpare = 4 << 20
-
 // maxQueued is the largest payload copied into the send queue. A larger
 // one (a 1 MiB write) is written by its caller, from its buffer: the copy
 // would cost more than the wait, which the data's size dominates anyway.
 const maxQueued = 64 << 10
+
+// maxOut bounds the send queue: past it, the caller writes the queue
+// itself, so that requests started faster than the channel takes them
+// (writes waiting for the server's window) wait instead of piling up.
+const maxOut = 1 << 20
+
+// maxSpare bounds the send buffer kept for reuse.
+const maxSpare = maxOut + maxQueued + 64<<10
 
 // Close ends the session; requests still waiting fail with ErrConnLost.
 func (c *Client) Close() error {
@@ -360,10 +364,13 @@ func (c *Client) startWith(typ byte, dst []byte, body func(e *encoder), payload 
 	e.u32(id)
 	body(&e)
 	binary.BigEndian.PutUint32(e.b[start:], uint32(len(e.b)-start-4+len(payload)))
-	if len(payload) > maxQueued {
+	if len(payload) > maxQueued || len(e.b) > maxOut {
 		// The channel sends at most a 32 KiB SSH packet per write: the
 		// payload fills the header's packet first.
-		head := max(0, 32<<10-len(e.b))
+		head := min(len(payload), max(0, 32<<10-len(e.b)))
+		if len(payload) <= maxQueued {
+			head = len(payload)
+		}
 		c.out = append(e.b, payload[:head]...)
 		if err := c.flush(payload[head:]); err != nil {
 			c.fail(fmt.Errorf("%w: %v", ErrConnLost, err))
