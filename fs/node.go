@@ -258,6 +258,12 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	return 0
 }
 
+// noFlush spares a read-only handle the FLUSH of each close(2): it has no
+// writes to wait for or errors to report, and the mount takes no POSIX
+// locks that a flush would drop (one FUSE request less per file grep or
+// git reads).
+const noFlush = fuse.FOPEN_NOFLUSH
+
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	if flags&syscall.O_TRUNC != 0 {
 		n.changes.Add(1)
@@ -273,7 +279,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if keep && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
 		// Reads will mostly come from the page cache: open remotely only
 		// if one does not.
-		return n.deferredHandle(int(flags)), fuse.FOPEN_KEEP_CACHE, 0
+		return n.deferredHandle(int(flags)), fuse.FOPEN_KEEP_CACHE | noFlush, 0
 	}
 	p := n.rpath()
 	pf := pflags(int(flags) &^ (syscall.O_CREAT | syscall.O_EXCL))
@@ -283,7 +289,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// the small files grep and git read whole), unless it was read
 		// ahead (no round trip at all).
 		if h := n.openAhead(ctx, int(flags)); h != nil {
-			return h, 0, 0
+			return h, noFlush, 0
 		}
 		changes := n.changes.Load()
 		f, o, err := n.fsys.at(ctx).OpenRead(p, pf, 0, headSize)
@@ -300,7 +306,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		}
 		h := n.newHandle(f, int(flags))
 		h.head = headRead{data: o.Head, eof: o.EOF, changes: changes, ok: o.Attrs.Flags != 0}
-		return h, 0, 0
+		return h, noFlush, 0
 	}
 	f, err := n.fsys.at(ctx).OpenFile(p, pf, 0)
 	if err != nil {
