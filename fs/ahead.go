@@ -6,8 +6,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
-
 	"github.com/awcp/awcp/fs/sftpc"
 )
 
@@ -46,37 +44,31 @@ type aheadHead struct {
 }
 
 // openAhead is a read-only open of n answered from what was read ahead, or
-// nil if nothing was. It also reads on ahead of this open.
-func (n *node) openAhead(ctx context.Context, flags int) *fileHandle {
+// nil if nothing was; kernelSize is the file's size as the kernel has it.
+// It also reads on ahead of this open.
+func (n *node) openAhead(ctx context.Context, flags int, kernelSize uint64) (*fileHandle, uint32) {
 	name, parent := n.Parent()
 	if parent == nil {
-		return nil
+		return nil, 0
 	}
 	dir, ok := parent.Operations().(*node)
 	if !ok {
-		return nil
+		return nil, 0
 	}
 	a := n.fsys.ahead.opening(dir, name)
 	if a == nil {
-		return nil
+		return nil, 0
 	}
 	select {
 	case <-a.done:
 	case <-ctx.Done():
-		return nil
+		return nil, 0
 	}
 	if a.err != nil || a.opened.Attrs.Flags == 0 || n.fsys.changes.Load() != a.at || time.Now().After(a.until) {
-		return nil
+		return nil, 0
 	}
-	var attr fuse.Attr
-	fillAttr(a.opened.Attrs, &attr)
-	n.observe(&attr)
-	n.mu.Lock()
-	n.opened = n.seen // the pages the kernel reads now are of this version
-	n.mu.Unlock()
 	h := n.deferredHandle(flags)
-	h.head = headRead{data: a.opened.Head, eof: a.opened.EOF, changes: n.changes.Load(), ok: true}
-	return h
+	return h, n.openedWith(h, a.opened, n.changes.Load(), kernelSize)
 }
 
 // opening notes that name, in dir, is being opened for reading: it

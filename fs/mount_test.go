@@ -554,6 +554,31 @@ func TestReadAheadInOrder(t *testing.T) {
 	}
 }
 
+// A small file read whole is handed to the kernel's page cache with its
+// open; a change on the delegator's side — same size, shorter, longer —
+// still shows once the attribute timeout has passed, never the pages of
+// before.
+func TestReadWholeFileCached(t *testing.T) {
+	f := newMount(t, false)
+	onDelegator, onMount := filepath.Join(f.dir, "small.go"), filepath.Join(f.mnt, "small.go")
+	mtime := time.Now().Add(-time.Hour)
+	for i, content := range []string{"package one\n", "package two\n", "package a\n", "package three // longer\n"} {
+		if err := os.WriteFile(onDelegator, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mtime = mtime.Add(time.Minute) // same-size contents differ in mtime
+		os.Chtimes(onDelegator, mtime, mtime)
+		if i > 0 {
+			time.Sleep(1100 * time.Millisecond) // the attribute timeout
+		}
+		for range 2 { // cold, then from the page cache
+			if got, err := os.ReadFile(onMount); err != nil || string(got) != content {
+				t.Fatalf("version %d: %q, %v; want %q", i, got, err, content)
+			}
+		}
+	}
+}
+
 // Large files read cold come back whole, however the kernel splits the
 // reads: full-size SFTP reads once made answers longer than pkg/sftp's
 // client accepts, which dropped the connection and failed the read (EIO).

@@ -258,6 +258,38 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	return 0
 }
 
+// openedWith records on h what an open for reading brought along (the
+// attributes, the file's start) and returns the open's FUSE flags. A start
+// that is the whole file, of the size the kernel has, is stored in the
+// kernel's page cache (FUSE_NOTIFY_STORE) and kept there
+// (FOPEN_KEEP_CACHE): the reader's first read is then answered by the
+// kernel, with no READ request.
+func (n *node) openedWith(h *fileHandle, o sftpc.Opened, changes, kernelSize uint64) uint32 {
+	if o.Attrs.Flags == 0 { // a server without open-read@awcp
+		return noFlush
+	}
+	var a fuse.Attr
+	fillAttr(o.Attrs, &a)
+	n.observe(&a)
+	n.mu.Lock()
+	n.opened = n.seen // the pages the kernel reads now are of this version
+	n.mu.Unlock()
+	h.head = headRead{data: o.Head, eof: o.EOF, changes: changes, ok: true}
+	if !o.EOF || len(o.Head) == 0 || a.Size != kernelSize || uint64(len(o.Head)) != kernelSize ||
+		n.changes.Load() != changes || n.WriteCache(0, o.Head) != 0 {
+		return noFlush
+	}
+	// A write through the mount that raced the store has moved changes
+	// by now: the kernel holds a page being written until the WRITE is
+	// answered, and Write counts before it answers. The store may have
+	// put back what the write replaced; drop it.
+	if n.changes.Load() != changes {
+		n.NotifyContent(0, 0)
+		return noFlush
+	}
+	return fuse.FOPEN_KEEP_CACHE | noFlush
+}
+
 // noFlush spares a read-only handle the FLUSH of each close(2): it has no
 // writes to wait for or errors to report, and the mount takes no POSIX
 // locks that a flush would drop (one FUSE request less per file grep or
@@ -275,6 +307,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	n.mu.Lock()
 	keep := n.seen == n.opened && n.seen != (version{}) && flags&syscall.O_TRUNC == 0
 	n.opened = n.seen
+	kernelSize := n.seen.size // every size the kernel is told passes observe
 	n.mu.Unlock()
 	if keep && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
 		// Reads will mostly come from the page cache: open remotely only
@@ -288,25 +321,16 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// brings the file's start along (one round trip, not two, for
 		// the small files grep and git read whole), unless it was read
 		// ahead (no round trip at all).
-		if h := n.openAhead(ctx, int(flags)); h != nil {
-			return h, noFlush, 0
+		if h, fuseFlags := n.openAhead(ctx, int(flags), kernelSize); h != nil {
+			return h, fuseFlags, 0
 		}
 		changes := n.changes.Load()
 		f, o, err := n.fsys.at(ctx).OpenRead(p, pf, 0, headSize)
 		if err != nil {
 			return nil, 0, n.errno(ctx, "open", p, err)
 		}
-		if o.Attrs.Flags != 0 {
-			var a fuse.Attr
-			fillAttr(o.Attrs, &a)
-			n.observe(&a)
-			n.mu.Lock()
-			n.opened = n.seen // the pages the kernel reads now are of this version
-			n.mu.Unlock()
-		}
 		h := n.newHandle(f, int(flags))
-		h.head = headRead{data: o.Head, eof: o.EOF, changes: changes, ok: o.Attrs.Flags != 0}
-		return h, noFlush, 0
+		return h, n.openedWith(h, o, changes, kernelSize), 0
 	}
 	f, err := n.fsys.at(ctx).OpenFile(p, pf, 0)
 	if err != nil {
