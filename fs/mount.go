@@ -13,6 +13,9 @@
 //
 // The kernel caches entries and attributes for EntryTimeout/AttrTimeout
 // (default 1s), so changes on the delegator's side show within that time.
+// What the mount itself keeps — a directory's listing (listing), files
+// read ahead of a reader (readAhead) — is used no longer than that, and
+// not at all once the mount has changed anything since it was read.
 package fs
 
 import (
