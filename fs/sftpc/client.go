@@ -365,8 +365,10 @@ func (c *Client) startWith(typ byte, dst []byte, body func(e *encoder), payload 
 	body(&e)
 	binary.BigEndian.PutUint32(e.b[start:], uint32(len(e.b)-start-4+len(payload)))
 	if len(payload) > maxQueued || len(e.b) > maxOut {
-		// The channel sends at most a 32 KiB SSH packet per write: the
-		// payload fills the header's packet first.
+		// The caller writes: a large payload from its own buffer, or the
+		// queue grown past maxOut. The channel sends at most a 32 KiB SSH
+		// packet per write, so a large payload fills the header's packet
+		// first.
 		head := min(len(payload), max(0, 32<<10-len(e.b)))
 		if len(payload) <= maxQueued {
 			head = len(payload)
