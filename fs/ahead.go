@@ -19,7 +19,8 @@ import (
 // since it was asked for (filesystem.changes, as for listings) and for an
 // attribute timeout: the delegator's own changes show as late as they do
 // through the kernel's caches, and never later. One directory at a time
-// is read ahead, so at most aheadFiles heads are held.
+// is read ahead, and heads the reader passed over are dropped, so about
+// aheadFiles heads are held at most.
 type readAhead struct {
 	mu      sync.Mutex
 	dir     *node    // the directory read ahead; nil if none

@@ -319,18 +319,11 @@ func (r reconnecting) StatVFS(p string) (sftpc.StatVFS, error) {
 // path in order, so the LSTAT sees first's effect: one round trip.
 func (r reconnecting) then(p string, first func(*sftpc.Client) *sftpc.Call) (sftpc.Attrs, error) {
 	return do(r.ctx, r.c, func(cl *sftpc.Client) (sftpc.Attrs, error) {
-		call, stat := first(cl), cl.StartLstat(p)
-		err := call.Err()
-		a, serr := stat.Attrs()
-		if err != nil {
-			return sftpc.Attrs{}, err
-		}
-		return a, serr
+		return first(cl).Then(cl.StartLstat(p))
 	})
 }
 
-// Mkdir makes directory p with perm (less the server's umask) and returns
-// its attributes.
+// Mkdir makes directory p with perm and returns its attributes.
 func (r reconnecting) Mkdir(p string, perm uint32) (sftpc.Attrs, error) {
 	return r.then(p, func(cl *sftpc.Client) *sftpc.Call { return cl.StartMkdir(p, perm) })
 }

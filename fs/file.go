@@ -388,13 +388,8 @@ func (h *fileHandle) stat(ctx context.Context) (sftpc.Attrs, error) {
 // on one handle in order, so one round trip brings the new attributes.
 func (h *fileHandle) setstat(ctx context.Context, set sftpc.Attrs) (sftpc.Attrs, error) {
 	var a sftpc.Attrs
-	err := h.ordered(ctx, func(f *sftpc.File) error {
-		setting, stat := f.StartSetstat(set), f.StartStat()
-		err := setting.Err()
-		got, serr := stat.Attrs()
-		if err == nil {
-			a, err = got, serr
-		}
+	err := h.ordered(ctx, func(f *sftpc.File) (err error) {
+		a, err = f.Setstat(set)
 		return err
 	})
 	return a, err
@@ -421,9 +416,11 @@ func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 	fsys.closing.Add(1)
 	go func() {
 		defer fsys.closing.Done()
-		// The writes go before the close: the server could run a CLOSE
-		// ahead of writes still queued on other workers.
-		fsys.conn.writes.settle(context.Background())
+		// The handle's writes are settled first: a server without the
+		// write barrier could run the CLOSE ahead of them, and a write
+		// cut off by a lost connection is sent again on a handle
+		// re-opened on the next one — which is then the one to close.
+		fsys.conn.writes.settleHandles(context.Background(), h)
 		h.mu.Lock()
 		f := h.f // re-opened, perhaps, by a re-sent write
 		h.mu.Unlock()

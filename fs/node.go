@@ -367,12 +367,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	// Our server creates with exactly perm. One that cut it with its umask
 	// (or kept an existing file's mode, as open(2) does) is set right.
 	if a.Mode&0o7777 != perm && flags&syscall.O_EXCL != 0 {
-		setting, stat := f.StartSetstat(sftpc.Attrs{Flags: sftpc.AttrPermissions, Mode: perm}), f.StartStat()
-		err := setting.Err()
-		if got, serr := stat.Attrs(); err == nil {
-			a, err = got, serr
-		}
-		if err != nil {
+		if a, err = f.Setstat(sftpc.Attrs{Flags: sftpc.AttrPermissions, Mode: perm}); err != nil {
 			f.Close()
 			return nil, nil, 0, n.errno(ctx, "create", p, err)
 		}
@@ -404,8 +399,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, n.errno(ctx, "mkdir", p, err)
 	}
 	n.named(name)
-	// The server made it with perm less its umask: set it exactly (and
-	// read the attributes back in the same round trip).
+	// Our server makes it with exactly perm. One that cut it with its
+	// umask is set right (the attributes read back in the same round
+	// trip).
 	if a.Mode&0o7777 != perm {
 		if a, err = n.fsys.at(ctx).Setstat(p, sftpc.Attrs{Flags: sftpc.AttrPermissions, Mode: perm}); err != nil {
 			return nil, n.errno(ctx, "mkdir", p, err)

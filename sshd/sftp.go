@@ -1005,7 +1005,7 @@ func (b *buf) attrs(fi fs.FileInfo) {
 	}
 	b.u32(uid)
 	b.u32(gid)
-	b.u32(ModeBits(fi.Mode()))
+	b.u32(modeBits(fi.Mode()))
 	b.u32(uint32(atime))
 	b.u32(uint32(fi.ModTime().Unix()))
 	if st != nil {
@@ -1015,9 +1015,9 @@ func (b *buf) attrs(fi fs.FileInfo) {
 	}
 }
 
-// ModeBits encodes a Go file mode as POSIX st_mode bits, as SFTP carries
+// modeBits encodes a Go file mode as POSIX st_mode bits, as SFTP carries
 // them and as FUSE wants them.
-func ModeBits(m fs.FileMode) uint32 {
+func modeBits(m fs.FileMode) uint32 {
 	v := uint32(m.Perm())
 	switch {
 	case m.IsDir():

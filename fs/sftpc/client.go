@@ -305,6 +305,19 @@ func (c *Call) Attrs() (Attrs, error) {
 	return a, d.Err
 }
 
+// Then waits for c and for stat, an LSTAT or FSTAT sent right behind it,
+// and returns stat's attributes if c succeeded: a change and its result in
+// one round trip, where the server runs the two in order (ours does, for
+// requests on one path or handle).
+func (c *Call) Then(stat *Call) (Attrs, error) {
+	err := c.Err()
+	a, serr := stat.Attrs()
+	if err != nil {
+		return Attrs{}, err
+	}
+	return a, serr
+}
+
 func (c *Call) handle() (string, error) {
 	typ, d, err := c.wait()
 	if err != nil {

@@ -383,6 +383,10 @@ func (f *File) StartSetstat(a Attrs) *Call {
 	return f.c.start(wire.Fsetstat, nil, func(e *encoder) { e.str(f.handle); e.attrs(a) })
 }
 
+// Setstat sends FSETSTAT and FSTAT back to back and returns the file's
+// attributes after the change.
+func (f *File) Setstat(a Attrs) (Attrs, error) { return f.StartSetstat(a).Then(f.StartStat()) }
+
 // Sync is fsync@openssh.com.
 func (f *File) Sync() error { return f.c.extended("fsync@openssh.com", f.handle).Err() }
 
