@@ -1,6 +1,7 @@
 package control
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
@@ -212,4 +213,80 @@ func newArchiveDelegator(t *testing.T, wrap func(DelegatorTransport) DelegatorTr
 		t.Fatal(err)
 	}
 	return dlg, store
+}
+
+// corruptingProxy passes everything to the executor but turns the first
+// "running" status of an event stream into one no version of AWCP has.
+type corruptingProxy struct{ next http.Handler }
+
+func (p corruptingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, "/events") {
+		p.next.ServeHTTP(w, r)
+		return
+	}
+	pr, pw := io.Pipe()
+	up := httptest.NewRecorder()
+	go func() {
+		p.next.ServeHTTP(&pipeWriter{ResponseWriter: up, w: pw}, r)
+		pw.Close()
+	}()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	br := bufio.NewReader(pr)
+	done := false
+	for {
+		line, err := br.ReadString('\n')
+		if !done && strings.Contains(line, `"status":"running"`) {
+			line, done = strings.Replace(line, `"status":"running"`, `"status":"sprinting"`, 1), true
+		}
+		w.Write([]byte(line))
+		w.(http.Flusher).Flush()
+		if err != nil {
+			pr.CloseWithError(err)
+			return
+		}
+	}
+}
+
+// pipeWriter sends a handler's body into a pipe as it is written.
+type pipeWriter struct {
+	http.ResponseWriter
+	w *io.PipeWriter
+}
+
+func (p *pipeWriter) Write(b []byte) (int, error) { return p.w.Write(b) }
+func (p *pipeWriter) Flush()                      {}
+
+// TestMalformedEventEndsDelegation: an event the delegator cannot read
+// comes again, the same, after every reconnection. The delegation ends in
+// error with TASK_FAILED at once, and the executor is told: its agent is
+// stopped and its slot freed.
+func TestMalformedEventEndsDelegation(t *testing.T) {
+	x := newExecFixture(t, `sleep 30`, nil)
+	srv := httptest.NewServer(corruptingProxy{next: x.e.Handler()})
+	defer srv.Close()
+	dlg, _ := newArchiveDelegator(t, nil)
+	d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: srv.URL, Prompt: "p", Transport: TransportArchive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *lease.Delegation, 1)
+	go func() { end, _ := dlg.Run(context.Background(), d.ID); done <- end }()
+	var end *lease.Delegation
+	select {
+	case end = <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the delegator still follows the stream: a malformed event must end the delegation")
+	}
+	if end.State != lease.Error || end.Failure == nil || end.Failure.Code != CodeTaskFailed ||
+		!strings.Contains(end.Failure.Message, "malformed event") || end.Failure.Hint == "" {
+		t.Fatalf("ended %s with %+v, want error TASK_FAILED naming the malformed event, with a hint", end.State, end.Failure)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for x.e.Active() != 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := x.e.Active(); n != 0 {
+		t.Fatalf("executor still holds %d reservations", n)
+	}
 }

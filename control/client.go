@@ -220,12 +220,14 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 		return peerError(resp.StatusCode, body)
 	}
 	return readSSE(resp.Body, c.SpoolDir, func(seq uint64, data []byte, result spooled) (bool, error) {
+		// A whole event that is not one would come again, the same, on
+		// every reconnection: the delegation cannot go on.
 		ev, err := DecodeEvent(data)
 		if err != nil {
-			return false, fmt.Errorf("bad event %d: %w", seq, err)
+			return false, malformedEvent(seq, err.Error())
 		}
 		if ev.DelegationID != id {
-			return false, fmt.Errorf("event %d is for another delegation", seq)
+			return false, malformedEvent(seq, "it is for delegation "+ev.DelegationID)
 		}
 		ev.ResultFile, ev.resultErr = result.file, result.bad
 		if err := fn(seq, ev); err != nil {
@@ -233,6 +235,13 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 		}
 		return ev.Terminal(), nil
 	})
+}
+
+// malformedEvent is the error for event seq of the stream, which the
+// delegator cannot read.
+func malformedEvent(seq uint64, why string) *ProtocolError {
+	return Errorf(CodeTaskFailed, "the executor sent a malformed event (id %d): %s", seq, why).
+		WithHint("the executor may speak another version of AWCP; its log may say more")
 }
 
 // errStreamEnded is returned when the stream ends before a terminal event.
