@@ -90,10 +90,10 @@ func sshFlags() []cli.Flag {
 // garbage here, and with the few MiB of live heap this daemon has,
 // GOGC=100 would collect every few MiB of a write — and the scavenger give
 // the memory back in between, to be faulted in again. A 256 MiB write
-// took 0.59–0.65 s with the floor against 0.70–0.80 s without, and a third
-// less of this daemon's CPU; its peak RSS over the write rose from ~33 to
-// ~65 MiB.
-const sshHeapFloor = 32 << 20
+// took 0.60–0.63 s with this floor against 0.69–0.82 s without, and a
+// third less of this daemon's CPU; its peak RSS over the write rose from
+// ~34 to ~47 MiB. A floor of 32 MiB gained no more and cost 16 MiB more.
+const sshHeapFloor = 16 << 20
 
 // heapFloor is live heap that is never read or written: the collector's
 // goal, twice the live heap at GOGC=100, is then never under twice
