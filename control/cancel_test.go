@@ -225,24 +225,29 @@ func (p corruptingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pr, pw := io.Pipe()
-	up := httptest.NewRecorder()
+	ctx, cancel := context.WithCancel(r.Context())
+	upstream := make(chan struct{})
 	go func() {
-		p.next.ServeHTTP(&pipeWriter{ResponseWriter: up, w: pw}, r)
+		defer close(upstream)
+		p.next.ServeHTTP(&pipeWriter{ResponseWriter: httptest.NewRecorder(), w: pw}, r.WithContext(ctx))
 		pw.Close()
 	}()
+	defer func() { cancel(); <-upstream }()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	br := bufio.NewReader(pr)
-	done := false
+	corrupted := false
 	for {
 		line, err := br.ReadString('\n')
-		if !done && strings.Contains(line, `"status":"running"`) {
-			line, done = strings.Replace(line, `"status":"running"`, `"status":"sprinting"`, 1), true
+		if !corrupted && strings.Contains(line, `"status":"running"`) {
+			line, corrupted = strings.Replace(line, `"status":"running"`, `"status":"sprinting"`, 1), true
 		}
-		w.Write([]byte(line))
+		if _, werr := w.Write([]byte(line)); werr != nil && err == nil {
+			err = werr // the delegator hung up
+		}
 		w.(http.Flusher).Flush()
 		if err != nil {
-			pr.CloseWithError(err)
+			pr.CloseWithError(err) // the executor's handler stops writing
 			return
 		}
 	}
