@@ -382,9 +382,9 @@ func (c *Client) startWith(typ byte, dst []byte, body func(e *encoder), payload 
 		// queue grown past maxOut. The channel sends at most a 32 KiB SSH
 		// packet per write, so a large payload fills the header's packet
 		// first.
-		head := min(len(payload), max(0, 32<<10-len(e.b)))
-		if len(payload) <= maxQueued {
-			head = len(payload)
+		head := len(payload) // a small one goes out with the queue
+		if len(payload) > maxQueued {
+			head = max(0, 32<<10-len(e.b))
 		}
 		c.out = append(e.b, payload[:head]...)
 		if err := c.flush(payload[head:]); err != nil {
