@@ -113,12 +113,18 @@ func keepAlive(ctx context.Context, sshc *gossh.Client, every time.Duration, log
 
 // live returns the current client, or nil if the connection is down.
 func (c *conn) live() *sftpc.Client {
+	client, _ := c.liveAt()
+	return client
+}
+
+// liveAt is live with the connection's number.
+func (c *conn) liveAt() (*sftpc.Client, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dead != nil || !c.downAt.IsZero() {
-		return nil
+		return nil, 0
 	}
-	return c.client
+	return c.client, c.gen
 }
 
 // get returns the current client, waiting for a reconnection if the

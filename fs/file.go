@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"syscall"
@@ -35,6 +36,14 @@ type fileHandle struct {
 	lastWrite, lastWriteGen, lastOtherGen uint64
 
 	head headRead // the file's start, read by the open; mu guards it
+
+	// A file created behind (node.createBehind): creating while its open
+	// is unanswered (a re-open then creates it, with perm); openErr is the
+	// open's error, once it failed. mu guards them.
+	behind   bool
+	creating bool
+	perm     uint32
+	openErr  error
 }
 
 // headRead is the start of a file, read along with its open (OpenRead). It
@@ -225,6 +234,11 @@ func (h *fileHandle) withFileNow(ctx context.Context, op func(*sftpc.File) error
 			continue
 		}
 		err = op(f)
+		if err != nil && !connErr(err) {
+			if oerr := h.openError(ctx); oerr != nil {
+				return oerr
+			}
+		}
 		if err == nil || !connErr(err) || attempt == 1 {
 			return err
 		}
@@ -245,12 +259,64 @@ func (h *fileHandle) reopen(ctx context.Context, stale uint64) error {
 	if h.gen != stale { // another call re-opened it already
 		return nil
 	}
-	f, err := client.OpenFile(h.node.rpath(), reopenFlags(h.flags), 0)
+	pf, perm := reopenFlags(h.flags), uint32(0)
+	if h.creating { // the create may not have been run
+		pf, perm = pf|sftpc.OpenCreate, h.perm
+	}
+	f, err := client.OpenFile(h.node.rpath(), pf, perm)
 	if err != nil {
 		return err
 	}
 	h.f, h.gen = f, gen
 	return nil
+}
+
+// created records the answer to the open of a file created behind. A
+// failed open is the handle's error, which its next write, flush (close)
+// or fsync reports; and the name leaves the kernel's cache, which was told
+// of a file that is not there.
+func (h *fileHandle) created(err error) {
+	if err != nil {
+		err = fmt.Errorf("create: %w", err)
+	}
+	h.mu.Lock()
+	h.creating, h.openErr = false, err
+	h.mu.Unlock()
+	if err == nil {
+		return
+	}
+	h.failed(err)
+	name, parent := h.node.Parent()
+	if parent == nil {
+		return
+	}
+	if pn, ok := parent.Operations().(*node); ok {
+		pn.forgetNames()
+	}
+	fsys := h.node.fsys
+	fsys.closing.Add(1)
+	go func() {
+		defer fsys.closing.Done()
+		// Not from here: the request settling may be one the kernel
+		// runs holding the directory's lock, which the notice takes.
+		parent.NotifyEntry(name)
+	}()
+}
+
+// openError is the open's error of a handle created behind whose open
+// failed (a request that failed on it failed for that reason), once the
+// open is answered; nil for any other.
+func (h *fileHandle) openError(ctx context.Context) error {
+	h.mu.Lock()
+	behind := h.behind
+	h.mu.Unlock()
+	if !behind {
+		return nil
+	}
+	h.node.fsys.conn.writes.settleHandles(ctx, h)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.openErr
 }
 
 // reopenFlags opens a file again: neither create nor truncate again, the

@@ -2,6 +2,8 @@ package fs
 
 import (
 	"context"
+	"errors"
+	iofs "io/fs"
 	"path"
 	"sync"
 	"sync/atomic"
@@ -45,6 +47,16 @@ type node struct {
 	namesUntil time.Time
 	// listing is n's last READDIR while it is kept (listingRing).
 	listing *listing
+	// childUID and childGID are the owner the delegator gave the last
+	// file created in n, a directory, if ownerKnown: what the next one
+	// gets too (createBehind).
+	childUID, childGID uint32
+	ownerKnown         bool
+	// missed is the last name a lookup in n found missing on the
+	// delegator's side, at missedAt: the kernel's create of a file
+	// follows the lookup that found it missing.
+	missed   string
+	missedAt time.Time
 }
 
 // knowNames records that directory n holds exactly names, for an entry
@@ -59,15 +71,28 @@ func (n *node) knowNames(names []string) {
 	n.mu.Unlock()
 }
 
-// absent reports whether directory n is known not to hold name.
+// absent reports whether directory n is known not to hold name: from its
+// names, or from a lookup that found it missing within an entry timeout.
 func (n *node) absent(name string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.names == nil || time.Now().After(n.namesUntil) {
+	now := time.Now()
+	if name == n.missed && now.Before(n.missedAt.Add(n.fsys.entry)) {
+		return true
+	}
+	if n.names == nil || now.After(n.namesUntil) {
 		return false
 	}
 	_, ok := n.names[name]
 	return !ok
+}
+
+// forgetNames drops what n's names (and its last miss) say: a name the mount made turned out
+// not to be there (createBehind).
+func (n *node) forgetNames() {
+	n.mu.Lock()
+	n.names, n.missed = nil, ""
+	n.mu.Unlock()
 }
 
 // named and unnamed keep n's known names current with this mount's own
@@ -76,6 +101,9 @@ func (n *node) named(name string) {
 	n.mu.Lock()
 	if n.names != nil {
 		n.names[name] = struct{}{}
+	}
+	if n.missed == name {
+		n.missed = ""
 	}
 	n.mu.Unlock()
 }
@@ -163,6 +191,11 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	p := n.child(name)
 	a, err := n.fsys.at(ctx).Lstat(p) // a round trip: no lock is held here
 	if err != nil {
+		if errors.Is(err, iofs.ErrNotExist) {
+			n.mu.Lock()
+			n.missed, n.missedAt = name, time.Now()
+			n.mu.Unlock()
+		}
 		return nil, n.errno(ctx, "lookup", p, err)
 	}
 	return n.newChild(ctx, name, a, out), 0
@@ -347,6 +380,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	defer n.fsys.changing()()
 	p := n.child(name)
 	perm := mode & 0o7777
+	if child, h := n.createBehind(ctx, name, flags, perm, out); h != nil {
+		return child, h, 0, 0
+	}
 	// The open brings the file's attributes along (OpenRead, reading
 	// nothing): the new entry needs them, and they show the mode made.
 	f, o, err := n.fsys.at(ctx).OpenRead(p, pflags(int(flags)|syscall.O_CREAT), perm, 0)
@@ -372,12 +408,55 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 			return nil, nil, 0, n.errno(ctx, "create", p, err)
 		}
 	}
+	n.mu.Lock()
+	n.childUID, n.childGID, n.ownerKnown = a.UID, a.GID, true
+	n.mu.Unlock()
 	child := n.newChild(ctx, name, a, out)
 	cn := child.Operations().(*node)
 	if flags&syscall.O_TRUNC != 0 {
 		cn.changes.Add(1)
 	}
 	return child, cn.newHandle(f, int(flags)), 0, 0
+}
+
+// createBehind creates file name without waiting for the delegator: the
+// open goes out under a handle named here (sftpc.StartOpenNamed), and the
+// file's writes, its futimens and its close follow it on the wire at once.
+// A file that tar, git or a build writes then costs one round trip (that
+// of its close or its futimens) instead of two. It is done only where the
+// answer is known: n's names say name is not there, the delegator's owner
+// of a new file in n was seen on the last one, and the mode is perm (our
+// server, the only one with named opens, creates with exactly that). Should
+// the open fail anyway (the delegator made the name meanwhile, its disk is
+// full), the handle's next write, flush (close) or fsync reports it, as for
+// a failed write (fileHandle.created). It returns a nil handle where it
+// does not apply.
+func (n *node) createBehind(ctx context.Context, name string, flags, perm uint32, out *fuse.EntryOut) (*fs.Inode, *fileHandle) {
+	n.mu.Lock()
+	uid, gid, known := n.childUID, n.childGID, n.ownerKnown
+	n.mu.Unlock()
+	if !known || !n.absent(name) {
+		return nil, nil
+	}
+	client, gen := n.fsys.conn.liveAt()
+	if client == nil || !client.OpensNamed() {
+		return nil, nil
+	}
+	f, call := client.StartOpenNamed(n.child(name), pflags(int(flags)|syscall.O_CREAT), perm)
+	n.named(name)
+	now := uint32(time.Now().Unix())
+	child := n.newChild(ctx, name, sftpc.Attrs{Mode: syscall.S_IFREG | perm, UID: uid, GID: gid,
+		Atime: now, Mtime: now, Nlink: 1, HasNlink: true}, out)
+	cn := child.Operations().(*node)
+	if flags&syscall.O_TRUNC != 0 {
+		cn.changes.Add(1)
+	}
+	h := cn.newHandle(f, int(flags))
+	h.mu.Lock()
+	h.gen, h.behind, h.creating, h.perm = gen, true, true, perm
+	h.mu.Unlock()
+	n.fsys.conn.writes.queueOpen(h, gen, call)
+	return child, h
 }
 
 func (n *node) exists(ctx context.Context, p string) bool {
@@ -410,6 +489,12 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	ch := n.newChild(ctx, name, a, out)
 	if cn, ok := ch.Operations().(*node); ok {
 		cn.knowNames(nil) // made here, empty
+		// Its files will be the directory's owner's: the delegator's
+		// user, and the group it gave the directory (its own, or that
+		// of a setgid parent, which the new directory inherits).
+		cn.mu.Lock()
+		cn.childUID, cn.childGID, cn.ownerKnown = a.UID, a.GID, true
+		cn.mu.Unlock()
 	}
 	return ch, 0
 }

@@ -28,13 +28,17 @@ type writeBehind struct {
 }
 
 // pendingWrite is a write in flight. Its data is kept until it is
-// answered: a write cut off by a lost connection is sent again.
+// answered: a write cut off by a lost connection is sent again. Or it is
+// the open of a file created behind (node.createBehind), which its writes
+// follow on the wire: open is set, gen is the connection it went out on.
 type pendingWrite struct {
 	seq  uint64
 	call *sftpc.Call
 	h    *fileHandle
 	off  int64
 	data []byte
+	open bool
+	gen  uint64
 }
 
 // maxBehind bounds the data in flight; a write beyond it settles first.
@@ -62,15 +66,27 @@ func release(data []byte) {
 // write to settle first so that half of that remains in flight: the oldest
 // are the likeliest answered already, and the wire never runs dry.
 func (w *writeBehind) queue(h *fileHandle, gen uint64, call *sftpc.Call, data []byte, off int64) (settleTo uint64) {
+	return w.add(&pendingWrite{call: call, h: h, off: off, data: data, gen: gen})
+}
+
+// queueOpen adds the open of a file created behind, sent on connection
+// gen: what waits for h's writes waits for it too.
+func (w *writeBehind) queueOpen(h *fileHandle, gen uint64, call *sftpc.Call) {
+	w.add(&pendingWrite{call: call, h: h, open: true, gen: gen})
+}
+
+func (w *writeBehind) add(p *pendingWrite) (settleTo uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.last++
-	if gen != h.lastWriteGen {
+	p.seq = w.last
+	h := p.h
+	if p.gen != h.lastWriteGen {
 		h.lastOtherGen = h.lastWrite
 	}
-	h.lastWrite, h.lastWriteGen = w.last, gen
-	w.queued = append(w.queued, &pendingWrite{seq: w.last, call: call, h: h, off: off, data: data})
-	w.bytes += len(data)
+	h.lastWrite, h.lastWriteGen = w.last, p.gen
+	w.queued = append(w.queued, p)
+	w.bytes += len(p.data)
 	if w.bytes <= maxBehind {
 		return 0
 	}
@@ -165,7 +181,15 @@ func finish(ctx context.Context, batch []*pendingWrite) {
 	ctx = context.WithoutCancel(ctx)
 	for _, p := range batch {
 		err := p.call.Err()
-		if err != nil && connErr(err) {
+		if p.open {
+			if err != nil && connErr(err) {
+				// Create it on the next connection; the writes
+				// behind it are sent again there.
+				p.h.node.fsys.conn.lost(p.gen)
+				err = p.h.reopen(ctx, p.gen)
+			}
+			p.h.created(err)
+		} else if err != nil && connErr(err) {
 			err = p.h.withFileNow(ctx, func(f *sftpc.File) error {
 				_, err := f.WriteAt(p.data, p.off)
 				return err

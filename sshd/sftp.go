@@ -43,6 +43,7 @@ var extensions = [][2]string{
 	{"hardlink@openssh.com", "1"},
 	{wire.WriteBarrier, "1"},
 	{wire.OpenRead, "1"},
+	{wire.OpenNamed, "1"},
 }
 
 // errBadMessage is a malformed packet.
@@ -150,6 +151,23 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 			}
 			o.writes.Add(1)
 			j.done, j.after = o.writes, o.barrier
+		case pkt[0] == wire.Extended && string(key) == wire.OpenNamed:
+			// The open is the handle's first barrier: its writes and
+			// the rest wait for it. (A name used before waits for that
+			// handle's writes; the open then refuses it.)
+			name, ok := stringAt(pkt, 9+len(key))
+			if !ok {
+				break
+			}
+			o := order[string(name)]
+			if o == nil {
+				o = &handleOrder{}
+				order[string(name)] = o
+			}
+			j.after, o.writes = o.writes, nil
+			o.barrier = new(sync.WaitGroup)
+			o.barrier.Add(1)
+			j.done = o.barrier
 		case pkt[0] == wire.Fstat || pkt[0] == wire.Fsetstat || pkt[0] == wire.Close:
 			o := order[string(key)]
 			if o == nil {
@@ -575,6 +593,34 @@ func (s *sftpServer) openRead(id uint32, r *reader) {
 	s.send(b)
 }
 
+// openNamed is wire.OpenNamed: OPEN under the handle the client named.
+// The session's loop has made it the handle's barrier (ServeSFTP).
+func (s *sftpServer) openNamed(id uint32, r *reader) {
+	key := r.Str()
+	if r.Err != nil || !strings.HasPrefix(key, wire.NamedPrefix) {
+		s.errStatus(id, errBadMessage)
+		return
+	}
+	s.mu.Lock()
+	_, used := s.handles[key]
+	s.mu.Unlock()
+	if used {
+		s.status(id, wire.Failure, "handle name in use")
+		return
+	}
+	h, _, err := s.openFile(r)
+	if err != nil {
+		s.errStatus(id, err)
+		return
+	}
+	// Only this worker registers key (requests naming it keep their
+	// order), so it is still free.
+	s.mu.Lock()
+	s.handles[key] = h
+	s.mu.Unlock()
+	s.status(id, wire.OK, "")
+}
+
 // openFile opens the file an OPEN (or wire.OpenRead) names, with what
 // fstat says of it.
 func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
@@ -909,6 +955,8 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 		s.errStatus(id, err)
 	case wire.OpenRead:
 		s.openRead(id, r)
+	case wire.OpenNamed:
+		s.openNamed(id, r)
 	case "statvfs@openssh.com":
 		rel(r.Str()) // every path is on the same file system
 		var st syscall.Statfs_t

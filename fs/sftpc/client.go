@@ -18,6 +18,7 @@ import (
 	"io"
 	"io/fs"
 	"sync"
+	"sync/atomic"
 
 	gossh "golang.org/x/crypto/ssh"
 
@@ -98,6 +99,9 @@ type Client struct {
 
 	writeBarrier bool // the server announced wire.WriteBarrier
 	openRead     bool // the server announced wire.OpenRead
+	openNamed    bool // the server announced wire.OpenNamed
+
+	named atomic.Uint64 // handles named by StartOpenNamed so far
 }
 
 // WriteBarrier reports whether the server runs a handle's FSTAT, FSETSTAT
@@ -159,6 +163,8 @@ func (c *Client) handshake() error {
 			c.writeBarrier = true
 		case wire.OpenRead:
 			c.openRead = true
+		case wire.OpenNamed:
+			c.openNamed = true
 		}
 	}
 	c.wg.Add(2)

@@ -262,6 +262,27 @@ func (c *Client) OpenFile(p string, pflags uint32, perm uint32) (*File, error) {
 	return c.OpenResult(c.StartOpen(p, pflags, perm))
 }
 
+// OpensNamed reports whether the server takes an OPEN under a handle the
+// client names (StartOpenNamed).
+func (c *Client) OpensNamed() bool { return c.openNamed }
+
+// StartOpenNamed sends an OPEN of p under a handle named here, and returns
+// the File at once: its writes, FSTAT, FSETSTAT and CLOSE may be sent
+// before the open is answered (the server runs them after it); anything
+// else on it waits for the Call, whose Err is the open's outcome. Only for
+// a server that OpensNamed.
+func (c *Client) StartOpenNamed(p string, pflags, perm uint32) (*File, *Call) {
+	handle := wire.NamedPrefix + strconv.FormatUint(c.named.Add(1), 36)
+	call := c.start(wire.Extended, nil, func(e *encoder) {
+		e.str(wire.OpenNamed)
+		e.str(handle)
+		e.str(p)
+		e.u32(pflags)
+		e.attrs(Attrs{Flags: AttrPermissions, Mode: perm})
+	})
+	return &File{c: c, handle: handle}, call
+}
+
 // Opened is what OpenRead learns besides the handle.
 type Opened struct {
 	Attrs Attrs  // the open file's; Flags is 0 if the server did not say

@@ -24,6 +24,20 @@ const WriteBarrier = "write-barrier@awcp"
 // the end of the file). A failed open is a STATUS, as for OPEN.
 const OpenRead = "open-read@awcp"
 
+// OpenNamed is our extension, announced in VERSION: OPEN under a handle the
+// client names, so that the client can use the handle before the answer
+// comes (a file created while its writes are already on their way). The
+// request is the handle, a string that starts with NamedPrefix (the
+// server's own handles never do), then OPEN's body (path, pflags, attrs);
+// the answer is a STATUS. WRITE, FSTAT, FSETSTAT and CLOSE on the handle
+// may follow at once: they run after the open, and fail as on an unknown
+// handle if it failed. Other requests on it must wait for the answer. A
+// name already open is refused.
+const OpenNamed = "open-named@awcp"
+
+// NamedPrefix starts every handle a client names (OpenNamed).
+const NamedPrefix = "n"
+
 // Packet types.
 const (
 	Init          = 1
