@@ -271,11 +271,11 @@ func (h *fileHandle) reopen(ctx context.Context, stale uint64) error {
 	return nil
 }
 
-// created records the answer to the open of a file created behind. A
-// failed open is the handle's error, which its next write, flush (close)
-// or fsync reports; and the name leaves the kernel's cache, which was told
-// of a file that is not there.
-func (h *fileHandle) created(err error) {
+// created records the answer to the open of a file created behind and
+// returns the error to keep for the handle's next write, flush (close) or
+// fsync. A failed open also takes the name out of the kernel's cache,
+// which was told of a file that is not there.
+func (h *fileHandle) created(err error) error {
 	if err != nil {
 		err = fmt.Errorf("create: %w", err)
 	}
@@ -283,12 +283,11 @@ func (h *fileHandle) created(err error) {
 	h.creating, h.openErr = false, err
 	h.mu.Unlock()
 	if err == nil {
-		return
+		return nil
 	}
-	h.failed(err)
 	name, parent := h.node.Parent()
 	if parent == nil {
-		return
+		return err
 	}
 	if pn, ok := parent.Operations().(*node); ok {
 		pn.forgetNames()
@@ -301,6 +300,7 @@ func (h *fileHandle) created(err error) {
 		// runs holding the directory's lock, which the notice takes.
 		parent.NotifyEntry(name)
 	}()
+	return err
 }
 
 // openError is the open's error of a handle created behind whose open

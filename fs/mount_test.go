@@ -434,6 +434,116 @@ func TestKnownNames(t *testing.T) {
 	}
 }
 
+// A file made where the mount knows its name is free is created behind
+// (its open travels with its writes): tar's open, write, futimens and close
+// must leave on the delegator's side what they would anywhere. If the
+// delegator took the name meanwhile, the create fails — at the close at
+// the latest, never silently — its file is left alone, and the mount shows
+// it within the entry timeout.
+func TestCreateBehind(t *testing.T) {
+	f := newMount(t, false)
+	d := filepath.Join(f.mnt, "made")
+	if err := os.Mkdir(d, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	stamp := time.Date(2022, 3, 4, 5, 6, 7, 0, time.UTC)
+	for i := range 20 {
+		name := fmt.Sprintf("f%d", i)
+		fd, err := os.OpenFile(filepath.Join(d, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { fd.Close() })
+		if _, err := fd.Write([]byte("content " + name)); err != nil {
+			t.Fatal(err)
+		}
+		tv := []unix.Timeval{unix.NsecToTimeval(stamp.UnixNano()), unix.NsecToTimeval(stamp.UnixNano())}
+		if err := unix.Futimes(int(fd.Fd()), tv); err != nil {
+			t.Fatalf("futimes %s: %v", name, err)
+		}
+		if err := fd.Close(); err != nil {
+			t.Fatalf("close %s: %v", name, err)
+		}
+		on := filepath.Join(f.dir, "made", name)
+		if b, _ := os.ReadFile(on); string(b) != "content "+name {
+			t.Fatalf("%s on the delegator's side holds %q", name, b)
+		}
+		want, err := os.Stat(on)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.Stat(filepath.Join(d, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want.Mode() != 0o640 || !want.ModTime().Equal(stamp) {
+			t.Fatalf("%s on the delegator's side: mode %v, mtime %v", name, want.Mode(), want.ModTime())
+		}
+		ws, gs := want.Sys().(*syscall.Stat_t), got.Sys().(*syscall.Stat_t)
+		if got.Mode() != want.Mode() || got.Size() != want.Size() || !got.ModTime().Equal(stamp) ||
+			gs.Uid != ws.Uid || gs.Gid != ws.Gid {
+			t.Fatalf("%s through the mount: %v %d %v uid %d gid %d; on the delegator's side %v %d %v uid %d gid %d",
+				name, got.Mode(), got.Size(), got.ModTime(), gs.Uid, gs.Gid, want.Mode(), want.Size(), want.ModTime(), ws.Uid, ws.Gid)
+		}
+	}
+
+	for _, name := range []string{"written", "touched"} {
+		race := filepath.Join(f.mnt, "race-"+name)
+		if err := os.Mkdir(race, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(f.dir, "race-"+name, name), []byte("theirs"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fd, err := os.OpenFile(filepath.Join(race, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		switch {
+		case err == nil:
+			t.Cleanup(func() { fd.Close() })
+			if name == "written" {
+				fd.Write([]byte("mine!!"))
+			}
+			if err := fd.Close(); err == nil {
+				t.Fatalf("%s: the delegator refused the create, and nothing said so", name)
+			}
+		case !errors.Is(err, syscall.EEXIST):
+			t.Fatalf("%s: open of a name the delegator took: %v", name, err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(f.dir, "race-"+name, name)); string(b) != "theirs" {
+			t.Fatalf("%s: the delegator's file holds %q", name, b)
+		}
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			b, _ := os.ReadFile(filepath.Join(race, name))
+			if string(b) == "theirs" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the mount still shows %q for the delegator's file", name, b)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// A create behind whose open the connection lost is made again on the
+// next connection, with the writes sent behind it.
+func TestCreateBehindAcrossReconnect(t *testing.T) {
+	f := newMount(t, false)
+	d := filepath.Join(f.mnt, "made")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The SFTP session ends under the mount, which has not noticed: the
+	// open goes out on it and is lost, and so is the write behind it.
+	f.mount.conn.live().Close()
+	if err := os.WriteFile(filepath.Join(d, "f"), []byte("kept"), 0o644); err != nil {
+		t.Fatalf("write a new file across a lost session: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(f.dir, "made", "f")); string(b) != "kept" {
+		t.Fatalf("on the delegator's side: %q, %v", b, err)
+	}
+}
+
 // A directory listed again within the entry timeout is not read from the
 // delegator again (`ls -l` after `find`), unless the mount changed the tree
 // since: then the next listing shows the mount's change and the

@@ -188,7 +188,7 @@ func finish(ctx context.Context, batch []*pendingWrite) {
 				p.h.node.fsys.conn.lost(p.gen)
 				err = p.h.reopen(ctx, p.gen)
 			}
-			p.h.created(err)
+			err = p.h.created(err)
 		} else if err != nil && connErr(err) {
 			err = p.h.withFileNow(ctx, func(f *sftpc.File) error {
 				_, err := f.WriteAt(p.data, p.off)

@@ -201,6 +201,61 @@ func TestWriteBarrier(t *testing.T) {
 	}
 }
 
+// A file opened under a handle the client names is written, stamped and
+// closed without waiting for the open: the server runs all of them after
+// it, though its writes go to several workers. An open that fails takes
+// the requests behind it down with it, and changes nothing.
+func TestOpenNamed(t *testing.T) {
+	dir, _, c := session(t)
+	if !c.OpensNamed() {
+		t.Fatal("our server does not announce open-named@awcp")
+	}
+	const piece, pieces = 64 << 10, 8 // spread over the server's workers
+	data := make([]byte, piece*pieces)
+	rand.Read(data)
+	stamp := uint32(time.Date(2021, 6, 7, 8, 9, 10, 0, time.UTC).Unix())
+	for round := range 40 {
+		name := fmt.Sprintf("f%d", round)
+		f, open := c.StartOpenNamed("/"+name, sftpc.OpenWrite|sftpc.OpenCreate|sftpc.OpenExcl, 0o640)
+		calls := []*sftpc.Call{open}
+		for i := range pieces {
+			calls = append(calls, f.StartWrite(data[i*piece:(i+1)*piece], int64(i*piece)))
+		}
+		calls = append(calls, f.StartSetstat(sftpc.Attrs{Flags: sftpc.AttrTimes, Atime: stamp, Mtime: stamp}), f.StartClose())
+		for i, call := range calls {
+			if err := call.Err(); err != nil {
+				t.Fatalf("round %d, request %d behind the open: %v", round, i, err)
+			}
+		}
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o640 || fi.ModTime().Unix() != int64(stamp) {
+			t.Fatalf("round %d: mode %v, mtime %v", round, fi.Mode(), fi.ModTime())
+		}
+		if on, _ := os.ReadFile(filepath.Join(dir, name)); !bytes.Equal(on, data) {
+			t.Fatalf("round %d: the file has %d bytes, not what was written", round, len(on))
+		}
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "taken"), []byte("theirs"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, open := c.StartOpenNamed("/taken", sftpc.OpenWrite|sftpc.OpenCreate|sftpc.OpenExcl, 0o600)
+	write := f.StartWrite([]byte("mine!!"), 0)
+	closed := f.StartClose()
+	if err := open.Err(); err == nil {
+		t.Fatal("an exclusive open of an existing file succeeded")
+	}
+	if write.Err() == nil || closed.Err() == nil {
+		t.Fatal("requests behind a failed open succeeded")
+	}
+	if on, _ := os.ReadFile(filepath.Join(dir, "taken")); string(on) != "theirs" {
+		t.Fatalf("the existing file holds %q", on)
+	}
+}
+
 // Small requests are queued for the sending goroutine and large writes go
 // out from the caller's buffer; on the wire they stay in the order they
 // were started. Our server runs writes to the same 64 KiB in order, so a
