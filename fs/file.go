@@ -37,10 +37,11 @@ type fileHandle struct {
 
 	head headRead // the file's start, read by the open; mu guards it
 
-	// A file created behind (node.createBehind): creating while its open
-	// is unanswered (a re-open then creates it, with perm); openErr is the
-	// open's error, once it failed. mu guards them.
-	behind   bool
+	// A file created behind (node.createBehind): open is its open in
+	// flight, creating is set while it is unanswered (a re-open then
+	// creates the file, with perm), openErr is its error once it failed.
+	// mu guards them.
+	open     *sftpc.Call
 	creating bool
 	perm     uint32
 	openErr  error
@@ -235,7 +236,7 @@ func (h *fileHandle) withFileNow(ctx context.Context, op func(*sftpc.File) error
 		}
 		err = op(f)
 		if err != nil && !connErr(err) {
-			if oerr := h.openError(ctx); oerr != nil {
+			if oerr := h.openError(); oerr != nil {
 				return oerr
 			}
 		}
@@ -303,20 +304,21 @@ func (h *fileHandle) created(err error) error {
 	return err
 }
 
-// openError is the open's error of a handle created behind whose open
-// failed (a request that failed on it failed for that reason), once the
-// open is answered; nil for any other.
-func (h *fileHandle) openError(ctx context.Context) error {
+// openError is the error of a handle created behind whose open failed (a
+// request that failed on it failed for that reason), nil for any other.
+// It waits for the open's answer, not for the writes settling: it runs
+// while they settle, too.
+func (h *fileHandle) openError() error {
 	h.mu.Lock()
-	behind := h.behind
+	open, err := h.open, h.openErr
 	h.mu.Unlock()
-	if !behind {
-		return nil
+	if open == nil || err != nil {
+		return err
 	}
-	h.node.fsys.conn.writes.settleHandles(ctx, h)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.openErr
+	if err := open.Err(); err != nil && !connErr(err) {
+		return fmt.Errorf("create: %w", err)
+	}
+	return nil
 }
 
 // reopenFlags opens a file again: neither create nor truncate again, the

@@ -453,7 +453,7 @@ func (n *node) createBehind(ctx context.Context, name string, flags, perm uint32
 	}
 	h := cn.newHandle(f, int(flags))
 	h.mu.Lock()
-	h.gen, h.behind, h.creating, h.perm = gen, true, true, perm
+	h.gen, h.open, h.creating, h.perm = gen, call, true, perm
 	h.mu.Unlock()
 	n.fsys.conn.writes.queueOpen(h, gen, call)
 	return child, h
