@@ -525,6 +525,34 @@ func TestCreateBehind(t *testing.T) {
 	}
 }
 
+// An open that creates only if missing (no O_EXCL, no O_TRUNC) is not
+// made behind: were the delegator's file there after all, the kernel would
+// have to know its size, or an append would write over its start.
+func TestCreateAppendsToFileMadeMeanwhile(t *testing.T) {
+	f := newMount(t, false)
+	d := filepath.Join(f.mnt, "made")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.dir, "made", "log"), []byte("theirs"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := os.OpenFile(filepath.Join(d, "log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fd.Close() })
+	if _, err := fd.Write([]byte("+mine")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fd.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.dir, "made", "log")); string(b) != "theirs+mine" {
+		t.Fatalf("the delegator's file holds %q, want %q", b, "theirs+mine")
+	}
+}
+
 // A create behind whose open the connection lost is made again on the
 // next connection, with the writes sent behind it.
 func TestCreateBehindAcrossReconnect(t *testing.T) {

@@ -87,8 +87,8 @@ func (n *node) absent(name string) bool {
 	return !ok
 }
 
-// forgetNames drops what n's names (and its last miss) say: a name the mount made turned out
-// not to be there (createBehind).
+// forgetNames drops what n's names (and its last miss) say: a name the
+// mount made turned out not to be there (createBehind).
 func (n *node) forgetNames() {
 	n.mu.Lock()
 	n.names, n.missed = nil, ""
@@ -426,16 +426,18 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 // of its close or its futimens) instead of two. It is done only where the
 // answer is known: n's names say name is not there, the delegator's owner
 // of a new file in n was seen on the last one, and the mode is perm (our
-// server, the only one with named opens, creates with exactly that). Should
-// the open fail anyway (the delegator made the name meanwhile, its disk is
-// full), the handle's next write, flush (close) or fsync reports it, as for
-// a failed write (fileHandle.created). It returns a nil handle where it
-// does not apply.
+// server, the only one with named opens, creates with exactly that). And
+// only with O_EXCL or O_TRUNC: a file the delegator made meanwhile is then
+// refused or emptied, never opened at a size the kernel was not told (an
+// append would write over its start). Should the open fail anyway (the
+// delegator made the name meanwhile, its disk is full), the handle's next
+// write, flush (close) or fsync reports it, as for a failed write
+// (fileHandle.created). It returns a nil handle where it does not apply.
 func (n *node) createBehind(ctx context.Context, name string, flags, perm uint32, out *fuse.EntryOut) (*fs.Inode, *fileHandle) {
 	n.mu.Lock()
 	uid, gid, known := n.childUID, n.childGID, n.ownerKnown
 	n.mu.Unlock()
-	if !known || !n.absent(name) {
+	if !known || flags&(syscall.O_EXCL|syscall.O_TRUNC) == 0 || !n.absent(name) {
 		return nil, nil
 	}
 	client, gen := n.fsys.conn.liveAt()
