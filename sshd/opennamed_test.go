@@ -1,0 +1,130 @@
+package sshd
+
+import (
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	wire "github.com/awcp/awcp/sshd/sftpwire"
+)
+
+// rawSession speaks SFTP to ServeSFTP byte by byte, for requests no client
+// of ours would send.
+type rawSession struct {
+	t    *testing.T
+	conn net.Conn
+	id   uint32
+}
+
+func newRawSession(t *testing.T, dir string) *rawSession {
+	t.Helper()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, server := net.Pipe()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		ServeSFTP(server, root, false, slog.New(slog.DiscardHandler))
+		server.Close()
+	}()
+	t.Cleanup(func() { client.Close(); <-served; root.Close() })
+	s := &rawSession{t: t, conn: client}
+	s.send(wire.Init, func(b *buf) {}, false)
+	s.reply() // VERSION
+	return s
+}
+
+// send writes a request of type typ whose body fill builds, with a request
+// id unless it is INIT.
+func (s *rawSession) send(typ byte, fill func(b *buf), withID bool) {
+	s.t.Helper()
+	var b buf
+	b.u32(0)
+	b.byte(typ)
+	if withID {
+		s.id++
+		b.u32(s.id)
+	} else {
+		b.u32(3) // INIT's version
+	}
+	fill(&b)
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	if _, err := s.conn.Write(b); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// reply reads one packet: its type and what follows the type.
+func (s *rawSession) reply() (byte, []byte) {
+	s.t.Helper()
+	var hdr [5]byte
+	if _, err := io.ReadFull(s.conn, hdr[:]); err != nil {
+		s.t.Fatal(err)
+	}
+	body := make([]byte, binary.BigEndian.Uint32(hdr[:4])-1)
+	if _, err := io.ReadFull(s.conn, body); err != nil {
+		s.t.Fatal(err)
+	}
+	return hdr[4], body
+}
+
+// status sends a request and returns the code of its STATUS answer.
+func (s *rawSession) status(typ byte, fill func(b *buf)) uint32 {
+	s.t.Helper()
+	s.send(typ, fill, true)
+	typ, body := s.reply()
+	if typ != wire.Status || len(body) < 8 {
+		s.t.Fatalf("answer of type %d, want STATUS", typ)
+	}
+	return binary.BigEndian.Uint32(body[4:8])
+}
+
+func openNamed(handle, path string) func(b *buf) {
+	return func(b *buf) {
+		b.str(wire.OpenNamed)
+		b.str(handle)
+		b.str(path)
+		b.u32(wire.FlagWrite | wire.FlagCreat | wire.FlagExcl)
+		b.u32(0) // no attributes
+	}
+}
+
+// A client names its handles only in its own space (NamedPrefix), and
+// never one that is open: both are refused before anything is created.
+func TestOpenNamedRefusals(t *testing.T) {
+	dir := t.TempDir()
+	s := newRawSession(t, dir)
+	if code := s.status(wire.Extended, openNamed("1", "/hex")); code != wire.BadMessage {
+		t.Fatalf("a handle named like the server's: status %d, want BAD_MESSAGE", code)
+	}
+	if code := s.status(wire.Extended, openNamed("n1", "/first")); code != wire.OK {
+		t.Fatalf("open-named: status %d", code)
+	}
+	if code := s.status(wire.Extended, openNamed("n1", "/second")); code != wire.Failure {
+		t.Fatalf("a handle name in use: status %d, want FAILURE", code)
+	}
+	if code := s.status(wire.Extended, func(b *buf) { b.str(wire.OpenNamed) }); code != wire.BadMessage {
+		t.Fatalf("open-named without a handle: status %d, want BAD_MESSAGE", code)
+	}
+	write := func(b *buf) { b.str("n1"); b.u64(0); b.str("data") }
+	if code := s.status(wire.Write, write); code != wire.OK {
+		t.Fatalf("write on the named handle: status %d", code)
+	}
+	if code := s.status(wire.Close, func(b *buf) { b.str("n1") }); code != wire.OK {
+		t.Fatalf("close of the named handle: status %d", code)
+	}
+	for _, name := range []string{"hex", "second"} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); !os.IsNotExist(err) {
+			t.Errorf("%s was created by a refused open: %v", name, err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "first")); string(b) != "data" {
+		t.Fatalf("first holds %q", b)
+	}
+}
