@@ -487,6 +487,21 @@ func TestCreateBehind(t *testing.T) {
 		}
 	}
 
+	// The setgid bit, which the server never sets for an executor: the
+	// mount must not claim the file has it.
+	fd, err := syscall.Open(filepath.Join(d, "setgid"), syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL, 0o2750)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(fd)
+	on, err := os.Stat(filepath.Join(f.dir, "made", "setgid"))
+	if err != nil || on.Mode() != 0o750 {
+		t.Fatalf("on the delegator's side, a file created with mode 02750: %v, %v", on, err)
+	}
+	if got, err := os.Stat(filepath.Join(d, "setgid")); err != nil || got.Mode() != on.Mode() {
+		t.Fatalf("through the mount, a file created with mode 02750: %v, %v; it is %v", got.Mode(), err, on.Mode())
+	}
+
 	for _, name := range []string{"written", "touched"} {
 		race := filepath.Join(f.mnt, "race-"+name)
 		if err := os.Mkdir(race, 0o755); err != nil {

@@ -426,10 +426,12 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 // of its close or its futimens) instead of two. It is done only where the
 // answer is known: n's names say name is not there, the delegator's owner
 // of a new file in n was seen on the last one, and the mode is perm (our
-// server, the only one with named opens, creates with exactly that). And
-// only with O_EXCL or O_TRUNC: a file the delegator made meanwhile is then
-// refused or emptied, never opened at a size the kernel was not told (an
-// append would write over its start). Should the open fail anyway (the
+// server, the only one with named opens, creates with exactly that, but
+// never sets the setuid, setgid and sticky bits: a file asked for with
+// them is created the plain way, which reads back what was made).
+// And only with O_EXCL or O_TRUNC: a file the delegator made meanwhile is
+// then refused or emptied, never opened at a size the kernel was not told
+// (an append would write over its start). Should the open fail anyway (the
 // delegator made the name meanwhile, its disk is full), the handle's next
 // write, flush (close) or fsync reports it, as for a failed write
 // (fileHandle.created). It returns a nil handle where it does not apply.
@@ -437,7 +439,7 @@ func (n *node) createBehind(ctx context.Context, name string, flags, perm uint32
 	n.mu.Lock()
 	uid, gid, known := n.childUID, n.childGID, n.ownerKnown
 	n.mu.Unlock()
-	if !known || flags&(syscall.O_EXCL|syscall.O_TRUNC) == 0 || !n.absent(name) {
+	if !known || flags&(syscall.O_EXCL|syscall.O_TRUNC) == 0 || perm&^0o777 != 0 || !n.absent(name) {
 		return nil, nil
 	}
 	client, gen := n.fsys.conn.liveAt()
