@@ -577,7 +577,7 @@ func (s *sftpServer) openRead(id uint32, r *reader) {
 	if h.readable {
 		n := int(min(want, maxReadLen))
 		b = slices.Grow(b, n)[:at+4+n]
-		got, err := h.f.ReadAt(b[at+4:], 0)
+		got, err := readUntouched(h.f, b[at+4:])
 		if err != nil && !errors.Is(err, io.EOF) {
 			putBuf(b)
 			s.mu.Lock()
@@ -591,6 +591,30 @@ func (s *sftpServer) openRead(id uint32, r *reader) {
 		binary.BigEndian.PutUint32(b[at:], uint32(got))
 	}
 	s.send(b)
+}
+
+// readUntouched reads the start of f into b without updating f's access
+// time where the server may (it owns f, or is root): the start sent with an
+// open is read before anyone asked for it, and a file opened and never read
+// (or read from what the mount keeps) is not accessed. Where O_NOATIME is
+// refused it is a plain read.
+func readUntouched(f *os.File, b []byte) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return f.ReadAt(b, 0)
+	}
+	var flags int
+	rc.Control(func(fd uintptr) {
+		flags, err = unix.FcntlInt(fd, unix.F_GETFL, 0)
+		if err == nil && flags&unix.O_NOATIME == 0 {
+			_, err = unix.FcntlInt(fd, unix.F_SETFL, flags|unix.O_NOATIME)
+		}
+	})
+	if err == nil {
+		// Set back for the READs the client asks for.
+		defer rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETFL, flags) })
+	}
+	return f.ReadAt(b, 0)
 }
 
 // openNamed is wire.OpenNamed: OPEN under the handle the client named.

@@ -343,6 +343,44 @@ func TestOpenRead(t *testing.T) {
 	}
 }
 
+// The start an open brings along is read before anyone asked for it: it
+// does not touch the file's access time on the delegator's side (a file
+// opened and not read was not accessed); a READ asked for does.
+func TestOpenReadLeavesAccessTime(t *testing.T) {
+	dir, _, c := session(t)
+	path := filepath.Join(dir, "f")
+	if err := os.WriteFile(path, []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// An access time before the modification: relatime updates it at
+	// the next read.
+	mtime := time.Now().Add(-time.Minute).Truncate(time.Second)
+	if err := os.Chtimes(path, mtime.Add(-time.Hour), mtime); err != nil {
+		t.Fatal(err)
+	}
+	atime := func() int64 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(path, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Atim.Sec
+	}
+	f, o, err := c.OpenRead("/f", sftpc.OpenRead, 0, 64<<10)
+	if err != nil || string(o.Head) != "data" {
+		t.Fatalf("OpenRead: %q, %v", o.Head, err)
+	}
+	defer f.Close()
+	if got := atime(); got != mtime.Add(-time.Hour).Unix() {
+		t.Fatalf("the open's read moved the access time to %v", time.Unix(got, 0))
+	}
+	if _, err := f.ReadAt(make([]byte, 4), 0); err != nil && err != io.EOF {
+		t.Fatal(err)
+	}
+	if got := atime(); got < mtime.Unix() {
+		t.Fatalf("a READ left the access time at %v, before the modification", time.Unix(got, 0))
+	}
+}
+
 func TestReadWrite(t *testing.T) {
 	dir, _, c := session(t)
 	f, err := c.OpenFile("/big", sftpc.OpenRead|sftpc.OpenWrite|sftpc.OpenCreate|sftpc.OpenExcl, 0o600)
