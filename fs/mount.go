@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -39,6 +40,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/awcp/awcp/fs/sftpc"
+	"github.com/awcp/awcp/internal/bufconn"
 )
 
 // Options configures a mount.
@@ -160,16 +162,27 @@ func Dial(opts Options) (*gossh.Client, *sftpc.Client, error) {
 	if err := opts.validate(); err != nil {
 		return nil, nil, err
 	}
-	conn, err := gossh.Dial("tcp", opts.Addr, &gossh.ClientConfig{
+	config := &gossh.ClientConfig{
 		User:              opts.User,
 		Auth:              []gossh.AuthMethod{gossh.PublicKeys(opts.Signer)},
 		HostKeyCallback:   gossh.FixedHostKey(opts.HostKey),
 		HostKeyAlgorithms: []string{opts.HostKey.Type()},
-		Timeout:           opts.DialTimeout,
-	})
+	}
+	tcp, err := net.DialTimeout("tcp", opts.Addr, opts.DialTimeout)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to the delegator at %s: %w", opts.Addr, err)
 	}
+	// The handshake, too, is bounded: a server that accepts and says
+	// nothing must not hold the mount up.
+	tcp.SetDeadline(time.Now().Add(opts.DialTimeout))
+	// x/crypto/ssh would read the socket 16 KiB at a time (bufconn).
+	c, chans, reqs, err := gossh.NewClientConn(bufconn.New(tcp), opts.Addr, config)
+	if err != nil {
+		tcp.Close()
+		return nil, nil, fmt.Errorf("connect to the delegator at %s: %w", opts.Addr, err)
+	}
+	tcp.SetDeadline(time.Time{})
+	conn := gossh.NewClient(c, chans, reqs)
 	client, err := sftpc.Open(conn)
 	if err != nil {
 		conn.Close()

@@ -12,6 +12,8 @@ import (
 
 	"github.com/gliderlabs/ssh"
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/awcp/awcp/internal/bufconn"
 )
 
 // Export is what a live lease lends: a directory and whether it is read-only.
@@ -89,6 +91,8 @@ func New(opts Options) (*Server, error) {
 		SessionRequestCallback: func(_ ssh.Session, typ string) bool { return typ == "subsystem" },
 		PtyCallback:            func(ssh.Context, ssh.Pty) bool { return false },
 		SubsystemHandlers:      map[string]ssh.SubsystemHandler{"sftp": s.serveSFTP},
+		// x/crypto/ssh would read the socket 16 KiB at a time (bufconn).
+		ConnCallback: func(_ ssh.Context, c net.Conn) net.Conn { return bufconn.New(c) },
 		// gliderlabs accepts every "env" request; this session handler
 		// refuses them before it sees them.
 		ChannelHandlers: map[string]ssh.ChannelHandler{"session": refuseEnv},
