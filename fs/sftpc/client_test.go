@@ -15,6 +15,7 @@ import (
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
+	"golang.org/x/sys/unix"
 
 	"github.com/awcp/awcp/fs"
 	"github.com/awcp/awcp/fs/sftpc"
@@ -378,6 +379,47 @@ func TestOpenReadLeavesAccessTime(t *testing.T) {
 	}
 	if got := atime(); got < mtime.Unix() {
 		t.Fatalf("a READ left the access time at %v, before the modification", time.Unix(got, 0))
+	}
+}
+
+// A large file written through the server goes to disk while it arrives:
+// the server starts the disk write every few MiB, so the fsync or close at
+// the end does not find all of it still in memory.
+func TestLargeWriteGoesToDiskAsItArrives(t *testing.T) {
+	dir, _, c := session(t)
+	var fsst unix.Statfs_t
+	if err := unix.Statfs(dir, &fsst); err != nil {
+		t.Fatal(err)
+	}
+	if fsst.Type == unix.TMPFS_MAGIC {
+		t.Skip("the test directory is on tmpfs, which has no disk to write to")
+	}
+	f, err := c.OpenFile("/big", sftpc.OpenWrite|sftpc.OpenCreate|sftpc.OpenExcl, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const size = 32 << 20
+	chunk := make([]byte, 1<<20)
+	rand.Read(chunk)
+	for off := 0; off < size; off += len(chunk) {
+		if _, err := f.WriteAt(chunk, int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	local, err := os.Open(filepath.Join(dir, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	var st unix.Cachestat_t
+	if err := unix.Cachestat(uint(local.Fd()), &unix.CachestatRange{}, &st, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Without the server's help every page would still be dirty: the
+	// kernel starts on its own only past a tenth of memory, or after 30 s.
+	if pages := uint64(size / os.Getpagesize()); st.Dirty > pages/2 {
+		t.Fatalf("%d of the file's %d pages are still only in memory", st.Dirty, pages)
 	}
 }
 
