@@ -607,8 +607,7 @@ func readUntouched(f *os.File, b []byte) (int, error) {
 	}
 	var flags int
 	rc.Control(func(fd uintptr) {
-		flags, err = unix.FcntlInt(fd, unix.F_GETFL, 0)
-		if err == nil && flags&unix.O_NOATIME == 0 {
+		if flags, err = unix.FcntlInt(fd, unix.F_GETFL, 0); err == nil {
 			_, err = unix.FcntlInt(fd, unix.F_SETFL, flags|unix.O_NOATIME)
 		}
 	})
