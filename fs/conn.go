@@ -250,13 +250,20 @@ func connErr(err error) bool {
 	return errors.Is(err, sftpc.ErrConnLost) || errors.Is(err, net.ErrClosed)
 }
 
-// do runs op on a live client once the writes sent before are settled, and
-// once more on the next connection if the connection failed under it.
-func do[T any](ctx context.Context, c *conn, op func(*sftpc.Client) (T, error)) (T, error) {
-	var zero T
-	if err := c.writes.settle(ctx); err != nil {
+// do runs op, a request naming paths, on a live client once what it must
+// not overtake is settled (writeBehind.settleFor), and once more on the
+// next connection if the connection failed under it.
+func do[T any](ctx context.Context, c *conn, paths []string, op func(*sftpc.Client) (T, error)) (T, error) {
+	if err := c.writes.settleFor(ctx, paths...); err != nil {
+		var zero T
 		return zero, err
 	}
+	return retried(ctx, c, op)
+}
+
+// retried is do without settling first.
+func retried[T any](ctx context.Context, c *conn, op func(*sftpc.Client) (T, error)) (T, error) {
+	var zero T
 	for attempt := 0; ; attempt++ {
 		client, gen, err := c.get(ctx)
 		if err != nil {
@@ -281,21 +288,21 @@ type reconnecting struct {
 
 func unit(err error) (struct{}, error) { return struct{}{}, err }
 
-func (r reconnecting) run(op func(*sftpc.Client) error) error {
-	_, err := do(r.ctx, r.c, func(cl *sftpc.Client) (struct{}, error) { return unit(op(cl)) })
+func (r reconnecting) run(paths []string, op func(*sftpc.Client) error) error {
+	_, err := do(r.ctx, r.c, paths, func(cl *sftpc.Client) (struct{}, error) { return unit(op(cl)) })
 	return err
 }
 
 func (r reconnecting) Lstat(p string) (sftpc.Attrs, error) {
-	return do(r.ctx, r.c, func(cl *sftpc.Client) (sftpc.Attrs, error) { return cl.Lstat(p) })
+	return do(r.ctx, r.c, []string{p}, func(cl *sftpc.Client) (sftpc.Attrs, error) { return cl.Lstat(p) })
 }
 
 func (r reconnecting) ReadDir(p string) ([]sftpc.Entry, error) {
-	return do(r.ctx, r.c, func(cl *sftpc.Client) ([]sftpc.Entry, error) { return cl.ReadDir(p) })
+	return do(r.ctx, r.c, []string{p}, func(cl *sftpc.Client) ([]sftpc.Entry, error) { return cl.ReadDir(p) })
 }
 
 func (r reconnecting) OpenFile(p string, pflags, perm uint32) (*sftpc.File, error) {
-	return do(r.ctx, r.c, func(cl *sftpc.Client) (*sftpc.File, error) { return cl.OpenFile(p, pflags, perm) })
+	return do(r.ctx, r.c, []string{p}, func(cl *sftpc.Client) (*sftpc.File, error) { return cl.OpenFile(p, pflags, perm) })
 }
 
 // OpenRead is sftpc's OpenRead: the open, the file's first n bytes and its
@@ -305,7 +312,7 @@ func (r reconnecting) OpenRead(p string, pflags, perm uint32, n int) (*sftpc.Fil
 		f *sftpc.File
 		o sftpc.Opened
 	}
-	v, err := do(r.ctx, r.c, func(cl *sftpc.Client) (opened, error) {
+	v, err := do(r.ctx, r.c, []string{p}, func(cl *sftpc.Client) (opened, error) {
 		f, o, err := cl.OpenRead(p, pflags, perm, n)
 		return opened{f, o}, err
 	})
@@ -313,52 +320,54 @@ func (r reconnecting) OpenRead(p string, pflags, perm uint32, n int) (*sftpc.Fil
 }
 
 func (r reconnecting) ReadLink(p string) (string, error) {
-	return do(r.ctx, r.c, func(cl *sftpc.Client) (string, error) { return cl.ReadLink(p) })
+	return do(r.ctx, r.c, []string{p}, func(cl *sftpc.Client) (string, error) { return cl.ReadLink(p) })
 }
 
+// StatVFS waits for every remove: the space they free shows in it.
 func (r reconnecting) StatVFS(p string) (sftpc.StatVFS, error) {
-	return do(r.ctx, r.c, func(cl *sftpc.Client) (sftpc.StatVFS, error) { return cl.StatVFS(p) })
+	return do(r.ctx, r.c, []string{"/"}, func(cl *sftpc.Client) (sftpc.StatVFS, error) { return cl.StatVFS(p) })
 }
 
 // then sends first and, right behind it, an LSTAT of p, and returns the
 // attributes if first succeeded. Our server runs requests naming the same
-// path in order, so the LSTAT sees first's effect: one round trip.
-func (r reconnecting) then(p string, first func(*sftpc.Client) *sftpc.Call) (sftpc.Attrs, error) {
-	return do(r.ctx, r.c, func(cl *sftpc.Client) (sftpc.Attrs, error) {
+// path in order, so the LSTAT sees first's effect: one round trip. paths
+// are what first names.
+func (r reconnecting) then(p string, paths []string, first func(*sftpc.Client) *sftpc.Call) (sftpc.Attrs, error) {
+	return do(r.ctx, r.c, paths, func(cl *sftpc.Client) (sftpc.Attrs, error) {
 		return first(cl).Then(cl.StartLstat(p))
 	})
 }
 
 // Mkdir makes directory p with perm and returns its attributes.
 func (r reconnecting) Mkdir(p string, perm uint32) (sftpc.Attrs, error) {
-	return r.then(p, func(cl *sftpc.Client) *sftpc.Call { return cl.StartMkdir(p, perm) })
+	return r.then(p, []string{p}, func(cl *sftpc.Client) *sftpc.Call { return cl.StartMkdir(p, perm) })
 }
 
 // Setstat sets what set.Flags names on p and returns p's attributes.
 func (r reconnecting) Setstat(p string, set sftpc.Attrs) (sftpc.Attrs, error) {
-	return r.then(p, func(cl *sftpc.Client) *sftpc.Call { return cl.StartSetstat(p, set) })
+	return r.then(p, []string{p}, func(cl *sftpc.Client) *sftpc.Call { return cl.StartSetstat(p, set) })
 }
 
 func (r reconnecting) Remove(p string) error {
-	return r.run(func(cl *sftpc.Client) error { return cl.Remove(p) })
+	return r.run([]string{p}, func(cl *sftpc.Client) error { return cl.Remove(p) })
 }
 
 func (r reconnecting) RemoveDirectory(p string) error {
-	return r.run(func(cl *sftpc.Client) error { return cl.RemoveDirectory(p) })
+	return r.run([]string{p}, func(cl *sftpc.Client) error { return cl.RemoveDirectory(p) })
 }
 
 func (r reconnecting) PosixRename(from, to string) error {
-	return r.run(func(cl *sftpc.Client) error { return cl.PosixRename(from, to) })
+	return r.run([]string{from, to}, func(cl *sftpc.Client) error { return cl.PosixRename(from, to) })
 }
 
 // Symlink makes link point at target and returns link's attributes.
 func (r reconnecting) Symlink(target, link string) (sftpc.Attrs, error) {
-	return r.then(link, func(cl *sftpc.Client) *sftpc.Call { return cl.StartSymlink(target, link) })
+	return r.then(link, []string{link}, func(cl *sftpc.Client) *sftpc.Call { return cl.StartSymlink(target, link) })
 }
 
 // Link makes to a hard link of from and returns its attributes.
 func (r reconnecting) Link(from, to string) (sftpc.Attrs, error) {
-	return r.then(to, func(cl *sftpc.Client) *sftpc.Call { return cl.StartLink(from, to) })
+	return r.then(to, []string{from, to}, func(cl *sftpc.Client) *sftpc.Call { return cl.StartLink(from, to) })
 }
 
 // generation is the number of the current connection.

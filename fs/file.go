@@ -192,7 +192,7 @@ func (n *node) openDeferred(ctx context.Context) {
 // settled, re-opening it once on the next connection if the connection
 // failed under it.
 func (h *fileHandle) withFile(ctx context.Context, op func(*sftpc.File) error) error {
-	if err := h.node.fsys.conn.writes.settle(ctx); err != nil {
+	if err := h.node.fsys.conn.writes.settleFor(ctx); err != nil {
 		return err
 	}
 	return h.withFileNow(ctx, op)
@@ -215,7 +215,7 @@ func (h *fileHandle) ordered(ctx context.Context, op func(*sftpc.File) error) er
 		gen := h.gen // the connection f belongs to
 		h.mu.Unlock()
 		if !f.WriteBarrier() || !wb.wroteOn(h, gen) {
-			if err := wb.settle(ctx); err != nil {
+			if err := wb.settleFor(ctx); err != nil {
 				return err
 			}
 		}

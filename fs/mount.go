@@ -123,6 +123,26 @@ type filesystem struct {
 
 	listings listingRing
 	ahead    readAhead
+
+	// owner is 1 + the uid the delegator gives the files this mount
+	// makes — its user's — once one was made; 0 before.
+	owner atomic.Uint64
+}
+
+// learnOwner records a's owner, that of a file or directory just made
+// here, as the delegator's user.
+func (f *filesystem) learnOwner(a sftpc.Attrs) { f.owner.Store(uint64(a.UID) + 1) }
+
+// mayRemoveIn reports whether the delegator's user may remove what a
+// directory owned by uid with mode holds: it is root, or it owns the
+// directory, which has the owner's write and search bits. False while that
+// user is not known.
+func (f *filesystem) mayRemoveIn(uid, mode uint32) bool {
+	owner := f.owner.Load()
+	if owner == 0 {
+		return false
+	}
+	return owner == 1 || (uint64(uid)+1 == owner && mode&0o300 == 0o300)
 }
 
 // changing marks a change to the tree starting; call what it returns when
@@ -284,6 +304,10 @@ func (m *Mount) Unmount() error {
 				}
 			}
 		}
+		// Files unlinked behind whose removes are still unanswered:
+		// wait for them (and send them again if the connection is down,
+		// up to the reconnect bound) rather than leave them in doubt.
+		m.conn.writes.settle(context.Background())
 		m.fsys.closing.Wait()
 		m.conn.close()
 		m.unmountErr = err

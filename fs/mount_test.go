@@ -98,6 +98,12 @@ func (f *mountFixture) restartServer(t *testing.T, down time.Duration) {
 
 func newMount(t *testing.T, ro bool) *mountFixture {
 	t.Helper()
+	return newMountWith(t, ro, nil)
+}
+
+// newMountWith is newMount with the mount's options changed by tweak.
+func newMountWith(t *testing.T, ro bool, tweak func(*Options)) *mountFixture {
+	t.Helper()
 	requireFUSE(t)
 	auth, err := sshd.LoadAuthority(t.TempDir())
 	if err != nil {
@@ -132,9 +138,13 @@ func newMount(t *testing.T, ro bool) *mountFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.mount, err = New(f.mnt, Options{Addr: f.addr, User: id, Signer: signer,
+	opts := Options{Addr: f.addr, User: id, Signer: signer,
 		HostKey: auth.HostKey().PublicKey(), ReadOnly: ro, Logger: log, Name: "awcp:" + id,
-		ReconnectBound: 3 * time.Second, KeepAlive: 200 * time.Millisecond})
+		ReconnectBound: 3 * time.Second, KeepAlive: 200 * time.Millisecond}
+	if tweak != nil {
+		tweak(&opts)
+	}
+	f.mount, err = New(f.mnt, opts)
 	if err != nil {
 		f.stopServer()
 		t.Fatal(err)

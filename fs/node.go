@@ -23,7 +23,7 @@ type node struct {
 	fs.Inode
 	fsys *filesystem
 
-	mu sync.Mutex // guards seen, opened, atime, deferred, writers, names, namesUntil and listing
+	mu sync.Mutex // guards seen, opened, atime, uid, mode, deferred, writers, names, namesUntil and listing
 	// seen is the file's size and mtime as last reported by the server,
 	// opened the same at the last open; when they agree at an open, the
 	// kernel may keep its cached pages (FOPEN_KEEP_CACHE).
@@ -31,6 +31,8 @@ type node struct {
 	// atime is the access time last reported, what a change of the mtime
 	// alone sends again (v3 sets both); 0 if none was.
 	atime uint32
+	// uid and mode are the owner and mode last reported (unlinkBehind).
+	uid, mode uint32
 	// deferred are the handles whose remote open waits for a first read.
 	deferred map[*fileHandle]struct{}
 	// writers are the handles open for writing, until released.
@@ -125,6 +127,7 @@ func (n *node) observe(a *fuse.Attr) {
 	n.mu.Lock()
 	n.seen = version{a.Size, a.Mtime, a.Mtimensec}
 	n.atime = uint32(a.Atime)
+	n.uid, n.mode = a.Owner.Uid, a.Mode
 	n.mu.Unlock()
 }
 
@@ -411,6 +414,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	n.mu.Lock()
 	n.childUID, n.childGID, n.ownerKnown = a.UID, a.GID, true
 	n.mu.Unlock()
+	n.fsys.learnOwner(a)
 	child := n.newChild(ctx, name, a, out)
 	cn := child.Operations().(*node)
 	if flags&syscall.O_TRUNC != 0 {
@@ -442,11 +446,17 @@ func (n *node) createBehind(ctx context.Context, name string, flags, perm uint32
 	if !known || flags&(syscall.O_EXCL|syscall.O_TRUNC) == 0 || perm&^0o777 != 0 || !n.absent(name) {
 		return nil, nil
 	}
+	// A file of that name unlinked behind goes first: the server runs a
+	// named open by its handle, not its path, so it would not wait.
+	p := n.child(name)
+	if err := n.fsys.conn.writes.settleRemoves(ctx, p); err != nil {
+		return nil, nil
+	}
 	client, gen := n.fsys.conn.liveAt()
 	if client == nil || !client.OpensNamed() {
 		return nil, nil
 	}
-	f, call := client.StartOpenNamed(n.child(name), pflags(int(flags)|syscall.O_CREAT), perm)
+	f, call := client.StartOpenNamed(p, pflags(int(flags)|syscall.O_CREAT), perm)
 	n.named(name)
 	now := uint32(time.Now().Unix())
 	child := n.newChild(ctx, name, sftpc.Attrs{Mode: syscall.S_IFREG | perm, UID: uid, GID: gid,
@@ -490,6 +500,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 			return nil, n.errno(ctx, "mkdir", p, err)
 		}
 	}
+	n.fsys.learnOwner(a)
 	ch := n.newChild(ctx, name, a, out)
 	if cn, ok := ch.Operations().(*node); ok {
 		cn.knowNames(nil) // made here, empty
@@ -519,9 +530,13 @@ func (n *node) openDeferredChild(ctx context.Context, name string) {
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	defer n.fsys.changing()()
+	answered := n.fsys.changing()
 	n.openDeferredChild(ctx, name)
 	p := n.child(name)
+	if n.removeBehind(ctx, name, p, false, answered) {
+		return 0
+	}
+	defer answered()
 	if err := n.fsys.at(ctx).Remove(p); err != nil {
 		return n.errno(ctx, "unlink", p, err)
 	}
@@ -530,8 +545,12 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	defer n.fsys.changing()()
+	answered := n.fsys.changing()
 	p := n.child(name)
+	if n.removeBehind(ctx, name, p, true, answered) {
+		return 0
+	}
+	defer answered()
 	err := n.fsys.at(ctx).RemoveDirectory(p)
 	if err == nil {
 		n.unnamed(name)
@@ -544,6 +563,116 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		}
 	}
 	return n.errno(ctx, "rmdir", p, err)
+}
+
+// removeBehind sends the REMOVE of file name, or the RMDIR of directory
+// name, at p, and returns without waiting for its answer: rm -rf, make
+// clean or git's temporary files then cost no round trip a file. Only a
+// request naming p, or a directory above it, waits for the answer first
+// (writeBehind.settleFor): a create or a lookup of the same name, a
+// listing of the directory, a rename.
+//
+// It is done only where the answer is known: the kernel found the name
+// and it is of the kind asked for (it checks both before asking), the
+// mount is read-write (else the kernel refuses), and the delegator's user
+// may write n (filesystem.mayRemoveIn). A directory must also be empty as
+// far as this mount knows (its names, listed within an entry timeout, all
+// removed here since), and the server must run its RMDIR after the
+// removes of its names sent before (sftpc's RmdirsInOrder). What may
+// still refuse it — the delegator changing the tree meanwhile, an
+// immutable file, a failing disk — is logged, and the name is taken back
+// out of the kernel's cache, so that it shows again and its directory's
+// rmdir fails with ENOTEMPTY (removal.settled). Writes and opens in flight
+// are settled first: a file created behind must exist before its REMOVE
+// runs. It reports false where it does not apply.
+func (n *node) removeBehind(ctx context.Context, name, p string, dir bool, answered func()) bool {
+	n.mu.Lock()
+	uid, mode := n.uid, n.mode
+	n.mu.Unlock()
+	if !n.fsys.mayRemoveIn(uid, mode) {
+		return false
+	}
+	if dir {
+		ch := n.GetChild(name)
+		if ch == nil {
+			return false
+		}
+		if cn, ok := ch.Operations().(*node); !ok || !cn.knownEmpty() {
+			return false
+		}
+	}
+	w := &n.fsys.conn.writes
+	if err := w.settleFor(ctx); err != nil {
+		return false
+	}
+	client, gen := n.fsys.conn.liveAt()
+	if client == nil || (dir && !client.RmdirsInOrder()) {
+		return false
+	}
+	n.unnamed(name)
+	rm := &removal{dir: n, name: name, path: p, isDir: dir, answered: answered}
+	var call *sftpc.Call
+	if dir {
+		call = client.StartRemoveDirectory(p)
+	} else {
+		call = client.StartRemove(p)
+	}
+	if upto := w.queueRemove(rm, gen, call); upto != 0 {
+		// Past the bound; an interrupted wait leaves them queued.
+		w.settleTo(ctx, upto)
+	}
+	return true
+}
+
+// knownEmpty reports whether n, a directory, holds no name as far as this
+// mount knows (listed or made within an entry timeout, emptied since).
+func (n *node) knownEmpty() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.names != nil && len(n.names) == 0 && time.Now().Before(n.namesUntil)
+}
+
+// removal is a file or directory removed behind: name in dir, at path on
+// the delegator's side; answered ends the mount's change
+// (filesystem.changing).
+type removal struct {
+	dir      *node
+	name     string
+	path     string
+	isDir    bool
+	answered func()
+}
+
+// resend sends the removal again on the live connection, without settling
+// first: it is itself being settled (finish).
+func (r *removal) resend(ctx context.Context) error {
+	_, err := retried(ctx, r.dir.fsys.conn, func(cl *sftpc.Client) (struct{}, error) {
+		if r.isDir {
+			return unit(cl.RemoveDirectory(r.path))
+		}
+		return unit(cl.Remove(r.path))
+	})
+	return err
+}
+
+// settled takes the answer to the removal. The name not being there is
+// what was asked. Any other failure is logged, and the name is taken back
+// out of what the mount and the kernel know, so that it shows again.
+func (r *removal) settled(err error) {
+	defer r.answered()
+	if err == nil || errors.Is(err, iofs.ErrNotExist) {
+		return
+	}
+	fsys := r.dir.fsys
+	fsys.log.Warn("fs: the delegator refused a removal made here; the name is still there", "path", r.path, "err", err)
+	r.dir.forgetNames()
+	fsys.closing.Add(1)
+	go func() {
+		defer fsys.closing.Done()
+		// Not from here: the request settling may be one the kernel
+		// runs holding the directory's lock, which the notice takes.
+		r.dir.NotifyEntry(r.name)
+	}()
 }
 
 const (

@@ -3,6 +3,7 @@ package fs
 import (
 	"bytes"
 	"context"
+	"strings"
 	"sync"
 
 	"github.com/awcp/awcp/fs/sftpc"
@@ -18,19 +19,27 @@ import (
 // (fileHandle.ordered). A write's error is kept on its
 // handle and returned by the handle's next write, flush (close) or fsync,
 // as NFS and sshfs do.
+//
+// The REMOVEs of files unlinked behind (node.unlinkBehind) queue here too,
+// but only a request naming their path, or a directory above it, waits for
+// them (settleFor): rm -rf sends a directory's unlinks one after another
+// and waits once, at its rmdir.
 type writeBehind struct {
-	mu     sync.Mutex
-	queued []*pendingWrite
-	bytes  int           // data held by queued
-	last   uint64        // sequence of the newest queued write
-	done   uint64        // every write up to this one is settled
-	busy   chan struct{} // closed when the batch being settled is; nil if none
+	mu        sync.Mutex
+	queued    []*pendingWrite
+	bytes     int               // data held by queued; a remove counts removeWeight
+	last      uint64            // sequence of the newest queued write, open or remove
+	lastOther uint64            // sequence of the newest queued write or open
+	removes   map[string]uint64 // remote path → sequence of its remove, until settled
+	done      uint64            // everything up to this one is settled
+	busy      chan struct{}     // closed when the batch being settled is; nil if none
 }
 
 // pendingWrite is a write in flight. Its data is kept until it is
 // answered: a write cut off by a lost connection is sent again. Or it is
 // the open of a file created behind (node.createBehind), which its writes
 // follow on the wire: open is set, gen is the connection it went out on.
+// Or it is the remove of a file unlinked behind: rm is set, h is nil.
 type pendingWrite struct {
 	seq  uint64
 	call *sftpc.Call
@@ -39,10 +48,22 @@ type pendingWrite struct {
 	data []byte
 	open bool
 	gen  uint64
+	rm   *removal
 }
 
 // maxBehind bounds the data in flight; a write beyond it settles first.
-const maxBehind = 16 << 20
+// A remove counts removeWeight: at most 256 of them are in flight.
+const (
+	maxBehind    = 16 << 20
+	removeWeight = maxBehind / 256
+)
+
+func (p *pendingWrite) weight() int {
+	if p.rm != nil {
+		return removeWeight
+	}
+	return len(p.data)
+}
 
 // keep copies data for a pending write: the kernel reuses its buffer once
 // Write returns. Large buffers are recycled.
@@ -75,24 +96,38 @@ func (w *writeBehind) queueOpen(h *fileHandle, gen uint64, call *sftpc.Call) {
 	w.add(&pendingWrite{call: call, h: h, open: true, gen: gen})
 }
 
+// queueRemove adds the remove of a file unlinked behind, sent on
+// connection gen; past the bound, it returns what to settle first, as
+// queue does.
+func (w *writeBehind) queueRemove(rm *removal, gen uint64, call *sftpc.Call) (settleTo uint64) {
+	return w.add(&pendingWrite{call: call, rm: rm, gen: gen})
+}
+
 func (w *writeBehind) add(p *pendingWrite) (settleTo uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.last++
 	p.seq = w.last
-	h := p.h
-	if p.gen != h.lastWriteGen {
-		h.lastOtherGen = h.lastWrite
+	if h := p.h; h != nil {
+		if p.gen != h.lastWriteGen {
+			h.lastOtherGen = h.lastWrite
+		}
+		h.lastWrite, h.lastWriteGen = w.last, p.gen
+		w.lastOther = w.last
+	} else {
+		if w.removes == nil {
+			w.removes = map[string]uint64{}
+		}
+		w.removes[p.rm.path] = p.seq
 	}
-	h.lastWrite, h.lastWriteGen = w.last, p.gen
 	w.queued = append(w.queued, p)
-	w.bytes += len(p.data)
+	w.bytes += p.weight()
 	if w.bytes <= maxBehind {
 		return 0
 	}
 	left := w.bytes
 	for _, p := range w.queued {
-		left -= len(p.data)
+		left -= p.weight()
 		if left <= maxBehind/2 {
 			return p.seq
 		}
@@ -100,7 +135,7 @@ func (w *writeBehind) add(p *pendingWrite) (settleTo uint64) {
 	return w.last
 }
 
-// settle returns once every write queued before the call is answered (and
+// settle returns once everything queued before the call is answered (and
 // sent again, if its connection was lost).
 func (w *writeBehind) settle(ctx context.Context) error {
 	w.mu.Lock()
@@ -109,8 +144,85 @@ func (w *writeBehind) settle(ctx context.Context) error {
 	return w.settleTo(ctx, last)
 }
 
-// idle reports whether every write sent is settled.
+// settleFor returns once the writes and opens queued before the call are
+// settled, and the removes of paths and of what lies beneath them: what a
+// request naming paths must not overtake. Other removes stay in flight.
+func (w *writeBehind) settleFor(ctx context.Context, paths ...string) error {
+	w.reap()
+	w.mu.Lock()
+	target := max(w.lastOther, w.removesOf(paths))
+	w.mu.Unlock()
+	return w.settleTo(ctx, target)
+}
+
+// settleRemoves returns once the removes of paths, and of what lies
+// beneath them, are settled; writes stay in flight.
+func (w *writeBehind) settleRemoves(ctx context.Context, paths ...string) error {
+	w.mu.Lock()
+	target := w.removesOf(paths)
+	w.mu.Unlock()
+	return w.settleTo(ctx, target)
+}
+
+// removesOf is the sequence of the newest unsettled remove of one of paths
+// or beneath one; 0 if there is none. w.mu is held.
+func (w *writeBehind) removesOf(paths []string) uint64 {
+	var newest uint64
+	for q, seq := range w.removes {
+		if seq > newest && seq > w.done && beneathAny(q, paths) {
+			newest = seq
+		}
+	}
+	return newest
+}
+
+// beneathAny reports whether remote path q is one of paths or lies beneath
+// one.
+func beneathAny(q string, paths []string) bool {
+	for _, p := range paths {
+		if q == p || p == "/" || (strings.HasPrefix(q, p) && q[len(p)] == '/') {
+			return true
+		}
+	}
+	return false
+}
+
+// reap settles the removes at the head of the queue that are answered
+// already: they would otherwise wait for a request naming their path to
+// come along (settleFor), holding their place in the bound and keeping
+// the queue from being idle.
+func (w *writeBehind) reap() {
+	w.mu.Lock()
+	var target uint64
+	if w.busy == nil {
+		for _, p := range w.queued {
+			if p.rm == nil || !answered(p.call) {
+				break
+			}
+			target = p.seq
+		}
+	}
+	w.mu.Unlock()
+	if target != 0 {
+		// Answered, by other than a lost connection: nothing here waits.
+		w.settleTo(context.Background(), target)
+	}
+}
+
+// answered reports whether call has its answer, other than a lost
+// connection (whose request is sent again when settled).
+func answered(call *sftpc.Call) bool {
+	select {
+	case <-call.Done():
+		return !connErr(call.Err())
+	default:
+		return false
+	}
+}
+
+// idle reports whether everything sent is settled.
 func (w *writeBehind) idle() bool {
+	w.reap()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.done == w.last
@@ -155,7 +267,7 @@ func (w *writeBehind) settleTo(ctx context.Context, target uint64) error {
 		}
 		n := 0
 		for n < len(w.queued) && w.queued[n].seq <= target {
-			w.bytes -= len(w.queued[n].data)
+			w.bytes -= w.queued[n].weight()
 			n++
 		}
 		batch := w.queued[:n:n]
@@ -165,6 +277,11 @@ func (w *writeBehind) settleTo(ctx context.Context, target uint64) error {
 		w.mu.Unlock()
 		finish(ctx, batch)
 		w.mu.Lock()
+		for _, p := range batch {
+			if p.rm != nil && w.removes[p.rm.path] == p.seq {
+				delete(w.removes, p.rm.path)
+			}
+		}
 		w.done = batch[len(batch)-1].seq
 		w.busy = nil
 		close(busy)
@@ -174,13 +291,24 @@ func (w *writeBehind) settleTo(ctx context.Context, target uint64) error {
 }
 
 // finish waits for a batch in order and sends again, in order, what a lost
-// connection cut off. Other errors go to the write's handle.
+// connection cut off. Other errors go to the write's handle, or for a
+// remove to its directory (removal.settled).
 func finish(ctx context.Context, batch []*pendingWrite) {
 	// The data must not be lost because the caller that happens to settle
 	// was interrupted: the re-send waits up to the reconnect bound.
 	ctx = context.WithoutCancel(ctx)
 	for _, p := range batch {
 		err := p.call.Err()
+		if p.rm != nil {
+			if err != nil && connErr(err) {
+				// Remove it on the next connection (if the lost one
+				// did, that one says it is not there).
+				p.rm.dir.fsys.conn.lost(p.gen)
+				err = p.rm.resend(ctx)
+			}
+			p.rm.settled(err)
+			continue
+		}
 		if p.open {
 			if err != nil && connErr(err) {
 				// Create it on the next connection; the writes

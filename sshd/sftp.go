@@ -45,6 +45,7 @@ var extensions = [][2]string{
 	{wire.WriteBarrier, "1"},
 	{wire.OpenRead, "1"},
 	{wire.OpenNamed, "1"},
+	{wire.RmdirInOrder, "1"},
 }
 
 // errBadMessage is a malformed packet.
@@ -116,6 +117,10 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 	// order holds, by handle, the writes sent since its last barrier request
 	// and that request (wire.WriteBarrier). Only this loop touches it.
 	order := map[string]*handleOrder{}
+	// emptying holds, by directory, the REMOVEs and RMDIRs of names in it
+	// not yet handled, which its RMDIR waits for (wire.RmdirInOrder). Only
+	// this loop touches the map.
+	emptying := emptyingMap{}
 	var hdr [4]byte
 	for {
 		if _, err := io.ReadFull(rw, hdr[:]); err != nil {
@@ -170,6 +175,15 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 			o.barrier = new(sync.WaitGroup)
 			o.barrier.Add(1)
 			j.done = o.barrier
+		case pkt[0] == wire.Remove || pkt[0] == wire.Rmdir:
+			name := rel(string(key))
+			if pkt[0] == wire.Rmdir {
+				if in := emptying[name]; in != nil {
+					j.after = &in.wg
+					delete(emptying, name)
+				}
+			}
+			j.done = emptying.add(path.Dir(name))
 		case pkt[0] == wire.Fstat || pkt[0] == wire.Fsetstat || pkt[0] == wire.Close:
 			o := order[string(key)]
 			if o == nil {
@@ -199,8 +213,48 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 type job struct {
 	pkt   []byte
 	after *sync.WaitGroup
-	done  *sync.WaitGroup
+	done  doner
 }
+
+// pendingRemoves are the removes in one directory not yet handled: wg
+// counts them for an RMDIR to wait on, n for the sweep to tell an idle
+// entry.
+type pendingRemoves struct {
+	wg sync.WaitGroup
+	n  atomic.Int64
+}
+
+func (p *pendingRemoves) Done() {
+	p.n.Add(-1)
+	p.wg.Done()
+}
+
+// emptyingMap is the read loop's pendingRemoves by directory.
+type emptyingMap map[string]*pendingRemoves
+
+// add counts a remove in dir and returns what marks it handled. Entries
+// whose removes are all handled are swept past a bound: an RMDIR finding
+// none waits for nothing, which is right for them.
+func (m emptyingMap) add(dir string) doner {
+	in := m[dir]
+	if in == nil {
+		if len(m) >= 1024 {
+			for d, p := range m {
+				if p.n.Load() == 0 {
+					delete(m, d)
+				}
+			}
+		}
+		in = &pendingRemoves{}
+		m[dir] = in
+	}
+	in.n.Add(1)
+	in.wg.Add(1)
+	return in
+}
+
+// doner is what a job marks once handled.
+type doner interface{ Done() }
 
 // handleOrder is the state of one handle's barrier.
 type handleOrder struct {

@@ -100,6 +100,7 @@ type Client struct {
 	writeBarrier bool // the server announced wire.WriteBarrier
 	openRead     bool // the server announced wire.OpenRead
 	openNamed    bool // the server announced wire.OpenNamed
+	rmdirInOrder bool // the server announced wire.RmdirInOrder
 
 	named atomic.Uint64 // handles named by StartOpenNamed so far
 }
@@ -165,6 +166,8 @@ func (c *Client) handshake() error {
 			c.openRead = true
 		case wire.OpenNamed:
 			c.openNamed = true
+		case wire.RmdirInOrder:
+			c.rmdirInOrder = true
 		}
 	}
 	c.wg.Add(2)

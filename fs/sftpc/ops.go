@@ -111,11 +111,21 @@ func (c *Client) StartMkdir(p string, perm uint32) *Call {
 	})
 }
 
+// StartRemove sends REMOVE, unlinking a file.
+func (c *Client) StartRemove(p string) *Call { return c.path(wire.Remove, p) }
+
 // Remove unlinks a file.
-func (c *Client) Remove(p string) error { return c.path(wire.Remove, p).Err() }
+func (c *Client) Remove(p string) error { return c.StartRemove(p).Err() }
+
+// StartRemoveDirectory sends RMDIR.
+func (c *Client) StartRemoveDirectory(p string) *Call { return c.path(wire.Rmdir, p) }
 
 // RemoveDirectory removes an empty directory.
-func (c *Client) RemoveDirectory(p string) error { return c.path(wire.Rmdir, p).Err() }
+func (c *Client) RemoveDirectory(p string) error { return c.StartRemoveDirectory(p).Err() }
+
+// RmdirsInOrder reports whether the server runs an RMDIR after the removes
+// of names in the directory sent before it (wire.RmdirInOrder).
+func (c *Client) RmdirsInOrder() bool { return c.rmdirInOrder }
 
 // PosixRename renames, replacing the target (posix-rename@openssh.com).
 func (c *Client) PosixRename(from, to string) error {

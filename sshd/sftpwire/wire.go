@@ -35,6 +35,13 @@ const OpenRead = "open-read@awcp"
 // name already open is refused.
 const OpenNamed = "open-named@awcp"
 
+// RmdirInOrder is our extension, announced in VERSION: RMDIR of a
+// directory runs after every REMOVE and RMDIR of a name in it sent before
+// it. Our server runs requests on different paths side by side; with
+// this, a client that removed a directory's files may send its RMDIR
+// without waiting for their answers first (rm -rf).
+const RmdirInOrder = "rmdir-in-order@awcp"
+
 // NamedPrefix starts every handle a client names (OpenNamed).
 const NamedPrefix = "n"
 

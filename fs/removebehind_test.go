@@ -1,0 +1,254 @@
+package fs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// replyGate is a TCP proxy between the mount and the delegator's server
+// that can hold back the server's replies: a request the mount waits for
+// does not return while they are held.
+type replyGate struct {
+	addr string
+	mu   sync.Mutex
+	open chan struct{} // closed while replies pass
+}
+
+// hold holds the replies back until the function it returns is called.
+func (g *replyGate) hold() (release func()) {
+	ch := make(chan struct{})
+	g.mu.Lock()
+	g.open = ch
+	g.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
+// pass waits while replies are held.
+func (g *replyGate) pass() {
+	g.mu.Lock()
+	ch := g.open
+	g.mu.Unlock()
+	<-ch
+}
+
+func newReplyGate(t *testing.T, target string) *replyGate {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &replyGate{addr: ln.Addr().String(), open: make(chan struct{})}
+	close(g.open)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			wg.Add(2)
+			go func() { defer wg.Done(); io.Copy(s, c); s.Close() }()
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := s.Read(buf)
+					if n > 0 {
+						g.pass()
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return g
+}
+
+// rm -rf through the mount: the unlinks and rmdirs return without waiting
+// for the delegator (which answers nothing meanwhile), and land there in
+// order, the directories last.
+func TestRemoveBehind(t *testing.T) {
+	var gate *replyGate
+	f := newMountWith(t, false, func(o *Options) {
+		gate = newReplyGate(t, o.Addr)
+		o.Addr = gate.addr
+		o.KeepAlive = 10 * time.Second // holding replies is not an outage
+	})
+	top := filepath.Join(f.mnt, "top")
+	sub := filepath.Join(top, "sub")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{top, sub} {
+		for i := range 20 {
+			if err := os.WriteFile(filepath.Join(d, fmt.Sprint("f", i)), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Listed: the mount knows what the directories hold, and the writes
+	// are settled.
+	var names [2][]string
+	for i, d := range []string{top, sub} {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			names[i] = append(names[i], e.Name())
+		}
+	}
+
+	release := gate.hold()
+	defer release()
+	removed := make(chan error, 1)
+	go func() {
+		removed <- func() error {
+			for _, n := range names[1] {
+				if err := os.Remove(filepath.Join(sub, n)); err != nil {
+					return err
+				}
+			}
+			if err := os.Remove(sub); err != nil {
+				return err
+			}
+			for _, n := range names[0] {
+				if n == "sub" {
+					continue
+				}
+				if err := os.Remove(filepath.Join(top, n)); err != nil {
+					return err
+				}
+			}
+			return os.Remove(top)
+		}()
+	}()
+	select {
+	case err := <-removed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		release()
+		t.Fatalf("the removes waited for the delegator's answers (%v once it answered)", <-removed)
+	}
+	release()
+	if _, err := os.Lstat(top); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("through the mount, top: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(f.dir, "top")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("on the delegator's side, top: %v", err)
+	}
+}
+
+// A file unlinked behind that the delegator turned into a directory
+// meanwhile is not removed: the unlink has returned, and once its answer
+// is in, the name shows again, with what the delegator put there.
+func TestRemoveBehindRefused(t *testing.T) {
+	f := newMount(t, false)
+	if err := os.WriteFile(filepath.Join(f.mnt, "name"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadDir(f.mnt); err != nil { // the mount knows the names
+		t.Fatal(err)
+	}
+	theirs := filepath.Join(f.dir, "name")
+	if err := os.Remove(theirs); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(theirs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(theirs, "kept"), []byte("theirs"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel still takes name for the file (within the entry
+	// timeout): the unlink goes out behind, and is refused after it
+	// returned.
+	if err := os.Remove(filepath.Join(f.mnt, "name")); err != nil {
+		t.Fatalf("the unlink did not go out behind: %v", err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(f.mnt, &st); err != nil { // waits for every remove
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(theirs, "kept")); string(b) != "theirs" {
+		t.Fatalf("the delegator's directory lost its file: %q, %v", b, err)
+	}
+	if fi, err := os.Stat(filepath.Join(f.mnt, "name")); err != nil || !fi.IsDir() {
+		t.Fatalf("through the mount, after the refused unlink: %v, %v", fi, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(f.mnt, "name", "kept")); string(b) != "theirs" {
+		t.Fatalf("through the mount, name/kept: %q, %v", b, err)
+	}
+}
+
+// A file created again right after its unlink went out behind is created
+// after the remove, not removed by it. (In a directory the mount made, so
+// that it knows the name is free and creates behind too.)
+func TestCreateAfterRemoveBehind(t *testing.T) {
+	f := newMount(t, false)
+	for d := range 5 {
+		dir := fmt.Sprint("d", d)
+		if err := os.Mkdir(filepath.Join(f.mnt, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(f.mnt, dir, "again")
+		for i := range 10 {
+			want := fmt.Sprint("round ", i)
+			fd, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+			if err != nil {
+				t.Fatalf("%s, round %d: %v", dir, i, err)
+			}
+			_, werr := fd.Write([]byte(want))
+			if err := errors.Join(werr, fd.Close()); err != nil {
+				t.Fatalf("%s, round %d: %v", dir, i, err)
+			}
+			if b, err := os.ReadFile(filepath.Join(f.dir, dir, "again")); string(b) != want {
+				t.Fatalf("%s, round %d: on the delegator's side %q, %v", dir, i, b, err)
+			}
+			if err := os.Remove(p); err != nil {
+				t.Fatalf("%s, round %d: %v", dir, i, err)
+			}
+		}
+	}
+}
