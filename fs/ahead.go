@@ -15,9 +15,9 @@ import (
 // listing, the next small files are opened, read whole and closed, all in
 // one round trip (open-read@awcp), and their opens then cost none.
 //
-// What was read ahead is used only while the mount has changed nothing
-// since it was asked for (filesystem.changes, as for listings) and for an
-// attribute timeout: the delegator's own changes show as late as they do
+// What was read ahead is used only while the mount has changed neither
+// the file nor its directory since it was asked for (node.changedAt, as
+// for listings) and for an attribute timeout: the delegator's own changes show as late as they do
 // through the kernel's caches, and never later. One directory at a time
 // is read ahead, and heads the reader passed over are dropped, so about
 // aheadFiles heads are held at most.
@@ -65,7 +65,8 @@ func (n *node) openAhead(ctx context.Context, flags int, kernelSize uint64) (*fi
 	case <-ctx.Done():
 		return nil, 0
 	}
-	if a.err != nil || a.opened.Attrs.Flags == 0 || n.fsys.changes.Load() != a.at || time.Now().After(a.until) {
+	if a.err != nil || a.opened.Attrs.Flags == 0 || !n.unchangedSince(a.at) || !dir.unchangedSince(a.at) ||
+		time.Now().After(a.until) {
 		return nil, 0
 	}
 	h := n.deferredHandle(flags)

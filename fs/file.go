@@ -386,7 +386,7 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 	h.node.changes.Add(1)
 	// Before and after the queueing: a read ahead asked for in between
 	// could overtake the write on the wire.
-	defer h.node.fsys.changing()()
+	defer h.node.fsys.changing(h.node)()
 	wb := &h.node.fsys.conn.writes
 	// The kernel reuses data once Write returns; the copy is also what a
 	// lost connection's write is sent again from.

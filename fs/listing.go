@@ -8,11 +8,12 @@ import (
 )
 
 // listing is a directory's last READDIR, reused by the next opendir until
-// an entry timeout has passed, unless the mount changed anything since
-// (filesystem.changes moved from at): `ls -l` after `find`, or a tool
-// listing a directory twice, costs no round trip. Changes on the
-// delegator's side show within the entry timeout, as they do for names
-// and attributes.
+// an entry timeout has passed, unless the mount changed the directory or
+// one of the entries since (their node.changedAt passed at): `ls -l` after
+// `find`, or a tool listing a directory twice, costs no round trip. A
+// lookup of a name in it is answered from it, too (node.Lookup). Changes
+// on the delegator's side show within the entry timeout, as they do for
+// names and attributes.
 type listing struct {
 	entries []sftpc.Entry
 	until   time.Time
@@ -48,13 +49,43 @@ type listingRing struct {
 
 // cachedListing is n's listing if it may be used again.
 func (n *node) cachedListing() (*listing, bool) {
+	l, ok := n.freshListing()
+	if !ok {
+		return nil, false
+	}
+	for _, e := range l.entries {
+		if !n.childNode(e.Name).unchangedSince(l.at) {
+			return nil, false
+		}
+	}
+	return l, true
+}
+
+// freshListing is n's listing if it is within the entry timeout and n's
+// names did not change through this mount since: its entries may still
+// be stale, each where the mount changed it (node.unchangedSince).
+func (n *node) freshListing() (*listing, bool) {
 	n.mu.Lock()
 	l := n.listing
 	n.mu.Unlock()
-	if l == nil || time.Now().After(l.until) || n.fsys.changes.Load() != l.at {
+	if l == nil || time.Now().After(l.until) || !n.unchangedSince(l.at) {
 		return nil, false
 	}
 	return l, true
+}
+
+// listed is name's attributes from n's listing, if it holds them and they
+// are current.
+func (n *node) listed(name string) (sftpc.Attrs, bool) {
+	l, ok := n.freshListing()
+	if !ok {
+		return sftpc.Attrs{}, false
+	}
+	i, ok := l.position(name)
+	if !ok || !n.childNode(name).unchangedSince(l.at) {
+		return sftpc.Attrs{}, false
+	}
+	return l.entries[i].Attrs, true
 }
 
 // keepListing records ents, read when the mount's change count was at.

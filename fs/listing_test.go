@@ -23,8 +23,12 @@ func TestListingsBounded(t *testing.T) {
 			t.Fatalf("directory %d of %d: kept %v, want %v", i, len(dirs), kept, want)
 		}
 	}
-	fsys.changes.Add(1)
+	fsys.changing(dirs[len(dirs)-2])() // elsewhere: the listing stays current
+	if _, kept := dirs[len(dirs)-1].cachedListing(); !kept {
+		t.Fatal("a change to another directory dropped a listing")
+	}
+	fsys.changing(dirs[len(dirs)-1])()
 	if _, kept := dirs[len(dirs)-1].cachedListing(); kept {
-		t.Fatal("a listing outlived a change made through the mount")
+		t.Fatal("a listing outlived a change made through the mount to its directory")
 	}
 }

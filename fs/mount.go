@@ -145,11 +145,30 @@ func (f *filesystem) mayRemoveIn(uid, mode uint32) bool {
 	return owner == 1 || (uint64(uid)+1 == owner && mode&0o300 == 0o300)
 }
 
-// changing marks a change to the tree starting; call what it returns when
-// the change is answered.
-func (f *filesystem) changing() func() {
-	f.changes.Add(1)
-	return func() { f.changes.Add(1) }
+// changing marks a change to the tree starting, to the nodes ns (the
+// file or directory changed, and the directories whose names change); call
+// what it returns when the change is answered. Each of ns, and its
+// directory, keeps the count of its latest change (node.changedAt): what
+// was read of it at a lower count — a listing, a file read ahead — is
+// still current. (The directory, because the kernel may forget a node, and
+// its stamp with it, before its entry in a listing expires.)
+func (f *filesystem) changing(ns ...*node) func() {
+	stamp := func() {
+		v := f.changes.Add(1)
+		for _, n := range ns {
+			if n == nil {
+				continue
+			}
+			n.stamp(v)
+			if _, parent := n.Parent(); parent != nil {
+				if pn, ok := parent.Operations().(*node); ok {
+					pn.stamp(v)
+				}
+			}
+		}
+	}
+	stamp()
+	return stamp
 }
 
 // at reaches the delegator for one FUSE request: ctx ends a wait for the

@@ -642,6 +642,65 @@ func TestListingReused(t *testing.T) {
 	}
 }
 
+// A lookup answered from a directory's listing (the kernel forgot the
+// entry, the listing is within the entry timeout) shows what the mount
+// itself changed since the listing, as a lookup asking the delegator would.
+func TestListedAttributesFollowOwnChanges(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to make the kernel drop its entries (CI runs as root)")
+	}
+	f := newMount(t, false)
+	d := filepath.Join(f.dir, "d")
+	os.Mkdir(d, 0o755)
+	for _, name := range []string{"grown", "moded", "cut", "moved", "linked"} {
+		if err := os.WriteFile(filepath.Join(d, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := filepath.Join(f.mnt, "d")
+	for round := range 3 { // a round must fit in the entry timeout
+		if _, err := os.ReadDir(m); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		switch round {
+		case 0:
+			var fd *os.File
+			if fd, err = os.OpenFile(filepath.Join(m, "grown"), os.O_WRONLY|os.O_APPEND, 0); err == nil {
+				_, err = fd.Write([]byte("more"))
+				err = errors.Join(err, fd.Close())
+			}
+			err = errors.Join(err, os.Chmod(filepath.Join(m, "moded"), 0o600), os.Truncate(filepath.Join(m, "cut"), 0))
+		case 1:
+			err = os.Rename(filepath.Join(m, "moved"), filepath.Join(m, "cut"))
+		case 2:
+			err = os.Link(filepath.Join(m, "linked"), filepath.Join(m, "second"))
+		}
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
+			t.Fatal(err)
+		}
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			want, err1 := os.Lstat(filepath.Join(d, e.Name()))
+			got, err2 := os.Lstat(filepath.Join(m, e.Name()))
+			if err1 != nil || err2 != nil {
+				t.Fatalf("round %d, %s: %v, %v", round, e.Name(), err1, err2)
+			}
+			ws, gs := want.Sys().(*syscall.Stat_t), got.Sys().(*syscall.Stat_t)
+			if got.Size() != want.Size() || got.Mode() != want.Mode() || gs.Nlink != ws.Nlink {
+				t.Fatalf("round %d, %s through the mount: size %d mode %v links %d; on the delegator's side %d %v %d",
+					round, e.Name(), got.Size(), got.Mode(), gs.Nlink, want.Size(), want.Mode(), ws.Nlink)
+			}
+		}
+	}
+}
+
 // Files opened for reading in their directory's order are read ahead, a
 // batch in one round trip. What was read ahead is served only while the
 // mount changed nothing and within the attribute timeout: a file written

@@ -40,6 +40,10 @@ type node struct {
 	// changes counts the writes and truncations made through this mount:
 	// what a handle read at its open is stale once it moved.
 	changes atomic.Uint64
+	// changedAt is filesystem.changes at the start or the answer of the
+	// latest change made to n through this mount, whichever came last
+	// (filesystem.changing).
+	changedAt atomic.Uint64
 	// names is what n, a directory, holds as far as this mount knows —
 	// from a listing, or from having made it empty — until namesUntil (an
 	// entry timeout later). Until then a lookup of any other name is
@@ -114,6 +118,31 @@ func (n *node) unnamed(name string) {
 	n.mu.Lock()
 	delete(n.names, name)
 	n.mu.Unlock()
+}
+
+// stamp records a change to n at count v; a stamp never goes back.
+func (n *node) stamp(v uint64) {
+	for {
+		old := n.changedAt.Load()
+		if old >= v || n.changedAt.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// unchangedSince reports whether n, nil for a name the kernel has no node
+// for, was not changed through this mount after count at.
+func (n *node) unchangedSince(at uint64) bool {
+	return n == nil || n.changedAt.Load() <= at
+}
+
+// childNode is n's child name, nil if it has none.
+func (n *node) childNode(name string) *node {
+	if ch := n.GetChild(name); ch != nil {
+		cn, _ := ch.Operations().(*node)
+		return cn
+	}
+	return nil
 }
 
 // version identifies a file's content as far as attributes can tell.
@@ -191,6 +220,15 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if n.absent(name) {
 		return nil, syscall.ENOENT
 	}
+	if a, ok := n.listed(name); ok {
+		return n.newChild(ctx, name, a, out), 0
+	}
+	if a, found, ok := n.relist(ctx, name); ok {
+		if !found {
+			return nil, syscall.ENOENT
+		}
+		return n.newChild(ctx, name, a, out), 0
+	}
 	p := n.child(name)
 	a, err := n.fsys.at(ctx).Lstat(p) // a round trip: no lock is held here
 	if err != nil {
@@ -202,6 +240,42 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		return nil, n.errno(ctx, "lookup", p, err)
 	}
 	return n.newChild(ctx, name, a, out), 0
+}
+
+// relistMax is the most names a directory may have held for a lookup in
+// it to list it again (relist).
+const relistMax = 64
+
+// relist answers a lookup of name in n, a small directory whose names the
+// mount knew until they expired, by listing n again: one round trip, as
+// the LSTAT would be, after which the lookups of its other names within
+// the entry timeout need none. git adds each object with three lookups of
+// names its object directory does not hold (the object twice, its
+// temporary file once), and each source file with a lookup in a
+// directory it listed before. ok is false where it does not apply, or
+// the listing failed: the lookup then asks for name alone.
+func (n *node) relist(ctx context.Context, name string) (a sftpc.Attrs, found, ok bool) {
+	n.mu.Lock()
+	expired := n.names != nil && len(n.names) <= relistMax && !time.Now().Before(n.namesUntil)
+	n.mu.Unlock()
+	if !expired {
+		return a, false, false
+	}
+	at := n.fsys.changes.Load() // before: a change during the READDIR voids it
+	ents, err := n.fsys.at(ctx).ReadDir(n.rpath())
+	if err != nil {
+		return a, false, false
+	}
+	n.keepListing(ents, at)
+	names := make([]string, len(ents))
+	for i, e := range ents {
+		names[i] = e.Name
+		if e.Name == name {
+			a, found = e.Attrs, true
+		}
+	}
+	n.knowNames(names)
+	return a, found, true
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -228,7 +302,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 // the request that reads the attributes back right behind it: one round
 // trip. Ownership is not delegated: chown is accepted and has no effect.
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	defer n.fsys.changing()()
+	defer n.fsys.changing(n)()
 	p := n.rpath()
 	var set sftpc.Attrs
 	if size, ok := in.GetSize(); ok {
@@ -335,7 +409,7 @@ const noFlush = fuse.FOPEN_NOFLUSH
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	if flags&syscall.O_TRUNC != 0 {
 		n.changes.Add(1)
-		defer n.fsys.changing()()
+		defer n.fsys.changing(n)()
 	}
 	// The kernel refreshed the attributes before this open if they were
 	// stale; if the file is as it was at the last open, its cached pages
@@ -380,7 +454,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	defer n.fsys.changing()()
+	defer n.fsys.changing(n, n.childNode(name))()
 	p := n.child(name)
 	perm := mode & 0o7777
 	if child, h := n.createBehind(ctx, name, flags, perm, out); h != nil {
@@ -481,7 +555,7 @@ func (n *node) exists(ctx context.Context, p string) bool {
 // Mkdir sends MKDIR and the LSTAT of the new directory back to back (our
 // server runs requests on one path in order): one round trip.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer n.fsys.changing()()
+	defer n.fsys.changing(n)()
 	p := n.child(name)
 	perm := mode & 0o7777
 	a, err := n.fsys.at(ctx).Mkdir(p, perm)
@@ -530,7 +604,7 @@ func (n *node) openDeferredChild(ctx context.Context, name string) {
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	answered := n.fsys.changing()
+	answered := n.fsys.changing(n, n.childNode(name)) // its link count, if linked elsewhere
 	n.openDeferredChild(ctx, name)
 	p := n.child(name)
 	if n.removeBehind(ctx, name, p, false, answered) {
@@ -545,7 +619,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	answered := n.fsys.changing()
+	answered := n.fsys.changing(n)
 	p := n.child(name)
 	if n.removeBehind(ctx, name, p, true, answered) {
 		return 0
@@ -681,7 +755,12 @@ const (
 )
 
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
-	defer n.fsys.changing()()
+	np, _ := newParent.EmbeddedInode().Operations().(*node)
+	var replaced *node
+	if np != nil {
+		replaced = np.childNode(newName)
+	}
+	defer n.fsys.changing(n, np, n.childNode(name), replaced)()
 	from := n.child(name)
 	to := path.Join("/"+newParent.EmbeddedInode().Path(nil), newName)
 	switch {
@@ -692,7 +771,6 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return syscall.EEXIST
 		}
 	}
-	np, _ := newParent.EmbeddedInode().Operations().(*node)
 	if np != nil {
 		np.openDeferredChild(ctx, newName) // it may be replaced
 	}
@@ -722,7 +800,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer n.fsys.changing()()
+	defer n.fsys.changing(n)()
 	p := n.child(name)
 	a, err := n.fsys.at(ctx).Symlink(target, p)
 	if err != nil {
@@ -745,7 +823,8 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer n.fsys.changing()()
+	tn, _ := target.EmbeddedInode().Operations().(*node)
+	defer n.fsys.changing(n, tn)() // tn: its link count
 	p := n.child(name)
 	from := "/" + target.EmbeddedInode().Path(nil)
 	a, err := n.fsys.at(ctx).Link(from, p)

@@ -101,6 +101,7 @@ type Client struct {
 	openRead     bool // the server announced wire.OpenRead
 	openNamed    bool // the server announced wire.OpenNamed
 	rmdirInOrder bool // the server announced wire.RmdirInOrder
+	list         bool // the server announced wire.List
 
 	named atomic.Uint64 // handles named by StartOpenNamed so far
 }
@@ -168,6 +169,8 @@ func (c *Client) handshake() error {
 			c.openNamed = true
 		case wire.RmdirInOrder:
 			c.rmdirInOrder = true
+		case wire.List:
+			c.list = true
 		}
 	}
 	c.wg.Add(2)

@@ -494,26 +494,37 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// A directory is listed whole and in name order: a small one in one
+// request (list@awcp), one past wire.ListMax by pages (our server answers
+// 256 names a page); an empty one is empty; a file is no directory.
 func TestReadDirPages(t *testing.T) {
 	dir, _, c := session(t)
-	for i := range 600 { // our server answers 256 names a page
-		os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%03d", i)), []byte("x"), 0o644)
+	for _, d := range []string{"small", "large", "empty"} {
+		os.Mkdir(filepath.Join(dir, d), 0o755)
 	}
-	ents, err := c.ReadDir("/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]bool{}
-	for _, e := range ents {
-		if e.Name == "." || e.Name == ".." || seen[e.Name] || e.Attrs.Size != 1 {
-			t.Fatalf("entry %q (%+v)", e.Name, e.Attrs)
+	for i := range 600 {
+		// Written out of order: the listing's order is the server's.
+		name := fmt.Sprintf("f%03d", (i*7)%600)
+		os.WriteFile(filepath.Join(dir, "large", name), []byte("x"), 0o644)
+		if i < 20 {
+			os.WriteFile(filepath.Join(dir, "small", name), []byte("x"), 0o644)
 		}
-		seen[e.Name] = true
 	}
-	if len(seen) != 600 {
-		t.Fatalf("%d names, want 600", len(seen))
+	for d, want := range map[string]int{"/small": 20, "/large": 600, "/empty": 0} {
+		ents, err := c.ReadDir(d)
+		if err != nil {
+			t.Fatalf("%s: %v", d, err)
+		}
+		for i, e := range ents {
+			if e.Name == "." || e.Name == ".." || e.Attrs.Size != 1 || (i > 0 && ents[i-1].Name >= e.Name) {
+				t.Fatalf("%s: entry %d %q (%+v), out of order or wrong", d, i, e.Name, e.Attrs)
+			}
+		}
+		if len(ents) != want {
+			t.Fatalf("%s: %d names, want %d", d, len(ents), want)
+		}
 	}
-	if _, err := c.ReadDir("/f001"); err == nil {
+	if _, err := c.ReadDir("/large/f001"); err == nil {
 		t.Fatal("listing a file succeeded")
 	}
 }

@@ -212,10 +212,19 @@ func (c *Call) names() ([]Entry, error) {
 	return out, d.Err
 }
 
-// ReadDir lists directory p, without "." and "..". Two READDIRs are kept
-// in flight, so a directory of one page costs two round trips (OPENDIR and
-// READDIR), and the handle is closed without waiting.
+// ReadDir lists directory p, without "." and "..". With a server that
+// lists in one request (wire.List), a directory of up to wire.ListMax
+// entries costs one round trip. Otherwise two READDIRs are kept in flight,
+// so a directory of one page costs two round trips (OPENDIR and READDIR),
+// and the handle is closed without waiting.
 func (c *Client) ReadDir(p string) ([]Entry, error) {
+	if c.list {
+		ents, err := c.extended(wire.List, p).names()
+		var st *StatusError
+		if !errors.As(err, &st) || st.Code != wire.Failure { // FAILURE: too many; list them the plain way
+			return ents, err
+		}
+	}
 	h, err := c.path(wire.Opendir, p).handle()
 	if err != nil {
 		return nil, err

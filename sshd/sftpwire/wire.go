@@ -42,6 +42,17 @@ const OpenNamed = "open-named@awcp"
 // without waiting for their answers first (rm -rf).
 const RmdirInOrder = "rmdir-in-order@awcp"
 
+// List is our extension, announced in VERSION: a directory's entries in
+// one round trip instead of OPENDIR, READDIR and CLOSE. The request is the
+// directory's path; the answer a NAME with every entry but "." and "..",
+// their attributes, and empty long names — or, for a directory of more
+// than ListMax entries, a STATUS FAILURE, after which the client lists it
+// the plain way.
+const List = "list@awcp"
+
+// ListMax is the most entries a List answer carries.
+const ListMax = 512
+
 // NamedPrefix starts every handle a client names (OpenNamed).
 const NamedPrefix = "n"
 
