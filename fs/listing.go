@@ -75,17 +75,18 @@ func (n *node) freshListing() (*listing, bool) {
 }
 
 // listed is name's attributes from n's listing, if it holds them and they
-// are current.
-func (n *node) listed(name string) (sftpc.Attrs, bool) {
+// are current, and how long the listing is kept still.
+func (n *node) listed(name string) (sftpc.Attrs, time.Duration, bool) {
 	l, ok := n.freshListing()
 	if !ok {
-		return sftpc.Attrs{}, false
+		return sftpc.Attrs{}, 0, false
 	}
 	i, ok := l.position(name)
-	if !ok || !n.childNode(name).unchangedSince(l.at) {
-		return sftpc.Attrs{}, false
+	left := time.Until(l.until)
+	if !ok || left <= 0 || !n.childNode(name).unchangedSince(l.at) {
+		return sftpc.Attrs{}, 0, false
 	}
-	return l.entries[i].Attrs, true
+	return l.entries[i].Attrs, left, true
 }
 
 // keepListing records ents, read when the mount's change count was at.

@@ -31,7 +31,7 @@ type node struct {
 	// atime is the access time last reported, what a change of the mtime
 	// alone sends again (v3 sets both); 0 if none was.
 	atime uint32
-	// uid and mode are the owner and mode last reported (unlinkBehind).
+	// uid and mode are the owner and mode last reported (removeBehind).
 	uid, mode uint32
 	// deferred are the handles whose remote open waits for a first read.
 	deferred map[*fileHandle]struct{}
@@ -220,8 +220,13 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if n.absent(name) {
 		return nil, syscall.ENOENT
 	}
-	if a, ok := n.listed(name); ok {
-		return n.newChild(ctx, name, a, out), 0
+	if a, left, ok := n.listed(name); ok {
+		ch := n.newChild(ctx, name, a, out)
+		// No longer than the listing itself: the delegator's changes
+		// show within an entry timeout of it.
+		out.SetEntryTimeout(left)
+		out.SetAttrTimeout(left)
+		return ch, 0
 	}
 	if a, found, ok := n.relist(ctx, name); ok {
 		if !found {
