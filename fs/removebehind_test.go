@@ -252,3 +252,38 @@ func TestCreateAfterRemoveBehind(t *testing.T) {
 		}
 	}
 }
+
+// Removes sent behind on a session that ended under the mount, which has
+// not noticed, are sent again on the next one: the files are gone, and
+// the directory's rmdir, sent behind too, follows them.
+func TestRemoveBehindAcrossReconnect(t *testing.T) {
+	f := newMount(t, false)
+	d := filepath.Join(f.mnt, "d")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprint("f", i)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.ReadDir(d); err != nil {
+		t.Fatal(err)
+	}
+	f.mount.conn.live().Close()
+	for i := range 5 { // as rm -rf goes: the files, then the directory
+		if err := os.Remove(filepath.Join(d, fmt.Sprint("f", i))); err != nil {
+			t.Fatalf("unlink across a lost session: %v", err)
+		}
+	}
+	if err := os.Remove(d); err != nil {
+		t.Fatalf("rmdir across a lost session: %v", err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(f.mnt, &st); err != nil { // waits for every remove
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(f.dir, "d")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("on the delegator's side, d: %v", err)
+	}
+}
