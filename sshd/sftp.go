@@ -753,15 +753,23 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 }
 
 func (s *sftpServer) opendir(id uint32, r *reader) {
-	name := rel(r.Str())
-	if r.Err != nil {
-		s.errStatus(id, errBadMessage)
-		return
-	}
-	f, err := s.root.Open(name)
+	f, err := s.openDir(r)
 	if err != nil {
 		s.errStatus(id, err)
 		return
+	}
+	s.sendHandle(id, &handle{f: f, dir: true})
+}
+
+// openDir opens the directory the request names (OPENDIR, wire.List).
+func (s *sftpServer) openDir(r *reader) (*os.File, error) {
+	name := rel(r.Str())
+	if r.Err != nil {
+		return nil, errBadMessage
+	}
+	f, err := s.root.Open(name)
+	if err != nil {
+		return nil, err
 	}
 	fi, err := f.Stat()
 	if err == nil && !fi.IsDir() {
@@ -769,10 +777,9 @@ func (s *sftpServer) opendir(id uint32, r *reader) {
 	}
 	if err != nil {
 		f.Close()
-		s.errStatus(id, err)
-		return
+		return nil, err
 	}
-	s.sendHandle(id, &handle{f: f, dir: true})
+	return f, nil
 }
 
 func (s *sftpServer) sendHandle(id uint32, h *handle) {
@@ -914,37 +921,21 @@ func (s *sftpServer) readdir(id uint32, r *reader) {
 	}
 	page := h.entries[h.pos:min(h.pos+readdirPage, len(h.entries))]
 	h.pos += len(page)
-	infos := make([]fs.FileInfo, 0, len(page))
-	for _, e := range page {
-		fi, err := e.Info() // lstat: links are seen as links
-		if err != nil {
-			continue // removed meanwhile
-		}
-		infos = append(infos, fi)
-	}
-	s.names(id, infos)
+	s.names(id, infosOf(page))
 }
 
 // list answers wire.List: the directory's entries with their
 // attributes, in one NAME.
 func (s *sftpServer) list(id uint32, r *reader) {
-	name := rel(r.Str())
-	if r.Err != nil {
-		s.errStatus(id, errBadMessage)
-		return
-	}
-	f, err := s.root.Open(name)
+	f, err := s.openDir(r)
 	if err != nil {
 		s.errStatus(id, err)
 		return
 	}
 	defer f.Close()
 	ents, err := f.ReadDir(wire.ListMax + 1)
-	if errors.Is(err, io.EOF) { // empty
-		err = nil
-	}
-	if err != nil {
-		s.errStatus(id, err) // ENOTDIR for a file
+	if err != nil && !errors.Is(err, io.EOF) { // EOF: empty
+		s.errStatus(id, err)
 		return
 	}
 	if len(ents) > wire.ListMax {
@@ -952,24 +943,19 @@ func (s *sftpServer) list(id uint32, r *reader) {
 		return
 	}
 	sortByName(ents)
-	b := newBuf()
-	b.byte(wire.Name)
-	b.u32(id)
-	count := len(b)
-	b.u32(0)
-	n := uint32(0)
+	s.names(id, infosOf(ents))
+}
+
+// infosOf is the attributes of ents, read without following links; an
+// entry removed meanwhile is left out.
+func infosOf(ents []fs.DirEntry) []fs.FileInfo {
+	infos := make([]fs.FileInfo, 0, len(ents))
 	for _, e := range ents {
-		fi, err := e.Info() // lstat: links are seen as links
-		if err != nil {
-			continue // removed meanwhile
+		if fi, err := e.Info(); err == nil {
+			infos = append(infos, fi)
 		}
-		b.str(fi.Name())
-		b.str("") // the long name: our client has no use for it
-		b.attrs(fi)
-		n++
 	}
-	binary.BigEndian.PutUint32(b[count:], n)
-	s.send(b)
+	return infos
 }
 
 // sortByName puts a directory's entries in name order: the order most
