@@ -6,18 +6,15 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-
-	"github.com/awcp/awcp/fs/sftpc"
 )
 
 // dirHandle is an open directory: one READDIR exchange fetched the names
 // with their attributes, and lookups during READDIRPLUS are answered from
 // it, so listing a directory costs no round trip per entry.
 type dirHandle struct {
-	node    *node
-	entries []sftpc.Entry
-	byName  map[string]sftpc.Attrs
-	pos     int
+	node *node
+	l    *listing
+	pos  int
 }
 
 var (
@@ -31,38 +28,25 @@ var (
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	l, cached := n.cachedListing()
 	if !cached {
-		p := n.rpath()
-		at := n.fsys.changes.Load() // before: a change during the READDIR voids it
-		ents, err := n.fsys.at(ctx).ReadDir(p)
-		if err != nil {
-			return nil, 0, n.errno(ctx, "readdir", p, err)
+		var err error
+		if l, err = n.list(ctx); err != nil {
+			return nil, 0, n.errno(ctx, "readdir", n.rpath(), err)
 		}
-		l = n.keepListing(ents, at)
 	}
-	ents := l.entries
-	d := &dirHandle{node: n, entries: ents, byName: make(map[string]sftpc.Attrs, len(ents))}
-	names := make([]string, len(ents))
-	for i, e := range ents {
-		d.byName[e.Name] = e.Attrs
-		names[i] = e.Name
-	}
-	if !cached {
-		n.knowNames(names)
-	}
-	return d, 0, 0
+	return &dirHandle{node: n, l: l}, 0, 0
 }
 
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
-	if d.pos >= len(d.entries) {
+	if d.pos >= len(d.l.entries) {
 		return nil, 0
 	}
-	e := d.entries[d.pos]
+	e := d.l.entries[d.pos]
 	d.pos++
 	return &fuse.DirEntry{Name: e.Name, Mode: e.Attrs.Mode, Off: uint64(d.pos)}, 0
 }
 
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
-	if off > uint64(len(d.entries)) {
+	if off > uint64(len(d.l.entries)) {
 		return syscall.EINVAL
 	}
 	d.pos = int(off)
@@ -72,11 +56,11 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 // Lookup answers READDIRPLUS from the listing, falling back to LSTAT for a
 // name it does not hold.
 func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	a, ok := d.byName[name]
+	i, ok := d.l.position(name)
 	if !ok {
 		return d.node.Lookup(ctx, name, out)
 	}
-	return d.node.newChild(ctx, name, a, out), 0
+	return d.node.newChild(ctx, name, d.l.entries[i].Attrs, out), 0
 }
 
 func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno { return 0 }

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -87,6 +88,22 @@ func (n *node) listed(name string) (sftpc.Attrs, time.Duration, bool) {
 		return sftpc.Attrs{}, 0, false
 	}
 	return l.entries[i].Attrs, left, true
+}
+
+// list reads n's listing from the delegator, keeps it, and records the
+// names it holds.
+func (n *node) list(ctx context.Context) (*listing, error) {
+	at := n.fsys.changes.Load() // before: a change during the READDIR voids it
+	ents, err := n.fsys.at(ctx).ReadDir(n.rpath())
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(ents))
+	for i, e := range ents {
+		names[i] = e.Name
+	}
+	n.knowNames(names)
+	return n.keepListing(ents, at), nil
 }
 
 // keepListing records ents, read when the mount's change count was at.

@@ -266,21 +266,14 @@ func (n *node) relist(ctx context.Context, name string) (a sftpc.Attrs, found, o
 	if !expired {
 		return a, false, false
 	}
-	at := n.fsys.changes.Load() // before: a change during the READDIR voids it
-	ents, err := n.fsys.at(ctx).ReadDir(n.rpath())
+	l, err := n.list(ctx)
 	if err != nil {
 		return a, false, false
 	}
-	n.keepListing(ents, at)
-	names := make([]string, len(ents))
-	for i, e := range ents {
-		names[i] = e.Name
-		if e.Name == name {
-			a, found = e.Attrs, true
-		}
+	if i, ok := l.position(name); ok {
+		return l.entries[i].Attrs, true, true
 	}
-	n.knowNames(names)
-	return a, found, true
+	return a, false, true
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -601,10 +594,8 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 // openDeferredChild opens the deferred handles of child name, which is
 // about to go.
 func (n *node) openDeferredChild(ctx context.Context, name string) {
-	if ch := n.GetChild(name); ch != nil {
-		if cn, ok := ch.Operations().(*node); ok {
-			cn.openDeferred(ctx)
-		}
+	if cn := n.childNode(name); cn != nil {
+		cn.openDeferred(ctx)
 	}
 }
 
@@ -672,11 +663,7 @@ func (n *node) removeBehind(ctx context.Context, name, p string, dir bool, answe
 		return false
 	}
 	if dir {
-		ch := n.GetChild(name)
-		if ch == nil {
-			return false
-		}
-		if cn, ok := ch.Operations().(*node); !ok || !cn.knownEmpty() {
+		if cn := n.childNode(name); cn == nil || !cn.knownEmpty() {
 			return false
 		}
 	}

@@ -20,10 +20,10 @@ import (
 // handle and returned by the handle's next write, flush (close) or fsync,
 // as NFS and sshfs do.
 //
-// The REMOVEs of files unlinked behind (node.unlinkBehind) queue here too,
+// The REMOVEs and RMDIRs sent behind (node.removeBehind) queue here too,
 // but only a request naming their path, or a directory above it, waits for
-// them (settleFor): rm -rf sends a directory's unlinks one after another
-// and waits once, at its rmdir.
+// them (settleFor): rm -rf sends a directory's unlinks and its rmdir one
+// after another and waits for none of them.
 type writeBehind struct {
 	mu        sync.Mutex
 	queued    []*pendingWrite
@@ -39,7 +39,7 @@ type writeBehind struct {
 // answered: a write cut off by a lost connection is sent again. Or it is
 // the open of a file created behind (node.createBehind), which its writes
 // follow on the wire: open is set, gen is the connection it went out on.
-// Or it is the remove of a file unlinked behind: rm is set, h is nil.
+// Or it is a REMOVE or RMDIR sent behind: rm is set, h is nil.
 type pendingWrite struct {
 	seq  uint64
 	call *sftpc.Call
@@ -96,7 +96,7 @@ func (w *writeBehind) queueOpen(h *fileHandle, gen uint64, call *sftpc.Call) {
 	w.add(&pendingWrite{call: call, h: h, open: true, gen: gen})
 }
 
-// queueRemove adds the remove of a file unlinked behind, sent on
+// queueRemove adds a REMOVE or RMDIR sent behind, on
 // connection gen; past the bound, it returns what to settle first, as
 // queue does.
 func (w *writeBehind) queueRemove(rm *removal, gen uint64, call *sftpc.Call) (settleTo uint64) {
