@@ -921,7 +921,7 @@ func (s *sftpServer) readdir(id uint32, r *reader) {
 	}
 	page := h.entries[h.pos:min(h.pos+readdirPage, len(h.entries))]
 	h.pos += len(page)
-	s.names(id, infosOf(page))
+	s.names(id, infosOf(page), longName)
 }
 
 // list answers wire.List: the directory's entries with their
@@ -943,7 +943,7 @@ func (s *sftpServer) list(id uint32, r *reader) {
 		return
 	}
 	sortByName(ents)
-	s.names(id, infosOf(ents))
+	s.names(id, infosOf(ents), noLongName)
 }
 
 // infosOf is the attributes of ents, read without following links; an
@@ -981,18 +981,23 @@ func (s *sftpServer) name(id uint32, name string, fi fs.FileInfo) {
 	s.send(b)
 }
 
-func (s *sftpServer) names(id uint32, infos []fs.FileInfo) {
+// names answers with infos, each with the long name long makes of it.
+func (s *sftpServer) names(id uint32, infos []fs.FileInfo, long func(fs.FileInfo) string) {
 	b := newBuf()
 	b.byte(wire.Name)
 	b.u32(id)
 	b.u32(uint32(len(infos)))
 	for _, fi := range infos {
 		b.str(fi.Name())
-		b.str(longName(fi))
+		b.str(long(fi))
 		b.attrs(fi)
 	}
 	s.send(b)
 }
+
+// noLongName is the long name of a wire.List answer: our client has no use
+// for one, and making it is most of the answer's cost.
+func noLongName(fs.FileInfo) string { return "" }
 
 // longName is the ls -l line v3 clients print.
 func longName(fi fs.FileInfo) string {
