@@ -98,8 +98,11 @@ func (r *readAhead) opening(dir *node, name string) *aheadHead {
 	// Ask again once half of what was asked for is used, so that a batch
 	// is several files, one round trip.
 	if inOrder && r.next <= pos+aheadFiles/2 {
-		at := fsys.changes.Load()    // before: a change from now on voids the batch
-		if fsys.conn.writes.idle() { // else the reads could overtake writes
+		at := fsys.changes.Load() // before: a change from now on voids the batch
+		// Not while writes are in flight: the reads could overtake them.
+		// Removes may be: git unlinks its temporary object file behind
+		// just before it opens the next source file.
+		if fsys.conn.writes.writesSettled() {
 			until := time.Now().Add(fsys.attr)
 			for skipped := range r.heads { // passed over by the reader
 				if i, _ := l.position(skipped); i < pos {

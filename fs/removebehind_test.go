@@ -287,3 +287,69 @@ func TestRemoveBehindAcrossReconnect(t *testing.T) {
 		t.Fatalf("on the delegator's side, d: %v", err)
 	}
 }
+
+// A remove in flight does not stop the read ahead of another directory:
+// git unlinks its temporary object file behind just before it opens the
+// next source file. The files after the one opened are read while the
+// remove is unanswered, so a change the delegator makes afterwards shows
+// only after the attribute timeout.
+func TestReadAheadPastRemoveBehind(t *testing.T) {
+	var gate *replyGate
+	f := newMountWith(t, false, func(o *Options) {
+		gate = newReplyGate(t, o.Addr)
+		o.Addr = gate.addr
+		o.KeepAlive = 10 * time.Second // holding replies is not an outage
+	})
+	src := filepath.Join(f.dir, "src")
+	os.Mkdir(src, 0o755)
+	for i := range 20 {
+		os.WriteFile(filepath.Join(src, fmt.Sprintf("f%02d.go", i)), []byte("original\n"), 0o644)
+	}
+	other := filepath.Join(f.mnt, "other")
+	if err := os.Mkdir(other, 0o755); err != nil { // made here: known empty, and removable behind
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "tmp"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.Open(filepath.Join(f.mnt, "src"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil || len(names) != 20 {
+		t.Fatalf("listing: %d names, %v", len(names), err)
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(f.mnt, "src", name))
+		if err != nil {
+			t.Error(err)
+		}
+		return string(b)
+	}
+	started := time.Now()
+	release := gate.hold()
+	defer release()
+	if err := os.Remove(filepath.Join(other, "tmp")); err != nil { // behind: returns unanswered
+		t.Fatal(err)
+	}
+	opened := make(chan string, 1)
+	go func() { opened <- read(names[0]) }() // the first in order: the files after it are asked for now
+	time.Sleep(100 * time.Millisecond)       // the server reads them meanwhile
+	release()
+	if got := <-opened; got != "original\n" {
+		t.Fatalf("%s: %q", names[0], got)
+	}
+	os.WriteFile(filepath.Join(src, names[3]), []byte("changed on the delegator\n"), 0o644)
+	got := read(names[3])
+	if time.Since(started) >= time.Second {
+		t.Fatalf("the opens took %s, past the attribute timeout: the read ahead cannot be told", time.Since(started))
+	}
+	if got != "original\n" {
+		t.Errorf("%s was not read ahead while the remove was in flight: the delegator's later change shows (%q)", names[3], got)
+	}
+	if _, err := os.Lstat(filepath.Join(f.dir, "other", "tmp")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the remove did not land: %v", err)
+	}
+}

@@ -220,12 +220,15 @@ func answered(call *sftpc.Call) bool {
 	}
 }
 
-// idle reports whether everything sent is settled.
-func (w *writeBehind) idle() bool {
+// writesSettled reports whether every write and open sent is settled.
+// Removes may still be in flight: what reads a name waits for its remove
+// by itself (settleFor), and a directory with one in flight is changed
+// (node.changedAt), so nothing read from its listing goes out meanwhile.
+func (w *writeBehind) writesSettled() bool {
 	w.reap()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.done == w.last
+	return w.lastOther <= w.done
 }
 
 // wroteOn reports whether h's writes still unsettled, if any, all went out
