@@ -103,16 +103,24 @@ func newReplyGate(t *testing.T, target string) *replyGate {
 	return g
 }
 
-// rm -rf through the mount: the unlinks and rmdirs return without waiting
-// for the delegator (which answers nothing meanwhile), and land there in
-// order, the directories last.
-func TestRemoveBehind(t *testing.T) {
+// newGatedMount is a read-write mount whose delegator's replies pass a
+// replyGate.
+func newGatedMount(t *testing.T) (*mountFixture, *replyGate) {
+	t.Helper()
 	var gate *replyGate
 	f := newMountWith(t, false, func(o *Options) {
 		gate = newReplyGate(t, o.Addr)
 		o.Addr = gate.addr
 		o.KeepAlive = 10 * time.Second // holding replies is not an outage
 	})
+	return f, gate
+}
+
+// rm -rf through the mount: the unlinks and rmdirs return without waiting
+// for the delegator (which answers nothing meanwhile), and land there in
+// order, the directories last.
+func TestRemoveBehind(t *testing.T) {
+	f, gate := newGatedMount(t)
 	top := filepath.Join(f.mnt, "top")
 	sub := filepath.Join(top, "sub")
 	if err := os.MkdirAll(sub, 0o755); err != nil {
@@ -294,12 +302,7 @@ func TestRemoveBehindAcrossReconnect(t *testing.T) {
 // remove is unanswered, so a change the delegator makes afterwards shows
 // only after the attribute timeout.
 func TestReadAheadPastRemoveBehind(t *testing.T) {
-	var gate *replyGate
-	f := newMountWith(t, false, func(o *Options) {
-		gate = newReplyGate(t, o.Addr)
-		o.Addr = gate.addr
-		o.KeepAlive = 10 * time.Second // holding replies is not an outage
-	})
+	f, gate := newGatedMount(t)
 	src := filepath.Join(f.dir, "src")
 	os.Mkdir(src, 0o755)
 	for i := range 20 {
