@@ -18,9 +18,9 @@ import (
 // What was read ahead is used only while the mount has changed neither
 // the file nor its directory since it was asked for (node.changedAt, as
 // for listings) and for an attribute timeout: the delegator's own changes
-// show as late as they do through the kernel's caches, and never later. One directory at a time
-// is read ahead, and heads the reader passed over are dropped, so about
-// aheadFiles heads are held at most.
+// show as late as they do through the kernel's caches, and never later.
+// One directory at a time is read ahead, and heads the reader passed over
+// are dropped, so about aheadFiles heads are held at most.
 type readAhead struct {
 	mu      sync.Mutex
 	dir     *node    // the directory read ahead; nil if none

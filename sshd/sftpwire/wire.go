@@ -45,9 +45,9 @@ const RmdirInOrder = "rmdir-in-order@awcp"
 // List is our extension, announced in VERSION: a directory's entries in
 // one round trip instead of OPENDIR, READDIR and CLOSE. The request is the
 // directory's path; the answer a NAME (as READDIR's, with empty long
-// names) holding every entry but "." and "..", in name order — or, for a directory of more than ListMax
-// entries, a STATUS FAILURE, after which the client lists it the plain
-// way.
+// names) holding every entry but "." and "..", in name order — or, for a
+// directory of more than ListMax entries, a STATUS FAILURE, after which
+// the client lists it the plain way.
 const List = "list@awcp"
 
 // ListMax is the most entries a List answer carries.
