@@ -53,14 +53,16 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	return 0
 }
 
-// Lookup answers READDIRPLUS from the listing, falling back to LSTAT for a
-// name it does not hold.
+// Lookup answers READDIRPLUS from the listing, as a lookup in the
+// directory would be. An entry the listing no longer answers for (it is
+// past its time, or the mount changed the entry since) goes without
+// attributes: the kernel looks the name up when it is used, where asking
+// here would cost a round trip per entry.
 func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	i, ok := d.l.position(name)
-	if !ok {
-		return d.node.Lookup(ctx, name, out)
+	if ch, ok := d.node.fromListing(ctx, d.l, name, out); ok {
+		return ch, 0
 	}
-	return d.node.newChild(ctx, name, d.l.entries[i].Attrs, out), 0
+	return nil, syscall.ENOENT // go-fuse lists the name, with no attributes
 }
 
 func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno { return 0 }

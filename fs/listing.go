@@ -5,6 +5,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
 	"github.com/awcp/awcp/fs/sftpc"
 )
 
@@ -66,28 +69,35 @@ func (n *node) cachedListing() (*listing, bool) {
 // names did not change through this mount since: its entries may still
 // be stale, each where the mount changed it (node.unchangedSince).
 func (n *node) freshListing() (*listing, bool) {
-	n.mu.Lock()
-	l := n.listing
-	n.mu.Unlock()
+	l := n.keptListing()
 	if l == nil || time.Now().After(l.until) || !n.unchangedSince(l.at) {
 		return nil, false
 	}
 	return l, true
 }
 
-// listed is name's attributes from n's listing, if it holds them and they
-// are current, and how long the listing is kept still.
-func (n *node) listed(name string) (sftpc.Attrs, time.Duration, bool) {
-	l, ok := n.freshListing()
-	if !ok {
-		return sftpc.Attrs{}, 0, false
-	}
+// keptListing is n's last listing, nil if it keeps none.
+func (n *node) keptListing() *listing {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.listing
+}
+
+// fromListing answers a lookup of name in n from l, a listing of n, if it
+// holds name, is within its time, and the mount has changed neither n nor
+// the entry since (n too: the kernel may have forgotten the entry's node,
+// and its stamp with it). The kernel keeps the answer no longer than l is
+// kept: the delegator's changes show within an entry timeout of it.
+func (n *node) fromListing(ctx context.Context, l *listing, name string, out *fuse.EntryOut) (*fs.Inode, bool) {
 	i, ok := l.position(name)
 	left := time.Until(l.until)
-	if !ok || left <= 0 || !n.childNode(name).unchangedSince(l.at) {
-		return sftpc.Attrs{}, 0, false
+	if !ok || left <= 0 || !n.unchangedSince(l.at) || !n.childNode(name).unchangedSince(l.at) {
+		return nil, false
 	}
-	return l.entries[i].Attrs, left, true
+	ch := n.newChild(ctx, name, l.entries[i].Attrs, out)
+	out.SetEntryTimeout(left)
+	out.SetAttrTimeout(left)
+	return ch, true
 }
 
 // list reads n's listing from the delegator, keeps it, and records the

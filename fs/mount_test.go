@@ -689,6 +689,14 @@ func TestListedAttributesFollowOwnChanges(t *testing.T) {
 		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
 			t.Fatal(err)
 		}
+		// The handle listed before the change is read again from its
+		// start: its READDIRPLUS must not hand the kernel what changed.
+		if _, err := pin.Seek(0, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pin.Readdirnames(-1); err != nil {
+			t.Fatal(err)
+		}
 		ents, err := os.ReadDir(d)
 		if err != nil {
 			t.Fatal(err)

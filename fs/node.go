@@ -220,19 +220,18 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if n.absent(name) {
 		return nil, syscall.ENOENT
 	}
-	if a, left, ok := n.listed(name); ok {
-		ch := n.newChild(ctx, name, a, out)
-		// No longer than the listing itself: the delegator's changes
-		// show within an entry timeout of it.
-		out.SetEntryTimeout(left)
-		out.SetAttrTimeout(left)
-		return ch, 0
+	if l := n.keptListing(); l != nil {
+		if ch, ok := n.fromListing(ctx, l, name, out); ok {
+			return ch, 0
+		}
 	}
-	if a, found, ok := n.relist(ctx, name); ok {
-		if !found {
+	if l, ok := n.relist(ctx); ok {
+		if _, held := l.position(name); !held {
 			return nil, syscall.ENOENT
 		}
-		return n.newChild(ctx, name, a, out), 0
+		if ch, ok := n.fromListing(ctx, l, name, out); ok {
+			return ch, 0
+		}
 	}
 	p := n.child(name)
 	a, err := n.fsys.at(ctx).Lstat(p) // a round trip: no lock is held here
@@ -251,29 +250,23 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 // it to list it again (relist).
 const relistMax = 64
 
-// relist answers a lookup of name in n, a small directory whose names the
-// mount knew until they expired, by listing n again: one round trip, as
-// the LSTAT would be, after which the lookups of its other names within
-// the entry timeout need none. git adds each object with three lookups of
+// relist lists n again for a lookup in it, where n is a small directory
+// whose names the mount knew until they expired: one round trip, as the
+// LSTAT would be, after which the lookups of its other names within the
+// entry timeout need none. git adds each object with three lookups of
 // names its object directory does not hold (the object twice, its
 // temporary file once), and each source file with a lookup in a
 // directory it listed before. ok is false where it does not apply, or
-// the listing failed: the lookup then asks for name alone.
-func (n *node) relist(ctx context.Context, name string) (a sftpc.Attrs, found, ok bool) {
+// the listing failed: the lookup then asks for its name alone.
+func (n *node) relist(ctx context.Context) (l *listing, ok bool) {
 	n.mu.Lock()
 	expired := n.names != nil && len(n.names) <= relistMax && !time.Now().Before(n.namesUntil)
 	n.mu.Unlock()
 	if !expired {
-		return a, false, false
+		return nil, false
 	}
 	l, err := n.list(ctx)
-	if err != nil {
-		return a, false, false
-	}
-	if i, ok := l.position(name); ok {
-		return l.entries[i].Attrs, true, true
-	}
-	return a, false, true
+	return l, err == nil
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
