@@ -1,6 +1,7 @@
 package sshd
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -122,9 +123,14 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 	// not yet handled, which its RMDIR waits for (wire.RmdirInOrder). Only
 	// this loop touches the map.
 	emptying := emptyingMap{}
+	// Buffered: each read of an SSH channel may send a window adjustment
+	// (a packet and a syscall) once more than a few packets wait unread,
+	// which a burst of writes sent behind makes so; reading a header and a
+	// body at a time, that was two adjustments per request.
+	r := bufio.NewReaderSize(rw, 64<<10)
 	var hdr [4]byte
 	for {
-		if _, err := io.ReadFull(rw, hdr[:]); err != nil {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
@@ -135,7 +141,7 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 			return fmt.Errorf("sftp: packet of %d bytes", n)
 		}
 		pkt := getPacket(int(n))
-		if _, err := io.ReadFull(rw, pkt); err != nil {
+		if _, err := io.ReadFull(r, pkt); err != nil {
 			return err
 		}
 		if pkt[0] == wire.Init {
