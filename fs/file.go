@@ -391,7 +391,7 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 	// The kernel reuses data once Write returns; the copy is also what a
 	// lost connection's write is sent again from.
 	kept := keep(data)
-	if upto := wb.queue(h, gen, f.StartWrite(kept, off), kept, off); upto != 0 {
+	if upto := wb.queue(h, gen, f.StartWriteBehind(kept, off), kept, off); upto != 0 {
 		if err := wb.settleTo(ctx, upto); err != nil {
 			return 0, h.node.errno(ctx, "write", h.node.rpath(), err)
 		}

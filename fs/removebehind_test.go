@@ -3,114 +3,24 @@ package fs
 import (
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/awcp/awcp/sshd/sshdtest"
 )
 
-// replyGate is a TCP proxy between the mount and the delegator's server
-// that can hold back the server's replies: a request the mount waits for
-// does not return while they are held.
-type replyGate struct {
-	addr string
-	mu   sync.Mutex
-	open chan struct{} // closed while replies pass
-}
-
-// hold holds the replies back until the function it returns is called.
-func (g *replyGate) hold() (release func()) {
-	ch := make(chan struct{})
-	g.mu.Lock()
-	g.open = ch
-	g.mu.Unlock()
-	var once sync.Once
-	return func() { once.Do(func() { close(ch) }) }
-}
-
-// pass waits while replies are held.
-func (g *replyGate) pass() {
-	g.mu.Lock()
-	ch := g.open
-	g.mu.Unlock()
-	<-ch
-}
-
-func newReplyGate(t *testing.T, target string) *replyGate {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &replyGate{addr: ln.Addr().String(), open: make(chan struct{})}
-	close(g.open)
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, s)
-			mu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); io.Copy(s, c); s.Close() }()
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := s.Read(buf)
-					if n > 0 {
-						g.pass()
-						if _, werr := c.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return g
-}
-
 // newGatedMount is a read-write mount whose delegator's replies pass a
-// replyGate.
-func newGatedMount(t *testing.T) (*mountFixture, *replyGate) {
+// sshdtest.ReplyGate.
+func newGatedMount(t *testing.T) (*mountFixture, *sshdtest.ReplyGate) {
 	t.Helper()
-	var gate *replyGate
+	var gate *sshdtest.ReplyGate
 	f := newMountWith(t, false, func(o *Options) {
-		gate = newReplyGate(t, o.Addr)
-		o.Addr = gate.addr
+		gate = sshdtest.NewReplyGate(t, o.Addr)
+		o.Addr = gate.Addr
 		o.KeepAlive = 10 * time.Second // holding replies is not an outage
 	})
 	return f, gate
@@ -146,7 +56,7 @@ func TestRemoveBehind(t *testing.T) {
 		}
 	}
 
-	release := gate.hold()
+	release := gate.Hold()
 	defer release()
 	removed := make(chan error, 1)
 	go func() {
@@ -332,7 +242,7 @@ func TestReadAheadPastRemoveBehind(t *testing.T) {
 		return string(b)
 	}
 	started := time.Now()
-	release := gate.hold()
+	release := gate.Hold()
 	defer release()
 	if err := os.Remove(filepath.Join(other, "tmp")); err != nil { // behind: returns unanswered
 		t.Fatal(err)

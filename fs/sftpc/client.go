@@ -90,6 +90,21 @@ type Client struct {
 	kick  chan struct{} // out became non-empty
 	ended chan struct{} // closed by fail: the sender stops
 
+	// Writes sent behind (StartWriteBehind) that nobody waits for are
+	// held in out while earlier ones are unanswered, as Nagle's algorithm
+	// holds small segments: a burst of small writes then goes out several
+	// to an SSH packet, and comes back answered several to a packet, where
+	// each would otherwise cost both sides a packet, a syscall and a
+	// wake-up. Held requests go out when the last behind request in
+	// flight is answered, when they fill a packet, when any other request
+	// is started, or when one of them is waited for. bmu guards these;
+	// it is taken under wmu, and alone by the receive loop, which must
+	// not wait for wmu (held by a caller whose write waits for window).
+	bmu          sync.Mutex
+	held         bool // out holds requests no kick was sent for
+	behindQueued int  // behind requests in out
+	behindSent   int  // behind requests taken by the sender, unanswered
+
 	mu    sync.Mutex // guards next, calls and err
 	next  uint32
 	calls map[uint32]*Call
@@ -206,6 +221,11 @@ func (c *Client) send() {
 func (c *Client) flush(tail []byte) error {
 	buf := c.out
 	c.out, c.spare = c.spare[:0], nil
+	c.bmu.Lock()
+	c.held = false
+	c.behindSent += c.behindQueued
+	c.behindQueued = 0
+	c.bmu.Unlock()
 	c.chmu.Lock()
 	c.wmu.Unlock()
 	var err error
@@ -235,6 +255,10 @@ const maxQueued = 64 << 10
 // itself, so that requests started faster than the channel takes them
 // (writes waiting for the server's window) wait instead of piling up.
 const maxOut = 1 << 20
+
+// behindBatch is how much held behind requests may fill before they go
+// out: about an SSH packet (the channel cuts writes into 32 KiB packets).
+const behindBatch = 30 << 10
 
 // maxSpare bounds the send buffer kept for reuse.
 const maxSpare = maxOut + maxQueued + 64<<10
@@ -275,19 +299,43 @@ func (c *Client) fail(err error) {
 
 // Call is a request in flight.
 type Call struct {
-	done chan struct{}
-	typ  byte   // the reply's type
-	body []byte // the reply after its id
-	dst  []byte // READ: the reply's data goes here
-	n    int    // READ: bytes of data in dst
-	err  error  // the session's end, if it ended first
+	done   chan struct{}
+	behind *Client // set for a write sent behind: waiting for it sends it
+	typ    byte    // the reply's type
+	body   []byte  // the reply after its id
+	dst    []byte  // READ: the reply's data goes here
+	n      int     // READ: bytes of data in dst
+	err    error   // the session's end, if it ended first
 }
 
-// Done is closed when the reply has come (or the session ended).
-func (c *Call) Done() <-chan struct{} { return c.done }
+// Done is closed when the reply has come (or the session ended). Asking
+// for it sends a held request: whoever asks means to wait for it.
+func (c *Call) Done() <-chan struct{} {
+	c.push()
+	return c.done
+}
+
+// push sends c now if it is a write held behind earlier ones.
+func (c *Call) push() {
+	if c.behind == nil {
+		return
+	}
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	cl := c.behind
+	cl.bmu.Lock()
+	if cl.held {
+		cl.kickLocked()
+	}
+	cl.bmu.Unlock()
+}
 
 // wait returns the reply, or the session's end.
 func (c *Call) wait() (byte, decoder, error) {
+	c.push()
 	<-c.done
 	if c.err != nil {
 		return 0, decoder{}, c.err
@@ -362,13 +410,17 @@ func statusOf(typ byte, d decoder) error {
 // start sends a request built by body and returns it in flight. dst, for
 // a READ, is where the reply's data is read to.
 func (c *Client) start(typ byte, dst []byte, body func(e *encoder)) *Call {
-	return c.startWith(typ, dst, body, nil)
+	return c.startWith(typ, dst, body, nil, false)
 }
 
 // startWith is start with a payload sent after what body builds (a
-// WRITE's data), without copying it into the request buffer.
-func (c *Client) startWith(typ byte, dst []byte, body func(e *encoder), payload []byte) *Call {
+// WRITE's data), without copying it into the request buffer. A request
+// sent behind may be held while other behind requests are unanswered.
+func (c *Client) startWith(typ byte, dst []byte, body func(e *encoder), payload []byte, behind bool) *Call {
 	call := &Call{done: make(chan struct{}), dst: dst}
+	if behind {
+		call.behind = c
+	}
 	c.wmu.Lock()
 	c.mu.Lock()
 	if c.err != nil {
@@ -389,6 +441,11 @@ func (c *Client) startWith(typ byte, dst []byte, body func(e *encoder), payload 
 	e.u32(id)
 	body(&e)
 	binary.BigEndian.PutUint32(e.b[start:], uint32(len(e.b)-start-4+len(payload)))
+	if behind {
+		c.bmu.Lock()
+		c.behindQueued++
+		c.bmu.Unlock()
+	}
 	if len(payload) > maxQueued || len(e.b) > maxOut {
 		// The caller writes: a large payload from its own buffer, or the
 		// queue grown past maxOut. The channel sends at most a 32 KiB SSH
@@ -405,14 +462,40 @@ func (c *Client) startWith(typ byte, dst []byte, body func(e *encoder), payload 
 		return call
 	}
 	c.out = append(e.b, payload...)
-	c.wmu.Unlock()
-	if start == 0 {
-		select {
-		case c.kick <- struct{}{}:
-		default:
+	c.bmu.Lock()
+	switch {
+	case behind && c.behindSent > 0 && len(c.out) < behindBatch:
+		// Goes out with the next kick: an answer, a full packet, another
+		// request or a wait.
+		if start == 0 {
+			c.held = true
 		}
+	case start == 0 || c.held:
+		c.kickLocked()
 	}
+	c.bmu.Unlock()
+	c.wmu.Unlock()
 	return call
+}
+
+// kickLocked has the sender take out; bmu is held.
+func (c *Client) kickLocked() {
+	c.held = false
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// answeredBehind counts the answer to a request sent behind; the last one
+// in flight sends what was held behind it.
+func (c *Client) answeredBehind() {
+	c.bmu.Lock()
+	c.behindSent--
+	if c.behindSent == 0 && c.held {
+		c.kickLocked()
+	}
+	c.bmu.Unlock()
 }
 
 // receive reads replies until the session ends and completes their calls.
@@ -444,6 +527,9 @@ func (c *Client) receive(r *bufio.Reader) {
 			return
 		}
 		close(call.done)
+		if call.behind != nil {
+			c.answeredBehind()
+		}
 	}
 }
 

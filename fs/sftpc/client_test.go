@@ -36,6 +36,13 @@ func (l oneLease) Live(id string) (sshd.Export, bool) {
 // client session on it, as the mount does.
 func session(t *testing.T) (dir string, sshc *gossh.Client, c *sftpc.Client) {
 	t.Helper()
+	return sessionVia(t, func(addr string) string { return addr })
+}
+
+// sessionVia is session with the client dialling via(the server's
+// address).
+func sessionVia(t *testing.T, via func(addr string) string) (dir string, sshc *gossh.Client, c *sftpc.Client) {
+	t.Helper()
 	auth, err := sshd.LoadAuthority(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +62,7 @@ func session(t *testing.T) (dir string, sshc *gossh.Client, c *sftpc.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sshc, c, err = fs.Dial(fs.Options{Addr: addr.String(), User: id, Signer: signer, HostKey: auth.HostKey().PublicKey()})
+	sshc, c, err = fs.Dial(fs.Options{Addr: via(addr.String()), User: id, Signer: signer, HostKey: auth.HostKey().PublicKey()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,6 +206,91 @@ func TestWriteBarrier(t *testing.T) {
 		if on, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("f%d", round))); !bytes.Equal(on, want) {
 			t.Fatalf("round %d: the file has %d bytes, not what was written in order", round, len(on))
 		}
+	}
+}
+
+// Small writes sent behind while another is unanswered are held and go
+// out together. What sends them: the answer to the last one in flight, a
+// packet's worth held, another request, and waiting for one of them; never
+// a delay. The server's replies are held here, so the file's size on its
+// disk tells what was sent.
+func TestWritesBehindHeld(t *testing.T) {
+	var gate *sshdtest.ReplyGate
+	dir, _, c := sessionVia(t, func(addr string) string {
+		gate = sshdtest.NewReplyGate(t, addr)
+		return gate.Addr
+	})
+	f, err := c.OpenFile("/f", sftpc.OpenWrite|sftpc.OpenCreate, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := bytes.Repeat([]byte("x"), 4096)
+	var calls []*sftpc.Call
+	blocks := 0
+	write := func(n int) {
+		for range n {
+			calls = append(calls, f.StartWriteBehind(block, int64(blocks*len(block))))
+			blocks++
+		}
+	}
+	reaches := func(what string, n int) {
+		t.Helper()
+		want := int64(n * len(block))
+		var size int64
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if fi, err := os.Stat(filepath.Join(dir, "f")); err == nil {
+				if size = fi.Size(); size == want {
+					return
+				}
+			}
+		}
+		t.Fatalf("%s: the server's file has %d bytes, want %d", what, size, want)
+	}
+	stays := func(what string, n int) {
+		t.Helper()
+		time.Sleep(300 * time.Millisecond)
+		fi, err := os.Stat(filepath.Join(dir, "f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() != int64(n*len(block)) {
+			t.Fatalf("%s: the server's file has %d bytes, want %d: a held write went out", what, fi.Size(), n*len(block))
+		}
+	}
+
+	release := gate.Hold()
+	defer release()
+	write(1)
+	reaches("the first write behind goes out at once", 1)
+	write(3)
+	stays("three more while it is unanswered", 1)
+	calls[len(calls)-1].Done()
+	reaches("one of them asked for", 4)
+
+	write(2)
+	stays("two more", 4)
+	c.StartLstat("/") // a request that is not a write behind
+	reaches("another request started", 6)
+
+	write(7) // less than a packet's worth
+	stays("seven more", 6)
+	write(1)
+	reaches("a packet's worth held", 14)
+
+	write(1)
+	stays("one more", 14)
+	release()
+	reaches("the ones in flight answered", 15)
+	for _, call := range calls {
+		if err := call.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if on, _ := os.ReadFile(filepath.Join(dir, "f")); !bytes.Equal(on, bytes.Repeat(block, blocks)) {
+		t.Fatalf("the file has %d bytes, not the %d written", len(on), blocks*len(block))
 	}
 }
 

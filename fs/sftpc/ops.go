@@ -388,6 +388,17 @@ func (f *File) ReadAt(dst []byte, off int64) (int, error) {
 // StartWrite sends a WRITE of data (at most MaxData bytes) at off; the
 // Call's Err is its outcome. data may be reused once it returns.
 func (f *File) StartWrite(data []byte, off int64) *Call {
+	return f.startWrite(data, off, false)
+}
+
+// StartWriteBehind is StartWrite for a write nobody waits for yet: while
+// other writes sent behind are unanswered it may be held, to go out with
+// the writes after it (see Client.held). Waiting for it sends it.
+func (f *File) StartWriteBehind(data []byte, off int64) *Call {
+	return f.startWrite(data, off, true)
+}
+
+func (f *File) startWrite(data []byte, off int64, behind bool) *Call {
 	if len(data) > MaxData {
 		call := &Call{done: make(chan struct{}), err: errors.New("sftp: write larger than MaxData")}
 		close(call.done)
@@ -397,7 +408,7 @@ func (f *File) StartWrite(data []byte, off int64) *Call {
 		e.str(f.handle)
 		e.u64(uint64(off))
 		e.u32(uint32(len(data)))
-	}, data)
+	}, data, behind)
 }
 
 // WriteAt writes data at off and waits for it.
