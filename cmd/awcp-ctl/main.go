@@ -13,7 +13,7 @@ import (
 	"github.com/awcp/awcp/cmd/internal/clikit"
 )
 
-func main() { clikit.Run(newApp) }
+func main() { clikit.Run(newApp, clikit.DelegatorProcs) }
 
 func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 	return &cli.App{

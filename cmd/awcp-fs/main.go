@@ -23,7 +23,7 @@ import (
 	"github.com/awcp/awcp/lease"
 )
 
-func main() { clikit.Run(newApp) }
+func main() { clikit.Run(newApp, clikit.ExecutorProcs) }
 
 func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 	return &cli.App{
