@@ -50,20 +50,10 @@ func loadOrCreateKey(path string) (gossh.Signer, error) {
 		if err != nil {
 			return nil, err
 		}
-		// O_EXCL: two processes starting at once must not overwrite each
-		// other's key; the loser reads the winner's.
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if errors.Is(err, fs.ErrExist) {
+		if err := publishKey(path, pem.EncodeToMemory(block)); errors.Is(err, fs.ErrExist) {
+			// Another process starting at once made it first: use its.
 			return loadOrCreateKey(path)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if err := pem.Encode(f, block); err != nil {
-			f.Close()
-			return nil, err
-		}
-		if err := f.Close(); err != nil {
+		} else if err != nil {
 			return nil, err
 		}
 		return gossh.NewSignerFromKey(priv)
@@ -75,6 +65,32 @@ func loadOrCreateKey(path string) (gossh.Signer, error) {
 		return nil, fmt.Errorf("%s is readable by others (mode %v): refusing to use it", path, info.Mode().Perm())
 	}
 	return gossh.ParsePrivateKey(data)
+}
+
+// publishKey writes data to path unless path exists (fs.ErrExist), and
+// path never holds less than all of it: it is written to a temporary file
+// beside it and linked into place. A process that finds path made by
+// another reads a whole key, and a crash leaves no half-written one.
+func publishKey(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	// A link, not a rename: a rename would replace a key another process
+	// made and already uses.
+	return os.Link(f.Name(), path)
 }
 
 // HostKey is the host key the server presents.
