@@ -308,12 +308,9 @@ type Call struct {
 	err    error   // the session's end, if it ended first
 }
 
-// Done is closed when the reply has come (or the session ended). Asking
-// for it sends a held request: whoever asks means to wait for it.
-func (c *Call) Done() <-chan struct{} {
-	c.push()
-	return c.done
-}
+// Done is closed when the reply has come (or the session ended). It does
+// not send a held write: polling it must not cost a packet; Err does.
+func (c *Call) Done() <-chan struct{} { return c.done }
 
 // push sends c now if it is a write held behind earlier ones.
 func (c *Call) push() {

@@ -211,8 +211,8 @@ func TestWriteBarrier(t *testing.T) {
 
 // Small writes sent behind while another is unanswered are held and go
 // out together. What sends them: the answer to the last one in flight, a
-// packet's worth held, another request, and waiting for one of them; never
-// a delay. The server's replies are held here, so the file's size on its
+// packet's worth held, another request, and waiting for one of them (not
+// polling it); never a delay. The server's replies are held here, so the file's size on its
 // disk tells what was sent.
 func TestWritesBehindHeld(t *testing.T) {
 	var gate *sshdtest.ReplyGate
@@ -264,8 +264,14 @@ func TestWritesBehindHeld(t *testing.T) {
 	reaches("the first write behind goes out at once", 1)
 	write(3)
 	stays("three more while it is unanswered", 1)
-	calls[len(calls)-1].Done()
-	reaches("one of them asked for", 4)
+	select {
+	case <-calls[len(calls)-1].Done(): // a poll sends nothing
+	default:
+	}
+	stays("a poll", 1)
+	waited := make(chan error, 1)
+	go func() { waited <- calls[len(calls)-1].Err() }()
+	reaches("one of them waited for", 4)
 
 	write(2)
 	stays("two more", 4)
@@ -281,6 +287,9 @@ func TestWritesBehindHeld(t *testing.T) {
 	stays("one more", 14)
 	release()
 	reaches("the ones in flight answered", 15)
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
 	for _, call := range calls {
 		if err := call.Err(); err != nil {
 			t.Fatal(err)
