@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -76,6 +77,9 @@ func TestConcurrentDelegations(t *testing.T) {
 	}
 	if after := goroutines(t, x); after > goroutinesBefore {
 		t.Errorf("executor goroutines: %d before, %d after", goroutinesBefore, after)
+		// The Go runtime writes every goroutine's stack to the log shown
+		// below, and exits.
+		defer dumpGoroutines(x)
 	}
 
 	// Both stores agree.
@@ -107,6 +111,13 @@ func TestConcurrentDelegations(t *testing.T) {
 			t.Errorf("%s: delegator %s, executor %s", d.ID, d.State, executorSide[d.ID])
 		}
 	}
+}
+
+// dumpGoroutines has the executor write its goroutines' stacks to its
+// log (SIGQUIT) and waits for it to exit.
+func dumpGoroutines(x *executor) {
+	x.cmd.Process.Signal(syscall.SIGQUIT)
+	x.cmd.Wait()
 }
 
 func goroutines(t *testing.T, x *executor) int {
