@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // BenchmarkLstatRoundTrip is one SFTP request and its answer over a real
@@ -19,4 +20,34 @@ func BenchmarkLstatRoundTrip(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkReadFlood is the flood of TestReadFloodIsBounded at the size of
+// the attack it answers: 20,000 pipelined READs of 1 MiB, none of whose
+// answers is read, then the connection dropped. It reports the most the
+// process's heap grew meanwhile (the target: 64 MiB at most) and what
+// was left of that growth once the session had ended.
+func BenchmarkReadFlood(b *testing.B) {
+	f := newFixture(b)
+	dir, cred := f.lend(b, "dlg_flood", false)
+	if err := os.WriteFile(filepath.Join(dir, "big"), make([]byte, maxReadLen), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	var peak, left uint64
+	for b.Loop() {
+		before := heapInUse()
+		s := newFloodSession(b, f, "dlg_flood", cred)
+		h := s.open("/big")
+		s.reads(h, 20_000)
+		for range 10 {
+			time.Sleep(50 * time.Millisecond)
+			peak = max(peak, heapInUse()-min(before, heapInUse()))
+		}
+		s.ch.Close()
+		f.srv.Revoke("dlg_flood")
+		f.srv.sessions.Wait()
+		left = max(left, heapInUse()-min(before, heapInUse()))
+	}
+	b.ReportMetric(float64(peak)/(1<<20), "MiB-growth")
+	b.ReportMetric(float64(left)/(1<<20), "MiB-after-close")
 }

@@ -12,8 +12,9 @@ import (
 // small responses queued meanwhile go out joined, several to an SSH packet
 // — a burst of writes is answered by a few packets, not one each.
 type responder struct {
-	w   io.Writer
-	log *slog.Logger
+	w    io.Writer
+	log  *slog.Logger
+	flow flow // queued responses count against it until written
 
 	mu     sync.Mutex
 	queued []buf
@@ -21,19 +22,22 @@ type responder struct {
 	kick    chan struct{} // queued became non-empty
 	stopped chan struct{} // stop was called
 	done    chan struct{} // the goroutine returned
+	broken  chan struct{} // a write failed: the rest is dropped
 }
 
 // joinBelow is the size under which responses are copied together into
 // one channel write; the channel cuts writes into 32 KiB SSH packets.
 const joinBelow = 32 << 10
 
-func startResponder(w io.Writer, log *slog.Logger) *responder {
-	r := &responder{w: w, log: log, kick: make(chan struct{}, 1), stopped: make(chan struct{}), done: make(chan struct{})}
+func startResponder(w io.Writer, log *slog.Logger, fl flow) *responder {
+	r := &responder{w: w, log: log, flow: fl, kick: make(chan struct{}, 1), stopped: make(chan struct{}),
+		done: make(chan struct{}), broken: make(chan struct{})}
 	go r.run()
 	return r
 }
 
 func (r *responder) queue(b buf) {
+	r.flow.take(len(b))
 	r.mu.Lock()
 	r.queued = append(r.queued, b)
 	first := len(r.queued) == 1
@@ -79,6 +83,7 @@ func (r *responder) run() {
 			} else {
 				joined = append(joined, b...)
 			}
+			r.flow.give(len(b))
 			putBuf(b)
 			batch[i] = nil
 		}
@@ -99,6 +104,7 @@ func (r *responder) write(p []byte, failed bool) bool {
 	}
 	if _, err := r.w.Write(p); err != nil {
 		r.log.Debug("sftp: write response", "err", err)
+		close(r.broken)
 		return true
 	}
 	return false

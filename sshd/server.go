@@ -54,8 +54,9 @@ type Server struct {
 	ssh  *ssh.Server
 	log  *slog.Logger
 
-	mu    sync.Mutex // guards conns
-	conns map[string]map[gossh.Conn]struct{}
+	mu     sync.Mutex // guards conns and shares
+	conns  map[string]map[gossh.Conn]struct{}
+	shares map[gossh.Conn]*connShare
 
 	sessions sync.WaitGroup // sftp sessions: gliderlabs does not track them
 }
@@ -77,7 +78,8 @@ func New(opts Options) (*Server, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Server{opts: opts, log: opts.Logger, conns: map[string]map[gossh.Conn]struct{}{}}
+	s := &Server{opts: opts, log: opts.Logger, conns: map[string]map[gossh.Conn]struct{}{},
+		shares: map[gossh.Conn]*connShare{}}
 	s.ssh = &ssh.Server{
 		HostSigners:      []ssh.Signer{opts.Authority.HostKey()},
 		IdleTimeout:      opts.IdleTimeout,
@@ -144,8 +146,13 @@ func (s *Server) serveSFTP(sess ssh.Session) {
 		sess.Exit(1)
 		return
 	}
-	s.track(id, conn)
+	share, ok := s.track(id, conn)
 	defer s.untrack(id, conn)
+	if !ok {
+		s.log.Info("sftp: refused a session past the connection's limit", "delegation", id, "limit", sessionsPerConn)
+		sess.Exit(1)
+		return
+	}
 	root, err := os.OpenRoot(exp.Dir)
 	if err != nil {
 		s.log.Warn("sftp: open export", "delegation", id, "err", err)
@@ -154,26 +161,47 @@ func (s *Server) serveSFTP(sess ssh.Session) {
 	}
 	defer root.Close()
 	s.log.Info("sftp session", "delegation", id, "remote", sess.RemoteAddr(), "readOnly", exp.ReadOnly)
-	err = ServeSFTP(sess, root, exp.ReadOnly, s.log.With("delegation", id))
+	err = serveSFTP(sess, root, exp.ReadOnly, s.log.With("delegation", id), newFlow(share))
 	if err != nil {
 		s.log.Debug("sftp session ended", "delegation", id, "err", err)
 	}
 	sess.Exit(0)
 }
 
-func (s *Server) track(id string, c gossh.Conn) {
+// connShare is what the SFTP sessions of one connection share: the budget
+// of what they may hold (flow.go), and their count.
+type connShare struct {
+	budget   *budget
+	sessions int
+}
+
+// track records a session of delegation id on c, and returns c's budget;
+// ok is false past sessionsPerConn sessions. Either way untrack follows.
+func (s *Server) track(id string, c gossh.Conn) (b *budget, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conns[id] == nil {
 		s.conns[id] = map[gossh.Conn]struct{}{}
 	}
 	s.conns[id][c] = struct{}{}
+	sh := s.shares[c]
+	if sh == nil {
+		sh = &connShare{budget: newBudget(connInFlight)}
+		s.shares[c] = sh
+	}
+	sh.sessions++
+	return sh.budget, sh.sessions <= sessionsPerConn
 }
 
 func (s *Server) untrack(id string, c gossh.Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.conns[id], c)
+	if sh := s.shares[c]; sh != nil {
+		if sh.sessions--; sh.sessions == 0 {
+			delete(s.shares, c)
+			delete(s.conns[id], c)
+		}
+	}
 	if len(s.conns[id]) == 0 {
 		delete(s.conns, id)
 	}

@@ -79,13 +79,23 @@ type handle struct {
 }
 
 // ServeSFTP runs an SFTP v3 session on rw, confined to root, until rw ends.
-// It closes every handle it opened before returning.
+// It closes every handle it opened before returning. What the session
+// holds is bounded by a budget of its own (connInFlight) and the process's
+// (flow.go).
 func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger) error {
+	return serveSFTP(rw, root, readOnly, log, newFlow(newBudget(connInFlight)))
+}
+
+// errStalled ends a session whose client stopped reading answers and whose
+// channel then failed.
+var errStalled = errors.New("sftp: answers could not be written")
+
+func serveSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger, fl flow) error {
 	s := &sftpServer{root: root, readOnly: readOnly, log: log, handles: map[string]*handle{}}
 	s.fast = newBeneath(root)
 	defer s.fast.Close()
 	defer s.closeAll()
-	s.out = startResponder(rw, log)
+	s.out = startResponder(rw, log, fl)
 	defer s.out.stop() // after the workers have queued their last response
 
 	// Requests on one handle or path go to the same worker, so they keep
@@ -105,6 +115,7 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 				if j.done != nil {
 					j.done.Done()
 				}
+				fl.give(j.held)
 				putPacket(j.pkt)
 			}
 		}(queues[i])
@@ -130,6 +141,11 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 	r := bufio.NewReaderSize(rw, 64<<10)
 	var hdr [4]byte
 	for {
+		// Flow control: read nothing more while the session holds its
+		// share (flow.go); the client's window then closes.
+		if !fl.wait(s.out.broken) {
+			return errStalled
+		}
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
@@ -142,13 +158,16 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 		}
 		pkt := getPacket(int(n))
 		if _, err := io.ReadFull(r, pkt); err != nil {
+			putPacket(pkt)
 			return err
 		}
 		if pkt[0] == wire.Init {
+			putPacket(pkt)
 			s.sendVersion()
 			continue
 		}
-		j := job{pkt: pkt}
+		j := job{pkt: pkt, held: cap(pkt) + answerBound(pkt)}
+		fl.take(j.held) // given back by the worker, once the answer is queued
 		switch key, ok := firstString(pkt); {
 		case !ok:
 		case pkt[0] == wire.Write:
@@ -219,9 +238,48 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 // in order, so no wait is circular.
 type job struct {
 	pkt   []byte
+	held  int // what the job counts against the session's flow until handled
 	after *sync.WaitGroup
 	done  doner
 }
+
+// answerBound is how large the answer to pkt can be, counted against the
+// session's flow from the moment pkt is read: a READ of 1 MiB is a small
+// request with a large answer, and the answers of the requests queued for
+// the workers must be counted before they are made.
+func answerBound(pkt []byte) int {
+	const small = 1 << 10 // a STATUS, HANDLE, ATTRS or one NAME
+	r := newReader(pkt[1:])
+	r.U32() // request id
+	switch pkt[0] {
+	case wire.Read:
+		r.Str()
+		r.U64()
+		if n := r.U32(); r.Err == nil {
+			return small + int(min(n, maxReadLen))
+		}
+	case wire.Readdir:
+		return readdirPage * nameBound
+	case wire.Extended:
+		switch r.Str() {
+		case wire.List:
+			return wire.ListMax * nameBound
+		case wire.OpenRead:
+			r.Str()
+			r.U32()
+			readAttrs(&r)
+			if n := r.U32(); r.Err == nil {
+				return small + int(min(n, maxReadLen))
+			}
+			return small + maxReadLen
+		}
+	}
+	return small
+}
+
+// nameBound is what one entry of a NAME answer takes at most: a name of
+// 255 bytes twice (the long name repeats it) and its attributes.
+const nameBound = 2*255 + 128
 
 // pendingRemoves are the removes in one directory not yet handled: wg
 // counts them for an RMDIR to wait on, n for the sweep to tell an idle
@@ -295,14 +353,25 @@ func (s *sftpServer) has(key []byte) bool {
 }
 
 // Request packets are recycled once handled (nothing keeps a reference to
-// one): small ones, and the large ones of writes.
-const smallPacket = 64 << 10
+// one), in three sizes: most requests, writes of up to 64 KiB, and larger
+// writes. A request counts against the session's budget at its buffer's
+// size, so a flood of small requests is bounded by what it holds.
+const (
+	tinyPacket  = 4 << 10
+	smallPacket = 64 << 10
+)
 
-var smallPackets, largePackets = sync.Pool{New: func() any { return new([smallPacket]byte) }},
-	sync.Pool{New: func() any { return new([maxPacket]byte) }}
+var (
+	tinyPackets  = sync.Pool{New: func() any { return new([tinyPacket]byte) }}
+	smallPackets = sync.Pool{New: func() any { return new([smallPacket]byte) }}
+	largePackets = sync.Pool{New: func() any { return new([maxPacket]byte) }}
+)
 
 func getPacket(n int) []byte {
-	if n <= smallPacket {
+	switch {
+	case n <= tinyPacket:
+		return tinyPackets.Get().(*[tinyPacket]byte)[:n]
+	case n <= smallPacket:
 		return smallPackets.Get().(*[smallPacket]byte)[:n]
 	}
 	return largePackets.Get().(*[maxPacket]byte)[:n]
@@ -310,6 +379,8 @@ func getPacket(n int) []byte {
 
 func putPacket(pkt []byte) {
 	switch cap(pkt) {
+	case tinyPacket:
+		tinyPackets.Put((*[tinyPacket]byte)(pkt[:tinyPacket]))
 	case smallPacket:
 		smallPackets.Put((*[smallPacket]byte)(pkt[:smallPacket]))
 	case maxPacket:
@@ -639,7 +710,7 @@ func (s *sftpServer) openRead(id uint32, r *reader) {
 	b.u32(0) // the data's length, filled in below
 	if h.readable {
 		n := int(min(want, maxReadLen))
-		b = slices.Grow(b, n)[:at+4+n]
+		b = growBuf(b, n)[:at+4+n]
 		got, err := readUntouched(h.f, b[at+4:])
 		if err != nil && !errors.Is(err, io.EOF) {
 			putBuf(b)
@@ -848,7 +919,7 @@ func (s *sftpServer) read(id uint32, r *reader) {
 	b.u32(id)
 	b.u32(0) // length, filled in below
 	const head = 4 + 9
-	b = slices.Grow(b, int(n))[:head+int(n)]
+	b = growBuf(b, int(n))[:head+int(n)]
 	got, err := h.f.ReadAt(b[head:], int64(off))
 	if got == 0 && err != nil {
 		putBuf(b)
@@ -1172,24 +1243,44 @@ func statvfsFlags(readOnly bool) uint64 {
 	return 0
 }
 
-// buf builds a packet.
 // buf is a response under construction: four bytes for its length, then
-// the packet. Buffers are recycled: a read answers with up to a megabyte.
+// the packet. Buffers are recycled in two sizes, apart, so that a status
+// never holds a megabyte a READ's answer left behind: the session's budget
+// counts an answer at its buffer's capacity.
 type buf []byte
 
-var bufs = sync.Pool{New: func() any { return new(buf) }}
+const largeBuf = maxReadLen + 64<<10 // a READ's answer, or OPEN-READ's
+
+var smallBufs, largeBufs = sync.Pool{New: func() any { return new(buf) }}, sync.Pool{New: func() any { b := make(buf, 0, largeBuf); return &b }}
 
 func newBuf() buf {
-	b := *bufs.Get().(*buf)
+	b := *smallBufs.Get().(*buf)
 	return append(b[:0], 0, 0, 0, 0)
 }
 
-func putBuf(b buf) {
-	if cap(b) > 2*maxPacket {
-		return
+// growBuf is slices.Grow for an answer about to carry n bytes of data: a
+// large one moves to a buffer of the large pool.
+func growBuf(b buf, n int) buf {
+	if cap(b)-len(b) >= n {
+		return b
 	}
-	b = b[:0]
-	bufs.Put(&b)
+	if len(b)+n > smallPacket {
+		large := append((*largeBufs.Get().(*buf))[:0], b...)
+		putBuf(b)
+		return slices.Grow(large, n)
+	}
+	return slices.Grow(b, n)
+}
+
+func putBuf(b buf) {
+	switch c := cap(b); {
+	case c == largeBuf:
+		b = b[:0]
+		largeBufs.Put(&b)
+	case c <= smallPacket:
+		b = b[:0]
+		smallBufs.Put(&b)
+	}
 }
 
 func (b *buf) byte(v byte)  { *b = append(*b, v) }
