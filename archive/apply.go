@@ -170,7 +170,7 @@ func (a *applier) put(p string, r Entry, inPlace bool) error {
 		}
 		return a.root.Chmod(p, r.Perm)
 	case KindSymlink:
-		return a.root.Symlink(r.Hash, p)
+		return symlinkIn(a.root, r.Hash, p)
 	default:
 		return a.copyFile(p, p, r.Perm)
 	}

@@ -27,6 +27,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/awcp/awcp/internal/confine"
 )
 
 // CompressionLevel is the deflate level of spec §5.3.
@@ -64,12 +68,45 @@ func Checksum(data []byte) string {
 }
 
 // LinkStaysInside reports whether a symlink at rel (slash-separated,
-// relative to the root) with target stays inside the tree.
+// relative to the root, through no symlink) with target keeps confine's
+// rule: it climbs only at its start, and no higher than the root.
 func LinkStaysInside(rel, target string) bool {
-	if target == "" || path.IsAbs(target) || strings.ContainsRune(target, 0) {
-		return false
+	depth := 0
+	if dir := path.Dir(rel); dir != "." {
+		depth = strings.Count(dir, "/") + 1
 	}
-	return filepath.IsLocal(path.Join(path.Dir(rel), target))
+	return confine.LinkTarget(target, depth) == nil
+}
+
+// symlinkIn makes the symlink name -> target inside root, if confine's
+// rule allows it at the real depth of the directory that holds it (which
+// root reaches through the links it follows), else ErrEscape.
+func symlinkIn(root *os.Root, target, name string) error {
+	top, err := root.Open(".")
+	if err != nil {
+		return err
+	}
+	defer top.Close()
+	id, err := confine.RootOf(int(top.Fd()))
+	if err != nil {
+		return err
+	}
+	dir, err := root.Open(path.Dir(name))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	depth, err := id.Depth(int(dir.Fd()))
+	if err != nil {
+		return err
+	}
+	if err := confine.LinkTarget(target, depth); err != nil {
+		return err
+	}
+	if err := unix.Symlinkat(target, int(dir.Fd()), path.Base(name)); err != nil {
+		return &fs.PathError{Op: "symlink", Path: name, Err: err}
+	}
+	return nil
 }
 
 // visit is called by walk for each path kept; open reads a regular file
@@ -357,10 +394,9 @@ func ExtractFrom(r io.ReaderAt, size int64, dir string, lim Limits) error {
 			if err != nil {
 				return fmt.Errorf("extract %s: %w", name, err)
 			}
-			if !LinkStaysInside(name, target) {
+			if err := symlinkIn(root, target, name); errors.Is(err, confine.ErrEscape) {
 				return unsafef("symlink %q points outside the work directory", name)
-			}
-			if err := root.Symlink(target, name); err != nil {
+			} else if err != nil {
 				return fmt.Errorf("extract %s: %w", name, err)
 			}
 		case mode.IsRegular():

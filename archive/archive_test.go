@@ -131,6 +131,15 @@ func TestExtractRefusesMaliciousArchives(t *testing.T) {
 			// Even if a link slipped through, os.Root refuses to follow it.
 			return zipOf(t, link("l", "."), file("l/../../evil", "x"))
 		}},
+		{name: "link climbing through a link", data: func(t *testing.T) []byte {
+			// par -> dot/.. passes a string check of the target (it
+			// cleans to "."), and the kernel resolves it to the parent.
+			return zipOf(t, link("dot", "."), link("par", "dot/.."))
+		}},
+		{name: "link placed through a link", data: func(t *testing.T) []byte {
+			// dot/d/up lies in d: one level down, not two.
+			return zipOf(t, link("dot", "."), file("d/f", "x"), link("dot/d/up", "../.."))
+		}},
 		{name: "duplicate entry", data: func(t *testing.T) []byte { return zipOf(t, file("a", "1"), file("a", "2")) }},
 		{name: "bomb", lim: Limits{MaxBytes: 1 << 20}, data: func(t *testing.T) []byte {
 			return zipOf(t, file("zeros", strings.Repeat("\x00", 4<<20)))
@@ -263,5 +272,45 @@ func TestApplyDoesNotFollowLinksOut(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
 		t.Fatalf("written outside: %v", ents)
+	}
+}
+
+// A result that would plant a link leading out is refused whole: nothing of
+// it is applied, the directory stays as it was.
+func TestApplyRefusesResultPlantingEscapingLink(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "a.txt", "mine\n", 0o644)
+	sent, err := Pack(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := zipOf(t, file("a.txt", "theirs\n"), link("dot", "."), link("par", "dot/.."))
+	if _, err := Apply(dir, sent.Manifest, result, applyOpts(t)); !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("Apply: %v, want the result refused as unsafe", err)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Fatalf("the directory holds %d entries after a refused result", len(ents))
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "a.txt")); string(b) != "mine\n" {
+		t.Fatalf("a.txt holds %q", b)
+	}
+}
+
+// Links that tools make, climbing at their start within the tree, are
+// carried over.
+func TestApplyKeepsLinksInside(t *testing.T) {
+	dir := t.TempDir()
+	sent, err := Pack(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := zipOf(t, file("lib/x.js", "x"), link("bin/x", "../lib/x.js"), link("here", "./lib"))
+	rep, err := Apply(dir, sent.Manifest, result, applyOpts(t))
+	if err != nil || len(rep.Conflicts) > 0 {
+		t.Fatalf("Apply: %v %v", rep, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "bin/x")); err != nil || string(b) != "x" {
+		t.Fatalf("bin/x: %q %v", b, err)
 	}
 }

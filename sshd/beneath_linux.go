@@ -196,34 +196,6 @@ func (b *beneath) inParents(names []string, op func(fds []int, bases []string) e
 	return op(fds, bases)
 }
 
-// inTwoParents is inParents for a rename or a link from one name to
-// another.
-func (b *beneath) inTwoParents(what, from, to string, op func(fromDir int, fromBase string, toDir int, toBase string) error, fallback func() error) error {
-	err := b.inParents([]string{from, to}, func(fds []int, bases []string) error {
-		return op(fds[0], bases[0], fds[1], bases[1])
-	}, fallback)
-	if errno, ok := err.(syscall.Errno); ok {
-		return &os.LinkError{Op: what, Old: from, New: to, Err: errno}
-	}
-	return err
-}
-
-// Rename is rename(2): it replaces an existing target, an empty directory
-// included, and does not follow a symlink in either last element.
-func (b *beneath) Rename(from, to string, fallback func() error) error {
-	return b.inTwoParents("rename", from, to, func(fd1 int, base1 string, fd2 int, base2 string) error {
-		return unix.Renameat(fd1, base1, fd2, base2)
-	}, fallback)
-}
-
-// Link makes to a hard link of from (a symlink itself, not what it points
-// to).
-func (b *beneath) Link(from, to string) error {
-	return b.inTwoParents("link", from, to, func(fd1 int, base1 string, fd2 int, base2 string) error {
-		return unix.Linkat(fd1, base1, fd2, base2, 0)
-	}, func() error { return b.root.Link(from, to) })
-}
-
 // Remove removes the file (or, with dir, the empty directory) name: a file
 // asked to go as a directory is ENOTDIR, a directory asked to go as a file
 // EISDIR, as unlinkat(2) says.

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/awcp/awcp/internal/confine"
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
@@ -60,6 +60,8 @@ type sftpServer struct {
 	readOnly bool
 	log      *slog.Logger
 	out      *responder
+	rootID   confine.Root // the export directory's identity, for confine's depths
+	shape    *sync.Mutex  // the export's lock of link-shaping requests (links.go)
 
 	mu      sync.Mutex // guards handles and next
 	handles map[string]*handle
@@ -94,6 +96,16 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger,
 	s := &sftpServer{root: root, readOnly: readOnly, log: log, handles: map[string]*handle{}}
 	s.fast = newBeneath(root)
 	defer s.fast.Close()
+	if s.fast.dir == nil {
+		return errors.New("sftp: the export directory cannot be opened")
+	}
+	var err error
+	if s.rootID, err = confine.RootOf(int(s.fast.dir.Fd())); err != nil {
+		return err
+	}
+	shape, release := acquireShapeLock(s.rootID)
+	defer release()
+	s.shape = shape
 	defer s.closeAll()
 	s.out = startResponder(rw, log, fl)
 	defer s.out.stop() // after the workers have queued their last response
@@ -489,6 +501,8 @@ func statusOf(err error) (uint32, string) {
 		return wire.NoSuchFile, "no such file"
 	case errors.Is(err, fs.ErrPermission):
 		return wire.PermissionDenied, "permission denied"
+	case errors.Is(err, confine.ErrEscape):
+		return wire.PermissionDenied, confine.ErrEscape.Error()
 	case errors.Is(err, errEscape), isEscape(err):
 		return wire.PermissionDenied, "path leaves the delegated directory"
 	case errors.As(err, &errno):
@@ -613,11 +627,7 @@ func (s *sftpServer) handle(pkt []byte) {
 		}
 		if err == nil {
 			// Plain v3 RENAME does not replace: that is posix-rename.
-			if _, lerr := s.root.Lstat(to); lerr == nil {
-				err = fs.ErrExist
-			} else {
-				err = s.root.Rename(from, to)
-			}
+			err = s.rename(from, to, true)
 		}
 		s.errStatus(id, err)
 	case wire.Readlink:
@@ -667,15 +677,6 @@ func (s *sftpServer) mutate(r *reader, fn func(name string) error) error {
 		return err
 	}
 	return fn(name)
-}
-
-// symlink refuses a target that is absolute or leads out of the tree:
-// os.Root checks the link's own path, not what it points to.
-func (s *sftpServer) symlink(target, link string) error {
-	if target == "" || path.IsAbs(target) || !filepath.IsLocal(path.Join(path.Dir(link), target)) {
-		return fs.ErrPermission
-	}
-	return s.root.Symlink(target, link)
 }
 
 func (s *sftpServer) open(id uint32, r *reader) {
@@ -1164,7 +1165,7 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 			err = s.writable()
 		}
 		if err == nil {
-			err = s.renameReplacing(from, to)
+			err = s.rename(from, to, false)
 		}
 		s.errStatus(id, err)
 	case "hardlink@openssh.com":
@@ -1174,7 +1175,7 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 			err = s.writable()
 		}
 		if err == nil {
-			err = s.fast.Link(from, to)
+			err = s.link(from, to)
 		}
 		s.errStatus(id, err)
 	case "fsync@openssh.com":
@@ -1207,32 +1208,6 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 	default:
 		s.status(id, wire.OpUnsupported, "extension unsupported")
 	}
-}
-
-// renameReplacing is rename(2): it replaces an existing target, an empty
-// directory included, which os.Root.Rename refuses. Both parents are opened
-// through the root and the names are single components, so nothing leads
-// out; renameat does not follow a link in the last component.
-func (s *sftpServer) renameReplacing(from, to string) error {
-	if from == "." || to == "." {
-		return syscall.EBUSY
-	}
-	return s.fast.Rename(from, to, func() error { return s.renameRoot(from, to) })
-}
-
-// renameRoot is renameReplacing where openat2 is missing.
-func (s *sftpServer) renameRoot(from, to string) error {
-	src, err := s.root.Open(path.Dir(from))
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	dst, err := s.root.Open(path.Dir(to))
-	if err != nil {
-		return err
-	}
-	defer dst.Close()
-	return unix.Renameat(int(src.Fd()), path.Base(from), int(dst.Fd()), path.Base(to))
 }
 
 func statvfsFlags(readOnly bool) uint64 {

@@ -1,0 +1,197 @@
+package sshd
+
+import (
+	"errors"
+	"os"
+	"path"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/awcp/awcp/internal/confine"
+)
+
+// The requests that can put a symlink somewhere — SYMLINK, the renames and
+// the hard link — keep confine's rule: a link's target may climb no higher
+// than the root from where the link lies. They run one at a time per
+// export directory (shapeLocks), across all its sessions, so that a link
+// checked at its depth cannot be moved up meanwhile by another request:
+// nothing else can make a symlink, so a directory made by MKDIR holds none
+// the check has not seen.
+
+// shapeLocks are the locks of the export directories served, by identity,
+// with the number of sessions using each.
+var shapeLocks = struct {
+	mu sync.Mutex
+	m  map[confine.Root]*shapeLock
+}{m: map[confine.Root]*shapeLock{}}
+
+type shapeLock struct {
+	sync.Mutex
+	users int
+}
+
+// acquireShapeLock returns the lock of the export root and a release for
+// the session's end.
+func acquireShapeLock(root confine.Root) (*sync.Mutex, func()) {
+	shapeLocks.mu.Lock()
+	defer shapeLocks.mu.Unlock()
+	l := shapeLocks.m[root]
+	if l == nil {
+		l = &shapeLock{}
+		shapeLocks.m[root] = l
+	}
+	l.users++
+	return &l.Mutex, func() {
+		shapeLocks.mu.Lock()
+		defer shapeLocks.mu.Unlock()
+		if l.users--; l.users == 0 {
+			delete(shapeLocks.m, root)
+		}
+	}
+}
+
+// parentOf opens the directory holding name, inside the root, and returns
+// its descriptor, name's last element and the descriptor's release.
+func (s *sftpServer) parentOf(name string) (int, string, func(), error) {
+	fd, base, ok, err := s.fast.parent(name)
+	if ok {
+		if err != nil {
+			return -1, "", nil, err
+		}
+		return fd, base, func() { unix.Close(fd) }, nil
+	}
+	dir, base := path.Split(name)
+	if base == "" || base == "." || base == ".." {
+		return -1, "", nil, unix.EINVAL
+	}
+	if dir == "" {
+		dir = "."
+	}
+	f, err := s.root.Open(dir)
+	if err != nil {
+		return -1, "", nil, err
+	}
+	return int(f.Fd()), base, func() { f.Close() }, nil
+}
+
+// symlink makes link point to target where confine's rule allows it.
+func (s *sftpServer) symlink(target, link string) error {
+	s.shape.Lock()
+	defer s.shape.Unlock()
+	fd, base, release, err := s.parentOf(link)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := s.linkFits(target, fd); err != nil {
+		return err
+	}
+	return pathErr("symlink", link, unix.Symlinkat(target, fd, base))
+}
+
+// linkFits checks a symlink's target for a place in the directory at fd.
+func (s *sftpServer) linkFits(target string, dirfd int) error {
+	depth, err := s.rootID.Depth(dirfd)
+	if err != nil {
+		return err
+	}
+	return confine.LinkTarget(target, depth)
+}
+
+// rename moves from to to — replacing what is there unless noReplace —
+// where what moves keeps confine's rule at its new place: a symlink is
+// checked at its new depth, a directory moved up has every link in it
+// checked at theirs.
+func (s *sftpServer) rename(from, to string, noReplace bool) error {
+	if from == "." || to == "." {
+		return unix.EBUSY
+	}
+	s.shape.Lock()
+	defer s.shape.Unlock()
+	return s.moving("rename", from, to, func(fromFd int, fromBase string, toFd int, toBase string) error {
+		if !noReplace {
+			return unix.Renameat(fromFd, fromBase, toFd, toBase)
+		}
+		err := unix.Renameat2(fromFd, fromBase, toFd, toBase, unix.RENAME_NOREPLACE)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) { // a file system without it
+			var st unix.Stat_t
+			if unix.Fstatat(toFd, toBase, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+				return unix.EEXIST
+			}
+			err = unix.Renameat(fromFd, fromBase, toFd, toBase)
+		}
+		return err
+	})
+}
+
+// link makes to a hard link of from (a symlink itself, not its target).
+func (s *sftpServer) link(from, to string) error {
+	s.shape.Lock()
+	defer s.shape.Unlock()
+	return s.moving("link", from, to, func(fromFd int, fromBase string, toFd int, toBase string) error {
+		return unix.Linkat(fromFd, fromBase, toFd, toBase, 0)
+	})
+}
+
+// moving runs op (a rename or link of from to to) on the two parent
+// directories once what from names is found to keep the rule at to.
+// The caller holds s.shape.
+func (s *sftpServer) moving(what, from, to string, op func(fromFd int, fromBase string, toFd int, toBase string) error) error {
+	fromFd, fromBase, releaseFrom, err := s.parentOf(from)
+	if err != nil {
+		return err
+	}
+	defer releaseFrom()
+	toFd, toBase, releaseTo, err := s.parentOf(to)
+	if err != nil {
+		return err
+	}
+	defer releaseTo()
+	var st unix.Stat_t
+	if err := unix.Fstatat(fromFd, fromBase, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &os.LinkError{Op: what, Old: from, New: to, Err: err}
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		target, err := confine.Readlink(fromFd, fromBase)
+		if err != nil {
+			return err
+		}
+		if err := s.linkFits(target, toFd); err != nil {
+			return err
+		}
+	case unix.S_IFDIR:
+		fromDepth, err := s.rootID.Depth(fromFd)
+		if err != nil {
+			return err
+		}
+		toDepth, err := s.rootID.Depth(toFd)
+		if err != nil {
+			return err
+		}
+		if toDepth < fromDepth {
+			dir, err := unix.Openat(fromFd, fromBase, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			err = confine.CheckTree(dir, toDepth+1)
+			unix.Close(dir)
+			if err != nil {
+				return err
+			}
+		}
+	}
+	if err := op(fromFd, fromBase, toFd, toBase); err != nil {
+		return &os.LinkError{Op: what, Old: from, New: to, Err: err}
+	}
+	return nil
+}
+
+// pathErr wraps a system call's error with the operation and path.
+func pathErr(op, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &os.PathError{Op: op, Path: name, Err: err}
+}
