@@ -132,6 +132,10 @@ type SSHFSExecutor struct {
 	Disabled bool
 	// FUSEDevice is checked for availability. Default /dev/fuse.
 	FUSEDevice string
+	// ReconnectBound is how long a call on a mount waits for the
+	// delegator, from the call, before it fails with EIO. Default 30s
+	// (awcpfs.Options).
+	ReconnectBound time.Duration
 	// Logger default slog.Default().
 	Logger *slog.Logger
 
@@ -214,6 +218,8 @@ func (t *SSHFSExecutor) Mount(p SetupParams, debug bool) (*awcpfs.Mount, error) 
 		Name:     "awcp:" + p.ID,
 		Logger:   log.With("delegation", p.ID),
 		Debug:    debug,
+
+		ReconnectBound: t.ReconnectBound,
 	})
 	if err != nil {
 		return nil, &ProtocolError{Code: CodeSetupFailed, Message: "cannot mount the delegator's workspace: " + stripPaths(err, p.WorkDir), Err: err}

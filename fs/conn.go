@@ -128,8 +128,12 @@ func (c *conn) liveAt() (*sftpc.Client, uint64) {
 }
 
 // get returns the current client, waiting for a reconnection if the
-// connection is down, at most until the outage has lasted the bound.
-func (c *conn) get(ctx context.Context) (*sftpc.Client, uint64, error) {
+// connection is down: at most until the bound has passed since the call
+// began (since) or since the outage did, whichever came first. A call made
+// during a silent outage (the delegator frozen, its TCP connection open)
+// blocks on its answer until the keepalives notice (three unanswered, by
+// default 15–20 s) and then waits here only for what is left of its bound.
+func (c *conn) get(ctx context.Context, since time.Time) (*sftpc.Client, uint64, error) {
 	for {
 		c.mu.Lock()
 		client, gen, up, dead, downAt := c.client, c.gen, c.up, c.dead, c.downAt
@@ -140,7 +144,7 @@ func (c *conn) get(ctx context.Context) (*sftpc.Client, uint64, error) {
 		if downAt.IsZero() {
 			return client, gen, nil
 		}
-		wait := time.Until(downAt.Add(c.opts.ReconnectBound))
+		wait := time.Until(minTime(downAt, since).Add(c.opts.ReconnectBound))
 		if wait <= 0 {
 			return nil, 0, errUnreachable
 		}
@@ -154,6 +158,13 @@ func (c *conn) get(ctx context.Context) (*sftpc.Client, uint64, error) {
 		}
 		t.Stop()
 	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // lost reports that connection gen failed; the first report starts the
@@ -254,18 +265,24 @@ func connErr(err error) bool {
 // not overtake is settled (writeBehind.settleFor), and once more on the
 // next connection if the connection failed under it.
 func do[T any](ctx context.Context, c *conn, paths []string, op func(*sftpc.Client) (T, error)) (T, error) {
+	since := time.Now()
 	if err := c.writes.settleFor(ctx, paths...); err != nil {
 		var zero T
 		return zero, err
 	}
-	return retried(ctx, c, op)
+	return retriedSince(ctx, c, since, op)
 }
 
 // retried is do without settling first.
 func retried[T any](ctx context.Context, c *conn, op func(*sftpc.Client) (T, error)) (T, error) {
+	return retriedSince(ctx, c, time.Now(), op)
+}
+
+// retriedSince is retried of a call that began at since.
+func retriedSince[T any](ctx context.Context, c *conn, since time.Time, op func(*sftpc.Client) (T, error)) (T, error) {
 	var zero T
 	for attempt := 0; ; attempt++ {
-		client, gen, err := c.get(ctx)
+		client, gen, err := c.get(ctx, since)
 		if err != nil {
 			return zero, err
 		}

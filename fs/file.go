@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -145,7 +146,7 @@ func (h *fileHandle) file(ctx context.Context) (*sftpc.File, uint64, error) {
 	if f != nil {
 		return f, gen, nil
 	}
-	client, gen, err := h.node.fsys.conn.get(ctx)
+	client, gen, err := h.node.fsys.conn.get(ctx, time.Now())
 	if err != nil {
 		return nil, 0, err
 	}
@@ -251,7 +252,7 @@ func (h *fileHandle) withFileNow(ctx context.Context, op func(*sftpc.File) error
 }
 
 func (h *fileHandle) reopen(ctx context.Context, stale uint64) error {
-	client, gen, err := h.node.fsys.conn.get(ctx)
+	client, gen, err := h.node.fsys.conn.get(ctx, time.Now())
 	if err != nil {
 		return err
 	}

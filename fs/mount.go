@@ -65,8 +65,11 @@ type Options struct {
 	KeepAlive time.Duration
 	// DialTimeout bounds connecting. Default 15s.
 	DialTimeout time.Duration
-	// ReconnectBound is how long a call waits for a lost connection to
-	// come back before it fails with EIO. Default 30s.
+	// ReconnectBound is how long a call waits for the delegator, counted
+	// from the call, before it fails with EIO: for a lost connection to
+	// come back, or for the keepalives to notice a silent one (which takes
+	// three to four KeepAlive intervals, so KeepAlive is cut to a quarter
+	// of the bound). Default 30s.
 	ReconnectBound time.Duration
 	// Logger default slog.Default().
 	Logger *slog.Logger
@@ -90,6 +93,7 @@ func (o Options) withDefaults() Options {
 	if o.ReconnectBound <= 0 {
 		o.ReconnectBound = 30 * time.Second
 	}
+	o.KeepAlive = min(o.KeepAlive, o.ReconnectBound/4)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -252,7 +256,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 	mopts := fuse.MountOptions{
 		FsName:        opts.Name,
 		Name:          "awcp",
-		DirectMount:   true,          // as root no fusermount is needed; otherwise it is used
+		DirectMount:   true,          // as root no fusermount is needed; otherwise it is used (mountFUSE)
 		MaxWrite:      sftpc.MaxData, // one FUSE write or read is one SFTP request
 		MaxReadAhead:  kernelReadAhead,
 		DisableXAttrs: true,
@@ -264,7 +268,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 	if opts.ReadOnly {
 		mopts.Options = append(mopts.Options, "ro")
 	}
-	server, err := fs.Mount(mountpoint, root, &fs.Options{
+	server, err := mountFUSE(mountpoint, root, &fs.Options{
 		MountOptions:    mopts,
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,

@@ -73,6 +73,8 @@ func serveCommand(ctx context.Context) *cli.Command {
 				Usage: "most bytes an archive workspace may expand to (zip bombs stop here)"},
 			&cli.DurationFlag{Name: "keepalive", EnvVars: []string{"AWCP_KEEPALIVE"}, Value: 15 * time.Second,
 				Usage: "interval of SSE keep-alive comments"},
+			&cli.DurationFlag{Name: "reconnect-bound", EnvVars: []string{"AWCP_RECONNECT_BOUND"}, Value: 30 * time.Second,
+				Usage: "how long a call on a live mount waits for an unreachable delegator, from the call, before it fails with EIO"},
 			&cli.StringFlag{Name: "name", EnvVars: []string{"AWCP_NAME"}, Value: "awcp-fs",
 				Usage: "this executor's name in its agent card"},
 			&cli.StringFlag{Name: "description", EnvVars: []string{"AWCP_DESCRIPTION"},
@@ -110,7 +112,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 	for _, name := range c.StringSlice("transports") {
 		switch name {
 		case control.TransportSSHFS:
-			transports = append(transports, &control.SSHFSExecutor{Logger: log})
+			transports = append(transports, &control.SSHFSExecutor{Logger: log, ReconnectBound: c.Duration("reconnect-bound")})
 		case control.TransportArchive:
 			transports = append(transports, &control.ArchiveExecutor{
 				Limits: archive.Limits{MaxBytes: c.Int64("max-workspace-bytes")},

@@ -1,0 +1,63 @@
+package fs
+
+import (
+	"os"
+	"strconv"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// go-fuse's direct mount (as root) opens /dev/fuse without O_CLOEXEC, so
+// every process the executor starts afterwards — each delegation's agent —
+// would inherit the FUSE descriptor of every mount alive: it could read
+// and answer another delegation's FUSE requests, and, holding it, keep a
+// mount hanging after awcp-fs died instead of failing with ENOTCONN. The
+// descriptor is made close-on-exec right after the mount, with
+// syscall.ForkLock held across both — the lock os/exec takes to fork — so
+// no process starts in between. (Through fusermount, go-fuse sets the flag
+// itself; no lock can be held there, as fusermount is a fork.)
+
+// mountFUSE is fs.Mount with every /dev/fuse descriptor of the process
+// close-on-exec once it returns.
+func mountFUSE(mountpoint string, root fs.InodeEmbedder, opts *fs.Options) (*fuse.Server, error) {
+	if os.Geteuid() == 0 {
+		strict := *opts
+		strict.MountOptions.DirectMountStrict = true
+		syscall.ForkLock.Lock()
+		server, err := fs.Mount(mountpoint, root, &strict)
+		if err == nil {
+			closeFUSEOnExec()
+		}
+		syscall.ForkLock.Unlock()
+		if err == nil {
+			return server, nil
+		}
+		// No mount(2) here (a container without CAP_SYS_ADMIN): fusermount.
+	}
+	plain := *opts
+	plain.MountOptions.DirectMount = false
+	server, err := fs.Mount(mountpoint, root, &plain)
+	if err == nil {
+		closeFUSEOnExec()
+	}
+	return server, err
+}
+
+// closeFUSEOnExec sets close-on-exec on the process's /dev/fuse descriptors.
+func closeFUSEOnExec() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target == "/dev/fuse" {
+			syscall.CloseOnExec(fd)
+		}
+	}
+}
