@@ -212,7 +212,10 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 	}
 	resp, err := c.client().Do(req)
 	if err != nil {
-		return err
+		if ctx.Err() != nil {
+			return err
+		}
+		return &unreachableError{err: err}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -236,6 +239,13 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 		return ev.Terminal(), nil
 	})
 }
+
+// unreachableError is an event stream that could not be opened: the
+// executor did not answer at all (refused, reset, timed out).
+type unreachableError struct{ err error }
+
+func (e *unreachableError) Error() string { return "executor unreachable: " + e.err.Error() }
+func (e *unreachableError) Unwrap() error { return e.err }
 
 // malformedEvent is the error for event seq of the stream, which the
 // delegator cannot read.

@@ -33,6 +33,11 @@ type DelegatorOptions struct {
 	// Progress, if set, receives every event of the delegations this
 	// Delegator follows, as they arrive.
 	Progress func(id string, ev *Event)
+	// ReconnectBound is how long the executor of a delegation may stay
+	// unreachable (no connection to its event stream) before the
+	// delegation fails with TASK_FAILED and its access is closed. Default
+	// 30s, the executor's own bound for its mounts.
+	ReconnectBound time.Duration
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
@@ -57,6 +62,9 @@ func NewDelegator(opts DelegatorOptions) (*Delegator, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.ReconnectBound <= 0 {
+		opts.ReconnectBound = 30 * time.Second
 	}
 	d := &Delegator{opts: opts, store: opts.Store, log: opts.Logger, following: map[string]context.CancelFunc{}}
 	d.sched = lease.NewScheduler(lease.Scheduler{List: d.due, Expire: d.Expire, Logger: opts.Logger})
@@ -360,6 +368,7 @@ func (d *Delegator) cleanup(ctx context.Context, del *lease.Delegation) {
 func (d *Delegator) follow(ctx context.Context, id string) {
 	backoff := 100 * time.Millisecond
 	var last uint64
+	var awaySince time.Time // since when the executor cannot be reached; zero while it can
 	for {
 		del, err := d.store.Delegation(id)
 		if err != nil || del.State.Terminal() {
@@ -382,8 +391,24 @@ func (d *Delegator) follow(ctx context.Context, id string) {
 			d.fail(ctx, id, pe)
 			return
 		}
-		if err != nil && !errors.Is(err, errStreamEnded) {
+		var away *unreachableError
+		switch {
+		case errors.As(err, &away):
+			if awaySince.IsZero() {
+				awaySince = time.Now()
+				d.log.Warn("executor unreachable; retrying", "delegation", id, "err", away.err)
+			}
+			if time.Since(awaySince) >= d.opts.ReconnectBound {
+				d.fail(ctx, id, Errorf(CodeTaskFailed, "the executor has been unreachable since %s (%v)",
+					awaySince.UTC().Format(time.RFC3339), away.err).
+					WithHint("check that awcp-fs still runs on the executor; the delegation's access is closed"))
+				return
+			}
+		case err != nil && !errors.Is(err, errStreamEnded):
+			awaySince = time.Time{}
 			d.log.Debug("event stream broke off; reconnecting", "delegation", id, "err", err)
+		default:
+			awaySince = time.Time{}
 		}
 		select {
 		case <-ctx.Done():

@@ -27,10 +27,11 @@ const exitPending = 3
 
 // env is what every delegator command works with.
 type env struct {
-	state string
-	store *lease.Store
-	log   *slog.Logger
-	sshfs *control.SSHFSDelegator // set while this process runs the SSH server
+	state          string
+	store          *lease.Store
+	log            *slog.Logger
+	sshfs          *control.SSHFSDelegator // set while this process runs the SSH server
+	reconnectBound time.Duration           // --reconnect-bound, where the command has it
 }
 
 func openEnv(c *cli.Context) (*env, error) {
@@ -47,7 +48,7 @@ func openEnv(c *cli.Context) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &env{state: state, store: store, log: log}
+	e := &env{state: state, store: store, log: log, reconnectBound: c.Duration("reconnect-bound")}
 	if dlg, err := e.delegator(nil); err == nil {
 		dlg.ExpireOverdue(c.Context)
 	}
@@ -71,6 +72,8 @@ func (e *env) delegator(progress func(string, *control.Event)) (*control.Delegat
 		SpoolDir:   staging,
 		Progress:   progress,
 		Logger:     e.log,
+
+		ReconnectBound: e.reconnectBound,
 	})
 }
 
@@ -81,6 +84,8 @@ func sshFlags() []cli.Flag {
 			Usage: "address of the embedded SSH/SFTP server for live mounts"},
 		&cli.StringFlag{Name: "ssh-advertise", EnvVars: []string{"AWCP_SSH_ADVERTISE"},
 			Usage: "host[:port] executors dial (default: this machine's address towards each executor, the listening port)"},
+		&cli.DurationFlag{Name: "reconnect-bound", EnvVars: []string{"AWCP_RECONNECT_BOUND"}, Value: 30 * time.Second,
+			Usage: "how long an executor that went away may stay unreachable before its delegation fails (TASK_FAILED)"},
 	}
 }
 
