@@ -108,22 +108,66 @@ func (e *Executor) authorized(w http.ResponseWriter, r *http.Request, id string)
 	return false
 }
 
+// errNoToken is a workspace sent by a client without a valid token.
+var errNoToken = errors.New("workspace without a token")
+
 func constantTimeEqual(a, b string) bool {
 	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
 }
 
 func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
+	// Nothing past maxMessageBytes is read from a client that has not
+	// shown a token: only an INVITE, which carries its token in the body,
+	// can pass without one, and it is small. A wrong bearer token is
+	// refused before the body is read at all.
+	bearer, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	trusted := len(e.opts.Tokens) == 0 || (hasBearer && e.validToken(bearer))
+	if len(e.opts.Tokens) > 0 && hasBearer && !trusted {
+		writeError(w, http.StatusUnauthorized, NewError("", CodeAuthFailed, "missing or invalid bearer token", "send the executor's token"))
+		return
+	}
+	limit := int64(maxMessageBytes)
+	if trusted {
+		limit = e.opts.MaxBodyBytes
+	}
 	// A START's workspace goes to a file as it is read (see stream.go).
-	br := bufio.NewReaderSize(http.MaxBytesReader(w, r.Body, e.opts.MaxBodyBytes), 64<<10)
+	paced := limitBody(w, r, limit)
+	br := bufio.NewReaderSize(paced, 64<<10)
 	var spool *spoolFile
 	defer func() { spool.discard() }()
-	body, err := divert(br, []string{"workDir", "workspaceBase64"}, int(e.opts.MaxBodyBytes), func() (io.Writer, error) {
+	body, err := divert(br, []string{"workDir", "workspaceBase64"}, maxMessageBytes, func() (io.Writer, error) {
+		if !trusted {
+			return nil, errNoToken
+		}
 		var err error
 		spool, err = newSpoolFile(e.incomingDir())
 		return spool, err
 	})
+	if err == nil {
+		paced.done()
+	} else {
+		// Not the rest of a refused body: net/http would read it, with
+		// no deadline, before it answers.
+		w.Header().Set("Connection", "close")
+	}
 	var syntax *jsonSyntaxError
 	switch {
+	case errors.Is(err, errNoToken):
+		writeError(w, http.StatusUnauthorized, NewError("", CodeAuthFailed, "a workspace was sent without a valid bearer token",
+			"send the executor's token"))
+		return
+	case errors.Is(err, errRestTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, NewError("", CodeDeclined,
+			fmt.Sprintf("message larger than the limit of %d bytes (apart from workDir.workspaceBase64)", maxMessageBytes),
+			"AWCP messages are small; only a START's archive may be large"))
+		return
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		writeError(w, http.StatusRequestTimeout, NewError("", CodeDeclined, "the message arrived too slowly", ""))
+		return
+	case errors.As(err, new(*http.MaxBytesError)) && !trusted:
+		writeError(w, http.StatusUnauthorized, NewError("", CodeAuthFailed,
+			fmt.Sprintf("message larger than %d bytes without a bearer token", maxMessageBytes), "send the executor's token"))
+		return
 	case errors.As(err, new(*http.MaxBytesError)):
 		writeError(w, http.StatusRequestEntityTooLarge, NewError("", CodeWorkspaceTooLarge,
 			fmt.Sprintf("message larger than this executor's limit of %d bytes", e.opts.MaxBodyBytes),

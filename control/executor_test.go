@@ -29,7 +29,7 @@ import (
 )
 
 type execFixture struct {
-	t     *testing.T
+	t     testing.TB
 	e     *Executor
 	srv   *httptest.Server
 	root  string
@@ -38,7 +38,7 @@ type execFixture struct {
 	stop  func()
 }
 
-func newExecFixture(t *testing.T, agentCmd string, mod func(*ExecutorOptions)) *execFixture {
+func newExecFixture(t testing.TB, agentCmd string, mod func(*ExecutorOptions)) *execFixture {
 	t.Helper()
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")

@@ -48,7 +48,7 @@ func (s *LocalServer) Serve(ctx context.Context, path string) error {
 		}
 		writeJSON(w, http.StatusOK, del)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := NewHTTPServer(mux)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -78,7 +78,14 @@ func (s *LocalServer) Adopt(ctx context.Context, id string) {
 
 func (s *LocalServer) create(ctx context.Context, w http.ResponseWriter, r *http.Request) {
 	var req ExportRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&req); err != nil {
+	body := limitBody(w, r, maxMessageBytes)
+	err := json.NewDecoder(body).Decode(&req)
+	if err == nil {
+		body.done()
+	} else {
+		w.Header().Set("Connection", "close")
+	}
+	if err != nil {
 		writeJSON(w, http.StatusBadRequest, localError(Errorf(CodeWorkspaceInvalid, "bad request: %v", err)))
 		return
 	}

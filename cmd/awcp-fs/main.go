@@ -175,7 +175,8 @@ func serve(ctx context.Context, c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	srv := &http.Server{Handler: exec.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: nil}
+	ln = control.LimitListener(ln, control.MaxConns)
+	srv := control.NewHTTPServer(exec.Handler())
 
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()

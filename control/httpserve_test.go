@@ -1,0 +1,200 @@
+package control
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// countingBody is a request body of n bytes that counts what was taken.
+type countingBody struct {
+	left, taken int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	if b.left == 0 {
+		return 0, io.EOF
+	}
+	n := int(min(int64(len(p)), b.left))
+	copy(p, strings.Repeat("x", n))
+	b.left -= int64(n)
+	atomic.AddInt64(&b.taken, int64(n))
+	return n, nil
+}
+
+// bigInvite is the start of an INVITE whose prompt goes on for n bytes.
+func bigInvite(n int64) io.Reader {
+	return io.MultiReader(strings.NewReader(`{"version":"1","type":"INVITE","delegationId":"dlg_big","task":{"description":"d","prompt":"`),
+		&countingBody{left: n})
+}
+
+// A client without a valid token cannot make the executor read more than
+// maxMessageBytes; with a wrong token, nothing is read at all. Each is
+// refused with AUTH_FAILED, and the executor does not hold the body.
+func TestExecutorReadsLittleBeforeAuthentication(t *testing.T) {
+	f := newExecFixture(t, "true", func(o *ExecutorOptions) { o.Tokens = []string{"s3cret"} })
+	for _, tt := range []struct {
+		name, auth string
+	}{
+		{name: "no token"},
+		{name: "wrong token", auth: "Bearer nope"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body := &countingBody{left: 64 << 20}
+			req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/awcp", io.MultiReader(
+				strings.NewReader(`{"version":"1","type":"INVITE","delegationId":"dlg_big","task":{"description":"d","prompt":"`), body))
+			req.ContentLength = -1
+			if tt.auth != "" {
+				req.Header.Set("Authorization", tt.auth)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				var m Error
+				json.NewDecoder(resp.Body).Decode(&m)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusUnauthorized || m.Code != CodeAuthFailed {
+					t.Errorf("answer %d %+v, want 401 AUTH_FAILED", resp.StatusCode, m)
+				}
+			}
+			// What the client managed to send is at most the server's
+			// limit plus the sockets' buffers; the old executor read 64 MiB.
+			if taken := atomic.LoadInt64(&body.taken); taken > 8<<20 {
+				t.Errorf("the executor read %d MiB of an unauthenticated body", taken>>20)
+			}
+		})
+	}
+}
+
+// A body that trickles in is cut off: its first MiB has bodyGrace.
+func TestExecutorCutsSlowBodies(t *testing.T) {
+	old := bodyGrace
+	bodyGrace = time.Second
+	t.Cleanup(func() { bodyGrace = old })
+	f := newExecFixture(t, "true", nil)
+	c, err := net.Dial("tcp", strings.TrimPrefix(f.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	io.WriteString(c, "POST /awcp HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{")
+	answered := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		answered <- line
+	}()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case line := <-answered:
+			if took := time.Since(start); took > 3*time.Second {
+				t.Fatalf("a trickling body was cut after %s (grace 1 s)", took)
+			}
+			if line != "" && !strings.Contains(line, "408") {
+				t.Fatalf("answer %q, want 408 or a closed connection", line)
+			}
+			return
+		case <-tick.C:
+			if time.Since(start) > 10*time.Second {
+				t.Fatal("a trickling body is still read after 10 s")
+			}
+			io.WriteString(c, " ") // a byte at a time
+		}
+	}
+}
+
+// LimitListener holds at most n connections: the next waits for a close.
+func TestLimitListener(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.Listener = LimitListener(srv.Listener, 2)
+	srv.Start()
+	defer srv.Close()
+	addr := srv.Listener.Addr().String()
+	var conns []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		bufio.NewReader(c).ReadString('\n')
+	}
+	third, err := net.Dial("tcp", addr) // lands in the backlog
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	io.WriteString(third, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	third.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if line, _ := bufio.NewReader(third).ReadString('\n'); line != "" {
+		t.Fatalf("a third connection was served while two were open: %q", line)
+	}
+	conns[0].Close()
+	third.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := bufio.NewReader(third).ReadString('\n'); !strings.Contains(line, "200") {
+		t.Fatalf("the third connection after a close: %q %v", line, err)
+	}
+	conns[1].Close()
+}
+
+// BenchmarkUnauthenticatedBodies posts three 250 MB INVITEs at once to an
+// executor that requires a token, without one, and reports how much the
+// process's heap grew meanwhile (target: 64 MiB at most; the old executor
+// read up to 256 MiB of each).
+func BenchmarkUnauthenticatedBodies(b *testing.B) {
+	f := newExecFixture(b, "true", func(o *ExecutorOptions) { o.Tokens = []string{"s3cret"} }).srv.URL
+	var peak uint64
+	for b.Loop() {
+		before := liveHeap()
+		stop := make(chan struct{})
+		sampled := make(chan uint64)
+		go func() {
+			var top uint64
+			for {
+				select {
+				case <-stop:
+					sampled <- top
+					return
+				case <-time.After(20 * time.Millisecond):
+					top = max(top, liveHeap()-min(before, liveHeap()))
+				}
+			}
+		}()
+		done := make(chan struct{}, 3)
+		for range 3 {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				req, _ := http.NewRequest(http.MethodPost, f+"/awcp", bigInvite(250<<20))
+				req.ContentLength = -1
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}()
+		}
+		for range 3 {
+			<-done
+		}
+		close(stop)
+		peak = max(peak, <-sampled)
+	}
+	b.ReportMetric(float64(peak)/(1<<20), "MiB-growth")
+}
+
+// liveHeap is the live heap after a full collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
