@@ -53,8 +53,9 @@ type fileHandle struct {
 // through this mount since; it is dropped at the first read either way.
 type headRead struct {
 	data    []byte
-	eof     bool   // data is the whole file
-	changes uint64 // the node's changes counter at the open
+	eof     bool    // data is the whole file
+	changes uint64  // the node's changes counter at the open
+	version version // the file's attributes at the open: the delegator's changes
 	ok      bool
 }
 
@@ -72,6 +73,15 @@ func (h *fileHandle) fromHead(dest []byte, off int64) (n int, whole bool) {
 	h.head = headRead{}
 	h.mu.Unlock()
 	if !head.ok || off != 0 || h.node.changes.Load() != head.changes {
+		return 0, false
+	}
+	// Attributes read since the open that differ (the kernel asked for
+	// them, found them changed and dropped its pages) mean the delegator
+	// changed the file: the head is of the old one.
+	h.node.mu.Lock()
+	seen := h.node.seen
+	h.node.mu.Unlock()
+	if seen != head.version {
 		return 0, false
 	}
 	n = copy(dest, head.data)

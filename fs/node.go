@@ -145,16 +145,21 @@ func (n *node) childNode(name string) *node {
 	return nil
 }
 
-// version identifies a file's content as far as attributes can tell.
+// version identifies a file's content as far as attributes can tell: the
+// ctime too, which a rewrite moves even where it puts the mtime back.
 type version struct {
-	size  uint64
-	mtime uint64
-	nsec  uint32
+	size         uint64
+	mtime, ctime uint64
+	nsec, cnsec  uint32
+}
+
+func versionOf(a *fuse.Attr) version {
+	return version{size: a.Size, mtime: a.Mtime, nsec: a.Mtimensec, ctime: a.Ctime, cnsec: a.Ctimensec}
 }
 
 func (n *node) observe(a *fuse.Attr) {
 	n.mu.Lock()
-	n.seen = version{a.Size, a.Mtime, a.Mtimensec}
+	n.seen = versionOf(a)
 	n.atime = uint32(a.Atime)
 	n.uid, n.mode = a.Owner.Uid, a.Mode
 	n.mu.Unlock()
@@ -375,7 +380,7 @@ func (n *node) openedWith(h *fileHandle, o sftpc.Opened, changes, kernelSize uin
 	n.mu.Lock()
 	n.opened = n.seen // the pages the kernel reads now are of this version
 	n.mu.Unlock()
-	h.head = headRead{data: o.Head, eof: o.EOF, changes: changes, ok: true}
+	h.head = headRead{data: o.Head, eof: o.EOF, changes: changes, version: versionOf(&a), ok: true}
 	if !o.EOF || len(o.Head) == 0 || a.Size != kernelSize || uint64(len(o.Head)) != kernelSize ||
 		n.changes.Load() != changes || n.WriteCache(0, o.Head) != 0 {
 		return noFlush
@@ -866,6 +871,10 @@ func fillAttr(a sftpc.Attrs, out *fuse.Attr) {
 	}
 	out.Mtime, out.Mtimensec = uint64(a.Mtime), 0
 	out.Ctime, out.Ctimensec = out.Mtime, 0
+	if a.HasTimes {
+		out.Mtimensec = a.MtimeNsec
+		out.Ctime, out.Ctimensec = a.Ctime, a.CtimeNsec
+	}
 	out.Atime, out.Atimensec = uint64(a.Atime), 0
 	out.Uid, out.Gid = a.UID, a.GID
 	out.Blksize = 4096

@@ -1261,6 +1261,11 @@ func putBuf(b buf) {
 func (b *buf) byte(v byte)  { *b = append(*b, v) }
 func (b *buf) u32(v uint32) { *b = binary.BigEndian.AppendUint32(*b, v) }
 func (b *buf) u64(v uint64) { *b = binary.BigEndian.AppendUint64(*b, v) }
+func (b *buf) bytes(p []byte) {
+	b.u32(uint32(len(p)))
+	*b = append(*b, p...)
+}
+
 func (b *buf) str(s string) {
 	b.u32(uint32(len(s)))
 	*b = append(*b, s...)
@@ -1284,9 +1289,15 @@ func (b *buf) attrs(fi fs.FileInfo) {
 	b.u32(uint32(atime))
 	b.u32(uint32(fi.ModTime().Unix()))
 	if st != nil {
-		b.u32(1)
+		b.u32(2)
 		b.str(wire.NlinkAttr)
 		b.str(strconv.FormatUint(uint64(st.Nlink), 10))
+		b.str(wire.TimesAttr)
+		var times [64]byte
+		t := strconv.AppendInt(times[:0], st.Mtim.Nsec, 10)
+		t = strconv.AppendInt(append(t, ' '), st.Ctim.Sec, 10)
+		t = strconv.AppendInt(append(t, ' '), st.Ctim.Nsec, 10)
+		b.bytes(t)
 	}
 }
 

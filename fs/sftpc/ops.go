@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"strings"
 	"syscall"
 
 	wire "github.com/awcp/awcp/sshd/sftpwire"
@@ -27,6 +28,10 @@ type Attrs struct {
 	Atime, Mtime uint32 // seconds
 	Nlink        uint32 // if HasNlink: 0 for a file unlinked while open
 	HasNlink     bool
+	// MtimeNsec, Ctime and CtimeNsec come with wire.TimesAttr, if HasTimes.
+	MtimeNsec, CtimeNsec uint32
+	Ctime                uint64
+	HasTimes             bool
 }
 
 // IsDir reports a directory.
@@ -50,14 +55,30 @@ func readAttrs(d *decoder) Attrs {
 	if a.Flags&wire.AttrExtended != 0 {
 		for n := d.U32(); n > 0 && d.Err == nil; n-- {
 			typ, data := d.Str(), d.Str()
-			if typ == wire.NlinkAttr {
+			switch typ {
+			case wire.NlinkAttr:
 				if v, err := strconv.ParseUint(data, 10, 32); err == nil {
 					a.Nlink, a.HasNlink = uint32(v), true
 				}
+			case wire.TimesAttr:
+				a.MtimeNsec, a.Ctime, a.CtimeNsec, a.HasTimes = parseTimes(data)
 			}
 		}
 	}
 	return a
+}
+
+// parseTimes reads a wire.TimesAttr value; ok is false if it is not one.
+func parseTimes(v string) (mtimeNsec uint32, ctime uint64, ctimeNsec uint32, ok bool) {
+	a, rest, _ := strings.Cut(v, " ")
+	b, c, _ := strings.Cut(rest, " ")
+	mns, err1 := strconv.ParseUint(a, 10, 32)
+	cs, err2 := strconv.ParseUint(b, 10, 64)
+	cns, err3 := strconv.ParseUint(c, 10, 32)
+	if err1 != nil || err2 != nil || err3 != nil || mns >= 1e9 || cns >= 1e9 {
+		return 0, 0, 0, false
+	}
+	return uint32(mns), cs, uint32(cns), true
 }
 
 // attrs encodes the settable attributes: size, permissions, times.

@@ -121,6 +121,13 @@ const (
 // which v3 lacks; clients that do not know it ignore it.
 const NlinkAttr = "nlink@awcp"
 
+// TimesAttr is the extended attribute our server adds with what v3's whole
+// seconds of mtime cannot tell: "MTIME_NSEC CTIME_SEC CTIME_NSEC", in
+// decimal. A file rewritten in the same second, or with its mtime put
+// back, has a new mtime or ctime here, so a client keeping the file's
+// pages knows they are stale.
+const TimesAttr = "times@awcp"
+
 // ErrMalformed is a packet shorter than what it says it holds.
 var ErrMalformed = errors.New("sftp: malformed packet")
 
