@@ -676,10 +676,7 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		}
 	}()
 	log := e.log.With("delegation", a.ID)
-	// Highlights compare the tree before and after by size, mode and mtime:
-	// hashing would read every file twice more (through a mount, over the
-	// network), and a task's writes always move the mtime.
-	before, err := archive.ScanMeta(a.WorkDir)
+	before, err := highlightScan(a.Transport)(a.WorkDir)
 	if err != nil {
 		log.Warn("scan work dir before the task", "err", err)
 	}
@@ -749,8 +746,22 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	log.Info("delegation finished", "event", decoded.Type)
 }
 
+// highlightScan is how a task's work dir is scanned for its highlights,
+// before and after the task. On a live mount, by size, mode and mtime:
+// hashing would read every file twice more over the network, and a task's
+// writes always move the mtime. An archive's copy is on this machine's
+// disk: there by content, so that a file rewritten the same (sed -i that
+// matched nothing, a formatter with nothing to do) is not reported as
+// changed — as the delegator's apply does not report it either.
+func highlightScan(transport string) func(dir string) (archive.Manifest, error) {
+	if transport == TransportArchive {
+		return archive.Scan
+	}
+	return archive.ScanMeta
+}
+
 func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before archive.Manifest, summary string) ([]byte, error) {
-	after, err := archive.ScanMeta(a.WorkDir)
+	after, err := highlightScan(a.Transport)(a.WorkDir)
 	if err != nil {
 		return nil, err
 	}

@@ -157,9 +157,12 @@ func (f *execFixture) events(id string, last uint64) []seqEvent {
 func last(evs []seqEvent) *Event { return evs[len(evs)-1].ev }
 
 func TestExecutorRunsTaskAndStreamsEvents(t *testing.T) {
-	f := newExecFixture(t, `echo step one; echo step two; echo more >> a.txt; echo new > b.txt; rm gone.txt`, nil)
+	// same.txt and c.txt are written again with what they held: not
+	// changes, not highlights.
+	f := newExecFixture(t, `echo step one; echo step two; echo more >> a.txt; echo new > b.txt; rm gone.txt; `+
+		`echo same > same.txt; sed -i s/zzz/y/ c.txt`, nil)
 	id := "dlg_happy"
-	f.delegate(id, workspace(t, map[string]string{"a.txt": "a\n", "gone.txt": "x"}))
+	f.delegate(id, workspace(t, map[string]string{"a.txt": "a\n", "gone.txt": "x", "same.txt": "same\n", "c.txt": "c\n"}))
 	evs := f.events(id, 0)
 
 	var kinds []string

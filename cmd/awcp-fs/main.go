@@ -140,7 +140,9 @@ func serve(ctx context.Context, c *cli.Context) error {
 		yes, exec := true, c.Bool("allow-exec")
 		sandbox = &control.SandboxProfile{CwdOnly: &yes, AllowNetwork: &yes, AllowExec: &exec}
 	}
-	store, err := lease.Open(filepath.Join(state, "executor.db"), lease.Options{})
+	// The daemon holds its store for its whole life: a second one on the
+	// same state dir finds it locked and stops at once, saying why.
+	store, err := lease.Open(filepath.Join(state, "executor.db"), lease.Options{Timeout: 200 * time.Millisecond})
 	if err != nil {
 		return err
 	}

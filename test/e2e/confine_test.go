@@ -3,7 +3,9 @@ package e2e
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -112,3 +114,24 @@ func TestAgentInheritsNoDescriptorAndDeadExecutorFails(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// A second awcp-fs serve on a state dir another one holds stops at once
+// and says why, instead of waiting on the store's lock.
+func TestSecondExecutorOnStateDirStops(t *testing.T) {
+	x := startExecutor(t, "true")
+	state := x.args[slices.Index(x.args, "--state-dir")+1]
+	cmd := exec.Command(filepath.Join(binDir, "awcp-fs"), "serve", "--state-dir", state,
+		"--work-root", t.TempDir(), "--agent-cmd", "true", "--listen", "127.0.0.1:0")
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start)
+	if err == nil {
+		t.Fatalf("a second awcp-fs on the same state dir ran: %s", out)
+	}
+	if took > 3*time.Second {
+		t.Errorf("it took %s to give up", took.Round(time.Millisecond))
+	}
+	if !strings.Contains(string(out), "another process holds it") || strings.Contains(string(out), "goroutine ") {
+		t.Errorf("its message: %s", out)
+	}
+}
