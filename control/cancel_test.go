@@ -217,9 +217,24 @@ func newArchiveDelegator(t *testing.T, wrap func(DelegatorTransport) DelegatorTr
 
 // corruptingProxy passes everything to the executor but turns the first
 // "running" status of an event stream into one no version of AWCP has.
-type corruptingProxy struct{ next http.Handler }
+func corruptingProxy(next http.Handler) http.Handler {
+	corrupted := false
+	return rewritingProxy{next: next, rewrite: func(line string) string {
+		if !corrupted && strings.Contains(line, `"status":"running"`) {
+			line, corrupted = strings.Replace(line, `"status":"running"`, `"status":"sprinting"`, 1), true
+		}
+		return line
+	}}
+}
 
-func (p corruptingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// rewritingProxy passes everything to the executor, and each line of an
+// event stream through rewrite.
+type rewritingProxy struct {
+	next    http.Handler
+	rewrite func(line string) string
+}
+
+func (p rewritingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, "/events") {
 		p.next.ServeHTTP(w, r)
 		return
@@ -236,12 +251,9 @@ func (p corruptingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	br := bufio.NewReader(pr)
-	corrupted := false
 	for {
 		line, err := br.ReadString('\n')
-		if !corrupted && strings.Contains(line, `"status":"running"`) {
-			line, corrupted = strings.Replace(line, `"status":"running"`, `"status":"sprinting"`, 1), true
-		}
+		line = p.rewrite(line)
 		if _, werr := w.Write([]byte(line)); werr != nil && err == nil {
 			err = werr // the delegator hung up
 		}
@@ -268,7 +280,7 @@ func (p *pipeWriter) Flush()                      {}
 // stopped and its slot freed.
 func TestMalformedEventEndsDelegation(t *testing.T) {
 	x := newExecFixture(t, `sleep 30`, nil)
-	srv := httptest.NewServer(corruptingProxy{next: x.e.Handler()})
+	srv := httptest.NewServer(corruptingProxy(x.e.Handler()))
 	defer srv.Close()
 	dlg, _ := newArchiveDelegator(t, nil)
 	d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: srv.URL, Prompt: "p", Transport: TransportArchive})
@@ -293,5 +305,44 @@ func TestMalformedEventEndsDelegation(t *testing.T) {
 	}
 	if n := x.e.Active(); n != 0 {
 		t.Fatalf("executor still holds %d reservations", n)
+	}
+}
+
+// A result whose SHA-256 is not the resultChecksum of its done event (the
+// ZIP changed on the way) is not applied: the delegation fails and the
+// directory is as it was.
+func TestResultChecksumMismatchIsRefused(t *testing.T) {
+	x := newExecFixture(t, `echo planted > new.txt; echo changed > a.txt`, nil)
+	srv := httptest.NewServer(rewritingProxy{next: x.e.Handler(), rewrite: func(line string) string {
+		// One hex digit of the checksum changed: as if the ZIP had.
+		if i := strings.Index(line, `"resultChecksum":"`); i >= 0 {
+			j := i + len(`"resultChecksum":"`)
+			digit := "0"
+			if line[j] == '0' {
+				digit = "1"
+			}
+			line = line[:j] + digit + line[j+1:]
+		}
+		return line
+	}})
+	defer srv.Close()
+	dlg, _ := newArchiveDelegator(t, nil)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("mine\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: TransportArchive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, _ := dlg.Run(context.Background(), d.ID)
+	if end.State != lease.Error || end.Failure == nil || !strings.Contains(end.Failure.Message, "resultChecksum") {
+		t.Fatalf("ended %s with %+v, want an error naming the checksum", end.State, end.Failure)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "a.txt")); string(b) != "mine\n" {
+		t.Fatalf("a.txt = %q: the tampered result was applied", b)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new.txt")); err == nil {
+		t.Fatal("new.txt exists: the tampered result was applied")
 	}
 }

@@ -2,6 +2,8 @@ package control
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -766,8 +768,9 @@ func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before ar
 		return nil, err
 	}
 	tr := e.transport(a.Transport)
+	var checksum string
 	if a.AccessMode == AccessRW {
-		err = e.packResult(ctx, tr, a)
+		checksum, err = e.packResult(ctx, tr, a)
 	} else {
 		_, err = tr.Teardown(ctx, a.ID, a.WorkDir, nil)
 	}
@@ -780,7 +783,7 @@ func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before ar
 	// A result is not part of the stored event: the event stream appends
 	// it from the file (see handleEvents).
 	return e.eventJSON(&Event{DelegationID: a.ID, Type: EventDone, Summary: summary,
-		Highlights: archive.Changed(before, after)}), nil
+		Highlights: archive.Changed(before, after), ResultChecksum: checksum}), nil
 }
 
 // resultFile is where a delegation's result ZIP is kept until its events
@@ -789,25 +792,28 @@ func (e *Executor) resultFile(id string) string {
 	return filepath.Join(e.opts.StateDir, "results", id+".zip")
 }
 
-// packResult has the transport write its result into the result file;
-// none is left if it has no result.
-func (e *Executor) packResult(ctx context.Context, tr ExecutorTransport, a *lease.Assignment) error {
+// packResult has the transport write its result into the result file and
+// returns the result's SHA-256 (hex); none is left, and the checksum is
+// empty, if it has no result.
+func (e *Executor) packResult(ctx context.Context, tr ExecutorTransport, a *lease.Assignment) (string, error) {
 	name := e.resultFile(a.ID)
 	if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
-		return err
+		return "", err
 	}
 	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return err
+		return "", err
 	}
-	wrote, err := tr.Teardown(ctx, a.ID, a.WorkDir, f)
+	sum := sha256.New()
+	wrote, err := tr.Teardown(ctx, a.ID, a.WorkDir, io.MultiWriter(f, sum))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil || !wrote {
 		os.Remove(name)
+		return "", err
 	}
-	return err
+	return hex.EncodeToString(sum.Sum(nil)), nil
 }
 
 // pumpProgress turns the worker's updates into status events, writing all

@@ -180,6 +180,9 @@ func TestExecutorRunsTaskAndStreamsEvents(t *testing.T) {
 	if done.Summary != "step one\nstep two" || strings.Join(done.Highlights, ",") != "a.txt,b.txt" {
 		t.Fatalf("done %+v", done)
 	}
+	if got, want := done.ResultChecksum, archive.Checksum(evs[len(evs)-1].result); got != want {
+		t.Fatalf("resultChecksum %q, want the result's SHA-256 %q", got, want)
+	}
 	// The result is the work dir as the agent left it.
 	dst := t.TempDir()
 	if err := archive.Extract(evs[len(evs)-1].result, dst, archive.Limits{}); err != nil {

@@ -213,6 +213,18 @@ func (t *ArchiveDelegator) Finish(_ context.Context, d Lent, ev *Event) (*archiv
 	if err != nil {
 		return nil, err
 	}
+	if ev.ResultChecksum != "" {
+		sum := sha256.New()
+		if _, err := io.Copy(sum, f); err != nil {
+			return nil, fmt.Errorf("read the result: %w", err)
+		}
+		if got := hex.EncodeToString(sum.Sum(nil)); !strings.EqualFold(got, ev.ResultChecksum) {
+			kept := filepath.Join(t.ResultDir, d.ID+".zip")
+			keepFile(ev.ResultFile, kept)
+			return nil, fmt.Errorf("the result's SHA-256 is %s, not the resultChecksum the executor sent (%s): nothing was applied; the result is kept in %s",
+				got, ev.ResultChecksum, kept)
+		}
+	}
 	raw, err := t.Blobs.Blob(manifestKey(d.ID))
 	if err != nil {
 		return nil, fmt.Errorf("what was sent is unknown: %w", err)

@@ -221,6 +221,11 @@ type Event struct {
 	Summary      string   `json:"summary,omitempty"`
 	Highlights   []string `json:"highlights,omitempty"`
 	ResultBase64 string   `json:"resultBase64,omitempty"`
+	// ResultChecksum is an extension of v1: the SHA-256 (hex) of the ZIP
+	// resultBase64 carries, as START's checksum is of the workspace. Our
+	// executor sends it; a delegator that gets it checks it, and one that
+	// does not (the reference's) ignores it.
+	ResultChecksum string `json:"resultChecksum,omitempty"`
 	// ResultFile is the result ZIP as a local file, in place of
 	// ResultBase64 (see WorkDirInfo.WorkspaceFile): on the executor, the
 	// one appended as resultBase64 when the event is sent; on the
