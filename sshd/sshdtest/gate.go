@@ -1,7 +1,6 @@
 package sshdtest
 
 import (
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -10,13 +9,15 @@ import (
 // ReplyGate is a TCP proxy in front of a server that can hold back the
 // server's replies: a client's request that waits for its answer does not
 // return while they are held, and what the client sends still reaches the
-// server.
+// server. Frozen, it holds both ways, every connection left open: a
+// server stopped with SIGSTOP, or a network dropping every packet.
 type ReplyGate struct {
 	// Addr is where the proxy listens.
 	Addr string
 
-	mu   sync.Mutex
-	open chan struct{} // closed while replies pass
+	mu       sync.Mutex
+	open     chan struct{} // closed while replies pass
+	requests chan struct{} // closed while requests pass
 }
 
 // NewReplyGate proxies to target until the test ends; replies pass until
@@ -27,8 +28,9 @@ func NewReplyGate(t testing.TB, target string) *ReplyGate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &ReplyGate{Addr: ln.Addr().String(), open: make(chan struct{})}
+	g := &ReplyGate{Addr: ln.Addr().String(), open: make(chan struct{}), requests: make(chan struct{})}
 	close(g.open)
+	close(g.requests)
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -51,8 +53,8 @@ func NewReplyGate(t testing.TB, target string) *ReplyGate {
 			conns = append(conns, c, s)
 			mu.Unlock()
 			wg.Add(2)
-			go func() { defer wg.Done(); io.Copy(s, c); s.Close() }()
-			go func() { defer wg.Done(); defer c.Close(); g.copyReplies(c, s) }()
+			go func() { defer wg.Done(); defer s.Close(); g.copy(s, c, &g.requests) }()
+			go func() { defer wg.Done(); defer c.Close(); g.copy(c, s, &g.open) }()
 		}
 	}()
 	t.Cleanup(func() {
@@ -67,15 +69,14 @@ func NewReplyGate(t testing.TB, target string) *ReplyGate {
 	return g
 }
 
-// copyReplies copies what the server sends to the client, waiting while
-// replies are held.
-func (g *ReplyGate) copyReplies(client, server net.Conn) {
+// copy copies src to dst, waiting while the gate at gate is shut.
+func (g *ReplyGate) copy(dst, src net.Conn, gate *chan struct{}) {
 	buf := make([]byte, 32<<10)
 	for {
-		n, err := server.Read(buf)
+		n, err := src.Read(buf)
 		if n > 0 {
-			g.pass()
-			if _, werr := client.Write(buf[:n]); werr != nil {
+			g.pass(gate)
+			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
 		}
@@ -95,10 +96,21 @@ func (g *ReplyGate) Hold() (release func()) {
 	return func() { once.Do(func() { close(ch) }) }
 }
 
-// pass waits while replies are held.
-func (g *ReplyGate) pass() {
+// Freeze holds replies and requests until the function it returns is
+// called.
+func (g *ReplyGate) Freeze() (thaw func()) {
+	replies, requests := make(chan struct{}), make(chan struct{})
 	g.mu.Lock()
-	ch := g.open
+	g.open, g.requests = replies, requests
+	g.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(replies); close(requests) }) }
+}
+
+// pass waits while the gate at gate is shut.
+func (g *ReplyGate) pass(gate *chan struct{}) {
+	g.mu.Lock()
+	ch := *gate
 	g.mu.Unlock()
 	<-ch
 }
