@@ -12,6 +12,10 @@
 //     both daemons, started afresh for it so that the peak is this round
 //     trip's.
 //
+//   - flood: a certificate holder pipelines -flood-reads READs of 1 MiB at
+//     a real `awcp-ctl serve` and reads no answer; the daemon's RSS before,
+//     at its peak, and after the connection is dropped (flood.go).
+//
 //     go run ./test/bench/control -bin ./bin -n 100 -archive-mb 50 -archive-files 5000
 package main
 
@@ -38,6 +42,7 @@ func main() {
 	n := flag.Int("n", 100, "live-mount delegations for the latency (0: skip)")
 	mb := flag.Int("archive-mb", 50, "archive workspace size, MB (0: skip)")
 	files := flag.Int("archive-files", 5000, "archive workspace files")
+	reads := flag.Int("flood-reads", 20000, "pipelined READs of 1 MiB of the flood, never read (0: skip)")
 	flag.Parse()
 	tmp, err := os.MkdirTemp("", "awcp-bench-control-")
 	if err == nil {
@@ -47,6 +52,9 @@ func main() {
 		}
 		if err == nil && *mb > 0 {
 			err = archiveRoundTrip(*bin, filepath.Join(tmp, "archive"), *mb, *files)
+		}
+		if err == nil && *reads > 0 {
+			err = flood(*bin, filepath.Join(tmp, "flood"), *reads)
 		}
 	}
 	if err != nil {
