@@ -94,7 +94,7 @@ func (f *liveFixture) credentialRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn, client, err := awcpfs.Dial(awcpfs.Options{Addr: net.JoinHostPort(info.Endpoint.Host, strconv.Itoa(info.Endpoint.Port)),
-		User: info.Endpoint.User, Signer: signer, HostKey: hostKey, DialTimeout: 5 * time.Second})
+		User: info.Endpoint.User, Export: info.ExportLocator, Signer: signer, HostKey: hostKey, DialTimeout: 5 * time.Second})
 	if err == nil {
 		client.Close()
 		conn.Close()

@@ -71,7 +71,7 @@ func (t *SSHFSDelegator) Prepare(_ context.Context, d Lent) (*WorkDirInfo, error
 	return &WorkDirInfo{
 		Transport:     TransportSSHFS,
 		Endpoint:      &Endpoint{Host: host, Port: t.Port, User: d.ID},
-		ExportLocator: "awcp/" + d.ID,
+		ExportLocator: sshd.Locator(d.ID),
 		Credential:    &Credential{PrivateKey: cred.PrivateKey, Certificate: cred.Certificate},
 		Options:       map[string]string{HostKeyOption: t.Issuer.HostPublicKey()},
 	}, nil
@@ -212,6 +212,7 @@ func (t *SSHFSExecutor) Mount(p SetupParams, debug bool) (*awcpfs.Mount, error) 
 	m, err := awcpfs.New(p.WorkDir, awcpfs.Options{
 		Addr:     net.JoinHostPort(info.Endpoint.Host, strconv.Itoa(info.Endpoint.Port)),
 		User:     info.Endpoint.User,
+		Export:   info.ExportLocator,
 		Signer:   signer,
 		HostKey:  hostKey,
 		ReadOnly: p.AccessMode != AccessRW,

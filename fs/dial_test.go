@@ -33,7 +33,7 @@ func TestDialGivesUpOnASilentServer(t *testing.T) {
 	start := time.Now()
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := Dial(Options{Addr: ln.Addr().String(), User: "dlg", Signer: signer,
+		_, _, err := Dial(Options{Addr: ln.Addr().String(), User: "dlg", Export: "awcp/dlg", Signer: signer,
 			HostKey: signer.PublicKey(), DialTimeout: 300 * time.Millisecond})
 		done <- err
 	}()

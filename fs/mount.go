@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -49,6 +50,11 @@ type Options struct {
 	Addr string
 	// User is the login name (the delegation id). Required.
 	User string
+	// Export is the directory to mount on the delegator's side, as START's
+	// exportLocator names it: relative to where the SFTP session starts,
+	// or absolute. Required: the mount never falls back to the server's
+	// root, which a plain SFTP server (OpenSSH's) makes the whole machine.
+	Export string
 	// Signer is the certificate signer from START's credential. Required.
 	Signer gossh.Signer
 	// HostKey is the delegator's host key, pinned. Required: never
@@ -104,8 +110,8 @@ func (o Options) withDefaults() Options {
 }
 
 func (o Options) validate() error {
-	if o.Addr == "" || o.User == "" || o.Signer == nil || o.HostKey == nil {
-		return errors.New("fs: Addr, User, Signer and HostKey are required")
+	if o.Addr == "" || o.User == "" || o.Export == "" || o.Signer == nil || o.HostKey == nil {
+		return errors.New("fs: Addr, User, Export, Signer and HostKey are required")
 	}
 	return nil
 }
@@ -231,7 +237,35 @@ func Dial(opts Options) (*gossh.Client, *sftpc.Client, error) {
 		conn.Close()
 		return nil, nil, fmt.Errorf("start sftp: %w", err)
 	}
+	if err := within(client, opts.Export); err != nil {
+		client.Close()
+		conn.Close()
+		return nil, nil, err
+	}
 	return conn, client, nil
+}
+
+// within makes client's paths relative to the export directory: its
+// canonical path as the server resolves it (REALPATH), which must be a
+// directory. Every connection resolves it again: a delegator that comes
+// back finds it where it is then.
+func within(client *sftpc.Client, export string) error {
+	dir, err := client.RealPath(export)
+	if err == nil && !path.IsAbs(dir) {
+		err = fmt.Errorf("the server resolved it to %q, not an absolute path", dir)
+	}
+	if err != nil {
+		return fmt.Errorf("the export directory %q: %w", export, err)
+	}
+	a, err := client.Lstat(dir)
+	if err == nil && !a.IsDir() {
+		err = errors.New("not a directory")
+	}
+	if err != nil {
+		return fmt.Errorf("the export directory %q (%s): %w", export, dir, err)
+	}
+	client.Within(dir)
+	return nil
 }
 
 // New mounts the delegation at mountpoint, which must be an existing

@@ -138,7 +138,7 @@ func newMountWith(t *testing.T, ro bool, tweak func(*Options)) *mountFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Addr: f.addr, User: id, Signer: signer,
+	opts := Options{Addr: f.addr, User: id, Export: sshd.Locator(id), Signer: signer,
 		HostKey: auth.HostKey().PublicKey(), ReadOnly: ro, Logger: log, Name: "awcp:" + id,
 		ReconnectBound: 3 * time.Second, KeepAlive: 200 * time.Millisecond}
 	if tweak != nil {

@@ -136,3 +136,31 @@ func TestDebianSSHFS(t *testing.T) {
 		t.Fatalf("unmount: %v", err)
 	}
 }
+
+// START names the export awcp/<id> (exportLocator): OpenSSH's sftp can cd
+// there, and list and fetch through it, as well as through ".".
+func TestOpenSSHSftpClientUsesLocator(t *testing.T) {
+	need(t, "sftp", "ssh")
+	f := newFixture(t)
+	dir, cred := f.lend(t, "dlg_locator", false)
+	os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("through the locator\n"), 0o644)
+	key, kh, host, port := openSSHFiles(t, f, cred)
+	local := t.TempDir()
+	batch := strings.Join([]string{
+		"cd " + Locator("dlg_locator"),
+		"pwd",
+		"ls",
+		"get hello.txt " + filepath.Join(local, "got.txt"),
+		"ls " + Locator("dlg_locator") + "/hello.txt",
+	}, "\n")
+	args := append(sshOptions(key, kh), "-P", port, "-b", "-", "dlg_locator@"+host)
+	cmd := exec.Command("sftp", args...)
+	cmd.Stdin = strings.NewReader(batch)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sftp: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(local, "got.txt")); string(b) != "through the locator\n" {
+		t.Fatalf("got %q through the locator\n%s", b, out)
+	}
+}

@@ -22,6 +22,10 @@ type Export struct {
 	ReadOnly bool
 }
 
+// Locator is the exportLocator of delegation id's directory, as START
+// names it: the server serves it as another name of the session's root.
+func Locator(id string) string { return "awcp/" + id }
+
 // Leases answers whether a delegation's lease is live, and what it lends.
 // The delegator's lease store implements it.
 type Leases interface {
@@ -161,7 +165,7 @@ func (s *Server) serveSFTP(sess ssh.Session) {
 	}
 	defer root.Close()
 	s.log.Info("sftp session", "delegation", id, "remote", sess.RemoteAddr(), "readOnly", exp.ReadOnly)
-	err = serveSFTP(sess, root, exp.ReadOnly, s.log.With("delegation", id), newFlow(share))
+	err = serveSFTP(sess, root, exp.ReadOnly, s.log.With("delegation", id), newFlow(share), Locator(id))
 	if err != nil {
 		s.log.Debug("sftp session ended", "delegation", id, "err", err)
 	}

@@ -60,6 +60,7 @@ type sftpServer struct {
 	readOnly bool
 	log      *slog.Logger
 	out      *responder
+	alias    string       // "/" + the export's locator, another name of the root; "" for none
 	rootID   confine.Root // the export directory's identity, for confine's depths
 	shape    *sync.Mutex  // the export's lock of link-shaping requests (links.go)
 
@@ -85,15 +86,20 @@ type handle struct {
 // holds is bounded by a budget of its own (connInFlight) and the process's
 // (flow.go).
 func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger) error {
-	return serveSFTP(rw, root, readOnly, log, newFlow(newBudget(connInFlight)))
+	return serveSFTP(rw, root, readOnly, log, newFlow(newBudget(connInFlight)), "")
 }
 
 // errStalled ends a session whose client stopped reading answers and whose
 // channel then failed.
 var errStalled = errors.New("sftp: answers could not be written")
 
-func serveSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger, fl flow) error {
+// serveSFTP is ServeSFTP counting against fl, with locator (if not "")
+// served as another name of the root.
+func serveSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger, fl flow, locator string) error {
 	s := &sftpServer{root: root, readOnly: readOnly, log: log, handles: map[string]*handle{}}
+	if locator != "" {
+		s.alias = path.Clean("/" + locator)
+	}
 	s.fast = newBeneath(root)
 	defer s.fast.Close()
 	if s.fast.dir == nil {
@@ -214,7 +220,7 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger,
 			o.barrier.Add(1)
 			j.done = o.barrier
 		case pkt[0] == wire.Remove || pkt[0] == wire.Rmdir:
-			name := rel(string(key))
+			name := s.rel(string(key))
 			if pkt[0] == wire.Rmdir {
 				if in := emptying[name]; in != nil {
 					j.after = &in.wg
@@ -523,9 +529,16 @@ func isEscape(err error) bool {
 }
 
 // rel maps a request path (absolute or relative to the root) to a name
-// inside the root. ".." cannot climb above "/".
-func rel(p string) string {
-	if p = strings.TrimPrefix(path.Clean("/"+p), "/"); p == "" {
+// inside the root. ".." cannot climb above "/". The export's locator
+// (ExportLocator: "awcp/<id>") names the root too, as START says it does.
+func (s *sftpServer) rel(p string) string {
+	p = path.Clean("/" + p)
+	if s.alias != "" {
+		if rest, ok := strings.CutPrefix(p, s.alias); ok && (rest == "" || rest[0] == '/') {
+			p = path.Clean("/" + rest)
+		}
+	}
+	if p = strings.TrimPrefix(p, "/"); p == "" {
 		return "."
 	}
 	return p
@@ -556,7 +569,7 @@ func (s *sftpServer) handle(pkt []byte) {
 	case wire.Write:
 		s.write(id, &r)
 	case wire.Lstat, wire.Stat:
-		name := rel(r.Str())
+		name := s.rel(r.Str())
 		if r.Err != nil {
 			s.errStatus(id, errBadMessage)
 			return
@@ -578,7 +591,7 @@ func (s *sftpServer) handle(pkt []byte) {
 		fi, err := h.f.Stat()
 		s.attrsOrStatus(id, fi, err)
 	case wire.Setstat:
-		name := rel(r.Str())
+		name := s.rel(r.Str())
 		a := readAttrs(&r)
 		s.errStatus(id, s.setstat(name, nil, a, r.Err))
 	case wire.Fsetstat:
@@ -598,7 +611,7 @@ func (s *sftpServer) handle(pkt []byte) {
 	case wire.Rmdir:
 		s.errStatus(id, s.mutate(&r, func(name string) error { return s.fast.Remove(name, true) }))
 	case wire.Mkdir:
-		name := rel(r.Str())
+		name := s.rel(r.Str())
 		a := readAttrs(&r)
 		perm := fs.FileMode(0o755)
 		if a.flags&wire.AttrPermissions != 0 {
@@ -618,9 +631,9 @@ func (s *sftpServer) handle(pkt []byte) {
 			s.errStatus(id, errBadMessage)
 			return
 		}
-		s.name(id, "/"+strings.TrimPrefix(rel(p), "."), nil)
+		s.name(id, "/"+strings.TrimPrefix(s.rel(p), "."), nil)
 	case wire.Rename:
-		from, to := rel(r.Str()), rel(r.Str())
+		from, to := s.rel(r.Str()), s.rel(r.Str())
 		err := r.Err
 		if err == nil {
 			err = s.writable()
@@ -631,7 +644,7 @@ func (s *sftpServer) handle(pkt []byte) {
 		}
 		s.errStatus(id, err)
 	case wire.Readlink:
-		name := rel(r.Str())
+		name := s.rel(r.Str())
 		if r.Err != nil {
 			s.errStatus(id, errBadMessage)
 			return
@@ -644,7 +657,7 @@ func (s *sftpServer) handle(pkt []byte) {
 		s.name(id, target, nil)
 	case wire.Symlink:
 		// OpenSSH (and pkg/sftp) send the target first, then the link path.
-		target, link := r.Str(), rel(r.Str())
+		target, link := r.Str(), s.rel(r.Str())
 		err := r.Err
 		if err == nil {
 			err = s.writable()
@@ -669,7 +682,7 @@ func (s *sftpServer) writable() error {
 
 // mutate runs fn on the request's path if writes are allowed.
 func (s *sftpServer) mutate(r *reader, fn func(name string) error) error {
-	name := rel(r.Str())
+	name := s.rel(r.Str())
 	if r.Err != nil {
 		return errBadMessage
 	}
@@ -782,7 +795,7 @@ func (s *sftpServer) openNamed(id uint32, r *reader) {
 // openFile opens the file an OPEN (or wire.OpenRead) names, with what
 // fstat says of it.
 func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
-	name := rel(r.Str())
+	name := s.rel(r.Str())
 	pflags := r.U32()
 	a := readAttrs(r)
 	if r.Err != nil {
@@ -841,7 +854,7 @@ func (s *sftpServer) opendir(id uint32, r *reader) {
 
 // openDir opens the directory the request names (OPENDIR, wire.List).
 func (s *sftpServer) openDir(r *reader) (*os.File, error) {
-	name := rel(r.Str())
+	name := s.rel(r.Str())
 	if r.Err != nil {
 		return nil, errBadMessage
 	}
@@ -1159,7 +1172,7 @@ func futimes(f *os.File, at, mt time.Time) error {
 func (s *sftpServer) extended(id uint32, r *reader) {
 	switch name := r.Str(); name {
 	case "posix-rename@openssh.com":
-		from, to := rel(r.Str()), rel(r.Str())
+		from, to := s.rel(r.Str()), s.rel(r.Str())
 		err := r.Err
 		if err == nil {
 			err = s.writable()
@@ -1169,7 +1182,7 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 		}
 		s.errStatus(id, err)
 	case "hardlink@openssh.com":
-		from, to := rel(r.Str()), rel(r.Str())
+		from, to := s.rel(r.Str()), s.rel(r.Str())
 		err := r.Err
 		if err == nil {
 			err = s.writable()
@@ -1191,7 +1204,7 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 	case wire.List:
 		s.list(id, r)
 	case "statvfs@openssh.com":
-		rel(r.Str()) // every path is on the same file system
+		s.rel(r.Str()) // every path is on the same file system
 		var st syscall.Statfs_t
 		if err := syscall.Statfs(s.root.Name(), &st); err != nil {
 			s.errStatus(id, err)

@@ -76,7 +76,8 @@ func (e *StatusError) Is(target error) bool {
 
 // Client is one SFTP session. It is safe for concurrent use.
 type Client struct {
-	ch gossh.Channel
+	ch   gossh.Channel
+	root string // the server's directory every path is under (Within); "" for none
 
 	// Requests are encoded into out, in the order they are started, and
 	// written to the channel by the sender goroutine: the caller does not

@@ -62,7 +62,7 @@ func sessionVia(t *testing.T, via func(addr string) string) (dir string, sshc *g
 	if err != nil {
 		t.Fatal(err)
 	}
-	sshc, c, err = fs.Dial(fs.Options{Addr: via(addr.String()), User: id, Signer: signer, HostKey: auth.HostKey().PublicKey()})
+	sshc, c, err = fs.Dial(fs.Options{Addr: via(addr.String()), User: id, Export: sshd.Locator(id), Signer: signer, HostKey: auth.HostKey().PublicKey()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package sftpc
 import (
 	"errors"
 	"io"
+	"path"
 	"strconv"
 	"strings"
 	"syscall"
@@ -101,6 +102,33 @@ func (c *Client) path(typ byte, p string) *Call {
 	return c.start(typ, nil, func(e *encoder) { e.str(p) })
 }
 
+// Within makes the client's paths relative to dir, a directory on the
+// server (as RealPath names it): every path the client is given is taken
+// under dir ("/" is dir itself), so nothing above dir can be named. A
+// symlink's target is sent as given. Call it before the client is shared.
+func (c *Client) Within(dir string) { c.root = dir }
+
+// at is p, a path under the client's directory, as the server names it.
+func (c *Client) at(p string) string {
+	if c.root == "" {
+		return p
+	}
+	return path.Join(c.root, path.Clean("/"+p))
+}
+
+// RealPath is the server's canonical absolute form of p (REALPATH), as
+// given: not under the client's directory.
+func (c *Client) RealPath(p string) (string, error) {
+	names, err := c.path(wire.Realpath, p).names()
+	if err != nil {
+		return "", err
+	}
+	if len(names) != 1 {
+		return "", errBadReply
+	}
+	return names[0].Name, nil
+}
+
 func (c *Client) extended(name string, args ...string) *Call {
 	return c.start(wire.Extended, nil, func(e *encoder) {
 		e.str(name)
@@ -111,14 +139,14 @@ func (c *Client) extended(name string, args ...string) *Call {
 }
 
 // StartLstat sends LSTAT; the Call's Attrs has the answer.
-func (c *Client) StartLstat(p string) *Call { return c.path(wire.Lstat, p) }
+func (c *Client) StartLstat(p string) *Call { return c.path(wire.Lstat, c.at(p)) }
 
 // Lstat is the attributes of p, not following a final symlink.
 func (c *Client) Lstat(p string) (Attrs, error) { return c.StartLstat(p).Attrs() }
 
 // StartSetstat sends SETSTAT with the attributes a.Flags names.
 func (c *Client) StartSetstat(p string, a Attrs) *Call {
-	return c.start(wire.Setstat, nil, func(e *encoder) { e.str(p); e.attrs(a) })
+	return c.start(wire.Setstat, nil, func(e *encoder) { e.str(c.at(p)); e.attrs(a) })
 }
 
 // Setstat sets the attributes a.Flags names.
@@ -127,19 +155,19 @@ func (c *Client) Setstat(p string, a Attrs) error { return c.StartSetstat(p, a).
 // StartMkdir sends MKDIR with permissions perm.
 func (c *Client) StartMkdir(p string, perm uint32) *Call {
 	return c.start(wire.Mkdir, nil, func(e *encoder) {
-		e.str(p)
+		e.str(c.at(p))
 		e.attrs(Attrs{Flags: AttrPermissions, Mode: perm})
 	})
 }
 
 // StartRemove sends REMOVE, unlinking a file.
-func (c *Client) StartRemove(p string) *Call { return c.path(wire.Remove, p) }
+func (c *Client) StartRemove(p string) *Call { return c.path(wire.Remove, c.at(p)) }
 
 // Remove unlinks a file.
 func (c *Client) Remove(p string) error { return c.StartRemove(p).Err() }
 
 // StartRemoveDirectory sends RMDIR.
-func (c *Client) StartRemoveDirectory(p string) *Call { return c.path(wire.Rmdir, p) }
+func (c *Client) StartRemoveDirectory(p string) *Call { return c.path(wire.Rmdir, c.at(p)) }
 
 // RemoveDirectory removes an empty directory.
 func (c *Client) RemoveDirectory(p string) error { return c.StartRemoveDirectory(p).Err() }
@@ -150,13 +178,13 @@ func (c *Client) RmdirsInOrder() bool { return c.rmdirInOrder }
 
 // PosixRename renames, replacing the target (posix-rename@openssh.com).
 func (c *Client) PosixRename(from, to string) error {
-	return c.extended("posix-rename@openssh.com", from, to).Err()
+	return c.extended("posix-rename@openssh.com", c.at(from), c.at(to)).Err()
 }
 
 // StartLink sends a hard link request (hardlink@openssh.com). Our server
 // runs it in order with the requests on to.
 func (c *Client) StartLink(from, to string) *Call {
-	return c.extended("hardlink@openssh.com", from, to)
+	return c.extended("hardlink@openssh.com", c.at(from), c.at(to))
 }
 
 // Link makes a hard link.
@@ -166,7 +194,7 @@ func (c *Client) Link(from, to string) error { return c.StartLink(from, to).Err(
 // first, as OpenSSH (and our server) read them. Our server runs it in order
 // with the requests on link.
 func (c *Client) StartSymlink(target, link string) *Call {
-	return c.start(wire.Symlink, nil, func(e *encoder) { e.str(target); e.str(link) })
+	return c.start(wire.Symlink, nil, func(e *encoder) { e.str(target); e.str(c.at(link)) })
 }
 
 // Symlink makes link point at target.
@@ -174,7 +202,7 @@ func (c *Client) Symlink(target, link string) error { return c.StartSymlink(targ
 
 // ReadLink is a symlink's target.
 func (c *Client) ReadLink(p string) (string, error) {
-	names, err := c.path(wire.Readlink, p).names()
+	names, err := c.path(wire.Readlink, c.at(p)).names()
 	if err != nil {
 		return "", err
 	}
@@ -191,7 +219,7 @@ type StatVFS struct {
 
 // StatVFS describes the file system p is on.
 func (c *Client) StatVFS(p string) (StatVFS, error) {
-	typ, d, err := c.extended("statvfs@openssh.com", p).wait()
+	typ, d, err := c.extended("statvfs@openssh.com", c.at(p)).wait()
 	if err != nil {
 		return StatVFS{}, err
 	}
@@ -240,13 +268,13 @@ func (c *Call) names() ([]Entry, error) {
 // and the handle is closed without waiting.
 func (c *Client) ReadDir(p string) ([]Entry, error) {
 	if c.list {
-		ents, err := c.extended(wire.List, p).names()
+		ents, err := c.extended(wire.List, c.at(p)).names()
 		var st *StatusError
 		if !errors.As(err, &st) || st.Code != wire.Failure { // FAILURE: too many; list them the plain way
 			return ents, err
 		}
 	}
-	h, err := c.path(wire.Opendir, p).handle()
+	h, err := c.path(wire.Opendir, c.at(p)).handle()
 	if err != nil {
 		return nil, err
 	}
@@ -282,7 +310,7 @@ type File struct {
 // StartOpen sends OPEN; OpenResult turns the Call into a File.
 func (c *Client) StartOpen(p string, pflags uint32, perm uint32) *Call {
 	return c.start(wire.Open, nil, func(e *encoder) {
-		e.str(p)
+		e.str(c.at(p))
 		e.u32(pflags)
 		e.attrs(Attrs{Flags: AttrPermissions, Mode: perm})
 	})
@@ -316,7 +344,7 @@ func (c *Client) StartOpenNamed(p string, pflags, perm uint32) (*File, *Call) {
 	call := c.start(wire.Extended, nil, func(e *encoder) {
 		e.str(wire.OpenNamed)
 		e.str(handle)
-		e.str(p)
+		e.str(c.at(p))
 		e.u32(pflags)
 		e.attrs(Attrs{Flags: AttrPermissions, Mode: perm})
 	})
@@ -353,7 +381,7 @@ func (c *Client) StartOpenRead(p string, pflags, perm uint32, n int) OpenReadCal
 	n = min(n, MaxData) // the most the server reads
 	return OpenReadCall{n: n, call: c.start(wire.Extended, nil, func(e *encoder) {
 		e.str(wire.OpenRead)
-		e.str(p)
+		e.str(c.at(p))
 		e.u32(pflags)
 		e.attrs(Attrs{Flags: AttrPermissions, Mode: perm})
 		e.u32(uint32(n))
