@@ -89,7 +89,7 @@ func (f *liveFixture) credentialRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hostKey, err := parseHostKey(info.Options[HostKeyOption])
+	hostKey, err := parseHostKey(info.HostKey)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/awcp/awcp/archive"
 	awcpfs "github.com/awcp/awcp/fs"
@@ -22,8 +23,10 @@ import (
 	"github.com/awcp/awcp/sshd"
 )
 
-// HostKeyOption is the key of workDir.options that carries the delegator's
-// host key. It is the only option an executor interprets.
+// HostKeyOption is the key of workDir.options that carried the
+// delegator's host key before it had a field of its own
+// (WorkDirInfo.HostKey); an executor still reads it from our earlier
+// delegators. It is the only option an executor interprets.
 const HostKeyOption = "hostKey"
 
 // CertIssuer issues a delegation's credential; *sshd.Authority.
@@ -73,7 +76,7 @@ func (t *SSHFSDelegator) Prepare(_ context.Context, d Lent) (*WorkDirInfo, error
 		Endpoint:      &Endpoint{Host: host, Port: t.Port, User: d.ID},
 		ExportLocator: sshd.Locator(d.ID),
 		Credential:    &Credential{PrivateKey: cred.PrivateKey, Certificate: cred.Certificate},
-		Options:       map[string]string{HostKeyOption: t.Issuer.HostPublicKey()},
+		HostKey:       t.Issuer.HostPublicKey(),
 	}, nil
 }
 
@@ -132,6 +135,14 @@ type SSHFSExecutor struct {
 	Disabled bool
 	// FUSEDevice is checked for availability. Default /dev/fuse.
 	FUSEDevice string
+	// KnownHosts is an OpenSSH known_hosts file checked for a delegator
+	// whose START carries no host key (another implementation's). Default
+	// none: such a START fails, unless InsecureAcceptHostKey.
+	KnownHosts string
+	// InsecureAcceptHostKey accepts whatever host key a delegator that
+	// sends none presents (trust on first use). Off by default: anyone on
+	// the path could then stand in for the delegator.
+	InsecureAcceptHostKey bool
 	// ReconnectBound is how long a call on a mount waits for the
 	// delegator, from the call, before it fails with EIO. Default 30s
 	// (awcpfs.Options).
@@ -196,10 +207,9 @@ func (t *SSHFSExecutor) Setup(_ context.Context, p SetupParams) error {
 // read from the workDir.
 func (t *SSHFSExecutor) Mount(p SetupParams, debug bool) (*awcpfs.Mount, error) {
 	info := p.Info
-	hostKey, err := parseHostKey(info.Options[HostKeyOption])
+	hostKey, checkHost, err := t.hostKeyCheck(info)
 	if err != nil {
-		return nil, Errorf(CodeSetupFailed, "workDir.options.%s is missing or not an SSH public key", HostKeyOption).
-			WithHint("the delegator must send its host key; the executor never trusts on first use")
+		return nil, err
 	}
 	signer, err := awcpfs.CertSigner(info.Credential.PrivateKey, info.Credential.Certificate)
 	if err != nil {
@@ -210,15 +220,17 @@ func (t *SSHFSExecutor) Mount(p SetupParams, debug bool) (*awcpfs.Mount, error) 
 		log = slog.Default()
 	}
 	m, err := awcpfs.New(p.WorkDir, awcpfs.Options{
-		Addr:     net.JoinHostPort(info.Endpoint.Host, strconv.Itoa(info.Endpoint.Port)),
-		User:     info.Endpoint.User,
-		Export:   info.ExportLocator,
-		Signer:   signer,
-		HostKey:  hostKey,
-		ReadOnly: p.AccessMode != AccessRW,
-		Name:     "awcp:" + p.ID,
-		Logger:   log.With("delegation", p.ID),
-		Debug:    debug,
+		Addr:    net.JoinHostPort(info.Endpoint.Host, strconv.Itoa(info.Endpoint.Port)),
+		User:    info.Endpoint.User,
+		Export:  info.ExportLocator,
+		Signer:  signer,
+		HostKey: hostKey,
+
+		HostKeyCallback: checkHost,
+		ReadOnly:        p.AccessMode != AccessRW,
+		Name:            "awcp:" + p.ID,
+		Logger:          log.With("delegation", p.ID),
+		Debug:           debug,
 
 		ReconnectBound: t.ReconnectBound,
 	})
@@ -261,6 +273,44 @@ func (t *SSHFSExecutor) Teardown(_ context.Context, id, workDir string, _ io.Wri
 }
 
 var errMounted = errors.New("the work dir is still a mount point; refusing to delete through it")
+
+// hostKeyCheck is how the delegator's host key is checked: pinned to the
+// one START carries (workDir.hostKey, or workDir.options.hostKey from our
+// earlier releases); else, where the operator said so, against a
+// known_hosts file or not at all.
+func (t *SSHFSExecutor) hostKeyCheck(info *WorkDirInfo) (gossh.PublicKey, gossh.HostKeyCallback, error) {
+	sent := info.HostKey
+	if sent == "" {
+		sent = info.Options[HostKeyOption]
+	}
+	if sent != "" {
+		k, err := parseHostKey(sent)
+		if err != nil {
+			return nil, nil, Errorf(CodeSetupFailed, "workDir.hostKey is not an SSH public key: %v", err)
+		}
+		return k, nil, nil
+	}
+	switch {
+	case t.KnownHosts != "":
+		cb, err := knownhosts.New(t.KnownHosts)
+		if err != nil {
+			return nil, nil, Errorf(CodeSetupFailed, "the executor cannot read its known_hosts file: %v", err)
+		}
+		return nil, cb, nil
+	case t.InsecureAcceptHostKey:
+		log := t.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		return nil, func(host string, _ net.Addr, key gossh.PublicKey) error {
+			log.Warn("accepting the delegator's host key unchecked (--insecure-accept-host-key)",
+				"host", host, "key", gossh.FingerprintSHA256(key))
+			return nil
+		}, nil
+	}
+	return nil, nil, Errorf(CodeSetupFailed, "START carries no host key for the delegator's SSH server").
+		WithHint("the delegator should send workDir.hostKey; or start the executor with --known-hosts FILE (or, trusting the network, --insecure-accept-host-key)")
+}
 
 func parseHostKey(s string) (gossh.PublicKey, error) {
 	k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(s))

@@ -170,7 +170,11 @@ type WorkDirInfo struct {
 	Endpoint      *Endpoint         `json:"endpoint,omitempty"`
 	ExportLocator string            `json:"exportLocator,omitempty"`
 	Credential    *Credential       `json:"credential,omitempty"`
-	Options       map[string]string `json:"options,omitempty"`
+	// HostKey is an extension of v1: the delegator's SSH host key, in
+	// authorized_keys form, which the executor pins. It has a field of its
+	// own because other executors turn options into sshfs -o flags.
+	HostKey string            `json:"hostKey,omitempty"`
+	Options map[string]string `json:"options,omitempty"`
 
 	// archive
 	WorkspaceBase64 string `json:"workspaceBase64,omitempty"`

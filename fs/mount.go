@@ -57,9 +57,13 @@ type Options struct {
 	Export string
 	// Signer is the certificate signer from START's credential. Required.
 	Signer gossh.Signer
-	// HostKey is the delegator's host key, pinned. Required: never
-	// trust-on-first-use.
+	// HostKey is the delegator's host key, pinned. Required unless
+	// HostKeyCallback is set: never trust-on-first-use by default.
 	HostKey gossh.PublicKey
+	// HostKeyCallback checks the host key where there is none to pin (a
+	// delegator that sends none: known_hosts, or an operator's explicit
+	// choice to accept any). HostKey wins if both are set.
+	HostKeyCallback gossh.HostKeyCallback
 	// ReadOnly mounts read-only (writes fail with EROFS).
 	ReadOnly bool
 	// Name shows in /proc/self/mountinfo as the source.
@@ -110,8 +114,8 @@ func (o Options) withDefaults() Options {
 }
 
 func (o Options) validate() error {
-	if o.Addr == "" || o.User == "" || o.Export == "" || o.Signer == nil || o.HostKey == nil {
-		return errors.New("fs: Addr, User, Export, Signer and HostKey are required")
+	if o.Addr == "" || o.User == "" || o.Export == "" || o.Signer == nil || (o.HostKey == nil && o.HostKeyCallback == nil) {
+		return errors.New("fs: Addr, User, Export, Signer and HostKey (or HostKeyCallback) are required")
 	}
 	return nil
 }
@@ -212,10 +216,13 @@ func Dial(opts Options) (*gossh.Client, *sftpc.Client, error) {
 		return nil, nil, err
 	}
 	config := &gossh.ClientConfig{
-		User:              opts.User,
-		Auth:              []gossh.AuthMethod{gossh.PublicKeys(opts.Signer)},
-		HostKeyCallback:   gossh.FixedHostKey(opts.HostKey),
-		HostKeyAlgorithms: []string{opts.HostKey.Type()},
+		User:            opts.User,
+		Auth:            []gossh.AuthMethod{gossh.PublicKeys(opts.Signer)},
+		HostKeyCallback: opts.HostKeyCallback,
+	}
+	if opts.HostKey != nil {
+		config.HostKeyCallback = gossh.FixedHostKey(opts.HostKey)
+		config.HostKeyAlgorithms = []string{opts.HostKey.Type()}
 	}
 	tcp, err := net.DialTimeout("tcp", opts.Addr, opts.DialTimeout)
 	if err != nil {

@@ -36,6 +36,16 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 	}
 }
 
+// The host key of a delegator whose START carries none (another
+// implementation's): checked against a known_hosts file, or accepted
+// unchecked only when asked.
+var (
+	knownHostsFlag = &cli.StringFlag{Name: "known-hosts", EnvVars: []string{"AWCP_KNOWN_HOSTS"},
+		Usage: "OpenSSH known_hosts file for delegators whose START sends no host key"}
+	insecureHostKeyFlag = &cli.BoolFlag{Name: "insecure-accept-host-key", EnvVars: []string{"AWCP_INSECURE_ACCEPT_HOST_KEY"},
+		Usage: "accept any host key from a delegator whose START sends none (anyone on the path could stand in for it)"}
+)
+
 func serveCommand(ctx context.Context) *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
@@ -75,6 +85,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 				Usage: "interval of SSE keep-alive comments"},
 			&cli.DurationFlag{Name: "reconnect-bound", EnvVars: []string{"AWCP_RECONNECT_BOUND"}, Value: 30 * time.Second,
 				Usage: "how long a call on a live mount waits for an unreachable delegator, from the call, before it fails with EIO"},
+			knownHostsFlag, insecureHostKeyFlag,
 			&cli.StringFlag{Name: "name", EnvVars: []string{"AWCP_NAME"}, Value: "awcp-fs",
 				Usage: "this executor's name in its agent card"},
 			&cli.StringFlag{Name: "description", EnvVars: []string{"AWCP_DESCRIPTION"},
@@ -112,7 +123,8 @@ func serve(ctx context.Context, c *cli.Context) error {
 	for _, name := range c.StringSlice("transports") {
 		switch name {
 		case control.TransportSSHFS:
-			transports = append(transports, &control.SSHFSExecutor{Logger: log, ReconnectBound: c.Duration("reconnect-bound")})
+			transports = append(transports, &control.SSHFSExecutor{Logger: log, ReconnectBound: c.Duration("reconnect-bound"),
+				KnownHosts: c.String("known-hosts"), InsecureAcceptHostKey: c.Bool("insecure-accept-host-key")})
 		case control.TransportArchive:
 			transports = append(transports, &control.ArchiveExecutor{
 				Limits: archive.Limits{MaxBytes: c.Int64("max-workspace-bytes")},

@@ -25,6 +25,7 @@ func mountCommand(ctx context.Context) *cli.Command {
 			&cli.StringFlag{Name: "start", Required: true, Usage: "file with the START message or its workDir (- for stdin)"},
 			&cli.BoolFlag{Name: "ro", Usage: "mount read-only whatever START says"},
 			&cli.BoolFlag{Name: "debug", Usage: "log every FUSE request"},
+			knownHostsFlag, insecureHostKeyFlag,
 		),
 		Action: func(c *cli.Context) error {
 			if c.Args().Len() != 1 {
@@ -39,7 +40,9 @@ func mountCommand(ctx context.Context) *cli.Command {
 				return err
 			}
 			mp := c.Args().First()
-			m, err := (&control.SSHFSExecutor{Logger: log}).Mount(control.SetupParams{
+			tr := &control.SSHFSExecutor{Logger: log, KnownHosts: c.String("known-hosts"),
+				InsecureAcceptHostKey: c.Bool("insecure-accept-host-key")}
+			m, err := tr.Mount(control.SetupParams{
 				ID: info.Endpoint.User, Info: info, WorkDir: mp,
 				AccessMode: map[bool]string{true: control.AccessRO, false: control.AccessRW}[ro || c.Bool("ro")],
 			}, c.Bool("debug"))

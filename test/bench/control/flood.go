@@ -179,7 +179,7 @@ func dialSFTP(info *control.WorkDirInfo) (*rawSFTP, error) {
 	if err != nil {
 		return nil, err
 	}
-	hostKey, _, _, _, err := gossh.ParseAuthorizedKey([]byte(info.Options[control.HostKeyOption]))
+	hostKey, _, _, _, err := gossh.ParseAuthorizedKey([]byte(info.HostKey))
 	if err != nil {
 		return nil, fmt.Errorf("host key: %w", err)
 	}
