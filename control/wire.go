@@ -167,9 +167,9 @@ type WorkDirInfo struct {
 	Transport string `json:"transport"`
 
 	// sshfs
-	Endpoint      *Endpoint         `json:"endpoint,omitempty"`
-	ExportLocator string            `json:"exportLocator,omitempty"`
-	Credential    *Credential       `json:"credential,omitempty"`
+	Endpoint      *Endpoint   `json:"endpoint,omitempty"`
+	ExportLocator string      `json:"exportLocator,omitempty"`
+	Credential    *Credential `json:"credential,omitempty"`
 	// HostKey is an extension of v1: the delegator's SSH host key, in
 	// authorized_keys form, which the executor pins. It has a field of its
 	// own because other executors turn options into sshfs -o flags.
