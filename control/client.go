@@ -129,10 +129,24 @@ func (c *PeerClient) post(ctx context.Context, path string, msg, out any) error 
 	if resp.StatusCode != http.StatusOK {
 		return peerError(resp.StatusCode, body)
 	}
+	// An ERROR is an ERROR whatever the HTTP status: the reference
+	// implementation answers some (a TTL above its cap) with 200.
+	if m, ok := errorMessage(body); ok {
+		return &ProtocolError{Code: m.Code, Message: m.Message, Hint: m.Hint}
+	}
 	if err := json.Unmarshal(body, out); err != nil {
 		return Errorf(CodeDeclined, "the executor answered with something that is not AWCP: %.200s", body)
 	}
 	return nil
+}
+
+// errorMessage is body as an AWCP ERROR, if it is one.
+func errorMessage(body []byte) (*Error, bool) {
+	var m Error
+	if json.Unmarshal(body, &m) != nil || m.Type != TypeError || m.Code == "" {
+		return nil, false
+	}
+	return &m, true
 }
 
 func peerError(status int, body []byte) error {

@@ -1,0 +1,114 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/lease"
+)
+
+// refusingINVITE answers an INVITE for which refuse is true the way the
+// reference implementation does: an ERROR, with HTTP 200. Everything else
+// goes to next.
+func refusingINVITE(next http.Handler, refuse func(body string) bool, code, message string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/awcp" {
+			body, _ := io.ReadAll(r.Body)
+			if strings.Contains(string(body), `"type":"INVITE"`) && refuse(string(body)) {
+				var inv BaseMessage
+				json.Unmarshal(body, &inv)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusOK)
+				io.WriteString(w, `{"version":"1","type":"ERROR","delegationId":"`+inv.DelegationID+
+					`","code":"`+code+`","message":"`+message+`","hint":"ask for less"}`)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// An ERROR that comes with HTTP 200 is the peer's refusal, with its code
+// and reason — not "no ACCEPT"; so a DEP_MISSING sent that way still falls
+// back to the archive transport.
+func TestErrorWithHTTP200(t *testing.T) {
+	t.Run("refusal keeps its code and reason", func(t *testing.T) {
+		x := newExecFixture(t, "true", nil)
+		srv := httptest.NewServer(refusingINVITE(x.e.Handler(), func(string) bool { return true },
+			CodeDeclined, "ttl 3600 is above the maximum of 600"))
+		defer srv.Close()
+		dlg, _ := newArchiveDelegator(t, nil)
+		d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: srv.URL, Prompt: "p", Transport: TransportArchive})
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, _ := dlg.Run(context.Background(), d.ID)
+		if end.State != lease.Error || end.Failure == nil || end.Failure.Code != CodeDeclined ||
+			!strings.Contains(end.Failure.Message, "above the maximum") {
+			t.Fatalf("ended %s with %+v, want the peer's DECLINED and its reason", end.State, end.Failure)
+		}
+	})
+	t.Run("DEP_MISSING falls back to archive", func(t *testing.T) {
+		x := newExecFixture(t, "echo done > out.txt", nil)
+		srv := httptest.NewServer(refusingINVITE(x.e.Handler(), func(body string) bool { return strings.Contains(body, `"sshfs"`) },
+			CodeDepMissing, "no sshfs here"))
+		defer srv.Close()
+		dlg := newAutoDelegator(t)
+		dir := t.TempDir()
+		d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: "auto"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, _ := dlg.Run(context.Background(), d.ID)
+		if end.State != lease.Completed || end.Transport != TransportArchive {
+			t.Fatalf("ended %s over %s (%+v), want completed over archive", end.State, end.Transport, end.Failure)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, "out.txt")); string(b) != "done\n" {
+			t.Fatalf("out.txt = %q", b)
+		}
+	})
+}
+
+// newAutoDelegator is a Delegator that offers a live mount (which fails
+// if it gets as far as START) and the archive transport.
+func newAutoDelegator(t *testing.T) *Delegator {
+	t.Helper()
+	state := t.TempDir()
+	store, err := lease.Open(filepath.Join(state, "d.db"), lease.Options{Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlg, err := NewDelegator(DelegatorOptions{Store: store, Logger: slog.New(slog.DiscardHandler),
+		Transports: map[string]DelegatorTransport{
+			TransportArchive: &ArchiveDelegator{Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
+			TransportSSHFS:   noMount{},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dlg
+}
+
+// noMount is a live-mount transport that cannot prepare anything.
+type noMount struct{}
+
+func (noMount) Name() string { return TransportSSHFS }
+func (noMount) Prepare(context.Context, Lent) (*WorkDirInfo, error) {
+	return nil, errors.New("no live mount in this test")
+}
+func (noMount) Finish(context.Context, Lent, *Event) (*archive.Report, error) {
+	return &archive.Report{}, nil
+}
+func (noMount) Cleanup(context.Context, Lent) error { return nil }
