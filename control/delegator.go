@@ -448,6 +448,17 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 		if del.State.Terminal() {
 			return nil
 		}
+		if del.State == lease.Started {
+			// The task ran and ended before a "running" status reached
+			// us (a fast task, or an executor that sends none, as the
+			// reference's may): it was set up, then it was done.
+			if del, err = d.store.FireDelegation(id, lease.SetupComplete, "executor done before it said it was running", nil); err != nil {
+				if errors.As(err, new(*lease.TransitionError)) {
+					return nil // ended meanwhile; that ending stands
+				}
+				return err
+			}
+		}
 		tr := d.transport(del)
 		if tr == nil {
 			return fmt.Errorf("delegation %s: transport %s is not available in this process", id, del.Transport)

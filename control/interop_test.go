@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/lease"
@@ -112,3 +113,37 @@ func (noMount) Finish(context.Context, Lent, *Event) (*archive.Report, error) {
 	return &archive.Report{}, nil
 }
 func (noMount) Cleanup(context.Context, Lent) error { return nil }
+
+// A done event that arrives while the delegation is still started (no
+// "running" status reached the delegator first) completes it: set up,
+// then done, as the state machine has it.
+func TestDoneWhileStarted(t *testing.T) {
+	x := newExecFixture(t, "echo made > made.txt", nil)
+	srv := httptest.NewServer(rewritingProxy{next: x.e.Handler(), rewrite: func(line string) string {
+		return strings.Replace(line, `"status":"running"`, `"status":"progress"`, 1) // nothing to record
+	}})
+	defer srv.Close()
+	dlg, _ := newArchiveDelegator(t, nil)
+	dir := t.TempDir()
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: TransportArchive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan *lease.Delegation, 1)
+	go func() { end, _ := dlg.Run(ctx, d.ID); done <- end }()
+	select {
+	case end := <-done:
+		cancel()
+		if end.State != lease.Completed {
+			t.Fatalf("ended %s (%+v), want completed", end.State, end.Failure)
+		}
+	case <-time.After(15 * time.Second):
+		cancel()
+		<-done
+		t.Fatal("the delegator still follows a stream whose done it has: it reconnects for ever")
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "made.txt")); string(b) != "made\n" {
+		t.Fatalf("made.txt = %q", b)
+	}
+}
