@@ -234,7 +234,7 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return peerError(resp.StatusCode, body)
+		return &streamRefused{peerError(resp.StatusCode, body)}
 	}
 	return readSSE(resp.Body, c.SpoolDir, func(seq uint64, data []byte, result spooled) (bool, error) {
 		// A whole event that is not one would come again, the same, on
@@ -253,6 +253,13 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 		return ev.Terminal(), nil
 	})
 }
+
+// streamRefused is an event stream the executor answered with an error
+// (unknown delegation, say) instead of events.
+type streamRefused struct{ err error }
+
+func (e *streamRefused) Error() string { return e.err.Error() }
+func (e *streamRefused) Unwrap() error { return e.err }
 
 // unreachableError is an event stream that could not be opened: the
 // executor did not answer at all (refused, reset, timed out).

@@ -51,8 +51,9 @@ type Delegator struct {
 	log   *slog.Logger
 	sched *lease.Scheduler
 
-	mu        sync.Mutex                    // guards following
+	mu        sync.Mutex                    // guards following and streams
 	following map[string]context.CancelFunc // delegations this process drives
+	streams   map[string]stream             // their event streams being followed
 }
 
 // NewDelegator builds a Delegator.
@@ -66,7 +67,8 @@ func NewDelegator(opts DelegatorOptions) (*Delegator, error) {
 	if opts.ReconnectBound <= 0 {
 		opts.ReconnectBound = 30 * time.Second
 	}
-	d := &Delegator{opts: opts, store: opts.Store, log: opts.Logger, following: map[string]context.CancelFunc{}}
+	d := &Delegator{opts: opts, store: opts.Store, log: opts.Logger, following: map[string]context.CancelFunc{},
+		streams: map[string]stream{}}
 	d.sched = lease.NewScheduler(lease.Scheduler{List: d.due, Expire: d.Expire, Logger: opts.Logger})
 	return d, nil
 }
@@ -220,6 +222,7 @@ func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, erro
 	switch del.State {
 	case lease.Created:
 		if err := d.handshake(ctx, del); err != nil {
+			d.stopFollowing(id)
 			cur, gerr := d.store.Delegation(id)
 			if gerr == nil && cur.State.Terminal() {
 				// Cancelled or expired during the handshake. The executor may
@@ -241,9 +244,60 @@ func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, erro
 		// slot is unknown, so release it and end here.
 		d.notifyPeer(del, NewError(id, CodeDeclined, "the delegator restarted during the handshake", ""))
 		return d.fail(ctx, id, Errorf(CodeSetupFailed, "the delegator restarted during the handshake").WithHint("delegate again"))
+	default:
+		d.startFollowing(ctx, id, nil)
 	}
-	d.follow(ctx, id)
+	d.waitFollowing(id)
 	return d.store.Delegation(id)
+}
+
+// A delegation's event stream is opened while START is still out: a task
+// that ends before START's answer arrives would otherwise have its events
+// — its result — kept by the executor only for a subscriber that is
+// already there (the seed's executor answers a later one NOT_FOUND).
+// Until START is answered, the stream's failures are retried, not fatal.
+
+// startFollowing follows id's events in a goroutine; started is closed
+// once START is answered (nil: it was).
+func (d *Delegator) startFollowing(ctx context.Context, id string, started <-chan struct{}) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	d.mu.Lock()
+	d.streams[id] = stream{cancel: cancel, done: done}
+	d.mu.Unlock()
+	go func() {
+		defer close(done)
+		d.follow(ctx, id, started)
+	}()
+}
+
+// stopFollowing ends id's stream, if one is followed, and waits for it.
+func (d *Delegator) stopFollowing(id string) {
+	d.mu.Lock()
+	st, ok := d.streams[id]
+	d.mu.Unlock()
+	if ok {
+		st.cancel()
+	}
+	d.waitFollowing(id)
+}
+
+// waitFollowing waits for id's stream to end.
+func (d *Delegator) waitFollowing(id string) {
+	d.mu.Lock()
+	st, ok := d.streams[id]
+	delete(d.streams, id)
+	d.mu.Unlock()
+	if ok {
+		<-st.done
+		st.cancel()
+	}
+}
+
+// stream is a followed event stream.
+type stream struct {
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // handshake does INVITE → ACCEPT → START.
@@ -319,7 +373,11 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) error 
 	if _, err := d.store.FireDelegation(id, lease.SendStart, "START sent", nil); err != nil {
 		return err
 	}
-	return pc.Start(ctx, st)
+	started := make(chan struct{})
+	d.startFollowing(ctx, id, started)
+	err = pc.Start(ctx, st)
+	close(started)
+	return err
 }
 
 // fail ends delegation id in error with err's code, tells the executor if
@@ -365,7 +423,7 @@ func (d *Delegator) cleanup(ctx context.Context, del *lease.Delegation) {
 // delegation is terminal or ctx is done. The last event id is kept here and
 // stored with each transition; progress lines are not written to the store
 // one by one (after a crash of this process they may be shown again).
-func (d *Delegator) follow(ctx context.Context, id string) {
+func (d *Delegator) follow(ctx context.Context, id string, started <-chan struct{}) {
 	backoff := 100 * time.Millisecond
 	var last uint64
 	var awaySince time.Time // since when the executor cannot be reached; zero while it can
@@ -387,12 +445,14 @@ func (d *Delegator) follow(ctx context.Context, id string) {
 			return
 		}
 		var pe *ProtocolError
-		if errors.As(err, &pe) && pe.Code != CodeDeclined {
-			d.fail(ctx, id, pe)
-			return
-		}
 		var away *unreachableError
 		switch {
+		case !answered(started) && (errors.As(err, new(*streamRefused)) || errors.As(err, &away)):
+			// START is out: the executor may not know the task yet.
+			backoff = 100 * time.Millisecond
+		case errors.As(err, &pe) && pe.Code != CodeDeclined:
+			d.fail(ctx, id, pe)
+			return
 		case errors.As(err, &away):
 			if awaySince.IsZero() {
 				awaySince = time.Now()
@@ -416,6 +476,19 @@ func (d *Delegator) follow(ctx context.Context, id string) {
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// answered reports whether START was answered (started closed, or nil).
+func answered(started <-chan struct{}) bool {
+	if started == nil {
+		return true
+	}
+	select {
+	case <-started:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -147,3 +147,71 @@ func TestDoneWhileStarted(t *testing.T) {
 		t.Fatalf("made.txt = %q", b)
 	}
 }
+
+// lateForgetting stands in for the seed's executor: it answers START only
+// once the task has ended, and answers a subscriber that comes after the
+// end NOT_FOUND. Only a delegator subscribed while START is out gets the
+// result.
+type lateForgetting struct {
+	x *execFixture
+}
+
+func (p lateForgetting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := ""
+	if strings.HasPrefix(r.URL.Path, "/awcp/tasks/") {
+		id = strings.Split(r.URL.Path, "/")[3]
+	}
+	if id != "" && r.Method == http.MethodGet {
+		if a, err := p.x.store.Assignment(id); err == nil && a.State.Terminal() {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, `{"error":"NOT_FOUND","message":"task not found"}`)
+			return
+		}
+	}
+	if r.Method != http.MethodPost || r.URL.Path != "/awcp" {
+		p.x.e.Handler().ServeHTTP(w, r)
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var m BaseMessage
+	json.Unmarshal(body, &m)
+	if m.Type != TypeStart {
+		p.x.e.Handler().ServeHTTP(w, r)
+		return
+	}
+	rec := httptest.NewRecorder()
+	p.x.e.Handler().ServeHTTP(rec, r)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if a, err := p.x.store.Assignment(m.DelegationID); err == nil && a.State.Terminal() {
+			break
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(rec.Code)
+	w.Write(rec.Body.Bytes())
+}
+
+// A task that ends before START's answer reaches the delegator still
+// brings its result: the event stream is open while START is out.
+func TestFastTaskResultNotLost(t *testing.T) {
+	x := newExecFixture(t, "echo fast > fast.txt", nil)
+	srv := httptest.NewServer(lateForgetting{x: x})
+	defer srv.Close()
+	dlg, _ := newArchiveDelegator(t, nil)
+	dir := t.TempDir()
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: TransportArchive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	end, _ := dlg.Run(ctx, d.ID)
+	if end.State != lease.Completed {
+		t.Fatalf("ended %s (%+v), want completed with the result applied", end.State, end.Failure)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "fast.txt")); string(b) != "fast\n" {
+		t.Fatalf("fast.txt = %q: the result was lost", b)
+	}
+}
