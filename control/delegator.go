@@ -539,10 +539,14 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 		rep, ferr := tr.Finish(ctx, lent(del), ev)
 		if ferr != nil {
 			d.log.Error("apply result", "delegation", id, "err", ferr)
+			failure := &lease.Failure{Code: CodeTaskFailed, Message: "the result could not be applied: " + ferr.Error(),
+				Hint: "nothing was lost: the executor's result is kept in the file named above"}
+			if pe := (*ProtocolError)(nil); errors.As(ferr, &pe) {
+				failure = &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint}
+			}
 			_, err = d.store.FireDelegation(id, lease.SendError, "result not applied", func(del *lease.Delegation) error {
 				del.LastEventID = seq
-				del.Failure = &lease.Failure{Code: CodeTaskFailed, Message: "the result could not be applied: " + ferr.Error(),
-					Hint: "nothing was lost: the executor's result is kept in the file named above"}
+				del.Failure = failure
 				return nil
 			})
 		} else {

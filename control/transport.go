@@ -198,8 +198,18 @@ func (t *ArchiveDelegator) Prepare(_ context.Context, d Lent) (*WorkDirInfo, err
 // resultBase64) so that the directory ends as the executor left it. A ro
 // delegation, or a done event without a result, changes nothing.
 func (t *ArchiveDelegator) Finish(_ context.Context, d Lent, ev *Event) (*archive.Report, error) {
-	if d.AccessMode != AccessRW || ev.ResultFile == "" {
+	if d.AccessMode != AccessRW {
 		return &archive.Report{}, nil
+	}
+	// A rw delegation is never "completed, changes: none" for want of a
+	// result: what the executor changed would be lost unsaid.
+	switch {
+	case ev.ResultFile == "" && (ev.RecommendedSnapshotID != "" || len(ev.SnapshotIDs) > 0):
+		return nil, Errorf(CodeTaskFailed, "the executor sent its result as a snapshot (%s), the reference implementation's newer dialect, which this delegator does not apply: nothing in the directory was changed",
+			ev.RecommendedSnapshotID).WithHint("use the live mount (--transport sshfs) with this executor")
+	case ev.ResultFile == "":
+		return nil, Errorf(CodeTaskFailed, "the executor's done event carries no result (resultBase64): nothing in the directory was changed").
+			WithHint("the executor's changes, if any, did not come back; check its version")
 	}
 	if ev.resultErr != nil {
 		return nil, fmt.Errorf("resultBase64 is %v", ev.resultErr)

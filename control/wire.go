@@ -225,6 +225,12 @@ type Event struct {
 	Summary      string   `json:"summary,omitempty"`
 	Highlights   []string `json:"highlights,omitempty"`
 	ResultBase64 string   `json:"resultBase64,omitempty"`
+	// SnapshotIDs and RecommendedSnapshotID are what the reference's HEAD
+	// dialect sends in done in place of resultBase64 (its result rides in
+	// "snapshot" events): read only to refuse, plainly, what this
+	// delegator does not apply.
+	SnapshotIDs           []string `json:"snapshotIds,omitempty"`
+	RecommendedSnapshotID string   `json:"recommendedSnapshotId,omitempty"`
 	// ResultChecksum is an extension of v1: the SHA-256 (hex) of the ZIP
 	// resultBase64 carries, as START's checksum is of the workspace. Our
 	// executor sends it; a delegator that gets it checks it, and one that
