@@ -326,16 +326,11 @@ func TestResultChecksumMismatchIsRefused(t *testing.T) {
 		return line
 	}})
 	defer srv.Close()
-	dlg, _ := newArchiveDelegator(t, nil)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("mine\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: TransportArchive})
-	if err != nil {
-		t.Fatal(err)
-	}
-	end, _ := dlg.Run(context.Background(), d.ID)
+	end := delegateArchive(t, srv.URL, dir)
 	if end.State != lease.Error || end.Failure == nil || !strings.Contains(end.Failure.Message, "resultChecksum") {
 		t.Fatalf("ended %s with %+v, want an error naming the checksum", end.State, end.Failure)
 	}

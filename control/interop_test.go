@@ -50,12 +50,7 @@ func TestErrorWithHTTP200(t *testing.T) {
 		srv := httptest.NewServer(refusingINVITE(x.e.Handler(), func(string) bool { return true },
 			CodeDeclined, "ttl 3600 is above the maximum of 600"))
 		defer srv.Close()
-		dlg, _ := newArchiveDelegator(t, nil)
-		d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: srv.URL, Prompt: "p", Transport: TransportArchive})
-		if err != nil {
-			t.Fatal(err)
-		}
-		end, _ := dlg.Run(context.Background(), d.ID)
+		end := delegateArchive(t, srv.URL, t.TempDir())
 		if end.State != lease.Error || end.Failure == nil || end.Failure.Code != CodeDeclined ||
 			!strings.Contains(end.Failure.Message, "above the maximum") {
 			t.Fatalf("ended %s with %+v, want the peer's DECLINED and its reason", end.State, end.Failure)
@@ -199,15 +194,8 @@ func TestFastTaskResultNotLost(t *testing.T) {
 	x := newExecFixture(t, "echo fast > fast.txt", nil)
 	srv := httptest.NewServer(lateForgetting{x: x})
 	defer srv.Close()
-	dlg, _ := newArchiveDelegator(t, nil)
 	dir := t.TempDir()
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: TransportArchive})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	end, _ := dlg.Run(ctx, d.ID)
+	end := delegateArchive(t, srv.URL, dir)
 	if end.State != lease.Completed {
 		t.Fatalf("ended %s (%+v), want completed with the result applied", end.State, end.Failure)
 	}
@@ -255,16 +243,9 @@ func headExecutor(t *testing.T) *httptest.Server {
 func TestSnapshotResultIsRefusedNotIgnored(t *testing.T) {
 	srv := headExecutor(t)
 	defer srv.Close()
-	dlg, _ := newArchiveDelegator(t, nil)
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("hi\n"), 0o644)
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: TransportArchive})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	end, _ := dlg.Run(ctx, d.ID)
+	end := delegateArchive(t, srv.URL, dir)
 	if end.State != lease.Error || end.Failure == nil || end.Failure.Code != CodeTaskFailed ||
 		!strings.Contains(end.Failure.Message, "snapshot") || end.Failure.Hint == "" {
 		t.Fatalf("ended %s with %+v, want TASK_FAILED naming the snapshot, with a hint", end.State, end.Failure)
@@ -272,4 +253,22 @@ func TestSnapshotResultIsRefusedNotIgnored(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Fatalf("the directory changed: %v", ents)
 	}
+}
+
+// delegateArchive lends dir to the executor at peer over the archive
+// transport and returns the delegation as it ended (within 20 s).
+func delegateArchive(t *testing.T, peer, dir string) *lease.Delegation {
+	t.Helper()
+	dlg, _ := newArchiveDelegator(t, nil)
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: peer, Prompt: "p", Transport: TransportArchive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	end, err := dlg.Run(ctx, d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return end
 }
