@@ -152,48 +152,69 @@ func (s *statInfo) Mode() fs.FileMode {
 	return m
 }
 
-// parent opens the directory that holds name beneath the root — one
-// openat2 however deep name is — and returns it with name's last element.
-// ok is false where openat2 is missing or name is the root itself.
-func (b *beneath) parent(name string) (fd int, base string, ok bool, err error) {
-	dir, base := path.Split(name)
-	if !b.ok || base == "" || base == "." || base == ".." {
-		return -1, "", false, nil
+// splitName is name's directory and last element; ok is false where name
+// is the root itself, which no directory holds.
+func splitName(name string) (dir, base string, ok bool) {
+	dir, base = path.Split(name)
+	if base == "" || base == "." || base == ".." {
+		return "", "", false
 	}
 	if dir == "" {
 		dir = "."
 	}
+	return dir, base, true
+}
+
+// parent opens the directory that holds name beneath the root — one
+// openat2 however deep name is — and returns it with name's last element.
+// ok is false where openat2 is missing or name is the root itself.
+func (b *beneath) parent(name string) (fd int, base string, ok bool, err error) {
+	dir, base, ok := splitName(name)
+	if !b.ok || !ok {
+		return -1, "", false, nil
+	}
 	fd, err = b.openat2(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 	return fd, base, true, err
+}
+
+// dirOf is parent where openat2 is missing too: the directory is then
+// opened through the os.Root. It returns the directory's descriptor,
+// name's last element and the descriptor's release.
+func (b *beneath) dirOf(name string) (int, string, func(), error) {
+	if fd, base, ok, err := b.parent(name); ok {
+		if err != nil {
+			return -1, "", nil, err
+		}
+		return fd, base, func() { unix.Close(fd) }, nil
+	}
+	dir, base, ok := splitName(name)
+	if !ok {
+		return -1, "", nil, unix.EINVAL
+	}
+	f, err := b.root.Open(dir)
+	if err != nil {
+		return -1, "", nil, err
+	}
+	return int(f.Fd()), base, func() { f.Close() }, nil
 }
 
 // inParent runs op (named what, for errors) on the directory that holds
 // name and name's last element, so op acts on the last element itself,
 // never following it. Where parent cannot, it runs fallback instead.
 func (b *beneath) inParent(what, name string, op func(dirfd int, base string) error, fallback func() error) error {
-	err := b.inParents([]string{name}, func(fds []int, bases []string) error { return op(fds[0], bases[0]) }, fallback)
+	fd, base, ok, err := b.parent(name)
+	if !ok {
+		return fallback()
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	err = op(fd, base)
 	if errno, ok := err.(syscall.Errno); ok {
 		return &fs.PathError{Op: what, Path: name, Err: errno}
 	}
 	return err
-}
-
-// inParents is inParent for several names: op gets the directories that
-// hold them and their last elements. op's error is returned as it is.
-func (b *beneath) inParents(names []string, op func(fds []int, bases []string) error, fallback func() error) error {
-	fds, bases := make([]int, len(names)), make([]string, len(names))
-	for i, name := range names {
-		fd, base, ok, err := b.parent(name)
-		if !ok {
-			return fallback()
-		}
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		fds[i], bases[i] = fd, base
-	}
-	return op(fds, bases)
 }
 
 // Remove removes the file (or, with dir, the empty directory) name: a file

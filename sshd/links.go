@@ -3,7 +3,6 @@ package sshd
 import (
 	"errors"
 	"os"
-	"path"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -51,35 +50,11 @@ func acquireShapeLock(root confine.Root) (*sync.Mutex, func()) {
 	}
 }
 
-// parentOf opens the directory holding name, inside the root, and returns
-// its descriptor, name's last element and the descriptor's release.
-func (s *sftpServer) parentOf(name string) (int, string, func(), error) {
-	fd, base, ok, err := s.fast.parent(name)
-	if ok {
-		if err != nil {
-			return -1, "", nil, err
-		}
-		return fd, base, func() { unix.Close(fd) }, nil
-	}
-	dir, base := path.Split(name)
-	if base == "" || base == "." || base == ".." {
-		return -1, "", nil, unix.EINVAL
-	}
-	if dir == "" {
-		dir = "."
-	}
-	f, err := s.root.Open(dir)
-	if err != nil {
-		return -1, "", nil, err
-	}
-	return int(f.Fd()), base, func() { f.Close() }, nil
-}
-
 // symlink makes link point to target where confine's rule allows it.
 func (s *sftpServer) symlink(target, link string) error {
 	s.shape.Lock()
 	defer s.shape.Unlock()
-	fd, base, release, err := s.parentOf(link)
+	fd, base, release, err := s.fast.dirOf(link)
 	if err != nil {
 		return err
 	}
@@ -138,12 +113,12 @@ func (s *sftpServer) link(from, to string) error {
 // directories once what from names is found to keep the rule at to.
 // The caller holds s.shape.
 func (s *sftpServer) moving(what, from, to string, op func(fromFd int, fromBase string, toFd int, toBase string) error) error {
-	fromFd, fromBase, releaseFrom, err := s.parentOf(from)
+	fromFd, fromBase, releaseFrom, err := s.fast.dirOf(from)
 	if err != nil {
 		return err
 	}
 	defer releaseFrom()
-	toFd, toBase, releaseTo, err := s.parentOf(to)
+	toFd, toBase, releaseTo, err := s.fast.dirOf(to)
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ func startResponder(w io.Writer, log *slog.Logger, fl flow) *responder {
 }
 
 func (r *responder) queue(b buf) {
-	r.flow.take(len(b))
+	r.flow.take(cap(b)) // what it holds: a small answer may sit in a grown buffer
 	r.mu.Lock()
 	r.queued = append(r.queued, b)
 	first := len(r.queued) == 1
@@ -83,7 +83,7 @@ func (r *responder) run() {
 			} else {
 				joined = append(joined, b...)
 			}
-			r.flow.give(len(b))
+			r.flow.give(cap(b))
 			putBuf(b)
 			batch[i] = nil
 		}
