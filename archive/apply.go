@@ -71,6 +71,9 @@ func ApplyFrom(dir string, base Manifest, r io.ReaderAt, size int64, opts ApplyO
 		return nil, err
 	}
 	defer a.root.Close()
+	if a.links, err = newLinker(a.root); err != nil {
+		return nil, err
+	}
 	if a.src, err = os.OpenRoot(staging); err != nil {
 		return nil, err
 	}
@@ -127,6 +130,7 @@ func ApplyFrom(dir string, base Manifest, r io.ReaderAt, size int64, opts ApplyO
 
 type applier struct {
 	root, src *os.Root
+	links     linker // makes symlinks in root
 	staging   string
 	suffix    string
 	rep       *Report
@@ -170,7 +174,7 @@ func (a *applier) put(p string, r Entry, inPlace bool) error {
 		}
 		return a.root.Chmod(p, r.Perm)
 	case KindSymlink:
-		return symlinkIn(a.root, r.Hash, p)
+		return a.links.symlink(r.Hash, p)
 	default:
 		return a.copyFile(p, p, r.Perm)
 	}

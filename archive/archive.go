@@ -28,8 +28,6 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/awcp/awcp/internal/confine"
 )
 
@@ -78,35 +76,27 @@ func LinkStaysInside(rel, target string) bool {
 	return confine.LinkTarget(target, depth) == nil
 }
 
-// symlinkIn makes the symlink name -> target inside root, if confine's
-// rule allows it at the real depth of the directory that holds it (which
-// root reaches through the links it follows), else ErrEscape.
-func symlinkIn(root *os.Root, target, name string) error {
-	top, err := root.Open(".")
-	if err != nil {
-		return err
-	}
-	defer top.Close()
-	id, err := confine.RootOf(int(top.Fd()))
-	if err != nil {
-		return err
-	}
-	dir, err := root.Open(path.Dir(name))
+// linker makes symlinks inside a root under confine's rule, at the real
+// depth of the directory that holds each (which the root reaches through
+// the links it follows).
+type linker struct {
+	root *os.Root
+	id   confine.Root
+}
+
+func newLinker(root *os.Root) (linker, error) {
+	id, err := confine.Of(root)
+	return linker{root: root, id: id}, err
+}
+
+// symlink makes name a symlink to target, or fails with confine.ErrEscape.
+func (l linker) symlink(target, name string) error {
+	dir, err := l.root.Open(path.Dir(name))
 	if err != nil {
 		return err
 	}
 	defer dir.Close()
-	depth, err := id.Depth(int(dir.Fd()))
-	if err != nil {
-		return err
-	}
-	if err := confine.LinkTarget(target, depth); err != nil {
-		return err
-	}
-	if err := unix.Symlinkat(target, int(dir.Fd()), path.Base(name)); err != nil {
-		return &fs.PathError{Op: "symlink", Path: name, Err: err}
-	}
-	return nil
+	return l.id.Symlink(target, int(dir.Fd()), path.Base(name))
 }
 
 // visit is called by walk for each path kept; open reads a regular file
@@ -360,6 +350,10 @@ func ExtractFrom(r io.ReaderAt, size int64, dir string, lim Limits) error {
 		return err
 	}
 	defer root.Close()
+	links, err := newLinker(root)
+	if err != nil {
+		return err
+	}
 
 	budget := lim.MaxBytes
 	seen := make(map[string]bool, len(zr.File))
@@ -394,7 +388,7 @@ func ExtractFrom(r io.ReaderAt, size int64, dir string, lim Limits) error {
 			if err != nil {
 				return fmt.Errorf("extract %s: %w", name, err)
 			}
-			if err := symlinkIn(root, target, name); errors.Is(err, confine.ErrEscape) {
+			if err := links.symlink(target, name); errors.Is(err, confine.ErrEscape) {
 				return unsafef("symlink %q points outside the work directory", name)
 			} else if err != nil {
 				return fmt.Errorf("extract %s: %w", name, err)

@@ -59,19 +59,7 @@ func (s *sftpServer) symlink(target, link string) error {
 		return err
 	}
 	defer release()
-	if err := s.linkFits(target, fd); err != nil {
-		return err
-	}
-	return pathErr("symlink", link, unix.Symlinkat(target, fd, base))
-}
-
-// linkFits checks a symlink's target for a place in the directory at fd.
-func (s *sftpServer) linkFits(target string, dirfd int) error {
-	depth, err := s.rootID.Depth(dirfd)
-	if err != nil {
-		return err
-	}
-	return confine.LinkTarget(target, depth)
+	return s.rootID.Symlink(target, fd, base)
 }
 
 // rename moves from to to — replacing what is there unless noReplace —
@@ -133,7 +121,7 @@ func (s *sftpServer) moving(what, from, to string, op func(fromFd int, fromBase 
 		if err != nil {
 			return err
 		}
-		if err := s.linkFits(target, toFd); err != nil {
+		if err := s.rootID.Fits(target, toFd); err != nil {
 			return err
 		}
 	case unix.S_IFDIR:
@@ -161,12 +149,4 @@ func (s *sftpServer) moving(what, from, to string, op func(fromFd int, fromBase 
 		return &os.LinkError{Op: what, Old: from, New: to, Err: err}
 	}
 	return nil
-}
-
-// pathErr wraps a system call's error with the operation and path.
-func pathErr(op, name string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return &os.PathError{Op: op, Path: name, Err: err}
 }

@@ -71,6 +71,38 @@ func RootOf(fd int) (Root, error) {
 	return Root{dev: st.Dev, ino: st.Ino}, nil
 }
 
+// Of is the identity of root's directory.
+func Of(root *os.Root) (Root, error) {
+	dir, err := root.Open(".")
+	if err != nil {
+		return Root{}, err
+	}
+	defer dir.Close()
+	return RootOf(int(dir.Fd()))
+}
+
+// Fits checks target for a symlink in the directory open at dirfd, at
+// that directory's real depth below the root.
+func (r Root) Fits(target string, dirfd int) error {
+	depth, err := r.Depth(dirfd)
+	if err != nil {
+		return err
+	}
+	return LinkTarget(target, depth)
+}
+
+// Symlink makes base, in the directory open at dirfd, a symlink to target
+// if target Fits there; else ErrEscape.
+func (r Root) Symlink(target string, dirfd int, base string) error {
+	if err := r.Fits(target, dirfd); err != nil {
+		return err
+	}
+	if err := unix.Symlinkat(target, dirfd, base); err != nil {
+		return &os.PathError{Op: "symlink", Path: base, Err: err}
+	}
+	return nil
+}
+
 // maxDepth bounds the walk up: deeper than PATH_MAX allows is not a tree
 // a tool could use.
 const maxDepth = 4096
@@ -128,7 +160,7 @@ func CheckTree(fd int, depth int) error {
 		for _, e := range ents {
 			switch e.Type() {
 			case os.ModeSymlink:
-				target, err := readlinkat(dfd, e.Name())
+				target, err := Readlink(dfd, e.Name())
 				if err != nil {
 					return err
 				}
@@ -157,9 +189,7 @@ func CheckTree(fd int, depth int) error {
 }
 
 // Readlink is readlinkat(2) of name in the directory open at dirfd.
-func Readlink(dirfd int, name string) (string, error) { return readlinkat(dirfd, name) }
-
-func readlinkat(dirfd int, name string) (string, error) {
+func Readlink(dirfd int, name string) (string, error) {
 	for size := 256; ; size *= 2 {
 		b := make([]byte, size)
 		n, err := unix.Readlinkat(dirfd, name, b)
