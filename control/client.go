@@ -246,7 +246,7 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 		if ev.DelegationID != id {
 			return false, malformedEvent(seq, "it is for delegation "+ev.DelegationID)
 		}
-		ev.ResultFile, ev.resultErr = result.file, result.bad
+		ev.ResultFile, ev.resultSum, ev.resultErr = result.file, result.sum, result.bad
 		if err := fn(seq, ev); err != nil {
 			return false, err
 		}

@@ -51,9 +51,8 @@ type Delegator struct {
 	log   *slog.Logger
 	sched *lease.Scheduler
 
-	mu        sync.Mutex                    // guards following and streams
+	mu        sync.Mutex                    // guards following
 	following map[string]context.CancelFunc // delegations this process drives
-	streams   map[string]stream             // their event streams being followed
 }
 
 // NewDelegator builds a Delegator.
@@ -67,8 +66,7 @@ func NewDelegator(opts DelegatorOptions) (*Delegator, error) {
 	if opts.ReconnectBound <= 0 {
 		opts.ReconnectBound = 30 * time.Second
 	}
-	d := &Delegator{opts: opts, store: opts.Store, log: opts.Logger, following: map[string]context.CancelFunc{},
-		streams: map[string]stream{}}
+	d := &Delegator{opts: opts, store: opts.Store, log: opts.Logger, following: map[string]context.CancelFunc{}}
 	d.sched = lease.NewScheduler(lease.Scheduler{List: d.due, Expire: d.Expire, Logger: opts.Logger})
 	return d, nil
 }
@@ -219,10 +217,11 @@ func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, erro
 	if err != nil {
 		return nil, err
 	}
+	var events *stream
 	switch del.State {
 	case lease.Created:
-		if err := d.handshake(ctx, del); err != nil {
-			d.stopFollowing(id)
+		if events, err = d.handshake(ctx, del); err != nil {
+			events.stop()
 			cur, gerr := d.store.Delegation(id)
 			if gerr == nil && cur.State.Terminal() {
 				// Cancelled or expired during the handshake. The executor may
@@ -245,9 +244,9 @@ func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, erro
 		d.notifyPeer(del, NewError(id, CodeDeclined, "the delegator restarted during the handshake", ""))
 		return d.fail(ctx, id, Errorf(CodeSetupFailed, "the delegator restarted during the handshake").WithHint("delegate again"))
 	default:
-		d.startFollowing(ctx, id, nil)
+		events = d.startFollowing(ctx, id, nil)
 	}
-	d.waitFollowing(id)
+	events.wait()
 	return d.store.Delegation(id)
 }
 
@@ -259,49 +258,41 @@ func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, erro
 
 // startFollowing follows id's events in a goroutine; started is closed
 // once START is answered (nil: it was).
-func (d *Delegator) startFollowing(ctx context.Context, id string, started <-chan struct{}) {
+func (d *Delegator) startFollowing(ctx context.Context, id string, started <-chan struct{}) *stream {
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	d.mu.Lock()
-	d.streams[id] = stream{cancel: cancel, done: done}
-	d.mu.Unlock()
+	st := &stream{cancel: cancel, done: make(chan struct{})}
 	go func() {
-		defer close(done)
+		defer close(st.done)
 		d.follow(ctx, id, started)
 	}()
+	return st
 }
 
-// stopFollowing ends id's stream, if one is followed, and waits for it.
-func (d *Delegator) stopFollowing(id string) {
-	d.mu.Lock()
-	st, ok := d.streams[id]
-	d.mu.Unlock()
-	if ok {
-		st.cancel()
-	}
-	d.waitFollowing(id)
-}
-
-// waitFollowing waits for id's stream to end.
-func (d *Delegator) waitFollowing(id string) {
-	d.mu.Lock()
-	st, ok := d.streams[id]
-	delete(d.streams, id)
-	d.mu.Unlock()
-	if ok {
-		<-st.done
-		st.cancel()
-	}
-}
-
-// stream is a followed event stream.
+// stream is an event stream followed in a goroutine of its own.
 type stream struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-// handshake does INVITE → ACCEPT → START.
-func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) error {
+// wait waits for the stream to end by itself (the delegation ended, or
+// the context that started it is done).
+func (s *stream) wait() {
+	<-s.done
+	s.cancel()
+}
+
+// stop ends the stream, if there is one, and waits for it.
+func (s *stream) stop() {
+	if s != nil {
+		s.cancel()
+		<-s.done
+	}
+}
+
+// handshake does INVITE → ACCEPT → START, and returns the delegation's
+// event stream, followed from the moment START is sent (nil if it never
+// was).
+func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stream, error) {
 	id, pc := del.ID, d.peer(del)
 	inv := &Invite{
 		BaseMessage:  header(TypeInvite, id),
@@ -311,7 +302,7 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) error 
 		Requirements: &Requirements{Transport: del.Transport},
 	}
 	if _, err := d.store.FireDelegation(id, lease.SendInvite, "INVITE sent", nil); err != nil {
-		return err
+		return nil, err
 	}
 	acc, err := pc.Invite(ctx, inv)
 	var pe *ProtocolError
@@ -324,13 +315,13 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) error 
 			return nil
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		inv.Requirements.Transport = TransportArchive
 		acc, err = pc.Invite(ctx, inv)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	now := d.store.Now()
 	del, err = d.store.FireDelegation(id, lease.ReceiveAccept, "ACCEPT received", func(del *lease.Delegation) error {
@@ -349,17 +340,17 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) error 
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	d.sched.Kick()
 
 	tr := d.transport(del)
 	if tr == nil {
-		return Errorf(CodeDepMissing, "the %s transport is not available in this process", del.Transport)
+		return nil, Errorf(CodeDepMissing, "the %s transport is not available in this process", del.Transport)
 	}
 	info, err := tr.Prepare(ctx, lent(del))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	st := &Start{
 		BaseMessage: header(TypeStart, id),
@@ -371,13 +362,13 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) error 
 		defer os.Remove(info.WorkspaceFile)
 	}
 	if _, err := d.store.FireDelegation(id, lease.SendStart, "START sent", nil); err != nil {
-		return err
+		return nil, err
 	}
 	started := make(chan struct{})
-	d.startFollowing(ctx, id, started)
+	events := d.startFollowing(ctx, id, started)
 	err = pc.Start(ctx, st)
 	close(started)
-	return err
+	return events, err
 }
 
 // fail ends delegation id in error with err's code, tells the executor if
@@ -541,7 +532,8 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 			d.log.Error("apply result", "delegation", id, "err", ferr)
 			failure := &lease.Failure{Code: CodeTaskFailed, Message: "the result could not be applied: " + ferr.Error(),
 				Hint: "nothing was lost: the executor's result is kept in the file named above"}
-			if pe := (*ProtocolError)(nil); errors.As(ferr, &pe) {
+			var pe *ProtocolError
+			if errors.As(ferr, &pe) { // a refusal that says its own why
 				failure = &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint}
 			}
 			_, err = d.store.FireDelegation(id, lease.SendError, "result not applied", func(del *lease.Delegation) error {

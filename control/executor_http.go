@@ -143,13 +143,7 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 		spool, err = newSpoolFile(e.incomingDir())
 		return spool, err
 	})
-	if err == nil {
-		paced.done()
-	} else {
-		// Not the rest of a refused body: net/http would read it, with
-		// no deadline, before it answers.
-		w.Header().Set("Connection", "close")
-	}
+	paced.finished(w, err)
 	var syntax *jsonSyntaxError
 	switch {
 	case errors.Is(err, errNoToken):

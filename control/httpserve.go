@@ -44,8 +44,7 @@ func NewHTTPServer(h http.Handler) *http.Server {
 
 // limitBody reads r's body at most max bytes and under bodyGrace per MiB,
 // counted from now (the handler's start, right after the headers). Once
-// the handler has read what it needs it calls done: a read deadline left
-// on the connection would, once past, cancel the request's context.
+// the handler has read what it needs it calls finished.
 func limitBody(w http.ResponseWriter, r *http.Request, max int64) *pacedBody {
 	rc := http.NewResponseController(w)
 	b := &pacedBody{r: http.MaxBytesReader(w, r.Body, max), rc: rc, start: time.Now()}
@@ -66,8 +65,18 @@ func (b *pacedBody) extend() {
 	b.rc.SetReadDeadline(b.start.Add(time.Duration(b.mib+1) * bodyGrace))
 }
 
-// done lifts the read deadline.
-func (b *pacedBody) done() { b.rc.SetReadDeadline(time.Time{}) }
+// finished ends the reading, which ended with err. Read whole, the body's
+// read deadline is lifted: left on the connection, it would cancel the
+// request's context once past. Refused, the connection is closed after the
+// answer: net/http would otherwise read the rest of the body, with no
+// deadline, before it answers.
+func (b *pacedBody) finished(w http.ResponseWriter, err error) {
+	if err != nil {
+		w.Header().Set("Connection", "close")
+		return
+	}
+	b.rc.SetReadDeadline(time.Time{})
+}
 
 func (b *pacedBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)

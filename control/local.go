@@ -80,11 +80,7 @@ func (s *LocalServer) create(ctx context.Context, w http.ResponseWriter, r *http
 	var req ExportRequest
 	body := limitBody(w, r, maxMessageBytes)
 	err := json.NewDecoder(body).Decode(&req)
-	if err == nil {
-		body.done()
-	} else {
-		w.Header().Set("Connection", "close")
-	}
+	body.finished(w, err)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, localError(Errorf(CodeWorkspaceInvalid, "bad request: %v", err)))
 		return

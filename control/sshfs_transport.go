@@ -220,19 +220,17 @@ func (t *SSHFSExecutor) Mount(p SetupParams, debug bool) (*awcpfs.Mount, error) 
 		log = slog.Default()
 	}
 	m, err := awcpfs.New(p.WorkDir, awcpfs.Options{
-		Addr:    net.JoinHostPort(info.Endpoint.Host, strconv.Itoa(info.Endpoint.Port)),
-		User:    info.Endpoint.User,
-		Export:  info.ExportLocator,
-		Signer:  signer,
-		HostKey: hostKey,
-
+		Addr:            net.JoinHostPort(info.Endpoint.Host, strconv.Itoa(info.Endpoint.Port)),
+		User:            info.Endpoint.User,
+		Export:          info.ExportLocator,
+		Signer:          signer,
+		HostKey:         hostKey,
 		HostKeyCallback: checkHost,
 		ReadOnly:        p.AccessMode != AccessRW,
+		ReconnectBound:  t.ReconnectBound,
 		Name:            "awcp:" + p.ID,
 		Logger:          log.With("delegation", p.ID),
 		Debug:           debug,
-
-		ReconnectBound: t.ReconnectBound,
 	})
 	if err != nil {
 		return nil, &ProtocolError{Code: CodeSetupFailed, Message: "cannot mount the delegator's workspace: " + stripPaths(err, p.WorkDir), Err: err}

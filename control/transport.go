@@ -196,7 +196,8 @@ func (t *ArchiveDelegator) Prepare(_ context.Context, d Lent) (*WorkDirInfo, err
 
 // Finish applies the result (ev.ResultFile, as the event reader decoded
 // resultBase64) so that the directory ends as the executor left it. A ro
-// delegation, or a done event without a result, changes nothing.
+// delegation changes nothing; a rw one whose done event has no result (or
+// one whose SHA-256 is not its resultChecksum) fails, changing nothing.
 func (t *ArchiveDelegator) Finish(_ context.Context, d Lent, ev *Event) (*archive.Report, error) {
 	if d.AccessMode != AccessRW {
 		return &archive.Report{}, nil
@@ -223,17 +224,11 @@ func (t *ArchiveDelegator) Finish(_ context.Context, d Lent, ev *Event) (*archiv
 	if err != nil {
 		return nil, err
 	}
-	if ev.ResultChecksum != "" {
-		sum := sha256.New()
-		if _, err := io.Copy(sum, f); err != nil {
-			return nil, fmt.Errorf("read the result: %w", err)
-		}
-		if got := hex.EncodeToString(sum.Sum(nil)); !strings.EqualFold(got, ev.ResultChecksum) {
-			kept := filepath.Join(t.ResultDir, d.ID+".zip")
-			keepFile(ev.ResultFile, kept)
-			return nil, fmt.Errorf("the result's SHA-256 is %s, not the resultChecksum the executor sent (%s): nothing was applied; the result is kept in %s",
-				got, ev.ResultChecksum, kept)
-		}
+	if ev.ResultChecksum != "" && !strings.EqualFold(ev.resultSum, ev.ResultChecksum) {
+		kept := filepath.Join(t.ResultDir, d.ID+".zip")
+		keepFile(ev.ResultFile, kept)
+		return nil, fmt.Errorf("the result's SHA-256 is %s, not the resultChecksum the executor sent (%s): nothing was applied; the result is kept in %s",
+			ev.resultSum, ev.ResultChecksum, kept)
 	}
 	raw, err := t.Blobs.Blob(manifestKey(d.ID))
 	if err != nil {

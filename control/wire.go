@@ -241,6 +241,7 @@ type Event struct {
 	// one appended as resultBase64 when the event is sent; on the
 	// delegator, the one the reader streamed resultBase64 into.
 	ResultFile string `json:"-"`
+	resultSum  string // ResultFile's SHA-256 (hex), taken as it was decoded
 	resultErr  error  // why ResultFile is unusable (not base64)
 
 	// error (Message is shared with status)

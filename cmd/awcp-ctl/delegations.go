@@ -70,10 +70,9 @@ func (e *env) delegator(progress func(string, *control.Event)) (*control.Delegat
 		Store:      e.store,
 		Transports: transports,
 		SpoolDir:   staging,
-		Progress:   progress,
-		Logger:     e.log,
-
+		Progress:       progress,
 		ReconnectBound: e.reconnectBound,
+		Logger:         e.log,
 	})
 }
 
