@@ -67,9 +67,9 @@ func (e *env) delegator(progress func(string, *control.Event)) (*control.Delegat
 		transports[control.TransportSSHFS] = e.sshfs
 	}
 	return control.NewDelegator(control.DelegatorOptions{
-		Store:      e.store,
-		Transports: transports,
-		SpoolDir:   staging,
+		Store:          e.store,
+		Transports:     transports,
+		SpoolDir:       staging,
 		Progress:       progress,
 		ReconnectBound: e.reconnectBound,
 		Logger:         e.log,
