@@ -19,14 +19,16 @@ import (
 // no process starts in between. (Through fusermount, go-fuse sets the flag
 // itself; no lock can be held there, as fusermount is a fork.)
 
-// mountFUSE is fs.Mount with every /dev/fuse descriptor of the process
-// close-on-exec once it returns.
+// mountFUSE is fs.Mount with the FUSE descriptor close-on-exec: as root
+// by mount(2) itself (DirectMountStrict), else — or where mount(2) is
+// refused, as in a container without CAP_SYS_ADMIN — through fusermount.
+// opts' DirectMount settings are its own.
 func mountFUSE(mountpoint string, root fs.InodeEmbedder, opts *fs.Options) (*fuse.Server, error) {
 	if os.Geteuid() == 0 {
-		strict := *opts
-		strict.MountOptions.DirectMountStrict = true
+		direct := *opts
+		direct.MountOptions.DirectMountStrict = true
 		syscall.ForkLock.Lock()
-		server, err := fs.Mount(mountpoint, root, &strict)
+		server, err := fs.Mount(mountpoint, root, &direct)
 		if err == nil {
 			closeFUSEOnExec()
 		}
@@ -34,15 +36,10 @@ func mountFUSE(mountpoint string, root fs.InodeEmbedder, opts *fs.Options) (*fus
 		if err == nil {
 			return server, nil
 		}
-		// No mount(2) here (a container without CAP_SYS_ADMIN): fusermount.
 	}
-	plain := *opts
-	plain.MountOptions.DirectMount = false
-	server, err := fs.Mount(mountpoint, root, &plain)
-	if err == nil {
-		closeFUSEOnExec()
-	}
-	return server, err
+	viaHelper := *opts
+	viaHelper.MountOptions.DirectMount, viaHelper.MountOptions.DirectMountStrict = false, false
+	return fs.Mount(mountpoint, root, &viaHelper) // go-fuse sets close-on-exec on what fusermount hands back
 }
 
 // closeFUSEOnExec sets close-on-exec on the process's /dev/fuse descriptors.

@@ -297,7 +297,6 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 	mopts := fuse.MountOptions{
 		FsName:        opts.Name,
 		Name:          "awcp",
-		DirectMount:   true,          // as root no fusermount is needed; otherwise it is used (mountFUSE)
 		MaxWrite:      sftpc.MaxData, // one FUSE write or read is one SFTP request
 		MaxReadAhead:  kernelReadAhead,
 		DisableXAttrs: true,
