@@ -41,12 +41,12 @@ func BenchmarkReadFlood(b *testing.B) {
 		s.reads(h, 20_000)
 		for range 10 {
 			time.Sleep(50 * time.Millisecond)
-			peak = max(peak, heapInUse()-min(before, heapInUse()))
+			peak = max(peak, heapGrowth(before))
 		}
 		s.ch.Close()
 		f.srv.Revoke("dlg_flood")
 		f.srv.sessions.Wait()
-		left = max(left, heapInUse()-min(before, heapInUse()))
+		left = max(left, heapGrowth(before))
 	}
 	b.ReportMetric(float64(peak)/(1<<20), "MiB-growth")
 	b.ReportMetric(float64(left)/(1<<20), "MiB-after-close")

@@ -2,10 +2,12 @@ package sshd
 
 import (
 	"encoding/binary"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,15 +62,22 @@ func (s *floodSession) send(fill func(b *buf)) {
 
 func (s *floodSession) reply() (byte, []byte) {
 	s.t.Helper()
+	typ, body, err := s.tryReply()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return typ, body
+}
+
+// tryReply reads one answer; it may be called from any goroutine.
+func (s *floodSession) tryReply() (byte, []byte, error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(s.ch, hdr[:]); err != nil {
-		s.t.Fatal(err)
+		return 0, nil, err
 	}
 	body := make([]byte, binary.BigEndian.Uint32(hdr[:4])-1)
-	if _, err := io.ReadFull(s.ch, body); err != nil {
-		s.t.Fatal(err)
-	}
-	return hdr[4], body
+	_, err := io.ReadFull(s.ch, body)
+	return hdr[4], body, err
 }
 
 // open opens name for reading and returns its handle.
@@ -100,6 +109,14 @@ func heapInUse() uint64 {
 	return m.HeapAlloc
 }
 
+// heapGrowth is how much the live heap grew since before.
+func heapGrowth(before uint64) uint64 {
+	if now := heapInUse(); now > before {
+		return now - before
+	}
+	return 0
+}
+
 // A client that pipelines READs of 1 MiB and reads no answer does not make
 // the server hold them all: it stops reading requests once its connection's
 // share is held (flow control), and once the client reads, every request is
@@ -123,7 +140,7 @@ func TestReadFloodIsBounded(t *testing.T) {
 	var peak uint64
 	for range 20 {
 		time.Sleep(100 * time.Millisecond)
-		peak = max(peak, heapInUse()-min(before, heapInUse()))
+		peak = max(peak, heapGrowth(before))
 		if peak > 64<<20 {
 			break
 		}
@@ -192,4 +209,65 @@ func sftpSessionStarts(t *testing.T, c *gossh.Client) bool {
 	var hdr [5]byte
 	_, err = io.ReadFull(r, hdr[:])
 	return err == nil && hdr[4] == wire.Version
+}
+
+// An attacker who opens many connections is bounded by the process's
+// budget, which none of them can spend alone: six connections flooding at
+// once hold about what the process allows, not six connections' worth;
+// and once they read, all are answered.
+func TestFloodOverManyConnectionsIsBounded(t *testing.T) {
+	const processLimit = 24 << 20 // six connections could hold 96 MiB
+	saved := processBudget
+	processBudget = newBudget(processLimit)
+	t.Cleanup(func() { processBudget = saved })
+	f := newFixture(t)
+	dir, cred := f.lend(t, "dlg_many", false)
+	if err := os.WriteFile(filepath.Join(dir, "big"), make([]byte, maxReadLen), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const conns, reads = 6, 40
+	// All connect first: once the process's budget is spent, a new
+	// session waits too, for its INIT to be read.
+	var sessions []*floodSession
+	var handles []string
+	for range conns {
+		s := newFloodSession(t, f, "dlg_many", cred)
+		sessions, handles = append(sessions, s), append(handles, s.open("/big"))
+	}
+	before := heapInUse()
+	for i, s := range sessions {
+		s.reads(handles[i], reads)
+	}
+	var peak uint64
+	for range 15 {
+		time.Sleep(100 * time.Millisecond)
+		peak = max(peak, heapGrowth(before))
+	}
+	// Each session may go over by the one request it read last, and each
+	// client (in this process too) holds up to its channel window (2 MiB)
+	// of answers the test has not read.
+	if slack := conns * (maxReadLen + 64<<10 + 2<<20); peak > processLimit+uint64(slack) {
+		t.Fatalf("%d connections held %d MiB between them; the process allows %d MiB", conns, peak>>20, processLimit>>20)
+	}
+	// Read side by side: the answers one connection waits for may be held
+	// up by another's unread ones (the process's budget is shared).
+	bad := make(chan string, conns)
+	var wg sync.WaitGroup
+	for i, s := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range reads {
+				if typ, _, err := s.tryReply(); err != nil || typ != wire.Data {
+					bad <- fmt.Sprintf("connection %d: answer of type %d: %v", i, typ, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(bad)
+	for msg := range bad {
+		t.Error(msg)
+	}
 }
