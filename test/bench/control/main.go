@@ -16,6 +16,9 @@
 //     a real `awcp-ctl serve` and reads no answer; the daemon's RSS before,
 //     at its peak, and after the connection is dropped (flood.go).
 //
+//   - trickle: -trickle-clients clients send a body to a real `awcp-fs
+//     serve` a byte at a time; when they were cut off (trickle.go).
+//
 //     go run ./test/bench/control -bin ./bin -n 100 -archive-mb 50 -archive-files 5000
 package main
 
@@ -43,6 +46,7 @@ func main() {
 	mb := flag.Int("archive-mb", 50, "archive workspace size, MB (0: skip)")
 	files := flag.Int("archive-files", 5000, "archive workspace files")
 	reads := flag.Int("flood-reads", 20000, "pipelined READs of 1 MiB of the flood, never read (0: skip)")
+	tricklers := flag.Int("trickle-clients", 300, "clients sending a body a byte at a time (0: skip)")
 	flag.Parse()
 	tmp, err := os.MkdirTemp("", "awcp-bench-control-")
 	if err == nil {
@@ -55,6 +59,9 @@ func main() {
 		}
 		if err == nil && *reads > 0 {
 			err = flood(*bin, filepath.Join(tmp, "flood"), *reads)
+		}
+		if err == nil && *tricklers > 0 {
+			err = trickle(*bin, filepath.Join(tmp, "trickle"), *tricklers)
 		}
 	}
 	if err != nil {
