@@ -48,8 +48,9 @@ func openSSHSFTP(t *testing.T) (string, gossh.PublicKey) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	served := make(chan struct{})
+	go func() { defer close(served); srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close(); <-served })
 	return ln.Addr().String(), host.PublicKey()
 }
 
