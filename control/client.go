@@ -297,7 +297,7 @@ func readSSE(r io.Reader, spoolDir string, fn func(seq uint64, data []byte, resu
 			return err
 		}
 		var spool *spoolFile
-		rest, err := divert(data, []string{"resultBase64"}, maxEventBytes, func() (io.Writer, error) {
+		rest, err := divert(data, [][]string{{"resultBase64", "snapshotBase64"}}, maxEventBytes, func() (io.Writer, error) {
 			var err error
 			spool, err = newSpoolFile(spoolDir)
 			return spool, err

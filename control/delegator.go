@@ -298,7 +298,7 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 		BaseMessage:  header(TypeInvite, id),
 		Task:         Task{Description: del.Description, Prompt: del.Prompt},
 		Lease:        InviteLease{TTLSeconds: del.TTLSeconds, AccessMode: del.AccessMode},
-		Workspace:    Workspace{ExportName: del.ExportName},
+		Workspace:    &Workspace{ExportName: del.ExportName},
 		Requirements: &Requirements{Transport: del.Transport},
 	}
 	if _, err := d.store.FireDelegation(id, lease.SendInvite, "INVITE sent", nil); err != nil {

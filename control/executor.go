@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -352,13 +353,13 @@ func (e *Executor) end(ctx context.Context, id string, ev lease.Event, pe *Proto
 
 func (e *Executor) removeWorkDir(ctx context.Context, a *lease.Assignment) error {
 	if t := e.transport(a.Transport); t != nil {
-		if _, err := t.Teardown(ctx, a.ID, a.WorkDir, nil); err != nil {
+		if _, err := t.Teardown(ctx, a.ID, transportDir(a), nil); err != nil {
 			return fmt.Errorf("teardown %s: %w", a.ID, err)
 		}
 	}
 	// Never delete recursively through a live mount: that would delete
 	// the delegator's files.
-	if awcpfs.IsMountpoint(a.WorkDir) {
+	if awcpfs.IsMountpoint(a.WorkDir) || awcpfs.IsMountpoint(transportDir(a)) {
 		return fmt.Errorf("work dir of %s: %w", a.ID, errMounted)
 	}
 	if err := os.RemoveAll(a.WorkDir); err != nil {
@@ -411,17 +412,24 @@ func (e *Executor) dropExpiredStreams() {
 	}
 	now := e.store.Now()
 	for _, a := range as {
-		if a.State.Terminal() && now.Sub(a.EndedAt) > e.opts.Retention {
-			if err := e.store.DeleteAssignment(a.ID); err != nil {
+		if a.State.Terminal() && now.Sub(a.EndedAt) > e.retention(a) {
+			if err := e.forget(a.ID); err != nil {
 				e.log.Warn("retention: delete", "delegation", a.ID, "err", err)
-				continue
 			}
-			os.Remove(e.resultFile(a.ID))
-			e.mu.Lock()
-			delete(e.notify, a.ID)
-			e.mu.Unlock()
 		}
 	}
+}
+
+// forget deletes an ended assignment, its events and its result.
+func (e *Executor) forget(id string) error {
+	if err := e.store.DeleteAssignment(id); err != nil {
+		return err
+	}
+	os.Remove(e.resultFile(id))
+	e.mu.Lock()
+	delete(e.notify, id)
+	e.mu.Unlock()
+	return nil
 }
 
 // publish wakes the subscribers of id.
@@ -500,9 +508,21 @@ func (e *Executor) admit(inv *Invite, peer string) (*Accept, *ProtocolError) {
 	}
 	now := e.store.Now()
 	a := &lease.Assignment{
-		Lease:   lease.Lease{ID: inv.DelegationID, AccessMode: mode, Transport: tr.Name(), TTLSeconds: int64(ttl / time.Second)},
+		Lease: lease.Lease{ID: inv.DelegationID, AccessMode: mode, Transport: tr.Name(),
+			TTLSeconds: int64(ttl / time.Second), Dialect: inv.Dialect()},
 		WorkDir: wd, Description: inv.Task.Description, Prompt: inv.Task.Prompt, Peer: peer,
 		StartBy: now.Add(e.opts.StartTimeout),
+	}
+	var retentionMs *int64
+	if a.Dialect == DialectHead {
+		for _, r := range inv.Environment.Resources {
+			a.Resources = append(a.Resources, lease.Resource{Name: r.Name, Mode: r.Mode})
+		}
+		if inv.RetentionMs != nil && time.Duration(*inv.RetentionMs)*time.Millisecond < e.opts.Retention {
+			a.Retention = max(time.Duration(*inv.RetentionMs)*time.Millisecond, time.Millisecond)
+		}
+		ms := int64(e.retention(a) / time.Millisecond)
+		retentionMs = &ms
 	}
 	switch err := e.store.CreateAssignment(a, e.opts.MaxConcurrent); {
 	case errors.Is(err, lease.ErrBusy):
@@ -518,6 +538,7 @@ func (e *Executor) admit(inv *Invite, peer string) (*Accept, *ProtocolError) {
 	e.sched.Kick()
 	return &Accept{
 		BaseMessage:     header(TypeAccept, inv.DelegationID),
+		RetentionMs:     retentionMs,
 		ExecutorWorkDir: ExecutorWorkDir{Path: wd},
 		ExecutorConstraints: &ExecutorConstraints{
 			AcceptedAccessMode: mode,
@@ -658,11 +679,70 @@ func (e *Executor) setup(ctx context.Context, a *lease.Assignment, tr ExecutorTr
 		e.log.Error("create work dir", "delegation", a.ID, "err", err)
 		return Errorf(CodeSetupFailed, "cannot create the work directory")
 	}
-	if err := tr.Setup(ctx, SetupParams{ID: a.ID, Info: info, WorkDir: a.WorkDir, AccessMode: a.AccessMode}); err != nil {
+	p := SetupParams{ID: a.ID, Info: info, WorkDir: a.WorkDir, AccessMode: a.AccessMode}
+	if a.Dialect == DialectHead && tr.Name() == TransportSSHFS {
+		// A head delegator's locator is the environment root, which
+		// holds each resource under its name (the reference's as a
+		// symlink its server resolves). The mount is of the resource
+		// itself, so that nothing else the root holds is reachable.
+		if len(a.Resources) != 1 {
+			return Errorf(CodeSetupFailed, "this executor mounts one resource per delegation; the INVITE named %d", len(a.Resources)).
+				WithHint("lend one directory, or use the archive transport")
+		}
+		r := a.Resources[0]
+		cp := *info
+		cp.ExportLocator = path.Join(info.ExportLocator, r.Name)
+		p.Info, p.WorkDir = &cp, transportDir(a)
+		if r.Mode == AccessRO {
+			p.AccessMode = AccessRO
+		}
+		if err := os.Mkdir(p.WorkDir, 0o700); err != nil {
+			e.log.Error("create resource dir", "delegation", a.ID, "err", err)
+			return Errorf(CodeSetupFailed, "cannot create the work directory")
+		}
+	}
+	if err := tr.Setup(ctx, p); err != nil {
 		e.log.Warn("setup failed", "delegation", a.ID, "err", err)
 		return AsProtocolError(err, CodeSetupFailed)
 	}
+	// An archive from a head delegator has a folder per resource; one it
+	// left out (an empty directory) is made, so the agent finds it.
+	for _, r := range a.Resources {
+		if err := os.MkdirAll(filepath.Join(a.WorkDir, r.Name), 0o700); err != nil {
+			return Errorf(CodeSetupFailed, "the workspace has no usable folder %q", r.Name)
+		}
+	}
 	return nil
+}
+
+// transportDir is where a's transport set its workspace up: the work dir,
+// or for a head live mount the one resource's folder in it.
+func transportDir(a *lease.Assignment) string {
+	if a.Dialect == DialectHead && a.Transport == TransportSSHFS && len(a.Resources) == 1 {
+		return filepath.Join(a.WorkDir, a.Resources[0].Name)
+	}
+	return a.WorkDir
+}
+
+// agentDir is where a's agent runs: the work dir, or in the head dialect
+// the resource the reference would run it in (see PrimaryResource).
+func agentDir(a *lease.Assignment) string {
+	if a.Dialect != DialectHead {
+		return a.WorkDir
+	}
+	env := Environment{}
+	for _, r := range a.Resources {
+		env.Resources = append(env.Resources, Resource{Name: r.Name, Mode: r.Mode})
+	}
+	return filepath.Join(a.WorkDir, env.PrimaryResource())
+}
+
+// retention is how long a's events are kept after it ended.
+func (e *Executor) retention(a *lease.Assignment) time.Duration {
+	if a.Retention > 0 {
+		return a.Retention
+	}
+	return e.opts.Retention
 }
 
 // run is a task's goroutine: the agent, then the result, then clean-up.
@@ -678,7 +758,7 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		}
 	}()
 	log := e.log.With("delegation", a.ID)
-	before, err := highlightScan(a.Transport)(a.WorkDir)
+	before, err := highlightScan(a.Transport)(agentDir(a))
 	if err != nil {
 		log.Warn("scan work dir before the task", "err", err)
 	}
@@ -691,7 +771,7 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	os.MkdirAll(filepath.Dir(e.summaryFile(a.ID)), 0o700)
 	res, err := e.opts.Worker.Run(ctx, agent.Task{
 		DelegationID: a.ID, Prompt: a.Prompt, Description: a.Description,
-		WorkDir: a.WorkDir, AccessMode: a.AccessMode, SummaryFile: e.summaryFile(a.ID),
+		WorkDir: agentDir(a), AccessMode: a.AccessMode, SummaryFile: e.summaryFile(a.ID),
 	}, agent.Hooks{
 		Started: func(pid int) {
 			if _, err := e.store.UpdateAssignment(a.ID, func(a *lease.Assignment) error { a.AgentPID = pid; return nil }); err != nil {
@@ -709,7 +789,7 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		return // cancel, expiry or shutdown: the one who ended it reported it
 	}
 
-	var final []byte
+	var final, snapshot []byte
 	var ev lease.Event
 	switch {
 	case err != nil:
@@ -720,7 +800,7 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		final = e.eventJSON(&Event{DelegationID: a.ID, Type: EventError, Code: CodeTaskFailed, Message: res.Failed})
 	default:
 		ev = lease.ReceiveDone
-		final, err = e.doneEvent(ctx, a, before, res.Summary)
+		snapshot, final, err = e.doneEvent(ctx, a, before, res.Summary)
 		if err != nil {
 			log.Error("collect result", "err", err)
 			ev = lease.SendError
@@ -739,7 +819,7 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 			a.Failure = &lease.Failure{Code: decoded.Code, Message: decoded.Message}
 		}
 		return nil
-	}, final)
+	}, snapshot, final)
 	if err != nil {
 		log.Info("task outcome not recorded", "err", err) // ended meanwhile
 		return
@@ -762,28 +842,42 @@ func highlightScan(transport string) func(dir string) (archive.Manifest, error) 
 	return archive.ScanMeta
 }
 
-func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before archive.Manifest, summary string) ([]byte, error) {
-	after, err := highlightScan(a.Transport)(a.WorkDir)
+// doneEvent collects the result and returns the events that end the
+// task: done, and before it in the head dialect the snapshot that holds
+// the result (nil if there is none).
+func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before archive.Manifest, summary string) (snapshot, done []byte, err error) {
+	after, err := highlightScan(a.Transport)(agentDir(a))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	tr := e.transport(a.Transport)
 	var checksum string
 	if a.AccessMode == AccessRW {
 		checksum, err = e.packResult(ctx, tr, a)
 	} else {
-		_, err = tr.Teardown(ctx, a.ID, a.WorkDir, nil)
+		_, err = tr.Teardown(ctx, a.ID, transportDir(a), nil)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if summary == "" {
 		summary = "The agent finished without output."
 	}
 	// A result is not part of the stored event: the event stream appends
 	// it from the file (see handleEvents).
-	return e.eventJSON(&Event{DelegationID: a.ID, Type: EventDone, Summary: summary,
-		Highlights: archive.Changed(before, after), ResultChecksum: checksum}), nil
+	ev := &Event{DelegationID: a.ID, Type: EventDone, Summary: summary, Highlights: archive.Changed(before, after)}
+	if a.Dialect != DialectHead || checksum == "" {
+		ev.ResultChecksum = checksum
+		return nil, e.eventJSON(ev), nil
+	}
+	// The head dialect's result is a snapshot of the environment, named
+	// in done. The checksum rides along as in our done (an extension).
+	snapID := "snap_" + checksum[:12]
+	recommended := true
+	snapshot = e.eventJSON(&Event{DelegationID: a.ID, Type: EventSnapshot, SnapshotID: snapID, Summary: summary,
+		Highlights: ev.Highlights, Recommended: &recommended, ResultChecksum: checksum})
+	ev.SnapshotIDs, ev.RecommendedSnapshotID = []string{snapID}, snapID
+	return snapshot, e.eventJSON(ev), nil
 }
 
 // resultFile is where a delegation's result ZIP is kept until its events
@@ -805,7 +899,7 @@ func (e *Executor) packResult(ctx context.Context, tr ExecutorTransport, a *leas
 		return "", err
 	}
 	sum := sha256.New()
-	wrote, err := tr.Teardown(ctx, a.ID, a.WorkDir, io.MultiWriter(f, sum))
+	wrote, err := tr.Teardown(ctx, a.ID, transportDir(a), io.MultiWriter(f, sum))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

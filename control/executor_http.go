@@ -29,6 +29,8 @@ func (e *Executor) Handler() http.Handler {
 	mux.HandleFunc("/awcp/tasks/{id}/events", e.method(http.MethodGet, e.handleEvents))
 	mux.HandleFunc("/awcp/cancel/{id}", e.method(http.MethodPost, e.handleCancel))
 	mux.HandleFunc("/awcp/tasks/{id}/permission", e.method(http.MethodPost, e.handlePermission))
+	mux.HandleFunc("/awcp/tasks/{id}/result", e.method(http.MethodGet, e.handleResult))
+	mux.HandleFunc("/awcp/tasks/{id}/ack", e.method(http.MethodPost, e.handleAck))
 	mux.HandleFunc("/awcp/status", e.method(http.MethodGet, e.handleStatus))
 	mux.HandleFunc("/.well-known/agent-card.json", e.method(http.MethodGet, e.handleCard))
 	mux.HandleFunc("/.well-known/agent.json", e.method(http.MethodGet, e.handleCard))
@@ -135,7 +137,7 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 	br := bufio.NewReaderSize(paced, 64<<10)
 	var spool *spoolFile
 	defer func() { spool.discard() }()
-	body, err := divert(br, []string{"workDir", "workspaceBase64"}, maxMessageBytes, func() (io.Writer, error) {
+	body, err := divert(br, [][]string{{"workDir", "transportHandle"}, {"workspaceBase64"}}, maxMessageBytes, func() (io.Writer, error) {
 		if !trusted {
 			return nil, errNoToken
 		}
@@ -320,9 +322,21 @@ func (e *Executor) handleEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for _, ev := range evs {
-			var head struct{ Type string }
+			var head struct {
+				Type                  string
+				RecommendedSnapshotID string
+			}
 			json.Unmarshal(ev.Data, &head)
-			if err := e.writeEvent(w, id, ev, head.Type == EventDone); err != nil {
+			// The result goes with the event that carries it: done's
+			// resultBase64, or the head dialect's snapshot.
+			carrier := ""
+			switch {
+			case head.Type == EventSnapshot:
+				carrier = "snapshotBase64"
+			case head.Type == EventDone && head.RecommendedSnapshotID == "":
+				carrier = "resultBase64"
+			}
+			if err := e.writeEvent(w, id, ev, carrier); err != nil {
 				return
 			}
 			last = ev.Seq
@@ -349,11 +363,12 @@ func (e *Executor) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// writeEvent writes one stored event. A done event gets the delegation's
-// result, if there is one, as resultBase64, streamed from its file.
-func (e *Executor) writeEvent(w io.Writer, id string, ev lease.StoredEvent, done bool) error {
+// writeEvent writes one stored event. With a carrier it gets the
+// delegation's result, if there is one, as that member, streamed from its
+// file.
+func (e *Executor) writeEvent(w io.Writer, id string, ev lease.StoredEvent, carrier string) error {
 	var f *os.File
-	if done {
+	if carrier != "" {
 		var err error
 		if f, err = os.Open(e.resultFile(id)); err == nil {
 			defer f.Close()
@@ -367,10 +382,120 @@ func (e *Executor) writeEvent(w io.Writer, id string, ev lease.StoredEvent, done
 	_, err := io.Copy(w, io.MultiReader(
 		strings.NewReader(fmt.Sprintf("id: %d\ndata: ", ev.Seq)),
 		bytes.NewReader(data[:len(data)-1]),
-		strings.NewReader(`,"resultBase64":"`),
+		strings.NewReader(`,"`+carrier+`":"`),
 		newBase64Reader(f),
 		strings.NewReader("\"}\n\n")))
 	return err
+}
+
+// TaskResult is the body of GET /awcp/tasks/{id}/result, which the head
+// dialect added: how a delegator that lost the stream (a head executor
+// replays only done) gets the outcome and the result again.
+type TaskResult struct {
+	Status      string   `json:"status"` // running, completed, error or not_found
+	CompletedAt string   `json:"completedAt,omitempty"`
+	Summary     string   `json:"summary,omitempty"`
+	Highlights  []string `json:"highlights,omitempty"`
+	// SnapshotBase64 is the result ZIP; like an event's, our delegator's
+	// reader decodes it into ResultFile as it reads.
+	SnapshotBase64 string       `json:"snapshotBase64,omitempty"`
+	Error          *TaskFailure `json:"error,omitempty"`
+	// ResultChecksum is the result's SHA-256 (hex), as in our done event.
+	ResultChecksum string `json:"resultChecksum,omitempty"`
+
+	ResultFile string `json:"-"`
+	resultSum  string
+	resultErr  error
+}
+
+// TaskFailure is how a task that ended badly ended.
+type TaskFailure struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Hint    string `json:"hint,omitempty"`
+}
+
+// Result states of a TaskResult.
+const (
+	ResultRunning   = "running"
+	ResultCompleted = "completed"
+	ResultError     = "error"
+	ResultNotFound  = "not_found"
+)
+
+func (e *Executor) handleResult(w http.ResponseWriter, r *http.Request) {
+	id, ok := e.pathID(w, r)
+	if !ok {
+		return
+	}
+	a, err := e.store.Assignment(id)
+	if err != nil {
+		writeJSON(w, http.StatusNotFound, TaskResult{Status: ResultNotFound})
+		return
+	}
+	if !a.State.Terminal() {
+		writeJSON(w, http.StatusOK, TaskResult{Status: ResultRunning})
+		return
+	}
+	res := TaskResult{Status: ResultError, CompletedAt: Timestamp(a.EndedAt)}
+	if a.State != lease.Completed {
+		res.Error = &TaskFailure{Code: CodeTaskFailed, Message: "the task failed"}
+		if f := a.Failure; f != nil {
+			res.Error = &TaskFailure{Code: f.Code, Message: f.Message, Hint: f.Hint}
+		}
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	res.Status = ResultCompleted
+	evs, err := e.store.EventsAfter(id, 0, 0)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, NewError(id, CodeDeclined, "cannot read the store", ""))
+		return
+	}
+	for _, stored := range evs {
+		var ev Event
+		if json.Unmarshal(stored.Data, &ev) != nil {
+			continue
+		}
+		if ev.Type == EventDone {
+			res.Summary, res.Highlights = ev.Summary, ev.Highlights
+		}
+		if ev.ResultChecksum != "" {
+			res.ResultChecksum = ev.ResultChecksum
+		}
+	}
+	f, err := os.Open(e.resultFile(id))
+	if err != nil {
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	defer f.Close()
+	data, err := Marshal(res)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, NewError(id, CodeDeclined, "cannot encode the result", ""))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	io.Copy(w, io.MultiReader(bytes.NewReader(data[:len(data)-1]),
+		strings.NewReader(`,"snapshotBase64":"`), newBase64Reader(f), strings.NewReader(`"}`)))
+}
+
+// handleAck is the head dialect's "the result is in": the executor need
+// not keep the ended delegation's events and result any longer.
+func (e *Executor) handleAck(w http.ResponseWriter, r *http.Request) {
+	id, ok := e.pathID(w, r)
+	if !ok {
+		return
+	}
+	if a, err := e.store.Assignment(id); err == nil && a.State.Terminal() {
+		if err := e.forget(id); err != nil {
+			e.log.Warn("forget an acknowledged delegation", "delegation", id, "err", err)
+		} else {
+			e.log.Info("result acknowledged; events and result dropped", "delegation", id)
+		}
+	}
+	writeJSON(w, http.StatusOK, StartResponse{OK: true})
 }
 
 // StatusReport is the body of GET /awcp/status.

@@ -88,7 +88,7 @@ func invite(id string) *Invite {
 		BaseMessage: header(TypeInvite, id),
 		Task:        Task{Description: "test", Prompt: "do the thing"},
 		Lease:       InviteLease{TTLSeconds: 600, AccessMode: AccessRW},
-		Workspace:   Workspace{ExportName: "awcp/" + id},
+		Workspace:   &Workspace{ExportName: "awcp/" + id},
 	}
 }
 

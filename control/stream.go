@@ -12,6 +12,7 @@ import (
 	"hash"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 )
@@ -39,12 +40,13 @@ var (
 )
 
 // diverter reads one JSON value and copies it to rest, except the string
-// member at path: its decoded content goes to the writer open returns, and
-// rest holds "" in its place. It checks only what it needs to find its way;
+// member at path (path[i] lists the names a member may have at depth i):
+// its decoded content goes to the writer open returns, and rest holds ""
+// in its place. It checks only what it needs to find its way;
 // the caller decodes rest, which rejects anything else.
 type diverter struct {
 	r     *bufio.Reader
-	path  []string
+	path  [][]string
 	open  func() (io.Writer, error)
 	rest  bytes.Buffer
 	max   int
@@ -53,7 +55,7 @@ type diverter struct {
 
 // divert reads one JSON value from r; open is called only if the member
 // is there. max bounds the rest (without the diverted string).
-func divert(r *bufio.Reader, path []string, max int, open func() (io.Writer, error)) (rest []byte, err error) {
+func divert(r *bufio.Reader, path [][]string, max int, open func() (io.Writer, error)) (rest []byte, err error) {
 	d := &diverter{r: r, path: path, open: open, max: max}
 	if err := d.value(0, 0); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -147,7 +149,7 @@ func (d *diverter) object(depth, matched int) error {
 			return err
 		}
 		next := -1
-		if matched >= 0 && matched < len(d.path) && key == d.path[matched] {
+		if matched >= 0 && matched < len(d.path) && slices.Contains(d.path[matched], key) {
 			next = matched + 1
 		}
 		return d.value(depth+1, next)

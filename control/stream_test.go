@@ -16,7 +16,7 @@ import (
 )
 
 func TestDivert(t *testing.T) {
-	path := []string{"workDir", "workspaceBase64"}
+	path := [][]string{{"workDir", "transportHandle"}, {"workspaceBase64"}}
 	cases := []struct {
 		name, in, rest, diverted string
 		found                    bool
@@ -29,6 +29,8 @@ func TestDivert(t *testing.T) {
 			`{"workspaceBase64":"a","x":[{"workDir":{"workspaceBase64":"b"}}],"workDir":{"workspaceBase64":""}}`, "c", true},
 		{"absent", `{"type":"INVITE","prompt":"say \"hi\" \\ bye","n":[1,true,null,-2.5e3]}`,
 			`{"type":"INVITE","prompt":"say \"hi\" \\ bye","n":[1,true,null,-2.5e3]}`, "", false},
+		{"head dialect's member", `{"transportHandle":{"transport":"archive","workspaceBase64":"QUJD"}}`,
+			`{"transportHandle":{"transport":"archive","workspaceBase64":""}}`, "ABC", true},
 		{"not a string is kept", `{"workDir":{"workspaceBase64":42}}`, `{"workDir":{"workspaceBase64":42}}`, "", false},
 	}
 	for _, c := range cases {

@@ -40,6 +40,20 @@ const (
 	AccessRW = "rw"
 )
 
+// Dialects of v1 a peer may speak (docs/interop.md). The seed
+// specification's is the default; the reference implementation's later
+// wire ("head", SII-Holos/awcp b10e261) carries the workspace as named
+// resources of an environment and START's workDir as transportHandle.
+const (
+	DialectSeed = "seed"
+	DialectHead = "head"
+)
+
+// ResourceWorkspace is the name of the one resource our delegator lends in
+// the head dialect: the directory appears as workspace/ in the
+// environment the executor sees.
+const ResourceWorkspace = "workspace"
+
 // Transport names.
 const (
 	TransportSSHFS   = "sshfs"
@@ -51,6 +65,9 @@ const (
 	EventStatus = "status"
 	EventDone   = "done"
 	EventError  = "error"
+	// EventSnapshot is the head dialect's result: a ZIP of the
+	// environment (a folder per resource), sent before done.
+	EventSnapshot = "snapshot"
 	// EventPermission is an extension of v1: an ACP agent's permission
 	// request, pending or decided. Delegators that do not know the type
 	// ignore it, so the v1 wire stays compatible.
@@ -106,14 +123,40 @@ type Auth struct {
 	Metadata   map[string]string `json:"metadata,omitempty"`
 }
 
-// Invite is spec §4.2.
+// Resource is one entry of a head-dialect environment: a directory lent
+// under a name, which is a folder of that name in the environment root.
+type Resource struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Mode string `json:"mode"`
+}
+
+// Environment is the head dialect's workspace: named resources.
+type Environment struct {
+	Resources []Resource `json:"resources"`
+}
+
+// Invite is spec §4.2. A seed INVITE names its workspace; a head one has
+// an environment and a retention instead. Our delegator's "auto" INVITE
+// carries both, and the form of the ACCEPT tells which the executor read.
 type Invite struct {
 	BaseMessage
 	Task         Task          `json:"task"`
 	Lease        InviteLease   `json:"lease"`
-	Workspace    Workspace     `json:"workspace"`
+	Workspace    *Workspace    `json:"workspace,omitempty"`
+	RetentionMs  *int64        `json:"retentionMs,omitempty"`
+	Environment  *Environment  `json:"environment,omitempty"`
 	Requirements *Requirements `json:"requirements,omitempty"`
 	Auth         *Auth         `json:"auth,omitempty"`
+}
+
+// Dialect is the dialect an executor answers this INVITE in: head only
+// when it has no seed workspace to read.
+func (m *Invite) Dialect() string {
+	if m.Workspace == nil && m.Environment != nil {
+		return DialectHead
+	}
+	return DialectSeed
 }
 
 // ExecutorWorkDir is where the executor will put the workspace.
@@ -135,9 +178,11 @@ type ExecutorConstraints struct {
 	SandboxProfile     *SandboxProfile `json:"sandboxProfile,omitempty"`
 }
 
-// Accept is spec §4.3.
+// Accept is spec §4.3. A head executor adds the retention it grants:
+// its presence is how a delegator knows which dialect it speaks.
 type Accept struct {
 	BaseMessage
+	RetentionMs         *int64               `json:"retentionMs,omitempty"`
 	ExecutorWorkDir     ExecutorWorkDir      `json:"executorWorkDir"`
 	ExecutorConstraints *ExecutorConstraints `json:"executorConstraints,omitempty"`
 }
@@ -189,11 +234,58 @@ type WorkDirInfo struct {
 	received *spooled
 }
 
-// Start is spec §4.4.
+// Start is spec §4.4. On the wire its WorkDir is the member workDir
+// (seed) or transportHandle (head), as Dialect says.
 type Start struct {
 	BaseMessage
 	Lease   StartLease  `json:"lease"`
-	WorkDir WorkDirInfo `json:"workDir"`
+	WorkDir WorkDirInfo `json:"-"`
+	Dialect string      `json:"-"`
+}
+
+// startWire is Start as it is on the wire.
+type startWire struct {
+	BaseMessage
+	Lease           StartLease   `json:"lease"`
+	WorkDir         *WorkDirInfo `json:"workDir,omitempty"`
+	TransportHandle *WorkDirInfo `json:"transportHandle,omitempty"`
+}
+
+// MarshalJSON writes WorkDir under the member of m's dialect.
+func (m Start) MarshalJSON() ([]byte, error) {
+	w := startWire{BaseMessage: m.BaseMessage, Lease: m.Lease}
+	if m.Dialect == DialectHead {
+		w.TransportHandle = &m.WorkDir
+	} else {
+		w.WorkDir = &m.WorkDir
+	}
+	return Marshal(w)
+}
+
+// UnmarshalJSON reads WorkDir from whichever member carries it.
+func (m *Start) UnmarshalJSON(data []byte) error {
+	var w startWire
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	m.BaseMessage, m.Lease, m.Dialect = w.BaseMessage, w.Lease, DialectSeed
+	switch {
+	case w.WorkDir != nil && w.TransportHandle != nil:
+		return fieldErr("transportHandle", "and workDir are both present: send one")
+	case w.WorkDir != nil:
+		m.WorkDir = *w.WorkDir
+	case w.TransportHandle != nil:
+		m.WorkDir, m.Dialect = *w.TransportHandle, DialectHead
+	}
+	return nil
+}
+
+// workDirField is the wire name of m's WorkDir.
+func (m *Start) workDirField() string {
+	if m.Dialect == DialectHead {
+		return "transportHandle"
+	}
+	return "workDir"
 }
 
 // Error is spec §4.6, sent as an HTTP body in either direction.
@@ -216,19 +308,25 @@ type Event struct {
 	Type         string `json:"type"`
 	Timestamp    string `json:"timestamp"`
 
-	// status
+	// status; error (Message is shared; the order is the peers')
 	Status   string   `json:"status,omitempty"`
+	Code     string   `json:"code,omitempty"`
 	Message  string   `json:"message,omitempty"`
+	Hint     string   `json:"hint,omitempty"`
 	Progress *float64 `json:"progress,omitempty"`
 
-	// done
-	Summary      string   `json:"summary,omitempty"`
-	Highlights   []string `json:"highlights,omitempty"`
-	ResultBase64 string   `json:"resultBase64,omitempty"`
-	// SnapshotIDs and RecommendedSnapshotID are what the reference's HEAD
-	// dialect sends in done in place of resultBase64 (its result rides in
-	// "snapshot" events): read only to refuse, plainly, what this
-	// delegator does not apply.
+	// snapshot (head); done
+	SnapshotID string   `json:"snapshotId,omitempty"`
+	Summary    string   `json:"summary,omitempty"`
+	Highlights []string `json:"highlights,omitempty"`
+	// SnapshotBase64 is a snapshot event's ZIP of the environment. Like
+	// resultBase64 it is decoded into ResultFile as it is read.
+	SnapshotBase64 string          `json:"snapshotBase64,omitempty"`
+	Recommended    *bool           `json:"recommended,omitempty"`
+	Metadata       json.RawMessage `json:"metadata,omitempty"`
+	ResultBase64   string          `json:"resultBase64,omitempty"`
+	// SnapshotIDs and RecommendedSnapshotID are what a head done says in
+	// place of resultBase64: the result is the snapshot so named.
 	SnapshotIDs           []string `json:"snapshotIds,omitempty"`
 	RecommendedSnapshotID string   `json:"recommendedSnapshotId,omitempty"`
 	// ResultChecksum is an extension of v1: the SHA-256 (hex) of the ZIP
@@ -237,16 +335,12 @@ type Event struct {
 	// does not (the reference's) ignores it.
 	ResultChecksum string `json:"resultChecksum,omitempty"`
 	// ResultFile is the result ZIP as a local file, in place of
-	// ResultBase64 (see WorkDirInfo.WorkspaceFile): on the executor, the
-	// one appended as resultBase64 when the event is sent; on the
-	// delegator, the one the reader streamed resultBase64 into.
+	// ResultBase64 or SnapshotBase64 (see WorkDirInfo.WorkspaceFile): on
+	// the executor, the one appended when the event is sent; on the
+	// delegator, the one the reader streamed it into.
 	ResultFile string `json:"-"`
 	resultSum  string // ResultFile's SHA-256 (hex), taken as it was decoded
 	resultErr  error  // why ResultFile is unusable (not base64)
-
-	// error (Message is shared with status)
-	Code string `json:"code,omitempty"`
-	Hint string `json:"hint,omitempty"`
 
 	// permission (an extension of v1; Message is the tool call's title)
 	RequestID string             `json:"requestId,omitempty"`
@@ -367,6 +461,10 @@ func strictUnmarshal(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(v); err != nil {
 		var typeErr *json.UnmarshalTypeError
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			return fe
+		}
 		if errors.As(err, &typeErr) {
 			return fieldErr(typeErr.Field, "must be a %s", typeErr.Type)
 		}
@@ -406,11 +504,20 @@ func (m *Invite) validate() error {
 		return fieldErr("task.prompt", "is required")
 	case m.Lease.TTLSeconds <= 0:
 		return fieldErr("lease.ttlSeconds", "is required and must be a positive number of seconds")
-	case m.Workspace.ExportName == "":
+	case m.Workspace == nil && m.Environment == nil:
+		return fieldErr("workspace.exportName", "is required (or environment.resources, in the head dialect)")
+	case m.Workspace != nil && m.Workspace.ExportName == "":
 		return fieldErr("workspace.exportName", "is required")
+	case m.RetentionMs != nil && *m.RetentionMs < 0:
+		return fieldErr("retentionMs", "must not be negative")
 	}
 	if err := validAccess("lease.accessMode", m.Lease.AccessMode); err != nil {
 		return err
+	}
+	if m.Environment != nil {
+		if err := m.Environment.validate(); err != nil {
+			return err
+		}
 	}
 	if m.Requirements != nil {
 		switch m.Requirements.Transport {
@@ -430,6 +537,48 @@ func (m *Invite) validate() error {
 		}
 	}
 	return nil
+}
+
+// resourceName is what a resource may be called: one path element, not
+// hidden (the reference keeps .awcp/ in its environment root).
+var resourceName = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$`)
+
+func (env *Environment) validate() error {
+	if len(env.Resources) == 0 {
+		return fieldErr("environment.resources", "must name at least one resource")
+	}
+	seen := map[string]bool{}
+	for i, r := range env.Resources {
+		field := fmt.Sprintf("environment.resources[%d]", i)
+		switch {
+		case !resourceName.MatchString(r.Name):
+			return fieldErr(field+".name", "must be 1-64 letters, digits, '.', '_' or '-', not starting with '.'")
+		case seen[r.Name]:
+			return fieldErr(field+".name", "%q is named twice", r.Name)
+		case r.Type != "fs":
+			return fieldErr(field+".type", "must be \"fs\", not %q", r.Type)
+		}
+		if err := validAccess(field+".mode", r.Mode); err != nil {
+			return err
+		}
+		seen[r.Name] = true
+	}
+	return nil
+}
+
+// PrimaryResource is the resource a head executor runs its agent in, as
+// the reference does: the first rw one, else the only one, else none (the
+// environment root).
+func (env *Environment) PrimaryResource() string {
+	for _, r := range env.Resources {
+		if r.Mode == AccessRW {
+			return r.Name
+		}
+	}
+	if len(env.Resources) == 1 {
+		return env.Resources[0].Name
+	}
+	return ""
 }
 
 func (m *Accept) validate() error {
@@ -460,44 +609,45 @@ func (m *Start) validate() error {
 	if err := validAccess("lease.accessMode", m.Lease.AccessMode); err != nil {
 		return err
 	}
-	return m.WorkDir.validate()
+	return m.WorkDir.validate(m.workDirField())
 }
 
 // ValidateWorkDir checks a workDir on its own, as `awcp-fs mount` reads one.
-func ValidateWorkDir(w *WorkDirInfo) error { return w.validate() }
+func ValidateWorkDir(w *WorkDirInfo) error { return w.validate("workDir") }
 
-func (w *WorkDirInfo) validate() error {
+// validate checks w, which is START's member at.
+func (w *WorkDirInfo) validate(at string) error {
 	switch w.Transport {
 	case "":
-		return fieldErr("workDir.transport", "is required")
+		return fieldErr(at+".transport", "is required (START has no workDir or transportHandle)")
 	case TransportArchive:
 		if w.WorkspaceBase64 == "" && w.WorkspaceFile == "" {
-			return fieldErr("workDir.workspaceBase64", "is required")
+			return fieldErr(at+".workspaceBase64", "is required")
 		}
 		if w.Checksum == "" {
-			return fieldErr("workDir.checksum", "is required")
+			return fieldErr(at+".checksum", "is required")
 		}
 	case TransportSSHFS:
 		switch {
 		case w.Endpoint == nil:
-			return fieldErr("workDir.endpoint", "is required")
+			return fieldErr(at+".endpoint", "is required")
 		case w.Endpoint.Host == "":
-			return fieldErr("workDir.endpoint.host", "is required")
+			return fieldErr(at+".endpoint.host", "is required")
 		case w.Endpoint.Port <= 0 || w.Endpoint.Port > 65535:
-			return fieldErr("workDir.endpoint.port", "must be a TCP port")
+			return fieldErr(at+".endpoint.port", "must be a TCP port")
 		case w.Endpoint.User == "":
-			return fieldErr("workDir.endpoint.user", "is required")
+			return fieldErr(at+".endpoint.user", "is required")
 		case w.ExportLocator == "":
-			return fieldErr("workDir.exportLocator", "is required")
+			return fieldErr(at+".exportLocator", "is required")
 		case w.Credential == nil:
-			return fieldErr("workDir.credential", "is required")
+			return fieldErr(at+".credential", "is required")
 		case w.Credential.PrivateKey == "":
-			return fieldErr("workDir.credential.privateKey", "is required")
+			return fieldErr(at+".credential.privateKey", "is required")
 		case w.Credential.Certificate == "":
-			return fieldErr("workDir.credential.certificate", "is required")
+			return fieldErr(at+".credential.certificate", "is required")
 		}
 	default:
-		return fieldErr("workDir.transport", "must be \"sshfs\" or \"archive\", not %q", w.Transport)
+		return fieldErr(at+".transport", "must be \"sshfs\" or \"archive\", not %q", w.Transport)
 	}
 	return nil
 }
@@ -549,6 +699,10 @@ func DecodeEvent(data []byte) (*Event, error) {
 		}
 		if ev.Message == "" {
 			return nil, fieldErr("message", "is required")
+		}
+	case EventSnapshot:
+		if ev.SnapshotID == "" {
+			return nil, fieldErr("snapshotId", "is required")
 		}
 	case EventPermission:
 		if ev.RequestID == "" {

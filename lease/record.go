@@ -35,6 +35,9 @@ type Lease struct {
 	EndedAt     time.Time    `json:"endedAt,omitzero"`
 	Transitions []Transition `json:"transitions"`
 	Failure     *Failure     `json:"failure,omitempty"`
+	// Dialect is the AWCP dialect the peer speaks, "seed" or "head"
+	// (empty in records of earlier releases: seed).
+	Dialect string `json:"dialect,omitempty"`
 }
 
 func (l *Lease) lease() *Lease { return l }
@@ -117,6 +120,18 @@ type Assignment struct {
 	AcceptedAt  time.Time `json:"acceptedAt"`
 	StartBy     time.Time `json:"startBy"` // START must arrive before this
 	AgentPID    int       `json:"agentPid,omitempty"`
+	// Resources are a head INVITE's environment: one folder each in
+	// WorkDir, which is then the environment's root.
+	Resources []Resource `json:"resources,omitempty"`
+	// Retention is how long the ended assignment's events are kept, when
+	// the delegator asked for less than the executor's default.
+	Retention time.Duration `json:"retention,omitempty"`
+}
+
+// Resource is one named directory of a head-dialect environment.
+type Resource struct {
+	Name string `json:"name"`
+	Mode string `json:"mode"` // ro or rw
 }
 
 // Active reports whether the assignment holds one of the executor's slots.

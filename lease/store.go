@@ -372,10 +372,10 @@ func (s *Store) UpdateAssignment(id string, fn func(*Assignment) error) (*Assign
 }
 
 // FireAssignment applies ev to assignment id, then fn (may be nil), and
-// appends event (if not nil) to its stream, all in one transaction: the
-// event a subscriber sees and the state a restart finds never disagree.
-// It returns the sequence number given to event.
-func (s *Store) FireAssignment(id string, ev Event, note string, fn func(*Assignment) error, event []byte) (*Assignment, uint64, error) {
+// appends events (nil ones skipped) to its stream, all in one transaction:
+// the events a subscriber sees and the state a restart finds never
+// disagree. It returns the sequence number given to the last event.
+func (s *Store) FireAssignment(id string, ev Event, note string, fn func(*Assignment) error, events ...[]byte) (*Assignment, uint64, error) {
 	var (
 		out *Assignment
 		seq uint64
@@ -393,8 +393,14 @@ func (s *Store) FireAssignment(id string, ev Event, note string, fn func(*Assign
 				return err
 			}
 		}
-		if event != nil {
-			if seq, err = appendEvents(tx, id, [][]byte{event}); err != nil {
+		var add [][]byte
+		for _, e := range events {
+			if e != nil {
+				add = append(add, e)
+			}
+		}
+		if len(add) > 0 {
+			if seq, err = appendEvents(tx, id, add); err != nil {
 				return err
 			}
 		}
