@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 )
@@ -18,6 +19,8 @@ type Report struct {
 	Modified  []string `json:"modified,omitempty"`
 	Deleted   []string `json:"deleted,omitempty"`
 	Conflicts []string `json:"conflicts,omitempty"` // "path: what happened"
+	// Ignored are the result's top-level entries outside ApplyOptions.Folder.
+	Ignored []string `json:"ignored,omitempty"`
 }
 
 // ApplyOptions configures Apply.
@@ -30,6 +33,10 @@ type ApplyOptions struct {
 	ConflictSuffix string
 	// Limits bound the extraction of the result.
 	Limits Limits
+	// Folder, if set, is the result's folder that stands for dir (a
+	// resource of AWCP's head dialect): only what it holds is applied,
+	// and the result's other entries are reported as Ignored.
+	Folder string
 }
 
 // Apply makes dir end as the executor left it, given base (the manifest of
@@ -58,6 +65,25 @@ func ApplyFrom(dir string, base Manifest, r io.ReaderAt, size int64, opts ApplyO
 	if err := ExtractFrom(r, size, staging, opts.Limits); err != nil {
 		return nil, fmt.Errorf("result: %w", err)
 	}
+	rep := &Report{}
+	if opts.Folder != "" {
+		top, err := os.ReadDir(staging)
+		if err != nil {
+			return nil, err
+		}
+		found := false
+		for _, e := range top {
+			if e.Name() == opts.Folder && e.IsDir() {
+				found = true
+			} else {
+				rep.Ignored = append(rep.Ignored, e.Name())
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("result: it has no folder %s/, the one lent", opts.Folder)
+		}
+		staging = filepath.Join(staging, opts.Folder)
+	}
 	res, err := Scan(staging)
 	if err != nil {
 		return nil, fmt.Errorf("result: %w", err)
@@ -66,7 +92,7 @@ func ApplyFrom(dir string, base Manifest, r io.ReaderAt, size int64, opts ApplyO
 	if err != nil {
 		return nil, err
 	}
-	a := &applier{staging: staging, suffix: opts.ConflictSuffix, rep: &Report{}}
+	a := &applier{staging: staging, suffix: opts.ConflictSuffix, rep: rep}
 	if a.root, err = os.OpenRoot(dir); err != nil {
 		return nil, err
 	}

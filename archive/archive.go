@@ -223,13 +223,30 @@ func Pack(dir string) (*Packed, error) {
 
 // PackTo zips dir (deflate level 6) under the package's rules into w, as it
 // walks: a workspace is never held in memory. The result's Zip is nil.
-func PackTo(w io.Writer, dir string) (*Packed, error) {
+func PackTo(w io.Writer, dir string) (*Packed, error) { return PackIn(w, dir, "") }
+
+// PackIn is PackTo with every entry in folder (one path element; "" for
+// none), as the head dialect of AWCP sends a resource. The manifest's
+// paths stay relative to dir.
+func PackIn(w io.Writer, dir, folder string) (*Packed, error) {
 	zw := zip.NewWriter(w)
 	zw.RegisterCompressor(zip.Deflate, pooledDeflate)
+	prefix := ""
+	if folder != "" {
+		if !filepath.IsLocal(folder) || strings.ContainsRune(folder, '/') {
+			return nil, fmt.Errorf("pack workspace: folder %q is not one path element", folder)
+		}
+		prefix = folder + "/"
+		hdr := &zip.FileHeader{Name: prefix, Method: zip.Store}
+		hdr.SetMode(fs.ModeDir | 0o755)
+		if _, err := zw.CreateHeader(hdr); err != nil {
+			return nil, fmt.Errorf("pack workspace: %w", err)
+		}
+	}
 	m := Manifest{}
 	skipped, err := walk(dir, func(rel string, info fs.FileInfo, target string, open func() (*os.File, error)) error {
 		e := entryOf(info, target)
-		hdr := &zip.FileHeader{Name: rel, Method: zip.Deflate, Modified: info.ModTime()}
+		hdr := &zip.FileHeader{Name: prefix + rel, Method: zip.Deflate, Modified: info.ModTime()}
 		hdr.SetMode(info.Mode())
 		switch e.Kind {
 		case KindDir:

@@ -1,11 +1,13 @@
 package control
 
 import (
+	"archive/zip"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -216,4 +218,146 @@ func TestDecodeEventExtensions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHeadDialectRoundTrip decodes the reference implementation's messages
+// as captured (testdata/head: its head dialect, and the events its
+// executor sent a seed INVITE) and re-encodes them byte for byte, apart
+// from the captures' white space.
+func TestHeadDialectRoundTrip(t *testing.T) {
+	for _, tt := range []struct {
+		file, dialect string
+	}{
+		{"invite-head.json", DialectHead},
+		{"invite-seed.json", DialectSeed},
+		{"start-head.json", DialectHead},
+		{"start-head-sshfs.json", DialectHead},
+	} {
+		t.Run(tt.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", "head", tt.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg, err := DecodeMessage(data)
+			if err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			var dialect string
+			switch m := msg.(type) {
+			case *Invite:
+				dialect = m.Dialect()
+			case *Start:
+				dialect = m.Dialect
+			}
+			if dialect != tt.dialect {
+				t.Errorf("dialect %q, want %q", dialect, tt.dialect)
+			}
+			out, err := Marshal(msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want bytes.Buffer
+			json.Compact(&want, data)
+			if !bytes.Equal(out, want.Bytes()) {
+				t.Fatalf("re-encoded differently:\n%s\nwant:\n%s", out, want.Bytes())
+			}
+		})
+	}
+	for _, file := range []string{"sse-head.txt", "sse-seed.txt"} {
+		t.Run(file, func(t *testing.T) {
+			data, _ := os.ReadFile(filepath.Join("testdata", "head", file))
+			var types []string
+			err := readSSE(bytes.NewReader(data), t.TempDir(), func(_ uint64, payload []byte, result spooled) (bool, error) {
+				ev, err := DecodeEvent(payload)
+				if err != nil {
+					return false, err
+				}
+				types = append(types, ev.Type)
+				if ev.Type == EventSnapshot {
+					// The snapshot went to a file as it was read: a ZIP of
+					// the environment, a folder per resource.
+					if result.bad != nil {
+						t.Fatalf("snapshot: %v", result.bad)
+					}
+					got := zipNames(t, result.file)
+					if !slices.Contains(got, "workspace/hello.txt") || !slices.Contains(got, "EXECUTOR_WAS_HERE.txt") {
+						t.Errorf("snapshot holds %v", got)
+					}
+					payload = bytes.Replace(payload, []byte(`,"snapshotBase64":""`), nil, 1)
+				}
+				out, _ := Marshal(ev)
+				if !bytes.Equal(out, payload) {
+					t.Errorf("event re-encoded differently:\n%s\nwant:\n%s", out, payload)
+				}
+				return ev.Terminal(), nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string][]string{"sse-head.txt": {"status", "snapshot", "done"}, "sse-seed.txt": {"error"}}[file]
+			if !slices.Equal(types, want) {
+				t.Errorf("events %v, want %v", types, want)
+			}
+		})
+	}
+}
+
+func zipNames(t *testing.T, file string) []string {
+	t.Helper()
+	zr, err := zip.OpenReader(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	var names []string
+	for _, f := range zr.File {
+		names = append(names, f.Name)
+	}
+	return names
+}
+
+func TestHeadInviteRefusals(t *testing.T) {
+	for _, tt := range []struct {
+		name, field string
+		fn          func(m map[string]any)
+	}{
+		{"no workspace nor environment", "workspace.exportName", func(m map[string]any) { delete(m, "environment") }},
+		{"no resources", "environment.resources", func(m map[string]any) { sub(m, "environment")["resources"] = []any{} }},
+		{"resource climbs", "environment.resources[0].name", func(m map[string]any) { resource(m)["name"] = ".." }},
+		{"resource with slash", "environment.resources[0].name", func(m map[string]any) { resource(m)["name"] = "a/b" }},
+		{"hidden resource", "environment.resources[0].name", func(m map[string]any) { resource(m)["name"] = ".awcp" }},
+		{"not fs", "environment.resources[0].type", func(m map[string]any) { resource(m)["type"] = "git" }},
+		{"bad mode", "environment.resources[0].mode", func(m map[string]any) { resource(m)["mode"] = "rwx" }},
+		{"named twice", "environment.resources[1].name", func(m map[string]any) {
+			env := sub(m, "environment")
+			env["resources"] = append(env["resources"].([]any), resource(m))
+		}},
+		{"negative retention", "retentionMs", func(m map[string]any) { m["retentionMs"] = -1 }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := DecodeMessage(mutate(t, "head/invite-head.json", tt.fn))
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != tt.field {
+				t.Fatalf("err %v, want one about %s", err, tt.field)
+			}
+		})
+	}
+	t.Run("both members in START", func(t *testing.T) {
+		_, err := DecodeMessage(mutate(t, "head/start-head.json", func(m map[string]any) { m["workDir"] = m["transportHandle"] }))
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != "transportHandle" {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("START with neither", func(t *testing.T) {
+		_, err := DecodeMessage(mutate(t, "head/start-head.json", func(m map[string]any) { delete(m, "transportHandle") }))
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != "workDir.transport" {
+			t.Fatalf("err %v", err)
+		}
+	})
+}
+
+func resource(m map[string]any) map[string]any {
+	return sub(m, "environment")["resources"].([]any)[0].(map[string]any)
 }

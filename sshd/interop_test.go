@@ -164,3 +164,60 @@ func TestOpenSSHSftpClientUsesLocator(t *testing.T) {
 		t.Fatalf("got %q through the locator\n%s", b, out)
 	}
 }
+
+// A head executor (the reference's later dialect) mounts START's
+// exportLocator with Debian's sshfs, as the reference does (its options
+// but noappledouble, which Linux's sshfs refuses), and runs its agent in
+// the resource folder: the environment root lists the export as workspace/
+// and holds nothing else, and nothing can be made beside it.
+func TestSSHFSMountsEnvironmentRoot(t *testing.T) {
+	need(t, "sshfs", "fusermount3")
+	f := newFixture(t)
+	dir, cred := f.lend(t, "dlg_env", false)
+	os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("hi\n"), 0o644)
+	key, kh, host, port := openSSHFiles(t, f, cred)
+	mnt := t.TempDir()
+	opts := "IdentityFile=" + key + ",CertificateFile=" + key + "-cert.pub,UserKnownHostsFile=" + kh +
+		",StrictHostKeyChecking=yes,IdentitiesOnly=yes,BatchMode=yes,port=" + port +
+		",reconnect,ServerAliveInterval=15,ServerAliveCountMax=3,follow_symlinks"
+	out, err := exec.Command("sshfs", "-o", opts, "dlg_env@"+host+":/"+EnvLocator("dlg_env")+"/", mnt).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sshfs: %v\n%s", err, out)
+	}
+	defer exec.Command("fusermount3", "-u", "-z", mnt).Run()
+
+	ents, err := os.ReadDir(mnt)
+	if err != nil || len(ents) != 1 || ents[0].Name() != EnvResource || !ents[0].IsDir() {
+		t.Fatalf("environment root lists %v (%v), want only %s/", ents, err, EnvResource)
+	}
+	ws := filepath.Join(mnt, EnvResource)
+	if b, err := os.ReadFile(filepath.Join(ws, "hello.txt")); err != nil || string(b) != "hi\n" {
+		t.Fatalf("read through the resource: %q %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "new.txt"), []byte("via env\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "new.txt")); string(b) != "via env\n" {
+		t.Fatalf("write through the resource: %q", b)
+	}
+	for name, try := range map[string]func() error{
+		"create beside the resource": func() error { return os.WriteFile(filepath.Join(mnt, "x.txt"), []byte("x"), 0o644) },
+		"mkdir beside the resource":  func() error { return os.Mkdir(filepath.Join(mnt, "d"), 0o755) },
+		"move the resource":          func() error { return os.Rename(ws, filepath.Join(mnt, "moved")) },
+		"remove the resource":        func() error { return os.Remove(ws) },
+		"move a file out":            func() error { return os.Rename(filepath.Join(ws, "new.txt"), filepath.Join(mnt, "new.txt")) },
+	} {
+		if err := try(); err == nil {
+			t.Errorf("%s: allowed", name)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "other")); !os.IsNotExist(err) {
+		t.Errorf("a name beside the resource: %v, want not found", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Errorf("the export holds %v after the refused requests, want hello.txt and new.txt", ents)
+	}
+	if err := exec.Command("fusermount3", "-u", mnt).Run(); err != nil {
+		t.Fatalf("unmount: %v", err)
+	}
+}

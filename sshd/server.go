@@ -165,7 +165,7 @@ func (s *Server) serveSFTP(sess ssh.Session) {
 	}
 	defer root.Close()
 	s.log.Info("sftp session", "delegation", id, "remote", sess.RemoteAddr(), "readOnly", exp.ReadOnly)
-	err = serveSFTP(sess, root, exp.ReadOnly, s.log.With("delegation", id), newFlow(share), Locator(id))
+	err = serveSFTP(sess, root, exp.ReadOnly, s.log.With("delegation", id), newFlow(share), id)
 	if err != nil {
 		s.log.Debug("sftp session ended", "delegation", id, "err", err)
 	}

@@ -61,6 +61,7 @@ type sftpServer struct {
 	log      *slog.Logger
 	out      *responder
 	alias    string       // "/" + the export's locator, another name of the root; "" for none
+	env      string       // "/" + the locator of its environment root (envroot.go); "" for none
 	rootID   confine.Root // the export directory's identity, for confine's depths
 	shape    *sync.Mutex  // the export's lock of link-shaping requests (links.go)
 
@@ -93,12 +94,13 @@ func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger)
 // channel then failed.
 var errStalled = errors.New("sftp: answers could not be written")
 
-// serveSFTP is ServeSFTP counting against fl, with locator (if not "")
-// served as another name of the root.
-func serveSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger, fl flow, locator string) error {
+// serveSFTP is ServeSFTP counting against fl, with the locators of
+// delegation id (if not ""), Locator and EnvLocator, served as other
+// names of the root and of its environment root.
+func serveSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger, fl flow, id string) error {
 	s := &sftpServer{root: root, readOnly: readOnly, log: log, handles: map[string]*handle{}}
-	if locator != "" {
-		s.alias = path.Clean("/" + locator)
+	if id != "" {
+		s.alias, s.env = path.Clean("/"+Locator(id)), path.Clean("/"+EnvLocator(id))
 	}
 	s.fast = newBeneath(root)
 	defer s.fast.Close()
@@ -533,7 +535,12 @@ func isEscape(err error) bool {
 // (ExportLocator: "awcp/<id>") names the root too, as START says it does.
 func (s *sftpServer) rel(p string) string {
 	p = path.Clean("/" + p)
-	if s.alias != "" {
+	if name, ok := s.envName(p); ok {
+		if inEnv(name) {
+			return name
+		}
+		p = name
+	} else if s.alias != "" {
 		if rest, ok := strings.CutPrefix(p, s.alias); ok && (rest == "" || rest[0] == '/') {
 			p = path.Clean("/" + rest)
 		}
@@ -576,9 +583,14 @@ func (s *sftpServer) handle(pkt []byte) {
 		}
 		var fi fs.FileInfo
 		var err error
-		if typ == wire.Lstat {
+		switch {
+		case name == envRoot:
+			fi, err = s.envRootInfo()
+		case inEnv(name):
+			err = fs.ErrNotExist
+		case typ == wire.Lstat:
 			fi, err = s.fast.Lstat(name)
-		} else {
+		default:
 			fi, err = s.fast.Stat(name)
 		}
 		s.attrsOrStatus(id, fi, err)
@@ -631,7 +643,14 @@ func (s *sftpServer) handle(pkt []byte) {
 			s.errStatus(id, errBadMessage)
 			return
 		}
-		s.name(id, "/"+strings.TrimPrefix(s.rel(p), "."), nil)
+		switch name := s.rel(p); {
+		case name == envRoot:
+			s.name(id, s.env, nil)
+		case inEnv(name):
+			s.errStatus(id, fs.ErrNotExist)
+		default:
+			s.name(id, "/"+strings.TrimPrefix(name, "."), nil)
+		}
 	case wire.Rename:
 		from, to := s.rel(r.Str()), s.rel(r.Str())
 		err := r.Err
@@ -844,7 +863,12 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 }
 
 func (s *sftpServer) opendir(id uint32, r *reader) {
-	f, err := s.openDir(r)
+	name := s.rel(r.Str())
+	if name == envRoot && r.Err == nil {
+		s.openEnvRoot(id)
+		return
+	}
+	f, err := s.openDir(name, r.Err)
 	if err != nil {
 		s.errStatus(id, err)
 		return
@@ -852,10 +876,26 @@ func (s *sftpServer) opendir(id uint32, r *reader) {
 	s.sendHandle(id, &handle{f: f, dir: true})
 }
 
-// openDir opens the directory the request names (OPENDIR, wire.List).
-func (s *sftpServer) openDir(r *reader) (*os.File, error) {
-	name := s.rel(r.Str())
-	if r.Err != nil {
+// openEnvRoot opens the environment root: a handle on the export's root
+// (so that closing it is as for any directory) listing only the export.
+func (s *sftpServer) openEnvRoot(id uint32) {
+	ent, err := s.envEntry()
+	if err != nil {
+		s.errStatus(id, err)
+		return
+	}
+	f, err := s.root.Open(".")
+	if err != nil {
+		s.errStatus(id, err)
+		return
+	}
+	s.sendHandle(id, &handle{f: f, dir: true, listed: true, entries: []fs.DirEntry{ent}})
+}
+
+// openDir opens the directory name (OPENDIR, wire.List); decodeErr is the
+// request's decoding error.
+func (s *sftpServer) openDir(name string, decodeErr error) (*os.File, error) {
+	if decodeErr != nil {
 		return nil, errBadMessage
 	}
 	f, err := s.root.Open(name)
@@ -1018,7 +1058,7 @@ func (s *sftpServer) readdir(id uint32, r *reader) {
 // list answers wire.List: the directory's entries with their
 // attributes, in one NAME.
 func (s *sftpServer) list(id uint32, r *reader) {
-	f, err := s.openDir(r)
+	f, err := s.openDir(s.rel(r.Str()), r.Err)
 	if err != nil {
 		s.errStatus(id, err)
 		return
