@@ -201,6 +201,50 @@ func (c *PeerClient) Cancel(ctx context.Context, id string) error {
 	return c.post(ctx, "/awcp/cancel/"+id, nil, &ok)
 }
 
+// Ack tells a head executor that the result is in: it may drop the
+// delegation's events and result (POST /awcp/tasks/{id}/ack).
+func (c *PeerClient) Ack(ctx context.Context, id string) error {
+	var ok StartResponse
+	return c.post(ctx, "/awcp/tasks/"+id+"/ack", nil, &ok)
+}
+
+// Result asks a head executor for a delegation's outcome (GET
+// /awcp/tasks/{id}/result): how its result is had again once the stream
+// that carried it is gone. The snapshot, if any, is decoded into
+// res.ResultFile in SpoolDir as it is read; the caller removes it.
+func (c *PeerClient) Result(ctx context.Context, id string) (*TaskResult, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/awcp/tasks/"+id+"/result", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return nil, peerError(resp.StatusCode, body)
+	}
+	var spool *spoolFile
+	rest, err := divert(bufio.NewReaderSize(resp.Body, 64<<10), [][]string{{"snapshotBase64"}}, maxEventBytes, func() (io.Writer, error) {
+		var err error
+		spool, err = newSpoolFile(c.SpoolDir)
+		return spool, err
+	})
+	var got spooled
+	if err == nil && spool != nil {
+		got, err = spool.finish()
+	}
+	if err != nil {
+		spool.discard()
+		return nil, fmt.Errorf("read the result of %s: %w", id, err)
+	}
+	var res TaskResult
+	if err := json.Unmarshal(rest, &res); err != nil || res.Status == "" {
+		spool.discard()
+		return nil, Errorf(CodeDeclined, "the executor answered with something that is not a task result: %.200s", rest)
+	}
+	res.ResultFile, res.resultSum, res.resultErr = got.file, got.sum, got.bad
+	return &res, nil
+}
+
 // Permit answers a permission request the executor forwarded.
 func (c *PeerClient) Permit(ctx context.Context, id, requestID, optionID string) error {
 	var ok StartResponse

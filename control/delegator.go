@@ -51,8 +51,20 @@ type Delegator struct {
 	log   *slog.Logger
 	sched *lease.Scheduler
 
-	mu        sync.Mutex                    // guards following
+	mu        sync.Mutex                    // guards following and snapshots
 	following map[string]context.CancelFunc // delegations this process drives
+	// snapshots are the head dialect's results received and not yet
+	// applied, by delegation id: done names the one to apply.
+	snapshots map[string][]heldSnapshot
+}
+
+// heldSnapshot is a snapshot event's ZIP, kept until done names it.
+type heldSnapshot struct {
+	id       string // the executor's snapshotId
+	file     string
+	sum      string // the file's SHA-256 (hex)
+	bad      error  // not base64
+	checksum string // resultChecksum, if the executor sent one
 }
 
 // NewDelegator builds a Delegator.
@@ -66,7 +78,8 @@ func NewDelegator(opts DelegatorOptions) (*Delegator, error) {
 	if opts.ReconnectBound <= 0 {
 		opts.ReconnectBound = 30 * time.Second
 	}
-	d := &Delegator{opts: opts, store: opts.Store, log: opts.Logger, following: map[string]context.CancelFunc{}}
+	d := &Delegator{opts: opts, store: opts.Store, log: opts.Logger,
+		following: map[string]context.CancelFunc{}, snapshots: map[string][]heldSnapshot{}}
 	d.sched = lease.NewScheduler(lease.Scheduler{List: d.due, Expire: d.Expire, Logger: opts.Logger})
 	return d, nil
 }
@@ -81,7 +94,15 @@ type ExportRequest struct {
 	Access      string        `json:"access"`    // default rw
 	Transport   string        `json:"transport"` // auto, sshfs or archive; default auto
 	Token       string        `json:"token,omitempty"`
+	// Dialect is the AWCP dialect to speak: seed (the specification's),
+	// head (the reference implementation's later wire), or auto (the
+	// default): an INVITE both read, then the dialect the ACCEPT is in.
+	Dialect string `json:"dialect,omitempty"`
 }
+
+// headRetention is how long a head executor is asked to keep a result: the
+// delegator acknowledges it as soon as it is applied.
+const headRetention = time.Hour
 
 // NewDelegationID returns a random (v4) UUID.
 func NewDelegationID() string {
@@ -133,6 +154,14 @@ func (d *Delegator) Create(req ExportRequest) (*lease.Delegation, error) {
 		return nil, Errorf(CodeWorkspaceInvalid, "unknown transport %q", req.Transport).
 			WithHint("use auto, sshfs or archive")
 	}
+	switch req.Dialect {
+	case "", "auto":
+		req.Dialect = "auto"
+	case DialectSeed, DialectHead:
+	default:
+		return nil, Errorf(CodeWorkspaceInvalid, "unknown dialect %q", req.Dialect).
+			WithHint("use auto, seed or head")
+	}
 	phys, _, err := Admit(req.Dir, d.opts.Admission)
 	if err != nil {
 		return nil, err
@@ -143,7 +172,7 @@ func (d *Delegator) Create(req ExportRequest) (*lease.Delegation, error) {
 	id := NewDelegationID()
 	del := &lease.Delegation{
 		Lease: lease.Lease{ID: id, AccessMode: req.Access, Transport: req.Transport,
-			TTLSeconds: int64((req.TTL + time.Second - 1) / time.Second)},
+			TTLSeconds: int64((req.TTL + time.Second - 1) / time.Second), Dialect: req.Dialect},
 		Peer: req.Peer, LocalDir: phys, ExportName: "awcp/" + id,
 		Description: req.Description, Prompt: req.Prompt, Token: req.Token, Notes: notes,
 		AutoTransport: auto,
@@ -191,7 +220,8 @@ func (d *Delegator) transport(del *lease.Delegation) DelegatorTransport {
 }
 
 func lent(del *lease.Delegation) Lent {
-	return Lent{ID: del.ID, LocalDir: del.LocalDir, AccessMode: del.AccessMode, ExpiresAt: del.ExpiresAt, Peer: del.Peer}
+	return Lent{ID: del.ID, LocalDir: del.LocalDir, AccessMode: del.AccessMode, ExpiresAt: del.ExpiresAt, Peer: del.Peer,
+		Dialect: del.Dialect}
 }
 
 // Run drives delegation id until it ends or ctx is done, and returns the
@@ -298,8 +328,18 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 		BaseMessage:  header(TypeInvite, id),
 		Task:         Task{Description: del.Description, Prompt: del.Prompt},
 		Lease:        InviteLease{TTLSeconds: del.TTLSeconds, AccessMode: del.AccessMode},
-		Workspace:    &Workspace{ExportName: del.ExportName},
 		Requirements: &Requirements{Transport: del.Transport},
+	}
+	// In auto, the INVITE carries both dialects' members; each executor
+	// reads its own and ignores the others.
+	want := del.Dialect
+	if want != DialectHead {
+		inv.Workspace = &Workspace{ExportName: del.ExportName}
+	}
+	if want != DialectSeed {
+		ms := int64(headRetention / time.Millisecond)
+		inv.RetentionMs = &ms
+		inv.Environment = &Environment{Resources: []Resource{{Name: ResourceWorkspace, Type: "fs", Mode: del.AccessMode}}}
 	}
 	if _, err := d.store.FireDelegation(id, lease.SendInvite, "INVITE sent", nil); err != nil {
 		return nil, err
@@ -323,8 +363,19 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 	if err != nil {
 		return nil, err
 	}
+	// A head executor says how long it keeps the result; a seed one
+	// has no such member.
+	dialect := DialectSeed
+	if acc.RetentionMs != nil || want == DialectHead {
+		dialect = DialectHead
+	}
+	d.log.Info("executor accepted", "delegation", id, "dialect", dialect)
 	now := d.store.Now()
 	del, err = d.store.FireDelegation(id, lease.ReceiveAccept, "ACCEPT received", func(del *lease.Delegation) error {
+		if dialect == DialectHead && want != DialectHead {
+			del.Notes = append(del.Notes, "the executor speaks the head dialect (the reference implementation's later wire): spoke it")
+		}
+		del.Dialect = dialect
 		del.ExecutorWorkDir = acc.ExecutorWorkDir.Path
 		if c := acc.ExecutorConstraints; c != nil {
 			if c.AcceptedAccessMode != "" && c.AcceptedAccessMode != del.AccessMode {
@@ -356,6 +407,7 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 		BaseMessage: header(TypeStart, id),
 		Lease:       StartLease{ExpiresAt: Timestamp(del.ExpiresAt), AccessMode: del.AccessMode},
 		WorkDir:     *info,
+		Dialect:     del.Dialect,
 	}
 	if info.WorkspaceFile != "" {
 		// Sent once: the packed workspace is of no use after START.
@@ -508,9 +560,16 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 		} else {
 			_, err = d.store.UpdateDelegation(id, seen)
 		}
+	case EventSnapshot:
+		d.holdSnapshot(id, ev)
+		_, err = d.store.UpdateDelegation(id, seen)
 	case EventDone:
 		if del.State.Terminal() {
 			return nil
+		}
+		if del.Dialect == DialectHead && ev.ResultFile == "" {
+			release := d.headResult(ctx, del, ev)
+			defer release()
 		}
 		if del.State == lease.Started {
 			// The task ran and ended before a "running" status reached
@@ -555,6 +614,9 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 					del.Changes = append(del.Changes, "- "+p)
 				}
 				del.Conflicts = rep.Conflicts
+				if len(rep.Ignored) > 0 {
+					del.Notes = append(del.Notes, fmt.Sprintf("the executor's snapshot also held %v, outside the lent directory: not applied", rep.Ignored))
+				}
 				return nil
 			})
 		}
@@ -585,9 +647,86 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 	if ev.Terminal() {
 		if cur, gerr := d.store.Delegation(id); gerr == nil {
 			d.cleanup(ctx, cur)
+			if cur.Dialect == DialectHead && cur.State.Terminal() {
+				d.ack(cur)
+			}
 		}
+		d.dropSnapshots(id)
 	}
 	return err
+}
+
+// holdSnapshot keeps a snapshot event's ZIP (which the stream reader
+// would remove) until done says which snapshot is the result.
+func (d *Delegator) holdSnapshot(id string, ev *Event) {
+	if ev.ResultFile == "" {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	name := fmt.Sprintf("%s.snapshot-%d.zip", ev.ResultFile, len(d.snapshots[id]))
+	if err := os.Rename(ev.ResultFile, name); err != nil {
+		d.log.Warn("keep a snapshot", "delegation", id, "err", err)
+		return
+	}
+	d.snapshots[id] = append(d.snapshots[id], heldSnapshot{id: ev.SnapshotID, file: name, sum: ev.resultSum,
+		bad: ev.resultErr, checksum: ev.ResultChecksum})
+}
+
+// dropSnapshots removes what holdSnapshot kept for id.
+func (d *Delegator) dropSnapshots(id string) {
+	d.mu.Lock()
+	held := d.snapshots[id]
+	delete(d.snapshots, id)
+	d.mu.Unlock()
+	for _, h := range held {
+		os.Remove(h.file)
+	}
+}
+
+// headResult finds the result a head done stands for and puts it in ev
+// (as resultBase64 would be): the snapshot done recommends (or the last
+// one) as it came in its event, else — the stream that carried it was
+// lost, and a head executor replays only done — as GET /result gives it.
+// release removes what was fetched.
+func (d *Delegator) headResult(ctx context.Context, del *lease.Delegation, ev *Event) (release func()) {
+	want := ev.RecommendedSnapshotID
+	if want == "" && len(ev.SnapshotIDs) > 0 {
+		want = ev.SnapshotIDs[len(ev.SnapshotIDs)-1]
+	}
+	d.mu.Lock()
+	held := d.snapshots[del.ID]
+	d.mu.Unlock()
+	for i := len(held) - 1; i >= 0; i-- {
+		if h := held[i]; want == "" || h.id == want {
+			ev.ResultFile, ev.resultSum, ev.resultErr, ev.ResultChecksum = h.file, h.sum, h.bad, h.checksum
+			return func() {}
+		}
+	}
+	if del.Transport != TransportArchive || del.AccessMode != AccessRW {
+		return func() {}
+	}
+	res, err := d.peer(del).Result(ctx, del.ID)
+	if err != nil {
+		d.log.Warn("fetch the result", "delegation", del.ID, "err", err)
+		return func() {}
+	}
+	if res.ResultFile == "" {
+		return func() {}
+	}
+	d.log.Info("result fetched with GET /result: its snapshot event was not received", "delegation", del.ID)
+	ev.ResultFile, ev.resultSum, ev.resultErr, ev.ResultChecksum = res.ResultFile, res.resultSum, res.resultErr, res.ResultChecksum
+	return func() { os.Remove(res.ResultFile) }
+}
+
+// ack tells a head executor the outcome is recorded, best effort and
+// bounded: it then drops the delegation's events and result.
+func (d *Delegator) ack(del *lease.Delegation) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.peer(del).Ack(ctx, del.ID); err != nil {
+		d.log.Debug("acknowledge the result", "delegation", del.ID, "err", err)
+	}
 }
 
 // Expire ends a delegation whose lease ran out: the transition first, then

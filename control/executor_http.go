@@ -595,6 +595,7 @@ func (e *Executor) handleCard(w http.ResponseWriter, r *http.Request) {
 		"maxConcurrent": e.opts.MaxConcurrent,
 		"maxTtlSeconds": int64(e.opts.MaxTTL / time.Second),
 		"authRequired":  len(e.opts.Tokens) > 0,
+		"dialects":      []string{DialectSeed, DialectHead},
 	}}
 	writeJSON(w, http.StatusOK, AgentCard{
 		Name:               e.opts.Name,

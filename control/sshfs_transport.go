@@ -71,10 +71,16 @@ func (t *SSHFSDelegator) Prepare(_ context.Context, d Lent) (*WorkDirInfo, error
 			host = AdvertiseHost(u.Hostname())
 		}
 	}
+	locator := sshd.Locator(d.ID)
+	if d.Dialect == DialectHead {
+		// A head executor mounts an environment root and works in its
+		// resource folder, workspace/.
+		locator = sshd.EnvLocator(d.ID)
+	}
 	return &WorkDirInfo{
 		Transport:     TransportSSHFS,
 		Endpoint:      &Endpoint{Host: host, Port: t.Port, User: d.ID},
-		ExportLocator: sshd.Locator(d.ID),
+		ExportLocator: locator,
 		Credential:    &Credential{PrivateKey: cred.PrivateKey, Certificate: cred.Certificate},
 		HostKey:       t.Issuer.HostPublicKey(),
 	}, nil

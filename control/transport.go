@@ -62,6 +62,7 @@ type Lent struct {
 	AccessMode string
 	ExpiresAt  time.Time
 	Peer       string // the executor's URL
+	Dialect    string // the executor's: the head dialect lends the directory as a resource
 }
 
 // ArchiveExecutor is the executor side of the archive transport.
@@ -172,7 +173,11 @@ func (t *ArchiveDelegator) Prepare(_ context.Context, d Lent) (*WorkDirInfo, err
 	}
 	defer f.Close()
 	sum := sha256.New()
-	p, err := archive.PackTo(io.MultiWriter(f, sum), d.LocalDir)
+	folder := ""
+	if d.Dialect == DialectHead {
+		folder = ResourceWorkspace // the head dialect's archive holds a folder per resource
+	}
+	p, err := archive.PackIn(io.MultiWriter(f, sum), d.LocalDir, folder)
 	if err == nil {
 		err = f.Close()
 	}
@@ -206,8 +211,8 @@ func (t *ArchiveDelegator) Finish(_ context.Context, d Lent, ev *Event) (*archiv
 	// result: what the executor changed would be lost unsaid.
 	switch {
 	case ev.ResultFile == "" && (ev.RecommendedSnapshotID != "" || len(ev.SnapshotIDs) > 0):
-		return nil, Errorf(CodeTaskFailed, "the executor sent its result as a snapshot (%s), the reference implementation's newer dialect, which this delegator does not apply: nothing in the directory was changed",
-			ev.RecommendedSnapshotID).WithHint("use the live mount (--transport sshfs) with this executor")
+		return nil, Errorf(CodeTaskFailed, "the executor named its result snapshot %s, but neither its snapshot event nor GET /result delivered it: nothing in the directory was changed",
+			ev.RecommendedSnapshotID).WithHint("the executor may have dropped it; check its log")
 	case ev.ResultFile == "":
 		return nil, Errorf(CodeTaskFailed, "the executor's done event carries no result (resultBase64): nothing in the directory was changed").
 			WithHint("the executor's changes, if any, did not come back; check its version")
@@ -238,11 +243,15 @@ func (t *ArchiveDelegator) Finish(_ context.Context, d Lent, ev *Event) (*archiv
 	if err := json.Unmarshal(raw, &base); err != nil {
 		return nil, fmt.Errorf("what was sent is unreadable: %w", err)
 	}
-	rep, err := archive.ApplyFrom(d.LocalDir, base, f, fi.Size(), archive.ApplyOptions{
+	opts := archive.ApplyOptions{
 		StagingDir:     t.StagingDir,
 		ConflictSuffix: ".awcp-" + shortID(d.ID),
 		Limits:         t.Limits,
-	})
+	}
+	if d.Dialect == DialectHead {
+		opts.Folder = ResourceWorkspace
+	}
+	rep, err := archive.ApplyFrom(d.LocalDir, base, f, fi.Size(), opts)
 	if err != nil {
 		kept := filepath.Join(t.ResultDir, d.ID+".zip")
 		if werr := keepFile(ev.ResultFile, kept); werr != nil {

@@ -6,53 +6,16 @@ import (
 	"crypto/rand"
 	"errors"
 	"log/slog"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/gliderlabs/ssh"
 	gossh "golang.org/x/crypto/ssh"
-)
 
-// openSSHSFTP runs OpenSSH's own sftp-server behind an SSH server that
-// takes any key: a delegator that serves plain SFTP of its whole file
-// system, as the reference implementation's does. It returns the address
-// and the host key.
-func openSSHSFTP(t *testing.T) (string, gossh.PublicKey) {
-	t.Helper()
-	const server = "/usr/lib/openssh/sftp-server"
-	if _, err := os.Stat(server); err != nil {
-		t.Fatalf("%s is missing (.ci/run installs openssh-sftp-server): %v", server, err)
-	}
-	_, priv, _ := ed25519.GenerateKey(rand.Reader)
-	host, err := gossh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &ssh.Server{
-		HostSigners:      []ssh.Signer{host},
-		PublicKeyHandler: func(ssh.Context, ssh.PublicKey) bool { return true },
-		Handler:          func(s ssh.Session) { s.Exit(1) },
-		SubsystemHandlers: map[string]ssh.SubsystemHandler{"sftp": func(s ssh.Session) {
-			cmd := exec.Command(server)
-			cmd.Stdin, cmd.Stdout = s, s
-			cmd.Run()
-			s.Exit(0)
-		}},
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { defer close(served); srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close(); <-served })
-	return ln.Addr().String(), host.PublicKey()
-}
+	"github.com/awcp/awcp/sshd/sshdtest"
+)
 
 func anySigner(t *testing.T) gossh.Signer {
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
@@ -81,7 +44,7 @@ func names(t *testing.T, dir string) []string {
 // reference sends it — and nothing above it; writes land there.
 func TestMountsExactlyTheExportOfAPlainServer(t *testing.T) {
 	requireFUSE(t)
-	addr, hostKey := openSSHSFTP(t)
+	addr, hostKey := sshdtest.OpenSSHSFTP(t)
 	top := t.TempDir()
 	ws := filepath.Join(top, "ws")
 	os.MkdirAll(filepath.Join(ws, "sub"), 0o755)
@@ -115,7 +78,7 @@ func TestMountsExactlyTheExportOfAPlainServer(t *testing.T) {
 // mount never falls back to the server's root.
 func TestExportLocatorRefusals(t *testing.T) {
 	requireFUSE(t)
-	addr, hostKey := openSSHSFTP(t)
+	addr, hostKey := sshdtest.OpenSSHSFTP(t)
 	file := filepath.Join(t.TempDir(), "file")
 	os.WriteFile(file, nil, 0o644)
 	for _, export := range []string{"", "/no/such/dir", file} {

@@ -30,6 +30,8 @@ func exportCommand(ctx context.Context) *cli.Command {
 			&cli.StringFlag{Name: "access", EnvVars: []string{"AWCP_ACCESS"}, Value: "rw", Usage: "rw or ro"},
 			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs or archive"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executor requires"},
+			&cli.StringFlag{Name: "dialect", EnvVars: []string{"AWCP_DIALECT"}, Value: "auto",
+				Usage: "AWCP dialect: auto (the executor's, from its ACCEPT), seed (the specification's) or head (the reference implementation's later wire)"},
 			&cli.BoolFlag{Name: "background", Usage: "hand the delegation to the daemon (started if needed), print its id and return"},
 			&cli.BoolFlag{Name: "json", Usage: "print the outcome as JSON"},
 		), sshFlags()...),
@@ -44,7 +46,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 			req := control.ExportRequest{
 				Dir: c.Args().First(), Peer: c.String("peer"), Prompt: c.String("prompt"),
 				Description: c.String("description"), TTL: c.Duration("ttl"), Access: c.String("access"),
-				Transport: c.String("transport"), Token: c.String("token"),
+				Transport: c.String("transport"), Token: c.String("token"), Dialect: c.String("dialect"),
 			}
 			if abs, err := filepath.Abs(req.Dir); err == nil {
 				req.Dir = abs

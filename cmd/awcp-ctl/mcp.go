@@ -29,6 +29,7 @@ func mcpCommand(ctx context.Context) *cli.Command {
 				Usage: "executor URLs, comma-separated; their agent cards are described to the model"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executors require"},
 			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs or archive"},
+			&cli.StringFlag{Name: "dialect", EnvVars: []string{"AWCP_DIALECT"}, Value: "auto", Usage: "AWCP dialect: auto, seed or head"},
 			&cli.DurationFlag{Name: "discovery-timeout", Value: 3 * time.Second, Usage: "how long to wait for each peer's agent card at start"},
 			&cli.StringFlag{Name: "log-file", EnvVars: []string{"AWCP_LOG_FILE"}, Usage: "append logs to this file instead of stderr"},
 		), sshFlags()...),
@@ -44,6 +45,11 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 	case "auto", control.TransportSSHFS, control.TransportArchive:
 	default:
 		return clikit.UsageError("--transport must be auto, sshfs or archive, not %q", t)
+	}
+	switch d := c.String("dialect"); d {
+	case "auto", control.DialectSeed, control.DialectHead:
+	default:
+		return clikit.UsageError("--dialect must be auto, seed or head, not %q", d)
 	}
 	if path := c.String("log-file"); path != "" {
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
@@ -70,6 +76,7 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 		Peers:     peers,
 		Token:     c.String("token"),
 		Transport: c.String("transport"),
+		Dialect:   c.String("dialect"),
 		Version:   clikit.Version,
 		Logger:    e.log,
 	})

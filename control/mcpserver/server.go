@@ -68,6 +68,8 @@ type Options struct {
 	Token string
 	// Transport of new delegations: auto, sshfs or archive. Default auto.
 	Transport string
+	// Dialect of new delegations: auto, seed or head. Default auto.
+	Dialect string
 	// Cwd resolves a relative workspace_dir when the call gives no cwd.
 	// Default: the process's working directory.
 	Cwd string
@@ -220,7 +222,7 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 	id, err := s.dlg.Start(ctx, control.ExportRequest{
 		Dir: dir, Peer: peer, Prompt: in.Prompt, Description: strings.TrimSpace(in.Description),
 		TTL: time.Duration(in.TTLSeconds) * time.Second, Access: in.AccessMode,
-		Transport: s.opts.Transport, Token: s.opts.Token,
+		Transport: s.opts.Transport, Token: s.opts.Token, Dialect: s.opts.Dialect,
 	})
 	if err != nil {
 		return Outcome{}, err
