@@ -204,57 +204,6 @@ func TestFastTaskResultNotLost(t *testing.T) {
 	}
 }
 
-// headExecutor stands in for the reference's executor at HEAD: it accepts
-// any INVITE and START, and its event stream is the one captured from it
-// (testdata/head/sse-head.txt), whose result is a snapshot event.
-func headExecutor(t *testing.T) *httptest.Server {
-	t.Helper()
-	captured, err := os.ReadFile("testdata/head/sse-head.txt")
-	if err != nil {
-		t.Fatalf("the captured HEAD events: %v", err)
-	}
-	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		switch {
-		case r.Method == http.MethodPost && r.URL.Path == "/awcp":
-			var m BaseMessage
-			json.NewDecoder(r.Body).Decode(&m)
-			switch m.Type {
-			case TypeInvite:
-				b, _ := Marshal(&Accept{BaseMessage: header(TypeAccept, m.DelegationID),
-					ExecutorWorkDir: ExecutorWorkDir{Path: "/srv/awcp/exec/work/" + m.DelegationID}})
-				w.Write(b)
-			default:
-				io.WriteString(w, `{"ok":true}`)
-			}
-		case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/events"):
-			id := strings.Split(r.URL.Path, "/")[3]
-			w.Header().Set("Content-Type", "text/event-stream")
-			io.WriteString(w, strings.ReplaceAll(string(captured), "dlg_head0001", id))
-		default:
-			io.WriteString(w, `{"ok":true}`)
-		}
-	}))
-}
-
-// An archive result the executor sends as a HEAD snapshot is not
-// reported as "completed, changes: none": the delegation fails saying
-// why, and the directory is as it was.
-func TestSnapshotResultIsRefusedNotIgnored(t *testing.T) {
-	srv := headExecutor(t)
-	defer srv.Close()
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("hi\n"), 0o644)
-	end := delegateArchive(t, srv.URL, dir)
-	if end.State != lease.Error || end.Failure == nil || end.Failure.Code != CodeTaskFailed ||
-		!strings.Contains(end.Failure.Message, "snapshot") || end.Failure.Hint == "" {
-		t.Fatalf("ended %s with %+v, want TASK_FAILED naming the snapshot, with a hint", end.State, end.Failure)
-	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
-		t.Fatalf("the directory changed: %v", ents)
-	}
-}
-
 // delegateArchive lends dir to the executor at peer over the archive
 // transport and returns the delegation as it ended (within 20 s).
 func delegateArchive(t *testing.T, peer, dir string) *lease.Delegation {

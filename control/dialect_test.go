@@ -1,0 +1,442 @@
+package control
+
+import (
+	"archive/zip"
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/awcp/awcp/lease"
+	"github.com/awcp/awcp/sshd"
+)
+
+// headPeer stands in for the reference's executor at HEAD (b10e261), as
+// its captured messages show it (testdata/head): it reads an INVITE's
+// environment and answers with its retention; it reads START's
+// transportHandle (and, without one, fails the task as it did when sent
+// a seed START); its stream has no event ids and ends with a snapshot
+// event, then done naming it; /result gives the snapshot again and /ack
+// is recorded. Its "agent" changes workspace/hello.txt and leaves a file
+// at the environment's root, as the captured run did.
+type headPeer struct {
+	t *testing.T
+	// replayOnly: the stream holds what the reference replays to a
+	// subscriber after the task ended: done alone, without snapshot ids.
+	replayOnly bool
+	// noResult: GET /result has no snapshot either.
+	noResult bool
+
+	mu       sync.Mutex
+	invite   map[string]any
+	start    map[string]any
+	received []string // names in START's archive
+	result   []byte   // the snapshot ZIP
+	failed   bool     // START had no transportHandle
+	started  chan struct{}
+	acked    bool
+}
+
+func newHeadPeer(t *testing.T) *headPeer { return &headPeer{t: t, started: make(chan struct{})} }
+
+func (h *headPeer) captured(name, id string) string {
+	b, err := os.ReadFile(filepath.Join("testdata", "head", name))
+	if err != nil {
+		h.t.Fatalf("the captured messages: %v", err)
+	}
+	return strings.NewReplacer("dlg_head0001", id, "dlg_seed0001", id).Replace(string(b))
+}
+
+func (h *headPeer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	parts := strings.Split(r.URL.Path, "/") // "", "awcp", "tasks", id, what
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/awcp":
+		var m map[string]any
+		json.NewDecoder(r.Body).Decode(&m)
+		id, _ := m["delegationId"].(string)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		switch m["type"] {
+		case TypeInvite:
+			h.invite = m
+			// Math.min(undefined, cap) is NaN, which JSON writes as null.
+			var retention any
+			if asked, ok := m["retentionMs"].(float64); ok {
+				retention = min(asked, 604800000)
+			}
+			lease := m["lease"].(map[string]any)
+			acc, _ := json.Marshal(map[string]any{"version": "1", "type": TypeAccept, "delegationId": id,
+				"retentionMs": retention, "executorWorkDir": map[string]any{"path": "/srv/awcp/exec/work/" + id},
+				"executorConstraints": map[string]any{"acceptedAccessMode": lease["accessMode"], "maxTtlSeconds": lease["ttlSeconds"]}})
+			w.Write(acc)
+		case TypeStart:
+			h.start = m
+			h.failed = m["transportHandle"] == nil
+			if !h.failed {
+				h.work(m["transportHandle"].(map[string]any))
+			}
+			close(h.started)
+			io.WriteString(w, `{"ok":true}`)
+		default:
+			io.WriteString(w, `{"ok":true}`)
+		}
+	case r.Method == http.MethodGet && len(parts) == 5 && parts[4] == "events":
+		select {
+		case <-h.started:
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		switch {
+		case h.failed:
+			io.WriteString(w, h.captured("sse-seed.txt", parts[3]))
+		case h.replayOnly:
+			fmt.Fprintf(w, "data: {\"delegationId\":%q,\"type\":\"done\",\"timestamp\":\"2026-11-21T22:15:55.039Z\",\"summary\":\"saw 2 entries\",\"highlights\":[\"EXECUTOR_WAS_HERE.txt\"]}\n\n", parts[3])
+		default:
+			events := h.captured("sse-head.txt", parts[3])
+			var snap struct{ SnapshotBase64 string }
+			for _, line := range strings.Split(events, "\n") {
+				if strings.Contains(line, `"type":"snapshot"`) {
+					json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &snap)
+				}
+			}
+			io.WriteString(w, strings.Replace(events, snap.SnapshotBase64, base64.StdEncoding.EncodeToString(h.result), 1))
+		}
+	case r.Method == http.MethodGet && len(parts) == 5 && parts[4] == "result":
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		res := map[string]any{"status": "completed", "completedAt": "2026-11-21T22:15:55.039Z", "summary": "saw 2 entries"}
+		if !h.noResult {
+			res["snapshotBase64"] = base64.StdEncoding.EncodeToString(h.result)
+		}
+		json.NewEncoder(w).Encode(res)
+	case r.Method == http.MethodPost && len(parts) == 5 && parts[4] == "ack":
+		h.mu.Lock()
+		h.acked = true
+		h.mu.Unlock()
+		io.WriteString(w, `{"ok":true}`)
+	default:
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, `{"error":"not found"}`)
+	}
+}
+
+// work checks START's archive as the reference does (its checksum) and
+// makes the snapshot its agent would leave.
+func (h *headPeer) work(handle map[string]any) {
+	zipData, err := base64.StdEncoding.DecodeString(handle["workspaceBase64"].(string))
+	if err != nil {
+		h.t.Errorf("START's workspaceBase64: %v", err)
+		return
+	}
+	if sum := sha256.Sum256(zipData); hex.EncodeToString(sum[:]) != handle["checksum"] {
+		h.t.Errorf("START's checksum does not match its archive")
+	}
+	zr, err := zip.NewReader(bytes.NewReader(zipData), int64(len(zipData)))
+	if err != nil {
+		h.t.Errorf("START's archive: %v", err)
+		return
+	}
+	var out bytes.Buffer
+	zw := zip.NewWriter(&out)
+	for _, f := range zr.File {
+		h.received = append(h.received, f.Name)
+		hdr := f.FileHeader
+		fw, _ := zw.CreateHeader(&hdr)
+		if f.Name == "workspace/hello.txt" {
+			io.WriteString(fw, "changed by the head executor\n")
+			continue
+		}
+		if !f.Mode().IsDir() {
+			rc, _ := f.Open()
+			io.Copy(fw, rc)
+			rc.Close()
+		}
+	}
+	fw, _ := zw.Create("EXECUTOR_WAS_HERE.txt")
+	io.WriteString(fw, "executor was here")
+	zw.Close()
+	h.result = out.Bytes()
+}
+
+// Our delegator, in its default dialect (auto), finds a head executor by
+// its ACCEPT and speaks its dialect: START's transportHandle with the
+// directory as the folder workspace/, the snapshot applied from that
+// folder only, /ack after. When the stream holds done alone (the
+// reference replays nothing else), the result is fetched with GET
+// /result.
+func TestDelegatorSpeaksHeadToHeadExecutor(t *testing.T) {
+	for _, replayOnly := range []bool{false, true} {
+		t.Run(map[bool]string{false: "snapshot event", true: "done replayed alone"}[replayOnly], func(t *testing.T) {
+			peer := newHeadPeer(t)
+			peer.replayOnly = replayOnly
+			srv := httptest.NewServer(peer)
+			defer srv.Close()
+			dir := t.TempDir()
+			os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("hi\n"), 0o644)
+			end := delegateArchive(t, srv.URL, dir)
+			if end.State != lease.Completed {
+				t.Fatalf("ended %s (%+v), want completed", end.State, end.Failure)
+			}
+			if end.Dialect != DialectHead {
+				t.Errorf("dialect %q, want head", end.Dialect)
+			}
+			if b, _ := os.ReadFile(filepath.Join(dir, "hello.txt")); string(b) != "changed by the head executor\n" {
+				t.Errorf("hello.txt = %q: the snapshot was not applied", b)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "EXECUTOR_WAS_HERE.txt")); err == nil {
+				t.Error("a file outside the resource folder was applied")
+			}
+			if !slices.ContainsFunc(end.Notes, func(n string) bool { return strings.Contains(n, "EXECUTOR_WAS_HERE.txt") }) {
+				t.Errorf("notes %q do not say what was left out", end.Notes)
+			}
+			if !slices.Equal(end.Changes, []string{"~ hello.txt"}) {
+				t.Errorf("changes %q", end.Changes)
+			}
+			peer.mu.Lock()
+			defer peer.mu.Unlock()
+			if peer.invite["workspace"] == nil || peer.invite["environment"] == nil || peer.invite["retentionMs"] == nil {
+				t.Errorf("the auto INVITE lacks one dialect's members: %v", peer.invite)
+			}
+			if peer.start["transportHandle"] == nil || peer.start["workDir"] != nil {
+				t.Errorf("START is not in the head dialect: %v", peer.start)
+			}
+			if !slices.Equal(peer.received, []string{"workspace/", "workspace/hello.txt"}) {
+				t.Errorf("START's archive holds %v, want the folder workspace/", peer.received)
+			}
+			if !peer.acked {
+				t.Error("the result was not acknowledged")
+			}
+		})
+	}
+}
+
+// A head done whose snapshot neither its event nor GET /result delivers
+// fails the delegation and changes nothing.
+func TestHeadResultMissingIsRefused(t *testing.T) {
+	peer := newHeadPeer(t)
+	peer.replayOnly, peer.noResult = true, true
+	srv := httptest.NewServer(peer)
+	defer srv.Close()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("hi\n"), 0o644)
+	end := delegateArchive(t, srv.URL, dir)
+	if end.State != lease.Error || end.Failure == nil || end.Failure.Code != CodeTaskFailed {
+		t.Fatalf("ended %s with %+v, want TASK_FAILED", end.State, end.Failure)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "hello.txt")); string(b) != "hi\n" {
+		t.Fatalf("hello.txt = %q", b)
+	}
+}
+
+// Told to speak seed to a head executor, the delegator reports the
+// executor's own failure (it reads no workDir) with its code and reason.
+func TestSeedStartToHeadExecutorFailsWithItsReason(t *testing.T) {
+	peer := newHeadPeer(t)
+	srv := httptest.NewServer(peer)
+	defer srv.Close()
+	dir := t.TempDir()
+	dlg, _ := newArchiveDelegator(t, nil)
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: TransportArchive, Dialect: DialectSeed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, err := dlg.Run(t.Context(), d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end.State != lease.Error || end.Failure.Code != CodeTaskFailed || !strings.Contains(end.Failure.Message, "transport") {
+		t.Fatalf("ended %s with %+v, want the executor's TASK_FAILED", end.State, end.Failure)
+	}
+}
+
+// headDelegator replays what the reference's delegator at HEAD sent an
+// executor (testdata/head/head-delegator-wire.log): INVITE, the event
+// stream, START, and /ack once the result is in, with the captured
+// bodies. It returns the ACCEPT and the events, read as raw SSE.
+func headDelegator(t *testing.T, x *execFixture, id, start string) (accept map[string]any, events []map[string]any) {
+	t.Helper()
+	peer := newHeadPeer(t)
+	post := func(body string) map[string]any {
+		resp, err := http.Post(x.srv.URL+"/awcp", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		json.NewDecoder(resp.Body).Decode(&m)
+		if resp.StatusCode != http.StatusOK || m["type"] == TypeError {
+			t.Fatalf("HTTP %d: %v", resp.StatusCode, m)
+		}
+		return m
+	}
+	accept = post(peer.captured("invite-head.json", id))
+	stream, err := http.Get(x.srv.URL + "/awcp/tasks/" + id + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	if ok := post(peer.captured(start, id)); ok["ok"] != true {
+		t.Fatalf("START answered %v", ok)
+	}
+	err = readSSE(stream.Body, t.TempDir(), func(_ uint64, data []byte, result spooled) (bool, error) {
+		var m map[string]any
+		json.Unmarshal(data, &m)
+		if result.file != "" { // the reader diverted it to a file
+			if m["type"] != EventSnapshot {
+				t.Errorf("a %s event carries the result too", m["type"])
+			}
+			b, _ := os.ReadFile(result.file)
+			m["snapshotBase64"] = base64.StdEncoding.EncodeToString(b)
+		}
+		events = append(events, m)
+		return m["type"] == EventDone || m["type"] == EventError, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return accept, events
+}
+
+// getResult is GET /awcp/tasks/{id}/result: its HTTP status and body.
+func getResult(t *testing.T, x *execFixture, id string) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Get(x.srv.URL + "/awcp/tasks/" + id + "/result")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	json.NewDecoder(resp.Body).Decode(&m)
+	return resp.StatusCode, m
+}
+
+// A head delegator, as the reference's sends it, gets from our executor
+// what the reference's executor gives: ACCEPT with the retention, the
+// agent run in the resource folder, the result as a snapshot of the
+// environment named by done, the same again from GET /result, and after
+// /ack nothing kept.
+func TestExecutorAnswersHeadDelegator(t *testing.T) {
+	x := newExecFixture(t, `echo changed >> hello.txt; pwd > where.txt`, nil)
+	id := "dlg_head0002"
+	accept, events := headDelegator(t, x, id, "start-head.json")
+	if accept["type"] != TypeAccept || accept["retentionMs"] != float64(60000) {
+		t.Fatalf("ACCEPT %v, want one granting the 60000 ms asked", accept)
+	}
+	var types []string
+	for _, ev := range events {
+		types = append(types, ev["type"].(string))
+	}
+	if !slices.Equal(types, []string{"status", "snapshot", "done"}) {
+		t.Fatalf("events %v, want status, snapshot, done", events)
+	}
+	snap, done := events[1], events[2]
+	if done["recommendedSnapshotId"] != snap["snapshotId"] || !slices.Equal(done["snapshotIds"].([]any), []any{snap["snapshotId"]}) {
+		t.Fatalf("done %v does not name snapshot %v", done, snap["snapshotId"])
+	}
+	files := unzipString(t, snap["snapshotBase64"].(string))
+	if files["workspace/hello.txt"] != "hi\nchanged\n" || !strings.HasSuffix(strings.TrimSpace(files["workspace/where.txt"]), "/"+id+"/workspace") {
+		t.Fatalf("snapshot holds %v; want the agent's work in workspace/, where it ran", files)
+	}
+	status, res := getResult(t, x, id)
+	if status != http.StatusOK || res["status"] != "completed" || res["snapshotBase64"] != snap["snapshotBase64"] {
+		t.Fatalf("GET /result: %d %v", status, res["status"])
+	}
+	resp, err := http.Post(x.srv.URL+"/awcp/tasks/"+id+"/ack", "application/json", nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("ack: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if status, res := getResult(t, x, id); status != http.StatusNotFound || res["status"] != "not_found" {
+		t.Fatalf("after ack GET /result: %d %v, want 404 not_found", status, res)
+	}
+	if _, err := os.Stat(filepath.Join(x.state, "results", id+".zip")); !os.IsNotExist(err) {
+		t.Fatalf("the result is still kept after ack: %v", err)
+	}
+}
+
+func unzipString(t *testing.T, b64 string) map[string]string {
+	t.Helper()
+	data, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, f := range zr.File {
+		rc, _ := f.Open()
+		b, _ := io.ReadAll(rc)
+		rc.Close()
+		out[f.Name] = string(b)
+	}
+	return out
+}
+
+// Our delegator told to speak head, with our executor: both transports
+// work in that dialect end to end, and the agent runs in workspace/.
+func TestHeadDialectBetweenOurs(t *testing.T) {
+	const agent = `echo from the agent > out.txt; pwd > where.txt`
+	check := func(t *testing.T, end *lease.Delegation, dir string) {
+		t.Helper()
+		if end.State != lease.Completed || end.Dialect != DialectHead {
+			t.Fatalf("ended %s in dialect %q (%+v), want completed in head", end.State, end.Dialect, end.Failure)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, "out.txt")); string(b) != "from the agent\n" {
+			t.Fatalf("out.txt = %q", b)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, "where.txt")); !strings.HasSuffix(strings.TrimSpace(string(b)), "/workspace") {
+			t.Fatalf("the agent ran in %q, want the resource folder", b)
+		}
+	}
+	t.Run("archive", func(t *testing.T) {
+		x := newExecFixture(t, agent, nil)
+		dlg, _ := newArchiveDelegator(t, nil)
+		dir := t.TempDir()
+		d, err := dlg.Create(ExportRequest{Dir: dir, Peer: x.srv.URL, Prompt: "p", Transport: TransportArchive, Dialect: DialectHead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, err := dlg.Run(t.Context(), d.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, end, dir)
+		if _, err := x.store.Assignment(d.ID); err == nil {
+			t.Error("the executor still keeps the delegation after the delegator's ack")
+		}
+	})
+	t.Run("sshfs", func(t *testing.T) {
+		f := newLiveFixture(t, agent)
+		d, err := f.dlg.Create(ExportRequest{Dir: f.dir, Peer: f.exec.srv.URL, Prompt: "p", Transport: TransportSSHFS, Dialect: DialectHead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, err := f.dlg.Run(t.Context(), d.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, end, f.dir)
+		f.rec.mu.Lock()
+		defer f.rec.mu.Unlock()
+		if f.rec.last.ExportLocator != sshd.EnvLocator(d.ID) {
+			t.Errorf("exportLocator %q, want the environment root", f.rec.last.ExportLocator)
+		}
+	})
+}
