@@ -9,17 +9,24 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/awcp/awcp/lease"
 	"github.com/awcp/awcp/sshd"
+	"github.com/awcp/awcp/sshd/sshdtest"
 )
 
 // headPeer stands in for the reference's executor at HEAD (b10e261), as
@@ -439,4 +446,82 @@ func TestHeadDialectBetweenOurs(t *testing.T) {
 			t.Errorf("exportLocator %q, want the environment root", f.rec.last.ExportLocator)
 		}
 	})
+}
+
+// The reference's delegator at HEAD lends a directory over the live mount
+// as its capture shows: its own OpenSSH serves the whole machine, and
+// START's exportLocator is an absolute environment root holding
+// .awcp/manifest.json and workspace, a symlink to the directory. Our
+// executor mounts the resource itself — the agent, run there, sees the
+// directory's files and nothing of the environment or the machine — and
+// its work lands in the directory.
+func TestExecutorMountsHeadEnvironment(t *testing.T) {
+	if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
+		t.Fatalf("no usable /dev/fuse (.ci/run installs fuse3): %v", err)
+	} else {
+		f.Close()
+	}
+	addr, hostKey := sshdtest.OpenSSHSFTP(t)
+	real := t.TempDir()
+	os.WriteFile(filepath.Join(real, "hello.txt"), []byte("hi\n"), 0o644)
+	env := filepath.Join(t.TempDir(), "environments", "dlg_head0003")
+	os.MkdirAll(filepath.Join(env, ".awcp"), 0o700)
+	os.WriteFile(filepath.Join(env, ".awcp", "manifest.json"), []byte(`{"version":"1"}`), 0o600)
+	if err := os.Symlink(real, filepath.Join(env, "workspace")); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	knownHosts := filepath.Join(t.TempDir(), "known_hosts")
+	os.WriteFile(knownHosts, []byte(knownhosts.Line([]string{addr}, hostKey)+"\n"), 0o600)
+	auth, err := sshd.LoadAuthority(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, err := auth.Issue("awcp", time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	log := slog.New(slog.DiscardHandler)
+	x := newExecFixture(t, `ls -A > seen.txt; ls -A .. > above.txt; echo made > made.txt`, func(o *ExecutorOptions) {
+		o.Transports = []ExecutorTransport{&SSHFSExecutor{Logger: log, KnownHosts: knownHosts}}
+	})
+	id := "dlg_head0003"
+	invite := strings.Replace(newHeadPeer(t).captured("invite-head.json", id), `"archive"`, `"sshfs"`, 1)
+	start, _ := json.Marshal(map[string]any{"version": "1", "type": TypeStart, "delegationId": id,
+		"lease": map[string]any{"expiresAt": Timestamp(time.Now().Add(time.Hour)), "accessMode": "rw"},
+		"transportHandle": map[string]any{"transport": "sshfs", "endpoint": map[string]any{"host": host, "port": mustAtoi(t, port), "user": "awcp"},
+			"exportLocator": env + "/", "credential": map[string]any{"privateKey": cred.PrivateKey, "certificate": cred.Certificate}}})
+	pc := x.peer("")
+	var acc Accept
+	if err := pc.post(t.Context(), "/awcp", json.RawMessage(invite), &acc); err != nil || acc.RetentionMs == nil {
+		t.Fatalf("INVITE: %v %+v", err, acc)
+	}
+	var ok StartResponse
+	if err := pc.post(t.Context(), "/awcp", json.RawMessage(start), &ok); err != nil {
+		t.Fatalf("START: %v", err)
+	}
+	if ev := last(x.events(id, 0)); ev.Type != EventDone {
+		t.Fatalf("ended with %+v", ev)
+	}
+	if b, _ := os.ReadFile(filepath.Join(real, "made.txt")); string(b) != "made\n" {
+		t.Fatalf("made.txt = %q: the agent's work did not land in the directory", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(real, "seen.txt")); string(b) != "hello.txt\nseen.txt\n" {
+		t.Errorf("the agent saw %q in its folder, want the directory's files", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(real, "above.txt")); string(b) != "workspace\n" {
+		t.Errorf("above its folder the agent saw %q, want only workspace (its environment root, local)", b)
+	}
+	if _, err := os.Stat(filepath.Join(x.root, id)); !os.IsNotExist(err) {
+		t.Errorf("the work dir is left: %v", err)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
