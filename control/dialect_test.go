@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -53,6 +54,7 @@ type headPeer struct {
 	failed   bool     // START had no transportHandle
 	started  chan struct{}
 	acked    bool
+	mounted  []string // what the live mount's root held
 }
 
 func newHeadPeer(t *testing.T) *headPeer { return &headPeer{t: t, started: make(chan struct{})} }
@@ -91,7 +93,11 @@ func (h *headPeer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case TypeStart:
 			h.start = m
 			h.failed = m["transportHandle"] == nil
-			if !h.failed {
+			switch {
+			case h.failed:
+			case m["transportHandle"].(map[string]any)["transport"] == TransportSSHFS:
+				h.mount(m["transportHandle"].(map[string]any))
+			default:
 				h.work(m["transportHandle"].(map[string]any))
 			}
 			close(h.started)
@@ -111,6 +117,12 @@ func (h *headPeer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case h.failed:
 			io.WriteString(w, h.captured("sse-seed.txt", parts[3]))
+		case h.mounted != nil: // a live mount has no snapshot
+			for _, line := range strings.Split(h.captured("sse-head.txt", parts[3]), "\n\n") {
+				if !strings.Contains(line, `"type":"snapshot"`) {
+					io.WriteString(w, strings.Replace(line, `,"snapshotIds":["snap_3165170392ba"],"recommendedSnapshotId":"snap_3165170392ba"`, "", 1)+"\n\n")
+				}
+			}
 		case h.replayOnly:
 			fmt.Fprintf(w, "data: {\"delegationId\":%q,\"type\":\"done\",\"timestamp\":\"2026-11-21T22:15:55.039Z\",\"summary\":\"saw 2 entries\",\"highlights\":[\"EXECUTOR_WAS_HERE.txt\"]}\n\n", parts[3])
 		default:
@@ -139,6 +151,39 @@ func (h *headPeer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		w.WriteHeader(http.StatusNotFound)
 		io.WriteString(w, `{"error":"not found"}`)
+	}
+}
+
+// mount does what the reference's executor does with a live mount, with
+// Debian's sshfs and the reference's options (but noappledouble, which
+// Linux's sshfs refuses): it mounts exportLocator, and its agent works in
+// the resource folder, workspace/.
+func (h *headPeer) mount(handle map[string]any) {
+	ep, cred := handle["endpoint"].(map[string]any), handle["credential"].(map[string]any)
+	keys := h.t.TempDir()
+	key := filepath.Join(keys, "key")
+	os.WriteFile(key, []byte(cred["privateKey"].(string)), 0o600)
+	os.WriteFile(key+"-cert.pub", []byte(cred["certificate"].(string)), 0o600)
+	mnt := h.t.TempDir()
+	opts := "IdentityFile=" + key + ",CertificateFile=" + key + "-cert.pub,StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null" +
+		",reconnect,ServerAliveInterval=15,ServerAliveCountMax=3,follow_symlinks,BatchMode=yes,port=" + fmt.Sprint(ep["port"])
+	remote := fmt.Sprintf("%s@%s:%s", ep["user"], ep["host"], handle["exportLocator"])
+	if out, err := exec.Command("sshfs", "-o", opts, remote, mnt).CombinedOutput(); err != nil {
+		h.t.Errorf("sshfs %s: %v\n%s", remote, err, out)
+		h.mounted = []string{}
+		return
+	}
+	defer exec.Command("fusermount3", "-u", "-z", mnt).Run()
+	ents, _ := os.ReadDir(mnt)
+	h.mounted = []string{}
+	for _, e := range ents {
+		h.mounted = append(h.mounted, e.Name())
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "workspace", "hello.txt"), []byte("changed by the head executor\n"), 0o644); err != nil {
+		h.t.Errorf("the agent's write: %v", err)
+	}
+	if err := exec.Command("fusermount3", "-u", mnt).Run(); err != nil {
+		h.t.Errorf("unmount: %v", err)
 	}
 }
 
@@ -229,6 +274,44 @@ func TestDelegatorSpeaksHeadToHeadExecutor(t *testing.T) {
 				t.Error("the result was not acknowledged")
 			}
 		})
+	}
+}
+
+// Our delegator lends a directory over the live mount to a head
+// executor, which mounts it as the reference does: the environment root
+// holds the directory as workspace/, and the agent's writes land in it.
+func TestDelegatorLendsLiveMountToHeadExecutor(t *testing.T) {
+	for _, tool := range []string{"sshfs", "fusermount3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is not installed (.ci/run installs it): %v", tool, err)
+		}
+	}
+	f := newLiveFixture(t, "true")
+	os.WriteFile(filepath.Join(f.dir, "hello.txt"), []byte("hi\n"), 0o644)
+	peer := newHeadPeer(t)
+	srv := httptest.NewServer(peer)
+	defer srv.Close()
+	d, err := f.dlg.Create(ExportRequest{Dir: f.dir, Peer: srv.URL, Prompt: "p", Transport: TransportSSHFS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, err := f.dlg.Run(t.Context(), d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end.State != lease.Completed || end.Dialect != DialectHead {
+		t.Fatalf("ended %s in %q (%+v), want completed in head", end.State, end.Dialect, end.Failure)
+	}
+	peer.mu.Lock()
+	defer peer.mu.Unlock()
+	if !slices.Equal(peer.mounted, []string{"workspace"}) {
+		t.Fatalf("the head executor's mount holds %v, want workspace alone", peer.mounted)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.dir, "hello.txt")); string(b) != "changed by the head executor\n" {
+		t.Fatalf("hello.txt = %q", b)
+	}
+	if !peer.acked {
+		t.Error("not acknowledged")
 	}
 }
 
