@@ -352,6 +352,24 @@ func TestSeedStartToHeadExecutorFailsWithItsReason(t *testing.T) {
 	if end.State != lease.Error || end.Failure.Code != CodeTaskFailed || !strings.Contains(end.Failure.Message, "transport") {
 		t.Fatalf("ended %s with %+v, want the executor's TASK_FAILED", end.State, end.Failure)
 	}
+	peer.mu.Lock()
+	defer peer.mu.Unlock()
+	if peer.invite["environment"] != nil || peer.invite["retentionMs"] != nil || peer.invite["workspace"] == nil {
+		t.Errorf("--dialect seed sent %v, want the seed INVITE alone", peer.invite)
+	}
+}
+
+// With our executor, the auto INVITE is answered in seed, the default.
+func TestAutoDialectWithOursIsSeed(t *testing.T) {
+	x := newExecFixture(t, `echo hi > out.txt`, nil)
+	dir := t.TempDir()
+	end := delegateArchive(t, x.srv.URL, dir)
+	if end.State != lease.Completed || end.Dialect != DialectSeed || len(end.Notes) != 0 {
+		t.Fatalf("ended %s in %q with notes %q, want completed in seed", end.State, end.Dialect, end.Notes)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "out.txt")); string(b) != "hi\n" {
+		t.Fatalf("out.txt = %q", b)
+	}
 }
 
 // headDelegator replays what the reference's delegator at HEAD sent an

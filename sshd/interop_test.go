@@ -106,6 +106,24 @@ func TestOpenSSHSftpClient(t *testing.T) {
 	}
 }
 
+// mountSSHFS mounts remote, a path on the server of delegation id, with
+// Debian's sshfs and extra options appended to ours; the mount is lazily
+// unmounted when the test ends.
+func mountSSHFS(t *testing.T, f *fixture, id string, cred *Credential, remote, extra string) string {
+	t.Helper()
+	need(t, "sshfs", "fusermount3")
+	key, kh, host, port := openSSHFiles(t, f, cred)
+	mnt := t.TempDir()
+	opts := "IdentityFile=" + key + ",CertificateFile=" + key + "-cert.pub,UserKnownHostsFile=" + kh +
+		",StrictHostKeyChecking=yes,IdentitiesOnly=yes,BatchMode=yes,port=" + port + extra
+	out, err := exec.Command("sshfs", "-o", opts, id+"@"+host+":"+remote, mnt).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sshfs: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("fusermount3", "-u", "-z", mnt).Run() })
+	return mnt
+}
+
 func TestDebianSSHFS(t *testing.T) {
 	need(t, "sshfs", "fusermount3")
 	if _, err := os.Stat("/dev/fuse"); err != nil {
@@ -114,15 +132,7 @@ func TestDebianSSHFS(t *testing.T) {
 	f := newFixture(t)
 	dir, cred := f.lend(t, "dlg_sshfs", false)
 	os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("hi\n"), 0o644)
-	key, kh, host, port := openSSHFiles(t, f, cred)
-	mnt := t.TempDir()
-	opts := "IdentityFile=" + key + ",CertificateFile=" + key + "-cert.pub,UserKnownHostsFile=" + kh +
-		",StrictHostKeyChecking=yes,IdentitiesOnly=yes,BatchMode=yes,port=" + port
-	out, err := exec.Command("sshfs", "-o", opts, "dlg_sshfs@"+host+":/", mnt).CombinedOutput()
-	if err != nil {
-		t.Fatalf("sshfs: %v\n%s", err, out)
-	}
-	defer exec.Command("fusermount3", "-u", "-z", mnt).Run()
+	mnt := mountSSHFS(t, f, "dlg_sshfs", cred, "/", "")
 	if b, err := os.ReadFile(filepath.Join(mnt, "hello.txt")); err != nil || string(b) != "hi\n" {
 		t.Fatalf("read through sshfs: %q %v", b, err)
 	}
@@ -171,20 +181,11 @@ func TestOpenSSHSftpClientUsesLocator(t *testing.T) {
 // the resource folder: the environment root lists the export as workspace/
 // and holds nothing else, and nothing can be made beside it.
 func TestSSHFSMountsEnvironmentRoot(t *testing.T) {
-	need(t, "sshfs", "fusermount3")
 	f := newFixture(t)
 	dir, cred := f.lend(t, "dlg_env", false)
 	os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("hi\n"), 0o644)
-	key, kh, host, port := openSSHFiles(t, f, cred)
-	mnt := t.TempDir()
-	opts := "IdentityFile=" + key + ",CertificateFile=" + key + "-cert.pub,UserKnownHostsFile=" + kh +
-		",StrictHostKeyChecking=yes,IdentitiesOnly=yes,BatchMode=yes,port=" + port +
-		",reconnect,ServerAliveInterval=15,ServerAliveCountMax=3,follow_symlinks"
-	out, err := exec.Command("sshfs", "-o", opts, "dlg_env@"+host+":/"+EnvLocator("dlg_env")+"/", mnt).CombinedOutput()
-	if err != nil {
-		t.Fatalf("sshfs: %v\n%s", err, out)
-	}
-	defer exec.Command("fusermount3", "-u", "-z", mnt).Run()
+	mnt := mountSSHFS(t, f, "dlg_env", cred, "/"+EnvLocator("dlg_env")+"/",
+		",reconnect,ServerAliveInterval=15,ServerAliveCountMax=3,follow_symlinks")
 
 	ents, err := os.ReadDir(mnt)
 	if err != nil || len(ents) != 1 || ents[0].Name() != EnvResource || !ents[0].IsDir() {
