@@ -4,7 +4,6 @@ import (
 	"io/fs"
 	"path"
 	"strings"
-	"time"
 )
 
 // The head dialect of AWCP (the reference implementation's later wire)
@@ -78,6 +77,5 @@ type envInfo struct {
 	mode fs.FileMode
 }
 
-func (e envInfo) Name() string       { return e.name }
-func (e envInfo) Mode() fs.FileMode  { return e.mode }
-func (e envInfo) ModTime() time.Time { return e.FileInfo.ModTime() }
+func (e envInfo) Name() string      { return e.name }
+func (e envInfo) Mode() fs.FileMode { return e.mode }

@@ -532,7 +532,9 @@ func isEscape(err error) bool {
 
 // rel maps a request path (absolute or relative to the root) to a name
 // inside the root. ".." cannot climb above "/". The export's locator
-// (ExportLocator: "awcp/<id>") names the root too, as START says it does.
+// (ExportLocator: "awcp/<id>") names the root too, as START says it does,
+// and so does "workspace" in its environment root (envroot.go); the other
+// names there are mapped to names holding a NUL (see envRoot).
 func (s *sftpServer) rel(p string) string {
 	p = path.Clean("/" + p)
 	if name, ok := s.envName(p); ok {
