@@ -43,7 +43,7 @@ func newFloodSession(t testing.TB, f *fixture, id string, cred *Credential) *flo
 		io.Reader
 		io.WriteCloser
 	}{r, w}}
-	s.send(func(b *buf) { b.byte(wire.Init); b.u32(3) })
+	s.send(func(b *buf) { b.Byte(wire.Init); b.U32(3) })
 	if typ, _ := s.reply(); typ != wire.Version {
 		t.Fatalf("answer to INIT of type %d", typ)
 	}
@@ -83,7 +83,7 @@ func (s *floodSession) tryReply() (byte, []byte, error) {
 // open opens name for reading and returns its handle.
 func (s *floodSession) open(name string) string {
 	s.t.Helper()
-	s.send(func(b *buf) { b.byte(wire.Open); b.u32(1); b.str(name); b.u32(wire.FlagRead); b.u32(0) })
+	s.send(func(b *buf) { b.Byte(wire.Open); b.U32(1); b.Str(name); b.U32(wire.FlagRead); b.U32(0) })
 	typ, body := s.reply()
 	if typ != wire.Handle {
 		s.t.Fatalf("OPEN %s: answer of type %d", name, typ)
@@ -95,7 +95,7 @@ func (s *floodSession) open(name string) string {
 // reads sends n READs of 1 MiB of handle, without reading the answers.
 func (s *floodSession) reads(handle string, n int) {
 	for i := range n {
-		s.send(func(b *buf) { b.byte(wire.Read); b.u32(uint32(100 + i)); b.str(handle); b.u64(0); b.u32(maxReadLen) })
+		s.send(func(b *buf) { b.Byte(wire.Read); b.U32(uint32(100 + i)); b.Str(handle); b.U64(0); b.U32(maxReadLen) })
 	}
 }
 

@@ -45,13 +45,13 @@ func newRawSession(t *testing.T, dir string) *rawSession {
 func (s *rawSession) send(typ byte, fill func(b *buf), withID bool) {
 	s.t.Helper()
 	var b buf
-	b.u32(0)
-	b.byte(typ)
+	b.U32(0)
+	b.Byte(typ)
 	if withID {
 		s.id++
-		b.u32(s.id)
+		b.U32(s.id)
 	} else {
-		b.u32(3) // INIT's version
+		b.U32(3) // INIT's version
 	}
 	fill(&b)
 	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
@@ -87,11 +87,11 @@ func (s *rawSession) status(typ byte, fill func(b *buf)) uint32 {
 
 func openNamed(handle, path string) func(b *buf) {
 	return func(b *buf) {
-		b.str(wire.OpenNamed)
-		b.str(handle)
-		b.str(path)
-		b.u32(wire.FlagWrite | wire.FlagCreat | wire.FlagExcl)
-		b.u32(0) // no attributes
+		b.Str(wire.OpenNamed)
+		b.Str(handle)
+		b.Str(path)
+		b.U32(wire.FlagWrite | wire.FlagCreat | wire.FlagExcl)
+		b.U32(0) // no attributes
 	}
 }
 
@@ -109,14 +109,14 @@ func TestOpenNamedRefusals(t *testing.T) {
 	if code := s.status(wire.Extended, openNamed("n1", "/second")); code != wire.Failure {
 		t.Fatalf("a handle name in use: status %d, want FAILURE", code)
 	}
-	if code := s.status(wire.Extended, func(b *buf) { b.str(wire.OpenNamed) }); code != wire.BadMessage {
+	if code := s.status(wire.Extended, func(b *buf) { b.Str(wire.OpenNamed) }); code != wire.BadMessage {
 		t.Fatalf("open-named without a handle: status %d, want BAD_MESSAGE", code)
 	}
-	write := func(b *buf) { b.str("n1"); b.u64(0); b.str("data") }
+	write := func(b *buf) { b.Str("n1"); b.U64(0); b.Str("data") }
 	if code := s.status(wire.Write, write); code != wire.OK {
 		t.Fatalf("write on the named handle: status %d", code)
 	}
-	if code := s.status(wire.Close, func(b *buf) { b.str("n1") }); code != wire.OK {
+	if code := s.status(wire.Close, func(b *buf) { b.Str("n1") }); code != wire.OK {
 		t.Fatalf("close of the named handle: status %d", code)
 	}
 	for _, name := range []string{"hex", "second"} {

@@ -32,9 +32,9 @@ func TestRmdirAfterRemoves(t *testing.T) {
 	for _, d := range []string{"/top/sub/deep", "/top/sub", "/top"} { // as rm -rf goes
 		for i := range files {
 			p := fmt.Sprint(d, "/f", i)
-			reqs = append(reqs, func() { s.send(wire.Remove, func(b *buf) { b.str(p) }, true) })
+			reqs = append(reqs, func() { s.send(wire.Remove, func(b *buf) { b.Str(p) }, true) })
 		}
-		reqs = append(reqs, func() { s.send(wire.Rmdir, func(b *buf) { b.str(d) }, true) })
+		reqs = append(reqs, func() { s.send(wire.Rmdir, func(b *buf) { b.Str(d) }, true) })
 	}
 	sent := make(chan struct{})
 	go func() {

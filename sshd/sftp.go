@@ -11,7 +11,6 @@ import (
 	"os"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -287,7 +286,7 @@ func answerBound(pkt []byte) int {
 		case wire.OpenRead:
 			r.Str()
 			r.U32()
-			readAttrs(&r)
+			wire.DecodeAttrs(&r)
 			if n := r.U32(); r.Err == nil {
 				return small + int(min(n, maxReadLen))
 			}
@@ -459,11 +458,11 @@ func (s *sftpServer) closeAll() {
 
 func (s *sftpServer) sendVersion() {
 	b := newBuf()
-	b.byte(wire.Version)
-	b.u32(3)
+	b.Byte(wire.Version)
+	b.U32(3)
 	for _, e := range extensions {
-		b.str(e[0])
-		b.str(e[1])
+		b.Str(e[0])
+		b.Str(e[1])
 	}
 	s.send(b)
 }
@@ -471,17 +470,17 @@ func (s *sftpServer) sendVersion() {
 // send queues a response built on newBuf; its buffer is recycled once it
 // is written.
 func (s *sftpServer) send(b buf) {
-	binary.BigEndian.PutUint32(b[:4], uint32(len(b)-4))
+	b.SetU32(0, uint32(len(b)-4))
 	s.out.queue(b)
 }
 
 func (s *sftpServer) status(id uint32, code uint32, msg string) {
 	b := newBuf()
-	b.byte(wire.Status)
-	b.u32(id)
-	b.u32(code)
-	b.str(msg)
-	b.str("")
+	b.Byte(wire.Status)
+	b.U32(id)
+	b.U32(code)
+	b.Str(msg)
+	b.Str("")
 	s.send(b)
 }
 
@@ -606,11 +605,11 @@ func (s *sftpServer) handle(pkt []byte) {
 		s.attrsOrStatus(id, fi, err)
 	case wire.Setstat:
 		name := s.rel(r.Str())
-		a := readAttrs(&r)
+		a := wire.DecodeAttrs(&r)
 		s.errStatus(id, s.setstat(name, nil, a, r.Err))
 	case wire.Fsetstat:
 		h, err := s.get(r.Str())
-		a := readAttrs(&r)
+		a := wire.DecodeAttrs(&r)
 		if err != nil {
 			s.errStatus(id, err)
 			return
@@ -626,10 +625,10 @@ func (s *sftpServer) handle(pkt []byte) {
 		s.errStatus(id, s.mutate(&r, func(name string) error { return s.fast.Remove(name, true) }))
 	case wire.Mkdir:
 		name := s.rel(r.Str())
-		a := readAttrs(&r)
+		a := wire.DecodeAttrs(&r)
 		perm := fs.FileMode(0o755)
-		if a.flags&wire.AttrPermissions != 0 {
-			perm = fs.FileMode(a.perm) & fs.ModePerm
+		if a.Flags&wire.AttrPermissions != 0 {
+			perm = fs.FileMode(a.Mode) & fs.ModePerm
 		}
 		err := r.Err
 		if err == nil {
@@ -737,12 +736,12 @@ func (s *sftpServer) openRead(id uint32, r *reader) {
 	}
 	key := s.register(h)
 	b := newBuf()
-	b.byte(wire.ExtendedReply)
-	b.u32(id)
-	b.str(key)
-	b.attrs(fi)
+	b.Byte(wire.ExtendedReply)
+	b.U32(id)
+	b.Str(key)
+	putAttrs(&b, fi)
 	at := len(b)
-	b.u32(0) // the data's length, filled in below
+	b.U32(0) // the data's length, filled in below
 	if h.readable {
 		n := int(min(want, maxReadLen))
 		b = growBuf(b, n)[:at+4+n]
@@ -757,7 +756,7 @@ func (s *sftpServer) openRead(id uint32, r *reader) {
 			return
 		}
 		b = b[:at+4+got]
-		binary.BigEndian.PutUint32(b[at:], uint32(got))
+		b.SetU32(at, uint32(got))
 	}
 	s.send(b)
 }
@@ -818,7 +817,7 @@ func (s *sftpServer) openNamed(id uint32, r *reader) {
 func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 	name := s.rel(r.Str())
 	pflags := r.U32()
-	a := readAttrs(r)
+	a := wire.DecodeAttrs(r)
 	if r.Err != nil {
 		return nil, nil, errBadMessage
 	}
@@ -846,8 +845,8 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 		return nil, nil, errReadOnly
 	}
 	perm := fs.FileMode(0o644)
-	if a.flags&wire.AttrPermissions != 0 {
-		perm = fs.FileMode(a.perm) & fs.ModePerm
+	if a.Flags&wire.AttrPermissions != 0 {
+		perm = fs.FileMode(a.Mode) & fs.ModePerm
 	}
 	f, err := s.fast.OpenCreating(name, flags, perm)
 	if err != nil {
@@ -917,9 +916,9 @@ func (s *sftpServer) openDir(name string, decodeErr error) (*os.File, error) {
 
 func (s *sftpServer) sendHandle(id uint32, h *handle) {
 	b := newBuf()
-	b.byte(wire.Handle)
-	b.u32(id)
-	b.str(s.register(h))
+	b.Byte(wire.Handle)
+	b.U32(id)
+	b.Str(s.register(h))
 	s.send(b)
 }
 
@@ -971,9 +970,9 @@ func (s *sftpServer) read(id uint32, r *reader) {
 	}
 	n = min(n, maxReadLen)
 	b := newBuf()
-	b.byte(wire.Data)
-	b.u32(id)
-	b.u32(0) // length, filled in below
+	b.Byte(wire.Data)
+	b.U32(id)
+	b.U32(0) // length, filled in below
 	const head = 4 + 9
 	b = growBuf(b, int(n))[:head+int(n)]
 	got, err := h.f.ReadAt(b[head:], int64(off))
@@ -982,7 +981,7 @@ func (s *sftpServer) read(id uint32, r *reader) {
 		s.errStatus(id, err)
 		return
 	}
-	binary.BigEndian.PutUint32(b[head-4:head], uint32(got))
+	b.SetU32(head-4, uint32(got))
 	s.send(b[:head+got])
 }
 
@@ -1101,15 +1100,15 @@ func sortByName(ents []fs.DirEntry) {
 // name answers with one name and optional attributes.
 func (s *sftpServer) name(id uint32, name string, fi fs.FileInfo) {
 	b := newBuf()
-	b.byte(wire.Name)
-	b.u32(id)
-	b.u32(1)
-	b.str(name)
-	b.str(name)
+	b.Byte(wire.Name)
+	b.U32(id)
+	b.U32(1)
+	b.Str(name)
+	b.Str(name)
 	if fi != nil {
-		b.attrs(fi)
+		putAttrs(&b, fi)
 	} else {
-		b.u32(0)
+		b.U32(0)
 	}
 	s.send(b)
 }
@@ -1117,13 +1116,13 @@ func (s *sftpServer) name(id uint32, name string, fi fs.FileInfo) {
 // names answers with infos, each with the long name long makes of it.
 func (s *sftpServer) names(id uint32, infos []fs.FileInfo, long func(fs.FileInfo) string) {
 	b := newBuf()
-	b.byte(wire.Name)
-	b.u32(id)
-	b.u32(uint32(len(infos)))
+	b.Byte(wire.Name)
+	b.U32(id)
+	b.U32(uint32(len(infos)))
 	for _, fi := range infos {
-		b.str(fi.Name())
-		b.str(long(fi))
-		b.attrs(fi)
+		b.Str(fi.Name())
+		b.Str(long(fi))
+		putAttrs(&b, fi)
 	}
 	s.send(b)
 }
@@ -1144,33 +1143,33 @@ func (s *sftpServer) attrsOrStatus(id uint32, fi fs.FileInfo, err error) {
 		return
 	}
 	b := newBuf()
-	b.byte(wire.Attrs)
-	b.u32(id)
-	b.attrs(fi)
+	b.Byte(wire.Attrs)
+	b.U32(id)
+	putAttrs(&b, fi)
 	s.send(b)
 }
 
 // setstat applies attributes to name (through the root) or to the open f.
-func (s *sftpServer) setstat(name string, f *os.File, a attrs, decodeErr error) error {
+func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeErr error) error {
 	if decodeErr != nil {
 		return errBadMessage
 	}
 	if err := s.writable(); err != nil {
 		return err
 	}
-	if a.flags&wire.AttrSize != 0 {
+	if a.Flags&wire.AttrSize != 0 {
 		var err error
 		if f != nil {
-			err = f.Truncate(int64(a.size))
+			err = f.Truncate(int64(a.Size))
 		} else {
-			err = s.truncate(name, int64(a.size))
+			err = s.truncate(name, int64(a.Size))
 		}
 		if err != nil {
 			return err
 		}
 	}
-	if a.flags&wire.AttrPermissions != 0 {
-		mode := fs.FileMode(a.perm) & fs.ModePerm
+	if a.Flags&wire.AttrPermissions != 0 {
+		mode := fs.FileMode(a.Mode) & fs.ModePerm
 		var err error
 		if f != nil {
 			err = f.Chmod(mode)
@@ -1181,8 +1180,8 @@ func (s *sftpServer) setstat(name string, f *os.File, a attrs, decodeErr error) 
 			return err
 		}
 	}
-	if a.flags&wire.AttrACModTime != 0 {
-		at, mt := time.Unix(int64(a.atime), 0), time.Unix(int64(a.mtime), 0)
+	if a.Flags&wire.AttrACModTime != 0 {
+		at, mt := time.Unix(int64(a.Atime), 0), time.Unix(int64(a.Mtime), 0)
 		var err error
 		if f != nil {
 			err = futimes(f, at, mt)
@@ -1253,11 +1252,11 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 			return
 		}
 		b := newBuf()
-		b.byte(wire.ExtendedReply)
-		b.u32(id)
+		b.Byte(wire.ExtendedReply)
+		b.U32(id)
 		for _, v := range []uint64{uint64(st.Bsize), uint64(st.Frsize), st.Blocks, st.Bfree, st.Bavail,
 			st.Files, st.Ffree, st.Ffree, uint64(st.Fsid.X__val[0]), statvfsFlags(s.readOnly), uint64(st.Namelen)} {
-			b.u64(v)
+			b.U64(v)
 		}
 		s.send(b)
 	default:
@@ -1277,7 +1276,7 @@ func statvfsFlags(readOnly bool) uint64 {
 // the packet. Buffers are recycled in two sizes, apart, so that a status
 // never holds a megabyte a READ's answer left behind: the session's budget
 // counts an answer at its buffer's capacity.
-type buf []byte
+type buf = wire.Encoder
 
 const largeBuf = maxReadLen + 64<<10 // a READ's answer, or OPEN-READ's
 
@@ -1313,47 +1312,23 @@ func putBuf(b buf) {
 	}
 }
 
-func (b *buf) byte(v byte)  { *b = append(*b, v) }
-func (b *buf) u32(v uint32) { *b = binary.BigEndian.AppendUint32(*b, v) }
-func (b *buf) u64(v uint64) { *b = binary.BigEndian.AppendUint64(*b, v) }
-func (b *buf) bytes(p []byte) {
-	b.u32(uint32(len(p)))
-	*b = append(*b, p...)
+// putAttrs appends fi's attributes to b.
+func putAttrs(b *buf, fi fs.FileInfo) {
+	a := statAttrs(fi)
+	a.Encode(b)
 }
 
-func (b *buf) str(s string) {
-	b.u32(uint32(len(s)))
-	*b = append(*b, s...)
-}
-
-func (b *buf) attrs(fi fs.FileInfo) {
-	st, _ := fi.Sys().(*syscall.Stat_t)
-	flags := uint32(wire.AttrSize | wire.AttrUIDGID | wire.AttrPermissions | wire.AttrACModTime)
-	if st != nil {
-		flags |= wire.AttrExtended
+// statAttrs is fi as ATTRS, with our extended attributes where the
+// system's stat is there: the link count, and the times to the nanosecond.
+func statAttrs(fi fs.FileInfo) wire.FileAttrs {
+	a := wire.FileAttrs{Flags: wire.AttrSize | wire.AttrUIDGID | wire.AttrPermissions | wire.AttrACModTime,
+		Size: uint64(fi.Size()), Mode: modeBits(fi.Mode()), Atime: uint32(fi.ModTime().Unix()), Mtime: uint32(fi.ModTime().Unix())}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		a.UID, a.GID, a.Atime = st.Uid, st.Gid, uint32(st.Atim.Sec)
+		a.Nlink, a.HasNlink = uint32(st.Nlink), true
+		a.MtimeNsec, a.Ctime, a.CtimeNsec, a.HasTimes = uint32(st.Mtim.Nsec), uint64(st.Ctim.Sec), uint32(st.Ctim.Nsec), true
 	}
-	b.u32(flags)
-	b.u64(uint64(fi.Size()))
-	uid, gid, atime := uint32(0), uint32(0), fi.ModTime().Unix()
-	if st != nil {
-		uid, gid, atime = st.Uid, st.Gid, st.Atim.Sec
-	}
-	b.u32(uid)
-	b.u32(gid)
-	b.u32(modeBits(fi.Mode()))
-	b.u32(uint32(atime))
-	b.u32(uint32(fi.ModTime().Unix()))
-	if st != nil {
-		b.u32(2)
-		b.str(wire.NlinkAttr)
-		b.str(strconv.FormatUint(uint64(st.Nlink), 10))
-		b.str(wire.TimesAttr)
-		var times [64]byte
-		t := strconv.AppendInt(times[:0], st.Mtim.Nsec, 10)
-		t = strconv.AppendInt(append(t, ' '), st.Ctim.Sec, 10)
-		t = strconv.AppendInt(append(t, ' '), st.Ctim.Nsec, 10)
-		b.bytes(t)
-	}
+	return a
 }
 
 // modeBits encodes a Go file mode as POSIX st_mode bits, as SFTP carries
@@ -1392,36 +1367,3 @@ func modeBits(m fs.FileMode) uint32 {
 type reader = wire.Decoder
 
 func newReader(b []byte) reader { return reader{B: b} }
-
-// attrs are the settable attributes of a request.
-type attrs struct {
-	flags        uint32
-	size         uint64
-	perm         uint32
-	atime, mtime uint32
-}
-
-func readAttrs(r *reader) attrs {
-	var a attrs
-	a.flags = r.U32()
-	if a.flags&wire.AttrSize != 0 {
-		a.size = r.U64()
-	}
-	if a.flags&wire.AttrUIDGID != 0 {
-		r.U32()
-		r.U32()
-	}
-	if a.flags&wire.AttrPermissions != 0 {
-		a.perm = r.U32()
-	}
-	if a.flags&wire.AttrACModTime != 0 {
-		a.atime, a.mtime = r.U32(), r.U32()
-	}
-	if a.flags&wire.AttrExtended != 0 {
-		for n := r.U32(); n > 0 && r.Err == nil; n-- {
-			r.Str()
-			r.Str()
-		}
-	}
-	return a
-}

@@ -151,8 +151,10 @@ func (c *Client) handshake() error {
 	if err != nil {
 		return fmt.Errorf("start the sftp subsystem: %w", err)
 	}
-	init := binary.BigEndian.AppendUint32(nil, 5)
-	init = append(init, wire.Init, 0, 0, 0, 3)
+	var init encoder
+	init.U32(5)
+	init.Byte(wire.Init)
+	init.U32(3)
 	if _, err := c.ch.Write(init); err != nil {
 		return fmt.Errorf("sftp init: %w", err)
 	}
@@ -359,7 +361,7 @@ func (c *Call) Attrs() (Attrs, error) {
 	if typ != wire.Attrs {
 		return Attrs{}, statusOf(typ, d)
 	}
-	a := readAttrs(&d)
+	a := wire.DecodeAttrs(&d)
 	return a, d.Err
 }
 
@@ -433,33 +435,33 @@ func (c *Client) startWith(typ byte, dst []byte, body func(e *encoder), payload 
 	c.calls[id] = call
 	c.mu.Unlock()
 	start := len(c.out)
-	e := encoder{b: c.out}
-	e.u32(0) // length, set below
-	e.byte(typ)
-	e.u32(id)
+	e := encoder(c.out)
+	e.U32(0) // length, set below
+	e.Byte(typ)
+	e.U32(id)
 	body(&e)
-	binary.BigEndian.PutUint32(e.b[start:], uint32(len(e.b)-start-4+len(payload)))
+	e.SetU32(start, uint32(len(e)-start-4+len(payload)))
 	if behind {
 		c.bmu.Lock()
 		c.behindQueued++
 		c.bmu.Unlock()
 	}
-	if len(payload) > maxQueued || len(e.b) > maxOut {
+	if len(payload) > maxQueued || len(e) > maxOut {
 		// The caller writes: a large payload from its own buffer, or the
 		// queue grown past maxOut. The channel sends at most a 32 KiB SSH
 		// packet per write, so a large payload fills the header's packet
 		// first.
 		head := len(payload) // a small one goes out with the queue
 		if len(payload) > maxQueued {
-			head = max(0, 32<<10-len(e.b))
+			head = max(0, 32<<10-len(e))
 		}
-		c.out = append(e.b, payload[:head]...)
+		c.out = append(e, payload[:head]...)
 		if err := c.flush(payload[head:]); err != nil {
 			c.fail(fmt.Errorf("%w: %v", ErrConnLost, err))
 		}
 		return call
 	}
-	c.out = append(e.b, payload...)
+	c.out = append(e, payload...)
 	c.bmu.Lock()
 	switch {
 	case behind && c.behindSent > 0 && len(c.out) < behindBatch:
@@ -557,12 +559,6 @@ func (call *Call) read(r io.Reader, typ byte, n int) error {
 }
 
 // encoder builds a request.
-type encoder struct{ b []byte }
+type encoder = wire.Encoder
 
-func (e *encoder) byte(v byte)  { e.b = append(e.b, v) }
-func (e *encoder) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
-func (e *encoder) u64(v uint64) { e.b = binary.BigEndian.AppendUint64(e.b, v) }
-func (e *encoder) str(s string) { e.u32(uint32(len(s))); e.b = append(e.b, s...) }
-
-// decoder reads a reply.
 type decoder = wire.Decoder

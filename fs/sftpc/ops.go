@@ -5,8 +5,6 @@ import (
 	"io"
 	"path"
 	"strconv"
-	"strings"
-	"syscall"
 
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
@@ -20,86 +18,17 @@ const (
 )
 
 // Attrs are a file's attributes as SFTP v3 carries them; in a request,
-// Flags says which are set.
-type Attrs struct {
-	Flags        uint32
-	Size         uint64
-	UID, GID     uint32
-	Mode         uint32 // st_mode: type and permission bits
-	Atime, Mtime uint32 // seconds
-	Nlink        uint32 // if HasNlink: 0 for a file unlinked while open
-	HasNlink     bool
-	// MtimeNsec, Ctime and CtimeNsec come with wire.TimesAttr, if HasTimes.
-	MtimeNsec, CtimeNsec uint32
-	Ctime                uint64
-	HasTimes             bool
-}
+// Flags says which are set, and only size, permissions and times are sent.
+type Attrs = wire.FileAttrs
 
-// IsDir reports a directory.
-func (a Attrs) IsDir() bool { return a.Mode&syscall.S_IFMT == syscall.S_IFDIR }
-
-func readAttrs(d *decoder) Attrs {
-	var a Attrs
-	a.Flags = d.U32()
-	if a.Flags&AttrSize != 0 {
-		a.Size = d.U64()
-	}
-	if a.Flags&AttrUIDGID != 0 {
-		a.UID, a.GID = d.U32(), d.U32()
-	}
-	if a.Flags&AttrPermissions != 0 {
-		a.Mode = d.U32()
-	}
-	if a.Flags&AttrTimes != 0 {
-		a.Atime, a.Mtime = d.U32(), d.U32()
-	}
-	if a.Flags&wire.AttrExtended != 0 {
-		for n := d.U32(); n > 0 && d.Err == nil; n-- {
-			typ, data := d.Str(), d.Str()
-			switch typ {
-			case wire.NlinkAttr:
-				if v, err := strconv.ParseUint(data, 10, 32); err == nil {
-					a.Nlink, a.HasNlink = uint32(v), true
-				}
-			case wire.TimesAttr:
-				a.MtimeNsec, a.Ctime, a.CtimeNsec, a.HasTimes = parseTimes(data)
-			}
-		}
-	}
-	return a
-}
-
-// parseTimes reads a wire.TimesAttr value; ok is false if it is not one.
-func parseTimes(v string) (mtimeNsec uint32, ctime uint64, ctimeNsec uint32, ok bool) {
-	a, rest, _ := strings.Cut(v, " ")
-	b, c, _ := strings.Cut(rest, " ")
-	mns, err1 := strconv.ParseUint(a, 10, 32)
-	cs, err2 := strconv.ParseUint(b, 10, 64)
-	cns, err3 := strconv.ParseUint(c, 10, 32)
-	if err1 != nil || err2 != nil || err3 != nil || mns >= 1e9 || cns >= 1e9 {
-		return 0, 0, 0, false
-	}
-	return uint32(mns), cs, uint32(cns), true
-}
-
-// attrs encodes the settable attributes: size, permissions, times.
-func (e *encoder) attrs(a Attrs) {
-	flags := a.Flags & (AttrSize | AttrPermissions | AttrTimes)
-	e.u32(flags)
-	if flags&AttrSize != 0 {
-		e.u64(a.Size)
-	}
-	if flags&AttrPermissions != 0 {
-		e.u32(a.Mode & 0o7777)
-	}
-	if flags&AttrTimes != 0 {
-		e.u32(a.Atime)
-		e.u32(a.Mtime)
-	}
+// settable is what a request may set of a: size, permission bits, times.
+func settable(a Attrs) *Attrs {
+	return &Attrs{Flags: a.Flags & (AttrSize | AttrPermissions | AttrTimes), Size: a.Size, Mode: a.Mode & 0o7777,
+		Atime: a.Atime, Mtime: a.Mtime}
 }
 
 func (c *Client) path(typ byte, p string) *Call {
-	return c.start(typ, nil, func(e *encoder) { e.str(p) })
+	return c.start(typ, nil, func(e *encoder) { e.Str(p) })
 }
 
 // Within makes the client's paths relative to dir, a directory on the
@@ -131,9 +60,9 @@ func (c *Client) RealPath(p string) (string, error) {
 
 func (c *Client) extended(name string, args ...string) *Call {
 	return c.start(wire.Extended, nil, func(e *encoder) {
-		e.str(name)
+		e.Str(name)
 		for _, a := range args {
-			e.str(a)
+			e.Str(a)
 		}
 	})
 }
@@ -146,7 +75,7 @@ func (c *Client) Lstat(p string) (Attrs, error) { return c.StartLstat(p).Attrs()
 
 // StartSetstat sends SETSTAT with the attributes a.Flags names.
 func (c *Client) StartSetstat(p string, a Attrs) *Call {
-	return c.start(wire.Setstat, nil, func(e *encoder) { e.str(c.at(p)); e.attrs(a) })
+	return c.start(wire.Setstat, nil, func(e *encoder) { e.Str(c.at(p)); settable(a).Encode(e) })
 }
 
 // Setstat sets the attributes a.Flags names.
@@ -155,8 +84,8 @@ func (c *Client) Setstat(p string, a Attrs) error { return c.StartSetstat(p, a).
 // StartMkdir sends MKDIR with permissions perm.
 func (c *Client) StartMkdir(p string, perm uint32) *Call {
 	return c.start(wire.Mkdir, nil, func(e *encoder) {
-		e.str(c.at(p))
-		e.attrs(Attrs{Flags: AttrPermissions, Mode: perm})
+		e.Str(c.at(p))
+		settable(Attrs{Flags: AttrPermissions, Mode: perm}).Encode(e)
 	})
 }
 
@@ -194,7 +123,7 @@ func (c *Client) Link(from, to string) error { return c.StartLink(from, to).Err(
 // first, as OpenSSH (and our server) read them. Our server runs it in order
 // with the requests on link.
 func (c *Client) StartSymlink(target, link string) *Call {
-	return c.start(wire.Symlink, nil, func(e *encoder) { e.str(target); e.str(c.at(link)) })
+	return c.start(wire.Symlink, nil, func(e *encoder) { e.Str(target); e.Str(c.at(link)) })
 }
 
 // Symlink makes link point at target.
@@ -256,7 +185,7 @@ func (c *Call) names() ([]Entry, error) {
 	for ; n > 0; n-- {
 		name := d.Str()
 		d.Str() // the long name, for humans
-		out = append(out, Entry{Name: name, Attrs: readAttrs(&d)})
+		out = append(out, Entry{Name: name, Attrs: wire.DecodeAttrs(&d)})
 	}
 	return out, d.Err
 }
@@ -310,9 +239,9 @@ type File struct {
 // StartOpen sends OPEN; OpenResult turns the Call into a File.
 func (c *Client) StartOpen(p string, pflags uint32, perm uint32) *Call {
 	return c.start(wire.Open, nil, func(e *encoder) {
-		e.str(c.at(p))
-		e.u32(pflags)
-		e.attrs(Attrs{Flags: AttrPermissions, Mode: perm})
+		e.Str(c.at(p))
+		e.U32(pflags)
+		settable(Attrs{Flags: AttrPermissions, Mode: perm}).Encode(e)
 	})
 }
 
@@ -342,11 +271,11 @@ func (c *Client) OpensNamed() bool { return c.openNamed }
 func (c *Client) StartOpenNamed(p string, pflags, perm uint32) (*File, *Call) {
 	handle := wire.NamedPrefix + strconv.FormatUint(c.named.Add(1), 36)
 	call := c.start(wire.Extended, nil, func(e *encoder) {
-		e.str(wire.OpenNamed)
-		e.str(handle)
-		e.str(c.at(p))
-		e.u32(pflags)
-		e.attrs(Attrs{Flags: AttrPermissions, Mode: perm})
+		e.Str(wire.OpenNamed)
+		e.Str(handle)
+		e.Str(c.at(p))
+		e.U32(pflags)
+		settable(Attrs{Flags: AttrPermissions, Mode: perm}).Encode(e)
 	})
 	return &File{c: c, handle: handle}, call
 }
@@ -380,11 +309,11 @@ func (c *Client) StartOpenRead(p string, pflags, perm uint32, n int) OpenReadCal
 	}
 	n = min(n, MaxData) // the most the server reads
 	return OpenReadCall{n: n, call: c.start(wire.Extended, nil, func(e *encoder) {
-		e.str(wire.OpenRead)
-		e.str(c.at(p))
-		e.u32(pflags)
-		e.attrs(Attrs{Flags: AttrPermissions, Mode: perm})
-		e.u32(uint32(n))
+		e.Str(wire.OpenRead)
+		e.Str(c.at(p))
+		e.U32(pflags)
+		settable(Attrs{Flags: AttrPermissions, Mode: perm}).Encode(e)
+		e.U32(uint32(n))
 	})}
 }
 
@@ -402,7 +331,7 @@ func (c *Client) OpenReadResult(o OpenReadCall) (*File, Opened, error) {
 		return nil, Opened{}, statusOf(typ, d)
 	}
 	f := &File{c: c, handle: d.Str()}
-	opened := Opened{Attrs: readAttrs(&d)}
+	opened := Opened{Attrs: wire.DecodeAttrs(&d)}
 	opened.Head = d.Bytes()
 	opened.EOF = len(opened.Head) < o.n
 	if d.Err != nil {
@@ -417,9 +346,9 @@ func (c *Client) OpenReadResult(o OpenReadCall) (*File, Opened, error) {
 func (f *File) ReadAt(dst []byte, off int64) (int, error) {
 	dst = dst[:min(len(dst), MaxData)]
 	call := f.c.start(wire.Read, dst, func(e *encoder) {
-		e.str(f.handle)
-		e.u64(uint64(off))
-		e.u32(uint32(len(dst)))
+		e.Str(f.handle)
+		e.U64(uint64(off))
+		e.U32(uint32(len(dst)))
 	})
 	typ, d, err := call.wait()
 	switch {
@@ -454,9 +383,9 @@ func (f *File) startWrite(data []byte, off int64, behind bool) *Call {
 		return call
 	}
 	return f.c.startWith(wire.Write, nil, func(e *encoder) {
-		e.str(f.handle)
-		e.u64(uint64(off))
-		e.u32(uint32(len(data)))
+		e.Str(f.handle)
+		e.U64(uint64(off))
+		e.U32(uint32(len(data)))
 	}, data, behind)
 }
 
@@ -480,7 +409,7 @@ func (f *File) Stat() (Attrs, error) { return f.StartStat().Attrs() }
 
 // StartSetstat sends FSETSTAT.
 func (f *File) StartSetstat(a Attrs) *Call {
-	return f.c.start(wire.Fsetstat, nil, func(e *encoder) { e.str(f.handle); e.attrs(a) })
+	return f.c.start(wire.Fsetstat, nil, func(e *encoder) { e.Str(f.handle); settable(a).Encode(e) })
 }
 
 // Setstat sends FSETSTAT and FSTAT back to back and returns the file's

@@ -1,6 +1,8 @@
-// Package sftpwire is what both ends of our SFTP v3 share: the numbers of
-// draft-ietf-secsh-filexfer-02 and a packet decoder. The server is package
-// sshd, the client package fs/sftpc.
+// Package sftpwire is the one definition of our SFTP dialect, which both
+// ends share: the numbers of draft-ietf-secsh-filexfer-02, our private
+// extensions (specified in docs/sftp-extensions.md), and the packet
+// encoder and decoder, attributes included. The server is package sshd,
+// the client package fs/sftpc; neither encodes a value itself.
 package sftpwire
 
 import (
