@@ -662,13 +662,15 @@ func (d *Delegator) holdSnapshot(id string, ev *Event) {
 	if ev.ResultFile == "" {
 		return
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	name := fmt.Sprintf("%s.snapshot-%d.zip", ev.ResultFile, len(d.snapshots[id]))
+	// The spool file's name is unique already; the suffix only keeps the
+	// reader from removing it.
+	name := ev.ResultFile + ".snapshot.zip"
 	if err := os.Rename(ev.ResultFile, name); err != nil {
 		d.log.Warn("keep a snapshot", "delegation", id, "err", err)
 		return
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.snapshots[id] = append(d.snapshots[id], heldSnapshot{id: ev.SnapshotID, file: name, sum: ev.resultSum,
 		bad: ev.resultErr, checksum: ev.ResultChecksum})
 }
