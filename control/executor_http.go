@@ -132,7 +132,7 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 	if trusted {
 		limit = e.opts.MaxBodyBytes
 	}
-	// A START's workspace goes to a file as it is read (see stream.go).
+	// A START's workspace goes to a file as it is read (see jsondivert.go).
 	paced := limitBody(w, r, limit)
 	br := bufio.NewReaderSize(paced, 64<<10)
 	var spool *spoolFile

@@ -18,7 +18,8 @@ import (
 )
 
 // The archive transport carries whole workspaces as base64 strings inside
-// JSON (workDir.workspaceBase64 in START, resultBase64 in the done event).
+// JSON (workDir.workspaceBase64 or transportHandle.workspaceBase64 in
+// START, resultBase64 in done, snapshotBase64 in a head snapshot event).
 // Neither side holds such a string: the sender splices the base64 of a ZIP
 // file into the marshalled message as it is sent, and the receiver diverts
 // the string's content, decoded, into a file as it is read. What stays in

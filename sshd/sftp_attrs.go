@@ -1,0 +1,134 @@
+package sshd
+
+import (
+	"io/fs"
+	"os"
+	"syscall"
+	"time"
+
+	wire "github.com/awcp/awcp/sshd/sftpwire"
+)
+
+func (s *sftpServer) attrsOrStatus(id uint32, fi fs.FileInfo, err error) {
+	if err != nil {
+		s.errStatus(id, err)
+		return
+	}
+	b := newBuf()
+	b.Byte(wire.Attrs)
+	b.U32(id)
+	putAttrs(&b, fi)
+	s.send(b)
+}
+
+// setstat applies attributes to name (through the root) or to the open f.
+func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeErr error) error {
+	if decodeErr != nil {
+		return errBadMessage
+	}
+	if err := s.writable(); err != nil {
+		return err
+	}
+	if a.Flags&wire.AttrSize != 0 {
+		var err error
+		if f != nil {
+			err = f.Truncate(int64(a.Size))
+		} else {
+			err = s.truncate(name, int64(a.Size))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if a.Flags&wire.AttrPermissions != 0 {
+		mode := fs.FileMode(a.Mode) & fs.ModePerm
+		var err error
+		if f != nil {
+			err = f.Chmod(mode)
+		} else {
+			err = s.root.Chmod(name, mode)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if a.Flags&wire.AttrACModTime != 0 {
+		at, mt := time.Unix(int64(a.Atime), 0), time.Unix(int64(a.Mtime), 0)
+		var err error
+		if f != nil {
+			err = futimes(f, at, mt)
+		} else {
+			err = s.root.Chtimes(name, at, mt)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	// UIDGID is ignored: the session owns everything it creates.
+	return nil
+}
+
+func (s *sftpServer) truncate(name string, size int64) error {
+	f, err := s.root.OpenFile(name, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Truncate(size)
+}
+
+func futimes(f *os.File, at, mt time.Time) error {
+	tv := []syscall.Timeval{syscall.NsecToTimeval(at.UnixNano()), syscall.NsecToTimeval(mt.UnixNano())}
+	return syscall.Futimes(int(f.Fd()), tv)
+}
+
+// putAttrs appends fi's attributes to b.
+func putAttrs(b *buf, fi fs.FileInfo) {
+	a := statAttrs(fi)
+	a.Encode(b)
+}
+
+// statAttrs is fi as ATTRS, with our extended attributes where the
+// system's stat is there: the link count, and the times to the nanosecond.
+func statAttrs(fi fs.FileInfo) wire.FileAttrs {
+	a := wire.FileAttrs{Flags: wire.AttrSize | wire.AttrUIDGID | wire.AttrPermissions | wire.AttrACModTime,
+		Size: uint64(fi.Size()), Mode: modeBits(fi.Mode()), Atime: uint32(fi.ModTime().Unix()), Mtime: uint32(fi.ModTime().Unix())}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		a.UID, a.GID, a.Atime = st.Uid, st.Gid, uint32(st.Atim.Sec)
+		a.Nlink, a.HasNlink = uint32(st.Nlink), true
+		a.MtimeNsec, a.Ctime, a.CtimeNsec, a.HasTimes = uint32(st.Mtim.Nsec), uint64(st.Ctim.Sec), uint32(st.Ctim.Nsec), true
+	}
+	return a
+}
+
+// modeBits encodes a Go file mode as POSIX st_mode bits, as SFTP carries
+// them and as FUSE wants them.
+func modeBits(m fs.FileMode) uint32 {
+	v := uint32(m.Perm())
+	switch {
+	case m.IsDir():
+		v |= syscall.S_IFDIR
+	case m&fs.ModeSymlink != 0:
+		v |= syscall.S_IFLNK
+	case m&fs.ModeNamedPipe != 0:
+		v |= syscall.S_IFIFO
+	case m&fs.ModeSocket != 0:
+		v |= syscall.S_IFSOCK
+	case m&fs.ModeDevice != 0 && m&fs.ModeCharDevice != 0:
+		v |= syscall.S_IFCHR
+	case m&fs.ModeDevice != 0:
+		v |= syscall.S_IFBLK
+	default:
+		v |= syscall.S_IFREG
+	}
+	if m&fs.ModeSetuid != 0 {
+		v |= syscall.S_ISUID
+	}
+	if m&fs.ModeSetgid != 0 {
+		v |= syscall.S_ISGID
+	}
+	if m&fs.ModeSticky != 0 {
+		v |= syscall.S_ISVTX
+	}
+	return v
+}

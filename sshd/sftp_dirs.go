@@ -1,0 +1,174 @@
+package sshd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+
+	wire "github.com/awcp/awcp/sshd/sftpwire"
+)
+
+func (s *sftpServer) opendir(id uint32, r *reader) {
+	name := s.rel(r.Str())
+	if name == envRoot && r.Err == nil {
+		s.openEnvRoot(id)
+		return
+	}
+	f, err := s.openDir(name, r.Err)
+	if err != nil {
+		s.errStatus(id, err)
+		return
+	}
+	s.sendHandle(id, &handle{f: f, dir: true})
+}
+
+// openEnvRoot opens the environment root: a handle on the export's root
+// (so that closing it is as for any directory) listing only the export.
+func (s *sftpServer) openEnvRoot(id uint32) {
+	ent, err := s.envEntry()
+	if err != nil {
+		s.errStatus(id, err)
+		return
+	}
+	f, err := s.root.Open(".")
+	if err != nil {
+		s.errStatus(id, err)
+		return
+	}
+	s.sendHandle(id, &handle{f: f, dir: true, listed: true, entries: []fs.DirEntry{ent}})
+}
+
+// openDir opens the directory name (OPENDIR, wire.List); decodeErr is the
+// request's decoding error.
+func (s *sftpServer) openDir(name string, decodeErr error) (*os.File, error) {
+	if decodeErr != nil {
+		return nil, errBadMessage
+	}
+	f, err := s.root.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.IsDir() {
+		err = syscall.ENOTDIR
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (s *sftpServer) readdir(id uint32, r *reader) {
+	h, err := s.get(r.Str())
+	if err == nil && !h.dir {
+		err = syscall.ENOTDIR
+	}
+	if err != nil {
+		s.errStatus(id, err)
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.listed {
+		if h.entries, err = h.f.ReadDir(-1); err != nil {
+			s.errStatus(id, err)
+			return
+		}
+		sortByName(h.entries)
+		h.listed = true
+	}
+	if h.pos >= len(h.entries) {
+		s.status(id, wire.EOF, "EOF")
+		return
+	}
+	page := h.entries[h.pos:min(h.pos+readdirPage, len(h.entries))]
+	h.pos += len(page)
+	s.names(id, infosOf(page), longName)
+}
+
+// list answers wire.List: the directory's entries with their
+// attributes, in one NAME.
+func (s *sftpServer) list(id uint32, r *reader) {
+	f, err := s.openDir(s.rel(r.Str()), r.Err)
+	if err != nil {
+		s.errStatus(id, err)
+		return
+	}
+	defer f.Close()
+	ents, err := f.ReadDir(wire.ListMax + 1)
+	if err != nil && !errors.Is(err, io.EOF) { // EOF: empty
+		s.errStatus(id, err)
+		return
+	}
+	if len(ents) > wire.ListMax {
+		s.status(id, wire.Failure, "too many entries for "+wire.List)
+		return
+	}
+	sortByName(ents)
+	s.names(id, infosOf(ents), noLongName)
+}
+
+// infosOf is the attributes of ents, read without following links; an
+// entry removed meanwhile is left out.
+func infosOf(ents []fs.DirEntry) []fs.FileInfo {
+	infos := make([]fs.FileInfo, 0, len(ents))
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil {
+			infos = append(infos, fi)
+		}
+	}
+	return infos
+}
+
+// sortByName puts a directory's entries in name order: the order most
+// tools that walk a tree read its files in (git, tar's and find's sorted
+// modes), which lets the client read ahead of them.
+func sortByName(ents []fs.DirEntry) {
+	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+}
+
+// name answers with one name and optional attributes.
+func (s *sftpServer) name(id uint32, name string, fi fs.FileInfo) {
+	b := newBuf()
+	b.Byte(wire.Name)
+	b.U32(id)
+	b.U32(1)
+	b.Str(name)
+	b.Str(name)
+	if fi != nil {
+		putAttrs(&b, fi)
+	} else {
+		b.U32(0)
+	}
+	s.send(b)
+}
+
+// names answers with infos, each with the long name long makes of it.
+func (s *sftpServer) names(id uint32, infos []fs.FileInfo, long func(fs.FileInfo) string) {
+	b := newBuf()
+	b.Byte(wire.Name)
+	b.U32(id)
+	b.U32(uint32(len(infos)))
+	for _, fi := range infos {
+		b.Str(fi.Name())
+		b.Str(long(fi))
+		putAttrs(&b, fi)
+	}
+	s.send(b)
+}
+
+// noLongName is the long name of a wire.List answer: our client has no use
+// for one, and making it is most of the answer's cost.
+func noLongName(fs.FileInfo) string { return "" }
+
+// longName is the ls -l line v3 clients print.
+func longName(fi fs.FileInfo) string {
+	return fmt.Sprintf("%s 1 owner group %8d %s %s", fi.Mode().String(), fi.Size(),
+		fi.ModTime().Format("Jan _2 15:04"), fi.Name())
+}
