@@ -1,0 +1,303 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/awcp/awcp/lease"
+)
+
+// heldSnapshot is a snapshot event's ZIP, kept until done names it.
+type heldSnapshot struct {
+	id       string // the executor's snapshotId
+	file     string
+	sum      string // the file's SHA-256 (hex)
+	bad      error  // not base64
+	checksum string // resultChecksum, if the executor sent one
+}
+
+// follow reads the event stream, reconnecting with Last-Event-ID, until the
+// delegation is terminal or ctx is done. The last event id is kept here and
+// stored with each transition; progress lines are not written to the store
+// one by one (after a crash of this process they may be shown again).
+func (d *Delegator) follow(ctx context.Context, id string, started <-chan struct{}) {
+	backoff := 100 * time.Millisecond
+	var last uint64
+	var awaySince time.Time // since when the executor cannot be reached; zero while it can
+	for {
+		del, err := d.store.Delegation(id)
+		if err != nil || del.State.Terminal() {
+			return
+		}
+		last = max(last, del.LastEventID)
+		err = d.peer(del).Events(ctx, id, last, func(seq uint64, ev *Event) error {
+			backoff = 100 * time.Millisecond
+			if seq != 0 && seq <= last {
+				return nil // seen before a reconnect
+			}
+			last = seq
+			return d.handleEvent(ctx, id, seq, ev)
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		var pe *ProtocolError
+		var away *unreachableError
+		switch {
+		case !answered(started) && (errors.As(err, new(*streamRefused)) || errors.As(err, &away)):
+			// START is out: the executor may not know the task yet.
+			backoff = 100 * time.Millisecond
+		case errors.As(err, &pe) && pe.Code != CodeDeclined:
+			d.fail(ctx, id, pe)
+			return
+		case errors.As(err, &away):
+			if awaySince.IsZero() {
+				awaySince = time.Now()
+				d.log.Warn("executor unreachable; retrying", "delegation", id, "err", away.err)
+			}
+			if time.Since(awaySince) >= d.opts.ReconnectBound {
+				d.fail(ctx, id, Errorf(CodeTaskFailed, "the executor has been unreachable since %s (%v)",
+					awaySince.UTC().Format(time.RFC3339), away.err).
+					WithHint("check that awcp-fs still runs on the executor; the delegation's access is closed"))
+				return
+			}
+		case err != nil && !errors.Is(err, errStreamEnded):
+			awaySince = time.Time{}
+			d.log.Debug("event stream broke off; reconnecting", "delegation", id, "err", err)
+		default:
+			awaySince = time.Time{}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// answered reports whether START was answered (started closed, or nil).
+func answered(started <-chan struct{}) bool {
+	if started == nil {
+		return true
+	}
+	select {
+	case <-started:
+		return true
+	default:
+		return false
+	}
+}
+
+// handleEvent applies one new event. Its id is stored in the same
+// transaction as the transition it causes, so a restarted delegator never
+// applies an event twice.
+func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *Event) error {
+	if d.opts.Progress != nil {
+		d.opts.Progress(id, ev)
+	}
+	if ev.Type == EventStatus && ev.Status == StatusProgress {
+		return nil // nothing to record
+	}
+	seen := func(del *lease.Delegation) error { del.LastEventID = seq; return nil }
+	del, err := d.store.Delegation(id)
+	if err != nil {
+		return err
+	}
+	if seq != 0 && seq <= del.LastEventID {
+		return nil
+	}
+	switch ev.Type {
+	case EventStatus:
+		if del.State == lease.Started {
+			_, err = d.store.FireDelegation(id, lease.SetupComplete, "executor running", seen)
+		} else {
+			_, err = d.store.UpdateDelegation(id, seen)
+		}
+	case EventSnapshot:
+		d.holdSnapshot(id, ev)
+		_, err = d.store.UpdateDelegation(id, seen)
+	case EventDone:
+		if del.State.Terminal() {
+			return nil
+		}
+		if del.Dialect == DialectHead && ev.ResultFile == "" {
+			release := d.headResult(ctx, del, ev)
+			defer release()
+		}
+		if del.State == lease.Started {
+			// The task ran and ended before a "running" status reached
+			// us (a fast task, or an executor that sends none, as the
+			// reference's may): it was set up, then it was done.
+			if del, err = d.store.FireDelegation(id, lease.SetupComplete, "executor done before it said it was running", nil); err != nil {
+				if errors.As(err, new(*lease.TransitionError)) {
+					return nil // ended meanwhile; that ending stands
+				}
+				return err
+			}
+		}
+		tr := d.transport(del)
+		if tr == nil {
+			return fmt.Errorf("delegation %s: transport %s is not available in this process", id, del.Transport)
+		}
+		rep, ferr := tr.Finish(ctx, lent(del), ev)
+		if ferr != nil {
+			d.log.Error("apply result", "delegation", id, "err", ferr)
+			failure := &lease.Failure{Code: CodeTaskFailed, Message: "the result could not be applied: " + ferr.Error(),
+				Hint: "nothing was lost: the executor's result is kept in the file named above"}
+			var pe *ProtocolError
+			if errors.As(ferr, &pe) { // a refusal that says its own why
+				failure = &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint}
+			}
+			_, err = d.store.FireDelegation(id, lease.SendError, "result not applied", func(del *lease.Delegation) error {
+				del.LastEventID = seq
+				del.Failure = failure
+				return nil
+			})
+		} else {
+			_, err = d.store.FireDelegation(id, lease.ReceiveDone, "done received", func(del *lease.Delegation) error {
+				del.LastEventID = seq
+				del.Summary, del.Highlights = ev.Summary, ev.Highlights
+				for _, p := range rep.Created {
+					del.Changes = append(del.Changes, "+ "+p)
+				}
+				for _, p := range rep.Modified {
+					del.Changes = append(del.Changes, "~ "+p)
+				}
+				for _, p := range rep.Deleted {
+					del.Changes = append(del.Changes, "- "+p)
+				}
+				del.Conflicts = rep.Conflicts
+				if len(rep.Ignored) > 0 {
+					del.Notes = append(del.Notes, fmt.Sprintf("the executor's snapshot also held %v, outside the lent directory: not applied", rep.Ignored))
+				}
+				return nil
+			})
+		}
+	case EventPermission:
+		_, err = d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
+			del.LastEventID = seq
+			recordPermission(del, ev, d.store.Now())
+			return nil
+		})
+	case EventError:
+		lev := lease.ReceiveError
+		switch {
+		case ev.Code == CodeCancelled:
+			lev = lease.Cancel
+		case ev.Code == CodeExpired && lease.CanFire(del.State, lease.Expire):
+			lev = lease.Expire
+		}
+		_, err = d.store.FireDelegation(id, lev, ev.Code+": "+ev.Message, func(del *lease.Delegation) error {
+			del.LastEventID = seq
+			del.Failure = &lease.Failure{Code: ev.Code, Message: ev.Message, Hint: ev.Hint}
+			return nil
+		})
+	}
+	var te *lease.TransitionError
+	if errors.As(err, &te) {
+		err = nil // ended meanwhile; the first ending stands
+	}
+	if ev.Terminal() {
+		if cur, gerr := d.store.Delegation(id); gerr == nil {
+			d.cleanup(ctx, cur)
+			if cur.Dialect == DialectHead && cur.State.Terminal() {
+				d.ack(cur)
+			}
+		}
+		d.dropSnapshots(id)
+	}
+	return err
+}
+
+// holdSnapshot keeps a snapshot event's ZIP (which the stream reader
+// would remove) until done says which snapshot is the result.
+func (d *Delegator) holdSnapshot(id string, ev *Event) {
+	if ev.ResultFile == "" {
+		return
+	}
+	// The spool file's name is unique already; the suffix only keeps the
+	// reader from removing it.
+	name := ev.ResultFile + ".snapshot.zip"
+	if err := os.Rename(ev.ResultFile, name); err != nil {
+		d.log.Warn("keep a snapshot", "delegation", id, "err", err)
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.snapshots[id] = append(d.snapshots[id], heldSnapshot{id: ev.SnapshotID, file: name, sum: ev.resultSum,
+		bad: ev.resultErr, checksum: ev.ResultChecksum})
+}
+
+// dropSnapshots removes what holdSnapshot kept for id.
+func (d *Delegator) dropSnapshots(id string) {
+	d.mu.Lock()
+	held := d.snapshots[id]
+	delete(d.snapshots, id)
+	d.mu.Unlock()
+	for _, h := range held {
+		os.Remove(h.file)
+	}
+}
+
+// headResult finds the result a head done stands for and puts it in ev
+// (as resultBase64 would be): the snapshot done recommends (or the last
+// one) as it came in its event, else — the stream that carried it was
+// lost, and a head executor replays only done — as GET /result gives it.
+// release removes what was fetched.
+func (d *Delegator) headResult(ctx context.Context, del *lease.Delegation, ev *Event) (release func()) {
+	want := ev.RecommendedSnapshotID
+	if want == "" && len(ev.SnapshotIDs) > 0 {
+		want = ev.SnapshotIDs[len(ev.SnapshotIDs)-1]
+	}
+	d.mu.Lock()
+	held := d.snapshots[del.ID]
+	d.mu.Unlock()
+	for i := len(held) - 1; i >= 0; i-- {
+		if h := held[i]; want == "" || h.id == want {
+			ev.ResultFile, ev.resultSum, ev.resultErr, ev.ResultChecksum = h.file, h.sum, h.bad, h.checksum
+			return func() {}
+		}
+	}
+	if del.Transport != TransportArchive || del.AccessMode != AccessRW {
+		return func() {}
+	}
+	res, err := d.peer(del).Result(ctx, del.ID)
+	if err != nil {
+		d.log.Warn("fetch the result", "delegation", del.ID, "err", err)
+		return func() {}
+	}
+	if res.ResultFile == "" {
+		return func() {}
+	}
+	d.log.Info("result fetched with GET /result: its snapshot event was not received", "delegation", del.ID)
+	ev.ResultFile, ev.resultSum, ev.resultErr, ev.ResultChecksum = res.ResultFile, res.resultSum, res.resultErr, res.ResultChecksum
+	return func() { os.Remove(res.ResultFile) }
+}
+
+// ack tells a head executor the outcome is recorded, best effort and
+// bounded: it then drops the delegation's events and result.
+func (d *Delegator) ack(del *lease.Delegation) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.peer(del).Ack(ctx, del.ID); err != nil {
+		d.log.Debug("acknowledge the result", "delegation", del.ID, "err", err)
+	}
+}
+
+// recordPermission keeps a permission event in the delegation's record: a
+// new request, or the decision on one already known.
+func recordPermission(del *lease.Delegation, ev *Event, now time.Time) {
+	p := lease.Permission{RequestID: ev.RequestID, Title: ev.Message, Options: ev.Options, Outcome: ev.Outcome,
+		OptionID: ev.OptionID, DecidedBy: ev.DecidedBy, At: now}
+	for i := range del.Permissions {
+		if del.Permissions[i].RequestID == p.RequestID {
+			del.Permissions[i] = p
+			return
+		}
+	}
+	del.Permissions = append(del.Permissions, p)
+}

@@ -1,0 +1,488 @@
+package control
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/control/agent"
+	"github.com/awcp/awcp/lease"
+)
+
+// admit handles INVITE.
+func (e *Executor) admit(inv *Invite, peer string) (*Accept, *ProtocolError) {
+	if len(e.opts.Tokens) > 0 && (inv.Auth == nil || !e.validToken(inv.Auth.Credential)) {
+		return nil, Errorf(CodeAuthFailed, "INVITE carries no valid credential").
+			WithHint("pass the executor's token with --token")
+	}
+	tname := ""
+	if inv.Requirements != nil {
+		tname = inv.Requirements.Transport
+	}
+	var tr ExecutorTransport
+	if tname == "" {
+		tr = e.opts.Transports[0]
+		for _, t := range e.opts.Transports {
+			if t.Available() == nil {
+				tr = t
+				break
+			}
+		}
+	} else if tr = e.transport(tname); tr == nil {
+		return nil, Errorf(CodeDeclined, "transport %q is not offered by this executor", tname).
+			WithHint("use --transport " + e.opts.Transports[0].Name())
+	}
+	if err := tr.Available(); err != nil {
+		return nil, AsProtocolError(err, CodeDepMissing)
+	}
+
+	mode := inv.Lease.AccessMode
+	if !slices.Contains(e.opts.AccessModes, mode) {
+		if mode == AccessRW && slices.Contains(e.opts.AccessModes, AccessRO) {
+			mode = AccessRO
+		} else {
+			return nil, Errorf(CodeDeclined, "access mode %q is not allowed here", mode).
+				WithHint("allowed: " + fmt.Sprint(e.opts.AccessModes))
+		}
+	}
+	ttl := min(time.Duration(inv.Lease.TTLSeconds)*time.Second, e.opts.MaxTTL)
+
+	wd := e.workDir(inv.DelegationID)
+	if err := checkWorkDir(wd); err != nil {
+		return nil, err
+	}
+	now := e.store.Now()
+	a := &lease.Assignment{
+		Lease: lease.Lease{ID: inv.DelegationID, AccessMode: mode, Transport: tr.Name(),
+			TTLSeconds: int64(ttl / time.Second), Dialect: inv.Dialect()},
+		WorkDir: wd, Description: inv.Task.Description, Prompt: inv.Task.Prompt, Peer: peer,
+		StartBy: now.Add(e.opts.StartTimeout),
+	}
+	var retentionMs *int64
+	if a.Dialect == DialectHead {
+		for _, r := range inv.Environment.Resources {
+			a.Resources = append(a.Resources, lease.Resource{Name: r.Name, Mode: r.Mode})
+		}
+		if inv.RetentionMs != nil && time.Duration(*inv.RetentionMs)*time.Millisecond < e.opts.Retention {
+			a.Retention = max(time.Duration(*inv.RetentionMs)*time.Millisecond, time.Millisecond)
+		}
+		ms := int64(e.retention(a) / time.Millisecond)
+		retentionMs = &ms
+	}
+	switch err := e.store.CreateAssignment(a, e.opts.MaxConcurrent); {
+	case errors.Is(err, lease.ErrBusy):
+		return nil, Errorf(CodeDeclined, "Maximum concurrent delegations reached (%d)", e.opts.MaxConcurrent).
+			WithHint("Try again later when current tasks complete")
+	case errors.Is(err, lease.ErrExists):
+		return nil, Errorf(CodeDeclined, "delegation %s was already invited here", inv.DelegationID).
+			WithHint("use a new delegation id")
+	case err != nil:
+		e.log.Error("store assignment", "delegation", inv.DelegationID, "err", err)
+		return nil, Errorf(CodeDeclined, "the executor cannot record the delegation")
+	}
+	e.sched.Kick()
+	return &Accept{
+		BaseMessage:     header(TypeAccept, inv.DelegationID),
+		RetentionMs:     retentionMs,
+		ExecutorWorkDir: ExecutorWorkDir{Path: wd},
+		ExecutorConstraints: &ExecutorConstraints{
+			AcceptedAccessMode: mode,
+			MaxTTLSeconds:      int64(e.opts.MaxTTL / time.Second),
+			SandboxProfile:     e.opts.Sandbox,
+		},
+	}, nil
+}
+
+// checkWorkDir refuses a work dir that exists and is not an empty directory.
+func checkWorkDir(wd string) *ProtocolError {
+	info, err := os.Lstat(wd)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil || !info.IsDir() {
+		return Errorf(CodeWorkdirDenied, "the work directory for this delegation is not usable")
+	}
+	f, err := os.Open(wd)
+	if err != nil {
+		return Errorf(CodeWorkdirDenied, "the work directory for this delegation is not usable")
+	}
+	defer f.Close()
+	if _, err := f.Readdirnames(1); !errors.Is(err, io.EOF) {
+		return Errorf(CodeWorkdirDenied, "the work directory for this delegation is not empty").
+			WithHint("use a new delegation id, or clear the executor's work root")
+	}
+	return nil
+}
+
+// start handles START: it sets the workspace up and launches the agent.
+// It returns only after setup, so {ok:true} means the workspace is there.
+func (e *Executor) start(ctx context.Context, st *Start) *ProtocolError {
+	id := st.DelegationID
+	a, err := e.store.Assignment(id)
+	if errors.Is(err, lease.ErrNotFound) {
+		return Errorf(CodeDeclined, "no INVITE was accepted for delegation %s", id).WithHint("send INVITE first")
+	}
+	if err != nil {
+		return Errorf(CodeSetupFailed, "the executor cannot read the delegation")
+	}
+	now := e.store.Now()
+	expiresAt, _ := ParseTimestamp(st.Lease.ExpiresAt)
+	switch {
+	case a.State == lease.Expired && a.Failure != nil && a.Failure.Code == CodeStartExpired,
+		a.State == lease.Accepted && !now.Before(a.StartBy):
+		return Errorf(CodeStartExpired, "START came too late: the accepted INVITE lapsed").WithHint("delegate again")
+	case a.State != lease.Accepted:
+		return Errorf(CodeDeclined, "delegation %s is %s; START is not expected", id, a.State)
+	case !now.Before(expiresAt):
+		return e.refuseStart(ctx, id, lease.Expire,
+			Errorf(CodeStartExpired, "the lease in START expired at %s", st.Lease.ExpiresAt).WithHint("delegate again"))
+	}
+	tr := e.transport(st.WorkDir.Transport)
+	if tr == nil {
+		return e.refuseStart(ctx, id, lease.SendError,
+			Errorf(CodeDeclined, "transport %q is not offered by this executor", st.WorkDir.Transport))
+	}
+	if err := tr.Available(); err != nil {
+		return e.refuseStart(ctx, id, lease.SendError, AsProtocolError(err, CodeDepMissing))
+	}
+	// The executor's own caps win over what START says.
+	expiresAt = minTime(expiresAt, a.AcceptedAt.Add(time.Duration(a.TTLSeconds)*time.Second+time.Minute), now.Add(e.opts.MaxTTL))
+	mode := a.AccessMode
+	if st.Lease.AccessMode == AccessRO {
+		mode = AccessRO
+	}
+	a, _, err = e.store.FireAssignment(id, lease.SendStart, "START received", func(a *lease.Assignment) error {
+		a.ExpiresAt, a.AccessMode, a.Transport = expiresAt, mode, tr.Name()
+		return nil
+	}, nil)
+	if err != nil {
+		return Errorf(CodeDeclined, "delegation %s cannot start: %v", id, err)
+	}
+
+	if pe := e.setup(ctx, a, tr, &st.WorkDir); pe != nil {
+		if err := e.end(ctx, id, lease.SendError, pe); err != nil {
+			e.log.Warn("record setup failure", "delegation", id, "err", err)
+		}
+		if err := e.removeWorkDir(ctx, a); err != nil {
+			e.log.Warn("clean failed setup", "delegation", id, "err", err)
+		}
+		return pe
+	}
+
+	tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	t := &task{cancel: cancel, done: make(chan struct{}), asks: map[string]*ask{}}
+	e.mu.Lock()
+	e.tasks[id] = t
+	e.mu.Unlock()
+	running := e.eventJSON(&Event{DelegationID: id, Type: EventStatus, Status: StatusRunning, Message: "workspace ready; agent starting"})
+	started := a
+	a, _, err = e.store.FireAssignment(id, lease.SetupComplete, "workspace ready", nil, running)
+	if err != nil {
+		// Cancelled or failed while setting up: whoever ended it recorded
+		// the terminal event; only the clean-up is left.
+		e.mu.Lock()
+		delete(e.tasks, id)
+		e.mu.Unlock()
+		cancel()
+		close(t.done)
+		e.removeWorkDir(ctx, started)
+		if cur, gerr := e.store.Assignment(id); gerr == nil && cur.Failure != nil {
+			return &ProtocolError{Code: cur.Failure.Code, Message: cur.Failure.Message, Hint: cur.Failure.Hint}
+		}
+		return Errorf(CodeSetupFailed, "delegation %s ended during setup", id)
+	}
+	e.publish(id)
+	e.wg.Add(1)
+	go e.run(tctx, t, a)
+	e.sched.Kick()
+	return nil
+}
+
+// refuseStart ends an accepted delegation whose START cannot be honoured,
+// freeing its slot at once rather than at the START deadline.
+func (e *Executor) refuseStart(ctx context.Context, id string, ev lease.Event, pe *ProtocolError) *ProtocolError {
+	if err := e.end(ctx, id, ev, pe); err != nil {
+		e.log.Warn("refuse START", "delegation", id, "err", err)
+	}
+	return pe
+}
+
+func minTime(t time.Time, others ...time.Time) time.Time {
+	for _, o := range others {
+		if o.Before(t) {
+			t = o
+		}
+	}
+	return t
+}
+
+func (e *Executor) setup(ctx context.Context, a *lease.Assignment, tr ExecutorTransport, info *WorkDirInfo) *ProtocolError {
+	if pe := checkWorkDir(a.WorkDir); pe != nil {
+		return pe
+	}
+	if err := os.Mkdir(a.WorkDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		e.log.Error("create work dir", "delegation", a.ID, "err", err)
+		return Errorf(CodeSetupFailed, "cannot create the work directory")
+	}
+	p := SetupParams{ID: a.ID, Info: info, WorkDir: a.WorkDir, AccessMode: a.AccessMode}
+	if a.Dialect == DialectHead && tr.Name() == TransportSSHFS {
+		// A head delegator's locator is the environment root, which
+		// holds each resource under its name (the reference's as a
+		// symlink its server resolves). The mount is of the resource
+		// itself, so that nothing else the root holds is reachable.
+		if len(a.Resources) != 1 {
+			return Errorf(CodeSetupFailed, "this executor mounts one resource per delegation; the INVITE named %d", len(a.Resources)).
+				WithHint("lend one directory, or use the archive transport")
+		}
+		r := a.Resources[0]
+		cp := *info
+		cp.ExportLocator = path.Join(info.ExportLocator, r.Name)
+		p.Info, p.WorkDir = &cp, transportDir(a)
+		if r.Mode == AccessRO {
+			p.AccessMode = AccessRO
+		}
+		if err := os.Mkdir(p.WorkDir, 0o700); err != nil {
+			e.log.Error("create resource dir", "delegation", a.ID, "err", err)
+			return Errorf(CodeSetupFailed, "cannot create the work directory")
+		}
+	}
+	if err := tr.Setup(ctx, p); err != nil {
+		e.log.Warn("setup failed", "delegation", a.ID, "err", err)
+		return AsProtocolError(err, CodeSetupFailed)
+	}
+	// An archive from a head delegator has a folder per resource; one it
+	// left out (an empty directory) is made, so the agent finds it.
+	for _, r := range a.Resources {
+		if err := os.MkdirAll(filepath.Join(a.WorkDir, r.Name), 0o700); err != nil {
+			return Errorf(CodeSetupFailed, "the workspace has no usable folder %q", r.Name)
+		}
+	}
+	return nil
+}
+
+// transportDir is where a's transport set its workspace up: the work dir,
+// or for a head live mount the one resource's folder in it.
+func transportDir(a *lease.Assignment) string {
+	if a.Dialect == DialectHead && a.Transport == TransportSSHFS && len(a.Resources) == 1 {
+		return filepath.Join(a.WorkDir, a.Resources[0].Name)
+	}
+	return a.WorkDir
+}
+
+// agentDir is where a's agent runs: the work dir, or in the head dialect
+// the resource the reference would run it in (see PrimaryResource).
+func agentDir(a *lease.Assignment) string {
+	if a.Dialect != DialectHead {
+		return a.WorkDir
+	}
+	env := Environment{}
+	for _, r := range a.Resources {
+		env.Resources = append(env.Resources, Resource{Name: r.Name, Mode: r.Mode})
+	}
+	return filepath.Join(a.WorkDir, env.PrimaryResource())
+}
+
+// run is a task's goroutine: the agent, then the result, then clean-up.
+func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
+	defer e.wg.Done()
+	defer close(t.done)
+	defer func() {
+		e.mu.Lock()
+		delete(e.tasks, a.ID)
+		e.mu.Unlock()
+		if err := e.removeWorkDir(context.Background(), a); err != nil {
+			e.log.Warn("clean up", "delegation", a.ID, "err", err)
+		}
+	}()
+	log := e.log.With("delegation", a.ID)
+	before, err := highlightScan(a.Transport)(agentDir(a))
+	if err != nil {
+		log.Warn("scan work dir before the task", "err", err)
+	}
+
+	updates := make(chan agent.Update, 256)
+	var pumpDone sync.WaitGroup
+	pumpDone.Add(1)
+	go func() { defer pumpDone.Done(); e.pumpProgress(a.ID, updates) }()
+
+	os.MkdirAll(filepath.Dir(e.summaryFile(a.ID)), 0o700)
+	res, err := e.opts.Worker.Run(ctx, agent.Task{
+		DelegationID: a.ID, Prompt: a.Prompt, Description: a.Description,
+		WorkDir: agentDir(a), AccessMode: a.AccessMode, SummaryFile: e.summaryFile(a.ID),
+	}, agent.Hooks{
+		Started: func(pid int) {
+			if _, err := e.store.UpdateAssignment(a.ID, func(a *lease.Assignment) error { a.AgentPID = pid; return nil }); err != nil {
+				log.Warn("record agent pid", "err", err)
+			}
+		},
+		Update: func(u agent.Update) { updates <- u },
+		Permission: func(ctx context.Context, req agent.PermissionRequest) agent.Decision {
+			return e.decide(ctx, a.ID, t, req)
+		},
+	})
+	close(updates)
+	pumpDone.Wait()
+	if errors.Is(err, agent.ErrKilled) {
+		return // cancel, expiry or shutdown: the one who ended it reported it
+	}
+
+	var final, snapshot []byte
+	var ev lease.Event
+	switch {
+	case err != nil:
+		ev = lease.SendError
+		final = e.eventJSON(&Event{DelegationID: a.ID, Type: EventError, Code: CodeTaskFailed, Message: "the agent could not run: " + err.Error()})
+	case res.Failed != "":
+		ev = lease.SendError
+		final = e.eventJSON(&Event{DelegationID: a.ID, Type: EventError, Code: CodeTaskFailed, Message: res.Failed})
+	default:
+		ev = lease.ReceiveDone
+		snapshot, final, err = e.doneEvent(ctx, a, before, res.Summary)
+		if err != nil {
+			log.Error("collect result", "err", err)
+			ev = lease.SendError
+			final = e.eventJSON(&Event{DelegationID: a.ID, Type: EventError, Code: CodeTaskFailed, Message: "the result could not be collected"})
+		}
+	}
+	// Clean up before the terminal event: whoever hears "done" may count on
+	// the executor having let go of the workspace.
+	if err := e.removeWorkDir(ctx, a); err != nil {
+		log.Warn("clean up", "err", err)
+	}
+	var decoded Event
+	json.Unmarshal(final, &decoded)
+	_, _, err = e.store.FireAssignment(a.ID, ev, "agent finished", func(a *lease.Assignment) error {
+		if decoded.Type == EventError {
+			a.Failure = &lease.Failure{Code: decoded.Code, Message: decoded.Message}
+		}
+		return nil
+	}, snapshot, final)
+	if err != nil {
+		log.Info("task outcome not recorded", "err", err) // ended meanwhile
+		return
+	}
+	e.publish(a.ID)
+	log.Info("delegation finished", "event", decoded.Type)
+}
+
+// highlightScan is how a task's work dir is scanned for its highlights,
+// before and after the task. On a live mount, by size, mode and mtime:
+// hashing would read every file twice more over the network, and a task's
+// writes always move the mtime. An archive's copy is on this machine's
+// disk: there by content, so that a file rewritten the same (sed -i that
+// matched nothing, a formatter with nothing to do) is not reported as
+// changed — as the delegator's apply does not report it either.
+func highlightScan(transport string) func(dir string) (archive.Manifest, error) {
+	if transport == TransportArchive {
+		return archive.Scan
+	}
+	return archive.ScanMeta
+}
+
+// doneEvent collects the result and returns the events that end the
+// task: done, and before it in the head dialect the snapshot that holds
+// the result (nil if there is none).
+func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before archive.Manifest, summary string) (snapshot, done []byte, err error) {
+	after, err := highlightScan(a.Transport)(agentDir(a))
+	if err != nil {
+		return nil, nil, err
+	}
+	tr := e.transport(a.Transport)
+	var checksum string
+	if a.AccessMode == AccessRW {
+		checksum, err = e.packResult(ctx, tr, a)
+	} else {
+		_, err = tr.Teardown(ctx, a.ID, transportDir(a), nil)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if summary == "" {
+		summary = "The agent finished without output."
+	}
+	// A result is not part of the stored event: the event stream appends
+	// it from the file (see handleEvents).
+	ev := &Event{DelegationID: a.ID, Type: EventDone, Summary: summary, Highlights: archive.Changed(before, after)}
+	if a.Dialect != DialectHead || checksum == "" {
+		ev.ResultChecksum = checksum
+		return nil, e.eventJSON(ev), nil
+	}
+	// The head dialect's result is a snapshot of the environment, named
+	// in done. The checksum rides along as in our done (an extension).
+	snapID := "snap_" + checksum[:12]
+	recommended := true
+	snapshot = e.eventJSON(&Event{DelegationID: a.ID, Type: EventSnapshot, SnapshotID: snapID, Summary: summary,
+		Highlights: ev.Highlights, Recommended: &recommended, ResultChecksum: checksum})
+	ev.SnapshotIDs, ev.RecommendedSnapshotID = []string{snapID}, snapID
+	return snapshot, e.eventJSON(ev), nil
+}
+
+// resultFile is where a delegation's result ZIP is kept until its events
+// are past retention.
+func (e *Executor) resultFile(id string) string {
+	return filepath.Join(e.opts.StateDir, "results", id+".zip")
+}
+
+// packResult has the transport write its result into the result file and
+// returns the result's SHA-256 (hex); none is left, and the checksum is
+// empty, if it has no result.
+func (e *Executor) packResult(ctx context.Context, tr ExecutorTransport, a *lease.Assignment) (string, error) {
+	name := e.resultFile(a.ID)
+	if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
+		return "", err
+	}
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.New()
+	wrote, err := tr.Teardown(ctx, a.ID, transportDir(a), io.MultiWriter(f, sum))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || !wrote {
+		os.Remove(name)
+		return "", err
+	}
+	return hex.EncodeToString(sum.Sum(nil)), nil
+}
+
+// pumpProgress turns the worker's updates into status events, writing all
+// that queued up meanwhile in one transaction.
+func (e *Executor) pumpProgress(id string, updates <-chan agent.Update) {
+	for u := range updates {
+		batch := [][]byte{e.progress(id, u)}
+	drain:
+		for len(batch) < 512 {
+			select {
+			case u, ok := <-updates:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, e.progress(id, u))
+			default:
+				break drain
+			}
+		}
+		if _, err := e.store.AppendEvents(id, batch); err != nil {
+			continue // the lease ended; drain the rest
+		}
+		e.publish(id)
+	}
+}
+
+func (e *Executor) progress(id string, u agent.Update) []byte {
+	return e.eventJSON(&Event{DelegationID: id, Type: EventStatus, Status: StatusProgress, Message: u.Message, Progress: u.Progress})
+}
