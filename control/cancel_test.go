@@ -56,7 +56,9 @@ func (s *slowExecutor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestCancelInEveryHandshakeState(t *testing.T) {
 	for _, hold := range []string{TypeInvite, TypeStart} {
 		t.Run(hold, func(t *testing.T) {
-			x := newExecFixture(t, `echo should not run > ran.txt`, nil)
+			// The agent outlives the test's checks: while START is out the
+			// event stream is open, and a task that ended would complete.
+			x := newExecFixture(t, `sleep 30; echo should not run > ran.txt`, nil)
 			slow := &slowExecutor{next: x.e.Handler(), hold: hold, arrived: make(chan struct{}), release: make(chan struct{})}
 			srv := httptest.NewServer(slow)
 			defer srv.Close()

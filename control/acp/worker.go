@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -85,43 +84,15 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 		return nil, err
 	}
 
-	cmd := agent.Command(t, w.Command, nil)
-	// Pipes of our own (see agent.Run): a child the agent leaves behind may
-	// hold them open after the agent itself has exited.
-	var pipes [3][2]*os.File // to the agent, from it, its stderr: read end, write end
-	for i := range pipes {
-		pr, pw, err := os.Pipe()
-		if err != nil {
-			for _, p := range pipes[:i] {
-				p[0].Close()
-				p[1].Close()
-			}
-			c.releaseAll()
-			return nil, err
-		}
-		pipes[i] = [2]*os.File{pr, pw}
-	}
-	toAgent, toAgentW := pipes[0][0], pipes[0][1]
-	fromAgent, fromAgentW := pipes[1][0], pipes[1][1]
-	errR, errW := pipes[2][0], pipes[2][1]
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = toAgent, fromAgentW, errW
-	err = cmd.Start()
-	toAgent.Close()
-	fromAgentW.Close()
-	errW.Close()
+	proc, err := agent.Start(t, w.Command, nil, nil)
 	if err != nil {
-		toAgentW.Close()
-		fromAgent.Close()
-		errR.Close()
 		c.releaseAll()
-		return nil, fmt.Errorf("start ACP agent: %w", err)
+		return nil, fmt.Errorf("ACP agent: %w", err)
 	}
-	pgid := cmd.Process.Pid
+	toAgentW, fromAgent, errR, exited := proc.Stdin, proc.Stdout, proc.Stderr, proc.Exited()
 	if h.Started != nil {
-		h.Started(pgid)
+		h.Started(proc.Pgid)
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
 
 	stderr := &agent.Tail{Max: stderrTailBytes}
 	stderrDone := make(chan struct{})
@@ -171,7 +142,7 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 	// The turn is over: the agent's process group goes, and with it every
 	// terminal it left.
 	toAgentW.Close()
-	agent.StopGroup(pgid, exited, w.KillGrace)
+	proc.Stop(w.KillGrace)
 	endAsks()
 	endRequests()
 	fromAgent.Close()
@@ -191,7 +162,7 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 	if killed {
 		return nil, fmt.Errorf("%w: %w", agent.ErrKilled, context.Cause(ctx))
 	}
-	res := &agent.Result{ExitCode: cmd.ProcessState.ExitCode(), StderrTail: strings.TrimSpace(stderr.String())}
+	res := &agent.Result{ExitCode: proc.ExitCode(), StderrTail: strings.TrimSpace(stderr.String())}
 	switch {
 	case end.err != nil:
 		res.Failed = "the ACP agent failed: " + end.err.Error()

@@ -110,40 +110,22 @@ func Run(ctx context.Context, t Task, opts Options) (*Result, error) {
 	if opts.MaxLine <= 0 {
 		opts.MaxLine = 4 << 10
 	}
-	cmd := Command(t, opts.Command, opts.Env)
-	cmd.Stdin = strings.NewReader(t.Prompt)
-	// A pipe of our own rather than StdoutPipe: a background process the
-	// agent leaves behind may hold stdout open, and must not keep Run
-	// waiting once the agent itself has exited.
-	stdout, stdoutW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	defer stdout.Close()
-	stderrR, stderrW, err := os.Pipe()
-	if err != nil {
-		stdoutW.Close()
-		return nil, err
-	}
-	defer stderrR.Close()
-	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
-	stderr := &Tail{Max: stderrTailBytes}
 	if t.SummaryFile != "" {
 		os.Remove(t.SummaryFile)
 	}
-	err = cmd.Start()
-	stdoutW.Close()
-	stderrW.Close()
+	proc, err := Start(t, opts.Command, opts.Env, strings.NewReader(t.Prompt))
 	if err != nil {
-		return nil, fmt.Errorf("start agent: %w", err)
+		return nil, err
 	}
-	pgid := cmd.Process.Pid
+	defer proc.Stdout.Close()
+	defer proc.Stderr.Close()
 	if opts.Started != nil {
-		opts.Started(pgid)
+		opts.Started(proc.Pgid)
 	}
+	stderr := &Tail{Max: stderrTailBytes}
 
-	// The killer owns the group's end: on ctx done it sends SIGTERM, then
-	// SIGKILL after the grace. It stops when the run is over.
+	// The killer owns the group's end: on ctx done it stops the group. It
+	// stops when the run is over.
 	over := make(chan struct{})
 	var killed bool
 	var wg sync.WaitGroup
@@ -156,33 +138,33 @@ func Run(ctx context.Context, t Task, opts Options) (*Result, error) {
 		case <-ctx.Done():
 		}
 		killed = true
-		StopGroup(pgid, over, opts.KillGrace)
+		proc.Stop(opts.KillGrace)
 	}()
 
 	var tail []string
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tail = readLines(stdout, opts.MaxLine, opts.Line)
+		tail = readLines(proc.Stdout, opts.MaxLine, opts.Line)
 	}()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		io.Copy(stderr, stderrR)
+		io.Copy(stderr, proc.Stderr)
 	}()
-	waitErr := cmd.Wait()
+	<-proc.Exited()
 	close(over)
 	// Whatever the agent left running in its group goes with it; that also
 	// closes the last writers of stdout, so the reader ends.
-	syscall.Kill(-pgid, syscall.SIGKILL)
+	proc.KillRest()
 	wg.Wait()
 
 	if killed {
 		return nil, fmt.Errorf("%w: %w", ErrKilled, context.Cause(ctx))
 	}
-	res := &Result{ExitCode: cmd.ProcessState.ExitCode(), StderrTail: strings.TrimSpace(stderr.String())}
+	res := &Result{ExitCode: proc.ExitCode(), StderrTail: strings.TrimSpace(stderr.String())}
 	var exitErr *exec.ExitError
-	if waitErr != nil && !errors.As(waitErr, &exitErr) {
+	if waitErr := proc.WaitErr(); waitErr != nil && !errors.As(waitErr, &exitErr) {
 		return nil, fmt.Errorf("wait for agent: %w", waitErr)
 	}
 	res.Summary = readSummary(t.SummaryFile)
