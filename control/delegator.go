@@ -265,10 +265,22 @@ func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, erro
 		d.notifyPeer(del, NewError(id, CodeDeclined, "the delegator restarted during the handshake", ""))
 		return d.fail(ctx, id, Errorf(CodeSetupFailed, "the delegator restarted during the handshake").WithHint("delegate again"))
 	default:
+		// Started or running, and followed anew (by a restarted daemon,
+		// say): whatever the transport keeps in memory is set up again.
+		if r, ok := d.transport(del).(resumer); ok && !del.State.Terminal() {
+			r.Resume(ctx, lent(del))
+		}
 		events = d.startFollowing(ctx, id, nil)
 	}
 	events.wait()
 	return d.store.Delegation(id)
+}
+
+// resumer is a transport that keeps something of a running delegation in
+// this process's memory, to set up again when the delegation is followed
+// anew (SSHFSDelegator's grant).
+type resumer interface {
+	Resume(ctx context.Context, d Lent)
 }
 
 // A delegation's event stream is opened while START is still out: a task

@@ -14,14 +14,6 @@ import (
 	"github.com/awcp/awcp/sshd/sshdtest"
 )
 
-// oneLease lends one directory to one delegation.
-type oneLease struct {
-	id  string
-	exp sshd.Export
-}
-
-func (l oneLease) Live(id string) (sshd.Export, bool) { return l.exp, id == l.id }
-
 // The executor pins the host key START carries, in its own field or, from
 // our earlier delegators, in options; a START without one (another
 // implementation's) is refused unless the operator gave a known_hosts
@@ -39,10 +31,11 @@ func TestExecutorHostKeyChecks(t *testing.T) {
 	}
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a\n"), 0o644)
-	srv, err := sshd.New(sshd.Options{Authority: auth, Leases: oneLease{id, sshd.Export{Dir: dir}}, Logger: slog.New(slog.DiscardHandler)})
+	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.Grant(id, dir, false, time.Time{})
 	addr := sshdtest.Serve(t, srv)
 	cred, err := auth.Issue(id, time.Now().Add(time.Hour))
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,6 +39,7 @@ type liveFixture struct {
 	exec *execFixture
 	dlg  *Delegator
 	rec  *recordingTransport
+	srv  *sshd.Server
 	dir  string
 }
 
@@ -61,12 +63,12 @@ func newLiveFixture(t *testing.T, agentCmd string) *liveFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := sshd.New(sshd.Options{Authority: auth, Leases: LeaseExports{Store: store}, Logger: log})
+	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := sshdtest.Serve(t, srv)
-	rec := &recordingTransport{SSHFSDelegator: &SSHFSDelegator{Issuer: auth, Revoker: srv, Host: "127.0.0.1", Port: addr.Port}}
+	rec := &recordingTransport{SSHFSDelegator: &SSHFSDelegator{Issuer: auth, Server: srv, Host: "127.0.0.1", Port: addr.Port}}
 	dlg, err := NewDelegator(DelegatorOptions{Store: store, Logger: log, Transports: map[string]DelegatorTransport{
 		TransportArchive: &ArchiveDelegator{Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
 		TransportSSHFS:   rec,
@@ -76,7 +78,7 @@ func newLiveFixture(t *testing.T, agentCmd string) *liveFixture {
 	}
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a\n"), 0o644)
-	return &liveFixture{exec: x, dlg: dlg, rec: rec, dir: dir}
+	return &liveFixture{exec: x, dlg: dlg, rec: rec, srv: srv, dir: dir}
 }
 
 // credentialRefused fails unless the last issued credential is refused.
@@ -163,6 +165,85 @@ func TestLiveDelegationCancelRevokes(t *testing.T) {
 			t.Fatalf("mounts left: %v", mps)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A lease that ended in another process sharing the store — no Cleanup
+// ran here — loses its grant within WatchGrants' interval: its
+// connections close and its certificate is refused.
+func TestGrantOfLeaseEndedElsewhereIsRevoked(t *testing.T) {
+	f := newLiveFixture(t, `sleep 30`)
+	watch, stopWatch := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); WatchGrants(watch, f.dlg.store, f.srv, 50*time.Millisecond) }()
+	defer func() { stopWatch(); wg.Wait() }()
+	d, err := f.dlg.Create(ExportRequest{Dir: f.dir, Peer: f.exec.srv.URL, Prompt: "wait"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	follow, stopFollowing := context.WithCancel(context.Background())
+	followed := make(chan struct{})
+	go func() { defer close(followed); f.dlg.Run(follow, d.ID) }()
+	defer func() { stopFollowing(); <-followed }()
+	deadline := time.Now().Add(10 * time.Second)
+	for cur, _ := f.dlg.store.Delegation(d.ID); cur.State != lease.Running; cur, _ = f.dlg.store.Delegation(d.ID) {
+		if time.Now().After(deadline) {
+			t.Fatal("never running")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !slices.Contains(f.srv.Granted(), d.ID) {
+		t.Fatalf("a running live mount is not granted: %v", f.srv.Granted())
+	}
+	if _, err := f.dlg.store.FireDelegation(d.ID, lease.Cancel, "cancelled by another process", nil); err != nil {
+		t.Fatal(err)
+	}
+	for deadline = time.Now().Add(3 * time.Second); slices.Contains(f.srv.Granted(), d.ID); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the grant of a lease ended elsewhere stands")
+		}
+	}
+	f.credentialRefused(t)
+}
+
+// A delegation followed anew (its delegator restarted: the grant, held in
+// memory, is gone) is granted again, and its mount goes on.
+func TestFollowedAnewIsGrantedAgain(t *testing.T) {
+	f := newLiveFixture(t, `while :; do cat a.txt > seen.txt; sleep 0.05; done`)
+	d, err := f.dlg.Create(ExportRequest{Dir: f.dir, Peer: f.exec.srv.URL, Prompt: "loop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, stopFirst := context.WithCancel(context.Background())
+	followed := make(chan struct{})
+	go func() { defer close(followed); f.dlg.Run(first, d.ID) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for cur, _ := f.dlg.store.Delegation(d.ID); cur.State != lease.Running; cur, _ = f.dlg.store.Delegation(d.ID) {
+		if time.Now().After(deadline) {
+			t.Fatal("never running")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopFirst()
+	<-followed
+	f.srv.Revoke(d.ID) // what a restart of this process loses
+	os.Remove(filepath.Join(f.dir, "seen.txt"))
+	done := make(chan *lease.Delegation, 1)
+	go func() { end, _ := f.dlg.Run(context.Background(), d.ID); done <- end }()
+	for deadline = time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(f.dir, "seen.txt")); err == nil && slices.Contains(f.srv.Granted(), d.ID) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mount did not go on (granted: %v)", f.srv.Granted())
+		}
+	}
+	if _, err := f.dlg.Cancel(context.Background(), d.ID); err != nil {
+		t.Fatal(err)
+	}
+	if end := <-done; end.State != lease.Cancelled {
+		t.Fatalf("ended %s", end.State)
 	}
 }
 

@@ -35,16 +35,20 @@ type CertIssuer interface {
 	HostPublicKey() string
 }
 
-// ConnRevoker closes a delegation's SSH connections; *sshd.Server.
-type ConnRevoker interface {
+// Lender is the SSH server's side of lending: a delegation's directory is
+// granted until the lease's end, and revoked when the lease ends before;
+// *sshd.Server.
+type Lender interface {
+	Grant(id, dir string, readOnly bool, until time.Time)
 	Revoke(id string)
 }
 
 // SSHFSDelegator is the delegator side of the live mount: a certificate per
-// delegation for the embedded SSH server, revoked when the lease ends.
+// delegation for the embedded SSH server, which is granted the directory
+// until the lease ends, and revoked when it ends sooner.
 type SSHFSDelegator struct {
-	Issuer  CertIssuer  // required
-	Revoker ConnRevoker // required
+	Issuer CertIssuer // required
+	Server Lender     // required
 	// Host is the address executors dial. Default: the local end of the
 	// route towards each executor.
 	Host string
@@ -57,13 +61,15 @@ var _ DelegatorTransport = (*SSHFSDelegator)(nil)
 // Name implements DelegatorTransport.
 func (*SSHFSDelegator) Name() string { return TransportSSHFS }
 
-// Prepare issues the certificate. The export locator is a logical name:
-// the real path never leaves this machine.
-func (t *SSHFSDelegator) Prepare(_ context.Context, d Lent) (*WorkDirInfo, error) {
+// Prepare issues the certificate and grants the directory to it. The
+// export locator is a logical name: the real path never leaves this
+// machine.
+func (t *SSHFSDelegator) Prepare(ctx context.Context, d Lent) (*WorkDirInfo, error) {
 	cred, err := t.Issuer.Issue(d.ID, d.ExpiresAt)
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate: %w", err)
 	}
+	t.Resume(ctx, d)
 	host := t.Host
 	if host == "" {
 		host = "127.0.0.1"
@@ -86,40 +92,54 @@ func (t *SSHFSDelegator) Prepare(_ context.Context, d Lent) (*WorkDirInfo, error
 	}, nil
 }
 
+// Resume grants the directory again to a delegation followed anew (this
+// process restarted while it ran): a grant lives in the server's memory.
+func (t *SSHFSDelegator) Resume(_ context.Context, d Lent) {
+	t.Server.Grant(d.ID, d.LocalDir, d.AccessMode != AccessRW, d.ExpiresAt)
+}
+
 // Finish has nothing to bring back: every write already happened in place.
 func (*SSHFSDelegator) Finish(context.Context, Lent, *Event) (*archive.Report, error) {
 	return &archive.Report{}, nil
 }
 
-// Cleanup closes the delegation's connections; the store already refuses
-// new ones, the lease being over.
+// Cleanup revokes the grant: the delegation's connections close now.
 func (t *SSHFSDelegator) Cleanup(_ context.Context, d Lent) error {
-	t.Revoker.Revoke(d.ID)
+	t.Server.Revoke(d.ID)
 	return nil
 }
 
-// LeaseExports answers the SSH server from the delegator's lease store: a
-// delegation may connect while START is out or the task runs, before its
-// expiry.
-type LeaseExports struct {
-	Store *lease.Store
+// GrantHolder is a server whose grants can be listed and revoked;
+// *sshd.Server.
+type GrantHolder interface {
+	Granted() []string
+	Revoke(id string)
 }
 
-var _ sshd.Leases = LeaseExports{}
-
-// Live implements sshd.Leases.
-func (l LeaseExports) Live(id string) (sshd.Export, bool) {
-	d, err := l.Store.Delegation(id)
-	if err != nil || d.Transport != TransportSSHFS {
-		return sshd.Export{}, false
+// WatchGrants revokes, every interval until ctx is done, the grants of
+// delegations whose lease ended in another process sharing the store (a
+// cancel from the command line while a daemon serves the mount, say):
+// this process learns of such an end only from the store.
+func WatchGrants(ctx context.Context, store *lease.Store, srv GrantHolder, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, id := range srv.Granted() {
+			d, err := store.Delegation(id)
+			if err == nil && !d.State.Terminal() {
+				continue
+			}
+			if err != nil && !errors.Is(err, lease.ErrNotFound) {
+				continue // the store is busy or broken: ask again next time
+			}
+			srv.Revoke(id)
+		}
 	}
-	if d.State != lease.Started && d.State != lease.Running {
-		return sshd.Export{}, false
-	}
-	if !d.ExpiresAt.IsZero() && !l.Store.Now().Before(d.ExpiresAt) {
-		return sshd.Export{}, false
-	}
-	return sshd.Export{Dir: d.LocalDir, ReadOnly: d.AccessMode != AccessRW}, true
 }
 
 // AdvertiseHost picks the address an executor at peerURL can reach this

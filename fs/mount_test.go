@@ -44,17 +44,8 @@ func requireFUSE(t *testing.T) {
 	}
 }
 
-type leases struct {
-	mu sync.Mutex
-	m  map[string]sshd.Export
-}
-
-func (l *leases) Live(id string) (sshd.Export, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.m[id]
-	return e, ok
-}
+// mountID is the delegation a mountFixture lends to.
+const mountID = "dlg_fstest"
 
 // mountFixture serves a fresh directory over a real SSH server and mounts
 // it through a real FUSE mount.
@@ -64,7 +55,7 @@ type mountFixture struct {
 	mount    *Mount
 	auth     *sshd.Authority
 	srv      *sshd.Server
-	leases   *leases
+	ro       bool // the grant's
 
 	stopServer func() // closes the listener and every connection
 }
@@ -84,10 +75,11 @@ func (f *mountFixture) restartServer(t *testing.T, down time.Duration) {
 	t.Helper()
 	f.stopServer()
 	time.Sleep(down)
-	srv, err := sshd.New(sshd.Options{Authority: f.auth, Leases: f.leases, Logger: slog.New(slog.DiscardHandler)})
+	srv, err := sshd.New(sshd.Options{Authority: f.auth, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.Grant(mountID, f.dir, f.ro, time.Time{})
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -115,14 +107,14 @@ func newMountWith(t *testing.T, ro bool, tweak func(*Options)) *mountFixture {
 	if err := os.MkdirAll(mnt, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	f := &mountFixture{dir: t.TempDir(), mnt: mnt, auth: auth, leases: &leases{m: map[string]sshd.Export{}}}
-	const id = "dlg_fstest"
-	f.leases.m[id] = sshd.Export{Dir: f.dir, ReadOnly: ro}
+	f := &mountFixture{dir: t.TempDir(), mnt: mnt, auth: auth, ro: ro}
+	const id = mountID
 	log := slog.New(slog.DiscardHandler)
-	f.srv, err = sshd.New(sshd.Options{Authority: auth, Leases: f.leases, Logger: log})
+	f.srv, err = sshd.New(sshd.Options{Authority: auth, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.srv.Grant(id, f.dir, ro, time.Time{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -272,10 +264,7 @@ func TestReadOnlyMount(t *testing.T) {
 func TestRevokedLeaseFailsFast(t *testing.T) {
 	f := newMount(t, false)
 	os.WriteFile(filepath.Join(f.mnt, "before"), []byte("x"), 0o644)
-	f.leases.mu.Lock()
-	delete(f.leases.m, "dlg_fstest")
-	f.leases.mu.Unlock()
-	f.srv.Revoke("dlg_fstest")
+	f.srv.Revoke(mountID)
 	select {
 	case <-f.mount.Done():
 	case <-time.After(5 * time.Second):

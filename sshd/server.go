@@ -16,7 +16,7 @@ import (
 	"github.com/awcp/awcp/internal/bufconn"
 )
 
-// Export is what a live lease lends: a directory and whether it is read-only.
+// Export is what a grant lends: a directory and whether it is read-only.
 type Export struct {
 	Dir      string
 	ReadOnly bool
@@ -26,21 +26,12 @@ type Export struct {
 // names it: the server serves it as another name of the session's root.
 func Locator(id string) string { return "awcp/" + id }
 
-// Leases answers whether a delegation's lease is live, and what it lends.
-// The delegator's lease store implements it.
-type Leases interface {
-	Live(id string) (Export, bool)
-}
-
-// Options configures a Server. Authority and Leases are required.
+// Options configures a Server. Authority is required.
 type Options struct {
 	// Authority signs and checks certificates. Required.
 	Authority *Authority
-	// Leases decides, at every login and session, whether a lease is live.
-	// Required.
-	Leases Leases
-	// SweepInterval is how often connections of leases that ended
-	// elsewhere (another process) are closed. Default 2s.
+	// SweepInterval is how often connections past their grant's end are
+	// closed. Default 2s.
 	SweepInterval time.Duration
 	// IdleTimeout closes connections without traffic. Default 5m; the
 	// executor's keepalives count.
@@ -58,17 +49,25 @@ type Server struct {
 	ssh  *ssh.Server
 	log  *slog.Logger
 
-	mu     sync.Mutex // guards conns and shares
+	mu     sync.Mutex // guards grants, conns and shares
+	grants map[string]grant // what the delegator lends, by delegation id
 	conns  map[string]map[gossh.Conn]struct{}
 	shares map[gossh.Conn]*connShare
 
 	sessions sync.WaitGroup // sftp sessions: gliderlabs does not track them
 }
 
-// New builds a Server.
+// grant is a directory lent to a delegation, until a time (zero: until
+// revoked).
+type grant struct {
+	Export
+	until time.Time
+}
+
+// New builds a Server. It lends nothing until Grant is called.
 func New(opts Options) (*Server, error) {
-	if opts.Authority == nil || opts.Leases == nil {
-		return nil, errors.New("sshd: Authority and Leases are required")
+	if opts.Authority == nil {
+		return nil, errors.New("sshd: Authority is required")
 	}
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = 2 * time.Second
@@ -82,7 +81,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Server{opts: opts, log: opts.Logger, conns: map[string]map[gossh.Conn]struct{}{},
+	s := &Server{opts: opts, log: opts.Logger, grants: map[string]grant{}, conns: map[string]map[gossh.Conn]struct{}{},
 		shares: map[gossh.Conn]*connShare{}}
 	s.ssh = &ssh.Server{
 		HostSigners:      []ssh.Signer{opts.Authority.HostKey()},
@@ -133,7 +132,7 @@ func (s *Server) checkCert(ctx ssh.Context, key ssh.PublicKey) bool {
 		s.log.Info("ssh: refused certificate", "user", user, "serial", cert.Serial, "err", err)
 		return false
 	}
-	if _, live := s.opts.Leases.Live(user); !live {
+	if _, live := s.live(user); !live {
 		s.log.Info("ssh: refused certificate of an ended lease", "user", user, "serial", cert.Serial)
 		return false
 	}
@@ -145,7 +144,7 @@ func (s *Server) serveSFTP(sess ssh.Session) {
 	defer s.sessions.Done()
 	id := sess.User()
 	conn, _ := sess.Context().Value(ssh.ContextKeyConn).(gossh.Conn)
-	exp, live := s.opts.Leases.Live(id)
+	exp, live := s.live(id)
 	if !live || conn == nil {
 		sess.Exit(1)
 		return
@@ -211,10 +210,11 @@ func (s *Server) untrack(id string, c gossh.Conn) {
 	}
 }
 
-// Revoke closes every connection of delegation id now. New ones are
-// refused as soon as the lease is no longer live in the store.
+// Revoke ends delegation id's grant: its connections are closed now, and
+// new ones refused.
 func (s *Server) Revoke(id string) {
 	s.mu.Lock()
+	delete(s.grants, id)
 	conns := make([]gossh.Conn, 0, len(s.conns[id]))
 	for c := range s.conns[id] {
 		conns = append(conns, c)
@@ -228,17 +228,48 @@ func (s *Server) Revoke(id string) {
 	}
 }
 
-// sweep revokes leases that ended without Revoke being called here (in
-// another process sharing the store).
+// Grant lends dir to delegation id until until (zero: until Revoke): its
+// certificate is let in, and its SFTP sessions serve dir, read-only if
+// readOnly. A second Grant of id replaces the first.
+func (s *Server) Grant(id, dir string, readOnly bool, until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.grants[id] = grant{Export: Export{Dir: dir, ReadOnly: readOnly}, until: until}
+}
+
+// Granted lists the delegations lent to now: what a caller that learns of
+// ends elsewhere (another process sharing the delegator's store) checks.
+func (s *Server) Granted() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.grants))
+	for id := range s.grants {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// live is what id is lent, if its grant stands.
+func (s *Server) live(id string) (Export, bool) {
+	s.mu.Lock()
+	g, ok := s.grants[id]
+	s.mu.Unlock()
+	if !ok || (!g.until.IsZero() && !s.opts.Now().Before(g.until)) {
+		return Export{}, false
+	}
+	return g.Export, true
+}
+
+// sweep revokes the grants past their end, closing their connections.
 func (s *Server) sweep() {
 	s.mu.Lock()
-	ids := make([]string, 0, len(s.conns))
-	for id := range s.conns {
+	ids := make([]string, 0, len(s.grants))
+	for id := range s.grants {
 		ids = append(ids, id)
 	}
 	s.mu.Unlock()
 	for _, id := range ids {
-		if _, live := s.opts.Leases.Live(id); !live {
+		if _, live := s.live(id); !live {
 			s.Revoke(id)
 		}
 	}

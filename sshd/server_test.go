@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,30 +18,10 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 )
 
-// leaseMap is a Leases for tests.
-type leaseMap struct {
-	mu sync.Mutex
-	m  map[string]Export
-}
-
-func (l *leaseMap) Live(id string) (Export, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.m[id]
-	return e, ok
-}
-
-func (l *leaseMap) end(id string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.m, id)
-}
-
 type fixture struct {
-	auth   *Authority
-	srv    *Server
-	addr   string
-	leases *leaseMap
+	auth *Authority
+	srv  *Server
+	addr string
 }
 
 func newFixture(t testing.TB) *fixture {
@@ -51,8 +30,8 @@ func newFixture(t testing.TB) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{auth: auth, leases: &leaseMap{m: map[string]Export{}}}
-	f.srv, err = New(Options{Authority: auth, Leases: f.leases, SweepInterval: 100 * time.Millisecond,
+	f := &fixture{auth: auth}
+	f.srv, err = New(Options{Authority: auth, SweepInterval: 100 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -74,13 +53,11 @@ func newFixture(t testing.TB) *fixture {
 	return f
 }
 
-// lend registers a live lease on a new directory and returns a credential.
+// lend grants a new directory to id for an hour and returns a credential.
 func (f *fixture) lend(t testing.TB, id string, ro bool) (string, *Credential) {
 	t.Helper()
 	dir := t.TempDir()
-	f.leases.mu.Lock()
-	f.leases.m[id] = Export{Dir: dir, ReadOnly: ro}
-	f.leases.mu.Unlock()
+	f.srv.Grant(id, dir, ro, time.Now().Add(time.Hour))
 	cred, err := f.auth.Issue(id, time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +190,6 @@ func TestCertificateChecks(t *testing.T) {
 		if _, err := sc.Getwd(); err != nil {
 			t.Fatal(err)
 		}
-		f.leases.end(id)
 		f.srv.Revoke(id)
 		if _, err := sc.Stat("/"); err == nil {
 			t.Fatal("connection still serves after revoke")
@@ -224,19 +200,27 @@ func TestCertificateChecks(t *testing.T) {
 	})
 }
 
-func TestSweepClosesConnectionsOfLeasesEndedElsewhere(t *testing.T) {
+// A grant's end closes its connections without a Revoke, and refuses
+// new ones.
+func TestGrantEndClosesConnections(t *testing.T) {
 	f := newFixture(t)
-	_, cred := f.lend(t, "dlg_sweep", false)
+	dir, cred := f.lend(t, "dlg_sweep", false)
 	sc := f.sftp(t, "dlg_sweep", cred)
-	f.leases.end("dlg_sweep") // no Revoke: another process ended it
+	f.srv.Grant("dlg_sweep", dir, false, time.Now().Add(300*time.Millisecond))
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
 		if _, err := sc.Stat("/"); err != nil {
+			if _, err := f.dial("dlg_sweep", certSigner(t, cred)); err == nil {
+				t.Fatal("certificate of an ended grant accepted")
+			}
+			if ids := f.srv.Granted(); len(ids) != 0 {
+				t.Fatalf("still granted: %v", ids)
+			}
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatal("connection of an ended lease still open")
+	t.Fatal("connection of an ended grant still open")
 }
 
 func TestSFTPConfinedAndComplete(t *testing.T) {

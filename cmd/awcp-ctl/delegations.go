@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -117,7 +118,7 @@ func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err er
 	if err != nil {
 		return nil, err
 	}
-	srv, err := sshd.New(sshd.Options{Authority: auth, Leases: control.LeaseExports{Store: e.store}, Logger: e.log})
+	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: e.log})
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +126,7 @@ func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err er
 	if err != nil {
 		return nil, fmt.Errorf("--ssh-listen: %w", err)
 	}
-	t := &control.SSHFSDelegator{Issuer: auth, Revoker: srv, Port: ln.Addr().(*net.TCPAddr).Port}
+	t := &control.SSHFSDelegator{Issuer: auth, Server: srv, Port: ln.Addr().(*net.TCPAddr).Port}
 	if adv := c.String("ssh-advertise"); adv != "" {
 		host, port, err := net.SplitHostPort(adv)
 		if err != nil {
@@ -140,15 +141,19 @@ func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err er
 		}
 	}
 	e.sshfs = t
-	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
 	go func() {
-		defer close(done)
+		defer wg.Done()
 		if err := srv.Serve(ctx, ln); err != nil {
 			e.log.Warn("ssh server", "err", err)
 		}
 	}()
+	// Leases that end in another process (a cancel from the command line)
+	// are known here only from the store.
+	go func() { defer wg.Done(); control.WatchGrants(ctx, e.store, srv, 2*time.Second) }()
 	e.log.Info("ssh server listening", "addr", ln.Addr())
-	return func() { <-done }, nil
+	return wg.Wait, nil
 }
 
 // resolve finds a delegation by id or unique id prefix.

@@ -23,15 +23,6 @@ import (
 	"github.com/awcp/awcp/sshd/sshdtest"
 )
 
-type oneLease struct {
-	id  string
-	dir string
-}
-
-func (l oneLease) Live(id string) (sshd.Export, bool) {
-	return sshd.Export{Dir: l.dir}, id == l.id
-}
-
 // session serves a fresh directory with our real SSH server and opens a
 // client session on it, as the mount does.
 func session(t *testing.T) (dir string, sshc *gossh.Client, c *sftpc.Client) {
@@ -49,10 +40,11 @@ func sessionVia(t *testing.T, via func(addr string) string) (dir string, sshc *g
 	}
 	dir = t.TempDir()
 	const id = "dlg_sftpc"
-	srv, err := sshd.New(sshd.Options{Authority: auth, Leases: oneLease{id, dir}, Logger: slog.New(slog.DiscardHandler)})
+	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.Grant(id, dir, false, time.Time{})
 	addr := sshdtest.Serve(t, srv)
 	cred, err := auth.Issue(id, time.Now().Add(time.Hour))
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,18 +18,6 @@ import (
 	"github.com/awcp/awcp/sshd"
 	"github.com/awcp/awcp/sshd/sshdtest"
 )
-
-type oneLease struct {
-	mu  sync.Mutex
-	id  string
-	exp sshd.Export
-}
-
-func (l *oneLease) Live(id string) (sshd.Export, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.exp, id == l.id
-}
 
 // TestMountByHand runs `awcp-fs mount --start START.json` against a real
 // SSH server and ends it with SIGINT, then with `awcp-fs umount`.
@@ -42,11 +29,11 @@ func TestMountByHand(t *testing.T) {
 		t.Fatal(err)
 	}
 	const id = "dlg_byhand"
-	srv, err := sshd.New(sshd.Options{Authority: auth, Leases: &oneLease{id: id, exp: sshd.Export{Dir: dir}},
-		Logger: slog.New(slog.DiscardHandler)})
+	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.Grant(id, dir, false, time.Time{})
 	addr := sshdtest.Serve(t, srv)
 
 	expires := time.Now().Add(time.Hour)
