@@ -49,7 +49,7 @@ type Server struct {
 	ssh  *ssh.Server
 	log  *slog.Logger
 
-	mu     sync.Mutex // guards grants, conns and shares
+	mu     sync.Mutex       // guards grants, conns and shares
 	grants map[string]grant // what the delegator lends, by delegation id
 	conns  map[string]map[gossh.Conn]struct{}
 	shares map[gossh.Conn]*connShare
