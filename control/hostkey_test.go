@@ -105,7 +105,11 @@ func TestDelegatorSendsHostKeyInItsOwnField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &SSHFSDelegator{Issuer: auth, Host: "127.0.0.1", Port: 2222}
+	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &SSHFSDelegator{Issuer: auth, Server: srv, Host: "127.0.0.1", Port: 2222}
 	info, err := tr.Prepare(t.Context(), Lent{ID: "dlg_x", ExpiresAt: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
