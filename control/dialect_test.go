@@ -9,25 +9,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
-
-	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/awcp/awcp/lease"
-	"github.com/awcp/awcp/sshd"
-	"github.com/awcp/awcp/sshd/sshdtest"
 )
 
 // headPeer stands in for the reference's executor at HEAD (b10e261), as
@@ -277,44 +269,6 @@ func TestDelegatorSpeaksHeadToHeadExecutor(t *testing.T) {
 	}
 }
 
-// Our delegator lends a directory over the live mount to a head
-// executor, which mounts it as the reference does: the environment root
-// holds the directory as workspace/, and the agent's writes land in it.
-func TestDelegatorLendsLiveMountToHeadExecutor(t *testing.T) {
-	for _, tool := range []string{"sshfs", "fusermount3"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is not installed (.ci/run installs it): %v", tool, err)
-		}
-	}
-	f := newLiveFixture(t, "true")
-	os.WriteFile(filepath.Join(f.dir, "hello.txt"), []byte("hi\n"), 0o644)
-	peer := newHeadPeer(t)
-	srv := httptest.NewServer(peer)
-	defer srv.Close()
-	d, err := f.dlg.Create(ExportRequest{Dir: f.dir, Peer: srv.URL, Prompt: "p", Transport: TransportSSHFS})
-	if err != nil {
-		t.Fatal(err)
-	}
-	end, err := f.dlg.Run(t.Context(), d.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if end.State != lease.Completed || end.Dialect != DialectHead {
-		t.Fatalf("ended %s in %q (%+v), want completed in head", end.State, end.Dialect, end.Failure)
-	}
-	peer.mu.Lock()
-	defer peer.mu.Unlock()
-	if !slices.Equal(peer.mounted, []string{"workspace"}) {
-		t.Fatalf("the head executor's mount holds %v, want workspace alone", peer.mounted)
-	}
-	if b, _ := os.ReadFile(filepath.Join(f.dir, "hello.txt")); string(b) != "changed by the head executor\n" {
-		t.Fatalf("hello.txt = %q", b)
-	}
-	if !peer.acked {
-		t.Error("not acknowledged")
-	}
-}
-
 // A head done whose snapshot neither its event nor GET /result delivers
 // fails the delegation and changes nothing.
 func TestHeadResultMissingIsRefused(t *testing.T) {
@@ -497,132 +451,40 @@ func unzipString(t *testing.T, b64 string) map[string]string {
 	return out
 }
 
-// Our delegator told to speak head, with our executor: both transports
-// work in that dialect end to end, and the agent runs in workspace/.
+// checkHeadRun fails unless end, a delegation in the head dialect of dir
+// whose agent ran headAgent, completed as it should.
+func checkHeadRun(t *testing.T, end *lease.Delegation, dir string) {
+	t.Helper()
+	if end.State != lease.Completed || end.Dialect != DialectHead {
+		t.Fatalf("ended %s in dialect %q (%+v), want completed in head", end.State, end.Dialect, end.Failure)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "out.txt")); string(b) != "from the agent\n" {
+		t.Fatalf("out.txt = %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "where.txt")); !strings.HasSuffix(strings.TrimSpace(string(b)), "/workspace") {
+		t.Fatalf("the agent ran in %q, want the resource folder", b)
+	}
+}
+
+// HeadAgent is the agent of checkHeadRun.
+const HeadAgent = `echo from the agent > out.txt; pwd > where.txt`
+
+// Our delegator told to speak head, with our executor, over the archive:
+// the agent runs in workspace/ (the live mount: control_test).
 func TestHeadDialectBetweenOurs(t *testing.T) {
-	const agent = `echo from the agent > out.txt; pwd > where.txt`
-	check := func(t *testing.T, end *lease.Delegation, dir string) {
-		t.Helper()
-		if end.State != lease.Completed || end.Dialect != DialectHead {
-			t.Fatalf("ended %s in dialect %q (%+v), want completed in head", end.State, end.Dialect, end.Failure)
-		}
-		if b, _ := os.ReadFile(filepath.Join(dir, "out.txt")); string(b) != "from the agent\n" {
-			t.Fatalf("out.txt = %q", b)
-		}
-		if b, _ := os.ReadFile(filepath.Join(dir, "where.txt")); !strings.HasSuffix(strings.TrimSpace(string(b)), "/workspace") {
-			t.Fatalf("the agent ran in %q, want the resource folder", b)
-		}
-	}
-	t.Run("archive", func(t *testing.T) {
-		x := newExecFixture(t, agent, nil)
-		dlg, _ := newArchiveDelegator(t, nil)
-		dir := t.TempDir()
-		d, err := dlg.Create(ExportRequest{Dir: dir, Peer: x.srv.URL, Prompt: "p", Transport: TransportArchive, Dialect: DialectHead})
-		if err != nil {
-			t.Fatal(err)
-		}
-		end, err := dlg.Run(t.Context(), d.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		check(t, end, dir)
-		if _, err := x.store.Assignment(d.ID); err == nil {
-			t.Error("the executor still keeps the delegation after the delegator's ack")
-		}
-	})
-	t.Run("sshfs", func(t *testing.T) {
-		f := newLiveFixture(t, agent)
-		d, err := f.dlg.Create(ExportRequest{Dir: f.dir, Peer: f.exec.srv.URL, Prompt: "p", Transport: TransportSSHFS, Dialect: DialectHead})
-		if err != nil {
-			t.Fatal(err)
-		}
-		end, err := f.dlg.Run(t.Context(), d.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		check(t, end, f.dir)
-		f.rec.mu.Lock()
-		defer f.rec.mu.Unlock()
-		if f.rec.last.ExportLocator != sshd.EnvLocator(d.ID) {
-			t.Errorf("exportLocator %q, want the environment root", f.rec.last.ExportLocator)
-		}
-	})
-}
-
-// The reference's delegator at HEAD lends a directory over the live mount
-// as its capture shows: its own OpenSSH serves the whole machine, and
-// START's exportLocator is an absolute environment root holding
-// .awcp/manifest.json and workspace, a symlink to the directory. Our
-// executor mounts the resource itself — the agent, run there, sees the
-// directory's files and nothing of the environment or the machine — and
-// its work lands in the directory.
-func TestExecutorMountsHeadEnvironment(t *testing.T) {
-	if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
-		t.Fatalf("no usable /dev/fuse (.ci/run installs fuse3): %v", err)
-	} else {
-		f.Close()
-	}
-	addr, hostKey := sshdtest.OpenSSHSFTP(t)
-	real := t.TempDir()
-	os.WriteFile(filepath.Join(real, "hello.txt"), []byte("hi\n"), 0o644)
-	env := filepath.Join(t.TempDir(), "environments", "dlg_head0003")
-	os.MkdirAll(filepath.Join(env, ".awcp"), 0o700)
-	os.WriteFile(filepath.Join(env, ".awcp", "manifest.json"), []byte(`{"version":"1"}`), 0o600)
-	if err := os.Symlink(real, filepath.Join(env, "workspace")); err != nil {
-		t.Fatal(err)
-	}
-	host, port, _ := net.SplitHostPort(addr)
-	knownHosts := filepath.Join(t.TempDir(), "known_hosts")
-	os.WriteFile(knownHosts, []byte(knownhosts.Line([]string{addr}, hostKey)+"\n"), 0o600)
-	auth, err := sshd.LoadAuthority(t.TempDir())
+	x := newExecFixture(t, HeadAgent, nil)
+	dlg, _ := newArchiveDelegator(t, nil)
+	dir := t.TempDir()
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: x.srv.URL, Prompt: "p", Transport: TransportArchive, Dialect: DialectHead})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cred, err := auth.Issue("awcp", time.Now().Add(time.Hour))
+	end, err := dlg.Run(t.Context(), d.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	log := slog.New(slog.DiscardHandler)
-	x := newExecFixture(t, `ls -A > seen.txt; ls -A .. > above.txt; echo made > made.txt`, func(o *ExecutorOptions) {
-		o.Transports = []ExecutorTransport{&SSHFSExecutor{Logger: log, KnownHosts: knownHosts}}
-	})
-	id := "dlg_head0003"
-	invite := strings.Replace(newHeadPeer(t).captured("invite-head.json", id), `"archive"`, `"sshfs"`, 1)
-	start, _ := json.Marshal(map[string]any{"version": "1", "type": TypeStart, "delegationId": id,
-		"lease": map[string]any{"expiresAt": Timestamp(time.Now().Add(time.Hour)), "accessMode": "rw"},
-		"transportHandle": map[string]any{"transport": "sshfs", "endpoint": map[string]any{"host": host, "port": mustAtoi(t, port), "user": "awcp"},
-			"exportLocator": env + "/", "credential": map[string]any{"privateKey": cred.PrivateKey, "certificate": cred.Certificate}}})
-	pc := x.peer("")
-	var acc Accept
-	if err := pc.post(t.Context(), "/awcp", json.RawMessage(invite), &acc); err != nil || acc.RetentionMs == nil {
-		t.Fatalf("INVITE: %v %+v", err, acc)
+	checkHeadRun(t, end, dir)
+	if _, err := x.store.Assignment(d.ID); err == nil {
+		t.Error("the executor still keeps the delegation after the delegator's ack")
 	}
-	var ok StartResponse
-	if err := pc.post(t.Context(), "/awcp", json.RawMessage(start), &ok); err != nil {
-		t.Fatalf("START: %v", err)
-	}
-	if ev := last(x.events(id, 0)); ev.Type != EventDone {
-		t.Fatalf("ended with %+v", ev)
-	}
-	if b, _ := os.ReadFile(filepath.Join(real, "made.txt")); string(b) != "made\n" {
-		t.Fatalf("made.txt = %q: the agent's work did not land in the directory", b)
-	}
-	if b, _ := os.ReadFile(filepath.Join(real, "seen.txt")); string(b) != "hello.txt\nseen.txt\n" {
-		t.Errorf("the agent saw %q in its folder, want the directory's files", b)
-	}
-	if b, _ := os.ReadFile(filepath.Join(real, "above.txt")); string(b) != "workspace\n" {
-		t.Errorf("above its folder the agent saw %q, want only workspace (its environment root, local)", b)
-	}
-	if _, err := os.Stat(filepath.Join(x.root, id)); !os.IsNotExist(err) {
-		t.Errorf("the work dir is left: %v", err)
-	}
-}
-
-func mustAtoi(t *testing.T, s string) int {
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

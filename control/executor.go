@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/awcp/awcp/control/agent"
-	awcpfs "github.com/awcp/awcp/fs"
+	"github.com/awcp/awcp/internal/mountinfo"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -351,7 +351,7 @@ func (e *Executor) removeWorkDir(ctx context.Context, a *lease.Assignment) error
 	}
 	// Never delete recursively through a live mount: that would delete
 	// the delegator's files.
-	if awcpfs.IsMountpoint(a.WorkDir) || awcpfs.IsMountpoint(transportDir(a)) {
+	if mountinfo.IsMountpoint(a.WorkDir) || mountinfo.IsMountpoint(transportDir(a)) {
 		return fmt.Errorf("work dir of %s: %w", a.ID, errMounted)
 	}
 	if err := os.RemoveAll(a.WorkDir); err != nil {

@@ -104,7 +104,7 @@ func (t *ArchiveExecutor) Setup(_ context.Context, p SetupParams) error {
 		return err
 	}
 	if err := archive.ExtractFrom(f, fi.Size(), workDir, t.Limits); err != nil {
-		pe := Errorf(CodeSetupFailed, "cannot extract the workspace: %s", stripPaths(err, workDir))
+		pe := Errorf(CodeSetupFailed, "cannot extract the workspace: %s", StripPaths(err, workDir))
 		pe.Err = err
 		return pe
 	}
@@ -122,8 +122,9 @@ func (*ArchiveExecutor) Teardown(_ context.Context, _ string, workDir string, re
 	return true, nil
 }
 
-// stripPaths keeps host paths out of messages that reach the peer.
-func stripPaths(err error, dir string) string {
+// StripPaths is err's text with dir's path left out: host paths stay out
+// of messages that reach the peer.
+func StripPaths(err error, dir string) string {
 	return strings.ReplaceAll(err.Error(), dir+"/", "")
 }
 

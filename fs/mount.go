@@ -27,9 +27,7 @@ import (
 	"net"
 	"os"
 	"path"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -42,6 +40,7 @@ import (
 
 	"github.com/awcp/awcp/fs/sftpc"
 	"github.com/awcp/awcp/internal/bufconn"
+	"github.com/awcp/awcp/internal/mountinfo"
 )
 
 // Options configures a mount.
@@ -392,26 +391,9 @@ func deviceOf(p string) (uint64, error) {
 	return st.Dev, nil
 }
 
-// IsMountpoint reports whether something is mounted at p, from
-// /proc/self/mountinfo: a stat would go to the FUSE server, and fail with
-// EIO when the delegator is gone. A work dir that still is a mountpoint
-// must never be deleted recursively.
-func IsMountpoint(p string) bool {
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return false
-	}
-	mps, err := mountpoints("")
-	if err != nil {
-		return false
-	}
-	for _, mp := range mps {
-		if mp == abs {
-			return true
-		}
-	}
-	return false
-}
+// IsMountpoint reports whether something is mounted at p (see
+// mountinfo.IsMountpoint).
+func IsMountpoint(p string) bool { return mountinfo.IsMountpoint(p) }
 
 // Unmount detaches whatever is mounted at p: `awcp-fs umount`.
 func Unmount(p string) error {
@@ -425,51 +407,7 @@ func Unmount(p string) error {
 }
 
 // Mounted lists the mountpoints of awcp FUSE mounts.
-func Mounted() ([]string, error) { return mountpoints("fuse.awcp") }
-
-// mountpoints lists mountpoints from /proc/self/mountinfo, of one file
-// system type or ("") all.
-func mountpoints(fstype string) ([]string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		// id parent major:minor root mountpoint options... - fstype source superoptions
-		fields := strings.Fields(line)
-		sep := -1
-		for i, f := range fields {
-			if f == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 5 || sep+1 >= len(fields) {
-			continue
-		}
-		if fstype == "" || fields[sep+1] == fstype {
-			// mountinfo escapes space, tab, newline and backslash as \ooo.
-			out = append(out, unescapeOctal(fields[4]))
-		}
-	}
-	return out, nil
-}
-
-func unescapeOctal(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+func Mounted() ([]string, error) { return mountinfo.Points("fuse.awcp") }
 
 // CertSigner builds the signer for START's credential: an OpenSSH private
 // key and the certificate for it.

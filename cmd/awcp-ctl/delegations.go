@@ -19,6 +19,7 @@ import (
 
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/lease"
 	"github.com/awcp/awcp/sshd"
 )
@@ -31,8 +32,8 @@ type env struct {
 	state          string
 	store          *lease.Store
 	log            *slog.Logger
-	sshfs          *control.SSHFSDelegator // set while this process runs the SSH server
-	reconnectBound time.Duration           // --reconnect-bound, where the command has it
+	sshfs          *delegator.SSHFSDelegator // set while this process runs the SSH server
+	reconnectBound time.Duration             // --reconnect-bound, where the command has it
 }
 
 func openEnv(c *cli.Context) (*env, error) {
@@ -126,7 +127,7 @@ func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err er
 	if err != nil {
 		return nil, fmt.Errorf("--ssh-listen: %w", err)
 	}
-	t := &control.SSHFSDelegator{Issuer: auth, Server: srv, Port: ln.Addr().(*net.TCPAddr).Port}
+	t := &delegator.SSHFSDelegator{Issuer: auth, Server: srv, Port: ln.Addr().(*net.TCPAddr).Port}
 	if adv := c.String("ssh-advertise"); adv != "" {
 		host, port, err := net.SplitHostPort(adv)
 		if err != nil {
@@ -151,7 +152,7 @@ func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err er
 	}()
 	// Leases that end in another process (a cancel from the command line)
 	// are known here only from the store.
-	go func() { defer wg.Done(); control.WatchGrants(ctx, e.store, srv, 2*time.Second) }()
+	go func() { defer wg.Done(); delegator.WatchGrants(ctx, e.store, srv, 2*time.Second) }()
 	e.log.Info("ssh server listening", "addr", ln.Addr())
 	return wg.Wait, nil
 }

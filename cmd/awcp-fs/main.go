@@ -20,6 +20,7 @@ import (
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/acp"
+	"github.com/awcp/awcp/control/executor"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -123,7 +124,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 	for _, name := range c.StringSlice("transports") {
 		switch name {
 		case control.TransportSSHFS:
-			transports = append(transports, &control.SSHFSExecutor{Logger: log, ReconnectBound: c.Duration("reconnect-bound"),
+			transports = append(transports, &executor.SSHFSExecutor{Logger: log, ReconnectBound: c.Duration("reconnect-bound"),
 				KnownHosts: c.String("known-hosts"), InsecureAcceptHostKey: c.Bool("insecure-accept-host-key")})
 		case control.TransportArchive:
 			transports = append(transports, &control.ArchiveExecutor{
@@ -136,7 +137,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 	if !offered[control.TransportSSHFS] {
 		// Still known, so that INVITEs asking for it get DEP_MISSING and
 		// a delegator on auto falls back.
-		transports = append(transports, &control.SSHFSExecutor{Disabled: true})
+		transports = append(transports, &executor.SSHFSExecutor{Disabled: true})
 	}
 	var worker control.Worker
 	var sandbox *control.SandboxProfile

@@ -13,6 +13,7 @@ import (
 
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/executor"
 	awcpfs "github.com/awcp/awcp/fs"
 )
 
@@ -40,7 +41,7 @@ func mountCommand(ctx context.Context) *cli.Command {
 				return err
 			}
 			mp := c.Args().First()
-			tr := &control.SSHFSExecutor{Logger: log, KnownHosts: c.String("known-hosts"),
+			tr := &executor.SSHFSExecutor{Logger: log, KnownHosts: c.String("known-hosts"),
 				InsecureAcceptHostKey: c.Bool("insecure-accept-host-key")}
 			m, err := tr.Mount(control.SetupParams{
 				ID: info.Endpoint.User, Info: info, WorkDir: mp,
@@ -113,7 +114,7 @@ func readStart(path string) (*control.WorkDirInfo, time.Time, bool, error) {
 	if info.Transport != control.TransportSSHFS {
 		return nil, time.Time{}, false, errors.New("only sshfs delegations can be mounted; an archive one is a ZIP in workspaceBase64")
 	}
-	if until, ok := control.CertificateExpiry(info); ok && until.Before(expires) {
+	if until, ok := executor.CertificateExpiry(info); ok && until.Before(expires) {
 		expires = until
 	}
 	return info, expires, ro, nil

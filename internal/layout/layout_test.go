@@ -4,6 +4,7 @@ import (
 	"go/build"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,25 +18,29 @@ const module = "github.com/awcp/awcp/"
 // table. A package missing here fails the test, so that a new one is
 // placed on purpose. nil means any.
 var allowed = map[string][]string{
-	"internal/bufconn": {},
-	"internal/confine": {},
-	"internal/layout":  {},
-	"sshd/sftpwire":    {},
-	"lease":            {},
-	"archive":          {"internal/confine"},
-	"fs/sftpc":         {"sshd/sftpwire"},
-	"fs":               {"fs/sftpc", "sshd/sftpwire", "internal/bufconn"},
-	"sshd":             {"sshd/sftpwire", "internal/confine", "internal/bufconn"},
-	"sshd/sshdtest":    {"sshd"},
-	"control/agent":    {"lease"},
-	"control/acp":      {"control/agent", "lease"},
-	// control still holds both roles, and so reaches both halves of the
-	// live mount; the role split (issue 26) takes fs and sshd from it.
-	"control":             {"archive", "control/agent", "lease", "fs", "sshd", "sshd/sftpwire"},
+	"internal/bufconn":   {},
+	"internal/confine":   {},
+	"internal/layout":    {},
+	"internal/mountinfo": {},
+	"sshd/sftpwire":      {},
+	"lease":              {},
+	"archive":            {"internal/confine"},
+	"fs/sftpc":           {"sshd/sftpwire"},
+	"fs":                 {"fs/sftpc", "sshd/sftpwire", "internal/bufconn", "internal/mountinfo"},
+	"sshd":               {"sshd/sftpwire", "internal/confine", "internal/bufconn"},
+	"sshd/sshdtest":      {"sshd"},
+	"control/agent":      {"lease"},
+	"control/acp":        {"control/agent", "lease"},
+	// control is what both roles share, and neither half of the live
+	// mount: the SSH server (sshd) and the FUSE mount (fs) are reached
+	// only from control/delegator and control/executor.
+	"control":             {"archive", "control/agent", "lease", "internal/mountinfo"},
+	"control/delegator":   {"archive", "control", "lease", "sshd"},
+	"control/executor":    {"control", "fs"},
 	"control/mcpserver":   {"control", "lease"},
 	"cmd/internal/clikit": {},
-	"cmd/awcp-ctl":        {"cmd/internal/clikit", "control", "control/mcpserver", "lease", "sshd"},
-	"cmd/awcp-fs":         {"archive", "cmd/internal/clikit", "control", "control/acp", "control/agent", "fs", "lease"},
+	"cmd/awcp-ctl":        {"cmd/internal/clikit", "control", "control/delegator", "control/mcpserver", "lease", "sshd"},
+	"cmd/awcp-fs":         {"archive", "cmd/internal/clikit", "control", "control/acp", "control/agent", "control/executor", "fs", "lease"},
 	"test/bench/control":  nil,
 	"test/e2e":            nil,
 }
@@ -101,6 +106,30 @@ func TestImportRules(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "ARCHITECTURE.md")); err != nil {
 		t.Errorf("the rules' table: %v", err)
+	}
+}
+
+// Each program links one role's half of the live mount: the delegator's
+// no FUSE library, the executor's no SSH server.
+func TestProgramsLinkOneHalf(t *testing.T) {
+	for prog, never := range map[string]string{
+		"./cmd/awcp-ctl": "github.com/hanwen/go-fuse",
+		"./cmd/awcp-fs":  "github.com/gliderlabs/ssh",
+	} {
+		cmd := exec.Command("go", "list", "-deps", prog)
+		cmd.Dir = "../.."
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", prog, err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if strings.HasPrefix(dep, never) {
+				t.Errorf("%s links %s", prog, dep)
+			}
+		}
+		if !strings.Contains(string(out), "github.com/awcp/awcp/control\n") {
+			t.Errorf("go list -deps %s names no control: is the list read right?", prog)
+		}
 	}
 }
 

@@ -1,0 +1,144 @@
+// Package delegator holds the delegator's half of the live mount: what
+// lends a directory through the embedded SSH server (package sshd). It is
+// apart from package control so that the executor's program does not link
+// the SSH server.
+package delegator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"time"
+
+	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/lease"
+	"github.com/awcp/awcp/sshd"
+)
+
+// CertIssuer issues a delegation's credential; *sshd.Authority.
+type CertIssuer interface {
+	Issue(id string, validBefore time.Time) (*sshd.Credential, error)
+	HostPublicKey() string
+}
+
+// Lender is the SSH server's side of lending: a delegation's directory is
+// granted until the lease's end, and revoked when the lease ends before;
+// *sshd.Server.
+type Lender interface {
+	Grant(id, dir string, readOnly bool, until time.Time)
+	Revoke(id string)
+}
+
+// SSHFSDelegator is the delegator side of the live mount: a certificate per
+// delegation for the embedded SSH server, which is granted the directory
+// until the lease ends, and revoked when it ends sooner.
+type SSHFSDelegator struct {
+	Issuer CertIssuer // required
+	Server Lender     // required
+	// Host is the address executors dial. Default: the local end of the
+	// route towards each executor.
+	Host string
+	// Port is the server's port. Required.
+	Port int
+}
+
+var _ control.DelegatorTransport = (*SSHFSDelegator)(nil)
+
+// Name implements control.DelegatorTransport.
+func (*SSHFSDelegator) Name() string { return control.TransportSSHFS }
+
+// Prepare issues the certificate and grants the directory to it. The
+// export locator is a logical name: the real path never leaves this
+// machine.
+func (t *SSHFSDelegator) Prepare(ctx context.Context, d control.Lent) (*control.WorkDirInfo, error) {
+	cred, err := t.Issuer.Issue(d.ID, d.ExpiresAt)
+	if err != nil {
+		return nil, fmt.Errorf("issue certificate: %w", err)
+	}
+	t.Resume(ctx, d)
+	host := t.Host
+	if host == "" {
+		host = "127.0.0.1"
+		if u, err := url.Parse(d.Peer); err == nil && u.Hostname() != "" {
+			host = AdvertiseHost(u.Hostname())
+		}
+	}
+	locator := sshd.Locator(d.ID)
+	if d.Dialect == control.DialectHead {
+		// A head executor mounts an environment root and works in its
+		// resource folder, workspace/.
+		locator = sshd.EnvLocator(d.ID)
+	}
+	return &control.WorkDirInfo{
+		Transport:     control.TransportSSHFS,
+		Endpoint:      &control.Endpoint{Host: host, Port: t.Port, User: d.ID},
+		ExportLocator: locator,
+		Credential:    &control.Credential{PrivateKey: cred.PrivateKey, Certificate: cred.Certificate},
+		HostKey:       t.Issuer.HostPublicKey(),
+	}, nil
+}
+
+// Resume grants the directory again to a delegation followed anew (this
+// process restarted while it ran): a grant lives in the server's memory.
+func (t *SSHFSDelegator) Resume(_ context.Context, d control.Lent) {
+	t.Server.Grant(d.ID, d.LocalDir, d.AccessMode != control.AccessRW, d.ExpiresAt)
+}
+
+// Finish has nothing to bring back: every write already happened in place.
+func (*SSHFSDelegator) Finish(context.Context, control.Lent, *control.Event) (*archive.Report, error) {
+	return &archive.Report{}, nil
+}
+
+// Cleanup revokes the grant: the delegation's connections close now.
+func (t *SSHFSDelegator) Cleanup(_ context.Context, d control.Lent) error {
+	t.Server.Revoke(d.ID)
+	return nil
+}
+
+// GrantHolder is a server whose grants can be listed and revoked;
+// *sshd.Server.
+type GrantHolder interface {
+	Granted() []string
+	Revoke(id string)
+}
+
+// WatchGrants revokes, every interval until ctx is done, the grants of
+// delegations whose lease ended in another process sharing the store (a
+// cancel from the command line while a daemon serves the mount, say):
+// this process learns of such an end only from the store.
+func WatchGrants(ctx context.Context, store *lease.Store, srv GrantHolder, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, id := range srv.Granted() {
+			d, err := store.Delegation(id)
+			if err == nil && !d.State.Terminal() {
+				continue
+			}
+			if err != nil && !errors.Is(err, lease.ErrNotFound) {
+				continue // the store is busy or broken: ask again next time
+			}
+			srv.Revoke(id)
+		}
+	}
+}
+
+// AdvertiseHost picks the address an executor at peerURL can reach this
+// machine on: the local end of the route towards it.
+func AdvertiseHost(peerHost string) string {
+	conn, err := net.Dial("udp", net.JoinHostPort(peerHost, "9"))
+	if err != nil {
+		return "127.0.0.1"
+	}
+	defer conn.Close()
+	host, _, _ := net.SplitHostPort(conn.LocalAddr().String())
+	return host
+}

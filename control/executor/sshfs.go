@@ -1,0 +1,207 @@
+// Package executor holds the executor's half of the live mount: the FUSE
+// mount of a delegator's export (package fs). It is apart from package
+// control so that the delegator's program does not link go-fuse.
+package executor
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/awcp/awcp/control"
+	awcpfs "github.com/awcp/awcp/fs"
+)
+
+// SSHFSExecutor is the executor side of the live mount: an in-process
+// go-fuse client over SFTP at the work dir.
+type SSHFSExecutor struct {
+	// Disabled turns live mounts off on this executor (DEP_MISSING).
+	Disabled bool
+	// FUSEDevice is checked for availability. Default /dev/fuse.
+	FUSEDevice string
+	// KnownHosts is an OpenSSH known_hosts file checked for a delegator
+	// whose START carries no host key (another implementation's). Default
+	// none: such a START fails, unless InsecureAcceptHostKey.
+	KnownHosts string
+	// InsecureAcceptHostKey accepts whatever host key a delegator that
+	// sends none presents (trust on first use). Off by default: anyone on
+	// the path could then stand in for the delegator.
+	InsecureAcceptHostKey bool
+	// ReconnectBound is how long a call on a mount waits for the
+	// delegator, from the call, before it fails with EIO. Default 30s
+	// (awcpfs.Options).
+	ReconnectBound time.Duration
+	// Logger default slog.Default().
+	Logger *slog.Logger
+
+	mu     sync.Mutex // guards mounts
+	mounts map[string]*awcpfs.Mount
+}
+
+var _ control.ExecutorTransport = (*SSHFSExecutor)(nil)
+
+// Name implements control.ExecutorTransport.
+func (*SSHFSExecutor) Name() string { return control.TransportSSHFS }
+
+// Available reports DEP_MISSING when this machine cannot mount.
+func (t *SSHFSExecutor) Available() error {
+	if t.Disabled {
+		return control.Errorf(control.CodeDepMissing, "this executor does not offer live mounts").
+			WithHint("use --transport archive")
+	}
+	dev := t.FUSEDevice
+	if dev == "" {
+		dev = "/dev/fuse"
+	}
+	f, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err != nil {
+		return control.Errorf(control.CodeDepMissing, "the executor has no usable FUSE device").
+			WithHint("install fuse3 on the executor, or use --transport archive")
+	}
+	f.Close()
+	if os.Geteuid() != 0 {
+		if _, err := exec.LookPath("fusermount3"); err != nil {
+			if _, err := exec.LookPath("fusermount"); err != nil {
+				return control.Errorf(control.CodeDepMissing, "the executor is not root and has no fusermount").
+					WithHint("install fuse3 on the executor, or use --transport archive")
+			}
+		}
+	}
+	return nil
+}
+
+// Setup mounts the delegator's export at the work dir, pinning the host
+// key START carries.
+func (t *SSHFSExecutor) Setup(_ context.Context, p control.SetupParams) error {
+	m, err := t.Mount(p, false)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	if t.mounts == nil {
+		t.mounts = map[string]*awcpfs.Mount{}
+	}
+	t.mounts[p.ID] = m
+	t.mu.Unlock()
+	return nil
+}
+
+// Mount mounts p's sshfs workDir at p.WorkDir; `awcp-fs mount` uses it
+// directly. Only the endpoint, the credential and the host key option are
+// read from the workDir.
+func (t *SSHFSExecutor) Mount(p control.SetupParams, debug bool) (*awcpfs.Mount, error) {
+	info := p.Info
+	hostKey, checkHost, err := t.hostKeyCheck(info)
+	if err != nil {
+		return nil, err
+	}
+	signer, err := awcpfs.CertSigner(info.Credential.PrivateKey, info.Credential.Certificate)
+	if err != nil {
+		return nil, control.Errorf(control.CodeSetupFailed, "invalid workDir.credential: %v", err)
+	}
+	log := t.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	m, err := awcpfs.New(p.WorkDir, awcpfs.Options{
+		Addr:            net.JoinHostPort(info.Endpoint.Host, strconv.Itoa(info.Endpoint.Port)),
+		User:            info.Endpoint.User,
+		Export:          info.ExportLocator,
+		Signer:          signer,
+		HostKey:         hostKey,
+		HostKeyCallback: checkHost,
+		ReadOnly:        p.AccessMode != control.AccessRW,
+		ReconnectBound:  t.ReconnectBound,
+		Name:            "awcp:" + p.ID,
+		Logger:          log.With("delegation", p.ID),
+		Debug:           debug,
+	})
+	if err != nil {
+		return nil, &control.ProtocolError{Code: control.CodeSetupFailed, Message: "cannot mount the delegator's workspace: " + control.StripPaths(err, p.WorkDir), Err: err}
+	}
+	return m, nil
+}
+
+// CertificateExpiry is when info's certificate stops being valid.
+func CertificateExpiry(info *control.WorkDirInfo) (time.Time, bool) {
+	if info.Credential == nil {
+		return time.Time{}, false
+	}
+	pub, _, _, _, err := gossh.ParseAuthorizedKey([]byte(info.Credential.Certificate))
+	if err != nil {
+		return time.Time{}, false
+	}
+	cert, ok := pub.(*gossh.Certificate)
+	if !ok || cert.ValidBefore == gossh.CertTimeInfinity {
+		return time.Time{}, false
+	}
+	return time.Unix(int64(cert.ValidBefore), 0), true
+}
+
+// Teardown unmounts. There is no result: the work happened in place.
+func (t *SSHFSExecutor) Teardown(_ context.Context, id, workDir string, _ io.Writer) (bool, error) {
+	t.mu.Lock()
+	m := t.mounts[id]
+	delete(t.mounts, id)
+	t.mu.Unlock()
+	if m != nil {
+		return false, m.Unmount()
+	}
+	// Left by a previous run of the daemon: unmount what is there.
+	if awcpfs.IsMountpoint(workDir) {
+		return false, awcpfs.Unmount(workDir)
+	}
+	return false, nil
+}
+
+// hostKeyCheck is how the delegator's host key is checked: pinned to the
+// one START carries (workDir.hostKey, or workDir.options.hostKey from our
+// earlier releases); else, where the operator said so, against a
+// known_hosts file or not at all.
+func (t *SSHFSExecutor) hostKeyCheck(info *control.WorkDirInfo) (gossh.PublicKey, gossh.HostKeyCallback, error) {
+	sent := info.HostKey
+	if sent == "" {
+		sent = info.Options[control.HostKeyOption]
+	}
+	if sent != "" {
+		k, err := parseHostKey(sent)
+		if err != nil {
+			return nil, nil, control.Errorf(control.CodeSetupFailed, "workDir.hostKey is not an SSH public key: %v", err)
+		}
+		return k, nil, nil
+	}
+	switch {
+	case t.KnownHosts != "":
+		cb, err := knownhosts.New(t.KnownHosts)
+		if err != nil {
+			return nil, nil, control.Errorf(control.CodeSetupFailed, "the executor cannot read its known_hosts file: %v", err)
+		}
+		return nil, cb, nil
+	case t.InsecureAcceptHostKey:
+		log := t.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		return nil, func(host string, _ net.Addr, key gossh.PublicKey) error {
+			log.Warn("accepting the delegator's host key unchecked (--insecure-accept-host-key)",
+				"host", host, "key", gossh.FingerprintSHA256(key))
+			return nil
+		}, nil
+	}
+	return nil, nil, control.Errorf(control.CodeSetupFailed, "START carries no host key for the delegator's SSH server").
+		WithHint("the delegator should send workDir.hostKey; or start the executor with --known-hosts FILE (or, trusting the network, --insecure-accept-host-key)")
+}
+
+func parseHostKey(s string) (gossh.PublicKey, error) {
+	k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(s))
+	return k, err
+}

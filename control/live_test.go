@@ -1,0 +1,515 @@
+package control_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	awcpfs "github.com/awcp/awcp/fs"
+
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/control/executor"
+	"github.com/awcp/awcp/lease"
+	"github.com/awcp/awcp/sshd"
+	"github.com/awcp/awcp/sshd/sshdtest"
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+// recordingTransport keeps what Prepare handed out, so the test can try
+// the credential after the lease.
+type recordingTransport struct {
+	*delegator.SSHFSDelegator
+	mu   sync.Mutex
+	last *control.WorkDirInfo
+}
+
+func (r *recordingTransport) Prepare(ctx context.Context, d control.Lent) (*control.WorkDirInfo, error) {
+	info, err := r.SSHFSDelegator.Prepare(ctx, d)
+	r.mu.Lock()
+	r.last = info
+	r.mu.Unlock()
+	return info, err
+}
+
+type liveFixture struct {
+	exec  *control.ExecFixture
+	dlg   *control.Delegator
+	store *lease.Store // the delegator's
+	rec   *recordingTransport
+	srv   *sshd.Server
+	dir   string
+}
+
+func newLiveFixture(t *testing.T, agentCmd string) *liveFixture {
+	t.Helper()
+	if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
+		t.Fatalf("no usable /dev/fuse (the live-mount tests need FUSE; .ci/run installs fuse3): %v", err)
+	} else {
+		f.Close()
+	}
+	log := slog.New(slog.DiscardHandler)
+	x := control.NewExecFixture(t, agentCmd, func(o *control.ExecutorOptions) {
+		o.Transports = []control.ExecutorTransport{&executor.SSHFSExecutor{Logger: log}, &control.ArchiveExecutor{}}
+	})
+	state := t.TempDir()
+	store, err := lease.Open(filepath.Join(state, "delegator.db"), lease.Options{Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := sshd.LoadAuthority(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := sshdtest.Serve(t, srv)
+	rec := &recordingTransport{SSHFSDelegator: &delegator.SSHFSDelegator{Issuer: auth, Server: srv, Host: "127.0.0.1", Port: addr.Port}}
+	dlg, err := control.NewDelegator(control.DelegatorOptions{Store: store, Logger: log, Transports: map[string]control.DelegatorTransport{
+		control.TransportArchive: &control.ArchiveDelegator{Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
+		control.TransportSSHFS:   rec,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a\n"), 0o644)
+	return &liveFixture{exec: x, dlg: dlg, store: store, rec: rec, srv: srv, dir: dir}
+}
+
+// credentialRefused fails unless the last issued credential is refused.
+func (f *liveFixture) credentialRefused(t *testing.T) {
+	t.Helper()
+	f.rec.mu.Lock()
+	info := f.rec.last
+	f.rec.mu.Unlock()
+	signer, err := awcpfs.CertSigner(info.Credential.PrivateKey, info.Credential.Certificate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostKey, _, _, _, err := gossh.ParseAuthorizedKey([]byte(info.HostKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, client, err := awcpfs.Dial(awcpfs.Options{Addr: net.JoinHostPort(info.Endpoint.Host, strconv.Itoa(info.Endpoint.Port)),
+		User: info.Endpoint.User, Export: info.ExportLocator, Signer: signer, HostKey: hostKey, DialTimeout: 5 * time.Second})
+	if err == nil {
+		client.Close()
+		conn.Close()
+		t.Fatal("the certificate of an ended lease was accepted")
+	}
+}
+
+func TestLiveDelegationCompletesAndRevokes(t *testing.T) {
+	f := newLiveFixture(t, `echo edited >> a.txt; echo ok`)
+	d, err := f.dlg.Create(control.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "edit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Transport != control.TransportSSHFS {
+		t.Fatalf("transport %s", d.Transport)
+	}
+	end, err := f.dlg.Run(context.Background(), d.ID)
+	if err != nil || end.State != lease.Completed {
+		t.Fatalf("%+v %v", end, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.dir, "a.txt")); string(b) != "a\nedited\n" {
+		t.Fatalf("a.txt = %q", b)
+	}
+	if len(end.Highlights) != 1 || end.Highlights[0] != "a.txt" {
+		t.Fatalf("highlights %v", end.Highlights)
+	}
+	f.credentialRefused(t)
+	if mps := f.mountsLeft(); len(mps) != 0 {
+		t.Fatalf("mounts left: %v", mps)
+	}
+}
+
+func TestLiveDelegationCancelRevokes(t *testing.T) {
+	f := newLiveFixture(t, `while :; do cat a.txt >/dev/null; sleep 0.05; done`)
+	d, err := f.dlg.Create(control.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "loop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *lease.Delegation, 1)
+	go func() { end, _ := f.dlg.Run(context.Background(), d.ID); done <- end }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cur, _ := f.store.Delegation(d.ID)
+		if cur.State == lease.Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never running")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := f.dlg.Cancel(context.Background(), d.ID); err != nil {
+		t.Fatal(err)
+	}
+	end := <-done
+	if end.State != lease.Cancelled {
+		t.Fatalf("state %s", end.State)
+	}
+	f.credentialRefused(t)
+	for i := 0; ; i++ {
+		mps := f.mountsLeft()
+		if len(mps) == 0 {
+			break
+		}
+		if i > 100 {
+			t.Fatalf("mounts left: %v", mps)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A lease that ended in another process sharing the store — no Cleanup
+// ran here — loses its grant within delegator.WatchGrants' interval: its
+// connections close and its certificate is refused.
+func TestGrantOfLeaseEndedElsewhereIsRevoked(t *testing.T) {
+	f := newLiveFixture(t, `sleep 30`)
+	watch, stopWatch := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); delegator.WatchGrants(watch, f.store, f.srv, 50*time.Millisecond) }()
+	defer func() { stopWatch(); wg.Wait() }()
+	d, err := f.dlg.Create(control.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "wait"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	follow, stopFollowing := context.WithCancel(context.Background())
+	followed := make(chan struct{})
+	go func() { defer close(followed); f.dlg.Run(follow, d.ID) }()
+	defer func() { stopFollowing(); <-followed }()
+	deadline := time.Now().Add(10 * time.Second)
+	for cur, _ := f.store.Delegation(d.ID); cur.State != lease.Running; cur, _ = f.store.Delegation(d.ID) {
+		if time.Now().After(deadline) {
+			t.Fatal("never running")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !slices.Contains(f.srv.Granted(), d.ID) {
+		t.Fatalf("a running live mount is not granted: %v", f.srv.Granted())
+	}
+	if _, err := f.store.FireDelegation(d.ID, lease.Cancel, "cancelled by another process", nil); err != nil {
+		t.Fatal(err)
+	}
+	for deadline = time.Now().Add(3 * time.Second); slices.Contains(f.srv.Granted(), d.ID); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the grant of a lease ended elsewhere stands")
+		}
+	}
+	f.credentialRefused(t)
+}
+
+// A delegation followed anew (its delegator restarted: the grant, held in
+// memory, is gone) is granted again, and its mount goes on.
+func TestFollowedAnewIsGrantedAgain(t *testing.T) {
+	f := newLiveFixture(t, `while :; do cat a.txt > seen.txt; sleep 0.05; done`)
+	d, err := f.dlg.Create(control.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "loop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, stopFirst := context.WithCancel(context.Background())
+	followed := make(chan struct{})
+	go func() { defer close(followed); f.dlg.Run(first, d.ID) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for cur, _ := f.store.Delegation(d.ID); cur.State != lease.Running; cur, _ = f.store.Delegation(d.ID) {
+		if time.Now().After(deadline) {
+			t.Fatal("never running")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopFirst()
+	<-followed
+	f.srv.Revoke(d.ID) // what a restart of this process loses
+	os.Remove(filepath.Join(f.dir, "seen.txt"))
+	done := make(chan *lease.Delegation, 1)
+	go func() { end, _ := f.dlg.Run(context.Background(), d.ID); done <- end }()
+	for deadline = time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(f.dir, "seen.txt")); err == nil && slices.Contains(f.srv.Granted(), d.ID) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mount did not go on (granted: %v)", f.srv.Granted())
+		}
+	}
+	if _, err := f.dlg.Cancel(context.Background(), d.ID); err != nil {
+		t.Fatal(err)
+	}
+	if end := <-done; end.State != lease.Cancelled {
+		t.Fatalf("ended %s", end.State)
+	}
+}
+
+// mountsLeft lists awcp mounts under this fixture's work root (other tests
+// may mount elsewhere at the same time).
+func (f *liveFixture) mountsLeft() []string {
+	mps, _ := awcpfs.Mounted()
+	var out []string
+	for _, mp := range mps {
+		if strings.HasPrefix(mp, f.exec.Root()+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out
+}
+
+// The executor pins the host key START carries, in its own field or, from
+// our earlier delegators, in options; a START without one (another
+// implementation's) is refused unless the operator gave a known_hosts
+// file that knows the key, or chose to accept any.
+func TestExecutorHostKeyChecks(t *testing.T) {
+	if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
+		t.Fatalf("no usable /dev/fuse (.ci/run installs fuse3): %v", err)
+	} else {
+		f.Close()
+	}
+	const id = "dlg_hostkey"
+	auth, err := sshd.LoadAuthority(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a\n"), 0o644)
+	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Grant(id, dir, false, time.Time{})
+	addr := sshdtest.Serve(t, srv)
+	cred, err := auth.Issue(id, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := func() *control.WorkDirInfo {
+		return &control.WorkDirInfo{Transport: control.TransportSSHFS, Endpoint: &control.Endpoint{Host: "127.0.0.1", Port: addr.Port, User: id},
+			ExportLocator: sshd.Locator(id), Credential: &control.Credential{PrivateKey: cred.PrivateKey, Certificate: cred.Certificate}}
+	}
+	writeKnownHosts := func(key string) string {
+		p := filepath.Join(t.TempDir(), "known_hosts")
+		os.WriteFile(p, []byte("[127.0.0.1]:"+strconv.Itoa(addr.Port)+" "+key+"\n"), 0o600)
+		return p
+	}
+	other, err := sshd.LoadAuthority(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		tr    *executor.SSHFSExecutor
+		start func(*control.WorkDirInfo)
+		ok    bool
+		says  string
+	}{
+		{name: "hostKey field", tr: &executor.SSHFSExecutor{}, start: func(w *control.WorkDirInfo) { w.HostKey = auth.HostPublicKey() }, ok: true},
+		{name: "options.hostKey of earlier releases", tr: &executor.SSHFSExecutor{},
+			start: func(w *control.WorkDirInfo) {
+				w.Options = map[string]string{control.HostKeyOption: auth.HostPublicKey()}
+			}, ok: true},
+		{name: "a wrong key sent", tr: &executor.SSHFSExecutor{InsecureAcceptHostKey: true},
+			start: func(w *control.WorkDirInfo) { w.HostKey = other.HostPublicKey() }, says: "handshake"},
+		{name: "none sent", tr: &executor.SSHFSExecutor{}, says: "--known-hosts"},
+		{name: "none sent, known_hosts knows it", tr: &executor.SSHFSExecutor{KnownHosts: writeKnownHosts(auth.HostPublicKey())}, ok: true},
+		{name: "none sent, known_hosts knows another", tr: &executor.SSHFSExecutor{KnownHosts: writeKnownHosts(other.HostPublicKey())}, says: "key"},
+		{name: "none sent, accepted on request", tr: &executor.SSHFSExecutor{InsecureAcceptHostKey: true}, ok: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := info()
+			if tt.start != nil {
+				tt.start(w)
+			}
+			mnt := t.TempDir()
+			tt.tr.Logger = slog.New(slog.DiscardHandler)
+			m, err := tt.tr.Mount(control.SetupParams{ID: id, Info: w, WorkDir: mnt, AccessMode: control.AccessRW}, false)
+			if err == nil {
+				defer m.Unmount()
+				if b, rerr := os.ReadFile(filepath.Join(mnt, "a.txt")); rerr != nil || string(b) != "a\n" {
+					t.Fatalf("mounted, but a.txt: %q %v", b, rerr)
+				}
+			}
+			if tt.ok != (err == nil) {
+				t.Fatalf("Mount: %v, want ok %v", err, tt.ok)
+			}
+			var pe *control.ProtocolError
+			if err != nil && (!errors.As(err, &pe) || pe.Code != control.CodeSetupFailed ||
+				!strings.Contains(pe.Message+" "+pe.Hint, tt.says)) {
+				t.Fatalf("Mount: %v (%+v), want SETUP_FAILED saying %q", err, pe, tt.says)
+			}
+		})
+	}
+}
+
+// The delegator sends its host key in workDir.hostKey and nothing in
+// options, which other executors pass to sshfs as -o flags.
+func TestDelegatorSendsHostKeyInItsOwnField(t *testing.T) {
+	auth, err := sshd.LoadAuthority(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &delegator.SSHFSDelegator{Issuer: auth, Server: srv, Host: "127.0.0.1", Port: 2222}
+	info, err := tr.Prepare(t.Context(), control.Lent{ID: "dlg_x", ExpiresAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.HostKey != auth.HostPublicKey() || len(info.Options) != 0 {
+		t.Fatalf("hostKey %q, options %v", info.HostKey, info.Options)
+	}
+}
+
+// Our delegator lends a directory over the live mount to a head
+// executor, which mounts it as the reference does: the environment root
+// holds the directory as workspace/, and the agent's writes land in it.
+func TestDelegatorLendsLiveMountToHeadExecutor(t *testing.T) {
+	for _, tool := range []string{"sshfs", "fusermount3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is not installed (.ci/run installs it): %v", tool, err)
+		}
+	}
+	f := newLiveFixture(t, "true")
+	os.WriteFile(filepath.Join(f.dir, "hello.txt"), []byte("hi\n"), 0o644)
+	peer := control.NewHeadPeer(t)
+	srv := httptest.NewServer(peer)
+	defer srv.Close()
+	d, err := f.dlg.Create(control.ExportRequest{Dir: f.dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportSSHFS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, err := f.dlg.Run(t.Context(), d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end.State != lease.Completed || end.Dialect != control.DialectHead {
+		t.Fatalf("ended %s in %q (%+v), want completed in head", end.State, end.Dialect, end.Failure)
+	}
+	mounted, acked := peer.Seen()
+	if !slices.Equal(mounted, []string{"workspace"}) {
+		t.Fatalf("the head executor's mount holds %v, want workspace alone", mounted)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.dir, "hello.txt")); string(b) != "changed by the head executor\n" {
+		t.Fatalf("hello.txt = %q", b)
+	}
+	if !acked {
+		t.Error("not acknowledged")
+	}
+}
+
+// The reference's delegator at HEAD lends a directory over the live mount
+// as its capture shows: its own OpenSSH serves the whole machine, and
+// START's exportLocator is an absolute environment root holding
+// .awcp/manifest.json and workspace, a symlink to the directory. Our
+// executor mounts the resource itself — the agent, run there, sees the
+// directory's files and nothing of the environment or the machine — and
+// its work lands in the directory.
+func TestExecutorMountsHeadEnvironment(t *testing.T) {
+	if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
+		t.Fatalf("no usable /dev/fuse (.ci/run installs fuse3): %v", err)
+	} else {
+		f.Close()
+	}
+	addr, hostKey := sshdtest.OpenSSHSFTP(t)
+	real := t.TempDir()
+	os.WriteFile(filepath.Join(real, "hello.txt"), []byte("hi\n"), 0o644)
+	env := filepath.Join(t.TempDir(), "environments", "dlg_head0003")
+	os.MkdirAll(filepath.Join(env, ".awcp"), 0o700)
+	os.WriteFile(filepath.Join(env, ".awcp", "manifest.json"), []byte(`{"version":"1"}`), 0o600)
+	if err := os.Symlink(real, filepath.Join(env, "workspace")); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	knownHosts := filepath.Join(t.TempDir(), "known_hosts")
+	os.WriteFile(knownHosts, []byte(knownhosts.Line([]string{addr}, hostKey)+"\n"), 0o600)
+	auth, err := sshd.LoadAuthority(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, err := auth.Issue("awcp", time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	log := slog.New(slog.DiscardHandler)
+	x := control.NewExecFixture(t, `ls -A > seen.txt; ls -A .. > above.txt; echo made > made.txt`, func(o *control.ExecutorOptions) {
+		o.Transports = []control.ExecutorTransport{&executor.SSHFSExecutor{Logger: log, KnownHosts: knownHosts}}
+	})
+	id := "dlg_head0003"
+	invite := strings.Replace(control.NewHeadPeer(t).Captured("invite-head.json", id), `"archive"`, `"sshfs"`, 1)
+	start, _ := json.Marshal(map[string]any{"version": "1", "type": control.TypeStart, "delegationId": id,
+		"lease": map[string]any{"expiresAt": control.Timestamp(time.Now().Add(time.Hour)), "accessMode": "rw"},
+		"transportHandle": map[string]any{"transport": "sshfs", "endpoint": map[string]any{"host": host, "port": mustAtoi(t, port), "user": "awcp"},
+			"exportLocator": env + "/", "credential": map[string]any{"privateKey": cred.PrivateKey, "certificate": cred.Certificate}}})
+	var acc control.Accept
+	if err := x.Post(t, json.RawMessage(invite), &acc); err != nil || acc.RetentionMs == nil {
+		t.Fatalf("INVITE: %v %+v", err, acc)
+	}
+	var ok control.StartResponse
+	if err := x.Post(t, json.RawMessage(start), &ok); err != nil {
+		t.Fatalf("START: %v", err)
+	}
+	if ev := x.LastEvent(id); ev.Type != control.EventDone {
+		t.Fatalf("ended with %+v", ev)
+	}
+	if b, _ := os.ReadFile(filepath.Join(real, "made.txt")); string(b) != "made\n" {
+		t.Fatalf("made.txt = %q: the agent's work did not land in the directory", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(real, "seen.txt")); string(b) != "hello.txt\nseen.txt\n" {
+		t.Errorf("the agent saw %q in its folder, want the directory's files", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(real, "above.txt")); string(b) != "workspace\n" {
+		t.Errorf("above its folder the agent saw %q, want only workspace (its environment root, local)", b)
+	}
+	if _, err := os.Stat(filepath.Join(x.Root(), id)); !os.IsNotExist(err) {
+		t.Errorf("the work dir is left: %v", err)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Our delegator told to speak head, with our executor, over the live
+// mount: the agent runs in workspace/, which the locator names in the
+// environment root.
+func TestHeadDialectLiveMountBetweenOurs(t *testing.T) {
+	f := newLiveFixture(t, control.HeadAgent)
+	d, err := f.dlg.Create(control.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "p", Transport: control.TransportSSHFS, Dialect: control.DialectHead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, err := f.dlg.Run(t.Context(), d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	control.CheckHeadRun(t, end, f.dir)
+	f.rec.mu.Lock()
+	defer f.rec.mu.Unlock()
+	if f.rec.last.ExportLocator != sshd.EnvLocator(d.ID) {
+		t.Errorf("exportLocator %q, want the environment root", f.rec.last.ExportLocator)
+	}
+}
