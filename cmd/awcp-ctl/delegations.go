@@ -8,11 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -21,7 +19,6 @@ import (
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/lease"
-	"github.com/awcp/awcp/sshd"
 )
 
 // exitPending is output's exit code for a delegation that has not ended.
@@ -90,71 +87,48 @@ func sshFlags() []cli.Flag {
 	}
 }
 
-// sshHeapFloor is how much garbage the SSH server may make before the
-// collector runs. x/crypto/ssh allocates a fresh buffer for every packet
-// it receives, so what an executor writes through its mount is as much
-// garbage here, and with the few MiB of live heap this daemon has,
-// GOGC=100 would collect every few MiB of a write — and the scavenger give
-// the memory back in between, to be faulted in again. A 256 MiB write
-// took 0.60–0.63 s with this floor against 0.69–0.82 s without, and a
-// third less of this daemon's CPU; its peak RSS over the write rose from
-// ~34 to ~47 MiB. A floor of 32 MiB gained no more and cost 16 MiB more.
-const sshHeapFloor = 16 << 20
-
-// heapFloor is live heap that is never read or written: the collector's
-// goal, twice the live heap at GOGC=100, is then never under twice
-// sshHeapFloor. Allocated while the heap is small, its pages come fresh
-// from the OS and stay untouched, so it costs address space, not memory.
-var heapFloor []byte
+// liveMount starts the SSH server for a delegation's transport (auto,
+// sshfs or archive): none for archive; for auto, one that cannot start is
+// told to warn and the delegations use archive; for sshfs, that fails.
+// wait (never nil) returns once the server has stopped.
+func (e *env) liveMount(ctx context.Context, c *cli.Context, transport string, warn func(error)) (wait func(), err error) {
+	if transport == control.TransportArchive {
+		return func() {}, nil
+	}
+	wait, err = e.startSSH(ctx, c)
+	switch {
+	case err == nil:
+		return wait, nil
+	case transport == control.TransportSSHFS:
+		return nil, err
+	}
+	warn(err)
+	return func() {}, nil
+}
 
 // startSSH runs the embedded SSH server until ctx ends and registers the
 // live-mount transport. wait returns once the server has stopped.
 func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err error) {
-	// A GOGC or GOMEMLIMIT of the user's is their tuning (the floor would
-	// count against a memory limit): it stands alone.
-	if heapFloor == nil && os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
-		heapFloor = make([]byte, sshHeapFloor)
-	}
-	auth, err := sshd.LoadAuthority(e.state)
-	if err != nil {
-		return nil, err
-	}
-	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: e.log})
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", c.String("ssh-listen"))
-	if err != nil {
-		return nil, fmt.Errorf("--ssh-listen: %w", err)
-	}
-	t := &delegator.SSHFSDelegator{Issuer: auth, Server: srv, Port: ln.Addr().(*net.TCPAddr).Port}
+	host, port := "", 0
 	if adv := c.String("ssh-advertise"); adv != "" {
-		host, port, err := net.SplitHostPort(adv)
+		h, p, err := net.SplitHostPort(adv)
 		if err != nil {
-			host, port = adv, ""
+			h, p = adv, ""
 		}
-		t.Host = host
-		if port != "" {
-			if t.Port, err = strconv.Atoi(port); err != nil {
-				ln.Close()
-				return nil, clikit.UsageError("--ssh-advertise: bad port %q", port)
+		host = h
+		if p != "" {
+			if port, err = strconv.Atoi(p); err != nil {
+				return nil, clikit.UsageError("--ssh-advertise: bad port %q", p)
 			}
 		}
 	}
-	e.sshfs = t
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		if err := srv.Serve(ctx, ln); err != nil {
-			e.log.Warn("ssh server", "err", err)
-		}
-	}()
-	// Leases that end in another process (a cancel from the command line)
-	// are known here only from the store.
-	go func() { defer wg.Done(); delegator.WatchGrants(ctx, e.store, srv, 2*time.Second) }()
-	e.log.Info("ssh server listening", "addr", ln.Addr())
-	return wg.Wait, nil
+	lender, wait, err := delegator.StartSSH(ctx, delegator.SSHOptions{StateDir: e.state, Store: e.store,
+		Listen: c.String("ssh-listen"), AdvertiseHost: host, AdvertisePort: port, Logger: e.log})
+	if err != nil {
+		return nil, err
+	}
+	e.sshfs = lender
+	return wait, nil
 }
 
 // resolve finds a delegation by id or unique id prefix.

@@ -66,22 +66,14 @@ func exportWait(ctx context.Context, c *cli.Context, e *env, req control.ExportR
 	// The SSH server lives as long as this delegation is followed here; it
 	// outlives ctx (Ctrl-C) until the cancel has been carried out.
 	sshCtx, stopSSH := context.WithCancel(context.Background())
-	var waitSSH func()
-	defer func() {
+	waitSSH, err := e.liveMount(sshCtx, c, req.Transport, func(err error) {
+		fmt.Fprintf(errw, "awcp: no SSH server for a live mount (%v); using archive\n", err)
+	})
+	if err != nil {
 		stopSSH()
-		if waitSSH != nil {
-			waitSSH()
-		}
-	}()
-	if req.Transport != control.TransportArchive {
-		var err error
-		if waitSSH, err = e.startSSH(sshCtx, c); err != nil {
-			if req.Transport == control.TransportSSHFS {
-				return err
-			}
-			fmt.Fprintf(errw, "awcp: no SSH server for a live mount (%v); using archive\n", err)
-		}
+		return err
 	}
+	defer func() { stopSSH(); waitSSH() }()
 	dlg, err := e.delegator(func(id string, ev *control.Event) {
 		switch {
 		case ev.Type == control.EventStatus && ev.Status == control.StatusRunning:

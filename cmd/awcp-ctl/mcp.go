@@ -126,17 +126,14 @@ func (m *mcpDelegator) inProcess() (*control.Delegator, error) {
 		return m.local, nil
 	}
 	runCtx, stop := context.WithCancel(context.Background())
-	if m.c.String("transport") != control.TransportArchive {
-		wait, err := m.e.startSSH(runCtx, m.c)
-		if err != nil {
-			if m.c.String("transport") == control.TransportSSHFS {
-				stop()
-				return nil, err
-			}
-			m.e.log.Warn("no SSH server for live mounts; delegations use archive", "err", err)
-		}
-		m.waitSSH = wait
+	wait, err := m.e.liveMount(runCtx, m.c, m.c.String("transport"), func(err error) {
+		m.e.log.Warn("no SSH server for live mounts; delegations use archive", "err", err)
+	})
+	if err != nil {
+		stop()
+		return nil, err
 	}
+	m.waitSSH = wait
 	dlg, err := m.e.delegator(nil)
 	if err != nil {
 		stop()

@@ -39,7 +39,7 @@ var allowed = map[string][]string{
 	"control/executor":    {"control", "fs"},
 	"control/mcpserver":   {"control", "lease"},
 	"cmd/internal/clikit": {},
-	"cmd/awcp-ctl":        {"cmd/internal/clikit", "control", "control/delegator", "control/mcpserver", "lease", "sshd"},
+	"cmd/awcp-ctl":        {"cmd/internal/clikit", "control", "control/delegator", "control/mcpserver", "lease"},
 	"cmd/awcp-fs":         {"archive", "cmd/internal/clikit", "control", "control/acp", "control/agent", "control/executor", "fs", "lease"},
 	"test/bench/control":  nil,
 	"test/e2e":            nil,
