@@ -343,6 +343,9 @@ func (e *Executor) end(ctx context.Context, id string, ev lease.Event, pe *Proto
 	return nil
 }
 
+// errMounted refuses to delete a work dir through a live mount.
+var errMounted = errors.New("the work dir is still a mount point; refusing to delete through it")
+
 func (e *Executor) removeWorkDir(ctx context.Context, a *lease.Assignment) error {
 	if t := e.transport(a.Transport); t != nil {
 		if _, err := t.Teardown(ctx, a.ID, transportDir(a), nil); err != nil {

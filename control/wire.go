@@ -54,6 +54,12 @@ const (
 // environment the executor sees.
 const ResourceWorkspace = "workspace"
 
+// HostKeyOption is the key of workDir.options that carried the
+// delegator's host key before it had a field of its own
+// (WorkDirInfo.HostKey); an executor still reads it from our earlier
+// delegators. It is the only option an executor interprets.
+const HostKeyOption = "hostKey"
+
 // Transport names.
 const (
 	TransportSSHFS   = "sshfs"
