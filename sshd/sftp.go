@@ -45,7 +45,7 @@ var errBadMessage = wire.ErrMalformed
 // sftpServer serves one SFTP session on one directory.
 type sftpServer struct {
 	root     *os.Root
-	fast     *beneath // opens and stats in one syscall where the kernel can
+	fast     *kernelRoot // opens and stats in one syscall where the kernel can
 	readOnly bool
 	log      *slog.Logger
 	out      *responder
@@ -91,7 +91,7 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger,
 	if id != "" {
 		s.alias, s.env = path.Clean("/"+Locator(id)), path.Clean("/"+EnvLocator(id))
 	}
-	s.fast = newBeneath(root)
+	s.fast = newKernelRoot(root)
 	defer s.fast.Close()
 	if s.fast.dir == nil {
 		return errors.New("sftp: the export directory cannot be opened")

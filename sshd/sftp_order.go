@@ -20,7 +20,7 @@ type job struct {
 	pkt   []byte
 	held  int // what the job counts against the session's flow until handled
 	after *sync.WaitGroup
-	done  doner
+	done  completion
 }
 
 // answerBound is how large the answer to pkt can be, counted against the
@@ -80,7 +80,7 @@ type emptyingMap map[string]*pendingRemoves
 // add counts a remove in dir and returns what marks it handled. Entries
 // whose removes are all handled are swept past a bound: an RMDIR finding
 // none waits for nothing, which is right for them.
-func (m emptyingMap) add(dir string) doner {
+func (m emptyingMap) add(dir string) completion {
 	in := m[dir]
 	if in == nil {
 		if len(m) >= 1024 {
@@ -98,8 +98,8 @@ func (m emptyingMap) add(dir string) doner {
 	return in
 }
 
-// doner is what a job marks once handled.
-type doner interface{ Done() }
+// completion is what a job marks once handled.
+type completion interface{ Done() }
 
 // handleOrder is the state of one handle's barrier.
 type handleOrder struct {

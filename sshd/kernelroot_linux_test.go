@@ -20,7 +20,7 @@ func TestBeneathConfines(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	b := newBeneath(root)
+	b := newKernelRoot(root)
 	defer b.Close()
 	if !b.ok {
 		t.Fatal("openat2(RESOLVE_BENEATH) does not work on this kernel; the server fell back to os.Root")

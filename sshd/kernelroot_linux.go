@@ -14,20 +14,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// beneath resolves names inside one directory with openat2(RESOLVE_BENEATH):
+// kernelRoot resolves names inside one directory with openat2(RESOLVE_BENEATH):
 // the kernel walks the whole path in one call and refuses any step — "..",
 // an absolute symlink, a symlink leading out — that would leave the
 // directory. os.Root gives the same guarantee with an openat per path
 // component, which is most of the server's cost for deep trees like .git;
 // it stays the fallback where openat2 is missing.
-type beneath struct {
+type kernelRoot struct {
 	dir  *os.File // the directory, opened through the root
 	root *os.Root
 	ok   bool // openat2 works here
 }
 
-func newBeneath(root *os.Root) *beneath {
-	b := &beneath{root: root}
+func newKernelRoot(root *os.Root) *kernelRoot {
+	b := &kernelRoot{root: root}
 	dir, err := root.Open(".")
 	if err != nil {
 		return b
@@ -41,14 +41,14 @@ func newBeneath(root *os.Root) *beneath {
 	return b
 }
 
-func (b *beneath) Close() error {
+func (b *kernelRoot) Close() error {
 	if b.dir != nil {
 		return b.dir.Close()
 	}
 	return nil
 }
 
-func (b *beneath) openat2(name string, flags int, perm fs.FileMode) (int, error) {
+func (b *kernelRoot) openat2(name string, flags int, perm fs.FileMode) (int, error) {
 	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS}
 	if flags&unix.O_CREAT != 0 {
 		how.Mode = uint64(perm.Perm()) // openat2 refuses a mode without O_CREAT
@@ -72,7 +72,7 @@ func (b *beneath) openat2(name string, flags int, perm fs.FileMode) (int, error)
 var errEscape = errors.New("path escapes from the delegated directory")
 
 // OpenFile opens name inside the directory.
-func (b *beneath) OpenFile(name string, flags int, perm fs.FileMode) (*os.File, error) {
+func (b *kernelRoot) OpenFile(name string, flags int, perm fs.FileMode) (*os.File, error) {
 	if !b.ok {
 		return b.root.OpenFile(name, flags, perm)
 	}
@@ -84,7 +84,7 @@ func (b *beneath) OpenFile(name string, flags int, perm fs.FileMode) (*os.File, 
 }
 
 // Lstat is lstat inside the directory: a final symlink is not followed.
-func (b *beneath) Lstat(name string) (fs.FileInfo, error) {
+func (b *kernelRoot) Lstat(name string) (fs.FileInfo, error) {
 	if !b.ok {
 		return b.root.Lstat(name)
 	}
@@ -92,14 +92,14 @@ func (b *beneath) Lstat(name string) (fs.FileInfo, error) {
 }
 
 // Stat follows a final symlink, as long as it stays inside.
-func (b *beneath) Stat(name string) (fs.FileInfo, error) {
+func (b *kernelRoot) Stat(name string) (fs.FileInfo, error) {
 	if !b.ok {
 		return b.root.Stat(name)
 	}
 	return b.stat(name, 0)
 }
 
-func (b *beneath) stat(name string, extra int) (fs.FileInfo, error) {
+func (b *kernelRoot) stat(name string, extra int) (fs.FileInfo, error) {
 	fd, err := b.openat2(name, unix.O_PATH|extra, 0)
 	if err != nil {
 		return nil, err
@@ -168,7 +168,7 @@ func splitName(name string) (dir, base string, ok bool) {
 // parent opens the directory that holds name beneath the root — one
 // openat2 however deep name is — and returns it with name's last element.
 // ok is false where openat2 is missing or name is the root itself.
-func (b *beneath) parent(name string) (fd int, base string, ok bool, err error) {
+func (b *kernelRoot) parent(name string) (fd int, base string, ok bool, err error) {
 	dir, base, ok := splitName(name)
 	if !b.ok || !ok {
 		return -1, "", false, nil
@@ -180,7 +180,7 @@ func (b *beneath) parent(name string) (fd int, base string, ok bool, err error) 
 // dirOf is parent where openat2 is missing too: the directory is then
 // opened through the os.Root. It returns the directory's descriptor,
 // name's last element and the descriptor's release.
-func (b *beneath) dirOf(name string) (int, string, func(), error) {
+func (b *kernelRoot) dirOf(name string) (int, string, func(), error) {
 	if fd, base, ok, err := b.parent(name); ok {
 		if err != nil {
 			return -1, "", nil, err
@@ -201,7 +201,7 @@ func (b *beneath) dirOf(name string) (int, string, func(), error) {
 // inParent runs op (named what, for errors) on the directory that holds
 // name and name's last element, so op acts on the last element itself,
 // never following it. Where parent cannot, it runs fallback instead.
-func (b *beneath) inParent(what, name string, op func(dirfd int, base string) error, fallback func() error) error {
+func (b *kernelRoot) inParent(what, name string, op func(dirfd int, base string) error, fallback func() error) error {
 	fd, base, ok, err := b.parent(name)
 	if !ok {
 		return fallback()
@@ -220,7 +220,7 @@ func (b *beneath) inParent(what, name string, op func(dirfd int, base string) er
 // Remove removes the file (or, with dir, the empty directory) name: a file
 // asked to go as a directory is ENOTDIR, a directory asked to go as a file
 // EISDIR, as unlinkat(2) says.
-func (b *beneath) Remove(name string, dir bool) error {
+func (b *kernelRoot) Remove(name string, dir bool) error {
 	flags := 0
 	if dir {
 		flags = unix.AT_REMOVEDIR
@@ -243,7 +243,7 @@ func (b *beneath) Remove(name string, dir bool) error {
 // Mkdir makes the directory name with exactly perm: where the process
 // umask cuts bits of perm, the new directory is opened (not following a
 // symlink raced into its place) and chmodded.
-func (b *beneath) Mkdir(name string, perm fs.FileMode) error {
+func (b *kernelRoot) Mkdir(name string, perm fs.FileMode) error {
 	perm = perm.Perm()
 	return b.inParent("mkdir", name, func(fd int, base string) error {
 		if err := unix.Mkdirat(fd, base, uint32(perm)); err != nil || !umaskCuts(perm) {
@@ -267,7 +267,7 @@ func (b *beneath) Mkdir(name string, perm fs.FileMode) error {
 // perm, which the process umask would otherwise cut: the executor's tool
 // asked for perm (its own umask already applied). To know whether the file
 // is new, it tries an exclusive create first.
-func (b *beneath) OpenCreating(name string, flags int, perm fs.FileMode) (*os.File, error) {
+func (b *kernelRoot) OpenCreating(name string, flags int, perm fs.FileMode) (*os.File, error) {
 	perm = perm.Perm()
 	if flags&os.O_CREATE == 0 || !umaskCuts(perm) {
 		return b.OpenFile(name, flags, perm)
