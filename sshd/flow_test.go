@@ -54,7 +54,7 @@ func (s *floodSession) send(fill func(b *buf)) {
 	s.t.Helper()
 	b := buf{0, 0, 0, 0}
 	fill(&b)
-	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	b.SetU32(0, uint32(len(b)-4))
 	if _, err := s.ch.Write(b); err != nil {
 		s.t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func (s *rawSession) send(typ byte, fill func(b *buf), withID bool) {
 		b.U32(3) // INIT's version
 	}
 	fill(&b)
-	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	b.SetU32(0, uint32(len(b)-4))
 	if _, err := s.conn.Write(b); err != nil {
 		s.t.Fatal(err)
 	}

@@ -215,12 +215,18 @@ func dialSFTP(info *control.WorkDirInfo) (*rawSFTP, error) {
 
 func (s *rawSFTP) Close() error { return s.conn.Close() }
 
-// send writes a packet of type typ with id (or INIT's version) and body.
-func (s *rawSFTP) send(typ byte, id uint32, body []byte) error {
-	b := binary.BigEndian.AppendUint32(nil, uint32(5+len(body)))
-	b = append(b, typ)
-	b = binary.BigEndian.AppendUint32(b, id)
-	_, err := s.w.Write(append(b, body...))
+// send writes a packet of type typ with id (or INIT's version), and the
+// body fill encodes.
+func (s *rawSFTP) send(typ byte, id uint32, fill func(e *wire.Encoder)) error {
+	var e wire.Encoder
+	e.U32(0) // length, set below
+	e.Byte(typ)
+	e.U32(id)
+	if fill != nil {
+		fill(&e)
+	}
+	e.SetU32(0, uint32(len(e)-4))
+	_, err := s.w.Write(e)
 	return err
 }
 
@@ -234,30 +240,31 @@ func (s *rawSFTP) reply() (byte, []byte, error) {
 	return hdr[4], body, err
 }
 
-func str(b []byte, v string) []byte {
-	return append(binary.BigEndian.AppendUint32(b, uint32(len(v))), v...)
-}
-
 // open opens name for reading and returns its handle.
 func (s *rawSFTP) open(name string) (string, error) {
-	body := binary.BigEndian.AppendUint32(str(nil, name), wire.FlagRead)
-	body = binary.BigEndian.AppendUint32(body, 0) // no attributes
-	if err := s.send(wire.Open, 1, body); err != nil {
+	err := s.send(wire.Open, 1, func(e *wire.Encoder) {
+		e.Str(name)
+		e.U32(wire.FlagRead)
+		e.U32(0) // no attributes
+	})
+	if err != nil {
 		return "", err
 	}
 	typ, b, err := s.reply()
-	if err != nil || typ != wire.Handle || len(b) < 8 {
+	d := wire.Decoder{B: b}
+	d.U32() // id
+	handle := d.Str()
+	if err != nil || typ != wire.Handle || d.Err != nil {
 		return "", fmt.Errorf("OPEN %s: answer of type %d: %v", name, typ, err)
 	}
-	return string(b[8 : 8+binary.BigEndian.Uint32(b[4:8])]), nil
+	return handle, nil
 }
 
 // reads sends n READs of 1 MiB of handle and reads no answer.
 func (s *rawSFTP) reads(handle string, n int) {
 	for i := range n {
-		body := binary.BigEndian.AppendUint64(str(nil, handle), 0)
-		body = binary.BigEndian.AppendUint32(body, 1<<20)
-		if s.send(wire.Read, uint32(2+i), body) != nil {
+		read := func(e *wire.Encoder) { e.Str(handle); e.U64(0); e.U32(1 << 20) }
+		if s.send(wire.Read, uint32(2+i), read) != nil {
 			return
 		}
 	}
