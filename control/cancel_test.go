@@ -201,7 +201,7 @@ func TestCancelBeforeInvite(t *testing.T) {
 
 // newArchiveDelegator is a Delegator with the archive transport on a fresh
 // store; wrap, if set, wraps the transport.
-func newArchiveDelegator(t *testing.T, wrap func(DelegatorTransport) DelegatorTransport) (*Delegator, *lease.Store) {
+func newArchiveDelegator(t *testing.T, wrap func(DelegatorTransport) DelegatorTransport, mods ...func(*DelegatorOptions)) (*Delegator, *lease.Store) {
 	t.Helper()
 	state := t.TempDir()
 	store, err := lease.Open(filepath.Join(state, "d.db"), lease.Options{Shared: true})
@@ -213,8 +213,12 @@ func newArchiveDelegator(t *testing.T, wrap func(DelegatorTransport) DelegatorTr
 	if wrap != nil {
 		tr = wrap(tr)
 	}
-	dlg, err := NewDelegator(DelegatorOptions{Store: store, Logger: slog.New(slog.DiscardHandler),
-		Transports: map[string]DelegatorTransport{TransportArchive: tr}})
+	opts := DelegatorOptions{Store: store, Logger: slog.New(slog.DiscardHandler),
+		Transports: map[string]DelegatorTransport{TransportArchive: tr}}
+	for _, mod := range mods {
+		mod(&opts)
+	}
+	dlg, err := NewDelegator(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,9 +25,35 @@ type PeerClient struct {
 	// SpoolDir is where results of the archive transport are decoded to
 	// as they arrive. Default: the system's temporary directory.
 	SpoolDir string
+	// MaxResultBytes bounds a result (resultBase64, snapshotBase64) as
+	// base64: an executor that sends more fails its delegation rather than
+	// filling the disk. Default DefaultMaxResultBytes.
+	MaxResultBytes int64
 	// HTTP is the client used. Default: one without a timeout (event
 	// streams are long); requests are bounded by their contexts.
 	HTTP *http.Client
+}
+
+// DefaultMaxResultBytes is the default bound of a result: 1 GiB of base64,
+// a ZIP of 768 MiB (archive's extraction stops at 1 GiB written).
+const DefaultMaxResultBytes = 1 << 30
+
+func (c *PeerClient) maxResult() int64 {
+	if c.MaxResultBytes > 0 {
+		return c.MaxResultBytes
+	}
+	return DefaultMaxResultBytes
+}
+
+// resultTooLarge is err as the delegation's end, if it is a result over
+// the limit: the same result would come again at every reconnection.
+func resultTooLarge(err error) error {
+	var full *spoolFullError
+	if !errors.As(err, &full) {
+		return err
+	}
+	return Errorf(CodeTaskFailed, "the executor sent %s, over this delegator's limit: nothing was applied", full).
+		WithHint("lend a smaller directory, or have the agent leave build output out of it")
 }
 
 func (c *PeerClient) base() string {
@@ -225,7 +251,7 @@ func (c *PeerClient) Result(ctx context.Context, id string) (*TaskResult, error)
 	var spool *spoolFile
 	rest, err := divert(bufio.NewReaderSize(resp.Body, 64<<10), [][]string{{"snapshotBase64"}}, maxEventBytes, func() (io.Writer, error) {
 		var err error
-		spool, err = newSpoolFile(c.SpoolDir)
+		spool, err = newSpoolFile(c.SpoolDir, c.maxResult())
 		return spool, err
 	})
 	var got spooled
@@ -234,7 +260,7 @@ func (c *PeerClient) Result(ctx context.Context, id string) (*TaskResult, error)
 	}
 	if err != nil {
 		spool.discard()
-		return nil, fmt.Errorf("read the result of %s: %w", id, err)
+		return nil, resultTooLarge(fmt.Errorf("read the result of %s: %w", id, err))
 	}
 	var res TaskResult
 	if err := json.Unmarshal(rest, &res); err != nil || res.Status == "" {
@@ -280,7 +306,7 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		return &streamRefused{peerError(resp.StatusCode, body)}
 	}
-	return readSSE(resp.Body, c.SpoolDir, func(seq uint64, data []byte, result spooled) (bool, error) {
+	err = readSSE(resp.Body, c.SpoolDir, c.maxResult(), func(seq uint64, data []byte, result spooled) (bool, error) {
 		// A whole event that is not one would come again, the same, on
 		// every reconnection: the delegation cannot go on.
 		ev, err := DecodeEvent(data)
@@ -296,6 +322,7 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 		}
 		return ev.Terminal(), nil
 	})
+	return resultTooLarge(err)
 }
 
 // streamRefused is an event stream the executor answered with an error
@@ -326,10 +353,12 @@ var errStreamEnded = errors.New("event stream ended before the task did")
 const maxEventBytes = 16 << 20
 
 // readSSE parses a text/event-stream, calling fn with each event's id and
-// data until fn reports the end. An event's top-level resultBase64 is not
-// kept in data: it is decoded into a file in spoolDir as it is read, given
-// to fn (with bad set if it was not base64), and removed when fn returns.
-func readSSE(r io.Reader, spoolDir string, fn func(seq uint64, data []byte, result spooled) (bool, error)) error {
+// data until fn reports the end. An event's top-level resultBase64 (or
+// snapshotBase64) is not kept in data: it is decoded into a file in
+// spoolDir as it is read — maxResult bytes of base64 at most, 0 for no
+// limit — given to fn (with bad set if it was not base64), and removed
+// when fn returns.
+func readSSE(r io.Reader, spoolDir string, maxResult int64, fn func(seq uint64, data []byte, result spooled) (bool, error)) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		ev := &sseEvent{br: br}
@@ -343,7 +372,7 @@ func readSSE(r io.Reader, spoolDir string, fn func(seq uint64, data []byte, resu
 		var spool *spoolFile
 		rest, err := divert(data, [][]string{{"resultBase64", "snapshotBase64"}}, maxEventBytes, func() (io.Writer, error) {
 			var err error
-			spool, err = newSpoolFile(spoolDir)
+			spool, err = newSpoolFile(spoolDir, maxResult)
 			return spool, err
 		})
 		if err == nil {

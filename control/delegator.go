@@ -30,6 +30,10 @@ type DelegatorOptions struct {
 	// they arrive, before they are applied. Default: the system's
 	// temporary directory.
 	SpoolDir string
+	// MaxResultBytes bounds an executor's result as base64; one over it
+	// fails the delegation with TASK_FAILED, nothing applied. Default
+	// DefaultMaxResultBytes.
+	MaxResultBytes int64
 	// Progress, if set, receives every event of the delegations this
 	// Delegator follows, as they arrive.
 	Progress func(id string, ev *Event)
@@ -54,8 +58,8 @@ type Delegator struct {
 	mu        sync.Mutex                    // guards following and snapshots
 	following map[string]context.CancelFunc // delegations this process drives
 	// snapshots are the head dialect's results received and not yet
-	// applied, by delegation id: done names the one to apply.
-	snapshots map[string][]heldSnapshot
+	// applied, one per delegation id (holdSnapshot).
+	snapshots map[string]heldSnapshot
 }
 
 // NewDelegator builds a Delegator.
@@ -70,7 +74,7 @@ func NewDelegator(opts DelegatorOptions) (*Delegator, error) {
 		opts.ReconnectBound = 30 * time.Second
 	}
 	d := &Delegator{opts: opts, store: opts.Store, log: opts.Logger,
-		following: map[string]context.CancelFunc{}, snapshots: map[string][]heldSnapshot{}}
+		following: map[string]context.CancelFunc{}, snapshots: map[string]heldSnapshot{}}
 	d.sched = lease.NewScheduler(lease.Scheduler{List: d.due, Expire: d.Expire, Logger: opts.Logger})
 	return d, nil
 }
@@ -203,7 +207,8 @@ func (d *Delegator) due() ([]lease.Due, error) {
 }
 
 func (d *Delegator) peer(del *lease.Delegation) *PeerClient {
-	return &PeerClient{BaseURL: del.Peer, Token: del.Token, HTTP: d.opts.HTTP, SpoolDir: d.opts.SpoolDir}
+	return &PeerClient{BaseURL: del.Peer, Token: del.Token, HTTP: d.opts.HTTP, SpoolDir: d.opts.SpoolDir,
+		MaxResultBytes: d.opts.MaxResultBytes}
 }
 
 func (d *Delegator) transport(del *lease.Delegation) DelegatorTransport {

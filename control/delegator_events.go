@@ -12,11 +12,12 @@ import (
 
 // heldSnapshot is a snapshot event's ZIP, kept until done names it.
 type heldSnapshot struct {
-	id       string // the executor's snapshotId
-	file     string
-	sum      string // the file's SHA-256 (hex)
-	bad      error  // not base64
-	checksum string // resultChecksum, if the executor sent one
+	id          string // the executor's snapshotId
+	file        string
+	sum         string // the file's SHA-256 (hex)
+	bad         error  // not base64
+	checksum    string // resultChecksum, if the executor sent one
+	recommended bool
 }
 
 // follow reads the event stream, reconnecting with Last-Event-ID, until the
@@ -214,7 +215,11 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 }
 
 // holdSnapshot keeps a snapshot event's ZIP (which the stream reader
-// would remove) until done says which snapshot is the result.
+// would remove) until done says which snapshot is the result. One is kept
+// per delegation — the last, unless an earlier one was recommended and
+// the last is not — so that an executor sending snapshot after snapshot
+// holds no more of this machine's disk than one result (MaxResultBytes);
+// a result done names and that is not kept is fetched with GET /result.
 func (d *Delegator) holdSnapshot(id string, ev *Event) {
 	if ev.ResultFile == "" {
 		return
@@ -226,26 +231,34 @@ func (d *Delegator) holdSnapshot(id string, ev *Event) {
 		d.log.Warn("keep a snapshot", "delegation", id, "err", err)
 		return
 	}
+	h := heldSnapshot{id: ev.SnapshotID, file: name, sum: ev.resultSum, bad: ev.resultErr,
+		checksum: ev.ResultChecksum, recommended: ev.Recommended != nil && *ev.Recommended}
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.snapshots[id] = append(d.snapshots[id], heldSnapshot{id: ev.SnapshotID, file: name, sum: ev.resultSum,
-		bad: ev.resultErr, checksum: ev.ResultChecksum})
+	old, had := d.snapshots[id]
+	if had && old.recommended && !h.recommended {
+		old, h = h, old // the recommended one stays
+	}
+	d.snapshots[id] = h
+	d.mu.Unlock()
+	if had {
+		os.Remove(old.file)
+	}
 }
 
 // dropSnapshots removes what holdSnapshot kept for id.
 func (d *Delegator) dropSnapshots(id string) {
 	d.mu.Lock()
-	held := d.snapshots[id]
+	h, had := d.snapshots[id]
 	delete(d.snapshots, id)
 	d.mu.Unlock()
-	for _, h := range held {
+	if had {
 		os.Remove(h.file)
 	}
 }
 
 // headResult finds the result a head done stands for and puts it in ev
 // (as resultBase64 would be): the snapshot done recommends (or the last
-// one) as it came in its event, else — the stream that carried it was
+// one) as it came in its event, if it is the one held, else — the stream that carried it was
 // lost, and a head executor replays only done — as GET /result gives it.
 // release removes what was fetched.
 func (d *Delegator) headResult(ctx context.Context, del *lease.Delegation, ev *Event) (release func()) {
@@ -254,13 +267,11 @@ func (d *Delegator) headResult(ctx context.Context, del *lease.Delegation, ev *E
 		want = ev.SnapshotIDs[len(ev.SnapshotIDs)-1]
 	}
 	d.mu.Lock()
-	held := d.snapshots[del.ID]
+	h, held := d.snapshots[del.ID]
 	d.mu.Unlock()
-	for i := len(held) - 1; i >= 0; i-- {
-		if h := held[i]; want == "" || h.id == want {
-			ev.ResultFile, ev.resultSum, ev.resultErr, ev.ResultChecksum = h.file, h.sum, h.bad, h.checksum
-			return func() {}
-		}
+	if held && (want == "" || h.id == want) {
+		ev.ResultFile, ev.resultSum, ev.resultErr, ev.ResultChecksum = h.file, h.sum, h.bad, h.checksum
+		return func() {}
 	}
 	if del.Transport != TransportArchive || del.AccessMode != AccessRW {
 		return func() {}

@@ -355,7 +355,7 @@ func headDelegator(t *testing.T, x *execFixture, id, start string) (accept map[s
 	if ok := post(peer.captured(start, id)); ok["ok"] != true {
 		t.Fatalf("START answered %v", ok)
 	}
-	err = readSSE(stream.Body, t.TempDir(), func(_ uint64, data []byte, result spooled) (bool, error) {
+	err = readSSE(stream.Body, t.TempDir(), 0, func(_ uint64, data []byte, result spooled) (bool, error) {
 		var m map[string]any
 		json.Unmarshal(data, &m)
 		if result.file != "" { // the reader diverted it to a file

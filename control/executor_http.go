@@ -142,7 +142,7 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 			return nil, errNoToken
 		}
 		var err error
-		spool, err = newSpoolFile(e.incomingDir())
+		spool, err = newSpoolFile(e.incomingDir(), 0) // the body is bounded (MaxBodyBytes)
 		return spool, err
 	})
 	paced.finished(w, err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -220,4 +222,131 @@ func delegateArchive(t *testing.T, peer, dir string) *lease.Delegation {
 		t.Fatal(err)
 	}
 	return end
+}
+
+// endlessResult stands in for a hostile executor: it accepts anything, and
+// its event stream is a done whose resultBase64 never ends (or, with
+// snapshots, that many snapshot events of size bytes before a done that
+// names the last). It counts the streams opened.
+type endlessResult struct {
+	snapshots, size int
+	streams         atomic.Int32
+	release         chan struct{} // closed: the done after the snapshots goes
+}
+
+func (h *endlessResult) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	parts := strings.Split(r.URL.Path, "/")
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/awcp":
+		var m BaseMessage
+		json.NewDecoder(r.Body).Decode(&m)
+		if m.Type == TypeInvite {
+			b, _ := Marshal(&Accept{BaseMessage: header(TypeAccept, m.DelegationID), RetentionMs: new(int64),
+				ExecutorWorkDir: ExecutorWorkDir{Path: "/w"}})
+			w.Write(b)
+			return
+		}
+		io.WriteString(w, `{"ok":true}`)
+	case len(parts) == 5 && parts[4] == "events":
+		h.streams.Add(1)
+		id := parts[3]
+		w.Header().Set("Content-Type", "text/event-stream")
+		chunk := strings.Repeat("QUFB", 16<<10)
+		if h.snapshots == 0 {
+			fmt.Fprintf(w, `data: {"delegationId":%q,"type":"done","timestamp":"2026-11-25T00:00:00Z","summary":"s","resultBase64":"`, id)
+			for {
+				if _, err := io.WriteString(w, chunk); err != nil {
+					return // the delegator hung up
+				}
+			}
+		}
+		for i := range h.snapshots {
+			fmt.Fprintf(w, `data: {"delegationId":%q,"type":"snapshot","timestamp":"2026-11-25T00:00:00Z","snapshotId":"snap_%d","summary":"s","snapshotBase64":"%s"}`+"\n\n",
+				id, i, strings.Repeat("A", h.size))
+		}
+		w.(http.Flusher).Flush()
+		select {
+		case <-h.release:
+		case <-r.Context().Done():
+			return
+		}
+		fmt.Fprintf(w, `data: {"delegationId":%q,"type":"done","timestamp":"2026-11-25T00:00:00Z","summary":"s","snapshotIds":["snap_%d"],"recommendedSnapshotId":"snap_%d"}`+"\n\n",
+			id, h.snapshots-1, h.snapshots-1)
+	default:
+		io.WriteString(w, `{"ok":true}`)
+	}
+}
+
+// An executor whose result never ends fills nothing but the delegator's
+// limit: the delegation fails with TASK_FAILED at the limit, once (no
+// reconnection asks for the same again), and nothing is left on disk.
+func TestEndlessResultIsCutAtTheLimit(t *testing.T) {
+	peer := &endlessResult{}
+	srv := httptest.NewServer(peer)
+	defer srv.Close()
+	spool := t.TempDir()
+	dlg, _ := newArchiveDelegator(t, nil, func(o *DelegatorOptions) { o.SpoolDir, o.MaxResultBytes = spool, 4<<20 })
+	dir := t.TempDir()
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: TransportArchive, Dialect: DialectSeed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	end, err := dlg.Run(ctx, d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end.State != lease.Error || end.Failure.Code != CodeTaskFailed || !strings.Contains(end.Failure.Message, "4194304 bytes") {
+		t.Fatalf("ended %s with %+v, want TASK_FAILED at the limit", end.State, end.Failure)
+	}
+	if n := peer.streams.Load(); n != 1 {
+		t.Errorf("the stream was opened %d times; a result over the limit is not asked for again", n)
+	}
+	if ents, _ := os.ReadDir(spool); len(ents) != 0 {
+		t.Errorf("the spool holds %d files after the delegation ended", len(ents))
+	}
+}
+
+// An executor sending snapshot after snapshot holds one of them on the
+// delegator's disk, not all; the one done names is applied.
+func TestSnapshotsHeldOneAtATime(t *testing.T) {
+	peer := &endlessResult{snapshots: 20, size: 256 << 10, release: make(chan struct{})}
+	srv := httptest.NewServer(peer)
+	defer srv.Close()
+	spool := t.TempDir()
+	dlg, _ := newArchiveDelegator(t, nil, func(o *DelegatorOptions) { o.SpoolDir = spool })
+	dir := t.TempDir()
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: TransportArchive, Access: AccessRO})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cancelled before the server's Close (deferred earlier) waits for
+	// the stream, which waits for release, should the test fail first.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan *lease.Delegation, 1)
+	go func() { end, _ := dlg.Run(ctx, d.ID); done <- end }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		dlg.mu.Lock()
+		held := dlg.snapshots[d.ID].id
+		dlg.mu.Unlock()
+		if held == "snap_19" {
+			break // all twenty read
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the last snapshot was never held (holding %q)", held)
+		}
+	}
+	if ents, _ := os.ReadDir(spool); len(ents) != 1 {
+		t.Fatalf("%d files in the spool after twenty snapshots, want the one held", len(ents))
+	}
+	close(peer.release)
+	if end := <-done; end.State != lease.Completed {
+		t.Fatalf("ended %s (%+v)", end.State, end.Failure)
+	}
+	if ents, _ := os.ReadDir(spool); len(ents) != 0 {
+		t.Errorf("the spool holds %d files after the delegation ended", len(ents))
+	}
 }

@@ -408,10 +408,21 @@ func (b *base64Reader) Read(p []byte) (int, error) {
 // finish, so that the message around it can still be read and answered.
 // A nil *spoolFile discards nothing.
 type spoolFile struct {
-	f   *os.File
-	sum hash.Hash // of the decoded bytes: START's checksum needs no second read
-	dec base64Writer
-	bad error // the input is not base64
+	f     *os.File
+	sum   hash.Hash // of the decoded bytes: START's checksum needs no second read
+	dec   base64Writer
+	bad   error // the input is not base64
+	limit int64 // base64 bytes it may take; 0: no limit
+	taken int64
+}
+
+// spoolFullError is a base64 string longer than its spool's limit: what an
+// executor that never ends its result would otherwise write to the
+// delegator's disk.
+type spoolFullError struct{ limit int64 }
+
+func (e *spoolFullError) Error() string {
+	return fmt.Sprintf("a result of more than %d bytes (base64)", e.limit)
 }
 
 // spooled is what a spoolFile received.
@@ -421,7 +432,9 @@ type spooled struct {
 	bad  error  // the input was not base64: the file is of no use
 }
 
-func newSpoolFile(dir string) (*spoolFile, error) {
+// newSpoolFile spools into a new file in dir, taking at most limit bytes
+// of base64 (0: no limit, for input bounded otherwise).
+func newSpoolFile(dir string, limit int64) (*spoolFile, error) {
 	if dir != "" {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("spool the result: %w", err)
@@ -431,12 +444,15 @@ func newSpoolFile(dir string) (*spoolFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spool the result: %w", err)
 	}
-	s := &spoolFile{f: f, sum: sha256.New()}
+	s := &spoolFile{f: f, sum: sha256.New(), limit: limit}
 	s.dec.dst = io.MultiWriter(f, s.sum)
 	return s, nil
 }
 
 func (s *spoolFile) Write(p []byte) (int, error) {
+	if s.taken += int64(len(p)); s.limit > 0 && s.taken > s.limit {
+		return 0, &spoolFullError{limit: s.limit}
+	}
 	if s.bad != nil {
 		return len(p), nil
 	}

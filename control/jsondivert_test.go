@@ -106,7 +106,7 @@ func TestReadSSEDivertsTheResult(t *testing.T) {
 	spool := t.TempDir()
 	var seqs []uint64
 	var files []string
-	err := readSSE(strings.NewReader(stream), spool, func(seq uint64, data []byte, got spooled) (bool, error) {
+	err := readSSE(strings.NewReader(stream), spool, 0, func(seq uint64, data []byte, got spooled) (bool, error) {
 		file, bad := got.file, got.bad
 		seqs = append(seqs, seq)
 		if len(data) > 1000 {
@@ -131,7 +131,7 @@ func TestReadSSEDivertsTheResult(t *testing.T) {
 	}
 	// A stream cut inside the result leaves nothing behind either.
 	cut := stream[:len(stream)-1000]
-	err = readSSE(strings.NewReader(cut), spool, func(uint64, []byte, spooled) (bool, error) { return false, nil })
+	err = readSSE(strings.NewReader(cut), spool, 0, func(uint64, []byte, spooled) (bool, error) { return false, nil })
 	if !errors.Is(err, errStreamEnded) {
 		t.Fatalf("cut stream: %v", err)
 	}

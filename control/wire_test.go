@@ -64,7 +64,7 @@ func TestAppendixRoundTrip(t *testing.T) {
 	t.Run("events", func(t *testing.T) {
 		data, _ := os.ReadFile("testdata/a_events.sse")
 		var n int
-		err := readSSE(bytes.NewReader(data), t.TempDir(), func(_ uint64, payload []byte, result spooled) (bool, error) {
+		err := readSSE(bytes.NewReader(data), t.TempDir(), 0, func(_ uint64, payload []byte, result spooled) (bool, error) {
 			ev, err := DecodeEvent(payload)
 			if err != nil {
 				return false, err
@@ -267,7 +267,7 @@ func TestHeadDialectRoundTrip(t *testing.T) {
 		t.Run(file, func(t *testing.T) {
 			data, _ := os.ReadFile(filepath.Join("testdata", "head", file))
 			var types []string
-			err := readSSE(bytes.NewReader(data), t.TempDir(), func(_ uint64, payload []byte, result spooled) (bool, error) {
+			err := readSSE(bytes.NewReader(data), t.TempDir(), 0, func(_ uint64, payload []byte, result spooled) (bool, error) {
 				ev, err := DecodeEvent(payload)
 				if err != nil {
 					return false, err
