@@ -415,7 +415,8 @@ func TestExecutorAnswersHeadDelegator(t *testing.T) {
 		t.Fatalf("snapshot holds %v; want the agent's work in workspace/, where it ran", files)
 	}
 	status, res := getResult(t, x, id)
-	if status != http.StatusOK || res["status"] != "completed" || res["snapshotBase64"] != snap["snapshotBase64"] {
+	if status != http.StatusOK || res["status"] != "completed" || res["snapshotBase64"] != snap["snapshotBase64"] ||
+		res["summary"] != done["summary"] || res["resultChecksum"] != snap["resultChecksum"] {
 		t.Fatalf("GET /result: %d %v", status, res["status"])
 	}
 	resp, err := http.Post(x.srv.URL+"/awcp/tasks/"+id+"/ack", "application/json", nil)

@@ -447,7 +447,9 @@ func (e *Executor) handleResult(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res.Status = ResultCompleted
-	evs, err := e.store.EventsAfter(id, 0, 0)
+	// A completed task's stream ends with done, after its snapshot (head)
+	// if it has one: what the answer needs is in the last two events.
+	evs, err := e.store.LastEvents(id, 2)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, NewError(id, CodeDeclined, "cannot read the store", ""))
 		return

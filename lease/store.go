@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -478,6 +479,25 @@ func (s *Store) EventsAfter(id string, after uint64, limit int) ([]StoredEvent, 
 		}
 		return nil
 	})
+	return out, err
+}
+
+// LastEvents returns the last n events of id, oldest first.
+func (s *Store) LastEvents(id string, n int) ([]StoredEvent, error) {
+	var out []StoredEvent
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents).Bucket([]byte(id))
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.Last(); k != nil && len(out) < n; k, v = c.Prev() {
+			// Copy: v is only valid inside the transaction.
+			out = append(out, StoredEvent{Seq: binary.BigEndian.Uint64(k), Data: append([]byte(nil), v...)})
+		}
+		return nil
+	})
+	slices.Reverse(out)
 	return out, err
 }
 

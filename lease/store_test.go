@@ -166,6 +166,12 @@ func TestAssignmentLimitAndEvents(t *testing.T) {
 	if err != nil || len(evs) != 3 || evs[0].Seq != 2 || string(evs[2].Data) != `{"n":4}` {
 		t.Fatalf("EventsAfter(1) = %+v, %v", evs, err)
 	}
+	if last, err := s.LastEvents(id, 2); err != nil || len(last) != 2 || last[0].Seq != 3 || string(last[1].Data) != `{"n":4}` {
+		t.Fatalf("LastEvents(2) = %+v, %v", last, err)
+	}
+	if all, _ := s.LastEvents(id, 10); len(all) != 4 || all[0].Seq != 1 {
+		t.Fatalf("LastEvents(10) = %+v", all)
+	}
 	// A terminal assignment frees its slot.
 	if err := s.CreateAssignment(&Assignment{Lease: Lease{ID: "dlg_z"}}, 2); err != nil {
 		t.Fatal(err)
