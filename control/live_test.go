@@ -93,6 +93,19 @@ func newLiveFixture(t *testing.T, agentCmd string) *liveFixture {
 	return &liveFixture{exec: x, dlg: dlg, store: store, rec: rec, srv: srv, dir: dir}
 }
 
+// waitRunning waits (10 s at most) until delegation id is running.
+func (f *liveFixture) waitRunning(t *testing.T, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if cur, _ := f.store.Delegation(id); cur.State == lease.Running {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never running")
+		}
+	}
+}
+
 // credentialRefused fails unless the last issued credential is refused.
 func (f *liveFixture) credentialRefused(t *testing.T) {
 	t.Helper()
@@ -149,17 +162,7 @@ func TestLiveDelegationCancelRevokes(t *testing.T) {
 	}
 	done := make(chan *lease.Delegation, 1)
 	go func() { end, _ := f.dlg.Run(context.Background(), d.ID); done <- end }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		cur, _ := f.store.Delegation(d.ID)
-		if cur.State == lease.Running {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("never running")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	f.waitRunning(t, d.ID)
 	if _, err := f.dlg.Cancel(context.Background(), d.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -198,20 +201,14 @@ func TestGrantOfLeaseEndedElsewhereIsRevoked(t *testing.T) {
 	followed := make(chan struct{})
 	go func() { defer close(followed); f.dlg.Run(follow, d.ID) }()
 	defer func() { stopFollowing(); <-followed }()
-	deadline := time.Now().Add(10 * time.Second)
-	for cur, _ := f.store.Delegation(d.ID); cur.State != lease.Running; cur, _ = f.store.Delegation(d.ID) {
-		if time.Now().After(deadline) {
-			t.Fatal("never running")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	f.waitRunning(t, d.ID)
 	if !slices.Contains(f.srv.Granted(), d.ID) {
 		t.Fatalf("a running live mount is not granted: %v", f.srv.Granted())
 	}
 	if _, err := f.store.FireDelegation(d.ID, lease.Cancel, "cancelled by another process", nil); err != nil {
 		t.Fatal(err)
 	}
-	for deadline = time.Now().Add(3 * time.Second); slices.Contains(f.srv.Granted(), d.ID); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(3 * time.Second); slices.Contains(f.srv.Granted(), d.ID); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the grant of a lease ended elsewhere stands")
 		}
@@ -230,20 +227,14 @@ func TestFollowedAnewIsGrantedAgain(t *testing.T) {
 	first, stopFirst := context.WithCancel(context.Background())
 	followed := make(chan struct{})
 	go func() { defer close(followed); f.dlg.Run(first, d.ID) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for cur, _ := f.store.Delegation(d.ID); cur.State != lease.Running; cur, _ = f.store.Delegation(d.ID) {
-		if time.Now().After(deadline) {
-			t.Fatal("never running")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	f.waitRunning(t, d.ID)
 	stopFirst()
 	<-followed
 	f.srv.Revoke(d.ID) // what a restart of this process loses
 	os.Remove(filepath.Join(f.dir, "seen.txt"))
 	done := make(chan *lease.Delegation, 1)
 	go func() { end, _ := f.dlg.Run(context.Background(), d.ID); done <- end }()
-	for deadline = time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if _, err := os.Stat(filepath.Join(f.dir, "seen.txt")); err == nil && slices.Contains(f.srv.Granted(), d.ID) {
 			break
 		}
