@@ -263,6 +263,27 @@ func (s *Store) Delegation(id string) (*Delegation, error) {
 	return d, err
 }
 
+// EndedDelegations returns those of ids whose delegation has ended, or is
+// not in the store, read in one transaction.
+func (s *Store) EndedDelegations(ids []string) ([]string, error) {
+	var ended []string
+	err := s.view(func(tx *bolt.Tx) error {
+		for _, id := range ids {
+			d, err := get[Delegation](tx, bucketDelegations, id)
+			switch {
+			case errors.Is(err, ErrNotFound):
+				ended = append(ended, id)
+			case err != nil:
+				return err
+			case d.State.Terminal():
+				ended = append(ended, id)
+			}
+		}
+		return nil
+	})
+	return ended, err
+}
+
 // Delegations returns every delegation, oldest first.
 func (s *Store) Delegations() ([]*Delegation, error) {
 	var out []*Delegation

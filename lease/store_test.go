@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -115,6 +116,23 @@ func TestSharedStoreAcrossHandles(t *testing.T) {
 	d, err := a.Delegation("dlg_x")
 	if err != nil || d.State != Invited {
 		t.Fatalf("%v %v", d, err)
+	}
+}
+
+// EndedDelegations names the ended and the unknown, not the live.
+func TestEndedDelegations(t *testing.T) {
+	s := openStore(t, filepath.Join(t.TempDir(), "ctl.db"), true)
+	for _, id := range []string{"dlg_live", "dlg_over"} {
+		if err := s.CreateDelegation(&Delegation{Lease: Lease{ID: id, AccessMode: "ro"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.FireDelegation("dlg_over", Cancel, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	ended, err := s.EndedDelegations([]string{"dlg_live", "dlg_over", "dlg_gone"})
+	if err != nil || !slices.Equal(ended, []string{"dlg_over", "dlg_gone"}) {
+		t.Fatalf("ended %v, %v", ended, err)
 	}
 }
 

@@ -6,7 +6,6 @@ package delegator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -53,12 +52,12 @@ func (*SSHFSDelegator) Name() string { return control.TransportSSHFS }
 // Prepare issues the certificate and grants the directory to it. The
 // export locator is a logical name: the real path never leaves this
 // machine.
-func (t *SSHFSDelegator) Prepare(ctx context.Context, d control.Lent) (*control.WorkDirInfo, error) {
+func (t *SSHFSDelegator) Prepare(_ context.Context, d control.Lent) (*control.WorkDirInfo, error) {
 	cred, err := t.Issuer.Issue(d.ID, d.ExpiresAt)
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate: %w", err)
 	}
-	t.Resume(ctx, d)
+	t.grant(d)
 	host := t.Host
 	if host == "" {
 		host = "127.0.0.1"
@@ -83,7 +82,10 @@ func (t *SSHFSDelegator) Prepare(ctx context.Context, d control.Lent) (*control.
 
 // Resume grants the directory again to a delegation followed anew (this
 // process restarted while it ran): a grant lives in the server's memory.
-func (t *SSHFSDelegator) Resume(_ context.Context, d control.Lent) {
+func (t *SSHFSDelegator) Resume(_ context.Context, d control.Lent) { t.grant(d) }
+
+// grant lends d's directory to its certificate until the lease's end.
+func (t *SSHFSDelegator) grant(d control.Lent) {
 	t.Server.Grant(d.ID, d.LocalDir, d.AccessMode != control.AccessRW, d.ExpiresAt)
 }
 
@@ -118,14 +120,15 @@ func WatchGrants(ctx context.Context, store *lease.Store, srv GrantHolder, every
 			return
 		case <-t.C:
 		}
-		for _, id := range srv.Granted() {
-			d, err := store.Delegation(id)
-			if err == nil && !d.State.Terminal() {
-				continue
-			}
-			if err != nil && !errors.Is(err, lease.ErrNotFound) {
-				continue // the store is busy or broken: ask again next time
-			}
+		granted := srv.Granted()
+		if len(granted) == 0 {
+			continue
+		}
+		ended, err := store.EndedDelegations(granted) // one read of the store a tick
+		if err != nil {
+			continue // the store is busy or broken: ask again next time
+		}
+		for _, id := range ended {
 			srv.Revoke(id)
 		}
 	}
