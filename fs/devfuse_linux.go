@@ -2,9 +2,9 @@ package fs
 
 import (
 	"os"
-	"strconv"
 	"syscall"
 
+	"github.com/awcp/awcp/internal/cloexec"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -30,7 +30,9 @@ func mountFUSE(mountpoint string, root fs.InodeEmbedder, opts *fs.Options) (*fus
 		syscall.ForkLock.Lock()
 		server, err := fs.Mount(mountpoint, root, &direct)
 		if err == nil {
-			closeFUSEOnExec()
+			// The new descriptor is the one not close-on-exec: all of
+			// them are made so in one call (close_range).
+			cloexec.All()
 		}
 		syscall.ForkLock.Unlock()
 		if err == nil {
@@ -40,21 +42,4 @@ func mountFUSE(mountpoint string, root fs.InodeEmbedder, opts *fs.Options) (*fus
 	viaHelper := *opts
 	viaHelper.MountOptions.DirectMount, viaHelper.MountOptions.DirectMountStrict = false, false
 	return fs.Mount(mountpoint, root, &viaHelper) // go-fuse sets close-on-exec on what fusermount hands back
-}
-
-// closeFUSEOnExec sets close-on-exec on the process's /dev/fuse descriptors.
-func closeFUSEOnExec() {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		fd, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target == "/dev/fuse" {
-			syscall.CloseOnExec(fd)
-		}
-	}
 }

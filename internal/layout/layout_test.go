@@ -19,6 +19,7 @@ const module = "github.com/awcp/awcp/"
 // placed on purpose. nil means any.
 var allowed = map[string][]string{
 	"internal/bufconn":   {},
+	"internal/cloexec":   {},
 	"internal/confine":   {},
 	"internal/layout":    {},
 	"internal/mountinfo": {},
@@ -26,7 +27,7 @@ var allowed = map[string][]string{
 	"lease":              {},
 	"archive":            {"internal/confine"},
 	"fs/sftpc":           {"sshd/sftpwire"},
-	"fs":                 {"fs/sftpc", "sshd/sftpwire", "internal/bufconn", "internal/mountinfo"},
+	"fs":                 {"fs/sftpc", "sshd/sftpwire", "internal/bufconn", "internal/cloexec", "internal/mountinfo"},
 	"sshd":               {"sshd/sftpwire", "internal/confine", "internal/bufconn"},
 	"sshd/sshdtest":      {"sshd"},
 	"control/agent":      {"lease"},
@@ -38,7 +39,7 @@ var allowed = map[string][]string{
 	"control/delegator":   {"archive", "control", "lease", "sshd"},
 	"control/executor":    {"control", "fs"},
 	"control/mcpserver":   {"control", "lease"},
-	"cmd/internal/clikit": {},
+	"cmd/internal/clikit": {"internal/cloexec"},
 	"cmd/awcp-ctl":        {"cmd/internal/clikit", "control", "control/delegator", "control/mcpserver", "lease"},
 	"cmd/awcp-fs":         {"archive", "cmd/internal/clikit", "control", "control/acp", "control/agent", "control/executor", "fs", "lease"},
 	"test/bench/control":  nil,

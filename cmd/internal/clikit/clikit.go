@@ -13,12 +13,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/awcp/awcp/internal/cloexec"
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 )
 
 // Version is set at build time with -ldflags "-X ...clikit.Version=...".
@@ -139,7 +138,9 @@ func Exit(code int) error { return &exitError{code: code} }
 // unless the GOMAXPROCS variable is set: the daemons' best differs from
 // the runtime's default (see DelegatorProcs and ExecutorProcs).
 func Run(newApp func(ctx context.Context, stdout, stderr io.Writer) *cli.App, procs int) {
-	closeInheritedOnExec()
+	// What the process was started with (a shell's, a supervisor's) is
+	// not passed on to the agents it runs.
+	cloexec.All()
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(procs)
 	}
@@ -147,25 +148,6 @@ func Run(newApp func(ctx context.Context, stdout, stderr io.Writer) *cli.App, pr
 	code := Main(newApp(ctx, os.Stdout, os.Stderr), os.Args)
 	stop()
 	os.Exit(code)
-}
-
-// closeInheritedOnExec makes every descriptor above stderr close-on-exec:
-// what the process was started with (a shell's, a supervisor's) is not
-// passed on to the agents it runs. Linux 5.11's close_range does it in one
-// call; older kernels get a walk of /proc/self/fd.
-func closeInheritedOnExec() {
-	if unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
-		return
-	}
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
-			syscall.CloseOnExec(fd)
-		}
-	}
 }
 
 // Main runs app and maps its error to an exit code: the message goes to
