@@ -348,13 +348,13 @@ var errMounted = errors.New("the work dir is still a mount point; refusing to de
 
 func (e *Executor) removeWorkDir(ctx context.Context, a *lease.Assignment) error {
 	if t := e.transport(a.Transport); t != nil {
-		if _, err := t.Teardown(ctx, a.ID, transportDir(a), nil); err != nil {
+		if _, err := t.Teardown(ctx, a.ID, a.WorkDir, nil); err != nil {
 			return fmt.Errorf("teardown %s: %w", a.ID, err)
 		}
 	}
 	// Never delete recursively through a live mount: that would delete
 	// the delegator's files.
-	if mountinfo.IsMountpoint(a.WorkDir) || mountinfo.IsMountpoint(transportDir(a)) {
+	if len(mountinfo.Under(a.WorkDir)) > 0 {
 		return fmt.Errorf("work dir of %s: %w", a.ID, errMounted)
 	}
 	if err := os.RemoveAll(a.WorkDir); err != nil {

@@ -10,7 +10,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -237,48 +236,14 @@ func (e *Executor) setup(ctx context.Context, a *lease.Assignment, tr ExecutorTr
 		return Errorf(CodeSetupFailed, "cannot create the work directory")
 	}
 	p := SetupParams{ID: a.ID, Info: info, WorkDir: a.WorkDir, AccessMode: a.AccessMode}
-	if a.Dialect == DialectHead && tr.Name() == TransportSSHFS {
-		// A head delegator's locator is the environment root, which
-		// holds each resource under its name (the reference's as a
-		// symlink its server resolves). The mount is of the resource
-		// itself, so that nothing else the root holds is reachable.
-		if len(a.Resources) != 1 {
-			return Errorf(CodeSetupFailed, "this executor mounts one resource per delegation; the INVITE named %d", len(a.Resources)).
-				WithHint("lend one directory, or use the archive transport")
-		}
-		r := a.Resources[0]
-		cp := *info
-		cp.ExportLocator = path.Join(info.ExportLocator, r.Name)
-		p.Info, p.WorkDir = &cp, transportDir(a)
-		if r.Mode == AccessRO {
-			p.AccessMode = AccessRO
-		}
-		if err := os.Mkdir(p.WorkDir, 0o700); err != nil {
-			e.log.Error("create resource dir", "delegation", a.ID, "err", err)
-			return Errorf(CodeSetupFailed, "cannot create the work directory")
-		}
+	for _, r := range a.Resources {
+		p.Resources = append(p.Resources, Resource{Name: r.Name, Type: "fs", Mode: r.Mode})
 	}
 	if err := tr.Setup(ctx, p); err != nil {
 		e.log.Warn("setup failed", "delegation", a.ID, "err", err)
 		return AsProtocolError(err, CodeSetupFailed)
 	}
-	// An archive from a head delegator has a folder per resource; one it
-	// left out (an empty directory) is made, so the agent finds it.
-	for _, r := range a.Resources {
-		if err := os.MkdirAll(filepath.Join(a.WorkDir, r.Name), 0o700); err != nil {
-			return Errorf(CodeSetupFailed, "the workspace has no usable folder %q", r.Name)
-		}
-	}
 	return nil
-}
-
-// transportDir is where a's transport set its workspace up: the work dir,
-// or for a head live mount the one resource's folder in it.
-func transportDir(a *lease.Assignment) string {
-	if a.Dialect == DialectHead && a.Transport == TransportSSHFS && len(a.Resources) == 1 {
-		return filepath.Join(a.WorkDir, a.Resources[0].Name)
-	}
-	return a.WorkDir
 }
 
 // agentDir is where a's agent runs: the work dir, or in the head dialect
@@ -404,7 +369,7 @@ func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before ar
 	if a.AccessMode == AccessRW {
 		checksum, err = e.packResult(ctx, tr, a)
 	} else {
-		_, err = tr.Teardown(ctx, a.ID, transportDir(a), nil)
+		_, err = tr.Teardown(ctx, a.ID, a.WorkDir, nil)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -448,7 +413,7 @@ func (e *Executor) packResult(ctx context.Context, tr ExecutorTransport, a *leas
 		return "", err
 	}
 	sum := sha256.New()
-	wrote, err := tr.Teardown(ctx, a.ID, transportDir(a), io.MultiWriter(f, sum))
+	wrote, err := tr.Teardown(ctx, a.ID, a.WorkDir, io.MultiWriter(f, sum))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

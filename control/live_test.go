@@ -20,6 +20,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	awcpfs "github.com/awcp/awcp/fs"
+	"github.com/awcp/awcp/internal/mountinfo"
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
@@ -274,22 +275,10 @@ func TestExecutorHostKeyChecks(t *testing.T) {
 		f.Close()
 	}
 	const id = "dlg_hostkey"
-	auth, err := sshd.LoadAuthority(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a\n"), 0o644)
-	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Grant(id, dir, false, time.Time{})
-	addr := sshdtest.Serve(t, srv)
-	cred, err := auth.Issue(id, time.Now().Add(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := sshdtest.Lend(t, id, dir)
+	auth, addr, cred := l.Authority, l.Addr, l.Cred
 	info := func() *control.WorkDirInfo {
 		return &control.WorkDirInfo{Transport: control.TransportSSHFS, Endpoint: &control.Endpoint{Host: "127.0.0.1", Port: addr.Port, User: id},
 			ExportLocator: sshd.Locator(id), Credential: &control.Credential{PrivateKey: cred.PrivateKey, Certificate: cred.Certificate}}
@@ -502,5 +491,45 @@ func TestHeadDialectLiveMountBetweenOurs(t *testing.T) {
 	defer f.rec.mu.Unlock()
 	if f.rec.last.ExportLocator != sshd.EnvLocator(d.ID) {
 		t.Errorf("exportLocator %q, want the environment root", f.rec.last.ExportLocator)
+	}
+}
+
+// A head live mount sits at the resource's folder in the work dir. A
+// restarted executor, which no longer knows it, still finds and unmounts
+// it before the work dir goes — never deleting through it.
+func TestHeadMountLeftByAPreviousRunIsUnmounted(t *testing.T) {
+	if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
+		t.Fatalf("no usable /dev/fuse (.ci/run installs fuse3): %v", err)
+	} else {
+		f.Close()
+	}
+	real := t.TempDir()
+	os.WriteFile(filepath.Join(real, "keep.txt"), []byte("mine\n"), 0o644)
+	// The delegator's environment root: its resource is the directory.
+	l := sshdtest.Lend(t, "dlg_left", real)
+	work := filepath.Join(t.TempDir(), "dlg_left")
+	os.Mkdir(work, 0o700)
+	log := slog.New(slog.DiscardHandler)
+	first := &executor.SSHFSExecutor{Logger: log}
+	err := first.Setup(t.Context(), control.SetupParams{ID: "dlg_left", WorkDir: work, AccessMode: control.AccessRW,
+		Resources: []control.Resource{{Name: sshd.EnvResource, Type: "fs", Mode: control.AccessRW}},
+		Info: &control.WorkDirInfo{Transport: control.TransportSSHFS, Endpoint: &control.Endpoint{Host: "127.0.0.1", Port: l.Addr.Port, User: l.ID},
+			ExportLocator: sshd.EnvLocator(l.ID), HostKey: l.Authority.HostPublicKey(),
+			Credential: &control.Credential{PrivateKey: l.Cred.PrivateKey, Certificate: l.Cred.Certificate}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(work, sshd.EnvResource, "keep.txt")); err != nil || string(b) != "mine\n" {
+		t.Fatalf("the resource is not mounted at its folder: %q %v", b, err)
+	}
+	restarted := &executor.SSHFSExecutor{Logger: log}
+	if _, err := restarted.Teardown(t.Context(), "dlg_left", work, nil); err != nil {
+		t.Fatal(err)
+	}
+	if mps := mountinfo.Under(work); len(mps) != 0 {
+		t.Fatalf("still mounted: %v", mps)
+	}
+	if b, _ := os.ReadFile(filepath.Join(real, "keep.txt")); string(b) != "mine\n" {
+		t.Fatalf("the delegator's file: %q", b)
 	}
 }

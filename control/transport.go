@@ -24,8 +24,10 @@ type ExecutorTransport interface {
 	// Available returns a *ProtocolError (DEP_MISSING) if this machine
 	// cannot use the transport.
 	Available() error
-	// Setup fills p.WorkDir, which exists and is empty, from p.Info. An
-	// error means SETUP_FAILED; the work dir is cleaned by the caller.
+	// Setup fills p.WorkDir, which exists and is empty, from p.Info; with
+	// p.Resources (the head dialect), as an environment root holding a
+	// folder per resource. An error means SETUP_FAILED; the work dir is
+	// cleaned by the caller.
 	Setup(ctx context.Context, p SetupParams) error
 	// Teardown ends the transport's use of workDir before it is removed.
 	// With a result writer it writes there the result to send back in the
@@ -40,6 +42,8 @@ type SetupParams struct {
 	Info       *WorkDirInfo
 	WorkDir    string
 	AccessMode string
+	// Resources are a head INVITE's environment; none in the seed dialect.
+	Resources []Resource
 }
 
 // DelegatorTransport is the delegator's side of a data plane (spec §5.1).
@@ -107,6 +111,13 @@ func (t *ArchiveExecutor) Setup(_ context.Context, p SetupParams) error {
 		pe := Errorf(CodeSetupFailed, "cannot extract the workspace: %s", StripPaths(err, workDir))
 		pe.Err = err
 		return pe
+	}
+	// A head delegator's archive has a folder per resource; one it left
+	// out (an empty directory) is made, so the agent finds it.
+	for _, r := range p.Resources {
+		if err := os.MkdirAll(filepath.Join(workDir, r.Name), 0o700); err != nil {
+			return Errorf(CodeSetupFailed, "the workspace has no usable folder %q", r.Name)
+		}
 	}
 	return nil
 }

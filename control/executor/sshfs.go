@@ -5,11 +5,14 @@ package executor
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
+	"path"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -19,6 +22,7 @@ import (
 
 	"github.com/awcp/awcp/control"
 	awcpfs "github.com/awcp/awcp/fs"
+	"github.com/awcp/awcp/internal/mountinfo"
 )
 
 // SSHFSExecutor is the executor side of the live mount: an in-process
@@ -82,6 +86,27 @@ func (t *SSHFSExecutor) Available() error {
 // Setup mounts the delegator's export at the work dir, pinning the host
 // key START carries.
 func (t *SSHFSExecutor) Setup(_ context.Context, p control.SetupParams) error {
+	if len(p.Resources) > 0 {
+		// A head delegator's locator is the environment root, which
+		// holds each resource under its name (the reference's as a
+		// symlink its server resolves). The mount is of the resource
+		// itself, at its folder, so that nothing else the root holds is
+		// reachable.
+		if len(p.Resources) != 1 {
+			return control.Errorf(control.CodeSetupFailed, "this executor mounts one resource per delegation; the INVITE named %d", len(p.Resources)).
+				WithHint("lend one directory, or use the archive transport")
+		}
+		r := p.Resources[0]
+		info := *p.Info
+		info.ExportLocator = path.Join(p.Info.ExportLocator, r.Name)
+		p.Info, p.WorkDir = &info, filepath.Join(p.WorkDir, r.Name)
+		if r.Mode == control.AccessRO {
+			p.AccessMode = control.AccessRO
+		}
+		if err := os.Mkdir(p.WorkDir, 0o700); err != nil {
+			return fmt.Errorf("create the resource's folder: %w", err)
+		}
+	}
 	m, err := t.Mount(p, false)
 	if err != nil {
 		return err
@@ -156,9 +181,12 @@ func (t *SSHFSExecutor) Teardown(_ context.Context, id, workDir string, _ io.Wri
 	if m != nil {
 		return false, m.Unmount()
 	}
-	// Left by a previous run of the daemon: unmount what is there.
-	if awcpfs.IsMountpoint(workDir) {
-		return false, awcpfs.Unmount(workDir)
+	// Left by a previous run of the daemon: unmount what is there (at
+	// the work dir, or at a resource's folder in it).
+	for _, mp := range mountinfo.Under(workDir) {
+		if err := awcpfs.Unmount(mp); err != nil {
+			return false, err
+		}
 	}
 	return false, nil
 }

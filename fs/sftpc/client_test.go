@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	iofs "io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -34,27 +33,14 @@ func session(t *testing.T) (dir string, sshc *gossh.Client, c *sftpc.Client) {
 // address).
 func sessionVia(t *testing.T, via func(addr string) string) (dir string, sshc *gossh.Client, c *sftpc.Client) {
 	t.Helper()
-	auth, err := sshd.LoadAuthority(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir = t.TempDir()
 	const id = "dlg_sftpc"
-	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: slog.New(slog.DiscardHandler)})
+	l := sshdtest.Lend(t, id, dir)
+	signer, err := fs.CertSigner(l.Cred.PrivateKey, l.Cred.Certificate)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Grant(id, dir, false, time.Time{})
-	addr := sshdtest.Serve(t, srv)
-	cred, err := auth.Issue(id, time.Now().Add(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := fs.CertSigner(cred.PrivateKey, cred.Certificate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sshc, c, err = fs.Dial(fs.Options{Addr: via(addr.String()), User: id, Export: sshd.Locator(id), Signer: signer, HostKey: auth.HostKey().PublicKey()})
+	sshc, c, err = fs.Dial(fs.Options{Addr: via(l.Addr.String()), User: id, Export: sshd.Locator(id), Signer: signer, HostKey: l.Authority.HostKey().PublicKey()})
 	if err != nil {
 		t.Fatal(err)
 	}

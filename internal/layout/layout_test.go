@@ -37,7 +37,7 @@ var allowed = map[string][]string{
 	// only from control/delegator and control/executor.
 	"control":             {"archive", "control/agent", "lease", "internal/mountinfo"},
 	"control/delegator":   {"archive", "control", "lease", "sshd"},
-	"control/executor":    {"control", "fs"},
+	"control/executor":    {"control", "fs", "internal/mountinfo"},
 	"control/mcpserver":   {"control", "lease"},
 	"cmd/internal/clikit": {"internal/cloexec"},
 	"cmd/awcp-ctl":        {"cmd/internal/clikit", "control", "control/delegator", "control/mcpserver", "lease"},

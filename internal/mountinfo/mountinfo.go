@@ -7,6 +7,7 @@ package mountinfo
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -30,6 +31,27 @@ func IsMountpoint(p string) bool {
 		}
 	}
 	return false
+}
+
+// Under lists the mountpoints at dir or below it, deepest first (the order
+// they unmount in). None also when the table cannot be read.
+func Under(dir string) []string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil
+	}
+	mps, err := Points("")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, mp := range mps {
+		if mp == abs || strings.HasPrefix(mp, abs+"/") {
+			out = append(out, mp)
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
 }
 
 // Points lists the mountpoints of one file system type or ("") all.

@@ -4,8 +4,10 @@ package sshdtest
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/awcp/awcp/sshd"
 )
@@ -23,4 +25,34 @@ func Serve(t testing.TB, srv *sshd.Server) *net.TCPAddr {
 	go func() { defer close(served); srv.Serve(ctx, ln) }()
 	t.Cleanup(func() { cancel(); <-served })
 	return ln.Addr().(*net.TCPAddr)
+}
+
+// Lent is a directory lent by a real server for a test: what a delegator
+// gives an executor.
+type Lent struct {
+	Authority *sshd.Authority
+	Server    *sshd.Server
+	Addr      *net.TCPAddr
+	Cred      *sshd.Credential // for delegation ID, valid for an hour
+	ID        string
+}
+
+// Lend serves dir to delegation id (rw) on a new server with a new CA,
+// until the test ends.
+func Lend(t testing.TB, id, dir string) *Lent {
+	t.Helper()
+	auth, err := sshd.LoadAuthority(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Grant(id, dir, false, time.Time{})
+	cred, err := auth.Issue(id, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Lent{Authority: auth, Server: srv, Addr: Serve(t, srv), Cred: cred, ID: id}
 }
