@@ -201,7 +201,7 @@ func TestCancelBeforeInvite(t *testing.T) {
 
 // newArchiveDelegator is a Delegator with the archive transport on a fresh
 // store; wrap, if set, wraps the transport.
-func newArchiveDelegator(t *testing.T, wrap func(DelegatorTransport) DelegatorTransport, mods ...func(*DelegatorOptions)) (*Delegator, *lease.Store) {
+func newArchiveDelegator(t testing.TB, wrap func(DelegatorTransport) DelegatorTransport, mods ...func(*DelegatorOptions)) (*Delegator, *lease.Store) {
 	t.Helper()
 	state := t.TempDir()
 	store, err := lease.Open(filepath.Join(state, "d.db"), lease.Options{Shared: true})

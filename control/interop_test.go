@@ -350,3 +350,49 @@ func TestSnapshotsHeldOneAtATime(t *testing.T) {
 		t.Errorf("the spool holds %d files after the delegation ended", len(ents))
 	}
 }
+
+// BenchmarkEndlessResult is what an executor whose result never ends costs
+// the delegator at the default limit: the bytes it spooled before the cut,
+// how long that took, and what was left on disk after.
+func BenchmarkEndlessResult(b *testing.B) {
+	peer := &endlessResult{}
+	srv := httptest.NewServer(peer)
+	defer srv.Close()
+	var spooled, left int64
+	for b.Loop() {
+		spool := b.TempDir()
+		var peak atomic.Int64
+		stop := make(chan struct{})
+		watched := make(chan struct{})
+		go func() { // the spool's size, as it grows
+			defer close(watched)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				if ents, _ := os.ReadDir(spool); len(ents) > 0 {
+					if fi, err := ents[0].Info(); err == nil {
+						peak.Store(max(peak.Load(), fi.Size()))
+					}
+				}
+			}
+		}()
+		dlg, _ := newArchiveDelegator(b, nil, func(o *DelegatorOptions) { o.SpoolDir = spool })
+		d, err := dlg.Create(ExportRequest{Dir: b.TempDir(), Peer: srv.URL, Prompt: "p", Transport: TransportArchive, Dialect: DialectSeed})
+		if err != nil {
+			b.Fatal(err)
+		}
+		end, err := dlg.Run(context.Background(), d.ID)
+		close(stop)
+		<-watched
+		if err != nil || end.State != lease.Error {
+			b.Fatalf("ended %v %v", end, err)
+		}
+		ents, _ := os.ReadDir(spool)
+		spooled, left = peak.Load(), int64(len(ents))
+	}
+	b.ReportMetric(float64(spooled)/(1<<20), "MiB-spooled-at-peak")
+	b.ReportMetric(float64(left), "files-left")
+}
