@@ -341,15 +341,9 @@ func TestExecutorHostKeyChecks(t *testing.T) {
 // The delegator sends its host key in workDir.hostKey and nothing in
 // options, which other executors pass to sshfs as -o flags.
 func TestDelegatorSendsHostKeyInItsOwnField(t *testing.T) {
-	auth, err := sshd.LoadAuthority(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &delegator.SSHFSDelegator{Issuer: auth, Server: srv, Host: "127.0.0.1", Port: 2222}
+	l := sshdtest.Lend(t, "dlg_other", t.TempDir())
+	auth := l.Authority
+	tr := &delegator.SSHFSDelegator{Issuer: auth, Server: l.Server, Host: "127.0.0.1", Port: 2222}
 	info, err := tr.Prepare(t.Context(), control.Lent{ID: "dlg_x", ExpiresAt: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)

@@ -481,6 +481,12 @@ func (s *Store) AppendEvents(id string, events [][]byte) (uint64, error) {
 	return seq, err
 }
 
+// storedEvent is the event at key k with data v, copied: v is only valid
+// inside its transaction.
+func storedEvent(k, v []byte) StoredEvent {
+	return StoredEvent{Seq: binary.BigEndian.Uint64(k), Data: append([]byte(nil), v...)}
+}
+
 // EventsAfter returns the events of id with a sequence number above after,
 // at most limit of them (0: no limit).
 func (s *Store) EventsAfter(id string, after uint64, limit int) ([]StoredEvent, error) {
@@ -492,8 +498,7 @@ func (s *Store) EventsAfter(id string, after uint64, limit int) ([]StoredEvent, 
 		}
 		c := b.Cursor()
 		for k, v := c.Seek(seqKey(after + 1)); k != nil; k, v = c.Next() {
-			// Copy: v is only valid inside the transaction.
-			out = append(out, StoredEvent{Seq: binary.BigEndian.Uint64(k), Data: append([]byte(nil), v...)})
+			out = append(out, storedEvent(k, v))
 			if limit > 0 && len(out) >= limit {
 				break
 			}
@@ -513,8 +518,7 @@ func (s *Store) LastEvents(id string, n int) ([]StoredEvent, error) {
 		}
 		c := b.Cursor()
 		for k, v := c.Last(); k != nil && len(out) < n; k, v = c.Prev() {
-			// Copy: v is only valid inside the transaction.
-			out = append(out, StoredEvent{Seq: binary.BigEndian.Uint64(k), Data: append([]byte(nil), v...)})
+			out = append(out, storedEvent(k, v))
 		}
 		return nil
 	})
