@@ -12,11 +12,13 @@ import (
 )
 
 // The reconnect bound runs from the call: a lookup made 1 s into a silent
-// outage fails with EIO within the bound (+1 s), although the keepalives
-// notice the outage only 3–4 s in; once the delegator answers again the
-// mount works.
+// outage fails with EIO within the bound, although the keepalives notice
+// the outage only 3–4 s in (a bound counted from then would fail it 8–9 s
+// after the call). 1.5 s is allowed for a loaded machine — a full `make
+// test` under -race once took 2 s more than an idle one. Once the
+// delegator answers again the mount works.
 func TestOutageBoundFromTheCall(t *testing.T) {
-	const bound = 3 * time.Second
+	const bound = 6 * time.Second
 	var gate *sshdtest.ReplyGate
 	f := newMountWith(t, false, func(o *Options) {
 		gate = sshdtest.NewReplyGate(t, o.Addr)
@@ -35,7 +37,7 @@ func TestOutageBoundFromTheCall(t *testing.T) {
 	if !errors.Is(err, syscall.EIO) {
 		t.Fatalf("stat during the outage: %v, want EIO", err)
 	}
-	if took > bound+time.Second {
+	if took > bound+1500*time.Millisecond {
 		t.Fatalf("a call made during the outage failed after %s; the bound is %s from the call", took.Round(100*time.Millisecond), bound)
 	}
 	thaw()
