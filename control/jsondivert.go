@@ -25,19 +25,19 @@ import (
 // the string's content, decoded, into a file as it is read. What stays in
 // memory is the rest of the message.
 
-// jsonSyntaxError is a document the diverter cannot read: not JSON, or
+// JSONSyntaxError is a document the diverter cannot read: not JSON, or
 // more than it keeps in memory.
-type jsonSyntaxError struct{ msg string }
+type JSONSyntaxError struct{ msg string }
 
-func (e *jsonSyntaxError) Error() string { return e.msg }
+func (e *JSONSyntaxError) Error() string { return e.msg }
 
 func syntaxErrorf(format string, args ...any) error {
-	return &jsonSyntaxError{fmt.Sprintf(format, args...)}
+	return &JSONSyntaxError{fmt.Sprintf(format, args...)}
 }
 
 var (
 	errTooDeep      = syntaxErrorf("JSON nested too deeply")
-	errRestTooLarge = syntaxErrorf("JSON message too large")
+	ErrRestTooLarge = syntaxErrorf("JSON message too large")
 )
 
 // diverter reads one JSON value and copies it to rest, except the string
@@ -54,9 +54,9 @@ type diverter struct {
 	found bool // the member was diverted: a second one is kept
 }
 
-// divert reads one JSON value from r; open is called only if the member
+// Divert reads one JSON value from r; open is called only if the member
 // is there. max bounds the rest (without the diverted string).
-func divert(r *bufio.Reader, path [][]string, max int, open func() (io.Writer, error)) (rest []byte, err error) {
+func Divert(r *bufio.Reader, path [][]string, max int, open func() (io.Writer, error)) (rest []byte, err error) {
 	d := &diverter{r: r, path: path, open: open, max: max}
 	if err := d.value(0, 0); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -70,7 +70,7 @@ func divert(r *bufio.Reader, path [][]string, max int, open func() (io.Writer, e
 func (d *diverter) keep(b ...byte) error {
 	d.rest.Write(b)
 	if d.rest.Len() > d.max {
-		return errRestTooLarge
+		return ErrRestTooLarge
 	}
 	return nil
 }
@@ -379,7 +379,7 @@ type base64Reader struct {
 	err error  // src's end (io.EOF) or failure
 }
 
-func newBase64Reader(src io.Reader) *base64Reader {
+func NewBase64Reader(src io.Reader) *base64Reader {
 	const chunk = 48 << 10 // a multiple of 3: only the last chunk is padded
 	return &base64Reader{src: src, in: make([]byte, chunk), out: make([]byte, 0, base64.StdEncoding.EncodedLen(chunk))}
 }
@@ -403,11 +403,11 @@ func (b *base64Reader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// spoolFile is a base64 string decoded into a temporary file as it is
+// SpoolFile is a base64 string decoded into a temporary file as it is
 // written. Input that is not base64 is read to its end and reported by
 // finish, so that the message around it can still be read and answered.
-// A nil *spoolFile discards nothing.
-type spoolFile struct {
+// A nil *SpoolFile discards nothing.
+type SpoolFile struct {
 	f     *os.File
 	sum   hash.Hash // of the decoded bytes: START's checksum needs no second read
 	dec   base64Writer
@@ -416,25 +416,25 @@ type spoolFile struct {
 	taken int64
 }
 
-// spoolFullError is a base64 string longer than its spool's limit: what an
+// SpoolFullError is a base64 string longer than its spool's limit: what an
 // executor that never ends its result would otherwise write to the
 // delegator's disk.
-type spoolFullError struct{ limit int64 }
+type SpoolFullError struct{ limit int64 }
 
-func (e *spoolFullError) Error() string {
+func (e *SpoolFullError) Error() string {
 	return fmt.Sprintf("a result of more than %d bytes (base64)", e.limit)
 }
 
-// spooled is what a spoolFile received.
-type spooled struct {
-	file string
-	sum  string // hex SHA-256 of the file
-	bad  error  // the input was not base64: the file is of no use
+// Spooled is what a SpoolFile received.
+type Spooled struct {
+	File string
+	Sum  string // hex SHA-256 of the file
+	Bad  error  // the input was not base64: the file is of no use
 }
 
-// newSpoolFile spools into a new file in dir, taking at most limit bytes
+// NewSpoolFile spools into a new file in dir, taking at most limit bytes
 // of base64 (0: no limit, for input bounded otherwise).
-func newSpoolFile(dir string, limit int64) (*spoolFile, error) {
+func NewSpoolFile(dir string, limit int64) (*SpoolFile, error) {
 	if dir != "" {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("spool the result: %w", err)
@@ -444,14 +444,14 @@ func newSpoolFile(dir string, limit int64) (*spoolFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spool the result: %w", err)
 	}
-	s := &spoolFile{f: f, sum: sha256.New(), limit: limit}
+	s := &SpoolFile{f: f, sum: sha256.New(), limit: limit}
 	s.dec.dst = io.MultiWriter(f, s.sum)
 	return s, nil
 }
 
-func (s *spoolFile) Write(p []byte) (int, error) {
+func (s *SpoolFile) Write(p []byte) (int, error) {
 	if s.taken += int64(len(p)); s.limit > 0 && s.taken > s.limit {
-		return 0, &spoolFullError{limit: s.limit}
+		return 0, &SpoolFullError{limit: s.limit}
 	}
 	if s.bad != nil {
 		return len(p), nil
@@ -468,15 +468,15 @@ func (s *spoolFile) Write(p []byte) (int, error) {
 
 // finish closes the file and says what it holds; err is a file that could
 // not be written.
-func (s *spoolFile) finish() (spooled, error) {
+func (s *SpoolFile) Finish() (Spooled, error) {
 	if s.bad == nil {
 		s.bad = s.dec.Close()
 	}
-	return spooled{file: s.f.Name(), sum: hex.EncodeToString(s.sum.Sum(nil)), bad: s.bad}, s.f.Close()
+	return Spooled{File: s.f.Name(), Sum: hex.EncodeToString(s.sum.Sum(nil)), Bad: s.bad}, s.f.Close()
 }
 
 // discard removes the file.
-func (s *spoolFile) discard() {
+func (s *SpoolFile) Discard() {
 	if s != nil {
 		s.f.Close()
 		os.Remove(s.f.Name())

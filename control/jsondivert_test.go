@@ -39,7 +39,7 @@ func TestDivert(t *testing.T) {
 			// One byte at a time: every chunk boundary is exercised.
 			r := bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(c.in)), 16)
 			found := false
-			rest, err := divert(r, path, 1<<20, func() (io.Writer, error) { found = true; return &got, nil })
+			rest, err := Divert(r, path, 1<<20, func() (io.Writer, error) { found = true; return &got, nil })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,13 +49,13 @@ func TestDivert(t *testing.T) {
 		})
 	}
 	for _, bad := range []string{`{"a" 1}`, `{"a":1 "b":2}`, `{"workDir":{"workspaceBase64":"a\qb"}}`, strings.Repeat("[", 100) + strings.Repeat("]", 100), `{"a":"` + strings.Repeat("x", 200) + `"}`} {
-		_, err := divert(bufio.NewReader(strings.NewReader(bad)), path, 100, func() (io.Writer, error) { return io.Discard, nil })
-		var se *jsonSyntaxError
+		_, err := Divert(bufio.NewReader(strings.NewReader(bad)), path, 100, func() (io.Writer, error) { return io.Discard, nil })
+		var se *JSONSyntaxError
 		if !errors.As(err, &se) {
 			t.Errorf("%.40s: err %v, want a syntax error", bad, err)
 		}
 	}
-	if _, err := divert(bufio.NewReader(strings.NewReader(`{"a":`)), path, 100, nil); !errors.Is(err, io.ErrUnexpectedEOF) {
+	if _, err := Divert(bufio.NewReader(strings.NewReader(`{"a":`)), path, 100, nil); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("cut short: %v", err)
 	}
 }
@@ -64,7 +64,7 @@ func TestBase64Streams(t *testing.T) {
 	for _, n := range []int{0, 1, 2, 3, 4, 48 << 10, 48<<10 + 1, 300_001} {
 		data := make([]byte, n)
 		rand.Read(data)
-		enc, err := io.ReadAll(iotest.HalfReader(newBase64Reader(bytes.NewReader(data))))
+		enc, err := io.ReadAll(iotest.HalfReader(NewBase64Reader(bytes.NewReader(data))))
 		if err != nil || string(enc) != base64.StdEncoding.EncodeToString(data) {
 			t.Fatalf("%d bytes: encoding differs (%v)", n, err)
 		}
@@ -106,8 +106,8 @@ func TestReadSSEDivertsTheResult(t *testing.T) {
 	spool := t.TempDir()
 	var seqs []uint64
 	var files []string
-	err := readSSE(strings.NewReader(stream), spool, 0, func(seq uint64, data []byte, got spooled) (bool, error) {
-		file, bad := got.file, got.bad
+	err := ReadSSE(strings.NewReader(stream), spool, 0, func(seq uint64, data []byte, got Spooled) (bool, error) {
+		file, bad := got.File, got.Bad
 		seqs = append(seqs, seq)
 		if len(data) > 1000 {
 			t.Errorf("event %d kept %d bytes of data", seq, len(data))
@@ -117,8 +117,8 @@ func TestReadSSEDivertsTheResult(t *testing.T) {
 		}
 		if file != "" {
 			files = append(files, file)
-			if b, _ := os.ReadFile(file); !bytes.Equal(b, result) || got.sum != archive.Checksum(result) {
-				t.Errorf("the result file holds %d bytes (sum %s), not the result", len(b), got.sum)
+			if b, _ := os.ReadFile(file); !bytes.Equal(b, result) || got.Sum != archive.Checksum(result) {
+				t.Errorf("the result file holds %d bytes (sum %s), not the result", len(b), got.Sum)
 			}
 		}
 		return strings.Contains(string(data), `"done"`), nil
@@ -131,8 +131,8 @@ func TestReadSSEDivertsTheResult(t *testing.T) {
 	}
 	// A stream cut inside the result leaves nothing behind either.
 	cut := stream[:len(stream)-1000]
-	err = readSSE(strings.NewReader(cut), spool, 0, func(uint64, []byte, spooled) (bool, error) { return false, nil })
-	if !errors.Is(err, errStreamEnded) {
+	err = ReadSSE(strings.NewReader(cut), spool, 0, func(uint64, []byte, Spooled) (bool, error) { return false, nil })
+	if !errors.Is(err, ErrStreamEnded) {
 		t.Fatalf("cut stream: %v", err)
 	}
 	if left, _ := os.ReadDir(spool); len(left) != 0 {

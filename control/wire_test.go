@@ -64,7 +64,7 @@ func TestAppendixRoundTrip(t *testing.T) {
 	t.Run("events", func(t *testing.T) {
 		data, _ := os.ReadFile("testdata/a_events.sse")
 		var n int
-		err := readSSE(bytes.NewReader(data), t.TempDir(), 0, func(_ uint64, payload []byte, result spooled) (bool, error) {
+		err := ReadSSE(bytes.NewReader(data), t.TempDir(), 0, func(_ uint64, payload []byte, result Spooled) (bool, error) {
 			ev, err := DecodeEvent(payload)
 			if err != nil {
 				return false, err
@@ -73,7 +73,7 @@ func TestAppendixRoundTrip(t *testing.T) {
 			if ev.Type == EventDone {
 				// resultBase64 went to a file as it was read; the fixture's
 				// is cut short ("..."), so it is reported as not base64.
-				if result.file == "" || result.bad == nil {
+				if result.File == "" || result.Bad == nil {
 					t.Errorf("done event: result %+v; want a file reported bad", result)
 				}
 				payload = bytes.Replace(payload, []byte(`,"resultBase64":""`), nil, 1)
@@ -267,7 +267,7 @@ func TestHeadDialectRoundTrip(t *testing.T) {
 		t.Run(file, func(t *testing.T) {
 			data, _ := os.ReadFile(filepath.Join("testdata", "head", file))
 			var types []string
-			err := readSSE(bytes.NewReader(data), t.TempDir(), 0, func(_ uint64, payload []byte, result spooled) (bool, error) {
+			err := ReadSSE(bytes.NewReader(data), t.TempDir(), 0, func(_ uint64, payload []byte, result Spooled) (bool, error) {
 				ev, err := DecodeEvent(payload)
 				if err != nil {
 					return false, err
@@ -276,10 +276,10 @@ func TestHeadDialectRoundTrip(t *testing.T) {
 				if ev.Type == EventSnapshot {
 					// The snapshot went to a file as it was read: a ZIP of
 					// the environment, a folder per resource.
-					if result.bad != nil {
-						t.Fatalf("snapshot: %v", result.bad)
+					if result.Bad != nil {
+						t.Fatalf("snapshot: %v", result.Bad)
 					}
-					got := zipNames(t, result.file)
+					got := zipNames(t, result.File)
 					if !slices.Contains(got, "workspace/hello.txt") || !slices.Contains(got, "EXECUTOR_WAS_HERE.txt") {
 						t.Errorf("snapshot holds %v", got)
 					}

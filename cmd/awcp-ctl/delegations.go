@@ -56,16 +56,16 @@ func openEnv(c *cli.Context) (*env, error) {
 
 func (e *env) socket() string { return filepath.Join(e.state, "ctl.sock") }
 
-func (e *env) delegator(progress func(string, *control.Event)) (*control.Delegator, error) {
+func (e *env) delegator(progress func(string, *control.Event)) (*delegator.Delegator, error) {
 	staging := filepath.Join(e.state, "staging")
 	transports := map[string]control.DelegatorTransport{
-		control.TransportArchive: &control.ArchiveDelegator{Blobs: e.store,
+		control.TransportArchive: &delegator.ArchiveDelegator{Blobs: e.store,
 			StagingDir: staging, ResultDir: filepath.Join(e.state, "results")},
 	}
 	if e.sshfs != nil {
 		transports[control.TransportSSHFS] = e.sshfs
 	}
-	return control.NewDelegator(control.DelegatorOptions{
+	return delegator.New(delegator.Options{
 		Store:          e.store,
 		Transports:     transports,
 		SpoolDir:       staging,
@@ -355,7 +355,7 @@ func cancelCommand() *cli.Command {
 				}
 				ids = []string{d.ID}
 			}
-			daemon, viaDaemon := control.DialLocal(e.socket())
+			daemon, viaDaemon := delegator.DialLocal(e.socket())
 			dlg, err := e.delegator(nil)
 			if err != nil {
 				return err

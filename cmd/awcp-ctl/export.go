@@ -15,6 +15,7 @@ import (
 
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/delegator"
 )
 
 func exportCommand(ctx context.Context) *cli.Command {
@@ -43,7 +44,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 			if err != nil {
 				return err
 			}
-			req := control.ExportRequest{
+			req := delegator.ExportRequest{
 				Dir: c.Args().First(), Peer: c.String("peer"), Prompt: c.String("prompt"),
 				Description: c.String("description"), TTL: c.Duration("ttl"), Access: c.String("access"),
 				Transport: c.String("transport"), Token: c.String("token"), Dialect: c.String("dialect"),
@@ -61,7 +62,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 
 // exportWait runs the delegation in this process and reports its outcome.
 // Ctrl-C cancels it.
-func exportWait(ctx context.Context, c *cli.Context, e *env, req control.ExportRequest) error {
+func exportWait(ctx context.Context, c *cli.Context, e *env, req delegator.ExportRequest) error {
 	errw := c.App.ErrWriter
 	// The SSH server lives as long as this delegation is followed here; it
 	// outlives ctx (Ctrl-C) until the cancel has been carried out.
@@ -140,8 +141,8 @@ func fail(c *cli.Context, err error) error {
 
 // exportBackground hands the delegation to the daemon, starting it first
 // if none runs.
-func exportBackground(c *cli.Context, e *env, req control.ExportRequest) error {
-	daemon, ok := control.DialLocal(e.socket())
+func exportBackground(c *cli.Context, e *env, req delegator.ExportRequest) error {
+	daemon, ok := delegator.DialLocal(e.socket())
 	if !ok {
 		var err error
 		if daemon, err = startDaemon(c, e); err != nil {
@@ -161,7 +162,7 @@ func exportBackground(c *cli.Context, e *env, req control.ExportRequest) error {
 
 // startDaemon runs `awcp-ctl serve` detached, logging to daemon.log in the
 // state dir, and waits until it answers.
-func startDaemon(c *cli.Context, e *env) (*control.LocalClient, error) {
+func startDaemon(c *cli.Context, e *env) (*delegator.LocalClient, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -180,7 +181,7 @@ func startDaemon(c *cli.Context, e *env) (*control.LocalClient, error) {
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		if cl, ok := control.DialLocal(e.socket()); ok {
+		if cl, ok := delegator.DialLocal(e.socket()); ok {
 			fmt.Fprintf(c.App.ErrWriter, "awcp: started the daemon (pid %d, log %s)\n", cmd.Process.Pid, logf.Name())
 			return cl, nil
 		}

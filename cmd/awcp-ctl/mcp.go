@@ -13,6 +13,7 @@ import (
 
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/control/mcpserver"
 	"github.com/awcp/awcp/lease"
 )
@@ -104,7 +105,7 @@ type mcpDelegator struct {
 	c *cli.Context
 
 	mu      sync.Mutex // guards the fields below; held across nothing but the local delegator's start-up
-	local   *control.Delegator
+	local   *delegator.Delegator
 	started []string           // delegations run by local
 	runCtx  context.Context    // lives until close: local's followers, scheduler and SSH server
 	stop    context.CancelFunc // ends runCtx
@@ -115,11 +116,13 @@ type mcpDelegator struct {
 
 var _ mcpserver.Delegator = (*mcpDelegator)(nil)
 
-func (m *mcpDelegator) daemon() (*control.LocalClient, bool) { return control.DialLocal(m.e.socket()) }
+func (m *mcpDelegator) daemon() (*delegator.LocalClient, bool) {
+	return delegator.DialLocal(m.e.socket())
+}
 
 // inProcess returns the local delegator, starting it (and its SSH server
 // and scheduler) the first time.
-func (m *mcpDelegator) inProcess() (*control.Delegator, error) {
+func (m *mcpDelegator) inProcess() (*delegator.Delegator, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.local != nil {
@@ -144,7 +147,7 @@ func (m *mcpDelegator) inProcess() (*control.Delegator, error) {
 	return dlg, nil
 }
 
-func (m *mcpDelegator) Start(ctx context.Context, req control.ExportRequest) (string, error) {
+func (m *mcpDelegator) Start(ctx context.Context, req delegator.ExportRequest) (string, error) {
 	if d, ok := m.daemon(); ok {
 		return d.Export(req)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/awcp/awcp/cmd/internal/clikit"
-	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/delegator"
 )
 
 func serveCommand(ctx context.Context) *cli.Command {
@@ -21,7 +21,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 			if err != nil {
 				return err
 			}
-			if _, running := control.DialLocal(e.socket()); running {
+			if _, running := delegator.DialLocal(e.socket()); running {
 				return fmt.Errorf("a daemon already serves %s", e.state)
 			}
 			sshCtx, stopSSH := context.WithCancel(context.Background())
@@ -36,7 +36,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 			if err != nil {
 				return err
 			}
-			srv := &control.LocalServer{Delegator: dlg}
+			srv := &delegator.LocalServer{Delegator: dlg}
 			orphans, err := dlg.Orphans()
 			if err != nil {
 				return err

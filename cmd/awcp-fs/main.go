@@ -4,14 +4,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -58,7 +55,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 				Usage: "shell command run in the work dir for each task; the task comes in $AWCP_PROMPT and on stdin"},
 			&cli.StringFlag{Name: "agent-acp", EnvVars: []string{"AWCP_AGENT_ACP"},
 				Usage: "instead of --agent-cmd: an ACP agent's command (e.g. an ACP adapter of a coding agent), spoken to over its stdio"},
-			&cli.StringFlag{Name: "permission", EnvVars: []string{"AWCP_PERMISSION"}, Value: control.PermissionAuto,
+			&cli.StringFlag{Name: "permission", EnvVars: []string{"AWCP_PERMISSION"}, Value: executor.PermissionAuto,
 				Usage: "ACP permission requests: auto (first allow option), deny (first reject option) or forward (the delegator decides)"},
 			&cli.DurationFlag{Name: "permission-timeout", EnvVars: []string{"AWCP_PERMISSION_TIMEOUT"}, Value: 5 * time.Minute,
 				Usage: "a forwarded permission request unanswered this long is cancelled"},
@@ -127,7 +124,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 			transports = append(transports, &executor.SSHFSExecutor{Logger: log, ReconnectBound: c.Duration("reconnect-bound"),
 				KnownHosts: c.String("known-hosts"), InsecureAcceptHostKey: c.Bool("insecure-accept-host-key")})
 		case control.TransportArchive:
-			transports = append(transports, &control.ArchiveExecutor{
+			transports = append(transports, &executor.ArchiveExecutor{
 				Limits: archive.Limits{MaxBytes: c.Int64("max-workspace-bytes")},
 			})
 		default:
@@ -139,7 +136,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 		// a delegator on auto falls back.
 		transports = append(transports, &executor.SSHFSExecutor{Disabled: true})
 	}
-	var worker control.Worker
+	var worker executor.Worker
 	var sandbox *control.SandboxProfile
 	switch cmd, acpCmd := c.String("agent-cmd"), c.String("agent-acp"); {
 	case cmd != "" && acpCmd != "":
@@ -160,7 +157,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 		return err
 	}
 	defer store.Close()
-	exec, err := control.NewExecutor(control.ExecutorOptions{
+	exec, err := executor.New(executor.Options{
 		WorkRoot:          root,
 		AgentCommand:      c.String("agent-cmd"),
 		Worker:            worker,
@@ -190,36 +187,8 @@ func serve(ctx context.Context, c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	ln = control.LimitListener(ln, control.MaxConns)
-	srv := control.NewHTTPServer(exec.Handler())
-
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); exec.Run(runCtx) }()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
 	fmt.Fprintf(c.App.Writer, "awcp-fs: listening on http://%s\n", ln.Addr())
-
-	select {
-	case err = <-errc:
-	case <-ctx.Done():
-		// Event streams never end by themselves: give requests a moment,
-		// then close what is left.
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if srv.Shutdown(sctx) != nil {
-			srv.Close()
-		}
-		cancel()
-		err = <-errc
-	}
-	stopRun()
-	wg.Wait()
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	return err
+	return exec.Serve(ctx, ln)
 }
 
 // repeated is a flag given several times whose values may hold commas

@@ -36,7 +36,7 @@ import (
 	"github.com/awcp/awcp/control/agent"
 )
 
-// Worker runs an ACP agent for each task. It is a control.Worker.
+// Worker runs an ACP agent for each task. It is a executor.Worker.
 type Worker struct {
 	// Command starts the agent (run by /bin/sh in the work dir). Required.
 	Command string

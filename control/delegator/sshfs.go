@@ -1,7 +1,3 @@
-// Package delegator holds the delegator's half of the live mount: what
-// lends a directory through the embedded SSH server (package sshd). It is
-// apart from package control so that the executor's program does not link
-// the SSH server.
 package delegator
 
 import (

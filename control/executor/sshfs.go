@@ -1,6 +1,3 @@
-// Package executor holds the executor's half of the live mount: the FUSE
-// mount of a delegator's export (package fs). It is apart from package
-// control so that the delegator's program does not link go-fuse.
 package executor
 
 import (
@@ -151,7 +148,7 @@ func (t *SSHFSExecutor) Mount(p control.SetupParams, debug bool) (*awcpfs.Mount,
 		Debug:           debug,
 	})
 	if err != nil {
-		return nil, &control.ProtocolError{Code: control.CodeSetupFailed, Message: "cannot mount the delegator's workspace: " + control.StripPaths(err, p.WorkDir), Err: err}
+		return nil, &control.ProtocolError{Code: control.CodeSetupFailed, Message: "cannot mount the delegator's workspace: " + StripPaths(err, p.WorkDir), Err: err}
 	}
 	return m, nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/delegator"
 )
 
 // Peer is an executor the delegate tool offers, as discovered at start.
@@ -42,7 +43,7 @@ func Discover(ctx context.Context, client *http.Client, urls []string, token str
 			defer wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			pc := &control.PeerClient{BaseURL: u, Token: token, HTTP: client}
+			pc := &delegator.PeerClient{BaseURL: u, Token: token, HTTP: client}
 			peers[i].Card, peers[i].Err = pc.AgentCard(cctx)
 		}()
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -45,7 +46,7 @@ import (
 type Delegator interface {
 	// Start runs admission, records the delegation and has it run in the
 	// background; it returns the new id.
-	Start(ctx context.Context, req control.ExportRequest) (string, error)
+	Start(ctx context.Context, req delegator.ExportRequest) (string, error)
 	// Cancel ends a live delegation.
 	Cancel(ctx context.Context, id string) error
 	// Find returns the delegation with this id or unique id prefix
@@ -219,7 +220,7 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 	} else if !filepath.IsAbs(dir) {
 		dir = filepath.Join(cwd, dir)
 	}
-	id, err := s.dlg.Start(ctx, control.ExportRequest{
+	id, err := s.dlg.Start(ctx, delegator.ExportRequest{
 		Dir: dir, Peer: peer, Prompt: in.Prompt, Description: strings.TrimSpace(in.Description),
 		TTL: time.Duration(in.TTLSeconds) * time.Second, Access: in.AccessMode,
 		Transport: s.opts.Transport, Token: s.opts.Token, Dialect: s.opts.Dialect,

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,56 +16,23 @@ import (
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/agent"
+	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/control/executor"
+	"github.com/awcp/awcp/control/executor/executortest"
 	"github.com/awcp/awcp/lease"
 )
 
-// executor runs a real executor (archive transport) with agentCmd on an
-// httptest server.
-func executor(t *testing.T, agentCmd string, mod func(*control.ExecutorOptions)) string {
-	t.Helper()
-	dir := t.TempDir()
-	store, err := lease.Open(filepath.Join(dir, "executor.db"), lease.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := control.ExecutorOptions{
-		WorkRoot: filepath.Join(dir, "work"), AgentCommand: agentCmd, Store: store, StateDir: dir,
-		Transports: []control.ExecutorTransport{&control.ArchiveExecutor{}}, KillGrace: 200 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler),
-	}
-	if mod != nil {
-		mod(&opts)
-	}
-	e, err := control.NewExecutor(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); e.Run(ctx) }()
-	srv := httptest.NewServer(e.Handler())
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		cancel()
-		wg.Wait()
-		store.Close()
-	})
-	return srv.URL
-}
-
 // inProcess is the Delegator of a process without a daemon: a real
-// control.Delegator on a real store, each delegation followed on its own
+// delegator.Delegator on a real store, each delegation followed on its own
 // goroutine.
 type inProcess struct {
-	dlg   *control.Delegator
+	dlg   *delegator.Delegator
 	store *lease.Store
 	ctx   context.Context
 	wg    sync.WaitGroup
 }
 
-func (p *inProcess) Start(_ context.Context, req control.ExportRequest) (string, error) {
+func (p *inProcess) Start(_ context.Context, req delegator.ExportRequest) (string, error) {
 	d, err := p.dlg.Create(req)
 	if err != nil {
 		return "", err
@@ -98,9 +64,9 @@ func connect(t *testing.T, opts Options) *mcp.ClientSession {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dlg, err := control.NewDelegator(control.DelegatorOptions{
+		dlg, err := delegator.New(delegator.Options{
 			Store: store,
-			Transports: map[string]control.DelegatorTransport{control.TransportArchive: &control.ArchiveDelegator{
+			Transports: map[string]control.DelegatorTransport{control.TransportArchive: &delegator.ArchiveDelegator{
 				Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")}},
 			Logger: slog.New(slog.DiscardHandler),
 		})
@@ -172,7 +138,7 @@ func workspace(t *testing.T) string {
 }
 
 func TestDelegateSyncRelativeWorkspace(t *testing.T) {
-	peer := executor(t, `echo working; echo "fixed" > src/a.txt; echo "all fixed" > "$AWCP_SUMMARY_FILE"`, nil)
+	peer := executortest.New(t, `echo working; echo "fixed" > src/a.txt; echo "all fixed" > "$AWCP_SUMMARY_FILE"`, nil).URL()
 	cs := connect(t, Options{Peers: []Peer{{URL: peer}}, Transport: control.TransportArchive})
 	ws := workspace(t)
 
@@ -198,7 +164,7 @@ func TestDelegateSyncRelativeWorkspace(t *testing.T) {
 // Refused calls are tool errors with a spec code in the structured result
 // — never protocol errors — and nothing is delegated.
 func TestToolErrorsCarrySpecCodes(t *testing.T) {
-	peer := executor(t, `true`, nil)
+	peer := executortest.New(t, `true`, nil).URL()
 	cs := connect(t, Options{Peers: []Peer{{URL: peer}, {URL: peer + "/second"}}, Transport: control.TransportArchive})
 	ws := workspace(t)
 	tests := []struct {
@@ -249,7 +215,7 @@ func TestToolErrorsCarrySpecCodes(t *testing.T) {
 }
 
 func TestBackgroundOutputCancel(t *testing.T) {
-	peer := executor(t, `echo started; sleep 30`, nil)
+	peer := executortest.New(t, `echo started; sleep 30`, nil).URL()
 	cs := connect(t, Options{Peers: []Peer{{URL: peer}}, Transport: control.TransportArchive})
 	ws := workspace(t)
 
@@ -289,7 +255,7 @@ func TestBackgroundOutputCancel(t *testing.T) {
 // The sync call ends with its client: a cancelled call cancels the
 // delegation, as Ctrl-C does for `awcp-ctl export`.
 func TestCancelledCallCancelsDelegation(t *testing.T) {
-	peer := executor(t, `sleep 30`, nil)
+	peer := executortest.New(t, `sleep 30`, nil).URL()
 	cs := connect(t, Options{Peers: []Peer{{URL: peer}}, Transport: control.TransportArchive})
 	ws := workspace(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -329,10 +295,10 @@ func TestCancelledCallCancelsDelegation(t *testing.T) {
 }
 
 func TestDiscoveryDescribesPeers(t *testing.T) {
-	peer := executor(t, `true`, func(o *control.ExecutorOptions) {
+	peer := executortest.New(t, `true`, func(o *executor.Options) {
 		o.Name, o.Description = "gpu-box", "trains models\nand runs CUDA"
 		o.Skills = []control.CardSkill{{ID: "cuda", Name: "cuda", Description: "CUDA kernels"}}
-	})
+	}).URL()
 	peers := Discover(context.Background(), nil, []string{peer, "http://127.0.0.1:1"}, "", 2*time.Second)
 	if peers[0].Err != nil || peers[0].Name() != "gpu-box" || peers[1].Err == nil {
 		t.Fatalf("discovery: %+v", peers)
@@ -377,9 +343,9 @@ func (askingWorker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agen
 // An executor that forwards permission requests: the model sees the
 // pending one in delegate_output and answers with delegate_permission.
 func TestDelegatePermission(t *testing.T) {
-	peer := executor(t, "", func(o *control.ExecutorOptions) {
-		o.Worker, o.Permission = askingWorker{}, control.PermissionForward
-	})
+	peer := executortest.New(t, "", func(o *executor.Options) {
+		o.Worker, o.Permission = askingWorker{}, executor.PermissionForward
+	}).URL()
 	cs := connect(t, Options{Peers: []Peer{{URL: peer}}, Transport: control.TransportArchive})
 	var o Outcome
 	call(t, cs, "delegate", map[string]any{"description": "d", "prompt": "p", "workspace_dir": workspace(t), "background": true}, &o)

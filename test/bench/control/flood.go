@@ -19,6 +19,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/executor"
 	awcpfs "github.com/awcp/awcp/fs"
 	"github.com/awcp/awcp/lease"
 	wire "github.com/awcp/awcp/sshd/sftpwire"
@@ -124,7 +125,7 @@ func capturingExecutor(dir string) (url string, creds <-chan *control.WorkDirInf
 		return "", nil, nil, err
 	}
 	ch := make(chan *control.WorkDirInfo, 1)
-	e, err := control.NewExecutor(control.ExecutorOptions{
+	e, err := executor.New(executor.Options{
 		WorkRoot: filepath.Join(dir, "work"), AgentCommand: "sleep 600", Store: store,
 		StateDir: filepath.Join(dir, "exec"), Transports: []control.ExecutorTransport{capture(ch)},
 		Logger: slog.New(slog.DiscardHandler),

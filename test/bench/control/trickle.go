@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/internal/httpserve"
 )
 
 // trickle is the slow-body attack of issue 24 on a real `awcp-fs serve`:
@@ -70,7 +70,7 @@ func trickle(bin, dir string, clients int) error {
 		}
 	}
 	slices.Sort(cuts)
-	served := min(clients, control.MaxConns) // the rest wait for a free connection
+	served := min(clients, httpserve.MaxConns) // the rest wait for a free connection
 	verdict := "ok (within 60 s)"
 	switch {
 	case cuts[len(cuts)-1] >= giveUp:

@@ -1,4 +1,4 @@
-package control
+package delegator
 
 import (
 	"bytes"
@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/executor/executortest"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -29,7 +31,7 @@ func refusingINVITE(next http.Handler, refuse func(body string) bool, code, mess
 		if r.Method == http.MethodPost && r.URL.Path == "/awcp" {
 			body, _ := io.ReadAll(r.Body)
 			if strings.Contains(string(body), `"type":"INVITE"`) && refuse(string(body)) {
-				var inv BaseMessage
+				var inv control.BaseMessage
 				json.Unmarshal(body, &inv)
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusOK)
@@ -48,20 +50,20 @@ func refusingINVITE(next http.Handler, refuse func(body string) bool, code, mess
 // back to the archive transport.
 func TestErrorWithHTTP200(t *testing.T) {
 	t.Run("refusal keeps its code and reason", func(t *testing.T) {
-		x := newExecFixture(t, "true", nil)
-		srv := httptest.NewServer(refusingINVITE(x.e.Handler(), func(string) bool { return true },
-			CodeDeclined, "ttl 3600 is above the maximum of 600"))
+		x := executortest.New(t, "true", nil)
+		srv := httptest.NewServer(refusingINVITE(x.Exec.Handler(), func(string) bool { return true },
+			control.CodeDeclined, "ttl 3600 is above the maximum of 600"))
 		defer srv.Close()
 		end := delegateArchive(t, srv.URL, t.TempDir())
-		if end.State != lease.Error || end.Failure == nil || end.Failure.Code != CodeDeclined ||
+		if end.State != lease.Error || end.Failure == nil || end.Failure.Code != control.CodeDeclined ||
 			!strings.Contains(end.Failure.Message, "above the maximum") {
 			t.Fatalf("ended %s with %+v, want the peer's DECLINED and its reason", end.State, end.Failure)
 		}
 	})
 	t.Run("DEP_MISSING falls back to archive", func(t *testing.T) {
-		x := newExecFixture(t, "echo done > out.txt", nil)
-		srv := httptest.NewServer(refusingINVITE(x.e.Handler(), func(body string) bool { return strings.Contains(body, `"sshfs"`) },
-			CodeDepMissing, "no sshfs here"))
+		x := executortest.New(t, "echo done > out.txt", nil)
+		srv := httptest.NewServer(refusingINVITE(x.Exec.Handler(), func(body string) bool { return strings.Contains(body, `"sshfs"`) },
+			control.CodeDepMissing, "no sshfs here"))
 		defer srv.Close()
 		dlg := newAutoDelegator(t)
 		dir := t.TempDir()
@@ -70,7 +72,7 @@ func TestErrorWithHTTP200(t *testing.T) {
 			t.Fatal(err)
 		}
 		end, _ := dlg.Run(context.Background(), d.ID)
-		if end.State != lease.Completed || end.Transport != TransportArchive {
+		if end.State != lease.Completed || end.Transport != control.TransportArchive {
 			t.Fatalf("ended %s over %s (%+v), want completed over archive", end.State, end.Transport, end.Failure)
 		}
 		if b, _ := os.ReadFile(filepath.Join(dir, "out.txt")); string(b) != "done\n" {
@@ -88,10 +90,10 @@ func newAutoDelegator(t *testing.T) *Delegator {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dlg, err := NewDelegator(DelegatorOptions{Store: store, Logger: slog.New(slog.DiscardHandler),
-		Transports: map[string]DelegatorTransport{
-			TransportArchive: &ArchiveDelegator{Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
-			TransportSSHFS:   noMount{},
+	dlg, err := New(Options{Store: store, Logger: slog.New(slog.DiscardHandler),
+		Transports: map[string]control.DelegatorTransport{
+			control.TransportArchive: &ArchiveDelegator{Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
+			control.TransportSSHFS:   noMount{},
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -102,27 +104,27 @@ func newAutoDelegator(t *testing.T) *Delegator {
 // noMount is a live-mount transport that cannot prepare anything.
 type noMount struct{}
 
-func (noMount) Name() string { return TransportSSHFS }
-func (noMount) Prepare(context.Context, Lent) (*WorkDirInfo, error) {
+func (noMount) Name() string { return control.TransportSSHFS }
+func (noMount) Prepare(context.Context, control.Lent) (*control.WorkDirInfo, error) {
 	return nil, errors.New("no live mount in this test")
 }
-func (noMount) Finish(context.Context, Lent, *Event) (*archive.Report, error) {
+func (noMount) Finish(context.Context, control.Lent, *control.Event) (*archive.Report, error) {
 	return &archive.Report{}, nil
 }
-func (noMount) Cleanup(context.Context, Lent) error { return nil }
+func (noMount) Cleanup(context.Context, control.Lent) error { return nil }
 
 // A done event that arrives while the delegation is still started (no
 // "running" status reached the delegator first) completes it: set up,
 // then done, as the state machine has it.
 func TestDoneWhileStarted(t *testing.T) {
-	x := newExecFixture(t, "echo made > made.txt", nil)
-	srv := httptest.NewServer(rewritingProxy{next: x.e.Handler(), rewrite: func(line string) string {
+	x := executortest.New(t, "echo made > made.txt", nil)
+	srv := httptest.NewServer(rewritingProxy{next: x.Exec.Handler(), rewrite: func(line string) string {
 		return strings.Replace(line, `"status":"running"`, `"status":"progress"`, 1) // nothing to record
 	}})
 	defer srv.Close()
 	dlg, _ := newArchiveDelegator(t, nil)
 	dir := t.TempDir()
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: TransportArchive})
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +152,7 @@ func TestDoneWhileStarted(t *testing.T) {
 // end NOT_FOUND. Only a delegator subscribed while START is out gets the
 // result.
 type lateForgetting struct {
-	x *execFixture
+	x *executortest.Fixture
 }
 
 func (p lateForgetting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -159,7 +161,7 @@ func (p lateForgetting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		id = strings.Split(r.URL.Path, "/")[3]
 	}
 	if id != "" && r.Method == http.MethodGet {
-		if a, err := p.x.store.Assignment(id); err == nil && a.State.Terminal() {
+		if a, err := p.x.Store.Assignment(id); err == nil && a.State.Terminal() {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusNotFound)
 			io.WriteString(w, `{"error":"NOT_FOUND","message":"task not found"}`)
@@ -167,21 +169,21 @@ func (p lateForgetting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if r.Method != http.MethodPost || r.URL.Path != "/awcp" {
-		p.x.e.Handler().ServeHTTP(w, r)
+		p.x.Exec.Handler().ServeHTTP(w, r)
 		return
 	}
 	body, _ := io.ReadAll(r.Body)
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	var m BaseMessage
+	var m control.BaseMessage
 	json.Unmarshal(body, &m)
-	if m.Type != TypeStart {
-		p.x.e.Handler().ServeHTTP(w, r)
+	if m.Type != control.TypeStart {
+		p.x.Exec.Handler().ServeHTTP(w, r)
 		return
 	}
 	rec := httptest.NewRecorder()
-	p.x.e.Handler().ServeHTTP(rec, r)
+	p.x.Exec.Handler().ServeHTTP(rec, r)
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if a, err := p.x.store.Assignment(m.DelegationID); err == nil && a.State.Terminal() {
+		if a, err := p.x.Store.Assignment(m.DelegationID); err == nil && a.State.Terminal() {
 			break
 		}
 	}
@@ -193,7 +195,7 @@ func (p lateForgetting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // A task that ends before START's answer reaches the delegator still
 // brings its result: the event stream is open while START is out.
 func TestFastTaskResultNotLost(t *testing.T) {
-	x := newExecFixture(t, "echo fast > fast.txt", nil)
+	x := executortest.New(t, "echo fast > fast.txt", nil)
 	srv := httptest.NewServer(lateForgetting{x: x})
 	defer srv.Close()
 	dir := t.TempDir()
@@ -211,7 +213,7 @@ func TestFastTaskResultNotLost(t *testing.T) {
 func delegateArchive(t *testing.T, peer, dir string) *lease.Delegation {
 	t.Helper()
 	dlg, _ := newArchiveDelegator(t, nil)
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: peer, Prompt: "p", Transport: TransportArchive})
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: peer, Prompt: "p", Transport: control.TransportArchive})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,11 +241,11 @@ func (h *endlessResult) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	parts := strings.Split(r.URL.Path, "/")
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/awcp":
-		var m BaseMessage
+		var m control.BaseMessage
 		json.NewDecoder(r.Body).Decode(&m)
-		if m.Type == TypeInvite {
-			b, _ := Marshal(&Accept{BaseMessage: header(TypeAccept, m.DelegationID), RetentionMs: new(int64),
-				ExecutorWorkDir: ExecutorWorkDir{Path: "/w"}})
+		if m.Type == control.TypeInvite {
+			b, _ := control.Marshal(&control.Accept{BaseMessage: control.Header(control.TypeAccept, m.DelegationID), RetentionMs: new(int64),
+				ExecutorWorkDir: control.ExecutorWorkDir{Path: "/w"}})
 			w.Write(b)
 			return
 		}
@@ -286,9 +288,9 @@ func TestEndlessResultIsCutAtTheLimit(t *testing.T) {
 	srv := httptest.NewServer(peer)
 	defer srv.Close()
 	spool := t.TempDir()
-	dlg, _ := newArchiveDelegator(t, nil, func(o *DelegatorOptions) { o.SpoolDir, o.MaxResultBytes = spool, 4<<20 })
+	dlg, _ := newArchiveDelegator(t, nil, func(o *Options) { o.SpoolDir, o.MaxResultBytes = spool, 4<<20 })
 	dir := t.TempDir()
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: TransportArchive, Dialect: DialectSeed})
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive, Dialect: control.DialectSeed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +300,7 @@ func TestEndlessResultIsCutAtTheLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if end.State != lease.Error || end.Failure.Code != CodeTaskFailed || !strings.Contains(end.Failure.Message, "4194304 bytes") {
+	if end.State != lease.Error || end.Failure.Code != control.CodeTaskFailed || !strings.Contains(end.Failure.Message, "4194304 bytes") {
 		t.Fatalf("ended %s with %+v, want TASK_FAILED at the limit", end.State, end.Failure)
 	}
 	if n := peer.streams.Load(); n != 1 {
@@ -316,9 +318,9 @@ func TestSnapshotsHeldOneAtATime(t *testing.T) {
 	srv := httptest.NewServer(peer)
 	defer srv.Close()
 	spool := t.TempDir()
-	dlg, _ := newArchiveDelegator(t, nil, func(o *DelegatorOptions) { o.SpoolDir = spool })
+	dlg, _ := newArchiveDelegator(t, nil, func(o *Options) { o.SpoolDir = spool })
 	dir := t.TempDir()
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: TransportArchive, Access: AccessRO})
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive, Access: control.AccessRO})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,13 +354,13 @@ func TestSnapshotsHeldOneAtATime(t *testing.T) {
 }
 
 // BenchmarkEndlessResult is what an executor whose result never ends costs
-// the delegator at the default limit: the bytes it spooled before the cut,
+// the delegator at the default limit: the bytes it Spooled before the cut,
 // how long that took, and what was left on disk after.
 func BenchmarkEndlessResult(b *testing.B) {
 	peer := &endlessResult{}
 	srv := httptest.NewServer(peer)
 	defer srv.Close()
-	var spooled, left int64
+	var Spooled, left int64
 	for b.Loop() {
 		spool := b.TempDir()
 		var peak atomic.Int64
@@ -379,8 +381,8 @@ func BenchmarkEndlessResult(b *testing.B) {
 				}
 			}
 		}()
-		dlg, _ := newArchiveDelegator(b, nil, func(o *DelegatorOptions) { o.SpoolDir = spool })
-		d, err := dlg.Create(ExportRequest{Dir: b.TempDir(), Peer: srv.URL, Prompt: "p", Transport: TransportArchive, Dialect: DialectSeed})
+		dlg, _ := newArchiveDelegator(b, nil, func(o *Options) { o.SpoolDir = spool })
+		d, err := dlg.Create(ExportRequest{Dir: b.TempDir(), Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive, Dialect: control.DialectSeed})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -391,8 +393,8 @@ func BenchmarkEndlessResult(b *testing.B) {
 			b.Fatalf("ended %v %v", end, err)
 		}
 		ents, _ := os.ReadDir(spool)
-		spooled, left = peak.Load(), int64(len(ents))
+		Spooled, left = peak.Load(), int64(len(ents))
 	}
-	b.ReportMetric(float64(spooled)/(1<<20), "MiB-spooled-at-peak")
+	b.ReportMetric(float64(Spooled)/(1<<20), "MiB-Spooled-at-peak")
 	b.ReportMetric(float64(left), "files-left")
 }

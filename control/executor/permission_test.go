@@ -1,12 +1,16 @@
-package control
+package executor
 
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/agent"
+	"github.com/awcp/awcp/lease"
 )
 
 // The policies pick by kind, never the first option blindly; with no
@@ -31,11 +35,11 @@ func TestPermissionPolicies(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newExecFixture(t, `true`, func(o *ExecutorOptions) {
+			e := newPolicyExecutor(t, func(o *Options) {
 				o.Permission, o.PermissionTimeout = tt.policy, 50*time.Millisecond
 			})
 			tk := &task{asks: map[string]*ask{}}
-			got := f.e.decide(context.Background(), "dlg_perm", tk, agent.PermissionRequest{ID: "perm-1", Title: "x", Options: tt.options})
+			got := e.decide(context.Background(), "dlg_perm", tk, agent.PermissionRequest{ID: "perm-1", Title: "x", Options: tt.options})
 			if got != tt.want {
 				t.Fatalf("decision %+v, want %+v", got, tt.want)
 			}
@@ -45,20 +49,20 @@ func TestPermissionPolicies(t *testing.T) {
 
 // A forwarded request takes one valid answer, once.
 func TestForwardedAnswer(t *testing.T) {
-	f := newExecFixture(t, `true`, func(o *ExecutorOptions) { o.Permission = PermissionForward })
+	e := newPolicyExecutor(t, func(o *Options) { o.Permission = PermissionForward })
 	tk := &task{asks: map[string]*ask{}}
-	f.e.mu.Lock()
-	f.e.tasks["dlg_fwd"] = tk
-	f.e.mu.Unlock()
+	e.mu.Lock()
+	e.tasks["dlg_fwd"] = tk
+	e.mu.Unlock()
 	decided := make(chan agent.Decision, 1)
 	go func() {
-		decided <- f.e.decide(context.Background(), "dlg_fwd", tk, agent.PermissionRequest{ID: "perm-1",
+		decided <- e.decide(context.Background(), "dlg_fwd", tk, agent.PermissionRequest{ID: "perm-1",
 			Options: []agent.PermissionOption{{OptionID: "yes", Kind: "allow_once"}, {OptionID: "no", Kind: "reject_once"}}})
 	}()
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		f.e.mu.Lock()
+		e.mu.Lock()
 		n := len(tk.asks)
-		f.e.mu.Unlock()
+		e.mu.Unlock()
 		if n == 1 {
 			break
 		}
@@ -67,22 +71,42 @@ func TestForwardedAnswer(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := f.e.answer("dlg_fwd", "perm-1", "maybe"); err == nil || errors.Is(err, errNoSuchAsk) {
+	if err := e.answer("dlg_fwd", "perm-1", "maybe"); err == nil || errors.Is(err, errNoSuchAsk) {
 		t.Fatalf("an option not offered: %v", err)
 	}
-	if err := f.e.answer("dlg_fwd", "perm-9", "yes"); !errors.Is(err, errNoSuchAsk) {
+	if err := e.answer("dlg_fwd", "perm-9", "yes"); !errors.Is(err, errNoSuchAsk) {
 		t.Fatalf("an unknown request: %v", err)
 	}
-	if err := f.e.answer("dlg_fwd", "perm-1", "no"); err != nil {
+	if err := e.answer("dlg_fwd", "perm-1", "no"); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.e.answer("dlg_fwd", "perm-1", "yes"); !errors.Is(err, errNoSuchAsk) {
+	if err := e.answer("dlg_fwd", "perm-1", "yes"); !errors.Is(err, errNoSuchAsk) {
 		t.Fatalf("a second answer: %v", err)
 	}
 	if d := <-decided; d != (agent.Decision{OptionID: "no", By: DecidedByDelegator}) {
 		t.Fatalf("decision %+v", d)
 	}
-	f.e.mu.Lock()
-	delete(f.e.tasks, "dlg_fwd")
-	f.e.mu.Unlock()
+	e.mu.Lock()
+	delete(e.tasks, "dlg_fwd")
+	e.mu.Unlock()
+}
+
+// newPolicyExecutor is an Executor that is not run: its permission
+// policy is called directly.
+func newPolicyExecutor(t *testing.T, mod func(*Options)) *Executor {
+	t.Helper()
+	dir := t.TempDir()
+	store, err := lease.Open(filepath.Join(dir, "executor.db"), lease.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	opts := Options{WorkRoot: filepath.Join(dir, "work"), AgentCommand: "true", Store: store, StateDir: dir,
+		Transports: []control.ExecutorTransport{&ArchiveExecutor{}}, Logger: slog.New(slog.DiscardHandler)}
+	mod(&opts)
+	e, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

@@ -1,4 +1,4 @@
-package control
+package delegator
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/control"
 )
 
 // AdmissionLimits are the admission checks of spec §3.1/§6.2. A zero field
@@ -46,22 +47,22 @@ func Admit(dir string, lim AdmissionLimits) (string, WorkspaceStats, error) {
 	var st WorkspaceStats
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return "", st, Errorf(CodeWorkspaceInvalid, "cannot resolve %s: %v", dir, err)
+		return "", st, control.Errorf(control.CodeWorkspaceInvalid, "cannot resolve %s: %v", dir, err)
 	}
 	phys, err := filepath.EvalSymlinks(abs)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", st, Errorf(CodeWorkspaceNotFound, "workspace %s does not exist", dir).
+		return "", st, control.Errorf(control.CodeWorkspaceNotFound, "workspace %s does not exist", dir).
 			WithHint("check the path; relative paths are resolved from the current directory")
 	}
 	if err != nil {
-		return "", st, Errorf(CodeWorkspaceInvalid, "cannot resolve %s: %v", dir, rootCause(err))
+		return "", st, control.Errorf(control.CodeWorkspaceInvalid, "cannot resolve %s: %v", dir, rootCause(err))
 	}
 	info, err := os.Stat(phys)
 	if err != nil {
-		return "", st, Errorf(CodeWorkspaceInvalid, "cannot read %s: %v", dir, rootCause(err))
+		return "", st, control.Errorf(control.CodeWorkspaceInvalid, "cannot read %s: %v", dir, rootCause(err))
 	}
 	if !info.IsDir() {
-		return "", st, Errorf(CodeWorkspaceInvalid, "workspace %s is not a directory", dir).
+		return "", st, control.Errorf(control.CodeWorkspaceInvalid, "workspace %s is not a directory", dir).
 			WithHint("delegate the directory that contains it")
 	}
 	var largest int64
@@ -93,19 +94,19 @@ func Admit(dir string, lim AdmissionLimits) (string, WorkspaceStats, error) {
 		return nil
 	})
 	if err != nil {
-		return "", st, Errorf(CodeWorkspaceInvalid, "cannot read the workspace: %v", rootCause(err)).
+		return "", st, control.Errorf(control.CodeWorkspaceInvalid, "cannot read the workspace: %v", rootCause(err)).
 			WithHint("make sure every file in it is readable")
 	}
 	switch {
 	case st.Files > lim.MaxFileCount:
-		return "", st, Errorf(CodeWorkspaceTooLarge, "Workspace exceeds file count limit: more than %d files", lim.MaxFileCount).
+		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "Workspace exceeds file count limit: more than %d files", lim.MaxFileCount).
 			WithHint("Consider excluding node_modules, build artifacts, or data directories, or selecting a smaller subdirectory")
 	case st.Bytes > lim.MaxTotalBytes:
-		return "", st, Errorf(CodeWorkspaceTooLarge, "Workspace exceeds size limits: more than %s > %s", human(st.Bytes), human(lim.MaxTotalBytes)).
+		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "Workspace exceeds size limits: more than %s > %s", human(st.Bytes), human(lim.MaxTotalBytes)).
 			WithHint("Consider selecting a smaller subdirectory or excluding large files")
 	case largest > lim.MaxFileBytes:
 		rel, _ := filepath.Rel(phys, largestName)
-		return "", st, Errorf(CodeWorkspaceTooLarge, "File %s is too large: %s > %s", rel, human(largest), human(lim.MaxFileBytes)).
+		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "File %s is too large: %s > %s", rel, human(largest), human(lim.MaxFileBytes)).
 			WithHint("Consider excluding large binary files")
 	}
 	return phys, st, nil

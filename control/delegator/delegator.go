@@ -1,8 +1,12 @@
-package control
+// Package delegator is the delegator's role (spec §6): admission of a
+// directory, the lease, the INVITE → ACCEPT → START handshake with an
+// executor, following its events, applying an archive result, and lending
+// the directory over the embedded SSH server (package sshd) for the live
+// mount. It does not link the FUSE mount: that is the executor's.
+package delegator
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,16 +16,17 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/lease"
 )
 
-// DelegatorOptions configures a Delegator.
-type DelegatorOptions struct {
+// Options configures a Delegator.
+type Options struct {
 	// Store is the delegator's lease store, normally opened Shared so the
 	// CLI and a daemon can both use it. Required.
 	Store *lease.Store
 	// Transports by wire name. Required: at least archive.
-	Transports map[string]DelegatorTransport
+	Transports map[string]control.DelegatorTransport
 	// Admission limits; zero fields take the spec's defaults.
 	Admission AdmissionLimits
 	// HTTP is the client for executors. Default http.DefaultClient.
@@ -36,7 +41,7 @@ type DelegatorOptions struct {
 	MaxResultBytes int64
 	// Progress, if set, receives every event of the delegations this
 	// Delegator follows, as they arrive.
-	Progress func(id string, ev *Event)
+	Progress func(id string, ev *control.Event)
 	// ReconnectBound is how long the executor of a delegation may stay
 	// unreachable (no connection to its event stream) before the
 	// delegation fails with TASK_FAILED and its access is closed. Default
@@ -50,7 +55,7 @@ type DelegatorOptions struct {
 // → ACCEPT → START, the event stream, the result, cancel and expiry. Each
 // transition is committed to the store before it takes effect.
 type Delegator struct {
-	opts  DelegatorOptions
+	opts  Options
 	store *lease.Store
 	log   *slog.Logger
 	sched *lease.Scheduler
@@ -62,9 +67,9 @@ type Delegator struct {
 	snapshots map[string]heldSnapshot
 }
 
-// NewDelegator builds a Delegator.
-func NewDelegator(opts DelegatorOptions) (*Delegator, error) {
-	if opts.Store == nil || opts.Transports[TransportArchive] == nil {
+// New builds a Delegator.
+func New(opts Options) (*Delegator, error) {
+	if opts.Store == nil || opts.Transports[control.TransportArchive] == nil {
 		return nil, errors.New("delegator: store and archive transport are required")
 	}
 	if opts.Logger == nil {
@@ -99,62 +104,53 @@ type ExportRequest struct {
 // delegator acknowledges it as soon as it is applied.
 const headRetention = time.Hour
 
-// NewDelegationID returns a random (v4) UUID.
-func NewDelegationID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
 // Create runs admission and records a new delegation in state created.
 func (d *Delegator) Create(req ExportRequest) (*lease.Delegation, error) {
 	if req.Prompt == "" {
-		return nil, Errorf(CodeWorkspaceInvalid, "a prompt is required").WithHint("pass --prompt TEXT")
+		return nil, control.Errorf(control.CodeWorkspaceInvalid, "a prompt is required").WithHint("pass --prompt TEXT")
 	}
 	if req.Peer == "" {
-		return nil, Errorf(CodeDeclined, "no executor given").WithHint("pass --peer URL of an `awcp-fs serve`")
+		return nil, control.Errorf(control.CodeDeclined, "no executor given").WithHint("pass --peer URL of an `awcp-fs serve`")
 	}
 	if req.Access == "" {
-		req.Access = AccessRW
+		req.Access = control.AccessRW
 	}
-	if req.Access != AccessRW && req.Access != AccessRO {
-		return nil, Errorf(CodeWorkspaceInvalid, "access must be rw or ro, not %q", req.Access)
+	if req.Access != control.AccessRW && req.Access != control.AccessRO {
+		return nil, control.Errorf(control.CodeWorkspaceInvalid, "access must be rw or ro, not %q", req.Access)
 	}
 	if req.TTL <= 0 {
 		req.TTL = time.Hour
 	}
 	if req.TTL < time.Second {
-		return nil, Errorf(CodeWorkspaceInvalid, "ttl must be at least 1s")
+		return nil, control.Errorf(control.CodeWorkspaceInvalid, "ttl must be at least 1s")
 	}
 	var notes []string
 	auto := false
 	switch req.Transport {
 	case "", "auto":
 		auto = true
-		if d.opts.Transports[TransportSSHFS] != nil {
-			req.Transport = TransportSSHFS
+		if d.opts.Transports[control.TransportSSHFS] != nil {
+			req.Transport = control.TransportSSHFS
 		} else {
-			req.Transport = TransportArchive
+			req.Transport = control.TransportArchive
 			notes = append(notes, "transport auto: no SSH server runs here for a live mount; using archive")
 		}
-	case TransportArchive:
-	case TransportSSHFS:
-		if d.opts.Transports[TransportSSHFS] == nil {
-			return nil, Errorf(CodeDepMissing, "the sshfs transport is not available in this build").
+	case control.TransportArchive:
+	case control.TransportSSHFS:
+		if d.opts.Transports[control.TransportSSHFS] == nil {
+			return nil, control.Errorf(control.CodeDepMissing, "the sshfs transport is not available in this build").
 				WithHint("use --transport archive")
 		}
 	default:
-		return nil, Errorf(CodeWorkspaceInvalid, "unknown transport %q", req.Transport).
+		return nil, control.Errorf(control.CodeWorkspaceInvalid, "unknown transport %q", req.Transport).
 			WithHint("use auto, sshfs or archive")
 	}
 	switch req.Dialect {
 	case "", "auto":
 		req.Dialect = "auto"
-	case DialectSeed, DialectHead:
+	case control.DialectSeed, control.DialectHead:
 	default:
-		return nil, Errorf(CodeWorkspaceInvalid, "unknown dialect %q", req.Dialect).
+		return nil, control.Errorf(control.CodeWorkspaceInvalid, "unknown dialect %q", req.Dialect).
 			WithHint("use auto, seed or head")
 	}
 	phys, _, err := Admit(req.Dir, d.opts.Admission)
@@ -164,7 +160,7 @@ func (d *Delegator) Create(req ExportRequest) (*lease.Delegation, error) {
 	if req.Description == "" {
 		req.Description = firstLine(req.Prompt, 80)
 	}
-	id := NewDelegationID()
+	id := control.NewDelegationID()
 	del := &lease.Delegation{
 		Lease: lease.Lease{ID: id, AccessMode: req.Access, Transport: req.Transport,
 			TTLSeconds: int64((req.TTL + time.Second - 1) / time.Second), Dialect: req.Dialect},
@@ -177,7 +173,7 @@ func (d *Delegator) Create(req ExportRequest) (*lease.Delegation, error) {
 	del.ExpiresAt = d.store.Now().Add(time.Duration(del.TTLSeconds) * time.Second)
 	var busy *lease.DirBusyError
 	if err := d.store.CreateDelegation(del); errors.As(err, &busy) {
-		return nil, Errorf(CodeDeclined, "%s", busy.Error()).
+		return nil, control.Errorf(control.CodeDeclined, "%s", busy.Error()).
 			WithHint(fmt.Sprintf("only one rw delegation per directory at a time: wait for it, or `awcp-ctl cancel %s`", busy.ID))
 	} else if err != nil {
 		return nil, err
@@ -211,12 +207,12 @@ func (d *Delegator) peer(del *lease.Delegation) *PeerClient {
 		MaxResultBytes: d.opts.MaxResultBytes}
 }
 
-func (d *Delegator) transport(del *lease.Delegation) DelegatorTransport {
+func (d *Delegator) transport(del *lease.Delegation) control.DelegatorTransport {
 	return d.opts.Transports[del.Transport]
 }
 
-func lent(del *lease.Delegation) Lent {
-	return Lent{ID: del.ID, LocalDir: del.LocalDir, AccessMode: del.AccessMode, ExpiresAt: del.ExpiresAt, Peer: del.Peer,
+func lent(del *lease.Delegation) control.Lent {
+	return control.Lent{ID: del.ID, LocalDir: del.LocalDir, AccessMode: del.AccessMode, ExpiresAt: del.ExpiresAt, Peer: del.Peer,
 		Dialect: del.Dialect}
 }
 
@@ -254,7 +250,7 @@ func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, erro
 				// have accepted after it was told: tell it again, so that
 				// its reservation goes now and not at its START deadline.
 				if cur.Failure != nil {
-					d.notifyPeer(cur, NewError(id, cur.Failure.Code, cur.Failure.Message, cur.Failure.Hint))
+					d.notifyPeer(cur, control.NewError(id, cur.Failure.Code, cur.Failure.Message, cur.Failure.Hint))
 				}
 				d.cleanup(ctx, cur)
 				return cur, nil
@@ -267,8 +263,8 @@ func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, erro
 	case lease.Invited, lease.Accepted:
 		// A previous owner died mid-handshake: whether the executor holds a
 		// slot is unknown, so release it and end here.
-		d.notifyPeer(del, NewError(id, CodeDeclined, "the delegator restarted during the handshake", ""))
-		return d.fail(ctx, id, Errorf(CodeSetupFailed, "the delegator restarted during the handshake").WithHint("delegate again"))
+		d.notifyPeer(del, control.NewError(id, control.CodeDeclined, "the delegator restarted during the handshake", ""))
+		return d.fail(ctx, id, control.Errorf(control.CodeSetupFailed, "the delegator restarted during the handshake").WithHint("delegate again"))
 	default:
 		// Started or running, and followed anew (by a restarted daemon,
 		// say): whatever the transport keeps in memory is set up again.
@@ -285,7 +281,7 @@ func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, erro
 // this process's memory, to set up again when the delegation is followed
 // anew (SSHFSDelegator's grant).
 type resumer interface {
-	Resume(ctx context.Context, d Lent)
+	Resume(ctx context.Context, d control.Lent)
 }
 
 // A delegation's event stream is opened while START is still out: a task
@@ -332,40 +328,40 @@ func (s *stream) stop() {
 // was).
 func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stream, error) {
 	id, pc := del.ID, d.peer(del)
-	inv := &Invite{
-		BaseMessage:  header(TypeInvite, id),
-		Task:         Task{Description: del.Description, Prompt: del.Prompt},
-		Lease:        InviteLease{TTLSeconds: del.TTLSeconds, AccessMode: del.AccessMode},
-		Requirements: &Requirements{Transport: del.Transport},
+	inv := &control.Invite{
+		BaseMessage:  control.Header(control.TypeInvite, id),
+		Task:         control.Task{Description: del.Description, Prompt: del.Prompt},
+		Lease:        control.InviteLease{TTLSeconds: del.TTLSeconds, AccessMode: del.AccessMode},
+		Requirements: &control.Requirements{Transport: del.Transport},
 	}
 	// In auto, the INVITE carries both dialects' members; each executor
 	// reads its own and ignores the others.
 	want := del.Dialect
-	if want != DialectHead {
-		inv.Workspace = &Workspace{ExportName: del.ExportName}
+	if want != control.DialectHead {
+		inv.Workspace = &control.Workspace{ExportName: del.ExportName}
 	}
-	if want != DialectSeed {
+	if want != control.DialectSeed {
 		ms := int64(headRetention / time.Millisecond)
 		inv.RetentionMs = &ms
-		inv.Environment = &Environment{Resources: []Resource{{Name: ResourceWorkspace, Type: "fs", Mode: del.AccessMode}}}
+		inv.Environment = &control.Environment{Resources: []control.Resource{{Name: control.ResourceWorkspace, Type: "fs", Mode: del.AccessMode}}}
 	}
 	if _, err := d.store.FireDelegation(id, lease.SendInvite, "INVITE sent", nil); err != nil {
 		return nil, err
 	}
 	acc, err := pc.Invite(ctx, inv)
-	var pe *ProtocolError
-	if errors.As(err, &pe) && pe.Code == CodeDepMissing && del.AutoTransport && del.Transport == TransportSSHFS {
+	var pe *control.ProtocolError
+	if errors.As(err, &pe) && pe.Code == control.CodeDepMissing && del.AutoTransport && del.Transport == control.TransportSSHFS {
 		// The executor cannot mount: fall back to archive, and say so.
 		note := fmt.Sprintf("transport auto: the executor cannot mount (%s); fell back to archive", pe.Message)
 		_, err = d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
-			del.Transport = TransportArchive
+			del.Transport = control.TransportArchive
 			del.Notes = append(del.Notes, note)
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
-		inv.Requirements.Transport = TransportArchive
+		inv.Requirements.Transport = control.TransportArchive
 		acc, err = pc.Invite(ctx, inv)
 	}
 	if err != nil {
@@ -373,14 +369,14 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 	}
 	// A head executor says how long it keeps the result; a seed one
 	// has no such member.
-	dialect := DialectSeed
-	if acc.RetentionMs != nil || want == DialectHead {
-		dialect = DialectHead
+	dialect := control.DialectSeed
+	if acc.RetentionMs != nil || want == control.DialectHead {
+		dialect = control.DialectHead
 	}
 	d.log.Info("executor accepted", "delegation", id, "dialect", dialect)
 	now := d.store.Now()
 	del, err = d.store.FireDelegation(id, lease.ReceiveAccept, "ACCEPT received", func(del *lease.Delegation) error {
-		if dialect == DialectHead && want != DialectHead {
+		if dialect == control.DialectHead && want != control.DialectHead {
 			del.Notes = append(del.Notes, "the executor speaks the head dialect (the reference implementation's later wire): spoke it")
 		}
 		del.Dialect = dialect
@@ -405,15 +401,15 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 
 	tr := d.transport(del)
 	if tr == nil {
-		return nil, Errorf(CodeDepMissing, "the %s transport is not available in this process", del.Transport)
+		return nil, control.Errorf(control.CodeDepMissing, "the %s transport is not available in this process", del.Transport)
 	}
 	info, err := tr.Prepare(ctx, lent(del))
 	if err != nil {
 		return nil, err
 	}
-	st := &Start{
-		BaseMessage: header(TypeStart, id),
-		Lease:       StartLease{ExpiresAt: Timestamp(del.ExpiresAt), AccessMode: del.AccessMode},
+	st := &control.Start{
+		BaseMessage: control.Header(control.TypeStart, id),
+		Lease:       control.StartLease{ExpiresAt: control.Timestamp(del.ExpiresAt), AccessMode: del.AccessMode},
 		WorkDir:     *info,
 		Dialect:     del.Dialect,
 	}
@@ -434,7 +430,7 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 // fail ends delegation id in error with err's code, tells the executor if
 // it may hold anything, and cleans up.
 func (d *Delegator) fail(ctx context.Context, id string, err error) (*lease.Delegation, error) {
-	pe := AsProtocolError(err, CodeSetupFailed)
+	pe := control.AsProtocolError(err, control.CodeSetupFailed)
 	ev := lease.ReceiveError
 	if errors.Is(err, context.Canceled) {
 		ev = lease.SendError
@@ -454,7 +450,7 @@ func (d *Delegator) fail(ctx context.Context, id string, err error) (*lease.Dele
 }
 
 // notifyPeer sends an ERROR to the executor, best effort and bounded.
-func (d *Delegator) notifyPeer(del *lease.Delegation, m *Error) {
+func (d *Delegator) notifyPeer(del *lease.Delegation, m *control.Error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := d.peer(del).SendError(ctx, m); err != nil {
@@ -473,18 +469,18 @@ func (d *Delegator) cleanup(ctx context.Context, del *lease.Delegation) {
 // Expire ends a delegation whose lease ran out: the transition first, then
 // the executor is told and this process stops following it.
 func (d *Delegator) Expire(ctx context.Context, id string) error {
-	return d.end(id, lease.Expire, Errorf(CodeExpired, "the lease expired").WithHint("delegate again with a longer --ttl"))
+	return d.end(id, lease.Expire, control.Errorf(control.CodeExpired, "the lease expired").WithHint("delegate again with a longer --ttl"))
 }
 
 // Cancel ends a delegation on the user's request.
 func (d *Delegator) Cancel(ctx context.Context, id string) (*lease.Delegation, error) {
-	if err := d.end(id, lease.Cancel, Errorf(CodeCancelled, "cancelled by the delegator")); err != nil {
+	if err := d.end(id, lease.Cancel, control.Errorf(control.CodeCancelled, "cancelled by the delegator")); err != nil {
 		return nil, err
 	}
 	return d.store.Delegation(id)
 }
 
-func (d *Delegator) end(id string, ev lease.Event, pe *ProtocolError) error {
+func (d *Delegator) end(id string, ev lease.Event, pe *control.ProtocolError) error {
 	del, err := d.store.FireDelegation(id, ev, pe.Code+": "+pe.Message, func(del *lease.Delegation) error {
 		del.Failure = &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint}
 		return nil
@@ -567,7 +563,7 @@ func (d *Delegator) Permit(ctx context.Context, id, requestID, optionID string) 
 		return err
 	}
 	if del.State.Terminal() {
-		return Errorf(CodeDeclined, "delegation %s already ended (%s)", id, del.State)
+		return control.Errorf(control.CodeDeclined, "delegation %s already ended (%s)", id, del.State)
 	}
 	return d.peer(del).Permit(ctx, id, requestID, optionID)
 }

@@ -1,4 +1,4 @@
-package control
+package delegator
 
 import (
 	"bytes"
@@ -12,6 +12,9 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/internal/httpserve"
 )
 
 // The delegator daemon's local API, for the CLI: HTTP over a unix socket in
@@ -37,18 +40,18 @@ func (s *LocalServer) Serve(ctx context.Context, path string) error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "pid": os.Getpid()})
+		httpserve.WriteJSON(w, http.StatusOK, map[string]any{"ok": true, "pid": os.Getpid()})
 	})
 	mux.HandleFunc("POST /v1/delegations", func(w http.ResponseWriter, r *http.Request) { s.create(ctx, w, r) })
 	mux.HandleFunc("POST /v1/delegations/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
 		del, err := s.Delegator.Cancel(r.Context(), r.PathValue("id"))
 		if err != nil {
-			writeJSON(w, http.StatusConflict, localError(err))
+			httpserve.WriteJSON(w, http.StatusConflict, localError(err))
 			return
 		}
-		writeJSON(w, http.StatusOK, del)
+		httpserve.WriteJSON(w, http.StatusOK, del)
 	})
-	srv := NewHTTPServer(mux)
+	srv := httpserve.NewServer(mux)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -78,24 +81,24 @@ func (s *LocalServer) Adopt(ctx context.Context, id string) {
 
 func (s *LocalServer) create(ctx context.Context, w http.ResponseWriter, r *http.Request) {
 	var req ExportRequest
-	body := limitBody(w, r, maxMessageBytes)
+	body := httpserve.LimitBody(w, r, control.MaxMessageBytes, httpserve.DefaultBodyGrace)
 	err := json.NewDecoder(body).Decode(&req)
-	body.finished(w, err)
+	body.Finished(w, err)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, localError(Errorf(CodeWorkspaceInvalid, "bad request: %v", err)))
+		httpserve.WriteJSON(w, http.StatusBadRequest, localError(control.Errorf(control.CodeWorkspaceInvalid, "bad request: %v", err)))
 		return
 	}
 	del, err := s.Delegator.Create(req)
 	if err != nil {
-		writeJSON(w, http.StatusUnprocessableEntity, localError(err))
+		httpserve.WriteJSON(w, http.StatusUnprocessableEntity, localError(err))
 		return
 	}
 	s.Adopt(ctx, del.ID)
-	writeJSON(w, http.StatusOK, map[string]string{"delegationId": del.ID})
+	httpserve.WriteJSON(w, http.StatusOK, map[string]string{"delegationId": del.ID})
 }
 
-func localError(err error) *Error {
-	return AsProtocolError(err, CodeDeclined).ToMessage("")
+func localError(err error) *control.Error {
+	return control.AsProtocolError(err, control.CodeDeclined).ToMessage("")
 }
 
 // LocalClient talks to a daemon's local API.
@@ -127,9 +130,9 @@ func (c *LocalClient) post(path string, body, out any) error {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		var m Error
+		var m control.Error
 		if json.Unmarshal(raw, &m) == nil && m.Code != "" {
-			return &ProtocolError{Code: m.Code, Message: m.Message, Hint: m.Hint}
+			return &control.ProtocolError{Code: m.Code, Message: m.Message, Hint: m.Hint}
 		}
 		return fmt.Errorf("daemon answered HTTP %d", resp.StatusCode)
 	}

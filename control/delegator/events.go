@@ -1,4 +1,4 @@
-package control
+package delegator
 
 import (
 	"context"
@@ -7,15 +7,14 @@ import (
 	"os"
 	"time"
 
+	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/lease"
 )
 
 // heldSnapshot is a snapshot event's ZIP, kept until done names it.
 type heldSnapshot struct {
-	id          string // the executor's snapshotId
-	file        string
-	sum         string // the file's SHA-256 (hex)
-	bad         error  // not base64
+	id string // the executor's snapshotId
+	control.Spooled
 	checksum    string // resultChecksum, if the executor sent one
 	recommended bool
 }
@@ -34,7 +33,7 @@ func (d *Delegator) follow(ctx context.Context, id string, started <-chan struct
 			return
 		}
 		last = max(last, del.LastEventID)
-		err = d.peer(del).Events(ctx, id, last, func(seq uint64, ev *Event) error {
+		err = d.peer(del).Events(ctx, id, last, func(seq uint64, ev *control.Event) error {
 			backoff = 100 * time.Millisecond
 			if seq != 0 && seq <= last {
 				return nil // seen before a reconnect
@@ -45,13 +44,13 @@ func (d *Delegator) follow(ctx context.Context, id string, started <-chan struct
 		if ctx.Err() != nil {
 			return
 		}
-		var pe *ProtocolError
+		var pe *control.ProtocolError
 		var away *unreachableError
 		switch {
 		case !answered(started) && (errors.As(err, new(*streamRefused)) || errors.As(err, &away)):
 			// START is out: the executor may not know the task yet.
 			backoff = 100 * time.Millisecond
-		case errors.As(err, &pe) && pe.Code != CodeDeclined:
+		case errors.As(err, &pe) && pe.Code != control.CodeDeclined:
 			d.fail(ctx, id, pe)
 			return
 		case errors.As(err, &away):
@@ -60,12 +59,12 @@ func (d *Delegator) follow(ctx context.Context, id string, started <-chan struct
 				d.log.Warn("executor unreachable; retrying", "delegation", id, "err", away.err)
 			}
 			if time.Since(awaySince) >= d.opts.ReconnectBound {
-				d.fail(ctx, id, Errorf(CodeTaskFailed, "the executor has been unreachable since %s (%v)",
+				d.fail(ctx, id, control.Errorf(control.CodeTaskFailed, "the executor has been unreachable since %s (%v)",
 					awaySince.UTC().Format(time.RFC3339), away.err).
 					WithHint("check that awcp-fs still runs on the executor; the delegation's access is closed"))
 				return
 			}
-		case err != nil && !errors.Is(err, errStreamEnded):
+		case err != nil && !errors.Is(err, control.ErrStreamEnded):
 			awaySince = time.Time{}
 			d.log.Debug("event stream broke off; reconnecting", "delegation", id, "err", err)
 		default:
@@ -96,11 +95,11 @@ func answered(started <-chan struct{}) bool {
 // handleEvent applies one new event. Its id is stored in the same
 // transaction as the transition it causes, so a restarted delegator never
 // applies an event twice.
-func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *Event) error {
+func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *control.Event) error {
 	if d.opts.Progress != nil {
 		d.opts.Progress(id, ev)
 	}
-	if ev.Type == EventStatus && ev.Status == StatusProgress {
+	if ev.Type == control.EventStatus && ev.Status == control.StatusProgress {
 		return nil // nothing to record
 	}
 	seen := func(del *lease.Delegation) error { del.LastEventID = seq; return nil }
@@ -112,20 +111,20 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 		return nil
 	}
 	switch ev.Type {
-	case EventStatus:
+	case control.EventStatus:
 		if del.State == lease.Started {
 			_, err = d.store.FireDelegation(id, lease.SetupComplete, "executor running", seen)
 		} else {
 			_, err = d.store.UpdateDelegation(id, seen)
 		}
-	case EventSnapshot:
+	case control.EventSnapshot:
 		d.holdSnapshot(id, ev)
 		_, err = d.store.UpdateDelegation(id, seen)
-	case EventDone:
+	case control.EventDone:
 		if del.State.Terminal() {
 			return nil
 		}
-		if del.Dialect == DialectHead && ev.ResultFile == "" {
+		if del.Dialect == control.DialectHead && ev.ResultFile == "" {
 			release := d.headResult(ctx, del, ev)
 			defer release()
 		}
@@ -147,9 +146,9 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 		rep, ferr := tr.Finish(ctx, lent(del), ev)
 		if ferr != nil {
 			d.log.Error("apply result", "delegation", id, "err", ferr)
-			failure := &lease.Failure{Code: CodeTaskFailed, Message: "the result could not be applied: " + ferr.Error(),
+			failure := &lease.Failure{Code: control.CodeTaskFailed, Message: "the result could not be applied: " + ferr.Error(),
 				Hint: "nothing was lost: the executor's result is kept in the file named above"}
-			var pe *ProtocolError
+			var pe *control.ProtocolError
 			if errors.As(ferr, &pe) { // a refusal that says its own why
 				failure = &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint}
 			}
@@ -178,18 +177,18 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 				return nil
 			})
 		}
-	case EventPermission:
+	case control.EventPermission:
 		_, err = d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
 			del.LastEventID = seq
 			recordPermission(del, ev, d.store.Now())
 			return nil
 		})
-	case EventError:
+	case control.EventError:
 		lev := lease.ReceiveError
 		switch {
-		case ev.Code == CodeCancelled:
+		case ev.Code == control.CodeCancelled:
 			lev = lease.Cancel
-		case ev.Code == CodeExpired && lease.CanFire(del.State, lease.Expire):
+		case ev.Code == control.CodeExpired && lease.CanFire(del.State, lease.Expire):
 			lev = lease.Expire
 		}
 		_, err = d.store.FireDelegation(id, lev, ev.Code+": "+ev.Message, func(del *lease.Delegation) error {
@@ -205,7 +204,7 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 	if ev.Terminal() {
 		if cur, gerr := d.store.Delegation(id); gerr == nil {
 			d.cleanup(ctx, cur)
-			if cur.Dialect == DialectHead && cur.State.Terminal() {
+			if cur.Dialect == control.DialectHead && cur.State.Terminal() {
 				d.ack(cur)
 			}
 		}
@@ -220,7 +219,7 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 // the last is not — so that an executor sending snapshot after snapshot
 // holds no more of this machine's disk than one result (MaxResultBytes);
 // a result done names and that is not kept is fetched with GET /result.
-func (d *Delegator) holdSnapshot(id string, ev *Event) {
+func (d *Delegator) holdSnapshot(id string, ev *control.Event) {
 	if ev.ResultFile == "" {
 		return
 	}
@@ -231,7 +230,7 @@ func (d *Delegator) holdSnapshot(id string, ev *Event) {
 		d.log.Warn("keep a snapshot", "delegation", id, "err", err)
 		return
 	}
-	h := heldSnapshot{id: ev.SnapshotID, file: name, sum: ev.resultSum, bad: ev.resultErr,
+	h := heldSnapshot{id: ev.SnapshotID, Spooled: control.Spooled{File: name, Sum: ev.ResultSum, Bad: ev.ResultErr},
 		checksum: ev.ResultChecksum, recommended: ev.Recommended != nil && *ev.Recommended}
 	d.mu.Lock()
 	old, had := d.snapshots[id]
@@ -241,7 +240,7 @@ func (d *Delegator) holdSnapshot(id string, ev *Event) {
 	d.snapshots[id] = h
 	d.mu.Unlock()
 	if had {
-		os.Remove(old.file)
+		os.Remove(old.File)
 	}
 }
 
@@ -252,7 +251,7 @@ func (d *Delegator) dropSnapshots(id string) {
 	delete(d.snapshots, id)
 	d.mu.Unlock()
 	if had {
-		os.Remove(h.file)
+		os.Remove(h.File)
 	}
 }
 
@@ -261,7 +260,7 @@ func (d *Delegator) dropSnapshots(id string) {
 // one) as it came in its event, if it is the one held, else — the stream that carried it was
 // lost, and a head executor replays only done — as GET /result gives it.
 // release removes what was fetched.
-func (d *Delegator) headResult(ctx context.Context, del *lease.Delegation, ev *Event) (release func()) {
+func (d *Delegator) headResult(ctx context.Context, del *lease.Delegation, ev *control.Event) (release func()) {
 	want := ev.RecommendedSnapshotID
 	if want == "" && len(ev.SnapshotIDs) > 0 {
 		want = ev.SnapshotIDs[len(ev.SnapshotIDs)-1]
@@ -270,10 +269,10 @@ func (d *Delegator) headResult(ctx context.Context, del *lease.Delegation, ev *E
 	h, held := d.snapshots[del.ID]
 	d.mu.Unlock()
 	if held && (want == "" || h.id == want) {
-		ev.ResultFile, ev.resultSum, ev.resultErr, ev.ResultChecksum = h.file, h.sum, h.bad, h.checksum
+		ev.ResultFile, ev.ResultSum, ev.ResultErr, ev.ResultChecksum = h.File, h.Sum, h.Bad, h.checksum
 		return func() {}
 	}
-	if del.Transport != TransportArchive || del.AccessMode != AccessRW {
+	if del.Transport != control.TransportArchive || del.AccessMode != control.AccessRW {
 		return func() {}
 	}
 	res, err := d.peer(del).Result(ctx, del.ID)
@@ -285,7 +284,7 @@ func (d *Delegator) headResult(ctx context.Context, del *lease.Delegation, ev *E
 		return func() {}
 	}
 	d.log.Info("result fetched with GET /result: its snapshot event was not received", "delegation", del.ID)
-	ev.ResultFile, ev.resultSum, ev.resultErr, ev.ResultChecksum = res.ResultFile, res.resultSum, res.resultErr, res.ResultChecksum
+	ev.ResultFile, ev.ResultSum, ev.ResultErr, ev.ResultChecksum = res.ResultFile, res.ResultSum, res.ResultErr, res.ResultChecksum
 	return func() { os.Remove(res.ResultFile) }
 }
 
@@ -301,7 +300,7 @@ func (d *Delegator) ack(del *lease.Delegation) {
 
 // recordPermission keeps a permission event in the delegation's record: a
 // new request, or the decision on one already known.
-func recordPermission(del *lease.Delegation, ev *Event, now time.Time) {
+func recordPermission(del *lease.Delegation, ev *control.Event, now time.Time) {
 	p := lease.Permission{RequestID: ev.RequestID, Title: ev.Message, Options: ev.Options, Outcome: ev.Outcome,
 		OptionID: ev.OptionID, DecidedBy: ev.DecidedBy, At: now}
 	for i := range del.Permissions {

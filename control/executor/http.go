@@ -1,4 +1,4 @@
-package control
+package executor
 
 import (
 	"bufio"
@@ -15,11 +15,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/internal/httpserve"
 	"github.com/awcp/awcp/lease"
 )
-
-// ExtensionURI names AWCP in an agent card (spec §8.3).
-const ExtensionURI = "https://awcp-protocol.org/v1"
 
 // Handler serves the executor's endpoints of spec §7.4 and the agent card.
 // Every answer, failures included, is JSON (or an SSE stream).
@@ -35,7 +34,7 @@ func (e *Executor) Handler() http.Handler {
 	mux.HandleFunc("/.well-known/agent-card.json", e.method(http.MethodGet, e.handleCard))
 	mux.HandleFunc("/.well-known/agent.json", e.method(http.MethodGet, e.handleCard))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, NewError("", CodeDeclined, "no such endpoint: "+r.URL.Path, "see spec §7.4"))
+		writeError(w, http.StatusNotFound, control.NewError("", control.CodeDeclined, "no such endpoint: "+r.URL.Path, "see spec §7.4"))
 	})
 	return e.recoverPanics(mux)
 }
@@ -50,7 +49,7 @@ func (e *Executor) recoverPanics(h http.Handler) http.Handler {
 					panic(v)
 				}
 				e.log.Error("handler panic", "path", r.URL.Path, "panic", fmt.Sprint(v))
-				writeError(w, http.StatusInternalServerError, NewError("", CodeDeclined, "internal error", ""))
+				writeError(w, http.StatusInternalServerError, control.NewError("", control.CodeDeclined, "internal error", ""))
 			}
 		}()
 		h.ServeHTTP(w, r)
@@ -61,37 +60,31 @@ func (e *Executor) method(m string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != m {
 			w.Header().Set("Allow", m)
-			writeError(w, http.StatusMethodNotAllowed, NewError("", CodeDeclined, r.Method+" is not allowed on "+r.URL.Path, "use "+m))
+			writeError(w, http.StatusMethodNotAllowed, control.NewError("", control.CodeDeclined, r.Method+" is not allowed on "+r.URL.Path, "use "+m))
 			return
 		}
 		h(w, r)
 	}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	enc.Encode(v)
+func writeError(w http.ResponseWriter, status int, m *control.Error) {
+	httpserve.WriteJSON(w, status, m)
 }
-
-func writeError(w http.ResponseWriter, status int, m *Error) { writeJSON(w, status, m) }
 
 // statusOf maps an error code to the HTTP status of its answer.
 func statusOf(code string) int {
 	switch code {
-	case CodeAuthFailed:
+	case control.CodeAuthFailed:
 		return http.StatusUnauthorized
-	case CodeWorkdirDenied:
+	case control.CodeWorkdirDenied:
 		return http.StatusForbidden
-	case CodeStartExpired, CodeExpired:
+	case control.CodeStartExpired, control.CodeExpired:
 		return http.StatusGone
-	case CodeWorkspaceTooLarge:
+	case control.CodeWorkspaceTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case CodeDeclined, CodeDepMissing:
+	case control.CodeDeclined, control.CodeDepMissing:
 		return http.StatusServiceUnavailable
-	case CodeSetupFailed:
+	case control.CodeSetupFailed:
 		return http.StatusUnprocessableEntity
 	}
 	return http.StatusConflict
@@ -106,9 +99,13 @@ func (e *Executor) authorized(w http.ResponseWriter, r *http.Request, id string)
 	if ok && e.validToken(tok) {
 		return true
 	}
-	writeError(w, http.StatusUnauthorized, NewError(id, CodeAuthFailed, "missing or invalid bearer token", "send the executor's token"))
+	writeError(w, http.StatusUnauthorized, control.NewError(id, control.CodeAuthFailed, "missing or invalid bearer token", "send the executor's token"))
 	return false
 }
+
+// bodyGrace is the time a message's body has for each MiB
+// (httpserve.LimitBody). A variable for the tests.
+var bodyGrace = httpserve.DefaultBodyGrace
 
 // errNoToken is a workspace sent by a client without a valid token.
 var errNoToken = errors.New("workspace without a token")
@@ -118,88 +115,88 @@ func constantTimeEqual(a, b string) bool {
 }
 
 func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
-	// Nothing past maxMessageBytes is read from a client that has not
+	// Nothing past MaxMessageBytes is read from a client that has not
 	// shown a token: only an INVITE, which carries its token in the body,
 	// can pass without one, and it is small. A wrong bearer token is
 	// refused before the body is read at all.
 	bearer, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	trusted := len(e.opts.Tokens) == 0 || (hasBearer && e.validToken(bearer))
 	if len(e.opts.Tokens) > 0 && hasBearer && !trusted {
-		writeError(w, http.StatusUnauthorized, NewError("", CodeAuthFailed, "missing or invalid bearer token", "send the executor's token"))
+		writeError(w, http.StatusUnauthorized, control.NewError("", control.CodeAuthFailed, "missing or invalid bearer token", "send the executor's token"))
 		return
 	}
-	limit := int64(maxMessageBytes)
+	limit := int64(control.MaxMessageBytes)
 	if trusted {
 		limit = e.opts.MaxBodyBytes
 	}
 	// A START's workspace goes to a file as it is read (see jsondivert.go).
-	paced := limitBody(w, r, limit)
+	paced := httpserve.LimitBody(w, r, limit, bodyGrace)
 	br := bufio.NewReaderSize(paced, 64<<10)
-	var spool *spoolFile
-	defer func() { spool.discard() }()
-	body, err := divert(br, [][]string{{"workDir", "transportHandle"}, {"workspaceBase64"}}, maxMessageBytes, func() (io.Writer, error) {
+	var spool *control.SpoolFile
+	defer func() { spool.Discard() }()
+	body, err := control.Divert(br, [][]string{{"workDir", "transportHandle"}, {"workspaceBase64"}}, control.MaxMessageBytes, func() (io.Writer, error) {
 		if !trusted {
 			return nil, errNoToken
 		}
 		var err error
-		spool, err = newSpoolFile(e.incomingDir(), 0) // the body is bounded (MaxBodyBytes)
+		spool, err = control.NewSpoolFile(e.incomingDir(), 0) // the body is bounded (MaxBodyBytes)
 		return spool, err
 	})
-	paced.finished(w, err)
-	var syntax *jsonSyntaxError
+	paced.Finished(w, err)
+	var syntax *control.JSONSyntaxError
 	switch {
 	case errors.Is(err, errNoToken):
-		writeError(w, http.StatusUnauthorized, NewError("", CodeAuthFailed, "a workspace was sent without a valid bearer token",
+		writeError(w, http.StatusUnauthorized, control.NewError("", control.CodeAuthFailed, "a workspace was sent without a valid bearer token",
 			"send the executor's token"))
 		return
-	case errors.Is(err, errRestTooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, NewError("", CodeDeclined,
-			fmt.Sprintf("message larger than the limit of %d bytes (apart from workDir.workspaceBase64)", maxMessageBytes),
+	case errors.Is(err, control.ErrRestTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, control.NewError("", control.CodeDeclined,
+			fmt.Sprintf("message larger than the limit of %d bytes (apart from workDir.workspaceBase64)", control.MaxMessageBytes),
 			"AWCP messages are small; only a START's archive may be large"))
 		return
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		writeError(w, http.StatusRequestTimeout, NewError("", CodeDeclined, "the message arrived too slowly", ""))
+		writeError(w, http.StatusRequestTimeout, control.NewError("", control.CodeDeclined, "the message arrived too slowly", ""))
 		return
 	case errors.As(err, new(*http.MaxBytesError)) && !trusted:
-		writeError(w, http.StatusUnauthorized, NewError("", CodeAuthFailed,
-			fmt.Sprintf("message larger than %d bytes without a bearer token", maxMessageBytes), "send the executor's token"))
+		writeError(w, http.StatusUnauthorized, control.NewError("", control.CodeAuthFailed,
+			fmt.Sprintf("message larger than %d bytes without a bearer token", control.MaxMessageBytes), "send the executor's token"))
 		return
 	case errors.As(err, new(*http.MaxBytesError)):
-		writeError(w, http.StatusRequestEntityTooLarge, NewError("", CodeWorkspaceTooLarge,
+		writeError(w, http.StatusRequestEntityTooLarge, control.NewError("", control.CodeWorkspaceTooLarge,
 			fmt.Sprintf("message larger than this executor's limit of %d bytes", e.opts.MaxBodyBytes),
 			"Consider selecting a smaller subdirectory or excluding large files"))
 		return
 	case errors.As(err, &syntax):
-		writeError(w, http.StatusBadRequest, NewError("", CodeDeclined, "invalid message: field body not a JSON object: "+syntax.Error(),
+		writeError(w, http.StatusBadRequest, control.NewError("", control.CodeDeclined, "invalid message: field body not a JSON object: "+syntax.Error(),
 			"send an AWCP v1 message (spec §4)"))
 		return
 	case err != nil:
 		e.log.Warn("read a message", "err", err)
-		writeError(w, http.StatusBadRequest, NewError("", CodeDeclined, "cannot read the request body", ""))
+		writeError(w, http.StatusBadRequest, control.NewError("", control.CodeDeclined, "cannot read the request body", ""))
 		return
 	}
-	var workspace *spooled
+	var workspace *control.Spooled
 	if spool != nil {
-		got, err := spool.finish()
+		got, err := spool.Finish()
 		if err != nil {
 			e.log.Warn("receive a workspace", "err", err)
-			writeError(w, http.StatusServiceUnavailable, NewError("", CodeDeclined, "the executor cannot store the workspace", ""))
+			writeError(w, http.StatusServiceUnavailable, control.NewError("", control.CodeDeclined, "the executor cannot store the workspace", ""))
 			return
 		}
 		workspace = &got
 	}
-	msg, err := decodeMessage(body, workspace)
+	msg, err := control.DecodeMessageSpooled(body, workspace)
 	if err != nil {
-		var fe *FieldError
+		var fe *control.FieldError
 		text := err.Error()
 		if errors.As(err, &fe) {
 			text = "invalid message: field " + fe.Field + " " + fe.Reason
 		}
-		writeError(w, http.StatusBadRequest, NewError(idOf(body), CodeDeclined, text, "send an AWCP v1 message (spec §4)"))
+		writeError(w, http.StatusBadRequest, control.NewError(idOf(body), control.CodeDeclined, text, "send an AWCP v1 message (spec §4)"))
 		return
 	}
 	switch m := msg.(type) {
-	case *Invite:
+	case *control.Invite:
 		acc, pe := e.admit(m, r.RemoteAddr)
 		if pe != nil {
 			e.log.Info("INVITE refused", "delegation", m.DelegationID, "code", pe.Code, "reason", pe.Message)
@@ -208,8 +205,8 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 		}
 		e.log.Info("INVITE accepted", "delegation", m.DelegationID, "peer", r.RemoteAddr,
 			"access", acc.ExecutorConstraints.AcceptedAccessMode)
-		writeJSON(w, http.StatusOK, acc)
-	case *Start:
+		httpserve.WriteJSON(w, http.StatusOK, acc)
+	case *control.Start:
 		if !e.authorized(w, r, m.DelegationID) {
 			return
 		}
@@ -218,33 +215,33 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 			writeError(w, statusOf(pe.Code), pe.ToMessage(m.DelegationID))
 			return
 		}
-		writeJSON(w, http.StatusOK, StartResponse{OK: true})
-	case *Error:
+		httpserve.WriteJSON(w, http.StatusOK, control.StartResponse{OK: true})
+	case *control.Error:
 		if !e.authorized(w, r, m.DelegationID) {
 			return
 		}
 		ev := lease.ReceiveError
 		switch m.Code {
-		case CodeCancelled:
+		case control.CodeCancelled:
 			ev = lease.Cancel
-		case CodeExpired:
+		case control.CodeExpired:
 			ev = lease.Expire
 		}
-		pe := &ProtocolError{Code: m.Code, Message: "the delegator reported: " + m.Message, Hint: m.Hint}
+		pe := &control.ProtocolError{Code: m.Code, Message: "the delegator reported: " + m.Message, Hint: m.Hint}
 		if err := e.endKnown(r, m.DelegationID, ev, pe); err != nil {
-			writeError(w, http.StatusNotFound, NewError(m.DelegationID, CodeDeclined, err.Error(), ""))
+			writeError(w, http.StatusNotFound, control.NewError(m.DelegationID, control.CodeDeclined, err.Error(), ""))
 			return
 		}
-		writeJSON(w, http.StatusOK, StartResponse{OK: true})
+		httpserve.WriteJSON(w, http.StatusOK, control.StartResponse{OK: true})
 	default:
 		// ACCEPT goes from executor to delegator, never the other way.
-		writeError(w, http.StatusBadRequest, NewError("", CodeDeclined, "an executor does not take ACCEPT messages", ""))
+		writeError(w, http.StatusBadRequest, control.NewError("", control.CodeDeclined, "an executor does not take ACCEPT messages", ""))
 	}
 }
 
 // endKnown ends a delegation the executor knows, answering an EXPIRE that
 // the state does not allow (setup under way) as an error.
-func (e *Executor) endKnown(r *http.Request, id string, ev lease.Event, pe *ProtocolError) error {
+func (e *Executor) endKnown(r *http.Request, id string, ev lease.Event, pe *control.ProtocolError) error {
 	a, err := e.store.Assignment(id)
 	if err != nil {
 		return fmt.Errorf("unknown delegation %s", id)
@@ -258,8 +255,8 @@ func (e *Executor) endKnown(r *http.Request, id string, ev lease.Event, pe *Prot
 // idOf digs the delegation id out of a message that did not decode, for
 // the ERROR's header; only a valid id is echoed.
 func idOf(body []byte) string {
-	var b BaseMessage
-	if json.Unmarshal(body, &b) == nil && ValidDelegationID(b.DelegationID) {
+	var b control.BaseMessage
+	if json.Unmarshal(body, &b) == nil && control.ValidDelegationID(b.DelegationID) {
 		return b.DelegationID
 	}
 	return ""
@@ -267,8 +264,8 @@ func idOf(body []byte) string {
 
 func (e *Executor) pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
-	if !ValidDelegationID(id) {
-		writeError(w, http.StatusBadRequest, NewError("", CodeDeclined, "invalid delegation id in path", ""))
+	if !control.ValidDelegationID(id) {
+		writeError(w, http.StatusBadRequest, control.NewError("", control.CodeDeclined, "invalid delegation id in path", ""))
 		return "", false
 	}
 	if !e.authorized(w, r, id) {
@@ -282,12 +279,12 @@ func (e *Executor) handleCancel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	err := e.endKnown(r, id, lease.Cancel, Errorf(CodeCancelled, "the delegation was cancelled"))
+	err := e.endKnown(r, id, lease.Cancel, control.Errorf(control.CodeCancelled, "the delegation was cancelled"))
 	if err != nil {
-		writeError(w, http.StatusNotFound, NewError(id, CodeDeclined, err.Error(), ""))
+		writeError(w, http.StatusNotFound, control.NewError(id, control.CodeDeclined, err.Error(), ""))
 		return
 	}
-	writeJSON(w, http.StatusOK, StartResponse{OK: true})
+	httpserve.WriteJSON(w, http.StatusOK, control.StartResponse{OK: true})
 }
 
 // handleEvents streams a delegation's events as SSE: everything after
@@ -299,7 +296,7 @@ func (e *Executor) handleEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, err := e.store.Assignment(id); err != nil {
-		writeError(w, http.StatusNotFound, NewError(id, CodeDeclined, "unknown delegation (or its events are past retention)", ""))
+		writeError(w, http.StatusNotFound, control.NewError(id, control.CodeDeclined, "unknown delegation (or its events are past retention)", ""))
 		return
 	}
 	last := parseLastEventID(r.Header.Get("Last-Event-ID"))
@@ -331,16 +328,16 @@ func (e *Executor) handleEvents(w http.ResponseWriter, r *http.Request) {
 			// resultBase64, or the head dialect's snapshot.
 			carrier := ""
 			switch {
-			case head.Type == EventSnapshot:
+			case head.Type == control.EventSnapshot:
 				carrier = "snapshotBase64"
-			case head.Type == EventDone && head.RecommendedSnapshotID == "":
+			case head.Type == control.EventDone && head.RecommendedSnapshotID == "":
 				carrier = "resultBase64"
 			}
 			if err := e.writeEvent(w, id, ev, carrier); err != nil {
 				return
 			}
 			last = ev.Seq
-			if head.Type == EventDone || head.Type == EventError {
+			if head.Type == control.EventDone || head.Type == control.EventError {
 				rc.Flush()
 				return
 			}
@@ -383,45 +380,10 @@ func (e *Executor) writeEvent(w io.Writer, id string, ev lease.StoredEvent, carr
 		strings.NewReader(fmt.Sprintf("id: %d\ndata: ", ev.Seq)),
 		bytes.NewReader(data[:len(data)-1]),
 		strings.NewReader(`,"`+carrier+`":"`),
-		newBase64Reader(f),
+		control.NewBase64Reader(f),
 		strings.NewReader("\"}\n\n")))
 	return err
 }
-
-// TaskResult is the body of GET /awcp/tasks/{id}/result, which the head
-// dialect added: how a delegator that lost the stream (a head executor
-// replays only done) gets the outcome and the result again.
-type TaskResult struct {
-	Status      string   `json:"status"` // running, completed, error or not_found
-	CompletedAt string   `json:"completedAt,omitempty"`
-	Summary     string   `json:"summary,omitempty"`
-	Highlights  []string `json:"highlights,omitempty"`
-	// SnapshotBase64 is the result ZIP; like an event's, our delegator's
-	// reader decodes it into ResultFile as it reads.
-	SnapshotBase64 string       `json:"snapshotBase64,omitempty"`
-	Error          *TaskFailure `json:"error,omitempty"`
-	// ResultChecksum is the result's SHA-256 (hex), as in our done event.
-	ResultChecksum string `json:"resultChecksum,omitempty"`
-
-	ResultFile string `json:"-"`
-	resultSum  string
-	resultErr  error
-}
-
-// TaskFailure is how a task that ended badly ended.
-type TaskFailure struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Hint    string `json:"hint,omitempty"`
-}
-
-// Result states of a TaskResult.
-const (
-	ResultRunning   = "running"
-	ResultCompleted = "completed"
-	ResultError     = "error"
-	ResultNotFound  = "not_found"
-)
 
 func (e *Executor) handleResult(w http.ResponseWriter, r *http.Request) {
 	id, ok := e.pathID(w, r)
@@ -430,36 +392,36 @@ func (e *Executor) handleResult(w http.ResponseWriter, r *http.Request) {
 	}
 	a, err := e.store.Assignment(id)
 	if err != nil {
-		writeJSON(w, http.StatusNotFound, TaskResult{Status: ResultNotFound})
+		httpserve.WriteJSON(w, http.StatusNotFound, control.TaskResult{Status: control.ResultNotFound})
 		return
 	}
 	if !a.State.Terminal() {
-		writeJSON(w, http.StatusOK, TaskResult{Status: ResultRunning})
+		httpserve.WriteJSON(w, http.StatusOK, control.TaskResult{Status: control.ResultRunning})
 		return
 	}
-	res := TaskResult{Status: ResultError, CompletedAt: Timestamp(a.EndedAt)}
+	res := control.TaskResult{Status: control.ResultError, CompletedAt: control.Timestamp(a.EndedAt)}
 	if a.State != lease.Completed {
-		res.Error = &TaskFailure{Code: CodeTaskFailed, Message: "the task failed"}
+		res.Error = &control.TaskFailure{Code: control.CodeTaskFailed, Message: "the task failed"}
 		if f := a.Failure; f != nil {
-			res.Error = &TaskFailure{Code: f.Code, Message: f.Message, Hint: f.Hint}
+			res.Error = &control.TaskFailure{Code: f.Code, Message: f.Message, Hint: f.Hint}
 		}
-		writeJSON(w, http.StatusOK, res)
+		httpserve.WriteJSON(w, http.StatusOK, res)
 		return
 	}
-	res.Status = ResultCompleted
+	res.Status = control.ResultCompleted
 	// A completed task's stream ends with done, after its snapshot (head)
 	// if it has one: what the answer needs is in the last two events.
 	evs, err := e.store.LastEvents(id, 2)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, NewError(id, CodeDeclined, "cannot read the store", ""))
+		writeError(w, http.StatusInternalServerError, control.NewError(id, control.CodeDeclined, "cannot read the store", ""))
 		return
 	}
 	for _, stored := range evs {
-		var ev Event
+		var ev control.Event
 		if json.Unmarshal(stored.Data, &ev) != nil {
 			continue
 		}
-		if ev.Type == EventDone {
+		if ev.Type == control.EventDone {
 			res.Summary, res.Highlights = ev.Summary, ev.Highlights
 		}
 		if ev.ResultChecksum != "" {
@@ -468,19 +430,19 @@ func (e *Executor) handleResult(w http.ResponseWriter, r *http.Request) {
 	}
 	f, err := os.Open(e.resultFile(id))
 	if err != nil {
-		writeJSON(w, http.StatusOK, res)
+		httpserve.WriteJSON(w, http.StatusOK, res)
 		return
 	}
 	defer f.Close()
-	data, err := Marshal(res)
+	data, err := control.Marshal(res)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, NewError(id, CodeDeclined, "cannot encode the result", ""))
+		writeError(w, http.StatusInternalServerError, control.NewError(id, control.CodeDeclined, "cannot encode the result", ""))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	io.Copy(w, io.MultiReader(bytes.NewReader(data[:len(data)-1]),
-		strings.NewReader(`,"snapshotBase64":"`), newBase64Reader(f), strings.NewReader(`"}`)))
+		strings.NewReader(`,"snapshotBase64":"`), control.NewBase64Reader(f), strings.NewReader(`"}`)))
 }
 
 // handleAck is the head dialect's "the result is in": the executor need
@@ -497,30 +459,7 @@ func (e *Executor) handleAck(w http.ResponseWriter, r *http.Request) {
 			e.log.Info("result acknowledged; events and result dropped", "delegation", id)
 		}
 	}
-	writeJSON(w, http.StatusOK, StartResponse{OK: true})
-}
-
-// StatusReport is the body of GET /awcp/status.
-type StatusReport struct {
-	OK            bool             `json:"ok"`
-	Name          string           `json:"name"`
-	Version       string           `json:"version"`
-	Active        int              `json:"active"`
-	MaxConcurrent int              `json:"maxConcurrent"`
-	Transports    []string         `json:"transports"`
-	Delegations   []StatusLeaseRow `json:"delegations"`
-	// Goroutines is the daemon's goroutine count: leak checks compare it
-	// before and after a load.
-	Goroutines int `json:"goroutines"`
-}
-
-// StatusLeaseRow is one delegation in a status report.
-type StatusLeaseRow struct {
-	DelegationID string `json:"delegationId"`
-	State        string `json:"state"`
-	Transport    string `json:"transport"`
-	AccessMode   string `json:"accessMode"`
-	ExpiresAt    string `json:"expiresAt,omitempty"`
+	httpserve.WriteJSON(w, http.StatusOK, control.StartResponse{OK: true})
 }
 
 func (e *Executor) handleStatus(w http.ResponseWriter, r *http.Request) {
@@ -529,55 +468,27 @@ func (e *Executor) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	as, err := e.store.Assignments()
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, NewError("", CodeDeclined, "cannot read the store", ""))
+		writeError(w, http.StatusInternalServerError, control.NewError("", control.CodeDeclined, "cannot read the store", ""))
 		return
 	}
-	rep := StatusReport{OK: true, Name: e.opts.Name, Version: e.opts.Version, MaxConcurrent: e.opts.MaxConcurrent,
-		Delegations: []StatusLeaseRow{}, Goroutines: runtime.NumGoroutine()}
+	rep := control.StatusReport{OK: true, Name: e.opts.Name, Version: e.opts.Version, MaxConcurrent: e.opts.MaxConcurrent,
+		Delegations: []control.StatusLeaseRow{}, Goroutines: runtime.NumGoroutine()}
 	for _, t := range e.opts.Transports {
 		if t.Available() == nil {
 			rep.Transports = append(rep.Transports, t.Name())
 		}
 	}
 	for _, a := range as {
-		row := StatusLeaseRow{DelegationID: a.ID, State: string(a.State), Transport: a.Transport, AccessMode: a.AccessMode}
+		row := control.StatusLeaseRow{DelegationID: a.ID, State: string(a.State), Transport: a.Transport, AccessMode: a.AccessMode}
 		if !a.ExpiresAt.IsZero() {
-			row.ExpiresAt = Timestamp(a.ExpiresAt)
+			row.ExpiresAt = control.Timestamp(a.ExpiresAt)
 		}
 		if a.Active() {
 			rep.Active++
 		}
 		rep.Delegations = append(rep.Delegations, row)
 	}
-	writeJSON(w, http.StatusOK, rep)
-}
-
-// AgentCard is the A2A agent card with the AWCP extension of spec §8.3.
-type AgentCard struct {
-	Name               string          `json:"name"`
-	Description        string          `json:"description"`
-	URL                string          `json:"url"`
-	Version            string          `json:"version"`
-	Capabilities       map[string]any  `json:"capabilities"`
-	DefaultInputModes  []string        `json:"defaultInputModes"`
-	DefaultOutputModes []string        `json:"defaultOutputModes"`
-	Skills             []CardSkill     `json:"skills"`
-	Extensions         []CardExtension `json:"extensions"`
-}
-
-// CardSkill is one skill of an agent card (A2A AgentSkill).
-type CardSkill struct {
-	ID          string   `json:"id"`
-	Name        string   `json:"name"`
-	Description string   `json:"description"`
-	Tags        []string `json:"tags"`
-}
-
-// CardExtension declares a protocol extension.
-type CardExtension struct {
-	URI      string         `json:"uri"`
-	Required bool           `json:"required"`
-	Params   map[string]any `json:"params,omitempty"`
+	httpserve.WriteJSON(w, http.StatusOK, rep)
 }
 
 func (e *Executor) handleCard(w http.ResponseWriter, r *http.Request) {
@@ -591,23 +502,23 @@ func (e *Executor) handleCard(w http.ResponseWriter, r *http.Request) {
 	if host == "" {
 		host = net.JoinHostPort("127.0.0.1", "10200")
 	}
-	ext := CardExtension{URI: ExtensionURI, Required: false, Params: map[string]any{
+	ext := control.CardExtension{URI: control.ExtensionURI, Required: false, Params: map[string]any{
 		"transports":    transports,
 		"accessModes":   e.opts.AccessModes,
 		"maxConcurrent": e.opts.MaxConcurrent,
 		"maxTtlSeconds": int64(e.opts.MaxTTL / time.Second),
 		"authRequired":  len(e.opts.Tokens) > 0,
-		"dialects":      []string{DialectSeed, DialectHead},
+		"dialects":      []string{control.DialectSeed, control.DialectHead},
 	}}
-	writeJSON(w, http.StatusOK, AgentCard{
+	httpserve.WriteJSON(w, http.StatusOK, control.AgentCard{
 		Name:               e.opts.Name,
 		Description:        e.opts.Description,
 		URL:                "http://" + host + "/awcp",
 		Version:            e.opts.Version,
-		Capabilities:       map[string]any{"streaming": true, "extensions": []CardExtension{ext}},
+		Capabilities:       map[string]any{"streaming": true, "extensions": []control.CardExtension{ext}},
 		DefaultInputModes:  []string{"text"},
 		DefaultOutputModes: []string{"text"},
-		Skills:             append([]CardSkill{}, e.opts.Skills...),
-		Extensions:         []CardExtension{ext},
+		Skills:             append([]control.CardSkill{}, e.opts.Skills...),
+		Extensions:         []control.CardExtension{ext},
 	})
 }

@@ -1,4 +1,4 @@
-package control
+package executor_test
 
 import (
 	"archive/zip"
@@ -11,88 +11,40 @@ import (
 	"errors"
 	"io"
 	"io/fs"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/agent"
+	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/control/executor"
+	"github.com/awcp/awcp/control/executor/executortest"
 	"github.com/awcp/awcp/lease"
 )
 
-type execFixture struct {
-	t     testing.TB
-	e     *Executor
-	srv   *httptest.Server
-	root  string
-	state string
-	store *lease.Store
-	stop  func()
+// peer is a delegator's client of f.
+func peer(f *executortest.Fixture, token string) *delegator.PeerClient {
+	return &delegator.PeerClient{BaseURL: f.URL(), Token: token}
 }
 
-func newExecFixture(t testing.TB, agentCmd string, mod func(*ExecutorOptions)) *execFixture {
-	t.Helper()
-	dir := t.TempDir()
-	state := filepath.Join(dir, "state")
-	store, err := lease.Open(filepath.Join(state, "executor.db"), lease.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &execFixture{t: t, root: filepath.Join(dir, "work"), state: state, store: store}
-	f.start(agentCmd, mod)
-	t.Cleanup(func() { f.stop(); store.Close() })
-	return f
-}
-
-// start runs an Executor on f's store; stop ends it as a daemon's SIGTERM would.
-func (f *execFixture) start(agentCmd string, mod func(*ExecutorOptions)) {
-	opts := ExecutorOptions{
-		WorkRoot: f.root, AgentCommand: agentCmd, Store: f.store, StateDir: f.state,
-		Transports: []ExecutorTransport{&ArchiveExecutor{}}, KillGrace: 200 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler),
-	}
-	if mod != nil {
-		mod(&opts)
-	}
-	e, err := NewExecutor(opts)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); e.Run(ctx) }()
-	f.e, f.srv = e, httptest.NewServer(e.Handler())
-	f.stop = func() {
-		f.srv.CloseClientConnections()
-		f.srv.Close()
-		cancel()
-		wg.Wait()
+func invite(id string) *control.Invite {
+	return &control.Invite{
+		BaseMessage: control.Header(control.TypeInvite, id),
+		Task:        control.Task{Description: "test", Prompt: "do the thing"},
+		Lease:       control.InviteLease{TTLSeconds: 600, AccessMode: control.AccessRW},
+		Workspace:   &control.Workspace{ExportName: "awcp/" + id},
 	}
 }
 
-func (f *execFixture) peer(token string) *PeerClient {
-	return &PeerClient{BaseURL: f.srv.URL, Token: token}
-}
-
-func invite(id string) *Invite {
-	return &Invite{
-		BaseMessage: header(TypeInvite, id),
-		Task:        Task{Description: "test", Prompt: "do the thing"},
-		Lease:       InviteLease{TTLSeconds: 600, AccessMode: AccessRW},
-		Workspace:   &Workspace{ExportName: "awcp/" + id},
-	}
-}
-
-func workspace(t *testing.T, files map[string]string) WorkDirInfo {
+func workspace(t *testing.T, files map[string]string) control.WorkDirInfo {
 	t.Helper()
 	dir := t.TempDir()
 	for name, content := range files {
@@ -106,38 +58,38 @@ func workspace(t *testing.T, files map[string]string) WorkDirInfo {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return WorkDirInfo{Transport: TransportArchive, WorkspaceBase64: base64.StdEncoding.EncodeToString(p.Zip), Checksum: archive.Checksum(p.Zip)}
+	return control.WorkDirInfo{Transport: control.TransportArchive, WorkspaceBase64: base64.StdEncoding.EncodeToString(p.Zip), Checksum: archive.Checksum(p.Zip)}
 }
 
-func start(id string, wd WorkDirInfo, expires time.Time) *Start {
-	return &Start{BaseMessage: header(TypeStart, id), Lease: StartLease{ExpiresAt: Timestamp(expires), AccessMode: AccessRW}, WorkDir: wd}
+func start(id string, wd control.WorkDirInfo, expires time.Time) *control.Start {
+	return &control.Start{BaseMessage: control.Header(control.TypeStart, id), Lease: control.StartLease{ExpiresAt: control.Timestamp(expires), AccessMode: control.AccessRW}, WorkDir: wd}
 }
 
 // delegate runs INVITE and START for id.
-func (f *execFixture) delegate(id string, wd WorkDirInfo) {
-	f.t.Helper()
-	pc := f.peer("")
+func delegate(f *executortest.Fixture, id string, wd control.WorkDirInfo) {
+	f.T.Helper()
+	pc := peer(f, "")
 	if _, err := pc.Invite(context.Background(), invite(id)); err != nil {
-		f.t.Fatalf("INVITE: %v", err)
+		f.T.Fatalf("INVITE: %v", err)
 	}
 	if err := pc.Start(context.Background(), start(id, wd, time.Now().Add(10*time.Minute))); err != nil {
-		f.t.Fatalf("START: %v", err)
+		f.T.Fatalf("START: %v", err)
 	}
 }
 
 type seqEvent struct {
 	seq    uint64
-	ev     *Event
+	ev     *control.Event
 	result []byte // the result ZIP a done event carried
 }
 
 // events reads id's stream from after last to its terminal event.
-func (f *execFixture) events(id string, last uint64) []seqEvent {
-	f.t.Helper()
+func events(f *executortest.Fixture, id string, last uint64) []seqEvent {
+	f.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	var out []seqEvent
-	err := f.peer("").Events(ctx, id, last, func(seq uint64, ev *Event) error {
+	err := peer(f, "").Events(ctx, id, last, func(seq uint64, ev *control.Event) error {
 		se := seqEvent{seq: seq, ev: ev}
 		if ev.ResultFile != "" { // removed when this returns
 			var err error
@@ -149,21 +101,21 @@ func (f *execFixture) events(id string, last uint64) []seqEvent {
 		return nil
 	})
 	if err != nil {
-		f.t.Fatalf("events of %s: %v (got %d)", id, err, len(out))
+		f.T.Fatalf("events of %s: %v (got %d)", id, err, len(out))
 	}
 	return out
 }
 
-func last(evs []seqEvent) *Event { return evs[len(evs)-1].ev }
+func last(evs []seqEvent) *control.Event { return evs[len(evs)-1].ev }
 
 func TestExecutorRunsTaskAndStreamsEvents(t *testing.T) {
 	// same.txt and c.txt are written again with what they held: not
 	// changes, not highlights.
-	f := newExecFixture(t, `echo step one; echo step two; echo more >> a.txt; echo new > b.txt; rm gone.txt; `+
+	f := executortest.New(t, `echo step one; echo step two; echo more >> a.txt; echo new > b.txt; rm gone.txt; `+
 		`echo same > same.txt; sed -i s/zzz/y/ c.txt`, nil)
 	id := "dlg_happy"
-	f.delegate(id, workspace(t, map[string]string{"a.txt": "a\n", "gone.txt": "x", "same.txt": "same\n", "c.txt": "c\n"}))
-	evs := f.events(id, 0)
+	delegate(f, id, workspace(t, map[string]string{"a.txt": "a\n", "gone.txt": "x", "same.txt": "same\n", "c.txt": "c\n"}))
+	evs := events(f, id, 0)
 
 	var kinds []string
 	for i, se := range evs {
@@ -195,27 +147,27 @@ func TestExecutorRunsTaskAndStreamsEvents(t *testing.T) {
 		t.Fatal("deleted file in result")
 	}
 	// The work dir is gone; the stream stays for late subscribers and resumes.
-	if _, err := os.Stat(filepath.Join(f.root, id)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(f.Root, id)); !os.IsNotExist(err) {
 		t.Fatalf("work dir left behind: %v", err)
 	}
-	if again := f.events(id, 0); len(again) != len(evs) || !bytes.Equal(again[len(again)-1].result, evs[len(evs)-1].result) {
+	if again := events(f, id, 0); len(again) != len(evs) || !bytes.Equal(again[len(again)-1].result, evs[len(evs)-1].result) {
 		t.Fatalf("late subscriber got %d events, want %d with the same result", len(again), len(evs))
 	}
 	// The received workspace is gone; the result is kept for the stream.
-	if left, _ := os.ReadDir(filepath.Join(f.state, "incoming")); len(left) != 0 {
+	if left, _ := os.ReadDir(filepath.Join(f.State, "incoming")); len(left) != 0 {
 		t.Fatalf("received workspaces left: %v", left)
 	}
-	resumed := f.events(id, 2)
+	resumed := events(f, id, 2)
 	if len(resumed) != 2 || resumed[0].seq != 3 {
 		t.Fatalf("resume after 2 got %+v", resumed)
 	}
 }
 
 func TestExecutorAgentFailure(t *testing.T) {
-	f := newExecFixture(t, `echo trying; echo "fatal: it broke" >&2; exit 4`, nil)
-	f.delegate("dlg_fail", workspace(t, map[string]string{"a": "1"}))
-	ev := last(f.events("dlg_fail", 0))
-	if ev.Type != EventError || ev.Code != CodeTaskFailed || !strings.Contains(ev.Message, "status 4") || !strings.Contains(ev.Message, "it broke") {
+	f := executortest.New(t, `echo trying; echo "fatal: it broke" >&2; exit 4`, nil)
+	delegate(f, "dlg_fail", workspace(t, map[string]string{"a": "1"}))
+	ev := last(events(f, "dlg_fail", 0))
+	if ev.Type != control.EventError || ev.Code != control.CodeTaskFailed || !strings.Contains(ev.Message, "status 4") || !strings.Contains(ev.Message, "it broke") {
 		t.Fatalf("%+v", ev)
 	}
 }
@@ -223,45 +175,45 @@ func TestExecutorAgentFailure(t *testing.T) {
 func TestExecutorPolicy(t *testing.T) {
 	tests := []struct {
 		name     string
-		mod      func(*ExecutorOptions)
-		prepare  func(f *execFixture)
-		msg      func(*Invite)
+		mod      func(*executor.Options)
+		prepare  func(f *executortest.Fixture)
+		msg      func(*control.Invite)
 		token    string
 		wantCode string
-		check    func(t *testing.T, acc *Accept)
+		check    func(t *testing.T, acc *control.Accept)
 	}{
-		{name: "token required", mod: func(o *ExecutorOptions) { o.Tokens = []string{"s3cret"} }, wantCode: CodeAuthFailed},
-		{name: "wrong token", mod: func(o *ExecutorOptions) { o.Tokens = []string{"s3cret"} }, token: "guess", wantCode: CodeAuthFailed},
-		{name: "right token", mod: func(o *ExecutorOptions) { o.Tokens = []string{"a", "s3cret"} }, token: "s3cret"},
-		{name: "concurrency limit", mod: func(o *ExecutorOptions) { o.MaxConcurrent = 1 },
-			prepare: func(f *execFixture) {
-				if _, err := f.peer("").Invite(context.Background(), invite("dlg_first")); err != nil {
-					f.t.Fatal(err)
+		{name: "token required", mod: func(o *executor.Options) { o.Tokens = []string{"s3cret"} }, wantCode: control.CodeAuthFailed},
+		{name: "wrong token", mod: func(o *executor.Options) { o.Tokens = []string{"s3cret"} }, token: "guess", wantCode: control.CodeAuthFailed},
+		{name: "right token", mod: func(o *executor.Options) { o.Tokens = []string{"a", "s3cret"} }, token: "s3cret"},
+		{name: "concurrency limit", mod: func(o *executor.Options) { o.MaxConcurrent = 1 },
+			prepare: func(f *executortest.Fixture) {
+				if _, err := peer(f, "").Invite(context.Background(), invite("dlg_first")); err != nil {
+					f.T.Fatal(err)
 				}
-			}, wantCode: CodeDeclined},
-		{name: "work dir not empty", prepare: func(f *execFixture) {
-			os.MkdirAll(filepath.Join(f.root, "dlg_policy"), 0o700)
-			os.WriteFile(filepath.Join(f.root, "dlg_policy", "precious"), []byte("x"), 0o600)
-		}, wantCode: CodeWorkdirDenied},
-		{name: "work dir is a symlink", prepare: func(f *execFixture) {
-			os.Symlink("/etc", filepath.Join(f.root, "dlg_policy"))
-		}, wantCode: CodeWorkdirDenied},
-		{name: "rw downgraded to ro", mod: func(o *ExecutorOptions) { o.AccessModes = []string{AccessRO} },
-			check: func(t *testing.T, acc *Accept) {
-				if acc.ExecutorConstraints.AcceptedAccessMode != AccessRO {
+			}, wantCode: control.CodeDeclined},
+		{name: "work dir not empty", prepare: func(f *executortest.Fixture) {
+			os.MkdirAll(filepath.Join(f.Root, "dlg_policy"), 0o700)
+			os.WriteFile(filepath.Join(f.Root, "dlg_policy", "precious"), []byte("x"), 0o600)
+		}, wantCode: control.CodeWorkdirDenied},
+		{name: "work dir is a symlink", prepare: func(f *executortest.Fixture) {
+			os.Symlink("/etc", filepath.Join(f.Root, "dlg_policy"))
+		}, wantCode: control.CodeWorkdirDenied},
+		{name: "rw downgraded to ro", mod: func(o *executor.Options) { o.AccessModes = []string{control.AccessRO} },
+			check: func(t *testing.T, acc *control.Accept) {
+				if acc.ExecutorConstraints.AcceptedAccessMode != control.AccessRO {
 					t.Fatalf("accepted %q", acc.ExecutorConstraints.AcceptedAccessMode)
 				}
 			}},
-		{name: "ro refused by rw-only", mod: func(o *ExecutorOptions) { o.AccessModes = []string{AccessRW} },
-			msg: func(i *Invite) { i.Lease.AccessMode = AccessRO }, wantCode: CodeDeclined},
-		{name: "ttl capped", mod: func(o *ExecutorOptions) { o.MaxTTL = time.Minute },
-			check: func(t *testing.T, acc *Accept) {
+		{name: "ro refused by rw-only", mod: func(o *executor.Options) { o.AccessModes = []string{control.AccessRW} },
+			msg: func(i *control.Invite) { i.Lease.AccessMode = control.AccessRO }, wantCode: control.CodeDeclined},
+		{name: "ttl capped", mod: func(o *executor.Options) { o.MaxTTL = time.Minute },
+			check: func(t *testing.T, acc *control.Accept) {
 				if acc.ExecutorConstraints.MaxTTLSeconds != 60 {
 					t.Fatalf("maxTtlSeconds %d", acc.ExecutorConstraints.MaxTTLSeconds)
 				}
 			}},
-		{name: "transport not offered", msg: func(i *Invite) { i.Requirements = &Requirements{Transport: TransportSSHFS} }, wantCode: CodeDeclined},
-		{name: "work dir under the root", check: func(t *testing.T, acc *Accept) {
+		{name: "transport not offered", msg: func(i *control.Invite) { i.Requirements = &control.Requirements{Transport: control.TransportSSHFS} }, wantCode: control.CodeDeclined},
+		{name: "work dir under the root", check: func(t *testing.T, acc *control.Accept) {
 			if !strings.HasSuffix(acc.ExecutorWorkDir.Path, "/work/dlg_policy") {
 				t.Fatalf("work dir %s", acc.ExecutorWorkDir.Path)
 			}
@@ -269,8 +221,8 @@ func TestExecutorPolicy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newExecFixture(t, "true", tt.mod)
-			os.MkdirAll(f.root, 0o700)
+			f := executortest.New(t, "true", tt.mod)
+			os.MkdirAll(f.Root, 0o700)
 			if tt.prepare != nil {
 				tt.prepare(f)
 			}
@@ -278,13 +230,13 @@ func TestExecutorPolicy(t *testing.T) {
 			if tt.msg != nil {
 				tt.msg(inv)
 			}
-			acc, err := f.peer(tt.token).Invite(context.Background(), inv)
+			acc, err := peer(f, tt.token).Invite(context.Background(), inv)
 			if tt.wantCode != "" {
-				var pe *ProtocolError
+				var pe *control.ProtocolError
 				if !errors.As(err, &pe) || pe.Code != tt.wantCode {
 					t.Fatalf("err = %v, want %s", err, tt.wantCode)
 				}
-				if strings.Contains(pe.Message, f.root) {
+				if strings.Contains(pe.Message, f.Root) {
 					t.Fatalf("message leaks a host path: %s", pe.Message)
 				}
 				return
@@ -300,26 +252,26 @@ func TestExecutorPolicy(t *testing.T) {
 }
 
 func TestExecutorTokenGuardsOtherEndpoints(t *testing.T) {
-	f := newExecFixture(t, "true", func(o *ExecutorOptions) { o.Tokens = []string{"s3cret"} })
+	f := executortest.New(t, "true", func(o *executor.Options) { o.Tokens = []string{"s3cret"} })
 	for _, r := range []struct{ method, path string }{
 		{"GET", "/awcp/status"}, {"GET", "/awcp/tasks/dlg_x/events"}, {"POST", "/awcp/cancel/dlg_x"},
 	} {
-		req, _ := http.NewRequest(r.method, f.srv.URL+r.path, nil)
+		req, _ := http.NewRequest(r.method, f.Srv.URL+r.path, nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var m Error
+		var m control.Error
 		json.NewDecoder(resp.Body).Decode(&m)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized || m.Code != CodeAuthFailed {
+		if resp.StatusCode != http.StatusUnauthorized || m.Code != control.CodeAuthFailed {
 			t.Errorf("%s %s: %d %+v", r.method, r.path, resp.StatusCode, m)
 		}
 	}
 }
 
 func TestExecutorMalformedInput(t *testing.T) {
-	f := newExecFixture(t, "true", func(o *ExecutorOptions) { o.MaxBodyBytes = 1 << 20 })
+	f := executortest.New(t, "true", func(o *executor.Options) { o.MaxBodyBytes = 1 << 20 })
 	tests := []struct {
 		name, method, path, body string
 		status                   int
@@ -335,23 +287,23 @@ func TestExecutorMalformedInput(t *testing.T) {
 		{"unknown path", "GET", "/admin", "", 404, "no such endpoint"},
 		{"bad id in path", "GET", "/awcp/tasks/..%2f..%2fetc/events", "", 400, "invalid delegation id"},
 		{"unknown delegation events", "GET", "/awcp/tasks/dlg_nope/events", "", 404, "unknown delegation"},
-		{"START without INVITE", "POST", "/awcp", mustJSON(start("dlg_nope", WorkDirInfo{Transport: "archive", WorkspaceBase64: "UEs=", Checksum: "00"}, time.Now().Add(time.Hour))), 503, "no INVITE"},
+		{"START without INVITE", "POST", "/awcp", mustJSON(start("dlg_nope", control.WorkDirInfo{Transport: "archive", WorkspaceBase64: "UEs=", Checksum: "00"}, time.Now().Add(time.Hour))), 503, "no INVITE"},
 		{"too large", "POST", "/awcp", `{"version":"1","pad":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "limit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req, _ := http.NewRequest(tt.method, f.srv.URL+tt.path, strings.NewReader(tt.body))
+			req, _ := http.NewRequest(tt.method, f.Srv.URL+tt.path, strings.NewReader(tt.body))
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
 			body, _ := io.ReadAll(resp.Body)
-			var m Error
+			var m control.Error
 			if resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal(body, &m) != nil {
 				t.Fatalf("not a JSON answer: %s %s", resp.Header.Get("Content-Type"), body)
 			}
-			if resp.StatusCode != tt.status || m.Type != TypeError || m.Version != Version || !KnownCode(m.Code) || !strings.Contains(m.Message, tt.contains) {
+			if resp.StatusCode != tt.status || m.Type != control.TypeError || m.Version != control.Version || !control.KnownCode(m.Code) || !strings.Contains(m.Message, tt.contains) {
 				t.Fatalf("got %d %s", resp.StatusCode, body)
 			}
 		})
@@ -359,69 +311,69 @@ func TestExecutorMalformedInput(t *testing.T) {
 }
 
 func mustJSON(v any) string {
-	b, _ := Marshal(v)
+	b, _ := control.Marshal(v)
 	return string(b)
 }
 
 // TestExecutorAcceptsLargeWorkspace: the reference implementation refuses
 // bodies over 100 kB; a START carrying megabytes must go through.
 func TestExecutorAcceptsLargeWorkspace(t *testing.T) {
-	f := newExecFixture(t, `wc -c < big.bin`, nil)
+	f := executortest.New(t, `wc -c < big.bin`, nil)
 	big := make([]byte, 3<<20) // random: incompressible, ~4 MB as base64
 	rand.Read(big)
-	f.delegate("dlg_big", workspace(t, map[string]string{"big.bin": string(big)}))
-	ev := last(f.events("dlg_big", 0))
-	if ev.Type != EventDone || strings.TrimSpace(ev.Summary) != "3145728" {
+	delegate(f, "dlg_big", workspace(t, map[string]string{"big.bin": string(big)}))
+	ev := last(events(f, "dlg_big", 0))
+	if ev.Type != control.EventDone || strings.TrimSpace(ev.Summary) != "3145728" {
 		t.Fatalf("%+v", ev.Summary)
 	}
 }
 
 func TestExecutorSetupFailures(t *testing.T) {
-	badZip := func() WorkDirInfo {
+	badZip := func() control.WorkDirInfo {
 		var buf bytes.Buffer
 		zw := zip.NewWriter(&buf)
 		w, _ := zw.Create("../../escaped")
 		w.Write([]byte("x"))
 		zw.Close()
-		return WorkDirInfo{Transport: TransportArchive, WorkspaceBase64: base64.StdEncoding.EncodeToString(buf.Bytes()), Checksum: archive.Checksum(buf.Bytes())}
+		return control.WorkDirInfo{Transport: control.TransportArchive, WorkspaceBase64: base64.StdEncoding.EncodeToString(buf.Bytes()), Checksum: archive.Checksum(buf.Bytes())}
 	}
 	tests := []struct {
 		name string
-		wd   func(t *testing.T) WorkDirInfo
+		wd   func(t *testing.T) control.WorkDirInfo
 		want string
 	}{
-		{"checksum mismatch", func(t *testing.T) WorkDirInfo {
+		{"checksum mismatch", func(t *testing.T) control.WorkDirInfo {
 			wd := workspace(t, map[string]string{"a": "1"})
 			wd.Checksum = strings.Repeat("0", 64)
 			return wd
 		}, "checksum"},
-		{"not base64", func(t *testing.T) WorkDirInfo {
-			return WorkDirInfo{Transport: TransportArchive, WorkspaceBase64: "!!!", Checksum: "00"}
+		{"not base64", func(t *testing.T) control.WorkDirInfo {
+			return control.WorkDirInfo{Transport: control.TransportArchive, WorkspaceBase64: "!!!", Checksum: "00"}
 		}, "base64"},
-		{"zip slip", func(t *testing.T) WorkDirInfo { return badZip() }, "leaves the work directory"},
+		{"zip slip", func(t *testing.T) control.WorkDirInfo { return badZip() }, "leaves the work directory"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newExecFixture(t, "true", nil)
+			f := executortest.New(t, "true", nil)
 			id := "dlg_setup"
-			pc := f.peer("")
+			pc := peer(f, "")
 			if _, err := pc.Invite(context.Background(), invite(id)); err != nil {
 				t.Fatal(err)
 			}
 			err := pc.Start(context.Background(), start(id, tt.wd(t), time.Now().Add(time.Hour)))
-			var pe *ProtocolError
-			if !errors.As(err, &pe) || pe.Code != CodeSetupFailed || !strings.Contains(pe.Message, tt.want) {
+			var pe *control.ProtocolError
+			if !errors.As(err, &pe) || pe.Code != control.CodeSetupFailed || !strings.Contains(pe.Message, tt.want) {
 				t.Fatalf("err = %v", err)
 			}
-			ev := last(f.events(id, 0))
-			if ev.Code != CodeSetupFailed {
+			ev := last(events(f, id, 0))
+			if ev.Code != control.CodeSetupFailed {
 				t.Fatalf("stream ends with %+v", ev)
 			}
-			ents, _ := os.ReadDir(f.root)
+			ents, _ := os.ReadDir(f.Root)
 			if len(ents) != 0 {
 				t.Fatalf("work root not clean: %v", ents)
 			}
-			if _, err := os.Stat(filepath.Join(filepath.Dir(f.root), "escaped")); err == nil {
+			if _, err := os.Stat(filepath.Join(filepath.Dir(f.Root), "escaped")); err == nil {
 				t.Fatal("zip slip wrote outside the work root")
 			}
 		})
@@ -442,61 +394,61 @@ func agentPID(t *testing.T, s *lease.Store, id string) int {
 }
 
 func TestExecutorCancelKillsAgent(t *testing.T) {
-	f := newExecFixture(t, `sleep 60 & sleep 60`, nil)
+	f := executortest.New(t, `sleep 60 & sleep 60`, nil)
 	id := "dlg_cancel"
-	f.delegate(id, workspace(t, map[string]string{"a": "1"}))
-	pid := agentPID(t, f.store, id)
-	if err := f.peer("").Cancel(context.Background(), id); err != nil {
+	delegate(f, id, workspace(t, map[string]string{"a": "1"}))
+	pid := agentPID(t, f.Store, id)
+	if err := peer(f, "").Cancel(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
-	ev := last(f.events(id, 0))
-	if ev.Code != CodeCancelled {
+	ev := last(events(f, id, 0))
+	if ev.Code != control.CodeCancelled {
 		t.Fatalf("%+v", ev)
 	}
 	if agent.GroupAlive(pid) {
 		t.Fatalf("agent group %d still there after cancel returned", pid)
 	}
-	if _, err := os.Stat(filepath.Join(f.root, id)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(f.Root, id)); !os.IsNotExist(err) {
 		t.Fatal("work dir left after cancel")
 	}
 	// A second cancel is harmless.
-	if err := f.peer("").Cancel(context.Background(), id); err != nil {
+	if err := peer(f, "").Cancel(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestExecutorExpiresRunningTask(t *testing.T) {
-	f := newExecFixture(t, `sleep 60`, nil)
+	f := executortest.New(t, `sleep 60`, nil)
 	id := "dlg_expire"
-	pc := f.peer("")
+	pc := peer(f, "")
 	pc.Invite(context.Background(), invite(id))
 	if err := pc.Start(context.Background(), start(id, workspace(t, map[string]string{"a": "1"}), time.Now().Add(time.Second))); err != nil {
 		t.Fatal(err)
 	}
-	pid := agentPID(t, f.store, id)
-	ev := last(f.events(id, 0))
-	if ev.Code != CodeExpired {
+	pid := agentPID(t, f.Store, id)
+	ev := last(events(f, id, 0))
+	if ev.Code != control.CodeExpired {
 		t.Fatalf("%+v", ev)
 	}
 	if agent.GroupAlive(pid) {
 		t.Fatal("agent survived expiry")
 	}
-	a, _ := f.store.Assignment(id)
+	a, _ := f.Store.Assignment(id)
 	if a.State != lease.Expired {
 		t.Fatalf("state %s", a.State)
 	}
 }
 
 func TestExecutorStartTimeoutFreesSlot(t *testing.T) {
-	f := newExecFixture(t, "true", func(o *ExecutorOptions) { o.MaxConcurrent = 1; o.StartTimeout = 300 * time.Millisecond })
-	pc := f.peer("")
+	f := executortest.New(t, "true", func(o *executor.Options) { o.MaxConcurrent = 1; o.StartTimeout = 300 * time.Millisecond })
+	pc := peer(f, "")
 	if _, err := pc.Invite(context.Background(), invite("dlg_slow")); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1500 * time.Millisecond)
 	err := pc.Start(context.Background(), start("dlg_slow", workspace(t, map[string]string{"a": "1"}), time.Now().Add(time.Hour)))
-	var pe *ProtocolError
-	if !errors.As(err, &pe) || pe.Code != CodeStartExpired {
+	var pe *control.ProtocolError
+	if !errors.As(err, &pe) || pe.Code != control.CodeStartExpired {
 		t.Fatalf("late START: %v", err)
 	}
 	if _, err := pc.Invite(context.Background(), invite("dlg_next")); err != nil {
@@ -505,13 +457,13 @@ func TestExecutorStartTimeoutFreesSlot(t *testing.T) {
 }
 
 func TestExecutorKeepAliveAndRetention(t *testing.T) {
-	f := newExecFixture(t, `sleep 0.5; echo late`, func(o *ExecutorOptions) {
+	f := executortest.New(t, `sleep 0.5; echo late`, func(o *executor.Options) {
 		o.KeepAlive = 50 * time.Millisecond
 		o.Retention = 200 * time.Millisecond
 	})
 	id := "dlg_keep"
-	f.delegate(id, workspace(t, map[string]string{"a": "1"}))
-	resp, err := http.Get(f.srv.URL + "/awcp/tasks/" + id + "/events")
+	delegate(f, id, workspace(t, map[string]string{"a": "1"}))
+	resp, err := http.Get(f.Srv.URL + "/awcp/tasks/" + id + "/events")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -527,8 +479,8 @@ func TestExecutorKeepAliveAndRetention(t *testing.T) {
 	// After the retention period the stream is gone, and its result.
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		_, err := f.store.Assignment(id)
-		_, ferr := os.Stat(filepath.Join(f.state, "results", id+".zip"))
+		_, err := f.Store.Assignment(id)
+		_, ferr := os.Stat(filepath.Join(f.State, "results", id+".zip"))
 		if errors.Is(err, lease.ErrNotFound) && errors.Is(ferr, fs.ErrNotExist) {
 			return
 		}
@@ -538,17 +490,17 @@ func TestExecutorKeepAliveAndRetention(t *testing.T) {
 }
 
 func TestExecutorShutdownFailsRunningTask(t *testing.T) {
-	f := newExecFixture(t, `sleep 60`, nil)
+	f := executortest.New(t, `sleep 60`, nil)
 	id := "dlg_shutdown"
-	f.delegate(id, workspace(t, map[string]string{"a": "1"}))
-	pid := agentPID(t, f.store, id)
-	f.stop()
-	a, _ := f.store.Assignment(id)
-	if a.State != lease.Error || a.Failure.Code != CodeTaskFailed || agent.GroupAlive(pid) {
+	delegate(f, id, workspace(t, map[string]string{"a": "1"}))
+	pid := agentPID(t, f.Store, id)
+	f.Stop()
+	a, _ := f.Store.Assignment(id)
+	if a.State != lease.Error || a.Failure.Code != control.CodeTaskFailed || agent.GroupAlive(pid) {
 		t.Fatalf("after shutdown: %s %+v, agent alive %v", a.State, a.Failure, agent.GroupAlive(pid))
 	}
-	f.start("true", nil)
-	if ev := last(f.events(id, 0)); ev.Code != CodeTaskFailed || !strings.Contains(ev.Message, "shut down") {
+	f.Start("true", nil)
+	if ev := last(events(f, id, 0)); ev.Code != control.CodeTaskFailed || !strings.Contains(ev.Message, "shut down") {
 		t.Fatalf("%+v", ev)
 	}
 }
@@ -557,10 +509,10 @@ func TestExecutorShutdownFailsRunningTask(t *testing.T) {
 // left a running lease, its agent and its work dir; the next start stops
 // the agent, fails the lease and removes the work dir.
 func TestExecutorRecoversAfterCrash(t *testing.T) {
-	f := newExecFixture(t, "true", nil)
-	f.stop()
+	f := executortest.New(t, "true", nil)
+	f.Stop()
 	id := "dlg_crashed"
-	wd := filepath.Join(f.root, id)
+	wd := filepath.Join(f.Root, id)
 	os.MkdirAll(wd, 0o700)
 	os.WriteFile(filepath.Join(wd, "half-done"), []byte("x"), 0o600)
 	orphan := exec.Command("sleep", "60")
@@ -569,11 +521,11 @@ func TestExecutorRecoversAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer orphan.Wait()
-	if err := f.store.CreateAssignment(&lease.Assignment{Lease: lease.Lease{ID: id, Transport: TransportArchive}, WorkDir: wd}, 5); err != nil {
+	if err := f.Store.CreateAssignment(&lease.Assignment{Lease: lease.Lease{ID: id, Transport: control.TransportArchive}, WorkDir: wd}, 5); err != nil {
 		t.Fatal(err)
 	}
 	for _, ev := range []lease.Event{lease.SendStart, lease.SetupComplete} {
-		if _, _, err := f.store.FireAssignment(id, ev, "", func(a *lease.Assignment) error {
+		if _, _, err := f.Store.FireAssignment(id, ev, "", func(a *lease.Assignment) error {
 			a.AgentPID = orphan.Process.Pid
 			a.ExpiresAt = time.Now().Add(time.Hour)
 			return nil
@@ -581,29 +533,29 @@ func TestExecutorRecoversAfterCrash(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.start("true", nil)
-	if ev := last(f.events(id, 0)); ev.Code != CodeTaskFailed || !strings.Contains(ev.Message, "restarted") {
+	f.Start("true", nil)
+	if ev := last(events(f, id, 0)); ev.Code != control.CodeTaskFailed || !strings.Contains(ev.Message, "restarted") {
 		t.Fatalf("%+v", ev)
 	}
 	if agent.GroupAlive(orphan.Process.Pid) {
 		t.Fatal("orphaned agent still runs")
 	}
-	waitRemoved(t, wd)
+	f.WaitWorkDirRemoved(id)
 }
 
 func TestExecutorStatusAndAgentCard(t *testing.T) {
-	skill := CardSkill{ID: "go-tests", Name: "go-tests", Description: "writes Go unit tests", Tags: []string{"go"}}
-	f := newExecFixture(t, `sleep 60`, func(o *ExecutorOptions) {
+	skill := control.CardSkill{ID: "go-tests", Name: "go-tests", Description: "writes Go unit tests", Tags: []string{"go"}}
+	f := executortest.New(t, `sleep 60`, func(o *executor.Options) {
 		o.MaxConcurrent = 3
-		o.Name, o.Description, o.Skills = "builder", "a Go build box", []CardSkill{skill}
+		o.Name, o.Description, o.Skills = "builder", "a Go build box", []control.CardSkill{skill}
 	})
-	f.delegate("dlg_s", workspace(t, map[string]string{"a": "1"}))
-	var st StatusReport
-	getJSON(t, f.srv.URL+"/awcp/status", &st)
+	delegate(f, "dlg_s", workspace(t, map[string]string{"a": "1"}))
+	var st control.StatusReport
+	getJSON(t, f.Srv.URL+"/awcp/status", &st)
 	if !st.OK || st.Active != 1 || st.MaxConcurrent != 3 || len(st.Delegations) != 1 || st.Delegations[0].State != "running" {
 		t.Fatalf("%+v", st)
 	}
-	card, err := (&PeerClient{BaseURL: f.srv.URL}).AgentCard(context.Background())
+	card, err := (&delegator.PeerClient{BaseURL: f.Srv.URL}).AgentCard(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -627,7 +579,7 @@ func TestAgentCardFallback(t *testing.T) {
 		w.Write([]byte(`{"name":"legacy","description":"old card"}`))
 	}))
 	defer old.Close()
-	card, err := (&PeerClient{BaseURL: old.URL + "/awcp"}).AgentCard(context.Background())
+	card, err := (&delegator.PeerClient{BaseURL: old.URL + "/awcp"}).AgentCard(context.Background())
 	if err != nil || card.Name != "legacy" {
 		t.Fatalf("card %+v, err %v", card, err)
 	}
@@ -636,7 +588,7 @@ func TestAgentCardFallback(t *testing.T) {
 	}
 	none := httptest.NewServer(http.NotFoundHandler())
 	defer none.Close()
-	if _, err := (&PeerClient{BaseURL: none.URL}).AgentCard(context.Background()); err == nil {
+	if _, err := (&delegator.PeerClient{BaseURL: none.URL}).AgentCard(context.Background()); err == nil {
 		t.Fatal("no card, no error")
 	}
 }
@@ -651,15 +603,4 @@ func getJSON(t *testing.T, url string, v any) {
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func waitRemoved(t *testing.T, path string) {
-	t.Helper()
-	for i := 0; i < 200; i++ {
-		if _, err := os.Lstat(path); os.IsNotExist(err) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s was not removed", path)
 }

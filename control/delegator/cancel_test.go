@@ -1,4 +1,4 @@
-package control
+package delegator
 
 import (
 	"bufio"
@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/executor/executortest"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -54,19 +56,19 @@ func (s *slowExecutor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // ends cancelled, the executor holds no reservation or work dir, and the
 // local directory is untouched.
 func TestCancelInEveryHandshakeState(t *testing.T) {
-	for _, hold := range []string{TypeInvite, TypeStart} {
+	for _, hold := range []string{control.TypeInvite, control.TypeStart} {
 		t.Run(hold, func(t *testing.T) {
 			// The agent outlives the test's checks: while START is out the
 			// event stream is open, and a task that ended would complete.
-			x := newExecFixture(t, `sleep 30; echo should not run > ran.txt`, nil)
-			slow := &slowExecutor{next: x.e.Handler(), hold: hold, arrived: make(chan struct{}), release: make(chan struct{})}
+			x := executortest.New(t, `sleep 30; echo should not run > ran.txt`, nil)
+			slow := &slowExecutor{next: x.Exec.Handler(), hold: hold, arrived: make(chan struct{}), release: make(chan struct{})}
 			srv := httptest.NewServer(slow)
 			defer srv.Close()
 
 			dlg, store := newArchiveDelegator(t, nil)
 			dir := t.TempDir()
 			os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a"), 0o644)
-			d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: TransportArchive})
+			d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,7 +77,7 @@ func TestCancelInEveryHandshakeState(t *testing.T) {
 			<-slow.arrived
 			// While START is out the event stream is open, so a "running"
 			// from the executor may already have moved it on.
-			want := map[string][]lease.State{TypeInvite: {lease.Invited}, TypeStart: {lease.Started, lease.Running}}[hold]
+			want := map[string][]lease.State{control.TypeInvite: {lease.Invited}, control.TypeStart: {lease.Started, lease.Running}}[hold]
 			if cur, _ := store.Delegation(d.ID); !slices.Contains(want, cur.State) {
 				close(slow.release) // or the server's Close waits for the held answer
 				t.Fatalf("state %s, want one of %v", cur.State, want)
@@ -89,13 +91,13 @@ func TestCancelInEveryHandshakeState(t *testing.T) {
 				t.Fatalf("ended %s", end.State)
 			}
 			deadline := time.Now().Add(5 * time.Second)
-			for x.e.Active() != 0 && time.Now().Before(deadline) {
+			for x.Exec.Active() != 0 && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
 			}
-			if n := x.e.Active(); n != 0 {
+			if n := x.Exec.Active(); n != 0 {
 				t.Fatalf("executor still holds %d reservations", n)
 			}
-			waitRemoved(t, filepath.Join(x.root, d.ID))
+			x.WaitWorkDirRemoved(d.ID)
 			if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 				t.Fatalf("local dir changed: %v", ents)
 			}
@@ -113,11 +115,11 @@ func nopBody(b []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(b)) }
 // gatedTransport blocks Prepare (the delegation is accepted, START not yet
 // sent) until released.
 type gatedTransport struct {
-	DelegatorTransport
+	control.DelegatorTransport
 	arrived, release chan struct{}
 }
 
-func (g *gatedTransport) Prepare(ctx context.Context, d Lent) (*WorkDirInfo, error) {
+func (g *gatedTransport) Prepare(ctx context.Context, d control.Lent) (*control.WorkDirInfo, error) {
 	close(g.arrived)
 	<-g.release
 	return g.DelegatorTransport.Prepare(ctx, d)
@@ -129,9 +131,9 @@ func (g *gatedTransport) Prepare(ctx context.Context, d Lent) (*WorkDirInfo, err
 func TestEndWhileAccepted(t *testing.T) {
 	for _, how := range []string{"cancel", "expire"} {
 		t.Run(how, func(t *testing.T) {
-			x := newExecFixture(t, `true`, nil)
+			x := executortest.New(t, `true`, nil)
 			gate := &gatedTransport{arrived: make(chan struct{}), release: make(chan struct{})}
-			dlg, _ := newArchiveDelegator(t, func(tr DelegatorTransport) DelegatorTransport {
+			dlg, _ := newArchiveDelegator(t, func(tr control.DelegatorTransport) control.DelegatorTransport {
 				gate.DelegatorTransport = tr
 				return gate
 			})
@@ -142,15 +144,15 @@ func TestEndWhileAccepted(t *testing.T) {
 			if how == "expire" {
 				ttl = time.Second
 			}
-			d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: x.srv.URL, Prompt: "p", Transport: TransportArchive, TTL: ttl})
+			d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: x.Srv.URL, Prompt: "p", Transport: control.TransportArchive, TTL: ttl})
 			if err != nil {
 				t.Fatal(err)
 			}
 			done := make(chan *lease.Delegation, 1)
 			go func() { end, _ := dlg.Run(context.Background(), d.ID); done <- end }()
 			<-gate.arrived
-			if x.e.Active() != 1 {
-				t.Fatalf("executor reservations: %d", x.e.Active())
+			if x.Exec.Active() != 1 {
+				t.Fatalf("executor reservations: %d", x.Exec.Active())
 			}
 			start := time.Now()
 			want := lease.Cancelled
@@ -162,10 +164,10 @@ func TestEndWhileAccepted(t *testing.T) {
 				want = lease.Expired
 			}
 			deadline := time.Now().Add(5 * time.Second)
-			for x.e.Active() != 0 && time.Now().Before(deadline) {
+			for x.Exec.Active() != 0 && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
 			}
-			if n := x.e.Active(); n != 0 {
+			if n := x.Exec.Active(); n != 0 {
 				t.Fatalf("executor still holds %d reservations", n)
 			}
 			if how == "expire" && time.Since(start) > 3*time.Second {
@@ -182,9 +184,9 @@ func TestEndWhileAccepted(t *testing.T) {
 // TestCancelBeforeInvite: a delegation cancelled before anything was sent
 // ends cancelled, and a later Run does not revive it.
 func TestCancelBeforeInvite(t *testing.T) {
-	x := newExecFixture(t, `true`, nil)
+	x := executortest.New(t, `true`, nil)
 	dlg, _ := newArchiveDelegator(t, nil)
-	d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: x.srv.URL, Prompt: "p", Transport: TransportArchive})
+	d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: x.Srv.URL, Prompt: "p", Transport: control.TransportArchive})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,31 +196,31 @@ func TestCancelBeforeInvite(t *testing.T) {
 	if end, _ := dlg.Run(context.Background(), d.ID); end.State != lease.Cancelled {
 		t.Fatalf("Run revived it: %s", end.State)
 	}
-	if as, _ := x.store.Assignments(); len(as) != 0 {
+	if as, _ := x.Store.Assignments(); len(as) != 0 {
 		t.Fatalf("the executor heard of it: %v", as)
 	}
 }
 
 // newArchiveDelegator is a Delegator with the archive transport on a fresh
 // store; wrap, if set, wraps the transport.
-func newArchiveDelegator(t testing.TB, wrap func(DelegatorTransport) DelegatorTransport, mods ...func(*DelegatorOptions)) (*Delegator, *lease.Store) {
+func newArchiveDelegator(t testing.TB, wrap func(control.DelegatorTransport) control.DelegatorTransport, mods ...func(*Options)) (*Delegator, *lease.Store) {
 	t.Helper()
 	state := t.TempDir()
 	store, err := lease.Open(filepath.Join(state, "d.db"), lease.Options{Shared: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tr DelegatorTransport = &ArchiveDelegator{Blobs: store,
+	var tr control.DelegatorTransport = &ArchiveDelegator{Blobs: store,
 		StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")}
 	if wrap != nil {
 		tr = wrap(tr)
 	}
-	opts := DelegatorOptions{Store: store, Logger: slog.New(slog.DiscardHandler),
-		Transports: map[string]DelegatorTransport{TransportArchive: tr}}
+	opts := Options{Store: store, Logger: slog.New(slog.DiscardHandler),
+		Transports: map[string]control.DelegatorTransport{control.TransportArchive: tr}}
 	for _, mod := range mods {
 		mod(&opts)
 	}
-	dlg, err := NewDelegator(opts)
+	dlg, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,11 +291,11 @@ func (p *pipeWriter) Flush()                      {}
 // error with TASK_FAILED at once, and the executor is told: its agent is
 // stopped and its slot freed.
 func TestMalformedEventEndsDelegation(t *testing.T) {
-	x := newExecFixture(t, `sleep 30`, nil)
-	srv := httptest.NewServer(corruptingProxy(x.e.Handler()))
+	x := executortest.New(t, `sleep 30`, nil)
+	srv := httptest.NewServer(corruptingProxy(x.Exec.Handler()))
 	defer srv.Close()
 	dlg, _ := newArchiveDelegator(t, nil)
-	d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: srv.URL, Prompt: "p", Transport: TransportArchive})
+	d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,15 +307,15 @@ func TestMalformedEventEndsDelegation(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the delegator still follows the stream: a malformed event must end the delegation")
 	}
-	if end.State != lease.Error || end.Failure == nil || end.Failure.Code != CodeTaskFailed ||
+	if end.State != lease.Error || end.Failure == nil || end.Failure.Code != control.CodeTaskFailed ||
 		!strings.Contains(end.Failure.Message, "malformed event") || end.Failure.Hint == "" {
 		t.Fatalf("ended %s with %+v, want error TASK_FAILED naming the malformed event, with a hint", end.State, end.Failure)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for x.e.Active() != 0 && time.Now().Before(deadline) {
+	for x.Exec.Active() != 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := x.e.Active(); n != 0 {
+	if n := x.Exec.Active(); n != 0 {
 		t.Fatalf("executor still holds %d reservations", n)
 	}
 }
@@ -322,8 +324,8 @@ func TestMalformedEventEndsDelegation(t *testing.T) {
 // ZIP changed on the way) is not applied: the delegation fails and the
 // directory is as it was.
 func TestResultChecksumMismatchIsRefused(t *testing.T) {
-	x := newExecFixture(t, `echo planted > new.txt; echo changed > a.txt`, nil)
-	srv := httptest.NewServer(rewritingProxy{next: x.e.Handler(), rewrite: func(line string) string {
+	x := executortest.New(t, `echo planted > new.txt; echo changed > a.txt`, nil)
+	srv := httptest.NewServer(rewritingProxy{next: x.Exec.Handler(), rewrite: func(line string) string {
 		// One hex digit of the checksum changed: as if the ZIP had.
 		if i := strings.Index(line, `"resultChecksum":"`); i >= 0 {
 			j := i + len(`"resultChecksum":"`)

@@ -1,4 +1,4 @@
-package control
+package delegator
 
 import (
 	"archive/zip"
@@ -19,6 +19,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/executor/executortest"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -52,7 +54,7 @@ type headPeer struct {
 func newHeadPeer(t *testing.T) *headPeer { return &headPeer{t: t, started: make(chan struct{})} }
 
 func (h *headPeer) captured(name, id string) string {
-	b, err := os.ReadFile(filepath.Join("testdata", "head", name))
+	b, err := os.ReadFile(filepath.Join("..", "testdata", "head", name)) // control's, shared by both roles' tests
 	if err != nil {
 		h.t.Fatalf("the captured messages: %v", err)
 	}
@@ -70,7 +72,7 @@ func (h *headPeer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		switch m["type"] {
-		case TypeInvite:
+		case control.TypeInvite:
 			h.invite = m
 			// Math.min(undefined, cap) is NaN, which JSON writes as null.
 			var retention any
@@ -78,16 +80,16 @@ func (h *headPeer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				retention = min(asked, 604800000)
 			}
 			lease := m["lease"].(map[string]any)
-			acc, _ := json.Marshal(map[string]any{"version": "1", "type": TypeAccept, "delegationId": id,
+			acc, _ := json.Marshal(map[string]any{"version": "1", "type": control.TypeAccept, "delegationId": id,
 				"retentionMs": retention, "executorWorkDir": map[string]any{"path": "/srv/awcp/exec/work/" + id},
 				"executorConstraints": map[string]any{"acceptedAccessMode": lease["accessMode"], "maxTtlSeconds": lease["ttlSeconds"]}})
 			w.Write(acc)
-		case TypeStart:
+		case control.TypeStart:
 			h.start = m
 			h.failed = m["transportHandle"] == nil
 			switch {
 			case h.failed:
-			case m["transportHandle"].(map[string]any)["transport"] == TransportSSHFS:
+			case m["transportHandle"].(map[string]any)["transport"] == control.TransportSSHFS:
 				h.mount(m["transportHandle"].(map[string]any))
 			default:
 				h.work(m["transportHandle"].(map[string]any))
@@ -236,7 +238,7 @@ func TestDelegatorSpeaksHeadToHeadExecutor(t *testing.T) {
 			if end.State != lease.Completed {
 				t.Fatalf("ended %s (%+v), want completed", end.State, end.Failure)
 			}
-			if end.Dialect != DialectHead {
+			if end.Dialect != control.DialectHead {
 				t.Errorf("dialect %q, want head", end.Dialect)
 			}
 			if b, _ := os.ReadFile(filepath.Join(dir, "hello.txt")); string(b) != "changed by the head executor\n" {
@@ -279,7 +281,7 @@ func TestHeadResultMissingIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("hi\n"), 0o644)
 	end := delegateArchive(t, srv.URL, dir)
-	if end.State != lease.Error || end.Failure == nil || end.Failure.Code != CodeTaskFailed {
+	if end.State != lease.Error || end.Failure == nil || end.Failure.Code != control.CodeTaskFailed {
 		t.Fatalf("ended %s with %+v, want TASK_FAILED", end.State, end.Failure)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "hello.txt")); string(b) != "hi\n" {
@@ -295,7 +297,7 @@ func TestSeedStartToHeadExecutorFailsWithItsReason(t *testing.T) {
 	defer srv.Close()
 	dir := t.TempDir()
 	dlg, _ := newArchiveDelegator(t, nil)
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: TransportArchive, Dialect: DialectSeed})
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive, Dialect: control.DialectSeed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +305,7 @@ func TestSeedStartToHeadExecutorFailsWithItsReason(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if end.State != lease.Error || end.Failure.Code != CodeTaskFailed || !strings.Contains(end.Failure.Message, "transport") {
+	if end.State != lease.Error || end.Failure.Code != control.CodeTaskFailed || !strings.Contains(end.Failure.Message, "transport") {
 		t.Fatalf("ended %s with %+v, want the executor's TASK_FAILED", end.State, end.Failure)
 	}
 	peer.mu.Lock()
@@ -315,10 +317,10 @@ func TestSeedStartToHeadExecutorFailsWithItsReason(t *testing.T) {
 
 // With our executor, the auto INVITE is answered in seed, the default.
 func TestAutoDialectWithOursIsSeed(t *testing.T) {
-	x := newExecFixture(t, `echo hi > out.txt`, nil)
+	x := executortest.New(t, `echo hi > out.txt`, nil)
 	dir := t.TempDir()
-	end := delegateArchive(t, x.srv.URL, dir)
-	if end.State != lease.Completed || end.Dialect != DialectSeed || len(end.Notes) != 0 {
+	end := delegateArchive(t, x.Srv.URL, dir)
+	if end.State != lease.Completed || end.Dialect != control.DialectSeed || len(end.Notes) != 0 {
 		t.Fatalf("ended %s in %q with notes %q, want completed in seed", end.State, end.Dialect, end.Notes)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "out.txt")); string(b) != "hi\n" {
@@ -326,137 +328,11 @@ func TestAutoDialectWithOursIsSeed(t *testing.T) {
 	}
 }
 
-// headDelegator replays what the reference's delegator at HEAD sent an
-// executor (testdata/head/head-delegator-wire.log): INVITE, the event
-// stream, START, and /ack once the result is in, with the captured
-// bodies. It returns the ACCEPT and the events, read as raw SSE.
-func headDelegator(t *testing.T, x *execFixture, id, start string) (accept map[string]any, events []map[string]any) {
-	t.Helper()
-	peer := newHeadPeer(t)
-	post := func(body string) map[string]any {
-		resp, err := http.Post(x.srv.URL+"/awcp", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var m map[string]any
-		json.NewDecoder(resp.Body).Decode(&m)
-		if resp.StatusCode != http.StatusOK || m["type"] == TypeError {
-			t.Fatalf("HTTP %d: %v", resp.StatusCode, m)
-		}
-		return m
-	}
-	accept = post(peer.captured("invite-head.json", id))
-	stream, err := http.Get(x.srv.URL + "/awcp/tasks/" + id + "/events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stream.Body.Close()
-	if ok := post(peer.captured(start, id)); ok["ok"] != true {
-		t.Fatalf("START answered %v", ok)
-	}
-	err = readSSE(stream.Body, t.TempDir(), 0, func(_ uint64, data []byte, result spooled) (bool, error) {
-		var m map[string]any
-		json.Unmarshal(data, &m)
-		if result.file != "" { // the reader diverted it to a file
-			if m["type"] != EventSnapshot {
-				t.Errorf("a %s event carries the result too", m["type"])
-			}
-			b, _ := os.ReadFile(result.file)
-			m["snapshotBase64"] = base64.StdEncoding.EncodeToString(b)
-		}
-		events = append(events, m)
-		return m["type"] == EventDone || m["type"] == EventError, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return accept, events
-}
-
-// getResult is GET /awcp/tasks/{id}/result: its HTTP status and body.
-func getResult(t *testing.T, x *execFixture, id string) (int, map[string]any) {
-	t.Helper()
-	resp, err := http.Get(x.srv.URL + "/awcp/tasks/" + id + "/result")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var m map[string]any
-	json.NewDecoder(resp.Body).Decode(&m)
-	return resp.StatusCode, m
-}
-
-// A head delegator, as the reference's sends it, gets from our executor
-// what the reference's executor gives: ACCEPT with the retention, the
-// agent run in the resource folder, the result as a snapshot of the
-// environment named by done, the same again from GET /result, and after
-// /ack nothing kept.
-func TestExecutorAnswersHeadDelegator(t *testing.T) {
-	x := newExecFixture(t, `echo changed >> hello.txt; pwd > where.txt`, nil)
-	id := "dlg_head0002"
-	accept, events := headDelegator(t, x, id, "start-head.json")
-	if accept["type"] != TypeAccept || accept["retentionMs"] != float64(60000) {
-		t.Fatalf("ACCEPT %v, want one granting the 60000 ms asked", accept)
-	}
-	var types []string
-	for _, ev := range events {
-		types = append(types, ev["type"].(string))
-	}
-	if !slices.Equal(types, []string{"status", "snapshot", "done"}) {
-		t.Fatalf("events %v, want status, snapshot, done", events)
-	}
-	snap, done := events[1], events[2]
-	if done["recommendedSnapshotId"] != snap["snapshotId"] || !slices.Equal(done["snapshotIds"].([]any), []any{snap["snapshotId"]}) {
-		t.Fatalf("done %v does not name snapshot %v", done, snap["snapshotId"])
-	}
-	files := unzipString(t, snap["snapshotBase64"].(string))
-	if files["workspace/hello.txt"] != "hi\nchanged\n" || !strings.HasSuffix(strings.TrimSpace(files["workspace/where.txt"]), "/"+id+"/workspace") {
-		t.Fatalf("snapshot holds %v; want the agent's work in workspace/, where it ran", files)
-	}
-	status, res := getResult(t, x, id)
-	if status != http.StatusOK || res["status"] != "completed" || res["snapshotBase64"] != snap["snapshotBase64"] ||
-		res["summary"] != done["summary"] || res["resultChecksum"] != snap["resultChecksum"] {
-		t.Fatalf("GET /result: %d %v", status, res["status"])
-	}
-	resp, err := http.Post(x.srv.URL+"/awcp/tasks/"+id+"/ack", "application/json", nil)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("ack: %v %v", resp, err)
-	}
-	resp.Body.Close()
-	if status, res := getResult(t, x, id); status != http.StatusNotFound || res["status"] != "not_found" {
-		t.Fatalf("after ack GET /result: %d %v, want 404 not_found", status, res)
-	}
-	if _, err := os.Stat(filepath.Join(x.state, "results", id+".zip")); !os.IsNotExist(err) {
-		t.Fatalf("the result is still kept after ack: %v", err)
-	}
-}
-
-func unzipString(t *testing.T, b64 string) map[string]string {
-	t.Helper()
-	data, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, f := range zr.File {
-		rc, _ := f.Open()
-		b, _ := io.ReadAll(rc)
-		rc.Close()
-		out[f.Name] = string(b)
-	}
-	return out
-}
-
 // checkHeadRun fails unless end, a delegation in the head dialect of dir
 // whose agent ran headAgent, completed as it should.
 func checkHeadRun(t *testing.T, end *lease.Delegation, dir string) {
 	t.Helper()
-	if end.State != lease.Completed || end.Dialect != DialectHead {
+	if end.State != lease.Completed || end.Dialect != control.DialectHead {
 		t.Fatalf("ended %s in dialect %q (%+v), want completed in head", end.State, end.Dialect, end.Failure)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "out.txt")); string(b) != "from the agent\n" {
@@ -473,10 +349,10 @@ const HeadAgent = `echo from the agent > out.txt; pwd > where.txt`
 // Our delegator told to speak head, with our executor, over the archive:
 // the agent runs in workspace/ (the live mount: control_test).
 func TestHeadDialectBetweenOurs(t *testing.T) {
-	x := newExecFixture(t, HeadAgent, nil)
+	x := executortest.New(t, HeadAgent, nil)
 	dlg, _ := newArchiveDelegator(t, nil)
 	dir := t.TempDir()
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: x.srv.URL, Prompt: "p", Transport: TransportArchive, Dialect: DialectHead})
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: x.Srv.URL, Prompt: "p", Transport: control.TransportArchive, Dialect: control.DialectHead})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,7 +361,7 @@ func TestHeadDialectBetweenOurs(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkHeadRun(t, end, dir)
-	if _, err := x.store.Assignment(d.ID); err == nil {
+	if _, err := x.Store.Assignment(d.ID); err == nil {
 		t.Error("the executor still keeps the delegation after the delegator's ack")
 	}
 }

@@ -1,8 +1,7 @@
-package control_test
+package delegator_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -25,10 +24,10 @@ import (
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/control/executor"
+	"github.com/awcp/awcp/control/executor/executortest"
 	"github.com/awcp/awcp/lease"
 	"github.com/awcp/awcp/sshd"
 	"github.com/awcp/awcp/sshd/sshdtest"
-	"golang.org/x/crypto/ssh/knownhosts"
 )
 
 // recordingTransport keeps what Prepare handed out, so the test can try
@@ -48,8 +47,8 @@ func (r *recordingTransport) Prepare(ctx context.Context, d control.Lent) (*cont
 }
 
 type liveFixture struct {
-	exec  *control.ExecFixture
-	dlg   *control.Delegator
+	exec  *executortest.Fixture
+	dlg   *delegator.Delegator
 	store *lease.Store // the delegator's
 	rec   *recordingTransport
 	srv   *sshd.Server
@@ -64,8 +63,8 @@ func newLiveFixture(t *testing.T, agentCmd string) *liveFixture {
 		f.Close()
 	}
 	log := slog.New(slog.DiscardHandler)
-	x := control.NewExecFixture(t, agentCmd, func(o *control.ExecutorOptions) {
-		o.Transports = []control.ExecutorTransport{&executor.SSHFSExecutor{Logger: log}, &control.ArchiveExecutor{}}
+	x := executortest.New(t, agentCmd, func(o *executor.Options) {
+		o.Transports = []control.ExecutorTransport{&executor.SSHFSExecutor{Logger: log}, &executor.ArchiveExecutor{}}
 	})
 	state := t.TempDir()
 	store, err := lease.Open(filepath.Join(state, "delegator.db"), lease.Options{Shared: true})
@@ -82,8 +81,8 @@ func newLiveFixture(t *testing.T, agentCmd string) *liveFixture {
 	}
 	addr := sshdtest.Serve(t, srv)
 	rec := &recordingTransport{SSHFSDelegator: &delegator.SSHFSDelegator{Issuer: auth, Server: srv, Host: "127.0.0.1", Port: addr.Port}}
-	dlg, err := control.NewDelegator(control.DelegatorOptions{Store: store, Logger: log, Transports: map[string]control.DelegatorTransport{
-		control.TransportArchive: &control.ArchiveDelegator{Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
+	dlg, err := delegator.New(delegator.Options{Store: store, Logger: log, Transports: map[string]control.DelegatorTransport{
+		control.TransportArchive: &delegator.ArchiveDelegator{Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
 		control.TransportSSHFS:   rec,
 	}})
 	if err != nil {
@@ -132,7 +131,7 @@ func (f *liveFixture) credentialRefused(t *testing.T) {
 
 func TestLiveDelegationCompletesAndRevokes(t *testing.T) {
 	f := newLiveFixture(t, `echo edited >> a.txt; echo ok`)
-	d, err := f.dlg.Create(control.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "edit"})
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "edit"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +156,7 @@ func TestLiveDelegationCompletesAndRevokes(t *testing.T) {
 
 func TestLiveDelegationCancelRevokes(t *testing.T) {
 	f := newLiveFixture(t, `while :; do cat a.txt >/dev/null; sleep 0.05; done`)
-	d, err := f.dlg.Create(control.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "loop"})
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "loop"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +193,7 @@ func TestGrantOfLeaseEndedElsewhereIsRevoked(t *testing.T) {
 	wg.Add(1)
 	go func() { defer wg.Done(); delegator.WatchGrants(watch, f.store, f.srv, 50*time.Millisecond) }()
 	defer func() { stopWatch(); wg.Wait() }()
-	d, err := f.dlg.Create(control.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "wait"})
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "wait"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +220,7 @@ func TestGrantOfLeaseEndedElsewhereIsRevoked(t *testing.T) {
 // memory, is gone) is granted again, and its mount goes on.
 func TestFollowedAnewIsGrantedAgain(t *testing.T) {
 	f := newLiveFixture(t, `while :; do cat a.txt > seen.txt; sleep 0.05; done`)
-	d, err := f.dlg.Create(control.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "loop"})
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "loop"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +256,7 @@ func (f *liveFixture) mountsLeft() []string {
 	mps, _ := awcpfs.Mounted()
 	var out []string
 	for _, mp := range mps {
-		if strings.HasPrefix(mp, f.exec.Root()+"/") {
+		if strings.HasPrefix(mp, f.exec.Root+"/") {
 			out = append(out, mp)
 		}
 	}
@@ -364,10 +363,10 @@ func TestDelegatorLendsLiveMountToHeadExecutor(t *testing.T) {
 	}
 	f := newLiveFixture(t, "true")
 	os.WriteFile(filepath.Join(f.dir, "hello.txt"), []byte("hi\n"), 0o644)
-	peer := control.NewHeadPeer(t)
+	peer := delegator.NewHeadPeer(t)
 	srv := httptest.NewServer(peer)
 	defer srv.Close()
-	d, err := f.dlg.Create(control.ExportRequest{Dir: f.dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportSSHFS})
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportSSHFS})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,89 +389,12 @@ func TestDelegatorLendsLiveMountToHeadExecutor(t *testing.T) {
 	}
 }
 
-// The reference's delegator at HEAD lends a directory over the live mount
-// as its capture shows: its own OpenSSH serves the whole machine, and
-// START's exportLocator is an absolute environment root holding
-// .awcp/manifest.json and workspace, a symlink to the directory. Our
-// executor mounts the resource itself — the agent, run there, sees the
-// directory's files and nothing of the environment or the machine — and
-// its work lands in the directory.
-func TestExecutorMountsHeadEnvironment(t *testing.T) {
-	if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
-		t.Fatalf("no usable /dev/fuse (.ci/run installs fuse3): %v", err)
-	} else {
-		f.Close()
-	}
-	addr, hostKey := sshdtest.OpenSSHSFTP(t)
-	real := t.TempDir()
-	os.WriteFile(filepath.Join(real, "hello.txt"), []byte("hi\n"), 0o644)
-	env := filepath.Join(t.TempDir(), "environments", "dlg_head0003")
-	os.MkdirAll(filepath.Join(env, ".awcp"), 0o700)
-	os.WriteFile(filepath.Join(env, ".awcp", "manifest.json"), []byte(`{"version":"1"}`), 0o600)
-	if err := os.Symlink(real, filepath.Join(env, "workspace")); err != nil {
-		t.Fatal(err)
-	}
-	host, port, _ := net.SplitHostPort(addr)
-	knownHosts := filepath.Join(t.TempDir(), "known_hosts")
-	os.WriteFile(knownHosts, []byte(knownhosts.Line([]string{addr}, hostKey)+"\n"), 0o600)
-	auth, err := sshd.LoadAuthority(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cred, err := auth.Issue("awcp", time.Now().Add(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	log := slog.New(slog.DiscardHandler)
-	x := control.NewExecFixture(t, `ls -A > seen.txt; ls -A .. > above.txt; echo made > made.txt`, func(o *control.ExecutorOptions) {
-		o.Transports = []control.ExecutorTransport{&executor.SSHFSExecutor{Logger: log, KnownHosts: knownHosts}}
-	})
-	id := "dlg_head0003"
-	invite := strings.Replace(control.NewHeadPeer(t).Captured("invite-head.json", id), `"archive"`, `"sshfs"`, 1)
-	start, _ := json.Marshal(map[string]any{"version": "1", "type": control.TypeStart, "delegationId": id,
-		"lease": map[string]any{"expiresAt": control.Timestamp(time.Now().Add(time.Hour)), "accessMode": "rw"},
-		"transportHandle": map[string]any{"transport": "sshfs", "endpoint": map[string]any{"host": host, "port": mustAtoi(t, port), "user": "awcp"},
-			"exportLocator": env + "/", "credential": map[string]any{"privateKey": cred.PrivateKey, "certificate": cred.Certificate}}})
-	var acc control.Accept
-	if err := x.Post(t, json.RawMessage(invite), &acc); err != nil || acc.RetentionMs == nil {
-		t.Fatalf("INVITE: %v %+v", err, acc)
-	}
-	var ok control.StartResponse
-	if err := x.Post(t, json.RawMessage(start), &ok); err != nil {
-		t.Fatalf("START: %v", err)
-	}
-	if ev := x.LastEvent(id); ev.Type != control.EventDone {
-		t.Fatalf("ended with %+v", ev)
-	}
-	if b, _ := os.ReadFile(filepath.Join(real, "made.txt")); string(b) != "made\n" {
-		t.Fatalf("made.txt = %q: the agent's work did not land in the directory", b)
-	}
-	if b, _ := os.ReadFile(filepath.Join(real, "seen.txt")); string(b) != "hello.txt\nseen.txt\n" {
-		t.Errorf("the agent saw %q in its folder, want the directory's files", b)
-	}
-	if b, _ := os.ReadFile(filepath.Join(real, "above.txt")); string(b) != "workspace\n" {
-		t.Errorf("above its folder the agent saw %q, want only workspace (its environment root, local)", b)
-	}
-	if _, err := os.Stat(filepath.Join(x.Root(), id)); !os.IsNotExist(err) {
-		t.Errorf("the work dir is left: %v", err)
-	}
-}
-
-func mustAtoi(t *testing.T, s string) int {
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // Our delegator told to speak head, with our executor, over the live
 // mount: the agent runs in workspace/, which the locator names in the
 // environment root.
 func TestHeadDialectLiveMountBetweenOurs(t *testing.T) {
-	f := newLiveFixture(t, control.HeadAgent)
-	d, err := f.dlg.Create(control.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "p", Transport: control.TransportSSHFS, Dialect: control.DialectHead})
+	f := newLiveFixture(t, delegator.HeadAgent)
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "p", Transport: control.TransportSSHFS, Dialect: control.DialectHead})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +402,7 @@ func TestHeadDialectLiveMountBetweenOurs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	control.CheckHeadRun(t, end, f.dir)
+	delegator.CheckHeadRun(t, end, f.dir)
 	f.rec.mu.Lock()
 	defer f.rec.mu.Unlock()
 	if f.rec.last.ExportLocator != sshd.EnvLocator(d.ID) {

@@ -1,4 +1,4 @@
-package control
+package executor_test
 
 import (
 	"bufio"
@@ -6,12 +6,15 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/executor"
+	"github.com/awcp/awcp/control/executor/executortest"
 )
 
 // countingBody is a request body of n bytes that counts what was taken.
@@ -37,10 +40,10 @@ func bigInvite(n int64) io.Reader {
 }
 
 // A client without a valid token cannot make the executor read more than
-// maxMessageBytes; with a wrong token, nothing is read at all. Each is
+// MaxMessageBytes; with a wrong token, nothing is read at all. Each is
 // refused with AUTH_FAILED, and the executor does not hold the body.
 func TestExecutorReadsLittleBeforeAuthentication(t *testing.T) {
-	f := newExecFixture(t, "true", func(o *ExecutorOptions) { o.Tokens = []string{"s3cret"} })
+	f := executortest.New(t, "true", func(o *executor.Options) { o.Tokens = []string{"s3cret"} })
 	for _, tt := range []struct {
 		name, auth string
 	}{
@@ -49,7 +52,7 @@ func TestExecutorReadsLittleBeforeAuthentication(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			body := &countingBody{left: 64 << 20}
-			req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/awcp", io.MultiReader(
+			req, _ := http.NewRequest(http.MethodPost, f.Srv.URL+"/awcp", io.MultiReader(
 				strings.NewReader(`{"version":"1","type":"INVITE","delegationId":"dlg_big","task":{"description":"d","prompt":"`), body))
 			req.ContentLength = -1
 			if tt.auth != "" {
@@ -57,10 +60,10 @@ func TestExecutorReadsLittleBeforeAuthentication(t *testing.T) {
 			}
 			resp, err := http.DefaultClient.Do(req)
 			if err == nil {
-				var m Error
+				var m control.Error
 				json.NewDecoder(resp.Body).Decode(&m)
 				resp.Body.Close()
-				if resp.StatusCode != http.StatusUnauthorized || m.Code != CodeAuthFailed {
+				if resp.StatusCode != http.StatusUnauthorized || m.Code != control.CodeAuthFailed {
 					t.Errorf("answer %d %+v, want 401 AUTH_FAILED", resp.StatusCode, m)
 				}
 			}
@@ -75,11 +78,9 @@ func TestExecutorReadsLittleBeforeAuthentication(t *testing.T) {
 
 // A body that trickles in is cut off: its first MiB has bodyGrace.
 func TestExecutorCutsSlowBodies(t *testing.T) {
-	old := bodyGrace
-	bodyGrace = time.Second
-	t.Cleanup(func() { bodyGrace = old })
-	f := newExecFixture(t, "true", nil)
-	c, err := net.Dial("tcp", strings.TrimPrefix(f.srv.URL, "http://"))
+	executor.SetBodyGrace(t, time.Second)
+	f := executortest.New(t, "true", nil)
+	c, err := net.Dial("tcp", strings.TrimPrefix(f.Srv.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,47 +113,12 @@ func TestExecutorCutsSlowBodies(t *testing.T) {
 	}
 }
 
-// LimitListener holds at most n connections: the next waits for a close.
-func TestLimitListener(t *testing.T) {
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	srv.Listener = LimitListener(srv.Listener, 2)
-	srv.Start()
-	defer srv.Close()
-	addr := srv.Listener.Addr().String()
-	var conns []net.Conn
-	for range 2 {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-		io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-		bufio.NewReader(c).ReadString('\n')
-	}
-	third, err := net.Dial("tcp", addr) // lands in the backlog
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer third.Close()
-	io.WriteString(third, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-	third.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-	if line, _ := bufio.NewReader(third).ReadString('\n'); line != "" {
-		t.Fatalf("a third connection was served while two were open: %q", line)
-	}
-	conns[0].Close()
-	third.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if line, err := bufio.NewReader(third).ReadString('\n'); !strings.Contains(line, "200") {
-		t.Fatalf("the third connection after a close: %q %v", line, err)
-	}
-	conns[1].Close()
-}
-
 // BenchmarkUnauthenticatedBodies posts three 250 MB INVITEs at once to an
 // executor that requires a token, without one, and reports how much the
 // process's heap grew meanwhile (target: 64 MiB at most; the old executor
 // read up to 256 MiB of each).
 func BenchmarkUnauthenticatedBodies(b *testing.B) {
-	f := newExecFixture(b, "true", func(o *ExecutorOptions) { o.Tokens = []string{"s3cret"} }).srv.URL
+	f := executortest.New(b, "true", func(o *executor.Options) { o.Tokens = []string{"s3cret"} }).URL()
 	var peak uint64
 	for b.Loop() {
 		before := liveHeap()

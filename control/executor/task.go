@@ -1,4 +1,4 @@
-package control
+package executor
 
 import (
 	"context"
@@ -16,21 +16,22 @@ import (
 	"time"
 
 	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/agent"
 	"github.com/awcp/awcp/lease"
 )
 
 // admit handles INVITE.
-func (e *Executor) admit(inv *Invite, peer string) (*Accept, *ProtocolError) {
+func (e *Executor) admit(inv *control.Invite, peer string) (*control.Accept, *control.ProtocolError) {
 	if len(e.opts.Tokens) > 0 && (inv.Auth == nil || !e.validToken(inv.Auth.Credential)) {
-		return nil, Errorf(CodeAuthFailed, "INVITE carries no valid credential").
+		return nil, control.Errorf(control.CodeAuthFailed, "INVITE carries no valid credential").
 			WithHint("pass the executor's token with --token")
 	}
 	tname := ""
 	if inv.Requirements != nil {
 		tname = inv.Requirements.Transport
 	}
-	var tr ExecutorTransport
+	var tr control.ExecutorTransport
 	if tname == "" {
 		tr = e.opts.Transports[0]
 		for _, t := range e.opts.Transports {
@@ -40,19 +41,19 @@ func (e *Executor) admit(inv *Invite, peer string) (*Accept, *ProtocolError) {
 			}
 		}
 	} else if tr = e.transport(tname); tr == nil {
-		return nil, Errorf(CodeDeclined, "transport %q is not offered by this executor", tname).
+		return nil, control.Errorf(control.CodeDeclined, "transport %q is not offered by this executor", tname).
 			WithHint("use --transport " + e.opts.Transports[0].Name())
 	}
 	if err := tr.Available(); err != nil {
-		return nil, AsProtocolError(err, CodeDepMissing)
+		return nil, control.AsProtocolError(err, control.CodeDepMissing)
 	}
 
 	mode := inv.Lease.AccessMode
 	if !slices.Contains(e.opts.AccessModes, mode) {
-		if mode == AccessRW && slices.Contains(e.opts.AccessModes, AccessRO) {
-			mode = AccessRO
+		if mode == control.AccessRW && slices.Contains(e.opts.AccessModes, control.AccessRO) {
+			mode = control.AccessRO
 		} else {
-			return nil, Errorf(CodeDeclined, "access mode %q is not allowed here", mode).
+			return nil, control.Errorf(control.CodeDeclined, "access mode %q is not allowed here", mode).
 				WithHint("allowed: " + fmt.Sprint(e.opts.AccessModes))
 		}
 	}
@@ -70,7 +71,7 @@ func (e *Executor) admit(inv *Invite, peer string) (*Accept, *ProtocolError) {
 		StartBy: now.Add(e.opts.StartTimeout),
 	}
 	var retentionMs *int64
-	if a.Dialect == DialectHead {
+	if a.Dialect == control.DialectHead {
 		for _, r := range inv.Environment.Resources {
 			a.Resources = append(a.Resources, lease.Resource{Name: r.Name, Mode: r.Mode})
 		}
@@ -82,21 +83,21 @@ func (e *Executor) admit(inv *Invite, peer string) (*Accept, *ProtocolError) {
 	}
 	switch err := e.store.CreateAssignment(a, e.opts.MaxConcurrent); {
 	case errors.Is(err, lease.ErrBusy):
-		return nil, Errorf(CodeDeclined, "Maximum concurrent delegations reached (%d)", e.opts.MaxConcurrent).
+		return nil, control.Errorf(control.CodeDeclined, "Maximum concurrent delegations reached (%d)", e.opts.MaxConcurrent).
 			WithHint("Try again later when current tasks complete")
 	case errors.Is(err, lease.ErrExists):
-		return nil, Errorf(CodeDeclined, "delegation %s was already invited here", inv.DelegationID).
+		return nil, control.Errorf(control.CodeDeclined, "delegation %s was already invited here", inv.DelegationID).
 			WithHint("use a new delegation id")
 	case err != nil:
 		e.log.Error("store assignment", "delegation", inv.DelegationID, "err", err)
-		return nil, Errorf(CodeDeclined, "the executor cannot record the delegation")
+		return nil, control.Errorf(control.CodeDeclined, "the executor cannot record the delegation")
 	}
 	e.sched.Kick()
-	return &Accept{
-		BaseMessage:     header(TypeAccept, inv.DelegationID),
+	return &control.Accept{
+		BaseMessage:     control.Header(control.TypeAccept, inv.DelegationID),
 		RetentionMs:     retentionMs,
-		ExecutorWorkDir: ExecutorWorkDir{Path: wd},
-		ExecutorConstraints: &ExecutorConstraints{
+		ExecutorWorkDir: control.ExecutorWorkDir{Path: wd},
+		ExecutorConstraints: &control.ExecutorConstraints{
 			AcceptedAccessMode: mode,
 			MaxTTLSeconds:      int64(e.opts.MaxTTL / time.Second),
 			SandboxProfile:     e.opts.Sandbox,
@@ -105,21 +106,21 @@ func (e *Executor) admit(inv *Invite, peer string) (*Accept, *ProtocolError) {
 }
 
 // checkWorkDir refuses a work dir that exists and is not an empty directory.
-func checkWorkDir(wd string) *ProtocolError {
+func checkWorkDir(wd string) *control.ProtocolError {
 	info, err := os.Lstat(wd)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil || !info.IsDir() {
-		return Errorf(CodeWorkdirDenied, "the work directory for this delegation is not usable")
+		return control.Errorf(control.CodeWorkdirDenied, "the work directory for this delegation is not usable")
 	}
 	f, err := os.Open(wd)
 	if err != nil {
-		return Errorf(CodeWorkdirDenied, "the work directory for this delegation is not usable")
+		return control.Errorf(control.CodeWorkdirDenied, "the work directory for this delegation is not usable")
 	}
 	defer f.Close()
 	if _, err := f.Readdirnames(1); !errors.Is(err, io.EOF) {
-		return Errorf(CodeWorkdirDenied, "the work directory for this delegation is not empty").
+		return control.Errorf(control.CodeWorkdirDenied, "the work directory for this delegation is not empty").
 			WithHint("use a new delegation id, or clear the executor's work root")
 	}
 	return nil
@@ -127,47 +128,47 @@ func checkWorkDir(wd string) *ProtocolError {
 
 // start handles START: it sets the workspace up and launches the agent.
 // It returns only after setup, so {ok:true} means the workspace is there.
-func (e *Executor) start(ctx context.Context, st *Start) *ProtocolError {
+func (e *Executor) start(ctx context.Context, st *control.Start) *control.ProtocolError {
 	id := st.DelegationID
 	a, err := e.store.Assignment(id)
 	if errors.Is(err, lease.ErrNotFound) {
-		return Errorf(CodeDeclined, "no INVITE was accepted for delegation %s", id).WithHint("send INVITE first")
+		return control.Errorf(control.CodeDeclined, "no INVITE was accepted for delegation %s", id).WithHint("send INVITE first")
 	}
 	if err != nil {
-		return Errorf(CodeSetupFailed, "the executor cannot read the delegation")
+		return control.Errorf(control.CodeSetupFailed, "the executor cannot read the delegation")
 	}
 	now := e.store.Now()
-	expiresAt, _ := ParseTimestamp(st.Lease.ExpiresAt)
+	expiresAt, _ := control.ParseTimestamp(st.Lease.ExpiresAt)
 	switch {
-	case a.State == lease.Expired && a.Failure != nil && a.Failure.Code == CodeStartExpired,
+	case a.State == lease.Expired && a.Failure != nil && a.Failure.Code == control.CodeStartExpired,
 		a.State == lease.Accepted && !now.Before(a.StartBy):
-		return Errorf(CodeStartExpired, "START came too late: the accepted INVITE lapsed").WithHint("delegate again")
+		return control.Errorf(control.CodeStartExpired, "START came too late: the accepted INVITE lapsed").WithHint("delegate again")
 	case a.State != lease.Accepted:
-		return Errorf(CodeDeclined, "delegation %s is %s; START is not expected", id, a.State)
+		return control.Errorf(control.CodeDeclined, "delegation %s is %s; START is not expected", id, a.State)
 	case !now.Before(expiresAt):
 		return e.refuseStart(ctx, id, lease.Expire,
-			Errorf(CodeStartExpired, "the lease in START expired at %s", st.Lease.ExpiresAt).WithHint("delegate again"))
+			control.Errorf(control.CodeStartExpired, "the lease in START expired at %s", st.Lease.ExpiresAt).WithHint("delegate again"))
 	}
 	tr := e.transport(st.WorkDir.Transport)
 	if tr == nil {
 		return e.refuseStart(ctx, id, lease.SendError,
-			Errorf(CodeDeclined, "transport %q is not offered by this executor", st.WorkDir.Transport))
+			control.Errorf(control.CodeDeclined, "transport %q is not offered by this executor", st.WorkDir.Transport))
 	}
 	if err := tr.Available(); err != nil {
-		return e.refuseStart(ctx, id, lease.SendError, AsProtocolError(err, CodeDepMissing))
+		return e.refuseStart(ctx, id, lease.SendError, control.AsProtocolError(err, control.CodeDepMissing))
 	}
 	// The executor's own caps win over what START says.
 	expiresAt = minTime(expiresAt, a.AcceptedAt.Add(time.Duration(a.TTLSeconds)*time.Second+time.Minute), now.Add(e.opts.MaxTTL))
 	mode := a.AccessMode
-	if st.Lease.AccessMode == AccessRO {
-		mode = AccessRO
+	if st.Lease.AccessMode == control.AccessRO {
+		mode = control.AccessRO
 	}
 	a, _, err = e.store.FireAssignment(id, lease.SendStart, "START received", func(a *lease.Assignment) error {
 		a.ExpiresAt, a.AccessMode, a.Transport = expiresAt, mode, tr.Name()
 		return nil
 	}, nil)
 	if err != nil {
-		return Errorf(CodeDeclined, "delegation %s cannot start: %v", id, err)
+		return control.Errorf(control.CodeDeclined, "delegation %s cannot start: %v", id, err)
 	}
 
 	if pe := e.setup(ctx, a, tr, &st.WorkDir); pe != nil {
@@ -185,7 +186,7 @@ func (e *Executor) start(ctx context.Context, st *Start) *ProtocolError {
 	e.mu.Lock()
 	e.tasks[id] = t
 	e.mu.Unlock()
-	running := e.eventJSON(&Event{DelegationID: id, Type: EventStatus, Status: StatusRunning, Message: "workspace ready; agent starting"})
+	running := e.eventJSON(&control.Event{DelegationID: id, Type: control.EventStatus, Status: control.StatusRunning, Message: "workspace ready; agent starting"})
 	started := a
 	a, _, err = e.store.FireAssignment(id, lease.SetupComplete, "workspace ready", nil, running)
 	if err != nil {
@@ -198,9 +199,9 @@ func (e *Executor) start(ctx context.Context, st *Start) *ProtocolError {
 		close(t.done)
 		e.removeWorkDir(ctx, started)
 		if cur, gerr := e.store.Assignment(id); gerr == nil && cur.Failure != nil {
-			return &ProtocolError{Code: cur.Failure.Code, Message: cur.Failure.Message, Hint: cur.Failure.Hint}
+			return &control.ProtocolError{Code: cur.Failure.Code, Message: cur.Failure.Message, Hint: cur.Failure.Hint}
 		}
-		return Errorf(CodeSetupFailed, "delegation %s ended during setup", id)
+		return control.Errorf(control.CodeSetupFailed, "delegation %s ended during setup", id)
 	}
 	e.publish(id)
 	e.wg.Add(1)
@@ -211,7 +212,7 @@ func (e *Executor) start(ctx context.Context, st *Start) *ProtocolError {
 
 // refuseStart ends an accepted delegation whose START cannot be honoured,
 // freeing its slot at once rather than at the START deadline.
-func (e *Executor) refuseStart(ctx context.Context, id string, ev lease.Event, pe *ProtocolError) *ProtocolError {
+func (e *Executor) refuseStart(ctx context.Context, id string, ev lease.Event, pe *control.ProtocolError) *control.ProtocolError {
 	if err := e.end(ctx, id, ev, pe); err != nil {
 		e.log.Warn("refuse START", "delegation", id, "err", err)
 	}
@@ -227,21 +228,21 @@ func minTime(t time.Time, others ...time.Time) time.Time {
 	return t
 }
 
-func (e *Executor) setup(ctx context.Context, a *lease.Assignment, tr ExecutorTransport, info *WorkDirInfo) *ProtocolError {
+func (e *Executor) setup(ctx context.Context, a *lease.Assignment, tr control.ExecutorTransport, info *control.WorkDirInfo) *control.ProtocolError {
 	if pe := checkWorkDir(a.WorkDir); pe != nil {
 		return pe
 	}
 	if err := os.Mkdir(a.WorkDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		e.log.Error("create work dir", "delegation", a.ID, "err", err)
-		return Errorf(CodeSetupFailed, "cannot create the work directory")
+		return control.Errorf(control.CodeSetupFailed, "cannot create the work directory")
 	}
-	p := SetupParams{ID: a.ID, Info: info, WorkDir: a.WorkDir, AccessMode: a.AccessMode}
+	p := control.SetupParams{ID: a.ID, Info: info, WorkDir: a.WorkDir, AccessMode: a.AccessMode}
 	for _, r := range a.Resources {
-		p.Resources = append(p.Resources, Resource{Name: r.Name, Type: "fs", Mode: r.Mode})
+		p.Resources = append(p.Resources, control.Resource{Name: r.Name, Type: "fs", Mode: r.Mode})
 	}
 	if err := tr.Setup(ctx, p); err != nil {
 		e.log.Warn("setup failed", "delegation", a.ID, "err", err)
-		return AsProtocolError(err, CodeSetupFailed)
+		return control.AsProtocolError(err, control.CodeSetupFailed)
 	}
 	return nil
 }
@@ -249,12 +250,12 @@ func (e *Executor) setup(ctx context.Context, a *lease.Assignment, tr ExecutorTr
 // agentDir is where a's agent runs: the work dir, or in the head dialect
 // the resource the reference would run it in (see PrimaryResource).
 func agentDir(a *lease.Assignment) string {
-	if a.Dialect != DialectHead {
+	if a.Dialect != control.DialectHead {
 		return a.WorkDir
 	}
-	env := Environment{}
+	env := control.Environment{}
 	for _, r := range a.Resources {
-		env.Resources = append(env.Resources, Resource{Name: r.Name, Mode: r.Mode})
+		env.Resources = append(env.Resources, control.Resource{Name: r.Name, Mode: r.Mode})
 	}
 	return filepath.Join(a.WorkDir, env.PrimaryResource())
 }
@@ -308,17 +309,17 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	switch {
 	case err != nil:
 		ev = lease.SendError
-		final = e.eventJSON(&Event{DelegationID: a.ID, Type: EventError, Code: CodeTaskFailed, Message: "the agent could not run: " + err.Error()})
+		final = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventError, Code: control.CodeTaskFailed, Message: "the agent could not run: " + err.Error()})
 	case res.Failed != "":
 		ev = lease.SendError
-		final = e.eventJSON(&Event{DelegationID: a.ID, Type: EventError, Code: CodeTaskFailed, Message: res.Failed})
+		final = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventError, Code: control.CodeTaskFailed, Message: res.Failed})
 	default:
 		ev = lease.ReceiveDone
 		snapshot, final, err = e.doneEvent(ctx, a, before, res.Summary)
 		if err != nil {
 			log.Error("collect result", "err", err)
 			ev = lease.SendError
-			final = e.eventJSON(&Event{DelegationID: a.ID, Type: EventError, Code: CodeTaskFailed, Message: "the result could not be collected"})
+			final = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventError, Code: control.CodeTaskFailed, Message: "the result could not be collected"})
 		}
 	}
 	// Clean up before the terminal event: whoever hears "done" may count on
@@ -326,10 +327,10 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	if err := e.removeWorkDir(ctx, a); err != nil {
 		log.Warn("clean up", "err", err)
 	}
-	var decoded Event
+	var decoded control.Event
 	json.Unmarshal(final, &decoded)
 	_, _, err = e.store.FireAssignment(a.ID, ev, "agent finished", func(a *lease.Assignment) error {
-		if decoded.Type == EventError {
+		if decoded.Type == control.EventError {
 			a.Failure = &lease.Failure{Code: decoded.Code, Message: decoded.Message}
 		}
 		return nil
@@ -350,7 +351,7 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 // matched nothing, a formatter with nothing to do) is not reported as
 // changed — as the delegator's apply does not report it either.
 func highlightScan(transport string) func(dir string) (archive.Manifest, error) {
-	if transport == TransportArchive {
+	if transport == control.TransportArchive {
 		return archive.Scan
 	}
 	return archive.ScanMeta
@@ -366,7 +367,7 @@ func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before ar
 	}
 	tr := e.transport(a.Transport)
 	var checksum string
-	if a.AccessMode == AccessRW {
+	if a.AccessMode == control.AccessRW {
 		checksum, err = e.packResult(ctx, tr, a)
 	} else {
 		_, err = tr.Teardown(ctx, a.ID, a.WorkDir, nil)
@@ -379,8 +380,8 @@ func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before ar
 	}
 	// A result is not part of the stored event: the event stream appends
 	// it from the file (see handleEvents).
-	ev := &Event{DelegationID: a.ID, Type: EventDone, Summary: summary, Highlights: archive.Changed(before, after)}
-	if a.Dialect != DialectHead || checksum == "" {
+	ev := &control.Event{DelegationID: a.ID, Type: control.EventDone, Summary: summary, Highlights: archive.Changed(before, after)}
+	if a.Dialect != control.DialectHead || checksum == "" {
 		ev.ResultChecksum = checksum
 		return nil, e.eventJSON(ev), nil
 	}
@@ -388,7 +389,7 @@ func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before ar
 	// in done. The checksum rides along as in our done (an extension).
 	snapID := "snap_" + checksum[:12]
 	recommended := true
-	snapshot = e.eventJSON(&Event{DelegationID: a.ID, Type: EventSnapshot, SnapshotID: snapID, Summary: summary,
+	snapshot = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventSnapshot, SnapshotID: snapID, Summary: summary,
 		Highlights: ev.Highlights, Recommended: &recommended, ResultChecksum: checksum})
 	ev.SnapshotIDs, ev.RecommendedSnapshotID = []string{snapID}, snapID
 	return snapshot, e.eventJSON(ev), nil
@@ -403,7 +404,7 @@ func (e *Executor) resultFile(id string) string {
 // packResult has the transport write its result into the result file and
 // returns the result's SHA-256 (hex); none is left, and the checksum is
 // empty, if it has no result.
-func (e *Executor) packResult(ctx context.Context, tr ExecutorTransport, a *lease.Assignment) (string, error) {
+func (e *Executor) packResult(ctx context.Context, tr control.ExecutorTransport, a *lease.Assignment) (string, error) {
 	name := e.resultFile(a.ID)
 	if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
 		return "", err
@@ -449,5 +450,5 @@ func (e *Executor) pumpProgress(id string, updates <-chan agent.Update) {
 }
 
 func (e *Executor) progress(id string, u agent.Update) []byte {
-	return e.eventJSON(&Event{DelegationID: id, Type: EventStatus, Status: StatusProgress, Message: u.Message, Progress: u.Progress})
+	return e.eventJSON(&control.Event{DelegationID: id, Type: control.EventStatus, Status: control.StatusProgress, Message: u.Message, Progress: u.Progress})
 }

@@ -1,6 +1,11 @@
-package control
+// Package httpserve holds what every HTTP listener of awcp needs against
+// clients that have not authenticated yet: header and idle timeouts, a
+// bound on open connections, and request bodies bounded in size and paced
+// in time.
+package httpserve
 
 import (
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -13,27 +18,21 @@ import (
 // small bound before it is authenticated, and a client that sends slowly
 // is cut off.
 const (
-	// maxMessageBytes bounds a message held in memory: an INVITE, an
-	// ERROR, or a START apart from its workspace (which goes to disk as it
-	// is read, up to ExecutorOptions.MaxBodyBytes, and only with a valid
-	// bearer token where tokens are set).
-	maxMessageBytes = 1 << 20
 	// MaxConns is how many connections an HTTP server of ours holds at
 	// once; further clients wait in the listen backlog.
 	MaxConns = 256
 )
 
-// bodyGrace is the time a body has for its first MiB, and each MiB after
-// it buys as much again: a 100 MB START at 4 MB/s passes, a client
-// trickling a small body is cut within 30 s of its headers. (A variable
-// for the tests.)
-var bodyGrace = 30 * time.Second
+// DefaultBodyGrace is the time a body has for its first MiB, and each MiB
+// after it buys as much again: a 100 MB START at 4 MB/s passes, a client
+// trickling a small body is cut within 30 s of its headers.
+const DefaultBodyGrace = 30 * time.Second
 
-// NewHTTPServer is an http.Server for h with the timeouts every listener
+// NewServer is an http.Server for h with the timeouts every listener
 // of ours needs: headers within 10 s, idle keep-alive connections closed
 // after 60 s, headers of at most 64 KiB. Bodies are bounded by their
-// handlers (limitBody).
-func NewHTTPServer(h http.Handler) *http.Server {
+// handlers (LimitBody).
+func NewServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -42,35 +41,36 @@ func NewHTTPServer(h http.Handler) *http.Server {
 	}
 }
 
-// limitBody reads r's body at most max bytes and under bodyGrace per MiB,
+// LimitBody reads r's body at most max bytes and under grace per MiB,
 // counted from now (the handler's start, right after the headers). Once
-// the handler has read what it needs it calls finished.
-func limitBody(w http.ResponseWriter, r *http.Request, max int64) *pacedBody {
+// the handler has read what it needs it calls Finished.
+func LimitBody(w http.ResponseWriter, r *http.Request, max int64, grace time.Duration) *PacedBody {
 	rc := http.NewResponseController(w)
-	b := &pacedBody{r: http.MaxBytesReader(w, r.Body, max), rc: rc, start: time.Now()}
+	b := &PacedBody{r: http.MaxBytesReader(w, r.Body, max), rc: rc, start: time.Now(), grace: grace}
 	b.extend()
 	return b
 }
 
-// pacedBody moves the connection's read deadline on as a body arrives.
-type pacedBody struct {
+// PacedBody moves the connection's read deadline on as a body arrives.
+type PacedBody struct {
 	r     io.Reader
 	rc    *http.ResponseController
 	start time.Time
-	n     int64 // bytes read
-	mib   int64 // whole MiB read when the deadline was last set
+	grace time.Duration // for each MiB
+	n     int64         // bytes read
+	mib   int64         // whole MiB read when the deadline was last set
 }
 
-func (b *pacedBody) extend() {
-	b.rc.SetReadDeadline(b.start.Add(time.Duration(b.mib+1) * bodyGrace))
+func (b *PacedBody) extend() {
+	b.rc.SetReadDeadline(b.start.Add(time.Duration(b.mib+1) * b.grace))
 }
 
-// finished ends the reading, which ended with err. Read whole, the body's
+// Finished ends the reading, which ended with err. Read whole, the body's
 // read deadline is lifted: left on the connection, it would cancel the
 // request's context once past. Refused, the connection is closed after the
 // answer: net/http would otherwise read the rest of the body, with no
 // deadline, before it answers.
-func (b *pacedBody) finished(w http.ResponseWriter, err error) {
+func (b *PacedBody) Finished(w http.ResponseWriter, err error) {
 	if err != nil {
 		w.Header().Set("Connection", "close")
 		return
@@ -78,7 +78,7 @@ func (b *pacedBody) finished(w http.ResponseWriter, err error) {
 	b.rc.SetReadDeadline(time.Time{})
 }
 
-func (b *pacedBody) Read(p []byte) (int, error) {
+func (b *PacedBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	b.n += int64(n)
 	if mib := b.n >> 20; mib != b.mib {
@@ -131,4 +131,14 @@ func (c *slotConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.free)
 	return err
+}
+
+// WriteJSON answers with v as JSON and the given status. HTML characters
+// are not escaped: the peers read JSON, not HTML.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
 }

@@ -1,4 +1,4 @@
-package control
+package executor
 
 import (
 	"context"
@@ -10,10 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/agent"
+	"github.com/awcp/awcp/internal/httpserve"
 )
 
-// Permission policies of an executor (ExecutorOptions.Permission).
+// Permission policies of an executor (Options.Permission).
 const (
 	PermissionAuto    = "auto"    // the first allow option
 	PermissionDeny    = "deny"    // the first reject option
@@ -47,9 +49,9 @@ func (e *Executor) decide(ctx context.Context, id string, t *task, req agent.Per
 	case PermissionForward:
 		d = e.forward(ctx, id, t, req)
 	}
-	outcome := PermissionSelected
+	outcome := control.PermissionSelected
 	if d.OptionID == "" {
-		outcome = PermissionCancelled
+		outcome = control.PermissionCancelled
 		if e.opts.Permission != PermissionForward {
 			d.By += ": no matching option"
 		}
@@ -82,7 +84,7 @@ func (e *Executor) forward(ctx context.Context, id string, t *task, req agent.Pe
 		delete(t.asks, req.ID)
 		e.mu.Unlock()
 	}()
-	e.permissionEvent(id, req, PermissionPending, agent.Decision{})
+	e.permissionEvent(id, req, control.PermissionPending, agent.Decision{})
 	timer := time.NewTimer(e.opts.PermissionTimeout)
 	defer timer.Stop()
 	select {
@@ -96,7 +98,7 @@ func (e *Executor) forward(ctx context.Context, id string, t *task, req agent.Pe
 }
 
 func (e *Executor) permissionEvent(id string, req agent.PermissionRequest, outcome string, d agent.Decision) {
-	data := e.eventJSON(&Event{DelegationID: id, Type: EventPermission, RequestID: req.ID, Message: req.Title,
+	data := e.eventJSON(&control.Event{DelegationID: id, Type: control.EventPermission, RequestID: req.ID, Message: req.Title,
 		ToolCall: req.ToolCall, Options: req.Options, Outcome: outcome, OptionID: d.OptionID, DecidedBy: d.By})
 	if _, err := e.store.AppendEvents(id, [][]byte{data}); err != nil {
 		e.log.Warn("record permission event", "delegation", id, "err", err)
@@ -141,17 +143,17 @@ func (e *Executor) handlePermission(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var ans PermissionAnswer
+	var ans control.PermissionAnswer
 	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&ans); err != nil || ans.RequestID == "" || ans.OptionID == "" {
-		writeError(w, http.StatusBadRequest, NewError(id, CodeDeclined, "the body must be {requestId, optionId}", ""))
+		writeError(w, http.StatusBadRequest, control.NewError(id, control.CodeDeclined, "the body must be {requestId, optionId}", ""))
 		return
 	}
 	switch err := e.answer(id, ans.RequestID, ans.OptionID); {
 	case errors.Is(err, errNoSuchAsk):
-		writeError(w, http.StatusNotFound, NewError(id, CodeDeclined, err.Error(), "`awcp-ctl output ID` lists the pending requests"))
+		writeError(w, http.StatusNotFound, control.NewError(id, control.CodeDeclined, err.Error(), "`awcp-ctl output ID` lists the pending requests"))
 	case err != nil:
-		writeError(w, http.StatusBadRequest, NewError(id, CodeDeclined, err.Error(), ""))
+		writeError(w, http.StatusBadRequest, control.NewError(id, control.CodeDeclined, err.Error(), ""))
 	default:
-		writeJSON(w, http.StatusOK, StartResponse{OK: true})
+		httpserve.WriteJSON(w, http.StatusOK, control.StartResponse{OK: true})
 	}
 }

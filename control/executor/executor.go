@@ -1,4 +1,9 @@
-package control
+// Package executor is the executor's role (spec §7): the HTTP service that
+// takes delegations under its policy, sets each workspace up through a
+// transport (the archive, or the FUSE mount of package fs), runs the agent
+// and streams its events, and cleans up at the lease's end. It does not
+// link the SSH server: that is the delegator's.
+package executor
 
 import (
 	"context"
@@ -11,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/agent"
 	"github.com/awcp/awcp/internal/mountinfo"
 	"github.com/awcp/awcp/lease"
@@ -24,9 +30,9 @@ type Worker interface {
 
 var _ Worker = agent.Shell{}
 
-// ExecutorOptions configures an Executor. A zero field takes the default
+// Options configures an Executor. A zero field takes the default
 // noted on it; the required ones have none.
-type ExecutorOptions struct {
+type Options struct {
 	// WorkRoot is the only directory work dirs are made in, as
 	// {WorkRoot}/{delegationId}. Required, absolute.
 	WorkRoot string
@@ -46,13 +52,13 @@ type ExecutorOptions struct {
 	PermissionTimeout time.Duration
 	// Sandbox is declared in ACCEPT. It must say what the worker enforces.
 	// Default: what a shell agent gets — exec and network, not confined.
-	Sandbox *SandboxProfile
+	Sandbox *control.SandboxProfile
 	// Store holds assignments and events. Required.
 	Store *lease.Store
 	// StateDir holds summary files. Required.
 	StateDir string
 	// Transports offered, preferred first. Required.
-	Transports []ExecutorTransport
+	Transports []control.ExecutorTransport
 	// MaxConcurrent is how many delegations may be active. Default 5.
 	MaxConcurrent int
 	// MaxTTL caps a lease. Default 1h.
@@ -83,12 +89,12 @@ type ExecutorOptions struct {
 	// executor for them, spec §8.3) what this executor's agent is good at.
 	// Default: a generic description and no skills.
 	Description string
-	Skills      []CardSkill
+	Skills      []control.CardSkill
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
 
-func (o ExecutorOptions) validate() error {
+func (o Options) validate() error {
 	var errs []error
 	if !filepath.IsAbs(o.WorkRoot) {
 		errs = append(errs, errors.New("work root must be an absolute path"))
@@ -108,14 +114,14 @@ func (o ExecutorOptions) validate() error {
 		errs = append(errs, errors.New("at least one transport is required"))
 	}
 	for _, m := range o.AccessModes {
-		if m != AccessRO && m != AccessRW {
+		if m != control.AccessRO && m != control.AccessRW {
 			errs = append(errs, fmt.Errorf("access mode %q is not ro or rw", m))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (o ExecutorOptions) withDefaults() ExecutorOptions {
+func (o Options) withDefaults() Options {
 	if o.MaxConcurrent <= 0 {
 		o.MaxConcurrent = 5
 	}
@@ -123,7 +129,7 @@ func (o ExecutorOptions) withDefaults() ExecutorOptions {
 		o.MaxTTL = time.Hour
 	}
 	if len(o.AccessModes) == 0 {
-		o.AccessModes = []string{AccessRW, AccessRO}
+		o.AccessModes = []string{control.AccessRW, control.AccessRO}
 	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 2 * time.Minute
@@ -154,7 +160,7 @@ func (o ExecutorOptions) withDefaults() ExecutorOptions {
 	}
 	if o.Sandbox == nil {
 		yes, no := true, false
-		o.Sandbox = &SandboxProfile{CwdOnly: &no, AllowNetwork: &yes, AllowExec: &yes}
+		o.Sandbox = &control.SandboxProfile{CwdOnly: &no, AllowNetwork: &yes, AllowExec: &yes}
 	}
 	if o.Description == "" {
 		o.Description = "AWCP executor: works on delegated workspaces with its own tools"
@@ -168,7 +174,7 @@ func (o ExecutorOptions) withDefaults() ExecutorOptions {
 // Executor is the executor daemon of spec §7: policy, transports, the task
 // runner and the event streams. Serve its Handler and call Run.
 type Executor struct {
-	opts  ExecutorOptions
+	opts  Options
 	store *lease.Store
 	log   *slog.Logger
 	sched *lease.Scheduler
@@ -189,8 +195,8 @@ type task struct {
 	asks map[string]*ask
 }
 
-// NewExecutor checks opts and builds an Executor.
-func NewExecutor(opts ExecutorOptions) (*Executor, error) {
+// New checks opts and builds an Executor.
+func New(opts Options) (*Executor, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -250,7 +256,7 @@ func (e *Executor) stopAll() {
 	e.mu.Unlock()
 	for _, id := range ids {
 		err := e.end(context.Background(), id, lease.SendError,
-			Errorf(CodeTaskFailed, "the executor shut down").WithHint("delegate again"))
+			control.Errorf(control.CodeTaskFailed, "the executor shut down").WithHint("delegate again"))
 		if err != nil {
 			e.log.Warn("stop task", "delegation", id, "err", err)
 		}
@@ -268,7 +274,7 @@ func (e *Executor) summaryFile(id string) string {
 	return filepath.Join(e.opts.StateDir, "summaries", id)
 }
 
-func (e *Executor) transport(name string) ExecutorTransport {
+func (e *Executor) transport(name string) control.ExecutorTransport {
 	for _, t := range e.opts.Transports {
 		if t.Name() == name {
 			return t
@@ -298,16 +304,16 @@ func (e *Executor) expire(ctx context.Context, id string) error {
 		return err
 	}
 	if a.State == lease.Accepted {
-		return e.end(ctx, id, lease.Expire, Errorf(CodeStartExpired, "no START arrived within %s of ACCEPT", e.opts.StartTimeout))
+		return e.end(ctx, id, lease.Expire, control.Errorf(control.CodeStartExpired, "no START arrived within %s of ACCEPT", e.opts.StartTimeout))
 	}
-	return e.end(ctx, id, lease.Expire, Errorf(CodeExpired, "the lease expired at %s", Timestamp(a.ExpiresAt)).
+	return e.end(ctx, id, lease.Expire, control.Errorf(control.CodeExpired, "the lease expired at %s", control.Timestamp(a.ExpiresAt)).
 		WithHint("delegate again with a longer --ttl"))
 }
 
 // end moves delegation id to a terminal state with an error event, stops its
 // agent and removes its work dir. It is a no-op for a lease already ended.
-func (e *Executor) end(ctx context.Context, id string, ev lease.Event, pe *ProtocolError) error {
-	data := e.eventJSON(&Event{DelegationID: id, Type: EventError, Code: pe.Code, Message: pe.Message, Hint: pe.Hint})
+func (e *Executor) end(ctx context.Context, id string, ev lease.Event, pe *control.ProtocolError) error {
+	data := e.eventJSON(&control.Event{DelegationID: id, Type: control.EventError, Code: pe.Code, Message: pe.Message, Hint: pe.Hint})
 	a, _, err := e.store.FireAssignment(id, ev, pe.Code+": "+pe.Message, func(a *lease.Assignment) error {
 		a.Failure = &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint}
 		return nil
@@ -376,7 +382,7 @@ func (e *Executor) recover(ctx context.Context) {
 		switch a.State {
 		case lease.Started:
 			// No START handler survives a restart to clean up after it.
-			e.end(ctx, a.ID, lease.SendError, Errorf(CodeSetupFailed, "the executor restarted during setup").
+			e.end(ctx, a.ID, lease.SendError, control.Errorf(control.CodeSetupFailed, "the executor restarted during setup").
 				WithHint("delegate again"))
 			if err := e.removeWorkDir(ctx, a); err != nil {
 				e.log.Warn("recover: clean up", "delegation", a.ID, "err", err)
@@ -387,7 +393,7 @@ func (e *Executor) recover(ctx context.Context) {
 				e.expire(ctx, a.ID)
 				continue
 			}
-			e.end(ctx, a.ID, lease.SendError, Errorf(CodeTaskFailed, "the executor restarted and stopped the agent").
+			e.end(ctx, a.ID, lease.SendError, control.Errorf(control.CodeTaskFailed, "the executor restarted and stopped the agent").
 				WithHint("delegate again"))
 		}
 		if a.State.Terminal() {
@@ -450,9 +456,9 @@ func (e *Executor) watch(id string) <-chan struct{} {
 	return ch
 }
 
-func (e *Executor) eventJSON(ev *Event) []byte {
-	ev.Timestamp = Timestamp(e.store.Now())
-	data, err := Marshal(ev)
+func (e *Executor) eventJSON(ev *control.Event) []byte {
+	ev.Timestamp = control.Timestamp(e.store.Now())
+	data, err := control.Marshal(ev)
 	if err != nil {
 		panic(err) // Event has only marshalable fields
 	}

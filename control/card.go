@@ -1,0 +1,100 @@
+package control
+
+// ExtensionURI names AWCP in an agent card (spec §8.3).
+const ExtensionURI = "https://awcp-protocol.org/v1"
+
+// TaskResult is the body of GET /awcp/tasks/{id}/result, which the head
+// dialect added: how a delegator that lost the stream (a head executor
+// replays only done) gets the outcome and the result again.
+type TaskResult struct {
+	Status      string   `json:"status"` // running, completed, error or not_found
+	CompletedAt string   `json:"completedAt,omitempty"`
+	Summary     string   `json:"summary,omitempty"`
+	Highlights  []string `json:"highlights,omitempty"`
+	// SnapshotBase64 is the result ZIP; like an event's, our delegator's
+	// reader decodes it into ResultFile as it reads.
+	SnapshotBase64 string       `json:"snapshotBase64,omitempty"`
+	Error          *TaskFailure `json:"error,omitempty"`
+	// ResultChecksum is the result's SHA-256 (hex), as in our done event.
+	ResultChecksum string `json:"resultChecksum,omitempty"`
+
+	ResultFile string `json:"-"`
+	ResultSum  string `json:"-"` // as Event's
+	ResultErr  error  `json:"-"`
+}
+
+// TaskFailure is how a task that ended badly ended.
+type TaskFailure struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Hint    string `json:"hint,omitempty"`
+}
+
+// Result states of a TaskResult.
+const (
+	ResultRunning   = "running"
+	ResultCompleted = "completed"
+	ResultError     = "error"
+	ResultNotFound  = "not_found"
+)
+
+// StatusReport is the body of GET /awcp/status.
+type StatusReport struct {
+	OK            bool             `json:"ok"`
+	Name          string           `json:"name"`
+	Version       string           `json:"version"`
+	Active        int              `json:"active"`
+	MaxConcurrent int              `json:"maxConcurrent"`
+	Transports    []string         `json:"transports"`
+	Delegations   []StatusLeaseRow `json:"delegations"`
+	// Goroutines is the daemon's goroutine count: leak checks compare it
+	// before and after a load.
+	Goroutines int `json:"goroutines"`
+}
+
+// StatusLeaseRow is one delegation in a status report.
+type StatusLeaseRow struct {
+	DelegationID string `json:"delegationId"`
+	State        string `json:"state"`
+	Transport    string `json:"transport"`
+	AccessMode   string `json:"accessMode"`
+	ExpiresAt    string `json:"expiresAt,omitempty"`
+}
+
+// AgentCard is the A2A agent card with the AWCP extension of spec §8.3.
+type AgentCard struct {
+	Name               string          `json:"name"`
+	Description        string          `json:"description"`
+	URL                string          `json:"url"`
+	Version            string          `json:"version"`
+	Capabilities       map[string]any  `json:"capabilities"`
+	DefaultInputModes  []string        `json:"defaultInputModes"`
+	DefaultOutputModes []string        `json:"defaultOutputModes"`
+	Skills             []CardSkill     `json:"skills"`
+	Extensions         []CardExtension `json:"extensions"`
+}
+
+// CardSkill is one skill of an agent card (A2A AgentSkill).
+type CardSkill struct {
+	ID          string   `json:"id"`
+	Name        string   `json:"name"`
+	Description string   `json:"description"`
+	Tags        []string `json:"tags"`
+}
+
+// CardExtension declares a protocol extension.
+type CardExtension struct {
+	URI      string         `json:"uri"`
+	Required bool           `json:"required"`
+	Params   map[string]any `json:"params,omitempty"`
+}
+
+// AWCP returns the card's AWCP extension (spec §8.3), if it declares one.
+func (c *AgentCard) AWCP() (CardExtension, bool) {
+	for _, ext := range c.Extensions {
+		if ext.URI == ExtensionURI {
+			return ext, true
+		}
+	}
+	return CardExtension{}, false
+}

@@ -1,0 +1,194 @@
+package delegator
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/control"
+)
+
+// BlobStore is where the archive transport keeps what it sent; *lease.Store.
+type BlobStore interface {
+	PutBlob(key string, data []byte) error
+	Blob(key string) ([]byte, error)
+	DeleteBlob(key string) error
+}
+
+// ArchiveDelegator is the delegator side of the archive transport.
+type ArchiveDelegator struct {
+	// Blobs keeps the manifest of what was sent until the result is
+	// applied, across restarts. Required.
+	Blobs BlobStore
+	// StagingDir is where results are unpacked before they are applied.
+	// Required.
+	StagingDir string
+	// ResultDir keeps a result that could not be applied, as <id>.zip, so
+	// that nothing the executor did is lost. Required.
+	ResultDir string
+	// Limits bound the extraction of results.
+	Limits archive.Limits
+}
+
+// Name implements DelegatorTransport.
+func (*ArchiveDelegator) Name() string { return control.TransportArchive }
+
+func manifestKey(id string) string { return "archive-base/" + id }
+
+func (t *ArchiveDelegator) packedFile(id string) string {
+	return filepath.Join(t.StagingDir, id+".zip")
+}
+
+// Prepare packs the directory into a file in the staging directory, which
+// START streams from, and remembers what it sent.
+func (t *ArchiveDelegator) Prepare(_ context.Context, d control.Lent) (*control.WorkDirInfo, error) {
+	if err := os.MkdirAll(t.StagingDir, 0o700); err != nil {
+		return nil, err
+	}
+	name := t.packedFile(d.ID)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("pack the workspace: %w", err)
+	}
+	defer f.Close()
+	sum := sha256.New()
+	folder := ""
+	if d.Dialect == control.DialectHead {
+		folder = control.ResourceWorkspace // the head dialect's archive holds a folder per resource
+	}
+	p, err := archive.PackIn(io.MultiWriter(f, sum), d.LocalDir, folder)
+	if err == nil {
+		err = f.Close()
+	}
+	if err != nil {
+		os.Remove(name)
+		return nil, control.Errorf(control.CodeWorkspaceInvalid, "cannot pack the workspace: %v", err)
+	}
+	m, err := json.Marshal(p.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.Blobs.PutBlob(manifestKey(d.ID), m); err != nil {
+		return nil, fmt.Errorf("remember what was sent: %w", err)
+	}
+	return &control.WorkDirInfo{
+		Transport:     control.TransportArchive,
+		WorkspaceFile: name,
+		Checksum:      hex.EncodeToString(sum.Sum(nil)),
+	}, nil
+}
+
+// Finish applies the result (ev.ResultFile, as the event reader decoded
+// resultBase64) so that the directory ends as the executor left it. A ro
+// delegation changes nothing; a rw one whose done event has no result (or
+// one whose SHA-256 is not its resultChecksum) fails, changing nothing.
+func (t *ArchiveDelegator) Finish(_ context.Context, d control.Lent, ev *control.Event) (*archive.Report, error) {
+	if d.AccessMode != control.AccessRW {
+		return &archive.Report{}, nil
+	}
+	// A rw delegation is never "completed, changes: none" for want of a
+	// result: what the executor changed would be lost unsaid.
+	switch {
+	case ev.ResultFile == "" && (ev.RecommendedSnapshotID != "" || len(ev.SnapshotIDs) > 0):
+		return nil, control.Errorf(control.CodeTaskFailed, "the executor named its result snapshot %s, but neither its snapshot event nor GET /result delivered it: nothing in the directory was changed",
+			ev.RecommendedSnapshotID).WithHint("the executor may have dropped it; check its log")
+	case ev.ResultFile == "":
+		return nil, control.Errorf(control.CodeTaskFailed, "the executor's done event carries no result (resultBase64): nothing in the directory was changed").
+			WithHint("the executor's changes, if any, did not come back; check its version")
+	}
+	if ev.ResultErr != nil {
+		return nil, fmt.Errorf("resultBase64 is %v", ev.ResultErr)
+	}
+	f, err := os.Open(ev.ResultFile)
+	if err != nil {
+		return nil, fmt.Errorf("open the result: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if ev.ResultChecksum != "" && !strings.EqualFold(ev.ResultSum, ev.ResultChecksum) {
+		kept := filepath.Join(t.ResultDir, d.ID+".zip")
+		keepFile(ev.ResultFile, kept)
+		return nil, fmt.Errorf("the result's SHA-256 is %s, not the resultChecksum the executor sent (%s): nothing was applied; the result is kept in %s",
+			ev.ResultSum, ev.ResultChecksum, kept)
+	}
+	raw, err := t.Blobs.Blob(manifestKey(d.ID))
+	if err != nil {
+		return nil, fmt.Errorf("what was sent is unknown: %w", err)
+	}
+	var base archive.Manifest
+	if err := json.Unmarshal(raw, &base); err != nil {
+		return nil, fmt.Errorf("what was sent is unreadable: %w", err)
+	}
+	opts := archive.ApplyOptions{
+		StagingDir:     t.StagingDir,
+		ConflictSuffix: ".awcp-" + shortID(d.ID),
+		Limits:         t.Limits,
+	}
+	if d.Dialect == control.DialectHead {
+		opts.Folder = control.ResourceWorkspace
+	}
+	rep, err := archive.ApplyFrom(d.LocalDir, base, f, fi.Size(), opts)
+	if err != nil {
+		kept := filepath.Join(t.ResultDir, d.ID+".zip")
+		if werr := keepFile(ev.ResultFile, kept); werr != nil {
+			return nil, fmt.Errorf("apply the result: %w (and it could not be kept: %v)", err, werr)
+		}
+		return nil, fmt.Errorf("apply the result: %w; the result is kept in %s", err, kept)
+	}
+	return rep, nil
+}
+
+// Cleanup forgets what was sent.
+func (t *ArchiveDelegator) Cleanup(_ context.Context, d control.Lent) error {
+	if err := os.Remove(t.packedFile(d.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return t.Blobs.DeleteBlob(manifestKey(d.ID))
+}
+
+func shortID(id string) string {
+	id = strings.TrimPrefix(id, "dlg_")
+	if len(id) > 8 {
+		id = id[:8]
+	}
+	return id
+}
+
+// keepFile moves file to path, in a private directory, copying it if it is
+// on another filesystem.
+func keepFile(file, path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	if os.Rename(file, path) == nil {
+		return nil
+	}
+	src, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return err
+	}
+	return dst.Close()
+}
+
+var _ control.DelegatorTransport = (*ArchiveDelegator)(nil)

@@ -1,0 +1,84 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/control"
+)
+
+// ArchiveExecutor is the executor side of the archive transport.
+type ArchiveExecutor struct {
+	// Limits bound extraction. Zero fields take archive's defaults.
+	Limits archive.Limits
+}
+
+// Name implements ExecutorTransport.
+func (*ArchiveExecutor) Name() string { return control.TransportArchive }
+
+// Available implements ExecutorTransport: the archive transport needs nothing.
+func (*ArchiveExecutor) Available() error { return nil }
+
+// Setup verifies the checksum and extracts the workspace from the file the
+// START reader decoded workspaceBase64 into.
+func (t *ArchiveExecutor) Setup(_ context.Context, p control.SetupParams) error {
+	info, workDir := p.Info, p.WorkDir
+	got := info.Received
+	if got == nil {
+		return errors.New("archive setup: the workspace was not received into a file")
+	}
+	if got.Bad != nil {
+		return control.Errorf(control.CodeSetupFailed, "workDir.workspaceBase64 is %v", got.Bad)
+	}
+	if !strings.EqualFold(got.Sum, info.Checksum) {
+		return control.Errorf(control.CodeSetupFailed, "workspace checksum mismatch: got %s, START says %s", got.Sum, info.Checksum).
+			WithHint("the archive was damaged in transit; delegate again")
+	}
+	f, err := os.Open(got.File)
+	if err != nil {
+		return fmt.Errorf("open the received workspace: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if err := archive.ExtractFrom(f, fi.Size(), workDir, t.Limits); err != nil {
+		pe := control.Errorf(control.CodeSetupFailed, "cannot extract the workspace: %s", StripPaths(err, workDir))
+		pe.Err = err
+		return pe
+	}
+	// A head delegator's archive has a folder per resource; one it left
+	// out (an empty directory) is made, so the agent finds it.
+	for _, r := range p.Resources {
+		if err := os.MkdirAll(filepath.Join(workDir, r.Name), 0o700); err != nil {
+			return control.Errorf(control.CodeSetupFailed, "the workspace has no usable folder %q", r.Name)
+		}
+	}
+	return nil
+}
+
+// Teardown packs the work directory as the result.
+func (*ArchiveExecutor) Teardown(_ context.Context, _ string, workDir string, result io.Writer) (bool, error) {
+	if result == nil {
+		return false, nil
+	}
+	if _, err := archive.PackTo(result, workDir); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// StripPaths is err's text with dir's path left out: host paths stay out
+// of messages that reach the peer.
+func StripPaths(err error, dir string) string {
+	return strings.ReplaceAll(err.Error(), dir+"/", "")
+}
+
+var _ control.ExecutorTransport = (*ArchiveExecutor)(nil)

@@ -1,0 +1,13 @@
+package executor
+
+import (
+	"testing"
+	"time"
+)
+
+// SetBodyGrace sets bodyGrace to d until t ends.
+func SetBodyGrace(t testing.TB, d time.Duration) {
+	old := bodyGrace
+	bodyGrace = d
+	t.Cleanup(func() { bodyGrace = old })
+}

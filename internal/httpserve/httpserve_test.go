@@ -1,0 +1,47 @@
+package httpserve
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// LimitListener holds at most n connections: the next waits for a close.
+func TestLimitListener(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.Listener = LimitListener(srv.Listener, 2)
+	srv.Start()
+	defer srv.Close()
+	addr := srv.Listener.Addr().String()
+	var conns []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		bufio.NewReader(c).ReadString('\n')
+	}
+	third, err := net.Dial("tcp", addr) // lands in the backlog
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	io.WriteString(third, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	third.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if line, _ := bufio.NewReader(third).ReadString('\n'); line != "" {
+		t.Fatalf("a third connection was served while two were open: %q", line)
+	}
+	conns[0].Close()
+	third.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := bufio.NewReader(third).ReadString('\n'); !strings.Contains(line, "200") {
+		t.Fatalf("the third connection after a close: %q %v", line, err)
+	}
+	conns[1].Close()
+}
