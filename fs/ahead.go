@@ -22,9 +22,9 @@ import (
 // One directory at a time is read ahead, and heads the reader passed over
 // are dropped, so about aheadFiles heads are held at most.
 type readAhead struct {
-	mu      sync.Mutex
-	dir     *node    // the directory read ahead; nil if none
-	listing *listing // dir's listing, which positions are in
+	mu      sync.Mutex // guards the fields below; writeBehind.mu is taken under it, and it is never held while heads are read
+	dir     *node      // the directory read ahead; nil if none
+	listing *listing   // dir's listing, which positions are in
 	heads   map[string]*aheadHead
 	last    int // position of the last file opened; -1 if none
 	next    int // first position not read ahead yet

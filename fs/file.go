@@ -25,7 +25,7 @@ type fileHandle struct {
 	node  *node
 	flags int // the open flags, for re-opening
 
-	mu       sync.Mutex  // guards f, gen, released and werr
+	mu       sync.Mutex  // guards f, gen, released and werr; held across a re-open (reopen)
 	f        *sftpc.File // nil while the open is deferred
 	gen      uint64      // the connection f belongs to
 	released bool        // a deferred open that comes after Release is closed at once

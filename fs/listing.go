@@ -46,7 +46,7 @@ const keptListings = 128
 
 // listingRing is the directories keeping a listing, oldest first from next.
 type listingRing struct {
-	mu   sync.Mutex
+	mu   sync.Mutex // guards the fields below; taken alone
 	dirs [keptListings]*node
 	next int
 }

@@ -25,7 +25,7 @@ import (
 // them (settleFor): rm -rf sends a directory's unlinks and its rmdir one
 // after another and waits for none of them.
 type writeBehind struct {
-	mu        sync.Mutex
+	mu        sync.Mutex // guards the fields below; never held while a request waits
 	queued    []*pendingWrite
 	bytes     int               // data held by queued; a remove counts removeWeight
 	last      uint64            // sequence of the newest queued write, open or remove
