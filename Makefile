@@ -26,7 +26,7 @@ e2e: build
 # archive round trip of a 50 MB workspace, then the filesystem workloads on local disk, a go-fuse loopback, sshfs and an awcp
 # mount (root; BENCH_ROUNDS=1 for a quick run).
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./archive/ ./lease/ ./sshd/ ./control/
+	$(GO) test -run '^$$' -bench . -benchmem ./archive/ ./lease/ ./sshd/ ./control/...
 	$(GO) run ./test/bench/control -bin $(BIN) -n 100 -archive-mb 50 -archive-files 5000
 	BIN=$(BIN) bash test/bench/fs.sh
 
