@@ -14,7 +14,7 @@ import (
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
-	"github.com/awcp/awcp/control/mcpserver"
+	"github.com/awcp/awcp/control/delegator/mcpserver"
 	"github.com/awcp/awcp/lease"
 )
 

@@ -16,8 +16,8 @@ import (
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
-	"github.com/awcp/awcp/control/acp"
 	"github.com/awcp/awcp/control/executor"
+	"github.com/awcp/awcp/control/executor/acp"
 	"github.com/awcp/awcp/lease"
 )
 

@@ -23,9 +23,9 @@ import (
 
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
-	"github.com/awcp/awcp/control/agent"
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/control/executor"
+	"github.com/awcp/awcp/control/executor/agent"
 	"github.com/awcp/awcp/control/executor/executortest"
 	"github.com/awcp/awcp/lease"
 )

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/awcp/awcp/control"
-	"github.com/awcp/awcp/control/agent"
+	"github.com/awcp/awcp/control/executor/agent"
 	"github.com/awcp/awcp/internal/httpserve"
 )
 

@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/awcp/awcp/control/agent"
+	"github.com/awcp/awcp/control/executor/agent"
 )
 
 // binDir holds the binaries under test: $AWCP_BIN_DIR, or built by TestMain.

@@ -33,7 +33,7 @@ import (
 
 	acpsdk "github.com/coder/acp-go-sdk"
 
-	"github.com/awcp/awcp/control/agent"
+	"github.com/awcp/awcp/control/executor/agent"
 )
 
 // Worker runs an ACP agent for each task. It is a executor.Worker.

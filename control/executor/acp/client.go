@@ -16,7 +16,7 @@ import (
 
 	acpsdk "github.com/coder/acp-go-sdk"
 
-	"github.com/awcp/awcp/control/agent"
+	"github.com/awcp/awcp/control/executor/agent"
 )
 
 // Error codes beyond JSON-RPC's that ACP defines.

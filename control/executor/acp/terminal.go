@@ -12,7 +12,7 @@ import (
 
 	acpsdk "github.com/coder/acp-go-sdk"
 
-	"github.com/awcp/awcp/control/agent"
+	"github.com/awcp/awcp/control/executor/agent"
 )
 
 // defaultOutputLimit bounds a terminal's kept output when the agent sets

@@ -7,7 +7,7 @@ import (
 
 	acpsdk "github.com/coder/acp-go-sdk"
 
-	"github.com/awcp/awcp/control/agent"
+	"github.com/awcp/awcp/control/executor/agent"
 )
 
 // maxLine bounds one progress line made of the agent's text.

@@ -15,7 +15,7 @@ import (
 
 	acpsdk "github.com/coder/acp-go-sdk"
 
-	"github.com/awcp/awcp/control/agent"
+	"github.com/awcp/awcp/control/executor/agent"
 )
 
 // testAgent is the smallest ACP agent: the tests only use its connection

@@ -15,9 +15,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/awcp/awcp/control"
-	"github.com/awcp/awcp/control/agent"
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/control/executor"
+	"github.com/awcp/awcp/control/executor/agent"
 	"github.com/awcp/awcp/control/executor/executortest"
 	"github.com/awcp/awcp/lease"
 )
