@@ -19,7 +19,8 @@ type Report struct {
 	Modified  []string `json:"modified,omitempty"`
 	Deleted   []string `json:"deleted,omitempty"`
 	Conflicts []string `json:"conflicts,omitempty"` // "path: what happened"
-	// Ignored are the result's top-level entries outside ApplyOptions.Folder.
+	// Ignored are the result's top-level entries outside ApplyOptions.Folder,
+	// and its hidden paths ("path (hidden)").
 	Ignored []string `json:"ignored,omitempty"`
 }
 
@@ -37,6 +38,9 @@ type ApplyOptions struct {
 	// resource of AWCP's head dialect): only what it holds is applied,
 	// and the result's other entries are reported as Ignored.
 	Folder string
+	// Hide, if set, says which paths are hidden: not lent, so the result
+	// neither writes nor deletes them (they are reported as Ignored).
+	Hide func(rel string) bool
 }
 
 // Apply makes dir end as the executor left it, given base (the manifest of
@@ -84,11 +88,21 @@ func ApplyFrom(dir string, base Manifest, r io.ReaderAt, size int64, opts ApplyO
 		}
 		staging = filepath.Join(staging, opts.Folder)
 	}
-	res, err := Scan(staging)
+	var hiddenInResult func(rel string) bool
+	if opts.Hide != nil {
+		hiddenInResult = func(rel string) bool {
+			if opts.Hide(rel) {
+				rep.Ignored = append(rep.Ignored, rel+" (hidden)")
+				return true
+			}
+			return false
+		}
+	}
+	res, err := ScanHiding(staging, hiddenInResult)
 	if err != nil {
 		return nil, fmt.Errorf("result: %w", err)
 	}
-	cur, err := Scan(dir)
+	cur, err := ScanHiding(dir, opts.Hide)
 	if err != nil {
 		return nil, err
 	}

@@ -104,11 +104,13 @@ func (l linker) symlink(target, name string) error {
 type visit func(rel string, info fs.FileInfo, target string, open func() (*os.File, error)) error
 
 // walk visits dir's tree in lexical order without following symlinks and
-// applies the package's rules. It returns the paths it left out.
-func walk(dir string, fn visit) (skipped []string, err error) {
+// applies the package's rules, and leaves out what hide (if not nil) says
+// is hidden, with everything beneath. It returns the paths it left out:
+// by the rules, and hidden.
+func walk(dir string, hide func(rel string) bool, fn visit) (skipped, hidden []string, err error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer root.Close()
 	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
@@ -120,6 +122,13 @@ func walk(dir string, fn visit) (skipped []string, err error) {
 		}
 		if d.IsDir() && Skip(d.Name()) {
 			return fs.SkipDir
+		}
+		if hide != nil && hide(rel) {
+			hidden = append(hidden, rel)
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
 		}
 		info, err := d.Info()
 		if err != nil {
@@ -142,7 +151,7 @@ func walk(dir string, fn visit) (skipped []string, err error) {
 		}
 		return fn(rel, info, target, func() (*os.File, error) { return root.Open(rel) })
 	})
-	return skipped, err
+	return skipped, hidden, err
 }
 
 func entryOf(info fs.FileInfo, target string) Entry {
@@ -159,9 +168,12 @@ func entryOf(info fs.FileInfo, target string) Entry {
 }
 
 // Scan returns the manifest of dir under the package's rules.
-func Scan(dir string) (Manifest, error) {
+func Scan(dir string) (Manifest, error) { return ScanHiding(dir, nil) }
+
+// ScanHiding is Scan leaving out what hide says is hidden.
+func ScanHiding(dir string, hide func(rel string) bool) (Manifest, error) {
 	m := Manifest{}
-	_, err := walk(dir, func(rel string, info fs.FileInfo, target string, open func() (*os.File, error)) error {
+	_, _, err := walk(dir, hide, func(rel string, info fs.FileInfo, target string, open func() (*os.File, error)) error {
 		e := entryOf(info, target)
 		if e.Kind == KindFile {
 			f, err := open()
@@ -189,7 +201,7 @@ func Scan(dir string) (Manifest, error) {
 // a network mount), at the price of missing a rewrite that kept both.
 func ScanMeta(dir string) (Manifest, error) {
 	m := Manifest{}
-	_, err := walk(dir, func(rel string, info fs.FileInfo, target string, _ func() (*os.File, error)) error {
+	_, _, err := walk(dir, nil, func(rel string, info fs.FileInfo, target string, _ func() (*os.File, error)) error {
 		e := entryOf(info, target)
 		if e.Kind == KindFile {
 			e.Hash = fmt.Sprintf("mtime:%d", info.ModTime().UnixNano())
@@ -208,6 +220,18 @@ type Packed struct {
 	Zip      []byte
 	Manifest Manifest // what the ZIP holds
 	Skipped  []string // paths left out: links leading out, special files
+	Hidden   []string // paths left out as PackOptions.Hide said
+}
+
+// PackOptions are PackWith's.
+type PackOptions struct {
+	// Folder, if set, holds every entry (one path element), as the head
+	// dialect of AWCP sends a resource. The manifest's paths stay
+	// relative to dir.
+	Folder string
+	// Hide, if set, says which paths (relative to dir, slash-separated)
+	// are left out, with everything beneath them.
+	Hide func(rel string) bool
 }
 
 // Pack zips dir (deflate level 6) under the package's rules, in memory.
@@ -229,6 +253,12 @@ func PackTo(w io.Writer, dir string) (*Packed, error) { return PackIn(w, dir, ""
 // none), as the head dialect of AWCP sends a resource. The manifest's
 // paths stay relative to dir.
 func PackIn(w io.Writer, dir, folder string) (*Packed, error) {
+	return PackWith(w, dir, PackOptions{Folder: folder})
+}
+
+// PackWith is PackTo as opts say.
+func PackWith(w io.Writer, dir string, opts PackOptions) (*Packed, error) {
+	folder := opts.Folder
 	zw := zip.NewWriter(w)
 	zw.RegisterCompressor(zip.Deflate, pooledDeflate)
 	prefix := ""
@@ -244,7 +274,7 @@ func PackIn(w io.Writer, dir, folder string) (*Packed, error) {
 		}
 	}
 	m := Manifest{}
-	skipped, err := walk(dir, func(rel string, info fs.FileInfo, target string, open func() (*os.File, error)) error {
+	skipped, hidden, err := walk(dir, opts.Hide, func(rel string, info fs.FileInfo, target string, open func() (*os.File, error)) error {
 		e := entryOf(info, target)
 		hdr := &zip.FileHeader{Name: prefix + rel, Method: zip.Deflate, Modified: info.ModTime()}
 		hdr.SetMode(info.Mode())
@@ -289,7 +319,7 @@ func PackIn(w io.Writer, dir, folder string) (*Packed, error) {
 	if err := zw.Close(); err != nil {
 		return nil, fmt.Errorf("pack workspace: %w", err)
 	}
-	return &Packed{Manifest: m, Skipped: skipped}, nil
+	return &Packed{Manifest: m, Skipped: skipped, Hidden: hidden}, nil
 }
 
 // deflaters recycles flate writers: each holds about a megabyte of state,

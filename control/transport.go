@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/lease"
 )
 
 // ExecutorTransport is the executor's side of a data plane (spec §5.1).
@@ -58,4 +59,6 @@ type Lent struct {
 	ExpiresAt  time.Time
 	Peer       string // the executor's URL
 	Dialect    string // the executor's: the head dialect lends the directory as a resource
+	// Policy is what the export refuses beyond its access mode.
+	Policy lease.ExportPolicy
 }

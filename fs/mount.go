@@ -28,10 +28,13 @@ import (
 	"os"
 	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	wire "github.com/awcp/awcp/sshd/sftpwire"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -186,6 +189,22 @@ func (f *filesystem) changing(ns ...*node) func() {
 
 // at reaches the delegator for one FUSE request: ctx ends a wait for the
 // delegator when the caller is interrupted.
+// policy is what the delegator's server announced it refuses beyond the
+// access mode; the zero policy while the connection is down.
+func (f *filesystem) policy() wire.ExportPolicy {
+	client, _ := f.conn.liveAt()
+	if client == nil {
+		return wire.ExportPolicy{}
+	}
+	return client.Policy()
+}
+
+// hidden reports whether p, a path below a directory the mount reached,
+// is hidden by the server's policy: it is refused without asking.
+func (f *filesystem) hidden(p string) bool {
+	return wire.HiddenLeaf(f.policy().Hide, strings.TrimPrefix(p, "/"))
+}
+
 func (f *filesystem) at(ctx context.Context) reconnecting {
 	return reconnecting{c: f.conn, ctx: ctx}
 }

@@ -79,7 +79,7 @@ func (f *mountFixture) restartServer(t *testing.T, down time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Grant(mountID, f.dir, f.ro, time.Time{})
+	srv.Grant(mountID, sshd.Export{Dir: f.dir, ReadOnly: f.ro}, time.Time{})
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func newMountWith(t *testing.T, ro bool, tweak func(*Options)) *mountFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.srv.Grant(id, f.dir, ro, time.Time{})
+	f.srv.Grant(id, sshd.Export{Dir: f.dir, ReadOnly: ro}, time.Time{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -227,6 +227,13 @@ func (n *node) childFromAttr(ctx context.Context, name string, out *fuse.EntryOu
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	// A hidden name is refused as the server refuses it, also where a
+	// listing (which leaves it out) would say it is not there. It is
+	// still asked, so that its audit log records the refusal.
+	if p := n.child(name); n.fsys.hidden(p) {
+		n.fsys.at(ctx).Lstat(p)
+		return nil, syscall.EACCES
+	}
 	if n.absent(name) {
 		return nil, syscall.ENOENT
 	}

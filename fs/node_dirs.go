@@ -135,7 +135,9 @@ func (n *node) removeBehind(ctx context.Context, name, p string, dir bool, answe
 		return false
 	}
 	client, gen := n.fsys.conn.liveAt()
-	if client == nil || (dir && !client.RmdirsInOrder()) {
+	// A remove the server may refuse waits for its answer: the refusal
+	// must reach the caller.
+	if client == nil || (dir && !client.RmdirsInOrder()) || client.Policy().NoDelete {
 		return false
 	}
 	n.unnamed(name)

@@ -232,6 +232,10 @@ func (n *node) createBehind(ctx context.Context, name string, flags, perm uint32
 	if !known || flags&(syscall.O_EXCL|syscall.O_TRUNC) == 0 || perm&^0o777 != 0 || !n.absent(name) {
 		return nil, nil
 	}
+	// The server refuses a hidden name: that must reach the caller.
+	if n.fsys.hidden(n.child(name)) {
+		return nil, nil
+	}
 	// A file of that name unlinked behind goes first: the server runs a
 	// named open by its handle, not its path, so it would not wait.
 	p := n.child(name)

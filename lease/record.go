@@ -77,6 +77,20 @@ type Delegation struct {
 	// Permissions are the agent's permission requests, pending or decided,
 	// in the order asked.
 	Permissions []Permission `json:"permissions,omitempty"`
+	// Policy is what the export refused beyond its access mode.
+	Policy ExportPolicy `json:"policy,omitzero"`
+	// Audit is what the executor did with the directory, once the
+	// delegation ended (the live mount's audit log, or the archive's diff).
+	Audit *AuditSummary `json:"audit,omitempty"`
+}
+
+// ExportPolicy is what a delegation's export refuses beyond its access
+// mode (the SFTP server enforces it; the archive transport leaves hidden
+// names out).
+type ExportPolicy struct {
+	Hide          []string `json:"hide,omitempty"`
+	NoDelete      bool     `json:"noDelete,omitempty"`
+	MaxWriteBytes int64    `json:"maxWriteBytes,omitempty"`
 }
 
 // Permission is a permission request of the executor's agent and what

@@ -111,7 +111,7 @@ func (s *Store) open() (*bolt.DB, error) {
 		return nil, fmt.Errorf("open store %s: %w", s.path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketDelegations, bucketAssignments, bucketEvents, bucketBlobs} {
+		for _, b := range [][]byte{bucketDelegations, bucketAssignments, bucketEvents, bucketBlobs, bucketAudit, bucketAuditMeta} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -8,18 +8,28 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gliderlabs/ssh"
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/awcp/awcp/internal/bufconn"
+	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
-// Export is what a grant lends: a directory and whether it is read-only.
+// Export is what a grant lends: a directory, whether it is read-only, what
+// else it refuses, and where its operations are recorded.
 type Export struct {
 	Dir      string
 	ReadOnly bool
+	// Policy is what the export refuses beyond ReadOnly: hidden names,
+	// deletes, writes past a bound. Announced to clients in VERSION
+	// (sftpwire.Policy).
+	Policy wire.ExportPolicy
+	// Audit, if set, is given every operation of the delegation's
+	// sessions (audit.go).
+	Audit Recorder
 }
 
 // Locator is the exportLocator of delegation id's directory, as START
@@ -61,7 +71,8 @@ type Server struct {
 // revoked).
 type grant struct {
 	Export
-	until time.Time
+	until   time.Time
+	written *atomic.Int64 // bytes written by all its sessions (Policy.MaxWriteBytes)
 }
 
 // New builds a Server. It lends nothing until Grant is called.
@@ -164,7 +175,8 @@ func (s *Server) serveSFTP(sess ssh.Session) {
 	}
 	defer root.Close()
 	s.log.Info("sftp session", "delegation", id, "remote", sess.RemoteAddr(), "readOnly", exp.ReadOnly)
-	err = serveSFTP(sess, root, exp.ReadOnly, s.log.With("delegation", id), newFlow(share), id)
+	err = serveSFTP(sess, root, session{readOnly: exp.ReadOnly, policy: exp.Policy, audit: exp.Audit, written: exp.written},
+		s.log.With("delegation", id), newFlow(share), id)
 	if err != nil {
 		s.log.Debug("sftp session ended", "delegation", id, "err", err)
 	}
@@ -211,7 +223,8 @@ func (s *Server) untrack(id string, c gossh.Conn) {
 }
 
 // Revoke ends delegation id's grant: its connections are closed now, and
-// new ones refused.
+// new ones refused. It returns once their sessions have ended (and
+// recorded their last operations), or after 2 s.
 func (s *Server) Revoke(id string) {
 	s.mu.Lock()
 	delete(s.grants, id)
@@ -226,15 +239,29 @@ func (s *Server) Revoke(id string) {
 	if len(conns) > 0 {
 		s.log.Info("ssh: closed connections of an ended lease", "delegation", id, "connections", len(conns))
 	}
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		s.mu.Lock()
+		left := len(s.conns[id])
+		s.mu.Unlock()
+		if left == 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
-// Grant lends dir to delegation id until until (zero: until Revoke): its
-// certificate is let in, and its SFTP sessions serve dir, read-only if
-// readOnly. A second Grant of id replaces the first.
-func (s *Server) Grant(id, dir string, readOnly bool, until time.Time) {
+// Grant lends exp to delegation id until until (zero: until Revoke): its
+// certificate is let in, and its SFTP sessions serve exp.Dir as exp says.
+// A second Grant of id replaces the first, and keeps the count of bytes
+// written against exp.Policy.MaxWriteBytes.
+func (s *Server) Grant(id string, exp Export, until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.grants[id] = grant{Export: Export{Dir: dir, ReadOnly: readOnly}, until: until}
+	written := new(atomic.Int64)
+	if old, ok := s.grants[id]; ok {
+		written = old.written
+	}
+	s.grants[id] = grant{Export: exp, until: until, written: written}
 }
 
 // Granted lists the delegations lent to now: what a caller that learns of
@@ -250,14 +277,14 @@ func (s *Server) Granted() []string {
 }
 
 // live is what id is lent, if its grant stands.
-func (s *Server) live(id string) (Export, bool) {
+func (s *Server) live(id string) (grant, bool) {
 	s.mu.Lock()
 	g, ok := s.grants[id]
 	s.mu.Unlock()
 	if !ok || (!g.until.IsZero() && !s.opts.Now().Before(g.until)) {
-		return Export{}, false
+		return grant{}, false
 	}
-	return g.Export, true
+	return g, true
 }
 
 // sweep revokes the grants past their end, closing their connections.

@@ -57,7 +57,7 @@ func newFixture(t testing.TB) *fixture {
 func (f *fixture) lend(t testing.TB, id string, ro bool) (string, *Credential) {
 	t.Helper()
 	dir := t.TempDir()
-	f.srv.Grant(id, dir, ro, time.Now().Add(time.Hour))
+	f.srv.Grant(id, Export{Dir: dir, ReadOnly: ro}, time.Now().Add(time.Hour))
 	cred, err := f.auth.Issue(id, time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func TestGrantEndClosesConnections(t *testing.T) {
 	f := newFixture(t)
 	dir, cred := f.lend(t, "dlg_sweep", false)
 	sc := f.sftp(t, "dlg_sweep", cred)
-	f.srv.Grant("dlg_sweep", dir, false, time.Now().Add(300*time.Millisecond))
+	f.srv.Grant("dlg_sweep", Export{Dir: dir, }, time.Now().Add(300*time.Millisecond))
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
 		if _, err := sc.Stat("/"); err != nil {

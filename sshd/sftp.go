@@ -47,6 +47,9 @@ type sftpServer struct {
 	root     *os.Root
 	fast     *kernelRoot // opens and stats in one syscall where the kernel can
 	readOnly bool
+	policy   wire.ExportPolicy // policy.go
+	audit    Recorder          // nil: not recorded (audit.go)
+	written  *atomic.Int64     // bytes written by the grant's sessions
 	log      *slog.Logger
 	out      *responder
 	alias    string       // "/" + the export's locator, another name of the root; "" for none
@@ -69,6 +72,12 @@ type handle struct {
 	entries  []os.DirEntry // directory listing, read at the first READDIR
 	pos      int
 	unsynced atomic.Int64 // bytes written since the disk write was last started (wrote)
+
+	// For the audit log (audit.go).
+	name       string       // relative to the root, as opened
+	readBytes  atomic.Int64 // read through the handle
+	writeBytes atomic.Int64 // written through the handle
+	truncated  bool         // opened with O_TRUNC, or truncated to 0 through it
 }
 
 // ServeSFTP runs an SFTP v3 session on rw, confined to root, until rw ends.
@@ -76,7 +85,16 @@ type handle struct {
 // holds is bounded by a budget of its own (connInFlight) and the process's
 // (flow.go).
 func ServeSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger) error {
-	return serveSFTP(rw, root, readOnly, log, newFlow(newBudget(connInFlight)), "")
+	return serveSFTP(rw, root, session{readOnly: readOnly}, log, newFlow(newBudget(connInFlight)), "")
+}
+
+// session is what a session serves its root with: its access mode, the
+// export's policy, and where its operations are recorded.
+type session struct {
+	readOnly bool
+	policy   wire.ExportPolicy
+	audit    Recorder      // nil: none
+	written  *atomic.Int64 // the grant's bytes written; nil: counted per session
 }
 
 // errStalled ends a session whose client stopped reading answers and whose
@@ -86,8 +104,12 @@ var errStalled = errors.New("sftp: answers could not be written")
 // serveSFTP is ServeSFTP counting against fl, with the locators of
 // delegation id (if not ""), Locator and EnvLocator, served as other
 // names of the root and of its environment root.
-func serveSFTP(rw io.ReadWriter, root *os.Root, readOnly bool, log *slog.Logger, fl flow, id string) error {
-	s := &sftpServer{root: root, readOnly: readOnly, log: log, handles: map[string]*handle{}}
+func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, fl flow, id string) error {
+	if sess.written == nil {
+		sess.written = new(atomic.Int64)
+	}
+	s := &sftpServer{root: root, readOnly: sess.readOnly, policy: sess.policy, audit: sess.audit, written: sess.written,
+		log: log, handles: map[string]*handle{}}
 	if id != "" {
 		s.alias, s.env = path.Clean("/"+Locator(id)), path.Clean("/"+EnvLocator(id))
 	}
@@ -242,6 +264,7 @@ func (s *sftpServer) closeAll() {
 	defer s.mu.Unlock()
 	for k, h := range s.handles {
 		h.f.Close()
+		s.closed(h)
 		delete(s.handles, k)
 	}
 }
@@ -253,6 +276,10 @@ func (s *sftpServer) sendVersion() {
 	for _, e := range extensions {
 		b.Str(e[0])
 		b.Str(e[1])
+	}
+	if !s.policy.Zero() {
+		b.Str(wire.Policy)
+		b.Str(s.policy.Encode())
 	}
 	s.send(b)
 }
@@ -290,6 +317,8 @@ func statusOf(err error) (uint32, string) {
 		return wire.EOF, "EOF"
 	case errors.Is(err, errReadOnly):
 		return wire.PermissionDenied, "read-only delegation"
+	case errors.Is(err, errHidden), errors.Is(err, errNoDelete), errors.Is(err, errWriteLimit):
+		return wire.PermissionDenied, err.Error()
 	case errors.Is(err, errBadMessage):
 		return wire.BadMessage, "bad message"
 	case errors.Is(err, errUnsupported):
@@ -357,6 +386,9 @@ func (s *sftpServer) handle(pkt []byte) {
 		s.status(id, wire.BadMessage, "bad message")
 		return
 	}
+	if !s.refuseHidden(id, typ, r) {
+		return
+	}
 	switch typ {
 	case wire.Open:
 		s.open(id, &r)
@@ -396,7 +428,7 @@ func (s *sftpServer) handle(pkt []byte) {
 	case wire.Setstat:
 		name := s.rel(r.Str())
 		a := wire.DecodeAttrs(&r)
-		s.errStatus(id, s.setstat(name, nil, a, r.Err))
+		s.setattrDone(id, name, a, s.setstat(name, nil, a, r.Err))
 	case wire.Fsetstat:
 		h, err := s.get(r.Str())
 		a := wire.DecodeAttrs(&r)
@@ -404,15 +436,20 @@ func (s *sftpServer) handle(pkt []byte) {
 			s.errStatus(id, err)
 			return
 		}
-		s.errStatus(id, s.setstat("", h.f, a, r.Err))
+		if err = s.setstat("", h.f, a, r.Err); err == nil && a.Flags&wire.AttrSize != 0 && a.Size == 0 {
+			h.truncated = true
+		}
+		s.setattrDone(id, h.name, a, err)
 	case wire.Opendir:
 		s.opendir(id, &r)
 	case wire.Readdir:
 		s.readdir(id, &r)
 	case wire.Remove:
-		s.errStatus(id, s.mutate(&r, func(name string) error { return s.fast.Remove(name, false) }))
+		name, err := s.mutate(&r, func(name string) error { return s.fast.Remove(name, false) })
+		s.done(id, Op{Kind: OpRemove, Path: name}, err)
 	case wire.Rmdir:
-		s.errStatus(id, s.mutate(&r, func(name string) error { return s.fast.Remove(name, true) }))
+		name, err := s.mutate(&r, func(name string) error { return s.fast.Remove(name, true) })
+		s.done(id, Op{Kind: OpRmdir, Path: name}, err)
 	case wire.Mkdir:
 		name := s.rel(r.Str())
 		a := wire.DecodeAttrs(&r)
@@ -427,7 +464,7 @@ func (s *sftpServer) handle(pkt []byte) {
 		if err == nil {
 			err = s.fast.Mkdir(name, perm)
 		}
-		s.errStatus(id, err)
+		s.done(id, Op{Kind: OpMkdir, Path: name}, err)
 	case wire.Realpath:
 		p := r.Str()
 		if r.Err != nil {
@@ -452,7 +489,7 @@ func (s *sftpServer) handle(pkt []byte) {
 			// Plain v3 RENAME does not replace: that is posix-rename.
 			err = s.rename(from, to, true)
 		}
-		s.errStatus(id, err)
+		s.done(id, Op{Kind: OpRename, Path: from, To: to}, err)
 	case wire.Readlink:
 		name := s.rel(r.Str())
 		if r.Err != nil {
@@ -475,7 +512,7 @@ func (s *sftpServer) handle(pkt []byte) {
 		if err == nil {
 			err = s.symlink(target, link)
 		}
-		s.errStatus(id, err)
+		s.done(id, Op{Kind: OpSymlink, Path: link, To: target}, err)
 	case wire.Extended:
 		s.extended(id, &r)
 	default:
@@ -490,16 +527,30 @@ func (s *sftpServer) writable() error {
 	return nil
 }
 
-// mutate runs fn on the request's path if writes are allowed.
-func (s *sftpServer) mutate(r *reader, fn func(name string) error) error {
+// mutate runs fn, a delete, on the request's path if writes and deletes
+// are allowed.
+func (s *sftpServer) mutate(r *reader, fn func(name string) error) (string, error) {
 	name := s.rel(r.Str())
 	if r.Err != nil {
-		return errBadMessage
+		return name, errBadMessage
 	}
 	if err := s.writable(); err != nil {
-		return err
+		return name, err
 	}
-	return fn(name)
+	if s.policy.NoDelete {
+		return name, errNoDelete
+	}
+	return name, fn(name)
+}
+
+// setattrDone answers a SETSTAT or FSETSTAT of name, recording it if it
+// set more than times.
+func (s *sftpServer) setattrDone(id uint32, name string, a wire.FileAttrs, err error) {
+	if a.Flags&(wire.AttrSize|wire.AttrPermissions|wire.AttrUIDGID) == 0 && err == nil {
+		s.errStatus(id, nil)
+		return
+	}
+	s.done(id, Op{Kind: OpSetattr, Path: name}, err)
 }
 
 func (s *sftpServer) extended(id uint32, r *reader) {
@@ -511,9 +562,12 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 			err = s.writable()
 		}
 		if err == nil {
-			err = s.rename(from, to, false)
+			// Under NoDelete a rename may not replace what is there.
+			if err = s.rename(from, to, s.policy.NoDelete); s.policy.NoDelete && errors.Is(err, fs.ErrExist) {
+				err = errNoDelete
+			}
 		}
-		s.errStatus(id, err)
+		s.done(id, Op{Kind: OpRename, Path: from, To: to}, err)
 	case "hardlink@openssh.com":
 		from, to := s.rel(r.Str()), s.rel(r.Str())
 		err := r.Err
@@ -523,7 +577,7 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 		if err == nil {
 			err = s.link(from, to)
 		}
-		s.errStatus(id, err)
+		s.done(id, Op{Kind: OpLink, Path: from, To: to}, err)
 	case "fsync@openssh.com":
 		h, err := s.get(r.Str())
 		if err == nil {

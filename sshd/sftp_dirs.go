@@ -24,7 +24,8 @@ func (s *sftpServer) opendir(id uint32, r *reader) {
 		s.errStatus(id, err)
 		return
 	}
-	s.sendHandle(id, &handle{f: f, dir: true})
+	s.record(Op{Kind: OpList, Path: name})
+	s.sendHandle(id, &handle{f: f, dir: true, name: name})
 }
 
 // openEnvRoot opens the environment root: a handle on the export's root
@@ -57,6 +58,9 @@ func (s *sftpServer) openDir(name string, decodeErr error) (*os.File, error) {
 	if err == nil && !fi.IsDir() {
 		err = syscall.ENOTDIR
 	}
+	if err == nil && s.openedHidden(f) {
+		err = errHidden
+	}
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -80,6 +84,7 @@ func (s *sftpServer) readdir(id uint32, r *reader) {
 			s.errStatus(id, err)
 			return
 		}
+		h.entries = s.visible(h.name, h.entries)
 		sortByName(h.entries)
 		h.listed = true
 	}
@@ -95,11 +100,13 @@ func (s *sftpServer) readdir(id uint32, r *reader) {
 // list answers wire.List: the directory's entries with their
 // attributes, in one NAME.
 func (s *sftpServer) list(id uint32, r *reader) {
-	f, err := s.openDir(s.rel(r.Str()), r.Err)
+	name := s.rel(r.Str())
+	f, err := s.openDir(name, r.Err)
 	if err != nil {
 		s.errStatus(id, err)
 		return
 	}
+	s.record(Op{Kind: OpList, Path: name})
 	defer f.Close()
 	ents, err := f.ReadDir(wire.ListMax + 1)
 	if err != nil && !errors.Is(err, io.EOF) { // EOF: empty
@@ -110,6 +117,7 @@ func (s *sftpServer) list(id uint32, r *reader) {
 		s.status(id, wire.Failure, "too many entries for "+wire.List)
 		return
 	}
+	ents = s.visible(name, ents)
 	sortByName(ents)
 	s.names(id, infosOf(ents), noLongName)
 }

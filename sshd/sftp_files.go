@@ -59,6 +59,7 @@ func (s *sftpServer) openRead(id uint32, r *reader) {
 		}
 		b = b[:at+4+got]
 		b.SetU32(at, uint32(got))
+		h.readBytes.Add(int64(got))
 	}
 	s.send(b)
 }
@@ -143,26 +144,47 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 	if pflags&wire.FlagExcl != 0 {
 		flags |= os.O_EXCL
 	}
-	if flags&(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_TRUNC) != 0 && s.readOnly {
+	writing := flags&(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_TRUNC) != 0
+	if writing && s.readOnly {
+		s.record(Op{Kind: OpOpen, Path: name, Err: "read-only delegation", Refused: true})
 		return nil, nil, errReadOnly
 	}
 	perm := fs.FileMode(0o644)
 	if a.Flags&wire.AttrPermissions != 0 {
 		perm = fs.FileMode(a.Mode) & fs.ModePerm
 	}
+	// Whether the open creates the file, for the audit log: certain with
+	// O_EXCL, else asked first.
+	creating := flags&os.O_CREATE != 0
+	if creating && flags&os.O_EXCL == 0 && s.audit != nil {
+		if _, err := s.fast.Lstat(name); err == nil {
+			creating = false
+		}
+	}
 	f, err := s.fast.OpenCreating(name, flags, perm)
 	if err != nil {
+		if writing && s.audit != nil {
+			msg, refused := refusal(err)
+			s.record(Op{Kind: OpOpen, Path: name, Err: msg, Refused: refused})
+		}
 		return nil, nil, err
 	}
 	fi, err := f.Stat()
 	if err == nil && fi.IsDir() && flags != os.O_RDONLY {
 		err = syscall.EISDIR
 	}
+	if err == nil && s.openedHidden(f) {
+		s.record(Op{Kind: OpOpen, Path: name, Err: errHidden.Error(), Refused: true})
+		err = errHidden
+	}
 	if err != nil {
 		f.Close()
 		return nil, nil, err
 	}
-	return &handle{f: f, readable: flags&os.O_WRONLY == 0 && !fi.IsDir()}, fi, nil
+	if creating {
+		s.record(Op{Kind: OpCreate, Path: name})
+	}
+	return &handle{f: f, readable: flags&os.O_WRONLY == 0 && !fi.IsDir(), name: name, truncated: flags&os.O_TRUNC != 0}, fi, nil
 }
 
 func (s *sftpServer) sendHandle(id uint32, h *handle) {
@@ -203,7 +225,9 @@ func (s *sftpServer) close(id uint32, r *reader) {
 		s.errStatus(id, syscall.EBADF)
 		return
 	}
-	s.errStatus(id, h.f.Close())
+	err := h.f.Close()
+	s.closed(h)
+	s.errStatus(id, err)
 }
 
 func (s *sftpServer) read(id uint32, r *reader) {
@@ -233,6 +257,7 @@ func (s *sftpServer) read(id uint32, r *reader) {
 		return
 	}
 	b.SetU32(head-4, uint32(got))
+	h.readBytes.Add(int64(got))
 	s.send(b[:head+got])
 }
 
@@ -246,11 +271,19 @@ func (s *sftpServer) write(id uint32, r *reader) {
 	if err == nil {
 		err = s.writable()
 	}
+	if err == nil && s.policy.MaxWriteBytes > 0 {
+		if s.written.Add(int64(len(data))) > s.policy.MaxWriteBytes {
+			s.written.Add(-int64(len(data)))
+			err = errWriteLimit
+			s.record(Op{Kind: OpWrite, Path: h.name, Bytes: int64(len(data)), Err: err.Error(), Refused: true})
+		}
+	}
 	if err == nil {
 		_, err = h.f.WriteAt(data, int64(off))
 	}
 	if err == nil {
 		h.wrote(len(data))
+		h.writeBytes.Add(int64(len(data)))
 	}
 	s.errStatus(id, err)
 }

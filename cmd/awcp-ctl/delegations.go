@@ -186,6 +186,12 @@ func report(c *cli.Context, d *lease.Delegation) error {
 	for _, n := range d.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
+	if d.Audit != nil {
+		fmt.Fprintf(w, "audit: %s\n", summaryLine(d.Audit))
+		if !d.Audit.FromDiff {
+			fmt.Fprintf(w, "  every operation: awcp-ctl audit %s\n", d.ID)
+		}
+	}
 	printPermissions(w, d)
 	if f := d.Failure; f != nil && d.State != lease.Completed {
 		fmt.Fprintf(c.App.ErrWriter, "error %s: %s\n", f.Code, f.Message)

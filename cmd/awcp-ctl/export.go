@@ -35,7 +35,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 				Usage: "AWCP dialect: auto (the executor's, from its ACCEPT), seed (the specification's) or head (the reference implementation's later wire)"},
 			&cli.BoolFlag{Name: "background", Usage: "hand the delegation to the daemon (started if needed), print its id and return"},
 			&cli.BoolFlag{Name: "json", Usage: "print the outcome as JSON"},
-		), sshFlags()...),
+		), append(policyFlags(), sshFlags()...)...),
 		Action: func(c *cli.Context) error {
 			if c.Args().Len() != 1 {
 				return clikit.UsageError("export takes exactly one directory")
@@ -48,6 +48,10 @@ func exportCommand(ctx context.Context) *cli.Command {
 				Dir: c.Args().First(), Peer: c.String("peer"), Prompt: c.String("prompt"),
 				Description: c.String("description"), TTL: c.Duration("ttl"), Access: c.String("access"),
 				Transport: c.String("transport"), Token: c.String("token"), Dialect: c.String("dialect"),
+				Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"), NoDelete: c.Bool("no-delete"),
+			}
+			if req.MaxWriteBytes, err = parseBytes(c.String("max-write-bytes")); err != nil {
+				return err
 			}
 			if abs, err := filepath.Abs(req.Dir); err == nil {
 				req.Dir = abs

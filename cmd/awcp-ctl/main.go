@@ -28,6 +28,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 			outputCommand(ctx),
 			cancelCommand(),
 			permitCommand(),
+			auditCommand(ctx),
 			serveCommand(ctx),
 			mcpCommand(ctx),
 		},

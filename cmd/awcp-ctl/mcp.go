@@ -33,7 +33,7 @@ func mcpCommand(ctx context.Context) *cli.Command {
 			&cli.StringFlag{Name: "dialect", EnvVars: []string{"AWCP_DIALECT"}, Value: "auto", Usage: "AWCP dialect: auto, seed or head"},
 			&cli.DurationFlag{Name: "discovery-timeout", Value: 3 * time.Second, Usage: "how long to wait for each peer's agent card at start"},
 			&cli.StringFlag{Name: "log-file", EnvVars: []string{"AWCP_LOG_FILE"}, Usage: "append logs to this file instead of stderr"},
-		), sshFlags()...),
+		), append(policyFlags(), sshFlags()...)...),
 		Action: func(c *cli.Context) error { return serveMCP(ctx, c) },
 	}
 }
@@ -70,9 +70,17 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 			e.log.Warn("peer offline at start", "peer", p.URL, "err", p.Err)
 		}
 	}
+	maxWrite, err := parseBytes(c.String("max-write-bytes"))
+	if err != nil {
+		return err
+	}
 	dlg := &mcpDelegator{e: e, c: c}
 	defer dlg.close()
 	srv, err := mcpserver.New(mcpserver.Options{
+		Hide:           c.StringSlice("hide"),
+		NoHideDefaults: c.Bool("no-hide-defaults"),
+		NoDelete:       c.Bool("no-delete"),
+		MaxWriteBytes:  maxWrite,
 		Delegator: dlg,
 		Peers:     peers,
 		Token:     c.String("token"),

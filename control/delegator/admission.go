@@ -6,9 +6,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/sshd"
 )
 
 // AdmissionLimits are the admission checks of spec §3.1/§6.2. A zero field
@@ -36,13 +38,34 @@ func (l AdmissionLimits) withDefaults() AdmissionLimits {
 type WorkspaceStats struct {
 	Files int64
 	Bytes int64
+	// Hidden are the first paths hidden by the export's patterns (at most
+	// maxHiddenListed), HiddenCount all of them.
+	Hidden      []string
+	HiddenCount int
+}
+
+// maxHiddenListed is how many hidden paths admission names.
+const maxHiddenListed = 10
+
+// hiddenNote says what admission found hidden, for the delegation's notes.
+func hiddenNote(st WorkspaceStats) string {
+	if st.HiddenCount == 0 {
+		return ""
+	}
+	more := ""
+	if st.HiddenCount > len(st.Hidden) {
+		more = fmt.Sprintf(" and %d more", st.HiddenCount-len(st.Hidden))
+	}
+	return fmt.Sprintf("hidden from the executor (export policy): %s%s", strings.Join(st.Hidden, ", "), more)
 }
 
 // Admit checks dir before anything is sent and returns its physical path
 // (absolute, symlinks resolved). node_modules/ and .git/ are not counted,
 // and symlinks are not followed. Failures are *ProtocolError with the
 // spec's codes and hints.
-func Admit(dir string, lim AdmissionLimits) (string, WorkspaceStats, error) {
+// Paths hide's patterns match (sshd.Hidden) are not counted, and are
+// reported in the stats.
+func Admit(dir string, lim AdmissionLimits, hide []string) (string, WorkspaceStats, error) {
 	lim = lim.withDefaults()
 	var st WorkspaceStats
 	abs, err := filepath.Abs(dir)
@@ -70,6 +93,17 @@ func Admit(dir string, lim AdmissionLimits) (string, WorkspaceStats, error) {
 	err = filepath.WalkDir(phys, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if p != phys && len(hide) > 0 {
+			if rel, err := filepath.Rel(phys, p); err == nil && sshd.Hidden(hide, filepath.ToSlash(rel)) {
+				if st.HiddenCount++; len(st.Hidden) < maxHiddenListed {
+					st.Hidden = append(st.Hidden, filepath.ToSlash(rel))
+				}
+				if d.IsDir() {
+					return fs.SkipDir
+				}
+				return nil
+			}
 		}
 		if d.IsDir() {
 			if p != phys && archive.Skip(d.Name()) {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/lease"
+	"github.com/awcp/awcp/sshd"
 )
 
 // BlobStore is where the archive transport keeps what it sent; *lease.Store.
@@ -65,7 +67,7 @@ func (t *ArchiveDelegator) Prepare(_ context.Context, d control.Lent) (*control.
 	if d.Dialect == control.DialectHead {
 		folder = control.ResourceWorkspace // the head dialect's archive holds a folder per resource
 	}
-	p, err := archive.PackIn(io.MultiWriter(f, sum), d.LocalDir, folder)
+	p, err := archive.PackWith(io.MultiWriter(f, sum), d.LocalDir, archive.PackOptions{Folder: folder, Hide: hider(d.Policy)})
 	if err == nil {
 		err = f.Close()
 	}
@@ -135,6 +137,7 @@ func (t *ArchiveDelegator) Finish(_ context.Context, d control.Lent, ev *control
 		StagingDir:     t.StagingDir,
 		ConflictSuffix: ".awcp-" + shortID(d.ID),
 		Limits:         t.Limits,
+		Hide:           hider(d.Policy),
 	}
 	if d.Dialect == control.DialectHead {
 		opts.Folder = control.ResourceWorkspace
@@ -192,3 +195,12 @@ func keepFile(file, path string) error {
 }
 
 var _ control.DelegatorTransport = (*ArchiveDelegator)(nil)
+
+// hider is the archive's test of a hidden path under policy; nil if it
+// hides nothing.
+func hider(policy lease.ExportPolicy) func(rel string) bool {
+	if len(policy.Hide) == 0 {
+		return nil
+	}
+	return func(rel string) bool { return sshd.Hidden(policy.Hide, rel) }
+}

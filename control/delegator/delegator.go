@@ -12,12 +12,14 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/lease"
+	"github.com/awcp/awcp/sshd"
 )
 
 // Options configures a Delegator.
@@ -98,6 +100,40 @@ type ExportRequest struct {
 	// head (the reference implementation's later wire), or auto (the
 	// default): an INVITE both read, then the dialect the ACCEPT is in.
 	Dialect string `json:"dialect,omitempty"`
+
+	// Hide adds patterns of paths not to lend (sshd.Hidden), to
+	// sshd.DefaultHide unless NoHideDefaults.
+	Hide           []string `json:"hide,omitempty"`
+	NoHideDefaults bool     `json:"noHideDefaults,omitempty"`
+	// NoDelete refuses the executor deletes and renames over a name.
+	NoDelete bool `json:"noDelete,omitempty"`
+	// MaxWriteBytes bounds what the executor writes over the live mount
+	// (0: no bound).
+	MaxWriteBytes int64 `json:"maxWriteBytes,omitempty"`
+}
+
+// policy is the export policy req asks for.
+func (req ExportRequest) policy() (lease.ExportPolicy, error) {
+	p := lease.ExportPolicy{NoDelete: req.NoDelete, MaxWriteBytes: req.MaxWriteBytes}
+	if !req.NoHideDefaults {
+		p.Hide = append(p.Hide, sshd.DefaultHide...)
+	}
+	for _, pat := range req.Hide {
+		if err := sshd.CheckHidePattern(pat); err != nil {
+			return p, control.Errorf(control.CodeWorkspaceInvalid, "%v", err).
+				WithHint("a pattern is a name (\"*.pem\", \".env*\") or names joined by / (\"config/secrets.json\"), matched anywhere")
+		}
+		if !slices.Contains(p.Hide, pat) {
+			p.Hide = append(p.Hide, pat)
+		}
+	}
+	if p.MaxWriteBytes < 0 {
+		return p, control.Errorf(control.CodeWorkspaceInvalid, "max-write-bytes must not be negative")
+	}
+	if len(sshd.ExportPolicy(p).Encode()) > sshd.MaxPolicyBytes {
+		return p, control.Errorf(control.CodeWorkspaceInvalid, "too many hide patterns: they must fit in %d bytes", sshd.MaxPolicyBytes)
+	}
+	return p, nil
 }
 
 // headRetention is how long a head executor is asked to keep a result: the
@@ -153,9 +189,16 @@ func (d *Delegator) Create(req ExportRequest) (*lease.Delegation, error) {
 		return nil, control.Errorf(control.CodeWorkspaceInvalid, "unknown dialect %q", req.Dialect).
 			WithHint("use auto, seed or head")
 	}
-	phys, _, err := Admit(req.Dir, d.opts.Admission)
+	policy, err := req.policy()
 	if err != nil {
 		return nil, err
+	}
+	phys, stats, err := Admit(req.Dir, d.opts.Admission, policy.Hide)
+	if err != nil {
+		return nil, err
+	}
+	if note := hiddenNote(stats); note != "" {
+		notes = append(notes, note)
 	}
 	if req.Description == "" {
 		req.Description = firstLine(req.Prompt, 80)
@@ -166,7 +209,7 @@ func (d *Delegator) Create(req ExportRequest) (*lease.Delegation, error) {
 			TTLSeconds: int64((req.TTL + time.Second - 1) / time.Second), Dialect: req.Dialect},
 		Peer: req.Peer, LocalDir: phys, ExportName: "awcp/" + id,
 		Description: req.Description, Prompt: req.Prompt, Token: req.Token, Notes: notes,
-		AutoTransport: auto,
+		AutoTransport: auto, Policy: policy,
 	}
 	// A provisional end, so that a handshake the executor never answers
 	// expires too; ACCEPT sets the granted one.
@@ -213,7 +256,7 @@ func (d *Delegator) transport(del *lease.Delegation) control.DelegatorTransport 
 
 func lent(del *lease.Delegation) control.Lent {
 	return control.Lent{ID: del.ID, LocalDir: del.LocalDir, AccessMode: del.AccessMode, ExpiresAt: del.ExpiresAt, Peer: del.Peer,
-		Dialect: del.Dialect}
+		Dialect: del.Dialect, Policy: del.Policy}
 }
 
 // Run drives delegation id until it ends or ctx is done, and returns the
@@ -459,11 +502,26 @@ func (d *Delegator) notifyPeer(del *lease.Delegation, m *control.Error) {
 }
 
 func (d *Delegator) cleanup(ctx context.Context, del *lease.Delegation) {
-	if t := d.transport(del); t != nil {
-		if err := t.Cleanup(context.WithoutCancel(ctx), lent(del)); err != nil {
-			d.log.Warn("transport clean-up", "delegation", del.ID, "err", err)
+	t := d.transport(del)
+	if t == nil {
+		return
+	}
+	if err := t.Cleanup(context.WithoutCancel(ctx), lent(del)); err != nil {
+		d.log.Warn("transport clean-up", "delegation", del.ID, "err", err)
+	}
+	if a, ok := t.(auditor); ok {
+		if sum := a.EndAudit(del.ID); sum != nil {
+			if _, err := d.store.UpdateDelegation(del.ID, func(del *lease.Delegation) error { del.Audit = sum; return nil }); err != nil {
+				d.log.Warn("record the audit summary", "delegation", del.ID, "err", err)
+			}
 		}
 	}
+}
+
+// auditor is a transport that records what the executor does: the live
+// mount's SSHFSDelegator.
+type auditor interface {
+	EndAudit(id string) *lease.AuditSummary
 }
 
 // Expire ends a delegation whose lease ran out: the transition first, then

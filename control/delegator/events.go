@@ -171,8 +171,11 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 					del.Changes = append(del.Changes, "- "+p)
 				}
 				del.Conflicts = rep.Conflicts
+				if del.Transport == control.TransportArchive {
+					del.Audit = DiffSummary(rep)
+				}
 				if len(rep.Ignored) > 0 {
-					del.Notes = append(del.Notes, fmt.Sprintf("the executor's snapshot also held %v, outside the lent directory: not applied", rep.Ignored))
+					del.Notes = append(del.Notes, fmt.Sprintf("the executor's result also held %v: not applied (outside the lent directory, or hidden)", rep.Ignored))
 				}
 				return nil
 			})

@@ -43,13 +43,19 @@ type SSHOptions struct {
 	// this machine's address towards each of them and the listening port.
 	AdvertiseHost string
 	AdvertisePort int
+	// AuditRecords is how many operations of a delegation its audit log
+	// keeps (DefaultMaxAuditRecords if 0); AuditRetention how long the log
+	// of an ended delegation is kept (30 days if 0).
+	AuditRecords   int
+	AuditRetention time.Duration
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
 
 // StartSSH runs the embedded SSH server until ctx ends, with the watch of
-// grants whose lease another process ended, and returns the live mount's
-// delegator transport on it. wait returns once both have stopped.
+// grants whose lease another process ended and the audit log's writer,
+// and returns the live mount's delegator transport on it. wait returns
+// once all three have stopped.
 func StartSSH(ctx context.Context, o SSHOptions) (_ *SSHFSDelegator, wait func(), err error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -71,12 +77,14 @@ func StartSSH(ctx context.Context, o SSHOptions) (_ *SSHFSDelegator, wait func()
 	if err != nil {
 		return nil, nil, fmt.Errorf("the SSH server cannot listen on %s: %w", o.Listen, err)
 	}
-	t := &SSHFSDelegator{Issuer: auth, Server: srv, Host: o.AdvertiseHost, Port: ln.Addr().(*net.TCPAddr).Port}
+	audit := &AuditLog{Store: o.Store, MaxRecords: o.AuditRecords, Retention: o.AuditRetention, Logger: o.Logger}
+	t := &SSHFSDelegator{Issuer: auth, Server: srv, Host: o.AdvertiseHost, Port: ln.Addr().(*net.TCPAddr).Port, Audit: audit}
 	if o.AdvertisePort != 0 {
 		t.Port = o.AdvertisePort
 	}
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() { defer wg.Done(); audit.Run(ctx) }()
 	go func() {
 		defer wg.Done()
 		if err := srv.Serve(ctx, ln); err != nil {

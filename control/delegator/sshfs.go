@@ -23,7 +23,7 @@ type CertIssuer interface {
 // granted until the lease's end, and revoked when the lease ends before;
 // *sshd.Server.
 type Lender interface {
-	Grant(id, dir string, readOnly bool, until time.Time)
+	Grant(id string, exp sshd.Export, until time.Time)
 	Revoke(id string)
 }
 
@@ -38,6 +38,9 @@ type SSHFSDelegator struct {
 	Host string
 	// Port is the server's port. Required.
 	Port int
+	// Audit, if set, records every operation of each delegation's
+	// sessions.
+	Audit *AuditLog
 }
 
 var _ control.DelegatorTransport = (*SSHFSDelegator)(nil)
@@ -82,7 +85,11 @@ func (t *SSHFSDelegator) Resume(_ context.Context, d control.Lent) { t.grant(d) 
 
 // grant lends d's directory to its certificate until the lease's end.
 func (t *SSHFSDelegator) grant(d control.Lent) {
-	t.Server.Grant(d.ID, d.LocalDir, d.AccessMode != control.AccessRW, d.ExpiresAt)
+	exp := sshd.Export{Dir: d.LocalDir, ReadOnly: d.AccessMode != control.AccessRW, Policy: sshd.ExportPolicy(d.Policy)}
+	if t.Audit != nil {
+		exp.Audit = t.Audit.For(d.ID)
+	}
+	t.Server.Grant(d.ID, exp, d.ExpiresAt)
 }
 
 // Finish has nothing to bring back: every write already happened in place.
@@ -94,6 +101,16 @@ func (*SSHFSDelegator) Finish(context.Context, control.Lent, *control.Event) (*a
 func (t *SSHFSDelegator) Cleanup(_ context.Context, d control.Lent) error {
 	t.Server.Revoke(d.ID)
 	return nil
+}
+
+// EndAudit returns what delegation id's sessions did, its audit log
+// written, once they are revoked (Cleanup); nil if there is no audit log
+// or it was ended already.
+func (t *SSHFSDelegator) EndAudit(id string) *lease.AuditSummary {
+	if t.Audit == nil {
+		return nil
+	}
+	return t.Audit.End(id)
 }
 
 // GrantHolder is a server whose grants can be listed and revoked;

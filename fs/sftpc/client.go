@@ -113,14 +113,19 @@ type Client struct {
 
 	wg sync.WaitGroup // the receive loop and the request discarder
 
-	writeBarrier bool // the server announced wire.WriteBarrier
-	openRead     bool // the server announced wire.OpenRead
-	openNamed    bool // the server announced wire.OpenNamed
-	rmdirInOrder bool // the server announced wire.RmdirInOrder
-	list         bool // the server announced wire.List
+	writeBarrier bool              // the server announced wire.WriteBarrier
+	openRead     bool              // the server announced wire.OpenRead
+	openNamed    bool              // the server announced wire.OpenNamed
+	rmdirInOrder bool              // the server announced wire.RmdirInOrder
+	list         bool              // the server announced wire.List
+	policy       wire.ExportPolicy // the server announced wire.Policy: what it may refuse
 
 	named atomic.Uint64 // handles named by StartOpenNamed so far
 }
+
+// Policy is what the server announced it refuses beyond its access mode
+// (wire.Policy): requests it may refuse must wait for its answer.
+func (c *Client) Policy() wire.ExportPolicy { return c.policy }
 
 // WriteBarrier reports whether the server runs a handle's FSTAT, FSETSTAT
 // and CLOSE after the WRITEs on it sent before them (wire.WriteBarrier).
@@ -178,7 +183,7 @@ func (c *Client) handshake() error {
 	// Of the extensions announced only ours is looked for: the server is
 	// ours, and has the others used (posix-rename, hardlink, fsync, statvfs).
 	for len(d.B) > 0 && d.Err == nil {
-		switch name, _ := d.Str(), d.Str(); name {
+		switch name, data := d.Str(), d.Str(); name {
 		case wire.WriteBarrier:
 			c.writeBarrier = true
 		case wire.OpenRead:
@@ -189,6 +194,8 @@ func (c *Client) handshake() error {
 			c.rmdirInOrder = true
 		case wire.List:
 			c.list = true
+		case wire.Policy:
+			c.policy = wire.DecodePolicy(data)
 		}
 	}
 	c.wg.Add(2)

@@ -13,22 +13,23 @@ import (
 // Every field is optional, so that a call refused before any delegation
 // existed is an Outcome with only Error.
 type Outcome struct {
-	DelegationID string       `json:"delegation_id,omitempty"`
-	State        string       `json:"state,omitempty" jsonschema:"created, invited, accepted, started, running, completed, error, cancelled or expired"`
-	Description  string       `json:"description,omitempty"`
-	WorkspaceDir string       `json:"workspace_dir,omitempty"`
-	PeerURL      string       `json:"peer_url,omitempty"`
-	Transport    string       `json:"transport,omitempty" jsonschema:"sshfs (live mount) or archive"`
-	AccessMode   string       `json:"access_mode,omitempty"`
-	CreatedAt    string       `json:"created_at,omitempty"`
-	ExpiresAt    string       `json:"expires_at,omitempty" jsonschema:"when the lease ends (RFC 3339)"`
-	Summary      string       `json:"summary,omitempty" jsonschema:"the executor's summary, once completed"`
-	Highlights   []string     `json:"highlights,omitempty" jsonschema:"files the executor created or changed"`
-	Changes      []string     `json:"changes,omitempty" jsonschema:"archive transport: what was applied to the workspace (+ created, ~ changed, - deleted)"`
-	Conflicts    []string     `json:"conflicts,omitempty" jsonschema:"files changed locally meanwhile: the local version was kept"`
-	Notes        []string     `json:"notes,omitempty"`
-	Permissions  []Permission `json:"permissions,omitempty" jsonschema:"the executor agent's permission requests: pending ones wait for delegate_permission"`
-	Error        *Failure     `json:"error,omitempty"`
+	DelegationID string              `json:"delegation_id,omitempty"`
+	State        string              `json:"state,omitempty" jsonschema:"created, invited, accepted, started, running, completed, error, cancelled or expired"`
+	Description  string              `json:"description,omitempty"`
+	WorkspaceDir string              `json:"workspace_dir,omitempty"`
+	PeerURL      string              `json:"peer_url,omitempty"`
+	Transport    string              `json:"transport,omitempty" jsonschema:"sshfs (live mount) or archive"`
+	AccessMode   string              `json:"access_mode,omitempty"`
+	CreatedAt    string              `json:"created_at,omitempty"`
+	ExpiresAt    string              `json:"expires_at,omitempty" jsonschema:"when the lease ends (RFC 3339)"`
+	Summary      string              `json:"summary,omitempty" jsonschema:"the executor's summary, once completed"`
+	Highlights   []string            `json:"highlights,omitempty" jsonschema:"files the executor created or changed"`
+	Changes      []string            `json:"changes,omitempty" jsonschema:"archive transport: what was applied to the workspace (+ created, ~ changed, - deleted)"`
+	Conflicts    []string            `json:"conflicts,omitempty" jsonschema:"files changed locally meanwhile: the local version was kept"`
+	Notes        []string            `json:"notes,omitempty"`
+	Permissions  []Permission        `json:"permissions,omitempty" jsonschema:"the executor agent's permission requests: pending ones wait for delegate_permission"`
+	Audit        *lease.AuditSummary `json:"audit,omitempty" jsonschema:"what the executor did in the directory once the delegation ended: files read, written, created, deleted, bytes each way, operations refused by the export policy"`
+	Error        *Failure            `json:"error,omitempty"`
 }
 
 // Permission is a permission request of the executor's agent.
@@ -58,7 +59,7 @@ func outcomeOf(d *lease.Delegation) Outcome {
 		DelegationID: d.ID, State: string(d.State), Description: d.Description,
 		WorkspaceDir: d.LocalDir, PeerURL: d.Peer, Transport: d.Transport, AccessMode: d.AccessMode,
 		CreatedAt: stamp(d.CreatedAt), Summary: d.Summary,
-		Highlights: d.Highlights, Changes: d.Changes, Conflicts: d.Conflicts, Notes: d.Notes,
+		Highlights: d.Highlights, Changes: d.Changes, Conflicts: d.Conflicts, Notes: d.Notes, Audit: d.Audit,
 	}
 	if !d.State.Terminal() {
 		o.ExpiresAt = stamp(d.ExpiresAt)

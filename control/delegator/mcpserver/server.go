@@ -71,6 +71,12 @@ type Options struct {
 	Transport string
 	// Dialect of new delegations: auto, seed or head. Default auto.
 	Dialect string
+	// Policy of new delegations' exports (delegator.ExportRequest's
+	// fields of the same names).
+	Hide           []string
+	NoHideDefaults bool
+	NoDelete       bool
+	MaxWriteBytes  int64
 	// Cwd resolves a relative workspace_dir when the call gives no cwd.
 	// Default: the process's working directory.
 	Cwd string
@@ -224,6 +230,7 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 		Dir: dir, Peer: peer, Prompt: in.Prompt, Description: strings.TrimSpace(in.Description),
 		TTL: time.Duration(in.TTLSeconds) * time.Second, Access: in.AccessMode,
 		Transport: s.opts.Transport, Token: s.opts.Token, Dialect: s.opts.Dialect,
+		Hide: s.opts.Hide, NoHideDefaults: s.opts.NoHideDefaults, NoDelete: s.opts.NoDelete, MaxWriteBytes: s.opts.MaxWriteBytes,
 	})
 	if err != nil {
 		return Outcome{}, err

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/awcp/awcp/cmd/internal/clikit"
+	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/lease"
+)
+
+// policyFlags are the export policy's flags, for export and mcp.
+func policyFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringSliceFlag{Name: "hide", EnvVars: []string{"AWCP_HIDE"},
+			Usage: "a pattern of paths not to lend, matched anywhere in the directory (\"*.pem\", \".env*\", \"config/secrets.json\"); repeatable; added to the defaults"},
+		&cli.BoolFlag{Name: "no-hide-defaults", Usage: "lend what the default hide patterns keep back: " + strings.Join(delegator.DefaultHide, " ")},
+		&cli.BoolFlag{Name: "no-delete", EnvVars: []string{"AWCP_NO_DELETE"}, Usage: "refuse the executor deletes, and renames over an existing name"},
+		&cli.StringFlag{Name: "max-write-bytes", EnvVars: []string{"AWCP_MAX_WRITE_BYTES"},
+			Usage: "bound what the executor writes over the live mount, e.g. 500M (K, M, G: powers of 1024)"},
+	}
+}
+
+// parseBytes reads a byte count with an optional K, M or G suffix.
+func parseBytes(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	mult := int64(1)
+	switch strings.ToUpper(s[len(s)-1:]) {
+	case "K":
+		mult = 1 << 10
+	case "M":
+		mult = 1 << 20
+	case "G":
+		mult = 1 << 30
+	}
+	if mult > 1 {
+		s = s[:len(s)-1]
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, clikit.UsageError("--max-write-bytes %q: want a number of bytes, e.g. 1048576 or 500M", s)
+	}
+	return n * mult, nil
+}
+
+// auditLine is one operation as the audit command prints it.
+func auditLine(op delegator.Op) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s  %-7s %s", op.At.Local().Format("15:04:05.000"), op.Kind, op.Path)
+	if op.To != "" {
+		fmt.Fprintf(&b, " -> %s", op.To)
+	}
+	if op.Bytes > 0 {
+		fmt.Fprintf(&b, "  %d bytes", op.Bytes)
+	}
+	switch {
+	case op.Refused:
+		fmt.Fprintf(&b, "  REFUSED: %s", op.Err)
+	case op.Err != "":
+		fmt.Fprintf(&b, "  failed: %s", op.Err)
+	}
+	return b.String()
+}
+
+// summaryLine is an audit summary in one line.
+func summaryLine(s *lease.AuditSummary) string {
+	if s.FromDiff {
+		return fmt.Sprintf("archive: whole directory sent; %d files written (%d created), %d deleted", s.FilesWritten, s.Created, s.Deleted)
+	}
+	line := fmt.Sprintf("%d files read (%s), %d written (%s), %d created, %d deleted, %d refused",
+		s.FilesRead, human(s.BytesRead), s.FilesWritten, human(s.BytesWritten), s.Created, s.Deleted, s.Refused)
+	if s.Dropped > 0 {
+		line += fmt.Sprintf("; the log keeps the last %d of %d operations", s.Operations-s.Dropped, s.Operations)
+	}
+	return line
+}
+
+func human(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func auditCommand(ctx context.Context) *cli.Command {
+	return &cli.Command{
+		Name:      "audit",
+		Usage:     "show what the executor did in the directory lent: every operation over the live mount",
+		ArgsUsage: "ID",
+		Flags: append(clikit.CommonFlags(),
+			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing operations until the delegation ends"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per operation"},
+		),
+		Action: func(c *cli.Context) error {
+			if c.Args().Len() != 1 {
+				return clikit.UsageError("audit takes one delegation id")
+			}
+			e, err := openEnv(c)
+			if err != nil {
+				return err
+			}
+			d, err := e.resolve(c.Args().First())
+			if err != nil {
+				return err
+			}
+			return printAudit(ctx, c, e, d)
+		},
+	}
+}
+
+func printAudit(ctx context.Context, c *cli.Context, e *env, d *lease.Delegation) error {
+	w := c.App.Writer
+	var last uint64
+	var sum *lease.AuditSummary
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		recs, s, err := e.store.AuditAfter(d.ID, last, 0)
+		if err != nil {
+			return err
+		}
+		if s != nil {
+			sum = s
+		}
+		for _, r := range recs {
+			last = r.Seq
+			if err := printOp(w, r.Data, c.Bool("json")); err != nil {
+				return err
+			}
+		}
+		if !c.Bool("follow") || d.State.Terminal() {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		if d, err = e.store.Delegation(d.ID); err != nil {
+			return err
+		}
+	}
+	if d.Audit != nil {
+		sum = d.Audit
+	}
+	switch {
+	case c.Bool("json"):
+	case sum != nil:
+		fmt.Fprintf(c.App.ErrWriter, "audit: %s\n", summaryLine(sum))
+	case d.Transport != "sshfs":
+		fmt.Fprintf(c.App.ErrWriter, "audit: no operations are recorded for the %s transport\n", d.Transport)
+	default:
+		fmt.Fprintln(c.App.ErrWriter, "audit: nothing recorded yet")
+	}
+	return nil
+}
+
+func printOp(w io.Writer, data []byte, asJSON bool) error {
+	if asJSON {
+		_, err := fmt.Fprintf(w, "%s\n", data)
+		return err
+	}
+	var op delegator.Op
+	if err := json.Unmarshal(data, &op); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, auditLine(op))
+	return err
+}

@@ -1,0 +1,147 @@
+package sftpwire
+
+import (
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+)
+
+// Policy is our extension, announced in VERSION when the export refuses
+// more than its access mode does: the extension's data is the policy as
+// Policy.Encode writes it. The server enforces it whatever the client
+// does; a client that reads it knows which requests may be refused, and
+// waits for their answers instead of sending them behind (a remove under
+// NoDelete, a create of a hidden name).
+const Policy = "policy@awcp"
+
+// ExportPolicy is what an export refuses beyond its access mode. The zero
+// value refuses nothing.
+type ExportPolicy struct {
+	// Hide are patterns of names that are not lent (Hidden): they are left
+	// out of listings, and every request naming one is refused.
+	Hide []string
+	// NoDelete refuses REMOVE, RMDIR and a rename over an existing name.
+	NoDelete bool
+	// MaxWriteBytes bounds the bytes written through all the delegation's
+	// sessions together; 0 is no bound. The WRITE that would pass it is
+	// refused.
+	MaxWriteBytes int64
+}
+
+// Zero reports whether p refuses nothing.
+func (p ExportPolicy) Zero() bool {
+	return len(p.Hide) == 0 && !p.NoDelete && p.MaxWriteBytes == 0
+}
+
+// MaxPolicyBytes bounds an encoded policy: it travels in VERSION, which
+// a client reads whole before anything else.
+const MaxPolicyBytes = 16 << 10
+
+// Encode is the policy as the extension's data: one line per rule,
+// "no-delete", "max-write-bytes=N", "hide=PATTERN", in that order.
+func (p ExportPolicy) Encode() string {
+	var b strings.Builder
+	if p.NoDelete {
+		b.WriteString("no-delete\n")
+	}
+	if p.MaxWriteBytes > 0 {
+		fmt.Fprintf(&b, "max-write-bytes=%d\n", p.MaxWriteBytes)
+	}
+	for _, h := range p.Hide {
+		b.WriteString("hide=" + h + "\n")
+	}
+	return b.String()
+}
+
+// DecodePolicy reads Encode's lines. Lines it does not know are skipped:
+// a later server may refuse more, and the client then only waits less.
+func DecodePolicy(s string) ExportPolicy {
+	var p ExportPolicy
+	for _, line := range strings.Split(s, "\n") {
+		switch key, val, _ := strings.Cut(line, "="); key {
+		case "no-delete":
+			p.NoDelete = true
+		case "max-write-bytes":
+			p.MaxWriteBytes, _ = strconv.ParseInt(val, 10, 64)
+		case "hide":
+			p.Hide = append(p.Hide, val)
+		}
+	}
+	return p
+}
+
+// CheckHidePattern reports what is wrong with a hide pattern, if anything.
+func CheckHidePattern(pat string) error {
+	switch {
+	case pat == "" || strings.Trim(pat, "/") == "":
+		return fmt.Errorf("hide pattern %q: empty", pat)
+	case strings.ContainsAny(pat, "\n\x00"):
+		return fmt.Errorf("hide pattern %q: holds a newline or NUL", pat)
+	case strings.HasPrefix(pat, "/"):
+		return fmt.Errorf("hide pattern %q: patterns are relative to the directory lent, anywhere in it (drop the leading /)", pat)
+	}
+	if _, err := path.Match(strings.TrimSuffix(pat, "/"), ""); err != nil {
+		return fmt.Errorf("hide pattern %q: %v", pat, err)
+	}
+	return nil
+}
+
+// Hidden reports whether rel, a slash-separated path relative to the
+// export's root ("." for the root), is hidden by patterns. A pattern is
+// path.Match's, with a trailing "/" ignored. Without a "/" inside, it
+// matches a name at any depth, which hides everything beneath it too
+// (".env*", "*.pem", ".aws"). With one, it matches that many consecutive
+// names anywhere (".git/config", "secrets/*.json"), and hides what is
+// beneath them. The root itself is never hidden.
+func Hidden(patterns []string, rel string) bool {
+	if len(patterns) == 0 || rel == "." || rel == "" {
+		return false
+	}
+	names := strings.Split(strings.Trim(rel, "/"), "/")
+	for _, pat := range patterns {
+		parts := strings.Split(strings.Trim(pat, "/"), "/")
+		for i := 0; i+len(parts) <= len(names); i++ {
+			if matchAll(parts, names[i:i+len(parts)]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// HiddenLeaf is Hidden for a client walking down the tree, which has
+// reached rel's parent: only the matches that end at rel's last name are
+// looked for (a hidden parent could not have been reached).
+func HiddenLeaf(patterns []string, rel string) bool {
+	if len(patterns) == 0 || rel == "." || rel == "" {
+		return false
+	}
+	names := strings.Split(strings.Trim(rel, "/"), "/")
+	for _, pat := range patterns {
+		parts := strings.Split(strings.Trim(pat, "/"), "/")
+		if len(parts) <= len(names) && matchAll(parts, names[len(names)-len(parts):]) {
+			return true
+		}
+	}
+	return false
+}
+
+func matchAll(parts, names []string) bool {
+	for i, p := range parts {
+		if ok, _ := path.Match(p, names[i]); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// DefaultHide is what an export hides unless told otherwise: names that
+// usually hold secrets (keys, tokens, credentials) and that an agent
+// editing a project rarely needs. Not .git/config: git refuses to work
+// without it; a remote's credentials belong in .git-credentials.
+var DefaultHide = []string{
+	".env", ".env.*", "*.pem", "*.key", "*.p12", "*.pfx", "id_rsa*", "id_ecdsa*", "id_ed25519*", "id_dsa*",
+	".npmrc", ".pypirc", ".netrc", ".git-credentials", ".aws", ".ssh", ".gnupg", ".docker/config.json",
+	".kube/config",
+}
