@@ -58,6 +58,7 @@ type mountFixture struct {
 	ro       bool // the grant's
 
 	stopServer func() // closes the listener and every connection
+	exp        sshd.Export
 }
 
 // serve runs f.srv on ln until stopServer.
@@ -79,7 +80,7 @@ func (f *mountFixture) restartServer(t *testing.T, down time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Grant(mountID, sshd.Export{Dir: f.dir, ReadOnly: f.ro}, time.Time{})
+	srv.Grant(mountID, f.exp, time.Time{})
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +97,14 @@ func newMount(t *testing.T, ro bool) *mountFixture {
 // newMountWith is newMount with the mount's options changed by tweak.
 func newMountWith(t *testing.T, ro bool, tweak func(*Options)) *mountFixture {
 	t.Helper()
+	return newMountOf(t, sshd.Export{ReadOnly: ro}, tweak)
+}
+
+// newMountOf mounts a new directory lent as exp says (its Dir is set
+// here), with the mount's options changed by tweak.
+func newMountOf(t *testing.T, exp sshd.Export, tweak func(*Options)) *mountFixture {
+	t.Helper()
+	ro := exp.ReadOnly
 	requireFUSE(t)
 	auth, err := sshd.LoadAuthority(t.TempDir())
 	if err != nil {
@@ -114,7 +123,9 @@ func newMountWith(t *testing.T, ro bool, tweak func(*Options)) *mountFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.srv.Grant(id, sshd.Export{Dir: f.dir, ReadOnly: ro}, time.Time{})
+	exp.Dir = f.dir
+	f.exp = exp
+	f.srv.Grant(id, exp, time.Time{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

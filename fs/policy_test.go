@@ -1,0 +1,116 @@
+package fs
+
+import (
+	"errors"
+	iofs "io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/awcp/awcp/sshd"
+)
+
+// opLog keeps the operations the server records, as "kind path" for the
+// refused ones.
+type opLog struct {
+	mu      sync.Mutex
+	refused []string
+}
+
+func (l *opLog) Record(op sshd.Op) {
+	if op.Refused {
+		l.mu.Lock()
+		l.refused = append(l.refused, op.Kind+" "+op.Path)
+		l.mu.Unlock()
+	}
+}
+
+func (l *opLog) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Contains(l.refused, s)
+}
+
+// The export's policy reaches the agent on the mount: every refused call
+// fails itself with EACCES — a hidden name looked up, created or listed, a
+// remove (also right after a create, which the mount would otherwise send
+// behind and answer at once), a rename over a name — and a write past the
+// bound fails at the latest when the file is closed. Nothing refused
+// happens in the directory, and the server records each refusal.
+func TestPolicyRefusalsReachTheAgent(t *testing.T) {
+	log := &opLog{}
+	f := newMountOf(t, sshd.Export{Audit: log, Policy: sshd.ExportPolicy{
+		Hide: []string{".env", "*.pem", "secrets"}, NoDelete: true, MaxWriteBytes: 1 << 20}}, nil)
+	for name, content := range map[string]string{".env": "SECRET=1\n", "a.txt": "a\n", "keep.txt": "keep\n", "k.pem": "KEY\n", "secrets/x": "x\n"} {
+		os.MkdirAll(filepath.Join(f.dir, filepath.Dir(name)), 0o755)
+		if err := os.WriteFile(filepath.Join(f.dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mnt := f.mnt
+	denied := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, iofs.ErrPermission) {
+			t.Errorf("%s: %v, want EACCES", what, err)
+		}
+	}
+
+	ents, err := os.ReadDir(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{"a.txt", "keep.txt"}) {
+		t.Errorf("the mount lists %v, want a.txt and keep.txt only", names)
+	}
+	_, err = os.ReadFile(filepath.Join(mnt, ".env"))
+	denied("read .env", err)
+	_, err = os.Stat(filepath.Join(mnt, "secrets", "x"))
+	denied("stat secrets/x", err)
+	denied("create new.pem", os.WriteFile(filepath.Join(mnt, "new.pem"), []byte("k"), 0o600))
+	denied("remove keep.txt", os.Remove(filepath.Join(mnt, "keep.txt")))
+	if err := os.WriteFile(filepath.Join(mnt, "tmp.txt"), []byte("t"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	denied("remove tmp.txt right after its create", os.Remove(filepath.Join(mnt, "tmp.txt")))
+	denied("rename a.txt over keep.txt", os.Rename(filepath.Join(mnt, "a.txt"), filepath.Join(mnt, "keep.txt")))
+	if err := os.Rename(filepath.Join(mnt, "a.txt"), filepath.Join(mnt, "b.txt")); err != nil {
+		t.Errorf("a rename to a new name: %v", err)
+	}
+
+	big, err := os.Create(filepath.Join(mnt, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, werr := big.Write(make([]byte, 2<<20))
+	cerr := big.Close()
+	if werr == nil && cerr == nil {
+		t.Errorf("2 MiB written past a 1 MiB bound without an error")
+	} else if err := errors.Join(werr, cerr); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("the write past the bound failed with %v, want EACCES", err)
+	}
+
+	for name, want := range map[string]string{".env": "SECRET=1\n", "keep.txt": "keep\n", "tmp.txt": "t", "b.txt": "a\n", "k.pem": "KEY\n"} {
+		if b, err := os.ReadFile(filepath.Join(f.dir, name)); err != nil || string(b) != want {
+			t.Errorf("%s holds %q (%v), want %q", name, b, err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(f.dir, "new.pem")); err == nil {
+		t.Errorf("a hidden name was created")
+	}
+	if fi, err := os.Stat(filepath.Join(f.dir, "big")); err != nil || fi.Size() > 1<<20 {
+		t.Errorf("big: %v, %v bytes: more than the bound was written", err, fi)
+	}
+	for _, want := range []string{"lookup .env", "lookup new.pem", "remove keep.txt", "remove tmp.txt", "rename a.txt", "write big"} {
+		if !log.has(want) {
+			t.Errorf("refusal %q not recorded; recorded %s", want, strings.Join(log.refused, ", "))
+		}
+	}
+}
