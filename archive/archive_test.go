@@ -314,3 +314,56 @@ func TestApplyKeepsLinksInside(t *testing.T) {
 		t.Fatalf("bin/x: %q %v", b, err)
 	}
 }
+
+// Hidden paths are neither sent nor touched by the result: a file of the
+// same name the executor made is reported as ignored, not written over
+// the owner's, and the owner's is not deleted either.
+func TestHiddenPathsStayOut(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "a.txt", "a\n", 0o644)
+	write(t, dir, ".env", "SECRET=1\n", 0o600)
+	write(t, dir, "certs/server.pem", "KEY\n", 0o600)
+	write(t, dir, "certs/ca.crt", "CA\n", 0o644)
+	hide := func(rel string) bool { return rel == ".env" || strings.HasSuffix(rel, ".pem") }
+	var buf bytes.Buffer
+	sent, err := PackWith(&buf, dir, PackOptions{Hide: hide})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(sorted(sent.Hidden), []string{".env", "certs/server.pem"}) {
+		t.Fatalf("hidden %v", sent.Hidden)
+	}
+	work := t.TempDir()
+	if err := Extract(buf.Bytes(), work, Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{".env", "certs/server.pem"} {
+		if _, err := os.Stat(filepath.Join(work, p)); err == nil {
+			t.Fatalf("%s was sent", p)
+		}
+	}
+	write(t, work, ".env", "PLANTED=1\n", 0o644)
+	write(t, work, "a.txt", "edited\n", 0o644)
+	result, err := Pack(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := applyOpts(t)
+	opts.Hide = hide
+	rep, err := Apply(dir, sent.Manifest, result.Zip, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, ".env")); string(b) != "SECRET=1\n" {
+		t.Fatalf(".env = %q: the result wrote a hidden path", b)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "certs/server.pem")); err != nil {
+		t.Fatalf("the result deleted a hidden path: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "a.txt")); string(b) != "edited\n" {
+		t.Fatalf("a.txt = %q", b)
+	}
+	if !reflect.DeepEqual(rep.Ignored, []string{".env (hidden)"}) || len(rep.Deleted) != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+}

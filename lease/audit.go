@@ -41,8 +41,9 @@ type AuditSummary struct {
 
 // AppendAudit adds records to delegation id's audit log, keeping at most
 // max of them (0: no bound) by dropping the oldest, and stores sum as its
-// summary (its Dropped counts what this drops too).
-func (s *Store) AppendAudit(id string, records [][]byte, sum AuditSummary, max int) error {
+// summary. Its Dropped is what the log dropped before, lost (records the
+// caller dropped before they reached the store) and what this drops.
+func (s *Store) AppendAudit(id string, records [][]byte, lost uint64, sum AuditSummary, max int) error {
 	return s.update(func(tx *bolt.Tx) error {
 		b, err := tx.Bucket(bucketAudit).CreateBucketIfNotExists([]byte(id))
 		if err != nil {
@@ -61,10 +62,11 @@ func (s *Store) AppendAudit(id string, records [][]byte, sum AuditSummary, max i
 				return err
 			}
 		}
-		sum.Dropped = max64(sum.Dropped, prev.Dropped)
+		sum.Dropped = prev.Dropped + lost
 		if max > 0 {
+			// Deleting under a cursor moves it on: take the first again.
 			c := b.Cursor()
-			for k, _ := c.First(); k != nil && b.Sequence()-binary.BigEndian.Uint64(k)+1 > uint64(max); k, _ = c.Next() {
+			for k, _ := c.First(); k != nil && b.Sequence()-binary.BigEndian.Uint64(k)+1 > uint64(max); k, _ = c.First() {
 				if err := c.Delete(); err != nil {
 					return err
 				}
@@ -77,13 +79,6 @@ func (s *Store) AppendAudit(id string, records [][]byte, sum AuditSummary, max i
 		}
 		return tx.Bucket(bucketAuditMeta).Put([]byte(id), data)
 	})
-}
-
-func max64(a, b uint64) uint64 {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // AuditAfter returns delegation id's audit records with a sequence number

@@ -37,6 +37,7 @@ type AuditLog struct {
 // summary of all of them.
 type delegationAudit struct {
 	pending [][]byte
+	lost    uint64 // records dropped from pending since the last write
 	sum     lease.AuditSummary
 	read    map[string]struct{} // paths read, up to maxDistinct
 	written map[string]struct{} // paths written, up to maxDistinct
@@ -102,7 +103,7 @@ func (r recorder) Record(op sshd.Op) {
 	da.pending = append(da.pending, data)
 	if over := len(da.pending) - a.maxRecords(); over > 0 {
 		da.pending = da.pending[over:]
-		da.sum.Dropped += uint64(over)
+		da.lost += uint64(over)
 	}
 	n := len(da.pending)
 	a.mu.Unlock()
@@ -203,6 +204,7 @@ func (a *AuditLog) flush(only string) {
 	type batch struct {
 		id   string
 		recs [][]byte
+		lost uint64
 		sum  lease.AuditSummary
 	}
 	var batches []batch
@@ -211,12 +213,12 @@ func (a *AuditLog) flush(only string) {
 		if (only != "" && id != only) || (len(da.pending) == 0 && only == "") {
 			continue
 		}
-		batches = append(batches, batch{id: id, recs: da.pending, sum: da.sum})
-		da.pending = nil
+		batches = append(batches, batch{id: id, recs: da.pending, lost: da.lost, sum: da.sum})
+		da.pending, da.lost = nil, 0
 	}
 	a.mu.Unlock()
 	for _, b := range batches {
-		if err := a.Store.AppendAudit(b.id, b.recs, b.sum, a.maxRecords()); err != nil {
+		if err := a.Store.AppendAudit(b.id, b.recs, b.lost, b.sum, a.maxRecords()); err != nil {
 			a.logger().Warn("audit: write the log", "delegation", b.id, "records", len(b.recs), "err", err)
 		}
 	}
@@ -234,7 +236,7 @@ func (a *AuditLog) End(id string) *lease.AuditSummary {
 		return nil
 	}
 	if len(da.pending) > 0 { // recorded between the flush and the delete
-		a.Store.AppendAudit(id, da.pending, da.sum, a.maxRecords())
+		a.Store.AppendAudit(id, da.pending, da.lost, da.sum, a.maxRecords())
 	}
 	sum := da.sum
 	if _, stored, err := a.Store.AuditAfter(id, ^uint64(0)-1, 1); err == nil && stored != nil {

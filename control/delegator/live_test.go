@@ -2,7 +2,9 @@ package delegator_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http/httptest"
@@ -80,7 +82,13 @@ func newLiveFixture(t *testing.T, agentCmd string) *liveFixture {
 		t.Fatal(err)
 	}
 	addr := sshdtest.Serve(t, srv)
-	rec := &recordingTransport{SSHFSDelegator: &delegator.SSHFSDelegator{Issuer: auth, Server: srv, Host: "127.0.0.1", Port: addr.Port}}
+	audit := &delegator.AuditLog{Store: store, Logger: log}
+	ctx, stop := context.WithCancel(context.Background())
+	audited := make(chan struct{})
+	go func() { defer close(audited); audit.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-audited })
+	rec := &recordingTransport{SSHFSDelegator: &delegator.SSHFSDelegator{Issuer: auth, Server: srv, Host: "127.0.0.1", Port: addr.Port,
+		Audit: audit}}
 	dlg, err := delegator.New(delegator.Options{Store: store, Logger: log, Transports: map[string]control.DelegatorTransport{
 		control.TransportArchive: &delegator.ArchiveDelegator{Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
 		control.TransportSSHFS:   rec,
@@ -447,5 +455,73 @@ func TestHeadMountLeftByAPreviousRunIsUnmounted(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(real, "keep.txt")); string(b) != "mine\n" {
 		t.Fatalf("the delegator's file: %q", b)
+	}
+}
+
+// A scripted agent's session over the live mount, as the audit log has it
+// once the delegation is over: each thing the agent did in the directory,
+// with its bytes, the refusal of a hidden file, and a summary that adds
+// them up; the directory ends as the agent left it, the secret untouched.
+func TestAuditLogMatchesTheAgent(t *testing.T) {
+	f := newLiveFixture(t, `cat a.txt >/dev/null; echo new > b.txt; mkdir d; mv b.txt d/b.txt; rm a.txt; cat .env 2>/dev/null; echo ok`)
+	os.WriteFile(filepath.Join(f.dir, ".env"), []byte("S=1\n"), 0o600)
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "tidy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, err := f.dlg.Run(context.Background(), d.ID)
+	if err != nil || end.State != lease.Completed {
+		t.Fatalf("%+v %v", end, err)
+	}
+	recs, _, err := f.store.AuditAfter(d.ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range recs {
+		var op delegator.Op
+		if err := json.Unmarshal(r.Data, &op); err != nil {
+			t.Fatal(err)
+		}
+		if op.Kind == sshd.OpList {
+			continue // as many as the kernel asks for
+		}
+		line := op.Kind + " " + op.Path
+		if op.To != "" {
+			line += " -> " + op.To
+		}
+		if op.Bytes > 0 {
+			line += fmt.Sprintf(" %d", op.Bytes)
+		}
+		if op.Refused {
+			line += " refused"
+		}
+		got = append(got, line)
+	}
+	want := []string{"read a.txt 2", "create b.txt", "write b.txt 4", "mkdir d", "rename b.txt -> d/b.txt", "remove a.txt", "lookup .env refused"}
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			t.Errorf("the log lacks %q", w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("the log holds %d operations, the agent did %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
+	}
+	if i, j := slices.Index(got, "create b.txt"), slices.Index(got, "rename b.txt -> d/b.txt"); i > j {
+		t.Errorf("the create is logged after the rename:\n%s", strings.Join(got, "\n"))
+	}
+	s := end.Audit
+	if s == nil || s.FilesRead != 1 || s.BytesRead != 2 || s.FilesWritten != 1 || s.BytesWritten != 4 ||
+		s.Created != 2 || s.Deleted != 1 || s.Refused != 1 || s.FromDiff {
+		t.Errorf("summary %+v", s)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.dir, "d", "b.txt")); string(b) != "new\n" {
+		t.Errorf("d/b.txt = %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(f.dir, "a.txt")); err == nil {
+		t.Errorf("a.txt is still there")
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.dir, ".env")); string(b) != "S=1\n" {
+		t.Errorf(".env = %q", b)
 	}
 }

@@ -1,0 +1,61 @@
+package sftpwire
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestHidden(t *testing.T) {
+	pats := []string{".env", ".env.*", "*.pem", ".aws/", "config/secrets.json"}
+	for rel, want := range map[string]bool{
+		".":                       false,
+		".env":                    true,
+		"app/.env":                true,
+		".env.local":              true,
+		".envrc":                  false,
+		"certs/server.pem":        true,
+		"server.pem.txt":          false,
+		".aws":                    true,
+		".aws/credentials":        true,
+		"home/.aws/config":        true,
+		"config/secrets.json":     true,
+		"app/config/secrets.json": true,
+		"config/other.json":       false,
+		"secrets.json":            false,
+		"src/main.go":             false,
+	} {
+		if got := Hidden(pats, rel); got != want {
+			t.Errorf("Hidden(%q) = %v, want %v", rel, got, want)
+		}
+	}
+	// The mount, walking down, asks only about the last name: a path whose
+	// parent is hidden was refused on the way.
+	for rel, want := range map[string]bool{"app/.env": true, "a/config/secrets.json": true, ".aws/credentials": false, "src/x.go": false} {
+		if got := HiddenLeaf(pats, rel); got != want {
+			t.Errorf("HiddenLeaf(%q) = %v, want %v", rel, got, want)
+		}
+	}
+}
+
+func TestPolicyEncoding(t *testing.T) {
+	p := ExportPolicy{Hide: []string{".env", "a/*.key"}, NoDelete: true, MaxWriteBytes: 1 << 20}
+	if got := DecodePolicy(p.Encode()); !reflect.DeepEqual(got, p) {
+		t.Fatalf("decoded %+v, want %+v", got, p)
+	}
+	if got := DecodePolicy("later-rule=1\nno-delete\n"); !got.NoDelete || len(got.Hide) != 0 {
+		t.Fatalf("an unknown rule: %+v", got)
+	}
+	if !(ExportPolicy{}).Zero() || p.Zero() {
+		t.Fatal("Zero")
+	}
+	for _, bad := range []string{"", "/", "/etc/passwd", "a\nb", "[", "x\x00"} {
+		if CheckHidePattern(bad) == nil {
+			t.Errorf("pattern %q accepted", bad)
+		}
+	}
+	for _, good := range DefaultHide {
+		if err := CheckHidePattern(good); err != nil {
+			t.Errorf("default %q: %v", good, err)
+		}
+	}
+}
