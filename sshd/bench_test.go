@@ -46,7 +46,7 @@ func BenchmarkReadFlood(b *testing.B) {
 		s.ch.Close()
 		f.srv.Revoke("dlg_flood") // closes the connection; the next round is granted again
 		f.srv.sessions.Wait()
-		f.srv.Grant("dlg_flood", Export{Dir: dir, }, time.Now().Add(time.Hour))
+		f.srv.Grant("dlg_flood", Export{Dir: dir}, time.Now().Add(time.Hour))
 		left = max(left, heapGrowth(before))
 	}
 	b.ReportMetric(float64(peak)/(1<<20), "MiB-growth")

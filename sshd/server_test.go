@@ -206,7 +206,7 @@ func TestGrantEndClosesConnections(t *testing.T) {
 	f := newFixture(t)
 	dir, cred := f.lend(t, "dlg_sweep", false)
 	sc := f.sftp(t, "dlg_sweep", cred)
-	f.srv.Grant("dlg_sweep", Export{Dir: dir, }, time.Now().Add(300*time.Millisecond))
+	f.srv.Grant("dlg_sweep", Export{Dir: dir}, time.Now().Add(300*time.Millisecond))
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
 		if _, err := sc.Stat("/"); err != nil {

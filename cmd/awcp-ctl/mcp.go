@@ -81,13 +81,13 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 		NoHideDefaults: c.Bool("no-hide-defaults"),
 		NoDelete:       c.Bool("no-delete"),
 		MaxWriteBytes:  maxWrite,
-		Delegator: dlg,
-		Peers:     peers,
-		Token:     c.String("token"),
-		Transport: c.String("transport"),
-		Dialect:   c.String("dialect"),
-		Version:   clikit.Version,
-		Logger:    e.log,
+		Delegator:      dlg,
+		Peers:          peers,
+		Token:          c.String("token"),
+		Transport:      c.String("transport"),
+		Dialect:        c.String("dialect"),
+		Version:        clikit.Version,
+		Logger:         e.log,
 	})
 	if err != nil {
 		return err

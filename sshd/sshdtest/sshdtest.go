@@ -49,7 +49,7 @@ func Lend(t testing.TB, id, dir string) *Lent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Grant(id, sshd.Export{Dir: dir, }, time.Time{})
+	srv.Grant(id, sshd.Export{Dir: dir}, time.Time{})
 	cred, err := auth.Issue(id, time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)

@@ -33,7 +33,7 @@ func TestMountByHand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Grant(id, sshd.Export{Dir: dir, }, time.Time{})
+	srv.Grant(id, sshd.Export{Dir: dir}, time.Time{})
 	addr := sshdtest.Serve(t, srv)
 
 	expires := time.Now().Add(time.Hour)
