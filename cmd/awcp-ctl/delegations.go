@@ -84,6 +84,10 @@ func sshFlags() []cli.Flag {
 			Usage: "host[:port] executors dial (default: this machine's address towards each executor, the listening port)"},
 		&cli.DurationFlag{Name: "reconnect-bound", EnvVars: []string{"AWCP_RECONNECT_BOUND"}, Value: 30 * time.Second,
 			Usage: "how long an executor that went away may stay unreachable before its delegation fails (TASK_FAILED)"},
+		&cli.IntFlag{Name: "audit-records", EnvVars: []string{"AWCP_AUDIT_RECORDS"}, Value: delegator.DefaultMaxAuditRecords,
+			Usage: "operations of a live-mount delegation its audit log keeps (the oldest beyond are dropped and counted); 0 records none"},
+		&cli.DurationFlag{Name: "audit-retention", EnvVars: []string{"AWCP_AUDIT_RETENTION"}, Value: 30 * 24 * time.Hour,
+			Usage: "how long the audit log of an ended delegation is kept (its summary stays with the delegation)"},
 	}
 }
 
@@ -122,8 +126,13 @@ func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err er
 			}
 		}
 	}
+	records := c.Int("audit-records")
+	if records < 0 {
+		return nil, clikit.UsageError("--audit-records must be 0 (none) or more")
+	}
 	lender, wait, err := delegator.StartSSH(ctx, delegator.SSHOptions{StateDir: e.state, Store: e.store,
-		Listen: c.String("ssh-listen"), AdvertiseHost: host, AdvertisePort: port, Logger: e.log})
+		Listen: c.String("ssh-listen"), AdvertiseHost: host, AdvertisePort: port, Logger: e.log,
+		AuditRecords: records, NoAudit: records == 0, AuditRetention: c.Duration("audit-retention")})
 	if err != nil {
 		return nil, err
 	}

@@ -48,6 +48,8 @@ type SSHOptions struct {
 	// of an ended delegation is kept (30 days if 0).
 	AuditRecords   int
 	AuditRetention time.Duration
+	// NoAudit records nothing: no audit log, no summary.
+	NoAudit bool
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
@@ -77,8 +79,11 @@ func StartSSH(ctx context.Context, o SSHOptions) (_ *SSHFSDelegator, wait func()
 	if err != nil {
 		return nil, nil, fmt.Errorf("the SSH server cannot listen on %s: %w", o.Listen, err)
 	}
+	t := &SSHFSDelegator{Issuer: auth, Server: srv, Host: o.AdvertiseHost, Port: ln.Addr().(*net.TCPAddr).Port}
 	audit := &AuditLog{Store: o.Store, MaxRecords: o.AuditRecords, Retention: o.AuditRetention, Logger: o.Logger}
-	t := &SSHFSDelegator{Issuer: auth, Server: srv, Host: o.AdvertiseHost, Port: ln.Addr().(*net.TCPAddr).Port, Audit: audit}
+	if !o.NoAudit {
+		t.Audit = audit
+	}
 	if o.AdvertisePort != 0 {
 		t.Port = o.AdvertisePort
 	}

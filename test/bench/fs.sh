@@ -9,7 +9,9 @@
 #
 # Env: BIN (the binaries, default ./bin), BENCH_ROUNDS (default 3),
 # FSBENCH_DIR (default ../shared/bench), BENCH_OUT (default ./bin/bench),
-# FSBENCH_ARGS (extra fsbench.sh flags, e.g. -F to skip fio).
+# FSBENCH_ARGS (extra fsbench.sh flags, e.g. -F to skip fio), AWCP_CTL_FLAGS
+# (extra flags of awcp-ctl serve, e.g. --audit-records 0 to measure the
+# audit log's cost).
 # Needs root and /dev/fuse; installs sshfs, openssh-server and fio from
 # Debian's packages if they are missing.
 set -euo pipefail
@@ -89,7 +91,7 @@ AWCP_PORT=$(free_port)
 	--max-ttl 24h --agent-cmd "echo \"\$AWCP_WORKDIR\" > '$B/run/workdir'; exec sleep 100000" >"$B/run/awcp-fs.log" 2>&1 &
 EXEC_PID=$!
 pids+=($EXEC_PID)
-"$BIN/awcp-ctl" --state-dir "$B/ctl" serve --ssh-listen 127.0.0.1:0 >"$B/run/awcp-ctl.log" 2>&1 &
+"$BIN/awcp-ctl" --state-dir "$B/ctl" serve --ssh-listen 127.0.0.1:0 ${AWCP_CTL_FLAGS:-} >"$B/run/awcp-ctl.log" 2>&1 &
 CTL_PID=$!
 pids+=($CTL_PID)
 wait_for 10 test -S "$B/ctl/ctl.sock"
