@@ -13,23 +13,38 @@ import (
 // Every field is optional, so that a call refused before any delegation
 // existed is an Outcome with only Error.
 type Outcome struct {
-	DelegationID string              `json:"delegation_id,omitempty"`
-	State        string              `json:"state,omitempty" jsonschema:"created, invited, accepted, started, running, completed, error, cancelled or expired"`
-	Description  string              `json:"description,omitempty"`
-	WorkspaceDir string              `json:"workspace_dir,omitempty"`
-	PeerURL      string              `json:"peer_url,omitempty"`
-	Transport    string              `json:"transport,omitempty" jsonschema:"sshfs (live mount) or archive"`
-	AccessMode   string              `json:"access_mode,omitempty"`
-	CreatedAt    string              `json:"created_at,omitempty"`
-	ExpiresAt    string              `json:"expires_at,omitempty" jsonschema:"when the lease ends (RFC 3339)"`
-	Summary      string              `json:"summary,omitempty" jsonschema:"the executor's summary, once completed"`
-	Highlights   []string            `json:"highlights,omitempty" jsonschema:"files the executor created or changed"`
-	Changes      []string            `json:"changes,omitempty" jsonschema:"archive transport: what was applied to the workspace (+ created, ~ changed, - deleted)"`
-	Conflicts    []string            `json:"conflicts,omitempty" jsonschema:"files changed locally meanwhile: the local version was kept"`
-	Notes        []string            `json:"notes,omitempty"`
-	Permissions  []Permission        `json:"permissions,omitempty" jsonschema:"the executor agent's permission requests: pending ones wait for delegate_permission"`
-	Audit        *lease.AuditSummary `json:"audit,omitempty" jsonschema:"what the executor did in the directory once the delegation ended: files read, written, created, deleted, bytes each way, operations refused by the export policy"`
-	Error        *Failure            `json:"error,omitempty"`
+	DelegationID string       `json:"delegation_id,omitempty"`
+	State        string       `json:"state,omitempty" jsonschema:"created, invited, accepted, started, running, completed, error, cancelled or expired"`
+	Description  string       `json:"description,omitempty"`
+	WorkspaceDir string       `json:"workspace_dir,omitempty"`
+	PeerURL      string       `json:"peer_url,omitempty"`
+	Transport    string       `json:"transport,omitempty" jsonschema:"sshfs (live mount) or archive"`
+	AccessMode   string       `json:"access_mode,omitempty"`
+	CreatedAt    string       `json:"created_at,omitempty"`
+	ExpiresAt    string       `json:"expires_at,omitempty" jsonschema:"when the lease ends (RFC 3339)"`
+	Summary      string       `json:"summary,omitempty" jsonschema:"the executor's summary, once completed"`
+	Highlights   []string     `json:"highlights,omitempty" jsonschema:"files the executor created or changed"`
+	Changes      []string     `json:"changes,omitempty" jsonschema:"archive transport: what was applied to the workspace (+ created, ~ changed, - deleted)"`
+	Conflicts    []string     `json:"conflicts,omitempty" jsonschema:"files changed locally meanwhile: the local version was kept"`
+	Notes        []string     `json:"notes,omitempty"`
+	Permissions  []Permission `json:"permissions,omitempty" jsonschema:"the executor agent's permission requests: pending ones wait for delegate_permission"`
+	Audit        *Audit       `json:"audit,omitempty" jsonschema:"what the executor did in the directory, once the delegation ended"`
+	Error        *Failure     `json:"error,omitempty"`
+}
+
+// Audit is what the executor did in the directory lent (the live mount's
+// audit log; for the archive transport, the result's changes).
+type Audit struct {
+	FilesRead    int    `json:"files_read"`
+	FilesWritten int    `json:"files_written"`
+	Created      int    `json:"created"`
+	Deleted      int    `json:"deleted"`
+	BytesRead    int64  `json:"bytes_read"`
+	BytesWritten int64  `json:"bytes_written"`
+	Refused      int    `json:"refused" jsonschema:"operations the owner's export policy refused"`
+	Operations   uint64 `json:"operations"`
+	Dropped      uint64 `json:"dropped,omitempty" jsonschema:"the oldest operations the bounded log no longer holds"`
+	FromDiff     bool   `json:"from_diff,omitempty" jsonschema:"archive transport: the whole directory was sent; counts come from the result's changes"`
 }
 
 // Permission is a permission request of the executor's agent.
@@ -59,10 +74,15 @@ func outcomeOf(d *lease.Delegation) Outcome {
 		DelegationID: d.ID, State: string(d.State), Description: d.Description,
 		WorkspaceDir: d.LocalDir, PeerURL: d.Peer, Transport: d.Transport, AccessMode: d.AccessMode,
 		CreatedAt: stamp(d.CreatedAt), Summary: d.Summary,
-		Highlights: d.Highlights, Changes: d.Changes, Conflicts: d.Conflicts, Notes: d.Notes, Audit: d.Audit,
+		Highlights: d.Highlights, Changes: d.Changes, Conflicts: d.Conflicts, Notes: d.Notes,
 	}
 	if !d.State.Terminal() {
 		o.ExpiresAt = stamp(d.ExpiresAt)
+	}
+	if a := d.Audit; a != nil {
+		o.Audit = &Audit{FilesRead: a.FilesRead, FilesWritten: a.FilesWritten, Created: a.Created, Deleted: a.Deleted,
+			BytesRead: a.BytesRead, BytesWritten: a.BytesWritten, Refused: a.Refused, Operations: a.Operations,
+			Dropped: a.Dropped, FromDiff: a.FromDiff}
 	}
 	for _, p := range d.Permissions {
 		o.Permissions = append(o.Permissions, Permission{RequestID: p.RequestID, Title: p.Title,

@@ -156,6 +156,9 @@ func TestDelegateSyncRelativeWorkspace(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(ws, "src/a.txt")); string(b) != "fixed\n" {
 		t.Fatalf("result not applied: %q", b)
 	}
+	if a := o.Audit; a == nil || !a.FromDiff || a.FilesWritten != 1 || a.Created != 0 || a.Deleted != 0 {
+		t.Errorf("the outcome's audit summary is %+v, want the archive's: 1 file written", a)
+	}
 	if !strings.Contains(text(res), "all fixed") {
 		t.Errorf("text lacks the summary:\n%s", text(res))
 	}
