@@ -34,8 +34,6 @@ import (
 	"syscall"
 	"time"
 
-	wire "github.com/awcp/awcp/sshd/sftpwire"
-
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	gossh "golang.org/x/crypto/ssh"
@@ -189,20 +187,14 @@ func (f *filesystem) changing(ns ...*node) func() {
 
 // at reaches the delegator for one FUSE request: ctx ends a wait for the
 // delegator when the caller is interrupted.
-// policy is what the delegator's server announced it refuses beyond the
-// access mode; the zero policy while the connection is down.
-func (f *filesystem) policy() wire.ExportPolicy {
-	client, _ := f.conn.liveAt()
-	if client == nil {
-		return wire.ExportPolicy{}
-	}
-	return client.Policy()
-}
-
 // hidden reports whether p, a path below a directory the mount reached,
 // is hidden by the server's policy: it is refused without asking.
 func (f *filesystem) hidden(p string) bool {
-	return wire.HiddenLeaf(f.policy().Hide, strings.TrimPrefix(p, "/"))
+	client, _ := f.conn.liveAt()
+	if client == nil {
+		return false
+	}
+	return client.Hides().HiddenLeaf(strings.TrimPrefix(p, "/"))
 }
 
 func (f *filesystem) at(ctx context.Context) reconnecting {

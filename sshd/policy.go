@@ -30,7 +30,7 @@ func isRefusal(err error) bool {
 
 // hidden reports whether name (relative to the root) is hidden.
 func (s *sftpServer) hidden(name string) bool {
-	return wire.Hidden(s.policy.Hide, name)
+	return s.hide.Hidden(name)
 }
 
 // refuseHidden checks the paths a request names before it is handled: a

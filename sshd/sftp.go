@@ -48,6 +48,7 @@ type sftpServer struct {
 	fast     *kernelRoot // opens and stats in one syscall where the kernel can
 	readOnly bool
 	policy   wire.ExportPolicy // policy.go
+	hide     *wire.Matcher     // policy.Hide, ready
 	audit    Recorder          // nil: not recorded (audit.go)
 	written  *atomic.Int64     // bytes written by the grant's sessions
 	log      *slog.Logger
@@ -108,7 +109,8 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 	if sess.written == nil {
 		sess.written = new(atomic.Int64)
 	}
-	s := &sftpServer{root: root, readOnly: sess.readOnly, policy: sess.policy, audit: sess.audit, written: sess.written,
+	s := &sftpServer{root: root, readOnly: sess.readOnly, policy: sess.policy, hide: wire.NewMatcher(sess.policy.Hide),
+		audit: sess.audit, written: sess.written,
 		log: log, handles: map[string]*handle{}}
 	if id != "" {
 		s.alias, s.env = path.Clean("/"+Locator(id)), path.Clean("/"+EnvLocator(id))

@@ -154,14 +154,20 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 		perm = fs.FileMode(a.Mode) & fs.ModePerm
 	}
 	// Whether the open creates the file, for the audit log: certain with
-	// O_EXCL, else asked first.
+	// O_EXCL; else it is tried with O_EXCL first, which costs a second
+	// open only where the file was there already.
 	creating := flags&os.O_CREATE != 0
+	var f *os.File
+	var err error
 	if creating && flags&os.O_EXCL == 0 && s.audit != nil {
-		if _, err := s.fast.Lstat(name); err == nil {
+		f, err = s.fast.OpenCreating(name, flags|os.O_EXCL, perm)
+		if errors.Is(err, fs.ErrExist) {
 			creating = false
+			f, err = s.fast.OpenCreating(name, flags, perm)
 		}
+	} else {
+		f, err = s.fast.OpenCreating(name, flags, perm)
 	}
-	f, err := s.fast.OpenCreating(name, flags, perm)
 	if err != nil {
 		if writing && s.audit != nil {
 			msg, refused := refusal(err)

@@ -36,7 +36,7 @@ type AuditLog struct {
 // delegationAudit is one delegation's records not written yet, and the
 // summary of all of them.
 type delegationAudit struct {
-	pending [][]byte
+	pending []sshd.Op // encoded when written, off the request's path
 	lost    uint64 // records dropped from pending since the last write
 	sum     lease.AuditSummary
 	read    map[string]struct{} // paths read, up to maxDistinct
@@ -88,10 +88,6 @@ type recorder struct {
 
 // Record implements sshd.Recorder: it never blocks on I/O.
 func (r recorder) Record(op sshd.Op) {
-	data, err := json.Marshal(op)
-	if err != nil {
-		return
-	}
 	a := r.a
 	a.mu.Lock()
 	da := a.logs[r.id]
@@ -100,7 +96,7 @@ func (r recorder) Record(op sshd.Op) {
 		return
 	}
 	da.add(op)
-	da.pending = append(da.pending, data)
+	da.pending = append(da.pending, op)
 	if over := len(da.pending) - a.maxRecords(); over > 0 {
 		da.pending = da.pending[over:]
 		da.lost += uint64(over)
@@ -203,7 +199,7 @@ func (a *AuditLog) logger() *slog.Logger {
 func (a *AuditLog) flush(only string) {
 	type batch struct {
 		id   string
-		recs [][]byte
+		ops  []sshd.Op
 		lost uint64
 		sum  lease.AuditSummary
 	}
@@ -213,15 +209,26 @@ func (a *AuditLog) flush(only string) {
 		if (only != "" && id != only) || (len(da.pending) == 0 && only == "") {
 			continue
 		}
-		batches = append(batches, batch{id: id, recs: da.pending, lost: da.lost, sum: da.sum})
+		batches = append(batches, batch{id: id, ops: da.pending, lost: da.lost, sum: da.sum})
 		da.pending, da.lost = nil, 0
 	}
 	a.mu.Unlock()
 	for _, b := range batches {
-		if err := a.Store.AppendAudit(b.id, b.recs, b.lost, b.sum, a.maxRecords()); err != nil {
-			a.logger().Warn("audit: write the log", "delegation", b.id, "records", len(b.recs), "err", err)
+		if err := a.Store.AppendAudit(b.id, encode(b.ops), b.lost, b.sum, a.maxRecords()); err != nil {
+			a.logger().Warn("audit: write the log", "delegation", b.id, "records", len(b.ops), "err", err)
 		}
 	}
+}
+
+// encode is ops as the store keeps them: JSON, one record each.
+func encode(ops []sshd.Op) [][]byte {
+	out := make([][]byte, 0, len(ops))
+	for _, op := range ops {
+		if data, err := json.Marshal(op); err == nil {
+			out = append(out, data)
+		}
+	}
+	return out
 }
 
 // End writes what delegation id's sessions did, now that it is revoked,
@@ -236,7 +243,7 @@ func (a *AuditLog) End(id string) *lease.AuditSummary {
 		return nil
 	}
 	if len(da.pending) > 0 { // recorded between the flush and the delete
-		a.Store.AppendAudit(id, da.pending, da.lost, da.sum, a.maxRecords())
+		a.Store.AppendAudit(id, encode(da.pending), da.lost, da.sum, a.maxRecords())
 	}
 	sum := da.sum
 	if _, stored, err := a.Store.AuditAfter(id, ^uint64(0)-1, 1); err == nil && stored != nil {

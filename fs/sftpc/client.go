@@ -119,6 +119,7 @@ type Client struct {
 	rmdirInOrder bool              // the server announced wire.RmdirInOrder
 	list         bool              // the server announced wire.List
 	policy       wire.ExportPolicy // the server announced wire.Policy: what it may refuse
+	hide         *wire.Matcher     // policy.Hide, ready
 
 	named atomic.Uint64 // handles named by StartOpenNamed so far
 }
@@ -126,6 +127,9 @@ type Client struct {
 // Policy is what the server announced it refuses beyond its access mode
 // (wire.Policy): requests it may refuse must wait for its answer.
 func (c *Client) Policy() wire.ExportPolicy { return c.policy }
+
+// Hides is the policy's hide patterns, ready; nil if it has none.
+func (c *Client) Hides() *wire.Matcher { return c.hide }
 
 // WriteBarrier reports whether the server runs a handle's FSTAT, FSETSTAT
 // and CLOSE after the WRITEs on it sent before them (wire.WriteBarrier).
@@ -196,6 +200,7 @@ func (c *Client) handshake() error {
 			c.list = true
 		case wire.Policy:
 			c.policy = wire.DecodePolicy(data)
+			c.hide = wire.NewMatcher(c.policy.Hide)
 		}
 	}
 	c.wg.Add(2)

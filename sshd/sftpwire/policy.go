@@ -94,13 +94,33 @@ func CheckHidePattern(pat string) error {
 // (".env*", "*.pem", ".aws"). With one, it matches that many consecutive
 // names anywhere (".git/config", "secrets/*.json"), and hides what is
 // beneath them. The root itself is never hidden.
-func Hidden(patterns []string, rel string) bool {
-	if len(patterns) == 0 || rel == "." || rel == "" {
+func Hidden(patterns []string, rel string) bool { return NewMatcher(patterns).Hidden(rel) }
+
+// Matcher is hide patterns made ready once for the tests of many paths.
+// The nil *Matcher hides nothing.
+type Matcher struct {
+	pats [][]string // each pattern's names
+}
+
+// NewMatcher prepares patterns; nil if there are none.
+func NewMatcher(patterns []string) *Matcher {
+	if len(patterns) == 0 {
+		return nil
+	}
+	m := &Matcher{}
+	for _, pat := range patterns {
+		m.pats = append(m.pats, strings.Split(strings.Trim(pat, "/"), "/"))
+	}
+	return m
+}
+
+// Hidden is the package's Hidden with m's patterns.
+func (m *Matcher) Hidden(rel string) bool {
+	if m == nil || rel == "." || rel == "" {
 		return false
 	}
 	names := strings.Split(strings.Trim(rel, "/"), "/")
-	for _, pat := range patterns {
-		parts := strings.Split(strings.Trim(pat, "/"), "/")
+	for _, parts := range m.pats {
 		for i := 0; i+len(parts) <= len(names); i++ {
 			if matchAll(parts, names[i:i+len(parts)]) {
 				return true
@@ -110,22 +130,24 @@ func Hidden(patterns []string, rel string) bool {
 	return false
 }
 
-// HiddenLeaf is Hidden for a client walking down the tree, which has
-// reached rel's parent: only the matches that end at rel's last name are
-// looked for (a hidden parent could not have been reached).
-func HiddenLeaf(patterns []string, rel string) bool {
-	if len(patterns) == 0 || rel == "." || rel == "" {
+// HiddenLeaf is the package's HiddenLeaf with m's patterns.
+func (m *Matcher) HiddenLeaf(rel string) bool {
+	if m == nil || rel == "." || rel == "" {
 		return false
 	}
 	names := strings.Split(strings.Trim(rel, "/"), "/")
-	for _, pat := range patterns {
-		parts := strings.Split(strings.Trim(pat, "/"), "/")
+	for _, parts := range m.pats {
 		if len(parts) <= len(names) && matchAll(parts, names[len(names)-len(parts):]) {
 			return true
 		}
 	}
 	return false
 }
+
+// HiddenLeaf is Hidden for a client walking down the tree, which has
+// reached rel's parent: only the matches that end at rel's last name are
+// looked for (a hidden parent could not have been reached).
+func HiddenLeaf(patterns []string, rel string) bool { return NewMatcher(patterns).HiddenLeaf(rel) }
 
 func matchAll(parts, names []string) bool {
 	for i, p := range parts {

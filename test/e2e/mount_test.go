@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -154,6 +156,31 @@ func TestLiveMountRoundTrip(t *testing.T) {
 	}
 	if st, _ := exec.Command("git", "-C", dir, "status", "--porcelain").Output(); !bytes.Contains(st, []byte("app")) || bytes.Contains(st, []byte("README")) {
 		t.Errorf("git status: %s", st)
+	}
+	// What the agent did is in the result's summary and in the audit log.
+	if !strings.Contains(out, "audit: ") || !strings.Contains(out, "awcp-ctl audit ") {
+		t.Errorf("the result has no audit summary:\n%s", out)
+	}
+	id := strings.Fields(out)[1] // "delegation ID completed"
+	r := c.run("audit", id, "--json")
+	if r.code != 0 {
+		t.Fatalf("audit: %d\n%s", r.code, r.stderr)
+	}
+	var ops []string
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var op struct{ Op, Path, To string }
+		if err := json.Unmarshal([]byte(line), &op); err != nil {
+			t.Fatalf("audit --json line %q: %v", line, err)
+		}
+		ops = append(ops, strings.TrimSpace(op.Op+" "+op.Path+" "+op.To))
+	}
+	for _, want := range []string{"write README.md", "rename src/old.go src/renamed.go", "remove scripts/build.sh", "mkdir newdir", "create app.out"} {
+		if !slices.Contains(ops, want) {
+			t.Errorf("the audit log lacks %q (%d operations)", want, len(ops))
+		}
+	}
+	if r := c.run("audit", id); !strings.Contains(r.stdout, "rename  src/old.go -> src/renamed.go") || !strings.Contains(r.stderr, "audit: ") {
+		t.Errorf("audit, as text:\n%s%s", r.stdout, r.stderr)
 	}
 	noMountsLeft(t, x)
 	waitWorkRootEmpty(t, x)
