@@ -98,13 +98,7 @@ func (s *Store) AuditAfter(id string, after uint64, limit int) ([]StoredEvent, *
 		if b == nil {
 			return nil
 		}
-		c := b.Cursor()
-		for k, v := c.Seek(seqKey(after + 1)); k != nil; k, v = c.Next() {
-			out = append(out, storedEvent(k, v))
-			if limit > 0 && len(out) >= limit {
-				break
-			}
-		}
+		out = recordsAfter(b, after, limit)
 		return nil
 	})
 	return out, sum, err

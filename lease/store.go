@@ -487,6 +487,20 @@ func storedEvent(k, v []byte) StoredEvent {
 	return StoredEvent{Seq: binary.BigEndian.Uint64(k), Data: append([]byte(nil), v...)}
 }
 
+// recordsAfter is b's records (by sequence number) above after, at most
+// limit of them (0: no limit), copied out of the transaction.
+func recordsAfter(b *bolt.Bucket, after uint64, limit int) []StoredEvent {
+	var out []StoredEvent
+	c := b.Cursor()
+	for k, v := c.Seek(seqKey(after + 1)); k != nil; k, v = c.Next() {
+		out = append(out, storedEvent(k, v))
+		if limit > 0 && len(out) >= limit {
+			break
+		}
+	}
+	return out
+}
+
 // EventsAfter returns the events of id with a sequence number above after,
 // at most limit of them (0: no limit).
 func (s *Store) EventsAfter(id string, after uint64, limit int) ([]StoredEvent, error) {
@@ -496,13 +510,7 @@ func (s *Store) EventsAfter(id string, after uint64, limit int) ([]StoredEvent, 
 		if b == nil {
 			return nil
 		}
-		c := b.Cursor()
-		for k, v := c.Seek(seqKey(after + 1)); k != nil; k, v = c.Next() {
-			out = append(out, storedEvent(k, v))
-			if limit > 0 && len(out) >= limit {
-				break
-			}
-		}
+		out = recordsAfter(b, after, limit)
 		return nil
 	})
 	return out, err

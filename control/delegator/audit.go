@@ -37,7 +37,7 @@ type AuditLog struct {
 // summary of all of them.
 type delegationAudit struct {
 	pending []sshd.Op // encoded when written, off the request's path
-	lost    uint64 // records dropped from pending since the last write
+	lost    uint64    // records dropped from pending since the last write
 	sum     lease.AuditSummary
 	read    map[string]struct{} // paths read, up to maxDistinct
 	written map[string]struct{} // paths written, up to maxDistinct
