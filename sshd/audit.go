@@ -65,12 +65,8 @@ func (s *sftpServer) done(id uint32, op Op, err error) {
 // refusal is err as the audit log says it, and whether the export refused
 // it (rather than the file system failing it).
 func refusal(err error) (string, bool) {
-	switch _, msg := statusOf(err); {
-	case isRefusal(err):
-		return msg, true
-	default:
-		return msg, false
-	}
+	_, msg := statusOf(err)
+	return msg, isRefusal(err)
 }
 
 // closed records what was read and written through h, now closed.

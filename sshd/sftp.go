@@ -293,63 +293,6 @@ func (s *sftpServer) send(b buf) {
 	s.out.queue(b)
 }
 
-func (s *sftpServer) status(id uint32, code uint32, msg string) {
-	b := newBuf()
-	b.Byte(wire.Status)
-	b.U32(id)
-	b.U32(code)
-	b.Str(msg)
-	b.Str("")
-	s.send(b)
-}
-
-// errStatus answers id with the status err maps to. Messages carry only
-// the errno text: never a host path.
-func (s *sftpServer) errStatus(id uint32, err error) {
-	code, msg := statusOf(err)
-	s.status(id, code, msg)
-}
-
-func statusOf(err error) (uint32, string) {
-	var errno syscall.Errno
-	switch {
-	case err == nil:
-		return wire.OK, "OK"
-	case errors.Is(err, io.EOF):
-		return wire.EOF, "EOF"
-	case errors.Is(err, errReadOnly):
-		return wire.PermissionDenied, "read-only delegation"
-	case errors.Is(err, errHidden), errors.Is(err, errNoDelete), errors.Is(err, errWriteLimit):
-		return wire.PermissionDenied, err.Error()
-	case errors.Is(err, errBadMessage):
-		return wire.BadMessage, "bad message"
-	case errors.Is(err, errUnsupported):
-		return wire.OpUnsupported, "operation unsupported"
-	case errors.Is(err, fs.ErrNotExist):
-		return wire.NoSuchFile, "no such file"
-	case errors.Is(err, fs.ErrPermission):
-		return wire.PermissionDenied, "permission denied"
-	case errors.Is(err, confine.ErrEscape):
-		return wire.PermissionDenied, confine.ErrEscape.Error()
-	case errors.Is(err, errEscape), isEscape(err):
-		return wire.PermissionDenied, "path leaves the delegated directory"
-	case errors.As(err, &errno):
-		return wire.Failure, errno.Error()
-	}
-	return wire.Failure, "failure"
-}
-
-var (
-	errReadOnly    = errors.New("read-only")
-	errUnsupported = errors.New("unsupported")
-)
-
-// isEscape reports os.Root's refusal of a path that leads out.
-func isEscape(err error) bool {
-	var pe *fs.PathError
-	return errors.As(err, &pe) && strings.Contains(pe.Err.Error(), "escapes")
-}
-
 // rel maps a request path (absolute or relative to the root) to a name
 // inside the root. ".." cannot climb above "/". The export's locator
 // (ExportLocator: "awcp/<id>") names the root too, as START says it does,

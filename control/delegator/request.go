@@ -1,0 +1,60 @@
+package delegator
+
+import (
+	"slices"
+	"time"
+
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/lease"
+	"github.com/awcp/awcp/sshd"
+)
+
+// ExportRequest is what `awcp-ctl export` and MCP's delegate ask for.
+type ExportRequest struct {
+	Dir         string        `json:"dir"`
+	Peer        string        `json:"peer"`
+	Prompt      string        `json:"prompt"`
+	Description string        `json:"description"`
+	TTL         time.Duration `json:"ttl"`       // default 1h
+	Access      string        `json:"access"`    // default rw
+	Transport   string        `json:"transport"` // auto, sshfs or archive; default auto
+	Token       string        `json:"token,omitempty"`
+	// Dialect is the AWCP dialect to speak: seed (the specification's),
+	// head (the reference implementation's later wire), or auto (the
+	// default): an INVITE both read, then the dialect the ACCEPT is in.
+	Dialect string `json:"dialect,omitempty"`
+
+	// Hide adds patterns of paths not to lend (sshd.Hidden), to
+	// sshd.DefaultHide unless NoHideDefaults.
+	Hide           []string `json:"hide,omitempty"`
+	NoHideDefaults bool     `json:"noHideDefaults,omitempty"`
+	// NoDelete refuses the executor deletes and renames over a name.
+	NoDelete bool `json:"noDelete,omitempty"`
+	// MaxWriteBytes bounds what the executor writes over the live mount
+	// (0: no bound).
+	MaxWriteBytes int64 `json:"maxWriteBytes,omitempty"`
+}
+
+// policy is the export policy req asks for.
+func (req ExportRequest) policy() (lease.ExportPolicy, error) {
+	p := lease.ExportPolicy{NoDelete: req.NoDelete, MaxWriteBytes: req.MaxWriteBytes}
+	if !req.NoHideDefaults {
+		p.Hide = append(p.Hide, sshd.DefaultHide...)
+	}
+	for _, pat := range req.Hide {
+		if err := sshd.CheckHidePattern(pat); err != nil {
+			return p, control.Errorf(control.CodeWorkspaceInvalid, "%v", err).
+				WithHint("a pattern is a name (\"*.pem\", \".env*\") or names joined by / (\"config/secrets.json\"), matched anywhere")
+		}
+		if !slices.Contains(p.Hide, pat) {
+			p.Hide = append(p.Hide, pat)
+		}
+	}
+	if p.MaxWriteBytes < 0 {
+		return p, control.Errorf(control.CodeWorkspaceInvalid, "max-write-bytes must not be negative")
+	}
+	if len(sshd.ExportPolicy(p).Encode()) > sshd.MaxPolicyBytes {
+		return p, control.Errorf(control.CodeWorkspaceInvalid, "too many hide patterns: they must fit in %d bytes", sshd.MaxPolicyBytes)
+	}
+	return p, nil
+}
