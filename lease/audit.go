@@ -43,15 +43,16 @@ type AuditSummary struct {
 // max of them (0: no bound) by dropping the oldest, and stores sum as its
 // summary. Its Dropped is what the log dropped before, lost (records the
 // caller dropped before they reached the store) and what this drops.
-func (s *Store) AppendAudit(id string, records [][]byte, lost uint64, sum AuditSummary, max int) error {
-	return s.update(func(tx *bolt.Tx) error {
+// It returns the summary as stored.
+func (s *Store) AppendAudit(id string, records [][]byte, lost uint64, sum AuditSummary, max int) (AuditSummary, error) {
+	err := s.update(func(tx *bolt.Tx) error {
 		b, err := tx.Bucket(bucketAudit).CreateBucketIfNotExists([]byte(id))
 		if err != nil {
 			return err
 		}
 		var prev AuditSummary
-		if data := tx.Bucket(bucketAuditMeta).Get([]byte(id)); data != nil {
-			json.Unmarshal(data, &prev)
+		if p, _ := auditSummary(tx, id); p != nil {
+			prev = *p
 		}
 		for _, r := range records {
 			seq, err := b.NextSequence()
@@ -79,6 +80,28 @@ func (s *Store) AppendAudit(id string, records [][]byte, lost uint64, sum AuditS
 		}
 		return tx.Bucket(bucketAuditMeta).Put([]byte(id), data)
 	})
+	return sum, err
+}
+
+// AuditSummaryOf is delegation id's audit summary as stored; nil if it has
+// no log.
+func (s *Store) AuditSummaryOf(id string) (*AuditSummary, error) {
+	var sum *AuditSummary
+	err := s.view(func(tx *bolt.Tx) error {
+		var err error
+		sum, err = auditSummary(tx, id)
+		return err
+	})
+	return sum, err
+}
+
+func auditSummary(tx *bolt.Tx, id string) (*AuditSummary, error) {
+	data := tx.Bucket(bucketAuditMeta).Get([]byte(id))
+	if data == nil {
+		return nil, nil
+	}
+	sum := new(AuditSummary)
+	return sum, json.Unmarshal(data, sum)
 }
 
 // AuditAfter returns delegation id's audit records with a sequence number
@@ -88,11 +111,9 @@ func (s *Store) AuditAfter(id string, after uint64, limit int) ([]StoredEvent, *
 	var out []StoredEvent
 	var sum *AuditSummary
 	err := s.view(func(tx *bolt.Tx) error {
-		if data := tx.Bucket(bucketAuditMeta).Get([]byte(id)); data != nil {
-			sum = new(AuditSummary)
-			if err := json.Unmarshal(data, sum); err != nil {
-				return err
-			}
+		var err error
+		if sum, err = auditSummary(tx, id); err != nil {
+			return err
 		}
 		b := tx.Bucket(bucketAudit).Bucket([]byte(id))
 		if b == nil {

@@ -21,10 +21,10 @@ func TestAuditLogBoundAndPrune(t *testing.T) {
 	for i := range 25 {
 		recs = append(recs, []byte(fmt.Sprintf(`{"n":%d}`, i)))
 	}
-	if err := s.AppendAudit("dlg_old", recs[:15], 0, AuditSummary{Operations: 15}, 10); err != nil {
+	if _, err := s.AppendAudit("dlg_old", recs[:15], 0, AuditSummary{Operations: 15}, 10); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AppendAudit("dlg_old", recs[15:], 2, AuditSummary{Operations: 27}, 10); err != nil {
+	if _, err := s.AppendAudit("dlg_old", recs[15:], 2, AuditSummary{Operations: 27}, 10); err != nil {
 		t.Fatal(err)
 	}
 	got, sum, err := s.AuditAfter("dlg_old", 0, 0)
@@ -40,7 +40,7 @@ func TestAuditLogBoundAndPrune(t *testing.T) {
 	if after, _, _ := s.AuditAfter("dlg_old", got[4].Seq, 0); len(after) != 5 {
 		t.Fatalf("%d records after the fifth, want 5", len(after))
 	}
-	if err := s.AppendAudit("dlg_live", recs[:1], 0, AuditSummary{Operations: 1}, 10); err != nil {
+	if _, err := s.AppendAudit("dlg_live", recs[:1], 0, AuditSummary{Operations: 1}, 10); err != nil {
 		t.Fatal(err)
 	}
 

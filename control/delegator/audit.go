@@ -3,6 +3,7 @@ package delegator
 import (
 	"context"
 	"encoding/json"
+	"hash/maphash"
 	"log/slog"
 	"sync"
 	"time"
@@ -16,8 +17,10 @@ import (
 // operation the SSH server's sessions report (sshd.Op), kept in memory
 // and written to the lease store by Run about once a second, in batches.
 // Recording never waits for the disk: what has not been written yet is
-// bounded per delegation (MaxRecords), beyond which the oldest are
-// dropped and counted.
+// bounded per delegation (MaxRecords operations, maxPendingBytes of
+// them), beyond which the oldest are dropped and counted. An executor
+// chooses the names it uses, so the bound is in bytes as well as in
+// operations.
 type AuditLog struct {
 	Store *lease.Store // required
 	// MaxRecords is how many records of a delegation are kept, in memory
@@ -28,24 +31,40 @@ type AuditLog struct {
 	Retention time.Duration
 	Logger    *slog.Logger
 
-	mu   sync.Mutex
+	once sync.Once
+	kick chan struct{} // a delegation has much to write: write now
+
+	mu   sync.Mutex                  // guards logs; never held across the store's I/O
 	logs map[string]*delegationAudit // by delegation id
-	kick chan struct{}
+
+	// writing serializes the writes to the store (Run's and End's), so
+	// that a delegation's batches land in order and its summary last.
+	writing sync.Mutex
 }
 
 // delegationAudit is one delegation's records not written yet, and the
 // summary of all of them.
 type delegationAudit struct {
-	pending []sshd.Op // encoded when written, off the request's path
-	lost    uint64    // records dropped from pending since the last write
-	sum     lease.AuditSummary
-	read    map[string]struct{} // paths read, up to maxDistinct
-	written map[string]struct{} // paths written, up to maxDistinct
+	pending      []sshd.Op // encoded when written, off the request's path
+	pendingBytes int       // their size, roughly (opBytes)
+	lost         uint64    // records dropped from pending since the last write
+	sum          lease.AuditSummary
+	read         map[uint64]struct{} // hashes of the paths read, up to maxDistinct
+	written      map[uint64]struct{} // hashes of the paths written, up to maxDistinct
 }
 
-// maxDistinct bounds the paths a summary tells apart; past it, each read
-// or write counts as a file of its own.
+// maxDistinct bounds the paths a summary tells apart (by hash: 16 bytes
+// each at most, whatever their length); past it, each read or write
+// counts as a file of its own.
 const maxDistinct = 1 << 16
+
+// maxPendingBytes bounds what a delegation's records not yet written hold
+// in memory: a flood of operations on long names drops the oldest of them
+// rather than growing the delegator.
+const maxPendingBytes = 8 << 20
+
+// opBytes is about what op holds in memory.
+func opBytes(op sshd.Op) int { return 96 + len(op.Path) + len(op.To) + len(op.Err) }
 
 // DefaultMaxAuditRecords is AuditLog.MaxRecords's default.
 const DefaultMaxAuditRecords = 100000
@@ -57,19 +76,21 @@ func (a *AuditLog) maxRecords() int {
 	return DefaultMaxAuditRecords
 }
 
+func (a *AuditLog) init() {
+	a.once.Do(func() { a.logs, a.kick = map[string]*delegationAudit{}, make(chan struct{}, 1) })
+}
+
 // For is the recorder of delegation id's sessions. The summary goes on
 // from what the store holds (a delegation followed anew after a restart);
 // that read is the caller's, never a session's.
 func (a *AuditLog) For(id string) sshd.Recorder {
+	a.init()
 	a.mu.Lock()
-	if a.logs == nil {
-		a.logs, a.kick = map[string]*delegationAudit{}, make(chan struct{}, 1)
-	}
 	_, known := a.logs[id]
 	a.mu.Unlock()
 	if !known {
-		da := &delegationAudit{read: map[string]struct{}{}, written: map[string]struct{}{}}
-		if _, sum, err := a.Store.AuditAfter(id, ^uint64(0)-1, 1); err == nil && sum != nil {
+		da := &delegationAudit{read: map[uint64]struct{}{}, written: map[uint64]struct{}{}}
+		if sum, err := a.Store.AuditSummaryOf(id); err == nil && sum != nil {
 			da.sum = *sum
 		}
 		a.mu.Lock()
@@ -91,19 +112,26 @@ func (r recorder) Record(op sshd.Op) {
 	a := r.a
 	a.mu.Lock()
 	da := a.logs[r.id]
-	if da == nil { // flushed and forgotten: the delegation ended
+	if da == nil { // the delegation ended
 		a.mu.Unlock()
 		return
 	}
 	da.add(op)
 	da.pending = append(da.pending, op)
-	if over := len(da.pending) - a.maxRecords(); over > 0 {
-		da.pending = da.pending[over:]
-		da.lost += uint64(over)
+	da.pendingBytes += opBytes(op)
+	drop := 0
+	for len(da.pending)-drop > a.maxRecords() || (da.pendingBytes > maxPendingBytes && drop < len(da.pending)-1) {
+		da.pendingBytes -= opBytes(da.pending[drop])
+		drop++
 	}
-	n := len(da.pending)
+	if drop > 0 {
+		clear(da.pending[:drop]) // their strings go now; the array when append moves it
+		da.pending = da.pending[drop:]
+		da.lost += uint64(drop)
+	}
+	busy := len(da.pending) >= 1024 || da.pendingBytes >= maxPendingBytes/2
 	a.mu.Unlock()
-	if n >= 1024 {
+	if busy {
 		select {
 		case a.kick <- struct{}{}:
 		default:
@@ -137,25 +165,23 @@ func (da *delegationAudit) add(op sshd.Op) {
 }
 
 // distinct adds p to seen and returns 1 if it was not there.
-func distinct(seen map[string]struct{}, p string) int {
-	if _, ok := seen[p]; ok {
+func distinct(seen map[uint64]struct{}, p string) int {
+	h := maphash.String(pathSeed, p)
+	if _, ok := seen[h]; ok {
 		return 0
 	}
 	if len(seen) < maxDistinct {
-		seen[p] = struct{}{}
+		seen[h] = struct{}{}
 	}
 	return 1
 }
 
+var pathSeed = maphash.MakeSeed()
+
 // Run writes the records to the store until ctx ends, then once more.
 // It also removes the logs of delegations ended longer than Retention ago.
 func (a *AuditLog) Run(ctx context.Context) {
-	a.mu.Lock()
-	if a.kick == nil {
-		a.logs, a.kick = map[string]*delegationAudit{}, make(chan struct{}, 1)
-	}
-	kick := a.kick
-	a.mu.Unlock()
+	a.init()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	prune := time.NewTicker(time.Hour)
@@ -164,14 +190,14 @@ func (a *AuditLog) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			a.flush("")
+			a.flush()
 			return
 		case <-tick.C:
-		case <-kick:
+		case <-a.kick:
 		case <-prune.C:
 			a.prune()
 		}
-		a.flush("")
+		a.flush()
 	}
 }
 
@@ -194,29 +220,44 @@ func (a *AuditLog) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// flush writes the pending records of delegation only (every delegation
-// if ""). The store is written without the lock held.
-func (a *AuditLog) flush(only string) {
-	type batch struct {
-		id   string
-		ops  []sshd.Op
-		lost uint64
-		sum  lease.AuditSummary
+// batch is what a delegation has to write.
+type batch struct {
+	id   string
+	ops  []sshd.Op
+	lost uint64
+	sum  lease.AuditSummary
+}
+
+// take empties da's pending records into a batch.
+func (da *delegationAudit) take(id string) batch {
+	b := batch{id: id, ops: da.pending, lost: da.lost, sum: da.sum}
+	da.pending, da.pendingBytes, da.lost = nil, 0, 0
+	return b
+}
+
+// write stores b; the caller holds a.writing.
+func (a *AuditLog) write(b batch) (lease.AuditSummary, error) {
+	sum, err := a.Store.AppendAudit(b.id, encode(b.ops), b.lost, b.sum, a.maxRecords())
+	if err != nil {
+		a.logger().Warn("audit: write the log", "delegation", b.id, "records", len(b.ops), "err", err)
 	}
+	return sum, err
+}
+
+// flush writes every delegation's pending records.
+func (a *AuditLog) flush() {
+	a.writing.Lock()
+	defer a.writing.Unlock()
 	var batches []batch
 	a.mu.Lock()
 	for id, da := range a.logs {
-		if (only != "" && id != only) || (len(da.pending) == 0 && only == "") {
-			continue
+		if len(da.pending) > 0 || da.lost > 0 {
+			batches = append(batches, da.take(id))
 		}
-		batches = append(batches, batch{id: id, ops: da.pending, lost: da.lost, sum: da.sum})
-		da.pending, da.lost = nil, 0
 	}
 	a.mu.Unlock()
 	for _, b := range batches {
-		if err := a.Store.AppendAudit(b.id, encode(b.ops), b.lost, b.sum, a.maxRecords()); err != nil {
-			a.logger().Warn("audit: write the log", "delegation", b.id, "records", len(b.ops), "err", err)
-		}
+		a.write(b)
 	}
 }
 
@@ -232,22 +273,25 @@ func encode(ops []sshd.Op) [][]byte {
 }
 
 // End writes what delegation id's sessions did, now that it is revoked,
-// stops recording it, and returns its summary.
+// stops recording it, and returns its summary; nil if it was not recorded.
 func (a *AuditLog) End(id string) *lease.AuditSummary {
-	a.flush(id)
+	a.init()
+	a.writing.Lock()
+	defer a.writing.Unlock()
 	a.mu.Lock()
 	da, ok := a.logs[id]
 	delete(a.logs, id)
+	var b batch
+	if ok {
+		b = da.take(id)
+	}
 	a.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	if len(da.pending) > 0 { // recorded between the flush and the delete
-		a.Store.AppendAudit(id, encode(da.pending), da.lost, da.sum, a.maxRecords())
-	}
-	sum := da.sum
-	if _, stored, err := a.Store.AuditAfter(id, ^uint64(0)-1, 1); err == nil && stored != nil {
-		sum.Dropped = stored.Dropped
+	sum, err := a.write(b)
+	if err != nil {
+		return &b.sum
 	}
 	return &sum
 }
