@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/awcp/awcp/cmd/internal/clikit"
+	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/lease"
 )
@@ -77,23 +78,11 @@ func summaryLine(s *lease.AuditSummary) string {
 		return fmt.Sprintf("archive: whole directory sent; %d files written (%d created), %d deleted", s.FilesWritten, s.Created, s.Deleted)
 	}
 	line := fmt.Sprintf("%d files read (%s), %d written (%s), %d created, %d deleted, %d refused",
-		s.FilesRead, human(s.BytesRead), s.FilesWritten, human(s.BytesWritten), s.Created, s.Deleted, s.Refused)
+		s.FilesRead, delegator.HumanBytes(s.BytesRead), s.FilesWritten, delegator.HumanBytes(s.BytesWritten), s.Created, s.Deleted, s.Refused)
 	if s.Dropped > 0 {
 		line += fmt.Sprintf("; the log keeps the last %d of %d operations", s.Operations-s.Dropped, s.Operations)
 	}
 	return line
-}
-
-func human(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 func auditCommand(ctx context.Context) *cli.Command {
@@ -142,7 +131,7 @@ func printAudit(ctx context.Context, c *cli.Context, e *env, d *lease.Delegation
 				return err
 			}
 		}
-		if !c.Bool("follow") || d.State.Terminal() {
+		if !c.Bool("follow") || complete(d) {
 			break
 		}
 		select {
@@ -161,12 +150,20 @@ func printAudit(ctx context.Context, c *cli.Context, e *env, d *lease.Delegation
 	case c.Bool("json"):
 	case sum != nil:
 		fmt.Fprintf(c.App.ErrWriter, "audit: %s\n", summaryLine(sum))
-	case d.Transport != "sshfs":
+	case d.Transport != control.TransportSSHFS:
 		fmt.Fprintf(c.App.ErrWriter, "audit: no operations are recorded for the %s transport\n", d.Transport)
 	default:
 		fmt.Fprintln(c.App.ErrWriter, "audit: nothing recorded yet")
 	}
 	return nil
+}
+
+// complete reports whether d's audit log is all written: once a live
+// mount's delegation has ended, its last operations are written when its
+// grant is revoked, and its summary is set then.
+func complete(d *lease.Delegation) bool {
+	return d.State.Terminal() && (d.Audit != nil || d.Transport != control.TransportSSHFS ||
+		time.Since(d.EndedAt) > 5*time.Second)
 }
 
 func printOp(w io.Writer, data []byte, asJSON bool) error {

@@ -136,11 +136,11 @@ func Admit(dir string, lim AdmissionLimits, hide []string) (string, WorkspaceSta
 		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "Workspace exceeds file count limit: more than %d files", lim.MaxFileCount).
 			WithHint("Consider excluding node_modules, build artifacts, or data directories, or selecting a smaller subdirectory")
 	case st.Bytes > lim.MaxTotalBytes:
-		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "Workspace exceeds size limits: more than %s > %s", human(st.Bytes), human(lim.MaxTotalBytes)).
+		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "Workspace exceeds size limits: more than %s > %s", HumanBytes(st.Bytes), HumanBytes(lim.MaxTotalBytes)).
 			WithHint("Consider selecting a smaller subdirectory or excluding large files")
 	case largest > lim.MaxFileBytes:
 		rel, _ := filepath.Rel(phys, largestName)
-		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "File %s is too large: %s > %s", rel, human(largest), human(lim.MaxFileBytes)).
+		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "File %s is too large: %s > %s", rel, HumanBytes(largest), HumanBytes(lim.MaxFileBytes)).
 			WithHint("Consider excluding large binary files")
 	}
 	return phys, st, nil
@@ -154,7 +154,8 @@ func rootCause(err error) error {
 	return err
 }
 
-func human(n int64) string {
+// HumanBytes is n bytes as people read it: 3B, 74KB, 500MB.
+func HumanBytes(n int64) string {
 	switch {
 	case n >= 1<<20:
 		return fmt.Sprintf("%dMB", n>>20)

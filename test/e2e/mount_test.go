@@ -121,6 +121,9 @@ func TestLiveMountRoundTrip(t *testing.T) {
 	if mps := mountsUnder(t, x); len(mps) != 1 {
 		t.Fatalf("mounts while running: %v", mps)
 	}
+	// The audit log, followed while the agent works, ends when the
+	// delegation does, with its last operations.
+	follow := c.start("audit", c.only().ID, "--follow")
 	// ...and this side's write shows in the mount.
 	os.WriteFile(filepath.Join(dir, "from-delegator.txt"), []byte("hi executor"), 0o644)
 	if err := exp.Wait(); err != nil {
@@ -179,8 +182,21 @@ func TestLiveMountRoundTrip(t *testing.T) {
 			t.Errorf("the audit log lacks %q (%d operations)", want, len(ops))
 		}
 	}
-	if r := c.run("audit", id); !strings.Contains(r.stdout, "rename  src/old.go -> src/renamed.go") || !strings.Contains(r.stderr, "audit: ") {
+	r = c.run("audit", id)
+	if !strings.Contains(r.stdout, "rename  src/old.go -> src/renamed.go") || !strings.Contains(r.stderr, "audit: ") {
 		t.Errorf("audit, as text:\n%s%s", r.stdout, r.stderr)
+	}
+	followed := make(chan error, 1)
+	go func() { followed <- follow.Wait() }()
+	var ferr error
+	select {
+	case ferr = <-followed:
+	case <-time.After(15 * time.Second):
+		follow.Process.Kill()
+		t.Fatalf("audit --follow did not end with the delegation")
+	}
+	if err := ferr; err != nil || follow.stdout.String() != r.stdout {
+		t.Errorf("audit --follow (%v) printed what audit does not:\n%s\n--- audit:\n%s", err, follow.stdout.String(), r.stdout)
 	}
 	noMountsLeft(t, x)
 	waitWorkRootEmpty(t, x)
