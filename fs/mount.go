@@ -185,8 +185,6 @@ func (f *filesystem) changing(ns ...*node) func() {
 	return stamp
 }
 
-// at reaches the delegator for one FUSE request: ctx ends a wait for the
-// delegator when the caller is interrupted.
 // hidden reports whether p, a path below a directory the mount reached,
 // is hidden by the server's policy: it is refused without asking.
 func (f *filesystem) hidden(p string) bool {
@@ -197,6 +195,8 @@ func (f *filesystem) hidden(p string) bool {
 	return client.Hides().HiddenLeaf(strings.TrimPrefix(p, "/"))
 }
 
+// at reaches the delegator for one FUSE request: ctx ends a wait for the
+// delegator when the caller is interrupted.
 func (f *filesystem) at(ctx context.Context) reconnecting {
 	return reconnecting{c: f.conn, ctx: ctx}
 }
@@ -367,7 +367,7 @@ func (m *Mount) Done() <-chan struct{} { return m.conn.done }
 func (m *Mount) Unmount() error {
 	m.unmountOnce.Do(func() {
 		var err error
-		if IsMountpoint(m.Mountpoint) { // else unmounted from outside
+		if mountinfo.IsMountpoint(m.Mountpoint) { // else unmounted from outside
 			if err = m.server.Unmount(); err != nil {
 				// Busy: a process still has a file or its cwd there. Detach
 				// now; the kernel lets go when they do.
@@ -401,10 +401,6 @@ func deviceOf(p string) (uint64, error) {
 	}
 	return st.Dev, nil
 }
-
-// IsMountpoint reports whether something is mounted at p (see
-// mountinfo.IsMountpoint).
-func IsMountpoint(p string) bool { return mountinfo.IsMountpoint(p) }
 
 // Unmount detaches whatever is mounted at p: `awcp-fs umount`.
 func Unmount(p string) error {

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/awcp/awcp/internal/mountinfo"
+
 	"github.com/hanwen/go-fuse/v2/posixtest"
 	"golang.org/x/sys/unix"
 
@@ -157,7 +159,7 @@ func newMountOf(t *testing.T, exp sshd.Export, tweak func(*Options)) *mountFixtu
 			t.Errorf("unmount: %v", err)
 		}
 		f.stopServer()
-		if IsMountpoint(f.mnt) {
+		if mountinfo.IsMountpoint(f.mnt) {
 			t.Error("mount left behind")
 		}
 	})

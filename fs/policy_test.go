@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 
+	wire "github.com/awcp/awcp/sshd/sftpwire"
+
 	"github.com/awcp/awcp/sshd"
 )
 
@@ -43,7 +45,7 @@ func (l *opLog) has(s string) bool {
 // happens in the directory, and the server records each refusal.
 func TestPolicyRefusalsReachTheAgent(t *testing.T) {
 	log := &opLog{}
-	f := newMountOf(t, sshd.Export{Audit: log, Policy: sshd.ExportPolicy{
+	f := newMountOf(t, sshd.Export{Audit: log, Policy: wire.ExportPolicy{
 		Hide: []string{".env", "*.pem", "secrets"}, NoDelete: true, MaxWriteBytes: 1 << 20}}, nil)
 	for name, content := range map[string]string{".env": "SECRET=1\n", "a.txt": "a\n", "keep.txt": "keep\n", "k.pem": "KEY\n", "secrets/x": "x\n"} {
 		os.MkdirAll(filepath.Join(f.dir, filepath.Dir(name)), 0o755)
@@ -75,6 +77,12 @@ func TestPolicyRefusalsReachTheAgent(t *testing.T) {
 	_, err = os.Stat(filepath.Join(mnt, "secrets", "x"))
 	denied("stat secrets/x", err)
 	denied("create new.pem", os.WriteFile(filepath.Join(mnt, "new.pem"), []byte("k"), 0o600))
+	// The agent's own link to a hidden file leads to the same refusal.
+	if err := os.Symlink(".env", filepath.Join(mnt, "peek")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = os.ReadFile(filepath.Join(mnt, "peek"))
+	denied("read .env through a link the agent made", err)
 	denied("remove keep.txt", os.Remove(filepath.Join(mnt, "keep.txt")))
 	if err := os.WriteFile(filepath.Join(mnt, "tmp.txt"), []byte("t"), 0o644); err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ func (s *sftpServer) hidden(name string) bool {
 // request naming a hidden path is refused, and recorded. It returns false
 // if the request was answered.
 func (s *sftpServer) refuseHidden(id uint32, typ byte, r reader) bool {
-	if len(s.policy.Hide) == 0 {
+	if s.hide == nil {
 		return true
 	}
 	kind, paths := requestPaths(typ, &r)
@@ -96,23 +96,37 @@ func requestPaths(typ byte, r *reader) (string, []string) {
 // through a symlink: the request named a path that is not hidden, but
 // the kernel resolved it (inside the root) to one that is.
 func (s *sftpServer) openedHidden(f *os.File) bool {
-	if len(s.policy.Hide) == 0 {
+	if s.hide == nil {
 		return false
 	}
-	real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd())))
+	real, err := fdPath(f)
 	if err != nil {
 		return true // cannot tell: refuse
 	}
-	rel, err := filepath.Rel(s.root.Name(), real)
+	rel, err := filepath.Rel(s.rootReal, real)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
 		return true
 	}
 	return s.hidden(filepath.ToSlash(rel))
 }
 
+// fdPath is the path the kernel has for f's open file.
+func fdPath(f *os.File) (string, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return "", err
+	}
+	var p string
+	var rerr error
+	if err := rc.Control(func(fd uintptr) { p, rerr = os.Readlink("/proc/self/fd/" + strconv.Itoa(int(fd))) }); err != nil {
+		return "", err
+	}
+	return p, rerr
+}
+
 // visible is the entries of directory dir's listing that are not hidden.
 func (s *sftpServer) visible(dir string, ents []fs.DirEntry) []fs.DirEntry {
-	if len(s.policy.Hide) == 0 {
+	if s.hide == nil {
 		return ents
 	}
 	return slices.DeleteFunc(ents, func(e fs.DirEntry) bool { return s.hidden(joinRel(dir, e.Name())) })
@@ -125,20 +139,3 @@ func joinRel(dir, name string) string {
 	}
 	return dir + "/" + name
 }
-
-// ExportPolicy is what an export refuses beyond its access mode; the
-// dialect's definition, which the mount reads too.
-type ExportPolicy = wire.ExportPolicy
-
-// DefaultHide is the hide patterns an export has unless told otherwise.
-var DefaultHide = wire.DefaultHide
-
-// Hidden reports whether rel (relative to the export) is hidden by
-// patterns, as the server decides it.
-func Hidden(patterns []string, rel string) bool { return wire.Hidden(patterns, rel) }
-
-// CheckHidePattern reports what is wrong with a hide pattern, if anything.
-func CheckHidePattern(pat string) error { return wire.CheckHidePattern(pat) }
-
-// MaxPolicyBytes bounds an encoded policy (it travels in VERSION).
-const MaxPolicyBytes = wire.MaxPolicyBytes

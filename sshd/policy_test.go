@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
 // memRecorder keeps a session's operations in memory.
@@ -63,8 +65,10 @@ func (f *fixture) grant(t testing.TB, id string, exp Export) *Credential {
 // be fetched (the client looks names up in listings: to it they are not
 // there), each other refusal reaches it as "Permission denied", nothing
 // refused happens on disk, and the audit log records each refusal and
-// what was done. (A hidden name opened directly is refused too: the
-// mount's test shows it.)
+// what was done. As an attacker would: a symlink the client makes to a
+// hidden file, and one the owner had to a directory holding one, lead to
+// refusals, and a second session cannot write past the bound the first
+// one spent.
 func TestPolicyRefusalsReachOpenSSHClient(t *testing.T) {
 	need(t, "sftp", "ssh")
 	f := newFixture(t)
@@ -73,12 +77,15 @@ func TestPolicyRefusalsReachOpenSSHClient(t *testing.T) {
 		os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755)
 		os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644)
 	}
+	if err := os.Symlink("sub", filepath.Join(dir, "certs")); err != nil { // the owner's
+		t.Fatal(err)
+	}
 	local := t.TempDir()
 	os.WriteFile(filepath.Join(local, "small"), []byte("12345"), 0o644)
 	os.WriteFile(filepath.Join(local, "big"), []byte(strings.Repeat("x", 20)), 0o644)
 	rec := &memRecorder{}
 	cred := f.grant(t, "dlg_policy", Export{Dir: dir, Audit: rec,
-		Policy: ExportPolicy{Hide: []string{".env", "*.pem"}, NoDelete: true, MaxWriteBytes: 10}})
+		Policy: wire.ExportPolicy{Hide: []string{".env", "*.pem"}, NoDelete: true, MaxWriteBytes: 10}})
 	key, kh, host, port := openSSHFiles(t, f, cred)
 	batch := strings.Join([]string{
 		"ls -a1",
@@ -90,21 +97,43 @@ func TestPolicyRefusalsReachOpenSSHClient(t *testing.T) {
 		"-rename a.txt keep.txt",
 		"-put " + filepath.Join(local, "big") + " big.txt",
 		"put " + filepath.Join(local, "small") + " small.txt",
+		"ln -s .env peek",
+		"-get peek " + filepath.Join(local, "peek"),
+		"ls -1 certs",
+		"-get certs/server.pem " + filepath.Join(local, "certs-pem"),
 	}, "\n")
-	cmd := exec.Command("sftp", append(sshOptions(key, kh), "-P", port, "-b", "-", "dlg_policy@"+host)...)
-	cmd.Stdin = strings.NewReader(batch)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("sftp: %v\n%s", err, out)
+	sftp := func(batch string) string {
+		t.Helper()
+		cmd := exec.Command("sftp", append(sshOptions(key, kh), "-P", port, "-b", "-", "dlg_policy@"+host)...)
+		cmd.Stdin = strings.NewReader(batch)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("sftp: %v\n%s", err, out)
+		}
+		return string(out)
 	}
-	text := string(out)
-	if strings.Contains(text, ".env") && strings.Contains(text, "\n.env\n") || strings.Contains(text, "server.pem\n") {
-		t.Errorf("a hidden name is listed:\n%s", text)
+	text := sftp(batch)
+	for _, line := range strings.Split(text, "\n") {
+		listed := !strings.HasPrefix(line, "sftp>") && !strings.Contains(line, "not found") && !strings.Contains(line, "denied")
+		if listed && (strings.HasSuffix(line, ".env") || strings.HasSuffix(line, ".pem")) {
+			t.Errorf("a hidden name is listed: %q", line)
+		}
 	}
-	if n := strings.Count(text, "ermission denied"); n != 3 {
-		t.Errorf("%d refusals reached the client, want 3 (rm, rename, write past the limit):\n%s", n, text)
+	if n := strings.Count(text, "ermission denied"); n != 4 {
+		t.Errorf("%d refusals reached the client, want 4 (rm, rename, write past the limit, the link to .env):\n%s", n, text)
 	}
-	for _, name := range []string{"env", "pem"} {
+	// A second session shares the bound: 5 more bytes fit, 5 after them not.
+	text = sftp("put " + filepath.Join(local, "small") + " small2.txt\n-put " + filepath.Join(local, "small") + " small3.txt")
+	if !strings.Contains(text, "ermission denied") {
+		t.Errorf("a second session wrote past the bound the first spent:\n%s", text)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "small2.txt")); string(b) != "12345" {
+		t.Errorf("small2.txt holds %q: a write within the bound was refused", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "small3.txt")); len(b) != 0 {
+		t.Errorf("small3.txt holds %d bytes past the bound", len(b))
+	}
+	for _, name := range []string{"env", "pem", "peek", "certs-pem"} {
 		if _, err := os.Stat(filepath.Join(local, name)); err == nil {
 			t.Errorf("a hidden file was read: %s", name)
 		}
@@ -123,7 +152,7 @@ func TestPolicyRefusalsReachOpenSSHClient(t *testing.T) {
 	}
 
 	refused := rec.refused()
-	for _, want := range []string{"remove keep.txt", "rename a.txt", "write big.txt"} {
+	for _, want := range []string{"remove keep.txt", "rename a.txt", "write big.txt", "open peek", "write small3.txt"} {
 		if !slices.Contains(refused, want) {
 			t.Errorf("refusal %q not recorded; recorded %q", want, refused)
 		}

@@ -48,7 +48,8 @@ type sftpServer struct {
 	fast     *kernelRoot // opens and stats in one syscall where the kernel can
 	readOnly bool
 	policy   wire.ExportPolicy // policy.go
-	hide     *wire.Matcher     // policy.Hide, ready
+	hide     *wire.Matcher     // policy.Hide, ready; nil if it hides nothing
+	rootReal string            // the root's path as the kernel resolves it, where hide is set
 	audit    Recorder          // nil: not recorded (audit.go)
 	written  *atomic.Int64     // bytes written by the grant's sessions
 	log      *slog.Logger
@@ -123,6 +124,13 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 	var err error
 	if s.rootID, err = confine.RootOf(int(s.fast.dir.Fd())); err != nil {
 		return err
+	}
+	if s.hide != nil {
+		// What the kernel calls the root: opens are placed against it
+		// (openedHidden), whatever name the root was opened by.
+		if s.rootReal, err = fdPath(s.fast.dir); err != nil {
+			return err
+		}
 	}
 	shape, release := acquireShapeLock(s.rootID)
 	defer release()

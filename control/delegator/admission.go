@@ -8,9 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 
+	wire "github.com/awcp/awcp/sshd/sftpwire"
+
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
-	"github.com/awcp/awcp/sshd"
 )
 
 // AdmissionLimits are the admission checks of spec §3.1/§6.2. A zero field
@@ -63,7 +64,7 @@ func hiddenNote(st WorkspaceStats) string {
 // (absolute, symlinks resolved). node_modules/ and .git/ are not counted,
 // and symlinks are not followed. Failures are *ProtocolError with the
 // spec's codes and hints.
-// Paths hide's patterns match (sshd.Hidden) are not counted, and are
+// Paths hide's patterns match (sftpwire.Hidden) are not counted, and are
 // reported in the stats.
 func Admit(dir string, lim AdmissionLimits, hide []string) (string, WorkspaceStats, error) {
 	lim = lim.withDefaults()
@@ -88,14 +89,15 @@ func Admit(dir string, lim AdmissionLimits, hide []string) (string, WorkspaceSta
 		return "", st, control.Errorf(control.CodeWorkspaceInvalid, "workspace %s is not a directory", dir).
 			WithHint("delegate the directory that contains it")
 	}
+	hidden := wire.NewMatcher(hide)
 	var largest int64
 	var largestName string
 	err = filepath.WalkDir(phys, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if p != phys && len(hide) > 0 {
-			if rel, err := filepath.Rel(phys, p); err == nil && sshd.Hidden(hide, filepath.ToSlash(rel)) {
+		if p != phys && hidden != nil {
+			if rel, err := filepath.Rel(phys, p); err == nil && hidden.Hidden(filepath.ToSlash(rel)) {
 				if st.HiddenCount++; len(st.Hidden) < maxHiddenListed {
 					st.Hidden = append(st.Hidden, filepath.ToSlash(rel))
 				}

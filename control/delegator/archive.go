@@ -13,10 +13,11 @@ import (
 	"path/filepath"
 	"strings"
 
+	wire "github.com/awcp/awcp/sshd/sftpwire"
+
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/lease"
-	"github.com/awcp/awcp/sshd"
 )
 
 // BlobStore is where the archive transport keeps what it sent; *lease.Store.
@@ -202,5 +203,5 @@ func hider(policy lease.ExportPolicy) func(rel string) bool {
 	if len(policy.Hide) == 0 {
 		return nil
 	}
-	return func(rel string) bool { return sshd.Hidden(policy.Hide, rel) }
+	return wire.NewMatcher(policy.Hide).Hidden
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	wire "github.com/awcp/awcp/sshd/sftpwire"
+
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/lease"
 	"github.com/awcp/awcp/sshd"
@@ -311,4 +313,4 @@ func DiffSummary(rep *archive.Report) *lease.AuditSummary {
 type Op = sshd.Op
 
 // DefaultHide is the hide patterns of an export unless told otherwise.
-var DefaultHide = sshd.DefaultHide
+var DefaultHide = wire.DefaultHide

@@ -4,9 +4,10 @@ import (
 	"slices"
 	"time"
 
+	wire "github.com/awcp/awcp/sshd/sftpwire"
+
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/lease"
-	"github.com/awcp/awcp/sshd"
 )
 
 // ExportRequest is what `awcp-ctl export` and MCP's delegate ask for.
@@ -24,8 +25,8 @@ type ExportRequest struct {
 	// default): an INVITE both read, then the dialect the ACCEPT is in.
 	Dialect string `json:"dialect,omitempty"`
 
-	// Hide adds patterns of paths not to lend (sshd.Hidden), to
-	// sshd.DefaultHide unless NoHideDefaults.
+	// Hide adds patterns of paths not to lend (sftpwire.Hidden), to
+	// wire.DefaultHide unless NoHideDefaults.
 	Hide           []string `json:"hide,omitempty"`
 	NoHideDefaults bool     `json:"noHideDefaults,omitempty"`
 	// NoDelete refuses the executor deletes and renames over a name.
@@ -39,10 +40,10 @@ type ExportRequest struct {
 func (req ExportRequest) policy() (lease.ExportPolicy, error) {
 	p := lease.ExportPolicy{NoDelete: req.NoDelete, MaxWriteBytes: req.MaxWriteBytes}
 	if !req.NoHideDefaults {
-		p.Hide = append(p.Hide, sshd.DefaultHide...)
+		p.Hide = append(p.Hide, wire.DefaultHide...)
 	}
 	for _, pat := range req.Hide {
-		if err := sshd.CheckHidePattern(pat); err != nil {
+		if err := wire.CheckHidePattern(pat); err != nil {
 			return p, control.Errorf(control.CodeWorkspaceInvalid, "%v", err).
 				WithHint("a pattern is a name (\"*.pem\", \".env*\") or names joined by / (\"config/secrets.json\"), matched anywhere")
 		}
@@ -53,8 +54,8 @@ func (req ExportRequest) policy() (lease.ExportPolicy, error) {
 	if p.MaxWriteBytes < 0 {
 		return p, control.Errorf(control.CodeWorkspaceInvalid, "max-write-bytes must not be negative")
 	}
-	if len(sshd.ExportPolicy(p).Encode()) > sshd.MaxPolicyBytes {
-		return p, control.Errorf(control.CodeWorkspaceInvalid, "too many hide patterns: they must fit in %d bytes", sshd.MaxPolicyBytes)
+	if len(wire.ExportPolicy(p).Encode()) > wire.MaxPolicyBytes {
+		return p, control.Errorf(control.CodeWorkspaceInvalid, "too many hide patterns: they must fit in %d bytes", wire.MaxPolicyBytes)
 	}
 	return p, nil
 }

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"time"
 
+	wire "github.com/awcp/awcp/sshd/sftpwire"
+
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/lease"
@@ -85,7 +87,7 @@ func (t *SSHFSDelegator) Resume(_ context.Context, d control.Lent) { t.grant(d) 
 
 // grant lends d's directory to its certificate until the lease's end.
 func (t *SSHFSDelegator) grant(d control.Lent) {
-	exp := sshd.Export{Dir: d.LocalDir, ReadOnly: d.AccessMode != control.AccessRW, Policy: sshd.ExportPolicy(d.Policy)}
+	exp := sshd.Export{Dir: d.LocalDir, ReadOnly: d.AccessMode != control.AccessRW, Policy: wire.ExportPolicy(d.Policy)}
 	if t.Audit != nil {
 		exp.Audit = t.Audit.For(d.ID)
 	}

@@ -38,7 +38,7 @@ var allowed = map[string][]string{
 	// control/delegator, the FUSE mount (fs) only from control/executor,
 	// and neither role's package imports the other's.
 	"control":                       {"archive", "lease"},
-	"control/delegator":             {"archive", "control", "internal/httpserve", "lease", "sshd"},
+	"control/delegator":             {"archive", "control", "internal/httpserve", "lease", "sshd", "sshd/sftpwire"},
 	"control/executor":              {"archive", "control", "control/executor/agent", "fs", "internal/httpserve", "internal/mountinfo", "lease"},
 	"control/executor/executortest": {"control", "control/executor", "lease"},
 	"control/delegator/mcpserver":   {"control", "control/delegator", "lease"},

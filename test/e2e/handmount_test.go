@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/awcp/awcp/internal/mountinfo"
+
 	"github.com/awcp/awcp/control"
-	awcpfs "github.com/awcp/awcp/fs"
 	"github.com/awcp/awcp/sshd"
 	"github.com/awcp/awcp/sshd/sshdtest"
 )
@@ -70,7 +71,7 @@ func TestMountByHand(t *testing.T) {
 				t.Fatalf("no mount: %q %v", line, err)
 			}
 			go io.Copy(io.Discard, stdout)
-			if !awcpfs.IsMountpoint(mnt) {
+			if !mountinfo.IsMountpoint(mnt) {
 				t.Fatal("not a mount point")
 			}
 			if b, err := os.ReadFile(filepath.Join(mnt, "hello.txt")); err != nil || string(b) != "hi\n" {
@@ -96,7 +97,7 @@ func TestMountByHand(t *testing.T) {
 				cmd.Process.Kill()
 				t.Fatal("awcp-fs mount did not end")
 			}
-			if awcpfs.IsMountpoint(mnt) {
+			if mountinfo.IsMountpoint(mnt) {
 				t.Fatal("still mounted")
 			}
 		})
