@@ -98,3 +98,45 @@ func (c *AgentCard) AWCP() (CardExtension, bool) {
 	}
 	return CardExtension{}, false
 }
+
+// Manifest is the body of GET /manifest: the agent manifest of seed 003
+// §4.1 (snake_case, as there), which LAN discovery fetches for each agent
+// it finds, with what a delegator needs to choose an executor in AWCP.
+type Manifest struct {
+	AgentID            string               `json:"agent_id"`
+	Name               string               `json:"name"`
+	Description        string               `json:"description"`
+	Version            string               `json:"version"`
+	InputContentTypes  []string             `json:"input_content_types"`
+	OutputContentTypes []string             `json:"output_content_types"`
+	Capabilities       []ManifestCapability `json:"capabilities"`
+	Endpoints          map[string]string    `json:"endpoints"`
+	AWCP               *ManifestAWCP        `json:"awcp,omitempty"`
+}
+
+// ManifestCapability is one thing the agent offers: its skills, and
+// "awcp-delegation" for taking delegated workspaces.
+type ManifestCapability struct {
+	ID          string `json:"id"`
+	Description string `json:"description"`
+}
+
+// ManifestAWCP is what an AWCP executor offers now.
+type ManifestAWCP struct {
+	Protocol string `json:"protocol"` // ExtensionURI
+	// Transports are those usable now, preferred first; FUSE says whether
+	// the live mount (sshfs) is among them.
+	Transports    []string `json:"transports"`
+	FUSE          bool     `json:"fuse"`
+	AccessModes   []string `json:"access_modes"`
+	MaxTTLSeconds int64    `json:"max_ttl_seconds"`
+	MaxConcurrent int      `json:"max_concurrent"`
+	FreeSlots     int      `json:"free_slots"`
+	Dialects      []string `json:"dialects"`
+	AuthRequired  bool     `json:"auth_required"`
+	// CallChain says the executor refuses circular calls (callchain.go).
+	CallChain bool `json:"call_chain"`
+}
+
+// CapabilityDelegation is the manifest capability of an AWCP executor.
+const CapabilityDelegation = "awcp-delegation"

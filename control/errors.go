@@ -38,7 +38,11 @@ type ProtocolError struct {
 	Code    string
 	Message string
 	Hint    string
-	Err     error // the cause, for logs; never put on the wire
+	// Reason and CallChain are the extension fields of a circular call's
+	// refusal (see CircularCall); empty otherwise.
+	Reason    string
+	CallChain []string
+	Err       error // the cause, for logs; never put on the wire
 }
 
 func (e *ProtocolError) Error() string {
@@ -74,5 +78,12 @@ func AsProtocolError(err error, fallback string) *ProtocolError {
 
 // ToMessage turns a ProtocolError into the ERROR message for delegation id.
 func (e *ProtocolError) ToMessage(id string) *Error {
-	return NewError(id, e.Code, e.Message, e.Hint)
+	m := NewError(id, e.Code, e.Message, e.Hint)
+	m.Reason, m.CallChain = e.Reason, e.CallChain
+	return m
+}
+
+// ProtocolError is the failure an ERROR message reports.
+func (m *Error) ProtocolError() *ProtocolError {
+	return &ProtocolError{Code: m.Code, Message: m.Message, Hint: m.Hint, Reason: m.Reason, CallChain: m.CallChain}
 }

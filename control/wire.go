@@ -160,6 +160,9 @@ type Invite struct {
 	Environment  *Environment  `json:"environment,omitempty"`
 	Requirements *Requirements `json:"requirements,omitempty"`
 	Auth         *Auth         `json:"auth,omitempty"`
+	// CallChain is an extension: the agent ids this delegation passed
+	// through, the delegator's last (see callchain.go).
+	CallChain []string `json:"callChain,omitempty"`
 }
 
 // Dialect is the dialect an executor answers this INVITE in: head only
@@ -306,6 +309,10 @@ type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Hint    string `json:"hint,omitempty"`
+	// Reason and CallChain are extensions: a refusal of a circular call
+	// says ReasonCircularCall and the chain it found itself in.
+	Reason    string   `json:"reason,omitempty"`
+	CallChain []string `json:"callChain,omitempty"`
 }
 
 // StartResponse is the executor's answer to a successful START.

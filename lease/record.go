@@ -21,6 +21,10 @@ type Failure struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Hint    string `json:"hint,omitempty"`
+	// Reason and CallChain say more of a circular call's refusal
+	// (control.ReasonCircularCall).
+	Reason    string   `json:"reason,omitempty"`
+	CallChain []string `json:"callChain,omitempty"`
 }
 
 // Lease is the part both sides keep about a delegation.
@@ -140,6 +144,9 @@ type Assignment struct {
 	// Retention is how long the ended assignment's events are kept, when
 	// the delegator asked for less than the executor's default.
 	Retention time.Duration `json:"retention,omitempty"`
+	// CallChain is the INVITE's: the agents the delegation passed
+	// through before this executor.
+	CallChain []string `json:"callChain,omitempty"`
 }
 
 // Resource is one named directory of a head-dialect environment.

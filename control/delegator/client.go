@@ -160,7 +160,7 @@ func (c *PeerClient) post(ctx context.Context, path string, msg, out any) error 
 	// An ERROR is an ERROR whatever the HTTP status: the reference
 	// implementation answers some (a TTL above its cap) with 200.
 	if m, ok := errorMessage(body); ok {
-		return &control.ProtocolError{Code: m.Code, Message: m.Message, Hint: m.Hint}
+		return m.ProtocolError()
 	}
 	if err := json.Unmarshal(body, out); err != nil {
 		return control.Errorf(control.CodeDeclined, "the executor answered with something that is not AWCP: %.200s", body)
@@ -180,7 +180,7 @@ func errorMessage(body []byte) (*control.Error, bool) {
 func peerError(status int, body []byte) error {
 	var m control.Error
 	if json.Unmarshal(body, &m) == nil && m.Code != "" {
-		return &control.ProtocolError{Code: m.Code, Message: m.Message, Hint: m.Hint}
+		return m.ProtocolError()
 	}
 	return control.Errorf(control.CodeDeclined, "the executor answered HTTP %d: %.200s", status, body)
 }

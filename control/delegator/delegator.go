@@ -427,7 +427,7 @@ func (d *Delegator) fail(ctx context.Context, id string, err error) (*lease.Dele
 		ev = lease.SendError
 	}
 	del, ferr := d.store.FireDelegation(id, ev, pe.Code+": "+pe.Message, func(del *lease.Delegation) error {
-		del.Failure = &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint}
+		del.Failure = &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint, Reason: pe.Reason, CallChain: pe.CallChain}
 		return nil
 	})
 	if ferr != nil {
@@ -488,7 +488,7 @@ func (d *Delegator) Cancel(ctx context.Context, id string) (*lease.Delegation, e
 
 func (d *Delegator) end(id string, ev lease.Event, pe *control.ProtocolError) error {
 	del, err := d.store.FireDelegation(id, ev, pe.Code+": "+pe.Message, func(del *lease.Delegation) error {
-		del.Failure = &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint}
+		del.Failure = &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint, Reason: pe.Reason, CallChain: pe.CallChain}
 		return nil
 	})
 	if err != nil {

@@ -82,9 +82,13 @@ type Options struct {
 	// KillGrace is the agent's time between SIGTERM and SIGKILL. Default 1s,
 	// so that an expired lease is torn down within 2s of its end.
 	KillGrace time.Duration
-	// Name and Version appear in the agent card and status. Name default
-	// "awcp-fs".
+	// Name and Version appear in the agent card, the manifest and status.
+	// Name default "awcp-fs" (the command's default is the host name).
 	Name, Version string
+	// AgentID is this agent's stable id (discovery.AgentID): the manifest
+	// and mDNS name it, and an INVITE whose call chain holds it is refused
+	// as circular. Empty: no loop protection, and no manifest id.
+	AgentID string
 	// Description and Skills tell delegators (and the models choosing an
 	// executor for them, spec §8.3) what this executor's agent is good at.
 	// Default: a generic description and no skills.
@@ -484,17 +488,23 @@ func (e *Executor) validToken(tok string) bool {
 
 // Active counts delegations holding a slot.
 func (e *Executor) Active() int {
-	as, _ := e.store.Assignments()
+	n, _ := e.activeCount()
+	return n
+}
+
+func (e *Executor) activeCount() (int, error) {
+	as, err := e.store.Assignments()
 	n := 0
 	for _, a := range as {
 		if a.Active() {
 			n++
 		}
 	}
-	return n
+	return n, err
 }
 
 func parseLastEventID(s string) uint64 {
 	n, _ := strconv.ParseUint(s, 10, 64)
 	return n
 }
+

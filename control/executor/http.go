@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,7 @@ func (e *Executor) Handler() http.Handler {
 	mux.HandleFunc("/awcp/status", e.method(http.MethodGet, e.handleStatus))
 	mux.HandleFunc("/.well-known/agent-card.json", e.method(http.MethodGet, e.handleCard))
 	mux.HandleFunc("/.well-known/agent.json", e.method(http.MethodGet, e.handleCard))
+	mux.HandleFunc("/manifest", e.method(http.MethodGet, e.handleManifest))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, control.NewError("", control.CodeDeclined, "no such endpoint: "+r.URL.Path, "see spec §7.4"))
 	})
@@ -491,34 +493,93 @@ func (e *Executor) handleStatus(w http.ResponseWriter, r *http.Request) {
 	httpserve.WriteJSON(w, http.StatusOK, rep)
 }
 
-func (e *Executor) handleCard(w http.ResponseWriter, r *http.Request) {
-	var transports []string
+// usableTransports are the transports that can take a delegation now.
+func (e *Executor) usableTransports() []string {
+	var names []string
 	for _, t := range e.opts.Transports {
 		if t.Available() == nil {
-			transports = append(transports, t.Name())
+			names = append(names, t.Name())
 		}
 	}
+	return names
+}
+
+// baseURL is this executor as the request reached it.
+func baseURL(r *http.Request) string {
 	host := r.Host
 	if host == "" {
 		host = net.JoinHostPort("127.0.0.1", "10200")
 	}
-	ext := control.CardExtension{URI: control.ExtensionURI, Required: false, Params: map[string]any{
-		"transports":    transports,
+	return "http://" + host
+}
+
+func (e *Executor) handleCard(w http.ResponseWriter, r *http.Request) {
+	params := map[string]any{
+		"transports":    e.usableTransports(),
 		"accessModes":   e.opts.AccessModes,
 		"maxConcurrent": e.opts.MaxConcurrent,
 		"maxTtlSeconds": int64(e.opts.MaxTTL / time.Second),
 		"authRequired":  len(e.opts.Tokens) > 0,
 		"dialects":      []string{control.DialectSeed, control.DialectHead},
-	}}
+	}
+	if e.opts.AgentID != "" {
+		params["agentId"] = e.opts.AgentID
+	}
+	ext := control.CardExtension{URI: control.ExtensionURI, Required: false, Params: params}
 	httpserve.WriteJSON(w, http.StatusOK, control.AgentCard{
 		Name:               e.opts.Name,
 		Description:        e.opts.Description,
-		URL:                "http://" + host + "/awcp",
+		URL:                baseURL(r) + "/awcp",
 		Version:            e.opts.Version,
 		Capabilities:       map[string]any{"streaming": true, "extensions": []control.CardExtension{ext}},
 		DefaultInputModes:  []string{"text"},
 		DefaultOutputModes: []string{"text"},
 		Skills:             append([]control.CardSkill{}, e.opts.Skills...),
 		Extensions:         []control.CardExtension{ext},
+	})
+}
+
+// handleManifest answers GET /manifest, what LAN discovery reads of each
+// agent it finds. Like the card, it is public: it says what the executor
+// offers and how busy it is, never what it works on.
+func (e *Executor) handleManifest(w http.ResponseWriter, r *http.Request) {
+	active, err := e.activeCount()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, control.NewError("", control.CodeDeclined, "cannot read the store", ""))
+		return
+	}
+	transports := e.usableTransports()
+	caps := []control.ManifestCapability{{ID: control.CapabilityDelegation,
+		Description: "takes a delegated workspace (AWCP) and works on it with its own tools"}}
+	for _, s := range e.opts.Skills {
+		caps = append(caps, control.ManifestCapability{ID: s.ID, Description: s.Description})
+	}
+	base := baseURL(r)
+	httpserve.WriteJSON(w, http.StatusOK, control.Manifest{
+		AgentID:            e.opts.AgentID,
+		Name:               e.opts.Name,
+		Description:        e.opts.Description,
+		Version:            e.opts.Version,
+		InputContentTypes:  []string{"text/plain"},
+		OutputContentTypes: []string{"text/plain"},
+		Capabilities:       caps,
+		Endpoints: map[string]string{
+			"awcp":     base + "/awcp",
+			"card":     base + "/.well-known/agent-card.json",
+			"manifest": base + "/manifest",
+			"status":   base + "/awcp/status",
+		},
+		AWCP: &control.ManifestAWCP{
+			Protocol:      control.ExtensionURI,
+			Transports:    transports,
+			FUSE:          slices.Contains(transports, control.TransportSSHFS),
+			AccessModes:   e.opts.AccessModes,
+			MaxTTLSeconds: int64(e.opts.MaxTTL / time.Second),
+			MaxConcurrent: e.opts.MaxConcurrent,
+			FreeSlots:     max(e.opts.MaxConcurrent-active, 0),
+			Dialects:      []string{control.DialectSeed, control.DialectHead},
+			AuthRequired:  len(e.opts.Tokens) > 0,
+			CallChain:     e.opts.AgentID != "",
+		},
 	})
 }

@@ -27,6 +27,14 @@ func (e *Executor) admit(inv *control.Invite, peer string) (*control.Accept, *co
 		return nil, control.Errorf(control.CodeAuthFailed, "INVITE carries no valid credential").
 			WithHint("pass the executor's token with --token")
 	}
+	if err := control.CheckCallChain(inv.CallChain); err != nil {
+		return nil, control.Errorf(control.CodeDeclined, "INVITE's %v", err).
+			WithHint(fmt.Sprintf("a call chain holds at most %d agent ids", control.MaxCallChain))
+	}
+	if e.opts.AgentID != "" && slices.Contains(inv.CallChain, e.opts.AgentID) {
+		e.log.Warn("circular call refused", "delegation", inv.DelegationID, "chain", control.FormatCallChain(inv.CallChain))
+		return nil, control.CircularCall(e.opts.AgentID, inv.CallChain)
+	}
 	tname := ""
 	if inv.Requirements != nil {
 		tname = inv.Requirements.Transport
@@ -68,7 +76,7 @@ func (e *Executor) admit(inv *control.Invite, peer string) (*control.Accept, *co
 		Lease: lease.Lease{ID: inv.DelegationID, AccessMode: mode, Transport: tr.Name(),
 			TTLSeconds: int64(ttl / time.Second), Dialect: inv.Dialect()},
 		WorkDir: wd, Description: inv.Task.Description, Prompt: inv.Task.Prompt, Peer: peer,
-		StartBy: now.Add(e.opts.StartTimeout),
+		StartBy: now.Add(e.opts.StartTimeout), CallChain: inv.CallChain,
 	}
 	var retentionMs *int64
 	if a.Dialect == control.DialectHead {
@@ -287,6 +295,7 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	res, err := e.opts.Worker.Run(ctx, agent.Task{
 		DelegationID: a.ID, Prompt: a.Prompt, Description: a.Description,
 		WorkDir: agentDir(a), AccessMode: a.AccessMode, SummaryFile: e.summaryFile(a.ID),
+		CallChain: control.ExtendCallChain(a.CallChain, e.opts.AgentID),
 	}, agent.Hooks{
 		Started: func(pid int) {
 			if _, err := e.store.UpdateAssignment(a.ID, func(a *lease.Assignment) error { a.AgentPID = pid; return nil }); err != nil {

@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/awcp/awcp/control"
 )
 
 // Task is what the agent is asked to do.
@@ -32,6 +34,17 @@ type Task struct {
 	// SummaryFile is where the agent may write its summary; it must be
 	// outside WorkDir so it is not part of the result.
 	SummaryFile string
+	// CallChain is the agents the delegation passed through, this
+	// executor's last: the agent gets it in $AWCP_CALL_CHAIN, so that an
+	// awcp-ctl it runs delegates on with it.
+	CallChain []string
+}
+
+// ChainEnv is the environment entry that hands t's call chain on. It is
+// set even when empty, so that a chain in the daemon's own environment
+// is never inherited by an agent.
+func (t Task) ChainEnv() string {
+	return control.CallChainEnv + "=" + strings.Join(t.CallChain, ",")
 }
 
 // Options configures a run.
@@ -92,6 +105,7 @@ func Command(t Task, command string, env []string) *exec.Cmd {
 		"AWCP_WORKDIR="+t.WorkDir,
 		"AWCP_ACCESS_MODE="+t.AccessMode,
 		"AWCP_SUMMARY_FILE="+t.SummaryFile,
+		t.ChainEnv(),
 	)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	return cmd
