@@ -86,6 +86,13 @@ type Delegation struct {
 	// Audit is what the executor did with the directory, once the
 	// delegation ended (the live mount's audit log, or the archive's diff).
 	Audit *AuditSummary `json:"audit,omitempty"`
+	// CallChain is what the INVITE carried: the agents the delegation
+	// passed through, this one last.
+	CallChain []string `json:"callChain,omitempty"`
+	// PeerAgentID and PeerName are the executor's, when discovery found
+	// it.
+	PeerAgentID string `json:"peerAgentId,omitempty"`
+	PeerName    string `json:"peerName,omitempty"`
 }
 
 // ExportPolicy is what a delegation's export refuses beyond its access

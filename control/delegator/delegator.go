@@ -47,6 +47,9 @@ type Options struct {
 	// delegation fails with TASK_FAILED and its access is closed. Default
 	// 30s, the executor's own bound for its mounts.
 	ReconnectBound time.Duration
+	// AgentID is this agent's id (discovery.AgentID): the INVITE's call
+	// chain ends with it. Empty: the chain is handed on as it came.
+	AgentID string
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
@@ -148,6 +151,13 @@ func (d *Delegator) Create(req ExportRequest) (*lease.Delegation, error) {
 	if note := hiddenNote(stats); note != "" {
 		notes = append(notes, note)
 	}
+	chain, err := req.callChain(d.opts.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	if req.PeerChoice != "" {
+		notes = append(notes, fmt.Sprintf("executor %s (%s) at %s, %s", req.PeerName, req.PeerAgentID, req.Peer, req.PeerChoice))
+	}
 	if req.Description == "" {
 		req.Description = firstLine(req.Prompt, 80)
 	}
@@ -158,6 +168,7 @@ func (d *Delegator) Create(req ExportRequest) (*lease.Delegation, error) {
 		Peer: req.Peer, LocalDir: phys, ExportName: "awcp/" + id,
 		Description: req.Description, Prompt: req.Prompt, Token: req.Token, Notes: notes,
 		AutoTransport: auto, Policy: policy,
+		CallChain: chain, PeerAgentID: req.PeerAgentID, PeerName: req.PeerName,
 	}
 	// A provisional end, so that a handshake the executor never answers
 	// expires too; ACCEPT sets the granted one.
@@ -324,6 +335,7 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 		Task:         control.Task{Description: del.Description, Prompt: del.Prompt},
 		Lease:        control.InviteLease{TTLSeconds: del.TTLSeconds, AccessMode: del.AccessMode},
 		Requirements: &control.Requirements{Transport: del.Transport},
+		CallChain:    del.CallChain,
 	}
 	// In auto, the INVITE carries both dialects' members; each executor
 	// reads its own and ignores the others.

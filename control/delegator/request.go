@@ -1,6 +1,7 @@
 package delegator
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -34,6 +35,36 @@ type ExportRequest struct {
 	// MaxWriteBytes bounds what the executor writes over the live mount
 	// (0: no bound).
 	MaxWriteBytes int64 `json:"maxWriteBytes,omitempty"`
+
+	// CallChain is the agents this request passed through before this
+	// delegator (control.CallChainEnv of an agent that delegates on).
+	CallChain []string `json:"callChain,omitempty"`
+	// PeerAgentID, PeerName and PeerChoice say which agent Peer is and
+	// how it was chosen, when discovery resolved it (ResolvePeer).
+	PeerAgentID string `json:"peerAgentId,omitempty"`
+	PeerName    string `json:"peerName,omitempty"`
+	PeerChoice  string `json:"peerChoice,omitempty"`
+}
+
+// callChain is the chain the INVITE carries: req's, then self. A peer
+// already in it is refused here, before it is asked.
+func (req ExportRequest) callChain(self string) ([]string, error) {
+	if err := control.CheckCallChain(req.CallChain); err != nil {
+		return nil, control.Errorf(control.CodeDeclined, "%v", err).WithHint("$" + control.CallChainEnv + " is set by the executor that runs this agent")
+	}
+	chain := control.ExtendCallChain(req.CallChain, self)
+	if len(chain) > control.MaxCallChain {
+		return nil, control.Errorf(control.CodeDeclined, "this delegation passed through %d agents already", len(req.CallChain))
+	}
+	if req.PeerAgentID != "" && slices.Contains(chain, req.PeerAgentID) {
+		pe := control.CircularCall(req.PeerAgentID, chain)
+		if req.PeerAgentID == self {
+			pe.Message = fmt.Sprintf("circular call: executor %s is this agent itself (%s)", req.Peer, self)
+			pe.Hint = "a delegator never delegates to itself; on one machine, give the executor its own --state-dir"
+		}
+		return nil, pe
+	}
+	return chain, nil
 }
 
 // policy is the export policy req asks for.

@@ -1,0 +1,65 @@
+package discovery
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// The book is a JSON file of the peers a browser knew, so that the next
+// run shows offline the ones that went away, and remembers which agent id
+// each name had (Resolve refuses a name that changed hands).
+func readBook(path string) ([]*Peer, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var peers []*Peer
+	if err := json.Unmarshal(b, &peers); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var ok []*Peer
+	for _, p := range peers {
+		if p != nil && p.AgentID != "" {
+			ok = append(ok, p)
+		}
+	}
+	return ok, nil
+}
+
+// save writes the book, whole, by rename: a reader never sees half of it.
+func (b *Browser) save() error {
+	if b.Book == "" {
+		return nil
+	}
+	peers := b.Peers()
+	data, err := json.MarshalIndent(peers, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(b.Book), ".peers-*")
+	if err != nil {
+		return fmt.Errorf("peer book: %w", err)
+	}
+	_, werr := tmp.Write(append(data, '\n'))
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp.Name(), b.Book)
+	}
+	if werr != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("peer book: %w", werr)
+	}
+	return nil
+}
+
+// Save writes the book now.
+func (b *Browser) Save() error { b.init(); return b.save() }

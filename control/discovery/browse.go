@@ -1,0 +1,370 @@
+package discovery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/mdns"
+	"github.com/miekg/dns"
+	"golang.org/x/net/ipv4"
+
+	"github.com/awcp/awcp/control"
+)
+
+// Peer is an executor found on the network, online or not.
+type Peer struct {
+	AgentID string `json:"agentId"`
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
+	// URL is where it answers: http://address:port of its advertisement.
+	URL       string    `json:"url"`
+	Online    bool      `json:"online"`
+	FirstSeen time.Time `json:"firstSeen"`
+	LastSeen  time.Time `json:"lastSeen"`
+	// Gone says why an offline peer is: GoneWithdrawn or GoneSilent.
+	Gone     string           `json:"gone,omitempty"`
+	Manifest *control.Manifest `json:"manifest,omitempty"`
+	// ManifestError is why its manifest could not be read, if it could not.
+	ManifestError string `json:"manifestError,omitempty"`
+}
+
+// Why a peer is offline.
+const (
+	GoneWithdrawn = "withdrawn" // it said goodbye: a graceful stop
+	GoneSilent    = "silent"    // it stopped answering: a crash, or the network
+)
+
+// The bounds on what the network can make a browser hold.
+const (
+	MaxPeers         = 256
+	maxManifestBytes = 64 << 10
+	maxTXTValue      = 256
+	recordTTL        = 120 * time.Second // the mDNS library's TTL
+)
+
+// Browser finds executors: it queries every Interval, listens for
+// goodbyes, and fetches the manifest of each peer that answers. Set the
+// fields, then Run.
+type Browser struct {
+	// Interval between queries; Window how long each listens for answers.
+	// Defaults 5s and 1s. A peer that has not answered for three rounds
+	// (never more than the records' TTL of 120s) is offline.
+	Interval, Window time.Duration
+	// Self is this agent's id: it never lists itself.
+	Self string
+	// Book, if set, is the file peers are kept in between runs.
+	Book string
+	// Iface, if set, is the interface to query on.
+	Iface  *net.Interface
+	Logger *slog.Logger
+	// HTTP fetches manifests. Default: a client with a 3s timeout.
+	HTTP *http.Client
+
+	mu      sync.Mutex // guards the fields below
+	peers   map[string]*Peer
+	rounds  int
+	changed chan struct{} // closed and replaced on every change
+}
+
+func (b *Browser) init() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.peers != nil {
+		return
+	}
+	if b.Interval <= 0 {
+		b.Interval = 5 * time.Second
+	}
+	if b.Window <= 0 {
+		b.Window = time.Second
+	}
+	if b.Logger == nil {
+		b.Logger = slog.Default()
+	}
+	if b.HTTP == nil {
+		b.HTTP = &http.Client{Timeout: 3 * time.Second}
+	}
+	b.peers = map[string]*Peer{}
+	b.changed = make(chan struct{})
+	if b.Book != "" {
+		known, err := readBook(b.Book)
+		if err != nil {
+			b.Logger.Warn("peer book unreadable; starting a new one", "book", b.Book, "err", err)
+		}
+		for _, p := range known {
+			if len(b.peers) < MaxPeers {
+				p.Online = false
+				b.peers[p.AgentID] = p
+			}
+		}
+	}
+}
+
+// Peers returns every peer known, online first, then by name.
+func (b *Browser) Peers() []Peer {
+	b.init()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]Peer, 0, len(b.peers))
+	for _, p := range b.peers {
+		out = append(out, *p)
+	}
+	slices.SortFunc(out, func(x, y Peer) int {
+		if x.Online != y.Online {
+			if x.Online {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(strings.ToLower(x.Name)+x.AgentID, strings.ToLower(y.Name)+y.AgentID)
+	})
+	return out
+}
+
+// Changed returns a channel closed at the next change of Peers.
+func (b *Browser) Changed() <-chan struct{} {
+	b.init()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.changed
+}
+
+// Rounds is how many query rounds have completed.
+func (b *Browser) Rounds() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rounds
+}
+
+// Run browses until ctx ends, then saves the book.
+func (b *Browser) Run(ctx context.Context) error {
+	b.init()
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if ln, err := listenGoodbyes(b.Iface); err != nil {
+		b.Logger.Warn("mDNS: cannot listen for goodbyes; a stopped peer shows offline only once it is silent", "err", err)
+	} else {
+		wg.Add(1)
+		go func() { defer wg.Done(); b.goodbyes(ctx, ln) }()
+	}
+	var err error
+	for {
+		if err = b.Round(ctx); err != nil && ctx.Err() == nil {
+			b.Logger.Warn("mDNS query", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return b.save()
+		case <-time.After(b.Interval):
+		}
+	}
+}
+
+// Round queries once, fetches the manifests of the peers that answered,
+// and marks offline those silent too long.
+func (b *Browser) Round(ctx context.Context) error {
+	b.init()
+	entries := make(chan *mdns.ServiceEntry, MaxPeers)
+	qerr := mdns.QueryContext(ctx, &mdns.QueryParam{
+		Service: ServiceAWCP, Domain: "local", Timeout: b.Window, Interface: b.Iface,
+		Entries: entries, DisableIPv6: true, Logger: mdnsLogger(b.Logger),
+	})
+	close(entries)
+	now := time.Now()
+	var seen []*Peer
+	for e := range entries {
+		if p, ok := b.fromEntry(e); ok {
+			seen = append(seen, p)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, p := range seen {
+		wg.Add(1)
+		go func() { defer wg.Done(); b.fetchManifest(ctx, p) }()
+	}
+	wg.Wait()
+
+	silentAfter := min(3*(b.Interval+b.Window), recordTTL)
+	b.mu.Lock()
+	for _, p := range seen {
+		b.merge(p, now)
+	}
+	for _, p := range b.peers {
+		if p.Online && now.Sub(p.LastSeen) > silentAfter {
+			p.Online, p.Gone = false, GoneSilent
+			b.notifyLocked()
+		}
+	}
+	b.rounds++
+	b.notifyLocked()
+	b.mu.Unlock()
+	return qerr
+}
+
+// fromEntry reads an answer; ok is false for one that is not a usable
+// AWCP executor (or is this agent).
+func (b *Browser) fromEntry(e *mdns.ServiceEntry) (*Peer, bool) {
+	txt := map[string]string{}
+	for _, f := range e.InfoFields {
+		k, v, _ := strings.Cut(f, "=")
+		if len(v) <= maxTXTValue {
+			txt[k] = v
+		}
+	}
+	id := txt[txtAgentID]
+	if control.CheckCallChain([]string{id}) != nil || id == b.Self || e.AddrV4 == nil || e.Port <= 0 {
+		return nil, false
+	}
+	name := printable(txt[txtName])
+	if name == "" {
+		name = id
+	}
+	hostPort := net.JoinHostPort(e.AddrV4.String(), strconv.Itoa(e.Port))
+	return &Peer{AgentID: id, Name: name, Version: printable(txt[txtVersion]), URL: baseFrom(txt[txtManifestURL], hostPort)}, true
+}
+
+// baseFrom is the peer's base URL. Only the scheme of the advertised
+// manifest URL is taken, and only when it names the address the answer
+// came with: a manifest URL elsewhere would have this browser fetch from
+// wherever an advertisement says.
+func baseFrom(manifestURL, hostPort string) string {
+	if u, err := url.Parse(manifestURL); err == nil && u.Host == hostPort && (u.Scheme == "http" || u.Scheme == "https") {
+		return u.Scheme + "://" + hostPort
+	}
+	return "http://" + hostPort
+}
+
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, s)
+}
+
+func (b *Browser) fetchManifest(ctx context.Context, p *Peer) {
+	m, err := FetchManifest(ctx, b.HTTP, p.URL)
+	if err != nil {
+		p.ManifestError = err.Error()
+		return
+	}
+	if m.AgentID != "" && m.AgentID != p.AgentID {
+		p.ManifestError = fmt.Sprintf("its manifest names agent %s, not %s", m.AgentID, p.AgentID)
+		return
+	}
+	p.Manifest = m
+}
+
+// FetchManifest reads GET base/manifest, bounded in size.
+func FetchManifest(ctx context.Context, client *http.Client, base string) (*control.Manifest, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/manifest", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("manifest: HTTP %d", resp.StatusCode)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxManifestBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	if len(body) > maxManifestBytes {
+		return nil, fmt.Errorf("manifest: larger than %d bytes", maxManifestBytes)
+	}
+	var m control.Manifest
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	return &m, nil
+}
+
+// merge records p, seen at now. Called with b.mu held.
+func (b *Browser) merge(p *Peer, now time.Time) {
+	cur, ok := b.peers[p.AgentID]
+	if !ok {
+		if len(b.peers) >= MaxPeers {
+			b.Logger.Warn("mDNS: more peers than a browser keeps; ignoring", "agent", p.AgentID, "max", MaxPeers)
+			return
+		}
+		cur = &Peer{AgentID: p.AgentID, FirstSeen: now}
+		b.peers[p.AgentID] = cur
+	}
+	cur.Name, cur.Version, cur.URL = p.Name, p.Version, p.URL
+	cur.Online, cur.Gone, cur.LastSeen = true, "", now
+	// A manifest that could not be read this round leaves the last one.
+	if cur.ManifestError = p.ManifestError; p.Manifest != nil {
+		cur.Manifest = p.Manifest
+	}
+	b.notifyLocked()
+}
+
+func (b *Browser) notifyLocked() {
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
+// listenGoodbyes joins the mDNS group to hear peers withdraw.
+func listenGoodbyes(iface *net.Interface) (*net.UDPConn, error) {
+	return net.ListenMulticastUDP("udp4", iface, mdnsGroup)
+}
+
+// goodbyes marks offline the peers whose records come with a TTL of zero.
+func (b *Browser) goodbyes(ctx context.Context, ln *net.UDPConn) {
+	go func() { <-ctx.Done(); ln.Close() }()
+	buf := make([]byte, 9000)
+	for {
+		n, _, err := ln.ReadFromUDP(buf)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		var msg dns.Msg
+		if msg.Unpack(buf[:n]) != nil || !msg.Response {
+			continue
+		}
+		for _, rr := range append(msg.Answer, msg.Extra...) {
+			ptr, ok := rr.(*dns.PTR)
+			if !ok || ptr.Hdr.Ttl != 0 || !strings.HasSuffix(ptr.Hdr.Name, ServiceAWCP+"."+domain) {
+				continue
+			}
+			// The instance is {agent_id}.{name}.
+			id, _, _ := strings.Cut(ptr.Ptr, ".")
+			b.mu.Lock()
+			if p, ok := b.peers[id]; ok && p.Online {
+				p.Online, p.Gone = false, GoneWithdrawn
+				b.notifyLocked()
+			}
+			b.mu.Unlock()
+		}
+	}
+}
+
+// setMulticastInterface sends conn's multicast out of iface, if set.
+func setMulticastInterface(conn *net.UDPConn, iface *net.Interface) error {
+	if iface == nil {
+		return nil
+	}
+	return ipv4.NewPacketConn(conn).SetMulticastInterface(iface)
+}

@@ -1,0 +1,165 @@
+package discovery
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/awcp/awcp/control"
+)
+
+// Auto is the peer argument that lets Resolve choose.
+const Auto = "auto"
+
+// Want is what a delegation needs of its executor.
+type Want struct {
+	// Transport is auto, sshfs or archive; Access rw or ro.
+	Transport, Access string
+	// Exclude are agents never to choose: this one and its call chain.
+	Exclude []string
+}
+
+// Resolve finds the executor arg names among peers: an agent id (or a
+// unique prefix of one, eight characters at least), a name, or Auto. It
+// refuses, saying why, a peer that is offline, excluded, a name two
+// online peers claim, and a name that now answers with another agent id
+// than the book remembers for it (an impostor, or a reinstall: the user
+// then names it by id). why says how the peer was chosen.
+func Resolve(peers []Peer, arg string, want Want) (p Peer, why string, err error) {
+	if arg == Auto {
+		return choose(peers, want)
+	}
+	var byID, byName []Peer
+	for _, p := range peers {
+		switch {
+		case p.AgentID == arg, len(arg) >= 8 && strings.HasPrefix(p.AgentID, arg):
+			byID = append(byID, p)
+		case strings.EqualFold(p.Name, arg):
+			byName = append(byName, p)
+		}
+	}
+	switch {
+	case len(byID) == 1:
+		p = byID[0]
+	case len(byID) > 1:
+		return Peer{}, "", fmt.Errorf("%q is the start of several agent ids: %s; give more of it", arg, ids(byID))
+	case len(byName) == 0:
+		return Peer{}, "", fmt.Errorf("no executor called %q has been found on this network; `awcp-ctl peers` lists those that have", arg)
+	default:
+		online := slices.DeleteFunc(slices.Clone(byName), func(p Peer) bool { return !p.Online })
+		switch {
+		case len(online) > 1:
+			return Peer{}, "", fmt.Errorf("%d executors online call themselves %q (%s): name one by its agent id", len(online), arg, ids(online))
+		case len(online) == 1 && len(byName) > 1:
+			return Peer{}, "", fmt.Errorf("%q now answers as agent %s, but was agent %s before: if that is expected (a reinstall), name it by its id",
+				arg, online[0].AgentID, ids(slices.DeleteFunc(byName, func(p Peer) bool { return p.Online })))
+		case len(online) == 1:
+			p = online[0]
+		default:
+			p = newest(byName)
+		}
+	}
+	if !p.Online {
+		return Peer{}, "", fmt.Errorf("executor %s (%s) is offline: %s", p.Name, p.AgentID, OfflineSince(p))
+	}
+	if slices.Contains(want.Exclude, p.AgentID) {
+		return Peer{}, "", excluded(p, want)
+	}
+	return p, "named " + arg, nil
+}
+
+// choose picks, among the online executors that can take the delegation
+// now, the one with the live mount (when the transport is auto or sshfs)
+// and the most free slots; a name breaks ties, so the choice is stable.
+func choose(peers []Peer, want Want) (Peer, string, error) {
+	var fit []Peer
+	var refused []string
+	for _, p := range peers {
+		if !p.Online {
+			continue
+		}
+		if why := unfit(p, want); why != "" {
+			refused = append(refused, fmt.Sprintf("%s: %s", p.Name, why))
+			continue
+		}
+		fit = append(fit, p)
+	}
+	if len(fit) == 0 {
+		if len(refused) == 0 {
+			return Peer{}, "", fmt.Errorf("no executor is online on this network (`awcp-ctl peers` shows what was found)")
+		}
+		return Peer{}, "", fmt.Errorf("no executor online can take this delegation now: %s", strings.Join(refused, "; "))
+	}
+	live := func(p Peer) bool { return want.Transport != control.TransportArchive && p.Manifest.AWCP.FUSE }
+	slices.SortStableFunc(fit, func(x, y Peer) int {
+		if live(x) != live(y) {
+			if live(x) {
+				return -1
+			}
+			return 1
+		}
+		if d := y.Manifest.AWCP.FreeSlots - x.Manifest.AWCP.FreeSlots; d != 0 {
+			return d
+		}
+		return strings.Compare(x.Name+x.AgentID, y.Name+y.AgentID)
+	})
+	p := fit[0]
+	how := "archive"
+	if live(p) {
+		how = "live mount"
+	}
+	return p, fmt.Sprintf("auto: %s, %d of %d slots free", how, p.Manifest.AWCP.FreeSlots, p.Manifest.AWCP.MaxConcurrent), nil
+}
+
+// unfit says why p cannot take the delegation now, or "".
+func unfit(p Peer, want Want) string {
+	a := p.Manifest
+	switch {
+	case slices.Contains(want.Exclude, p.AgentID):
+		return "already in this delegation's call chain"
+	case a == nil || a.AWCP == nil:
+		if p.ManifestError != "" {
+			return "no manifest (" + p.ManifestError + ")"
+		}
+		return "no AWCP manifest"
+	case a.AWCP.FreeSlots <= 0:
+		return "no free slot"
+	case want.Transport != "" && want.Transport != "auto" && !slices.Contains(a.AWCP.Transports, want.Transport):
+		return "does not offer " + want.Transport
+	case len(a.AWCP.Transports) == 0:
+		return "offers no transport now"
+	case want.Access == control.AccessRW && !slices.Contains(a.AWCP.AccessModes, control.AccessRW):
+		return "read-only"
+	}
+	return ""
+}
+
+func excluded(p Peer, want Want) error {
+	return fmt.Errorf("executor %s (%s) is already in this delegation's call chain %s: delegating there would be circular",
+		p.Name, p.AgentID, control.FormatCallChain(want.Exclude))
+}
+
+func ids(ps []Peer) string {
+	var s []string
+	for _, p := range ps {
+		s = append(s, p.AgentID)
+	}
+	return strings.Join(s, ", ")
+}
+
+func newest(ps []Peer) Peer {
+	return slices.MaxFunc(ps, func(x, y Peer) int { return x.LastSeen.Compare(y.LastSeen) })
+}
+
+// OfflineSince says how an offline peer went, and how long ago.
+func OfflineSince(p Peer) string {
+	how := "not answering"
+	if p.Gone == GoneWithdrawn {
+		how = "withdrawn"
+	}
+	if p.LastSeen.IsZero() {
+		return how
+	}
+	return fmt.Sprintf("%s, last seen %s ago", how, time.Since(p.LastSeen).Round(time.Second))
+}
