@@ -18,6 +18,7 @@ import (
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/control/discovery"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -27,6 +28,7 @@ const exitPending = 3
 // env is what every delegator command works with.
 type env struct {
 	state          string
+	agentID        string // this agent's (discovery.AgentID)
 	store          *lease.Store
 	log            *slog.Logger
 	sshfs          *delegator.SSHFSDelegator // set while this process runs the SSH server
@@ -47,7 +49,11 @@ func openEnv(c *cli.Context) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &env{state: state, store: store, log: log, reconnectBound: c.Duration("reconnect-bound")}
+	agentID, err := discovery.AgentID(state)
+	if err != nil {
+		return nil, err
+	}
+	e := &env{state: state, agentID: agentID, store: store, log: log, reconnectBound: c.Duration("reconnect-bound")}
 	if dlg, err := e.delegator(nil); err == nil {
 		dlg.ExpireOverdue(c.Context)
 	}
@@ -71,6 +77,7 @@ func (e *env) delegator(progress func(string, *control.Event)) (*delegator.Deleg
 		SpoolDir:       staging,
 		Progress:       progress,
 		ReconnectBound: e.reconnectBound,
+		AgentID:        e.agentID,
 		Logger:         e.log,
 	})
 }
@@ -204,6 +211,9 @@ func report(c *cli.Context, d *lease.Delegation) error {
 	printPermissions(w, d)
 	if f := d.Failure; f != nil && d.State != lease.Completed {
 		fmt.Fprintf(c.App.ErrWriter, "error %s: %s\n", f.Code, f.Message)
+		if len(f.CallChain) > 0 {
+			fmt.Fprintf(c.App.ErrWriter, "call chain: %s\n", control.FormatCallChain(f.CallChain))
+		}
 		if f.Hint != "" {
 			fmt.Fprintf(c.App.ErrWriter, "hint: %s\n", f.Hint)
 		}

@@ -24,7 +24,8 @@ func exportCommand(ctx context.Context) *cli.Command {
 		Usage:     "lend DIR to an executor for a task and wait for the result",
 		ArgsUsage: "DIR",
 		Flags: append(append(clikit.CommonFlags(),
-			&cli.StringFlag{Name: "peer", EnvVars: []string{"AWCP_PEER"}, Required: true, Usage: "executor URL, e.g. http://host:10200"},
+			&cli.StringFlag{Name: "peer", EnvVars: []string{"AWCP_PEER"}, Required: true,
+				Usage: "the executor: its URL (http://host:10200), or the name or agent id of one found on this network, or auto (see `awcp-ctl peers`)"},
 			&cli.StringFlag{Name: "prompt", EnvVars: []string{"AWCP_PROMPT"}, Required: true, Usage: "the task, in full"},
 			&cli.StringFlag{Name: "description", Usage: "short description for logs and lists (default: the prompt's first line)"},
 			&cli.DurationFlag{Name: "ttl", EnvVars: []string{"AWCP_TTL"}, Value: time.Hour, Usage: "length of the lease"},
@@ -35,7 +36,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 				Usage: "AWCP dialect: auto (the executor's, from its ACCEPT), seed (the specification's) or head (the reference implementation's later wire)"},
 			&cli.BoolFlag{Name: "background", Usage: "hand the delegation to the daemon (started if needed), print its id and return"},
 			&cli.BoolFlag{Name: "json", Usage: "print the outcome as JSON"},
-		), append(policyFlags(), sshFlags()...)...),
+		), append(append(policyFlags(), sshFlags()...), browseFlags()...)...),
 		Action: func(c *cli.Context) error {
 			if c.Args().Len() != 1 {
 				return clikit.UsageError("export takes exactly one directory")
@@ -55,6 +56,15 @@ func exportCommand(ctx context.Context) *cli.Command {
 			}
 			if abs, err := filepath.Abs(req.Dir); err == nil {
 				req.Dir = abs
+			}
+			if req.CallChain, err = callChain(); err != nil {
+				return err
+			}
+			if err := e.resolvePeer(ctx, c, &req); err != nil {
+				return fail(c, err)
+			}
+			if req.PeerChoice != "" {
+				fmt.Fprintf(c.App.ErrWriter, "awcp: --peer %s: %s (%s) at %s, %s\n", c.String("peer"), req.PeerName, req.PeerAgentID, req.Peer, req.PeerChoice)
 			}
 			if c.Bool("background") {
 				return exportBackground(c, e, req)
@@ -137,6 +147,9 @@ func fail(c *cli.Context, err error) error {
 		printJSON(c.App.Writer, pe.ToMessage(""))
 	}
 	fmt.Fprintf(c.App.ErrWriter, "error %s: %s\n", pe.Code, pe.Message)
+	if len(pe.CallChain) > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "call chain: %s\n", control.FormatCallChain(pe.CallChain))
+	}
 	if pe.Hint != "" {
 		fmt.Fprintf(c.App.ErrWriter, "hint: %s\n", pe.Hint)
 	}

@@ -31,6 +31,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 			auditCommand(ctx),
 			serveCommand(ctx),
 			mcpCommand(ctx),
+			peersCommand(ctx),
 		},
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/discovery"
 	"github.com/awcp/awcp/control/executor"
 	"github.com/awcp/awcp/control/executor/acp"
 	"github.com/awcp/awcp/lease"
@@ -84,8 +86,10 @@ func serveCommand(ctx context.Context) *cli.Command {
 			&cli.DurationFlag{Name: "reconnect-bound", EnvVars: []string{"AWCP_RECONNECT_BOUND"}, Value: 30 * time.Second,
 				Usage: "how long a call on a live mount waits for an unreachable delegator, from the call, before it fails with EIO"},
 			knownHostsFlag, insecureHostKeyFlag,
-			&cli.StringFlag{Name: "name", EnvVars: []string{"AWCP_NAME"}, Value: "awcp-fs",
-				Usage: "this executor's name in its agent card"},
+			&cli.StringFlag{Name: "name", EnvVars: []string{"AWCP_NAME"}, Value: discovery.DefaultName(),
+				Usage: "this executor's name in its agent card, manifest and advertisement"},
+			&cli.BoolFlag{Name: "advertise", EnvVars: []string{"AWCP_ADVERTISE"},
+				Usage: "advertise this executor on the local network with mDNS (_awcp._tcp, _acp-agent._tcp), for `awcp-ctl peers` and --peer NAME|auto"},
 			&cli.StringFlag{Name: "description", EnvVars: []string{"AWCP_DESCRIPTION"},
 				Usage: "what this executor's agent does, for delegators choosing a peer (agent card)"},
 			&cli.GenericFlag{Name: "skill", EnvVars: []string{"AWCP_SKILL"}, Value: &repeated{},
@@ -157,6 +161,10 @@ func serve(ctx context.Context, c *cli.Context) error {
 		return err
 	}
 	defer store.Close()
+	agentID, err := discovery.AgentID(state)
+	if err != nil {
+		return err
+	}
 	exec, err := executor.New(executor.Options{
 		WorkRoot:          root,
 		AgentCommand:      c.String("agent-cmd"),
@@ -175,6 +183,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 		StartTimeout:      c.Duration("start-timeout"),
 		KeepAlive:         c.Duration("keepalive"),
 		Name:              c.String("name"),
+		AgentID:           agentID,
 		Description:       c.String("description"),
 		Skills:            skills(*c.Generic("skill").(*repeated)),
 		Version:           clikit.Version,
@@ -188,7 +197,43 @@ func serve(ctx context.Context, c *cli.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	fmt.Fprintf(c.App.Writer, "awcp-fs: listening on http://%s\n", ln.Addr())
+	log.Info("executor", "name", c.String("name"), "agent", agentID)
+	if c.Bool("advertise") {
+		adv, err := advertise(c, log, agentID, ln.Addr().(*net.TCPAddr))
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		// Withdrawn once the executor has stopped taking delegations.
+		defer adv.Close()
+	}
 	return exec.Serve(ctx, ln)
+}
+
+// advertise announces the executor on the local network, warning when
+// that tells more than the LAN about it.
+func advertise(c *cli.Context, log *slog.Logger, agentID string, addr *net.TCPAddr) (*discovery.Advertiser, error) {
+	ips, public, err := discovery.ListenerIPs(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--advertise: %w", err)
+	}
+	if len(ips) == 0 {
+		return nil, clikit.UsageError("--advertise: the listener %s has no address another machine could reach", addr)
+	}
+	if addr.IP.IsLoopback() {
+		log.Warn("advertising a loopback listener: only this machine can reach it", "listen", addr)
+	}
+	if public {
+		log.Warn("advertising on a public address: every machine on that network learns of this executor; require a --token", "addresses", ips)
+	}
+	adv, err := discovery.Advertise(discovery.Advertisement{
+		AgentID: agentID, Name: c.String("name"), Version: clikit.Version, Port: addr.Port, IPs: ips,
+	}, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("advertised with mDNS", "service", discovery.ServiceAWCP, "addresses", ips)
+	return adv, nil
 }
 
 // repeated is a flag given several times whose values may hold commas

@@ -62,7 +62,8 @@ type Browser struct {
 	// Defaults 5s and 1s. A peer that has not answered for three rounds
 	// (never more than the records' TTL of 120s) is offline.
 	Interval, Window time.Duration
-	// Self is this agent's id: it never lists itself.
+	// Self is this agent's id; an executor of its own state dir is listed
+	// (Resolve never chooses it).
 	Self string
 	// Book, if set, is the file peers are kept in between runs.
 	Book string
@@ -216,7 +217,7 @@ func (b *Browser) Round(ctx context.Context) error {
 }
 
 // fromEntry reads an answer; ok is false for one that is not a usable
-// AWCP executor (or is this agent).
+// AWCP executor.
 func (b *Browser) fromEntry(e *mdns.ServiceEntry) (*Peer, bool) {
 	txt := map[string]string{}
 	for _, f := range e.InfoFields {
@@ -226,7 +227,7 @@ func (b *Browser) fromEntry(e *mdns.ServiceEntry) (*Peer, bool) {
 		}
 	}
 	id := txt[txtAgentID]
-	if control.CheckCallChain([]string{id}) != nil || id == b.Self || e.AddrV4 == nil || e.Port <= 0 {
+	if control.CheckCallChain([]string{id}) != nil || e.AddrV4 == nil || e.Port <= 0 {
 		return nil, false
 	}
 	name := printable(txt[txtName])

@@ -16,7 +16,9 @@ const Auto = "auto"
 type Want struct {
 	// Transport is auto, sshfs or archive; Access rw or ro.
 	Transport, Access string
-	// Exclude are agents never to choose: this one and its call chain.
+	// Self is this agent, which is never chosen; Exclude are the agents
+	// the delegation passed through, never chosen either.
+	Self    string
 	Exclude []string
 }
 
@@ -63,8 +65,12 @@ func Resolve(peers []Peer, arg string, want Want) (p Peer, why string, err error
 	if !p.Online {
 		return Peer{}, "", fmt.Errorf("executor %s (%s) is offline: %s", p.Name, p.AgentID, OfflineSince(p))
 	}
+	if p.AgentID == want.Self {
+		return Peer{}, "", fmt.Errorf("executor %s (%s) is this agent itself: a delegator never delegates to itself (on one machine, give the executor its own --state-dir)", p.Name, p.AgentID)
+	}
 	if slices.Contains(want.Exclude, p.AgentID) {
-		return Peer{}, "", excluded(p, want)
+		return Peer{}, "", fmt.Errorf("executor %s (%s) is already in this delegation's call chain %s: delegating there would be circular",
+			p.Name, p.AgentID, control.FormatCallChain(want.Exclude))
 	}
 	return p, "named " + arg, nil
 }
@@ -116,6 +122,8 @@ func choose(peers []Peer, want Want) (Peer, string, error) {
 func unfit(p Peer, want Want) string {
 	a := p.Manifest
 	switch {
+	case p.AgentID == want.Self:
+		return "this agent itself"
 	case slices.Contains(want.Exclude, p.AgentID):
 		return "already in this delegation's call chain"
 	case a == nil || a.AWCP == nil:
@@ -133,11 +141,6 @@ func unfit(p Peer, want Want) string {
 		return "read-only"
 	}
 	return ""
-}
-
-func excluded(p Peer, want Want) error {
-	return fmt.Errorf("executor %s (%s) is already in this delegation's call chain %s: delegating there would be circular",
-		p.Name, p.AgentID, control.FormatCallChain(want.Exclude))
 }
 
 func ids(ps []Peer) string {
