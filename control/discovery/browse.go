@@ -149,7 +149,7 @@ func (b *Browser) Rounds() int {
 	return b.rounds
 }
 
-// Run browses until ctx ends, then saves the book.
+// Run browses until ctx ends, saving the book after every round.
 func (b *Browser) Run(ctx context.Context) error {
 	b.init()
 	ctx, stop := context.WithCancel(ctx)
@@ -162,10 +162,12 @@ func (b *Browser) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); b.goodbyes(ctx, ln) }()
 	}
-	var err error
 	for {
-		if err = b.Round(ctx); err != nil && ctx.Err() == nil {
+		if err := b.Round(ctx); err != nil && ctx.Err() == nil {
 			b.Logger.Warn("mDNS query", "err", err)
+		}
+		if err := b.save(); err != nil {
+			b.Logger.Warn("peer book", "err", err)
 		}
 		select {
 		case <-ctx.Done():

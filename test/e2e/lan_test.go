@@ -1,0 +1,423 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// lan is a LAN of network namespaces: each node has one address on a
+// bridge that lives in a namespace of its own, so that multicast goes
+// only between the nodes, never to the machine's network.
+type lan struct {
+	t      *testing.T
+	prefix string // of every namespace name, unique to this test
+	hub    string
+	nodes  map[string]*node
+}
+
+type node struct {
+	name  string // the executor's --name
+	ns    string
+	ip    string
+	state string // shared by its awcp-fs and every awcp-ctl run in it: one agent
+	work  string
+	fs    *exec.Cmd
+	log   *bytes.Buffer
+}
+
+// newLAN builds the namespaces, or skips where that cannot be done (not
+// root, no iproute2): the tests need real multicast between hosts.
+func newLAN(t *testing.T) *lan {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("LAN tests build network namespaces: run them as root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("LAN tests need iproute2's ip")
+	}
+	l := &lan{t: t, prefix: fmt.Sprintf("awcp%d", os.Getpid()%100000), nodes: map[string]*node{}}
+	l.hub = l.prefix + "-hub"
+	t.Cleanup(l.remove)
+	l.ip("netns", "add", l.hub)
+	l.ip("-n", l.hub, "link", "add", "br0", "type", "bridge")
+	l.ip("-n", l.hub, "link", "set", "br0", "up")
+	return l
+}
+
+func (l *lan) ip(args ...string) {
+	l.t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		l.t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// remove stops every process and deletes the namespaces (and with them
+// their links).
+func (l *lan) remove() {
+	for _, n := range l.nodes {
+		n.stop(l.t, syscall.SIGKILL)
+	}
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		if name, _, _ := strings.Cut(line, " "); strings.HasPrefix(name, l.prefix+"-") {
+			exec.Command("ip", "netns", "del", name).Run()
+		}
+	}
+}
+
+// add makes node name, with address 10.78.0.i.
+func (l *lan) add(name string, i int) *node {
+	l.t.Helper()
+	dir := l.t.TempDir()
+	n := &node{name: name, ns: l.prefix + "-" + name, ip: fmt.Sprintf("10.78.0.%d", i),
+		state: filepath.Join(dir, "state"), work: filepath.Join(dir, "work")}
+	veth, peer := fmt.Sprintf("v%d", i), fmt.Sprintf("p%d", i)
+	l.ip("netns", "add", n.ns)
+	l.ip("link", "add", veth, "netns", n.ns, "type", "veth", "peer", "name", peer, "netns", l.hub)
+	l.ip("-n", l.hub, "link", "set", peer, "master", "br0")
+	l.ip("-n", l.hub, "link", "set", peer, "up")
+	l.ip("-n", n.ns, "link", "set", "lo", "up")
+	l.ip("-n", n.ns, "link", "set", veth, "up")
+	l.ip("-n", n.ns, "addr", "add", n.ip+"/24", "dev", veth)
+	l.ip("-n", n.ns, "route", "add", "224.0.0.0/4", "dev", veth)
+	l.nodes[name] = n
+	return n
+}
+
+// command is bin run in n's namespace with n's state dir.
+func (n *node) command(bin string, args ...string) *exec.Cmd {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", n.ns, filepath.Join(binDir, bin)}, args...)...)
+	cmd.Env = append(os.Environ(), "AWCP_STATE_DIR="+n.state, "AWCP_BIN_DIR="+binDir)
+	return cmd
+}
+
+// serve starts n's executor, advertised, running agent.
+func (n *node) serve(t *testing.T, agent string, extra ...string) {
+	t.Helper()
+	n.log = new(bytes.Buffer)
+	n.fs = n.command("awcp-fs", append([]string{"serve", "--work-root", n.work, "--listen", n.ip + ":10200",
+		"--agent-cmd", agent, "--name", n.name, "--advertise", "--log-level", "info"}, extra...)...)
+	n.fs.Stderr = n.log
+	out, err := n.fs.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.fs.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatalf("awcp-fs in %s did not start: %v\n%s", n.ns, err, n.log)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("awcp-fs %s log:\n%s", n.name, n.log)
+		}
+	})
+}
+
+func (n *node) stop(t *testing.T, sig syscall.Signal) {
+	if n.fs == nil || n.fs.Process == nil {
+		return
+	}
+	n.fs.Process.Signal(sig)
+	n.fs.Wait()
+	n.fs = nil
+}
+
+// agentID is n's, as its state dir keeps it.
+func (n *node) agentID(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(n.state, "agent-id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// ctl runs awcp-ctl in n and returns its outcome.
+func (n *node) ctl(t *testing.T, args ...string) result {
+	t.Helper()
+	cmd := n.command("awcp-ctl", args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(r.stderr, "panic:") {
+		t.Fatalf("awcp-ctl crashed:\n%s", r.stderr)
+	}
+	return r
+}
+
+// peerEvent is a line of `awcp-ctl peers --watch --json`.
+type peerEvent struct {
+	Event string    `json:"event"`
+	At    time.Time `json:"at"`
+	Peer  struct {
+		AgentID  string `json:"agentId"`
+		Name     string `json:"name"`
+		URL      string `json:"url"`
+		Online   bool   `json:"online"`
+		Gone     string `json:"gone"`
+		Manifest *struct {
+			AgentID string `json:"agent_id"`
+			AWCP    struct {
+				Transports []string `json:"transports"`
+				FreeSlots  int      `json:"free_slots"`
+			} `json:"awcp"`
+		} `json:"manifest"`
+	} `json:"peer"`
+}
+
+// watcher follows `awcp-ctl peers --watch --json` in a node.
+type watcher struct {
+	events chan peerEvent
+	cmd    *exec.Cmd
+}
+
+func (n *node) watch(t *testing.T) *watcher {
+	t.Helper()
+	w := &watcher{events: make(chan peerEvent, 100)}
+	w.cmd = n.command("awcp-ctl", "peers", "--watch", "--json", "--browse-interval", "1s", "--browse-window", "500ms")
+	out, err := w.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	w.cmd.Stderr = &errb
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var ev peerEvent
+			if json.Unmarshal(sc.Bytes(), &ev) == nil {
+				w.events <- ev
+			}
+		}
+		close(w.events)
+	}()
+	t.Cleanup(func() {
+		w.cmd.Process.Signal(syscall.SIGTERM)
+		w.cmd.Wait()
+		if t.Failed() {
+			t.Logf("peers --watch stderr:\n%s", errb.String())
+		}
+	})
+	return w
+}
+
+// await returns the first event for which ok holds, failing after within.
+func (w *watcher) await(t *testing.T, within time.Duration, what string, ok func(peerEvent) bool) peerEvent {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case ev, open := <-w.events:
+			if !open {
+				t.Fatalf("peers --watch ended before %s", what)
+			}
+			if ok(ev) {
+				return ev
+			}
+		case <-deadline:
+			t.Fatalf("no %s within %s", what, within)
+		}
+	}
+}
+
+// TestLANDiscovery: executors advertised in their namespaces are found from
+// another within 5 s, with their manifests; one stopped gracefully is
+// offline (withdrawn) at once, one killed is offline once silent, well
+// within the records' TTL; and neither is dropped from the list.
+func TestLANDiscovery(t *testing.T) {
+	l := newLAN(t)
+	d := l.add("d", 1)
+	b, c := l.add("b", 2), l.add("c", 3)
+	w := d.watch(t)
+	start := time.Now()
+	b.serve(t, "true")
+	c.serve(t, "true", "--transports", "archive")
+	online := map[string]peerEvent{}
+	for len(online) < 2 {
+		ev := w.await(t, 5*time.Second-time.Since(start), "discovery of both executors", func(ev peerEvent) bool {
+			return ev.Event == "online" && ev.Peer.Manifest != nil
+		})
+		online[ev.Peer.Name] = ev
+	}
+	t.Logf("both found in %s", time.Since(start).Round(time.Millisecond))
+	if ev := online["b"]; ev.Peer.AgentID != b.agentID(t) || ev.Peer.URL != "http://"+b.ip+":10200" || ev.Peer.Manifest.AgentID != b.agentID(t) {
+		t.Fatalf("b found as %+v", ev.Peer)
+	}
+	if got := online["c"].Peer.Manifest.AWCP.Transports; len(got) != 1 || got[0] != "archive" {
+		t.Fatalf("c's manifest offers %v, want [archive]", got)
+	}
+
+	b.stop(t, syscall.SIGTERM)
+	stopped := time.Now()
+	ev := w.await(t, 3*time.Second, "b offline after a graceful stop", func(ev peerEvent) bool { return ev.Peer.Name == "b" && !ev.Peer.Online })
+	if ev.Peer.Gone != "withdrawn" {
+		t.Fatalf("b gone %q after SIGTERM, want withdrawn", ev.Peer.Gone)
+	}
+	t.Logf("b withdrawn after %s", time.Since(stopped).Round(time.Millisecond))
+
+	c.stop(t, syscall.SIGKILL)
+	killed := time.Now()
+	ev = w.await(t, 30*time.Second, "c offline after kill -9", func(ev peerEvent) bool { return ev.Peer.Name == "c" && !ev.Peer.Online })
+	if ev.Peer.Gone != "silent" {
+		t.Fatalf("c gone %q after kill -9, want silent", ev.Peer.Gone)
+	}
+	t.Logf("c offline after %s (TTL 120s)", time.Since(killed).Round(time.Millisecond))
+
+	// A one-shot list still shows both, offline, from the book.
+	r := d.ctl(t, "peers", "--json", "--browse-window", "500ms")
+	var peers []struct {
+		Name   string `json:"name"`
+		Online bool   `json:"online"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &peers); err != nil || len(peers) != 2 || peers[0].Online || peers[1].Online {
+		t.Fatalf("peers --json after both stopped: %v\n%s%s", err, r.stdout, r.stderr)
+	}
+	r = d.ctl(t, "peers")
+	if !strings.Contains(r.stdout, "offline: withdrawn") || !strings.Contains(r.stdout, "offline: not answering") {
+		t.Fatalf("peers shows:\n%s", r.stdout)
+	}
+}
+
+// nestingAgent is an agent that delegates on. Its prompt is "leaf", or
+// "delegate:NEXT[,NEXT…]": it lends a fresh directory to NEXT (a name or
+// a URL) with the rest as the prompt. Each level writes the chain it got
+// and what its nested awcp-ctl said to trace.txt, after the deeper
+// level's trace, so the top workspace gets the whole story back.
+const nestingAgent = `
+echo "chain=$AWCP_CALL_CHAIN" > trace.txt
+case "$AWCP_PROMPT" in
+delegate:*)
+	rest=${AWCP_PROMPT#delegate:}
+	next=${rest%%,*}
+	if [ "$next" = "$rest" ]; then more=leaf; else more="delegate:${rest#*,}"; fi
+	nest=$(mktemp -d)
+	"$AWCP_BIN_DIR/awcp-ctl" export "$nest" --peer "$next" --transport archive --prompt "$more" --browse-window 1s > nested.out 2>&1
+	echo "nested exit=$?" >> trace.txt
+	cat nested.out >> trace.txt
+	rm -f nested.out
+	[ -f "$nest/trace.txt" ] && cat "$nest/trace.txt" >> trace.txt
+	rm -rf "$nest"
+	;;
+esac
+exit 0
+`
+
+// TestLANCallChain delegates through real nested delegations between
+// three hosts: A→B→C works, and every circle is refused — by the executor
+// (the INVITE's call chain holds it) and, when discovery knows who a name
+// is, by the delegator before it asks.
+func TestLANCallChain(t *testing.T) {
+	l := newLAN(t)
+	a, b, c := l.add("a", 1), l.add("b", 2), l.add("c", 3)
+	script := filepath.Join(t.TempDir(), "agent.sh")
+	if err := os.WriteFile(script, []byte(nestingAgent), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*node{a, b, c} {
+		n.serve(t, "sh "+script, "--transports", "archive")
+	}
+	A, B, C := a.agentID(t), b.agentID(t), c.agentID(t)
+	urlA := "http://" + a.ip + ":10200"
+
+	// delegate runs, in A, a delegation to peer with prompt, and returns
+	// the trace the chain of agents wrote back.
+	delegate := func(peer, prompt string) string {
+		t.Helper()
+		ws := t.TempDir()
+		r := a.ctl(t, "export", ws, "--peer", peer, "--transport", "archive", "--prompt", prompt, "--browse-window", "1s")
+		if r.code != 0 {
+			t.Fatalf("export --peer %s %q: exit %d\n%s%s", peer, prompt, r.code, r.stdout, r.stderr)
+		}
+		trace, err := os.ReadFile(filepath.Join(ws, "trace.txt"))
+		if err != nil {
+			t.Fatalf("no trace came back: %v\n%s", err, r.stderr)
+		}
+		return string(trace)
+	}
+	mustHave := func(trace string, wants ...string) {
+		t.Helper()
+		for _, w := range wants {
+			if !strings.Contains(trace, w) {
+				t.Fatalf("trace lacks %q:\n%s", w, trace)
+			}
+		}
+	}
+
+	t.Run("A→B→C works", func(t *testing.T) {
+		trace := delegate("b", "delegate:c")
+		mustHave(trace, "chain="+A+","+B+"\n", "nested exit=0", "chain="+A+","+B+","+C+"\n")
+	})
+	t.Run("A→B→A is refused by A's executor", func(t *testing.T) {
+		// By URL, so that B's delegator cannot know who answers there.
+		trace := delegate("b", "delegate:"+urlA)
+		mustHave(trace, "chain="+A+","+B+"\n", "nested exit=1", "error DECLINED: circular call: agent "+A,
+			"call chain: "+A+" → "+B)
+	})
+	t.Run("A→B→C→A is refused", func(t *testing.T) {
+		trace := delegate("b", "delegate:c,a")
+		mustHave(trace, "nested exit=0", "chain="+A+","+B+","+C+"\n", "nested exit=1",
+			"executor a ("+A+") is already in this delegation's call chain "+A+" → "+B+" → "+C)
+		// And by URL, from C: A's executor refuses it.
+		trace = delegate("b", "delegate:c,"+urlA)
+		mustHave(trace, "error DECLINED: circular call: agent "+A, "call chain: "+A+" → "+B+" → "+C)
+	})
+	t.Run("A never delegates to itself", func(t *testing.T) {
+		r := a.ctl(t, "export", t.TempDir(), "--peer", "a", "--prompt", "x", "--browse-window", "1s")
+		if r.code == 0 || !strings.Contains(r.stderr, "is this agent itself") {
+			t.Fatalf("export --peer a from a: exit %d\n%s", r.code, r.stderr)
+		}
+		r = a.ctl(t, "export", t.TempDir(), "--peer", urlA, "--transport", "archive", "--prompt", "x")
+		if r.code == 0 || !strings.Contains(r.stderr, "circular call: agent "+A) {
+			t.Fatalf("export to its own executor's URL: exit %d\n%s", r.code, r.stderr)
+		}
+	})
+}
+
+// TestLANPeerAuto: --peer auto chooses, among the executors found, one
+// that can mount, and the delegation runs over a live mount between hosts.
+func TestLANPeerAuto(t *testing.T) {
+	l := newLAN(t)
+	d, b, c := l.add("d", 1), l.add("b", 2), l.add("c", 3)
+	b.serve(t, `echo from-auto > note.txt`)
+	c.serve(t, `echo from-auto > note.txt`, "--transports", "archive")
+	ws := t.TempDir()
+	r := d.ctl(t, "export", ws, "--peer", "auto", "--prompt", "leave a note", "--ssh-listen", d.ip+":0", "--browse-window", "1500ms")
+	if r.code != 0 {
+		t.Fatalf("export --peer auto: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "--peer auto: b ("+b.agentID(t)+") at http://"+b.ip+":10200, auto: live mount") {
+		t.Fatalf("auto did not say it chose b for the live mount:\n%s", r.stderr)
+	}
+	if got, err := os.ReadFile(filepath.Join(ws, "note.txt")); err != nil || string(got) != "from-auto\n" {
+		t.Fatalf("note.txt = %q, %v", got, err)
+	}
+	var ds []struct {
+		Transport   string `json:"transport"`
+		PeerAgentID string `json:"peerAgentId"`
+		State       string `json:"state"`
+	}
+	if err := json.Unmarshal([]byte(d.ctl(t, "status", "--json").stdout), &ds); err != nil || len(ds) != 1 ||
+		ds[0].Transport != "sshfs" || ds[0].PeerAgentID != b.agentID(t) || ds[0].State != "completed" {
+		t.Fatalf("status after auto: %+v %v", ds, err)
+	}
+}
