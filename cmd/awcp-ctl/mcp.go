@@ -32,8 +32,10 @@ func mcpCommand(ctx context.Context) *cli.Command {
 			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs or archive"},
 			&cli.StringFlag{Name: "dialect", EnvVars: []string{"AWCP_DIALECT"}, Value: "auto", Usage: "AWCP dialect: auto, seed or head"},
 			&cli.DurationFlag{Name: "discovery-timeout", Value: 3 * time.Second, Usage: "how long to wait for each peer's agent card at start"},
+			&cli.BoolFlag{Name: "discover", EnvVars: []string{"AWCP_DISCOVER"},
+				Usage: "look for executors on the local network (mDNS) for as long as the server runs: the peers tool lists them, and delegate takes their names, ids or auto"},
 			&cli.StringFlag{Name: "log-file", EnvVars: []string{"AWCP_LOG_FILE"}, Usage: "append logs to this file instead of stderr"},
-		), append(policyFlags(), sshFlags()...)...),
+		), append(append(policyFlags(), sshFlags()...), browseFlags()...)...),
 		Action: func(c *cli.Context) error { return serveMCP(ctx, c) },
 	}
 }
@@ -74,6 +76,24 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	chain, err := callChain()
+	if err != nil {
+		return err
+	}
+	var finder mcpserver.PeerFinder
+	if c.Bool("discover") {
+		b := e.browser(c)
+		browseCtx, stopBrowsing := context.WithCancel(ctx)
+		browsed := make(chan struct{})
+		go func() {
+			defer close(browsed)
+			if err := b.Run(browseCtx); err != nil {
+				e.log.Warn("discovery", "err", err)
+			}
+		}()
+		defer func() { stopBrowsing(); <-browsed }()
+		finder = b
+	}
 	dlg := &mcpDelegator{e: e, c: c}
 	defer dlg.close()
 	srv, err := mcpserver.New(mcpserver.Options{
@@ -83,6 +103,9 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 		MaxWriteBytes:  maxWrite,
 		Delegator:      dlg,
 		Peers:          peers,
+		Finder:         finder,
+		Self:           e.agentID,
+		CallChain:      chain,
 		Token:          c.String("token"),
 		Transport:      c.String("transport"),
 		Dialect:        c.String("dialect"),

@@ -34,7 +34,7 @@ type Peer struct {
 	FirstSeen time.Time `json:"firstSeen"`
 	LastSeen  time.Time `json:"lastSeen"`
 	// Gone says why an offline peer is: GoneWithdrawn or GoneSilent.
-	Gone     string           `json:"gone,omitempty"`
+	Gone     string            `json:"gone,omitempty"`
 	Manifest *control.Manifest `json:"manifest,omitempty"`
 	// ManifestError is why its manifest could not be read, if it could not.
 	ManifestError string `json:"manifestError,omitempty"`
@@ -370,4 +370,22 @@ func setMulticastInterface(conn *net.UDPConn, iface *net.Interface) error {
 		return nil
 	}
 	return ipv4.NewPacketConn(conn).SetMulticastInterface(iface)
+}
+
+// Lookup resolves arg (Resolve) among the peers found, after the first
+// round of a browser that Run is running; it waits for that round at most
+// as long as ctx.
+func (b *Browser) Lookup(ctx context.Context, arg string, want Want) (Peer, string, error) {
+	for b.Rounds() == 0 {
+		changed := b.Changed()
+		if b.Rounds() > 0 {
+			break
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return Peer{}, "", fmt.Errorf("no answer from the network yet: %w", ctx.Err())
+		}
+	}
+	return Resolve(b.Peers(), arg, want)
 }

@@ -507,4 +507,3 @@ func parseLastEventID(s string) uint64 {
 	n, _ := strconv.ParseUint(s, 10, 64)
 	return n
 }
-

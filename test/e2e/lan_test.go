@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // lan is a LAN of network namespaces: each node has one address on a
@@ -341,7 +344,7 @@ func TestLANCallChain(t *testing.T) {
 
 	// delegate runs, in A, a delegation to peer with prompt, and returns
 	// the trace the chain of agents wrote back.
-	delegate := func(peer, prompt string) string {
+	delegate := func(t *testing.T, peer, prompt string) string {
 		t.Helper()
 		ws := t.TempDir()
 		r := a.ctl(t, "export", ws, "--peer", peer, "--transport", "archive", "--prompt", prompt, "--browse-window", "1s")
@@ -354,7 +357,7 @@ func TestLANCallChain(t *testing.T) {
 		}
 		return string(trace)
 	}
-	mustHave := func(trace string, wants ...string) {
+	mustHave := func(t *testing.T, trace string, wants ...string) {
 		t.Helper()
 		for _, w := range wants {
 			if !strings.Contains(trace, w) {
@@ -364,22 +367,22 @@ func TestLANCallChain(t *testing.T) {
 	}
 
 	t.Run("A→B→C works", func(t *testing.T) {
-		trace := delegate("b", "delegate:c")
-		mustHave(trace, "chain="+A+","+B+"\n", "nested exit=0", "chain="+A+","+B+","+C+"\n")
+		trace := delegate(t, "b", "delegate:c")
+		mustHave(t, trace, "chain="+A+","+B+"\n", "nested exit=0", "chain="+A+","+B+","+C+"\n")
 	})
 	t.Run("A→B→A is refused by A's executor", func(t *testing.T) {
 		// By URL, so that B's delegator cannot know who answers there.
-		trace := delegate("b", "delegate:"+urlA)
-		mustHave(trace, "chain="+A+","+B+"\n", "nested exit=1", "error DECLINED: circular call: agent "+A,
+		trace := delegate(t, "b", "delegate:"+urlA)
+		mustHave(t, trace, "chain="+A+","+B+"\n", "nested exit=1", "error DECLINED: circular call: agent "+A,
 			"call chain: "+A+" → "+B)
 	})
 	t.Run("A→B→C→A is refused", func(t *testing.T) {
-		trace := delegate("b", "delegate:c,a")
-		mustHave(trace, "nested exit=0", "chain="+A+","+B+","+C+"\n", "nested exit=1",
+		trace := delegate(t, "b", "delegate:c,a")
+		mustHave(t, trace, "nested exit=0", "chain="+A+","+B+","+C+"\n", "nested exit=1",
 			"executor a ("+A+") is already in this delegation's call chain "+A+" → "+B+" → "+C)
 		// And by URL, from C: A's executor refuses it.
-		trace = delegate("b", "delegate:c,"+urlA)
-		mustHave(trace, "error DECLINED: circular call: agent "+A, "call chain: "+A+" → "+B+" → "+C)
+		trace = delegate(t, "b", "delegate:c,"+urlA)
+		mustHave(t, trace, "error DECLINED: circular call: agent "+A, "call chain: "+A+" → "+B+" → "+C)
 	})
 	t.Run("A never delegates to itself", func(t *testing.T) {
 		r := a.ctl(t, "export", t.TempDir(), "--peer", "a", "--prompt", "x", "--browse-window", "1s")
@@ -419,5 +422,75 @@ func TestLANPeerAuto(t *testing.T) {
 	if err := json.Unmarshal([]byte(d.ctl(t, "status", "--json").stdout), &ds); err != nil || len(ds) != 1 ||
 		ds[0].Transport != "sshfs" || ds[0].PeerAgentID != b.agentID(t) || ds[0].State != "completed" {
 		t.Fatalf("status after auto: %+v %v", ds, err)
+	}
+}
+
+// TestLANMCP: `awcp-ctl mcp --discover` lists the executors on the network
+// with its peers tool and delegates to one by name; started inside a
+// delegation whose chain holds that executor, it refuses.
+func TestLANMCP(t *testing.T) {
+	l := newLAN(t)
+	d, b := l.add("d", 1), l.add("b", 2)
+	b.serve(t, `echo by-mcp > note.txt`, "--transports", "archive")
+
+	session := func(t *testing.T, env ...string) *mcp.ClientSession {
+		cmd := d.command("awcp-ctl", "mcp", "--discover", "--browse-interval", "1s", "--browse-window", "500ms", "--transport", "archive")
+		cmd.Env = append(cmd.Env, env...)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			cancel()
+			t.Fatalf("mcp: %v\n%s", err, errb.String())
+		}
+		t.Cleanup(func() {
+			cs.Close()
+			cancel()
+			if t.Failed() {
+				t.Logf("awcp-ctl mcp stderr:\n%s", errb.String())
+			}
+		})
+		return cs
+	}
+	call := func(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) (string, bool) {
+		t.Helper()
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
+		var text strings.Builder
+		for _, c := range res.Content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				text.WriteString(tc.Text)
+			}
+		}
+		return text.String(), res.IsError
+	}
+
+	cs := session(t)
+	var listed string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		listed, _ = call(t, cs, "peers", nil)
+		if strings.Contains(listed, "b  http://"+b.ip+":10200  online  discovered  agent "+b.agentID(t)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("peers never listed b online:\n%s", listed)
+		}
+	}
+	ws := t.TempDir()
+	out, failed := call(t, cs, "delegate", map[string]any{"description": "note", "prompt": "leave a note", "workspace_dir": ws, "peer_url": "b"})
+	if failed || !strings.Contains(out, "completed") {
+		t.Fatalf("delegate to b by name: %s", out)
+	}
+	if got, err := os.ReadFile(filepath.Join(ws, "note.txt")); err != nil || string(got) != "by-mcp\n" {
+		t.Fatalf("note.txt = %q, %v", got, err)
+	}
+
+	looped := session(t, "AWCP_CALL_CHAIN="+b.agentID(t))
+	out, failed = call(t, looped, "delegate", map[string]any{"description": "loop", "prompt": "p", "workspace_dir": t.TempDir()})
+	if !failed || !strings.Contains(out, "already in this delegation's call chain") {
+		t.Fatalf("auto from inside b's chain: failed=%v %s", failed, out)
 	}
 }

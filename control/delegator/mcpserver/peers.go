@@ -10,6 +10,8 @@ import (
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/control/discovery"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Peer is an executor the delegate tool offers, as discovered at start.
@@ -53,7 +55,12 @@ func Discover(ctx context.Context, client *http.Client, urls []string, token str
 
 // describePeers is the part of the delegate tool's description that lets a
 // model choose an executor.
-func describePeers(peers []Peer) string {
+func describePeers(peers []Peer, discovering bool) string {
+	if len(peers) == 0 && discovering {
+		return "No executors are configured; executors on the local network are found by discovery: the peers tool " +
+			"lists them. Pass one's name or agent id as peer_url, or leave it out (auto: one that can take the " +
+			"delegation now, preferring a live mount)."
+	}
 	if len(peers) == 0 {
 		return "No executors are configured: pass peer_url (an `awcp-fs serve` URL such as http://host:10200)."
 	}
@@ -118,32 +125,152 @@ func oneLine(s string) string {
 	return s
 }
 
-// pickPeer resolves the peer_url argument: a URL, the name of a discovered
-// peer, or empty for the only configured one.
-func pickPeer(arg string, peers []Peer) (string, error) {
+// PeerFinder is LAN discovery as the tools use it (discovery.Browser).
+type PeerFinder interface {
+	// Peers are those found, online or not.
+	Peers() []discovery.Peer
+	// Lookup resolves a name, an agent id or discovery.Auto.
+	Lookup(ctx context.Context, arg string, want discovery.Want) (discovery.Peer, string, error)
+}
+
+// chosenPeer is the executor a delegation goes to, and how it was chosen
+// when discovery chose it.
+type chosenPeer struct {
+	URL, AgentID, Name, why string
+}
+
+// pickPeer resolves the peer_url argument: a URL, the name of a configured
+// peer, else (with discovery) a discovered executor's name or id, or auto;
+// empty is the only configured peer, or auto when discovering with none.
+func (s *server) pickPeer(ctx context.Context, arg, access string) (chosenPeer, error) {
+	peers := s.opts.Peers
 	if arg != "" {
 		for _, p := range peers {
 			if p.Card != nil && p.Card.Name == arg {
-				return p.URL, nil
+				return chosenPeer{URL: p.URL}, nil
 			}
 		}
-		if !strings.Contains(arg, "://") {
-			return "", control.Errorf(control.CodeDeclined, "peer_url %q is neither a URL nor the name of a listed executor", arg).
+		if strings.Contains(arg, "://") {
+			return chosenPeer{URL: arg}, nil
+		}
+		if s.opts.Finder == nil {
+			return chosenPeer{}, control.Errorf(control.CodeDeclined, "peer_url %q is neither a URL nor the name of a listed executor", arg).
 				WithHint("pass an executor URL such as http://host:10200")
 		}
-		return arg, nil
+		return s.discover(ctx, arg, access)
 	}
-	switch len(peers) {
-	case 0:
-		return "", control.Errorf(control.CodeDeclined, "no executor given and none configured").
+	switch {
+	case len(peers) == 1:
+		return chosenPeer{URL: peers[0].URL}, nil
+	case len(peers) == 0 && s.opts.Finder != nil:
+		return s.discover(ctx, discovery.Auto, access)
+	case len(peers) == 0:
+		return chosenPeer{}, control.Errorf(control.CodeDeclined, "no executor given and none configured").
 			WithHint("pass peer_url, the URL of an `awcp-fs serve` (e.g. http://host:10200)")
-	case 1:
-		return peers[0].URL, nil
 	}
 	urls := make([]string, len(peers))
 	for i, p := range peers {
 		urls[i] = p.URL
 	}
-	return "", control.Errorf(control.CodeDeclined, "several executors are configured and peer_url was not given").
+	return chosenPeer{}, control.Errorf(control.CodeDeclined, "several executors are configured and peer_url was not given").
 		WithHint("choose one of " + strings.Join(urls, ", "))
+}
+
+func (s *server) discover(ctx context.Context, arg, access string) (chosenPeer, error) {
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	p, why, err := s.opts.Finder.Lookup(lctx, arg, discovery.Want{
+		Transport: s.opts.Transport, Access: access, Self: s.opts.Self, Exclude: s.opts.CallChain})
+	if err != nil {
+		return chosenPeer{}, control.Errorf(control.CodeDeclined, "peer_url %s: %v", arg, err).
+			WithHint("the peers tool lists the executors found")
+	}
+	return chosenPeer{URL: p.URL, AgentID: p.AgentID, Name: p.Name, why: why}, nil
+}
+
+type peersArgs struct{}
+
+// PeersResult is the peers tool's result.
+type PeersResult struct {
+	Peers []PeerView `json:"peers"`
+	Error *Failure   `json:"error,omitempty"`
+}
+
+// PeerView is one executor as the peers tool shows it.
+type PeerView struct {
+	Name    string `json:"name"`
+	AgentID string `json:"agent_id,omitempty"`
+	URL     string `json:"url"`
+	Source  string `json:"source" jsonschema:"configured (--peers) or discovered (mDNS)"`
+	Online  bool   `json:"online"`
+	// Offline says how and since when, for a peer that is not online.
+	Offline     string   `json:"offline,omitempty"`
+	LastSeen    string   `json:"last_seen,omitempty"`
+	Transports  []string `json:"transports,omitempty"`
+	LiveMount   bool     `json:"live_mount,omitempty"`
+	FreeSlots   *int     `json:"free_slots,omitempty"`
+	Description string   `json:"description,omitempty"`
+}
+
+func (r PeersResult) failed() bool                 { return r.Error != nil }
+func (PeersResult) refused(f *Failure) PeersResult { return PeersResult{Error: f} }
+
+func (r PeersResult) text() string {
+	if r.Error != nil {
+		return strings.TrimRight(r.Error.text(), "\n")
+	}
+	if len(r.Peers) == 0 {
+		return "no executors configured or found"
+	}
+	var b strings.Builder
+	for _, p := range r.Peers {
+		state := "online"
+		if !p.Online {
+			state = "offline (" + p.Offline + ")"
+		}
+		fmt.Fprintf(&b, "%s  %s  %s  %s", p.Name, p.URL, state, p.Source)
+		if p.AgentID != "" {
+			fmt.Fprintf(&b, "  agent %s", p.AgentID)
+		}
+		if len(p.Transports) > 0 {
+			fmt.Fprintf(&b, "  transports %s", strings.Join(p.Transports, ","))
+		}
+		if p.FreeSlots != nil {
+			fmt.Fprintf(&b, "  %d free", *p.FreeSlots)
+		}
+		b.WriteString("\n")
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func (s *server) peers(_ context.Context, _ *mcp.CallToolRequest, _ peersArgs) (PeersResult, error) {
+	res := PeersResult{Peers: []PeerView{}}
+	for _, p := range s.opts.Peers {
+		v := PeerView{Name: oneLine(p.Name()), URL: p.URL, Source: "configured", Online: p.Card != nil}
+		if p.Card == nil {
+			v.Offline = "at start: " + oneLine(errText(p.Err))
+		} else {
+			v.Description = oneLine(p.Card.Description)
+		}
+		res.Peers = append(res.Peers, v)
+	}
+	if s.opts.Finder == nil {
+		return res, nil
+	}
+	for _, p := range s.opts.Finder.Peers() {
+		v := PeerView{Name: oneLine(p.Name), AgentID: p.AgentID, URL: p.URL, Source: "discovered", Online: p.Online,
+			LastSeen: control.Timestamp(p.LastSeen)}
+		if !p.Online {
+			v.Offline = discovery.OfflineSince(p)
+		}
+		if m := p.Manifest; m != nil {
+			v.Description = oneLine(m.Description)
+			if a := m.AWCP; a != nil {
+				free := a.FreeSlots
+				v.Transports, v.LiveMount, v.FreeSlots = a.Transports, a.FUSE, &free
+			}
+		}
+		res.Peers = append(res.Peers, v)
+	}
+	return res, nil
 }

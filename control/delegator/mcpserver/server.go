@@ -65,6 +65,15 @@ type Options struct {
 	// Peers are the executors described to the model; with exactly one,
 	// peer_url may be left out.
 	Peers []Peer
+	// Finder, if set, is LAN discovery: it resolves the names, ids and
+	// "auto" the configured peers do not answer to, and the peers tool
+	// lists what it found. Without configured peers, no peer_url is auto.
+	Finder PeerFinder
+	// Self is this agent's id, never chosen by auto; CallChain the chain
+	// this server was started in ($AWCP_CALL_CHAIN), handed on by every
+	// delegation and never chosen either.
+	Self      string
+	CallChain []string
 	// Token is sent to executors that require one. Secret.
 	Token string
 	// Transport of new delegations: auto, sshfs or archive. Default auto.
@@ -139,7 +148,7 @@ func New(opts Options) (*mcp.Server, error) {
 		addTool(srv, &mcp.Tool{
 			Name:        "delegate",
 			Title:       "Delegate a task on a local directory",
-			Description: delegateDescription(opts.Peers),
+			Description: delegateDescription(opts.Peers, opts.Finder != nil),
 		}, s.delegate, map[string]schemaHint{
 			"ttl_seconds": {def: 3600, min: ptr(1.0)},
 			"access_mode": {def: "rw", enum: []any{"rw", "ro"}},
@@ -166,6 +175,13 @@ func New(opts Options) (*mcp.Server, error) {
 			Description: "The delegations made from this machine, newest last, with their states; or one, given delegation_id.",
 		}, s.status, nil),
 		addTool(srv, &mcp.Tool{
+			Name:  "peers",
+			Title: "List executors",
+			Description: "The executors this server knows: those configured, and those found on the local network " +
+				"(mDNS, when discovery is on) with whether each is online, when it was last seen, and what it offers " +
+				"(transports, live mount, free slots). Pass one's name or agent id to delegate as peer_url.",
+		}, s.peers, nil),
+		addTool(srv, &mcp.Tool{
 			Name:  "delegate_permission",
 			Title: "Answer the executor agent's permission request",
 			Description: "An executor run with --permission forward asks before its agent's sensitive tool calls; " +
@@ -179,20 +195,20 @@ func New(opts Options) (*mcp.Server, error) {
 	return srv, nil
 }
 
-func delegateDescription(peers []Peer) string {
+func delegateDescription(peers []Peer, discovering bool) string {
 	return "Lend a local directory (workspace_dir) to a remote executor agent for one task, under a lease " +
 		"(ttl_seconds). The executor's agent works on the directory with its own tools — live, over a mount, " +
 		"or on a copy whose result is applied back — and every access ends with the lease. " +
 		"Without background the call waits for the end (at most an hour) and returns the summary and the " +
 		"files the executor changed; with background: true it returns the delegation_id at once, for " +
-		"delegate_output. Recommended: background.\n\n" + describePeers(peers)
+		"delegate_output. Recommended: background.\n\n" + describePeers(peers, discovering)
 }
 
 type delegateArgs struct {
 	Description  string `json:"description" jsonschema:"short task description, for logs and lists"`
 	Prompt       string `json:"prompt" jsonschema:"the complete task for the executor's agent"`
 	WorkspaceDir string `json:"workspace_dir,omitempty" jsonschema:"the local directory to lend; relative paths are resolved against cwd (default: cwd)"`
-	PeerURL      string `json:"peer_url,omitempty" jsonschema:"the executor's URL (or the name of a listed executor); default: the only configured one"`
+	PeerURL      string `json:"peer_url,omitempty" jsonschema:"the executor: its URL, the name of a listed executor, or (with discovery) the name or agent id of one on the network, or auto; default: the only configured one, or auto with discovery and none configured"`
 	Cwd          string `json:"cwd,omitempty" jsonschema:"directory against which a relative workspace_dir is resolved (default: the server's working directory)"`
 	TTLSeconds   int64  `json:"ttl_seconds,omitempty" jsonschema:"length of the lease in seconds"`
 	AccessMode   string `json:"access_mode,omitempty" jsonschema:"rw lets the executor change the directory; ro only read it"`
@@ -210,7 +226,11 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 	if in.TTLSeconds == 0 {
 		in.TTLSeconds = 3600
 	}
-	peer, err := pickPeer(in.PeerURL, s.opts.Peers)
+	access := in.AccessMode
+	if access == "" {
+		access = control.AccessRW
+	}
+	peer, err := s.pickPeer(ctx, in.PeerURL, access)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -227,7 +247,8 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 		dir = filepath.Join(cwd, dir)
 	}
 	id, err := s.dlg.Start(ctx, delegator.ExportRequest{
-		Dir: dir, Peer: peer, Prompt: in.Prompt, Description: strings.TrimSpace(in.Description),
+		Dir: dir, Peer: peer.URL, PeerAgentID: peer.AgentID, PeerName: peer.Name, PeerChoice: peer.why, CallChain: s.opts.CallChain,
+		Prompt: in.Prompt, Description: strings.TrimSpace(in.Description),
 		TTL: time.Duration(in.TTLSeconds) * time.Second, Access: in.AccessMode,
 		Transport: s.opts.Transport, Token: s.opts.Token, Dialect: s.opts.Dialect,
 		Hide: s.opts.Hide, NoHideDefaults: s.opts.NoHideDefaults, NoDelete: s.opts.NoDelete, MaxWriteBytes: s.opts.MaxWriteBytes,
@@ -235,7 +256,7 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 	if err != nil {
 		return Outcome{}, err
 	}
-	s.log.Info("delegation started", "delegation", id, "peer", peer, "background", in.Background)
+	s.log.Info("delegation started", "delegation", id, "peer", peer.URL, "background", in.Background)
 	if in.Background {
 		d, err := s.dlg.Find(id)
 		if err != nil {

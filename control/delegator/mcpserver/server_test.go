@@ -329,8 +329,9 @@ func TestDiscoveryDescribesPeers(t *testing.T) {
 		}
 	}
 	// A peer is also chosen by its card's name.
-	if url, err := pickPeer("gpu-box", peers); err != nil || url != peer {
-		t.Errorf("pickPeer by name: %q %v", url, err)
+	s := &server{opts: Options{Peers: peers}}
+	if p, err := s.pickPeer(context.Background(), "gpu-box", control.AccessRW); err != nil || p.URL != peer {
+		t.Errorf("pickPeer by name: %q %v", p.URL, err)
 	}
 }
 
