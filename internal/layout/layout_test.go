@@ -31,20 +31,21 @@ var allowed = map[string][]string{
 	"fs":                     {"fs/sftpc", "sshd/sftpwire", "internal/bufconn", "internal/cloexec", "internal/mountinfo"},
 	"sshd":                   {"sshd/sftpwire", "internal/confine", "internal/bufconn"},
 	"sshd/sshdtest":          {"sshd"},
-	"control/executor/agent": {"lease"},
+	"control/executor/agent": {"control", "lease"},
 	"control/executor/acp":   {"control/executor/agent", "lease"},
 	// control is what both roles share: no role's logic, and neither
 	// half of the live mount. The SSH server (sshd) is reached only from
 	// control/delegator, the FUSE mount (fs) only from control/executor,
 	// and neither role's package imports the other's.
 	"control":                       {"archive", "lease"},
+	"control/discovery":             {"control"},
 	"control/delegator":             {"archive", "control", "internal/httpserve", "lease", "sshd", "sshd/sftpwire"},
 	"control/executor":              {"archive", "control", "control/executor/agent", "fs", "internal/httpserve", "internal/mountinfo", "lease"},
 	"control/executor/executortest": {"control", "control/executor", "lease"},
-	"control/delegator/mcpserver":   {"control", "control/delegator", "lease"},
+	"control/delegator/mcpserver":   {"control", "control/delegator", "control/discovery", "lease"},
 	"cmd/internal/clikit":           {"internal/cloexec"},
-	"cmd/awcp-ctl":                  {"cmd/internal/clikit", "control", "control/delegator", "control/delegator/mcpserver", "lease"},
-	"cmd/awcp-fs":                   {"archive", "cmd/internal/clikit", "control", "control/executor/acp", "control/executor/agent", "control/executor", "fs", "lease"},
+	"cmd/awcp-ctl":                  {"cmd/internal/clikit", "control", "control/delegator", "control/delegator/mcpserver", "control/discovery", "lease"},
+	"cmd/awcp-fs":                   {"archive", "cmd/internal/clikit", "control", "control/discovery", "control/executor/acp", "control/executor/agent", "control/executor", "fs", "lease"},
 	"test/bench/control":            nil,
 	"test/e2e":                      nil,
 }
