@@ -53,7 +53,7 @@ func openEnv(c *cli.Context) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &env{state: state, agentID: agentID, store: store, log: log, reconnectBound: c.Duration("reconnect-bound")}
+	e := &env{state: state, agentID: agentID, store: store, log: log, reconnectBound: clikit.Duration(c, "reconnect-bound")}
 	if dlg, err := e.delegator(nil); err == nil {
 		dlg.ExpireOverdue(c.Context)
 	}
@@ -89,12 +89,10 @@ func sshFlags() []cli.Flag {
 			Usage: "address of the embedded SSH/SFTP server for live mounts"},
 		&cli.StringFlag{Name: "ssh-advertise", EnvVars: []string{"AWCP_SSH_ADVERTISE"},
 			Usage: "host[:port] executors dial (default: this machine's address towards each executor, the listening port)"},
-		&cli.DurationFlag{Name: "reconnect-bound", EnvVars: []string{"AWCP_RECONNECT_BOUND"}, Value: 30 * time.Second,
-			Usage: "how long an executor that went away may stay unreachable before its delegation fails (TASK_FAILED)"},
+		clikit.DurationFlag("reconnect-bound", 30*time.Second, "how long an executor that went away may stay unreachable before its delegation fails (TASK_FAILED)", "AWCP_RECONNECT_BOUND"),
 		&cli.IntFlag{Name: "audit-records", EnvVars: []string{"AWCP_AUDIT_RECORDS"}, Value: delegator.DefaultMaxAuditRecords,
 			Usage: "operations of a live-mount delegation its audit log keeps (the oldest beyond are dropped and counted); 0 records none"},
-		&cli.DurationFlag{Name: "audit-retention", EnvVars: []string{"AWCP_AUDIT_RETENTION"}, Value: 30 * 24 * time.Hour,
-			Usage: "how long the audit log of an ended delegation is kept (its summary stays with the delegation)"},
+		clikit.DurationFlag("audit-retention", 30*24*time.Hour, "how long the audit log of an ended delegation is kept (its summary stays with the delegation)", "AWCP_AUDIT_RETENTION"),
 	}
 }
 
@@ -139,7 +137,7 @@ func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err er
 	}
 	lender, wait, err := delegator.StartSSH(ctx, delegator.SSHOptions{StateDir: e.state, Store: e.store,
 		Listen: c.String("ssh-listen"), AdvertiseHost: host, AdvertisePort: port, Logger: e.log,
-		AuditRecords: records, NoAudit: records == 0, AuditRetention: c.Duration("audit-retention")})
+		AuditRecords: records, NoAudit: records == 0, AuditRetention: clikit.Duration(c, "audit-retention")})
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +307,7 @@ func outputCommand(ctx context.Context) *cli.Command {
 		ArgsUsage: "ID",
 		Flags: append(clikit.CommonFlags(),
 			&cli.BoolFlag{Name: "block", Usage: "wait until the delegation ends"},
-			&cli.DurationFlag{Name: "timeout", Value: 60 * time.Second, Usage: "longest wait with --block"},
+			clikit.DurationFlag("timeout", 60*time.Second, "longest wait with --block"),
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		),
 		Action: func(c *cli.Context) error {
@@ -322,7 +320,7 @@ func outputCommand(ctx context.Context) *cli.Command {
 				return err
 			}
 			if c.Bool("block") {
-				deadline := time.NewTimer(c.Duration("timeout"))
+				deadline := time.NewTimer(clikit.Duration(c, "timeout"))
 				defer deadline.Stop()
 				tick := time.NewTicker(200 * time.Millisecond)
 				defer tick.Stop()

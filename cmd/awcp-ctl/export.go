@@ -28,7 +28,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 				Usage: "the executor: its URL (http://host:10200), or the name or agent id of one found on this network, or auto (see `awcp-ctl peers`)"},
 			&cli.StringFlag{Name: "prompt", EnvVars: []string{"AWCP_PROMPT"}, Required: true, Usage: "the task, in full"},
 			&cli.StringFlag{Name: "description", Usage: "short description for logs and lists (default: the prompt's first line)"},
-			&cli.DurationFlag{Name: "ttl", EnvVars: []string{"AWCP_TTL"}, Value: time.Hour, Usage: "length of the lease"},
+			clikit.DurationFlag("ttl", time.Hour, "length of the lease", "AWCP_TTL"),
 			&cli.StringFlag{Name: "access", EnvVars: []string{"AWCP_ACCESS"}, Value: "rw", Usage: "rw or ro"},
 			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs or archive"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executor requires"},
@@ -47,7 +47,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 			}
 			req := delegator.ExportRequest{
 				Dir: c.Args().First(), Peer: c.String("peer"), Prompt: c.String("prompt"),
-				Description: c.String("description"), TTL: c.Duration("ttl"), Access: c.String("access"),
+				Description: c.String("description"), TTL: clikit.Duration(c, "ttl"), Access: c.String("access"),
 				Transport: c.String("transport"), Token: c.String("token"), Dialect: c.String("dialect"),
 				Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"), NoDelete: c.Bool("no-delete"),
 			}

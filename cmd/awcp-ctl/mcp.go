@@ -31,7 +31,7 @@ func mcpCommand(ctx context.Context) *cli.Command {
 			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executors require"},
 			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs or archive"},
 			&cli.StringFlag{Name: "dialect", EnvVars: []string{"AWCP_DIALECT"}, Value: "auto", Usage: "AWCP dialect: auto, seed or head"},
-			&cli.DurationFlag{Name: "discovery-timeout", Value: 3 * time.Second, Usage: "how long to wait for each peer's agent card at start"},
+			clikit.DurationFlag("discovery-timeout", 3*time.Second, "how long to wait for each peer's agent card at start"),
 			&cli.BoolFlag{Name: "discover", EnvVars: []string{"AWCP_DISCOVER"},
 				Usage: "look for executors on the local network (mDNS) for as long as the server runs: the peers tool lists them, and delegate takes their names, ids or auto"},
 			&cli.StringFlag{Name: "log-file", EnvVars: []string{"AWCP_LOG_FILE"}, Usage: "append logs to this file instead of stderr"},
@@ -66,7 +66,7 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	peers := mcpserver.Discover(ctx, nil, c.StringSlice("peers"), c.String("token"), c.Duration("discovery-timeout"))
+	peers := mcpserver.Discover(ctx, nil, c.StringSlice("peers"), c.String("token"), clikit.Duration(c, "discovery-timeout"))
 	for _, p := range peers {
 		if p.Err != nil {
 			e.log.Warn("peer offline at start", "peer", p.URL, "err", p.Err)

@@ -22,17 +22,15 @@ import (
 // browseFlags configure LAN discovery where a command browses.
 func browseFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.DurationFlag{Name: "browse-window", EnvVars: []string{"AWCP_BROWSE_WINDOW"}, Value: 1500 * time.Millisecond,
-			Usage: "how long an mDNS query listens for executors' answers"},
-		&cli.DurationFlag{Name: "browse-interval", EnvVars: []string{"AWCP_BROWSE_INTERVAL"}, Value: 5 * time.Second,
-			Usage: "between mDNS queries while watching; an executor silent for three is shown offline"},
+		clikit.DurationFlag("browse-window", 1500*time.Millisecond, "how long an mDNS query listens for executors' answers", "AWCP_BROWSE_WINDOW"),
+		clikit.DurationFlag("browse-interval", 5*time.Second, "between mDNS queries while watching; an executor silent for three is shown offline", "AWCP_BROWSE_INTERVAL"),
 	}
 }
 
 func (e *env) browser(c *cli.Context) *discovery.Browser {
 	return &discovery.Browser{
 		Self: e.agentID, Book: filepath.Join(e.state, "peers.json"), Logger: e.log,
-		Window: c.Duration("browse-window"), Interval: c.Duration("browse-interval"),
+		Window: clikit.Duration(c, "browse-window"), Interval: clikit.Duration(c, "browse-interval"),
 	}
 }
 

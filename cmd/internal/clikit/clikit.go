@@ -155,6 +155,8 @@ func Run(newApp func(ctx context.Context, stdout, stderr io.Writer) *cli.App, pr
 func Main(app *cli.App, args []string) int {
 	app.ExitErrHandler = func(*cli.Context, error) {} // exit codes are ours
 	app.Version = Version
+	oneLineUsageErrors(app.Name, app.Commands)
+	app.OnUsageError = usageError(app.Name)
 	if prof := os.Getenv("AWCP_CPUPROFILE"); prof != "" {
 		// For performance work: a CPU profile per process.
 		if f, err := os.Create(fmt.Sprintf("%s.%s.%d", prof, app.Name, os.Getpid())); err == nil {
@@ -240,4 +242,21 @@ func takesValue(flags []cli.Flag, arg string) bool {
 		}
 	}
 	return false
+}
+
+// oneLineUsageErrors makes a bad flag one line that names the command and
+// where its flags are listed, instead of urfave/cli's error followed by
+// the whole help page.
+func oneLineUsageErrors(prefix string, cmds []*cli.Command) {
+	for _, cmd := range cmds {
+		cmd.OnUsageError = usageError(prefix + " " + cmd.Name)
+		oneLineUsageErrors(prefix+" "+cmd.Name, cmd.Subcommands)
+	}
+}
+
+func usageError(command string) cli.OnUsageErrorFunc {
+	return func(_ *cli.Context, err error, _ bool) error {
+		msg := strings.Replace(err.Error(), "for flag -", "for --", 1)
+		return &exitError{code: ExitUsage, msg: fmt.Sprintf("%s (see %s --help)", msg, command)}
+	}
 }
