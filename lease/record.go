@@ -75,7 +75,7 @@ type Delegation struct {
 	Token           string   `json:"token,omitempty"`    // secret for the peer; never log
 	Summary         string   `json:"summary,omitempty"`
 	Highlights      []string `json:"highlights,omitempty"`
-	Changes         []string `json:"changes,omitempty"`   // "+ new", "~ changed", "- deleted"
+	Changes         []string `json:"changes,omitempty"`   // "A added", "M modified", "D deleted"; a directory ends in /
 	Conflicts       []string `json:"conflicts,omitempty"` // local versions kept
 	Notes           []string `json:"notes,omitempty"`     // what the user should know, e.g. a transport fallback
 	// Permissions are the agent's permission requests, pending or decided,

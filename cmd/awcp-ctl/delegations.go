@@ -190,7 +190,11 @@ func report(c *cli.Context, d *lease.Delegation) error {
 		}
 	}
 	if len(d.Changes) > 0 {
-		fmt.Fprintf(w, "changes applied to %s:\n%s\n", d.LocalDir, indent(strings.Join(d.Changes, "\n")))
+		title := "changes made live in " + d.LocalDir
+		if d.Transport == control.TransportArchive {
+			title = "changes applied to " + d.LocalDir
+		}
+		fmt.Fprintf(w, "%s:\n%s\n", title, indent(strings.Join(d.Changes, "\n")))
 	} else if d.State == lease.Completed && d.Transport == control.TransportArchive && d.AccessMode == control.AccessRW {
 		fmt.Fprintln(w, "changes: none")
 	}

@@ -250,7 +250,7 @@ func TestDelegatorSpeaksHeadToHeadExecutor(t *testing.T) {
 			if !slices.ContainsFunc(end.Notes, func(n string) bool { return strings.Contains(n, "EXECUTOR_WAS_HERE.txt") }) {
 				t.Errorf("notes %q do not say what was left out", end.Notes)
 			}
-			if !slices.Equal(end.Changes, []string{"~ hello.txt"}) {
+			if !slices.Equal(end.Changes, []string{"M hello.txt"}) {
 				t.Errorf("changes %q", end.Changes)
 			}
 			peer.mu.Lock()

@@ -162,13 +162,13 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 				del.LastEventID = seq
 				del.Summary, del.Highlights = ev.Summary, ev.Highlights
 				for _, p := range rep.Created {
-					del.Changes = append(del.Changes, "+ "+p)
+					del.Changes = append(del.Changes, changeLine(ChangeAdded, p))
 				}
 				for _, p := range rep.Modified {
-					del.Changes = append(del.Changes, "~ "+p)
+					del.Changes = append(del.Changes, changeLine(ChangeModified, p))
 				}
 				for _, p := range rep.Deleted {
-					del.Changes = append(del.Changes, "- "+p)
+					del.Changes = append(del.Changes, changeLine(ChangeDeleted, p))
 				}
 				del.Conflicts = rep.Conflicts
 				if del.Transport == control.TransportArchive {

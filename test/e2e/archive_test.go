@@ -41,7 +41,7 @@ func TestArchiveRoundTrip(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("export exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{"completed", "Updated README", "+ docs/guide.md", "~ README.md", "- src/old.go", "~ scripts/build.sh"} {
+	for _, want := range []string{"completed", "Updated README", "A docs/guide.md", "M README.md", "D src/old.go", "M scripts/build.sh"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, r.stdout)
 		}

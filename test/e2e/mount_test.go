@@ -160,6 +160,13 @@ func TestLiveMountRoundTrip(t *testing.T) {
 	if st, _ := exec.Command("git", "-C", dir, "status", "--porcelain").Output(); !bytes.Contains(st, []byte("app")) || bytes.Contains(st, []byte("README")) {
 		t.Errorf("git status: %s", st)
 	}
+	// What changed is listed a line per path, deletions too.
+	for _, want := range []string{"changes made live in " + dir + ":", "\n  A src/renamed.go\n", "\n  D src/old.go\n",
+		"\n  D scripts/build.sh\n", "\n  A newdir/\n", "\n  A newdir/x.txt\n", "\n  M README.md\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the result's changes lack %q:\n%s", want, out)
+		}
+	}
 	// What the agent did is in the result's summary and in the audit log.
 	if !strings.Contains(out, "audit: ") || !strings.Contains(out, "awcp-ctl audit ") {
 		t.Errorf("the result has no audit summary:\n%s", out)

@@ -24,7 +24,7 @@ type Outcome struct {
 	ExpiresAt    string       `json:"expires_at,omitempty" jsonschema:"when the lease ends (RFC 3339)"`
 	Summary      string       `json:"summary,omitempty" jsonschema:"the executor's summary, once completed"`
 	Highlights   []string     `json:"highlights,omitempty" jsonschema:"files the executor created or changed"`
-	Changes      []string     `json:"changes,omitempty" jsonschema:"archive transport: what was applied to the workspace (+ created, ~ changed, - deleted)"`
+	Changes      []string     `json:"changes,omitempty" jsonschema:"what the delegation changed in the workspace, a line per path: A added, M modified, D deleted (a directory ends in /)"`
 	Conflicts    []string     `json:"conflicts,omitempty" jsonschema:"files changed locally meanwhile: the local version was kept"`
 	Notes        []string     `json:"notes,omitempty"`
 	Permissions  []Permission `json:"permissions,omitempty" jsonschema:"the executor agent's permission requests: pending ones wait for delegate_permission"`
@@ -123,7 +123,7 @@ func (o Outcome) text() string {
 		}
 	}
 	list("highlights", o.Highlights)
-	list("changes applied to the workspace", o.Changes)
+	list("changes to the workspace", o.Changes)
 	list("conflicts (local versions kept)", o.Conflicts)
 	list("notes", o.Notes)
 	for _, p := range o.Permissions {
