@@ -126,25 +126,25 @@ func (s *Server) checkCert(ctx ssh.Context, key ssh.PublicKey) bool {
 	user := ctx.User()
 	cert, ok := key.(*gossh.Certificate)
 	if !ok {
-		s.log.Info("ssh: refused a plain key", "user", user, "remote", ctx.RemoteAddr())
+		s.log.Info("ssh: refused a plain key", "delegation", user, "remote", ctx.RemoteAddr())
 		return false
 	}
 	switch {
 	case cert.CertType != gossh.UserCert:
 		return false
 	case !bytes.Equal(cert.SignatureKey.Marshal(), s.opts.Authority.CAPublicKey().Marshal()):
-		s.log.Info("ssh: refused a certificate of another CA", "user", user)
+		s.log.Info("ssh: refused a certificate of another CA", "delegation", user)
 		return false
 	case len(cert.ValidPrincipals) != 1 || cert.ValidPrincipals[0] != user:
 		return false
 	}
 	checker := gossh.CertChecker{Clock: s.opts.Now}
 	if err := checker.CheckCert(user, cert); err != nil {
-		s.log.Info("ssh: refused certificate", "user", user, "serial", cert.Serial, "err", err)
+		s.log.Info("ssh: refused certificate", "delegation", user, "serial", cert.Serial, "err", err)
 		return false
 	}
 	if _, live := s.live(user); !live {
-		s.log.Info("ssh: refused certificate of an ended lease", "user", user, "serial", cert.Serial)
+		s.log.Info("ssh: refused certificate of an ended lease", "delegation", user, "serial", cert.Serial)
 		return false
 	}
 	return true

@@ -53,8 +53,9 @@ const (
 // flag below rather than by urfave/cli: a variable set at the command's
 // level would otherwise beat the same flag given before the command.
 var commonEnv = map[string][]string{
-	"state-dir": {"AWCP_STATE_DIR", "AWCP_HOME"},
-	"log-level": {"AWCP_LOG_LEVEL"},
+	"state-dir":  {"AWCP_STATE_DIR", "AWCP_HOME"},
+	"log-level":  {"AWCP_LOG_LEVEL"},
+	"log-format": {"AWCP_LOG_FORMAT"},
 }
 
 // CommonFlags are accepted by every command of both programs, before or
@@ -65,6 +66,8 @@ func CommonFlags() []cli.Flag {
 			Usage: "where leases, keys and sockets live (default ~/.awcp) [$AWCP_STATE_DIR, $AWCP_HOME]"},
 		&cli.StringFlag{Name: "log-level", Value: "warn",
 			Usage: "debug, info, warn or error [$AWCP_LOG_LEVEL]"},
+		&cli.StringFlag{Name: "log-format", Value: "text",
+			Usage: "text (key=value) or json (one object per line) [$AWCP_LOG_FORMAT]"},
 	}
 }
 
@@ -105,13 +108,23 @@ func StateDir(c *cli.Context) (string, error) {
 	return abs, nil
 }
 
-// Logger builds the logger for --log-level, writing to w.
+// Logger builds the logger for --log-level and --log-format, writing to
+// w. A delegation's lines carry its id as "delegation": every package
+// logs it under that key.
 func Logger(c *cli.Context, w io.Writer) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(flag(c, "log-level"))); err != nil {
 		return nil, UsageError("--log-level must be debug, info, warn or error")
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch f := flag(c, "log-format"); f {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, UsageError("--log-format must be text or json, not %q", f)
+	}
 }
 
 // exitError carries an exit code to main.
