@@ -22,6 +22,8 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Flags:     clikit.CommonFlags(),
+		// Commands and flags for the shells' completion (`completion`).
+		EnableBashCompletion: true,
 		Commands: []*cli.Command{
 			exportCommand(ctx),
 			statusCommand(),
@@ -32,6 +34,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 			serveCommand(ctx),
 			mcpCommand(ctx),
 			peersCommand(ctx),
+			clikit.CompletionCommand(),
 		},
 	}
 }

@@ -32,7 +32,9 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Flags:     clikit.CommonFlags(),
-		Commands:  []*cli.Command{serveCommand(ctx), mountCommand(ctx), umountCommand()},
+		Commands:  []*cli.Command{serveCommand(ctx), mountCommand(ctx), umountCommand(), clikit.CompletionCommand()},
+		// Commands and flags for the shells' completion (`completion`).
+		EnableBashCompletion: true,
 	}
 }
 
