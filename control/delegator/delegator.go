@@ -140,6 +140,10 @@ func (d *Delegator) Create(req ExportRequest) (*lease.Delegation, error) {
 		return nil, control.Errorf(control.CodeWorkspaceInvalid, "unknown dialect %q", req.Dialect).
 			WithHint("use auto, seed or head")
 	}
+	chain, err := req.callChain(d.opts.AgentID)
+	if err != nil {
+		return nil, err
+	}
 	policy, err := req.policy()
 	if err != nil {
 		return nil, err
@@ -150,10 +154,6 @@ func (d *Delegator) Create(req ExportRequest) (*lease.Delegation, error) {
 	}
 	if note := hiddenNote(stats); note != "" {
 		notes = append(notes, note)
-	}
-	chain, err := req.callChain(d.opts.AgentID)
-	if err != nil {
-		return nil, err
 	}
 	if req.PeerChoice != "" {
 		notes = append(notes, fmt.Sprintf("executor %s (%s) at %s, %s", req.PeerName, req.PeerAgentID, req.Peer, req.PeerChoice))
@@ -439,7 +439,7 @@ func (d *Delegator) fail(ctx context.Context, id string, err error) (*lease.Dele
 		ev = lease.SendError
 	}
 	del, ferr := d.store.FireDelegation(id, ev, pe.Code+": "+pe.Message, func(del *lease.Delegation) error {
-		del.Failure = &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint, Reason: pe.Reason, CallChain: pe.CallChain}
+		del.Failure = failureOf(pe)
 		return nil
 	})
 	if ferr != nil {
@@ -510,7 +510,7 @@ func (d *Delegator) Cancel(ctx context.Context, id string) (*lease.Delegation, e
 
 func (d *Delegator) end(id string, ev lease.Event, pe *control.ProtocolError) error {
 	del, err := d.store.FireDelegation(id, ev, pe.Code+": "+pe.Message, func(del *lease.Delegation) error {
-		del.Failure = &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint, Reason: pe.Reason, CallChain: pe.CallChain}
+		del.Failure = failureOf(pe)
 		return nil
 	})
 	if err != nil {
@@ -594,4 +594,9 @@ func (d *Delegator) Permit(ctx context.Context, id, requestID, optionID string) 
 		return control.Errorf(control.CodeDeclined, "delegation %s already ended (%s)", id, del.State)
 	}
 	return d.peer(del).Permit(ctx, id, requestID, optionID)
+}
+
+// failureOf is how a delegation that ended with pe failed.
+func failureOf(pe *control.ProtocolError) *lease.Failure {
+	return &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint, Reason: pe.Reason, CallChain: pe.CallChain}
 }

@@ -150,7 +150,7 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 				Hint: "nothing was lost: the executor's result is kept in the file named above"}
 			var pe *control.ProtocolError
 			if errors.As(ferr, &pe) { // a refusal that says its own why
-				failure = &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint}
+				failure = failureOf(pe)
 			}
 			_, err = d.store.FireDelegation(id, lease.SendError, "result not applied", func(del *lease.Delegation) error {
 				del.LastEventID = seq

@@ -40,7 +40,7 @@ type ExportRequest struct {
 	// delegator (control.CallChainEnv of an agent that delegates on).
 	CallChain []string `json:"callChain,omitempty"`
 	// PeerAgentID, PeerName and PeerChoice say which agent Peer is and
-	// how it was chosen, when discovery resolved it (ResolvePeer).
+	// how it was chosen, when discovery resolved it (discovery.Resolve).
 	PeerAgentID string `json:"peerAgentId,omitempty"`
 	PeerName    string `json:"peerName,omitempty"`
 	PeerChoice  string `json:"peerChoice,omitempty"`
