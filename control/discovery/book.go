@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // The book is a JSON file of the peers a browser knew, so that the next
@@ -33,11 +34,30 @@ func readBook(path string) ([]*Peer, error) {
 	return ok, nil
 }
 
+// bookEvery is how often the book is written when only last-seen times
+// changed.
+const bookEvery = time.Minute
+
+// saveIfDue saves the book if a peer came, went or moved since it was
+// last saved, or its last-seen times are a minute old.
+func (b *Browser) saveIfDue() error {
+	b.mu.Lock()
+	due := b.dirty || time.Since(b.saved) >= bookEvery
+	b.mu.Unlock()
+	if !due {
+		return nil
+	}
+	return b.save()
+}
+
 // save writes the book, whole, by rename: a reader never sees half of it.
 func (b *Browser) save() error {
 	if b.Book == "" {
 		return nil
 	}
+	b.mu.Lock()
+	b.dirty, b.saved = false, time.Now()
+	b.mu.Unlock()
 	peers := b.Peers()
 	data, err := json.MarshalIndent(peers, "", "  ")
 	if err != nil {
@@ -56,6 +76,9 @@ func (b *Browser) save() error {
 	}
 	if werr != nil {
 		os.Remove(tmp.Name())
+		b.mu.Lock()
+		b.dirty = true
+		b.mu.Unlock()
 		return fmt.Errorf("peer book: %w", werr)
 	}
 	return nil

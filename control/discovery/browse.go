@@ -76,7 +76,9 @@ type Browser struct {
 	mu      sync.Mutex // guards the fields below
 	peers   map[string]*Peer
 	rounds  int
-	changed chan struct{} // closed and replaced on every change
+	changed chan struct{} // closed and replaced after every round and change
+	dirty   bool          // a peer came, went or moved since the book was saved
+	saved   time.Time     // when the book was last written
 }
 
 func (b *Browser) init() {
@@ -149,7 +151,8 @@ func (b *Browser) Rounds() int {
 	return b.rounds
 }
 
-// Run browses until ctx ends, saving the book after every round.
+// Run browses until ctx ends, saving the book when a peer came, went or
+// moved, at least once a minute while any answers, and at the end.
 func (b *Browser) Run(ctx context.Context) error {
 	b.init()
 	ctx, stop := context.WithCancel(ctx)
@@ -166,7 +169,7 @@ func (b *Browser) Run(ctx context.Context) error {
 		if err := b.Round(ctx); err != nil && ctx.Err() == nil {
 			b.Logger.Warn("mDNS query", "err", err)
 		}
-		if err := b.save(); err != nil {
+		if err := b.saveIfDue(); err != nil {
 			b.Logger.Warn("peer book", "err", err)
 		}
 		select {
@@ -188,10 +191,16 @@ func (b *Browser) Round(ctx context.Context) error {
 	})
 	close(entries)
 	now := time.Now()
+	nets, err := hostNets()
+	if err != nil {
+		return errors.Join(qerr, err)
+	}
 	var seen []*Peer
 	for e := range entries {
-		if p, ok := b.fromEntry(e); ok {
+		if p, ok := fromEntry(e, nets); ok {
 			seen = append(seen, p)
+		} else {
+			b.Logger.Debug("mDNS: ignored an answer", "instance", e.Name, "address", e.AddrV4)
 		}
 	}
 	var wg sync.WaitGroup
@@ -209,7 +218,7 @@ func (b *Browser) Round(ctx context.Context) error {
 	for _, p := range b.peers {
 		if p.Online && now.Sub(p.LastSeen) > silentAfter {
 			p.Online, p.Gone = false, GoneSilent
-			b.notifyLocked()
+			b.dirty = true
 		}
 	}
 	b.rounds++
@@ -219,8 +228,12 @@ func (b *Browser) Round(ctx context.Context) error {
 }
 
 // fromEntry reads an answer; ok is false for one that is not a usable
-// AWCP executor.
-func (b *Browser) fromEntry(e *mdns.ServiceEntry) (*Peer, bool) {
+// AWCP executor, or whose address is on none of nets. The address is the
+// answer's A record, which its sender writes as it likes: taken from
+// anywhere, it would have this host send manifest requests, and INVITEs
+// with their token, wherever an advertisement says (a cloud's metadata
+// address, say). An executor that answers multicast on a link is on it.
+func fromEntry(e *mdns.ServiceEntry, nets []*net.IPNet) (*Peer, bool) {
 	txt := map[string]string{}
 	for _, f := range e.InfoFields {
 		k, v, _ := strings.Cut(f, "=")
@@ -229,7 +242,8 @@ func (b *Browser) fromEntry(e *mdns.ServiceEntry) (*Peer, bool) {
 		}
 	}
 	id := txt[txtAgentID]
-	if control.CheckCallChain([]string{id}) != nil || e.AddrV4 == nil || e.Port <= 0 {
+	if control.CheckCallChain([]string{id}) != nil || e.AddrV4 == nil || e.Port <= 0 ||
+		!slices.ContainsFunc(nets, func(n *net.IPNet) bool { return n.Contains(e.AddrV4) }) {
 		return nil, false
 	}
 	name := printable(txt[txtName])
@@ -238,6 +252,21 @@ func (b *Browser) fromEntry(e *mdns.ServiceEntry) (*Peer, bool) {
 	}
 	hostPort := net.JoinHostPort(e.AddrV4.String(), strconv.Itoa(e.Port))
 	return &Peer{AgentID: id, Name: name, Version: printable(txt[txtVersion]), URL: baseFrom(txt[txtManifestURL], hostPort)}, true
+}
+
+// hostNets are the networks this host's interfaces are on.
+func hostNets() ([]*net.IPNet, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("interface addresses: %w", err)
+	}
+	var nets []*net.IPNet
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			nets = append(nets, n)
+		}
+	}
+	return nets, nil
 }
 
 // baseFrom is the peer's base URL. Only the scheme of the advertised
@@ -312,13 +341,15 @@ func (b *Browser) merge(p *Peer, now time.Time) {
 		cur = &Peer{AgentID: p.AgentID, FirstSeen: now}
 		b.peers[p.AgentID] = cur
 	}
+	if !cur.Online || cur.Name != p.Name || cur.URL != p.URL {
+		b.dirty = true
+	}
 	cur.Name, cur.Version, cur.URL = p.Name, p.Version, p.URL
 	cur.Online, cur.Gone, cur.LastSeen = true, "", now
 	// A manifest that could not be read this round leaves the last one.
 	if cur.ManifestError = p.ManifestError; p.Manifest != nil {
 		cur.Manifest = p.Manifest
 	}
-	b.notifyLocked()
 }
 
 func (b *Browser) notifyLocked() {
@@ -357,6 +388,7 @@ func (b *Browser) goodbyes(ctx context.Context, ln *net.UDPConn) {
 			b.mu.Lock()
 			if p, ok := b.peers[id]; ok && p.Online {
 				p.Online, p.Gone = false, GoneWithdrawn
+				b.dirty = true
 				b.notifyLocked()
 			}
 			b.mu.Unlock()

@@ -1,12 +1,15 @@
 package discovery
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/mdns"
 
 	"github.com/awcp/awcp/control"
 )
@@ -128,5 +131,31 @@ func TestBaseURLIsTheAnsweringAddress(t *testing.T) {
 		if got := baseFrom(tc.manifest, "10.0.0.5:10200"); got != tc.want {
 			t.Errorf("baseFrom(%q) = %q, want %q", tc.manifest, got, tc.want)
 		}
+	}
+}
+
+// An answer's address is its sender's claim: one that is on none of this
+// host's networks (a cloud's metadata address, another subnet) is not
+// taken, so an advertisement cannot aim manifest requests, or INVITEs
+// with their token, off the link.
+func TestAnswersOffTheLinkAreIgnored(t *testing.T) {
+	_, lan, _ := net.ParseCIDR("10.0.0.0/24")
+	nets := []*net.IPNet{lan}
+	answer := func(ip string) *mdns.ServiceEntry {
+		return &mdns.ServiceEntry{Name: "x._awcp._tcp.local.", AddrV4: net.ParseIP(ip).To4(), Port: 10200,
+			InfoFields: []string{"agent_id=" + idA, "name=box", "manifest_url=http://" + ip + ":10200/manifest"}}
+	}
+	if p, ok := fromEntry(answer("10.0.0.5"), nets); !ok || p.URL != "http://10.0.0.5:10200" {
+		t.Fatalf("an answer on the link: %+v %v", p, ok)
+	}
+	for _, ip := range []string{"169.254.169.254", "10.0.1.5", "192.168.1.1"} {
+		if p, ok := fromEntry(answer(ip), nets); ok {
+			t.Errorf("an answer at %s was taken: %+v", ip, p)
+		}
+	}
+	bad := answer("10.0.0.5")
+	bad.InfoFields = []string{"agent_id=not an id"}
+	if _, ok := fromEntry(bad, nets); ok {
+		t.Error("an answer with a malformed agent id was taken")
 	}
 }

@@ -28,6 +28,9 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(advertiseEnv); spec != "" {
+		os.Exit(advertiseAsAttacker(spec)) // this binary re-run in a namespace (lan_test.go)
+	}
 	binDir = os.Getenv("AWCP_BIN_DIR")
 	if binDir == "" {
 		tmp, err := os.MkdirTemp("", "awcp-e2e-bin-")

@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/awcp/awcp/control/discovery"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -492,5 +495,86 @@ func TestLANMCP(t *testing.T) {
 	out, failed = call(t, looped, "delegate", map[string]any{"description": "loop", "prompt": "p", "workspace_dir": t.TempDir()})
 	if !failed || !strings.Contains(out, "already in this delegation's call chain") {
 		t.Fatalf("auto from inside b's chain: failed=%v %s", failed, out)
+	}
+}
+
+// advertiseEnv makes this test binary, re-run inside a namespace, an
+// mDNS responder that says whatever the test tells it to: the attacker on
+// the link.
+const advertiseEnv = "AWCP_E2E_ADVERTISE"
+
+// advertiseAsAttacker advertises the JSON list of advertisements in spec
+// until its stdin closes.
+func advertiseAsAttacker(spec string) int {
+	var ads []discovery.Advertisement
+	if err := json.Unmarshal([]byte(spec), &ads); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for _, ad := range ads {
+		adv, err := discovery.Advertise(ad, nil)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer adv.Close()
+	}
+	fmt.Println("advertising")
+	io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// TestLANAdvertisementCannotAimTheBrowser: an attacker on the link
+// advertises an executor at the cloud metadata address. The delegator
+// never lists it, never fetches from it, and cannot be sent there by name;
+// the same attacker's advertisement of its own address is heard, so the
+// attack did reach the delegator.
+func TestLANAdvertisementCannotAimTheBrowser(t *testing.T) {
+	l := newLAN(t)
+	d, x := l.add("d", 1), l.add("x", 9)
+	const decoy, aimed = "dec0dec0-0000-4000-8000-000000000001", "a1a1a1a1-0000-4000-8000-000000000002"
+	spec, _ := json.Marshal([]discovery.Advertisement{
+		{AgentID: decoy, Name: "decoy", Version: "1", Port: 10200, IPs: []net.IP{net.ParseIP(x.ip)}},
+		{AgentID: aimed, Name: "aimed", Version: "1", Port: 80, IPs: []net.IP{net.ParseIP("169.254.169.254")}},
+	})
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	attacker := exec.Command("ip", "netns", "exec", x.ns, self)
+	attacker.Env = append(os.Environ(), advertiseEnv+"="+string(spec))
+	stdin, _ := attacker.StdinPipe()
+	out, _ := attacker.StdoutPipe()
+	var errb bytes.Buffer
+	attacker.Stderr = &errb
+	if err := attacker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); attacker.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "advertising\n" {
+		t.Fatalf("the attacker did not start: %q %v\n%s", line, err, errb.String())
+	}
+
+	w := d.watch(t)
+	w.await(t, 5*time.Second, "the attacker's decoy", func(ev peerEvent) bool { return ev.Peer.AgentID == decoy })
+	// Two more rounds, in which the aimed advertisement was answered too.
+	time.Sleep(2500 * time.Millisecond)
+	r := d.ctl(t, "peers", "--json", "--browse-window", "1s")
+	if !strings.Contains(r.stdout, decoy) || strings.Contains(r.stdout, aimed) || strings.Contains(r.stdout, "169.254") {
+		t.Fatalf("peers after the attack:\n%s", r.stdout)
+	}
+	r = d.ctl(t, "export", t.TempDir(), "--peer", "aimed", "--prompt", "p", "--browse-window", "1s")
+	if r.code == 0 || !strings.Contains(r.stderr, `no executor called "aimed"`) {
+		t.Fatalf("export --peer aimed: exit %d\n%s", r.code, r.stderr)
+	}
+	for seen := true; seen; {
+		select {
+		case ev, ok := <-w.events:
+			if seen = ok; ok && ev.Peer.AgentID == aimed {
+				t.Fatalf("the watcher listed the aimed advertisement: %+v", ev.Peer)
+			}
+		default:
+			seen = false
+		}
 	}
 }
