@@ -111,6 +111,9 @@ func auditCommand(ctx context.Context) *cli.Command {
 	}
 }
 
+// auditPage is how many operations are read from the store at once.
+const auditPage = 1000
+
 func printAudit(ctx context.Context, c *cli.Context, e *env, d *lease.Delegation) error {
 	w := c.App.Writer
 	var last uint64
@@ -118,17 +121,24 @@ func printAudit(ctx context.Context, c *cli.Context, e *env, d *lease.Delegation
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		recs, s, err := e.store.AuditAfter(d.ID, last, 0)
-		if err != nil {
-			return err
-		}
-		if s != nil {
-			sum = s
-		}
-		for _, r := range recs {
-			last = r.Seq
-			if err := printOp(w, r.Data, c.Bool("json")); err != nil {
+		// A page at a time: the log holds up to --audit-records
+		// operations, whose names the executor chose.
+		for {
+			recs, s, err := e.store.AuditAfter(d.ID, last, auditPage)
+			if err != nil {
 				return err
+			}
+			if s != nil {
+				sum = s
+			}
+			for _, r := range recs {
+				last = r.Seq
+				if err := printOp(w, r.Data, c.Bool("json")); err != nil {
+					return err
+				}
+			}
+			if len(recs) < auditPage {
+				break
 			}
 		}
 		if !c.Bool("follow") || complete(d) {
@@ -139,6 +149,7 @@ func printAudit(ctx context.Context, c *cli.Context, e *env, d *lease.Delegation
 			return nil
 		case <-tick.C:
 		}
+		var err error
 		if d, err = e.store.Delegation(d.ID); err != nil {
 			return err
 		}

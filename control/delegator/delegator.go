@@ -471,15 +471,13 @@ func (d *Delegator) cleanup(ctx context.Context, del *lease.Delegation) {
 	}
 	if a, ok := t.(auditor); ok {
 		if sum := a.EndAudit(del.ID); sum != nil {
-			changes, note, err := liveChanges(d.store, del.ID)
+			changes, notes, err := liveChanges(d.store, del.ID)
 			if err != nil {
 				d.log.Warn("read the audit log back", "delegation", del.ID, "err", err)
 			}
 			if _, err := d.store.UpdateDelegation(del.ID, func(del *lease.Delegation) error {
 				del.Audit, del.Changes = sum, changes
-				if note != "" {
-					del.Notes = append(del.Notes, note)
-				}
+				del.Notes = append(del.Notes, notes...)
 				return nil
 			}); err != nil {
 				d.log.Warn("record the audit summary", "delegation", del.ID, "err", err)
