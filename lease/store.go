@@ -351,21 +351,45 @@ func (s *Store) CreateAssignment(a *Assignment, maxActive int) error {
 		if b.Get([]byte(a.ID)) != nil {
 			return fmt.Errorf("%s: %w", a.ID, ErrExists)
 		}
-		all, err := list[*Assignment](tx, bucketAssignments)
+		active, err := activeAssignments(tx)
 		if err != nil {
 			return err
-		}
-		active := 0
-		for _, o := range all {
-			if o.Active() {
-				active++
-			}
 		}
 		if active >= maxActive {
 			return ErrBusy
 		}
 		return put(tx, bucketAssignments, a.ID, a)
 	})
+}
+
+// ActiveAssignments counts the assignments that hold a slot.
+func (s *Store) ActiveAssignments() (int, error) {
+	var n int
+	err := s.view(func(tx *bolt.Tx) (err error) {
+		n, err = activeAssignments(tx)
+		return err
+	})
+	return n, err
+}
+
+// activeAssignments counts, reading only each record's state: it runs for
+// every INVITE and every (unauthenticated) GET /manifest, and a record
+// holds its task's prompt.
+func activeAssignments(tx *bolt.Tx) (int, error) {
+	n := 0
+	err := tx.Bucket(bucketAssignments).ForEach(func(k, data []byte) error {
+		var rec struct {
+			State State `json:"state"`
+		}
+		if err := json.Unmarshal(data, &rec); err != nil {
+			return fmt.Errorf("decode %s: %w", k, err)
+		}
+		if !rec.State.Terminal() {
+			n++
+		}
+		return nil
+	})
+	return n, err
 }
 
 // Assignment returns the assignment with id.

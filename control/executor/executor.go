@@ -488,19 +488,8 @@ func (e *Executor) validToken(tok string) bool {
 
 // Active counts delegations holding a slot.
 func (e *Executor) Active() int {
-	n, _ := e.activeCount()
+	n, _ := e.store.ActiveAssignments()
 	return n
-}
-
-func (e *Executor) activeCount() (int, error) {
-	as, err := e.store.Assignments()
-	n := 0
-	for _, a := range as {
-		if a.Active() {
-			n++
-		}
-	}
-	return n, err
 }
 
 func parseLastEventID(s string) uint64 {

@@ -543,7 +543,7 @@ func (e *Executor) handleCard(w http.ResponseWriter, r *http.Request) {
 // agent it finds. Like the card, it is public: it says what the executor
 // offers and how busy it is, never what it works on.
 func (e *Executor) handleManifest(w http.ResponseWriter, r *http.Request) {
-	active, err := e.activeCount()
+	active, err := e.store.ActiveAssignments()
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, control.NewError("", control.CodeDeclined, "cannot read the store", ""))
 		return
