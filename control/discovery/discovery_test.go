@@ -1,6 +1,8 @@
 package discovery
 
 import (
+	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -157,5 +159,28 @@ func TestAnswersOffTheLinkAreIgnored(t *testing.T) {
 	bad.InfoFields = []string{"agent_id=not an id"}
 	if _, ok := fromEntry(bad, nets); ok {
 		t.Error("an answer with a malformed agent id was taken")
+	}
+}
+
+// What answers can make a browser hold is bounded: 256 peers, TXT values
+// of 256 bytes, names without control characters.
+func TestBrowserIsBounded(t *testing.T) {
+	b := &Browser{Logger: slog.New(slog.DiscardHandler)}
+	b.init()
+	now := time.Now()
+	b.mu.Lock()
+	for i := range 2 * MaxPeers {
+		b.merge(&Peer{AgentID: fmt.Sprintf("%08d-0000-4000-8000-000000000000", i), Name: "p"}, now)
+	}
+	b.mu.Unlock()
+	if n := len(b.Peers()); n != MaxPeers {
+		t.Fatalf("a browser holds %d peers, want %d", n, MaxPeers)
+	}
+	_, lan, _ := net.ParseCIDR("10.0.0.0/24")
+	e := &mdns.ServiceEntry{AddrV4: net.ParseIP("10.0.0.5").To4(), Port: 1,
+		InfoFields: []string{"agent_id=" + idA, "name=" + strings.Repeat("n", 300), "version=1\x1b[2J"}}
+	p, ok := fromEntry(e, []*net.IPNet{lan})
+	if !ok || p.Name != idA || p.Version != "1[2J" {
+		t.Fatalf("an answer with an oversized name and a control character: %+v", p)
 	}
 }
