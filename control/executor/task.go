@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -295,7 +296,9 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	res, err := e.opts.Worker.Run(ctx, agent.Task{
 		DelegationID: a.ID, Prompt: a.Prompt, Description: a.Description,
 		WorkDir: agentDir(a), AccessMode: a.AccessMode, SummaryFile: e.summaryFile(a.ID),
-		CallChain: control.ExtendCallChain(a.CallChain, e.opts.AgentID),
+		// Set even when empty, so that a chain in the daemon's own
+		// environment is never inherited by an agent.
+		Env: []string{control.CallChainEnv + "=" + strings.Join(control.ExtendCallChain(a.CallChain, e.opts.AgentID), ",")},
 	}, agent.Hooks{
 		Started: func(pid int) {
 			if _, err := e.store.UpdateAssignment(a.ID, func(a *lease.Assignment) error { a.AgentPID = pid; return nil }); err != nil {

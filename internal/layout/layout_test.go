@@ -31,7 +31,7 @@ var allowed = map[string][]string{
 	"fs":                     {"fs/sftpc", "sshd/sftpwire", "internal/bufconn", "internal/cloexec", "internal/mountinfo"},
 	"sshd":                   {"sshd/sftpwire", "internal/confine", "internal/bufconn"},
 	"sshd/sshdtest":          {"sshd"},
-	"control/executor/agent": {"control", "lease"},
+	"control/executor/agent": {"lease"},
 	"control/executor/acp":   {"control/executor/agent", "lease"},
 	// control is what both roles share: no role's logic, and neither
 	// half of the live mount. The SSH server (sshd) is reached only from

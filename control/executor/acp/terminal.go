@@ -74,7 +74,7 @@ func (c *client) CreateTerminal(_ context.Context, p acpsdk.CreateTerminalReques
 	// fork, for the reason agent.Command gives.
 	cmd := exec.Command("/bin/sh", append([]string{"-c", `cd -- "$0" || exit 125; exec "$@"`, cwd, p.Command}, p.Args...)...)
 	cmd.Dir = "/"
-	cmd.Env = append(os.Environ(), c.task.ChainEnv())
+	cmd.Env = append(os.Environ(), c.task.Env...)
 	for _, e := range p.Env {
 		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
 	}

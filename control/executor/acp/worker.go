@@ -84,7 +84,7 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 		return nil, err
 	}
 
-	proc, err := agent.Start(t, w.Command, nil, nil)
+	proc, err := agent.Start(t, w.Command, nil)
 	if err != nil {
 		c.releaseAll()
 		return nil, fmt.Errorf("ACP agent: %w", err)

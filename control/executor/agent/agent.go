@@ -20,8 +20,6 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
-
-	"github.com/awcp/awcp/control"
 )
 
 // Task is what the agent is asked to do.
@@ -34,17 +32,10 @@ type Task struct {
 	// SummaryFile is where the agent may write its summary; it must be
 	// outside WorkDir so it is not part of the result.
 	SummaryFile string
-	// CallChain is the agents the delegation passed through, this
-	// executor's last: the agent gets it in $AWCP_CALL_CHAIN, so that an
-	// awcp-ctl it runs delegates on with it.
-	CallChain []string
-}
-
-// ChainEnv is the environment entry that hands t's call chain on. It is
-// set even when empty, so that a chain in the daemon's own environment
-// is never inherited by an agent.
-func (t Task) ChainEnv() string {
-	return control.CallChainEnv + "=" + strings.Join(t.CallChain, ",")
+	// Env is added to the environment of the agent and of every command
+	// it has run for it (ACP terminals), after the daemon's own: what the
+	// executor hands on, such as the call chain.
+	Env []string
 }
 
 // Options configures a run.
@@ -62,8 +53,6 @@ type Options struct {
 	KillGrace time.Duration
 	// MaxLine bounds a progress line. Default 4 KiB.
 	MaxLine int
-	// Env is added to the agent's environment (after os.Environ).
-	Env []string
 }
 
 // Result is how a run ended.
@@ -86,7 +75,7 @@ const (
 
 // Command is the agent's process for task t, not yet started: command run
 // by /bin/sh in the work dir, in a process group of its own, with the task
-// in its environment (after os.Environ and env) — never in a command line.
+// in its environment (after os.Environ, then t.Env) — never in a command line.
 //
 // The shell enters the work dir itself: the child must not chdir into it
 // between fork and exec. When the work dir is a FUSE mount served by this
@@ -94,10 +83,10 @@ const (
 // thread waits for the child, and a garbage collection that stops the
 // world in between deadlocks the daemon (go-fuse's "forking with the cwd in
 // your own mount").
-func Command(t Task, command string, env []string) *exec.Cmd {
+func Command(t Task, command string) *exec.Cmd {
 	cmd := exec.Command("/bin/sh", "-c", `cd -- "$AWCP_WORKDIR" || exit 125; exec /bin/sh -c "$AWCP_AGENT_CMD"`)
 	cmd.Dir = "/"
-	cmd.Env = append(append(os.Environ(), env...),
+	cmd.Env = append(os.Environ(),
 		"AWCP_AGENT_CMD="+command,
 		"AWCP_PROMPT="+t.Prompt,
 		"AWCP_DESCRIPTION="+t.Description,
@@ -105,8 +94,8 @@ func Command(t Task, command string, env []string) *exec.Cmd {
 		"AWCP_WORKDIR="+t.WorkDir,
 		"AWCP_ACCESS_MODE="+t.AccessMode,
 		"AWCP_SUMMARY_FILE="+t.SummaryFile,
-		t.ChainEnv(),
 	)
+	cmd.Env = append(cmd.Env, t.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	return cmd
 }
@@ -127,7 +116,7 @@ func Run(ctx context.Context, t Task, opts Options) (*Result, error) {
 	if t.SummaryFile != "" {
 		os.Remove(t.SummaryFile)
 	}
-	proc, err := Start(t, opts.Command, opts.Env, strings.NewReader(t.Prompt))
+	proc, err := Start(t, opts.Command, strings.NewReader(t.Prompt))
 	if err != nil {
 		return nil, err
 	}

@@ -29,11 +29,11 @@ type Process struct {
 	waitErr error // set before exited is closed
 }
 
-// Start starts Command(t, command, env) with stdin, or with a pipe to
+// Start starts Command(t, command) with stdin, or with a pipe to
 // write to (Process.Stdin) if stdin is nil. The caller must wait for
 // Exited, or Stop it.
-func Start(t Task, command string, env []string, stdin io.Reader) (*Process, error) {
-	cmd := Command(t, command, env)
+func Start(t Task, command string, stdin io.Reader) (*Process, error) {
+	cmd := Command(t, command)
 	p := &Process{cmd: cmd, exited: make(chan struct{})}
 	var opened []*os.File // every pipe end, closed if the start fails
 	pipe := func() (r, w *os.File, err error) {
