@@ -50,6 +50,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock for certificate validity. Default time.Now.
 	Now func() time.Time
+	// Metrics receives the SFTP sessions' requests, bytes and errors.
+	// Default: none.
+	Metrics Metrics
 }
 
 // Server is the embedded SSH server: certificates of our CA only, the sftp
@@ -175,7 +178,7 @@ func (s *Server) serveSFTP(sess ssh.Session) {
 	}
 	defer root.Close()
 	s.log.Info("sftp session", "delegation", id, "remote", sess.RemoteAddr(), "readOnly", exp.ReadOnly)
-	err = serveSFTP(sess, root, session{readOnly: exp.ReadOnly, policy: exp.Policy, audit: exp.Audit, written: exp.written},
+	err = serveSFTP(sess, root, session{readOnly: exp.ReadOnly, policy: exp.Policy, audit: exp.Audit, written: exp.written, metrics: s.opts.Metrics},
 		s.log.With("delegation", id), newFlow(share), id)
 	if err != nil {
 		s.log.Debug("sftp session ended", "delegation", id, "err", err)

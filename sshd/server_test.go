@@ -24,7 +24,10 @@ type fixture struct {
 	addr string
 }
 
-func newFixture(t testing.TB) *fixture {
+func newFixture(t testing.TB) *fixture { return newFixtureWith(t, nil) }
+
+// newFixtureWith is newFixture with the server's metrics going to m.
+func newFixtureWith(t testing.TB, m Metrics) *fixture {
 	t.Helper()
 	auth, err := LoadAuthority(t.TempDir())
 	if err != nil {
@@ -32,7 +35,7 @@ func newFixture(t testing.TB) *fixture {
 	}
 	f := &fixture{auth: auth}
 	f.srv, err = New(Options{Authority: auth, SweepInterval: 100 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler)})
+		Logger: slog.New(slog.DiscardHandler), Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/awcp/awcp/internal/confine"
 	wire "github.com/awcp/awcp/sshd/sftpwire"
@@ -51,7 +52,8 @@ type sftpServer struct {
 	hide     *wire.Matcher     // policy.Hide, ready; nil if it hides nothing
 	rootReal string            // the root's path as the kernel resolves it, where hide is set
 	audit    Recorder          // nil: not recorded (audit.go)
-	written  *atomic.Int64     // bytes written by the grant's sessions
+	metrics  Metrics
+	written  *atomic.Int64 // bytes written by the grant's sessions
 	log      *slog.Logger
 	out      *responder
 	alias    string       // "/" + the export's locator, another name of the root; "" for none
@@ -97,6 +99,7 @@ type session struct {
 	policy   wire.ExportPolicy
 	audit    Recorder      // nil: none
 	written  *atomic.Int64 // the grant's bytes written; nil: counted per session
+	metrics  Metrics       // nil: none
 }
 
 // errStalled ends a session whose client stopped reading answers and whose
@@ -110,8 +113,11 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 	if sess.written == nil {
 		sess.written = new(atomic.Int64)
 	}
+	if sess.metrics == nil {
+		sess.metrics = noMetrics{}
+	}
 	s := &sftpServer{root: root, readOnly: sess.readOnly, policy: sess.policy, hide: wire.NewMatcher(sess.policy.Hide),
-		audit: sess.audit, written: sess.written,
+		audit: sess.audit, written: sess.written, metrics: sess.metrics,
 		log: log, handles: map[string]*handle{}}
 	if id != "" {
 		s.alias, s.env = path.Clean("/"+Locator(id)), path.Clean("/"+EnvLocator(id))
@@ -152,7 +158,9 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 				if j.after != nil {
 					j.after.Wait()
 				}
+				start := time.Now()
 				s.handle(j.pkt)
+				s.metrics.SFTPRequest(opName(j.pkt), time.Since(start))
 				if j.done != nil {
 					j.done.Done()
 				}

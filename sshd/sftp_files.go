@@ -60,6 +60,7 @@ func (s *sftpServer) openRead(id uint32, r *reader) {
 		b = b[:at+4+got]
 		b.SetU32(at, uint32(got))
 		h.readBytes.Add(int64(got))
+		s.metrics.SFTPBytes("read", got)
 	}
 	s.send(b)
 }
@@ -264,6 +265,7 @@ func (s *sftpServer) read(id uint32, r *reader) {
 	}
 	b.SetU32(head-4, uint32(got))
 	h.readBytes.Add(int64(got))
+	s.metrics.SFTPBytes("read", got)
 	s.send(b[:head+got])
 }
 
@@ -290,6 +292,7 @@ func (s *sftpServer) write(id uint32, r *reader) {
 	if err == nil {
 		h.wrote(len(data))
 		h.writeBytes.Add(int64(len(data)))
+		s.metrics.SFTPBytes("write", len(data))
 	}
 	s.errStatus(id, err)
 }

@@ -15,6 +15,9 @@ import (
 // path, and each of the export's refusals with its own message.
 
 func (s *sftpServer) status(id uint32, code uint32, msg string) {
+	if code != wire.OK && code != wire.EOF {
+		s.metrics.SFTPError(statusName(code))
+	}
 	b := newBuf()
 	b.Byte(wire.Status)
 	b.U32(id)
