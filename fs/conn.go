@@ -20,8 +20,9 @@ import (
 // call made while it is down waits for the next connection, up to the
 // bound, and then fails; a refused login (the lease ended) ends it for good.
 type conn struct {
-	opts Options
-	log  *slog.Logger
+	opts    Options
+	log     *slog.Logger
+	metrics Metrics // never nil
 
 	mu     sync.Mutex // guards the fields below; never held across a dial
 	ssh    *gossh.Client
@@ -52,8 +53,11 @@ func newConn(opts Options) (*conn, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{opts: opts, log: opts.Logger, ssh: sshc, client: client, gen: 1,
+	c := &conn{opts: opts, log: opts.Logger, metrics: opts.Metrics, ssh: sshc, client: client, gen: 1,
 		up: closedChan(), stop: cancel, ctx: ctx, done: make(chan struct{})}
+	if c.metrics == nil {
+		c.metrics = noMetrics{}
+	}
 	c.watch(sshc, 1)
 	return c, nil
 }
@@ -183,6 +187,7 @@ func (c *conn) lost(gen uint64) {
 	old := c.client
 	c.mu.Unlock()
 	old.Close()
+	c.metrics.MountLost()
 	c.log.Warn("fs: connection to the delegator lost; re-dialling")
 	c.wg.Add(1)
 	go func() { defer c.wg.Done(); c.redial(gen) }()
@@ -203,10 +208,12 @@ func (c *conn) redial(gen uint64) {
 		if err == nil {
 			c.mu.Lock()
 			c.ssh, c.client, c.gen = sshc, client, gen+1
+			outage := time.Since(c.downAt)
 			c.downAt = time.Time{}
 			close(c.up)
 			c.mu.Unlock()
-			c.log.Info("fs: reconnected to the delegator")
+			c.metrics.MountBack(outage)
+			c.log.Info("fs: reconnected to the delegator", "outage", outage.Round(time.Millisecond))
 			c.watch(sshc, gen+1)
 			return
 		}

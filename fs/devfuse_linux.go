@@ -23,12 +23,12 @@ import (
 // by mount(2) itself (DirectMountStrict), else — or where mount(2) is
 // refused, as in a container without CAP_SYS_ADMIN — through fusermount.
 // opts' DirectMount settings are its own.
-func mountFUSE(mountpoint string, root fs.InodeEmbedder, opts *fs.Options) (*fuse.Server, error) {
+func mountFUSE(mountpoint string, root fs.InodeEmbedder, opts *fs.Options, m Metrics) (*fuse.Server, error) {
 	if os.Geteuid() == 0 {
 		direct := *opts
 		direct.MountOptions.DirectMountStrict = true
 		syscall.ForkLock.Lock()
-		server, err := fs.Mount(mountpoint, root, &direct)
+		server, err := mountCounted(mountpoint, root, &direct, m)
 		if err == nil {
 			// The new descriptor is the one not close-on-exec: all of
 			// them are made so in one call (close_range).
@@ -41,5 +41,22 @@ func mountFUSE(mountpoint string, root fs.InodeEmbedder, opts *fs.Options) (*fus
 	}
 	viaHelper := *opts
 	viaHelper.MountOptions.DirectMount, viaHelper.MountOptions.DirectMountStrict = false, false
-	return fs.Mount(mountpoint, root, &viaHelper) // go-fuse sets close-on-exec on what fusermount hands back
+	return mountCounted(mountpoint, root, &viaHelper, m) // go-fuse sets close-on-exec on what fusermount hands back
+}
+
+// mountCounted is go-fuse's fs.Mount with the requests counted into m
+// (countingFS); with m nil, it is fs.Mount.
+func mountCounted(mountpoint string, root fs.InodeEmbedder, opts *fs.Options, m Metrics) (*fuse.Server, error) {
+	if m == nil {
+		return fs.Mount(mountpoint, root, opts)
+	}
+	server, err := fuse.NewServer(countingFS{RawFileSystem: fs.NewNodeFS(root, opts), m: m}, mountpoint, &opts.MountOptions)
+	if err != nil {
+		return nil, err
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		return nil, err // as fs.Mount: the serve loop ends with the failed mount
+	}
+	return server, nil
 }

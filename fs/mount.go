@@ -85,6 +85,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Debug logs every FUSE request.
 	Debug bool
+	// Metrics receives the FUSE requests and the connection's outages.
+	// Default: none.
+	Metrics Metrics
 }
 
 func (o Options) withDefaults() Options {
@@ -323,7 +326,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
 		NegativeTimeout: &neg,
-	})
+	}, opts.Metrics)
 	if err != nil {
 		c.close()
 		return nil, fmt.Errorf("mount: %w", err)
