@@ -392,6 +392,32 @@ func activeAssignments(tx *bolt.Tx) (int, error) {
 	return n, err
 }
 
+// DelegationCensus counts the delegations by state and transport.
+func (s *Store) DelegationCensus() (map[[2]string]int, error) { return s.census(bucketDelegations) }
+
+// AssignmentCensus counts the assignments by state and transport.
+func (s *Store) AssignmentCensus() (map[[2]string]int, error) { return s.census(bucketAssignments) }
+
+// census reads only each record's state and transport: it runs at every
+// scrape of the metrics.
+func (s *Store) census(bucket []byte) (map[[2]string]int, error) {
+	out := map[[2]string]int{}
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucket).ForEach(func(k, data []byte) error {
+			var rec struct {
+				State     State  `json:"state"`
+				Transport string `json:"transport"`
+			}
+			if err := json.Unmarshal(data, &rec); err != nil {
+				return fmt.Errorf("decode %s: %w", k, err)
+			}
+			out[[2]string{string(rec.State), rec.Transport}]++
+			return nil
+		})
+	})
+	return out, err
+}
+
 // Assignment returns the assignment with id.
 func (s *Store) Assignment(id string) (*Assignment, error) {
 	var a *Assignment

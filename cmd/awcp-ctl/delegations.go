@@ -19,6 +19,7 @@ import (
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/control/discovery"
+	"github.com/awcp/awcp/internal/metrics"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -32,6 +33,7 @@ type env struct {
 	store          *lease.Store
 	log            *slog.Logger
 	sshfs          *delegator.SSHFSDelegator // set while this process runs the SSH server
+	metrics        *metrics.Registry         // the daemon's, with --metrics-listen; nil: none
 	reconnectBound time.Duration             // --reconnect-bound, where the command has it
 }
 
@@ -64,10 +66,12 @@ func (e *env) socket() string { return filepath.Join(e.state, "ctl.sock") }
 
 func (e *env) delegator(progress func(string, *control.Event)) (*delegator.Delegator, error) {
 	staging := filepath.Join(e.state, "staging")
-	transports := map[string]control.DelegatorTransport{
-		control.TransportArchive: &delegator.ArchiveDelegator{Blobs: e.store,
-			StagingDir: staging, ResultDir: filepath.Join(e.state, "results")},
+	archiveT := &delegator.ArchiveDelegator{Blobs: e.store, StagingDir: staging, ResultDir: filepath.Join(e.state, "results")}
+	var m delegator.Metrics
+	if e.metrics != nil {
+		archiveT.Metrics, m = e.metrics, e.metrics
 	}
+	transports := map[string]control.DelegatorTransport{control.TransportArchive: archiveT}
 	if e.sshfs != nil {
 		transports[control.TransportSSHFS] = e.sshfs
 	}
@@ -78,6 +82,7 @@ func (e *env) delegator(progress func(string, *control.Event)) (*delegator.Deleg
 		Progress:       progress,
 		ReconnectBound: e.reconnectBound,
 		AgentID:        e.agentID,
+		Metrics:        m,
 		Logger:         e.log,
 	})
 }
@@ -135,9 +140,13 @@ func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err er
 	if records < 0 {
 		return nil, clikit.UsageError("--audit-records must be 0 (none) or more")
 	}
-	lender, wait, err := delegator.StartSSH(ctx, delegator.SSHOptions{StateDir: e.state, Store: e.store,
+	opts := delegator.SSHOptions{StateDir: e.state, Store: e.store,
 		Listen: c.String("ssh-listen"), AdvertiseHost: host, AdvertisePort: port, Logger: e.log,
-		AuditRecords: records, NoAudit: records == 0, AuditRetention: clikit.Duration(c, "audit-retention")})
+		AuditRecords: records, NoAudit: records == 0, AuditRetention: clikit.Duration(c, "audit-retention")}
+	if e.metrics != nil {
+		opts.Metrics = e.metrics
+	}
+	lender, wait, err := delegator.StartSSH(ctx, opts)
 	if err != nil {
 		return nil, err
 	}

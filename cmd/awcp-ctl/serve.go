@@ -9,13 +9,14 @@ import (
 
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/internal/metrics"
 )
 
 func serveCommand(ctx context.Context) *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the delegator daemon: leases, expiry, background delegations, the local API",
-		Flags: append(clikit.CommonFlags(), sshFlags()...),
+		Flags: append(append(clikit.CommonFlags(), sshFlags()...), clikit.MetricsListenFlag()),
 		Action: func(c *cli.Context) error {
 			e, err := openEnv(c)
 			if err != nil {
@@ -23,6 +24,15 @@ func serveCommand(ctx context.Context) *cli.Command {
 			}
 			if _, running := delegator.DialLocal(e.socket()); running {
 				return fmt.Errorf("a daemon already serves %s", e.state)
+			}
+			if addr := c.String("metrics-listen"); addr != "" {
+				e.metrics = metrics.New()
+				e.metrics.CountDelegations("delegator", e.store.DelegationCensus)
+				stop, err := clikit.ServeMetrics(ctx, e.metrics, addr, e.log)
+				if err != nil {
+					return err
+				}
+				defer stop()
 			}
 			sshCtx, stopSSH := context.WithCancel(context.Background())
 			waitSSH, err := e.startSSH(sshCtx, c)

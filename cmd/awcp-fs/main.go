@@ -20,6 +20,8 @@ import (
 	"github.com/awcp/awcp/control/discovery"
 	"github.com/awcp/awcp/control/executor"
 	"github.com/awcp/awcp/control/executor/acp"
+	awcpfs "github.com/awcp/awcp/fs"
+	"github.com/awcp/awcp/internal/metrics"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -90,6 +92,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 				Usage: "what this executor's agent does, for delegators choosing a peer (agent card)"},
 			&cli.GenericFlag{Name: "skill", EnvVars: []string{"AWCP_SKILL"}, Value: &repeated{},
 				Usage: `a skill for the agent card, "name: description" (repeatable)`},
+			clikit.MetricsListenFlag(),
 		),
 		Action: func(c *cli.Context) error { return serve(ctx, c) },
 	}
@@ -113,6 +116,14 @@ func serve(ctx context.Context, c *cli.Context) error {
 			return clikit.UsageError("--access takes rw and/or ro, not %q", m)
 		}
 	}
+	// Metrics are recorded only when someone can read them.
+	var reg *metrics.Registry
+	var mountMetrics awcpfs.Metrics
+	var execMetrics executor.Metrics
+	if c.String("metrics-listen") != "" {
+		reg = metrics.New()
+		mountMetrics, execMetrics = reg, reg
+	}
 	var transports []control.ExecutorTransport
 	offered := map[string]bool{}
 	for _, name := range c.StringSlice("transports") {
@@ -121,7 +132,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 	for _, name := range c.StringSlice("transports") {
 		switch name {
 		case control.TransportSSHFS:
-			transports = append(transports, &executor.SSHFSExecutor{Logger: log, ReconnectBound: clikit.Duration(c, "reconnect-bound"),
+			transports = append(transports, &executor.SSHFSExecutor{Logger: log, ReconnectBound: clikit.Duration(c, "reconnect-bound"), Metrics: mountMetrics,
 				KnownHosts: c.String("known-hosts"), InsecureAcceptHostKey: c.Bool("insecure-accept-host-key")})
 		case control.TransportArchive:
 			transports = append(transports, &executor.ArchiveExecutor{
@@ -183,10 +194,19 @@ func serve(ctx context.Context, c *cli.Context) error {
 		Description:       c.String("description"),
 		Skills:            skills(*c.Generic("skill").(*repeated)),
 		Version:           clikit.Version,
+		Metrics:           execMetrics,
 		Logger:            log,
 	})
 	if err != nil {
 		return clikit.UsageError("%v", err)
+	}
+	if reg != nil {
+		reg.CountDelegations("executor", store.AssignmentCensus)
+		stop, err := clikit.ServeMetrics(ctx, reg, c.String("metrics-listen"), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	ln, err := net.Listen("tcp", c.String("listen"))
 	if err != nil {

@@ -40,6 +40,16 @@ type ArchiveDelegator struct {
 	ResultDir string
 	// Limits bound the extraction of results.
 	Limits archive.Limits
+	// Metrics receives the sizes of the archives sent and received.
+	// Default: none.
+	Metrics ArchiveMetrics
+}
+
+func (t *ArchiveDelegator) metrics() ArchiveMetrics {
+	if t.Metrics == nil {
+		return noMetrics{}
+	}
+	return t.Metrics
 }
 
 // Name implements DelegatorTransport.
@@ -75,6 +85,9 @@ func (t *ArchiveDelegator) Prepare(_ context.Context, d control.Lent) (*control.
 	if err != nil {
 		os.Remove(name)
 		return nil, control.Errorf(control.CodeWorkspaceInvalid, "cannot pack the workspace: %v", err)
+	}
+	if fi, err := os.Stat(name); err == nil {
+		t.metrics().Archive("workspace_sent", fi.Size())
 	}
 	m, err := json.Marshal(p.Manifest)
 	if err != nil {
@@ -120,6 +133,7 @@ func (t *ArchiveDelegator) Finish(_ context.Context, d control.Lent, ev *control
 	if err != nil {
 		return nil, err
 	}
+	t.metrics().Archive("result_received", fi.Size())
 	if ev.ResultChecksum != "" && !strings.EqualFold(ev.ResultSum, ev.ResultChecksum) {
 		kept := filepath.Join(t.ResultDir, d.ID+".zip")
 		keepFile(ev.ResultFile, kept)

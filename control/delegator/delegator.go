@@ -50,6 +50,9 @@ type Options struct {
 	// AgentID is this agent's id (discovery.AgentID): the INVITE's call
 	// chain ends with it. Empty: the chain is handed on as it came.
 	AgentID string
+	// Metrics receives admission's refusals and lease expiries. Default:
+	// none.
+	Metrics Metrics
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
@@ -78,6 +81,9 @@ func New(opts Options) (*Delegator, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Metrics == nil {
+		opts.Metrics = noMetrics{}
+	}
 	if opts.ReconnectBound <= 0 {
 		opts.ReconnectBound = 30 * time.Second
 	}
@@ -93,6 +99,15 @@ const headRetention = time.Hour
 
 // Create runs admission and records a new delegation in state created.
 func (d *Delegator) Create(req ExportRequest) (*lease.Delegation, error) {
+	del, err := d.create(req)
+	var pe *control.ProtocolError
+	if errors.As(err, &pe) {
+		d.opts.Metrics.Refused(pe.Code)
+	}
+	return del, err
+}
+
+func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 	if req.Prompt == "" {
 		return nil, control.Errorf(control.CodeWorkspaceInvalid, "a prompt is required").WithHint("pass --prompt TEXT")
 	}
@@ -495,6 +510,7 @@ type auditor interface {
 // Expire ends a delegation whose lease ran out: the transition first, then
 // the executor is told and this process stops following it.
 func (d *Delegator) Expire(ctx context.Context, id string) error {
+	d.opts.Metrics.LeaseExpired()
 	return d.end(id, lease.Expire, control.Errorf(control.CodeExpired, "the lease expired").WithHint("delegate again with a longer --ttl"))
 }
 

@@ -50,6 +50,8 @@ type SSHOptions struct {
 	AuditRetention time.Duration
 	// NoAudit records nothing: no audit log, no summary.
 	NoAudit bool
+	// Metrics receives the SFTP sessions' requests. Default: none.
+	Metrics sshd.Metrics
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
@@ -71,7 +73,7 @@ func StartSSH(ctx context.Context, o SSHOptions) (_ *SSHFSDelegator, wait func()
 	if err != nil {
 		return nil, nil, err
 	}
-	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: o.Logger})
+	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: o.Logger, Metrics: o.Metrics})
 	if err != nil {
 		return nil, nil, err
 	}

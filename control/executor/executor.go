@@ -59,6 +59,9 @@ type Options struct {
 	StateDir string
 	// Transports offered, preferred first. Required.
 	Transports []control.ExecutorTransport
+	// Metrics receives refusals, agent exits, expiries and archive sizes.
+	// Default: none.
+	Metrics Metrics
 	// MaxConcurrent is how many delegations may be active. Default 5.
 	MaxConcurrent int
 	// MaxTTL caps a lease. Default 1h.
@@ -126,6 +129,9 @@ func (o Options) validate() error {
 }
 
 func (o Options) withDefaults() Options {
+	if o.Metrics == nil {
+		o.Metrics = noMetrics{}
+	}
 	if o.MaxConcurrent <= 0 {
 		o.MaxConcurrent = 5
 	}
@@ -309,6 +315,9 @@ func (e *Executor) expire(ctx context.Context, id string) error {
 	}
 	if a.State == lease.Accepted {
 		return e.end(ctx, id, lease.Expire, control.Errorf(control.CodeStartExpired, "no START arrived within %s of ACCEPT", e.opts.StartTimeout))
+	}
+	if !a.State.Terminal() {
+		e.opts.Metrics.LeaseExpired()
 	}
 	return e.end(ctx, id, lease.Expire, control.Errorf(control.CodeExpired, "the lease expired at %s", control.Timestamp(a.ExpiresAt)).
 		WithHint("delegate again with a longer --ttl"))

@@ -124,6 +124,7 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 	bearer, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	trusted := len(e.opts.Tokens) == 0 || (hasBearer && e.validToken(bearer))
 	if len(e.opts.Tokens) > 0 && hasBearer && !trusted {
+		e.opts.Metrics.Refused(control.CodeAuthFailed)
 		writeError(w, http.StatusUnauthorized, control.NewError("", control.CodeAuthFailed, "missing or invalid bearer token", "send the executor's token"))
 		return
 	}
@@ -148,6 +149,7 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 	var syntax *control.JSONSyntaxError
 	switch {
 	case errors.Is(err, errNoToken):
+		e.opts.Metrics.Refused(control.CodeAuthFailed)
 		writeError(w, http.StatusUnauthorized, control.NewError("", control.CodeAuthFailed, "a workspace was sent without a valid bearer token",
 			"send the executor's token"))
 		return
@@ -160,6 +162,7 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestTimeout, control.NewError("", control.CodeDeclined, "the message arrived too slowly", ""))
 		return
 	case errors.As(err, new(*http.MaxBytesError)) && !trusted:
+		e.opts.Metrics.Refused(control.CodeAuthFailed)
 		writeError(w, http.StatusUnauthorized, control.NewError("", control.CodeAuthFailed,
 			fmt.Sprintf("message larger than %d bytes without a bearer token", control.MaxMessageBytes), "send the executor's token"))
 		return
@@ -202,6 +205,7 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 		acc, pe := e.admit(m, r.RemoteAddr)
 		if pe != nil {
 			e.log.Info("INVITE refused", "delegation", m.DelegationID, "code", pe.Code, "reason", pe.Message)
+			e.opts.Metrics.Refused(pe.Code)
 			writeError(w, statusOf(pe.Code), pe.ToMessage(m.DelegationID))
 			return
 		}

@@ -41,6 +41,9 @@ type SSHFSExecutor struct {
 	// delegator, from the call, before it fails with EIO. Default 30s
 	// (awcpfs.Options).
 	ReconnectBound time.Duration
+	// Metrics receives the mounts' FUSE requests and outages. Default:
+	// none.
+	Metrics awcpfs.Metrics
 	// Logger default slog.Default().
 	Logger *slog.Logger
 
@@ -146,6 +149,7 @@ func (t *SSHFSExecutor) Mount(p control.SetupParams, debug bool) (*awcpfs.Mount,
 		Name:            "awcp:" + p.ID,
 		Logger:          log.With("delegation", p.ID),
 		Debug:           debug,
+		Metrics:         t.Metrics,
 	})
 	if err != nil {
 		return nil, &control.ProtocolError{Code: control.CodeSetupFailed, Message: "cannot mount the delegator's workspace: " + StripPaths(err, p.WorkDir), Err: err}

@@ -253,6 +253,11 @@ func (e *Executor) setup(ctx context.Context, a *lease.Assignment, tr control.Ex
 		e.log.Warn("setup failed", "delegation", a.ID, "err", err)
 		return control.AsProtocolError(err, control.CodeSetupFailed)
 	}
+	if info != nil && info.Received != nil {
+		if fi, err := os.Stat(info.Received.File); err == nil {
+			e.opts.Metrics.Archive("workspace_received", fi.Size())
+		}
+	}
 	return nil
 }
 
@@ -313,6 +318,7 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	close(updates)
 	pumpDone.Wait()
 	if errors.Is(err, agent.ErrKilled) {
+		e.opts.Metrics.AgentExited("killed")
 		return // cancel, expiry or shutdown: the one who ended it reported it
 	}
 
@@ -320,12 +326,15 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	var ev lease.Event
 	switch {
 	case err != nil:
+		e.opts.Metrics.AgentExited("error")
 		ev = lease.SendError
 		final = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventError, Code: control.CodeTaskFailed, Message: "the agent could not run: " + err.Error()})
 	case res.Failed != "":
+		e.opts.Metrics.AgentExited("failed")
 		ev = lease.SendError
 		final = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventError, Code: control.CodeTaskFailed, Message: res.Failed})
 	default:
+		e.opts.Metrics.AgentExited("completed")
 		ev = lease.ReceiveDone
 		snapshot, final, err = e.doneEvent(ctx, a, before, res.Summary)
 		if err != nil {
@@ -433,6 +442,9 @@ func (e *Executor) packResult(ctx context.Context, tr control.ExecutorTransport,
 	if err != nil || !wrote {
 		os.Remove(name)
 		return "", err
+	}
+	if fi, err := os.Stat(name); err == nil {
+		e.opts.Metrics.Archive("result_sent", fi.Size())
 	}
 	return hex.EncodeToString(sum.Sum(nil)), nil
 }

@@ -119,16 +119,10 @@ func (r *Registry) Handler() http.Handler {
 	return promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
-// Census is what the store holds: records by state and transport.
-type Census map[StateTransport]int
-
-// StateTransport is one census cell.
-type StateTransport struct{ State, Transport string }
-
 // CountDelegations publishes awcp_delegations{state,transport}, read from
 // count at each scrape (the store is the truth; no counter drifts from
 // it). kind says whose records they are, for the help text.
-func (r *Registry) CountDelegations(kind string, count func() (Census, error)) {
+func (r *Registry) CountDelegations(kind string, count func() (map[[2]string]int, error)) {
 	r.reg.MustRegister(&censusCollector{
 		desc:  prometheus.NewDesc("awcp_delegations", "Delegations in the store ("+kind+"), by state and transport.", []string{"state", "transport"}, nil),
 		count: count,
@@ -137,7 +131,7 @@ func (r *Registry) CountDelegations(kind string, count func() (Census, error)) {
 
 type censusCollector struct {
 	desc  *prometheus.Desc
-	count func() (Census, error)
+	count func() (map[[2]string]int, error) // by {state, transport}
 }
 
 func (c *censusCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
@@ -149,7 +143,7 @@ func (c *censusCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for k, n := range census {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), k.State, k.Transport)
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), k[0], k[1])
 	}
 }
 
@@ -243,15 +237,11 @@ func (r *Registry) Names() ([]string, error) {
 	return names, err
 }
 
-// Serve answers GET /metrics on addr until ctx is done. Metrics say how
+// Serve answers GET /metrics on ln until ctx is done. Metrics say how
 // busy the daemon is, not what it lends (see the package comment), and
 // the listener is off unless asked for; one on a non-loopback address is
 // warned about, as anyone who reaches it can read them.
-func (r *Registry) Serve(ctx context.Context, addr string, log *slog.Logger) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("metrics listener: %w", err)
-	}
+func (r *Registry) Serve(ctx context.Context, ln net.Listener, log *slog.Logger) error {
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		log.Warn("metrics are served on a non-loopback address: anyone who reaches it can read them", "addr", ln.Addr().String())
 	}

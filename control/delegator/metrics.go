@@ -1,0 +1,24 @@
+package delegator
+
+// Metrics is what the delegator reports besides its store's census and
+// its SSH server's sessions (SSHOptions.Metrics); the daemon's registry
+// (internal/metrics) implements it.
+type Metrics interface {
+	// Refused is an export refused by admission, by its spec error code.
+	Refused(code string)
+	// LeaseExpired is a lease that ran out before its delegation ended.
+	LeaseExpired()
+}
+
+// ArchiveMetrics receives the sizes of the archive transport's archives:
+// a workspace sent ("workspace_sent") or a result received
+// ("result_received").
+type ArchiveMetrics interface {
+	Archive(direction string, n int64)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) Refused(string)        {}
+func (noMetrics) LeaseExpired()         {}
+func (noMetrics) Archive(string, int64) {}
