@@ -56,6 +56,7 @@ var commonEnv = map[string][]string{
 	"state-dir":  {"AWCP_STATE_DIR", "AWCP_HOME"},
 	"log-level":  {"AWCP_LOG_LEVEL"},
 	"log-format": {"AWCP_LOG_FORMAT"},
+	"config":     {"AWCP_CONFIG"},
 }
 
 // CommonFlags are accepted by every command of both programs, before or
@@ -68,6 +69,7 @@ func CommonFlags() []cli.Flag {
 			Usage: "debug, info, warn or error [$AWCP_LOG_LEVEL]"},
 		&cli.StringFlag{Name: "log-format", Value: "text",
 			Usage: "text (key=value) or json (one object per line) [$AWCP_LOG_FORMAT]"},
+		configFlag(),
 	}
 }
 
@@ -169,6 +171,7 @@ func Main(app *cli.App, args []string) int {
 	app.ExitErrHandler = func(*cli.Context, error) {} // exit codes are ours
 	app.Version = Version
 	oneLineUsageErrors(app.Name, app.Commands)
+	withConfig(app.Commands, commandNames(app.Commands))
 	app.OnUsageError = usageError(app.Name)
 	if prof := os.Getenv("AWCP_CPUPROFILE"); prof != "" {
 		// For performance work: a CPU profile per process.

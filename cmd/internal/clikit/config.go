@@ -1,0 +1,195 @@
+package clikit
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+
+	"github.com/BurntSushi/toml"
+	"github.com/urfave/cli/v2"
+)
+
+// A config file (--config FILE, TOML) sets a command's flags by their
+// names: top-level keys apply to the command being run, and a table named
+// after a command applies to that command only, so that one file can
+// serve a program's commands:
+//
+//	log-level = "info"
+//	[serve]
+//	work-root = "/var/lib/awcp/work"
+//	transports = ["sshfs", "archive"]
+//
+// A flag on the command line wins, then its environment variable, then
+// the file, then the default. A key that is no flag of the command is an
+// error, so a misspelt setting is never silently ignored.
+
+// configFlag is the common --config.
+func configFlag() cli.Flag {
+	return &cli.StringFlag{Name: "config",
+		Usage: "TOML file of settings named as the flags (top level, or in a [command] table) [$AWCP_CONFIG]"}
+}
+
+// withConfig makes each command (and subcommand) read --config before its
+// action, and check its required flags after that, so that the file may
+// supply them (urfave/cli checks them before anything else runs).
+func withConfig(cmds []*cli.Command, all []string) {
+	for _, cmd := range cmds {
+		var required []string
+		for _, f := range cmd.Flags {
+			if sf, ok := f.(*cli.StringFlag); ok && sf.Required {
+				sf.Required = false
+				required = append(required, sf.Name)
+			}
+		}
+		before := cmd.Before
+		cmd.Before = func(c *cli.Context) error {
+			if err := applyConfig(c, all); err != nil {
+				return err
+			}
+			for _, name := range required {
+				if c.String(name) == "" {
+					return UsageError("--%s is required (on the command line, in its environment variable, or as %s in --config)", name, name)
+				}
+			}
+			if before != nil {
+				return before(c)
+			}
+			return nil
+		}
+		withConfig(cmd.Subcommands, all)
+	}
+}
+
+// commandNames lists every command name of an app, for telling a table
+// meant for another command from a misspelt key.
+func commandNames(cmds []*cli.Command) []string {
+	var out []string
+	for _, cmd := range cmds {
+		out = append(out, cmd.Names()...)
+		out = append(out, commandNames(cmd.Subcommands)...)
+	}
+	return out
+}
+
+func applyConfig(c *cli.Context, commands []string) error {
+	file := flag(c, "config")
+	if file == "" || c.Command == nil {
+		return nil
+	}
+	var doc map[string]any
+	if _, err := toml.DecodeFile(file, &doc); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return UsageError("--config %s: no such file", file)
+		}
+		return UsageError("--config %s: %v", file, err)
+	}
+	// The top level, then the command's own table over it.
+	settings := map[string]any{}
+	for k, v := range doc {
+		if _, table := v.(map[string]any); !table {
+			settings[k] = v
+		}
+	}
+	for k, v := range doc {
+		table, ok := v.(map[string]any)
+		switch {
+		case !ok:
+		case k == c.Command.Name:
+			for sk, sv := range table {
+				settings[sk] = sv
+			}
+		case slices.Contains(commands, k):
+			// Another command's settings.
+		default:
+			return UsageError("--config %s: [%s] is no command of this program", file, k)
+		}
+	}
+	keys := make([]string, 0, len(settings))
+	for k := range settings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := setFromConfig(c, file, k, settings[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setFromConfig sets flag key to v unless the command line or the
+// environment already gave it.
+func setFromConfig(c *cli.Context, file, key string, v any) error {
+	var f cli.Flag
+	for _, cf := range c.Command.Flags {
+		if slices.Contains(cf.Names(), key) {
+			f = cf
+		}
+	}
+	if f == nil || key == "config" {
+		cmd := c.App.Name + " " + c.Command.FullName()
+		return UsageError("--config %s: %q is not a setting of %s (settings are its flags: see %s --help)", file, key, cmd, cmd)
+	}
+	for _, ctx := range c.Lineage() {
+		if ctx.IsSet(key) {
+			return nil
+		}
+	}
+	for _, env := range commonEnv[key] {
+		if os.Getenv(env) != "" {
+			return nil
+		}
+	}
+	values, err := configValues(v)
+	if err != nil {
+		return UsageError("--config %s: %s: %v", file, key, err)
+	}
+	if _, list := v.([]any); list && !isList(f) {
+		return UsageError("--config %s: %s takes one value, not a list", file, key)
+	}
+	for _, s := range values {
+		if err := c.Set(key, s); err != nil {
+			return UsageError("--config %s: %s = %q: %v", file, key, s, err)
+		}
+	}
+	return nil
+}
+
+// isList reports whether f may be given several times.
+func isList(f cli.Flag) bool {
+	switch f.(type) {
+	case *cli.StringSliceFlag, *cli.IntSliceFlag, *cli.Int64SliceFlag, *cli.GenericFlag:
+		return true
+	}
+	return false
+}
+
+// configValues is v as the command-line strings it stands for: a list is
+// one per element.
+func configValues(v any) ([]string, error) {
+	switch v := v.(type) {
+	case string:
+		return []string{v}, nil
+	case bool:
+		return []string{strconv.FormatBool(v)}, nil
+	case int64:
+		return []string{strconv.FormatInt(v, 10)}, nil
+	case float64:
+		return []string{strconv.FormatFloat(v, 'g', -1, 64)}, nil
+	case []any:
+		var out []string
+		for _, e := range v {
+			s, err := configValues(e)
+			if err != nil || len(s) != 1 {
+				return nil, fmt.Errorf("a list holds strings, numbers or booleans")
+			}
+			out = append(out, s...)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("%v is not a setting's value (use a string, number, boolean or list of them)", v)
+}
