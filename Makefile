@@ -4,7 +4,7 @@ BIN     := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/awcp/awcp/cmd/internal/clikit.Version=$(VERSION)
 
-.PHONY: build test unit e2e race bench demo lint clean
+.PHONY: build test unit e2e race bench demo lint clean install
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/awcp-ctl ./cmd/awcp-fs
@@ -37,6 +37,21 @@ lint:
 	gofmt -l . | (! grep .)
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+# The programs, the systemd units (the executor's a system service, the
+# delegator's a user service) and the example settings. An existing
+# /etc/awcp/awcp-fs.toml is kept. DESTDIR stages the tree for a package.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+install: build
+	install -D -m 0755 $(BIN)/awcp-ctl $(DESTDIR)$(PREFIX)/bin/awcp-ctl
+	install -D -m 0755 $(BIN)/awcp-fs $(DESTDIR)$(PREFIX)/bin/awcp-fs
+	install -d -m 0755 $(DESTDIR)/etc/systemd/system $(DESTDIR)/etc/systemd/user $(DESTDIR)$(PREFIX)/share/awcp
+	sed 's|/usr/local|$(PREFIX)|g' dist/systemd/awcp-fs.service > $(DESTDIR)/etc/systemd/system/awcp-fs.service
+	sed 's|/usr/local|$(PREFIX)|g' dist/systemd/awcp-ctl.service > $(DESTDIR)/etc/systemd/user/awcp-ctl.service
+	chmod 0644 $(DESTDIR)/etc/systemd/system/awcp-fs.service $(DESTDIR)/etc/systemd/user/awcp-ctl.service
+	install -m 0644 dist/awcp-fs.toml dist/awcp-ctl.toml $(DESTDIR)$(PREFIX)/share/awcp/
+	[ -e $(DESTDIR)/etc/awcp/awcp-fs.toml ] || install -D -m 0600 dist/awcp-fs.toml $(DESTDIR)/etc/awcp/awcp-fs.toml
 
 clean:
 	rm -rf $(BIN)

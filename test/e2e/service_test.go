@@ -1,0 +1,168 @@
+package e2e
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// repoRoot is the checkout the tests run in (test/e2e is two below it).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// execStart is a unit's ExecStart command line, split on spaces (ours
+// quote nothing).
+func execStart(t *testing.T, unit string) []string {
+	t.Helper()
+	data, err := os.ReadFile(unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if cmd, ok := strings.CutPrefix(line, "ExecStart="); ok {
+			return strings.Fields(cmd)
+		}
+	}
+	t.Fatalf("%s has no ExecStart", unit)
+	return nil
+}
+
+// TestServiceFiles: systemd accepts both units as written (every key
+// known, every value valid); each unit's command line, with the example
+// settings it names, starts its daemon; and make install puts programs,
+// units and settings where the units look for them, keeping settings an
+// operator edited.
+func TestServiceFiles(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Fatal("systemd-analyze is needed by this test (.ci/run installs systemd)")
+	}
+	root := repoRoot(t)
+	units := map[string]string{
+		"awcp-fs.service":  filepath.Join(root, "dist/systemd/awcp-fs.service"),
+		"awcp-ctl.service": filepath.Join(root, "dist/systemd/awcp-ctl.service"),
+	}
+	// systemd checks that ExecStart's program exists: the built one
+	// stands in for the installed one.
+	tmp := t.TempDir()
+	for name, unit := range units {
+		data, err := os.ReadFile(unit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		local := filepath.Join(tmp, name)
+		os.WriteFile(local, []byte(strings.ReplaceAll(string(data), "/usr/local/bin", binDir)), 0o644)
+		args := []string{"verify", local}
+		if name == "awcp-ctl.service" {
+			args = append([]string{"--user"}, args...)
+		}
+		cmd := exec.Command(analyze, args...)
+		runtime := filepath.Join(tmp, "run")
+		os.MkdirAll(runtime, 0o700)
+		cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+runtime)
+		if out, err := cmd.CombinedOutput(); err != nil || len(strings.TrimSpace(string(out))) != 0 {
+			t.Errorf("systemd-analyze %v: %v\n%s", args, err, out)
+		}
+	}
+
+	// The executor's command line, its example settings, and what a test
+	// must change: places, ports, and an agent (the example has none).
+	fsArgs := execStart(t, units["awcp-fs.service"])
+	if fsArgs[0] != "/usr/local/bin/awcp-fs" || strings.Join(fsArgs[1:], " ") != "serve --config /etc/awcp/awcp-fs.toml" {
+		t.Fatalf("awcp-fs.service runs %v", fsArgs)
+	}
+	state := filepath.Join(t.TempDir(), "state")
+	fs := exec.Command(filepath.Join(binDir, "awcp-fs"), "serve", "--config", filepath.Join(root, "dist/awcp-fs.toml"),
+		"--state-dir", state, "--work-root", filepath.Join(state, "work"), "--listen", "127.0.0.1:0",
+		"--metrics-listen", freeAddr(t), "--agent-cmd", "true")
+	var fsLog strings.Builder
+	fs.Stderr = &fsLog
+	out, _ := fs.StdoutPipe()
+	if err := fs.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	fs.Process.Signal(syscall.SIGTERM)
+	fs.Wait()
+	if !strings.Contains(line, "listening on") {
+		t.Fatalf("awcp-fs with the example settings: %q\n%s", line, fsLog.String())
+	}
+	if !strings.Contains(fsLog.String(), `"level":"INFO"`) {
+		t.Errorf("the example's log-format json and log-level info were not applied:\n%s", fsLog.String())
+	}
+
+	// Without an agent, the example says exactly what is missing.
+	r, _ := exec.Command(filepath.Join(binDir, "awcp-fs"), "serve", "--config", filepath.Join(root, "dist/awcp-fs.toml"),
+		"--state-dir", state, "--work-root", filepath.Join(state, "work")).CombinedOutput()
+	if !strings.Contains(string(r), "an agent is required") {
+		t.Errorf("the example without an agent: %s", r)
+	}
+
+	ctlArgs := execStart(t, units["awcp-ctl.service"])
+	if strings.Join(ctlArgs[1:], " ") != "serve --config %E/awcp/awcp-ctl.toml" {
+		t.Fatalf("awcp-ctl.service runs %v", ctlArgs)
+	}
+	c := newCtl(t)
+	ctl := c.command("serve", "--config", filepath.Join(root, "dist/awcp-ctl.toml"), "--ssh-listen", "127.0.0.1:0", "--metrics-listen", freeAddr(t))
+	var ctlLog strings.Builder
+	ctl.Stderr = &ctlLog
+	if err := ctl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(c.state, "ctl.sock")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			ctl.Process.Kill()
+			ctl.Wait()
+			t.Fatalf("awcp-ctl serve with the example settings did not start:\n%s", ctlLog.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ctl.Process.Signal(syscall.SIGTERM)
+	ctl.Wait()
+
+	// make install, twice: the second keeps the edited settings.
+	dest := t.TempDir()
+	install := func() {
+		t.Helper()
+		cmd := exec.Command("make", "-s", "install", "DESTDIR="+dest, "PREFIX=/usr", "BIN="+binDir)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("make install: %v\n%s", err, out)
+		}
+	}
+	install()
+	for path, mode := range map[string]os.FileMode{
+		"usr/bin/awcp-fs": 0o755, "usr/bin/awcp-ctl": 0o755,
+		"etc/systemd/system/awcp-fs.service": 0o644, "etc/systemd/user/awcp-ctl.service": 0o644,
+		"etc/awcp/awcp-fs.toml": 0o600, "usr/share/awcp/awcp-fs.toml": 0o644, "usr/share/awcp/awcp-ctl.toml": 0o644,
+	} {
+		fi, err := os.Stat(filepath.Join(dest, path))
+		if err != nil || fi.Mode().Perm() != mode {
+			t.Errorf("%s: %v (%v), want mode %v", path, fi, err, mode)
+		}
+	}
+	if got := execStart(t, filepath.Join(dest, "etc/systemd/system/awcp-fs.service"))[0]; got != "/usr/bin/awcp-fs" {
+		t.Errorf("installed unit runs %s, want /usr/bin/awcp-fs", got)
+	}
+	edited := filepath.Join(dest, "etc/awcp/awcp-fs.toml")
+	os.WriteFile(edited, []byte("# edited\n"), 0o600)
+	install()
+	if b, _ := os.ReadFile(edited); string(b) != "# edited\n" {
+		t.Errorf("make install overwrote the edited settings: %q", b)
+	}
+}
