@@ -414,6 +414,8 @@ type SpoolFile struct {
 	bad   error // the input is not base64
 	limit int64 // base64 bytes it may take; 0: no limit
 	taken int64
+	// progress, if set, is told taken after each write.
+	progress func(taken int64)
 }
 
 // SpoolFullError is a base64 string longer than its spool's limit: what an
@@ -452,6 +454,9 @@ func NewSpoolFile(dir string, limit int64) (*SpoolFile, error) {
 func (s *SpoolFile) Write(p []byte) (int, error) {
 	if s.taken += int64(len(p)); s.limit > 0 && s.taken > s.limit {
 		return 0, &SpoolFullError{limit: s.limit}
+	}
+	if s.progress != nil {
+		s.progress(s.taken)
 	}
 	if s.bad != nil {
 		return len(p), nil

@@ -23,6 +23,19 @@ const MaxEventBytes = 16 << 20
 // limit — given to fn (with bad set if it was not base64), and removed
 // when fn returns.
 func ReadSSE(r io.Reader, spoolDir string, maxResult int64, fn func(seq uint64, data []byte, result Spooled) (bool, error)) error {
+	return SSEReader{SpoolDir: spoolDir, MaxResult: maxResult}.Read(r, fn)
+}
+
+// SSEReader is ReadSSE's settings, and one more: Progress, if set, is
+// told how many bytes of a result's base64 have been spooled, as they are.
+type SSEReader struct {
+	SpoolDir  string
+	MaxResult int64
+	Progress  func(base64Bytes int64)
+}
+
+// Read is ReadSSE with s's settings.
+func (s SSEReader) Read(r io.Reader, fn func(seq uint64, data []byte, result Spooled) (bool, error)) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
 		ev := &sseEvent{br: br}
@@ -36,7 +49,10 @@ func ReadSSE(r io.Reader, spoolDir string, maxResult int64, fn func(seq uint64, 
 		var spool *SpoolFile
 		rest, err := Divert(data, [][]string{{"resultBase64", "snapshotBase64"}}, MaxEventBytes, func() (io.Writer, error) {
 			var err error
-			spool, err = NewSpoolFile(spoolDir, maxResult)
+			spool, err = NewSpoolFile(s.SpoolDir, s.MaxResult)
+			if spool != nil {
+				spool.progress = s.Progress
+			}
 			return spool, err
 		})
 		if err == nil {

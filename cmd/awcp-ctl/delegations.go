@@ -32,9 +32,10 @@ type env struct {
 	agentID        string // this agent's (discovery.AgentID)
 	store          *lease.Store
 	log            *slog.Logger
-	sshfs          *delegator.SSHFSDelegator // set while this process runs the SSH server
-	metrics        *metrics.Registry         // the daemon's, with --metrics-listen; nil: none
-	reconnectBound time.Duration             // --reconnect-bound, where the command has it
+	sshfs          *delegator.SSHFSDelegator                // set while this process runs the SSH server
+	metrics        *metrics.Registry                        // the daemon's, with --metrics-listen; nil: none
+	transfer       func(id, what string, done, total int64) // draws archive transfers; nil: none
+	reconnectBound time.Duration                            // --reconnect-bound, where the command has it
 }
 
 func openEnv(c *cli.Context) (*env, error) {
@@ -83,6 +84,7 @@ func (e *env) delegator(progress func(string, *control.Event)) (*delegator.Deleg
 		ReconnectBound: e.reconnectBound,
 		AgentID:        e.agentID,
 		Metrics:        m,
+		Transfer:       e.transfer,
 		Logger:         e.log,
 	})
 }

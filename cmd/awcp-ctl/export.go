@@ -89,7 +89,12 @@ func exportWait(ctx context.Context, c *cli.Context, e *env, req delegator.Expor
 		return err
 	}
 	defer func() { stopSSH(); waitSSH() }()
+	bar := newTransferBar(errw)
+	if bar != nil {
+		e.transfer = bar.update
+	}
 	dlg, err := e.delegator(func(id string, ev *control.Event) {
+		bar.done()
 		switch {
 		case ev.Type == control.EventStatus && ev.Status == control.StatusRunning:
 			fmt.Fprintf(errw, "awcp: executor is running the task\n")
@@ -131,6 +136,7 @@ func exportWait(ctx context.Context, c *cli.Context, e *env, req delegator.Expor
 	}
 	stop()
 	wg.Wait()
+	bar.done()
 	if err != nil {
 		return err
 	}

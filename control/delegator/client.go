@@ -34,6 +34,10 @@ type PeerClient struct {
 	// HTTP is the client used. Default: one without a timeout (event
 	// streams are long); requests are bounded by their contexts.
 	HTTP *http.Client
+	// Transfer, if set, is told how an archive moves: "workspace" (START's
+	// body: done and total bytes) and "result" (its base64 as it arrives:
+	// total -1, unknown).
+	Transfer func(what string, done, total int64)
 }
 
 // DefaultMaxResultBytes is the default bound of a result: 1 GiB of base64,
@@ -81,6 +85,9 @@ func (c *PeerClient) do(ctx context.Context, method, path string, body any) (*ht
 			return nil, err
 		}
 		defer done()
+		if st, ok := body.(*control.Start); ok && st.WorkDir.WorkspaceFile != "" && c.Transfer != nil {
+			rd = &countingReader{r: rd, total: size, report: func(n, total int64) { c.Transfer("workspace", n, total) }}
+		}
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base()+path, rd)
 	if err != nil {
@@ -308,7 +315,11 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		return &streamRefused{peerError(resp.StatusCode, body)}
 	}
-	err = control.ReadSSE(resp.Body, c.SpoolDir, c.maxResult(), func(seq uint64, data []byte, result control.Spooled) (bool, error) {
+	sse := control.SSEReader{SpoolDir: c.SpoolDir, MaxResult: c.maxResult()}
+	if c.Transfer != nil {
+		sse.Progress = func(n int64) { c.Transfer("result", n, -1) }
+	}
+	err = sse.Read(resp.Body, func(seq uint64, data []byte, result control.Spooled) (bool, error) {
 		// A whole event that is not one would come again, the same, on
 		// every reconnection: the delegation cannot go on.
 		ev, err := control.DecodeEvent(data)
@@ -380,4 +391,19 @@ func (c *PeerClient) getCard(ctx context.Context, path string) (*control.AgentCa
 		return nil, fmt.Errorf("%s: not an agent card: %w", path, err)
 	}
 	return &card, nil
+}
+
+// countingReader tells report how much of total it has read.
+type countingReader struct {
+	r      io.Reader
+	n      int64
+	total  int64
+	report func(n, total int64)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	c.report(c.n, c.total)
+	return n, err
 }

@@ -42,6 +42,9 @@ type Options struct {
 	// Progress, if set, receives every event of the delegations this
 	// Delegator follows, as they arrive.
 	Progress func(id string, ev *control.Event)
+	// Transfer, if set, is told how the archives of the delegations this
+	// process drives move (PeerClient.Transfer), by delegation id.
+	Transfer func(id, what string, done, total int64)
 	// ReconnectBound is how long the executor of a delegation may stay
 	// unreachable (no connection to its event stream) before the
 	// delegation fails with TASK_FAILED and its access is closed. Default
@@ -220,8 +223,13 @@ func (d *Delegator) due() ([]lease.Due, error) {
 }
 
 func (d *Delegator) peer(del *lease.Delegation) *PeerClient {
-	return &PeerClient{BaseURL: del.Peer, Token: del.Token, HTTP: d.opts.HTTP, SpoolDir: d.opts.SpoolDir,
+	c := &PeerClient{BaseURL: del.Peer, Token: del.Token, HTTP: d.opts.HTTP, SpoolDir: d.opts.SpoolDir,
 		MaxResultBytes: d.opts.MaxResultBytes}
+	if d.opts.Transfer != nil {
+		id := del.ID
+		c.Transfer = func(what string, done, total int64) { d.opts.Transfer(id, what, done, total) }
+	}
+	return c
 }
 
 func (d *Delegator) transport(del *lease.Delegation) control.DelegatorTransport {

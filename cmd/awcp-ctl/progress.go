@@ -1,0 +1,101 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// transferBar draws an archive's transfer on a terminal, as rsync and
+// rclone do: one line redrawn in place, at most ten times a second, ended
+// when the transfer is. It draws nothing when the output is not a
+// terminal (a pipe, a file, a CI log).
+type transferBar struct {
+	w io.Writer
+
+	mu     sync.Mutex
+	what   string    // the transfer on the line; "" when none is
+	start  time.Time // of the transfer on the line
+	drawn  time.Time // when the line was last drawn
+	ending bool      // the line's transfer is complete
+}
+
+// newTransferBar is a bar on w, or nil if w is not a terminal.
+func newTransferBar(w io.Writer) *transferBar {
+	f, ok := w.(*os.File)
+	if !ok {
+		return nil
+	}
+	if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err != nil {
+		return nil
+	}
+	return &transferBar{w: w}
+}
+
+// update shows done of total bytes of transfer what (total -1: unknown).
+func (b *transferBar) update(_ string, what string, done, total int64) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	if what != b.what {
+		b.endLine()
+		b.what, b.start, b.ending = what, now, false
+	}
+	complete := total > 0 && done >= total
+	if complete && b.ending {
+		return
+	}
+	if !complete && now.Sub(b.drawn) < 100*time.Millisecond {
+		return
+	}
+	b.drawn = now
+	label := map[string]string{"workspace": "sending workspace", "result": "receiving result"}[what]
+	if label == "" {
+		label = what
+	}
+	rate := ""
+	if secs := now.Sub(b.start).Seconds(); secs > 0.2 {
+		rate = "  " + mib(int64(float64(done)/secs)) + "/s"
+	}
+	if total > 0 {
+		const width = 24
+		filled := int(min(done, total) * width / total)
+		bar := strings.Repeat("=", filled) + strings.Repeat(" ", width-filled)
+		fmt.Fprintf(b.w, "\rawcp: %s [%s] %3d%%  %s of %s%s\x1b[K", label, bar, min(done, total)*100/total, mib(done), mib(total), rate)
+	} else {
+		fmt.Fprintf(b.w, "\rawcp: %s  %s%s\x1b[K", label, mib(done), rate)
+	}
+	if complete {
+		b.ending = true
+		b.endLine()
+	}
+}
+
+// done ends the line of a transfer still drawn, before other output.
+func (b *transferBar) done() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.endLine()
+}
+
+func (b *transferBar) endLine() {
+	if b.what != "" && !b.drawn.IsZero() {
+		fmt.Fprintln(b.w)
+	}
+	b.what, b.drawn = "", time.Time{}
+}
+
+func mib(n int64) string {
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
