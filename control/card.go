@@ -140,3 +140,13 @@ type ManifestAWCP struct {
 
 // CapabilityDelegation is the manifest capability of an AWCP executor.
 const CapabilityDelegation = "awcp-delegation"
+
+// ProbeResult is the executor's answer to GET /awcp/probe?port=N (ours,
+// not the specification's): whether it could open a connection to that
+// port of the caller's address, as a live mount would, and whether an SSH
+// server greeted it there.
+type ProbeResult struct {
+	Reachable bool   `json:"reachable"`
+	SSH       bool   `json:"ssh"`
+	Error     string `json:"error,omitempty"` // why not, when not
+}

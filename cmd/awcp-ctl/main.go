@@ -34,6 +34,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 			serveCommand(ctx),
 			mcpCommand(ctx),
 			peersCommand(ctx),
+			doctorCommand(ctx),
 			clikit.CompletionCommand(),
 		},
 	}

@@ -34,7 +34,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Flags:     clikit.CommonFlags(),
-		Commands:  []*cli.Command{serveCommand(ctx), mountCommand(ctx), umountCommand(), clikit.CompletionCommand()},
+		Commands:  []*cli.Command{serveCommand(ctx), mountCommand(ctx), umountCommand(), doctorCommand(ctx), clikit.CompletionCommand()},
 		// Commands and flags for the shells' completion (`completion`).
 		EnableBashCompletion: true,
 	}

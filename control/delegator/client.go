@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/awcp/awcp/control"
 )
@@ -210,6 +211,30 @@ func (c *PeerClient) Invite(ctx context.Context, inv *control.Invite) (*control.
 		return nil, control.Errorf(control.CodeDeclined, "the executor did not answer INVITE with an ACCEPT for this delegation")
 	}
 	return acc, nil
+}
+
+// Probe asks the executor whether it can open a connection to port of
+// this machine's address towards it (GET /awcp/probe). The answer's Date
+// header is returned too, for the clock check of doctor.
+func (c *PeerClient) Probe(ctx context.Context, port int) (*control.ProbeResult, time.Time, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/awcp/probe?port="+strconv.Itoa(port), nil)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	defer resp.Body.Close()
+	date, _ := http.ParseTime(resp.Header.Get("Date"))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return nil, date, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, date, peerError(resp.StatusCode, body)
+	}
+	var res control.ProbeResult
+	if err := json.Unmarshal(body, &res); err != nil {
+		return nil, date, fmt.Errorf("probe answer: %w", err)
+	}
+	return &res, date, nil
 }
 
 // Start sends START; nil means the workspace is set up.

@@ -194,6 +194,8 @@ type Executor struct {
 	notify map[string]chan struct{} // closed when a delegation gets events
 
 	wg sync.WaitGroup // task goroutines
+
+	probes chan struct{} // slots of the reachability probes in flight (probe.go)
 }
 
 // task is one running agent.
@@ -217,6 +219,7 @@ func New(opts Options) (*Executor, error) {
 	e := &Executor{
 		opts: opts, store: opts.Store, log: opts.Logger,
 		tasks: map[string]*task{}, notify: map[string]chan struct{}{},
+		probes: make(chan struct{}, probeSlots),
 	}
 	// Workspaces being received when a previous run stopped are of no use.
 	if err := os.RemoveAll(e.incomingDir()); err != nil {

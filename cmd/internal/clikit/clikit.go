@@ -90,8 +90,8 @@ func flag(c *cli.Context, name string) string {
 	return c.String(name)
 }
 
-// StateDir returns the state dir, created 0700.
-func StateDir(c *cli.Context) (string, error) {
+// StateDirPath is the state dir's absolute path; it may not exist yet.
+func StateDirPath(c *cli.Context) (string, error) {
 	dir := flag(c, "state-dir")
 	if dir == "" {
 		home, err := os.UserHomeDir()
@@ -100,7 +100,12 @@ func StateDir(c *cli.Context) (string, error) {
 		}
 		dir = filepath.Join(home, ".awcp")
 	}
-	abs, err := filepath.Abs(dir)
+	return filepath.Abs(dir)
+}
+
+// StateDir returns the state dir, created 0700.
+func StateDir(c *cli.Context) (string, error) {
+	abs, err := StateDirPath(c)
 	if err != nil {
 		return "", err
 	}

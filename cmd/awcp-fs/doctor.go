@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/awcp/awcp/cmd/internal/clikit"
+	awcpfs "github.com/awcp/awcp/fs"
+)
+
+func doctorCommand(ctx context.Context) *cli.Command {
+	return &cli.Command{
+		Name:  "doctor",
+		Usage: "check this machine as an executor (FUSE, port, state dir, work root, agent), and with --delegator the way to one: each line OK or FAIL with the fix",
+		Flags: append(clikit.CommonFlags(),
+			&cli.StringFlag{Name: "listen", EnvVars: []string{"AWCP_LISTEN"}, Value: "127.0.0.1:10200", Usage: "the address serve is given"},
+			&cli.StringFlag{Name: "work-root", EnvVars: []string{"AWCP_WORK_ROOT"}, Usage: "the work root serve is given"},
+			&cli.StringFlag{Name: "agent-cmd", EnvVars: []string{"AWCP_AGENT_CMD"}, Usage: "the agent command serve is given"},
+			&cli.StringFlag{Name: "agent-acp", EnvVars: []string{"AWCP_AGENT_ACP"}, Usage: "the ACP agent serve is given"},
+			&cli.StringFlag{Name: "delegator", Usage: "a delegator's SSH server, host:port, to check this machine can reach (awcp-ctl doctor on the delegator checks the rest)"},
+		),
+		Action: func(c *cli.Context) error { return doctor(ctx, c) },
+	}
+}
+
+func doctor(ctx context.Context, c *cli.Context) error {
+	l := &clikit.Checklist{W: c.App.Writer}
+	checkFUSE(l)
+
+	state, err := clikit.StateDirPath(c)
+	if err != nil {
+		return err
+	}
+	clikit.CheckStateDir(l, state, "executor.db", "agent-id")
+
+	listen := c.String("listen")
+	if running := answersAsExecutor(ctx, listen); running {
+		l.OK("listen port", listen+" is in use by a running awcp-fs serve")
+	} else {
+		clikit.CheckPortFree(l, "listen port", listen, false, "stop what holds it, or give serve another --listen")
+	}
+
+	switch root := c.String("work-root"); {
+	case root == "":
+		l.Info("work root", "not checked: give --work-root as serve has it")
+	default:
+		checkWorkRoot(l, root)
+	}
+
+	switch cmd, acp := c.String("agent-cmd"), c.String("agent-acp"); {
+	case cmd == "" && acp == "":
+		l.Info("agent", "not checked: give --agent-cmd or --agent-acp as serve has it")
+	default:
+		line := cmd
+		if line == "" {
+			line = acp
+		}
+		prog := strings.Fields(line)[0]
+		if path, err := exec.LookPath(prog); err != nil {
+			l.Fail("agent", prog+" is not found on PATH", "install it, or give its full path")
+		} else {
+			l.OK("agent", path)
+		}
+	}
+
+	if addr := c.String("delegator"); addr != "" {
+		checkDelegator(l, addr)
+	}
+	return l.Result()
+}
+
+// checkFUSE mounts an empty file system the way a live mount is made.
+func checkFUSE(l *clikit.Checklist) {
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		l.Fail("fuse device", "/dev/fuse: "+err.Error(),
+			"load the module (modprobe fuse); in a container, pass --device /dev/fuse (and --cap-add SYS_ADMIN to mount as root)")
+		l.Info("transport", "live mounts (sshfs) will not work here; delegations use archive")
+		return
+	}
+	f.Close()
+	l.OK("fuse device", "/dev/fuse opens")
+	how := "as root, with mount(2)"
+	if os.Geteuid() != 0 {
+		how = "through fusermount3"
+		if _, err := exec.LookPath("fusermount3"); err != nil {
+			if _, err := exec.LookPath("fusermount"); err != nil {
+				l.Fail("fuse mount", "not root, and no fusermount3 on PATH", "install fuse3 (apt-get install fuse3), or run serve as root")
+				return
+			}
+		}
+	}
+	dir, err := os.MkdirTemp("", "awcp-doctor-")
+	if err != nil {
+		l.Fail("fuse mount", err.Error(), "")
+		return
+	}
+	defer os.Remove(dir)
+	if err := awcpfs.CanMount(dir); err != nil {
+		l.Fail("fuse mount", "a test mount failed: "+err.Error(),
+			"run serve as root, or install fuse3 and allow your user to mount; in a container, --cap-add SYS_ADMIN")
+		return
+	}
+	l.OK("fuse mount", "a test mount worked ("+how+")")
+}
+
+// answersAsExecutor reports whether addr is an awcp-fs serve's.
+func answersAsExecutor(ctx context.Context, addr string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/manifest", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// checkWorkRoot checks that work dirs can be made in root.
+func checkWorkRoot(l *clikit.Checklist, root string) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		l.Fail("work root", err.Error(), "")
+		return
+	}
+	probe := abs
+	for {
+		if _, err := os.Stat(probe); err == nil || !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		probe = filepath.Dir(probe)
+	}
+	dir, err := os.MkdirTemp(probe, ".awcp-doctor-")
+	if err != nil {
+		l.Fail("work root", fmt.Sprintf("cannot make directories in %s: %v", probe, err), "make "+abs+" writable by the user serve runs as")
+		return
+	}
+	os.Remove(dir)
+	l.OK("work root", abs+" is writable")
+}
+
+// checkDelegator dials a delegator's SSH server as a live mount would.
+func checkDelegator(l *clikit.Checklist, addr string) {
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		l.Fail("here → delegator", fmt.Sprintf("cannot connect to %s: %v", addr, err),
+			"let this machine reach that port (firewall, NAT), or delegate with --transport archive")
+		return
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	line, _ := bufio.NewReaderSize(conn, 256).ReadSlice('\n')
+	if !strings.HasPrefix(string(line), "SSH-2.0-") {
+		l.Fail("here → delegator", addr+" answered, but not as an SSH server", "check the address: it is the delegator's --ssh-listen port")
+		return
+	}
+	l.OK("here → delegator", "reached the SSH server at "+addr)
+}

@@ -1,0 +1,98 @@
+package e2e
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// doctorLine finds the line of check what in a doctor's output.
+func doctorLine(out, what string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && (f[0] == "OK" || f[0] == "FAIL") && strings.HasPrefix(strings.TrimSpace(line[len(f[0]):]), what) {
+			return line
+		}
+	}
+	return ""
+}
+
+// TestDoctor: both doctors say OK for a machine that works and FAIL, with
+// the fix, for each thing broken on purpose: a port taken, a state dir
+// others can read, a missing agent, a token not given, an executor that
+// cannot reach this machine's SSH port.
+func TestDoctor(t *testing.T) {
+	fsDoctor := func(args ...string) result {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(binDir, "awcp-fs"), append([]string{"doctor"}, args...)...)
+		out, err := cmd.Output()
+		r := result{stdout: string(out)}
+		if ee, ok := err.(*exec.ExitError); ok {
+			r.code, r.stderr = ee.ExitCode(), string(ee.Stderr)
+		}
+		return r
+	}
+	state := filepath.Join(t.TempDir(), "fs-state")
+	work := filepath.Join(t.TempDir(), "work")
+	good := []string{"--state-dir", state, "--work-root", work, "--agent-cmd", "sh -c true", "--listen", freeAddr(t)}
+	r := fsDoctor(good...)
+	if r.code != 0 {
+		t.Fatalf("awcp-fs doctor on a working machine: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, what := range []string{"fuse device", "fuse mount", "state dir", "listen port", "work root", "agent"} {
+		if !strings.HasPrefix(doctorLine(r.stdout, what), "OK") {
+			t.Errorf("awcp-fs doctor: %s not OK:\n%s", what, r.stdout)
+		}
+	}
+
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	os.MkdirAll(state, 0o755)
+	os.Chmod(state, 0o755)
+	r = fsDoctor("--state-dir", state, "--agent-cmd", "no-such-agent --go", "--listen", held.Addr().String())
+	if r.code != 1 {
+		t.Fatalf("awcp-fs doctor with three things broken: exit %d\n%s", r.code, r.stdout)
+	}
+	for what, fix := range map[string]string{"listen port": "stop what holds it", "state dir": "chmod 700 " + state, "agent": "install it"} {
+		line := doctorLine(r.stdout, what)
+		if !strings.HasPrefix(line, "FAIL") || !strings.Contains(r.stdout, "fix: "+fix) {
+			t.Errorf("awcp-fs doctor: %s: %q, want FAIL and the fix %q in\n%s", what, line, fix, r.stdout)
+		}
+	}
+
+	// The delegator's doctor against a real executor, which needs a token.
+	x := startExecutor(t, "true", "--token", "secret")
+	c := newCtl(t)
+	r = c.run("doctor", "--peer", x.url, "--token", "secret")
+	if r.code != 0 {
+		t.Fatalf("awcp-ctl doctor: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, what := range []string{"state dir", "executor reachable", "clock", "executor → here"} {
+		if !strings.HasPrefix(doctorLine(r.stdout, what), "OK") {
+			t.Errorf("awcp-ctl doctor: %s not OK:\n%s", what, r.stdout)
+		}
+	}
+	if !strings.Contains(r.stdout, "auto will use sshfs") {
+		t.Errorf("awcp-ctl doctor does not say the live mount will be used:\n%s", r.stdout)
+	}
+
+	r = c.run("doctor", "--peer", x.url)
+	if line := doctorLine(r.stdout, "executor → here"); r.code != 1 || !strings.HasPrefix(line, "FAIL") || !strings.Contains(r.stdout, "fix: pass --token") {
+		t.Errorf("awcp-ctl doctor without the token: exit %d\n%s", r.code, r.stdout)
+	}
+	// Listening where the executor does not dial (it dials the address
+	// the request came from, 127.0.0.1): the way back is closed.
+	r = c.run("doctor", "--peer", x.url, "--token", "secret", "--ssh-listen", "127.0.0.2:0")
+	if line := doctorLine(r.stdout, "executor → here"); r.code != 1 || !strings.HasPrefix(line, "FAIL") || !strings.Contains(r.stdout, "auto will use archive") {
+		t.Errorf("awcp-ctl doctor with the way back closed: exit %d\n%s", r.code, r.stdout)
+	}
+	r = c.run("doctor", "--peer", "http://"+freeAddr(t))
+	if line := doctorLine(r.stdout, "executor reachable"); r.code != 1 || !strings.HasPrefix(line, "FAIL") {
+		t.Errorf("awcp-ctl doctor against no executor: exit %d\n%s", r.code, r.stdout)
+	}
+}
