@@ -18,11 +18,12 @@ import (
 type transferBar struct {
 	w io.Writer
 
-	mu     sync.Mutex
-	what   string    // the transfer on the line; "" when none is
-	start  time.Time // of the transfer on the line
-	drawn  time.Time // when the line was last drawn
-	ending bool      // the line's transfer is complete
+	mu          sync.Mutex
+	what        string    // the transfer on the line; "" when none is
+	start       time.Time // of the transfer on the line
+	drawn       time.Time // when the line was last drawn
+	sent, size  int64     // what the line's transfer last reported
+	finished    string    // the last transfer drawn complete: later reports of it are not
 }
 
 // newTransferBar is a bar on w, or nil if w is not a terminal.
@@ -44,48 +45,60 @@ func (b *transferBar) update(_ string, what string, done, total int64) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	complete := total > 0 && done >= total
+	if what == b.finished {
+		return
+	}
 	now := time.Now()
 	if what != b.what {
 		b.endLine()
-		b.what, b.start, b.ending = what, now, false
+		b.what, b.start = what, now
 	}
-	complete := total > 0 && done >= total
-	if complete && b.ending {
-		return
-	}
+	b.sent, b.size = done, total
 	if !complete && now.Sub(b.drawn) < 100*time.Millisecond {
 		return
 	}
-	b.drawn = now
-	label := map[string]string{"workspace": "sending workspace", "result": "receiving result"}[what]
-	if label == "" {
-		label = what
-	}
-	rate := ""
-	if secs := now.Sub(b.start).Seconds(); secs > 0.2 {
-		rate = "  " + mib(int64(float64(done)/secs)) + "/s"
-	}
-	if total > 0 {
-		const width = 24
-		filled := int(min(done, total) * width / total)
-		bar := strings.Repeat("=", filled) + strings.Repeat(" ", width-filled)
-		fmt.Fprintf(b.w, "\rawcp: %s [%s] %3d%%  %s of %s%s\x1b[K", label, bar, min(done, total)*100/total, mib(done), mib(total), rate)
-	} else {
-		fmt.Fprintf(b.w, "\rawcp: %s  %s%s\x1b[K", label, mib(done), rate)
-	}
+	b.draw(now)
 	if complete {
-		b.ending = true
+		b.finished = what
 		b.endLine()
 	}
 }
 
-// done ends the line of a transfer still drawn, before other output.
+// draw writes the line's transfer as it last reported.
+func (b *transferBar) draw(now time.Time) {
+	b.drawn = now
+	label := map[string]string{"workspace": "sending workspace", "result": "receiving result"}[b.what]
+	if label == "" {
+		label = b.what
+	}
+	rate := ""
+	if secs := now.Sub(b.start).Seconds(); secs > 0.2 {
+		rate = "  " + mib(int64(float64(b.sent)/secs)) + "/s"
+	}
+	if b.size > 0 {
+		const width = 24
+		done := min(b.sent, b.size)
+		filled := int(done * width / b.size)
+		bar := strings.Repeat("=", filled) + strings.Repeat(" ", width-filled)
+		fmt.Fprintf(b.w, "\rawcp: %s [%s] %3d%%  %s of %s%s\x1b[K", label, bar, done*100/b.size, mib(done), mib(b.size), rate)
+	} else {
+		fmt.Fprintf(b.w, "\rawcp: %s  %s%s\x1b[K", label, mib(b.sent), rate)
+	}
+}
+
+// done ends the line of a transfer still drawn, before other output,
+// with what it last reported.
 func (b *transferBar) done() {
 	if b == nil {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.what != "" && !b.drawn.IsZero() {
+		b.draw(time.Now())
+	}
+	b.finished = b.what
 	b.endLine()
 }
 
