@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -254,6 +255,37 @@ func (c *ctl) waitState(id, state string) delegation {
 	}
 	c.t.Fatalf("delegation %q never reached %s: %+v", id, state, c.status())
 	return delegation{}
+}
+
+// serve runs `awcp-ctl serve` with args until stop (or the test's end),
+// returning once its socket is up; log holds what it wrote to stderr.
+func (c *ctl) serve(args ...string) (log *strings.Builder, stop func()) {
+	c.t.Helper()
+	daemon := c.command(append([]string{"serve"}, args...)...)
+	log = new(strings.Builder)
+	daemon.Stderr = log
+	if err := daemon.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			daemon.Process.Signal(syscall.SIGTERM)
+			daemon.Wait()
+		})
+	}
+	c.t.Cleanup(stop)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(c.state, "ctl.sock")); err == nil {
+			return log, stop
+		}
+		if time.Now().After(deadline) {
+			stop()
+			c.t.Fatalf("awcp-ctl serve %v did not start:\n%s", args, log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // stopDaemon ends an `awcp-ctl serve` a background export started.

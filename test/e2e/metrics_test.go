@@ -9,9 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 )
 
 // freeAddr is a loopback address nothing listens on (it was free a moment
@@ -84,26 +82,12 @@ func TestMetrics(t *testing.T) {
 	fsMetrics, ctlMetrics := freeAddr(t), freeAddr(t)
 	x := startExecutor(t, `echo written > out.txt; cat in.txt >> out.txt`, "--token", "secret", "--metrics-listen", fsMetrics)
 	c := newCtl(t)
-	daemon := c.command("serve", "--ssh-listen", "127.0.0.1:0", "--metrics-listen", ctlMetrics)
-	var daemonLog strings.Builder
-	daemon.Stderr = &daemonLog
-	if err := daemon.Start(); err != nil {
-		t.Fatal(err)
-	}
+	daemonLog, _ := c.serve("--ssh-listen", "127.0.0.1:0", "--metrics-listen", ctlMetrics)
 	defer func() {
-		daemon.Process.Signal(syscall.SIGTERM)
-		daemon.Wait()
 		if t.Failed() {
 			t.Logf("awcp-ctl serve log:\n%s", daemonLog.String())
 		}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for _, err := os.Stat(filepath.Join(c.state, "ctl.sock")); err != nil; _, err = os.Stat(filepath.Join(c.state, "ctl.sock")) {
-		if time.Now().After(deadline) {
-			t.Fatalf("awcp-ctl serve did not start:\n%s", daemonLog.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 
 	dirs, ids := map[string]string{}, []string{}
 	for _, transport := range []string{"sshfs", "archive"} {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // repoRoot is the checkout the tests run in (test/e2e is two below it).
@@ -114,26 +113,8 @@ func TestServiceFiles(t *testing.T) {
 		t.Fatalf("awcp-ctl.service runs %v", ctlArgs)
 	}
 	c := newCtl(t)
-	ctl := c.command("serve", "--config", filepath.Join(root, "dist/awcp-ctl.toml"), "--ssh-listen", "127.0.0.1:0", "--metrics-listen", freeAddr(t))
-	var ctlLog strings.Builder
-	ctl.Stderr = &ctlLog
-	if err := ctl.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(c.state, "ctl.sock")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			ctl.Process.Kill()
-			ctl.Wait()
-			t.Fatalf("awcp-ctl serve with the example settings did not start:\n%s", ctlLog.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	ctl.Process.Signal(syscall.SIGTERM)
-	ctl.Wait()
+	_, stop := c.serve("--config", filepath.Join(root, "dist/awcp-ctl.toml"), "--ssh-listen", "127.0.0.1:0", "--metrics-listen", freeAddr(t))
+	stop()
 
 	// make install, twice: the second keeps the edited settings.
 	dest := t.TempDir()
