@@ -18,12 +18,12 @@ import (
 type transferBar struct {
 	w io.Writer
 
-	mu          sync.Mutex
-	what        string    // the transfer on the line; "" when none is
-	start       time.Time // of the transfer on the line
-	drawn       time.Time // when the line was last drawn
-	sent, size  int64     // what the line's transfer last reported
-	finished    string    // the last transfer drawn complete: later reports of it are not
+	mu         sync.Mutex
+	what       string    // the transfer on the line; "" when none is
+	start      time.Time // of the transfer on the line
+	drawn      time.Time // when the line was last drawn
+	sent, size int64     // what the line's transfer last reported
+	finished   string    // the last transfer drawn complete: later reports of it are not
 }
 
 // newTransferBar is a bar on w, or nil if w is not a terminal.
