@@ -22,6 +22,8 @@ import (
 const maxClockSkew = 30 * time.Second
 
 func doctorCommand(ctx context.Context) *cli.Command {
+	// `doctor --config FILE` checks what serve will be given.
+	clikit.SettingsOf("doctor", "serve")
 	return &cli.Command{
 		Name:  "doctor",
 		Usage: "check this machine as a delegator, and with --peer an executor both ways: each line OK or FAIL with the fix",

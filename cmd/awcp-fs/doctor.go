@@ -20,6 +20,8 @@ import (
 )
 
 func doctorCommand(ctx context.Context) *cli.Command {
+	// `doctor --config FILE` checks what serve will be given.
+	clikit.SettingsOf("doctor", "serve")
 	return &cli.Command{
 		Name:  "doctor",
 		Usage: "check this machine as an executor (FUSE, port, state dir, work root, agent), and with --delegator the way to one: each line OK or FAIL with the fix",

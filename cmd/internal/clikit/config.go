@@ -75,6 +75,15 @@ func commandNames(cmds []*cli.Command) []string {
 	return out
 }
 
+// borrowed is, by command name, the command whose table it reads too:
+// doctor checks what serve will be given (SettingsOf).
+var borrowed = map[string]string{}
+
+// SettingsOf makes command read another's table of a settings file, for
+// the keys that are its flags too (its own table and the top level still
+// win, and are still checked strictly).
+func SettingsOf(command, other string) { borrowed[command] = other }
+
 func applyConfig(c *cli.Context, commands []string) error {
 	file := flag(c, "config")
 	if file == "" || c.Command == nil {
@@ -87,8 +96,16 @@ func applyConfig(c *cli.Context, commands []string) error {
 		}
 		return UsageError("--config %s: %v", file, err)
 	}
-	// The top level, then the command's own table over it.
+	// The borrowed table's keys this command has, then the top level,
+	// then the command's own table over it.
 	settings := map[string]any{}
+	if other, ok := doc[borrowed[c.Command.Name]].(map[string]any); ok && borrowed[c.Command.Name] != "" {
+		for k, v := range other {
+			if hasFlag(c.Command, k) {
+				settings[k] = v
+			}
+		}
+	}
 	for k, v := range doc {
 		if _, table := v.(map[string]any); !table {
 			settings[k] = v
@@ -119,6 +136,15 @@ func applyConfig(c *cli.Context, commands []string) error {
 		}
 	}
 	return nil
+}
+
+func hasFlag(cmd *cli.Command, name string) bool {
+	for _, f := range cmd.Flags {
+		if slices.Contains(f.Names(), name) {
+			return true
+		}
+	}
+	return false
 }
 
 // setFromConfig sets flag key to v unless the command line or the

@@ -135,3 +135,25 @@ func unsetenv(t *testing.T, name string) {
 	t.Setenv(name, "")
 	os.Unsetenv(name)
 }
+
+// A command that borrows another's table (doctor, serve's) takes the keys
+// it has from there, and leaves the rest.
+func TestConfigBorrowedTable(t *testing.T) {
+	unsetenv(t, "X_WORK_ROOT")
+	SettingsOf("doctor", "serve")
+	defer delete(borrowed, "doctor")
+	var root, listen string
+	app := &cli.App{Name: "x", Flags: CommonFlags(), Writer: new(bytes.Buffer), ErrWriter: new(bytes.Buffer),
+		Commands: []*cli.Command{
+			{Name: "serve", Flags: append(CommonFlags(), &cli.StringFlag{Name: "work-root"}, &cli.StringFlag{Name: "agent-cmd"}, &cli.StringFlag{Name: "listen"})},
+			{Name: "doctor", Flags: append(CommonFlags(), &cli.StringFlag{Name: "work-root"}, &cli.StringFlag{Name: "listen"}),
+				Action: func(c *cli.Context) error { root, listen = c.String("work-root"), c.String("listen"); return nil }},
+		}}
+	cfg := writeConfig(t, "[serve]\nwork-root = \"/srv/work\"\nagent-cmd = \"a\"\nlisten = \"1.2.3.4:1\"\n[doctor]\nlisten = \"5.6.7.8:2\"\n")
+	if code := Main(app, []string{"x", "doctor", "--config", cfg}); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if root != "/srv/work" || listen != "5.6.7.8:2" {
+		t.Fatalf("work-root %q (want serve's), listen %q (want doctor's own)", root, listen)
+	}
+}
