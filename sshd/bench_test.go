@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/awcp/awcp/internal/metrics"
 )
 
 // BenchmarkLstatRoundTrip is one SFTP request and its answer over a real
@@ -51,4 +53,18 @@ func BenchmarkReadFlood(b *testing.B) {
 	}
 	b.ReportMetric(float64(peak)/(1<<20), "MiB-growth")
 	b.ReportMetric(float64(left)/(1<<20), "MiB-after-close")
+}
+
+// BenchmarkLstatRoundTripMetrics is BenchmarkLstatRoundTrip with the
+// daemon's metrics recording (--metrics-listen): their cost per request.
+func BenchmarkLstatRoundTripMetrics(b *testing.B) {
+	f := newFixtureWith(b, metrics.New())
+	dir, cred := f.lend(b, "dlg_bench", false)
+	os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644)
+	sc := f.sftp(b, "dlg_bench", cred)
+	for b.Loop() {
+		if _, err := sc.Lstat("/f"); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
