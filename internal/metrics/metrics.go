@@ -16,7 +16,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sort"
 	"syscall"
 	"time"
 
@@ -29,7 +28,7 @@ import (
 )
 
 // Registry holds one daemon's metrics. Its methods are safe for
-// concurrent use; a nil *Registry records nothing.
+// concurrent use.
 type Registry struct {
 	reg *prometheus.Registry
 
@@ -91,7 +90,7 @@ func New() *Registry {
 	}, []string{"code"})
 	r.agentExits = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "awcp_agent_exits_total",
-		Help: "Agent runs that ended, by how (completed, failed, cancelled, expired).",
+		Help: "Agent runs that ended, by how: completed, failed (it said so), error (it could not run), killed (cancel, expiry, shutdown).",
 	}, []string{"outcome"})
 	r.expiries = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "awcp_lease_expiries_total",
@@ -110,9 +109,6 @@ func New() *Registry {
 	)
 	return r
 }
-
-// Gatherer is the registry, for tests and for Handler.
-func (r *Registry) Gatherer() prometheus.Gatherer { return r.reg }
 
 // Handler serves the registry in the Prometheus text format.
 func (r *Registry) Handler() http.Handler {
@@ -149,30 +145,23 @@ func (c *censusCollector) Collect(ch chan<- prometheus.Metric) {
 
 // SFTPRequest implements sshd.Metrics.
 func (r *Registry) SFTPRequest(op string, took time.Duration) {
-	if r != nil {
-		r.sftpSeconds.WithLabelValues(op).Observe(took.Seconds())
-	}
+	r.sftpSeconds.WithLabelValues(op).Observe(took.Seconds())
 }
 
 // SFTPBytes implements sshd.Metrics.
 func (r *Registry) SFTPBytes(op string, n int) {
-	if r != nil && n > 0 {
+	if n > 0 {
 		r.sftpBytes.WithLabelValues(op).Add(float64(n))
 	}
 }
 
 // SFTPError implements sshd.Metrics.
 func (r *Registry) SFTPError(status string) {
-	if r != nil {
-		r.sftpStatus.WithLabelValues(status).Inc()
-	}
+	r.sftpStatus.WithLabelValues(status).Inc()
 }
 
 // FUSEOp implements fs.Metrics.
 func (r *Registry) FUSEOp(op string, errno syscall.Errno) {
-	if r == nil {
-		return
-	}
 	r.fuseOps.WithLabelValues(op).Inc()
 	if errno != 0 {
 		name := unix.ErrnoName(errno)
@@ -185,56 +174,33 @@ func (r *Registry) FUSEOp(op string, errno syscall.Errno) {
 
 // MountLost implements fs.Metrics.
 func (r *Registry) MountLost() {
-	if r != nil {
-		r.outages.Inc()
-	}
+	r.outages.Inc()
 }
 
 // MountBack implements fs.Metrics.
 func (r *Registry) MountBack(outage time.Duration) {
-	if r != nil {
-		r.reconnects.Inc()
-		r.outageSeconds.Observe(outage.Seconds())
-	}
+	r.reconnects.Inc()
+	r.outageSeconds.Observe(outage.Seconds())
 }
 
 // Refused implements delegator.Metrics and executor.Metrics.
 func (r *Registry) Refused(code string) {
-	if r != nil {
-		r.refused.WithLabelValues(code).Inc()
-	}
+	r.refused.WithLabelValues(code).Inc()
 }
 
 // AgentExited implements executor.Metrics.
 func (r *Registry) AgentExited(outcome string) {
-	if r != nil {
-		r.agentExits.WithLabelValues(outcome).Inc()
-	}
+	r.agentExits.WithLabelValues(outcome).Inc()
 }
 
 // LeaseExpired implements delegator.Metrics and executor.Metrics.
 func (r *Registry) LeaseExpired() {
-	if r != nil {
-		r.expiries.Inc()
-	}
+	r.expiries.Inc()
 }
 
 // Archive implements delegator.Metrics and executor.Metrics.
 func (r *Registry) Archive(direction string, n int64) {
-	if r != nil {
-		r.archiveBytes.WithLabelValues(direction).Observe(float64(n))
-	}
-}
-
-// Names lists the metric families the registry gathers, sorted.
-func (r *Registry) Names() ([]string, error) {
-	mfs, err := r.reg.Gather()
-	names := make([]string, 0, len(mfs))
-	for _, mf := range mfs {
-		names = append(names, mf.GetName())
-	}
-	sort.Strings(names)
-	return names, err
+	r.archiveBytes.WithLabelValues(direction).Observe(float64(n))
 }
 
 // Serve answers GET /metrics on ln until ctx is done. Metrics say how
