@@ -102,8 +102,15 @@ func (e *Executor) authorized(w http.ResponseWriter, r *http.Request, id string)
 	if ok && e.validToken(tok) {
 		return true
 	}
-	writeError(w, http.StatusUnauthorized, control.NewError(id, control.CodeAuthFailed, "missing or invalid bearer token", "send the executor's token"))
+	e.refuseAuth(w, id, "missing or invalid bearer token")
 	return false
+}
+
+// refuseAuth answers a request refused for its token (AUTH_FAILED), and
+// counts it with the refusals.
+func (e *Executor) refuseAuth(w http.ResponseWriter, id, message string) {
+	e.opts.Metrics.Refused(control.CodeAuthFailed)
+	writeError(w, http.StatusUnauthorized, control.NewError(id, control.CodeAuthFailed, message, "send the executor's token"))
 }
 
 // bodyGrace is the time a message's body has for each MiB
@@ -125,8 +132,7 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 	bearer, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	trusted := len(e.opts.Tokens) == 0 || (hasBearer && e.validToken(bearer))
 	if len(e.opts.Tokens) > 0 && hasBearer && !trusted {
-		e.opts.Metrics.Refused(control.CodeAuthFailed)
-		writeError(w, http.StatusUnauthorized, control.NewError("", control.CodeAuthFailed, "missing or invalid bearer token", "send the executor's token"))
+		e.refuseAuth(w, "", "missing or invalid bearer token")
 		return
 	}
 	limit := int64(control.MaxMessageBytes)
@@ -150,9 +156,7 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 	var syntax *control.JSONSyntaxError
 	switch {
 	case errors.Is(err, errNoToken):
-		e.opts.Metrics.Refused(control.CodeAuthFailed)
-		writeError(w, http.StatusUnauthorized, control.NewError("", control.CodeAuthFailed, "a workspace was sent without a valid bearer token",
-			"send the executor's token"))
+		e.refuseAuth(w, "", "a workspace was sent without a valid bearer token")
 		return
 	case errors.Is(err, control.ErrRestTooLarge):
 		writeError(w, http.StatusRequestEntityTooLarge, control.NewError("", control.CodeDeclined,
@@ -163,9 +167,7 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestTimeout, control.NewError("", control.CodeDeclined, "the message arrived too slowly", ""))
 		return
 	case errors.As(err, new(*http.MaxBytesError)) && !trusted:
-		e.opts.Metrics.Refused(control.CodeAuthFailed)
-		writeError(w, http.StatusUnauthorized, control.NewError("", control.CodeAuthFailed,
-			fmt.Sprintf("message larger than %d bytes without a bearer token", control.MaxMessageBytes), "send the executor's token"))
+		e.refuseAuth(w, "", fmt.Sprintf("message larger than %d bytes without a bearer token", control.MaxMessageBytes))
 		return
 	case errors.As(err, new(*http.MaxBytesError)):
 		writeError(w, http.StatusRequestEntityTooLarge, control.NewError("", control.CodeWorkspaceTooLarge,

@@ -3,8 +3,8 @@ package executor
 // Metrics is what the executor reports besides its store's census; the
 // daemon's registry (internal/metrics) implements it.
 type Metrics interface {
-	// Refused is an INVITE refused, by its spec error code, or a message
-	// refused for its bearer token before it was read (AUTH_FAILED).
+	// Refused is an INVITE refused, by its spec error code, or any request
+	// refused for its token (AUTH_FAILED, refuseAuth).
 	Refused(code string)
 	// AgentExited is an agent run ended: "completed", "failed" (it said
 	// so), "error" (it could not run) or "killed" (cancel, expiry or
