@@ -255,6 +255,7 @@ func TestExecutorTokenGuardsOtherEndpoints(t *testing.T) {
 	f := executortest.New(t, "true", func(o *executor.Options) { o.Tokens = []string{"s3cret"} })
 	for _, r := range []struct{ method, path string }{
 		{"GET", "/awcp/status"}, {"GET", "/awcp/tasks/dlg_x/events"}, {"POST", "/awcp/cancel/dlg_x"},
+		{"GET", "/awcp/probe?port=22"},
 	} {
 		req, _ := http.NewRequest(r.method, f.Srv.URL+r.path, nil)
 		resp, err := http.DefaultClient.Do(req)
