@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"sync"
-
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -45,7 +45,7 @@ func doctor(ctx context.Context, c *cli.Context) error {
 		return err
 	}
 	clikit.CheckStateDir(l, state, "delegator.db", "agent-id")
-	_, running := delegator.DialLocal(state + "/ctl.sock")
+	_, running := delegator.DialLocal(filepath.Join(state, "ctl.sock"))
 	if running {
 		l.OK("daemon", "awcp-ctl serve runs on "+state)
 	} else {

@@ -40,9 +40,6 @@ func newTransferBar(w io.Writer) *transferBar {
 
 // update shows done of total bytes of transfer what (total -1: unknown).
 func (b *transferBar) update(_ string, what string, done, total int64) {
-	if b == nil {
-		return
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	complete := total > 0 && done >= total
@@ -68,9 +65,12 @@ func (b *transferBar) update(_ string, what string, done, total int64) {
 // draw writes the line's transfer as it last reported.
 func (b *transferBar) draw(now time.Time) {
 	b.drawn = now
-	label := map[string]string{"workspace": "sending workspace", "result": "receiving result"}[b.what]
-	if label == "" {
-		label = b.what
+	label := b.what
+	switch b.what {
+	case "workspace":
+		label = "sending workspace"
+	case "result":
+		label = "receiving result"
 	}
 	rate := ""
 	if secs := now.Sub(b.start).Seconds(); secs > 0.2 {
@@ -88,7 +88,7 @@ func (b *transferBar) draw(now time.Time) {
 }
 
 // done ends the line of a transfer still drawn, before other output,
-// with what it last reported.
+// with what it last reported. A nil bar (not a terminal) does nothing.
 func (b *transferBar) done() {
 	if b == nil {
 		return
