@@ -11,16 +11,24 @@ import (
 
 // BenchmarkLstatRoundTrip is one SFTP request and its answer over a real
 // SSH connection on loopback: the floor under every metadata operation of
-// the mount.
+// the mount; with metrics on, as the daemon with --metrics-listen records
+// each request.
 func BenchmarkLstatRoundTrip(b *testing.B) {
-	f := newFixture(b)
-	dir, cred := f.lend(b, "dlg_bench", false)
-	os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644)
-	sc := f.sftp(b, "dlg_bench", cred)
-	for b.Loop() {
-		if _, err := sc.Lstat("/f"); err != nil {
-			b.Fatal(err)
-		}
+	for _, tc := range []struct {
+		name string
+		m    Metrics
+	}{{"metrics=off", nil}, {"metrics=on", metrics.New()}} {
+		b.Run(tc.name, func(b *testing.B) {
+			f := newFixtureWith(b, tc.m)
+			dir, cred := f.lend(b, "dlg_bench", false)
+			os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644)
+			sc := f.sftp(b, "dlg_bench", cred)
+			for b.Loop() {
+				if _, err := sc.Lstat("/f"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
@@ -53,18 +61,4 @@ func BenchmarkReadFlood(b *testing.B) {
 	}
 	b.ReportMetric(float64(peak)/(1<<20), "MiB-growth")
 	b.ReportMetric(float64(left)/(1<<20), "MiB-after-close")
-}
-
-// BenchmarkLstatRoundTripMetrics is BenchmarkLstatRoundTrip with the
-// daemon's metrics recording (--metrics-listen): their cost per request.
-func BenchmarkLstatRoundTripMetrics(b *testing.B) {
-	f := newFixtureWith(b, metrics.New())
-	dir, cred := f.lend(b, "dlg_bench", false)
-	os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644)
-	sc := f.sftp(b, "dlg_bench", cred)
-	for b.Loop() {
-		if _, err := sc.Lstat("/f"); err != nil {
-			b.Fatal(err)
-		}
-	}
 }
