@@ -61,4 +61,8 @@ type Lent struct {
 	Dialect    string // the executor's: the head dialect lends the directory as a resource
 	// Policy is what the export refuses beyond its access mode.
 	Policy lease.ExportPolicy
+	// Reverse is a live mount whose connections the delegator opens
+	// (tunnel.go); Token is the executor's bearer token, for them. Secret.
+	Reverse bool
+	Token   string
 }

@@ -126,6 +126,9 @@ type Workspace struct {
 // Requirements are the delegator's wishes about the executor.
 type Requirements struct {
 	Transport string `json:"transport,omitempty"`
+	// Connect is ours: "reverse" asks for the live mount's connection to
+	// be opened by the delegator (tunnel.go). Absent: the executor dials.
+	Connect string `json:"connect,omitempty"`
 }
 
 // Auth carries a credential for the executor. It is a secret: never log it.
@@ -191,6 +194,9 @@ type ExecutorConstraints struct {
 	AcceptedAccessMode string          `json:"acceptedAccessMode,omitempty"`
 	MaxTTLSeconds      int64           `json:"maxTtlSeconds,omitempty"`
 	SandboxProfile     *SandboxProfile `json:"sandboxProfile,omitempty"`
+	// Connect is ours: "reverse" when the executor agrees to take the
+	// live mount's connection from the delegator (tunnel.go).
+	Connect string `json:"connect,omitempty"`
 }
 
 // Accept is spec §4.3. A head executor adds the retention it grants:

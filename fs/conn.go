@@ -204,7 +204,7 @@ func (c *conn) redial(gen uint64) {
 			return
 		case <-time.After(backoff):
 		}
-		sshc, client, err := Dial(c.opts)
+		sshc, client, err := dial(c.ctx, c.opts)
 		if err == nil {
 			c.mu.Lock()
 			c.ssh, c.client, c.gen = sshc, client, gen+1
@@ -215,6 +215,10 @@ func (c *conn) redial(gen uint64) {
 			c.metrics.MountBack(outage)
 			c.log.Info("fs: reconnected to the delegator", "outage", outage.Round(time.Millisecond))
 			c.watch(sshc, gen+1)
+			return
+		}
+		if c.ctx.Err() != nil {
+			c.end(errGone)
 			return
 		}
 		if !transient(err) {
@@ -231,7 +235,7 @@ func (c *conn) redial(gen uint64) {
 // is worth another try; a refused certificate or a wrong host key is not.
 func transient(err error) bool {
 	var opErr *net.OpError
-	return errors.As(err, &opErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+	return errors.As(err, &opErr) || errors.As(err, new(errDial)) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 

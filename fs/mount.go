@@ -46,8 +46,16 @@ import (
 
 // Options configures a mount.
 type Options struct {
-	// Addr is the delegator's SSH server, host:port. Required.
+	// Addr is the delegator's SSH server, host:port. Required: with Dial
+	// set, it names the delegator in errors and logs only.
 	Addr string
+	// Dial, if set, gives the connection to the delegator instead of a
+	// TCP dial of Addr: the reverse live mount's, which waits for a
+	// connection the delegator opened (control/tunnel.go). It is called
+	// again at every reconnection, with a context that ends with the
+	// mount; an error is taken as transient (try again within the bound)
+	// unless the context is done.
+	Dial func(ctx context.Context) (net.Conn, error)
 	// User is the login name (the delegation id). Required.
 	User string
 	// Export is the directory to mount on the delegator's side, as START's
@@ -224,6 +232,17 @@ type Mount struct {
 
 // Dial connects to the delegator and opens an SFTP session.
 func Dial(opts Options) (*gossh.Client, *sftpc.Client, error) {
+	return dial(context.Background(), opts)
+}
+
+// errDial marks an error of Options.Dial: transient, like a TCP dial's.
+type errDial struct{ err error }
+
+func (e errDial) Error() string { return e.err.Error() }
+func (e errDial) Unwrap() error { return e.err }
+
+// dial is Dial, given up when ctx ends.
+func dial(ctx context.Context, opts Options) (*gossh.Client, *sftpc.Client, error) {
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, nil, err
@@ -237,7 +256,18 @@ func Dial(opts Options) (*gossh.Client, *sftpc.Client, error) {
 		config.HostKeyCallback = gossh.FixedHostKey(opts.HostKey)
 		config.HostKeyAlgorithms = []string{opts.HostKey.Type()}
 	}
-	tcp, err := net.DialTimeout("tcp", opts.Addr, opts.DialTimeout)
+	var tcp net.Conn
+	var err error
+	if opts.Dial != nil {
+		dctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
+		tcp, err = opts.Dial(dctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			err = errDial{err}
+		}
+	} else {
+		tcp, err = (&net.Dialer{Timeout: opts.DialTimeout}).DialContext(ctx, "tcp", opts.Addr)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to the delegator at %s: %w", opts.Addr, err)
 	}

@@ -67,6 +67,9 @@ type Delegation struct {
 	LocalDir        string   `json:"localDir"` // physical path, symlinks resolved
 	ExportName      string   `json:"exportName"`
 	AutoTransport   bool     `json:"autoTransport,omitempty"` // chosen by --transport auto: may fall back
+	// Connect is "reverse" when the live mount's connections are opened
+	// by the delegator (behind NAT); empty when the executor dials.
+	Connect string `json:"connect,omitempty"`
 	Description     string   `json:"description"`
 	Prompt          string   `json:"prompt"`
 	ExecutorWorkDir string   `json:"executorWorkDir,omitempty"`

@@ -111,7 +111,14 @@ func New(opts Options) (*Server, error) {
 		PtyCallback:            func(ssh.Context, ssh.Pty) bool { return false },
 		SubsystemHandlers:      map[string]ssh.SubsystemHandler{"sftp": s.serveSFTP},
 		// x/crypto/ssh would read the socket 16 KiB at a time (bufconn).
-		ConnCallback: func(_ ssh.Context, c net.Conn) net.Conn { return bufconn.New(c) },
+		// A reverse connection is bound to the delegation it was opened
+		// for (ServeTunnel).
+		ConnCallback: func(ctx ssh.Context, c net.Conn) net.Conn {
+			if t, ok := c.(tunnelConn); ok {
+				ctx.SetValue(tunnelKey{}, t.id)
+			}
+			return bufconn.New(c)
+		},
 		// gliderlabs accepts every "env" request; this session handler
 		// refuses them before it sees them.
 		ChannelHandlers: map[string]ssh.ChannelHandler{"session": refuseEnv},
@@ -127,6 +134,10 @@ func New(opts Options) (*Server, error) {
 // certificate type, hence the explicit checks.
 func (s *Server) checkCert(ctx ssh.Context, key ssh.PublicKey) bool {
 	user := ctx.User()
+	if id, ok := ctx.Value(tunnelKey{}).(string); ok && id != user {
+		s.log.Warn("ssh: refused a login over another delegation's reverse connection", "delegation", user, "tunnel", id)
+		return false
+	}
 	cert, ok := key.(*gossh.Certificate)
 	if !ok {
 		s.log.Info("ssh: refused a plain key", "delegation", user, "remote", ctx.RemoteAddr())
@@ -336,6 +347,22 @@ loop:
 	}
 	return err
 }
+
+// ServeTunnel serves one connection the delegator opened to the executor
+// for delegation id (the reverse live mount: control/tunnel.go), as if the
+// executor had dialled it, until it ends. Only id may log in over it.
+func (s *Server) ServeTunnel(id string, c net.Conn) {
+	s.ssh.HandleConn(tunnelConn{Conn: c, id: id})
+}
+
+// tunnelConn is a reverse connection, and whose it is.
+type tunnelConn struct {
+	net.Conn
+	id string
+}
+
+// tunnelKey is the context key of a reverse connection's delegation.
+type tunnelKey struct{}
 
 // refuseEnv is gliderlabs' session handler with "env" requests refused: a
 // delegation's environment is the executor's business, not the session's.

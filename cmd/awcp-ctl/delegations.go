@@ -104,8 +104,9 @@ func sshFlags() []cli.Flag {
 }
 
 // liveMount starts the SSH server for a delegation's transport (auto,
-// sshfs or archive): none for archive; for auto, one that cannot start is
-// told to warn and the delegations use archive; for sshfs, that fails.
+// sshfs, sshfs-reverse or archive): none for archive; for auto, one that
+// cannot start is told to warn and the delegations use archive; for the
+// live mount asked for by name, that fails.
 // wait (never nil) returns once the server has stopped.
 func (e *env) liveMount(ctx context.Context, c *cli.Context, transport string, warn func(error)) (wait func(), err error) {
 	if transport == control.TransportArchive {
@@ -115,7 +116,7 @@ func (e *env) liveMount(ctx context.Context, c *cli.Context, transport string, w
 	switch {
 	case err == nil:
 		return wait, nil
-	case transport == control.TransportSSHFS:
+	case transport == control.TransportSSHFS || transport == delegator.TransportSSHFSReverse:
 		return nil, err
 	}
 	warn(err)

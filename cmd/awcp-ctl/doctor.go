@@ -118,7 +118,7 @@ func doctor(ctx context.Context, c *cli.Context) error {
 			l.OK("clock", fmt.Sprintf("the executor's clock is within %v of this one's (%v)", maxClockSkew, skew))
 		}
 	}
-	live := false
+	live, reverse := false, false
 	switch {
 	case err != nil:
 		pe := control.AsProtocolError(err, "")
@@ -128,10 +128,11 @@ func doctor(ctx context.Context, c *cli.Context) error {
 			l.Fail("executor → here", "the executor could not be asked to connect back: "+err.Error(), "upgrade the executor (GET /awcp/probe)")
 		}
 	case !res.Reachable:
-		l.Fail("executor → here", fmt.Sprintf("the executor cannot open port %d of this machine: %s", port, res.Error),
-			"let the executor reach that port (firewall, NAT: --ssh-listen with a fixed port and --ssh-advertise), or use --transport archive")
+		l.Info("executor → here", fmt.Sprintf("the executor cannot open port %d of this machine (%s): the live mount will run in reverse, over connections this machine opens", port, res.Error))
+		reverse = true
 	case !res.SSH:
-		l.Fail("executor → here", fmt.Sprintf("port %d answered, but not as this SSH server (a proxy in between?)", port), "")
+		l.Info("executor → here", fmt.Sprintf("port %d answered the executor, but not as this SSH server (a proxy in between?): the live mount will run in reverse", port))
+		reverse = true
 	default:
 		l.OK("executor → here", fmt.Sprintf("the executor reaches port %d of this machine", port))
 		live = true
@@ -140,10 +141,12 @@ func doctor(ctx context.Context, c *cli.Context) error {
 		switch fuse := manifest.AWCP.FUSE; {
 		case live && fuse:
 			l.Info("transport", "auto will use sshfs (the live mount)")
+		case reverse && fuse:
+			l.Info("transport", "auto will use sshfs in reverse (the live mount, this machine opening its connections)")
 		case !fuse:
 			l.Info("transport", "auto will use archive: the executor cannot mount (FUSE)")
 		default:
-			l.Info("transport", "auto will use archive, unless the executor can reach this machine's SSH port")
+			l.Info("transport", "auto will use sshfs, the executor dialling this machine (it could not be asked whether it can)")
 		}
 	}
 	return l.Result()

@@ -29,7 +29,7 @@ func mcpCommand(ctx context.Context) *cli.Command {
 			&cli.StringSliceFlag{Name: "peers", EnvVars: []string{"AWCP_PEERS"},
 				Usage: "executor URLs, comma-separated; their agent cards are described to the model"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executors require"},
-			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs or archive"},
+			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs, sshfs-reverse or archive"},
 			&cli.StringFlag{Name: "dialect", EnvVars: []string{"AWCP_DIALECT"}, Value: "auto", Usage: "AWCP dialect: auto, seed or head"},
 			clikit.DurationFlag("discovery-timeout", 3*time.Second, "how long to wait for each peer's agent card at start"),
 			&cli.BoolFlag{Name: "discover", EnvVars: []string{"AWCP_DISCOVER"},
@@ -45,9 +45,9 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 		return clikit.UsageError("mcp takes no arguments")
 	}
 	switch t := c.String("transport"); t {
-	case "auto", control.TransportSSHFS, control.TransportArchive:
+	case "auto", control.TransportSSHFS, delegator.TransportSSHFSReverse, control.TransportArchive:
 	default:
-		return clikit.UsageError("--transport must be auto, sshfs or archive, not %q", t)
+		return clikit.UsageError("--transport must be auto, sshfs, sshfs-reverse or archive, not %q", t)
 	}
 	switch d := c.String("dialect"); d {
 	case "auto", control.DialectSeed, control.DialectHead:

@@ -69,11 +69,14 @@ type Delegator struct {
 	log   *slog.Logger
 	sched *lease.Scheduler
 
-	mu        sync.Mutex                    // guards following and snapshots
+	mu        sync.Mutex                    // guards following, snapshots and reach
 	following map[string]context.CancelFunc // delegations this process drives
 	// snapshots are the head dialect's results received and not yet
 	// applied, one per delegation id (holdSnapshot).
 	snapshots map[string]heldSnapshot
+	// reach is what the reachability probe found of each executor, by
+	// URL, for a while (reachBack).
+	reach map[string]reachResult
 }
 
 // New builds a Delegator.
@@ -91,7 +94,7 @@ func New(opts Options) (*Delegator, error) {
 		opts.ReconnectBound = 30 * time.Second
 	}
 	d := &Delegator{opts: opts, store: opts.Store, log: opts.Logger,
-		following: map[string]context.CancelFunc{}, snapshots: map[string]heldSnapshot{}}
+		following: map[string]context.CancelFunc{}, snapshots: map[string]heldSnapshot{}, reach: map[string]reachResult{}}
 	d.sched = lease.NewScheduler(lease.Scheduler{List: d.due, Expire: d.Expire, Logger: opts.Logger})
 	return d, nil
 }
@@ -130,7 +133,7 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 		return nil, control.Errorf(control.CodeWorkspaceInvalid, "ttl must be at least 1s")
 	}
 	var notes []string
-	auto := false
+	auto, connect := false, ""
 	switch req.Transport {
 	case "", "auto":
 		auto = true
@@ -141,14 +144,17 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 			notes = append(notes, "transport auto: no SSH server runs here for a live mount; using archive")
 		}
 	case control.TransportArchive:
-	case control.TransportSSHFS:
+	case control.TransportSSHFS, TransportSSHFSReverse:
 		if d.opts.Transports[control.TransportSSHFS] == nil {
 			return nil, control.Errorf(control.CodeDepMissing, "the sshfs transport is not available in this build").
 				WithHint("use --transport archive")
 		}
+		if req.Transport == TransportSSHFSReverse {
+			req.Transport, connect = control.TransportSSHFS, control.ConnectReverse
+		}
 	default:
 		return nil, control.Errorf(control.CodeWorkspaceInvalid, "unknown transport %q", req.Transport).
-			WithHint("use auto, sshfs or archive")
+			WithHint("use auto, sshfs, sshfs-reverse or archive")
 	}
 	switch req.Dialect {
 	case "", "auto":
@@ -185,7 +191,7 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 			TTLSeconds: int64((req.TTL + time.Second - 1) / time.Second), Dialect: req.Dialect},
 		Peer: req.Peer, LocalDir: phys, ExportName: "awcp/" + id,
 		Description: req.Description, Prompt: req.Prompt, Token: req.Token, Notes: notes,
-		AutoTransport: auto, Policy: policy,
+		AutoTransport: auto, Connect: connect, Policy: policy,
 		CallChain: chain, PeerAgentID: req.PeerAgentID, PeerName: req.PeerName,
 	}
 	// A provisional end, so that a handshake the executor never answers
@@ -238,7 +244,7 @@ func (d *Delegator) transport(del *lease.Delegation) control.DelegatorTransport 
 
 func lent(del *lease.Delegation) control.Lent {
 	return control.Lent{ID: del.ID, LocalDir: del.LocalDir, AccessMode: del.AccessMode, ExpiresAt: del.ExpiresAt, Peer: del.Peer,
-		Dialect: del.Dialect, Policy: del.Policy}
+		Dialect: del.Dialect, Policy: del.Policy, Reverse: del.Connect == control.ConnectReverse, Token: del.Token}
 }
 
 // Run drives delegation id until it ends or ctx is done, and returns the
@@ -371,6 +377,23 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 		inv.RetentionMs = &ms
 		inv.Environment = &control.Environment{Resources: []control.Resource{{Name: control.ResourceWorkspace, Type: "fs", Mode: del.AccessMode}}}
 	}
+	if del.Transport == control.TransportSSHFS && del.AutoTransport && del.Connect == "" {
+		if connect, note := d.reachBack(ctx, del); connect != "" {
+			if _, err := d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
+				del.Connect = connect
+				del.Notes = append(del.Notes, note)
+				return nil
+			}); err != nil {
+				return nil, err
+			}
+			if d.opts.Progress != nil {
+				d.opts.Progress(id, &control.Event{Type: control.EventStatus, Status: control.StatusProgress, Message: note})
+			}
+			d.log.Info("live mount in reverse", "delegation", id, "why", note)
+			del.Connect = connect
+		}
+	}
+	inv.Requirements.Connect = del.Connect
 	if _, err := d.store.FireDelegation(id, lease.SendInvite, "INVITE sent", nil); err != nil {
 		return nil, err
 	}
@@ -380,18 +403,24 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 		// The executor cannot mount: fall back to archive, and say so.
 		note := fmt.Sprintf("transport auto: the executor cannot mount (%s); fell back to archive", pe.Message)
 		_, err = d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
-			del.Transport = control.TransportArchive
+			del.Transport, del.Connect = control.TransportArchive, ""
 			del.Notes = append(del.Notes, note)
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
-		inv.Requirements.Transport = control.TransportArchive
+		inv.Requirements.Transport, inv.Requirements.Connect = control.TransportArchive, ""
 		acc, err = pc.Invite(ctx, inv)
 	}
 	if err != nil {
 		return nil, err
+	}
+	if inv.Requirements.Connect == control.ConnectReverse && (acc.ExecutorConstraints == nil || acc.ExecutorConstraints.Connect != control.ConnectReverse) {
+		// ACCEPT did not agree: the executor would dial, and cannot.
+		d.notifyPeer(del, control.NewError(id, control.CodeDeclined, "the delegator needs a reverse live mount", ""))
+		return nil, control.Errorf(control.CodeDepMissing, "the executor does not take reverse connections for a live mount").
+			WithHint("use --transport archive, or an awcp-fs that offers the reverse live mount")
 	}
 	// A head executor says how long it keeps the result; a seed one
 	// has no such member.

@@ -81,7 +81,7 @@ func StartSSH(ctx context.Context, o SSHOptions) (_ *SSHFSDelegator, wait func()
 	if err != nil {
 		return nil, nil, fmt.Errorf("the SSH server cannot listen on %s: %w", o.Listen, err)
 	}
-	t := &SSHFSDelegator{Issuer: auth, Server: srv, Host: o.AdvertiseHost, Port: ln.Addr().(*net.TCPAddr).Port}
+	t := &SSHFSDelegator{Issuer: auth, Server: srv, Host: o.AdvertiseHost, Port: ln.Addr().(*net.TCPAddr).Port, Logger: o.Logger}
 	audit := &AuditLog{Store: o.Store, MaxRecords: o.AuditRecords, Retention: o.AuditRetention, Logger: o.Logger}
 	if !o.NoAudit {
 		t.Audit = audit
@@ -102,5 +102,5 @@ func StartSSH(ctx context.Context, o SSHOptions) (_ *SSHFSDelegator, wait func()
 	// are known here only from the store.
 	go func() { defer wg.Done(); WatchGrants(ctx, o.Store, srv, 2*time.Second) }()
 	o.Logger.Info("ssh server listening", "addr", ln.Addr())
-	return t, wg.Wait, nil
+	return t, func() { wg.Wait(); t.Wait() }, nil
 }

@@ -55,6 +55,8 @@ type liveFixture struct {
 	rec   *recordingTransport
 	srv   *sshd.Server
 	dir   string
+	mount *executor.SSHFSExecutor // the executor's live mount
+	auth  *sshd.Authority
 }
 
 func newLiveFixture(t *testing.T, agentCmd string) *liveFixture {
@@ -65,8 +67,9 @@ func newLiveFixture(t *testing.T, agentCmd string) *liveFixture {
 		f.Close()
 	}
 	log := slog.New(slog.DiscardHandler)
+	mount := &executor.SSHFSExecutor{Logger: log}
 	x := executortest.New(t, agentCmd, func(o *executor.Options) {
-		o.Transports = []control.ExecutorTransport{&executor.SSHFSExecutor{Logger: log}, &executor.ArchiveExecutor{}}
+		o.Transports = []control.ExecutorTransport{mount, &executor.ArchiveExecutor{}}
 	})
 	state := t.TempDir()
 	store, err := lease.Open(filepath.Join(state, "delegator.db"), lease.Options{Shared: true})
@@ -88,7 +91,7 @@ func newLiveFixture(t *testing.T, agentCmd string) *liveFixture {
 	go func() { defer close(audited); audit.Run(ctx) }()
 	t.Cleanup(func() { stop(); <-audited })
 	rec := &recordingTransport{SSHFSDelegator: &delegator.SSHFSDelegator{Issuer: auth, Server: srv, Host: "127.0.0.1", Port: addr.Port,
-		Audit: audit}}
+		Audit: audit, Logger: log}}
 	dlg, err := delegator.New(delegator.Options{Store: store, Logger: log, Transports: map[string]control.DelegatorTransport{
 		control.TransportArchive: &delegator.ArchiveDelegator{Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
 		control.TransportSSHFS:   rec,
@@ -98,7 +101,7 @@ func newLiveFixture(t *testing.T, agentCmd string) *liveFixture {
 	}
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a\n"), 0o644)
-	return &liveFixture{exec: x, dlg: dlg, store: store, rec: rec, srv: srv, dir: dir}
+	return &liveFixture{exec: x, dlg: dlg, store: store, rec: rec, srv: srv, dir: dir, mount: mount, auth: auth}
 }
 
 // waitRunning waits (10 s at most) until delegation id is running.

@@ -3,9 +3,13 @@ package delegator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
+	"sync"
 	"time"
+
+	gossh "golang.org/x/crypto/ssh"
 
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 
@@ -19,6 +23,8 @@ import (
 type CertIssuer interface {
 	Issue(id string, validBefore time.Time) (*sshd.Credential, error)
 	HostPublicKey() string
+	// HostKey signs the proofs of reverse connections.
+	HostKey() gossh.Signer
 }
 
 // Lender is the SSH server's side of lending: a delegation's directory is
@@ -43,7 +49,23 @@ type SSHFSDelegator struct {
 	// Audit, if set, records every operation of each delegation's
 	// sessions.
 	Audit *AuditLog
+	// Logger default slog.Default().
+	Logger *slog.Logger
+
+	mu      sync.Mutex         // guards keepers
+	keepers map[string]*keeper // of the delegations lent in reverse
+	running sync.WaitGroup     // the keepers
 }
+
+func (t *SSHFSDelegator) logger() *slog.Logger {
+	if t.Logger != nil {
+		return t.Logger
+	}
+	return slog.Default()
+}
+
+// SSHPort is the port executors dial, for the reachability probe.
+func (t *SSHFSDelegator) SSHPort() int { return t.Port }
 
 var _ control.DelegatorTransport = (*SSHFSDelegator)(nil)
 
@@ -53,12 +75,22 @@ func (*SSHFSDelegator) Name() string { return control.TransportSSHFS }
 // Prepare issues the certificate and grants the directory to it. The
 // export locator is a logical name: the real path never leaves this
 // machine.
-func (t *SSHFSDelegator) Prepare(_ context.Context, d control.Lent) (*control.WorkDirInfo, error) {
+func (t *SSHFSDelegator) Prepare(ctx context.Context, d control.Lent) (*control.WorkDirInfo, error) {
 	cred, err := t.Issuer.Issue(d.ID, d.ExpiresAt)
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate: %w", err)
 	}
 	t.grant(d)
+	var opts map[string]string
+	if d.Reverse {
+		// The keeper starts before START: the executor's mount waits for
+		// its first connection while START is being answered.
+		if err := t.keep(ctx, d); err != nil {
+			t.Server.Revoke(d.ID)
+			return nil, err
+		}
+		opts = map[string]string{control.ConnectOption: control.ConnectReverse}
+	}
 	host := t.Host
 	if host == "" {
 		host = "127.0.0.1"
@@ -78,12 +110,20 @@ func (t *SSHFSDelegator) Prepare(_ context.Context, d control.Lent) (*control.Wo
 		ExportLocator: locator,
 		Credential:    &control.Credential{PrivateKey: cred.PrivateKey, Certificate: cred.Certificate},
 		HostKey:       t.Issuer.HostPublicKey(),
+		Options:       opts,
 	}, nil
 }
 
 // Resume grants the directory again to a delegation followed anew (this
 // process restarted while it ran): a grant lives in the server's memory.
-func (t *SSHFSDelegator) Resume(_ context.Context, d control.Lent) { t.grant(d) }
+func (t *SSHFSDelegator) Resume(ctx context.Context, d control.Lent) {
+	t.grant(d)
+	if d.Reverse {
+		if err := t.keep(ctx, d); err != nil {
+			t.logger().Warn("reverse live mount not resumed", "delegation", d.ID, "err", err)
+		}
+	}
+}
 
 // grant lends d's directory to its certificate until the lease's end.
 func (t *SSHFSDelegator) grant(d control.Lent) {
@@ -101,6 +141,7 @@ func (*SSHFSDelegator) Finish(context.Context, control.Lent, *control.Event) (*a
 
 // Cleanup revokes the grant: the delegation's connections close now.
 func (t *SSHFSDelegator) Cleanup(_ context.Context, d control.Lent) error {
+	t.stopKeeping(d.ID)
 	t.Server.Revoke(d.ID)
 	return nil
 }

@@ -32,6 +32,7 @@ func (e *Executor) Handler() http.Handler {
 	mux.HandleFunc("/awcp/tasks/{id}/result", e.method(http.MethodGet, e.handleResult))
 	mux.HandleFunc("/awcp/tasks/{id}/ack", e.method(http.MethodPost, e.handleAck))
 	mux.HandleFunc("/awcp/status", e.method(http.MethodGet, e.handleStatus))
+	mux.HandleFunc("/awcp/tasks/{id}/tunnel", e.method(http.MethodGet, e.handleTunnel))
 	mux.HandleFunc("/awcp/probe", e.method(http.MethodGet, e.handleProbe))
 	mux.HandleFunc("/.well-known/agent-card.json", e.method(http.MethodGet, e.handleCard))
 	mux.HandleFunc("/.well-known/agent.json", e.method(http.MethodGet, e.handleCard))

@@ -47,11 +47,15 @@ type SSHFSExecutor struct {
 	// Logger default slog.Default().
 	Logger *slog.Logger
 
-	mu     sync.Mutex // guards mounts
-	mounts map[string]*awcpfs.Mount
+	mu      sync.Mutex // guards mounts and tunnels
+	mounts  map[string]*awcpfs.Mount
+	tunnels map[string]*TunnelSlot // of the reverse mounts
 }
 
-var _ control.ExecutorTransport = (*SSHFSExecutor)(nil)
+var (
+	_ control.ExecutorTransport = (*SSHFSExecutor)(nil)
+	_ TunnelHost                = (*SSHFSExecutor)(nil)
+)
 
 // Name implements control.ExecutorTransport.
 func (*SSHFSExecutor) Name() string { return control.TransportSSHFS }
@@ -107,7 +111,7 @@ func (t *SSHFSExecutor) Setup(_ context.Context, p control.SetupParams) error {
 			return fmt.Errorf("create the resource's folder: %w", err)
 		}
 	}
-	m, err := t.Mount(p, false)
+	m, err := t.mount(p, false, true)
 	if err != nil {
 		return err
 	}
@@ -124,10 +128,40 @@ func (t *SSHFSExecutor) Setup(_ context.Context, p control.SetupParams) error {
 // directly. Only the endpoint, the credential and the host key option are
 // read from the workDir.
 func (t *SSHFSExecutor) Mount(p control.SetupParams, debug bool) (*awcpfs.Mount, error) {
+	return t.mount(p, debug, false)
+}
+
+// mount is Mount; served says whether this executor's HTTP endpoint runs,
+// which a reverse mount needs to get its connections.
+func (t *SSHFSExecutor) mount(p control.SetupParams, debug, served bool) (_ *awcpfs.Mount, err error) {
 	info := p.Info
 	hostKey, checkHost, err := t.hostKeyCheck(info)
 	if err != nil {
 		return nil, err
+	}
+	var dial func(context.Context) (net.Conn, error)
+	if info.Options[control.ConnectOption] == control.ConnectReverse {
+		switch {
+		case !served:
+			return nil, control.Errorf(control.CodeSetupFailed, "a reverse live mount takes its connections at `awcp-fs serve`'s endpoint").
+				WithHint("mount it through awcp-fs serve")
+		case hostKey == nil:
+			// The tunnel's proof is checked against the pinned key.
+			return nil, control.Errorf(control.CodeSetupFailed, "a reverse live mount needs workDir.hostKey")
+		}
+		slot := newTunnelSlot(hostKey, control.TunnelPingInterval)
+		t.mu.Lock()
+		if t.tunnels == nil {
+			t.tunnels = map[string]*TunnelSlot{}
+		}
+		t.tunnels[p.ID] = slot
+		t.mu.Unlock()
+		dial = slot.take
+		defer func() {
+			if err != nil {
+				t.closeTunnel(p.ID)
+			}
+		}()
 	}
 	signer, err := awcpfs.CertSigner(info.Credential.PrivateKey, info.Credential.Certificate)
 	if err != nil {
@@ -150,11 +184,31 @@ func (t *SSHFSExecutor) Mount(p control.SetupParams, debug bool) (*awcpfs.Mount,
 		Logger:          log.With("delegation", p.ID),
 		Debug:           debug,
 		Metrics:         t.Metrics,
+		Dial:            dial,
 	})
 	if err != nil {
 		return nil, &control.ProtocolError{Code: control.CodeSetupFailed, Message: "cannot mount the delegator's workspace: " + StripPaths(err, p.WorkDir), Err: err}
 	}
 	return m, nil
+}
+
+// TunnelSlot implements TunnelHost.
+func (t *SSHFSExecutor) TunnelSlot(id string) (*TunnelSlot, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.tunnels[id]
+	return s, ok
+}
+
+// closeTunnel ends delegation id's reverse connections, if it has any.
+func (t *SSHFSExecutor) closeTunnel(id string) {
+	t.mu.Lock()
+	s := t.tunnels[id]
+	delete(t.tunnels, id)
+	t.mu.Unlock()
+	if s != nil {
+		s.close()
+	}
 }
 
 // CertificateExpiry is when info's certificate stops being valid.
@@ -180,7 +234,9 @@ func (t *SSHFSExecutor) Teardown(_ context.Context, id, workDir string, _ io.Wri
 	delete(t.mounts, id)
 	t.mu.Unlock()
 	if m != nil {
-		return false, m.Unmount()
+		err := m.Unmount()
+		t.closeTunnel(id)
+		return false, err
 	}
 	// Left by a previous run of the daemon: unmount what is there (at
 	// the work dir, or at a resource's folder in it).

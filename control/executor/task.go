@@ -102,7 +102,7 @@ func (e *Executor) admit(inv *control.Invite, peer string) (*control.Accept, *co
 		return nil, control.Errorf(control.CodeDeclined, "the executor cannot record the delegation")
 	}
 	e.sched.Kick()
-	return &control.Accept{
+	acc := &control.Accept{
 		BaseMessage:     control.Header(control.TypeAccept, inv.DelegationID),
 		RetentionMs:     retentionMs,
 		ExecutorWorkDir: control.ExecutorWorkDir{Path: wd},
@@ -111,7 +111,12 @@ func (e *Executor) admit(inv *control.Invite, peer string) (*control.Accept, *co
 			MaxTTLSeconds:      int64(e.opts.MaxTTL / time.Second),
 			SandboxProfile:     e.opts.Sandbox,
 		},
-	}, nil
+	}
+	if _, reverse := tr.(TunnelHost); reverse && inv.Requirements != nil && inv.Requirements.Connect == control.ConnectReverse {
+		// The delegator will open the mount's connections to this port.
+		acc.ExecutorConstraints.Connect = control.ConnectReverse
+	}
+	return acc, nil
 }
 
 // checkWorkDir refuses a work dir that exists and is not an empty directory.

@@ -76,7 +76,8 @@ type Options struct {
 	CallChain []string
 	// Token is sent to executors that require one. Secret.
 	Token string
-	// Transport of new delegations: auto, sshfs or archive. Default auto.
+	// Transport of new delegations: auto, sshfs, sshfs-reverse or archive.
+	// Default auto.
 	Transport string
 	// Dialect of new delegations: auto, seed or head. Default auto.
 	Dialect string

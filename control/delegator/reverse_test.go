@@ -1,0 +1,194 @@
+package delegator_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/lease"
+)
+
+// closedPort is a TCP port of 127.0.0.1 nothing listens on.
+func closedPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	return port
+}
+
+// TestReverseLiveMount: the executor cannot reach the delegator's SSH port
+// (the delegator advertises one nothing listens on), so --transport auto
+// runs the live mount in reverse, and says why. The mount goes on after
+// its connections are cut (by the kernel: ss -K), and at cancel every
+// connection ends and nothing is left on either side.
+func TestReverseLiveMount(t *testing.T) {
+	f := newLiveFixture(t, `n=0; while :; do n=$((n+1)); echo $n > count.txt; cat a.txt > seen.txt; sleep 0.05; done`)
+	f.rec.Port = closedPort(t)
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "count"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *lease.Delegation, 1)
+	go func() { end, _ := f.dlg.Run(context.Background(), d.ID); done <- end }()
+	f.waitRunning(t, d.ID)
+	cur, _ := f.store.Delegation(d.ID)
+	if cur.Transport != control.TransportSSHFS || cur.Connect != control.ConnectReverse {
+		t.Fatalf("transport %s, connect %q; notes %q", cur.Transport, cur.Connect, cur.Notes)
+	}
+	if !strings.Contains(strings.Join(cur.Notes, "\n"), "transport auto: the executor cannot reach this machine's SSH port (cannot connect") {
+		t.Fatalf("auto did not say why it went reverse: %q", cur.Notes)
+	}
+	counted := func(within time.Duration) int {
+		t.Helper()
+		before := readCount(t, f.dir)
+		for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+			if n := readCount(t, f.dir); n > before+2 {
+				return n
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the agent's counter stood at %d for %s", before, within)
+			}
+		}
+	}
+	counted(5 * time.Second)
+
+	// Cut every connection to the executor's port: the tunnel (and the
+	// event stream). The delegator opens a new one; the mount goes on.
+	u, _ := url.Parse(f.exec.URL())
+	if out, err := exec.Command("ss", "-K", "dport", "=", ":"+u.Port()).CombinedOutput(); err != nil {
+		t.Fatalf("ss -K: %v\n%s", err, out)
+	}
+	counted(10 * time.Second)
+
+	if _, err := f.dlg.Cancel(context.Background(), d.ID); err != nil {
+		t.Fatal(err)
+	}
+	if end := <-done; end.State != lease.Cancelled {
+		t.Fatalf("ended %s", end.State)
+	}
+	for i := 0; len(f.mountsLeft()) > 0; i++ {
+		if i > 100 {
+			t.Fatalf("mounts left: %v", f.mountsLeft())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, ok := f.mount.TunnelSlot(d.ID); ok {
+		t.Fatal("the executor still takes reverse connections for an ended delegation")
+	}
+	http.DefaultClient.CloseIdleConnections() // the delegator's, for its requests
+	if n := established(t, u.Port()); n != 0 {
+		t.Fatalf("%d connections to the executor's port are left", n)
+	}
+}
+
+func readCount(t *testing.T, dir string) int {
+	b, _ := os.ReadFile(filepath.Join(dir, "count.txt"))
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+}
+
+// established counts this machine's TCP connections to port, waiting up to
+// 2 s for them to go.
+func established(t *testing.T, port string) int {
+	t.Helper()
+	n := 0
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		out, err := exec.Command("ss", "-Htn", "state", "established", "dport", "=", ":"+port).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n = strings.Count(string(out), "\n")
+		if n == 0 || time.Now().After(deadline) {
+			return n
+		}
+	}
+}
+
+// TestTunnelEndpointRefusesWithoutProof: while a reverse mount waits for
+// connections, the tunnel endpoint upgrades only a request signed by the
+// delegator's host key, for this delegation, made now; anything else is
+// refused before the connection is taken, and the mount goes on.
+func TestTunnelEndpointRefusesWithoutProof(t *testing.T) {
+	f := newLiveFixture(t, `while :; do cat a.txt > seen.txt; sleep 0.05; done`)
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "loop", Transport: delegator.TransportSSHFSReverse})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *lease.Delegation, 1)
+	go func() { end, _ := f.dlg.Run(context.Background(), d.ID); done <- end }()
+	f.waitRunning(t, d.ID)
+
+	unknown := control.NewDelegationID()
+	_, other, _ := ed25519.GenerateKey(rand.Reader)
+	stranger, _ := gossh.NewSignerFromKey(other)
+	host := f.auth.HostKey()
+	sign := func(s gossh.Signer, id string, at time.Time) string {
+		p, err := control.SignTunnel(s, id, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, c := range []struct {
+		name, id, proof string
+		upgrade         bool
+		want            int
+	}{
+		{"no proof", d.ID, "", true, http.StatusUnauthorized},
+		{"another key", d.ID, sign(stranger, d.ID, time.Now()), true, http.StatusUnauthorized},
+		{"another delegation's proof", d.ID, sign(host, unknown, time.Now()), true, http.StatusUnauthorized},
+		{"an old proof", d.ID, sign(host, d.ID, time.Now().Add(-10*time.Minute)), true, http.StatusUnauthorized},
+		{"garbage", d.ID, "17.%%%", true, http.StatusUnauthorized},
+		{"no upgrade", d.ID, sign(host, d.ID, time.Now()), false, http.StatusUpgradeRequired},
+		{"no reverse mount", unknown, sign(host, unknown, time.Now()), true, http.StatusNotFound},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, f.exec.URL()+control.TunnelPath(c.id), nil)
+		if c.upgrade {
+			req.Header.Set("Connection", "Upgrade")
+			req.Header.Set("Upgrade", control.TunnelUpgrade)
+		}
+		req.Header.Set(control.TunnelProofHeader, c.proof)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%s: HTTP %d, want %d", c.name, resp.StatusCode, c.want)
+		}
+	}
+	// The mount still works: the agent's copy follows an edit.
+	os.WriteFile(filepath.Join(f.dir, "a.txt"), []byte("after the attempts\n"), 0o644)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if b, _ := os.ReadFile(filepath.Join(f.dir, "seen.txt")); string(b) == "after the attempts\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the mount stopped after the refused attempts")
+		}
+	}
+	if _, err := f.dlg.Cancel(context.Background(), d.ID); err != nil {
+		t.Fatal(err)
+	}
+	if end := <-done; end.State != lease.Cancelled {
+		t.Fatalf("ended %s", end.State)
+	}
+}
