@@ -63,13 +63,13 @@ func (l *Lease) fire(e Event, note string, now time.Time) error {
 // Delegation is the delegator's record of a lease it gave out.
 type Delegation struct {
 	Lease
-	Peer            string   `json:"peer"`
-	LocalDir        string   `json:"localDir"` // physical path, symlinks resolved
-	ExportName      string   `json:"exportName"`
-	AutoTransport   bool     `json:"autoTransport,omitempty"` // chosen by --transport auto: may fall back
+	Peer          string `json:"peer"`
+	LocalDir      string `json:"localDir"` // physical path, symlinks resolved
+	ExportName    string `json:"exportName"`
+	AutoTransport bool   `json:"autoTransport,omitempty"` // chosen by --transport auto: may fall back
 	// Connect is "reverse" when the live mount's connections are opened
 	// by the delegator (behind NAT); empty when the executor dials.
-	Connect string `json:"connect,omitempty"`
+	Connect         string   `json:"connect,omitempty"`
 	Description     string   `json:"description"`
 	Prompt          string   `json:"prompt"`
 	ExecutorWorkDir string   `json:"executorWorkDir,omitempty"`
