@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/awcp/awcp/internal/mountinfo"
+)
+
+// addBehindNAT makes node name in a home network (192.168.77.2) behind a
+// NAT router that is itself on the LAN at 10.78.0.i: the node can open
+// connections to the LAN (masqueraded), and nothing on the LAN can open
+// one to it — the router resets every new connection from outside, even
+// from hosts given a route to the home network.
+func (l *lan) addBehindNAT(name string, i int) *node {
+	l.t.Helper()
+	if _, err := exec.LookPath("nft"); err != nil {
+		l.t.Skip("the NAT tests need nftables' nft (apt-get install nftables)")
+	}
+	router := l.add(name+"-nat", i)
+	dir := l.t.TempDir()
+	n := &node{name: name, ns: l.prefix + "-" + name, ip: "192.168.77.2",
+		state: filepath.Join(dir, "state"), work: filepath.Join(dir, "work")}
+	inside, outside := fmt.Sprintf("h%d", i), fmt.Sprintf("v%d", i)
+	l.ip("netns", "add", n.ns)
+	l.ip("link", "add", "r0", "netns", router.ns, "type", "veth", "peer", "name", inside, "netns", n.ns)
+	l.ip("-n", router.ns, "addr", "add", "192.168.77.1/24", "dev", "r0")
+	l.ip("-n", router.ns, "link", "set", "r0", "up")
+	l.ip("-n", n.ns, "link", "set", "lo", "up")
+	l.ip("-n", n.ns, "addr", "add", n.ip+"/24", "dev", inside)
+	l.ip("-n", n.ns, "link", "set", inside, "up")
+	l.ip("-n", n.ns, "route", "add", "default", "via", "192.168.77.1")
+	if out, err := exec.Command("ip", "netns", "exec", router.ns, "sysctl", "-qw", "net.ipv4.ip_forward=1").CombinedOutput(); err != nil {
+		l.t.Fatalf("ip_forward: %v\n%s", err, out)
+	}
+	rules := fmt.Sprintf(`table ip nat {
+	chain masq {
+		type nat hook postrouting priority 100;
+		oifname "%[1]s" masquerade
+	}
+}
+table inet filter {
+	chain gate {
+		type filter hook forward priority 0;
+		ct state established,related accept
+		iifname "%[1]s" reject with tcp reset
+	}
+}
+`, outside)
+	nft := exec.Command("ip", "netns", "exec", router.ns, "nft", "-f", "-")
+	nft.Stdin = strings.NewReader(rules)
+	if out, err := nft.CombinedOutput(); err != nil {
+		l.t.Fatalf("nft: %v\n%s", err, out)
+	}
+	l.nodes[name] = n
+	return n
+}
+
+// route gives n a route to the home network behind router's NAT, so that
+// only the NAT's firewall stands between them.
+func (l *lan) route(n, router *node) {
+	l.ip("-n", n.ns, "route", "add", "192.168.77.0/24", "via", router.ip)
+}
+
+// TestLANReverseLiveMount: a delegator behind NAT lends a directory to an
+// executor on the LAN, which cannot open a connection to it. The live
+// mount in the executor's direction fails; --transport auto finds that
+// out (the reachability probe), says so, and runs the live mount in
+// reverse. The mount survives its connections being cut, and is torn down
+// at the task's end and at the lease's expiry like a forward one, leaving
+// no mount, work dir or connection behind.
+func TestLANReverseLiveMount(t *testing.T) {
+	l := newLAN(t)
+	x := l.add("x", 2)
+	x.serve(t, `n=0; while [ ! -e stop ]; do n=$((n+1)); echo $n > count.txt; sleep 0.05; done; echo finished > result.txt`)
+	d := l.addBehindNAT("d", 9)
+	l.route(x, l.nodes["d-nat"])
+	peer := "http://" + x.ip + ":10200"
+	sshListen := d.ip + ":2222"
+
+	// The executor's direction: it cannot reach the delegator's SSH port.
+	ws := t.TempDir()
+	r := d.ctl(t, "export", ws, "--peer", peer, "--transport", "sshfs", "--prompt", "p", "--ssh-listen", sshListen)
+	if r.code == 0 || !strings.Contains(r.stderr, "SETUP_FAILED") {
+		t.Fatalf("a forward live mount through the NAT: exit %d\n%s", r.code, r.stderr)
+	}
+
+	// auto: reverse, and it says why.
+	exp := d.command("awcp-ctl", "export", ws, "--peer", peer, "--prompt", "count until stopped", "--ssh-listen", sshListen)
+	var stderr bytes.Buffer
+	exp.Stderr = &stderr
+	if err := exp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer exp.Process.Kill()
+	counting(t, ws, 15*time.Second, &stderr)
+	if !strings.Contains(stderr.String(), "transport auto: the executor cannot reach this machine's SSH port") {
+		t.Fatalf("auto did not say why it went reverse:\n%s", stderr.String())
+	}
+	// Cut every connection at the executor's port (the mount's and the
+	// event stream's): the delegator opens new ones, the agent goes on.
+	if out, err := exec.Command("ip", "netns", "exec", x.ns, "ss", "-K", "sport", "=", ":10200").CombinedOutput(); err != nil {
+		t.Fatalf("ss -K: %v\n%s", err, out)
+	}
+	counting(t, ws, 15*time.Second, &stderr)
+	os.WriteFile(filepath.Join(ws, "stop"), nil, 0o644)
+	if err := exp.Wait(); err != nil {
+		t.Fatalf("export: %v\n%s", err, stderr.String())
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "result.txt")); string(b) != "finished\n" {
+		t.Fatalf("result.txt = %q\n%s", b, stderr.String())
+	}
+	x.nothingLeft(t, d)
+
+	// sshfs-reverse by name, and a lease that expires mid-task.
+	os.Remove(filepath.Join(ws, "stop"))
+	r = d.ctl(t, "export", ws, "--peer", peer, "--transport", "sshfs-reverse", "--prompt", "count", "--ttl", "4s", "--ssh-listen", sshListen)
+	if r.code == 0 || !strings.Contains(r.stderr, "EXPIRED") {
+		t.Fatalf("an expiring reverse mount: exit %d\n%s", r.code, r.stderr)
+	}
+	x.nothingLeft(t, d)
+}
+
+// counting waits until the agent's counter in ws has moved on by three.
+func counting(t *testing.T, ws string, within time.Duration, log *bytes.Buffer) {
+	t.Helper()
+	count := func() int {
+		b, _ := os.ReadFile(filepath.Join(ws, "count.txt"))
+		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return n
+	}
+	before := count()
+	for deadline := time.Now().Add(within); count() < before+3; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent's counter stood at %d for %s\n%s", before, within, log)
+		}
+	}
+}
+
+// nothingLeft checks, within 5 s, that x has no mount and no work dir
+// left, and no connection from peer.
+func (x *node) nothingLeft(t *testing.T, peer *node) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		mounts := mountinfo.Under(x.work)
+		dirs, _ := os.ReadDir(x.work)
+		out, err := exec.Command("ip", "netns", "exec", x.ns, "ss", "-Htn", "state", "established", "sport", "=", ":10200").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(mounts) == 0 && len(dirs) == 0 && len(out) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left on the executor: mounts %v, work dirs %v, connections\n%s\nexecutor log:\n%s", mounts, dirs, out, x.log)
+		}
+	}
+}
