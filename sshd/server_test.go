@@ -402,3 +402,55 @@ func TestKeysArePrivate(t *testing.T) {
 		t.Fatal("a world-readable CA key was used")
 	}
 }
+
+// TestTunnelServesOnlyItsDelegation: a reverse connection opened for one
+// delegation (ServeTunnel) carries that delegation's login, and refuses
+// another's, even with a valid certificate of a live grant.
+func TestTunnelServesOnlyItsDelegation(t *testing.T) {
+	f := newFixture(t)
+	const a, b = "tunnel-a", "tunnel-b"
+	_, credA := f.lend(t, a, false)
+	_, credB := f.lend(t, b, false)
+	// A TCP pair, as a tunnel is (net.Pipe has no buffer: both ends'
+	// greetings would wait for each other).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	login := func(user string, cred *Credential) error {
+		ours, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		theirs, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan struct{})
+		go func() { defer close(served); f.srv.ServeTunnel(a, theirs) }()
+		defer func() { ours.Close(); <-served }()
+		c, chans, reqs, err := gossh.NewClientConn(ours, "tunnel", &gossh.ClientConfig{
+			User: user, Auth: []gossh.AuthMethod{gossh.PublicKeys(certSigner(t, cred))},
+			HostKeyCallback: gossh.FixedHostKey(f.auth.HostKey().PublicKey()),
+		})
+		if err != nil {
+			return err
+		}
+		client := gossh.NewClient(c, chans, reqs)
+		defer client.Close()
+		sc, err := sftp.NewClient(client)
+		if err != nil {
+			return err
+		}
+		defer sc.Close()
+		_, err = sc.Stat(".")
+		return err
+	}
+	if err := login(a, credA); err != nil {
+		t.Fatalf("a's login over a's tunnel: %v", err)
+	}
+	if err := login(b, credB); err == nil {
+		t.Fatal("b logged in over a's tunnel")
+	}
+}
