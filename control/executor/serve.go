@@ -38,6 +38,13 @@ func (e *Executor) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	stopRun()
 	wg.Wait()
+	// Hijacked connections are not the HTTP server's to close: the
+	// reverse mounts' parked ones go here.
+	for _, t := range e.opts.Transports {
+		if h, ok := t.(interface{ CloseTunnels() }); ok {
+			h.CloseTunnels()
+		}
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}

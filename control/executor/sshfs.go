@@ -200,6 +200,19 @@ func (t *SSHFSExecutor) TunnelSlot(id string) (*TunnelSlot, bool) {
 	return s, ok
 }
 
+// CloseTunnels drops every parked reverse connection: the daemon stops.
+// A mount that loses its connection afterwards waits for the next one
+// within its bound (a restarted daemon's mounts are gone).
+func (t *SSHFSExecutor) CloseTunnels() {
+	t.mu.Lock()
+	slots := t.tunnels
+	t.tunnels = nil
+	t.mu.Unlock()
+	for _, s := range slots {
+		s.close()
+	}
+}
+
 // closeTunnel ends delegation id's reverse connections, if it has any.
 func (t *SSHFSExecutor) closeTunnel(id string) {
 	t.mu.Lock()
