@@ -148,3 +148,11 @@ func (e *sseEvent) next() error {
 	}
 	return nil
 }
+
+// KeepAliveHeader (ours) is sent by a delegator with the interval, in
+// whole seconds, at which it wants keep-alive comments on an event
+// stream; an executor that honours it answers with the interval it uses.
+// Having the answer, the delegator takes a stream that stays silent for
+// three intervals as lost. An executor that does not answer it (the
+// reference's) is waited for as long as TCP keeps the connection.
+const KeepAliveHeader = "AWCP-Keep-Alive"

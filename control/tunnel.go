@@ -55,8 +55,11 @@ const (
 	TunnelPing byte = '.'
 	TunnelGo   byte = '!'
 	// TunnelPingInterval is how often a parked connection is pinged; the
-	// delegator gives one up after three intervals without a byte.
-	TunnelPingInterval = 10 * time.Second
+	// delegator gives one up after three intervals without a byte. Short,
+	// because a parked connection that died silently (a network outage
+	// that ate the reset) holds the next reconnection up until it is
+	// given up; a byte every 2 s per delegation costs nothing.
+	TunnelPingInterval = 2 * time.Second
 	// TunnelProofSkew is how far a proof's time may be from the executor's
 	// clock.
 	TunnelProofSkew = 5 * time.Minute

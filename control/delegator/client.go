@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/awcp/awcp/control"
@@ -322,6 +323,7 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 		return err
 	}
 	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set(control.KeepAliveHeader, strconv.Itoa(int(streamKeepAlive/time.Second)))
 	if lastID > 0 {
 		req.Header.Set("Last-Event-ID", strconv.FormatUint(lastID, 10))
 	}
@@ -340,11 +342,18 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		return &streamRefused{peerError(resp.StatusCode, body)}
 	}
+	body := io.Reader(resp.Body)
+	var silent *silence
+	if n, err := strconv.Atoi(resp.Header.Get(control.KeepAliveHeader)); err == nil && n >= 1 {
+		silent = watchSilence(resp.Body, 3*time.Duration(n)*time.Second)
+		defer silent.stop()
+		body = silent
+	}
 	sse := control.SSEReader{SpoolDir: c.SpoolDir, MaxResult: c.maxResult()}
 	if c.Transfer != nil {
 		sse.Progress = func(n int64) { c.Transfer("result", n, -1) }
 	}
-	err = sse.Read(resp.Body, func(seq uint64, data []byte, result control.Spooled) (bool, error) {
+	err = sse.Read(body, func(seq uint64, data []byte, result control.Spooled) (bool, error) {
 		// A whole event that is not one would come again, the same, on
 		// every reconnection: the delegation cannot go on.
 		ev, err := control.DecodeEvent(data)
@@ -360,8 +369,41 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 		}
 		return ev.Terminal(), nil
 	})
+	if silent != nil && silent.fired() {
+		return &unreachableError{err: fmt.Errorf("the event stream was silent for %s (no keep-alive)", silent.after)}
+	}
 	return resultTooLarge(err)
 }
+
+// streamKeepAlive is the keep-alive interval asked of an executor's event
+// stream (control.KeepAliveHeader): a stream lost without a reset (a
+// network outage) is noticed within three of them.
+const streamKeepAlive = 3 * time.Second
+
+// silence closes a stream that has sent nothing for a while.
+type silence struct {
+	r     io.ReadCloser
+	after time.Duration
+	timer *time.Timer
+	shut  atomic.Bool
+}
+
+func watchSilence(r io.ReadCloser, after time.Duration) *silence {
+	s := &silence{r: r, after: after}
+	s.timer = time.AfterFunc(after, func() { s.shut.Store(true); r.Close() })
+	return s
+}
+
+func (s *silence) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if n > 0 {
+		s.timer.Reset(s.after)
+	}
+	return n, err
+}
+
+func (s *silence) stop()       { s.timer.Stop() }
+func (s *silence) fired() bool { return s.shut.Load() }
 
 // streamRefused is an event stream the executor answered with an error
 // (unknown delegation, say) instead of events.

@@ -198,7 +198,10 @@ func (c *PeerClient) OpenTunnel(ctx context.Context, id, proof string) (net.Conn
 		}
 		addr = net.JoinHostPort(u.Hostname(), port)
 	}
-	d := net.Dialer{Timeout: 10 * time.Second}
+	// A tunnel the SSH session is using has no keepalive from this end
+	// (the executor's SSH client sends them): TCP's own finds one that
+	// died silently, within about half a minute, so that it is closed.
+	d := net.Dialer{Timeout: 10 * time.Second, KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3}}
 	var conn net.Conn
 	if u.Scheme == "https" {
 		conn, err = (&tls.Dialer{NetDialer: &d, Config: &tls.Config{ServerName: u.Hostname()}}).DialContext(ctx, "tcp", addr)

@@ -6,12 +6,14 @@ import (
 	"crypto/rand"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,5 +192,44 @@ func TestTunnelEndpointRefusesWithoutProof(t *testing.T) {
 	}
 	if end := <-done; end.State != lease.Cancelled {
 		t.Fatalf("ended %s", end.State)
+	}
+}
+
+// TestSilentEventStreamIsLost: an executor that answers the keep-alive
+// header and then sends nothing (a network outage that ate the reset)
+// is taken as unreachable after three intervals, not waited for as long
+// as TCP keeps the connection; one that does not answer the header (the
+// reference's) is read for as long as it sends.
+func TestSilentEventStreamIsLost(t *testing.T) {
+	var answers atomic.Bool
+	answers.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(control.KeepAliveHeader) != "3" {
+			t.Errorf("asked for keep-alives every %q s", r.Header.Get(control.KeepAliveHeader))
+		}
+		if answers.Load() {
+			w.Header().Set(control.KeepAliveHeader, "1")
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-time.After(4 * time.Second):
+		}
+	}))
+	defer srv.Close()
+	pc := &delegator.PeerClient{BaseURL: srv.URL}
+	id := control.NewDelegationID()
+	start := time.Now()
+	err := pc.Events(context.Background(), id, 0, func(uint64, *control.Event) error { return nil })
+	if el := time.Since(start); err == nil || !strings.Contains(err.Error(), "silent for 3s") || el > 5*time.Second {
+		t.Fatalf("a silent stream: %v after %s", err, el)
+	}
+	answers.Store(false)
+	start = time.Now()
+	pc.Events(context.Background(), id, 0, func(uint64, *control.Event) error { return nil })
+	if el := time.Since(start); el < 3900*time.Millisecond {
+		t.Fatalf("a stream without the keep-alive answer was given up after %s", el)
 	}
 }

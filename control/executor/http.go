@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -311,6 +312,13 @@ func (e *Executor) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	last := parseLastEventID(r.Header.Get("Last-Event-ID"))
 	h := w.Header()
+	every := e.opts.KeepAlive
+	if asked, err := strconv.Atoi(r.Header.Get(control.KeepAliveHeader)); err == nil && asked >= 1 {
+		// A delegator of ours asks for keep-alives often enough to tell a
+		// silent stream from a quiet one; never more than once a second.
+		every = min(every, time.Duration(asked)*time.Second)
+		h.Set(control.KeepAliveHeader, strconv.Itoa(int(every/time.Second)))
+	}
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
@@ -318,7 +326,7 @@ func (e *Executor) handleEvents(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	rc.Flush()
 
-	keepAlive := time.NewTicker(e.opts.KeepAlive)
+	keepAlive := time.NewTicker(every)
 	defer keepAlive.Stop()
 	const page = 64
 	for {

@@ -79,7 +79,9 @@ func (l *lan) route(n, router *node) {
 func TestLANReverseLiveMount(t *testing.T) {
 	l := newLAN(t)
 	x := l.add("x", 2)
-	x.serve(t, `n=0; while [ ! -e stop ]; do n=$((n+1)); echo $n > count.txt; sleep 0.05; done; echo finished > result.txt`)
+	fails := filepath.Join(t.TempDir(), "fails")
+	x.serve(t, `n=0; while :; do [ -e stop ] && break; n=$((n+1)); echo $n > count.txt || echo EIO >> `+fails+`; sleep 0.05; done; echo finished > result.txt`,
+		"--reconnect-bound", "3s")
 	d := l.addBehindNAT("d", 9)
 	l.route(x, l.nodes["d-nat"])
 	peer := "http://" + x.ip + ":10200"
@@ -109,6 +111,36 @@ func TestLANReverseLiveMount(t *testing.T) {
 	if out, err := exec.Command("ip", "netns", "exec", x.ns, "ss", "-K", "sport", "=", ":10200").CombinedOutput(); err != nil {
 		t.Fatalf("ss -K: %v\n%s", err, out)
 	}
+	counting(t, ws, 15*time.Second, &stderr)
+
+	// An outage longer than the bound: the router drops everything, the
+	// connections are cut. A write stalls, then fails (EIO) within the
+	// bound (3 s); once the way is open again the mount comes back.
+	router := l.nodes["d-nat"]
+	nft := func(rule string) {
+		t.Helper()
+		if out, err := exec.Command("ip", append([]string{"netns", "exec", router.ns, "nft"}, strings.Fields(rule)...)...).CombinedOutput(); err != nil {
+			t.Fatalf("nft %s: %v\n%s", rule, err, out)
+		}
+	}
+	nft("insert rule inet filter gate drop")
+	cut := time.Now()
+	exec.Command("ip", "netns", "exec", x.ns, "ss", "-K", "sport", "=", ":10200").Run()
+	for {
+		if b, _ := os.ReadFile(fails); len(b) > 0 {
+			break
+		}
+		if time.Since(cut) > 8*time.Second {
+			t.Fatalf("no write failed within %s of the outage\n%s", time.Since(cut), x.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if el := time.Since(cut); el < time.Second {
+		t.Fatalf("a write failed %s into the outage: it did not wait for the delegator", el)
+	}
+	nft("flush chain inet filter gate")
+	nft("add rule inet filter gate ct state established,related accept")
+	nft("add rule inet filter gate iifname v9 reject with tcp reset")
 	counting(t, ws, 15*time.Second, &stderr)
 	os.WriteFile(filepath.Join(ws, "stop"), nil, 0o644)
 	if err := exp.Wait(); err != nil {
