@@ -84,6 +84,11 @@ const (
 	// request, pending or decided. Delegators that do not know the type
 	// ignore it, so the v1 wire stays compatible.
 	EventPermission = "permission"
+	// EventChannel is never on the wire: the delegator's own event, given
+	// to its Progress callback, when the executor's channel changes
+	// (lease.Channel*: Status is the state, Message the detail, Timestamp
+	// since when).
+	EventChannel = "channel"
 )
 
 // Outcomes of a permission event.

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -96,6 +97,15 @@ type Delegation struct {
 	// it.
 	PeerAgentID string `json:"peerAgentId,omitempty"`
 	PeerName    string `json:"peerName,omitempty"`
+	// Channel is how the executor's side stands as this delegator last
+	// saw it (channel.go); nil before START. It means nothing once the
+	// lease has ended, and is not shown then.
+	Channel *Channel `json:"channel,omitempty"`
+	// ChannelLog is the channel's changes, the last MaxChannelLog.
+	ChannelLog []ChannelChange `json:"channelLog,omitempty"`
+	// Gaps are the events the executor could not replay when its stream
+	// was followed again.
+	Gaps []EventGap `json:"gaps,omitempty"`
 }
 
 // ExportPolicy is what a delegation's export refuses beyond its access
@@ -115,8 +125,19 @@ type Permission struct {
 	Options   []PermissionOption `json:"options"`
 	Outcome   string             `json:"outcome"`            // pending, selected or cancelled
 	OptionID  string             `json:"optionId,omitempty"` // when selected
-	DecidedBy string             `json:"decidedBy,omitempty"`
-	At        time.Time          `json:"at"` // of the last change
+	DecidedBy string             `json:"decidedBy,omitempty"` // as the executor said it
+	At        time.Time          `json:"at"`                  // of the last change
+	// Where the request came from and what it is for: the executor (its
+	// name or URL) and the agent's tool call, as the executor sent it.
+	AskedBy  string          `json:"askedBy,omitempty"`
+	ToolCall json.RawMessage `json:"toolCall,omitempty"`
+	AskedAt  time.Time       `json:"askedAt,omitzero"`
+	// How it was decided — user, policy, timeout or task-end — and, for
+	// an answer sent from here, by whom (Answerer: "awcp-ctl permit by
+	// USER", "MCP client NAME").
+	How       string    `json:"how,omitempty"`
+	Answerer  string    `json:"answerer,omitempty"`
+	DecidedAt time.Time `json:"decidedAt,omitzero"`
 }
 
 // PermissionOption is one choice of a permission request (ACP's

@@ -53,6 +53,10 @@ var (
 	bucketAssignments = []byte("assignments")
 	bucketEvents      = []byte("events") // holds one sub-bucket per delegation
 	bucketBlobs       = []byte("blobs")
+	// bucketProgress holds, per delegation, the sequence numbers of its
+	// progress events, oldest first (AppendProgress).
+	bucketProgress = []byte("progress")
+	progressCount  = []byte("n")
 )
 
 // Options configures a Store.
@@ -111,7 +115,7 @@ func (s *Store) open() (*bolt.DB, error) {
 		return nil, fmt.Errorf("open store %s: %w", s.path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketDelegations, bucketAssignments, bucketEvents, bucketBlobs, bucketAudit, bucketAuditMeta} {
+		for _, b := range [][]byte{bucketDelegations, bucketAssignments, bucketEvents, bucketProgress, bucketBlobs, bucketAudit, bucketAuditMeta} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -531,6 +535,56 @@ func (s *Store) AppendEvents(id string, events [][]byte) (uint64, error) {
 	return seq, err
 }
 
+// AppendProgress is AppendEvents for progress events, of which only the
+// last keep are kept: older ones are deleted as new ones come, so that an
+// agent that prints without end fills no disk. A reader that comes back
+// after more than keep of them finds the run it missed gone (the
+// sequence numbers jump), and can say so.
+func (s *Store) AppendProgress(id string, events [][]byte, keep int) (uint64, error) {
+	var seq uint64
+	err := s.update(func(tx *bolt.Tx) error {
+		a, err := get[Assignment](tx, bucketAssignments, id)
+		if err != nil {
+			return err
+		}
+		if a.State.Terminal() {
+			return fmt.Errorf("delegation %s: %w", id, &TransitionError{From: a.State, Event: "APPEND_EVENT"})
+		}
+		if seq, err = appendEvents(tx, id, events); err != nil {
+			return err
+		}
+		idx, err := tx.Bucket(bucketProgress).CreateBucketIfNotExists([]byte(id))
+		if err != nil {
+			return err
+		}
+		for s := seq - uint64(len(events)) + 1; s <= seq; s++ {
+			if err := idx.Put(seqKey(s), nil); err != nil {
+				return err
+			}
+		}
+		// The count is kept under a key that sorts after every sequence
+		// number (they start with a zero byte).
+		var n uint64
+		if v := idx.Get(progressCount); len(v) == 8 {
+			n = binary.BigEndian.Uint64(v)
+		}
+		n += uint64(len(events))
+		evs := tx.Bucket(bucketEvents).Bucket([]byte(id))
+		c := idx.Cursor()
+		for k, _ := c.First(); keep > 0 && n > uint64(keep) && len(k) == 8; k, _ = c.First() {
+			if err := evs.Delete(k); err != nil {
+				return err
+			}
+			if err := c.Delete(); err != nil {
+				return err
+			}
+			n--
+		}
+		return idx.Put(progressCount, seqKey(n))
+	})
+	return seq, err
+}
+
 // storedEvent is the event at key k with data v, copied: v is only valid
 // inside its transaction.
 func storedEvent(k, v []byte) StoredEvent {
@@ -593,6 +647,12 @@ func (s *Store) DeleteAssignment(id string) error {
 		err := tx.Bucket(bucketEvents).DeleteBucket([]byte(id))
 		if errors.Is(err, berrors.ErrBucketNotFound) {
 			err = nil
+		}
+		if err == nil {
+			err = tx.Bucket(bucketProgress).DeleteBucket([]byte(id))
+			if errors.Is(err, berrors.ErrBucketNotFound) {
+				err = nil
+			}
 		}
 		return err
 	})

@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -194,7 +196,17 @@ func report(c *cli.Context, d *lease.Delegation) error {
 	}
 	w := c.App.Writer
 	fmt.Fprintf(w, "delegation %s %s\n", d.ID, d.State)
-	fmt.Fprintf(w, "  directory: %s\n  executor:  %s (%s, %s)\n", d.LocalDir, d.Peer, d.Transport, d.AccessMode)
+	transport := d.Transport
+	if d.Connect == control.ConnectReverse {
+		transport += " in reverse"
+	}
+	fmt.Fprintf(w, "  directory: %s\n  executor:  %s (%s, %s)\n", d.LocalDir, d.Peer, transport, d.AccessMode)
+	if d.Channel != nil && !d.State.Terminal() {
+		fmt.Fprintf(w, "  channel:   %s\n", delegator.ChannelText(d.Channel))
+	}
+	for _, g := range d.Gaps {
+		fmt.Fprintf(w, "  lost:      events %d–%d (the executor no longer had them when its stream was followed again)\n", g.From, g.To)
+	}
 	if d.State == lease.Completed {
 		fmt.Fprintf(w, "summary:\n%s\n", indent(d.Summary))
 		if len(d.Highlights) > 0 {
@@ -247,11 +259,30 @@ func printPermissions(w io.Writer, d *lease.Delegation) {
 			fmt.Fprintf(w, "permission %s PENDING: %s\n", p.RequestID, p.Title)
 			printHowToAnswer(w, d.ID, p.RequestID, p.Options)
 		case control.PermissionSelected:
-			fmt.Fprintf(w, "permission %s: %s: %s, decided by %s\n", p.RequestID, p.Title, p.OptionID, p.DecidedBy)
+			fmt.Fprintf(w, "permission %s: %s: %s, decided by %s%s\n", p.RequestID, p.Title, p.OptionID, p.DecidedBy, provenance(p))
 		default:
-			fmt.Fprintf(w, "permission %s: %s: %s (%s)\n", p.RequestID, p.Title, p.Outcome, p.DecidedBy)
+			fmt.Fprintf(w, "permission %s: %s: %s (%s)%s\n", p.RequestID, p.Title, p.Outcome, p.DecidedBy, provenance(p))
 		}
 	}
+}
+
+// provenance is how a decided permission request was decided and who
+// asked: " (user: awcp-ctl permit by ana; asked by the agent on URL)".
+func provenance(p lease.Permission) string {
+	var parts []string
+	switch {
+	case p.How != "" && p.Answerer != "":
+		parts = append(parts, p.How+": "+p.Answerer)
+	case p.How != "":
+		parts = append(parts, p.How)
+	}
+	if p.AskedBy != "" {
+		parts = append(parts, "asked by "+p.AskedBy)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
 }
 
 // printHowToAnswer follows a pending permission request with its options
@@ -306,9 +337,16 @@ func statusCommand() *cli.Command {
 				fmt.Fprintln(c.App.Writer, "no delegations")
 				return nil
 			}
-			fmt.Fprintf(c.App.Writer, "%-36s  %-9s  %-7s  %-2s  %-19s  %s\n", "ID", "STATE", "TRANSP", "AM", "CREATED", "DIRECTORY")
+			fmt.Fprintf(c.App.Writer, "%-36s  %-9s  %-11s  %-7s  %-2s  %-19s  %s\n", "ID", "STATE", "EXECUTOR", "TRANSP", "AM", "CREATED", "DIRECTORY")
 			for _, d := range ds {
-				fmt.Fprintf(c.App.Writer, "%-36s  %-9s  %-7s  %-2s  %-19s  %s\n", d.ID, d.State, d.Transport, d.AccessMode,
+				channel := "-"
+				if d.Channel != nil && !d.State.Terminal() {
+					channel = d.Channel.State
+					if channel == lease.ChannelFinishing {
+						channel = "finished" // not applied yet: the row's state says the lease runs
+					}
+				}
+				fmt.Fprintf(c.App.Writer, "%-36s  %-9s  %-11s  %-7s  %-2s  %-19s  %s\n", d.ID, d.State, channel, d.Transport, d.AccessMode,
 					d.CreatedAt.Local().Format(time.DateTime), d.LocalDir)
 			}
 			return nil
@@ -446,11 +484,19 @@ func permitCommand() *cli.Command {
 			req, opt := c.Args().Get(1), c.Args().Get(2)
 			ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
 			defer cancel()
-			if err := dlg.Permit(ctx, d.ID, req, opt); err != nil {
+			if err := dlg.Permit(ctx, d.ID, req, opt, "awcp-ctl permit by "+userName()); err != nil {
 				return fail(c, err)
 			}
 			fmt.Fprintf(c.App.Writer, "answered %s of %s: %s\n", req, d.ID, opt)
 			return nil
 		},
 	}
+}
+
+// userName is who runs this command, for the record of what they decided.
+func userName() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return "uid " + strconv.Itoa(os.Getuid())
 }

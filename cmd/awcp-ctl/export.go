@@ -16,6 +16,7 @@ import (
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/lease"
 )
 
 func exportCommand(ctx context.Context) *cli.Command {
@@ -93,6 +94,7 @@ func exportWait(ctx context.Context, c *cli.Context, e *env, req delegator.Expor
 	if bar != nil {
 		e.transfer = bar.update
 	}
+	away := false // the channel was last in another state than running
 	dlg, err := e.delegator(func(id string, ev *control.Event) {
 		bar.done()
 		switch {
@@ -105,6 +107,12 @@ func exportWait(ctx context.Context, c *cli.Context, e *env, req delegator.Expor
 			printHowToAnswer(errw, id, ev.RequestID, ev.Options)
 		case ev.Type == control.EventPermission:
 			fmt.Fprintf(errw, "awcp: permission %s: %s %s (%s)\n", ev.RequestID, ev.Outcome, ev.OptionID, ev.DecidedBy)
+		case ev.Type == control.EventChannel && ev.Status == lease.ChannelRunning && !away:
+			// "executor is running the task" said it already
+		case ev.Type == control.EventChannel:
+			away = ev.Status != lease.ChannelRunning
+			since, _ := time.Parse(time.RFC3339Nano, ev.Timestamp)
+			fmt.Fprintf(errw, "awcp: executor %s\n", delegator.ChannelText(&lease.Channel{State: ev.Status, Since: since, Detail: ev.Message}))
 		}
 	})
 	if err != nil {

@@ -230,12 +230,12 @@ func (m *mcpDelegator) List() ([]*lease.Delegation, error) { return m.e.store.De
 
 // Permit goes to the executor straight from here: the store has its
 // address and token, daemon or not.
-func (m *mcpDelegator) Permit(ctx context.Context, id, requestID, optionID string) error {
+func (m *mcpDelegator) Permit(ctx context.Context, id, requestID, optionID, answerer string) error {
 	dlg, err := m.e.delegator(nil)
 	if err != nil {
 		return err
 	}
-	return dlg.Permit(ctx, id, requestID, optionID)
+	return dlg.Permit(ctx, id, requestID, optionID, answerer)
 }
 
 // close cancels the delegations this process still runs — their SSH

@@ -40,6 +40,9 @@ type PeerClient struct {
 	// body: done and total bytes) and "result" (its base64 as it arrives:
 	// total -1, unknown).
 	Transfer func(what string, done, total int64)
+	// Opened, if set, is called when an event stream is answered (before
+	// its first event).
+	Opened func()
 }
 
 // DefaultMaxResultBytes is the default bound of a result: 1 GiB of base64,
@@ -348,6 +351,9 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 		silent = watchSilence(resp.Body, 3*time.Duration(n)*time.Second)
 		defer silent.stop()
 		body = silent
+	}
+	if c.Opened != nil {
+		c.Opened()
 	}
 	sse := control.SSEReader{SpoolDir: c.SpoolDir, MaxResult: c.maxResult()}
 	if c.Transfer != nil {

@@ -50,6 +50,9 @@ type Options struct {
 	// delegation fails with TASK_FAILED and its access is closed. Default
 	// 30s, the executor's own bound for its mounts.
 	ReconnectBound time.Duration
+	// IdleAfter is how long a running executor may send no event before
+	// its channel shows idle. Default DefaultIdleAfter.
+	IdleAfter time.Duration
 	// AgentID is this agent's id (discovery.AgentID): the INVITE's call
 	// chain ends with it. Empty: the chain is handed on as it came.
 	AgentID string
@@ -69,7 +72,7 @@ type Delegator struct {
 	log   *slog.Logger
 	sched *lease.Scheduler
 
-	mu        sync.Mutex                    // guards following, snapshots and reach
+	mu        sync.Mutex                    // guards following, snapshots, reach and channels
 	following map[string]context.CancelFunc // delegations this process drives
 	// snapshots are the head dialect's results received and not yet
 	// applied, one per delegation id (holdSnapshot).
@@ -77,6 +80,9 @@ type Delegator struct {
 	// reach is what the reachability probe found of each executor, by
 	// URL, for a while (reachBack).
 	reach map[string]reachResult
+	// channels is the last channel state set for each delegation
+	// followed (setChannel).
+	channels map[string]lease.Channel
 }
 
 // New builds a Delegator.
@@ -93,8 +99,12 @@ func New(opts Options) (*Delegator, error) {
 	if opts.ReconnectBound <= 0 {
 		opts.ReconnectBound = 30 * time.Second
 	}
+	if opts.IdleAfter <= 0 {
+		opts.IdleAfter = DefaultIdleAfter
+	}
 	d := &Delegator{opts: opts, store: opts.Store, log: opts.Logger,
-		following: map[string]context.CancelFunc{}, snapshots: map[string]heldSnapshot{}, reach: map[string]reachResult{}}
+		following: map[string]context.CancelFunc{}, snapshots: map[string]heldSnapshot{}, reach: map[string]reachResult{},
+		channels: map[string]lease.Channel{}}
 	d.sched = lease.NewScheduler(lease.Scheduler{List: d.due, Expire: d.Expire, Logger: opts.Logger})
 	return d, nil
 }
@@ -635,8 +645,9 @@ func processAlive(pid int) bool {
 }
 
 // Permit answers a pending permission request of delegation id, as the
-// delegator's user.
-func (d *Delegator) Permit(ctx context.Context, id, requestID, optionID string) error {
+// delegator's user; answerer says who answered ("awcp-ctl permit by
+// USER", "MCP client NAME"), for the record.
+func (d *Delegator) Permit(ctx context.Context, id, requestID, optionID, answerer string) error {
 	del, err := d.store.Delegation(id)
 	if err != nil {
 		return err
@@ -644,7 +655,19 @@ func (d *Delegator) Permit(ctx context.Context, id, requestID, optionID string) 
 	if del.State.Terminal() {
 		return control.Errorf(control.CodeDeclined, "delegation %s already ended (%s)", id, del.State)
 	}
-	return d.peer(del).Permit(ctx, id, requestID, optionID)
+	if err := d.peer(del).Permit(ctx, id, requestID, optionID); err != nil {
+		return err
+	}
+	d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
+		for i := range del.Permissions {
+			if del.Permissions[i].RequestID == requestID {
+				del.Permissions[i].Answerer = answerer
+				return nil
+			}
+		}
+		return errUnchanged
+	})
+	return nil
 }
 
 // failureOf is how a delegation that ended with pe failed.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/awcp/awcp/control"
@@ -21,61 +23,140 @@ type heldSnapshot struct {
 
 // follow reads the event stream, reconnecting with Last-Event-ID, until the
 // delegation is terminal or ctx is done. The last event id is kept here and
-// stored with each transition; progress lines are not written to the store
-// one by one (after a crash of this process they may be shown again).
+// stored with each transition, and once more whenever the stream breaks;
+// progress lines are not written to the store one by one (after a crash of
+// this process they may be shown again). Along the way it keeps the
+// executor's channel (channel.go): unreachable since when, missing, idle,
+// and events the executor could no longer replay.
 func (d *Delegator) follow(ctx context.Context, id string, started <-chan struct{}) {
+	defer d.forgetChannel(id)
 	backoff := 100 * time.Millisecond
 	var last uint64
 	var awaySince time.Time // since when the executor cannot be reached; zero while it can
+	var lastEvent atomic.Int64
+	lastEvent.Store(time.Now().UnixNano())
+	idleDone := make(chan struct{})
+	idleCtx, stopIdle := context.WithCancel(ctx)
+	go func() { defer close(idleDone); d.watchIdle(idleCtx, id, &lastEvent) }()
+	defer func() { stopIdle(); <-idleDone }()
 	for {
 		del, err := d.store.Delegation(id)
 		if err != nil || del.State.Terminal() {
 			return
 		}
 		last = max(last, del.LastEventID)
-		err = d.peer(del).Events(ctx, id, last, func(seq uint64, ev *control.Event) error {
+		resumed := last
+		pc := d.peer(del)
+		pc.Opened = func() {
+			lastEvent.Store(time.Now().UnixNano())
+			if !awaySince.IsZero() || d.channelState(id) == lease.ChannelMissing {
+				d.log.Info("executor reachable again", "delegation", id, "resumed after event", resumed)
+				d.backToLive(id)
+			}
+			awaySince = time.Time{}
+		}
+		err = pc.Events(ctx, id, last, func(seq uint64, ev *control.Event) error {
 			backoff = 100 * time.Millisecond
 			if seq != 0 && seq <= last {
 				return nil // seen before a reconnect
 			}
-			last = seq
-			return d.handleEvent(ctx, id, seq, ev)
+			if seq != 0 && last != 0 && seq > last+1 {
+				d.recordGap(id, last+1, seq-1)
+			}
+			lastEvent.Store(time.Now().UnixNano())
+			if err := d.handleEvent(ctx, id, seq, ev); err != nil {
+				return err
+			}
+			last = max(last, seq)
+			return nil
 		})
 		if ctx.Err() != nil {
+			d.keepLastEvent(id, last)
 			return
 		}
 		var pe *control.ProtocolError
 		var away *unreachableError
+		var refused *streamRefused
 		switch {
-		case !answered(started) && (errors.As(err, new(*streamRefused)) || errors.As(err, &away)):
+		case !answered(started) && (errors.As(err, &refused) || errors.As(err, &away)):
 			// START is out: the executor may not know the task yet.
 			backoff = 100 * time.Millisecond
+		case errors.As(err, &pe) && pe.Code == control.CodeAuthFailed:
+			// The executor no longer takes the token (it restarted with
+			// another): unreachable as much as a network error is.
+			away = &unreachableError{err: fmt.Errorf("the executor refused the token: %s", pe.Message)}
+			if d.away(ctx, id, &awaySince, away) {
+				return
+			}
+		case errors.As(err, &refused) && errors.As(err, &pe) && pe.Code == control.CodeDeclined:
+			// The executor answers and does not know the delegation.
+			d.setChannel(id, lease.ChannelMissing, "the executor does not know this delegation: "+refused.Error(), d.store.Now())
 		case errors.As(err, &pe) && pe.Code != control.CodeDeclined:
 			d.fail(ctx, id, pe)
 			return
 		case errors.As(err, &away):
-			if awaySince.IsZero() {
-				awaySince = time.Now()
-				d.log.Warn("executor unreachable; retrying", "delegation", id, "err", away.err)
-			}
-			if time.Since(awaySince) >= d.opts.ReconnectBound {
-				d.fail(ctx, id, control.Errorf(control.CodeTaskFailed, "the executor has been unreachable since %s (%v)",
-					awaySince.UTC().Format(time.RFC3339), away.err).
-					WithHint("check that awcp-fs still runs on the executor; the delegation's access is closed"))
+			if d.away(ctx, id, &awaySince, away) {
 				return
 			}
 		case err != nil && !errors.Is(err, control.ErrStreamEnded):
-			awaySince = time.Time{}
 			d.log.Debug("event stream broke off; reconnecting", "delegation", id, "err", err)
-		default:
-			awaySince = time.Time{}
 		}
+		d.keepLastEvent(id, last)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// away records that the executor of id cannot be reached (since
+// *awaySince, set now if zero), and fails the delegation once that has
+// lasted the reconnect bound; it reports whether it did.
+func (d *Delegator) away(ctx context.Context, id string, awaySince *time.Time, away *unreachableError) bool {
+	if awaySince.IsZero() {
+		*awaySince = time.Now()
+		d.log.Warn("executor unreachable; retrying", "delegation", id, "err", away.err)
+	}
+	d.setChannel(id, lease.ChannelUnreachable, away.err.Error(), *awaySince)
+	if time.Since(*awaySince) < d.opts.ReconnectBound {
+		return false
+	}
+	d.fail(ctx, id, control.Errorf(control.CodeTaskFailed, "the executor has been unreachable since %s (%v)",
+		awaySince.UTC().Format(time.RFC3339), away.err).
+		WithHint("check that awcp-fs still runs on the executor; the delegation's access is closed"))
+	return true
+}
+
+// keepLastEvent stores the last event id seen, progress lines included,
+// so that a later follower resumes after it.
+func (d *Delegator) keepLastEvent(id string, last uint64) {
+	d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
+		if del.State.Terminal() || last <= del.LastEventID {
+			return errUnchanged
+		}
+		del.LastEventID = last
+		return nil
+	})
+}
+
+// watchIdle shows id's channel idle once the executor has sent no event
+// for IdleAfter while running, until ctx ends.
+func (d *Delegator) watchIdle(ctx context.Context, id string, lastEvent *atomic.Int64) {
+	t := time.NewTicker(min(d.opts.IdleAfter/4, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		quiet := time.Since(time.Unix(0, lastEvent.Load()))
+		if quiet >= d.opts.IdleAfter && d.channelState(id) == lease.ChannelRunning {
+			d.setChannel(id, lease.ChannelIdle, fmt.Sprintf("no event from the executor for %s; the task has not finished", d.opts.IdleAfter),
+				time.Unix(0, lastEvent.Load()))
+		}
 	}
 }
 
@@ -96,8 +177,14 @@ func answered(started <-chan struct{}) bool {
 // transaction as the transition it causes, so a restarted delegator never
 // applies an event twice.
 func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *control.Event) error {
+	if ev.Type == control.EventChannel {
+		return nil // this delegator's own, never the executor's to send
+	}
 	if d.opts.Progress != nil {
 		d.opts.Progress(id, ev)
+	}
+	if st := d.channelState(id); st == lease.ChannelIdle || st == lease.ChannelMissing || st == lease.ChannelUnreachable {
+		d.backToLive(id) // it spoke
 	}
 	if ev.Type == control.EventStatus && ev.Status == control.StatusProgress {
 		return nil // nothing to record
@@ -113,7 +200,9 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 	switch ev.Type {
 	case control.EventStatus:
 		if del.State == lease.Started {
-			_, err = d.store.FireDelegation(id, lease.SetupComplete, "executor running", seen)
+			if _, err = d.store.FireDelegation(id, lease.SetupComplete, "executor running", seen); err == nil {
+				d.backToLive(id)
+			}
 		} else {
 			_, err = d.store.UpdateDelegation(id, seen)
 		}
@@ -143,6 +232,7 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 		if tr == nil {
 			return fmt.Errorf("delegation %s: transport %s is not available in this process", id, del.Transport)
 		}
+		d.setChannel(id, lease.ChannelFinishing, "the executor finished; applying its result", d.store.Now())
 		rep, ferr := tr.Finish(ctx, lent(del), ev)
 		if ferr != nil {
 			d.log.Error("apply result", "delegation", id, "err", ferr)
@@ -186,6 +276,9 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 			recordPermission(del, ev, d.store.Now())
 			return nil
 		})
+		if err == nil {
+			d.backToLive(id) // waiting while one is pending
+		}
 	case control.EventError:
 		lev := lease.ReceiveError
 		switch {
@@ -302,15 +395,56 @@ func (d *Delegator) ack(del *lease.Delegation) {
 }
 
 // recordPermission keeps a permission event in the delegation's record: a
-// new request, or the decision on one already known.
+// new request, or the decision on one already known. What the request is
+// for (the agent's tool call, as the executor sent it, up to
+// maxToolCallRecord) and who asked stay from the request; how it was
+// decided, and when, come with the decision.
 func recordPermission(del *lease.Delegation, ev *control.Event, now time.Time) {
-	p := lease.Permission{RequestID: ev.RequestID, Title: ev.Message, Options: ev.Options, Outcome: ev.Outcome,
-		OptionID: ev.OptionID, DecidedBy: ev.DecidedBy, At: now}
+	var p *lease.Permission
 	for i := range del.Permissions {
-		if del.Permissions[i].RequestID == p.RequestID {
-			del.Permissions[i] = p
-			return
+		if del.Permissions[i].RequestID == ev.RequestID {
+			p = &del.Permissions[i]
 		}
 	}
-	del.Permissions = append(del.Permissions, p)
+	if p == nil {
+		asker := del.Peer
+		if del.PeerName != "" {
+			asker = del.PeerName + " (" + del.Peer + ")"
+		}
+		del.Permissions = append(del.Permissions, lease.Permission{RequestID: ev.RequestID, AskedBy: "the agent on " + asker, AskedAt: now})
+		p = &del.Permissions[len(del.Permissions)-1]
+	}
+	if ev.Message != "" {
+		p.Title = ev.Message
+	}
+	if len(ev.Options) > 0 {
+		p.Options = ev.Options
+	}
+	p.Outcome, p.OptionID, p.DecidedBy, p.At = ev.Outcome, ev.OptionID, ev.DecidedBy, now
+	if len(ev.ToolCall) > 0 && len(ev.ToolCall) <= maxToolCallRecord {
+		p.ToolCall = ev.ToolCall
+	}
+	if ev.Outcome != control.PermissionPending {
+		p.How, p.DecidedAt = decidedHow(ev.DecidedBy), now
+	}
+}
+
+// maxToolCallRecord bounds the tool call kept with a permission request.
+const maxToolCallRecord = 16 << 10
+
+// decidedHow is how a decision was made, from the executor's decidedBy:
+// user (an answer sent by a delegator), policy, timeout or task-end; ""
+// for what another executor may say.
+func decidedHow(decidedBy string) string {
+	switch {
+	case decidedBy == "delegator":
+		return "user"
+	case strings.HasPrefix(decidedBy, "executor policy"):
+		return "policy"
+	case decidedBy == "timeout":
+		return "timeout"
+	case decidedBy == "task ended":
+		return "task-end"
+	}
+	return ""
 }

@@ -79,6 +79,10 @@ type Options struct {
 	Retention time.Duration
 	// KeepAlive is the interval of SSE keep-alive comments. Default 15s.
 	KeepAlive time.Duration
+	// ProgressKept is how many progress events of a delegation are kept
+	// for readers that come back (the older ones are dropped, and a
+	// delegator that missed them records the gap). Default 10,000.
+	ProgressKept int
 	// MaxBodyBytes bounds a POST body; it must fit the largest archive
 	// admission lets through (100 MB as base64). Default 256 MiB.
 	MaxBodyBytes int64
@@ -149,6 +153,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.KeepAlive <= 0 {
 		o.KeepAlive = 15 * time.Second
+	}
+	if o.ProgressKept <= 0 {
+		o.ProgressKept = 10_000
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = 256 << 20

@@ -471,7 +471,7 @@ func (e *Executor) pumpProgress(id string, updates <-chan agent.Update) {
 				break drain
 			}
 		}
-		if _, err := e.store.AppendEvents(id, batch); err != nil {
+		if _, err := e.store.AppendProgress(id, batch, e.opts.ProgressKept); err != nil {
 			continue // the lease ended; drain the rest
 		}
 		e.publish(id)

@@ -27,6 +27,8 @@ type Outcome struct {
 	Changes      []string     `json:"changes,omitempty" jsonschema:"what the delegation changed in the workspace, a line per path: A added, M modified, D deleted (a directory ends in /)"`
 	Conflicts    []string     `json:"conflicts,omitempty" jsonschema:"files changed locally meanwhile: the local version was kept"`
 	Notes        []string     `json:"notes,omitempty"`
+	Channel      *Channel     `json:"channel,omitempty" jsonschema:"while the delegation runs: how the executor's side stands (none of these is a failure)"`
+	LostEvents   []string     `json:"lost_events,omitempty" jsonschema:"runs of events the executor could no longer replay when its stream was followed again"`
 	Permissions  []Permission `json:"permissions,omitempty" jsonschema:"the executor agent's permission requests: pending ones wait for delegate_permission"`
 	Audit        *Audit       `json:"audit,omitempty" jsonschema:"what the executor did in the directory, once the delegation ended"`
 	Error        *Failure     `json:"error,omitempty"`
@@ -47,6 +49,13 @@ type Audit struct {
 	FromDiff     bool   `json:"from_diff,omitempty" jsonschema:"archive transport: the whole directory was sent; counts come from the result's changes"`
 }
 
+// Channel is how the executor's side of a running delegation stands.
+type Channel struct {
+	State  string `json:"state" jsonschema:"running, idle (no event for a while, not finished), waiting (for a permission decision), finished-not-applied, unreachable (network or token) or missing (the executor does not know the delegation)"`
+	Since  string `json:"since" jsonschema:"RFC 3339"`
+	Detail string `json:"detail,omitempty"`
+}
+
 // Permission is a permission request of the executor's agent.
 type Permission struct {
 	RequestID string `json:"request_id"`
@@ -54,7 +63,10 @@ type Permission struct {
 	Options   string `json:"options" jsonschema:"option ids with their kind, e.g. allow (allow_once), reject (reject_once)"`
 	Outcome   string `json:"outcome" jsonschema:"pending, selected or cancelled"`
 	OptionID  string `json:"option_id,omitempty"`
-	DecidedBy string `json:"decided_by,omitempty"`
+	DecidedBy string `json:"decided_by,omitempty" jsonschema:"as the executor said it"`
+	AskedBy   string `json:"asked_by,omitempty"`
+	How       string `json:"how,omitempty" jsonschema:"user, policy, timeout or task-end"`
+	Answerer  string `json:"answerer,omitempty" jsonschema:"who answered from the delegator's side"`
 }
 
 // Failure is a spec error (§4.6): code, message and hint.
@@ -78,6 +90,12 @@ func outcomeOf(d *lease.Delegation) Outcome {
 	}
 	if !d.State.Terminal() {
 		o.ExpiresAt = stamp(d.ExpiresAt)
+		if c := d.Channel; c != nil {
+			o.Channel = &Channel{State: c.State, Since: stamp(c.Since), Detail: c.Detail}
+		}
+	}
+	for _, g := range d.Gaps {
+		o.LostEvents = append(o.LostEvents, fmt.Sprintf("%d–%d", g.From, g.To))
 	}
 	if a := d.Audit; a != nil {
 		o.Audit = &Audit{FilesRead: a.FilesRead, FilesWritten: a.FilesWritten, Created: a.Created, Deleted: a.Deleted,
@@ -86,7 +104,8 @@ func outcomeOf(d *lease.Delegation) Outcome {
 	}
 	for _, p := range d.Permissions {
 		o.Permissions = append(o.Permissions, Permission{RequestID: p.RequestID, Title: p.Title,
-			Options: lease.Choices(p.Options), Outcome: p.Outcome, OptionID: p.OptionID, DecidedBy: p.DecidedBy})
+			Options: lease.Choices(p.Options), Outcome: p.Outcome, OptionID: p.OptionID, DecidedBy: p.DecidedBy,
+			AskedBy: p.AskedBy, How: p.How, Answerer: p.Answerer})
 	}
 	if f := d.Failure; f != nil && d.State != lease.Completed {
 		o.Error = &Failure{Code: f.Code, Message: f.Message, Hint: f.Hint}
@@ -126,6 +145,14 @@ func (o Outcome) text() string {
 	list("changes to the workspace", o.Changes)
 	list("conflicts (local versions kept)", o.Conflicts)
 	list("notes", o.Notes)
+	if c := o.Channel; c != nil {
+		fmt.Fprintf(&b, "executor: %s since %s", c.State, c.Since)
+		if c.Detail != "" {
+			fmt.Fprintf(&b, " (%s)", c.Detail)
+		}
+		b.WriteString("\n")
+	}
+	list("events lost between reconnections", o.LostEvents)
 	for _, p := range o.Permissions {
 		switch p.Outcome {
 		case control.PermissionPending:

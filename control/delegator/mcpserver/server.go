@@ -55,7 +55,7 @@ type Delegator interface {
 	// List returns every delegation, oldest first.
 	List() ([]*lease.Delegation, error)
 	// Permit answers a permission request the executor forwarded.
-	Permit(ctx context.Context, id, requestID, optionID string) error
+	Permit(ctx context.Context, id, requestID, optionID, answerer string) error
 }
 
 // Options configures the server. Zero fields take the defaults noted.
@@ -392,7 +392,7 @@ type permitArgs struct {
 	OptionID     string `json:"option_id" jsonschema:"the chosen option's id"`
 }
 
-func (s *server) permit(ctx context.Context, _ *mcp.CallToolRequest, in permitArgs) (Outcome, error) {
+func (s *server) permit(ctx context.Context, req *mcp.CallToolRequest, in permitArgs) (Outcome, error) {
 	d, err := s.find(in.DelegationID)
 	if err != nil {
 		return Outcome{}, err
@@ -401,7 +401,7 @@ func (s *server) permit(ctx context.Context, _ *mcp.CallToolRequest, in permitAr
 		return Outcome{}, control.Errorf(control.CodeDeclined, "request_id and option_id are required").
 			WithHint("delegate_output lists the pending requests and their options")
 	}
-	if err := s.dlg.Permit(ctx, d.ID, in.RequestID, in.OptionID); err != nil {
+	if err := s.dlg.Permit(ctx, d.ID, in.RequestID, in.OptionID, answerer(req)); err != nil {
 		return Outcome{}, err
 	}
 	o := outcomeOf(d)
@@ -587,4 +587,19 @@ func addTool[In any, Out result[Out]](srv *mcp.Server, tool *mcp.Tool,
 		}, nil
 	})
 	return nil
+}
+
+// answerer is who answers through this server, for the record: the MCP
+// client as it named itself.
+func answerer(req *mcp.CallToolRequest) string {
+	name := "an unnamed client"
+	if req != nil && req.Session != nil {
+		if p := req.Session.InitializeParams(); p != nil && p.ClientInfo != nil && p.ClientInfo.Name != "" {
+			name = p.ClientInfo.Name
+			if len(name) > 100 {
+				name = name[:100] + "…"
+			}
+		}
+	}
+	return "MCP client " + name
 }

@@ -47,8 +47,8 @@ func (p *inProcess) Cancel(ctx context.Context, id string) error {
 	return err
 }
 
-func (p *inProcess) Permit(ctx context.Context, id, req, opt string) error {
-	return p.dlg.Permit(ctx, id, req, opt)
+func (p *inProcess) Permit(ctx context.Context, id, req, opt, answerer string) error {
+	return p.dlg.Permit(ctx, id, req, opt, answerer)
 }
 
 func (p *inProcess) Find(id string) (*lease.Delegation, error) { return p.store.FindDelegation(id) }

@@ -166,3 +166,26 @@ func (f *Fixture) LastEvent(id string) *control.Event {
 	}
 	return last
 }
+
+// WaitEvents waits up to 10 s until ok holds of the events delegation id
+// has in the executor's store (each as its JSON), and fails the test if it
+// does not.
+func (f *Fixture) WaitEvents(id string, ok func(events []string) bool) {
+	f.T.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		evs, err := f.Store.EventsAfter(id, 0, 0)
+		if err != nil {
+			f.T.Fatal(err)
+		}
+		var data []string
+		for _, e := range evs {
+			data = append(data, string(e.Data))
+		}
+		if ok(data) {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.T.Fatalf("events of %s: %q", id, data)
+		}
+	}
+}
