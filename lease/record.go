@@ -123,8 +123,8 @@ type Permission struct {
 	RequestID string             `json:"requestId"`
 	Title     string             `json:"title"`
 	Options   []PermissionOption `json:"options"`
-	Outcome   string             `json:"outcome"`            // pending, selected or cancelled
-	OptionID  string             `json:"optionId,omitempty"` // when selected
+	Outcome   string             `json:"outcome"`             // pending, selected or cancelled
+	OptionID  string             `json:"optionId,omitempty"`  // when selected
 	DecidedBy string             `json:"decidedBy,omitempty"` // as the executor said it
 	At        time.Time          `json:"at"`                  // of the last change
 	// Where the request came from and what it is for: the executor (its
