@@ -3,6 +3,7 @@ package delegator
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/awcp/awcp/control"
@@ -114,6 +115,16 @@ func lost(from, to uint64) string {
 		return fmt.Sprintf("event %d was lost", from)
 	}
 	return fmt.Sprintf("events %d–%d were lost", from, to)
+}
+
+// shortError is err without the request it came from: the URL is the
+// delegation's, known already.
+func shortError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return err.Error()
 }
 
 // ChannelText is how a channel reads to a person: "unreachable since

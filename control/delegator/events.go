@@ -119,7 +119,7 @@ func (d *Delegator) away(ctx context.Context, id string, awaySince *time.Time, a
 		*awaySince = time.Now()
 		d.log.Warn("executor unreachable; retrying", "delegation", id, "err", away.err)
 	}
-	d.setChannel(id, lease.ChannelUnreachable, away.err.Error(), *awaySince)
+	d.setChannel(id, lease.ChannelUnreachable, shortError(away.err), *awaySince)
 	if time.Since(*awaySince) < d.opts.ReconnectBound {
 		return false
 	}

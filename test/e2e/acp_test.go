@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -157,8 +158,25 @@ func TestACPAgentForwardPolicy(t *testing.T) {
 	if done.code != 0 || !strings.Contains(done.stdout, "permission: allow") {
 		t.Fatalf("output --block: exit %d\n%s%s", done.code, done.stdout, done.stderr)
 	}
-	if !strings.Contains(done.stdout, "permission perm-1: Write notes.md: allow, decided by delegator") {
-		t.Errorf("the decision and who made it are not shown:\n%s", done.stdout)
+	if !strings.Contains(done.stdout, "permission perm-1: Write notes.md: allow, decided by delegator (user: awcp-ctl permit by root; asked by the agent on "+x.url+")") {
+		t.Errorf("the decision, how and by whom it was made and who asked are not shown:\n%s", done.stdout)
+	}
+	var rec struct {
+		Permissions []struct {
+			AskedBy   string          `json:"askedBy"`
+			ToolCall  json.RawMessage `json:"toolCall"`
+			AskedAt   time.Time       `json:"askedAt"`
+			How       string          `json:"how"`
+			Answerer  string          `json:"answerer"`
+			DecidedAt time.Time       `json:"decidedAt"`
+		} `json:"permissions"`
+	}
+	if err := json.Unmarshal([]byte(c.run("status", id, "--json").stdout), &rec); err != nil || len(rec.Permissions) != 1 {
+		t.Fatalf("status --json: %+v %v", rec, err)
+	}
+	if p := rec.Permissions[0]; p.How != "user" || p.Answerer != "awcp-ctl permit by root" || p.AskedBy != "the agent on "+x.url ||
+		!strings.Contains(string(p.ToolCall), "notes.md") || p.AskedAt.IsZero() || p.DecidedAt.Before(p.AskedAt) {
+		t.Errorf("the permission's record: %+v (tool call %s)", p, p.ToolCall)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "docs/notes.md")); err != nil || !strings.HasPrefix(string(b), "notes from") {
 		t.Errorf("docs/notes.md: %q %v", b, err)

@@ -361,6 +361,9 @@ func TestDelegatePermission(t *testing.T) {
 			if !strings.Contains(text(res), "permission perm-1 PENDING: Delete build/; options: reject (reject_once), allow (allow_once)") {
 				t.Fatalf("pending request not shown:\n%s", text(res))
 			}
+			if o.Channel == nil || o.Channel.State != "waiting" || !strings.Contains(text(res), "executor: waiting since ") {
+				t.Fatalf("the channel of a delegation waiting for a decision: %+v\n%s", o.Channel, text(res))
+			}
 			break
 		}
 		if time.Now().After(deadline) {
@@ -382,7 +385,8 @@ func TestDelegatePermission(t *testing.T) {
 	if o.State != "completed" || o.Summary != "chose allow (delegator)" {
 		t.Fatalf("outcome %+v", o)
 	}
-	if len(o.Permissions) != 1 || o.Permissions[0].OptionID != "allow" || o.Permissions[0].DecidedBy != "delegator" {
+	if len(o.Permissions) != 1 || o.Permissions[0].OptionID != "allow" || o.Permissions[0].DecidedBy != "delegator" ||
+		o.Permissions[0].How != "user" || o.Permissions[0].Answerer != "MCP client test" || !strings.HasPrefix(o.Permissions[0].AskedBy, "the agent on ") {
 		t.Fatalf("permission record %+v", o.Permissions)
 	}
 }
