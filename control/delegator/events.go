@@ -119,7 +119,11 @@ func (d *Delegator) away(ctx context.Context, id string, awaySince *time.Time, a
 		*awaySince = time.Now()
 		d.log.Warn("executor unreachable; retrying", "delegation", id, "err", away.err)
 	}
-	d.setChannel(id, lease.ChannelUnreachable, shortError(away.err), *awaySince)
+	if d.channelState(id) != lease.ChannelUnreachable {
+		// The first error of an outage says why; the retries' errors
+		// (a new port in each) would only fill the log.
+		d.setChannel(id, lease.ChannelUnreachable, shortError(away.err), *awaySince)
+	}
 	if time.Since(*awaySince) < d.opts.ReconnectBound {
 		return false
 	}

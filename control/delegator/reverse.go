@@ -80,13 +80,14 @@ func (t *SSHFSDelegator) stopKeeping(id string) {
 // Wait waits for every keeper to end (their contexts done).
 func (t *SSHFSDelegator) Wait() { t.running.Wait() }
 
-// Back-off between attempts to park a connection: short while the
-// executor has no mount waiting yet (START is on its way), longer while
-// it cannot be reached.
+// Back-off between attempts to park a connection: it starts short and
+// doubles, up to a short bound while the executor has no mount waiting
+// yet (START is on its way: the mount's first connection waits on it),
+// and up to a longer one while the executor cannot be reached.
 const (
-	tunnelRetryNotYet = 50 * time.Millisecond
-	tunnelRetryMin    = 100 * time.Millisecond
-	tunnelRetryMax    = 2 * time.Second
+	tunnelRetryMin       = 50 * time.Millisecond
+	tunnelRetryNotYetMax = 200 * time.Millisecond
+	tunnelRetryMax       = 2 * time.Second
 )
 
 // tunnel parks connections at the executor, one at a time, and serves
@@ -107,7 +108,7 @@ func (t *SSHFSDelegator) tunnel(ctx context.Context, d control.Lent, srv TunnelS
 			wait := backoff
 			switch {
 			case errors.Is(err, errTunnelNotYet):
-				wait = min(backoff, 4*tunnelRetryNotYet)
+				wait = min(backoff, tunnelRetryNotYetMax)
 			case errors.As(err, new(*parkLost)):
 				// The executor closed it (its mount ended, or it
 				// restarted), or the network did: the next attempt tells.
