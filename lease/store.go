@@ -521,18 +521,24 @@ func seqKey(seq uint64) []byte {
 // event ever follows a terminal one.
 func (s *Store) AppendEvents(id string, events [][]byte) (uint64, error) {
 	var seq uint64
-	err := s.update(func(tx *bolt.Tx) error {
-		a, err := get[Assignment](tx, bucketAssignments, id)
-		if err != nil {
-			return err
-		}
-		if a.State.Terminal() {
-			return fmt.Errorf("delegation %s: %w", id, &TransitionError{From: a.State, Event: "APPEND_EVENT"})
-		}
-		seq, err = appendEvents(tx, id, events)
+	err := s.update(func(tx *bolt.Tx) (err error) {
+		seq, err = appendLive(tx, id, events)
 		return err
 	})
 	return seq, err
+}
+
+// appendLive appends events to id's stream, unless its assignment is
+// terminal.
+func appendLive(tx *bolt.Tx, id string, events [][]byte) (uint64, error) {
+	a, err := get[Assignment](tx, bucketAssignments, id)
+	if err != nil {
+		return 0, err
+	}
+	if a.State.Terminal() {
+		return 0, fmt.Errorf("delegation %s: %w", id, &TransitionError{From: a.State, Event: "APPEND_EVENT"})
+	}
+	return appendEvents(tx, id, events)
 }
 
 // AppendProgress is AppendEvents for progress events, of which only the
@@ -543,14 +549,8 @@ func (s *Store) AppendEvents(id string, events [][]byte) (uint64, error) {
 func (s *Store) AppendProgress(id string, events [][]byte, keep int) (uint64, error) {
 	var seq uint64
 	err := s.update(func(tx *bolt.Tx) error {
-		a, err := get[Assignment](tx, bucketAssignments, id)
-		if err != nil {
-			return err
-		}
-		if a.State.Terminal() {
-			return fmt.Errorf("delegation %s: %w", id, &TransitionError{From: a.State, Event: "APPEND_EVENT"})
-		}
-		if seq, err = appendEvents(tx, id, events); err != nil {
+		var err error
+		if seq, err = appendLive(tx, id, events); err != nil {
 			return err
 		}
 		idx, err := tx.Bucket(bucketProgress).CreateBucketIfNotExists([]byte(id))
