@@ -196,9 +196,12 @@ type Executor struct {
 	log   *slog.Logger
 	sched *lease.Scheduler
 
-	mu     sync.Mutex               // guards tasks and notify
+	mu     sync.Mutex               // guards tasks, notify and tunnelWaits
 	tasks  map[string]*task         // running agents by delegation id
 	notify map[string]chan struct{} // closed when a delegation gets events
+	// tunnelWaits are the delegations with a tunnel request held until
+	// their reverse mount waits (tunnel.go): one each.
+	tunnelWaits map[string]bool
 
 	wg sync.WaitGroup // task goroutines
 
@@ -226,7 +229,7 @@ func New(opts Options) (*Executor, error) {
 	e := &Executor{
 		opts: opts, store: opts.Store, log: opts.Logger,
 		tasks: map[string]*task{}, notify: map[string]chan struct{}{},
-		probes: make(chan struct{}, probeSlots),
+		probes: make(chan struct{}, probeSlots), tunnelWaits: map[string]bool{},
 	}
 	// Workspaces being received when a previous run stopped are of no use.
 	if err := os.RemoveAll(e.incomingDir()); err != nil {

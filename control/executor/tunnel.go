@@ -13,6 +13,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/lease"
 )
 
 // The executor's half of the reverse live mount (control/tunnel.go): the
@@ -40,14 +41,7 @@ func (e *Executor) handleTunnel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUpgradeRequired, control.NewError(id, control.CodeDeclined, "the tunnel endpoint needs Upgrade: "+control.TunnelUpgrade, ""))
 		return
 	}
-	var slot *TunnelSlot
-	for _, t := range e.opts.Transports {
-		if h, ok := t.(TunnelHost); ok {
-			if slot, ok = h.TunnelSlot(id); ok {
-				break
-			}
-		}
-	}
+	slot := e.tunnelSlot(r.Context(), id)
 	if slot == nil {
 		writeError(w, http.StatusNotFound, control.NewError(id, control.CodeDeclined, "no reverse live mount waits for this delegation (not yet, or no more)", "open the tunnel once START is sent"))
 		return
@@ -77,6 +71,61 @@ func (e *Executor) handleTunnel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	slot.park(conn)
+}
+
+// tunnelSlotWait is how long a tunnel request for a delegation whose
+// START is on its way is held for its mount to start waiting.
+const tunnelSlotWait = 5 * time.Second
+
+// tunnelSlot finds delegation id's reverse mount slot. The delegator
+// opens its first connection while START is out, and the mount waits for
+// it only once START's setup begins: a request for an accepted delegation
+// whose START has not started its mount yet is held (one per delegation,
+// up to tunnelSlotWait) rather than answered 404 and asked again.
+func (e *Executor) tunnelSlot(ctx context.Context, id string) *TunnelSlot {
+	find := func() *TunnelSlot {
+		for _, t := range e.opts.Transports {
+			if h, ok := t.(TunnelHost); ok {
+				if slot, ok := h.TunnelSlot(id); ok {
+					return slot
+				}
+			}
+		}
+		return nil
+	}
+	if slot := find(); slot != nil {
+		return slot
+	}
+	if a, err := e.store.Assignment(id); err != nil || (a.State != lease.Accepted && a.State != lease.Started) {
+		return nil
+	}
+	e.mu.Lock()
+	if e.tunnelWaits[id] {
+		e.mu.Unlock()
+		return nil
+	}
+	e.tunnelWaits[id] = true
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.tunnelWaits, id)
+		e.mu.Unlock()
+	}()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.After(tunnelSlotWait)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-deadline:
+			return nil
+		case <-t.C:
+		}
+		if slot := find(); slot != nil {
+			return slot
+		}
+	}
 }
 
 // TunnelSlot holds the connection the delegator parked for one reverse
