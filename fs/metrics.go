@@ -16,12 +16,16 @@ type Metrics interface {
 	MountLost()
 	// MountBack is the connection back after an outage that long.
 	MountBack(outage time.Duration)
+	// CacheDropped is every cache dropped at once: the delegator's watch
+	// overflowed, or a new connection began (watch.go).
+	CacheDropped()
 }
 
 type noMetrics struct{}
 
 func (noMetrics) FUSEOp(string, syscall.Errno) {}
 func (noMetrics) MountLost()                   {}
+func (noMetrics) CacheDropped()                {}
 func (noMetrics) MountBack(time.Duration)      {}
 
 // countingFS counts the requests the kernel sends the mount, by operation,

@@ -96,6 +96,10 @@ type Options struct {
 	// Metrics receives the FUSE requests and the connection's outages.
 	// Default: none.
 	Metrics Metrics
+	// NoWatch leaves the delegator's reports of its changes unasked
+	// (watch.go): caches then hold until their timeouts, as against a
+	// server without them. For the tests of the caches themselves.
+	NoWatch bool
 }
 
 func (o Options) withDefaults() Options {
@@ -225,6 +229,9 @@ type Mount struct {
 	fsys   *filesystem
 	conn   *conn
 	log    *slog.Logger
+
+	stopWatch context.CancelFunc
+	watching  sync.WaitGroup // watchChanges
 
 	unmountOnce sync.Once
 	unmountErr  error
@@ -371,6 +378,12 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 		// Not root, or no sysfs: reads work, sequential ones are slower.
 		m.log.Debug("fs: kernel read-ahead left at its default", "err", err)
 	}
+	if !opts.NoWatch {
+		wctx, stop := context.WithCancel(context.Background())
+		m.stopWatch = stop
+		m.watching.Add(1)
+		go func() { defer m.watching.Done(); m.watchChanges(wctx, &root.Inode) }()
+	}
 	return m, nil
 }
 
@@ -415,6 +428,10 @@ func (m *Mount) Unmount() error {
 		// up to the reconnect bound) rather than leave them in doubt.
 		m.conn.writes.settle(context.Background())
 		m.fsys.closing.Wait()
+		if m.stopWatch != nil {
+			m.stopWatch()
+			m.watching.Wait()
+		}
 		m.conn.close()
 		m.unmountErr = err
 	})

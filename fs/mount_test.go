@@ -602,9 +602,11 @@ func TestCreateBehindAcrossReconnect(t *testing.T) {
 // A directory listed again within the entry timeout is not read from the
 // delegator again (`ls -l` after `find`), unless the mount changed the tree
 // since: then the next listing shows the mount's change and the
-// delegator's. The delegator's own changes show within the timeout.
+// delegator's. The delegator's own changes show within the timeout (here
+// without its watch, which would show them at once:
+// TestDelegatorChangesSeenAtOnce).
 func TestListingReused(t *testing.T) {
-	f := newMount(t, false)
+	f := newMountWith(t, false, func(o *Options) { o.NoWatch = true })
 	if err := os.Mkdir(filepath.Join(f.dir, "d"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -722,9 +724,10 @@ func TestListedAttributesFollowOwnChanges(t *testing.T) {
 // batch in one round trip. What was read ahead is served only while the
 // mount changed nothing and within the attribute timeout: a file written
 // through the mount reads back new, and a change on the delegator's side
-// shows as late as a cached attribute would, not later.
+// shows as late as a cached attribute would, not later (here without the
+// delegator's watch, which would show it at once).
 func TestReadAheadInOrder(t *testing.T) {
-	f := newMount(t, false)
+	f := newMountWith(t, false, func(o *Options) { o.NoWatch = true })
 	dir := filepath.Join(f.dir, "src")
 	os.Mkdir(dir, 0o755)
 	for i := range 40 {

@@ -38,6 +38,7 @@ var extensions = [][2]string{
 	{wire.OpenNamed, "1"},
 	{wire.RmdirInOrder, "1"},
 	{wire.List, "1"},
+	{wire.Watch, "1"},
 }
 
 // errBadMessage is a malformed packet.
@@ -64,6 +65,11 @@ type sftpServer struct {
 	mu      sync.Mutex // guards handles and next
 	handles map[string]*handle
 	next    uint64
+
+	// watch is the export's watch (watch.go), made at the first watch
+	// request; nil before, or if the export cannot be watched.
+	watch     atomic.Pointer[watcher]
+	watchOnce sync.Once
 }
 
 // handle is an open file or directory.
@@ -145,6 +151,18 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 	s.out = startResponder(rw, log, fl)
 	defer s.out.stop() // after the workers have queued their last response
 
+	// Watch requests wait for changes in goroutines of their own, not on
+	// a worker: they end, unanswered, with the session.
+	stopWatch := make(chan struct{})
+	var watching sync.WaitGroup
+	defer func() {
+		close(stopWatch)
+		watching.Wait()
+		if w := s.watch.Load(); w != nil {
+			w.close()
+		}
+	}()
+
 	// Requests on one handle or path go to the same worker, so they keep
 	// their order; others run side by side.
 	queues := make([]chan job, workers)
@@ -213,6 +231,13 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 		if pkt[0] == wire.Init {
 			putPacket(pkt)
 			s.sendVersion()
+			continue
+		}
+		if key, ok := firstString(pkt); ok && pkt[0] == wire.Extended && string(key) == wire.Watch && len(pkt) >= 5 {
+			id := binary.BigEndian.Uint32(pkt[1:5])
+			putPacket(pkt)
+			watching.Add(1)
+			go func() { defer watching.Done(); s.serveWatch(id, stopWatch) }()
 			continue
 		}
 		j := job{pkt: pkt, held: cap(pkt) + answerBound(pkt)}

@@ -118,6 +118,7 @@ type Client struct {
 	openNamed    bool              // the server announced wire.OpenNamed
 	rmdirInOrder bool              // the server announced wire.RmdirInOrder
 	list         bool              // the server announced wire.List
+	watch        bool              // the server announced wire.Watch
 	policy       wire.ExportPolicy // the server announced wire.Policy: what it may refuse
 	hide         *wire.Matcher     // policy.Hide, ready
 
@@ -198,6 +199,8 @@ func (c *Client) handshake() error {
 			c.rmdirInOrder = true
 		case wire.List:
 			c.list = true
+		case wire.Watch:
+			c.watch = true
 		case wire.Policy:
 			c.policy = wire.DecodePolicy(data)
 			c.hide = wire.NewMatcher(c.policy.Hide)

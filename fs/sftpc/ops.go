@@ -1,6 +1,7 @@
 package sftpc
 
 import (
+	"context"
 	"errors"
 	"io"
 	"path"
@@ -428,3 +429,47 @@ func (f *File) StartClose() *Call { return f.c.path(wire.Close, f.handle) }
 
 // Close closes the handle.
 func (f *File) Close() error { return f.StartClose().Err() }
+
+// Watches reports whether the server tells what changes (wire.Watch).
+func (c *Client) Watches() bool { return c.watch }
+
+// ErrNoWatch is Watch's error where the server cannot watch the export.
+var ErrNoWatch = errors.New("sftp: the server does not watch this export")
+
+// Watch waits until the server reports changes made to the export other
+// than through this session (wire.Watch), or ctx ends: the changed paths,
+// relative to the export, or overflow, when the client must drop every
+// cache. It ends with the session's error when the session does.
+func (c *Client) Watch(ctx context.Context) (paths []string, overflow bool, err error) {
+	if !c.watch {
+		return nil, false, ErrNoWatch
+	}
+	call := c.extended(wire.Watch)
+	select {
+	case <-call.Done():
+	case <-ctx.Done():
+		return nil, false, ctx.Err() // the answer, when it comes, finds no one
+	}
+	typ, d, err := call.wait()
+	if err != nil {
+		return nil, false, err
+	}
+	if typ != wire.ExtendedReply {
+		err := statusOf(typ, d)
+		var se *StatusError
+		if errors.As(err, &se) && se.Code == wire.OpUnsupported {
+			err = ErrNoWatch
+		}
+		return nil, false, err
+	}
+	flag := d.Take(1)
+	overflow = len(flag) == 1 && flag[0] == 1
+	n := d.U32()
+	if int(n) > len(d.B)/4 {
+		return nil, false, errBadReply
+	}
+	for ; n > 0; n-- {
+		paths = append(paths, d.Str())
+	}
+	return paths, overflow, d.Err
+}

@@ -39,6 +39,7 @@ type Registry struct {
 	fuseErrors    *prometheus.CounterVec
 	outages       prometheus.Counter
 	reconnects    prometheus.Counter
+	cacheDrops    prometheus.Counter
 	outageSeconds prometheus.Histogram
 	refused       *prometheus.CounterVec
 	agentExits    *prometheus.CounterVec
@@ -79,6 +80,10 @@ func New() *Registry {
 		Name: "awcp_mount_reconnects_total",
 		Help: "Times a mount got its connection to the delegator back.",
 	})
+	r.cacheDrops = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "awcp_mount_cache_drops_total",
+		Help: "Times a mount dropped every cache: the delegator's watch overflowed, or the connection came back.",
+	})
 	r.outageSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "awcp_mount_outage_seconds",
 		Help:    "How long a mount was without its connection before it got it back.",
@@ -105,7 +110,7 @@ func New() *Registry {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		r.sftpSeconds, r.sftpBytes, r.sftpStatus, r.fuseOps, r.fuseErrors,
-		r.outages, r.reconnects, r.outageSeconds, r.refused, r.agentExits, r.expiries, r.archiveBytes,
+		r.outages, r.reconnects, r.cacheDrops, r.outageSeconds, r.refused, r.agentExits, r.expiries, r.archiveBytes,
 	)
 	return r
 }
@@ -181,6 +186,11 @@ func (r *Registry) MountLost() {
 func (r *Registry) MountBack(outage time.Duration) {
 	r.reconnects.Inc()
 	r.outageSeconds.Observe(outage.Seconds())
+}
+
+// CacheDropped implements fs.Metrics.
+func (r *Registry) CacheDropped() {
+	r.cacheDrops.Inc()
 }
 
 // Refused implements delegator.Metrics and executor.Metrics.

@@ -52,6 +52,16 @@ const RmdirInOrder = "rmdir-in-order@awcp"
 // the client lists it the plain way.
 const List = "list@awcp"
 
+// Watch is our extension, announced in VERSION: the server tells the
+// client which paths of the export changed other than by the session's
+// own requests. The request has no body; it is answered once something
+// changed, with an EXTENDED_REPLY holding a byte (1: too much changed,
+// drop every cache), a uint32 count and that many paths (strings,
+// relative to the export). One request waits at a time; the client sends
+// the next once it has the answer. A STATUS OP_UNSUPPORTED means the
+// export cannot be watched.
+const Watch = "watch@awcp"
+
 // ListMax is the most entries a List answer carries.
 const ListMax = 512
 

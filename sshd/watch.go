@@ -1,0 +1,299 @@
+package sshd
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	wire "github.com/awcp/awcp/sshd/sftpwire"
+)
+
+// The watch (wire.Watch, docs/sftp-extensions.md): the server watches the
+// export with inotify and tells the client which paths changed, other
+// than by this session's own requests, so that the client's caches need
+// not wait for their timeouts to see them. A directory renamed inside the
+// export, a full event queue, or more directories than maxWatchDirs make
+// the answer "overflow": drop everything; so is the first answer, for
+// what the client read before the watch began.
+
+// maxWatchDirs is how many directories one session watches at most; an
+// export with more is not watched (the client keeps its timeouts).
+const maxWatchDirs = 8192
+
+// ownWindow is how long after this session changed a path an event for it
+// is taken as the session's own.
+const ownWindow = time.Second
+
+// maxWatchPaths is the most paths one answer carries; more make it an
+// overflow.
+const maxWatchPaths = 512
+
+type watcher struct {
+	f      *os.File // the inotify instance, non-blocking: Close ends its reader
+	root   *os.Root
+	hidden func(string) bool // never named, nor watched below
+
+	mu       sync.Mutex
+	wds      map[int32]string     // watch → directory, relative to the root ("." for it)
+	pending  map[string]struct{}  // changed paths not yet answered
+	overflow bool                 // pending is not enough: drop everything
+	own      map[string]time.Time // paths this session changed, and when
+	ready    chan struct{}        // closed (and replaced) when something is pending
+	asked    bool                 // a watch request is waiting
+
+	done chan struct{} // closed when the reader has ended
+}
+
+// newWatcher watches every directory under root; nil if it cannot (no
+// inotify, too many directories).
+func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return nil
+	}
+	w := &watcher{f: os.NewFile(uintptr(fd), "inotify"), root: root, hidden: hidden, wds: map[int32]string{},
+		pending: map[string]struct{}{}, own: map[string]time.Time{}, ready: make(chan struct{}), done: make(chan struct{})}
+	if !w.addTree(".") {
+		w.f.Close()
+		return nil
+	}
+	// What the client read before the watch began may have changed
+	// meanwhile, unreported: its first answer says drop everything.
+	w.overflow = true
+	go w.read()
+	return w
+}
+
+const watchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_MODIFY |
+	unix.IN_ATTRIB | unix.IN_CLOSE_WRITE | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
+
+// addTree watches dir and every directory below it, opened through the
+// root (so never outside it); false if there are too many.
+func (w *watcher) addTree(dir string) bool {
+	queue := []string{dir}
+	for len(queue) > 0 {
+		d := queue[0]
+		queue = queue[1:]
+		f, err := w.root.Open(d)
+		if err != nil {
+			continue // gone meanwhile, or not a directory
+		}
+		// The descriptor's magic link names exactly the directory the
+		// root resolved.
+		wd, err := unix.InotifyAddWatch(int(w.f.Fd()), "/proc/self/fd/"+itoa(int(f.Fd())), watchMask)
+		ents, _ := f.ReadDir(-1)
+		f.Close()
+		if err != nil {
+			continue
+		}
+		w.mu.Lock()
+		w.wds[int32(wd)] = d
+		n := len(w.wds)
+		w.mu.Unlock()
+		if n > maxWatchDirs {
+			return false
+		}
+		for _, e := range ents {
+			if e.IsDir() && !w.hidden(path.Join(d, e.Name())) {
+				queue = append(queue, path.Join(d, e.Name()))
+			}
+		}
+	}
+	return true
+}
+
+func itoa(n int) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+		if n == 0 {
+			return string(b[i:])
+		}
+	}
+}
+
+// read turns inotify's events into pending paths until the instance is
+// closed.
+func (w *watcher) read() {
+	defer close(w.done)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := w.f.Read(buf)
+		if err != nil {
+			return
+		}
+		var grow []string // new directories to watch
+		w.mu.Lock()
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			wd := int32(binary.NativeEndian.Uint32(buf[off:]))
+			mask := binary.NativeEndian.Uint32(buf[off+4:])
+			nameLen := int(binary.NativeEndian.Uint32(buf[off+12:]))
+			name := string(bytes.TrimRight(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+nameLen], "\x00"))
+			off += unix.SizeofInotifyEvent + nameLen
+			dir, known := w.wds[wd]
+			switch {
+			case mask&unix.IN_Q_OVERFLOW != 0:
+				w.overflow = true
+			case mask&unix.IN_IGNORED != 0:
+				delete(w.wds, wd)
+			case !known:
+			case mask&unix.IN_ISDIR != 0 && mask&(unix.IN_MOVED_FROM|unix.IN_MOVED_TO) != 0,
+				mask&unix.IN_MOVE_SELF != 0 && dir != ".":
+				// A directory moved: the paths of the watches below it
+				// are wrong now. Drop everything, and watch it anew.
+				w.overflow = true
+				if mask&unix.IN_MOVED_TO != 0 {
+					grow = append(grow, path.Join(dir, name))
+				}
+			case name == "":
+				w.changed(dir)
+			default:
+				p := path.Join(dir, name)
+				w.changed(p)
+				if mask&unix.IN_ISDIR != 0 && mask&unix.IN_CREATE != 0 {
+					grow = append(grow, p)
+				}
+			}
+		}
+		w.signal()
+		w.mu.Unlock()
+		for _, d := range grow {
+			if !w.addTree(d) {
+				w.mu.Lock()
+				w.overflow = true
+				w.signal()
+				w.mu.Unlock()
+			}
+		}
+	}
+}
+
+// changed records p as changed, unless this session changed it just now.
+// w.mu is held.
+func (w *watcher) changed(p string) {
+	if w.hidden(p) {
+		return
+	}
+	if at, ok := w.own[p]; ok && time.Since(at) < ownWindow {
+		return
+	}
+	if len(w.pending) >= maxWatchPaths {
+		w.overflow = true
+		return
+	}
+	w.pending[p] = struct{}{}
+}
+
+// signal wakes the waiting request if anything is pending. w.mu is held.
+func (w *watcher) signal() {
+	if len(w.pending) > 0 || w.overflow {
+		close(w.ready)
+		w.ready = make(chan struct{})
+	}
+}
+
+// ours records that this session changed the paths.
+func (w *watcher) ours(paths ...string) {
+	now := time.Now()
+	w.mu.Lock()
+	for _, p := range paths {
+		if p != "" {
+			w.own[p] = now
+		}
+	}
+	if len(w.own) > 4096 {
+		for p, at := range w.own {
+			if now.Sub(at) >= ownWindow {
+				delete(w.own, p)
+			}
+		}
+	}
+	w.mu.Unlock()
+}
+
+// errWatchBusy refuses a second watch request while one waits.
+var errWatchBusy = errors.New("a watch request is already waiting")
+
+// next waits until something is pending, or stop is closed, and takes it.
+func (w *watcher) next(stop <-chan struct{}) (paths []string, overflow bool, err error) {
+	w.mu.Lock()
+	if w.asked {
+		w.mu.Unlock()
+		return nil, false, errWatchBusy
+	}
+	w.asked = true
+	for len(w.pending) == 0 && !w.overflow {
+		ready := w.ready
+		w.mu.Unlock()
+		select {
+		case <-ready:
+		case <-stop:
+			w.mu.Lock()
+			w.asked = false
+			w.mu.Unlock()
+			return nil, false, errStalled
+		}
+		w.mu.Lock()
+	}
+	for p := range w.pending {
+		paths = append(paths, p)
+	}
+	overflow = w.overflow
+	w.pending, w.overflow, w.asked = map[string]struct{}{}, false, false
+	w.mu.Unlock()
+	return paths, overflow, nil
+}
+
+// close ends the watch and waits for its reader.
+func (w *watcher) close() {
+	w.f.Close()
+	<-w.done
+}
+
+// serveWatch answers a watch request once something changed: an
+// EXTENDED_REPLY with a byte (1: overflow, drop everything), a uint32
+// count and the changed paths, relative to the export. Hidden paths are
+// never named. The export is watched from the first request on.
+func (s *sftpServer) serveWatch(id uint32, stop <-chan struct{}) {
+	s.watchOnce.Do(func() {
+		if w := newWatcher(s.root, s.hidden); w != nil {
+			s.watch.Store(w)
+		}
+	})
+	w := s.watch.Load()
+	if w == nil {
+		s.status(id, wire.OpUnsupported, "this export cannot be watched")
+		return
+	}
+	paths, overflow, err := w.next(stop)
+	if errors.Is(err, errStalled) {
+		return // the session ends
+	}
+	if err != nil {
+		s.status(id, wire.Failure, err.Error())
+		return
+	}
+	b := newBuf()
+	b.Byte(wire.ExtendedReply)
+	b.U32(id)
+	if overflow {
+		b.Byte(1)
+		paths = nil
+	} else {
+		b.Byte(0)
+	}
+	b.U32(uint32(len(paths)))
+	for _, p := range paths {
+		b.Str(p)
+	}
+	s.send(b)
+}
