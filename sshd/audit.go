@@ -53,9 +53,6 @@ func (s *sftpServer) record(op Op) {
 
 // done answers id with err's status and records op with that outcome.
 func (s *sftpServer) done(id uint32, op Op, err error) {
-	if w := s.watch.Load(); w != nil && err == nil {
-		w.ours(op.Path, op.To)
-	}
 	if s.audit != nil {
 		if err != nil {
 			op.Err, op.Refused = refusal(err)

@@ -240,6 +240,7 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 			go func() { defer watching.Done(); s.serveWatch(id, stopWatch) }()
 			continue
 		}
+		s.intend(pkt)
 		j := job{pkt: pkt, held: cap(pkt) + answerBound(pkt)}
 		fl.take(j.held) // given back by the worker, once the answer is queued
 		switch key, ok := firstString(pkt); {

@@ -290,9 +290,6 @@ func (s *sftpServer) write(id uint32, r *reader) {
 		_, err = h.f.WriteAt(data, int64(off))
 	}
 	if err == nil {
-		if w := s.watch.Load(); w != nil {
-			w.ours(h.name)
-		}
 		h.wrote(len(data))
 		h.writeBytes.Add(int64(len(data)))
 		s.metrics.SFTPBytes("write", len(data))

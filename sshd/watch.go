@@ -297,3 +297,66 @@ func (s *sftpServer) serveWatch(id uint32, stop <-chan struct{}) {
 	}
 	s.send(b)
 }
+
+// intend records, before a request is run, the paths it may change, so
+// that the watcher takes their events as this session's own however soon
+// they come (recorded after the request, an event could be read first).
+// Reads change nothing the watch reports.
+func (s *sftpServer) intend(pkt []byte) {
+	w := s.watch.Load()
+	if w == nil {
+		return
+	}
+	first, ok := firstString(pkt)
+	if !ok {
+		return
+	}
+	next := func(after []byte, at int) ([]byte, int) {
+		off := at + 4 + len(after)
+		b, _ := stringAt(pkt, off)
+		return b, off
+	}
+	// writes reports whether the pflags after string b at offset at open
+	// for writing.
+	writes := func(b []byte, at int) bool {
+		off := at + 4 + len(b)
+		return len(pkt) >= off+4 && binary.BigEndian.Uint32(pkt[off:])&(wire.FlagWrite|wire.FlagCreat|wire.FlagTrunc) != 0
+	}
+	switch pkt[0] {
+	case wire.Open:
+		if writes(first, 5) {
+			w.ours(s.rel(string(first)))
+		}
+	case wire.Remove, wire.Rmdir, wire.Mkdir, wire.Setstat:
+		w.ours(s.rel(string(first)))
+	case wire.Rename:
+		second, _ := next(first, 5)
+		w.ours(s.rel(string(first)), s.rel(string(second)))
+	case wire.Symlink:
+		link, _ := next(first, 5) // the target first, then the link
+		w.ours(s.rel(string(link)))
+	case wire.Write, wire.Fsetstat, wire.Close:
+		s.mu.Lock()
+		h := s.handles[string(first)]
+		s.mu.Unlock()
+		// The close of a handle that wrote nothing changes nothing.
+		if h != nil && (pkt[0] != wire.Close || h.writeBytes.Load() > 0) {
+			w.ours(h.name)
+		}
+	case wire.Extended:
+		a, at := next(first, 5)
+		switch string(first) {
+		case "posix-rename@openssh.com", "hardlink@openssh.com":
+			b, _ := next(a, at)
+			w.ours(s.rel(string(a)), s.rel(string(b)))
+		case wire.OpenRead:
+			if writes(a, at) {
+				w.ours(s.rel(string(a)))
+			}
+		case wire.OpenNamed:
+			if p, pat := next(a, at); writes(p, pat) { // the handle first, then the path
+				w.ours(s.rel(string(p)))
+			}
+		}
+	}
+}

@@ -79,9 +79,13 @@ sample:
 // code, the live mount's SFTP and FUSE traffic, agent exits and archive
 // sizes — and no delegation id or path is in any label.
 func TestMetrics(t *testing.T) {
-	fsMetrics, ctlMetrics := freeAddr(t), freeAddr(t)
+	fsMetrics := freeAddr(t)
 	x := startExecutor(t, `echo written > out.txt; cat in.txt >> out.txt`, "--token", "secret", "--metrics-listen", fsMetrics)
 	c := newCtl(t)
+	// Picked just before it is bound: a port picked early can meanwhile
+	// be taken as the source port of a connection (the executor's start
+	// makes some), and the bind then fails.
+	ctlMetrics := freeAddr(t)
 	daemonLog, _ := c.serve("--ssh-listen", "127.0.0.1:0", "--metrics-listen", ctlMetrics)
 	defer func() {
 		if t.Failed() {
