@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/awcp/awcp/internal/metrics"
 )
 
 // A file rewritten on the delegator's side without changing its size —
@@ -135,4 +137,51 @@ func TestDelegatorChangesSeenAtOnce(t *testing.T) {
 		_, err := os.Stat(inMount(fmt.Sprintf("moved%d", max(i, -1-i))))
 		return (i < 0) == (err == nil)
 	})
+}
+
+// TestWatchedCachesStay: while the delegator reports its changes, what the
+// kernel was told of a file stays past the configured timeouts (1 s): a
+// stat 1.5 s later reaches neither the mount nor the delegator. Without the
+// watch it asks again. The watch's start and a reconnection each drop every
+// cache once.
+func TestWatchedCachesStay(t *testing.T) {
+	for _, watched := range []bool{true, false} {
+		t.Run(map[bool]string{true: "watched", false: "unwatched"}[watched], func(t *testing.T) {
+			reg := metrics.New()
+			f := newMountWith(t, false, func(o *Options) { o.Metrics, o.NoWatch = reg, !watched })
+			os.WriteFile(filepath.Join(f.dir, "f"), []byte("x"), 0o644)
+			for deadline := time.Now().Add(5 * time.Second); watched && !f.mount.fsys.watched.Load(); time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the watch did not begin")
+				}
+			}
+			if _, err := os.Stat(filepath.Join(f.mnt, "f")); err != nil {
+				t.Fatal(err)
+			}
+			asked := func() float64 {
+				return reg.Sum("awcp_fuse_operations_total", map[string]string{"op": "lookup"}) +
+					reg.Sum("awcp_fuse_operations_total", map[string]string{"op": "getattr"})
+			}
+			before := asked()
+			time.Sleep(1500 * time.Millisecond)
+			if _, err := os.Stat(filepath.Join(f.mnt, "f")); err != nil {
+				t.Fatal(err)
+			}
+			if again := asked() - before; watched != (again == 0) {
+				t.Errorf("a stat after the timeout asked the mount %v times", again)
+			}
+			if drops := reg.Sum("awcp_mount_cache_drops_total", nil); watched != (drops == 1) {
+				t.Errorf("%v caches dropped", drops)
+			}
+			if watched {
+				f.restartServer(t, 100*time.Millisecond)
+				for deadline := time.Now().Add(10 * time.Second); reg.Sum("awcp_mount_cache_drops_total", nil) < 3; time.Sleep(10 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("after a reconnection, %v drops, want 3 (the start, the new connection, its watch's start)",
+							reg.Sum("awcp_mount_cache_drops_total", nil))
+					}
+				}
+			}
+		})
+	}
 }

@@ -17,10 +17,13 @@ import (
 // and the kernel keep of those paths — entries, negative entries,
 // attributes, pages, listings, names known absent — at once, rather than
 // when their timeouts run out. What changed while the connection was down
-// is not known: a new connection drops everything.
+// is not known: a new connection drops everything. While the watch runs,
+// entries and attributes are kept up to watchedTTL instead of the
+// configured timeouts: they are dropped when the delegator says so.
 
 // watchChanges applies the server's reports until ctx ends.
 func (m *Mount) watchChanges(ctx context.Context, root *fs.Inode) {
+	defer m.fsys.watched.Store(false)
 	var watched uint64 // the connection watched so far
 	for ctx.Err() == nil {
 		client, gen := m.conn.liveAt()
@@ -29,6 +32,7 @@ func (m *Mount) watchChanges(ctx context.Context, root *fs.Inode) {
 			continue
 		}
 		if gen != watched {
+			m.fsys.watched.Store(false) // until this connection's watch answers
 			if watched != 0 {
 				m.fsys.dropAll(root) // what changed during the outage is unknown
 			}
@@ -38,6 +42,9 @@ func (m *Mount) watchChanges(ctx context.Context, root *fs.Inode) {
 			continue
 		}
 		paths, overflow, err := client.Watch(ctx)
+		if err != nil {
+			m.fsys.watched.Store(false)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -52,8 +59,13 @@ func (m *Mount) watchChanges(ctx context.Context, root *fs.Inode) {
 		case err != nil:
 			sleepCtx(ctx, 50*time.Millisecond) // the connection is going; the next one drops everything
 		case overflow:
-			m.log.Info("fs: the delegator reports more changes than it lists; dropping every cache")
+			if m.fsys.watched.Load() {
+				m.log.Info("fs: the delegator reports more changes than it lists; dropping every cache")
+			}
+			// The first answer is one too: what was kept before the watch
+			// began is dropped, and from now on kept until told.
 			m.fsys.dropAll(root)
+			m.fsys.watched.Store(true)
 		default:
 			for _, p := range paths {
 				m.fsys.changedThere(root, p)

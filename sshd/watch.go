@@ -50,9 +50,34 @@ type watcher struct {
 	done chan struct{} // closed when the reader has ended
 }
 
+// localFS are the file systems whose changes inotify sees whoever makes
+// them. On a network file system (NFS, SMB) or a FUSE one, inotify sees
+// only this machine's own changes: a client told "nothing changed" would
+// keep stale caches, so such an export is not watched.
+var localFS = map[int64]bool{
+	0xEF53:     true, // ext2, ext3, ext4
+	0x58465342: true, // xfs
+	0x9123683E: true, // btrfs
+	0x01021994: true, // tmpfs
+	0x2FC12FC1: true, // zfs
+	0xF2F52010: true, // f2fs
+	0x794C7630: true, // overlayfs
+}
+
 // newWatcher watches every directory under root; nil if it cannot (no
-// inotify, too many directories).
+// inotify, a file system whose changes it would not all see, too many
+// directories).
 func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
+	top, err := root.Open(".")
+	if err != nil {
+		return nil
+	}
+	var st unix.Statfs_t
+	err = unix.Fstatfs(int(top.Fd()), &st)
+	top.Close()
+	if err != nil || !localFS[int64(st.Type)] {
+		return nil
+	}
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
 		return nil
