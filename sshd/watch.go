@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path"
+	"strconv"
 	"sync"
 	"time"
 
@@ -111,10 +112,9 @@ func (w *watcher) addTree(dir string) bool {
 		}
 		// The descriptor's magic link names exactly the directory the
 		// root resolved.
-		wd, err := unix.InotifyAddWatch(int(w.f.Fd()), "/proc/self/fd/"+itoa(int(f.Fd())), watchMask)
-		ents, _ := f.ReadDir(-1)
-		f.Close()
+		wd, err := unix.InotifyAddWatch(int(w.f.Fd()), "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), watchMask)
 		if err != nil {
+			f.Close()
 			continue
 		}
 		w.mu.Lock()
@@ -122,28 +122,24 @@ func (w *watcher) addTree(dir string) bool {
 		n := len(w.wds)
 		w.mu.Unlock()
 		if n > maxWatchDirs {
+			f.Close()
 			return false
 		}
-		for _, e := range ents {
-			if e.IsDir() && !w.hidden(path.Join(d, e.Name())) {
-				queue = append(queue, path.Join(d, e.Name()))
+		// A page of entries at a time: only the directories are kept.
+		for {
+			ents, err := f.ReadDir(1024)
+			for _, e := range ents {
+				if e.IsDir() && !w.hidden(path.Join(d, e.Name())) {
+					queue = append(queue, path.Join(d, e.Name()))
+				}
+			}
+			if err != nil || len(queue) > maxWatchDirs {
+				break
 			}
 		}
+		f.Close()
 	}
 	return true
-}
-
-func itoa(n int) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-		if n == 0 {
-			return string(b[i:])
-		}
-	}
 }
 
 // read turns inotify's events into pending paths until the instance is

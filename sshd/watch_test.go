@@ -1,0 +1,103 @@
+package sshd
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/awcp/awcp/fs/sftpc"
+	wire "github.com/awcp/awcp/sshd/sftpwire"
+)
+
+// TestWatchReportsOthersChanges: watch@awcp's first answer drops every
+// cache; then it names what changed in the export by other hands — in a
+// directory made meanwhile too — and never a hidden path, nor what the
+// session itself changed.
+func TestWatchReportsOthersChanges(t *testing.T) {
+	f := newFixture(t)
+	dir := t.TempDir()
+	const id = "dlg_watch"
+	f.srv.Grant(id, Export{Dir: dir, Policy: wire.ExportPolicy{Hide: []string{"*.key"}}}, time.Now().Add(time.Hour))
+	cred, err := f.auth.Issue(id, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := f.dial(id, certSigner(t, cred))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c, err := sftpc.Open(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !c.Watches() {
+		t.Fatal("the server does not announce watch@awcp")
+	}
+	answers := make(chan []string, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			paths, overflow, err := c.Watch(ctx)
+			if err != nil {
+				return
+			}
+			if overflow {
+				paths = append(paths, "<overflow>")
+			}
+			answers <- paths
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	// collect gathers what is reported within d.
+	collect := func(d time.Duration) []string {
+		var got []string
+		deadline := time.After(d)
+		for {
+			select {
+			case p := <-answers:
+				got = append(got, p...)
+			case <-deadline:
+				slices.Sort(got)
+				return slices.Compact(got)
+			}
+		}
+	}
+	if got := collect(500 * time.Millisecond); !slices.Equal(got, []string{"<overflow>"}) {
+		t.Fatalf("first answer %q, want an overflow", got)
+	}
+
+	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a"), 0o644)
+	os.WriteFile(filepath.Join(dir, "id.key"), []byte("secret"), 0o600)
+	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+	time.Sleep(100 * time.Millisecond) // the new directory is watched
+	os.WriteFile(filepath.Join(dir, "sub", "deep.txt"), []byte("d"), 0o644)
+	if got := collect(300 * time.Millisecond); !slices.Equal(got, []string{"a.txt", "sub", "sub/deep.txt"}) {
+		t.Fatalf("reported %q, want a.txt, sub and sub/deep.txt (and not id.key)", got)
+	}
+
+	// The session's own changes are not reported back to it.
+	mine, err := c.OpenFile("mine.txt", wire.FlagWrite|wire.FlagCreat|wire.FlagTrunc, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mine.WriteAt([]byte("mine"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := mine.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PosixRename("mine.txt", "mine2.txt"); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "theirs.txt"), nil, 0o644)
+	if got := collect(300 * time.Millisecond); !slices.Equal(got, []string{"theirs.txt"}) {
+		t.Fatalf("reported %q, want only theirs.txt", got)
+	}
+}
