@@ -17,7 +17,7 @@ type Metrics interface {
 	// MountBack is the connection back after an outage that long.
 	MountBack(outage time.Duration)
 	// CacheDropped is every cache dropped at once: the delegator's watch
-	// overflowed, or a new connection began (watch.go).
+	// began or overflowed, or a new connection began (watch.go).
 	CacheDropped()
 }
 

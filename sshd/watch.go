@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,10 +19,11 @@ import (
 // The watch (wire.Watch, docs/sftp-extensions.md): the server watches the
 // export with inotify and tells the client which paths changed, other
 // than by this session's own requests, so that the client's caches need
-// not wait for their timeouts to see them. A directory renamed inside the
-// export, a full event queue, or more directories than maxWatchDirs make
-// the answer "overflow": drop everything; so is the first answer, for
-// what the client read before the watch began.
+// not wait for their timeouts to see them. A full event queue, or more
+// directories than maxWatchDirs, make the answer "overflow": drop
+// everything; so is the first answer, for what the client read before the
+// watch began. A directory renamed inside the export keeps its watches,
+// under its new name.
 
 // maxWatchDirs is how many directories one session watches at most; an
 // export with more is not watched (the client keeps its timeouts).
@@ -37,6 +39,7 @@ const maxWatchPaths = 512
 
 type watcher struct {
 	f      *os.File // the inotify instance, non-blocking: Close ends its reader
+	fd     int      // f's descriptor, for the watch calls (f.Fd would make it blocking)
 	root   *os.Root
 	hidden func(string) bool // never named, nor watched below
 
@@ -83,7 +86,7 @@ func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
 	if err != nil {
 		return nil
 	}
-	w := &watcher{f: os.NewFile(uintptr(fd), "inotify"), root: root, hidden: hidden, wds: map[int32]string{},
+	w := &watcher{f: os.NewFile(uintptr(fd), "inotify"), fd: fd, root: root, hidden: hidden, wds: map[int32]string{},
 		pending: map[string]struct{}{}, own: map[string]time.Time{}, ready: make(chan struct{}), done: make(chan struct{})}
 	if !w.addTree(".") {
 		w.f.Close()
@@ -112,7 +115,7 @@ func (w *watcher) addTree(dir string) bool {
 		}
 		// The descriptor's magic link names exactly the directory the
 		// root resolved.
-		wd, err := unix.InotifyAddWatch(int(w.f.Fd()), "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), watchMask)
+		wd, err := unix.InotifyAddWatch(w.fd, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), watchMask)
 		if err != nil {
 			f.Close()
 			continue
@@ -153,11 +156,16 @@ func (w *watcher) read() {
 			return
 		}
 		var grow []string // new directories to watch
+		moved := map[uint32]string{} // directories moved away in this batch, by cookie
 		w.mu.Lock()
 		for off := 0; off+unix.SizeofInotifyEvent <= n; {
 			wd := int32(binary.NativeEndian.Uint32(buf[off:]))
 			mask := binary.NativeEndian.Uint32(buf[off+4:])
+			cookie := binary.NativeEndian.Uint32(buf[off+8:])
 			nameLen := int(binary.NativeEndian.Uint32(buf[off+12:]))
+			if off+unix.SizeofInotifyEvent+nameLen > n {
+				break
+			}
 			name := string(bytes.TrimRight(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+nameLen], "\x00"))
 			off += unix.SizeofInotifyEvent + nameLen
 			dir, known := w.wds[wd]
@@ -166,14 +174,22 @@ func (w *watcher) read() {
 				w.overflow = true
 			case mask&unix.IN_IGNORED != 0:
 				delete(w.wds, wd)
-			case !known:
-			case mask&unix.IN_ISDIR != 0 && mask&(unix.IN_MOVED_FROM|unix.IN_MOVED_TO) != 0,
-				mask&unix.IN_MOVE_SELF != 0 && dir != ".":
-				// A directory moved: the paths of the watches below it
-				// are wrong now. Drop everything, and watch it anew.
-				w.overflow = true
-				if mask&unix.IN_MOVED_TO != 0 {
-					grow = append(grow, path.Join(dir, name))
+			case !known, mask&unix.IN_MOVE_SELF != 0:
+				// A directory's own move is told by its parent.
+			case mask&unix.IN_ISDIR != 0 && mask&unix.IN_MOVED_FROM != 0:
+				from := path.Join(dir, name)
+				moved[cookie] = from
+				w.changed(from)
+			case mask&unix.IN_ISDIR != 0 && mask&unix.IN_MOVED_TO != 0:
+				to := path.Join(dir, name)
+				w.changed(to)
+				if from, ok := moved[cookie]; ok {
+					// Moved inside the export: its watches go on, under
+					// the new name.
+					w.rename(from, to)
+					delete(moved, cookie)
+				} else {
+					grow = append(grow, to) // moved in from outside
 				}
 			case name == "":
 				w.changed(dir)
@@ -185,6 +201,9 @@ func (w *watcher) read() {
 				}
 			}
 		}
+		for _, from := range moved {
+			w.forget(from) // moved out of the export: no longer watched
+		}
 		w.signal()
 		w.mu.Unlock()
 		for _, d := range grow {
@@ -194,6 +213,28 @@ func (w *watcher) read() {
 				w.signal()
 				w.mu.Unlock()
 			}
+		}
+	}
+}
+
+// rename moves the watches of directory from and below it to the name
+// to. w.mu is held.
+func (w *watcher) rename(from, to string) {
+	for wd, d := range w.wds {
+		if d == from {
+			w.wds[wd] = to
+		} else if rest, ok := strings.CutPrefix(d, from+"/"); ok {
+			w.wds[wd] = path.Join(to, rest)
+		}
+	}
+}
+
+// forget ends the watches of directory dir and below it. w.mu is held.
+func (w *watcher) forget(dir string) {
+	for wd, d := range w.wds {
+		if d == dir || strings.HasPrefix(d, dir+"/") {
+			unix.InotifyRmWatch(w.fd, uint32(wd))
+			delete(w.wds, wd)
 		}
 	}
 }

@@ -82,6 +82,22 @@ func TestWatchReportsOthersChanges(t *testing.T) {
 		t.Fatalf("reported %q, want a.txt, sub and sub/deep.txt (and not id.key)", got)
 	}
 
+	// A directory renamed inside the export is watched under its new name;
+	// one moved out of it is no longer watched.
+	os.Rename(filepath.Join(dir, "sub"), filepath.Join(dir, "moved"))
+	time.Sleep(50 * time.Millisecond)
+	os.WriteFile(filepath.Join(dir, "moved", "after.txt"), nil, 0o644)
+	if got := collect(300 * time.Millisecond); !slices.Equal(got, []string{"moved", "moved/after.txt", "sub"}) {
+		t.Fatalf("after a directory's rename, reported %q", got)
+	}
+	outside := filepath.Join(t.TempDir(), "out")
+	os.Rename(filepath.Join(dir, "moved"), outside)
+	time.Sleep(50 * time.Millisecond)
+	os.WriteFile(filepath.Join(outside, "gone.txt"), nil, 0o644)
+	if got := collect(300 * time.Millisecond); !slices.Equal(got, []string{"moved"}) {
+		t.Fatalf("after a directory moved out, reported %q", got)
+	}
+
 	// The session's own changes are not reported back to it.
 	mine, err := c.OpenFile("mine.txt", wire.FlagWrite|wire.FlagCreat|wire.FlagTrunc, 0o644)
 	if err != nil {

@@ -82,7 +82,7 @@ func New() *Registry {
 	})
 	r.cacheDrops = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "awcp_mount_cache_drops_total",
-		Help: "Times a mount dropped every cache: the delegator's watch overflowed, or the connection came back.",
+		Help: "Times a mount dropped every cache: the delegator's watch began or overflowed, or the connection came back.",
 	})
 	r.outageSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "awcp_mount_outage_seconds",
