@@ -155,7 +155,7 @@ func (w *watcher) read() {
 		if err != nil {
 			return
 		}
-		var grow []string // new directories to watch
+		var grow []string            // new directories to watch
 		moved := map[uint32]string{} // directories moved away in this batch, by cookie
 		w.mu.Lock()
 		for off := 0; off+unix.SizeofInotifyEvent <= n; {
