@@ -27,6 +27,7 @@ e2e: build
 # mount (root; BENCH_ROUNDS=1 for a quick run).
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./archive/ ./lease/ ./sshd/ ./control/...
+	$(GO) test -run '^$$' -bench DelegatorChangeSeen ./fs/
 	$(GO) run ./test/bench/control -bin $(BIN) -n 100 -archive-mb 50 -archive-files 5000
 	BIN=$(BIN) bash test/bench/fs.sh
 

@@ -32,7 +32,7 @@ import (
 // requireFUSE fails where FUSE cannot work (no /dev/fuse, not root and no
 // fusermount3): these tests are the mount's, and CI has both, so they
 // never pass by not running.
-func requireFUSE(t *testing.T) {
+func requireFUSE(t testing.TB) {
 	t.Helper()
 	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
 	if err != nil {
@@ -97,14 +97,14 @@ func newMount(t *testing.T, ro bool) *mountFixture {
 }
 
 // newMountWith is newMount with the mount's options changed by tweak.
-func newMountWith(t *testing.T, ro bool, tweak func(*Options)) *mountFixture {
+func newMountWith(t testing.TB, ro bool, tweak func(*Options)) *mountFixture {
 	t.Helper()
 	return newMountOf(t, sshd.Export{ReadOnly: ro}, tweak)
 }
 
 // newMountOf mounts a new directory lent as exp says (its Dir is set
 // here), with the mount's options changed by tweak.
-func newMountOf(t *testing.T, exp sshd.Export, tweak func(*Options)) *mountFixture {
+func newMountOf(t testing.TB, exp sshd.Export, tweak func(*Options)) *mountFixture {
 	t.Helper()
 	ro := exp.ReadOnly
 	requireFUSE(t)
