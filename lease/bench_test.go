@@ -87,3 +87,42 @@ func BenchmarkDelegationCensus(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSharedStoreTurns is a transition while another handle of the
+// store (another process, as the daemon is to the command line) writes
+// all the time: the wait for its turn. bbolt's own lock alone was polled
+// every 50 ms.
+func BenchmarkSharedStoreTurns(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "ctl.db")
+	s, err := Open(path, Options{Shared: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	other, err := Open(path, Options{Shared: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.CreateDelegation(&Delegation{Lease: Lease{ID: "dlg_busy", AccessMode: "ro"}}); err != nil {
+		b.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			other.UpdateDelegation("dlg_busy", func(d *Delegation) error { d.LastEventID++; return nil })
+		}
+	}()
+	for b.Loop() {
+		if _, err := s.UpdateDelegation("dlg_busy", func(d *Delegation) error { d.Notes = nil; return nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	close(stop)
+	<-done
+}

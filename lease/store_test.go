@@ -307,3 +307,33 @@ func TestFindDelegation(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedStoreTurns: handles of one shared store (as the daemon and
+// the command line are) writing at once, from goroutines of one process
+// too, each get their turn and lose nothing.
+func TestSharedStoreTurns(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ctl.db")
+	handles := []*Store{openStore(t, path, true), openStore(t, path, true), openStore(t, path, true)}
+	if err := handles[0].CreateDelegation(&Delegation{Lease: Lease{ID: "dlg_count", AccessMode: "ro"}}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for _, s := range handles {
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 25 {
+					if _, err := s.UpdateDelegation("dlg_count", func(d *Delegation) error { d.LastEventID++; return nil }); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if d, err := handles[1].Delegation("dlg_count"); err != nil || d.LastEventID != 3*4*25 {
+		t.Fatalf("count %v, want %d (%v)", d.LastEventID, 3*4*25, err)
+	}
+}
