@@ -103,7 +103,7 @@ func (r *readAhead) opening(dir *node, name string) *aheadHead {
 		// Removes may be: git unlinks its temporary object file behind
 		// just before it opens the next source file.
 		if fsys.conn.writes.writesSettled() {
-			until := time.Now().Add(fsys.attrTTL())
+			until := time.Now().Add(fsys.attr)
 			for skipped := range r.heads { // passed over by the reader
 				if i, _ := l.position(skipped); i < pos {
 					delete(r.heads, skipped)

@@ -118,7 +118,7 @@ func (n *node) list(ctx context.Context) (*listing, error) {
 
 // keepListing records ents, read when the mount's change count was at.
 func (n *node) keepListing(ents []sftpc.Entry, at uint64) *listing {
-	l := &listing{entries: ents, until: time.Now().Add(n.fsys.entryTTL()), at: at}
+	l := &listing{entries: ents, until: time.Now().Add(n.fsys.entry), at: at}
 	n.mu.Lock()
 	kept := n.listing != nil // n is in the ring already
 	n.listing = l

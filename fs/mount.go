@@ -139,12 +139,11 @@ func (o Options) validate() error {
 type filesystem struct {
 	conn  *conn // the live connection
 	log   *slog.Logger
-	entry time.Duration // Options.EntryTimeout: entryTTL, unwatched
-	attr  time.Duration // Options.AttrTimeout: attrTTL, unwatched
+	entry time.Duration
+	attr  time.Duration
 
 	// watched is set while the delegator reports its changes on the
-	// current connection (watch.go): what is kept then stays until it is
-	// told otherwise, up to watchedTTL.
+	// current connection (watch.go).
 	watched atomic.Bool
 
 	closing sync.WaitGroup // remote handles being closed in the background
@@ -222,28 +221,8 @@ func (f *filesystem) at(ctx context.Context) reconnecting {
 }
 
 func (f *filesystem) setEntryTimeouts(out *fuse.EntryOut) {
-	out.SetEntryTimeout(f.entryTTL())
-	out.SetAttrTimeout(f.attrTTL())
-}
-
-// watchedTTL is how long entries and attributes are kept while the
-// delegator reports its changes: they are dropped when it does.
-const watchedTTL = time.Hour
-
-// entryTTL is how long a name (or a listing, or a name known absent) is
-// kept; attrTTL how long attributes (or a file read ahead) are.
-func (f *filesystem) entryTTL() time.Duration {
-	if f.watched.Load() {
-		return max(f.entry, watchedTTL)
-	}
-	return f.entry
-}
-
-func (f *filesystem) attrTTL() time.Duration {
-	if f.watched.Load() {
-		return max(f.attr, watchedTTL)
-	}
-	return f.attr
+	out.SetEntryTimeout(f.entry)
+	out.SetAttrTimeout(f.attr)
 }
 
 // Mount is a live mount of a delegation.

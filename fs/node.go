@@ -78,7 +78,7 @@ func (n *node) knowNames(names []string) {
 		m[name] = struct{}{}
 	}
 	n.mu.Lock()
-	n.names, n.namesUntil = m, time.Now().Add(n.fsys.entryTTL())
+	n.names, n.namesUntil = m, time.Now().Add(n.fsys.entry)
 	n.mu.Unlock()
 }
 
@@ -88,7 +88,7 @@ func (n *node) absent(name string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := time.Now()
-	if name == n.missed && now.Before(n.missedAt.Add(n.fsys.entryTTL())) {
+	if name == n.missed && now.Before(n.missedAt.Add(n.fsys.entry)) {
 		return true
 	}
 	if n.names == nil || now.After(n.namesUntil) {

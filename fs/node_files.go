@@ -76,7 +76,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	n.observe(&out.Attr)
 	// go-fuse sets the attribute timeout after GETATTR but not after
 	// SETATTR: without this the kernel would ask again at the next stat.
-	out.SetTimeout(n.fsys.attrTTL())
+	out.SetTimeout(n.fsys.attr)
 	return 0
 }
 

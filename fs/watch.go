@@ -17,9 +17,14 @@ import (
 // and the kernel keep of those paths — entries, negative entries,
 // attributes, pages, listings, names known absent — at once, rather than
 // when their timeouts run out. What changed while the connection was down
-// is not known: a new connection drops everything. While the watch runs,
-// entries and attributes are kept up to watchedTTL instead of the
-// configured timeouts: they are dropped when the delegator says so.
+// is not known: a new connection drops everything.
+//
+// The timeouts stay as configured while watched. Caching longer would
+// need to know exactly which changes were the mount's own: the server
+// leaves out events on a path this session changed within the last
+// second, since inotify does not say who made a change, so another's
+// change in that second goes unreported — seen, as without the watch,
+// when the timeout runs out.
 
 // watchChanges applies the server's reports until ctx ends.
 func (m *Mount) watchChanges(ctx context.Context, root *fs.Inode) {
@@ -63,7 +68,7 @@ func (m *Mount) watchChanges(ctx context.Context, root *fs.Inode) {
 				m.log.Info("fs: the delegator reports more changes than it lists; dropping every cache")
 			}
 			// The first answer is one too: what was kept before the watch
-			// began is dropped, and from now on kept until told.
+			// began is dropped.
 			m.fsys.dropAll(root)
 			m.fsys.watched.Store(true)
 		default:
