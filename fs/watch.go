@@ -21,10 +21,10 @@ import (
 //
 // The timeouts stay as configured while watched. Caching longer would
 // need to know exactly which changes were the mount's own: the server
-// leaves out events on a path this session changed within the last
-// second, since inotify does not say who made a change, so another's
-// change in that second goes unreported — seen, as without the watch,
-// when the timeout runs out.
+// leaves out events on a path while this session's request on it runs and
+// for 100 ms after, since inotify does not say who made a change, so
+// another's change in that window goes unreported — seen, as without the
+// watch, when the timeout runs out.
 
 // watchChanges applies the server's reports until ctx ends.
 func (m *Mount) watchChanges(ctx context.Context, root *fs.Inode) {

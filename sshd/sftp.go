@@ -178,6 +178,9 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 				}
 				start := time.Now()
 				s.handle(j.pkt)
+				if j.owned != nil {
+					s.watch.Load().end(j.owned)
+				}
 				s.metrics.SFTPRequest(opName(j.pkt), time.Since(start))
 				if j.done != nil {
 					j.done.Done()
@@ -240,8 +243,7 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 			go func() { defer watching.Done(); s.serveWatch(id, stopWatch) }()
 			continue
 		}
-		s.intend(pkt)
-		j := job{pkt: pkt, held: cap(pkt) + answerBound(pkt)}
+		j := job{pkt: pkt, held: cap(pkt) + answerBound(pkt), owned: s.intend(pkt)}
 		fl.take(j.held) // given back by the worker, once the answer is queued
 		switch key, ok := firstString(pkt); {
 		case !ok:

@@ -21,6 +21,7 @@ type job struct {
 	held  int // what the job counts against the session's flow until handled
 	after *sync.WaitGroup
 	done  completion
+	owned []string // the paths it changes, for the watch (intend)
 }
 
 // answerBound is how large the answer to pkt can be, counted against the

@@ -29,9 +29,20 @@ import (
 // export with more is not watched (the client keeps its timeouts).
 const maxWatchDirs = 8192
 
-// ownWindow is how long after this session changed a path an event for it
-// is taken as the session's own.
-const ownWindow = time.Second
+// ownGrace is how long after this session's last request on a path ended
+// an event for it is still taken as the session's own: the watcher reads
+// the events the request made a moment after it. (An event it reads later
+// is reported back to the client: a needless invalidation, no harm. An
+// owner's change made within it goes unreported, and is seen when the
+// client's cache timeout runs out.)
+const ownGrace = 100 * time.Millisecond
+
+// ownChange is a path this session is changing: its requests in flight,
+// and when the last one ended.
+type ownChange struct {
+	inflight int
+	ended    time.Time
+}
 
 // maxWatchPaths is the most paths one answer carries; more make it an
 // overflow.
@@ -47,7 +58,7 @@ type watcher struct {
 	wds      map[int32]string     // watch → directory, relative to the root ("." for it)
 	pending  map[string]struct{}  // changed paths not yet answered
 	overflow bool                 // pending is not enough: drop everything
-	own      map[string]time.Time // paths this session changed, and when
+	own      map[string]*ownChange // paths this session changes or just changed
 	ready    chan struct{}        // closed (and replaced) when something is pending
 	asked    bool                 // a watch request is waiting
 
@@ -87,7 +98,7 @@ func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
 		return nil
 	}
 	w := &watcher{f: os.NewFile(uintptr(fd), "inotify"), fd: fd, root: root, hidden: hidden, wds: map[int32]string{},
-		pending: map[string]struct{}{}, own: map[string]time.Time{}, ready: make(chan struct{}), done: make(chan struct{})}
+		pending: map[string]struct{}{}, own: map[string]*ownChange{}, ready: make(chan struct{}), done: make(chan struct{})}
 	if !w.addTree(".") {
 		w.f.Close()
 		return nil
@@ -245,7 +256,7 @@ func (w *watcher) changed(p string) {
 	if w.hidden(p) {
 		return
 	}
-	if at, ok := w.own[p]; ok && time.Since(at) < ownWindow {
+	if o := w.own[p]; o != nil && (o.inflight > 0 || time.Since(o.ended) < ownGrace) {
 		return
 	}
 	if len(w.pending) >= maxWatchPaths {
@@ -263,18 +274,33 @@ func (w *watcher) signal() {
 	}
 }
 
-// ours records that this session changed the paths.
-func (w *watcher) ours(paths ...string) {
+// begin records that a request of this session is about to change the
+// paths; end, that it has.
+func (w *watcher) begin(paths []string) {
+	w.mu.Lock()
+	for _, p := range paths {
+		o := w.own[p]
+		if o == nil {
+			o = &ownChange{}
+			w.own[p] = o
+		}
+		o.inflight++
+	}
+	w.mu.Unlock()
+}
+
+func (w *watcher) end(paths []string) {
 	now := time.Now()
 	w.mu.Lock()
 	for _, p := range paths {
-		if p != "" {
-			w.own[p] = now
+		if o := w.own[p]; o != nil {
+			o.inflight--
+			o.ended = now
 		}
 	}
 	if len(w.own) > 4096 {
-		for p, at := range w.own {
-			if now.Sub(at) >= ownWindow {
+		for p, o := range w.own {
+			if o.inflight == 0 && now.Sub(o.ended) >= ownGrace {
 				delete(w.own, p)
 			}
 		}
@@ -360,18 +386,19 @@ func (s *sftpServer) serveWatch(id uint32, stop <-chan struct{}) {
 	s.send(b)
 }
 
-// intend records, before a request is run, the paths it may change, so
-// that the watcher takes their events as this session's own however soon
-// they come (recorded after the request, an event could be read first).
-// Reads change nothing the watch reports.
-func (s *sftpServer) intend(pkt []byte) {
+// intend records, before a request is run, the paths it may change, and
+// returns them for end once it has run: the watcher takes their events as
+// this session's own while it runs and for ownGrace after. (Recorded only
+// after it, an event could be read first.) Reads change nothing the watch
+// reports.
+func (s *sftpServer) intend(pkt []byte) []string {
 	w := s.watch.Load()
 	if w == nil {
-		return
+		return nil
 	}
 	first, ok := firstString(pkt)
 	if !ok {
-		return
+		return nil
 	}
 	next := func(after []byte, at int) ([]byte, int) {
 		off := at + 4 + len(after)
@@ -384,41 +411,46 @@ func (s *sftpServer) intend(pkt []byte) {
 		off := at + 4 + len(b)
 		return len(pkt) >= off+4 && binary.BigEndian.Uint32(pkt[off:])&(wire.FlagWrite|wire.FlagCreat|wire.FlagTrunc) != 0
 	}
+	var paths []string
 	switch pkt[0] {
 	case wire.Open:
 		if writes(first, 5) {
-			w.ours(s.rel(string(first)))
+			paths = []string{s.rel(string(first))}
 		}
 	case wire.Remove, wire.Rmdir, wire.Mkdir, wire.Setstat:
-		w.ours(s.rel(string(first)))
+		paths = []string{s.rel(string(first))}
 	case wire.Rename:
 		second, _ := next(first, 5)
-		w.ours(s.rel(string(first)), s.rel(string(second)))
+		paths = []string{s.rel(string(first)), s.rel(string(second))}
 	case wire.Symlink:
 		link, _ := next(first, 5) // the target first, then the link
-		w.ours(s.rel(string(link)))
+		paths = []string{s.rel(string(link))}
 	case wire.Write, wire.Fsetstat, wire.Close:
 		s.mu.Lock()
 		h := s.handles[string(first)]
 		s.mu.Unlock()
 		// The close of a handle that wrote nothing changes nothing.
 		if h != nil && (pkt[0] != wire.Close || h.writeBytes.Load() > 0) {
-			w.ours(h.name)
+			paths = []string{h.name}
 		}
 	case wire.Extended:
 		a, at := next(first, 5)
 		switch string(first) {
 		case "posix-rename@openssh.com", "hardlink@openssh.com":
 			b, _ := next(a, at)
-			w.ours(s.rel(string(a)), s.rel(string(b)))
+			paths = []string{s.rel(string(a)), s.rel(string(b))}
 		case wire.OpenRead:
 			if writes(a, at) {
-				w.ours(s.rel(string(a)))
+				paths = []string{s.rel(string(a))}
 			}
 		case wire.OpenNamed:
 			if p, pat := next(a, at); writes(p, pat) { // the handle first, then the path
-				w.ours(s.rel(string(p)))
+				paths = []string{s.rel(string(p))}
 			}
 		}
 	}
+	if paths != nil {
+		w.begin(paths)
+	}
+	return paths
 }
