@@ -55,12 +55,12 @@ type watcher struct {
 	hidden func(string) bool // never named, nor watched below
 
 	mu       sync.Mutex
-	wds      map[int32]string     // watch → directory, relative to the root ("." for it)
-	pending  map[string]struct{}  // changed paths not yet answered
-	overflow bool                 // pending is not enough: drop everything
+	wds      map[int32]string      // watch → directory, relative to the root ("." for it)
+	pending  map[string]struct{}   // changed paths not yet answered
+	overflow bool                  // pending is not enough: drop everything
 	own      map[string]*ownChange // paths this session changes or just changed
-	ready    chan struct{}        // closed (and replaced) when something is pending
-	asked    bool                 // a watch request is waiting
+	ready    chan struct{}         // closed (and replaced) when something is pending
+	asked    bool                  // a watch request is waiting
 
 	done chan struct{} // closed when the reader has ended
 }
