@@ -3,12 +3,16 @@
 # on a local directory, a go-fuse loopback mount (FUSE alone), sshfs over a
 # private loopback OpenSSH (what people use today) and a real awcp delegation
 # (awcp-ctl serve + awcp-fs serve, our FUSE client over our SSH server),
-# interleaved for BENCH_ROUNDS rounds. Prints one table of medians with the
-# ratios to local and to sshfs, the CPU time and peak RSS of the two awcp
-# daemons, and writes the table as TSV to $BENCH_OUT/fs.tsv.
+# interleaved for BENCH_ROUNDS rounds, each workload cold (the page cache
+# dropped before the read workloads, as fsbench does as root) and then
+# warm (fsbench -C: never dropped). Prints a table of medians for each, with
+# the ratios to local and to sshfs, the CPU time and peak RSS of the two
+# awcp daemons, and writes them as TSV to $BENCH_OUT/fs.tsv and
+# $BENCH_OUT/fs-warm.tsv.
 #
 # Env: BIN (the binaries, default ./bin), BENCH_ROUNDS (default 3),
 # FSBENCH_DIR (default ../shared/bench), BENCH_OUT (default ./bin/bench),
+# BENCH_WARM (default 1; 0 runs the cold workloads only),
 # FSBENCH_ARGS (extra fsbench.sh flags, e.g. -F to skip fio), AWCP_CTL_FLAGS
 # (extra flags of awcp-ctl serve, e.g. --audit-records 0 to measure the
 # audit log's cost).
@@ -110,28 +114,42 @@ hwm() { awk '/^VmHWM/ { print $2 }' "/proc/$1/status"; } # peak RSS, KiB
 declare -A DIRS=([local]="$B/local" [goloop]="$B/mnt-loop" [sshfs]="$B/mnt-sshfs" [awcp]="$AWCP_MNT")
 TARGETS=(local goloop sshfs awcp)
 export FSBENCH_CACHE=${FSBENCH_CACHE:-/tmp/fsbench-cache}
-ctl_cpu=0 exec_cpu=0
-echo "bench: $ROUNDS round(s) of ${TARGETS[*]}; fsbench logs in $FSBENCH_CACHE"
+WARM=${BENCH_WARM:-1}
+MODES=(cold)
+[ "$WARM" = 1 ] && MODES+=(warm)
+declare -A CTL_CPU=([cold]=0 [warm]=0) EXEC_CPU=([cold]=0 [warm]=0)
+echo "bench: $ROUNDS round(s) of ${TARGETS[*]}, ${MODES[*]}; fsbench logs in $FSBENCH_CACHE"
 for r in $(seq "$ROUNDS"); do
-	for t in "${TARGETS[@]}"; do
-		printf 'bench: round %d %-7s ' "$r" "$t"
-		[ "$t" = awcp ] && c0=$(cpu $CTL_PID) && e0=$(cpu $EXEC_PID)
-		start=$(date +%s)
-		"$FSBENCH" ${FSBENCH_ARGS:-} "${DIRS[$t]}" >"$B/results/$t.r$r.txt" 2>"$B/results/$t.r$r.err" || true
-		if [ "$t" = awcp ]; then
-			ctl_cpu=$((ctl_cpu + $(cpu $CTL_PID) - c0))
-			exec_cpu=$((exec_cpu + $(cpu $EXEC_PID) - e0))
-		fi
-		echo "$(($(date +%s) - start))s"
+	for mode in "${MODES[@]}"; do
+		flags=${FSBENCH_ARGS:-}
+		[ "$mode" = warm ] && flags="$flags -C"
+		for t in "${TARGETS[@]}"; do
+			printf 'bench: round %d %-4s %-7s ' "$r" "$mode" "$t"
+			[ "$t" = awcp ] && c0=$(cpu $CTL_PID) && e0=$(cpu $EXEC_PID)
+			start=$(date +%s)
+			# shellcheck disable=SC2086 # flags are words
+			"$FSBENCH" $flags "${DIRS[$t]}" >"$B/results/$t.$mode.r$r.txt" 2>"$B/results/$t.$mode.r$r.err" || true
+			if [ "$t" = awcp ]; then
+				CTL_CPU[$mode]=$((CTL_CPU[$mode] + $(cpu $CTL_PID) - c0))
+				EXEC_CPU[$mode]=$((EXEC_CPU[$mode] + $(cpu $EXEC_PID) - e0))
+			fi
+			echo "$(($(date +%s) - start))s"
+		done
 	done
-done
-for t in "${TARGETS[@]}"; do
-	"$FSBENCH" -m "$B"/results/"$t".r*.txt >"$B/results/$t.txt"
 done
 
 TICK=$(getconf CLK_TCK)
-awk -v tick="$TICK" -v rounds="$ROUNDS" \
-	-v ctl_cpu="$ctl_cpu" -v exec_cpu="$exec_cpu" -v ctl_rss="$(hwm $CTL_PID)" -v exec_rss="$(hwm $EXEC_PID)" \
-	-v tsv="$OUT/fs.tsv" -f "$ROOT/test/bench/table.awk" \
-	"$B/results/local.txt" "$B/results/goloop.txt" "$B/results/sshfs.txt" "$B/results/awcp.txt"
+for mode in "${MODES[@]}"; do
+	for t in "${TARGETS[@]}"; do
+		"$FSBENCH" -m "$B"/results/"$t".$mode.r*.txt >"$B/results/$t.$mode.txt"
+	done
+	tsv=$OUT/fs.tsv
+	[ "$mode" = warm ] && tsv=$OUT/fs-warm.tsv
+	echo
+	echo "== $mode: the page cache $([ "$mode" = warm ] && echo "never dropped (fsbench -C)" || echo "dropped before the read workloads")"
+	awk -v tick="$TICK" -v rounds="$ROUNDS" \
+		-v ctl_cpu="${CTL_CPU[$mode]}" -v exec_cpu="${EXEC_CPU[$mode]}" -v ctl_rss="$(hwm $CTL_PID)" -v exec_rss="$(hwm $EXEC_PID)" \
+		-v tsv="$tsv" -f "$ROOT/test/bench/table.awk" \
+		"$B/results/local.$mode.txt" "$B/results/goloop.$mode.txt" "$B/results/sshfs.$mode.txt" "$B/results/awcp.$mode.txt"
+done
 cp "$B"/results/*.txt "$OUT/" 2>/dev/null || true
