@@ -155,7 +155,7 @@ func TestWatchDropsCaches(t *testing.T) {
 		}
 	}
 	drops(1)
-	if !f.mount.fsys.watched.Load() {
+	if !(f.mount.fsys.watchedGen.Load() != 0) {
 		t.Fatal("the watch began, and the mount does not say so")
 	}
 	f.restartServer(t, 100*time.Millisecond)

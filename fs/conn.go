@@ -32,6 +32,10 @@ type conn struct {
 	downAt time.Time     // start of the current outage; zero while up
 	dead   error         // set when no connection will come again
 
+	// onUp, if set, is told of every connection made after it was set
+	// (watch.go); it is called without mu held.
+	onUp func(client *sftpc.Client, gen uint64)
+
 	stop context.CancelFunc
 	ctx  context.Context
 	wg   sync.WaitGroup // the re-dialler and the keepalive
@@ -112,6 +116,19 @@ func keepAlive(ctx context.Context, sshc *gossh.Client, every time.Duration, log
 		case <-ended:
 			return
 		}
+	}
+}
+
+// notify has onUp told of every connection from now on, the current one
+// (if up) at once.
+func (c *conn) notify(onUp func(client *sftpc.Client, gen uint64)) {
+	c.mu.Lock()
+	c.onUp = onUp
+	client, gen := c.client, c.gen
+	up := c.dead == nil && c.downAt.IsZero()
+	c.mu.Unlock()
+	if up {
+		onUp(client, gen)
 	}
 }
 
@@ -211,10 +228,14 @@ func (c *conn) redial(gen uint64) {
 			outage := time.Since(c.downAt)
 			c.downAt = time.Time{}
 			close(c.up)
+			onUp := c.onUp
 			c.mu.Unlock()
 			c.metrics.MountBack(outage)
 			c.log.Info("fs: reconnected to the delegator", "outage", outage.Round(time.Millisecond))
 			c.watch(sshc, gen+1)
+			if onUp != nil {
+				onUp(client, gen+1)
+			}
 			return
 		}
 		if c.ctx.Err() != nil {

@@ -142,9 +142,9 @@ type filesystem struct {
 	entry time.Duration
 	attr  time.Duration
 
-	// watched is set while the delegator reports its changes on the
-	// current connection (watch.go).
-	watched atomic.Bool
+	// watchedGen is the connection whose watch runs (watch.go); 0 while
+	// none does.
+	watchedGen atomic.Uint64
 
 	closing sync.WaitGroup // remote handles being closed in the background
 
@@ -235,7 +235,9 @@ type Mount struct {
 	log    *slog.Logger
 
 	stopWatch context.CancelFunc
-	watching  sync.WaitGroup // watchChanges
+	watchMu   sync.Mutex     // guards watchDone and the start of a watch (watching.Add)
+	watchDone bool           // set by Unmount: no watch starts after it
+	watching  sync.WaitGroup // the connections' watches
 
 	unmountOnce sync.Once
 	unmountErr  error
@@ -383,10 +385,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 		m.log.Debug("fs: kernel read-ahead left at its default", "err", err)
 	}
 	if !opts.NoWatch {
-		wctx, stop := context.WithCancel(context.Background())
-		m.stopWatch = stop
-		m.watching.Add(1)
-		go func() { defer m.watching.Done(); m.watchChanges(wctx, &root.Inode) }()
+		m.startWatching(&root.Inode)
 	}
 	return m, nil
 }
@@ -433,6 +432,9 @@ func (m *Mount) Unmount() error {
 		m.conn.writes.settle(context.Background())
 		m.fsys.closing.Wait()
 		if m.stopWatch != nil {
+			m.watchMu.Lock()
+			m.watchDone = true
+			m.watchMu.Unlock()
 			m.stopWatch()
 			m.watching.Wait()
 		}

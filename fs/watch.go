@@ -5,7 +5,6 @@ import (
 	"errors"
 	"path"
 	"strings"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 
@@ -26,65 +25,60 @@ import (
 // another's change in that window goes unreported — seen, as without the
 // watch, when the timeout runs out.
 
-// watchChanges applies the server's reports until ctx ends.
-func (m *Mount) watchChanges(ctx context.Context, root *fs.Inode) {
-	defer m.fsys.watched.Store(false)
-	var watched uint64 // the connection watched so far
-	for ctx.Err() == nil {
-		client, gen := m.conn.liveAt()
-		if client == nil || (gen == watched && !client.Watches()) {
-			sleepCtx(ctx, 50*time.Millisecond)
-			continue
-		}
-		if gen != watched {
-			m.fsys.watched.Store(false) // until this connection's watch answers
-			if watched != 0 {
-				m.fsys.dropAll(root) // what changed during the outage is unknown
-			}
-			watched = gen
-		}
-		if !client.Watches() {
-			continue
-		}
-		paths, overflow, err := client.Watch(ctx)
-		if err != nil {
-			m.fsys.watched.Store(false)
-		}
-		switch {
-		case ctx.Err() != nil:
+// startWatching has every connection, from the current one on, watch the
+// delegator's changes until the mount closes.
+func (m *Mount) startWatching(root *fs.Inode) {
+	ctx, stop := context.WithCancel(context.Background())
+	m.stopWatch = stop
+	first := true
+	m.conn.notify(func(client *sftpc.Client, gen uint64) {
+		m.watchMu.Lock()
+		if m.watchDone {
+			m.watchMu.Unlock()
 			return
+		}
+		again := !first
+		first = false
+		m.watching.Add(1)
+		m.watchMu.Unlock()
+		go func() {
+			defer m.watching.Done()
+			if again {
+				m.fsys.dropAll(root) // what changed while there was no connection is unknown
+			}
+			m.watchConn(ctx, root, client, gen)
+		}()
+	})
+}
+
+// watchConn applies the server's reports on connection gen until it ends
+// or ctx does.
+func (m *Mount) watchConn(ctx context.Context, root *fs.Inode, client *sftpc.Client, gen uint64) {
+	defer m.fsys.watchedGen.CompareAndSwap(gen, 0)
+	if !client.Watches() {
+		return
+	}
+	for {
+		paths, overflow, err := client.Watch(ctx)
+		switch {
 		case errors.Is(err, sftpc.ErrNoWatch):
 			m.log.Debug("fs: the delegator does not watch this export; caches keep their timeouts")
-			for ctx.Err() == nil {
-				if _, g := m.conn.liveAt(); g != gen && g != 0 {
-					break
-				}
-				sleepCtx(ctx, 100*time.Millisecond)
-			}
+			return
 		case err != nil:
-			sleepCtx(ctx, 50*time.Millisecond) // the connection is going; the next one drops everything
+			return // the connection (or the mount) ends; the next one drops everything
 		case overflow:
-			if m.fsys.watched.Load() {
+			if m.fsys.watchedGen.Load() == gen {
 				m.log.Info("fs: the delegator reports more changes than it lists; dropping every cache")
 			}
 			// The first answer is one too: what was kept before the watch
 			// began is dropped.
 			m.fsys.dropAll(root)
-			m.fsys.watched.Store(true)
+			m.fsys.watchedGen.Store(gen)
 		default:
 			for _, p := range paths {
 				m.fsys.changedThere(root, p)
 			}
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }
 
