@@ -47,9 +47,10 @@ type SSHFSExecutor struct {
 	// Logger default slog.Default().
 	Logger *slog.Logger
 
-	mu      sync.Mutex // guards mounts and tunnels
+	mu      sync.Mutex // guards mounts, tunnels and ready
 	mounts  map[string]*awcpfs.Mount
-	tunnels map[string]*TunnelSlot // of the reverse mounts
+	tunnels map[string]*TunnelSlot   // of the reverse mounts
+	ready   map[string]chan struct{} // closed when the delegation's slot is made (SlotReady)
 }
 
 var (
@@ -149,12 +150,16 @@ func (t *SSHFSExecutor) mount(p control.SetupParams, debug, served bool) (_ *awc
 			// The tunnel's proof is checked against the pinned key.
 			return nil, control.Errorf(control.CodeSetupFailed, "a reverse live mount needs workDir.hostKey")
 		}
-		slot := newTunnelSlot(hostKey, control.TunnelPingInterval)
+		slot := newTunnelSlot(hostKey)
 		t.mu.Lock()
 		if t.tunnels == nil {
 			t.tunnels = map[string]*TunnelSlot{}
 		}
 		t.tunnels[p.ID] = slot
+		if ch, ok := t.ready[p.ID]; ok {
+			close(ch)
+			delete(t.ready, p.ID)
+		}
 		t.mu.Unlock()
 		dial = slot.take
 		defer func() {
@@ -200,6 +205,25 @@ func (t *SSHFSExecutor) TunnelSlot(id string) (*TunnelSlot, bool) {
 	return s, ok
 }
 
+// SlotReady implements TunnelHost.
+func (t *SSHFSExecutor) SlotReady(id string) <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ch := make(chan struct{})
+	if _, ok := t.tunnels[id]; ok {
+		close(ch)
+		return ch
+	}
+	if old, ok := t.ready[id]; ok {
+		return old
+	}
+	if t.ready == nil {
+		t.ready = map[string]chan struct{}{}
+	}
+	t.ready[id] = ch
+	return ch
+}
+
 // CloseTunnels drops every parked reverse connection: the daemon stops.
 // A mount that loses its connection afterwards waits for the next one
 // within its bound (a restarted daemon's mounts are gone).
@@ -218,6 +242,7 @@ func (t *SSHFSExecutor) closeTunnel(id string) {
 	t.mu.Lock()
 	s := t.tunnels[id]
 	delete(t.tunnels, id)
+	delete(t.ready, id) // a wait for a slot that never came
 	t.mu.Unlock()
 	if s != nil {
 		s.close()
@@ -246,10 +271,9 @@ func (t *SSHFSExecutor) Teardown(_ context.Context, id, workDir string, _ io.Wri
 	m := t.mounts[id]
 	delete(t.mounts, id)
 	t.mu.Unlock()
+	defer t.closeTunnel(id) // after the unmount: the mount may still be taking one
 	if m != nil {
-		err := m.Unmount()
-		t.closeTunnel(id)
-		return false, err
+		return false, m.Unmount()
 	}
 	// Left by a previous run of the daemon: unmount what is there (at
 	// the work dir, or at a resource's folder in it).

@@ -26,6 +26,8 @@ type TunnelHost interface {
 	// TunnelSlot is where delegation id's connections go; false if it has
 	// no reverse mount (not one, not yet, or no more).
 	TunnelSlot(id string) (*TunnelSlot, bool)
+	// SlotReady is closed once delegation id has a slot.
+	SlotReady(id string) <-chan struct{}
 }
 
 // handleTunnel is GET /awcp/tasks/{id}/tunnel with Upgrade: awcp-ssh.
@@ -74,8 +76,9 @@ func (e *Executor) handleTunnel(w http.ResponseWriter, r *http.Request) {
 }
 
 // tunnelSlotWait is how long a tunnel request for a delegation whose
-// START is on its way is held for its mount to start waiting.
-const tunnelSlotWait = 5 * time.Second
+// START is on its way is held for its mount to start waiting. A variable
+// for the tests.
+var tunnelSlotWait = 5 * time.Second
 
 // tunnelSlot finds delegation id's reverse mount slot. The delegator
 // opens its first connection while START is out, and the mount waits for
@@ -83,17 +86,17 @@ const tunnelSlotWait = 5 * time.Second
 // whose START has not started its mount yet is held (one per delegation,
 // up to tunnelSlotWait) rather than answered 404 and asked again.
 func (e *Executor) tunnelSlot(ctx context.Context, id string) *TunnelSlot {
-	find := func() *TunnelSlot {
-		for _, t := range e.opts.Transports {
-			if h, ok := t.(TunnelHost); ok {
-				if slot, ok := h.TunnelSlot(id); ok {
-					return slot
-				}
-			}
+	var host TunnelHost
+	for _, t := range e.opts.Transports {
+		if h, ok := t.(TunnelHost); ok {
+			host = h
+			break
 		}
+	}
+	if host == nil {
 		return nil
 	}
-	if slot := find(); slot != nil {
+	if slot, ok := host.TunnelSlot(id); ok {
 		return slot
 	}
 	if a, err := e.store.Assignment(id); err != nil || (a.State != lease.Accepted && a.State != lease.Started) {
@@ -111,28 +114,21 @@ func (e *Executor) tunnelSlot(ctx context.Context, id string) *TunnelSlot {
 		delete(e.tunnelWaits, id)
 		e.mu.Unlock()
 	}()
-	t := time.NewTicker(5 * time.Millisecond)
+	t := time.NewTimer(tunnelSlotWait)
 	defer t.Stop()
-	deadline := time.After(tunnelSlotWait)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-deadline:
-			return nil
-		case <-t.C:
-		}
-		if slot := find(); slot != nil {
-			return slot
-		}
+	select {
+	case <-host.SlotReady(id):
+	case <-t.C:
+	case <-ctx.Done():
 	}
+	slot, _ := host.TunnelSlot(id)
+	return slot
 }
 
 // TunnelSlot holds the connection the delegator parked for one reverse
 // mount, pinged while it waits, until the mount takes it.
 type TunnelSlot struct {
-	host     gossh.PublicKey // the delegator's, pinned by START: the proof's key
-	interval time.Duration   // of pings
+	host gossh.PublicKey // the delegator's, pinned by START: the proof's key
 
 	mu      sync.Mutex
 	parked  *parked       // at most one: a newer connection replaces it
@@ -150,8 +146,8 @@ type parked struct {
 // errSlotClosed is the error of a take once the mount is torn down.
 var errSlotClosed = errors.New("the reverse mount is torn down")
 
-func newTunnelSlot(host gossh.PublicKey, interval time.Duration) *TunnelSlot {
-	return &TunnelSlot{host: host, interval: interval, arrived: make(chan struct{})}
+func newTunnelSlot(host gossh.PublicKey) *TunnelSlot {
+	return &TunnelSlot{host: host, arrived: make(chan struct{})}
 }
 
 // park holds c for the mount, pinging it, and drops the one it replaces.
@@ -172,7 +168,7 @@ func (s *TunnelSlot) park(c net.Conn) {
 		old.end()
 		old.Close()
 	}
-	go p.ping(s, s.interval)
+	go p.ping(s, control.TunnelPingInterval)
 }
 
 // ping writes TunnelPing every interval until stopped; a failed write
