@@ -1,9 +1,12 @@
 package delegator_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -232,4 +235,72 @@ func TestSilentEventStreamIsLost(t *testing.T) {
 	if el := time.Since(start); el < 3900*time.Millisecond {
 		t.Fatalf("a stream without the keep-alive answer was given up after %s", el)
 	}
+}
+
+// rawTunnel opens a tunnel to the executor by hand, with a valid proof,
+// writing extra right behind the request; it returns the connection and
+// the status line of the answer ("" if the executor closed it first).
+func rawTunnel(t *testing.T, f *liveFixture, id string, extra string) (net.Conn, string) {
+	t.Helper()
+	u, _ := url.Parse(f.exec.URL())
+	c, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	proof, err := control.SignTunnel(f.auth.HostKey(), id, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: %s\r\n%s: %s\r\n\r\n%s",
+		control.TunnelPath(id), u.Host, control.TunnelUpgrade, control.TunnelProofHeader, proof, extra)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	return c, strings.TrimSpace(line)
+}
+
+// TestParkedTunnelsAreBounded: whoever holds a valid proof (a replay, say)
+// parks at most one connection per delegation at the executor — a newer
+// one replaces the older, which is closed — and one that speaks before the
+// executor says go is dropped without an answer. The delegator parks again
+// and the mount goes on.
+func TestParkedTunnelsAreBounded(t *testing.T) {
+	f := newLiveFixture(t, `while :; do cat a.txt > seen.txt; sleep 0.05; done`)
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "loop", Transport: delegator.TransportSSHFSReverse})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *lease.Delegation, 1)
+	go func() { end, _ := f.dlg.Run(context.Background(), d.ID); done <- end }()
+	f.waitRunning(t, d.ID)
+
+	if _, line := rawTunnel(t, f, d.ID, "SSH-2.0-early\r\n"); line != "" {
+		t.Errorf("a request with bytes behind it was answered %q, want the connection closed", line)
+	}
+	first, line := rawTunnel(t, f, d.ID, "")
+	if line != "HTTP/1.1 101 Switching Protocols" {
+		t.Fatalf("a valid upgrade: %q", line)
+	}
+	if _, line := rawTunnel(t, f, d.ID, ""); line != "HTTP/1.1 101 Switching Protocols" {
+		t.Fatalf("a second valid upgrade: %q", line)
+	}
+	// The first is replaced: closed, after no more than its pings.
+	first.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, first); err != nil {
+		t.Errorf("the replaced parked connection was not closed: %v", err)
+	}
+
+	os.WriteFile(filepath.Join(f.dir, "a.txt"), []byte("after the parking\n"), 0o644)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if b, _ := os.ReadFile(filepath.Join(f.dir, "seen.txt")); string(b) == "after the parking\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the mount stopped after the parked connections")
+		}
+	}
+	if _, err := f.dlg.Cancel(context.Background(), d.ID); err != nil {
+		t.Fatal(err)
+	}
+	<-done
 }
