@@ -2,6 +2,8 @@ package sshd
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -115,5 +117,56 @@ func TestWatchReportsOthersChanges(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "theirs.txt"), nil, 0o644)
 	if got := collect(300 * time.Millisecond); !slices.Equal(got, []string{"theirs.txt"}) {
 		t.Fatalf("reported %q, want only theirs.txt", got)
+	}
+}
+
+// watchClient is an SFTP session of ours on a new directory lent as id.
+func watchClient(t *testing.T, f *fixture, id string) (string, *sftpc.Client) {
+	t.Helper()
+	dir, cred := f.lend(t, id, false)
+	conn, err := f.dial(id, certSigner(t, cred))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c, err := sftpc.Open(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return dir, c
+}
+
+// TestWatchBounds: what one watch holds is bounded. Changes pile up to 512
+// paths while the client does not ask; past that the answer is "drop
+// everything", not a longer list. An export of more than 8,192
+// directories is not watched at all (the client keeps its timeouts).
+func TestWatchBounds(t *testing.T) {
+	f := newFixture(t)
+	dir, c := watchClient(t, f, "dlg_watch_piles")
+	ctx := context.Background()
+	if _, overflow, err := c.Watch(ctx); err != nil || !overflow {
+		t.Fatalf("first answer: overflow %v, %v", overflow, err)
+	}
+	for i := range 600 {
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%03d", i)), nil, 0o644)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if paths, overflow, err := c.Watch(ctx); err != nil || !overflow || len(paths) != 0 {
+		t.Fatalf("after 600 changes unasked: %d paths, overflow %v, %v", len(paths), overflow, err)
+	}
+	os.WriteFile(filepath.Join(dir, "one"), nil, 0o644)
+	if paths, overflow, err := c.Watch(ctx); err != nil || overflow || !slices.Equal(paths, []string{"one"}) {
+		t.Fatalf("after the overflow, one change: %q, overflow %v, %v", paths, overflow, err)
+	}
+
+	dir, c = watchClient(t, f, "dlg_watch_big")
+	for i := range maxWatchDirs + 1 {
+		if err := os.Mkdir(filepath.Join(dir, fmt.Sprintf("d%05d", i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := c.Watch(ctx); !errors.Is(err, sftpc.ErrNoWatch) {
+		t.Fatalf("an export of %d directories: %v, want it not watched", maxWatchDirs+2, err)
 	}
 }
