@@ -71,7 +71,7 @@ func (d *Delegator) follow(ctx context.Context, id string, started <-chan struct
 			return nil
 		})
 		if ctx.Err() != nil {
-			d.keepLastEvent(id, last)
+			d.keepLastEvent(id, last, del.LastEventID)
 			return
 		}
 		var pe *control.ProtocolError
@@ -101,7 +101,7 @@ func (d *Delegator) follow(ctx context.Context, id string, started <-chan struct
 		case err != nil && !errors.Is(err, control.ErrStreamEnded):
 			d.log.Debug("event stream broke off; reconnecting", "delegation", id, "err", err)
 		}
-		d.keepLastEvent(id, last)
+		d.keepLastEvent(id, last, del.LastEventID)
 		select {
 		case <-ctx.Done():
 			return
@@ -134,8 +134,13 @@ func (d *Delegator) away(ctx context.Context, id string, awaySince *time.Time, a
 }
 
 // keepLastEvent stores the last event id seen, progress lines included,
-// so that a later follower resumes after it.
-func (d *Delegator) keepLastEvent(id string, last uint64) {
+// so that a later follower resumes after it; nothing is written if it is
+// stored already (an executor away, retried every few seconds, sends
+// nothing new).
+func (d *Delegator) keepLastEvent(id string, last, stored uint64) {
+	if last <= stored {
+		return
+	}
 	d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
 		if del.State.Terminal() || last <= del.LastEventID {
 			return errUnchanged
