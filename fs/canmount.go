@@ -13,7 +13,7 @@ import (
 // answers through it, and unmounts it: what `awcp-fs doctor` asks of the
 // machine before a live mount needs it.
 func CanMount(dir string) error {
-	server, err := mountFUSE(dir, &fs.Inode{}, &fs.Options{MountOptions: fuse.MountOptions{FsName: "awcp-doctor", Name: "awcp"}}, nil)
+	server, err := mountFUSE(dir, &fs.Inode{}, &fs.Options{MountOptions: fuse.MountOptions{FsName: "awcp-doctor", Name: "awcp"}}, nil, nil)
 	if err != nil {
 		return err
 	}

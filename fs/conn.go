@@ -132,6 +132,16 @@ func (c *conn) notify(onUp func(client *sftpc.Client, gen uint64)) {
 	}
 }
 
+// upGen is the current connection's generation, 0 while it is down.
+func (c *conn) upGen() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead != nil || !c.downAt.IsZero() {
+		return 0
+	}
+	return c.gen
+}
+
 // live returns the current client, or nil if the connection is down.
 func (c *conn) live() *sftpc.Client {
 	client, _ := c.liveAt()

@@ -23,12 +23,12 @@ import (
 // by mount(2) itself (DirectMountStrict), else — or where mount(2) is
 // refused, as in a container without CAP_SYS_ADMIN — through fusermount.
 // opts' DirectMount settings are its own.
-func mountFUSE(mountpoint string, root fs.InodeEmbedder, opts *fs.Options, m Metrics) (*fuse.Server, error) {
+func mountFUSE(mountpoint string, root fs.InodeEmbedder, opts *fs.Options, m Metrics, wrap func(fuse.RawFileSystem) fuse.RawFileSystem) (*fuse.Server, error) {
 	if os.Geteuid() == 0 {
 		direct := *opts
 		direct.MountOptions.DirectMountStrict = true
 		syscall.ForkLock.Lock()
-		server, err := mountCounted(mountpoint, root, &direct, m)
+		server, err := mountCounted(mountpoint, root, &direct, m, wrap)
 		if err == nil {
 			// The new descriptor is the one not close-on-exec: all of
 			// them are made so in one call (close_range).
@@ -41,16 +41,20 @@ func mountFUSE(mountpoint string, root fs.InodeEmbedder, opts *fs.Options, m Met
 	}
 	viaHelper := *opts
 	viaHelper.MountOptions.DirectMount, viaHelper.MountOptions.DirectMountStrict = false, false
-	return mountCounted(mountpoint, root, &viaHelper, m) // go-fuse sets close-on-exec on what fusermount hands back
+	return mountCounted(mountpoint, root, &viaHelper, m, wrap) // go-fuse sets close-on-exec on what fusermount hands back
 }
 
-// mountCounted is go-fuse's fs.Mount with the requests counted into m
-// (countingFS); with m nil, it is fs.Mount.
-func mountCounted(mountpoint string, root fs.InodeEmbedder, opts *fs.Options, m Metrics) (*fuse.Server, error) {
-	if m == nil {
-		return fs.Mount(mountpoint, root, opts)
+// mountCounted is go-fuse's fs.Mount with its requests passed through
+// wrap (if set) and counted into m (countingFS, if set).
+func mountCounted(mountpoint string, root fs.InodeEmbedder, opts *fs.Options, m Metrics, wrap func(fuse.RawFileSystem) fuse.RawFileSystem) (*fuse.Server, error) {
+	raw := fs.NewNodeFS(root, opts)
+	if wrap != nil {
+		raw = wrap(raw)
 	}
-	server, err := fuse.NewServer(countingFS{RawFileSystem: fs.NewNodeFS(root, opts), m: m}, mountpoint, &opts.MountOptions)
+	if m != nil {
+		raw = countingFS{RawFileSystem: raw, m: m}
+	}
+	server, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, err
 	}

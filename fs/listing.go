@@ -22,6 +22,7 @@ type listing struct {
 	entries []sftpc.Entry
 	until   time.Time
 	at      uint64
+	stamp   uint64 // filesystem.stamp before it was read
 
 	indexOnce sync.Once
 	index     map[string]int // name → position in entries, made when first asked
@@ -94,9 +95,11 @@ func (n *node) fromListing(ctx context.Context, l *listing, name string, out *fu
 	if !ok || left <= 0 || !n.unchangedSince(l.at) || !n.childNode(name).unchangedSince(l.at) {
 		return nil, false
 	}
-	ch := n.newChild(ctx, name, l.entries[i].Attrs, out)
-	out.SetEntryTimeout(left)
-	out.SetAttrTimeout(left)
+	ch := n.newChild(ctx, l.stamp, name, l.entries[i].Attrs, out)
+	if entry, _ := n.fsys.keepFor(l.stamp); entry != watchedFor {
+		out.SetEntryTimeout(left)
+		out.SetAttrTimeout(left)
+	}
 	return ch, true
 }
 
@@ -104,6 +107,7 @@ func (n *node) fromListing(ctx context.Context, l *listing, name string, out *fu
 // names it holds.
 func (n *node) list(ctx context.Context) (*listing, error) {
 	at := n.fsys.changes.Load() // before: a change during the READDIR voids it
+	s := n.fsys.stamp()
 	ents, err := n.fsys.at(ctx).ReadDir(n.rpath())
 	if err != nil {
 		return nil, err
@@ -113,12 +117,13 @@ func (n *node) list(ctx context.Context) (*listing, error) {
 		names[i] = e.Name
 	}
 	n.knowNames(names)
-	return n.keepListing(ents, at), nil
+	return n.keepListing(ents, at, s), nil
 }
 
-// keepListing records ents, read when the mount's change count was at.
-func (n *node) keepListing(ents []sftpc.Entry, at uint64) *listing {
-	l := &listing{entries: ents, until: time.Now().Add(n.fsys.entry), at: at}
+// keepListing records ents, read when the mount's change count was at
+// and its stamp s.
+func (n *node) keepListing(ents []sftpc.Entry, at, s uint64) *listing {
+	l := &listing{entries: ents, until: time.Now().Add(n.fsys.entry), at: at, stamp: s}
 	n.mu.Lock()
 	kept := n.listing != nil // n is in the ring already
 	n.listing = l

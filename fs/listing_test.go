@@ -14,9 +14,9 @@ func TestListingsBounded(t *testing.T) {
 	dirs := make([]*node, keptListings+10)
 	for i := range dirs {
 		dirs[i] = &node{fsys: fsys}
-		dirs[i].keepListing([]sftpc.Entry{{Name: "a"}}, 0)
+		dirs[i].keepListing([]sftpc.Entry{{Name: "a"}}, 0, 0)
 	}
-	dirs[len(dirs)-1].keepListing(nil, 0) // listed again: still kept once
+	dirs[len(dirs)-1].keepListing(nil, 0, 0) // listed again: still kept once
 	for i, d := range dirs {
 		_, kept := d.cachedListing()
 		if want := i >= 10; kept != want {

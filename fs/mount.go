@@ -16,6 +16,9 @@
 // What the mount itself keeps — a directory's listing (listing), files
 // read ahead of a reader (readAhead) — is used no longer than that, and
 // not at all once the mount has changed anything since it was read.
+// Where the delegator's watch is exact (watch.go), the kernel keeps
+// entries, negative entries, attributes and pages until told they
+// changed, for up to watchedFor (keepFor).
 package fs
 
 import (
@@ -145,6 +148,15 @@ type filesystem struct {
 	// watchedGen is the connection whose watch runs (watch.go); 0 while
 	// none does.
 	watchedGen atomic.Uint64
+	// exactGen is the connection whose watch is exact (wire.WatchExact):
+	// while it is the live one, the kernel keeps entries, attributes and
+	// pages until the watch says they changed. 0 while none is.
+	exactGen atomic.Uint64
+	// invalidated counts the watch's invalidations. An answer read while
+	// it moved may predate a change reported meanwhile (the kernel takes
+	// the answer after the invalidation meant for it), so it is kept only
+	// as long as without the watch.
+	invalidated atomic.Uint64
 
 	closing sync.WaitGroup // remote handles being closed in the background
 
@@ -220,9 +232,66 @@ func (f *filesystem) at(ctx context.Context) reconnecting {
 	return reconnecting{c: f.conn, ctx: ctx}
 }
 
-func (f *filesystem) setEntryTimeouts(out *fuse.EntryOut) {
-	out.SetEntryTimeout(f.entry)
-	out.SetAttrTimeout(f.attr)
+// watchedFor is how long the kernel keeps entries, attributes and
+// negative entries while the watch is exact: the whole lease, in effect.
+const watchedFor = time.Hour
+
+// guessed is the stamp of attributes the mount made up rather than read
+// (createBehind): they are kept only as long as without the watch.
+const guessed = ^uint64(0)
+
+// stamp is taken before a request asks the delegator, for keepFor.
+func (f *filesystem) stamp() uint64 { return f.invalidated.Load() }
+
+// keepFor is how long the kernel may keep an entry and attributes read
+// since stamp s.
+func (f *filesystem) keepFor(s uint64) (entry, attr time.Duration) {
+	if g := f.exactGen.Load(); g != 0 && g == f.conn.upGen() && f.invalidated.Load() == s {
+		return watchedFor, watchedFor
+	}
+	return f.entry, f.attr
+}
+
+func (f *filesystem) setEntryTimeouts(out *fuse.EntryOut, s uint64) {
+	entry, attr := f.keepFor(s)
+	if linkedElsewhere(&out.Attr) {
+		attr = f.attr
+	}
+	out.SetEntryTimeout(entry)
+	out.SetAttrTimeout(attr)
+}
+
+// linkedElsewhere reports whether a is of a file with more than one link:
+// one may be outside the export, and a change made through it is not
+// reported (the kernel tells watches of the directory a file was changed
+// through), so its attributes and pages are kept only as without the
+// watch.
+func linkedElsewhere(a *fuse.Attr) bool {
+	return a.Mode&syscall.S_IFMT == syscall.S_IFREG && a.Nlink > 1
+}
+
+// negatives has the kernel keep a name found missing as long as one found
+// there (keepFor): go-fuse gives every negative entry the NegativeTimeout
+// fixed at the mount, and a lookup no way to set its own.
+type negatives struct {
+	fuse.RawFileSystem
+	fsys *filesystem
+}
+
+func (n negatives) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	s := n.fsys.stamp()
+	st := n.RawFileSystem.Lookup(cancel, h, name, out)
+	if st == fuse.OK && out.NodeId == 0 { // go-fuse's negative entry
+		entry, _ := n.fsys.keepFor(s)
+		out.SetEntryTimeout(entry)
+	}
+	return st
+}
+
+// exact reports whether the kernel may keep what it holds until told.
+func (f *filesystem) exact() bool {
+	g := f.exactGen.Load()
+	return g != 0 && g == f.conn.upGen()
 }
 
 // Mount is a live mount of a delegation.
@@ -359,7 +428,11 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 		// Our reads answer from memory: splicing them through a pipe is a
 		// copy more (and go-fuse logs each 1 MiB read it cannot splice).
 		DisableSplice: true,
-		Debug:         opts.Debug,
+		// The mount drops a file's pages itself where they may be stale
+		// (node.told): the kernel would drop those of every file this
+		// mount wrote, at the next stat.
+		ExplicitDataCacheControl: true,
+		Debug:                    opts.Debug,
 	}
 	if opts.ReadOnly {
 		mopts.Options = append(mopts.Options, "ro")
@@ -369,7 +442,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
 		NegativeTimeout: &neg,
-	}, opts.Metrics)
+	}, opts.Metrics, func(raw fuse.RawFileSystem) fuse.RawFileSystem { return negatives{raw, fsys} })
 	if err != nil {
 		c.close()
 		return nil, fmt.Errorf("mount: %w", err)

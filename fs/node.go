@@ -40,6 +40,12 @@ type node struct {
 	// opened the same at the last open; when they agree at an open, the
 	// kernel may keep its cached pages (FOPEN_KEEP_CACHE).
 	seen, opened version
+	// kernel is the file's size and mtime as the kernel was last told
+	// (told).
+	kernel contentVersion
+	// linked is whether the file had more than one link when last
+	// reported (linkedElsewhere).
+	linked bool
 	// atime is the access time last reported, what a change of the mtime
 	// alone sends again (v3 sets both); 0 if none was.
 	atime uint32
@@ -162,8 +168,36 @@ func versionOf(a *fuse.Attr) version {
 	return version{size: a.Size, mtime: a.Mtime, nsec: a.Mtimensec, ctime: a.Ctime, cnsec: a.Ctimensec}
 }
 
+// told records the attributes a reply gives the kernel, and drops the
+// kernel's pages of n, a file, where they may be stale. The mount asks
+// the kernel not to do so itself (ExplicitDataCacheControl): it did
+// whenever a file's size or mtime moved, after this mount's own writes
+// too, whose pages are right. Where the watch is exact, what others
+// change is reported, and the pages are kept.
+func (n *node) told(a *fuse.Attr) {
+	if a.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return
+	}
+	exact := n.fsys.exact() && !linkedElsewhere(a)
+	now := contentVersion{size: a.Size, mtime: a.Mtime, nsec: a.Mtimensec}
+	n.mu.Lock()
+	was := n.kernel
+	n.kernel = now
+	n.mu.Unlock()
+	if !exact && was != (contentVersion{}) && was != now {
+		n.NotifyContent(0, 0)
+	}
+}
+
+// contentVersion is what the kernel's cached pages are checked against.
+type contentVersion struct {
+	size, mtime uint64
+	nsec        uint32
+}
+
 func (n *node) observe(a *fuse.Attr) {
 	n.mu.Lock()
+	n.linked = linkedElsewhere(a)
 	n.seen = versionOf(a)
 	n.atime = uint32(a.Atime)
 	n.uid, n.mode = a.Owner.Uid, a.Mode
@@ -204,17 +238,18 @@ func (n *node) errno(ctx context.Context, op, p string, err error) syscall.Errno
 }
 
 // newChild is the inode for a, named name under n.
-func (n *node) newChild(ctx context.Context, name string, a sftpc.Attrs, out *fuse.EntryOut) *fs.Inode {
+// The kernel keeps the entry and attributes as keepFor(s) says.
+func (n *node) newChild(ctx context.Context, s uint64, name string, a sftpc.Attrs, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(a, &out.Attr)
-	return n.childFromAttr(ctx, name, out)
+	return n.childFromAttr(ctx, s, name, out)
 }
 
 // childFromAttr is the inode for the attributes in out, named name under n:
 // the one the kernel already knows if it is still of the same kind, so that
 // what it remembers — its cached pages above all (FOPEN_KEEP_CACHE) —
 // outlives an expired entry; else a new one.
-func (n *node) childFromAttr(ctx context.Context, name string, out *fuse.EntryOut) *fs.Inode {
-	n.fsys.setEntryTimeouts(out)
+func (n *node) childFromAttr(ctx context.Context, s uint64, name string, out *fuse.EntryOut) *fs.Inode {
+	n.fsys.setEntryTimeouts(out, s)
 	mode := out.Attr.Mode & syscall.S_IFMT
 	ch := n.GetChild(name)
 	if ch == nil || ch.StableAttr().Mode != mode {
@@ -222,11 +257,13 @@ func (n *node) childFromAttr(ctx context.Context, name string, out *fuse.EntryOu
 	}
 	if cn, ok := ch.Operations().(*node); ok {
 		cn.observe(&out.Attr)
+		cn.told(&out.Attr)
 	}
 	return ch
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	s := n.fsys.stamp()
 	// A hidden name is refused as the server refuses it, also where a
 	// listing (which leaves it out) would say it is not there. It is
 	// still asked, so that its audit log records the refusal.
@@ -260,7 +297,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		}
 		return nil, n.errno(ctx, "lookup", p, err)
 	}
-	return n.newChild(ctx, name, a, out), 0
+	return n.newChild(ctx, s, name, a, out), 0
 }
 
 // relistMax is the most names a directory may have held for a lookup in
@@ -287,6 +324,14 @@ func (n *node) relist(ctx context.Context) (l *listing, ok bool) {
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	s := n.fsys.stamp()
+	defer func() {
+		_, attr := n.fsys.keepFor(s) // after the answer: an invalidation meanwhile shortens it
+		if linkedElsewhere(&out.Attr) {
+			attr = n.fsys.attr
+		}
+		out.SetTimeout(attr)
+	}()
 	if h, ok := f.(*fileHandle); ok {
 		a, err := h.stat(ctx)
 		if err != nil {
@@ -294,6 +339,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		}
 		fillAttr(a, &out.Attr)
 		n.observe(&out.Attr)
+		n.told(&out.Attr)
 		return 0
 	}
 	p := n.rpath()
@@ -303,6 +349,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	}
 	fillAttr(a, &out.Attr)
 	n.observe(&out.Attr)
+	n.told(&out.Attr)
 	return 0
 }
 

@@ -17,6 +17,7 @@ import (
 // server runs requests on one path in order): one round trip.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	defer n.fsys.changing(n)()
+	s := n.fsys.stamp()
 	p := n.child(name)
 	perm := mode & 0o7777
 	a, err := n.fsys.at(ctx).Mkdir(p, perm)
@@ -36,7 +37,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		}
 	}
 	n.fsys.learnOwner(a)
-	ch := n.newChild(ctx, name, a, out)
+	ch := n.newChild(ctx, s, name, a, out)
 	if cn, ok := ch.Operations().(*node); ok {
 		cn.knowNames(nil) // made here, empty
 		// Its files will be the directory's owner's: the delegator's
@@ -258,6 +259,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	defer n.fsys.changing(n)()
+	s := n.fsys.stamp()
 	p := n.child(name)
 	a, err := n.fsys.at(ctx).Symlink(target, p)
 	if err != nil {
@@ -267,7 +269,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 		return nil, n.errno(ctx, "symlink", p, err)
 	}
 	n.named(name)
-	return n.newChild(ctx, name, a, out), 0
+	return n.newChild(ctx, s, name, a, out), 0
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
@@ -282,6 +284,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	tn, _ := target.EmbeddedInode().Operations().(*node)
 	defer n.fsys.changing(n, tn)() // tn: its link count
+	s := n.fsys.stamp()
 	p := n.child(name)
 	from := "/" + target.EmbeddedInode().Path(nil)
 	a, err := n.fsys.at(ctx).Link(from, p)
@@ -293,7 +296,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	n.named(name)
 	fillAttr(a, &out.Attr)
-	n.fsys.setEntryTimeouts(out)
+	n.fsys.setEntryTimeouts(out, s)
 	// The same inode under a second name, as the kernel expects of link(2).
 	return target.EmbeddedInode(), 0
 }

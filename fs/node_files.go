@@ -14,6 +14,7 @@ import (
 // the request that reads the attributes back right behind it: one round
 // trip. Ownership is not delegated: chown is accepted and has no effect.
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	s := n.fsys.stamp()
 	defer n.fsys.changing(n)()
 	p := n.rpath()
 	var set sftpc.Attrs
@@ -74,9 +75,14 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	fillAttr(a, &out.Attr)
 	n.observe(&out.Attr)
+	n.told(&out.Attr)
 	// go-fuse sets the attribute timeout after GETATTR but not after
 	// SETATTR: without this the kernel would ask again at the next stat.
-	out.SetTimeout(n.fsys.attr)
+	_, attr := n.fsys.keepFor(s)
+	if linkedElsewhere(&out.Attr) {
+		attr = n.fsys.attr
+	}
+	out.SetTimeout(attr)
 	return 0
 }
 
@@ -125,9 +131,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	// The kernel refreshed the attributes before this open if they were
 	// stale; if the file is as it was at the last open, its cached pages
-	// are still right.
+	// are still right. Where the watch is exact, they are unless it said
+	// the file changed since (which forgets the last open): the mount's
+	// own writes moved its mtime, but they are in the pages.
+	exact := n.fsys.exact()
 	n.mu.Lock()
-	keep := n.seen == n.opened && n.seen != (version{}) && flags&syscall.O_TRUNC == 0
+	keep := (n.seen == n.opened || exact && !n.linked) && n.opened != (version{}) && flags&syscall.O_TRUNC == 0
 	n.opened = n.seen
 	kernelSize := n.seen.size // every size the kernel is told passes observe
 	n.mu.Unlock()
@@ -167,6 +176,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	defer n.fsys.changing(n, n.childNode(name))()
+	s := n.fsys.stamp()
 	p := n.child(name)
 	perm := mode & 0o7777
 	if child, h := n.createBehind(ctx, name, flags, perm, out); h != nil {
@@ -201,11 +211,14 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	n.childUID, n.childGID, n.ownerKnown = a.UID, a.GID, true
 	n.mu.Unlock()
 	n.fsys.learnOwner(a)
-	child := n.newChild(ctx, name, a, out)
+	child := n.newChild(ctx, s, name, a, out)
 	cn := child.Operations().(*node)
 	if flags&syscall.O_TRUNC != 0 {
 		cn.changes.Add(1)
 	}
+	cn.mu.Lock()
+	cn.opened = cn.seen // the kernel's pages are this file's: it is being made
+	cn.mu.Unlock()
 	return child, cn.newHandle(f, int(flags)), 0, 0
 }
 
@@ -249,7 +262,7 @@ func (n *node) createBehind(ctx context.Context, name string, flags, perm uint32
 	f, call := client.StartOpenNamed(p, pflags(int(flags)|syscall.O_CREAT), perm)
 	n.named(name)
 	now := uint32(time.Now().Unix())
-	child := n.newChild(ctx, name, sftpc.Attrs{Mode: syscall.S_IFREG | perm, UID: uid, GID: gid,
+	child := n.newChild(ctx, guessed, name, sftpc.Attrs{Mode: syscall.S_IFREG | perm, UID: uid, GID: gid,
 		Atime: now, Mtime: now, Nlink: 1, HasNlink: true}, out)
 	cn := child.Operations().(*node)
 	if flags&syscall.O_TRUNC != 0 {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"path"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 
@@ -15,15 +17,23 @@ import (
 // than through the mount (sftpwire.Watch): the mount then drops what it
 // and the kernel keep of those paths — entries, negative entries,
 // attributes, pages, listings, names known absent — at once, rather than
-// when their timeouts run out. What changed while the connection was down
-// is not known: a new connection drops everything.
+// when their timeouts run out. A directory named is dropped with all
+// below it. What changed while the connection was down is not known: a
+// new connection drops everything.
 //
-// The timeouts stay as configured while watched. Caching longer would
-// need to know exactly which changes were the mount's own: the server
-// leaves out events on a path while this session's request on it runs and
-// for 100 ms after, since inotify does not say who made a change, so
-// another's change in that window goes unreported — seen, as without the
-// watch, when the timeout runs out.
+// Where the server says its watch is exact (it knows which changes were
+// this session's own, by the process that made them), the kernel keeps
+// entries, attributes, negative entries and pages until told: for
+// watchedFor, not the configured timeouts. An answer read while an
+// invalidation came is kept only the configured time (filesystem.stamp),
+// and every invalidation is sent to the kernel a second time renotifyAfter
+// later, for an answer the kernel took after it. Where the watch is not
+// exact (inotify, which does not say who made a change, so the server
+// leaves out changes to a path this session is changing), the timeouts
+// stay as configured.
+
+// renotifyAfter is when the kernel is told a second time of what changed.
+const renotifyAfter = 100 * time.Millisecond
 
 // startWatching has every connection, from the current one on, watch the
 // delegator's changes until the mount closes.
@@ -55,82 +65,209 @@ func (m *Mount) startWatching(root *fs.Inode) {
 // or ctx does.
 func (m *Mount) watchConn(ctx context.Context, root *fs.Inode, client *sftpc.Client, gen uint64) {
 	defer m.fsys.watchedGen.CompareAndSwap(gen, 0)
+	defer m.fsys.exactGen.CompareAndSwap(gen, 0)
 	if !client.Watches() {
 		return
 	}
+	again := newRenotifier(m.fsys, root)
+	defer again.stop()
 	for {
-		paths, overflow, err := client.Watch(ctx)
+		ch, err := client.Watch(ctx)
 		switch {
 		case errors.Is(err, sftpc.ErrNoWatch):
 			m.log.Debug("fs: the delegator does not watch this export; caches keep their timeouts")
 			return
 		case err != nil:
 			return // the connection (or the mount) ends; the next one drops everything
-		case overflow:
+		}
+		if !ch.Exact && m.fsys.exactGen.CompareAndSwap(gen, 0) {
+			// Kept until told, and no longer told of everything: drop all.
+			m.log.Info("fs: the delegator's watch no longer sees every change; caches keep their timeouts")
+			ch.Overflow = true
+		}
+		if ch.Overflow {
 			if m.fsys.watchedGen.Load() == gen {
 				m.log.Info("fs: the delegator reports more changes than it lists; dropping every cache")
 			}
 			// The first answer is one too: what was kept before the watch
 			// began is dropped.
 			m.fsys.dropAll(root)
+			again.add(nil)
 			m.fsys.watchedGen.Store(gen)
-		default:
-			for _, p := range paths {
-				m.fsys.changedThere(root, p)
+			if ch.Exact {
+				m.fsys.exactGen.Store(gen)
+			}
+			continue
+		}
+		for _, p := range ch.Paths {
+			m.fsys.changedThere(root, p)
+		}
+		again.add(ch.Paths)
+	}
+}
+
+// renotifier tells the kernel a second time what changed: an answer to a
+// lookup, a getattr or a read that the kernel took after the first
+// invalidation would otherwise be kept as long as the watch is exact.
+type renotifier struct {
+	fsys *filesystem
+	root *fs.Inode
+
+	mu    sync.Mutex
+	queue []renotify
+	wake  chan struct{}
+	done  chan struct{}
+	ended chan struct{}
+}
+
+type renotify struct {
+	at    time.Time
+	paths []string // nil: everything
+}
+
+func newRenotifier(fsys *filesystem, root *fs.Inode) *renotifier {
+	r := &renotifier{fsys: fsys, root: root, wake: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan struct{})}
+	go r.run()
+	return r
+}
+
+func (r *renotifier) add(paths []string) {
+	r.mu.Lock()
+	r.queue = append(r.queue, renotify{at: time.Now().Add(renotifyAfter), paths: paths})
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stop ends the renotifier. What it has not told yet is left: the
+// connection has ended, and the next one drops everything.
+func (r *renotifier) stop() {
+	close(r.done)
+	<-r.ended
+}
+
+func (r *renotifier) run() {
+	defer close(r.ended)
+	for {
+		r.mu.Lock()
+		var next *renotify
+		if len(r.queue) > 0 {
+			next = &r.queue[0]
+		}
+		r.mu.Unlock()
+		if next == nil {
+			select {
+			case <-r.wake:
+				continue
+			case <-r.done:
+				return
+			}
+		}
+		if wait := time.Until(next.at); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-r.done:
+				// The connection ended: the next one drops everything.
+				t.Stop()
+				return
+			}
+		}
+		r.mu.Lock()
+		item := r.queue[0]
+		r.queue = r.queue[1:]
+		r.mu.Unlock()
+		if item.paths == nil {
+			r.fsys.notifyBelow(r.root)
+			continue
+		}
+		for _, p := range item.paths {
+			parent, name, in := find(r.root, p)
+			if parent != nil {
+				parent.NotifyEntry(name)
+			}
+			if in != nil {
+				r.fsys.notifyBelow(in)
 			}
 		}
 	}
+}
+
+// find is the kernel's node for p (relative to the export), and its parent
+// and name there; nil where the kernel knows none.
+func find(root *fs.Inode, p string) (parent *fs.Inode, name string, in *fs.Inode) {
+	if p == "." || p == "" {
+		return nil, "", root
+	}
+	parts := strings.Split(path.Clean(p), "/")
+	dir := root
+	for _, part := range parts[:len(parts)-1] {
+		if dir = dir.GetChild(part); dir == nil {
+			return nil, "", nil
+		}
+	}
+	name = parts[len(parts)-1]
+	return dir, name, dir.GetChild(name)
 }
 
 // changedThere drops what is kept of p (relative to the export), changed
 // on the delegator's side: its entry in its directory, the directory's
 // listing and known names, and, if the kernel has a node for it, its
-// attributes and pages.
+// attributes and pages — of a directory, those of everything below it the
+// kernel knows too.
 func (f *filesystem) changedThere(root *fs.Inode, p string) {
-	dir := root
-	if p != "." && p != "" {
-		parts := strings.Split(path.Clean(p), "/")
-		for _, name := range parts[:len(parts)-1] {
-			if dir = dir.GetChild(name); dir == nil {
-				return // the kernel knows nothing below: nothing is kept
-			}
-		}
-		name := parts[len(parts)-1]
-		f.forgetEntries(dir)
-		dir.NotifyEntry(name)
-		child := dir.GetChild(name)
-		if child == nil {
-			return
-		}
-		dir = child
+	f.invalidated.Add(1) // before: an answer read from now on may be stale
+	parent, name, in := find(root, p)
+	if parent != nil {
+		f.forgetEntries(parent)
+		parent.NotifyEntry(name)
 	}
-	f.forgetEntries(dir)
-	dir.NotifyContent(0, 0)
+	if in != nil {
+		f.dropBelow(in)
+	}
 }
 
 // forgetEntries marks what the mount read of in's node and its directory
-// as stale (a listing, a file read ahead) and forgets the names it knew in
-// it.
+// as stale (a listing, a file read ahead), forgets the names it knew in
+// it, and that the kernel's pages of it were current.
 func (f *filesystem) forgetEntries(in *fs.Inode) {
 	n, ok := in.Operations().(*node)
 	if !ok {
 		return
 	}
 	n.forgetNames()
+	n.mu.Lock()
+	n.opened = version{}
+	n.mu.Unlock()
 	f.changing(n)()
 }
 
 // dropAll drops everything kept of the tree the kernel knows.
 func (f *filesystem) dropAll(root *fs.Inode) {
 	f.conn.metrics.CacheDropped()
-	var walk func(in *fs.Inode)
-	walk = func(in *fs.Inode) {
-		f.forgetEntries(in)
-		for name, child := range in.Children() {
-			in.NotifyEntry(name)
-			walk(child)
-		}
-		in.NotifyContent(0, 0)
+	f.invalidated.Add(1)
+	f.dropBelow(root)
+}
+
+// dropBelow drops everything kept of in and what the kernel knows below
+// it.
+func (f *filesystem) dropBelow(in *fs.Inode) {
+	f.forgetEntries(in)
+	for name, child := range in.Children() {
+		in.NotifyEntry(name)
+		f.dropBelow(child)
 	}
-	walk(root)
+	in.NotifyContent(0, 0)
+}
+
+// notifyBelow tells the kernel again that in and what it knows below it
+// changed.
+func (f *filesystem) notifyBelow(in *fs.Inode) {
+	for name, child := range in.Children() {
+		in.NotifyEntry(name)
+		f.notifyBelow(child)
+	}
+	in.NotifyContent(0, 0)
 }

@@ -453,6 +453,9 @@ func (s *sftpServer) handle(pkt []byte) {
 		if err == nil {
 			err = s.fast.Mkdir(name, perm)
 		}
+		if w := s.watch.Load(); w != nil && err == nil {
+			w.made(name)
+		}
 		s.done(id, Op{Kind: OpMkdir, Path: name}, err)
 	case wire.Realpath:
 		p := r.Str()

@@ -1,14 +1,14 @@
 package sshd
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
+	"io/fs"
 	"os"
 	"path"
-	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -17,13 +17,20 @@ import (
 )
 
 // The watch (wire.Watch, docs/sftp-extensions.md): the server watches the
-// export with inotify and tells the client which paths changed, other
-// than by this session's own requests, so that the client's caches need
-// not wait for their timeouts to see them. A full event queue, or more
-// directories than maxWatchDirs, make the answer "overflow": drop
-// everything; so is the first answer, for what the client read before the
-// watch began. A directory renamed inside the export keeps its watches,
-// under its new name.
+// export and tells the client which paths changed, other than by this
+// session's own requests, so that the client's caches need not wait for
+// their timeouts to see them. A full event queue, or more directories than
+// maxWatchDirs, make the answer "overflow": drop everything; so is the
+// first answer, for what the client read before the watch began. A
+// directory renamed inside the export keeps its watches, under its new
+// name.
+//
+// The watch is exact (wire.WatchExact) where the kernel says which process
+// made each change (fanotify): a change by any other process is always
+// reported, whenever it came. With inotify, which does not say, a change to
+// a path this session is changing (its request runs, or ended within
+// ownGrace) is taken as the session's own: another's change in that window
+// goes unreported, and the client must keep its timeouts.
 
 // maxWatchDirs is how many directories one session watches at most; an
 // export with more is not watched (the client keeps its timeouts).
@@ -32,10 +39,14 @@ const maxWatchDirs = 8192
 // ownGrace is how long after this session's last request on a path ended
 // an event for it is still taken as the session's own: the watcher reads
 // the events the request made a moment after it. (An event it reads later
-// is reported back to the client: a needless invalidation, no harm. An
-// owner's change made within it goes unreported, and is seen when the
-// client's cache timeout runs out.)
-const ownGrace = 100 * time.Millisecond
+// is reported back to the client: a needless invalidation, no harm.) Where
+// the source cannot say who made a change, an owner's change within it
+// goes unreported, so it is short; where it can, it only sorts this
+// process's own changes among its sessions, and is longer.
+const (
+	ownGrace         = 100 * time.Millisecond
+	ownGraceAttested = time.Second
+)
 
 // ownChange is a path this session is changing: its requests in flight,
 // and when the last one ended.
@@ -44,20 +55,57 @@ type ownChange struct {
 	ended    time.Time
 }
 
+func (o *ownChange) live(now time.Time, grace time.Duration) bool {
+	return o.inflight > 0 || now.Sub(o.ended) < grace
+}
+
 // maxWatchPaths is the most paths one answer carries; more make it an
 // overflow.
 const maxWatchPaths = 512
 
+// source is what tells the watcher of changes: fanotify, or inotify where
+// fanotify cannot watch the export.
+type source interface {
+	// add watches the directory f; the key it returns names it in events
+	// (the same key for the same directory, whatever its name).
+	add(f *os.File) (key string, err error)
+	// remove ends the watch named key, where the source can.
+	remove(key string)
+	// read waits for events; it fails once the source is closed.
+	read() ([]event, error)
+	// attests reports whether events say whether this process made them.
+	attests() bool
+	close() error
+}
+
+// event is a change a source reports in a directory it watches.
+type event struct {
+	dir                         string // the directory's key
+	name                        string // the entry changed in it; "" for the directory itself
+	isDir                       bool   // the entry is a directory
+	created, movedFrom, movedTo bool
+	gone                        bool // the directory itself was removed: its watch has ended
+	others                      bool // made by another process (attests only)
+	overflow                    bool // the source lost events
+}
+
 type watcher struct {
-	f      *os.File // the inotify instance, non-blocking: Close ends its reader
-	fd     int      // f's descriptor, for the watch calls (f.Fd would make it blocking)
-	root   *os.Root
-	hidden func(string) bool // never named, nor watched below
+	src      source
+	root     *os.Root
+	hidden   func(string) bool // never named, nor watched below
+	grace    time.Duration     // ownGrace, or ownGraceAttested
+	attested bool              // the source attests who made each change
+
+	// dirs names the watched directories: key → path relative to the
+	// root ("." for it). Held only for the map, never across a call to
+	// the kernel.
+	dirsMu sync.Mutex
+	dirs   map[string]string
 
 	mu       sync.Mutex
-	wds      map[int32]string      // watch → directory, relative to the root ("." for it)
 	pending  map[string]struct{}   // changed paths not yet answered
 	overflow bool                  // pending is not enough: drop everything
+	exact    bool                  // every change by others is reported (wire.WatchExact)
 	own      map[string]*ownChange // paths this session changes or just changed
 	ready    chan struct{}         // closed (and replaced) when something is pending
 	asked    bool                  // a watch request is waiting
@@ -65,10 +113,11 @@ type watcher struct {
 	done chan struct{} // closed when the reader has ended
 }
 
-// localFS are the file systems whose changes inotify sees whoever makes
-// them. On a network file system (NFS, SMB) or a FUSE one, inotify sees
-// only this machine's own changes: a client told "nothing changed" would
-// keep stale caches, so such an export is not watched.
+// localFS are the file systems whose changes the kernel's watches see
+// whoever makes them. On a network file system (NFS, SMB) or a FUSE one,
+// they see only this machine's own changes: a client told "nothing
+// changed" would keep stale caches, so such an export is not watched, nor
+// such a file system mounted inside one (and the watch is then not exact).
 var localFS = map[int64]bool{
 	0xEF53:     true, // ext2, ext3, ext4
 	0x58465342: true, // xfs
@@ -79,9 +128,15 @@ var localFS = map[int64]bool{
 	0x794C7630: true, // overlayfs
 }
 
+// errNotLocal refuses to watch a directory of a file system not in localFS.
+var errNotLocal = errors.New("not a local file system")
+
+// preferFanotify is false only where a test tries the inotify source.
+var preferFanotify = true
+
 // newWatcher watches every directory under root; nil if it cannot (no
-// inotify, a file system whose changes it would not all see, too many
-// directories).
+// fanotify nor inotify, a file system whose changes they would not all
+// see, too many directories).
 func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
 	top, err := root.Open(".")
 	if err != nil {
@@ -89,20 +144,40 @@ func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
 	}
 	var st unix.Statfs_t
 	err = unix.Fstatfs(int(top.Fd()), &st)
-	top.Close()
 	if err != nil || !localFS[int64(st.Type)] {
+		top.Close()
 		return nil
 	}
-	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
-	if err != nil {
-		return nil
+	// fanotify where it can mark this directory: some file systems have
+	// no file handles for it to name directories by.
+	var src source
+	if fan, err := newFanotify(); preferFanotify && err == nil {
+		if _, err := fan.add(top); err == nil {
+			src = fan
+		} else {
+			fan.close()
+		}
+	} else if err == nil {
+		fan.close()
 	}
-	w := &watcher{f: os.NewFile(uintptr(fd), "inotify"), fd: fd, root: root, hidden: hidden, wds: map[int32]string{},
+	top.Close()
+	if src == nil {
+		if src, err = newInotify(); err != nil {
+			return nil
+		}
+	}
+	w := &watcher{src: src, root: root, hidden: hidden, dirs: map[string]string{},
 		pending: map[string]struct{}{}, own: map[string]*ownChange{}, ready: make(chan struct{}), done: make(chan struct{})}
-	if !w.addTree(".") {
-		w.f.Close()
+	w.grace, w.attested = ownGrace, src.attests()
+	if w.attested {
+		w.grace = ownGraceAttested
+	}
+	complete, ok := w.addTree(".")
+	if !ok {
+		src.close()
 		return nil
 	}
+	w.exact = w.attested && complete
 	// What the client read before the watch began may have changed
 	// meanwhile, unreported: its first answer says drop everything.
 	w.overflow = true
@@ -110,34 +185,37 @@ func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
 	return w
 }
 
-const watchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_MODIFY |
-	unix.IN_ATTRIB | unix.IN_CLOSE_WRITE | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
-
 // addTree watches dir and every directory below it, opened through the
-// root (so never outside it); false if there are too many.
-func (w *watcher) addTree(dir string) bool {
+// root (so never outside it). complete is false if a directory could not
+// be watched; ok, if there were too many.
+func (w *watcher) addTree(dir string) (complete, ok bool) {
+	complete = true
 	queue := []string{dir}
 	for len(queue) > 0 {
 		d := queue[0]
 		queue = queue[1:]
 		f, err := w.root.Open(d)
-		if err != nil {
-			continue // gone meanwhile, or not a directory
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			continue // gone meanwhile: its parent's event says so
 		}
-		// The descriptor's magic link names exactly the directory the
-		// root resolved.
-		wd, err := unix.InotifyAddWatch(w.fd, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), watchMask)
+		if err == nil {
+			err = w.addDir(f, d)
+		}
 		if err != nil {
-			f.Close()
+			// A directory not watched is a directory whose changes go
+			// unreported.
+			complete = false
+			if f != nil {
+				f.Close()
+			}
 			continue
 		}
-		w.mu.Lock()
-		w.wds[int32(wd)] = d
-		n := len(w.wds)
-		w.mu.Unlock()
+		w.dirsMu.Lock()
+		n := len(w.dirs)
+		w.dirsMu.Unlock()
 		if n > maxWatchDirs {
 			f.Close()
-			return false
+			return false, false
 		}
 		// A page of entries at a time: only the directories are kept.
 		for {
@@ -153,110 +231,181 @@ func (w *watcher) addTree(dir string) bool {
 		}
 		f.Close()
 	}
-	return true
+	return complete, true
 }
 
-// read turns inotify's events into pending paths until the instance is
-// closed.
+// addDir watches f, the directory d, unless it is of a file system
+// whose changes the watch would not all see.
+func (w *watcher) addDir(f *os.File, d string) error {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	if !localFS[int64(st.Type)] {
+		return errNotLocal
+	}
+	key, err := w.src.add(f)
+	if err != nil {
+		return err
+	}
+	w.dirsMu.Lock()
+	w.dirs[key] = d
+	w.dirsMu.Unlock()
+	return nil
+}
+
+// made watches the directory d this session has just made, before its
+// request is answered: the client may cache what it holds from the
+// answer on, so an owner's change in it must be seen from then on too.
+func (w *watcher) made(d string) {
+	f, err := w.root.Open(d)
+	if err != nil {
+		return // gone already: its removal is an event
+	}
+	defer f.Close()
+	if err := w.addDir(f, d); err != nil {
+		w.lose()
+	}
+}
+
+// lose records that the watch no longer sees every change: the client
+// drops everything, and keeps its timeouts from now on.
+func (w *watcher) lose() {
+	w.mu.Lock()
+	w.exact, w.overflow = false, true
+	w.signal()
+	w.mu.Unlock()
+}
+
+// read turns the source's events into pending paths until it is closed.
 func (w *watcher) read() {
 	defer close(w.done)
-	buf := make([]byte, 64<<10)
 	for {
-		n, err := w.f.Read(buf)
+		evs, err := w.src.read()
 		if err != nil {
 			return
 		}
-		var grow []string            // new directories to watch
-		moved := map[uint32]string{} // directories moved away in this batch, by cookie
-		w.mu.Lock()
-		for off := 0; off+unix.SizeofInotifyEvent <= n; {
-			wd := int32(binary.NativeEndian.Uint32(buf[off:]))
-			mask := binary.NativeEndian.Uint32(buf[off+4:])
-			cookie := binary.NativeEndian.Uint32(buf[off+8:])
-			nameLen := int(binary.NativeEndian.Uint32(buf[off+12:]))
-			if off+unix.SizeofInotifyEvent+nameLen > n {
-				break
+		var (
+			changed  []event  // name: the path changed; others as read
+			grow     []string // new directories to watch, then report
+			overflow bool
+		)
+		moved := map[string]bool{} // directories moved away in this batch
+		for _, e := range evs {
+			if e.overflow {
+				overflow = true
+				continue
 			}
-			name := string(bytes.TrimRight(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+nameLen], "\x00"))
-			off += unix.SizeofInotifyEvent + nameLen
-			dir, known := w.wds[wd]
+			w.dirsMu.Lock()
+			dir, known := w.dirs[e.dir]
+			if known && e.gone {
+				delete(w.dirs, e.dir)
+			}
+			w.dirsMu.Unlock()
+			if !known {
+				continue
+			}
+			p := path.Join(dir, e.name)
+			changed = append(changed, event{name: p, others: e.others})
 			switch {
-			case mask&unix.IN_Q_OVERFLOW != 0:
-				w.overflow = true
-			case mask&unix.IN_IGNORED != 0:
-				delete(w.wds, wd)
-			case !known, mask&unix.IN_MOVE_SELF != 0:
-				// A directory's own move is told by its parent.
-			case mask&unix.IN_ISDIR != 0 && mask&unix.IN_MOVED_FROM != 0:
-				from := path.Join(dir, name)
-				moved[cookie] = from
-				w.changed(from)
-			case mask&unix.IN_ISDIR != 0 && mask&unix.IN_MOVED_TO != 0:
-				to := path.Join(dir, name)
-				w.changed(to)
-				if from, ok := moved[cookie]; ok {
-					// Moved inside the export: its watches go on, under
-					// the new name.
-					w.rename(from, to)
-					delete(moved, cookie)
-				} else {
-					grow = append(grow, to) // moved in from outside
-				}
-			case name == "":
-				w.changed(dir)
-			default:
-				p := path.Join(dir, name)
-				w.changed(p)
-				if mask&unix.IN_ISDIR != 0 && mask&unix.IN_CREATE != 0 {
+			case !e.isDir || e.name == "":
+			case e.movedFrom:
+				moved[p] = true
+			case e.movedTo:
+				// Moved inside the export, it is a directory watched
+				// already, under its old name: its watches go on under
+				// the new one. Else it came from outside.
+				if from, ok := w.watchedAs(p); ok && from != p {
+					w.rename(from, p)
+					delete(moved, from)
+				} else if !ok {
 					grow = append(grow, p)
 				}
+			case e.created:
+				grow = append(grow, p)
 			}
 		}
-		for _, from := range moved {
+		for from := range moved {
 			w.forget(from) // moved out of the export: no longer watched
+		}
+		// New directories are watched before anything is reported: a
+		// client told of one may cache what it holds at once. And each is
+		// reported once watched, whoever made it, since a change in it
+		// before the watch began would otherwise go unreported.
+		for _, d := range grow {
+			complete, ok := w.addTree(d)
+			if !ok || !complete {
+				w.lose()
+			}
+			changed = append(changed, event{name: d, others: true})
+		}
+		now := time.Now()
+		w.mu.Lock()
+		if overflow {
+			w.overflow = true
+		}
+		for _, c := range changed {
+			w.changed(c.name, c.others, now)
 		}
 		w.signal()
 		w.mu.Unlock()
-		for _, d := range grow {
-			if !w.addTree(d) {
-				w.mu.Lock()
-				w.overflow = true
-				w.signal()
-				w.mu.Unlock()
-			}
-		}
 	}
 }
 
-// rename moves the watches of directory from and below it to the name
-// to. w.mu is held.
+// watchedAs opens p and reports under which name its directory is
+// watched, if it is.
+func (w *watcher) watchedAs(p string) (string, bool) {
+	f, err := w.root.Open(p)
+	if err != nil {
+		return "", false
+	}
+	key, err := w.src.add(f) // the same key if watched already
+	f.Close()
+	if err != nil {
+		return "", false
+	}
+	w.dirsMu.Lock()
+	defer w.dirsMu.Unlock()
+	from, ok := w.dirs[key]
+	return from, ok
+}
+
+// rename moves the watches of directory from and below it to the name to.
 func (w *watcher) rename(from, to string) {
-	for wd, d := range w.wds {
+	w.dirsMu.Lock()
+	defer w.dirsMu.Unlock()
+	for key, d := range w.dirs {
 		if d == from {
-			w.wds[wd] = to
+			w.dirs[key] = to
 		} else if rest, ok := strings.CutPrefix(d, from+"/"); ok {
-			w.wds[wd] = path.Join(to, rest)
+			w.dirs[key] = path.Join(to, rest)
 		}
 	}
 }
 
-// forget ends the watches of directory dir and below it. w.mu is held.
+// forget ends the watches of directory dir and below it.
 func (w *watcher) forget(dir string) {
-	for wd, d := range w.wds {
+	var keys []string
+	w.dirsMu.Lock()
+	for key, d := range w.dirs {
 		if d == dir || strings.HasPrefix(d, dir+"/") {
-			unix.InotifyRmWatch(w.fd, uint32(wd))
-			delete(w.wds, wd)
+			keys = append(keys, key)
+			delete(w.dirs, key)
 		}
+	}
+	w.dirsMu.Unlock()
+	for _, key := range keys {
+		w.src.remove(key)
 	}
 }
 
-// changed records p as changed, unless this session changed it just now.
-// w.mu is held.
-func (w *watcher) changed(p string) {
+// changed records p as changed, unless this session changed it just now:
+// a change by another process (others) never is. w.mu is held.
+func (w *watcher) changed(p string, others bool, now time.Time) {
 	if w.hidden(p) {
 		return
 	}
-	if o := w.own[p]; o != nil && (o.inflight > 0 || time.Since(o.ended) < ownGrace) {
+	if o := w.own[p]; !others && o != nil && o.live(now, w.grace) && !(w.attested && sessions.others(w, p, now)) {
 		return
 	}
 	if len(w.pending) >= maxWatchPaths {
@@ -287,6 +436,7 @@ func (w *watcher) begin(paths []string) {
 		o.inflight++
 	}
 	w.mu.Unlock()
+	sessions.begin(w, paths)
 }
 
 func (w *watcher) end(paths []string) {
@@ -300,23 +450,103 @@ func (w *watcher) end(paths []string) {
 	}
 	if len(w.own) > 4096 {
 		for p, o := range w.own {
-			if o.inflight == 0 && now.Sub(o.ended) >= ownGrace {
+			if !o.live(now, w.grace) {
 				delete(w.own, p)
 			}
 		}
 	}
 	w.mu.Unlock()
+	sessions.end(w, paths, now)
+}
+
+// sessions sorts this process's own changes among its sessions. A source
+// that attests says only that this process made a change; if another
+// session's watcher is changing a path of the same name meanwhile, the
+// change may be that session's — the export may be lent twice, or one
+// export may hold another — so it is reported.
+var sessions = changers{names: map[string]map[*watcher]*ownChange{}}
+
+type changers struct {
+	mu    sync.Mutex // after watcher.mu
+	names map[string]map[*watcher]*ownChange
+}
+
+func (c *changers) begin(w *watcher, paths []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range paths {
+		base := path.Base(p)
+		by := c.names[base]
+		if by == nil {
+			by = map[*watcher]*ownChange{}
+			c.names[base] = by
+		}
+		o := by[w]
+		if o == nil {
+			o = &ownChange{}
+			by[w] = o
+		}
+		o.inflight++
+	}
+}
+
+func (c *changers) end(w *watcher, paths []string, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range paths {
+		if o := c.names[path.Base(p)][w]; o != nil {
+			o.inflight--
+			o.ended = now
+		}
+	}
+	if len(c.names) > 4096 {
+		for base, by := range c.names {
+			for cw, o := range by {
+				if !o.live(now, ownGraceAttested) {
+					delete(by, cw)
+				}
+			}
+			if len(by) == 0 {
+				delete(c.names, base)
+			}
+		}
+	}
+}
+
+// others reports whether a session other than w's is changing a path
+// named as p is.
+func (c *changers) others(w *watcher, p string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for cw, o := range c.names[path.Base(p)] {
+		if cw != w && o.live(now, ownGraceAttested) {
+			return true
+		}
+	}
+	return false
+}
+
+// drop forgets w.
+func (c *changers) drop(w *watcher) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for base, by := range c.names {
+		delete(by, w)
+		if len(by) == 0 {
+			delete(c.names, base)
+		}
+	}
 }
 
 // errWatchBusy refuses a second watch request while one waits.
 var errWatchBusy = errors.New("a watch request is already waiting")
 
 // next waits until something is pending, or stop is closed, and takes it.
-func (w *watcher) next(stop <-chan struct{}) (paths []string, overflow bool, err error) {
+func (w *watcher) next(stop <-chan struct{}) (paths []string, overflow, exact bool, err error) {
 	w.mu.Lock()
 	if w.asked {
 		w.mu.Unlock()
-		return nil, false, errWatchBusy
+		return nil, false, false, errWatchBusy
 	}
 	w.asked = true
 	for len(w.pending) == 0 && !w.overflow {
@@ -328,28 +558,29 @@ func (w *watcher) next(stop <-chan struct{}) (paths []string, overflow bool, err
 			w.mu.Lock()
 			w.asked = false
 			w.mu.Unlock()
-			return nil, false, errStalled
+			return nil, false, false, errStalled
 		}
 		w.mu.Lock()
 	}
 	for p := range w.pending {
 		paths = append(paths, p)
 	}
-	overflow = w.overflow
+	overflow, exact = w.overflow, w.exact
 	w.pending, w.overflow, w.asked = map[string]struct{}{}, false, false
 	w.mu.Unlock()
-	return paths, overflow, nil
+	return paths, overflow, exact, nil
 }
 
 // close ends the watch and waits for its reader.
 func (w *watcher) close() {
-	w.f.Close()
+	w.src.close()
 	<-w.done
+	sessions.drop(w)
 }
 
 // serveWatch answers a watch request once something changed: an
-// EXTENDED_REPLY with a byte (1: overflow, drop everything), a uint32
-// count and the changed paths, relative to the export. Hidden paths are
+// EXTENDED_REPLY with a byte of flags (wire.WatchOverflow, WatchExact), a
+// uint32 count and the changed paths, relative to the export. Hidden paths are
 // never named. The export is watched from the first request on.
 func (s *sftpServer) serveWatch(id uint32, stop <-chan struct{}) {
 	s.watchOnce.Do(func() {
@@ -362,7 +593,7 @@ func (s *sftpServer) serveWatch(id uint32, stop <-chan struct{}) {
 		s.status(id, wire.OpUnsupported, "this export cannot be watched")
 		return
 	}
-	paths, overflow, err := w.next(stop)
+	paths, overflow, exact, err := w.next(stop)
 	if errors.Is(err, errStalled) {
 		return // the session ends
 	}
@@ -373,12 +604,15 @@ func (s *sftpServer) serveWatch(id uint32, stop <-chan struct{}) {
 	b := newBuf()
 	b.Byte(wire.ExtendedReply)
 	b.U32(id)
+	var flags byte
 	if overflow {
-		b.Byte(1)
+		flags |= wire.WatchOverflow
 		paths = nil
-	} else {
-		b.Byte(0)
 	}
+	if exact {
+		flags |= wire.WatchExact
+	}
+	b.Byte(flags)
 	b.U32(uint32(len(paths)))
 	for _, p := range paths {
 		b.Str(p)

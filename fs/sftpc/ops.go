@@ -436,23 +436,33 @@ func (c *Client) Watches() bool { return c.watch }
 // ErrNoWatch is Watch's error where the server cannot watch the export.
 var ErrNoWatch = errors.New("sftp: the server does not watch this export")
 
+// Changes is what a Watch answer reports.
+type Changes struct {
+	// Paths changed, relative to the export.
+	Paths []string
+	// Overflow: what changed is not known; drop every cache.
+	Overflow bool
+	// Exact: the server reports every change made other than through
+	// this session, for as long as its answers say so.
+	Exact bool
+}
+
 // Watch waits until the server reports changes made to the export other
-// than through this session (wire.Watch), or ctx ends: the changed paths,
-// relative to the export, or overflow, when the client must drop every
-// cache. It ends with the session's error when the session does.
-func (c *Client) Watch(ctx context.Context) (paths []string, overflow bool, err error) {
+// than through this session (wire.Watch), or ctx ends. It ends with the
+// session's error when the session does.
+func (c *Client) Watch(ctx context.Context) (Changes, error) {
 	if !c.watch {
-		return nil, false, ErrNoWatch
+		return Changes{}, ErrNoWatch
 	}
 	call := c.extended(wire.Watch)
 	select {
 	case <-call.Done():
 	case <-ctx.Done():
-		return nil, false, ctx.Err() // the answer, when it comes, finds no one
+		return Changes{}, ctx.Err() // the answer, when it comes, finds no one
 	}
 	typ, d, err := call.wait()
 	if err != nil {
-		return nil, false, err
+		return Changes{}, err
 	}
 	if typ != wire.ExtendedReply {
 		err := statusOf(typ, d)
@@ -460,16 +470,19 @@ func (c *Client) Watch(ctx context.Context) (paths []string, overflow bool, err 
 		if errors.As(err, &se) && se.Code == wire.OpUnsupported {
 			err = ErrNoWatch
 		}
-		return nil, false, err
+		return Changes{}, err
 	}
-	flag := d.Take(1)
-	overflow = len(flag) == 1 && flag[0] == 1
+	var ch Changes
+	if flags := d.Take(1); len(flags) == 1 {
+		ch.Overflow = flags[0]&wire.WatchOverflow != 0
+		ch.Exact = flags[0]&wire.WatchExact != 0
+	}
 	n := d.U32()
 	if int(n) > len(d.B)/4 {
-		return nil, false, errBadReply
+		return Changes{}, errBadReply
 	}
 	for ; n > 0; n-- {
-		paths = append(paths, d.Str())
+		ch.Paths = append(ch.Paths, d.Str())
 	}
-	return paths, overflow, d.Err
+	return ch, d.Err
 }

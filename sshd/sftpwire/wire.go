@@ -55,12 +55,24 @@ const List = "list@awcp"
 // Watch is our extension, announced in VERSION: the server tells the
 // client which paths of the export changed other than by the session's
 // own requests. The request has no body; it is answered once something
-// changed, with an EXTENDED_REPLY holding a byte (1: too much changed,
-// drop every cache), a uint32 count and that many paths (strings,
-// relative to the export). One request waits at a time; the client sends
-// the next once it has the answer. A STATUS OP_UNSUPPORTED means the
-// export cannot be watched.
+// changed, with an EXTENDED_REPLY holding a byte of flags (WatchOverflow,
+// WatchExact), a uint32 count and that many paths (strings, relative to
+// the export). One request waits at a time; the client sends the next
+// once it has the answer. A STATUS OP_UNSUPPORTED means the export cannot
+// be watched.
 const Watch = "watch@awcp"
+
+// The flags of a Watch answer.
+const (
+	// WatchOverflow: too much changed, or what changed is not known; drop
+	// every cache. The list is then empty.
+	WatchOverflow = 1
+	// WatchExact: the server tells every change to the export made other
+	// than by this session, in this answer or a later one, for as long as
+	// its answers carry the flag; the client may keep what it caches
+	// until told. An answer that drops it is an overflow too.
+	WatchExact = 2
+)
 
 // ListMax is the most entries a List answer carries.
 const ListMax = 512
