@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"strconv"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -91,7 +92,7 @@ type fanotify struct {
 	f     *os.File
 	fd    int
 	self  int32
-	marks int // placed, removed or not: a mark outlives its name here
+	marks atomic.Int32 // placed, removed or not: a mark outlives its name here
 }
 
 // maxFanotifyMarks bounds the marks of one watch, those of directories
@@ -114,23 +115,25 @@ const fanotifyMask = unix.FAN_CREATE | unix.FAN_DELETE | unix.FAN_MOVED_FROM | u
 	unix.FAN_ONDIR | unix.FAN_EVENT_ON_CHILD
 
 func (fa *fanotify) add(f *os.File) (string, error) {
-	if fa.marks >= maxFanotifyMarks {
+	// Marked by the watcher's reader and by a session's mkdir (made).
+	if fa.marks.Add(1) > maxFanotifyMarks {
+		fa.marks.Add(-1)
 		return "", errTooManyMarks
 	}
 	// The key is what events carry: the file system's id, then the file
 	// handle's type and bytes.
 	h, _, err := unix.NameToHandleAt(int(f.Fd()), "", unix.AT_EMPTY_PATH)
-	if err != nil {
-		return "", err
-	}
 	var st unix.Statfs_t
-	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+	if err == nil {
+		err = unix.Fstatfs(int(f.Fd()), &st)
+	}
+	if err == nil {
+		err = unix.FanotifyMark(fa.fd, unix.FAN_MARK_ADD|unix.FAN_MARK_ONLYDIR, fanotifyMask, int(f.Fd()), "")
+	}
+	if err != nil {
+		fa.marks.Add(-1)
 		return "", err
 	}
-	if err := unix.FanotifyMark(fa.fd, unix.FAN_MARK_ADD|unix.FAN_MARK_ONLYDIR, fanotifyMask, int(f.Fd()), ""); err != nil {
-		return "", err
-	}
-	fa.marks++
 	key := binary.NativeEndian.AppendUint32(nil, uint32(st.Fsid.Val[0]))
 	key = binary.NativeEndian.AppendUint32(key, uint32(st.Fsid.Val[1]))
 	key = binary.NativeEndian.AppendUint32(key, uint32(h.Type()))
