@@ -5,8 +5,10 @@
 # (awcp-ctl serve + awcp-fs serve, our FUSE client over our SSH server),
 # interleaved for BENCH_ROUNDS rounds, each workload cold (the page cache
 # dropped before the read workloads, as fsbench does as root) and then
-# warm (fsbench -C: never dropped). Prints a table of medians for each, with
-# the ratios to local and to sshfs, the CPU time and peak RSS of the two
+# warm (fsbench -C: never dropped). Then it probes how soon a change made on
+# the source side shows through each mount. Prints a table of medians for
+# each, with the ratios to local, to the loopback and to sshfs, the issues'
+# targets, the CPU time and peak RSS of the two
 # awcp daemons, and writes them as TSV to $BENCH_OUT/fs.tsv and
 # $BENCH_OUT/fs-warm.tsv.
 #
@@ -138,16 +140,61 @@ for r in $(seq "$ROUNDS"); do
 	done
 done
 
+# How long a change made on the source side — by another process, as the
+# delegator's user would — takes to show through each mount: a new file
+# whose absence was just looked up, and a rewrite of a file just read, of
+# the same size. The worst of 10 probes each, in milliseconds (5000: not
+# seen within 5 s).
+probe() { # probe SOURCE MOUNT: prints notify_new_worst_ms and notify_rewrite_worst_ms
+	python3 - "$1" "$2" <<'PY'
+import os, sys, time
+src, mnt = sys.argv[1], sys.argv[2]
+def wait(seen, limit=5.0):
+    t0 = time.monotonic()
+    while not seen():
+        if time.monotonic() - t0 > limit:
+            return limit * 1000
+        time.sleep(0.0005)
+    return (time.monotonic() - t0) * 1000
+def read(p):
+    try:
+        with open(p) as f:
+            return f.read()
+    except OSError:
+        return None
+new, rewrite = [], []
+for i in range(10):
+    name = "notify-probe-%d" % i
+    there, here = os.path.join(src, name), os.path.join(mnt, name)
+    os.path.exists(here)  # its absence, looked up (and cached, where a mount does)
+    with open(there, "w") as f:
+        f.write("a")
+    new.append(wait(lambda: os.path.exists(here)))
+    wait(lambda: read(here) == "a")
+    with open(there, "w") as f:
+        f.write("b")
+    rewrite.append(wait(lambda: read(here) == "b"))
+    os.remove(there)
+print("notify_new_worst_ms %.1f" % max(new))
+print("notify_rewrite_worst_ms %.1f" % max(rewrite))
+PY
+}
+declare -A SOURCES=([local]="$B/local" [goloop]="$B/src" [sshfs]="$B/src" [awcp]="$B/src")
+for t in "${TARGETS[@]}"; do
+	probe "${SOURCES[$t]}" "${DIRS[$t]}" >"$B/results/$t.notify.txt" || echo "bench: the notification probe of $t failed" >&2
+done
+
 TICK=$(getconf CLK_TCK)
 for mode in "${MODES[@]}"; do
 	for t in "${TARGETS[@]}"; do
 		"$FSBENCH" -m "$B"/results/"$t".$mode.r*.txt >"$B/results/$t.$mode.txt"
+		cat "$B/results/$t.notify.txt" >>"$B/results/$t.$mode.txt"
 	done
 	tsv=$OUT/fs.tsv
 	[ "$mode" = warm ] && tsv=$OUT/fs-warm.tsv
 	echo
 	echo "== $mode: the page cache $([ "$mode" = warm ] && echo "never dropped (fsbench -C)" || echo "dropped before the read workloads")"
-	awk -v tick="$TICK" -v rounds="$ROUNDS" \
+	awk -v mode="$mode" -v tick="$TICK" -v rounds="$ROUNDS" \
 		-v ctl_cpu="${CTL_CPU[$mode]}" -v exec_cpu="${EXEC_CPU[$mode]}" -v ctl_rss="$(hwm $CTL_PID)" -v exec_rss="$(hwm $EXEC_PID)" \
 		-v tsv="$tsv" -f "$ROOT/test/bench/table.awk" \
 		"$B/results/local.$mode.txt" "$B/results/goloop.$mode.txt" "$B/results/sshfs.$mode.txt" "$B/results/awcp.$mode.txt"
