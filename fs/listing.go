@@ -116,14 +116,17 @@ func (n *node) list(ctx context.Context) (*listing, error) {
 	for i, e := range ents {
 		names[i] = e.Name
 	}
-	n.knowNames(names)
+	n.knowNames(names, s)
 	return n.keepListing(ents, at, s), nil
 }
 
 // keepListing records ents, read when the mount's change count was at
 // and its stamp s.
 func (n *node) keepListing(ents []sftpc.Entry, at, s uint64) *listing {
-	l := &listing{entries: ents, until: time.Now().Add(n.fsys.entry), at: at, stamp: s}
+	// Kept as long as the kernel keeps entries: a change the watch
+	// reports voids it (forgetEntries moves n's stamp past at).
+	entry, _ := n.fsys.keepFor(s)
+	l := &listing{entries: ents, until: time.Now().Add(entry), at: at, stamp: s}
 	n.mu.Lock()
 	kept := n.listing != nil // n is in the ring already
 	n.listing = l

@@ -253,12 +253,19 @@ func (f *filesystem) keepFor(s uint64) (entry, attr time.Duration) {
 }
 
 func (f *filesystem) setEntryTimeouts(out *fuse.EntryOut, s uint64) {
-	entry, attr := f.keepFor(s)
-	if linkedElsewhere(&out.Attr) {
-		attr = f.attr
-	}
+	entry, _ := f.keepFor(s)
 	out.SetEntryTimeout(entry)
-	out.SetAttrTimeout(attr)
+	out.SetAttrTimeout(f.attrFor(s, &out.Attr))
+}
+
+// attrFor is how long the kernel may keep attributes a, read since stamp
+// s.
+func (f *filesystem) attrFor(s uint64, a *fuse.Attr) time.Duration {
+	if linkedElsewhere(a) {
+		return f.attr
+	}
+	_, attr := f.keepFor(s)
+	return attr
 }
 
 // linkedElsewhere reports whether a is of a file with more than one link:

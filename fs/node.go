@@ -76,15 +76,19 @@ type node struct {
 	missedAt time.Time
 }
 
-// knowNames records that directory n holds exactly names, for an entry
-// timeout.
-func (n *node) knowNames(names []string) {
+// knowNames records that directory n holds exactly names, as read since
+// stamp s, for as long as the kernel keeps entries (keepFor). The stamp
+// is checked under n.mu: the watch's invalidation, which counts before it
+// forgets n's names (under n.mu too), either shortens them or forgets
+// them after they are set.
+func (n *node) knowNames(names []string, s uint64) {
 	m := make(map[string]struct{}, len(names))
 	for _, name := range names {
 		m[name] = struct{}{}
 	}
 	n.mu.Lock()
-	n.names, n.namesUntil = m, time.Now().Add(n.fsys.entry)
+	entry, _ := n.fsys.keepFor(s)
+	n.names, n.namesUntil = m, time.Now().Add(entry)
 	n.mu.Unlock()
 }
 
@@ -326,11 +330,8 @@ func (n *node) relist(ctx context.Context) (l *listing, ok bool) {
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	s := n.fsys.stamp()
 	defer func() {
-		_, attr := n.fsys.keepFor(s) // after the answer: an invalidation meanwhile shortens it
-		if linkedElsewhere(&out.Attr) {
-			attr = n.fsys.attr
-		}
-		out.SetTimeout(attr)
+		// After the answer: an invalidation meanwhile shortens it.
+		out.SetTimeout(n.fsys.attrFor(s, &out.Attr))
 	}()
 	if h, ok := f.(*fileHandle); ok {
 		a, err := h.stat(ctx)

@@ -39,7 +39,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	n.fsys.learnOwner(a)
 	ch := n.newChild(ctx, s, name, a, out)
 	if cn, ok := ch.Operations().(*node); ok {
-		cn.knowNames(nil) // made here, empty
+		cn.knowNames(nil, s) // made here, empty
 		// Its files will be the directory's owner's: the delegator's
 		// user, and the group it gave the directory (its own, or that
 		// of a setgid parent, which the new directory inherits).

@@ -78,11 +78,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	n.told(&out.Attr)
 	// go-fuse sets the attribute timeout after GETATTR but not after
 	// SETATTR: without this the kernel would ask again at the next stat.
-	_, attr := n.fsys.keepFor(s)
-	if linkedElsewhere(&out.Attr) {
-		attr = n.fsys.attr
-	}
-	out.SetTimeout(attr)
+	out.SetTimeout(n.fsys.attrFor(s, &out.Attr))
 	return 0
 }
 
@@ -268,6 +264,9 @@ func (n *node) createBehind(ctx context.Context, name string, flags, perm uint32
 	if flags&syscall.O_TRUNC != 0 {
 		cn.changes.Add(1)
 	}
+	cn.mu.Lock()
+	cn.opened = cn.seen // the kernel's pages are this file's: it is being made
+	cn.mu.Unlock()
 	h := cn.newHandle(f, int(flags))
 	h.mu.Lock()
 	h.gen, h.open, h.creating, h.perm = gen, call, true, perm

@@ -286,7 +286,7 @@ func (w *watcher) read() {
 			return
 		}
 		var (
-			changed  []event  // name: the path changed; others as read
+			changed  []changedPath
 			grow     []string // new directories to watch, then report
 			overflow bool
 		)
@@ -306,7 +306,7 @@ func (w *watcher) read() {
 				continue
 			}
 			p := path.Join(dir, e.name)
-			changed = append(changed, event{name: p, others: e.others})
+			changed = append(changed, changedPath{p, e.others})
 			switch {
 			case !e.isDir || e.name == "":
 			case e.movedFrom:
@@ -329,15 +329,16 @@ func (w *watcher) read() {
 			w.forget(from) // moved out of the export: no longer watched
 		}
 		// New directories are watched before anything is reported: a
-		// client told of one may cache what it holds at once. And each is
-		// reported once watched, whoever made it, since a change in it
-		// before the watch began would otherwise go unreported.
+		// client told of one may cache what it holds at once, and what
+		// was made in it before the watch began is covered by its being
+		// named (the client drops a named directory with all below it).
+		// One this session made was watched before its mkdir was
+		// answered (made), and is not named to it.
 		for _, d := range grow {
 			complete, ok := w.addTree(d)
 			if !ok || !complete {
 				w.lose()
 			}
-			changed = append(changed, event{name: d, others: true})
 		}
 		now := time.Now()
 		w.mu.Lock()
@@ -345,11 +346,18 @@ func (w *watcher) read() {
 			w.overflow = true
 		}
 		for _, c := range changed {
-			w.changed(c.name, c.others, now)
+			w.changed(c.path, c.others, now)
 		}
 		w.signal()
 		w.mu.Unlock()
 	}
+}
+
+// changedPath is a path an event named, and whether another process made
+// the change.
+type changedPath struct {
+	path   string
+	others bool
 }
 
 // watchedAs opens p and reports under which name its directory is

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"os"
 	"strconv"
-	"sync/atomic"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -89,10 +89,11 @@ func (in *inotify) read() ([]event, error) {
 // an unprivileged listener, which is all that is asked). Unprivileged
 // since Linux 5.13.
 type fanotify struct {
-	f     *os.File
-	fd    int
-	self  int32
-	marks atomic.Int32 // placed, removed or not: a mark outlives its name here
+	f      *os.File
+	fd     int
+	self   int32
+	mu     sync.Mutex          // marked is added to by the watcher's reader and by a session's mkdir (made)
+	marked map[string]struct{} // the keys of the directories marked, removed or not: a mark outlives its name here
 }
 
 // maxFanotifyMarks bounds the marks of one watch, those of directories
@@ -107,7 +108,7 @@ func newFanotify() (*fanotify, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &fanotify{f: os.NewFile(uintptr(fd), "fanotify"), fd: fd, self: int32(os.Getpid())}, nil
+	return &fanotify{f: os.NewFile(uintptr(fd), "fanotify"), fd: fd, self: int32(os.Getpid()), marked: map[string]struct{}{}}, nil
 }
 
 const fanotifyMask = unix.FAN_CREATE | unix.FAN_DELETE | unix.FAN_MOVED_FROM | unix.FAN_MOVED_TO |
@@ -115,29 +116,37 @@ const fanotifyMask = unix.FAN_CREATE | unix.FAN_DELETE | unix.FAN_MOVED_FROM | u
 	unix.FAN_ONDIR | unix.FAN_EVENT_ON_CHILD
 
 func (fa *fanotify) add(f *os.File) (string, error) {
-	// Marked by the watcher's reader and by a session's mkdir (made).
-	if fa.marks.Add(1) > maxFanotifyMarks {
-		fa.marks.Add(-1)
-		return "", errTooManyMarks
-	}
 	// The key is what events carry: the file system's id, then the file
 	// handle's type and bytes.
 	h, _, err := unix.NameToHandleAt(int(f.Fd()), "", unix.AT_EMPTY_PATH)
-	var st unix.Statfs_t
-	if err == nil {
-		err = unix.Fstatfs(int(f.Fd()), &st)
-	}
-	if err == nil {
-		err = unix.FanotifyMark(fa.fd, unix.FAN_MARK_ADD|unix.FAN_MARK_ONLYDIR, fanotifyMask, int(f.Fd()), "")
-	}
 	if err != nil {
-		fa.marks.Add(-1)
 		return "", err
 	}
-	key := binary.NativeEndian.AppendUint32(nil, uint32(st.Fsid.Val[0]))
-	key = binary.NativeEndian.AppendUint32(key, uint32(st.Fsid.Val[1]))
-	key = binary.NativeEndian.AppendUint32(key, uint32(h.Type()))
-	return string(append(key, h.Bytes()...)), nil
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+		return "", err
+	}
+	b := binary.NativeEndian.AppendUint32(nil, uint32(st.Fsid.Val[0]))
+	b = binary.NativeEndian.AppendUint32(b, uint32(st.Fsid.Val[1]))
+	b = binary.NativeEndian.AppendUint32(b, uint32(h.Type()))
+	key := string(append(b, h.Bytes()...))
+	fa.mu.Lock()
+	_, known := fa.marked[key]
+	n := len(fa.marked)
+	fa.mu.Unlock()
+	if known {
+		return key, nil
+	}
+	if n >= maxFanotifyMarks {
+		return "", errTooManyMarks
+	}
+	if err := unix.FanotifyMark(fa.fd, unix.FAN_MARK_ADD|unix.FAN_MARK_ONLYDIR, fanotifyMask, int(f.Fd()), ""); err != nil {
+		return "", err
+	}
+	fa.mu.Lock()
+	fa.marked[key] = struct{}{}
+	fa.mu.Unlock()
+	return key, nil
 }
 
 // remove does nothing: a mark is removed by naming its directory, which

@@ -62,6 +62,7 @@ END {
 			}
 		}
 		unit = (w ~ /_iops$/) ? "(iops)" : (w ~ /_ms$/) ? "" : "(s)"
+		if (w in max_ms) xl = xg = sp = -1 # a latency, not a workload: no ratios
 		printf "%-26s %9s %9s %9s %9s  %8s %8s %8sx  %s\n", w " " unit, val[1, w], val[2, w], val[3, w], val[4, w],
 			fmt(xl), fmt(xg), fmt(sp), target
 		printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", w, val[1, w], val[2, w], val[3, w], val[4, w],
