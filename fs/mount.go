@@ -236,10 +236,6 @@ func (f *filesystem) at(ctx context.Context) reconnecting {
 // negative entries while the watch is exact: the whole lease, in effect.
 const watchedFor = time.Hour
 
-// guessed is the stamp of attributes the mount made up rather than read
-// (createBehind): they are kept only as long as without the watch.
-const guessed = ^uint64(0)
-
 // stamp is taken before a request asks the delegator, for keepFor.
 func (f *filesystem) stamp() uint64 { return f.invalidated.Load() }
 

@@ -175,7 +175,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	s := n.fsys.stamp()
 	p := n.child(name)
 	perm := mode & 0o7777
-	if child, h := n.createBehind(ctx, name, flags, perm, out); h != nil {
+	if child, h := n.createBehind(ctx, s, name, flags, perm, out); h != nil {
 		return child, h, 0, 0
 	}
 	// The open brings the file's attributes along (OpenRead, reading
@@ -234,7 +234,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 // delegator made the name meanwhile, its disk is full), the handle's next
 // write, flush (close) or fsync reports it, as for a failed write
 // (fileHandle.created). It returns a nil handle where it does not apply.
-func (n *node) createBehind(ctx context.Context, name string, flags, perm uint32, out *fuse.EntryOut) (*fs.Inode, *fileHandle) {
+func (n *node) createBehind(ctx context.Context, s uint64, name string, flags, perm uint32, out *fuse.EntryOut) (*fs.Inode, *fileHandle) {
 	n.mu.Lock()
 	uid, gid, known := n.childUID, n.childGID, n.ownerKnown
 	n.mu.Unlock()
@@ -258,8 +258,11 @@ func (n *node) createBehind(ctx context.Context, name string, flags, perm uint32
 	f, call := client.StartOpenNamed(p, pflags(int(flags)|syscall.O_CREAT), perm)
 	n.named(name)
 	now := uint32(time.Now().Unix())
-	child := n.newChild(ctx, guessed, name, sftpc.Attrs{Mode: syscall.S_IFREG | perm, UID: uid, GID: gid,
+	child := n.newChild(ctx, s, name, sftpc.Attrs{Mode: syscall.S_IFREG | perm, UID: uid, GID: gid,
 		Atime: now, Mtime: now, Nlink: 1, HasNlink: true}, out)
+	// The entry is kept as any other; the attributes are made up here
+	// (the delegator's mtime), so they are kept only the configured time.
+	out.SetAttrTimeout(n.fsys.attr)
 	cn := child.Operations().(*node)
 	if flags&syscall.O_TRUNC != 0 {
 		cn.changes.Add(1)
