@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/awcp/awcp/internal/metrics"
+	"golang.org/x/sys/unix"
 )
 
 // A file rewritten on the delegator's side without changing its size —
@@ -336,5 +337,42 @@ func TestLinkedElsewhereKeepsTimeouts(t *testing.T) {
 			t.Fatalf("still %q 3 s after a change through a link outside the export (attribute timeout 1 s)", b)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestKeptFileOpensWithItsStart: a file whose pages the kernel may keep
+// (the watch is exact, and the mount wrote it) is opened on the
+// delegator's side only when a read is not answered from the pages — here
+// they were dropped — and that open brings the file's start along: the
+// read takes one request (the open), not an open and a read.
+func TestKeptFileOpensWithItsStart(t *testing.T) {
+	f := newMount(t, false)
+	waitExact(t, f)
+	inMount := filepath.Join(f.mnt, "kept")
+	data := bytes.Repeat([]byte("kept "), 1000) // 5,000 bytes: its last page is partial
+	if err := os.WriteFile(inMount, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel's pages of it go; its entry and attributes stay.
+	fd, err := os.Open(inMount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(fd.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	fd.Close()
+	asked := func(op string) float64 {
+		return f.served.Sum("awcp_sftp_request_seconds", map[string]string{"op": op})
+	}
+	opens, reads := asked("open-read")+asked("open"), asked("read")
+	if b, err := os.ReadFile(inMount); err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("read %d bytes, %v", len(b), err)
+	}
+	if got := asked("open-read") + asked("open") - opens; got != 1 {
+		t.Errorf("%v opens on the delegator's side, want 1", got)
+	}
+	if got := asked("read") - reads; got != 0 {
+		t.Errorf("%v reads on the delegator's side, want none (the open brought the file along)", got)
 	}
 }

@@ -147,6 +147,13 @@ func (n *node) deferredHandle(flags int) *fileHandle {
 	return h
 }
 
+// deferred reports whether h is not open on the delegator's side yet.
+func (h *fileHandle) deferred() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.f == nil
+}
+
 // file returns the handle's remote file, opening it if the open was
 // deferred. No lock is held across the round trip; a racing open loses.
 func (h *fileHandle) file(ctx context.Context) (*sftpc.File, uint64, error) {
@@ -160,7 +167,22 @@ func (h *fileHandle) file(ctx context.Context) (*sftpc.File, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	f, err = client.OpenFile(h.node.rpath(), reopenFlags(h.flags), 0)
+	// A handle for reading brings the file's start along: the read that
+	// opens it is then answered from it (Read), one round trip, not two.
+	var head headRead
+	if h.flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		changes := h.node.changes.Load()
+		var o sftpc.Opened
+		f, o, err = client.OpenRead(h.node.rpath(), reopenFlags(h.flags), 0, headSize)
+		if err == nil && o.Attrs.Flags != 0 {
+			var a fuse.Attr
+			fillAttr(o.Attrs, &a)
+			h.node.observe(&a)
+			head = headRead{data: o.Head, eof: o.EOF, changes: changes, version: versionOf(&a), ok: true}
+		}
+	} else {
+		f, err = client.OpenFile(h.node.rpath(), reopenFlags(h.flags), 0)
+	}
 	if err != nil {
 		return nil, gen, err // gen: the connection that failed, if it did
 	}
@@ -176,6 +198,9 @@ func (h *fileHandle) file(ctx context.Context) (*sftpc.File, uint64, error) {
 		return h.file(ctx)
 	}
 	h.f, h.gen = f, gen
+	if head.ok {
+		h.head = head
+	}
 	h.mu.Unlock()
 	h.node.mu.Lock()
 	delete(h.node.deferred, h)
@@ -366,6 +391,15 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	had, whole := h.fromHead(dest, off)
 	if whole {
 		return fuse.ReadResultData(dest[:had]), 0
+	}
+	if had == 0 && h.deferred() {
+		// Its open brings the file's start along.
+		if err := h.withFile(ctx, func(*sftpc.File) error { return nil }); err != nil {
+			return nil, h.node.errno(ctx, "read", h.node.rpath(), err)
+		}
+		if had, whole = h.fromHead(dest, off); whole {
+			return fuse.ReadResultData(dest[:had]), 0
+		}
 	}
 	var n int
 	err := h.withFile(ctx, func(f *sftpc.File) (err error) {

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/awcp/awcp/internal/metrics"
 	"github.com/awcp/awcp/internal/mountinfo"
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
@@ -57,7 +58,8 @@ type mountFixture struct {
 	mount    *Mount
 	auth     *sshd.Authority
 	srv      *sshd.Server
-	ro       bool // the grant's
+	served   *metrics.Registry // what the server was asked
+	ro       bool              // the grant's
 
 	stopServer func() // closes the listener and every connection
 	exp        sshd.Export
@@ -121,7 +123,8 @@ func newMountOf(t testing.TB, exp sshd.Export, tweak func(*Options)) *mountFixtu
 	f := &mountFixture{dir: t.TempDir(), mnt: mnt, auth: auth, ro: ro}
 	const id = mountID
 	log := slog.New(slog.DiscardHandler)
-	f.srv, err = sshd.New(sshd.Options{Authority: auth, Logger: log})
+	f.served = metrics.New()
+	f.srv, err = sshd.New(sshd.Options{Authority: auth, Logger: log, Metrics: f.served})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,7 +138,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	n.mu.Unlock()
 	if keep && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
 		// Reads will mostly come from the page cache: open remotely only
-		// if one does not.
+		// if one does not. What was read ahead of a reader going through
+		// the directory is used all the same: the kernel may lack a page
+		// (the tail of a file the mount wrote, a page it evicted).
+		if h, _ := n.openAhead(ctx, int(flags), kernelSize); h != nil {
+			return h, fuse.FOPEN_KEEP_CACHE | noFlush, 0
+		}
 		return n.deferredHandle(int(flags)), fuse.FOPEN_KEEP_CACHE | noFlush, 0
 	}
 	p := n.rpath()
