@@ -237,7 +237,8 @@ func waitExact(t *testing.T, f *mountFixture) {
 // kernel keeps what it was told past the configured timeouts (1 s): a
 // second stat of a file and of a name that is not there, and a second
 // read of a file — one the owner wrote, and one the mount wrote itself —
-// reach neither the mount nor the delegator, 1.5 s later. What the owner
+// reach neither the mount nor the delegator, 1.5 s later (opens reach the
+// mount, which asks the delegator nothing: not even to read ahead). What the owner
 // changes is still seen at once.
 func TestExactWatchKeepsCaches(t *testing.T) {
 	reg := metrics.New()
@@ -272,10 +273,13 @@ func TestExactWatchKeepsCaches(t *testing.T) {
 	time.Sleep(2 * renotifyAfter)
 	use()
 	time.Sleep(1500 * time.Millisecond)
-	before := asked()
+	before, served := asked(), f.served.Sum("awcp_sftp_request_seconds", nil)
 	use()
 	if got := asked() - before; got != 0 {
 		t.Errorf("1.5 s on, the kernel asked the mount %v times (lookups, getattrs, reads), want none", got)
+	}
+	if got := f.served.Sum("awcp_sftp_request_seconds", nil) - served; got != 0 {
+		t.Errorf("1.5 s on, the delegator was asked %v times, want none", got)
 	}
 
 	// A file the mount writes keeps its pages across opens, though its
@@ -374,5 +378,37 @@ func TestKeptFileOpensWithItsStart(t *testing.T) {
 	}
 	if got := asked("read") - reads; got != 0 {
 		t.Errorf("%v reads on the delegator's side, want none (the open brought the file along)", got)
+	}
+}
+
+// TestReadAgainAsksNothing: a tree read through the mount once — files
+// opened in their directory's order, as grep does, and read ahead in
+// batches — is read again from the kernel's pages alone while the watch
+// is exact: the second pass asks the delegator nothing, not even to read
+// ahead.
+func TestReadAgainAsksNothing(t *testing.T) {
+	f := newMount(t, false)
+	waitExact(t, f)
+	owner(t, f.dir, "for d in t u; do mkdir $d; for i in $(seq 10 49); do printf 'file %s\\n' $i > $d/f$i; done; done")
+	time.Sleep(2 * renotifyAfter) // the owner's changes reported, and told twice
+	pass := func() {
+		t.Helper()
+		for _, d := range []string{"t", "u"} {
+			ents, err := os.ReadDir(filepath.Join(f.mnt, d))
+			if err != nil || len(ents) != 40 {
+				t.Fatalf("listed %d, %v", len(ents), err)
+			}
+			for _, e := range ents {
+				if b, err := os.ReadFile(filepath.Join(f.mnt, d, e.Name())); err != nil || len(b) != 8 {
+					t.Fatalf("read %s: %q %v", e.Name(), b, err)
+				}
+			}
+		}
+	}
+	pass()
+	served := f.served.Sum("awcp_sftp_request_seconds", nil)
+	pass()
+	if got := f.served.Sum("awcp_sftp_request_seconds", nil) - served; got != 0 {
+		t.Errorf("the second pass asked the delegator %v times, want none", got)
 	}
 }

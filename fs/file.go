@@ -147,6 +147,19 @@ func (n *node) deferredHandle(flags int) *fileHandle {
 	return h
 }
 
+// readWhole records that a read at off, answered with n of the asked
+// bytes, handed the kernel's page cache the whole file: it started at 0
+// and came short (the end of the file). Reads with O_DIRECT pass the page
+// cache by.
+func (h *fileHandle) readWhole(off int64, n, asked int) {
+	if off != 0 || n >= asked || h.flags&syscall.O_DIRECT != 0 {
+		return
+	}
+	h.node.mu.Lock()
+	h.node.whole = true
+	h.node.mu.Unlock()
+}
+
 // deferred reports whether h is not open on the delegator's side yet.
 func (h *fileHandle) deferred() bool {
 	h.mu.Lock()
@@ -390,6 +403,7 @@ func pflags(flags int) uint32 {
 func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	had, whole := h.fromHead(dest, off)
 	if whole {
+		h.readWhole(off, had, len(dest))
 		return fuse.ReadResultData(dest[:had]), 0
 	}
 	if had == 0 && h.deferred() {
@@ -398,6 +412,7 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 			return nil, h.node.errno(ctx, "read", h.node.rpath(), err)
 		}
 		if had, whole = h.fromHead(dest, off); whole {
+			h.readWhole(off, had, len(dest))
 			return fuse.ReadResultData(dest[:had]), 0
 		}
 	}
@@ -414,6 +429,7 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	if err != nil && (n == 0 || had > 0) {
 		return nil, h.node.errno(ctx, "read", h.node.rpath(), err)
 	}
+	h.readWhole(off, had+n, len(dest))
 	return fuse.ReadResultData(dest[:had+n]), 0
 }
 
@@ -429,6 +445,9 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 		return 0, h.node.errno(ctx, "write", h.node.rpath(), err)
 	}
 	h.node.changes.Add(1)
+	h.node.mu.Lock()
+	h.node.whole = false // a partly written page is not whole in the kernel
+	h.node.mu.Unlock()
 	// Before and after the queueing: a read ahead asked for in between
 	// could overtake the write on the wire.
 	defer h.node.fsys.changing(h.node)()

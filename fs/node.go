@@ -46,6 +46,12 @@ type node struct {
 	// linked is whether the file had more than one link when last
 	// reported (linkedElsewhere).
 	linked bool
+	// whole is whether the kernel was handed all of the file (a read of
+	// it to its end, or its start stored with its open) since the mount
+	// last wrote it or was told it changed: an open that keeps the pages
+	// then needs nothing more from the delegator, unless the kernel
+	// evicted some.
+	whole bool
 	// atime is the access time last reported, what a change of the mtime
 	// alone sends again (v3 sets both); 0 if none was.
 	atime uint32

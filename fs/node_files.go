@@ -111,6 +111,9 @@ func (n *node) openedWith(h *fileHandle, o sftpc.Opened, changes, kernelSize uin
 		n.NotifyContent(0, 0)
 		return noFlush
 	}
+	n.mu.Lock()
+	n.whole = true
+	n.mu.Unlock()
 	return fuse.FOPEN_KEEP_CACHE | noFlush
 }
 
@@ -124,6 +127,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if flags&syscall.O_TRUNC != 0 {
 		n.changes.Add(1)
 		defer n.fsys.changing(n)()
+		n.mu.Lock()
+		n.whole = false
+		n.mu.Unlock()
 	}
 	// The kernel refreshed the attributes before this open if they were
 	// stale; if the file is as it was at the last open, its cached pages
@@ -135,14 +141,17 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	keep := (n.seen == n.opened || exact && !n.linked) && n.opened != (version{}) && flags&syscall.O_TRUNC == 0
 	n.opened = n.seen
 	kernelSize := n.seen.size // every size the kernel is told passes observe
+	whole := n.whole
 	n.mu.Unlock()
 	if keep && flags&syscall.O_ACCMODE == syscall.O_RDONLY {
 		// Reads will mostly come from the page cache: open remotely only
-		// if one does not. What was read ahead of a reader going through
-		// the directory is used all the same: the kernel may lack a page
-		// (the tail of a file the mount wrote, a page it evicted).
-		if h, _ := n.openAhead(ctx, int(flags), kernelSize); h != nil {
-			return h, fuse.FOPEN_KEEP_CACHE | noFlush, 0
+		// if one does not. Where the kernel may lack a page (the tail of
+		// a file the mount wrote), what was read ahead of a reader going
+		// through the directory is used all the same.
+		if !whole {
+			if h, _ := n.openAhead(ctx, int(flags), kernelSize); h != nil {
+				return h, fuse.FOPEN_KEEP_CACHE | noFlush, 0
+			}
 		}
 		return n.deferredHandle(int(flags)), fuse.FOPEN_KEEP_CACHE | noFlush, 0
 	}

@@ -239,7 +239,7 @@ func (f *filesystem) forgetEntries(in *fs.Inode) {
 	}
 	n.forgetNames()
 	n.mu.Lock()
-	n.opened = version{}
+	n.opened, n.whole = version{}, false
 	n.mu.Unlock()
 	f.changing(n)()
 }
