@@ -412,3 +412,66 @@ func TestReadAgainAsksNothing(t *testing.T) {
 		t.Errorf("the second pass asked the delegator %v times, want none", got)
 	}
 }
+
+// TestScatteredReadsFetchTheFile: a file read at scattered offsets
+// through the page cache is read whole in the background once 32 such
+// reads reached the mount, and stored in the kernel's page cache: the
+// reads after that reach neither the mount nor the delegator, and return
+// the file's bytes. A change the owner makes then is read as soon as
+// reported.
+func TestScatteredReadsFetchTheFile(t *testing.T) {
+	reg := metrics.New()
+	f := newMountWith(t, false, func(o *Options) { o.Metrics = reg })
+	waitExact(t, f)
+	data := make([]byte, 8<<20)
+	for i := range data {
+		data[i] = byte(i * 7 / 4096)
+	}
+	if err := os.WriteFile(filepath.Join(f.dir, "db"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * renotifyAfter)
+	fd, err := os.Open(filepath.Join(f.mnt, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	block := make([]byte, 4096)
+	readAt := func(i int) {
+		t.Helper()
+		off := int64(i*7919%2048) * 4096 // scattered, never in order
+		if _, err := fd.ReadAt(block, off); err != nil || !bytes.Equal(block, data[off:off+4096]) {
+			t.Fatalf("read at %d: %v, or not the file's bytes", off, err)
+		}
+	}
+	for i := range 64 {
+		readAt(i)
+	}
+	for deadline := time.Now().Add(5 * time.Second); f.mount.fsys.prefetch.busy.Load() || !f.mount.fsys.prefetch.done(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the file was not read whole within 5 s")
+		}
+	}
+	reads, served := reg.Sum("awcp_fuse_operations_total", map[string]string{"op": "read"}), f.served.Sum("awcp_sftp_request_seconds", map[string]string{"op": "read"})
+	for i := 64; i < 1064; i++ {
+		readAt(i)
+	}
+	if got := reg.Sum("awcp_fuse_operations_total", map[string]string{"op": "read"}) - reads; got != 0 {
+		t.Errorf("after the file was read whole, 1,000 scattered reads reached the mount %v times, want none", got)
+	}
+	if got := f.served.Sum("awcp_sftp_request_seconds", map[string]string{"op": "read"}) - served; got != 0 {
+		t.Errorf("and the delegator %v times, want none", got)
+	}
+
+	owner(t, f.dir, "printf changed | dd of=db bs=1 seek=4096 conv=notrunc status=none")
+	deadline := time.Now().Add(time.Second)
+	for {
+		if _, err := fd.ReadAt(block, 4096); err == nil && string(block[:7]) == "changed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the owner's change not read after 1 s: %q", block[:7])
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

@@ -430,6 +430,9 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		return nil, h.node.errno(ctx, "read", h.node.rpath(), err)
 	}
 	h.readWhole(off, had+n, len(dest))
+	if h.flags&syscall.O_DIRECT == 0 {
+		h.node.scatter(off, had+n, len(dest))
+	}
 	return fuse.ReadResultData(dest[:had+n]), 0
 }
 
@@ -447,6 +450,7 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 	h.node.changes.Add(1)
 	h.node.mu.Lock()
 	h.node.whole = false // a partly written page is not whole in the kernel
+	h.node.prefetched = false
 	h.node.mu.Unlock()
 	// Before and after the queueing: a read ahead asked for in between
 	// could overtake the write on the wire.

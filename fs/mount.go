@@ -152,6 +152,8 @@ type filesystem struct {
 	// while it is the live one, the kernel keeps entries, attributes and
 	// pages until the watch says they changed. 0 while none is.
 	exactGen atomic.Uint64
+	// prefetch reads files read at scattered offsets whole (prefetch.go).
+	prefetch *prefetcher
 	// invalidated counts the watch's invalidations. An answer read while
 	// it moved may predate a change reported meanwhile (the kernel takes
 	// the answer after the invalidation meant for it), so it is kept only
@@ -416,7 +418,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	fsys := &filesystem{conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout}
+	fsys := &filesystem{conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout, prefetch: newPrefetcher()}
 	root := &node{fsys: fsys}
 	// Negative entries are cached as long as positive ones: tools probe
 	// for many files that do not exist (git does, a lot). Our own creates
@@ -507,6 +509,7 @@ func (m *Mount) Unmount() error {
 		// up to the reconnect bound) rather than leave them in doubt.
 		m.conn.writes.settle(context.Background())
 		m.fsys.closing.Wait()
+		m.fsys.prefetch.close()
 		if m.stopWatch != nil {
 			m.watchMu.Lock()
 			m.watchDone = true

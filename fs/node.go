@@ -52,6 +52,12 @@ type node struct {
 	// then needs nothing more from the delegator, unless the kernel
 	// evicted some.
 	whole bool
+	// readEnd is where the last read that reached the mount ended;
+	// scattered counts those that did not start there, and prefetched
+	// whether the file was read whole since it last changed (prefetch.go).
+	readEnd    int64
+	scattered  int
+	prefetched bool
 	// atime is the access time last reported, what a change of the mtime
 	// alone sends again (v3 sets both); 0 if none was.
 	atime uint32

@@ -80,6 +80,7 @@ func (m *Mount) watchConn(ctx context.Context, root *fs.Inode, client *sftpc.Cli
 		case err != nil:
 			return // the connection (or the mount) ends; the next one drops everything
 		}
+		wasExact := m.fsys.exactGen.Load() == gen
 		if !ch.Exact && m.fsys.exactGen.CompareAndSwap(gen, 0) {
 			// Kept until told, and no longer told of everything: drop all.
 			m.log.Info("fs: the delegator's watch no longer sees every change; caches keep their timeouts")
@@ -90,9 +91,12 @@ func (m *Mount) watchConn(ctx context.Context, root *fs.Inode, client *sftpc.Cli
 				m.log.Info("fs: the delegator reports more changes than it lists; dropping every cache")
 			}
 			// The first answer is one too: what was kept before the watch
-			// began is dropped.
+			// began is dropped. Only what the kernel was told to keep long
+			// needs telling twice: before the watch was exact, nothing was.
 			m.fsys.dropAll(root)
-			again.add(nil)
+			if wasExact {
+				again.add(nil)
+			}
 			m.fsys.watchedGen.Store(gen)
 			if ch.Exact {
 				m.fsys.exactGen.Store(gen)
@@ -239,7 +243,7 @@ func (f *filesystem) forgetEntries(in *fs.Inode) {
 	}
 	n.forgetNames()
 	n.mu.Lock()
-	n.opened, n.whole = version{}, false
+	n.opened, n.whole, n.prefetched = version{}, false, false
 	n.mu.Unlock()
 	f.changing(n)()
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -94,6 +95,7 @@ type watcher struct {
 	root     *os.Root
 	hidden   func(string) bool // never named, nor watched below
 	grace    time.Duration     // ownGrace, or ownGraceAttested
+	realRoot string            // the kernel's path of the export's directory
 	attested bool              // the source attests who made each change
 
 	// dirs names the watched directories: key → path relative to the
@@ -160,6 +162,7 @@ func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
 	} else if err == nil {
 		fan.close()
 	}
+	realRoot, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(top.Fd())))
 	top.Close()
 	if src == nil {
 		if src, err = newInotify(); err != nil {
@@ -168,7 +171,7 @@ func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
 	}
 	w := &watcher{src: src, root: root, hidden: hidden, dirs: map[string]string{},
 		pending: map[string]struct{}{}, own: map[string]*ownChange{}, ready: make(chan struct{}), done: make(chan struct{})}
-	w.grace, w.attested = ownGrace, src.attests()
+	w.grace, w.attested, w.realRoot = ownGrace, src.attests(), realRoot
 	if w.attested {
 		w.grace = ownGraceAttested
 	}
@@ -184,6 +187,9 @@ func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
 	go w.read()
 	return w
 }
+
+// real is the kernel's path of p, relative to the export.
+func (w *watcher) real(p string) string { return path.Join(w.realRoot, p) }
 
 // addTree watches dir and every directory below it, opened through the
 // root (so never outside it). complete is false if a directory could not
@@ -469,25 +475,27 @@ func (w *watcher) end(paths []string) {
 
 // sessions sorts this process's own changes among its sessions. A source
 // that attests says only that this process made a change; if another
-// session's watcher is changing a path of the same name meanwhile, the
-// change may be that session's — the export may be lent twice, or one
-// export may hold another — so it is reported.
-var sessions = changers{names: map[string]map[*watcher]*ownChange{}}
+// session's watcher is changing the same file meanwhile, the change may be
+// that session's — the export may be lent twice, or one export may hold
+// another — so it is reported. Files are named by the kernel's path of the
+// export's directory and the path in it (watcher.real): an export reached
+// through a bind mount under another path is not known to be the same.
+var sessions = changers{files: map[string]map[*watcher]*ownChange{}}
 
 type changers struct {
 	mu    sync.Mutex // after watcher.mu
-	names map[string]map[*watcher]*ownChange
+	files map[string]map[*watcher]*ownChange
 }
 
 func (c *changers) begin(w *watcher, paths []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, p := range paths {
-		base := path.Base(p)
-		by := c.names[base]
+		file := w.real(p)
+		by := c.files[file]
 		if by == nil {
 			by = map[*watcher]*ownChange{}
-			c.names[base] = by
+			c.files[file] = by
 		}
 		o := by[w]
 		if o == nil {
@@ -502,31 +510,31 @@ func (c *changers) end(w *watcher, paths []string, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, p := range paths {
-		if o := c.names[path.Base(p)][w]; o != nil {
+		if o := c.files[w.real(p)][w]; o != nil {
 			o.inflight--
 			o.ended = now
 		}
 	}
-	if len(c.names) > 4096 {
-		for base, by := range c.names {
+	if len(c.files) > 4096 {
+		for file, by := range c.files {
 			for cw, o := range by {
 				if !o.live(now, ownGraceAttested) {
 					delete(by, cw)
 				}
 			}
 			if len(by) == 0 {
-				delete(c.names, base)
+				delete(c.files, file)
 			}
 		}
 	}
 }
 
-// others reports whether a session other than w's is changing a path
-// named as p is.
+// others reports whether a session other than w's is changing the file
+// p of w's export.
 func (c *changers) others(w *watcher, p string, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for cw, o := range c.names[path.Base(p)] {
+	for cw, o := range c.files[w.real(p)] {
 		if cw != w && o.live(now, ownGraceAttested) {
 			return true
 		}
@@ -538,10 +546,10 @@ func (c *changers) others(w *watcher, p string, now time.Time) bool {
 func (c *changers) drop(w *watcher) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for base, by := range c.names {
+	for file, by := range c.files {
 		delete(by, w)
 		if len(by) == 0 {
-			delete(c.names, base)
+			delete(c.files, file)
 		}
 	}
 }

@@ -138,18 +138,8 @@ func testWatchReportsOthersChanges(t *testing.T, exact bool) {
 // watchClient is an SFTP session of ours on a new directory lent as id.
 func watchClient(t *testing.T, f *fixture, id string) (string, *sftpc.Client) {
 	t.Helper()
-	dir, cred := f.lend(t, id, false)
-	conn, err := f.dial(id, certSigner(t, cred))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	c, err := sftpc.Open(conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return dir, c
+	dir := t.TempDir()
+	return dir, sessionOn(t, f, id, dir)
 }
 
 // TestWatchBounds: what one watch holds is bounded. Changes pile up to 512
