@@ -356,9 +356,10 @@ func TestReopenFromCache(t *testing.T) {
 	}
 	// Changed on the delegator's side: new size and mtime, so the next open
 	// after the attribute timeout reads it fresh.
-	later := time.Now().Add(time.Hour)
-	os.WriteFile(filepath.Join(f.dir, "cached.txt"), []byte("second, longer version\n"), 0o644)
-	os.Chtimes(filepath.Join(f.dir, "cached.txt"), later, later)
+	// (By another process, as the owner would: this one is the server's,
+	// whose changes to a file the mount has just written are the mount's.)
+	owner(t, f.dir, fmt.Sprintf("printf 'second, longer version\\n' > cached.txt && touch -d @%d cached.txt",
+		time.Now().Add(time.Hour).Unix()))
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		b, err := os.ReadFile(path)

@@ -54,7 +54,7 @@ func (m *Mount) startWatching(root *fs.Inode) {
 		go func() {
 			defer m.watching.Done()
 			if again {
-				m.fsys.dropAll(root) // what changed while there was no connection is unknown
+				m.fsys.dropAll(root, true) // what changed while there was no connection is unknown
 			}
 			m.watchConn(ctx, root, client, gen)
 		}()
@@ -92,8 +92,11 @@ func (m *Mount) watchConn(ctx context.Context, root *fs.Inode, client *sftpc.Cli
 			}
 			// The first answer is one too: what was kept before the watch
 			// began is dropped. Only what the kernel was told to keep long
-			// needs telling twice: before the watch was exact, nothing was.
-			m.fsys.dropAll(root)
+			// needs telling twice, and its entries dropped: before the watch
+			// was exact, none were (they go within their 1 s; dropping them
+			// would have the kernel forget the nodes, and give the files
+			// new inode numbers under a running program's feet).
+			m.fsys.dropAll(root, wasExact)
 			if wasExact {
 				again.add(nil)
 			}
@@ -248,11 +251,24 @@ func (f *filesystem) forgetEntries(in *fs.Inode) {
 	f.changing(n)()
 }
 
-// dropAll drops everything kept of the tree the kernel knows.
-func (f *filesystem) dropAll(root *fs.Inode) {
+// dropAll drops everything kept of the tree the kernel knows: the
+// mount's own caches and the kernel's pages, and its entries if entries.
+func (f *filesystem) dropAll(root *fs.Inode, entries bool) {
 	f.conn.metrics.CacheDropped()
 	f.invalidated.Add(1)
-	f.dropBelow(root)
+	if entries {
+		f.dropBelow(root)
+		return
+	}
+	var walk func(in *fs.Inode)
+	walk = func(in *fs.Inode) {
+		f.forgetEntries(in)
+		for _, child := range in.Children() {
+			walk(child)
+		}
+		in.NotifyContent(0, 0)
+	}
+	walk(root)
 }
 
 // dropBelow drops everything kept of in and what the kernel knows below
