@@ -450,7 +450,7 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 	h.node.changes.Add(1)
 	h.node.mu.Lock()
 	h.node.whole = false // a partly written page is not whole in the kernel
-	h.node.prefetched = false
+	h.node.prefetched, h.node.fetches = false, 0
 	h.node.mu.Unlock()
 	// Before and after the queueing: a read ahead asked for in between
 	// could overtake the write on the wire.

@@ -507,9 +507,9 @@ func (m *Mount) Unmount() error {
 		// Files unlinked behind whose removes are still unanswered:
 		// wait for them (and send them again if the connection is down,
 		// up to the reconnect bound) rather than leave them in doubt.
+		m.fsys.prefetch.stop() // stores no more; its read ends with the connection
 		m.conn.writes.settle(context.Background())
 		m.fsys.closing.Wait()
-		m.fsys.prefetch.close()
 		if m.stopWatch != nil {
 			m.watchMu.Lock()
 			m.watchDone = true
@@ -518,6 +518,7 @@ func (m *Mount) Unmount() error {
 			m.watching.Wait()
 		}
 		m.conn.close()
+		m.fsys.prefetch.wait()
 		m.unmountErr = err
 	})
 	return m.unmountErr

@@ -58,6 +58,7 @@ type node struct {
 	readEnd    int64
 	scattered  int
 	prefetched bool
+	fetches    int // times read whole since it last changed
 	// atime is the access time last reported, what a change of the mtime
 	// alone sends again (v3 sets both); 0 if none was.
 	atime uint32

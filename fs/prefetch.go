@@ -16,7 +16,10 @@ import (
 // at a time, of at most prefetchMax bytes, not while it is open for
 // writing. What is stored is dropped again if the file changed meanwhile
 // (the mount wrote it, or the watch reported a change): it may be of the
-// old file.
+// old file. Should scattered reads keep reaching the mount after that (the
+// kernel dropped the pages: memory pressure, a reader's own
+// POSIX_FADV_DONTNEED, as fio's does at each pass), the file is read
+// again, after twice as many each time.
 
 const (
 	prefetchAfter = 32
@@ -29,7 +32,7 @@ type prefetcher struct {
 	stop  context.CancelFunc
 	busy  atomic.Bool    // one file at a time
 	wg    sync.WaitGroup // the running read
-	files atomic.Int64   // read whole to the end, for tests
+	files atomic.Int64   // files read whole to their end (done)
 }
 
 // done reports whether a file was read whole.
@@ -40,11 +43,9 @@ func newPrefetcher() *prefetcher {
 	return &prefetcher{ctx: ctx, stop: stop}
 }
 
-// close stops the running read and waits for it.
-func (p *prefetcher) close() {
-	p.stop()
-	p.wg.Wait()
-}
+// wait waits for the running read, once stopped (stop) or once the
+// connection it reads through is closed.
+func (p *prefetcher) wait() { p.wg.Wait() }
 
 // scatterSize is the most a read may ask for to count as scattered: the
 // kernel's read-ahead of a file read in order asks for 1 MiB at a time,
@@ -62,14 +63,15 @@ func (n *node) scatter(off int64, read, asked int) {
 		n.scattered++
 	}
 	n.readEnd = off + int64(read)
-	start := n.scattered >= prefetchAfter && !n.prefetched && len(n.writers) == 0 && n.seen.size <= prefetchMax
+	after := prefetchAfter << min(n.fetches, 16)
+	start := n.scattered >= after && !n.prefetched && len(n.writers) == 0 && n.seen.size <= prefetchMax
 	size := n.seen.size
 	n.mu.Unlock()
 	if !start || !f.exact() || !f.prefetch.busy.CompareAndSwap(false, true) {
 		return
 	}
 	n.mu.Lock()
-	n.prefetched = true // once per change: forgetEntries and writes clear it
+	n.prefetched = true // until read: forgetEntries and writes clear it too
 	n.mu.Unlock()
 	f.prefetch.wg.Add(1)
 	go func() {
@@ -114,4 +116,10 @@ func (f *filesystem) fetchWhole(n *node, size uint64) {
 		}
 	}
 	f.prefetch.files.Add(1)
+	n.mu.Lock()
+	if n.prefetched { // not cleared by a change meanwhile
+		n.prefetched, n.scattered = false, 0
+		n.fetches++
+	}
+	n.mu.Unlock()
 }

@@ -246,7 +246,7 @@ func (f *filesystem) forgetEntries(in *fs.Inode) {
 	}
 	n.forgetNames()
 	n.mu.Lock()
-	n.opened, n.whole, n.prefetched = version{}, false, false
+	n.opened, n.whole, n.prefetched, n.fetches = version{}, false, false, 0
 	n.mu.Unlock()
 	f.changing(n)()
 }

@@ -39,14 +39,15 @@ const maxWatchDirs = 8192
 
 // ownGrace is how long after this session's last request on a path ended
 // an event for it is still taken as the session's own: the watcher reads
-// the events the request made a moment after it. (An event it reads later
-// is reported back to the client: a needless invalidation, no harm.) Where
-// the source cannot say who made a change, an owner's change within it
-// goes unreported, so it is short; where it can, it only sorts this
-// process's own changes among its sessions, and is longer.
+// the events the request made a moment after it, or later under load. (An
+// event it reads later is reported back to the client: a needless
+// invalidation, after which the kernel may give the file a new inode
+// number.) Where the source cannot say who made a change, an owner's
+// change within it goes unreported, so it is short; where it can, it only
+// sorts this process's own changes among its sessions, and is long.
 const (
 	ownGrace         = 100 * time.Millisecond
-	ownGraceAttested = time.Second
+	ownGraceAttested = 10 * time.Second
 )
 
 // ownChange is a path this session is changing: its requests in flight,

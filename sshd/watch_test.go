@@ -33,59 +33,11 @@ func TestWatchReportsOthersChanges(t *testing.T) {
 func testWatchReportsOthersChanges(t *testing.T, exact bool) {
 	f := newFixture(t)
 	dir := t.TempDir()
-	const id = "dlg_watch"
-	f.srv.Grant(id, Export{Dir: dir, Policy: wire.ExportPolicy{Hide: []string{"*.key"}}}, time.Now().Add(time.Hour))
-	cred, err := f.auth.Issue(id, time.Now().Add(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := f.dial(id, certSigner(t, cred))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c, err := sftpc.Open(conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := sessionOn(t, f, "dlg_watch", Export{Dir: dir, Policy: wire.ExportPolicy{Hide: []string{"*.key"}}})
 	if !c.Watches() {
 		t.Fatal("the server does not announce watch@awcp")
 	}
-	answers := make(chan []string, 100)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			ch, err := c.Watch(ctx)
-			if err != nil {
-				return
-			}
-			if ch.Overflow {
-				ch.Paths = append(ch.Paths, "<overflow>")
-			}
-			if ch.Exact != exact {
-				ch.Paths = append(ch.Paths, fmt.Sprintf("<exact %v>", ch.Exact))
-			}
-			answers <- ch.Paths
-		}
-	}()
-	defer func() { cancel(); <-done }()
-	// collect gathers what is reported within d.
-	collect := func(d time.Duration) []string {
-		var got []string
-		deadline := time.After(d)
-		for {
-			select {
-			case p := <-answers:
-				got = append(got, p...)
-			case <-deadline:
-				slices.Sort(got)
-				return slices.Compact(got)
-			}
-		}
-	}
+	collect := watching(t, c, exact)
 	if got := collect(500 * time.Millisecond); !slices.Equal(got, []string{"<overflow>"}) {
 		t.Fatalf("first answer %q, want an overflow", got)
 	}
@@ -139,7 +91,7 @@ func testWatchReportsOthersChanges(t *testing.T, exact bool) {
 func watchClient(t *testing.T, f *fixture, id string) (string, *sftpc.Client) {
 	t.Helper()
 	dir := t.TempDir()
-	return dir, sessionOn(t, f, id, dir)
+	return dir, sessionOn(t, f, id, Export{Dir: dir})
 }
 
 // TestWatchBounds: what one watch holds is bounded. Changes pile up to 512
@@ -176,10 +128,10 @@ func TestWatchBounds(t *testing.T) {
 	}
 }
 
-// sessionOn is an SFTP session of ours on dir, lent as id.
-func sessionOn(t *testing.T, f *fixture, id, dir string) *sftpc.Client {
+// sessionOn is an SFTP session of ours on exp, lent as id.
+func sessionOn(t *testing.T, f *fixture, id string, exp Export) *sftpc.Client {
 	t.Helper()
-	f.srv.Grant(id, Export{Dir: dir}, time.Now().Add(time.Hour))
+	f.srv.Grant(id, exp, time.Now().Add(time.Hour))
 	cred, err := f.auth.Issue(id, time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -199,8 +151,9 @@ func sessionOn(t *testing.T, f *fixture, id, dir string) *sftpc.Client {
 
 // watching runs c's watch until the test ends; reported gathers what it
 // reports within d, sorted, without repeats ("<overflow>" for an
-// overflow, "<inexact>" for an answer that is not exact).
-func watching(t *testing.T, c *sftpc.Client) (reported func(d time.Duration) []string) {
+// overflow, "<exact false>" for an answer that is not exact where one was
+// expected, and the other way round).
+func watching(t *testing.T, c *sftpc.Client, exact bool) (reported func(d time.Duration) []string) {
 	answers := make(chan sftpc.Changes, 100)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -225,8 +178,8 @@ func watching(t *testing.T, c *sftpc.Client) (reported func(d time.Duration) []s
 				if ch.Overflow {
 					got = append(got, "<overflow>")
 				}
-				if !ch.Exact {
-					got = append(got, "<inexact>")
+				if ch.Exact != exact {
+					got = append(got, fmt.Sprintf("<exact %v>", ch.Exact))
 				}
 			case <-deadline:
 				slices.Sort(got)
@@ -276,9 +229,9 @@ func owner(t *testing.T, script, dir string) {
 func TestWatchIsExact(t *testing.T) {
 	f := newFixture(t)
 	dir := t.TempDir()
-	a := sessionOn(t, f, "dlg_exact_a", dir)
-	b := sessionOn(t, f, "dlg_exact_b", dir)
-	fromA, fromB := watching(t, a), watching(t, b)
+	a := sessionOn(t, f, "dlg_exact_a", Export{Dir: dir})
+	b := sessionOn(t, f, "dlg_exact_b", Export{Dir: dir})
+	fromA, fromB := watching(t, a, true), watching(t, b, true)
 	if got := fromA(300 * time.Millisecond); !slices.Equal(got, []string{"<overflow>"}) {
 		t.Fatalf("first answer %q, want an exact overflow", got)
 	}
