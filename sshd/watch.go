@@ -68,9 +68,10 @@ const maxWatchPaths = 512
 // source is what tells the watcher of changes: fanotify, or inotify where
 // fanotify cannot watch the export.
 type source interface {
-	// add watches the directory f; the key it returns names it in events
-	// (the same key for the same directory, whatever its name).
-	add(f *os.File) (key string, err error)
+	// add watches the directory f, whose file system st describes; the
+	// key it returns names it in events (the same key for the same
+	// directory, whatever its name).
+	add(f *os.File, st *unix.Statfs_t) (key string, err error)
 	// remove ends the watch named key, where the source can.
 	remove(key string)
 	// read waits for events; it fails once the source is closed.
@@ -155,7 +156,7 @@ func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
 	// no file handles for it to name directories by.
 	var src source
 	if fan, err := newFanotify(); preferFanotify && err == nil {
-		if _, err := fan.add(top); err == nil {
+		if _, err := fan.add(top, &st); err == nil {
 			src = fan
 		} else {
 			fan.close()
@@ -251,7 +252,7 @@ func (w *watcher) addDir(f *os.File, d string) error {
 	if !localFS[int64(st.Type)] {
 		return errNotLocal
 	}
-	key, err := w.src.add(f)
+	key, err := w.src.add(f, &st)
 	if err != nil {
 		return err
 	}
@@ -374,7 +375,12 @@ func (w *watcher) watchedAs(p string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	key, err := w.src.add(f) // the same key if watched already
+	var st unix.Statfs_t
+	err = unix.Fstatfs(int(f.Fd()), &st)
+	var key string
+	if err == nil {
+		key, err = w.src.add(f, &st) // the same key if watched already
+	}
 	f.Close()
 	if err != nil {
 		return "", false
