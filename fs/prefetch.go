@@ -32,11 +32,7 @@ type prefetcher struct {
 	stop  context.CancelFunc
 	busy  atomic.Bool    // one file at a time
 	wg    sync.WaitGroup // the running read
-	files atomic.Int64   // files read whole to their end (done)
 }
-
-// done reports whether a file was read whole.
-func (p *prefetcher) done() bool { return p.files.Load() > 0 }
 
 func newPrefetcher() *prefetcher {
 	ctx, stop := context.WithCancel(context.Background())
@@ -115,7 +111,6 @@ func (f *filesystem) fetchWhole(n *node, size uint64) {
 			return
 		}
 	}
-	f.prefetch.files.Add(1)
 	n.mu.Lock()
 	if n.prefetched { // not cleared by a change meanwhile
 		n.prefetched, n.scattered = false, 0

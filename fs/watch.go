@@ -187,7 +187,7 @@ func (r *renotifier) run() {
 		r.queue = r.queue[1:]
 		r.mu.Unlock()
 		if item.paths == nil {
-			r.fsys.notifyBelow(r.root)
+			r.fsys.drop(r.root, false, true)
 			continue
 		}
 		for _, p := range item.paths {
@@ -196,7 +196,7 @@ func (r *renotifier) run() {
 				parent.NotifyEntry(name)
 			}
 			if in != nil {
-				r.fsys.notifyBelow(in)
+				r.fsys.drop(in, false, true)
 			}
 		}
 	}
@@ -232,7 +232,7 @@ func (f *filesystem) changedThere(root *fs.Inode, p string) {
 		parent.NotifyEntry(name)
 	}
 	if in != nil {
-		f.dropBelow(in)
+		f.drop(in, true, true)
 	}
 }
 
@@ -256,38 +256,21 @@ func (f *filesystem) forgetEntries(in *fs.Inode) {
 func (f *filesystem) dropAll(root *fs.Inode, entries bool) {
 	f.conn.metrics.CacheDropped()
 	f.invalidated.Add(1)
-	if entries {
-		f.dropBelow(root)
-		return
-	}
-	var walk func(in *fs.Inode)
-	walk = func(in *fs.Inode) {
+	f.drop(root, true, entries)
+}
+
+// drop drops the kernel's pages of in and of what it knows below it; with
+// ours, what the mount keeps of them; with entries, the kernel's entries
+// below in.
+func (f *filesystem) drop(in *fs.Inode, ours, entries bool) {
+	if ours {
 		f.forgetEntries(in)
-		for _, child := range in.Children() {
-			walk(child)
+	}
+	for name, child := range in.Children() {
+		if entries {
+			in.NotifyEntry(name)
 		}
-		in.NotifyContent(0, 0)
-	}
-	walk(root)
-}
-
-// dropBelow drops everything kept of in and what the kernel knows below
-// it.
-func (f *filesystem) dropBelow(in *fs.Inode) {
-	f.forgetEntries(in)
-	for name, child := range in.Children() {
-		in.NotifyEntry(name)
-		f.dropBelow(child)
-	}
-	in.NotifyContent(0, 0)
-}
-
-// notifyBelow tells the kernel again that in and what it knows below it
-// changed.
-func (f *filesystem) notifyBelow(in *fs.Inode) {
-	for name, child := range in.Children() {
-		in.NotifyEntry(name)
-		f.notifyBelow(child)
+		f.drop(child, ours, entries)
 	}
 	in.NotifyContent(0, 0)
 }
