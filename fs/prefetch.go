@@ -28,10 +28,10 @@ const (
 
 // prefetcher runs the mount's background reads of whole files.
 type prefetcher struct {
-	ctx   context.Context
-	stop  context.CancelFunc
-	busy  atomic.Bool    // one file at a time
-	wg    sync.WaitGroup // the running read
+	ctx  context.Context
+	stop context.CancelFunc
+	busy atomic.Bool    // one file at a time
+	wg   sync.WaitGroup // the running read
 }
 
 func newPrefetcher() *prefetcher {
