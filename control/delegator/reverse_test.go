@@ -181,15 +181,7 @@ func TestTunnelEndpointRefusesWithoutProof(t *testing.T) {
 		}
 	}
 	// The mount still works: the agent's copy follows an edit.
-	os.WriteFile(filepath.Join(f.dir, "a.txt"), []byte("after the attempts\n"), 0o644)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if b, _ := os.ReadFile(filepath.Join(f.dir, "seen.txt")); string(b) == "after the attempts\n" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the mount stopped after the refused attempts")
-		}
-	}
+	agentFollows(t, f, "after the attempts\n", 5*time.Second)
 	if _, err := f.dlg.Cancel(context.Background(), d.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -240,6 +232,22 @@ func TestSilentEventStreamIsLost(t *testing.T) {
 // rawTunnel opens a tunnel to the executor by hand, with a valid proof,
 // writing extra right behind the request; it returns the connection and
 // the status line of the answer ("" if the executor closed it first).
+// agentFollows writes text to a.txt on the delegator's side and waits,
+// up to within, for the agent — which copies a.txt to seen.txt through
+// its mount — to have copied it: the mount still works.
+func agentFollows(t *testing.T, f *liveFixture, text string, within time.Duration) {
+	t.Helper()
+	os.WriteFile(filepath.Join(f.dir, "a.txt"), []byte(text), 0o644)
+	for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
+		if b, _ := os.ReadFile(filepath.Join(f.dir, "seen.txt")); string(b) == text {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent never saw %q through its mount", text)
+		}
+	}
+}
+
 func rawTunnel(t *testing.T, f *liveFixture, id string, extra string) (net.Conn, string) {
 	t.Helper()
 	u, _ := url.Parse(f.exec.URL())
@@ -290,15 +298,7 @@ func TestParkedTunnelsAreBounded(t *testing.T) {
 		t.Errorf("the replaced parked connection was not closed: %v", err)
 	}
 
-	os.WriteFile(filepath.Join(f.dir, "a.txt"), []byte("after the parking\n"), 0o644)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if b, _ := os.ReadFile(filepath.Join(f.dir, "seen.txt")); string(b) == "after the parking\n" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the mount stopped after the parked connections")
-		}
-	}
+	agentFollows(t, f, "after the parking\n", 10*time.Second)
 	if _, err := f.dlg.Cancel(context.Background(), d.ID); err != nil {
 		t.Fatal(err)
 	}
