@@ -61,6 +61,14 @@ func (o *ownChange) live(now time.Time, grace time.Duration) bool {
 	return o.inflight > 0 || now.Sub(o.ended) < grace
 }
 
+// The maps of paths being changed (watcher.own, changers) are swept of
+// what ended when they have doubled since the last sweep, from minSweep
+// entries on, and cut back past maxOwn.
+const (
+	minSweep = 4096
+	maxOwn   = 1 << 16
+)
+
 // maxWatchPaths is the most paths one answer carries; more make it an
 // overflow.
 const maxWatchPaths = 512
@@ -111,6 +119,7 @@ type watcher struct {
 	overflow bool                  // pending is not enough: drop everything
 	exact    bool                  // every change by others is reported (wire.WatchExact)
 	own      map[string]*ownChange // paths this session changes or just changed
+	sweepAt  int                   // own's size at which it is swept next
 	ready    chan struct{}         // closed (and replaced) when something is pending
 	asked    bool                  // a watch request is waiting
 
@@ -469,12 +478,16 @@ func (w *watcher) end(paths []string) {
 			o.ended = now
 		}
 	}
-	if len(w.own) > 4096 {
+	if len(w.own) > w.sweepAt {
 		for p, o := range w.own {
-			if !o.live(now, w.grace) {
+			// Past maxOwn, what has ended is forgotten early: its late
+			// events are reported (needless invalidations), and the map
+			// stays bounded whatever the agent does.
+			if !o.live(now, w.grace) || len(w.own) > maxOwn && o.inflight == 0 {
 				delete(w.own, p)
 			}
 		}
+		w.sweepAt = max(minSweep, 2*len(w.own)) // amortized: not a sweep per request
 	}
 	w.mu.Unlock()
 	sessions.end(w, paths, now)
@@ -490,8 +503,13 @@ func (w *watcher) end(paths []string) {
 var sessions = changers{files: map[string]map[*watcher]*ownChange{}}
 
 type changers struct {
-	mu    sync.Mutex // after watcher.mu
-	files map[string]map[*watcher]*ownChange
+	mu      sync.Mutex // after watcher.mu
+	files   map[string]map[*watcher]*ownChange
+	sweepAt int
+	// crowded is until when every change of this process is taken as
+	// possibly another session's: the map was cut back past maxOwn, and
+	// what it forgot could be.
+	crowded time.Time
 }
 
 func (c *changers) begin(w *watcher, paths []string) {
@@ -522,10 +540,11 @@ func (c *changers) end(w *watcher, paths []string, now time.Time) {
 			o.ended = now
 		}
 	}
-	if len(c.files) > 4096 {
+	if len(c.files) > c.sweepAt {
+		crowded := len(c.files) > maxOwn
 		for file, by := range c.files {
 			for cw, o := range by {
-				if !o.live(now, ownGraceAttested) {
+				if !o.live(now, ownGraceAttested) || crowded && o.inflight == 0 {
 					delete(by, cw)
 				}
 			}
@@ -533,6 +552,10 @@ func (c *changers) end(w *watcher, paths []string, now time.Time) {
 				delete(c.files, file)
 			}
 		}
+		if crowded {
+			c.crowded = now.Add(ownGraceAttested)
+		}
+		c.sweepAt = max(minSweep, 2*len(c.files))
 	}
 }
 
@@ -541,6 +564,9 @@ func (c *changers) end(w *watcher, paths []string, now time.Time) {
 func (c *changers) others(w *watcher, p string, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if now.Before(c.crowded) {
+		return true
+	}
 	for cw, o := range c.files[w.real(p)] {
 		if cw != w && o.live(now, ownGraceAttested) {
 			return true

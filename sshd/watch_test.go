@@ -291,3 +291,51 @@ func TestWatchIsExact(t *testing.T) {
 		t.Fatalf("after a file in the owner's new directory: %q", got)
 	}
 }
+
+// TestWatchBoundedAgainstTheAgent: an agent that makes directories without
+// end cannot make the watch hold marks without end. Past the ceiling
+// (maxFanotifyMarks) the watch says so — an overflow that is no longer
+// exact — and the client keeps its timeouts; the session goes on.
+func TestWatchBoundedAgainstTheAgent(t *testing.T) {
+	f := newFixture(t)
+	dir := t.TempDir()
+	c := sessionOn(t, f, "dlg_watch_agent", Export{Dir: dir})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if ch, err := c.Watch(ctx); err != nil || !ch.Exact {
+		t.Fatalf("first answer: exact %v, %v", ch.Exact, err)
+	}
+	lost := make(chan sftpc.Changes, 1)
+	go func() {
+		for {
+			ch, err := c.Watch(ctx)
+			if err != nil || !ch.Exact {
+				lost <- ch
+				return
+			}
+		}
+	}()
+	const batch = 512
+	for made := 0; made < maxFanotifyMarks+batch; made += batch {
+		calls := make([]*sftpc.Call, batch)
+		for i := range calls {
+			calls[i] = c.StartMkdir(fmt.Sprintf("d%05d", made+i), 0o755)
+		}
+		for _, call := range calls {
+			if err := call.Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	select {
+	case ch := <-lost:
+		if ch.Exact || !ch.Overflow {
+			t.Fatalf("past %d directories: exact %v, overflow %v; want an overflow no longer exact", maxFanotifyMarks, ch.Exact, ch.Overflow)
+		}
+	case <-ctx.Done():
+		t.Fatalf("past %d directories the watch still says it is exact", maxFanotifyMarks)
+	}
+	if _, err := c.Lstat("d00000"); err != nil {
+		t.Fatalf("the session after the watch gave up: %v", err)
+	}
+}
