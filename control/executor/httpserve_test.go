@@ -164,3 +164,93 @@ func liveHeap() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// The attacker of issue 41: 300 clients send a request with a wrong (or
+// no) bearer token, a Content-Length of 100 and one body byte every
+// 200 ms. Each is answered at once — AUTH_FAILED for a wrong token — and
+// its connection closed; the no-token ones are cut by the body's grace.
+// Meanwhile the owner, with the right token, is served. Without
+// httpserve's closeUnread the wrong-token answers wait for the body and
+// the 256 held connections lock the owner out.
+func TestRefusedTricklersAreCutAtOnce(t *testing.T) {
+	executor.SetBodyGrace(t, 2*time.Second)
+	f := executortest.New(t, "true", func(o *executor.Options) { o.Tokens = []string{"s3cret"} })
+	addr := strings.TrimPrefix(f.Srv.URL, "http://")
+	const clients = 300
+	type outcome struct {
+		auth   string
+		line   string
+		closed time.Duration // from the headers to the connection's end
+	}
+	results := make(chan outcome, clients)
+	stop := make(chan struct{})
+	defer close(stop)
+	for i := range clients {
+		auth := "Authorization: Bearer wrong\r\n"
+		if i%10 == 0 {
+			auth = "" // no token: the body is read under its grace
+		}
+		go func() {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				results <- outcome{auth: auth, line: "dial: " + err.Error()}
+				return
+			}
+			defer c.Close()
+			start := time.Now()
+			io.WriteString(c, "POST /awcp HTTP/1.1\r\nHost: x\r\n"+auth+"Content-Length: 100\r\n\r\n{")
+			got := make(chan outcome, 1)
+			go func() {
+				br := bufio.NewReader(c)
+				line, _ := br.ReadString('\n')
+				io.Copy(io.Discard, br) // until the server closes
+				got <- outcome{auth: auth, line: line, closed: time.Since(start)}
+			}()
+			tick := time.NewTicker(200 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case o := <-got:
+					results <- o
+					return
+				case <-stop:
+					return
+				case <-tick.C:
+					io.WriteString(c, " ")
+				}
+			}
+		}()
+	}
+	// The owner, while the tricklers are at it.
+	time.Sleep(300 * time.Millisecond)
+	ownerStart := time.Now()
+	req, _ := http.NewRequest(http.MethodGet, f.URL()+"/awcp/probe", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("the owner was not served beside 300 tricklers: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized {
+		t.Fatal("the owner's token was refused")
+	}
+	if took := time.Since(ownerStart); took > 3*time.Second {
+		t.Errorf("the owner waited %s beside 300 tricklers", took)
+	}
+	for range clients {
+		select {
+		case o := <-results:
+			switch {
+			case o.auth != "" && !strings.Contains(o.line, "401"):
+				t.Fatalf("a wrong token got %q, want 401", o.line)
+			case o.auth != "" && o.closed > 3*time.Second:
+				t.Fatalf("a wrong token's connection was held %s after its answer", o.closed)
+			case o.auth == "" && o.closed > 6*time.Second:
+				t.Fatalf("a trickler without a token was held %s (grace 2 s)", o.closed)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("tricklers still connected after 20 s")
+		}
+	}
+}

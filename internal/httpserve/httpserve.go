@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,10 +32,11 @@ const DefaultBodyGrace = 30 * time.Second
 // NewServer is an http.Server for h with the timeouts every listener
 // of ours needs: headers within 10 s, idle keep-alive connections closed
 // after 60 s, headers of at most 64 KiB. Bodies are bounded by their
-// handlers (LimitBody).
+// handlers (LimitBody); one a handler leaves unread ends the connection at
+// once (closeUnread).
 func NewServer(h http.Handler) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           closeUnread(h),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,
 		MaxHeaderBytes:    64 << 10,
@@ -87,6 +89,73 @@ func (b *PacedBody) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// closeUnread makes every answer given before the request's body was read
+// to its end the connection's last, and stops reading the body once the
+// handler returns. Without it, net/http reads up to 256 KiB of an unread
+// body, with no deadline, before it writes the answer and again when it
+// closes the request: a client refused for a wrong token that trickles a
+// byte every few seconds would hold its connection, and one of MaxConns,
+// for as long as it liked.
+func closeUnread(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+			h.ServeHTTP(w, r)
+			return
+		}
+		body := &eofBody{ReadCloser: r.Body}
+		r.Body = body
+		h.ServeHTTP(&closeIfUnread{ResponseWriter: w, body: body}, r)
+		if !body.eof.Load() {
+			// The rest is not wanted: the read that closes the body fails
+			// at once, and the connection with it.
+			http.NewResponseController(w).SetReadDeadline(time.Now())
+		}
+	})
+}
+
+// eofBody records whether its reader saw the body's end.
+type eofBody struct {
+	io.ReadCloser
+	eof atomic.Bool
+}
+
+func (b *eofBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof.Store(true)
+	}
+	return n, err
+}
+
+// closeIfUnread asks for the connection to be closed after an answer
+// written while the body is still unread.
+type closeIfUnread struct {
+	http.ResponseWriter
+	body        *eofBody
+	wroteHeader bool
+}
+
+func (w *closeIfUnread) WriteHeader(status int) {
+	if !w.wroteHeader {
+		w.wroteHeader = true
+		if !w.body.eof.Load() {
+			w.Header().Set("Connection", "close")
+		}
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *closeIfUnread) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap gives http.ResponseController the writer beneath (deadlines,
+// flushes, the hijack of the reverse mount's upgrade).
+func (w *closeIfUnread) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // LimitListener accepts at most n connections at once from ln: Accept
 // waits while n are open.

@@ -42,7 +42,7 @@ var allowed = map[string][]string{
 	"control/discovery":             {"control"},
 	"control/delegator":             {"archive", "control", "internal/httpserve", "lease", "sshd", "sshd/sftpwire"},
 	"control/executor":              {"archive", "control", "control/executor/agent", "fs", "internal/httpserve", "internal/mountinfo", "lease"},
-	"control/executor/executortest": {"control", "control/executor", "lease"},
+	"control/executor/executortest": {"control", "control/executor", "internal/httpserve", "lease"},
 	"control/delegator/mcpserver":   {"control", "control/delegator", "control/discovery", "lease"},
 	"cmd/internal/clikit":           {"internal/cloexec", "internal/metrics"},
 	"cmd/awcp-ctl":                  {"cmd/internal/clikit", "control", "control/delegator", "control/delegator/mcpserver", "control/discovery", "internal/metrics", "lease"},

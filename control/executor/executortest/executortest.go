@@ -22,6 +22,7 @@ import (
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/executor"
+	"github.com/awcp/awcp/internal/httpserve"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -72,7 +73,12 @@ func (f *Fixture) Start(agentCmd string, mod func(*executor.Options)) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); e.Run(ctx) }()
-	f.Exec, f.Srv = e, httptest.NewServer(e.Handler())
+	// The daemon's own server (Serve): its timeouts, its connection cap.
+	srv := httptest.NewUnstartedServer(e.Handler())
+	srv.Config = httpserve.NewServer(e.Handler())
+	srv.Listener = httpserve.LimitListener(srv.Listener, httpserve.MaxConns)
+	srv.Start()
+	f.Exec, f.Srv = e, srv
 	f.stop = func() {
 		f.Srv.CloseClientConnections()
 		f.Srv.Close()
