@@ -12,7 +12,8 @@ import (
 )
 
 // The status an error is answered with: the errno text only, never a host
-// path, and each of the export's refusals with its own message.
+// path, and each of the export's refusals with its own message after the
+// errno a local file system would give (sftpwire.ErrnoMessage).
 
 func (s *sftpServer) status(id uint32, code uint32, msg string) {
 	if code != wire.OK && code != wire.EOF {
@@ -42,9 +43,11 @@ func statusOf(err error) (uint32, string) {
 	case errors.Is(err, io.EOF):
 		return wire.EOF, "EOF"
 	case errors.Is(err, errReadOnly):
-		return wire.PermissionDenied, "read-only delegation"
-	case errors.Is(err, errHidden), errors.Is(err, errNoDelete), errors.Is(err, errWriteLimit):
-		return wire.PermissionDenied, err.Error()
+		return wire.PermissionDenied, wire.ErrnoMessage(syscall.EROFS, "read-only delegation")
+	case errors.Is(err, errWriteLimit):
+		return wire.PermissionDenied, wire.ErrnoMessage(syscall.EDQUOT, err.Error())
+	case errors.Is(err, errHidden), errors.Is(err, errNoDelete):
+		return wire.PermissionDenied, wire.ErrnoMessage(syscall.EACCES, err.Error())
 	case errors.Is(err, errBadMessage):
 		return wire.BadMessage, "bad message"
 	case errors.Is(err, errUnsupported):

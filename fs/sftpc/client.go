@@ -27,8 +27,11 @@ import (
 
 // Status codes the mount tells apart.
 const (
-	StatusFailure       = wire.Failure
-	StatusOpUnsupported = wire.OpUnsupported
+	StatusNoSuchFile       = wire.NoSuchFile
+	StatusPermissionDenied = wire.PermissionDenied
+	StatusFailure          = wire.Failure
+	StatusBadMessage       = wire.BadMessage
+	StatusOpUnsupported    = wire.OpUnsupported
 )
 
 // Open flags (pflags).
