@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -53,4 +54,50 @@ func errnoOf(err error) syscall.Errno {
 		return errno
 	}
 	return 0
+}
+
+// A file made through the mount shows, from its first stat, the times the
+// delegator's disk holds, to the nanosecond; they do not change by
+// themselves once the kernel asks again (go-fuse's FstatDeleted saw whole
+// seconds, then the delegator's nanoseconds: make, git and rsync take
+// that for a change).
+func TestMadeFileTimesAreTheRealOnes(t *testing.T) {
+	f := newMount(t, false)
+	// The first file in a directory is made the plain way; those after it
+	// go out behind (createBehind), with times the mount chose.
+	if err := os.WriteFile(filepath.Join(f.mnt, "first"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int{0, 5, 0} {
+		name := filepath.Join(f.mnt, "made"+strconv.Itoa(size))
+		if err := os.WriteFile(name, make([]byte, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		first, err := os.Stat(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		disk, err := os.Stat(filepath.Join(f.dir, filepath.Base(name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !first.ModTime().Equal(disk.ModTime()) {
+			t.Errorf("a %d-byte file first shows mtime %v, the delegator's disk %v", size, first.ModTime(), disk.ModTime())
+		}
+		fd, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(name); err != nil {
+			t.Fatal(err)
+		}
+		later, err := fd.Stat() // asks the delegator: the file is unlinked
+		fd.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !later.ModTime().Equal(first.ModTime()) {
+			t.Errorf("a %d-byte file's mtime moved by itself: %v, then %v", size, first.ModTime(), later.ModTime())
+		}
+	}
 }

@@ -269,13 +269,19 @@ func (n *node) createBehind(ctx context.Context, s uint64, name string, flags, p
 	if client == nil || !client.OpensNamed() {
 		return nil, nil
 	}
-	f, call := client.StartOpenNamed(p, pflags(int(flags)|syscall.O_CREAT), perm)
+	// The file's times are chosen here and set by the delegator as it
+	// creates the file, so that what the kernel is told now is what a
+	// stat will say later (a made-up time, in whole seconds, changed to
+	// the delegator's by itself: make and git saw a change nobody made).
+	made := time.Now()
+	f, call := client.StartOpenNamed(p, pflags(int(flags)|syscall.O_CREAT), perm, made)
 	n.named(name)
-	now := uint32(time.Now().Unix())
+	sec := uint32(made.Unix())
 	child := n.newChild(ctx, s, name, sftpc.Attrs{Mode: syscall.S_IFREG | perm, UID: uid, GID: gid,
-		Atime: now, Mtime: now, Nlink: 1, HasNlink: true}, out)
-	// The entry is kept as any other; the attributes are made up here
-	// (the delegator's mtime), so they are kept only the configured time.
+		Atime: sec, Mtime: sec, MtimeNsec: uint32(made.Nanosecond()),
+		Ctime: uint64(sec), CtimeNsec: uint32(made.Nanosecond()), HasTimes: true, Nlink: 1, HasNlink: true}, out)
+	// The entry is kept as any other; the rest of the attributes (the
+	// ctime) are made up here, so they are kept only the configured time.
 	out.SetAttrTimeout(n.fsys.attr)
 	cn := child.Operations().(*node)
 	if flags&syscall.O_TRUNC != 0 {

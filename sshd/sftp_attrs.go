@@ -5,6 +5,9 @@ import (
 	"os"
 	"syscall"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
@@ -75,6 +78,31 @@ func (s *sftpServer) truncate(name string, size int64) error {
 	}
 	defer f.Close()
 	return f.Truncate(size)
+}
+
+// setTimes sets f's access time to a's, in whole seconds, and its
+// modification time to a's to the nanosecond where a carries times@awcp.
+// It is futimens(3): utimensat on the descriptor with a NULL path, which
+// x/sys/unix does not wrap.
+func setTimes(f *os.File, a wire.FileAttrs) error {
+	ts := [2]unix.Timespec{{Sec: int64(a.Atime)}, {Sec: int64(a.Mtime)}}
+	if a.HasTimes {
+		ts[1].Nsec = int64(a.MtimeNsec)
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var errno syscall.Errno
+	if err := rc.Control(func(fd uintptr) {
+		_, _, errno = unix.Syscall6(unix.SYS_UTIMENSAT, fd, 0, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	}); err != nil {
+		return err
+	}
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 func futimes(f *os.File, at, mt time.Time) error {

@@ -184,6 +184,14 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 		s.record(Op{Kind: OpOpen, Path: name, Err: errHidden.Error(), Refused: true})
 		err = errHidden
 	}
+	if err == nil && a.Flags&wire.AttrACModTime != 0 && flags&(os.O_EXCL|os.O_TRUNC) != 0 {
+		// Times sent with an open that made or emptied the file (the
+		// client told its kernel of them before our answer): what it
+		// told is made true.
+		if err = setTimes(f, a); err == nil {
+			fi, err = f.Stat()
+		}
+	}
 	if err != nil {
 		f.Close()
 		return nil, nil, err

@@ -296,7 +296,7 @@ func TestOpenNamed(t *testing.T) {
 	stamp := uint32(time.Date(2021, 6, 7, 8, 9, 10, 0, time.UTC).Unix())
 	for round := range 40 {
 		name := fmt.Sprintf("f%d", round)
-		f, open := c.StartOpenNamed("/"+name, sftpc.OpenWrite|sftpc.OpenCreate|sftpc.OpenExcl, 0o640)
+		f, open := c.StartOpenNamed("/"+name, sftpc.OpenWrite|sftpc.OpenCreate|sftpc.OpenExcl, 0o640, time.Time{})
 		calls := []*sftpc.Call{open}
 		for i := range pieces {
 			calls = append(calls, f.StartWrite(data[i*piece:(i+1)*piece], int64(i*piece)))
@@ -322,7 +322,7 @@ func TestOpenNamed(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "taken"), []byte("theirs"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f, open := c.StartOpenNamed("/taken", sftpc.OpenWrite|sftpc.OpenCreate|sftpc.OpenExcl, 0o600)
+	f, open := c.StartOpenNamed("/taken", sftpc.OpenWrite|sftpc.OpenCreate|sftpc.OpenExcl, 0o600, time.Time{})
 	write := f.StartWrite([]byte("mine!!"), 0)
 	closed := f.StartClose()
 	if err := open.Err(); err == nil {
@@ -333,6 +333,17 @@ func TestOpenNamed(t *testing.T) {
 	}
 	if on, _ := os.ReadFile(filepath.Join(dir, "taken")); string(on) != "theirs" {
 		t.Fatalf("the existing file holds %q", on)
+	}
+
+	// Times sent with the open are the new file's, to the nanosecond: the
+	// mount tells its kernel of them before the answer.
+	made := time.Unix(1_700_000_000, 123_456_789)
+	f, open = c.StartOpenNamed("/timed", sftpc.OpenWrite|sftpc.OpenCreate|sftpc.OpenExcl, 0o600, made)
+	if err := errors.Join(open.Err(), f.StartClose().Err()); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "timed")); err != nil || !fi.ModTime().Equal(made) {
+		t.Fatalf("the file made with times %v has mtime %v (%v)", made, fi.ModTime(), err)
 	}
 }
 

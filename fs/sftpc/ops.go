@@ -6,6 +6,7 @@ import (
 	"io"
 	"path"
 	"strconv"
+	"time"
 
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
@@ -268,15 +269,24 @@ func (c *Client) OpensNamed() bool { return c.openNamed }
 // the File at once: its writes, FSTAT, FSETSTAT and CLOSE may be sent
 // before the open is answered (the server runs them after it); anything
 // else on it waits for the Call, whose Err is the open's outcome. Only for
-// a server that OpensNamed.
-func (c *Client) StartOpenNamed(p string, pflags, perm uint32) (*File, *Call) {
+// a server that OpensNamed. A file it creates or truncates is given made
+// as its access and modification times, to the nanosecond, unless made is
+// zero: the client can then tell the file's times before the open is
+// answered, and they are the file's real ones.
+func (c *Client) StartOpenNamed(p string, pflags, perm uint32, made time.Time) (*File, *Call) {
 	handle := wire.NamedPrefix + strconv.FormatUint(c.named.Add(1), 36)
+	a := Attrs{Flags: AttrPermissions, Mode: perm & 0o7777}
+	if !made.IsZero() {
+		sec := uint32(made.Unix())
+		a.Flags |= AttrTimes
+		a.Atime, a.Mtime, a.MtimeNsec, a.HasTimes = sec, sec, uint32(made.Nanosecond()), true
+	}
 	call := c.start(wire.Extended, nil, func(e *encoder) {
 		e.Str(wire.OpenNamed)
 		e.Str(handle)
 		e.Str(c.at(p))
 		e.U32(pflags)
-		settable(Attrs{Flags: AttrPermissions, Mode: perm}).Encode(e)
+		a.Encode(e)
 	})
 	return &File{c: c, handle: handle}, call
 }
