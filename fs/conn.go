@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,6 +43,11 @@ type conn struct {
 	done chan struct{}  // closed when dead
 
 	writes writeBehind // writes sent and not yet answered, across connections
+
+	// heard is when the live connection last answered a keepalive (or was
+	// made), in Unix nanoseconds: a call that outlives its bound on a
+	// connection heard from since it began is slow, not cut off.
+	heard atomic.Int64
 }
 
 var (
@@ -74,18 +80,19 @@ func closedChan() chan struct{} {
 
 // watch starts the keepalive of connection gen and notices its end.
 func (c *conn) watch(sshc *gossh.Client, gen uint64) {
+	c.heard.Store(time.Now().UnixNano())
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		keepAlive(c.ctx, sshc, c.opts.KeepAlive, c.log)
+		keepAlive(c.ctx, sshc, c.opts.KeepAlive, c.log, func() { c.heard.Store(time.Now().UnixNano()) })
 		sshc.Close()
 		c.lost(gen)
 	}()
 }
 
 // keepAlive returns when the connection ends, stops answering for three
-// intervals, or ctx is done.
-func keepAlive(ctx context.Context, sshc *gossh.Client, every time.Duration, log *slog.Logger) {
+// intervals, or ctx is done; answered is called at each answer.
+func keepAlive(ctx context.Context, sshc *gossh.Client, every time.Duration, log *slog.Logger, answered func()) {
 	ended := make(chan struct{})
 	go func() { sshc.Wait(); close(ended) }()
 	t := time.NewTicker(every)
@@ -108,6 +115,7 @@ func keepAlive(ctx context.Context, sshc *gossh.Client, every time.Duration, log
 			if err != nil {
 				return
 			}
+			answered()
 		case <-time.After(3 * every):
 			log.Warn("fs: the delegator stopped answering")
 			return
@@ -320,7 +328,11 @@ func retried[T any](ctx context.Context, c *conn, op func(*sftpc.Client) (T, err
 	return retriedSince(ctx, c, time.Now(), op)
 }
 
-// retriedSince is retried of a call that began at since.
+// retriedSince is retried of a call that began at since. Each attempt is
+// bounded too: one still unanswered when the reconnect bound from since
+// has passed, on a connection not heard from since the call began, gives
+// the connection up (its requests then fail at once) rather than wait for
+// the keepalives, whose notice under load came seconds past the bound.
 func retriedSince[T any](ctx context.Context, c *conn, since time.Time, op func(*sftpc.Client) (T, error)) (T, error) {
 	var zero T
 	for attempt := 0; ; attempt++ {
@@ -328,7 +340,14 @@ func retriedSince[T any](ctx context.Context, c *conn, since time.Time, op func(
 		if err != nil {
 			return zero, err
 		}
+		bound := time.AfterFunc(time.Until(since.Add(c.opts.ReconnectBound)), func() {
+			if c.heard.Load() < since.UnixNano() {
+				c.log.Warn("fs: a call went unanswered for the reconnect bound; the connection is given up")
+				c.lost(gen)
+			}
+		})
 		v, err := op(client)
+		bound.Stop()
 		if err == nil || !connErr(err) || attempt == 1 {
 			return v, err
 		}

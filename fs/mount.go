@@ -30,6 +30,7 @@ import (
 	"net"
 	"os"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -313,6 +314,8 @@ type Mount struct {
 	watchDone bool           // set by Unmount: no watch starts after it
 	watching  sync.WaitGroup // the connections' watches
 
+	dev uint64 // the mount's device: its FUSE connection's number (abortFUSE)
+
 	unmountOnce sync.Once
 	unmountErr  error
 }
@@ -454,6 +457,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 	}
 	m := &Mount{Mountpoint: mountpoint, server: server, conn: c, log: opts.Logger, fsys: fsys}
 	after, err := deviceOf(mountpoint)
+	m.dev = after
 	if err != nil || after == before {
 		m.Unmount()
 		return nil, fmt.Errorf("mount at %s did not take (device %d before, %d after: %v)", mountpoint, before, after, err)
@@ -491,17 +495,31 @@ func (m *Mount) Done() <-chan struct{} { return m.conn.done }
 // the kernel refuse (EBUSY), it detaches lazily: the tree is gone from the
 // namespace either way, and nothing below the mountpoint is ever deleted
 // through it.
+//
+// It always returns, and the FUSE connection is over when it does: a
+// connection still serving after unmountGrace (a process holding a file
+// there, or a thread of this one waiting on its own mount, which would
+// keep the process from ever exiting) is aborted through fusectl, and its
+// requests fail.
 func (m *Mount) Unmount() error {
 	m.unmountOnce.Do(func() {
+		detached := make(chan error, 1)
+		go func() { detached <- m.detach() }()
 		var err error
-		if mountinfo.IsMountpoint(m.Mountpoint) { // else unmounted from outside
-			if err = m.server.Unmount(); err != nil {
-				// Busy: a process still has a file or its cwd there. Detach
-				// now; the kernel lets go when they do.
-				m.log.Warn("fs: unmount busy; detaching lazily", "mountpoint", m.Mountpoint, "err", err)
-				if lerr := syscall.Unmount(m.Mountpoint, syscall.MNT_DETACH); lerr == nil {
-					err = nil
-				}
+		select {
+		case err = <-detached:
+		case <-time.After(unmountGrace):
+			m.log.Warn("fs: the mount is still in use; aborting its FUSE connection", "mountpoint", m.Mountpoint)
+			if aerr := abortFUSE(m.dev); aerr != nil {
+				m.log.Warn("fs: cannot abort the FUSE connection", "mountpoint", m.Mountpoint, "err", aerr)
+			}
+			select {
+			case err = <-detached:
+			case <-time.After(unmountGrace):
+				// A request is held by a call to the delegator: end the
+				// connection under it.
+				m.conn.close()
+				err = <-detached
 			}
 		}
 		// Files unlinked behind whose removes are still unanswered:
@@ -522,6 +540,42 @@ func (m *Mount) Unmount() error {
 		m.unmountErr = err
 	})
 	return m.unmountErr
+}
+
+// unmountGrace is how long Unmount waits for the kernel to let go of the
+// mount before it aborts the connection. A variable for the tests.
+var unmountGrace = 5 * time.Second
+
+// detach unmounts, lazily where the kernel refuses (EBUSY: a process still
+// has a file or its cwd there), and waits for the FUSE server to stop.
+func (m *Mount) detach() error {
+	var err error
+	if mountinfo.IsMountpoint(m.Mountpoint) { // else unmounted from outside
+		if err = m.server.Unmount(); err != nil {
+			m.log.Warn("fs: unmount busy; detaching lazily", "mountpoint", m.Mountpoint, "err", err)
+			if lerr := syscall.Unmount(m.Mountpoint, syscall.MNT_DETACH); lerr == nil {
+				err = nil
+			}
+		}
+	}
+	m.server.Wait()
+	return err
+}
+
+// abortFUSE aborts the FUSE connection of device dev (fusectl's abort
+// file): every request waiting on it fails at once, and the server's reads
+// end. fusectl is mounted if it is not (as root).
+func abortFUSE(dev uint64) error {
+	const ctl = "/sys/fs/fuse/connections"
+	// fusectl names a connection by the kernel's dev_t: major<<20 | minor.
+	name := strconv.FormatUint(uint64(unix.Major(dev))<<20|uint64(unix.Minor(dev)), 10)
+	abort := filepath.Join(ctl, name, "abort")
+	if !mountinfo.IsMountpoint(ctl) {
+		if merr := syscall.Mount("fusectl", ctl, "fusectl", 0, ""); merr != nil && !errors.Is(merr, syscall.EBUSY) {
+			return fmt.Errorf("mount fusectl: %w", merr)
+		}
+	}
+	return os.WriteFile(abort, []byte("1"), 0)
 }
 
 // Wait blocks until the mount is gone (unmounted here or from outside).

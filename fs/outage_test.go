@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/awcp/awcp/internal/mountinfo"
 	"github.com/awcp/awcp/sshd/sshdtest"
 )
 
@@ -54,5 +55,52 @@ func TestOutageBoundFromTheCall(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(f.dir, "after")); err != nil || string(b) != "y" {
 		t.Fatalf("on the delegator's side after the outage: %q %v", b, err)
+	}
+}
+
+// Unmount always ends the FUSE connection, even while a thread of the
+// mount's own process waits on it and the delegator is silent: the
+// thread's call fails soon after, so the process can exit. (An executor
+// whose thread stat'ed its own mount at shutdown stayed a zombie until its
+// connection was aborted by hand.)
+func TestUnmountEndsRequestsHeldOnTheMount(t *testing.T) {
+	old := unmountGrace
+	unmountGrace = time.Second
+	t.Cleanup(func() { unmountGrace = old })
+	var gate *sshdtest.ReplyGate
+	f := newMountWith(t, false, func(o *Options) {
+		gate = sshdtest.NewReplyGate(t, o.Addr)
+		o.Addr = gate.Addr
+		o.KeepAlive, o.ReconnectBound = 5*time.Second, time.Minute
+	})
+	if err := os.WriteFile(filepath.Join(f.mnt, "before"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	thaw := gate.Freeze()
+	defer thaw()
+	held := make(chan error, 1)
+	go func() {
+		_, err := os.Stat(filepath.Join(f.mnt, "asked-while-frozen"))
+		held <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the stat is at the delegator
+	start := time.Now()
+	unmounted := make(chan error, 1)
+	go func() { unmounted <- f.mount.Unmount() }()
+	select {
+	case <-unmounted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Unmount has not returned after 10 s")
+	}
+	select {
+	case err := <-held:
+		if err == nil {
+			t.Fatal("the held stat succeeded against a frozen delegator")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatalf("a stat on the mount still waits %s after Unmount returned", time.Since(start).Round(time.Millisecond))
+	}
+	if mountinfo.IsMountpoint(f.mnt) {
+		t.Fatal("still mounted")
 	}
 }
