@@ -195,3 +195,86 @@ func (x *node) nothingLeft(t *testing.T, peer *node) {
 		}
 	}
 }
+
+// TestLANReverseLiveMountSurvivesACut: the link between a delegator behind
+// NAT and its executor goes down for 5 s, and every connection between
+// them is reset at both ends. Once the link is back, the delegator opens
+// the reverse connections again and the agent's mount works, as a
+// forward mount would after the same cut.
+func TestLANReverseLiveMountSurvivesACut(t *testing.T) {
+	l := newLAN(t)
+	x := l.add("x", 2)
+	x.serve(t, `n=0; while :; do [ -e stop ] && break; n=$((n+1)); echo $n > count.txt 2>/dev/null; sleep 0.05; done; echo finished > result.txt`)
+	d := l.addBehindNAT("d", 9)
+	l.route(x, l.nodes["d-nat"])
+	ws := t.TempDir()
+	exp := d.command("awcp-ctl", "export", ws, "--peer", "http://"+x.ip+":10200", "--transport", "sshfs-reverse",
+		"--prompt", "count until stopped", "--ssh-listen", d.ip+":2222")
+	var stderr bytes.Buffer
+	exp.Stderr = &stderr
+	if err := exp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer exp.Process.Kill()
+	counting(t, ws, 15*time.Second, &stderr)
+
+	router := l.nodes["d-nat"]
+	nft := func(rule string) {
+		t.Helper()
+		if out, err := exec.Command("ip", append([]string{"netns", "exec", router.ns, "nft"}, strings.Fields(rule)...)...).CombinedOutput(); err != nil {
+			t.Fatalf("nft %s: %v\n%s", rule, err, out)
+		}
+	}
+	for round, how := range []string{
+		"the router drops everything for 5 s, every connection reset at both ends",
+		"the executor's link is down for 5 s, every connection reset at both ends",
+		"the delegator's router is off the LAN for 5 s, the delegator's connections reset",
+		"the delegator's router is off the LAN for 5 s, no connection reset",
+	} {
+		switch round {
+		case 0:
+			nft("insert rule inet filter gate drop")
+		case 1:
+			l.ip("-n", l.hub, "link", "set", "p2", "down")
+		case 2, 3:
+			l.ip("-n", l.hub, "link", "set", "p9", "down")
+		}
+		if round < 2 {
+			exec.Command("ip", "netns", "exec", x.ns, "ss", "-K", "sport", "=", ":10200").Run()
+		}
+		if round < 3 {
+			exec.Command("ip", "netns", "exec", d.ns, "ss", "-K", "dport", "=", ":10200").Run()
+		}
+		time.Sleep(5 * time.Second)
+		switch round {
+		case 0:
+			nft("flush chain inet filter gate")
+			nft("add rule inet filter gate ct state established,related accept")
+			nft("add rule inet filter gate iifname v9 reject with tcp reset")
+		case 1:
+			l.ip("-n", l.hub, "link", "set", "p2", "up")
+		case 2, 3:
+			l.ip("-n", l.hub, "link", "set", "p9", "up")
+		}
+		reconnects := strings.Count(x.log.String(), "fs: reconnected to the delegator")
+		counting(t, ws, 30*time.Second, &stderr)
+		if round < 3 {
+			// The mount's connection was reset: the agent's writes went
+			// through a new one.
+			for deadline := time.Now().Add(10 * time.Second); strings.Count(x.log.String(), "fs: reconnected to the delegator") <= reconnects; time.Sleep(100 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: the mount did not reconnect\n%s", how, x.log)
+				}
+			}
+		}
+		t.Logf("%s: the mount is back", how)
+	}
+	os.WriteFile(filepath.Join(ws, "stop"), nil, 0o644)
+	if err := exp.Wait(); err != nil {
+		t.Fatalf("export: %v\n%s\nexecutor log:\n%s", err, stderr.String(), x.log)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "result.txt")); string(b) != "finished\n" {
+		t.Fatalf("result.txt = %q\n%s", b, stderr.String())
+	}
+	x.nothingLeft(t, d)
+}
