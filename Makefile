@@ -4,7 +4,7 @@ BIN     := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/awcp/awcp/cmd/internal/clikit.Version=$(VERSION)
 
-.PHONY: build test unit e2e race bench demo lint clean install
+.PHONY: build test unit e2e race bench demo lint clean install soak
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/awcp-ctl ./cmd/awcp-fs
@@ -21,6 +21,15 @@ unit:
 
 e2e: build
 	AWCP_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout 10m ./test/e2e/...
+
+# The chaos soak: an agent writes on the live mount (fio with crc32c, a
+# journalled tree) while the delegator is frozen, killed and restarted and
+# its connections reset, forward and reverse, then the executor is killed;
+# everything is verified on the delegator's disk. `make test` runs it for
+# 20 s a phase; this for 5 minutes (AWCP_SOAK=10m for longer).
+AWCP_SOAK ?= 5m
+soak: build
+	AWCP_BIN_DIR=$(BIN) AWCP_SOAK=$(AWCP_SOAK) $(GO) test -count=1 -v -timeout 60m -run '^TestSoak$$' ./test/e2e/
 
 # Micro-benchmarks, the control plane's INVITE → running latency, the
 # archive round trip of a 50 MB workspace, then the filesystem workloads on local disk, a go-fuse loopback, sshfs and an awcp

@@ -175,6 +175,59 @@ type filesystem struct {
 	// owner is 1 + the uid the delegator gives the files this mount
 	// makes — its user's — once one was made; 0 before.
 	owner atomic.Uint64
+
+	// longNegatives are the names the kernel was told are missing for
+	// longer than the configured timeout (negatives), by their directory's
+	// node: a dropped tree forgets its entries through the names it knows,
+	// but a name found missing is known to the kernel only. Without this,
+	// a file the owner made while the connection was down stayed missing
+	// for the hour of an exact watch.
+	negMu         sync.Mutex
+	longNegatives map[negativeEntry]struct{}
+	// notifyEntry has the kernel forget name in directory node parent;
+	// set once mounted.
+	notifyEntry func(parent uint64, name string)
+}
+
+// negativeEntry is a name a directory was told not to hold.
+type negativeEntry struct {
+	parent uint64
+	name   string
+}
+
+// maxLongNegatives bounds longNegatives: past it, a missing name is kept
+// only the configured time.
+const maxLongNegatives = 1 << 16
+
+// keepNegative records that the kernel keeps name as missing in parent
+// for long, and reports whether it may (the record has room).
+func (f *filesystem) keepNegative(parent uint64, name string) bool {
+	f.negMu.Lock()
+	defer f.negMu.Unlock()
+	if f.longNegatives == nil {
+		f.longNegatives = map[negativeEntry]struct{}{}
+	}
+	if len(f.longNegatives) >= maxLongNegatives {
+		return false
+	}
+	f.longNegatives[negativeEntry{parent, name}] = struct{}{}
+	return true
+}
+
+// dropNegatives has the kernel forget every name it keeps as missing for
+// long.
+func (f *filesystem) dropNegatives() {
+	f.negMu.Lock()
+	kept := f.longNegatives
+	f.longNegatives = nil
+	notify := f.notifyEntry
+	f.negMu.Unlock()
+	if notify == nil {
+		return
+	}
+	for e := range kept {
+		notify(e.parent, e.name)
+	}
 }
 
 // learnOwner records a's owner, that of a file or directory just made
@@ -289,6 +342,9 @@ func (n negatives) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string,
 	st := n.RawFileSystem.Lookup(cancel, h, name, out)
 	if st == fuse.OK && out.NodeId == 0 { // go-fuse's negative entry
 		entry, _ := n.fsys.keepFor(s)
+		if entry > n.fsys.entry && !n.fsys.keepNegative(h.NodeId, name) {
+			entry = n.fsys.entry
+		}
 		out.SetEntryTimeout(entry)
 	}
 	return st
@@ -456,6 +512,9 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 		return nil, fmt.Errorf("mount: %w", err)
 	}
 	m := &Mount{Mountpoint: mountpoint, server: server, conn: c, log: opts.Logger, fsys: fsys}
+	fsys.negMu.Lock()
+	fsys.notifyEntry = func(parent uint64, name string) { server.EntryNotify(parent, name) }
+	fsys.negMu.Unlock()
 	after, err := deviceOf(mountpoint)
 	m.dev = after
 	if err != nil || after == before {

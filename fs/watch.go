@@ -188,6 +188,7 @@ func (r *renotifier) run() {
 		r.mu.Unlock()
 		if item.paths == nil {
 			r.fsys.drop(r.root, false, true)
+			r.fsys.dropNegatives()
 			continue
 		}
 		for _, p := range item.paths {
@@ -257,6 +258,9 @@ func (f *filesystem) dropAll(root *fs.Inode, entries bool) {
 	f.conn.metrics.CacheDropped()
 	f.invalidated.Add(1)
 	f.drop(root, true, entries)
+	if entries {
+		f.dropNegatives()
+	}
 }
 
 // drop drops the kernel's pages of in and of what it knows below it; with

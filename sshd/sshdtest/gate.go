@@ -18,6 +18,9 @@ type ReplyGate struct {
 	mu       sync.Mutex
 	open     chan struct{} // closed while replies pass
 	requests chan struct{} // closed while requests pass
+
+	connsMu sync.Mutex
+	conns   []net.Conn // both ends of every connection proxied
 }
 
 // NewReplyGate proxies to target until the test ends; replies pass until
@@ -31,11 +34,7 @@ func NewReplyGate(t testing.TB, target string) *ReplyGate {
 	g := &ReplyGate{Addr: ln.Addr().String(), open: make(chan struct{}), requests: make(chan struct{})}
 	close(g.open)
 	close(g.requests)
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns []net.Conn
-	)
+	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -49,9 +48,9 @@ func NewReplyGate(t testing.TB, target string) *ReplyGate {
 				c.Close()
 				continue
 			}
-			mu.Lock()
-			conns = append(conns, c, s)
-			mu.Unlock()
+			g.connsMu.Lock()
+			g.conns = append(g.conns, c, s)
+			g.connsMu.Unlock()
 			wg.Add(2)
 			go func() { defer wg.Done(); defer s.Close(); g.copy(s, c, &g.requests) }()
 			go func() { defer wg.Done(); defer c.Close(); g.copy(c, s, &g.open) }()
@@ -59,11 +58,7 @@ func NewReplyGate(t testing.TB, target string) *ReplyGate {
 	}()
 	t.Cleanup(func() {
 		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
+		g.Reset()
 		wg.Wait()
 	})
 	return g
@@ -83,6 +78,20 @@ func (g *ReplyGate) copy(dst, src net.Conn, gate *chan struct{}) {
 		if err != nil {
 			return
 		}
+	}
+}
+
+// Reset resets every connection open through the gate, at both ends.
+func (g *ReplyGate) Reset() {
+	g.connsMu.Lock()
+	conns := g.conns
+	g.conns = nil
+	g.connsMu.Unlock()
+	for _, c := range conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetLinger(0) // a reset, not an orderly close
+		}
+		c.Close()
 	}
 }
 
