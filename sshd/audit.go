@@ -42,12 +42,19 @@ type Recorder interface {
 	Record(Op)
 }
 
-// record gives op to the session's recorder, if it has one.
+// record gives op to the session's recorder, if it has one. Its paths are
+// the real ones: the directories above them resolved by the kernel, so an
+// operation through a symlinked parent (x -> .aws) is recorded under
+// .aws, not x.
 func (s *sftpServer) record(op Op) {
 	if s.audit == nil {
 		return
 	}
 	op.At = time.Now()
+	op.Path = s.realName(op.Path)
+	if op.Kind == OpRename || op.Kind == OpLink {
+		op.To = s.realName(op.To)
+	}
 	s.audit.Record(op)
 }
 

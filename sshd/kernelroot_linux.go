@@ -24,6 +24,13 @@ type kernelRoot struct {
 	dir  *os.File // the directory, opened through the root
 	root *os.Root
 	ok   bool // openat2 works here
+
+	// guard, if set, is asked about each directory opened to act on a
+	// name in it (base), or each file opened to stat (base ""), by the
+	// descriptor the kernel resolved: the export's policy checks the real
+	// path there, so a symlinked parent swapped in after a check of the
+	// request's path changes nothing.
+	guard func(fd int, base string) error
 }
 
 func newKernelRoot(root *os.Root) *kernelRoot {
@@ -105,6 +112,11 @@ func (b *kernelRoot) stat(name string, extra int) (fs.FileInfo, error) {
 		return nil, err
 	}
 	defer unix.Close(fd)
+	if b.guard != nil {
+		if err := b.guard(fd, ""); err != nil {
+			return nil, err
+		}
+	}
 	var st syscall.Stat_t
 	if err := syscall.Fstat(fd, &st); err != nil {
 		return nil, &fs.PathError{Op: "stat", Path: name, Err: err}
@@ -185,6 +197,10 @@ func (b *kernelRoot) dirOf(name string) (int, string, func(), error) {
 		if err != nil {
 			return -1, "", nil, err
 		}
+		if err := b.guarded(fd, base); err != nil {
+			unix.Close(fd)
+			return -1, "", nil, err
+		}
 		return fd, base, func() { unix.Close(fd) }, nil
 	}
 	dir, base, ok := splitName(name)
@@ -195,7 +211,19 @@ func (b *kernelRoot) dirOf(name string) (int, string, func(), error) {
 	if err != nil {
 		return -1, "", nil, err
 	}
+	if err := b.guarded(int(f.Fd()), base); err != nil {
+		f.Close()
+		return -1, "", nil, err
+	}
 	return int(f.Fd()), base, func() { f.Close() }, nil
+}
+
+// guarded asks the guard, if any, about base in directory fd.
+func (b *kernelRoot) guarded(fd int, base string) error {
+	if b.guard == nil {
+		return nil
+	}
+	return b.guard(fd, base)
 }
 
 // inParent runs op (named what, for errors) on the directory that holds
@@ -210,6 +238,9 @@ func (b *kernelRoot) inParent(what, name string, op func(dirfd int, base string)
 		return err
 	}
 	defer unix.Close(fd)
+	if err := b.guarded(fd, base); err != nil {
+		return err
+	}
 	err = op(fd, base)
 	if errno, ok := err.(syscall.Errno); ok {
 		return &fs.PathError{Op: what, Path: name, Err: errno}
@@ -312,3 +343,14 @@ var processUmask = sync.OnceValue(func() fs.FileMode {
 	}
 	return 0o777
 })
+
+// parentFd opens directory dir beneath the root for its path (O_PATH),
+// through openat2 only: ok is false where it is missing. No guard: the
+// caller asks about what it finds.
+func (b *kernelRoot) parentFd(dir string) (fd int, ok bool, err error) {
+	if !b.ok {
+		return -1, false, nil
+	}
+	fd, err = b.openat2(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	return fd, true, err
+}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
@@ -34,25 +36,109 @@ func (s *sftpServer) hidden(name string) bool {
 }
 
 // refuseHidden checks the paths a request names before it is handled: a
-// request naming a hidden path is refused, and recorded. It returns false
-// if the request was answered.
+// request naming a hidden path is refused, and recorded. So is one whose
+// path is hidden once the directories above it are resolved by the kernel
+// (a symlink x -> .aws makes x/credentials .aws/credentials), and the
+// rename of a directory that would move a hidden path out of its pattern
+// (.docker to dock, for .docker/config.json). It returns false if the
+// request was answered. (The kernelRoot's guard checks again, race-free,
+// where the request's own call opens the directory.)
 func (s *sftpServer) refuseHidden(id uint32, typ byte, r reader) bool {
 	if s.hide == nil {
 		return true
 	}
 	kind, paths := requestPaths(typ, &r)
-	for _, p := range paths {
-		if name := s.rel(p); s.hidden(name) {
+	for i, p := range paths {
+		name := s.rel(p)
+		if s.hidden(name) {
 			s.done(id, Op{Kind: kind, Path: name}, errHidden)
+			return false
+		}
+		real := s.realName(name)
+		if real != name && s.hidden(real) {
+			s.done(id, Op{Kind: kind, Path: real}, errHidden)
+			return false
+		}
+		if i == 0 && kind == OpRename && s.hide.Splits(real) {
+			s.done(id, Op{Kind: kind, Path: real}, errHidden)
 			return false
 		}
 	}
 	return true
 }
 
+// guardAt is the kernelRoot's guard: base in the directory fd (or fd
+// itself, base ""), at the path the kernel has for it, must not be hidden.
+func (s *sftpServer) guardAt(fd int, base string) error {
+	abs, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return errHidden // cannot tell: refuse
+	}
+	rel, ok := s.realRel(abs)
+	if !ok {
+		return errEscape
+	}
+	if base != "" {
+		rel = joinRel(rel, base)
+	}
+	if s.hidden(rel) {
+		return &hiddenAt{rel}
+	}
+	return nil
+}
+
+// hiddenAt is the guard's refusal, with the real path it found hidden.
+type hiddenAt struct{ path string }
+
+func (e *hiddenAt) Error() string        { return errHidden.Error() }
+func (e *hiddenAt) Is(target error) bool { return target == errHidden }
+
+// refusedPath is the real path a refusal of the guard names, else name.
+func refusedPath(err error, name string) string {
+	var h *hiddenAt
+	if errors.As(err, &h) {
+		return h.path
+	}
+	return name
+}
+
+// realRel is abs, a path the kernel gave for an open file, relative to
+// the root; false if it is not inside it.
+func (s *sftpServer) realRel(abs string) (string, bool) {
+	rel, err := filepath.Rel(s.rootReal, abs)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", false
+	}
+	return filepath.ToSlash(rel), true
+}
+
+// realName is name with the directories above it resolved by the kernel
+// inside the root, symlinks followed: the path a request on name acts on.
+// Where they cannot be resolved (missing), it is name.
+func (s *sftpServer) realName(name string) string {
+	dir, base, ok := splitName(name)
+	if !ok || dir == "." || s.rootReal == "" {
+		return name
+	}
+	fd, ok, err := s.fast.parentFd(dir)
+	if !ok || err != nil {
+		return name
+	}
+	defer unix.Close(fd)
+	abs, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return name
+	}
+	rel, ok := s.realRel(abs)
+	if !ok {
+		return name
+	}
+	return joinRel(rel, base)
+}
+
 // requestPaths is the paths a request names, and the Op kind it is
 // recorded under if refused. A symlink's target is not a path of the
-// request: what it reaches is checked where it is opened (openedHidden).
+// request: what it reaches is checked where it is opened (opened).
 func requestPaths(typ byte, r *reader) (string, []string) {
 	switch typ {
 	case wire.Open:
@@ -92,22 +178,19 @@ func requestPaths(typ byte, r *reader) (string, []string) {
 	return "", nil
 }
 
-// openedHidden reports whether f, just opened, is a hidden file reached
-// through a symlink: the request named a path that is not hidden, but
-// the kernel resolved it (inside the root) to one that is.
-func (s *sftpServer) openedHidden(f *os.File) bool {
-	if s.hide == nil {
-		return false
-	}
-	real, err := fdPath(f)
+// opened is the real path of f, just opened by the path name, and whether
+// it is hidden: the request named a path that is not hidden, but the
+// kernel resolved it (inside the root, through a symlink) to one that is.
+func (s *sftpServer) opened(f *os.File, name string) (real string, hidden bool) {
+	abs, err := fdPath(f)
 	if err != nil {
-		return true // cannot tell: refuse
+		return name, s.hide != nil // cannot tell: refuse
 	}
-	rel, err := filepath.Rel(s.rootReal, real)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return true
+	rel, ok := s.realRel(abs)
+	if !ok {
+		return name, s.hide != nil
 	}
-	return s.hidden(filepath.ToSlash(rel))
+	return rel, s.hidden(rel)
 }
 
 // fdPath is the path the kernel has for f's open file.

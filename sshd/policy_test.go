@@ -152,7 +152,7 @@ func TestPolicyRefusalsReachOpenSSHClient(t *testing.T) {
 	}
 
 	refused := rec.refused()
-	for _, want := range []string{"remove keep.txt", "rename a.txt", "write big.txt", "open peek", "write small3.txt"} {
+	for _, want := range []string{"remove keep.txt", "rename a.txt", "write big.txt", "lookup .env", "write small3.txt"} {
 		if !slices.Contains(refused, want) {
 			t.Errorf("refusal %q not recorded; recorded %q", want, refused)
 		}

@@ -137,12 +137,14 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 	if s.rootID, err = confine.RootOf(int(s.fast.dir.Fd())); err != nil {
 		return err
 	}
+	// What the kernel calls the root: opens are placed against it
+	// (opened, the audit log's real paths), whatever name the root
+	// was opened by.
+	if s.rootReal, err = fdPath(s.fast.dir); err != nil {
+		return err
+	}
 	if s.hide != nil {
-		// What the kernel calls the root: opens are placed against it
-		// (openedHidden), whatever name the root was opened by.
-		if s.rootReal, err = fdPath(s.fast.dir); err != nil {
-			return err
-		}
+		s.fast.guard = s.guardAt
 	}
 	shape, release := acquireShapeLock(s.rootID)
 	defer release()
@@ -404,6 +406,10 @@ func (s *sftpServer) handle(pkt []byte) {
 			fi, err = s.fast.Lstat(name)
 		default:
 			fi, err = s.fast.Stat(name)
+		}
+		if errors.Is(err, errHidden) {
+			s.done(id, Op{Kind: OpLookup, Path: refusedPath(err, name)}, err)
+			return
 		}
 		s.attrsOrStatus(id, fi, err)
 	case wire.Fstat:

@@ -19,13 +19,13 @@ func (s *sftpServer) opendir(id uint32, r *reader) {
 		s.openEnvRoot(id)
 		return
 	}
-	f, err := s.openDir(name, r.Err)
+	f, real, err := s.openDir(name, r.Err)
 	if err != nil {
 		s.errStatus(id, err)
 		return
 	}
-	s.record(Op{Kind: OpList, Path: name})
-	s.sendHandle(id, &handle{f: f, dir: true, name: name})
+	s.record(Op{Kind: OpList, Path: real})
+	s.sendHandle(id, &handle{f: f, dir: true, name: real})
 }
 
 // openEnvRoot opens the environment root: a handle on the export's root
@@ -44,28 +44,33 @@ func (s *sftpServer) openEnvRoot(id uint32) {
 	s.sendHandle(id, &handle{f: f, dir: true, listed: true, entries: []fs.DirEntry{ent}})
 }
 
-// openDir opens the directory name (OPENDIR, wire.List); decodeErr is the
-// request's decoding error.
-func (s *sftpServer) openDir(name string, decodeErr error) (*os.File, error) {
+// openDir opens the directory name (OPENDIR, wire.List), and returns its
+// real path too (what its entries' names are checked against); decodeErr
+// is the request's decoding error.
+func (s *sftpServer) openDir(name string, decodeErr error) (*os.File, string, error) {
 	if decodeErr != nil {
-		return nil, errBadMessage
+		return nil, "", errBadMessage
 	}
 	f, err := s.root.Open(name)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	fi, err := f.Stat()
 	if err == nil && !fi.IsDir() {
 		err = syscall.ENOTDIR
 	}
-	if err == nil && s.openedHidden(f) {
-		err = errHidden
+	real := name
+	if err == nil {
+		var hidden bool
+		if real, hidden = s.opened(f, name); hidden {
+			err = errHidden
+		}
 	}
 	if err != nil {
 		f.Close()
-		return nil, err
+		return nil, "", err
 	}
-	return f, nil
+	return f, real, nil
 }
 
 func (s *sftpServer) readdir(id uint32, r *reader) {
@@ -100,8 +105,7 @@ func (s *sftpServer) readdir(id uint32, r *reader) {
 // list answers wire.List: the directory's entries with their
 // attributes, in one NAME.
 func (s *sftpServer) list(id uint32, r *reader) {
-	name := s.rel(r.Str())
-	f, err := s.openDir(name, r.Err)
+	f, name, err := s.openDir(s.rel(r.Str()), r.Err)
 	if err != nil {
 		s.errStatus(id, err)
 		return

@@ -180,9 +180,13 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 	if err == nil && fi.IsDir() && flags != os.O_RDONLY {
 		err = syscall.EISDIR
 	}
-	if err == nil && s.openedHidden(f) {
-		s.record(Op{Kind: OpOpen, Path: name, Err: errHidden.Error(), Refused: true})
-		err = errHidden
+	real := name
+	if err == nil {
+		var hidden bool
+		if real, hidden = s.opened(f, name); hidden {
+			s.record(Op{Kind: OpOpen, Path: real, Err: errHidden.Error(), Refused: true})
+			err = errHidden
+		}
 	}
 	if err == nil && a.Flags&wire.AttrACModTime != 0 && flags&(os.O_EXCL|os.O_TRUNC) != 0 {
 		// Times sent with an open that made or emptied the file (the
@@ -197,9 +201,9 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 		return nil, nil, err
 	}
 	if creating {
-		s.record(Op{Kind: OpCreate, Path: name})
+		s.record(Op{Kind: OpCreate, Path: real})
 	}
-	return &handle{f: f, readable: flags&os.O_WRONLY == 0 && !fi.IsDir(), name: name, truncated: flags&os.O_TRUNC != 0}, fi, nil
+	return &handle{f: f, readable: flags&os.O_WRONLY == 0 && !fi.IsDir(), name: real, truncated: flags&os.O_TRUNC != 0}, fi, nil
 }
 
 func (s *sftpServer) sendHandle(id uint32, h *handle) {

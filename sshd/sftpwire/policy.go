@@ -144,6 +144,26 @@ func (m *Matcher) HiddenLeaf(rel string) bool {
 	return false
 }
 
+// Splits reports whether moving rel elsewhere could unhide a path beneath
+// it: a pattern of several names whose first names match rel's last ones
+// (.docker/config.json and rel .docker or a/.docker) hides paths below rel
+// only while rel keeps its name. A pattern of one name hides by that name
+// wherever it is, so moving a parent changes nothing for it.
+func (m *Matcher) Splits(rel string) bool {
+	if m == nil || rel == "." || rel == "" {
+		return false
+	}
+	names := strings.Split(strings.Trim(rel, "/"), "/")
+	for _, parts := range m.pats {
+		for j := 1; j < len(parts) && j <= len(names); j++ {
+			if matchAll(parts[:j], names[len(names)-j:]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // HiddenLeaf is Hidden for a client walking down the tree, which has
 // reached rel's parent: only the matches that end at rel's last name are
 // looked for (a hidden parent could not have been reached).
