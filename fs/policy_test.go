@@ -39,9 +39,10 @@ func (l *opLog) has(s string) bool {
 
 // The export's policy reaches the agent on the mount: every refused call
 // fails itself with EACCES — a hidden name looked up, created or listed, a
-// remove (also right after a create, which the mount would otherwise send
-// behind and answer at once), a rename over a name — and a write past the
-// bound fails at the latest when the file is closed. Nothing refused
+// remove or a rename of the owner's file, an open that would empty it — and
+// a write past the bound fails at the latest when the file is closed
+// (EDQUOT). The agent's own file, just created, goes when it removes it
+// (the mount waits for the answer under --no-delete). Nothing refused
 // happens in the directory, and the server records each refusal.
 func TestPolicyRefusalsReachTheAgent(t *testing.T) {
 	log := &opLog{}
@@ -87,11 +88,12 @@ func TestPolicyRefusalsReachTheAgent(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(mnt, "tmp.txt"), []byte("t"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	denied("remove tmp.txt right after its create", os.Remove(filepath.Join(mnt, "tmp.txt")))
-	denied("rename a.txt over keep.txt", os.Rename(filepath.Join(mnt, "a.txt"), filepath.Join(mnt, "keep.txt")))
-	if err := os.Rename(filepath.Join(mnt, "a.txt"), filepath.Join(mnt, "b.txt")); err != nil {
-		t.Errorf("a rename to a new name: %v", err)
+	if err := os.Remove(filepath.Join(mnt, "tmp.txt")); err != nil {
+		t.Errorf("the agent's own file, removed right after its create: %v", err)
 	}
+	denied("rename a.txt over keep.txt", os.Rename(filepath.Join(mnt, "a.txt"), filepath.Join(mnt, "keep.txt")))
+	denied("rename a.txt to a new name", os.Rename(filepath.Join(mnt, "a.txt"), filepath.Join(mnt, "b.txt")))
+	denied("empty keep.txt", os.WriteFile(filepath.Join(mnt, "keep.txt"), nil, 0o644))
 
 	big, err := os.Create(filepath.Join(mnt, "big"))
 	if err != nil {
@@ -105,18 +107,20 @@ func TestPolicyRefusalsReachTheAgent(t *testing.T) {
 		t.Errorf("the write past the bound failed with %v, want EDQUOT (a quota, as a local file system says)", err)
 	}
 
-	for name, want := range map[string]string{".env": "SECRET=1\n", "keep.txt": "keep\n", "tmp.txt": "t", "b.txt": "a\n", "k.pem": "KEY\n"} {
+	for name, want := range map[string]string{".env": "SECRET=1\n", "keep.txt": "keep\n", "a.txt": "a\n", "k.pem": "KEY\n"} {
 		if b, err := os.ReadFile(filepath.Join(f.dir, name)); err != nil || string(b) != want {
 			t.Errorf("%s holds %q (%v), want %q", name, b, err, want)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(f.dir, "new.pem")); err == nil {
-		t.Errorf("a hidden name was created")
+	for _, name := range []string{"new.pem", "tmp.txt", "b.txt"} {
+		if _, err := os.Stat(filepath.Join(f.dir, name)); err == nil {
+			t.Errorf("%s exists", name)
+		}
 	}
 	if fi, err := os.Stat(filepath.Join(f.dir, "big")); err != nil || fi.Size() > 1<<20 {
 		t.Errorf("big: %v, %v bytes: more than the bound was written", err, fi)
 	}
-	for _, want := range []string{"lookup .env", "lookup new.pem", "remove keep.txt", "remove tmp.txt", "rename a.txt", "write big"} {
+	for _, want := range []string{"lookup .env", "lookup new.pem", "remove keep.txt", "setattr keep.txt", "rename a.txt", "write big"} {
 		if !log.has(want) {
 			t.Errorf("refusal %q not recorded; recorded %s", want, strings.Join(log.refused, ", "))
 		}

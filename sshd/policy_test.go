@@ -82,10 +82,10 @@ func TestPolicyRefusalsReachOpenSSHClient(t *testing.T) {
 	}
 	local := t.TempDir()
 	os.WriteFile(filepath.Join(local, "small"), []byte("12345"), 0o644)
-	os.WriteFile(filepath.Join(local, "big"), []byte(strings.Repeat("x", 20)), 0o644)
+	os.WriteFile(filepath.Join(local, "big"), []byte(strings.Repeat("x", 2000)), 0o644)
 	rec := &memRecorder{}
 	cred := f.grant(t, "dlg_policy", Export{Dir: dir, Audit: rec,
-		Policy: wire.ExportPolicy{Hide: []string{".env", "*.pem"}, NoDelete: true, MaxWriteBytes: 10}})
+		Policy: wire.ExportPolicy{Hide: []string{".env", "*.pem"}, NoDelete: true, MaxWriteBytes: 1100}})
 	key, kh, host, port := openSSHFiles(t, f, cred)
 	batch := strings.Join([]string{
 		"ls -a1",
@@ -122,7 +122,10 @@ func TestPolicyRefusalsReachOpenSSHClient(t *testing.T) {
 	if n := strings.Count(text, "ermission denied"); n != 4 {
 		t.Errorf("%d refusals reached the client, want 4 (rm, rename, write past the limit, the link to .env):\n%s", n, text)
 	}
-	// A second session shares the bound: 5 more bytes fit, 5 after them not.
+	// A second session shares the bound. Each new name costs its length
+	// and inodeCost (256): the first session spent 263 (big.txt, whose
+	// 2000 bytes were refused), 270 (small.txt) and 264 (the link), so
+	// small2.txt (271) fits the 1100 and small3.txt does not.
 	text = sftp("put " + filepath.Join(local, "small") + " small2.txt\n-put " + filepath.Join(local, "small") + " small3.txt")
 	if !strings.Contains(text, "ermission denied") {
 		t.Errorf("a second session wrote past the bound the first spent:\n%s", text)
@@ -152,7 +155,7 @@ func TestPolicyRefusalsReachOpenSSHClient(t *testing.T) {
 	}
 
 	refused := rec.refused()
-	for _, want := range []string{"remove keep.txt", "rename a.txt", "write big.txt", "lookup .env", "write small3.txt"} {
+	for _, want := range []string{"remove keep.txt", "rename a.txt", "write big.txt", "lookup .env", "create small3.txt"} {
 		if !slices.Contains(refused, want) {
 			t.Errorf("refusal %q not recorded; recorded %q", want, refused)
 		}

@@ -76,6 +76,7 @@ type grant struct {
 	Export
 	until   time.Time
 	written *atomic.Int64 // bytes written by all its sessions (Policy.MaxWriteBytes)
+	made    *madeSet      // what its sessions made (Policy.NoDelete)
 }
 
 // New builds a Server. It lends nothing until Grant is called.
@@ -189,7 +190,7 @@ func (s *Server) serveSFTP(sess ssh.Session) {
 	}
 	defer root.Close()
 	s.log.Info("sftp session", "delegation", id, "remote", sess.RemoteAddr(), "readOnly", exp.ReadOnly)
-	err = serveSFTP(sess, root, session{readOnly: exp.ReadOnly, policy: exp.Policy, audit: exp.Audit, written: exp.written, metrics: s.opts.Metrics},
+	err = serveSFTP(sess, root, session{readOnly: exp.ReadOnly, policy: exp.Policy, audit: exp.Audit, written: exp.written, made: exp.made, metrics: s.opts.Metrics},
 		s.log.With("delegation", id), newFlow(share), id)
 	if err != nil {
 		s.log.Debug("sftp session ended", "delegation", id, "err", err)
@@ -271,11 +272,11 @@ func (s *Server) Revoke(id string) {
 func (s *Server) Grant(id string, exp Export, until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	written := new(atomic.Int64)
+	written, made := new(atomic.Int64), newMadeSet()
 	if old, ok := s.grants[id]; ok {
-		written = old.written
+		written, made = old.written, old.made
 	}
-	s.grants[id] = grant{Export: exp, until: until, written: written}
+	s.grants[id] = grant{Export: exp, until: until, written: written, made: made}
 }
 
 // Granted lists the delegations lent to now: what a caller that learns of

@@ -55,6 +55,7 @@ type sftpServer struct {
 	audit    Recorder          // nil: not recorded (audit.go)
 	metrics  Metrics
 	written  *atomic.Int64 // bytes written by the grant's sessions
+	made     *madeSet      // paths the grant's sessions made (NoDelete)
 	log      *slog.Logger
 	out      *responder
 	alias    string       // "/" + the export's locator, another name of the root; "" for none
@@ -105,6 +106,7 @@ type session struct {
 	policy   wire.ExportPolicy
 	audit    Recorder      // nil: none
 	written  *atomic.Int64 // the grant's bytes written; nil: counted per session
+	made     *madeSet      // what the grant's sessions made; nil: per session
 	metrics  Metrics       // nil: none
 }
 
@@ -119,11 +121,14 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 	if sess.written == nil {
 		sess.written = new(atomic.Int64)
 	}
+	if sess.made == nil {
+		sess.made = newMadeSet()
+	}
 	if sess.metrics == nil {
 		sess.metrics = noMetrics{}
 	}
 	s := &sftpServer{root: root, readOnly: sess.readOnly, policy: sess.policy, hide: wire.NewMatcher(sess.policy.Hide),
-		audit: sess.audit, written: sess.written, metrics: sess.metrics,
+		audit: sess.audit, written: sess.written, made: sess.made, metrics: sess.metrics,
 		log: log, handles: map[string]*handle{}}
 	if id != "" {
 		s.alias, s.env = path.Clean("/"+Locator(id)), path.Clean("/"+EnvLocator(id))
@@ -431,7 +436,7 @@ func (s *sftpServer) handle(pkt []byte) {
 			s.errStatus(id, err)
 			return
 		}
-		if err = s.setstat("", h.f, a, r.Err); err == nil && a.Flags&wire.AttrSize != 0 && a.Size == 0 {
+		if err = s.setstat(h.name, h.f, a, r.Err); err == nil && a.Flags&wire.AttrSize != 0 && a.Size == 0 {
 			h.truncated = true
 		}
 		s.setattrDone(id, h.name, a, err)
@@ -457,7 +462,7 @@ func (s *sftpServer) handle(pkt []byte) {
 			err = s.writable()
 		}
 		if err == nil {
-			err = s.fast.Mkdir(name, perm)
+			err = s.adding(name, "", func() error { return s.fast.Mkdir(name, perm) })
 		}
 		if w := s.watch.Load(); w != nil && err == nil {
 			w.made(name)
@@ -485,7 +490,7 @@ func (s *sftpServer) handle(pkt []byte) {
 		}
 		if err == nil {
 			// Plain v3 RENAME does not replace: that is posix-rename.
-			err = s.rename(from, to, true)
+			err = s.moveKeeping(from, to, true)
 		}
 		s.done(id, Op{Kind: OpRename, Path: from, To: to}, err)
 	case wire.Readlink:
@@ -508,7 +513,7 @@ func (s *sftpServer) handle(pkt []byte) {
 			err = s.writable()
 		}
 		if err == nil {
-			err = s.symlink(target, link)
+			err = s.adding(link, target, func() error { return s.symlink(target, link) })
 		}
 		s.done(id, Op{Kind: OpSymlink, Path: link, To: target}, err)
 	case wire.Extended:
@@ -535,10 +540,15 @@ func (s *sftpServer) mutate(r *reader, fn func(name string) error) (string, erro
 	if err := s.writable(); err != nil {
 		return name, err
 	}
-	if s.policy.NoDelete {
-		return name, errNoDelete
+	real := s.realName(name)
+	if err := s.keeps(real); err != nil {
+		return name, err
 	}
-	return name, fn(name)
+	if err := fn(name); err != nil {
+		return name, err
+	}
+	s.made.gone(real)
+	return name, nil
 }
 
 // setattrDone answers a SETSTAT or FSETSTAT of name, recording it if it
@@ -561,7 +571,7 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 		}
 		if err == nil {
 			// Under NoDelete a rename may not replace what is there.
-			if err = s.rename(from, to, s.policy.NoDelete); s.policy.NoDelete && errors.Is(err, fs.ErrExist) {
+			if err = s.moveKeeping(from, to, s.policy.NoDelete); s.policy.NoDelete && errors.Is(err, fs.ErrExist) {
 				err = errNoDelete
 			}
 		}
@@ -573,7 +583,7 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 			err = s.writable()
 		}
 		if err == nil {
-			err = s.link(from, to)
+			err = s.adding(to, "", func() error { return s.link(from, to) })
 		}
 		s.done(id, Op{Kind: OpLink, Path: from, To: to}, err)
 	case "fsync@openssh.com":

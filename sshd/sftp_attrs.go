@@ -33,13 +33,39 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 		return err
 	}
 	if a.Flags&wire.AttrSize != 0 {
+		// The owner's file is not made shorter under NoDelete, and what
+		// it grows by counts against the write limit.
+		var fi fs.FileInfo
 		var err error
+		if f != nil {
+			fi, err = f.Stat()
+		} else {
+			fi, err = s.fast.Stat(name)
+		}
+		if err != nil {
+			return err
+		}
+		st, _ := fi.Sys().(*syscall.Stat_t)
+		real := name
+		if f == nil {
+			real = s.realName(name)
+		}
+		if st != nil {
+			if err := s.shrinks(real, st, a.Size); err != nil {
+				return err
+			}
+		}
+		grow := int64(a.Size) - fi.Size()
+		if err := s.spend(grow); err != nil {
+			return err
+		}
 		if f != nil {
 			err = f.Truncate(int64(a.Size))
 		} else {
 			err = s.truncate(name, int64(a.Size))
 		}
 		if err != nil {
+			s.refund(grow)
 			return err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"strings"
 	"syscall"
 
@@ -154,13 +155,22 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 	if a.Flags&wire.AttrPermissions != 0 {
 		perm = fs.FileMode(a.Mode) & fs.ModePerm
 	}
-	// Whether the open creates the file, for the audit log: certain with
-	// O_EXCL; else it is tried with O_EXCL first, which costs a second
-	// open only where the file was there already.
+	// Under a policy, what the open reaches is checked before anything
+	// of it goes: the truncation is done here once the file is known to
+	// be neither hidden (reached through a symlink) nor, under NoDelete,
+	// the owner's.
+	trunc := flags&os.O_TRUNC != 0
+	checked := s.hide != nil || s.policy.NoDelete
+	if checked {
+		flags &^= os.O_TRUNC
+	}
+	// Whether the open creates the file, for the audit log and the
+	// policy: certain with O_EXCL; else it is tried with O_EXCL first,
+	// which costs a second open only where the file was there already.
 	creating := flags&os.O_CREATE != 0
 	var f *os.File
 	var err error
-	if creating && flags&os.O_EXCL == 0 && s.audit != nil {
+	if creating && flags&os.O_EXCL == 0 && (s.audit != nil || checked || s.policy.MaxWriteBytes > 0) {
 		f, err = s.fast.OpenCreating(name, flags|os.O_EXCL, perm)
 		if errors.Is(err, fs.ErrExist) {
 			creating = false
@@ -188,7 +198,29 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 			err = errHidden
 		}
 	}
-	if err == nil && a.Flags&wire.AttrACModTime != 0 && flags&(os.O_EXCL|os.O_TRUNC) != 0 {
+	if err == nil && creating {
+		// A new name and inode count against the write limit.
+		if err = s.spend(int64(len(path.Base(real))) + inodeCost); err != nil {
+			s.record(Op{Kind: OpCreate, Path: real, Err: err.Error(), Refused: true})
+		}
+	}
+	if err != nil && creating && !errors.Is(err, errBadMessage) {
+		s.root.Remove(real) // made by this open and refused: not left behind
+	}
+	if err == nil && trunc && checked && fi.Size() > 0 {
+		if !creating {
+			if err = s.keeps(real); err != nil {
+				s.record(Op{Kind: OpOpen, Path: real, Err: err.Error(), Refused: true})
+			}
+		}
+		if err == nil {
+			err = f.Truncate(0)
+		}
+	}
+	if err == nil && creating {
+		s.madeNow(real)
+	}
+	if err == nil && a.Flags&wire.AttrACModTime != 0 && (flags&os.O_EXCL != 0 || trunc) {
 		// Times sent with an open that made or emptied the file (the
 		// client told its kernel of them before our answer): what it
 		// told is made true.
@@ -203,7 +235,7 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 	if creating {
 		s.record(Op{Kind: OpCreate, Path: real})
 	}
-	return &handle{f: f, readable: flags&os.O_WRONLY == 0 && !fi.IsDir(), name: real, truncated: flags&os.O_TRUNC != 0}, fi, nil
+	return &handle{f: f, readable: flags&os.O_WRONLY == 0 && !fi.IsDir(), name: real, truncated: trunc}, fi, nil
 }
 
 func (s *sftpServer) sendHandle(id uint32, h *handle) {
