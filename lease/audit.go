@@ -1,9 +1,10 @@
 package lease
 
 import (
-	"encoding/binary"
+	"cmp"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -16,6 +17,11 @@ var (
 	bucketAudit = []byte("audit")
 	// bucketAuditMeta holds, by delegation, its AuditSummary.
 	bucketAuditMeta = []byte("audit-meta")
+	// bucketAuditCheap holds one sub-bucket per delegation: its cheap
+	// records (AuditRecord.Cheap), numbered with the others.
+	bucketAuditCheap = []byte("audit-cheap")
+	// bucketAuditSize holds, by delegation, what its log holds (auditSize).
+	bucketAuditSize = []byte("audit-size")
 )
 
 // AuditSummary is what a delegation's audit log adds up to: what the
@@ -39,14 +45,39 @@ type AuditSummary struct {
 	FromDiff bool `json:"fromDiff,omitempty"`
 }
 
+// AuditRecord is one record of an audit log as the store keeps it, and
+// whether it is cheap: one that is evicted before any other (a listing),
+// so that a flood of cheap operations cannot push out a refusal, a read
+// of a secret, a write or a delete.
+type AuditRecord struct {
+	Data  []byte
+	Cheap bool
+}
+
+// AuditLimits bound one delegation's stored log; 0 is no bound.
+type AuditLimits struct {
+	Records int
+	Bytes   int64
+}
+
+// auditSize is what a delegation's stored log holds, kept beside it.
+type auditSize struct {
+	Records, Cheap uint64
+	Bytes          int64
+}
+
 // AppendAudit adds records to delegation id's audit log, keeping at most
-// max of them (0: no bound) by dropping the oldest, and stores sum as its
-// summary. Its Dropped is what the log dropped before, lost (records the
-// caller dropped before they reached the store) and what this drops.
-// It returns the summary as stored.
-func (s *Store) AppendAudit(id string, records [][]byte, lost uint64, sum AuditSummary, max int) (AuditSummary, error) {
+// limits by dropping the oldest cheap records first, then the oldest of
+// the rest, and stores sum as its summary. Its Dropped is what the log
+// dropped before, lost (records the caller dropped before they reached the
+// store) and what this drops. It returns the summary as stored.
+func (s *Store) AppendAudit(id string, records []AuditRecord, lost uint64, sum AuditSummary, limits AuditLimits) (AuditSummary, error) {
 	err := s.update(func(tx *bolt.Tx) error {
-		b, err := tx.Bucket(bucketAudit).CreateBucketIfNotExists([]byte(id))
+		main, err := tx.Bucket(bucketAudit).CreateBucketIfNotExists([]byte(id))
+		if err != nil {
+			return err
+		}
+		cheap, err := tx.Bucket(bucketAuditCheap).CreateBucketIfNotExists([]byte(id))
 		if err != nil {
 			return err
 		}
@@ -54,25 +85,53 @@ func (s *Store) AppendAudit(id string, records [][]byte, lost uint64, sum AuditS
 		if p, _ := auditSummary(tx, id); p != nil {
 			prev = *p
 		}
+		size := storedSize(tx, id)
 		for _, r := range records {
-			seq, err := b.NextSequence()
+			seq, err := main.NextSequence() // one numbering for both tiers
 			if err != nil {
 				return err
 			}
-			if err := b.Put(seqKey(seq), r); err != nil {
+			b := main
+			if r.Cheap {
+				b = cheap
+				size.Cheap++
+			}
+			if err := b.Put(seqKey(seq), r.Data); err != nil {
 				return err
 			}
+			size.Records++
+			size.Bytes += int64(len(r.Data))
 		}
 		sum.Dropped = prev.Dropped + lost
-		if max > 0 {
-			// Deleting under a cursor moves it on: take the first again.
-			c := b.Cursor()
-			for k, _ := c.First(); k != nil && b.Sequence()-binary.BigEndian.Uint64(k)+1 > uint64(max); k, _ = c.First() {
-				if err := c.Delete(); err != nil {
-					return err
-				}
-				sum.Dropped++
+		over := func() bool {
+			return (limits.Records > 0 && size.Records > uint64(limits.Records)) || (limits.Bytes > 0 && size.Bytes > limits.Bytes)
+		}
+		for over() && size.Records > 0 {
+			b := main
+			if size.Cheap > 0 {
+				b = cheap
 			}
+			k, v := b.Cursor().First()
+			if k == nil { // the sizes disagree with the buckets: trust the buckets
+				if b == cheap {
+					size.Cheap = 0
+					continue
+				}
+				break
+			}
+			n := int64(len(v))
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+			if b == cheap {
+				size.Cheap--
+			}
+			size.Records--
+			size.Bytes -= n
+			sum.Dropped++
+		}
+		if err := putSize(tx, id, size); err != nil {
+			return err
 		}
 		data, err := json.Marshal(sum)
 		if err != nil {
@@ -81,6 +140,36 @@ func (s *Store) AppendAudit(id string, records [][]byte, lost uint64, sum AuditS
 		return tx.Bucket(bucketAuditMeta).Put([]byte(id), data)
 	})
 	return sum, err
+}
+
+func storedSize(tx *bolt.Tx, id string) auditSize {
+	var size auditSize
+	if data := tx.Bucket(bucketAuditSize).Get([]byte(id)); data != nil {
+		json.Unmarshal(data, &size)
+		return size
+	}
+	// A log an earlier release stored has no size yet: count it once.
+	for _, top := range [][]byte{bucketAudit, bucketAuditCheap} {
+		if b := tx.Bucket(top).Bucket([]byte(id)); b != nil {
+			b.ForEach(func(_, v []byte) error {
+				size.Records++
+				size.Bytes += int64(len(v))
+				if string(top) == string(bucketAuditCheap) {
+					size.Cheap++
+				}
+				return nil
+			})
+		}
+	}
+	return size
+}
+
+func putSize(tx *bolt.Tx, id string, size auditSize) error {
+	data, err := json.Marshal(size)
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucketAuditSize).Put([]byte(id), data)
 }
 
 // AuditSummaryOf is delegation id's audit summary as stored; nil if it has
@@ -115,11 +204,16 @@ func (s *Store) AuditAfter(id string, after uint64, limit int) ([]StoredEvent, *
 		if sum, err = auditSummary(tx, id); err != nil {
 			return err
 		}
-		b := tx.Bucket(bucketAudit).Bucket([]byte(id))
-		if b == nil {
-			return nil
+		for _, top := range [][]byte{bucketAudit, bucketAuditCheap} {
+			if b := tx.Bucket(top).Bucket([]byte(id)); b != nil {
+				out = append(out, recordsAfter(b, after, limit)...)
+			}
 		}
-		out = recordsAfter(b, after, limit)
+		// The two tiers share one numbering: in order, the first limit.
+		slices.SortFunc(out, func(a, b StoredEvent) int { return cmp.Compare(a.Seq, b.Seq) })
+		if limit > 0 && len(out) > limit {
+			out = out[:limit]
+		}
 		return nil
 	})
 	return out, sum, err
@@ -131,14 +225,17 @@ func (s *Store) DeleteAudit(id string) error {
 }
 
 func deleteAudit(tx *bolt.Tx, id string) error {
-	if err := tx.Bucket(bucketAuditMeta).Delete([]byte(id)); err != nil {
-		return err
+	for _, top := range [][]byte{bucketAuditMeta, bucketAuditSize} {
+		if err := tx.Bucket(top).Delete([]byte(id)); err != nil {
+			return err
+		}
 	}
-	err := tx.Bucket(bucketAudit).DeleteBucket([]byte(id))
-	if errors.Is(err, berrors.ErrBucketNotFound) {
-		err = nil
+	for _, top := range [][]byte{bucketAudit, bucketAuditCheap} {
+		if err := tx.Bucket(top).DeleteBucket([]byte(id)); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
+			return err
+		}
 	}
-	return err
+	return nil
 }
 
 // PruneAudit removes the audit logs of delegations that ended before

@@ -17,14 +17,14 @@ func TestAuditLogBoundAndPrune(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var recs [][]byte
+	var recs []AuditRecord
 	for i := range 25 {
-		recs = append(recs, []byte(fmt.Sprintf(`{"n":%d}`, i)))
+		recs = append(recs, AuditRecord{Data: []byte(fmt.Sprintf(`{"n":%d}`, i))})
 	}
-	if _, err := s.AppendAudit("dlg_old", recs[:15], 0, AuditSummary{Operations: 15}, 10); err != nil {
+	if _, err := s.AppendAudit("dlg_old", recs[:15], 0, AuditSummary{Operations: 15}, AuditLimits{Records: 10}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AppendAudit("dlg_old", recs[15:], 2, AuditSummary{Operations: 27}, 10); err != nil {
+	if _, err := s.AppendAudit("dlg_old", recs[15:], 2, AuditSummary{Operations: 27}, AuditLimits{Records: 10}); err != nil {
 		t.Fatal(err)
 	}
 	got, sum, err := s.AuditAfter("dlg_old", 0, 0)
@@ -40,7 +40,7 @@ func TestAuditLogBoundAndPrune(t *testing.T) {
 	if after, _, _ := s.AuditAfter("dlg_old", got[4].Seq, 0); len(after) != 5 {
 		t.Fatalf("%d records after the fifth, want 5", len(after))
 	}
-	if _, err := s.AppendAudit("dlg_live", recs[:1], 0, AuditSummary{Operations: 1}, 10); err != nil {
+	if _, err := s.AppendAudit("dlg_live", recs[:1], 0, AuditSummary{Operations: 1}, AuditLimits{Records: 10}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -61,5 +61,50 @@ func TestAuditLogBoundAndPrune(t *testing.T) {
 	}
 	if _, err := s.Delegation("dlg_old"); err != nil {
 		t.Fatalf("the delegation's record went with its log: %v", err)
+	}
+}
+
+// A log is bounded in bytes as well as records, and its cheap records go
+// before any other: 320 listings after a read of a secret, under a bound
+// of 300 records, leave the read in the log; large records under a byte
+// bound leave no more than the bound.
+func TestAuditLogKeepsWhatMatters(t *testing.T) {
+	s := openStore(t, filepath.Join(t.TempDir(), "ctl.db"), false)
+	read := AuditRecord{Data: []byte(`{"op":"read","path":".aws/credentials"}`)}
+	var recs []AuditRecord
+	recs = append(recs, read)
+	for range 320 {
+		recs = append(recs, AuditRecord{Data: []byte(`{"op":"list","path":"."}`), Cheap: true})
+	}
+	// In batches, as the delegator writes them.
+	for i := 0; i < len(recs); i += 50 {
+		if _, err := s.AppendAudit("dlg_cheap", recs[i:min(i+50, len(recs))], 0, AuditSummary{}, AuditLimits{Records: 300}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, sum, err := s.AuditAfter("dlg_cheap", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 300 || string(got[0].Data) != string(read.Data) || sum.Dropped != 21 {
+		t.Fatalf("kept %d records (first %s), dropped %d: want 300 with the read first, 21 listings dropped", len(got), got[0].Data, sum.Dropped)
+	}
+	if limited, _, _ := s.AuditAfter("dlg_cheap", 0, 5); len(limited) != 5 || string(limited[0].Data) != string(read.Data) {
+		t.Fatalf("the first 5 records: %d, the read not first", len(limited))
+	}
+
+	big := AuditRecord{Data: make([]byte, 1<<20)}
+	for range 20 {
+		if _, err := s.AppendAudit("dlg_big", []AuditRecord{big}, 0, AuditSummary{}, AuditLimits{Records: 1000, Bytes: 4 << 20}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _, _ = s.AuditAfter("dlg_big", 0, 0)
+	var n int
+	for _, r := range got {
+		n += len(r.Data)
+	}
+	if n > 4<<20 {
+		t.Fatalf("the log holds %d bytes under a bound of 4 MiB", n)
 	}
 }

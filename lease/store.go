@@ -150,7 +150,7 @@ func (s *Store) open() (*bolt.DB, error) {
 		return nil, fmt.Errorf("open store %s: %w", s.path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketDelegations, bucketAssignments, bucketEvents, bucketProgress, bucketBlobs, bucketAudit, bucketAuditMeta} {
+		for _, b := range [][]byte{bucketDelegations, bucketAssignments, bucketEvents, bucketProgress, bucketBlobs, bucketAudit, bucketAuditMeta, bucketAuditCheap, bucketAuditSize} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -56,18 +56,20 @@ func parseBytes(s string) (int64, error) {
 // auditLine is one operation as the audit command prints it.
 func auditLine(op delegator.Op) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s  %-7s %s", op.At.Local().Format("15:04:05.000"), op.Kind, op.Path)
+	// The names are the executor's to choose: a newline or an escape
+	// sequence in one must not print a forged line or reach the terminal.
+	fmt.Fprintf(&b, "%s  %-7s %s", op.At.Local().Format("15:04:05.000"), clikit.Printable(op.Kind), clikit.Printable(op.Path))
 	if op.To != "" {
-		fmt.Fprintf(&b, " -> %s", op.To)
+		fmt.Fprintf(&b, " -> %s", clikit.Printable(op.To))
 	}
 	if op.Bytes > 0 {
 		fmt.Fprintf(&b, "  %d bytes", op.Bytes)
 	}
 	switch {
 	case op.Refused:
-		fmt.Fprintf(&b, "  REFUSED: %s", op.Err)
+		fmt.Fprintf(&b, "  REFUSED: %s", clikit.Printable(op.Err))
 	case op.Err != "":
-		fmt.Fprintf(&b, "  failed: %s", op.Err)
+		fmt.Fprintf(&b, "  failed: %s", clikit.Printable(op.Err))
 	}
 	return b.String()
 }

@@ -208,9 +208,9 @@ func report(c *cli.Context, d *lease.Delegation) error {
 		fmt.Fprintf(w, "  lost:      events %d–%d (the executor no longer had them when its stream was followed again)\n", g.From, g.To)
 	}
 	if d.State == lease.Completed {
-		fmt.Fprintf(w, "summary:\n%s\n", indent(d.Summary))
+		fmt.Fprintf(w, "summary:\n%s\n", indent(clikit.PrintableText(d.Summary)))
 		if len(d.Highlights) > 0 {
-			fmt.Fprintf(w, "highlights:\n%s\n", indent(strings.Join(d.Highlights, "\n")))
+			fmt.Fprintf(w, "highlights:\n%s\n", indent(strings.Join(printables(d.Highlights), "\n")))
 		}
 	}
 	if len(d.Changes) > 0 {
@@ -223,7 +223,7 @@ func report(c *cli.Context, d *lease.Delegation) error {
 		fmt.Fprintln(w, "changes: none")
 	}
 	if len(d.Conflicts) > 0 {
-		fmt.Fprintf(w, "conflicts (local versions kept):\n%s\n", indent(strings.Join(d.Conflicts, "\n")))
+		fmt.Fprintf(w, "conflicts (local versions kept):\n%s\n", indent(strings.Join(printables(d.Conflicts), "\n")))
 	}
 	for _, n := range d.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
@@ -236,7 +236,7 @@ func report(c *cli.Context, d *lease.Delegation) error {
 	}
 	printPermissions(w, d)
 	if f := d.Failure; f != nil && d.State != lease.Completed {
-		fmt.Fprintf(c.App.ErrWriter, "error %s: %s\n", f.Code, f.Message)
+		fmt.Fprintf(c.App.ErrWriter, "error %s: %s\n", clikit.Printable(f.Code), clikit.PrintableText(f.Message))
 		if len(f.CallChain) > 0 {
 			fmt.Fprintf(c.App.ErrWriter, "call chain: %s\n", control.FormatCallChain(f.CallChain))
 		}
@@ -499,4 +499,13 @@ func userName() string {
 		return u.Username
 	}
 	return "uid " + strconv.Itoa(os.Getuid())
+}
+
+// printables is each of names as clikit.Printable shows it.
+func printables(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = clikit.Printable(n)
+	}
+	return out
 }

@@ -101,9 +101,9 @@ func exportWait(ctx context.Context, c *cli.Context, e *env, req delegator.Expor
 		case ev.Type == control.EventStatus && ev.Status == control.StatusRunning:
 			fmt.Fprintf(errw, "awcp: executor is running the task\n")
 		case ev.Type == control.EventStatus:
-			fmt.Fprintf(errw, "  | %s\n", ev.Message)
+			fmt.Fprintf(errw, "  | %s\n", clikit.PrintableText(ev.Message))
 		case ev.Type == control.EventPermission && ev.Outcome == control.PermissionPending:
-			fmt.Fprintf(errw, "awcp: the agent asks permission (%s): %s\n", ev.RequestID, ev.Message)
+			fmt.Fprintf(errw, "awcp: the agent asks permission (%s): %s\n", clikit.Printable(ev.RequestID), clikit.PrintableText(ev.Message))
 			printHowToAnswer(errw, id, ev.RequestID, ev.Options)
 		case ev.Type == control.EventPermission:
 			fmt.Fprintf(errw, "awcp: permission %s: %s %s (%s)\n", ev.RequestID, ev.Outcome, ev.OptionID, ev.DecidedBy)
@@ -160,7 +160,7 @@ func fail(c *cli.Context, err error) error {
 	if c.Bool("json") {
 		printJSON(c.App.Writer, pe.ToMessage(""))
 	}
-	fmt.Fprintf(c.App.ErrWriter, "error %s: %s\n", pe.Code, pe.Message)
+	fmt.Fprintf(c.App.ErrWriter, "error %s: %s\n", clikit.Printable(pe.Code), clikit.PrintableText(pe.Message))
 	if len(pe.CallChain) > 0 {
 		fmt.Fprintf(c.App.ErrWriter, "call chain: %s\n", control.FormatCallChain(pe.CallChain))
 	}

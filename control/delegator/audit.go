@@ -3,8 +3,10 @@ package delegator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +30,11 @@ type AuditLog struct {
 	// MaxRecords is how many records of a delegation are kept, in memory
 	// before they are written and in the store. Default 100000.
 	MaxRecords int
+	// MaxBytes bounds what a delegation's stored log holds. Default
+	// DefaultMaxAuditBytes. Past either bound the oldest listings go
+	// first, then the oldest of the rest (refusals, reads, writes,
+	// deletes): a flood of cheap operations cannot push those out.
+	MaxBytes int64
 	// Retention is how long the log of an ended delegation is kept; the
 	// delegation's record keeps its summary. Default 30 days.
 	Retention time.Duration
@@ -70,6 +77,27 @@ func opBytes(op sshd.Op) int { return 96 + len(op.Path) + len(op.To) + len(op.Er
 
 // DefaultMaxAuditRecords is AuditLog.MaxRecords's default.
 const DefaultMaxAuditRecords = 100000
+
+// DefaultMaxAuditBytes is AuditLog.MaxBytes's default: a delegation's log
+// on disk is bounded by bytes, not only records (200 refused lookups of
+// 1 MB paths grew the store by 246 MB).
+const DefaultMaxAuditBytes = 64 << 20
+
+// maxRecordedName is the longest path or message a record keeps; the rest
+// is cut, and the record says how long it was.
+const maxRecordedName = 4 << 10
+
+// cut is s at most maxRecordedName bytes long.
+func cut(s string) string {
+	if len(s) <= maxRecordedName {
+		return s
+	}
+	return fmt.Sprintf("%s…(%d bytes)", strings.ToValidUTF8(s[:maxRecordedName], ""), len(s))
+}
+
+// cheap reports an operation the log drops before any other: a listing.
+// A refusal never is.
+func cheap(op sshd.Op) bool { return op.Kind == sshd.OpList && !op.Refused }
 
 func (a *AuditLog) maxRecords() int {
 	if a.MaxRecords > 0 {
@@ -119,6 +147,7 @@ func (r recorder) Record(op sshd.Op) {
 		return
 	}
 	da.add(op)
+	op.Path, op.To, op.Err = cut(op.Path), cut(op.To), cut(op.Err)
 	da.pending = append(da.pending, op)
 	da.pendingBytes += opBytes(op)
 	drop := 0
@@ -239,7 +268,11 @@ func (da *delegationAudit) take(id string) batch {
 
 // write stores b; the caller holds a.writing.
 func (a *AuditLog) write(b batch) (lease.AuditSummary, error) {
-	sum, err := a.Store.AppendAudit(b.id, encode(b.ops), b.lost, b.sum, a.maxRecords())
+	maxBytes := a.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxAuditBytes
+	}
+	sum, err := a.Store.AppendAudit(b.id, encode(b.ops), b.lost, b.sum, lease.AuditLimits{Records: a.maxRecords(), Bytes: maxBytes})
 	if err != nil {
 		a.logger().Warn("audit: write the log", "delegation", b.id, "records", len(b.ops), "err", err)
 	}
@@ -264,11 +297,11 @@ func (a *AuditLog) flush() {
 }
 
 // encode is ops as the store keeps them: JSON, one record each.
-func encode(ops []sshd.Op) [][]byte {
-	out := make([][]byte, 0, len(ops))
+func encode(ops []sshd.Op) []lease.AuditRecord {
+	out := make([]lease.AuditRecord, 0, len(ops))
 	for _, op := range ops {
 		if data, err := json.Marshal(op); err == nil {
-			out = append(out, data)
+			out = append(out, lease.AuditRecord{Data: data, Cheap: cheap(op)})
 		}
 	}
 	return out

@@ -2,6 +2,7 @@ package delegator
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -87,4 +88,47 @@ func liveHeap() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// The attacker of issue 40 against the stored log: 200 refused lookups of
+// 1 MB paths grow the store by a few MiB, not 246 MB (each record keeps
+// 4 KiB of a name and says how long it was); and 320 listings after a read
+// of a secret, under a bound of 300 records, leave the read in the log.
+func TestAuditLogBoundedAgainstTheExecutor(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "delegator.db")
+	store, err := lease.Open(dbPath, lease.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	for _, id := range []string{"dlg_names", "dlg_evict"} {
+		if err := store.CreateDelegation(&lease.Delegation{Lease: lease.Lease{ID: id, AccessMode: "ro"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := &AuditLog{Store: store, MaxRecords: 300}
+	huge := strings.Repeat("n", 1<<20)
+	names := a.For("dlg_names")
+	for range 200 {
+		names.Record(sshd.Op{At: time.Now(), Kind: sshd.OpLookup, Path: huge, Err: "hidden", Refused: true})
+	}
+	evict := a.For("dlg_evict")
+	evict.Record(sshd.Op{At: time.Now(), Kind: sshd.OpRead, Path: ".aws/credentials", Bytes: 40})
+	for range 320 {
+		evict.Record(sshd.Op{At: time.Now(), Kind: sshd.OpList, Path: "."})
+		a.flush() // in many batches, as a slow flood is written
+	}
+	a.End("dlg_names")
+	a.End("dlg_evict")
+	if fi, err := os.Stat(dbPath); err != nil || fi.Size() > 16<<20 {
+		t.Errorf("200 lookups of 1 MB paths grew the store to %d bytes (%v)", fi.Size(), err)
+	}
+	recs, _, _ := store.AuditAfter("dlg_names", 0, 1)
+	if len(recs) != 1 || !strings.Contains(string(recs[0].Data), "(1048576 bytes)") {
+		t.Errorf("a record of a 1 MB path does not say how long it was (%d records)", len(recs))
+	}
+	recs, _, _ = store.AuditAfter("dlg_evict", 0, 0)
+	if len(recs) != 300 || !strings.Contains(string(recs[0].Data), ".aws/credentials") {
+		t.Errorf("after 320 listings the log holds %d records, the read of the secret first: %v", len(recs), len(recs) > 0 && strings.Contains(string(recs[0].Data), ".aws"))
+	}
 }

@@ -3,6 +3,8 @@ package clikit
 import (
 	"bytes"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/urfave/cli/v2"
@@ -48,5 +50,29 @@ func TestCommonFlagsAnywhere(t *testing.T) {
 				t.Fatalf("state dir %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// A name an executor chose with a newline cannot print a forged line, nor
+// one with ESC reach the terminal; plain names print as they are.
+func TestPrintable(t *testing.T) {
+	forged := "a\n12:00:00.000  read    .aws/credentials  REFUSED"
+	for in, want := range map[string]string{
+		"src/main.go":            "src/main.go",
+		"naïve café.txt":         "naïve café.txt",
+		forged:                   strconv.Quote(forged),
+		"x\x1b[2J\x1b]0;pwned\a": `"x\x1b[2J\x1b]0;pwned\a"`,
+		"back\\slash":            `"back\\slash"`,
+		"bad\xffutf8":            `"bad\xffutf8"`,
+	} {
+		if got := Printable(in); got != want {
+			t.Errorf("Printable(%q) = %s, want %s", in, got, want)
+		}
+		if strings.ContainsAny(Printable(in), "\n\x1b") {
+			t.Errorf("Printable(%q) keeps a newline or ESC", in)
+		}
+	}
+	if got := PrintableText("line one\n\x1b[31mred\x1b[0m\tdone"); got != `line one`+"\n"+`\x1b[31mred\x1b[0m`+"\t"+`done` {
+		t.Errorf("PrintableText: %q", got)
 	}
 }
