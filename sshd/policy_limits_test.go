@@ -110,15 +110,18 @@ func TestNoDeleteKeepsEverythingOfTheOwners(t *testing.T) {
 	if err := putFile(c, "scratch/tmp.txt", "temporary"); err != nil {
 		t.Fatal(err)
 	}
-	for what, op := range map[string]func() error{
-		"rename its file":   func() error { return c.Rename("scratch/tmp.txt", "scratch/tmp2.txt") },
-		"truncate its file": func() error { return c.Truncate("scratch/tmp2.txt", 0) },
-		"move its dir":      func() error { return c.Rename("scratch", "scratch2") },
-		"remove its file":   func() error { return c.Remove("scratch2/tmp2.txt") },
-		"remove its dir":    func() error { return c.RemoveDirectory("scratch2") },
+	for _, step := range []struct {
+		what string
+		op   func() error
+	}{
+		{"rename its file", func() error { return c.Rename("scratch/tmp.txt", "scratch/tmp2.txt") }},
+		{"truncate its file", func() error { return c.Truncate("scratch/tmp2.txt", 0) }},
+		{"move its dir", func() error { return c.Rename("scratch", "scratch2") }},
+		{"remove its file", func() error { return c.Remove("scratch2/tmp2.txt") }},
+		{"remove its dir", func() error { return c.RemoveDirectory("scratch2") }},
 	} {
-		if err := op(); err != nil {
-			t.Errorf("%s: %v", what, err)
+		if err := step.op(); err != nil {
+			t.Errorf("%s: %v", step.what, err)
 		}
 	}
 }

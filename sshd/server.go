@@ -68,6 +68,7 @@ type Server struct {
 	shares map[gossh.Conn]*connShare
 
 	sessions sync.WaitGroup // sftp sessions: gliderlabs does not track them
+	preauth  preauth        // connections not authenticated yet
 }
 
 // grant is a directory lent to a delegation, until a time (zero: until
@@ -118,7 +119,13 @@ func New(opts Options) (*Server, error) {
 			if t, ok := c.(tunnelConn); ok {
 				ctx.SetValue(tunnelKey{}, t.id)
 			}
-			return bufconn.New(c)
+			pc := s.preauth.admit(c)
+			if pc == nil {
+				s.log.Debug("ssh: too many connections not authenticated; closed one", "remote", c.RemoteAddr())
+				return nil
+			}
+			ctx.SetValue(preauthKey{}, pc)
+			return bufconn.New(pc)
 		},
 		// gliderlabs accepts every "env" request; this session handler
 		// refuses them before it sees them.
@@ -178,6 +185,12 @@ func (s *Server) serveSFTP(sess ssh.Session) {
 	share, ok := s.track(id, conn)
 	defer s.untrack(id, conn)
 	if !ok {
+		if share == nil {
+			s.log.Info("sftp: refused a connection past the delegation's limit", "delegation", id, "limit", maxConnsPerDelegation)
+			sess.Exit(1)
+			conn.Close()
+			return
+		}
 		s.log.Info("sftp: refused a session past the connection's limit", "delegation", id, "limit", sessionsPerConn)
 		sess.Exit(1)
 		return
@@ -213,6 +226,11 @@ func (s *Server) track(id string, c gossh.Conn) (b *budget, ok bool) {
 	if s.conns[id] == nil {
 		s.conns[id] = map[gossh.Conn]struct{}{}
 	}
+	if _, known := s.conns[id][c]; !known && len(s.conns[id]) >= maxConnsPerDelegation {
+		// A certificate holder's connections are bounded too: each holds
+		// a descriptor and a budget of its own.
+		return nil, false
+	}
 	s.conns[id][c] = struct{}{}
 	sh := s.shares[c]
 	if sh == nil {
@@ -222,6 +240,11 @@ func (s *Server) track(id string, c gossh.Conn) (b *budget, ok bool) {
 	sh.sessions++
 	return sh.budget, sh.sessions <= sessionsPerConn
 }
+
+// maxConnsPerDelegation is how many SSH connections one delegation's
+// certificate may serve SFTP over at once (the mount uses one, and one more
+// while it reconnects).
+const maxConnsPerDelegation = 32
 
 func (s *Server) untrack(id string, c gossh.Conn) {
 	s.mu.Lock()
@@ -367,7 +390,12 @@ type tunnelKey struct{}
 
 // refuseEnv is gliderlabs' session handler with "env" requests refused: a
 // delegation's environment is the executor's business, not the session's.
+// A channel is opened only once the handshake and the login are done:
+// the connection stops counting as one not authenticated (preauth).
 func refuseEnv(srv *ssh.Server, conn *gossh.ServerConn, newChan gossh.NewChannel, ctx ssh.Context) {
+	if pc, ok := ctx.Value(preauthKey{}).(*preauthConn); ok {
+		pc.authenticated()
+	}
 	ssh.DefaultSessionHandler(srv, conn, envFilter{newChan}, ctx)
 }
 

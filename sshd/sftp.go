@@ -22,6 +22,7 @@ import (
 
 const (
 	maxPacket   = 1<<20 + 1024 // a 1 MiB write plus its header
+	maxRequest  = 64 << 10     // any other request: two paths of PATH_MAX and attributes
 	maxReadLen  = 1 << 20
 	readdirPage = 256
 	workers     = 8
@@ -162,6 +163,7 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 	// a worker: they end, unanswered, with the session.
 	stopWatch := make(chan struct{})
 	var watching sync.WaitGroup
+	var watchBusy atomic.Bool // a watch request's goroutine runs
 	defer func() {
 		close(stopWatch)
 		watching.Wait()
@@ -233,6 +235,19 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 		if n < 1 || n > maxPacket {
 			return fmt.Errorf("sftp: packet of %d bytes", n)
 		}
+		if n > maxRequest {
+			// Only a WRITE carries more than a path or two: a larger
+			// request is refused unread (a 1 MiB path or handle name
+			// would be held, copied and looked up).
+			if head, err := r.Peek(5); err == nil && head[0] != wire.Write {
+				id := binary.BigEndian.Uint32(head[1:5])
+				if _, err := io.CopyN(io.Discard, r, int64(n)); err != nil {
+					return err
+				}
+				s.status(id, wire.Failure, wire.ErrnoMessage(syscall.ENAMETOOLONG, "request too large"))
+				continue
+			}
+		}
 		pkt := getPacket(int(n))
 		if _, err := io.ReadFull(r, pkt); err != nil {
 			putPacket(pkt)
@@ -246,8 +261,20 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 		if key, ok := firstString(pkt); ok && pkt[0] == wire.Extended && string(key) == wire.Watch && len(pkt) >= 5 {
 			id := binary.BigEndian.Uint32(pkt[1:5])
 			putPacket(pkt)
+			// One watch request waits at a time: the others are refused
+			// here, not each given a goroutine (a flood of them, whose
+			// answers the client never read, held hundreds of MiB).
+			if !watchBusy.CompareAndSwap(false, true) {
+				s.status(id, wire.Failure, errWatchBusy.Error())
+				continue
+			}
 			watching.Add(1)
-			go func() { defer watching.Done(); s.serveWatch(id, stopWatch) }()
+			go func() {
+				defer watching.Done()
+				// Free before the answer goes: the client asks again as
+				// soon as it reads one.
+				s.serveWatch(id, stopWatch, func() { watchBusy.Store(false) })
+			}()
 			continue
 		}
 		j := job{pkt: pkt, held: cap(pkt) + answerBound(pkt), owned: s.intend(pkt)}
@@ -319,6 +346,7 @@ func (s *sftpServer) closeAll() {
 		h.f.Close()
 		s.closed(h)
 		delete(s.handles, k)
+		openHandles.Add(-1)
 	}
 }
 

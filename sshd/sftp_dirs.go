@@ -51,6 +51,9 @@ func (s *sftpServer) openDir(name string, decodeErr error) (*os.File, string, er
 	if decodeErr != nil {
 		return nil, "", errBadMessage
 	}
+	if err := s.handleRoom(); err != nil {
+		return nil, "", err
+	}
 	f, err := s.root.Open(name)
 	if err != nil {
 		return nil, "", err

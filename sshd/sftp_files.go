@@ -53,6 +53,7 @@ func (s *sftpServer) openRead(id uint32, r *reader) {
 			putBuf(b)
 			s.mu.Lock()
 			delete(s.handles, key)
+			openHandles.Add(-1)
 			s.mu.Unlock()
 			h.f.Close()
 			s.errStatus(id, err)
@@ -93,7 +94,9 @@ func readUntouched(f *os.File, b []byte) (int, error) {
 // The session's loop has made it the handle's barrier (ServeSFTP).
 func (s *sftpServer) openNamed(id uint32, r *reader) {
 	key := r.Str()
-	if r.Err != nil || !strings.HasPrefix(key, wire.NamedPrefix) {
+	// A handle name is the client's to choose, and kept as long as the
+	// handle: a short one (ours are "n" and a base-36 count).
+	if r.Err != nil || !strings.HasPrefix(key, wire.NamedPrefix) || len(key) > maxHandleName {
 		s.errStatus(id, errBadMessage)
 		return
 	}
@@ -113,6 +116,7 @@ func (s *sftpServer) openNamed(id uint32, r *reader) {
 	// order), so it is still free.
 	s.mu.Lock()
 	s.handles[key] = h
+	openHandles.Add(1)
 	s.mu.Unlock()
 	s.status(id, wire.OK, "")
 }
@@ -125,6 +129,9 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 	a := wire.DecodeAttrs(r)
 	if r.Err != nil {
 		return nil, nil, errBadMessage
+	}
+	if err := s.handleRoom(); err != nil {
+		return nil, nil, err
 	}
 	var flags int
 	switch {
@@ -253,6 +260,7 @@ func (s *sftpServer) register(h *handle) string {
 	s.next++
 	key := fmt.Sprintf("%x", s.next)
 	s.handles[key] = h
+	openHandles.Add(1)
 	return key
 }
 
@@ -270,7 +278,10 @@ func (s *sftpServer) close(id uint32, r *reader) {
 	key := r.Str()
 	s.mu.Lock()
 	h, ok := s.handles[key]
-	delete(s.handles, key)
+	if ok {
+		delete(s.handles, key)
+		openHandles.Add(-1)
+	}
 	s.mu.Unlock()
 	if !ok {
 		s.errStatus(id, syscall.EBADF)

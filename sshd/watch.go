@@ -496,7 +496,8 @@ func (w *watcher) close() {
 // EXTENDED_REPLY with a byte of flags (wire.WatchOverflow, WatchExact), a
 // uint32 count and the changed paths, relative to the export. Hidden paths are
 // never named. The export is watched from the first request on.
-func (s *sftpServer) serveWatch(id uint32, stop <-chan struct{}) {
+func (s *sftpServer) serveWatch(id uint32, stop <-chan struct{}, free func()) {
+	defer free() // idempotent: also where no answer goes
 	s.watchOnce.Do(func() {
 		if w := newWatcher(s.root, s.hidden); w != nil {
 			s.watch.Store(w)
@@ -504,6 +505,7 @@ func (s *sftpServer) serveWatch(id uint32, stop <-chan struct{}) {
 	})
 	w := s.watch.Load()
 	if w == nil {
+		free()
 		s.status(id, wire.OpUnsupported, "this export cannot be watched")
 		return
 	}
@@ -512,6 +514,7 @@ func (s *sftpServer) serveWatch(id uint32, stop <-chan struct{}) {
 		return // the session ends
 	}
 	if err != nil {
+		free()
 		s.status(id, wire.Failure, err.Error())
 		return
 	}
@@ -531,5 +534,6 @@ func (s *sftpServer) serveWatch(id uint32, stop <-chan struct{}) {
 	for _, p := range paths {
 		b.Str(p)
 	}
+	free()
 	s.send(b)
 }

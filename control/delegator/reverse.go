@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/awcp/awcp/control"
@@ -85,6 +86,8 @@ func (t *SSHFSDelegator) Wait() { t.running.Wait() }
 // yet (START is on its way: the mount's first connection waits on it),
 // and up to a longer one while the executor cannot be reached.
 const (
+	maxTunnelServing     = 8
+	tunnelShortLived     = 2 * time.Second
 	tunnelRetryMin       = 50 * time.Millisecond
 	tunnelRetryNotYetMax = 200 * time.Millisecond
 	tunnelRetryMax       = 2 * time.Second
@@ -99,9 +102,37 @@ func (t *SSHFSDelegator) tunnel(ctx context.Context, d control.Lent, srv TunnelS
 	defer serving.Wait()
 	backoff := tunnelRetryMin
 	var failing error // the error of the attempts failing since the last success
+	// At most maxTunnelServing taken connections are served at once, and
+	// one that ends within tunnelShortLived makes the next park wait as a
+	// failure does: an executor that takes each connection and never
+	// speaks SSH would otherwise have this loop open them without end.
+	slots := make(chan struct{}, maxTunnelServing)
+	shortLived := make(chan struct{}, 1)
+	var longLived atomic.Bool // a served connection lasted: back-off starts over
 	for ctx.Err() == nil {
+		if longLived.Swap(false) {
+			backoff = tunnelRetryMin
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-shortLived:
+			log.Debug("a reverse connection ended at once; waiting before the next", "wait", backoff)
+			select {
+			case <-ctx.Done():
+				<-slots
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, tunnelRetryMax)
+		default:
+		}
 		conn, err := t.park(ctx, pc, d.ID)
 		if err != nil {
+			<-slots
 			if ctx.Err() != nil {
 				return
 			}
@@ -126,17 +157,28 @@ func (t *SSHFSDelegator) tunnel(ctx context.Context, d control.Lent, srv TunnelS
 			continue
 		}
 		if failing != nil && !errors.Is(failing, errTunnelNotYet) && !errors.As(failing, new(*parkLost)) {
+			backoff = tunnelRetryMin
 			log.Info("reverse connection to the executor open again")
 		}
-		failing, backoff = nil, tunnelRetryMin
+		failing = nil
 		// The executor took it: serve it, and park the next one now,
 		// for the mount's next reconnection.
 		serving.Add(1)
 		go func() {
 			defer serving.Done()
+			defer func() { <-slots }()
 			stop := context.AfterFunc(ctx, func() { conn.Close() })
 			defer stop()
+			began := time.Now()
 			srv.ServeTunnel(d.ID, conn)
+			if time.Since(began) < tunnelShortLived {
+				select {
+				case shortLived <- struct{}{}:
+				default:
+				}
+			} else {
+				longLived.Store(true)
+			}
 		}()
 	}
 }
