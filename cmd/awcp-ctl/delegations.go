@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -145,8 +146,20 @@ func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err er
 	if records < 0 {
 		return nil, clikit.UsageError("--audit-records must be 0 (none) or more")
 	}
+	listen := c.String("ssh-listen")
+	if !c.IsSet("ssh-listen") && c.Command != nil && c.Command.Name == "export" {
+		// One export, one executor: the SSH port is opened on the
+		// address facing it only, not on every network of this machine.
+		if u, err := url.Parse(c.String("peer")); err == nil && u.Hostname() != "" {
+			listen = net.JoinHostPort(delegator.AdvertiseHost(u.Hostname()), "0")
+		}
+	}
+	if h, _, err := net.SplitHostPort(listen); err == nil && (h == "" || h == "0.0.0.0" || h == "::") && c.Command != nil && c.Command.Name == "serve" {
+		e.log.Warn("the SSH server for live mounts listens on every address of this machine (" + listen +
+			"): only certificates this delegator issued get in, but anyone who reaches it can knock; give --ssh-listen ADDR:PORT to open it on one network only")
+	}
 	opts := delegator.SSHOptions{StateDir: e.state, Store: e.store,
-		Listen: c.String("ssh-listen"), AdvertiseHost: host, AdvertisePort: port, Logger: e.log,
+		Listen: listen, AdvertiseHost: host, AdvertisePort: port, Logger: e.log,
 		AuditRecords: records, NoAudit: records == 0, AuditRetention: clikit.Duration(c, "audit-retention")}
 	if e.metrics != nil {
 		opts.Metrics = e.metrics

@@ -31,6 +31,7 @@ func doctorCommand(ctx context.Context) *cli.Command {
 			&cli.StringFlag{Name: "peer", EnvVars: []string{"AWCP_PEER"},
 				Usage: "an executor to check against: its URL (http://host:10200)"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executor requires"},
+			clikit.TokenFileFlag("a file holding the token, mode 600 (--token shows in ps)"),
 			&cli.StringFlag{Name: "ssh-listen", EnvVars: []string{"AWCP_SSH_LISTEN"}, Value: ":0",
 				Usage: "address of the embedded SSH server, as export and serve are given it"},
 		),
@@ -40,6 +41,7 @@ func doctorCommand(ctx context.Context) *cli.Command {
 
 func doctor(ctx context.Context, c *cli.Context) error {
 	l := &clikit.Checklist{W: c.App.Writer}
+	clikit.CheckSettingsSecrets(l, c)
 	state, err := clikit.StateDirPath(c)
 	if err != nil {
 		return err
@@ -71,7 +73,11 @@ func doctor(ctx context.Context, c *cli.Context) error {
 	if !isURL(peer) {
 		return clikit.UsageError("--peer takes the executor's URL here (http://host:port); `awcp-ctl peers` lists those on this network")
 	}
-	client := &delegator.PeerClient{BaseURL: peer, Token: c.String("token"), HTTP: &http.Client{Timeout: 10 * time.Second}}
+	token, err := clikit.PeerToken(c)
+	if err != nil {
+		return err
+	}
+	client := &delegator.PeerClient{BaseURL: peer, Token: token, HTTP: &http.Client{Timeout: 10 * time.Second}}
 	reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	card, err := client.AgentCard(reqCtx)

@@ -33,6 +33,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 			&cli.StringFlag{Name: "access", EnvVars: []string{"AWCP_ACCESS"}, Value: "rw", Usage: "rw or ro"},
 			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs, sshfs-reverse (the live mount over connections this machine opens: for a delegator behind NAT) or archive"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executor requires"},
+			clikit.TokenFileFlag("a file holding the token, mode 600 (--token shows in ps)"),
 			&cli.StringFlag{Name: "dialect", EnvVars: []string{"AWCP_DIALECT"}, Value: "auto",
 				Usage: "AWCP dialect: auto (the executor's, from its ACCEPT), seed (the specification's) or head (the reference implementation's later wire)"},
 			&cli.BoolFlag{Name: "background", Usage: "hand the delegation to the daemon (started if needed), print its id and return"},
@@ -42,6 +43,10 @@ func exportCommand(ctx context.Context) *cli.Command {
 			if c.Args().Len() != 1 {
 				return clikit.UsageError("export takes exactly one directory")
 			}
+			token, err := clikit.PeerToken(c)
+			if err != nil {
+				return err
+			}
 			e, err := openEnv(c)
 			if err != nil {
 				return err
@@ -49,7 +54,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 			req := delegator.ExportRequest{
 				Dir: c.Args().First(), Peer: c.String("peer"), Prompt: c.String("prompt"),
 				Description: c.String("description"), TTL: clikit.Duration(c, "ttl"), Access: c.String("access"),
-				Transport: c.String("transport"), Token: c.String("token"), Dialect: c.String("dialect"),
+				Transport: c.String("transport"), Token: token, Dialect: c.String("dialect"),
 				Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"), NoDelete: c.Bool("no-delete"),
 			}
 			if req.MaxWriteBytes, err = parseBytes(c.String("max-write-bytes")); err != nil {

@@ -29,6 +29,7 @@ func mcpCommand(ctx context.Context) *cli.Command {
 			&cli.StringSliceFlag{Name: "peers", EnvVars: []string{"AWCP_PEERS"},
 				Usage: "executor URLs, comma-separated; their agent cards are described to the model"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executors require"},
+			clikit.TokenFileFlag("a file holding the token, mode 600 (--token shows in ps)"),
 			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs, sshfs-reverse or archive"},
 			&cli.StringFlag{Name: "dialect", EnvVars: []string{"AWCP_DIALECT"}, Value: "auto", Usage: "AWCP dialect: auto, seed or head"},
 			clikit.DurationFlag("discovery-timeout", 3*time.Second, "how long to wait for each peer's agent card at start"),
@@ -62,11 +63,15 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 		defer f.Close()
 		c.App.ErrWriter = f
 	}
+	token, err := clikit.PeerToken(c)
+	if err != nil {
+		return err
+	}
 	e, err := openEnv(c)
 	if err != nil {
 		return err
 	}
-	peers := mcpserver.Discover(ctx, nil, c.StringSlice("peers"), c.String("token"), clikit.Duration(c, "discovery-timeout"))
+	peers := mcpserver.Discover(ctx, nil, c.StringSlice("peers"), token, clikit.Duration(c, "discovery-timeout"))
 	for _, p := range peers {
 		if p.Err != nil {
 			e.log.Warn("peer offline at start", "peer", p.URL, "err", p.Err)
@@ -106,7 +111,7 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 		Finder:         finder,
 		Self:           e.agentID,
 		CallChain:      chain,
-		Token:          c.String("token"),
+		Token:          token,
 		Transport:      c.String("transport"),
 		Dialect:        c.String("dialect"),
 		Version:        clikit.Version,

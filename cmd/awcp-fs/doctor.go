@@ -39,6 +39,7 @@ func doctorCommand(ctx context.Context) *cli.Command {
 func doctor(ctx context.Context, c *cli.Context) error {
 	l := &clikit.Checklist{W: c.App.Writer}
 	checkFUSE(l)
+	clikit.CheckSettingsSecrets(l, c)
 
 	state, err := clikit.StateDirPath(c)
 	if err != nil {

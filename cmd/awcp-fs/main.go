@@ -74,7 +74,8 @@ func serveCommand(ctx context.Context) *cli.Command {
 			&cli.StringSliceFlag{Name: "access", EnvVars: []string{"AWCP_ACCESS"}, Value: cli.NewStringSlice("rw", "ro"),
 				Usage: "access modes allowed; rw asked of a ro-only executor is downgraded"},
 			&cli.StringSliceFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"},
-				Usage: "if set, INVITE must carry one of these tokens (repeatable)"},
+				Usage: "if set, INVITE must carry one of these tokens (repeatable; shows in ps: prefer --token-file)"},
+			clikit.TokenFileFlag("a file of tokens INVITE may carry, one a line, mode 600"),
 			clikit.DurationFlag("retention", time.Hour, "how long a finished delegation's events stay available", "AWCP_RETENTION"),
 			clikit.DurationFlag("start-timeout", 2*time.Minute, "how long an accepted INVITE waits for START", "AWCP_START_TIMEOUT"),
 			&cli.StringSliceFlag{Name: "transports", EnvVars: []string{"AWCP_TRANSPORTS"}, Value: cli.NewStringSlice("sshfs", "archive"),
@@ -110,6 +111,23 @@ func serve(ctx context.Context, c *cli.Context) error {
 	root, err := filepath.Abs(c.String("work-root"))
 	if err != nil {
 		return clikit.UsageError("--work-root: %v", err)
+	}
+	tokens := c.StringSlice("token")
+	if p := c.String("token-file"); p != "" {
+		more, err := clikit.ReadTokenFile(p)
+		if err != nil {
+			return err
+		}
+		tokens = append(tokens, more...)
+	}
+	if clikit.TokenOnCommandLine() {
+		log.Warn("--token on the command line shows in ps and /proc to every user of this machine: use --token-file")
+	}
+	// The agents this daemon starts must not inherit its secrets.
+	clikit.ScrubSecrets(tokens)
+	if len(tokens) == 0 && !loopbackOnly(c.String("listen")) {
+		log.Warn("SERVING WITHOUT A TOKEN ON A NON-LOOPBACK ADDRESS: anyone who can reach " + c.String("listen") +
+			" can delegate work to this machine's agent; give --token-file, or --listen 127.0.0.1:PORT")
 	}
 	for _, m := range c.StringSlice("access") {
 		if m != control.AccessRO && m != control.AccessRW {
@@ -185,7 +203,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 		MaxConcurrent:     c.Int("max-concurrent"),
 		MaxTTL:            clikit.Duration(c, "max-ttl"),
 		AccessModes:       c.StringSlice("access"),
-		Tokens:            c.StringSlice("token"),
+		Tokens:            tokens,
 		Retention:         clikit.Duration(c, "retention"),
 		StartTimeout:      clikit.Duration(c, "start-timeout"),
 		KeepAlive:         clikit.Duration(c, "keepalive"),
@@ -271,4 +289,18 @@ func skills(flags []string) []control.CardSkill {
 		out = append(out, control.CardSkill{ID: name, Name: name, Description: desc, Tags: []string{}})
 	}
 	return out
+}
+
+// loopbackOnly reports whether listen is an address only this machine
+// reaches.
+func loopbackOnly(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -1,0 +1,91 @@
+package e2e
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The executor's tokens stay its own: read from a --token-file (mode 600;
+// one others may read is refused), or from AWCP_TOKEN, they are not in
+// the environment of the agent it runs, whose output and files reach the
+// delegator. A daemon serving beyond loopback without a token says so
+// loudly; doctor fails a settings file holding a token that others may
+// read.
+func TestExecutorSecretsStayWithTheDaemon(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "tokens")
+	os.WriteFile(tokenFile, []byte("# the executor's tokens\nfile-secret-4242\n"), 0o644)
+	loose := runFS(t, "serve", "--token-file", tokenFile, "--work-root", filepath.Join(dir, "w0"), "--agent-cmd", "true", "--state-dir", filepath.Join(dir, "s0"))
+	if loose.code != 2 || !strings.Contains(loose.stderr, "chmod 600") {
+		t.Fatalf("a token file others may read: exit %d\n%s", loose.code, loose.stderr)
+	}
+	os.Chmod(tokenFile, 0o600)
+
+	t.Setenv("AWCP_TOKEN", "env-secret-1717")
+	x := startExecutor(t, `env > agent-env.txt; echo "env has $(env | grep -c secret) secrets"`, "--token-file", tokenFile)
+	c := newCtl(t)
+	ws := sampleWorkspace(t)
+	for _, token := range []string{"file-secret-4242", "env-secret-1717"} {
+		r := c.run("export", ws, "--peer", x.url, "--prompt", "show env", "--token", token, "--transport", "archive")
+		if r.code != 0 {
+			t.Fatalf("export with %s: %d\n%s", token, r.code, r.stderr)
+		}
+		if strings.Contains(r.stdout+r.stderr, "secret-") && !strings.Contains(r.stdout+r.stderr, "0 secrets") {
+			t.Fatalf("the agent's output names a secret:\n%s%s", r.stdout, r.stderr)
+		}
+		env, err := os.ReadFile(filepath.Join(ws, "agent-env.txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(env), "secret-") || strings.Contains(string(env), "AWCP_TOKEN") {
+			t.Fatalf("the agent's environment holds the executor's token:\n%s", env)
+		}
+	}
+
+	// Beyond loopback without a token: a loud warning.
+	open := exec.Command(filepath.Join(binDir, "awcp-fs"), "serve", "--listen", "0.0.0.0:0", "--work-root", filepath.Join(dir, "w1"),
+		"--agent-cmd", "true", "--state-dir", filepath.Join(dir, "s1"))
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AWCP_TOKEN=") {
+			open.Env = append(open.Env, kv)
+		}
+	}
+	var stderr strings.Builder
+	open.Stderr = &stderr
+	out, _ := open.StdoutPipe()
+	if err := open.Start(); err != nil {
+		t.Fatal(err)
+	}
+	bufio.NewReader(out).ReadString('\n') // listening
+	open.Process.Kill()
+	open.Wait()
+	if !strings.Contains(stderr.String(), "WITHOUT A TOKEN") {
+		t.Errorf("serving on 0.0.0.0 without a token, awcp-fs said nothing:\n%s", stderr.String())
+	}
+
+	// doctor fails a settings file with a token others may read.
+	conf := filepath.Join(dir, "awcp-fs.toml")
+	os.WriteFile(conf, []byte("[serve]\ntoken = [\"in-the-file\"]\n"), 0o644)
+	d := runFS(t, "doctor", "--config", conf, "--state-dir", filepath.Join(dir, "s2"))
+	if !strings.Contains(d.stdout, "holds a token and can be read by others") {
+		t.Errorf("doctor on a settings file of mode 644 holding a token:\n%s%s", d.stdout, d.stderr)
+	}
+}
+
+// runFS runs awcp-fs and returns its outcome.
+func runFS(t *testing.T, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "awcp-fs"), args...)
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	r := result{stdout: o.String(), stderr: e.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	}
+	return r
+}
