@@ -132,6 +132,9 @@ type ManifestAWCP struct {
 	MaxTTLSeconds int64    `json:"max_ttl_seconds"`
 	MaxConcurrent int      `json:"max_concurrent"`
 	FreeSlots     int      `json:"free_slots"`
+	// IdentityKey is the executor's identity key (identity.go), which it
+	// proves it holds at IdentityPath; a delegator pins it.
+	IdentityKey string `json:"identity_key,omitempty"`
 	Dialects      []string `json:"dialects"`
 	AuthRequired  bool     `json:"auth_required"`
 	// CallChain says the executor refuses circular calls (callchain.go).

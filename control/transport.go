@@ -65,4 +65,8 @@ type Lent struct {
 	// (tunnel.go); Token is the executor's bearer token, for them. Secret.
 	Reverse bool
 	Token   string
+	// PeerAgentID and PeerKey are the executor's identity, where it was
+	// found on the network and its key is trusted: proved before the
+	// token is sent.
+	PeerAgentID, PeerKey string
 }

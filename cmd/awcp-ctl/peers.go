@@ -56,7 +56,7 @@ func (e *env) resolvePeer(ctx context.Context, c *cli.Context, req *delegator.Ex
 	if err != nil {
 		return control.Errorf(control.CodeDeclined, "--peer %s: %v", req.Peer, err)
 	}
-	req.Peer, req.PeerAgentID, req.PeerName, req.PeerChoice = p.URL, p.AgentID, p.Name, why
+	req.Peer, req.PeerAgentID, req.PeerName, req.PeerChoice, req.PeerKey = p.URL, p.AgentID, p.Name, why, p.TrustedKey
 	return nil
 }
 
@@ -77,6 +77,7 @@ func peersCommand(ctx context.Context) *cli.Command {
 		Description: "Executors advertise themselves with `awcp-fs serve --advertise`. Those found before and\n" +
 			"not answering now are listed offline, with when they were last seen. Linux and macOS\n" +
 			"answer alike; the query is IPv4 multicast on the default interface.",
+		Subcommands: []*cli.Command{trustCommand(ctx)},
 		Flags: append(append(clikit.CommonFlags(),
 			&cli.BoolFlag{Name: "watch", Usage: "keep looking, and print each change as it happens"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON: the list, or with --watch one change per line"},
@@ -184,7 +185,8 @@ func printPeers(w io.Writer, self string, peers []discovery.Peer) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tAGENT ID\tSTATE\tURL\tOFFERS")
+	fmt.Fprintln(tw, "NAME\tAGENT ID\tSTATE\tTRUST\tURL\tOFFERS")
+	var untrusted []discovery.Peer
 	for _, p := range peers {
 		state := "online"
 		if !p.Online {
@@ -194,7 +196,57 @@ func printPeers(w io.Writer, self string, peers []discovery.Peer) {
 		if id == self {
 			id += " (this agent)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, id, state, p.URL, offers(p))
+		trust := "trusted"
+		switch {
+		case p.Impostor != "":
+			trust = "trusted; IMPOSTOR SEEN"
+		case p.TrustedKey == "":
+			trust = "not trusted"
+			untrusted = append(untrusted, p)
+		case !p.Trusted():
+			trust = "KEY CHANGED"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", clikit.Printable(p.Name), id, state, trust, p.URL, offers(p))
 	}
 	tw.Flush()
+	for _, p := range untrusted {
+		if k := p.Key(); k != "" && p.AgentID != self {
+			fmt.Fprintf(w, "%s shows key %s; if `awcp-fs serve` on it logs that identity: awcp-ctl peers trust %s\n", clikit.Printable(p.Name), control.Fingerprint(k), p.AgentID)
+		}
+	}
+}
+
+// trustCommand is `peers trust ID`: the user's yes to an executor's key.
+func trustCommand(ctx context.Context) *cli.Command {
+	return &cli.Command{
+		Name:      "trust",
+		Usage:     "trust an executor's identity key: only trusted executors are chosen by --peer NAME|ID|auto, and each proves its key before any token is sent",
+		ArgsUsage: "AGENT-ID",
+		Description: "Names and ids on mDNS are claims anyone on the network can make. Check the key shown\n" +
+			"(`awcp-fs serve` on the executor logs its identity) before you trust it.",
+		Flags: append(append(clikit.CommonFlags(),
+			&cli.StringFlag{Name: "key", Usage: "the key to trust (ssh-ed25519 AAAA…), instead of the one the executor shows now"},
+		), browseFlags()...),
+		Action: func(c *cli.Context) error {
+			if c.Args().Len() != 1 {
+				return clikit.UsageError("peers trust takes one agent id")
+			}
+			e, err := openEnv(c)
+			if err != nil {
+				return err
+			}
+			b := e.browser(c)
+			if c.String("key") == "" {
+				if err := b.Round(ctx); err != nil {
+					return fmt.Errorf("mDNS: %w", err)
+				}
+			}
+			p, err := b.Trust(c.Args().First(), c.String("key"))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.Writer, "trusted %s (%s): key %s\n", clikit.Printable(p.Name), p.AgentID, control.Fingerprint(p.TrustedKey))
+			return nil
+		},
+	}
 }

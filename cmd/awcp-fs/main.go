@@ -190,6 +190,10 @@ func serve(ctx context.Context, c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	identity, err := discovery.IdentityKey(state)
+	if err != nil {
+		return err
+	}
 	exec, err := executor.New(executor.Options{
 		WorkRoot:          root,
 		AgentCommand:      c.String("agent-cmd"),
@@ -209,6 +213,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 		KeepAlive:         clikit.Duration(c, "keepalive"),
 		Name:              c.String("name"),
 		AgentID:           agentID,
+		IdentityKey:       identity,
 		Description:       c.String("description"),
 		Skills:            skills(*c.Generic("skill").(*repeated)),
 		Version:           clikit.Version,
@@ -231,7 +236,8 @@ func serve(ctx context.Context, c *cli.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	fmt.Fprintf(c.App.Writer, "awcp-fs: listening on http://%s\n", ln.Addr())
-	log.Info("executor", "name", c.String("name"), "agent", agentID)
+	log.Info("executor", "name", c.String("name"), "agent", agentID,
+		"identity", control.Fingerprint(control.IdentityPublic(identity)))
 	if c.Bool("advertise") {
 		adv, err := advertise(c, log, agentID, ln.Addr().(*net.TCPAddr))
 		if err != nil {

@@ -26,6 +26,11 @@ type PeerClient struct {
 	BaseURL string
 	// Token, if set, is sent in INVITE's auth and as a bearer token. Secret.
 	Token string
+	// AgentID and Key, if Key is set, are the identity the executor must
+	// prove (control/identity.go) before the first request that carries
+	// the token, or anything else of the delegation, is sent.
+	AgentID, Key string
+	proved       atomic.Bool
 	// SpoolDir is where results of the archive transport are decoded to
 	// as they arrive. Default: the system's temporary directory.
 	SpoolDir string
@@ -79,6 +84,9 @@ func (c *PeerClient) client() *http.Client {
 }
 
 func (c *PeerClient) do(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	if err := c.prove(ctx); err != nil {
+		return nil, err
+	}
 	var (
 		rd   io.Reader
 		size int64
@@ -321,6 +329,9 @@ func (c *PeerClient) Permit(ctx context.Context, id, requestID, optionID string)
 // resultBase64 reaches fn as ev.ResultFile, a ZIP in SpoolDir that is
 // removed when fn returns.
 func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn func(seq uint64, ev *control.Event) error) error {
+	if err := c.prove(ctx); err != nil {
+		return err
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base()+"/awcp/tasks/"+id+"/events", nil)
 	if err != nil {
 		return err
@@ -479,4 +490,36 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n += int64(n)
 	c.report(c.n, c.total)
 	return n, err
+}
+
+// prove has the executor prove its identity, once, where Key is set.
+func (c *PeerClient) prove(ctx context.Context) error {
+	if c.Key == "" || c.proved.Load() {
+		return nil
+	}
+	nonce := control.NewIdentityNonce()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base()+control.IdentityPath+"?nonce="+nonce, nil)
+	if err != nil {
+		return control.Errorf(control.CodeDeclined, "invalid executor URL %q: %v", c.BaseURL, err)
+	}
+	resp, err := c.client().Do(req)
+	if err != nil {
+		return control.Errorf(control.CodeDeclined, "cannot ask executor %s to prove its identity: %v", c.BaseURL, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return control.Errorf(control.CodeDeclined, "executor %s did not prove its identity (HTTP %d): nothing was sent to it", c.BaseURL, resp.StatusCode).
+			WithHint("an executor that is not the one trusted for agent " + c.AgentID + " answers there")
+	}
+	var proof control.IdentityProof
+	if err := json.Unmarshal(body, &proof); err != nil {
+		return control.Errorf(control.CodeDeclined, "executor %s: its identity proof is not JSON: nothing was sent to it", c.BaseURL)
+	}
+	if err := control.VerifyIdentity(c.Key, nonce, c.AgentID, proof); err != nil {
+		return control.Errorf(control.CodeDeclined, "executor %s is not agent %s as trusted: %v; nothing was sent to it", c.BaseURL, c.AgentID, err).
+			WithHint("if it was reinstalled, check its fingerprint (awcp-fs serve logs it) and run `awcp-ctl peers trust " + c.AgentID + "`")
+	}
+	c.proved.Store(true)
+	return nil
 }

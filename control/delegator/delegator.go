@@ -202,7 +202,7 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 		Peer: req.Peer, LocalDir: phys, ExportName: "awcp/" + id,
 		Description: req.Description, Prompt: req.Prompt, Token: req.Token, Notes: notes,
 		AutoTransport: auto, Connect: connect, Policy: policy,
-		CallChain: chain, PeerAgentID: req.PeerAgentID, PeerName: req.PeerName,
+		CallChain: chain, PeerAgentID: req.PeerAgentID, PeerName: req.PeerName, PeerKey: req.PeerKey,
 	}
 	// A provisional end, so that a handshake the executor never answers
 	// expires too; ACCEPT sets the granted one.
@@ -240,7 +240,7 @@ func (d *Delegator) due() ([]lease.Due, error) {
 
 func (d *Delegator) peer(del *lease.Delegation) *PeerClient {
 	c := &PeerClient{BaseURL: del.Peer, Token: del.Token, HTTP: d.opts.HTTP, SpoolDir: d.opts.SpoolDir,
-		MaxResultBytes: d.opts.MaxResultBytes}
+		MaxResultBytes: d.opts.MaxResultBytes, AgentID: del.PeerAgentID, Key: del.PeerKey}
 	if d.opts.Transfer != nil {
 		id := del.ID
 		c.Transfer = func(what string, done, total int64) { d.opts.Transfer(id, what, done, total) }
@@ -254,7 +254,8 @@ func (d *Delegator) transport(del *lease.Delegation) control.DelegatorTransport 
 
 func lent(del *lease.Delegation) control.Lent {
 	return control.Lent{ID: del.ID, LocalDir: del.LocalDir, AccessMode: del.AccessMode, ExpiresAt: del.ExpiresAt, Peer: del.Peer,
-		Dialect: del.Dialect, Policy: del.Policy, Reverse: del.Connect == control.ConnectReverse, Token: del.Token}
+		Dialect: del.Dialect, Policy: del.Policy, Reverse: del.Connect == control.ConnectReverse, Token: del.Token,
+		PeerAgentID: del.PeerAgentID, PeerKey: del.PeerKey}
 }
 
 // Run drives delegation id until it ends or ctx is done, and returns the

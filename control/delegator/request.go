@@ -42,6 +42,9 @@ type ExportRequest struct {
 	// PeerAgentID, PeerName and PeerChoice say which agent Peer is and
 	// how it was chosen, when discovery resolved it (discovery.Resolve).
 	PeerAgentID string `json:"peerAgentId,omitempty"`
+	// PeerKey is the identity key trusted for PeerAgentID; the executor
+	// proves it holds it before the token goes.
+	PeerKey string `json:"peerKey,omitempty"`
 	PeerName    string `json:"peerName,omitempty"`
 	PeerChoice  string `json:"peerChoice,omitempty"`
 }

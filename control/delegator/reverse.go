@@ -97,7 +97,7 @@ const (
 // each the executor takes, until ctx ends; then it closes them all.
 func (t *SSHFSDelegator) tunnel(ctx context.Context, d control.Lent, srv TunnelServer) {
 	log := t.logger().With("delegation", d.ID)
-	pc := &PeerClient{BaseURL: d.Peer, Token: d.Token}
+	pc := &PeerClient{BaseURL: d.Peer, Token: d.Token, AgentID: d.PeerAgentID, Key: d.PeerKey}
 	var serving sync.WaitGroup // the connections taken: they close with ctx
 	defer serving.Wait()
 	backoff := tunnelRetryMin
@@ -229,6 +229,9 @@ func (t *SSHFSDelegator) park(ctx context.Context, pc *PeerClient, id string) (n
 // delegation id and upgrades it (control/tunnel.go). The connection
 // returned is parked: the executor pings it until its mount takes it.
 func (c *PeerClient) OpenTunnel(ctx context.Context, id, proof string) (net.Conn, error) {
+	if err := c.prove(ctx); err != nil {
+		return nil, err
+	}
 	u, err := url.Parse(c.base() + control.TunnelPath(id))
 	if err != nil {
 		return nil, control.Errorf(control.CodeDeclined, "invalid executor URL %q: %v", c.BaseURL, err)

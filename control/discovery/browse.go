@@ -38,7 +38,25 @@ type Peer struct {
 	Manifest *control.Manifest `json:"manifest,omitempty"`
 	// ManifestError is why its manifest could not be read, if it could not.
 	ManifestError string `json:"manifestError,omitempty"`
+	// TrustedKey is the identity key the user trusts for this agent id
+	// (`awcp-ctl peers trust`): only a peer whose manifest shows it is
+	// ever chosen, and it proves it holds it before any token goes.
+	TrustedKey string `json:"trustedKey,omitempty"`
+	// Impostor says an answer claimed this agent id with another key, and
+	// was ignored.
+	Impostor string `json:"impostor,omitempty"`
 }
+
+// Key is the identity key p's manifest shows; "" if none.
+func (p Peer) Key() string {
+	if p.Manifest == nil || p.Manifest.AWCP == nil {
+		return ""
+	}
+	return p.Manifest.AWCP.IdentityKey
+}
+
+// Trusted reports whether p shows the key the user trusts for it.
+func (p Peer) Trusted() bool { return p.TrustedKey != "" && p.Key() == p.TrustedKey }
 
 // Why a peer is offline.
 const (
@@ -242,7 +260,7 @@ func fromEntry(e *mdns.ServiceEntry, nets []*net.IPNet) (*Peer, bool) {
 		}
 	}
 	id := txt[txtAgentID]
-	if control.CheckCallChain([]string{id}) != nil || e.AddrV4 == nil || e.Port <= 0 ||
+	if control.CheckCallChain([]string{id}) != nil || e.AddrV4 == nil || e.Port <= 0 || e.AddrV4.IsLoopback() ||
 		!slices.ContainsFunc(nets, func(n *net.IPNet) bool { return n.Contains(e.AddrV4) }) {
 		return nil, false
 	}
@@ -262,7 +280,9 @@ func hostNets() ([]*net.IPNet, error) {
 	}
 	var nets []*net.IPNet
 	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
+		// Loopback is no network an executor answers from: an answer
+		// naming 127.0.0.1 would aim this host's requests at itself.
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() {
 			nets = append(nets, n)
 		}
 	}
@@ -331,11 +351,37 @@ func FetchManifest(ctx context.Context, client *http.Client, base string) (*cont
 }
 
 // merge records p, seen at now. Called with b.mu held.
+//
+// What an answer may do is bounded, as answers are claims: a new agent is
+// recorded only once its manifest was read from the address it answered
+// with and names it, at most maxAgentsPerHost per address; an agent the
+// user trusts keeps its place and its address against an answer with
+// another key; and a full book makes room by forgetting the untrusted
+// agent heard from longest ago, never a trusted one.
 func (b *Browser) merge(p *Peer, now time.Time) {
 	cur, ok := b.peers[p.AgentID]
+	if ok && cur.TrustedKey != "" && p.Manifest == nil && p.URL == cur.URL {
+		// Its manifest could not be read this round, at its known
+		// address: seen, nothing more.
+		cur.Online, cur.Gone, cur.LastSeen, cur.ManifestError = true, "", now, p.ManifestError
+		return
+	}
+	if ok && cur.TrustedKey != "" && p.Key() != cur.TrustedKey {
+		cur.Impostor = fmt.Sprintf("%s answered as this agent with key %s, not the one trusted (%s): ignored",
+			p.URL, control.Fingerprint(p.Key()), control.Fingerprint(cur.TrustedKey))
+		b.Logger.Warn("mDNS: an answer claims a trusted agent's id with another key; ignored", "agent", p.AgentID, "url", p.URL)
+		return
+	}
 	if !ok {
-		if len(b.peers) >= MaxPeers {
-			b.Logger.Warn("mDNS: more peers than a browser keeps; ignoring", "agent", p.AgentID, "max", MaxPeers)
+		if p.Manifest == nil {
+			return // not recorded until its manifest names it
+		}
+		if b.agentsAt(p.URL) >= maxAgentsPerHost {
+			b.Logger.Debug("mDNS: more agents at one address than a browser keeps; ignoring", "agent", p.AgentID, "url", p.URL)
+			return
+		}
+		if len(b.peers) >= MaxPeers && !b.evictUntrusted() {
+			b.Logger.Warn("mDNS: more trusted peers than a browser keeps; ignoring", "agent", p.AgentID, "max", MaxPeers)
 			return
 		}
 		cur = &Peer{AgentID: p.AgentID, FirstSeen: now}
@@ -420,4 +466,83 @@ func (b *Browser) Lookup(ctx context.Context, arg string, want Want) (Peer, stri
 		}
 	}
 	return Resolve(b.Peers(), arg, want)
+}
+
+// maxAgentsPerHost is how many agents one address may have recorded: one
+// host answering for hundreds of forged agents fills nothing.
+const maxAgentsPerHost = 4
+
+// agentsAt counts the peers recorded at base URL u's host. b.mu is held.
+func (b *Browser) agentsAt(u string) int {
+	host := hostOf(u)
+	n := 0
+	for _, p := range b.peers {
+		if hostOf(p.URL) == host {
+			n++
+		}
+	}
+	return n
+}
+
+func hostOf(u string) string {
+	if pu, err := url.Parse(u); err == nil {
+		return pu.Hostname()
+	}
+	return u
+}
+
+// evictUntrusted forgets the untrusted peer heard from longest ago, an
+// offline one first; false if every peer is trusted. b.mu is held.
+func (b *Browser) evictUntrusted() bool {
+	var victim *Peer
+	for _, p := range b.peers {
+		if p.TrustedKey != "" {
+			continue
+		}
+		if victim == nil || (victim.Online && !p.Online) || (victim.Online == p.Online && p.LastSeen.Before(victim.LastSeen)) {
+			victim = p
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	delete(b.peers, victim.AgentID)
+	b.dirty = true
+	return true
+}
+
+// Trust pins key as agent id's identity in the book (`awcp-ctl peers
+// trust`); key "" is the key its manifest shows now. It returns the peer.
+func (b *Browser) Trust(id, key string) (Peer, error) {
+	b.init()
+	b.mu.Lock()
+	p, ok := b.peers[id]
+	if !ok {
+		if key == "" {
+			b.mu.Unlock()
+			return Peer{}, fmt.Errorf("no executor with agent id %s has been found on this network; give its key with --key to trust it before it is seen", id)
+		}
+		if len(b.peers) >= MaxPeers && !b.evictUntrusted() {
+			b.mu.Unlock()
+			return Peer{}, fmt.Errorf("the book holds %d trusted peers already", MaxPeers)
+		}
+		p = &Peer{AgentID: id, Name: id}
+		b.peers[id] = p
+	}
+	if key == "" {
+		key = p.Key()
+	}
+	if key == "" {
+		b.mu.Unlock()
+		return Peer{}, fmt.Errorf("executor %s (%s) shows no identity key (an older awcp-fs): give its URL with --peer instead", p.Name, id)
+	}
+	if _, err := control.ParseIdentityKey(key); err != nil {
+		b.mu.Unlock()
+		return Peer{}, err
+	}
+	p.TrustedKey, p.Impostor = key, ""
+	b.dirty = true
+	out := *p
+	b.mu.Unlock()
+	return out, b.save()
 }

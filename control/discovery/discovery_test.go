@@ -1,11 +1,14 @@
 package discovery
 
 import (
+	"crypto/ed25519"
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -47,11 +50,18 @@ func TestAgentIDIsStable(t *testing.T) {
 	}
 }
 
+// keyFor is a fixed identity key of id's, for tests.
+func keyFor(id string) string {
+	seed := sha256.Sum256([]byte(id))
+	return control.IdentityPublic(ed25519.NewKeyFromSeed(seed[:]))
+}
+
+// executorPeer is a peer the user trusts, showing its trusted key.
 func executorPeer(name, id string, online bool, free int, transports ...string) Peer {
-	return Peer{AgentID: id, Name: name, Online: online, URL: "http://" + name + ":10200", LastSeen: time.Now(),
+	return Peer{AgentID: id, Name: name, Online: online, URL: "http://" + name + ":10200", LastSeen: time.Now(), TrustedKey: keyFor(id),
 		Manifest: &control.Manifest{AgentID: id, AWCP: &control.ManifestAWCP{
 			Transports: transports, FUSE: strings.Contains(strings.Join(transports, ","), "sshfs"),
-			AccessModes: []string{"rw", "ro"}, MaxConcurrent: 5, FreeSlots: free}}}
+			AccessModes: []string{"rw", "ro"}, MaxConcurrent: 5, FreeSlots: free, IdentityKey: keyFor(id)}}}
 }
 
 const (
@@ -170,7 +180,10 @@ func TestBrowserIsBounded(t *testing.T) {
 	now := time.Now()
 	b.mu.Lock()
 	for i := range 2 * MaxPeers {
-		b.merge(&Peer{AgentID: fmt.Sprintf("%08d-0000-4000-8000-000000000000", i), Name: "p"}, now)
+		id := fmt.Sprintf("%08d-0000-4000-8000-000000000000", i)
+		p := executorPeer("p", id, true, 1, "archive")
+		p.TrustedKey, p.URL = "", fmt.Sprintf("http://10.%d.%d.1:10200", i/256, i%256)
+		b.merge(&p, now)
 	}
 	b.mu.Unlock()
 	if n := len(b.Peers()); n != MaxPeers {
@@ -182,5 +195,133 @@ func TestBrowserIsBounded(t *testing.T) {
 	p, ok := fromEntry(e, []*net.IPNet{lan})
 	if !ok || p.Name != idA || p.Version != "1[2J" {
 		t.Fatalf("an answer with an oversized name and a control character: %+v", p)
+	}
+}
+
+// The LAN impostor of issue 40, against the resolver and the book.
+func TestImpostorsAreNotChosen(t *testing.T) {
+	real := executorPeer("build-box", idA, true, 1, "sshfs", "archive")
+	// 1. Another agent advertises the known executor's name, and its id as
+	// its name: it is not trusted, so neither resolves to it.
+	squatter := executorPeer("build-box", idB, true, 999, "sshfs", "archive")
+	squatter.TrustedKey = ""
+	byID := executorPeer(idA, idC, true, 999, "sshfs", "archive")
+	byID.TrustedKey = ""
+	peers := []Peer{squatter, byID, real}
+	for _, arg := range []string{"build-box", idA, idA[:8]} {
+		if p, _, err := Resolve(peers, arg, Want{}); err != nil || p.AgentID != idA {
+			t.Errorf("--peer %s resolved to %s (%v), want the trusted %s", arg, p.AgentID, err, idA)
+		}
+	}
+	// 2. auto never takes one not trusted, however many slots it claims.
+	if p, _, err := Resolve(peers, Auto, Want{Transport: "auto"}); err != nil || p.AgentID != idA {
+		t.Errorf("auto chose %s (%v), want the trusted %s", p.AgentID, err, idA)
+	}
+	// An untrusted one named alone is refused, and the error says how to
+	// trust it.
+	if _, _, err := Resolve([]Peer{squatter}, idB, Want{}); err == nil || !strings.Contains(err.Error(), "awcp-ctl peers trust "+idB) {
+		t.Errorf("an untrusted peer by id: %v", err)
+	}
+	// A trusted id answering with another key is refused too.
+	changed := real
+	changed.Manifest = &control.Manifest{AgentID: idA, AWCP: &control.ManifestAWCP{IdentityKey: keyFor(idD), Transports: []string{"archive"}, FreeSlots: 1}}
+	if _, _, err := Resolve([]Peer{changed}, idA, Want{}); err == nil || !strings.Contains(err.Error(), "not the") {
+		t.Errorf("a changed key: %v", err)
+	}
+
+	// In the book: an answer claiming the trusted id with another key
+	// moves nothing; the trusted peer keeps its address.
+	b := &Browser{Logger: slog.New(slog.DiscardHandler)}
+	b.init()
+	b.mu.Lock()
+	stored := real
+	b.peers[idA] = &stored
+	fake := changed
+	fake.URL = "http://10.0.0.66:10200"
+	b.merge(&fake, time.Now())
+	b.mu.Unlock()
+	if got := b.Peers()[0]; got.URL != real.URL || got.Impostor == "" {
+		t.Errorf("an impostor's answer moved the trusted peer to %s (impostor note %q)", got.URL, got.Impostor)
+	}
+}
+
+// 4. One host answering with 256 forged agents records at most a few; a
+// trusted peer is never pushed out, and an executor that comes later is
+// listed.
+func TestBookFloodIsBounded(t *testing.T) {
+	b := &Browser{Logger: slog.New(slog.DiscardHandler)}
+	b.init()
+	now := time.Now()
+	b.mu.Lock()
+	trusted := executorPeer("build-box", idA, true, 1, "archive")
+	b.peers[idA] = &trusted
+	for i := range MaxPeers {
+		p := executorPeer("forged", fmt.Sprintf("%08d-0000-4000-8000-000000000000", i), true, 1, "archive")
+		p.TrustedKey, p.URL = "", "http://10.0.0.66:10200"
+		b.merge(&p, now)
+	}
+	late := executorPeer("late", idB, true, 1, "archive")
+	late.TrustedKey, late.URL = "", "http://10.0.0.7:10200"
+	b.merge(&late, now)
+	b.mu.Unlock()
+	var ids []string
+	for _, p := range b.Peers() {
+		ids = append(ids, p.AgentID)
+	}
+	if len(ids) > 2+maxAgentsPerHost || !slices.Contains(ids, idA) || !slices.Contains(ids, idB) {
+		t.Errorf("after a flood of 256 forged agents the book holds %d: %v", len(ids), ids)
+	}
+	// A forged answer whose manifest could not be read is not recorded.
+	b.mu.Lock()
+	b.merge(&Peer{AgentID: idD, Name: "no-manifest", URL: "http://10.0.0.9:10200", ManifestError: "refused"}, now)
+	_, recorded := b.peers[idD]
+	b.mu.Unlock()
+	if recorded {
+		t.Error("an answer without a readable manifest was recorded")
+	}
+}
+
+// 3. An answer naming a loopback address is not taken, whatever networks
+// this host has.
+func TestLoopbackAnswersAreIgnored(t *testing.T) {
+	_, lo, _ := net.ParseCIDR("127.0.0.0/8")
+	e := &mdns.ServiceEntry{AddrV4: net.ParseIP("127.0.0.1").To4(), Port: 10200, InfoFields: []string{"agent_id=" + idA}}
+	if p, ok := fromEntry(e, []*net.IPNet{lo}); ok {
+		t.Errorf("an answer at 127.0.0.1 was taken: %+v", p)
+	}
+}
+
+// The identity proof: the executor's signature of a fresh challenge with
+// the trusted key passes; another key, another nonce or another agent id
+// does not.
+func TestIdentityProof(t *testing.T) {
+	dir := t.TempDir()
+	key, err := IdentityKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := IdentityKey(dir)
+	if !key.Equal(again) {
+		t.Fatal("the identity key changed between runs")
+	}
+	pinned := control.IdentityPublic(key)
+	nonce := control.NewIdentityNonce()
+	proof, err := control.SignIdentity(key, nonce, idA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := control.VerifyIdentity(pinned, nonce, idA, proof); err != nil {
+		t.Fatalf("a valid proof: %v", err)
+	}
+	if err := control.VerifyIdentity(pinned, control.NewIdentityNonce(), idA, proof); err == nil {
+		t.Error("a replayed proof (another nonce) verified")
+	}
+	if err := control.VerifyIdentity(pinned, nonce, idB, proof); err == nil {
+		t.Error("a proof for another agent id verified")
+	}
+	other, _ := IdentityKey(t.TempDir())
+	forged, _ := control.SignIdentity(other, nonce, idA)
+	if err := control.VerifyIdentity(pinned, nonce, idA, forged); err == nil {
+		t.Error("another key's proof verified")
 	}
 }

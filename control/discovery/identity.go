@@ -1,6 +1,9 @@
 package discovery
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -72,4 +75,55 @@ func DefaultName() string {
 		return h
 	}
 	return "awcp"
+}
+
+// identityKeyFile holds a state dir's identity key (control/identity.go):
+// the Ed25519 seed, base64, mode 600.
+const identityKeyFile = "identity.key"
+
+// IdentityKey returns the identity key kept in stateDir, made on first
+// use; two processes starting at once agree, as for AgentID.
+func IdentityKey(stateDir string) (ed25519.PrivateKey, error) {
+	path := filepath.Join(stateDir, identityKeyFile)
+	for range 3 {
+		if k, err := readIdentityKey(path); !errors.Is(err, fs.ErrNotExist) {
+			return k, err
+		}
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		tmp := path + "." + control.NewDelegationID()
+		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("identity key: %w", err)
+		}
+		_, werr := f.WriteString(base64.StdEncoding.EncodeToString(priv.Seed()) + "\n")
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr == nil {
+			werr = os.Link(tmp, path)
+		}
+		os.Remove(tmp)
+		if werr == nil {
+			return priv, nil
+		}
+		if !errors.Is(werr, fs.ErrExist) {
+			return nil, fmt.Errorf("identity key: %w", werr)
+		}
+	}
+	return readIdentityKey(path)
+}
+
+func readIdentityKey(path string) (ed25519.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	seed, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil || len(seed) != ed25519.SeedSize {
+		return nil, fmt.Errorf("identity key: %s is not one; remove it to make a new one (delegators that trust the old one will refuse this executor until they trust the new)", path)
+	}
+	return ed25519.NewKeyFromSeed(seed), nil
 }

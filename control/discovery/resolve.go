@@ -41,6 +41,8 @@ func Resolve(peers []Peer, arg string, want Want) (p Peer, why string, err error
 			byName = append(byName, p)
 		}
 	}
+	// Names and ids on mDNS are claims: only a peer whose key the user
+	// trusts is chosen, by id or by name.
 	switch {
 	case len(byID) == 1:
 		p = byID[0]
@@ -50,7 +52,10 @@ func Resolve(peers []Peer, arg string, want Want) (p Peer, why string, err error
 		return Peer{}, "", fmt.Errorf("no executor called %q has been found on this network; `awcp-ctl peers` lists those that have", arg)
 	default:
 		online := slices.DeleteFunc(slices.Clone(byName), func(p Peer) bool { return !p.Online })
+		trusted := slices.DeleteFunc(slices.Clone(byName), func(p Peer) bool { return p.TrustedKey == "" })
 		switch {
+		case len(trusted) == 1 && trusted[0].Online:
+			p = trusted[0] // the others claiming its name are not trusted: ignored
 		case len(online) > 1:
 			return Peer{}, "", fmt.Errorf("%d executors online call themselves %q (%s): name one by its agent id", len(online), arg, ids(online))
 		case len(online) == 1 && len(byName) > 1:
@@ -72,6 +77,9 @@ func Resolve(peers []Peer, arg string, want Want) (p Peer, why string, err error
 		return Peer{}, "", fmt.Errorf("executor %s (%s) is already in this delegation's call chain %s: delegating there would be circular",
 			p.Name, p.AgentID, control.FormatCallChain(want.Exclude))
 	}
+	if !p.Trusted() {
+		return Peer{}, "", notTrusted(p)
+	}
 	return p, "named " + arg, nil
 }
 
@@ -83,6 +91,10 @@ func choose(peers []Peer, want Want) (Peer, string, error) {
 	var refused []string
 	for _, p := range peers {
 		if !p.Online {
+			continue
+		}
+		if !p.Trusted() {
+			refused = append(refused, fmt.Sprintf("%s: not trusted (`awcp-ctl peers trust %s`)", p.Name, p.AgentID))
 			continue
 		}
 		if why := unfit(p, want); why != "" {
@@ -165,4 +177,19 @@ func OfflineSince(p Peer) string {
 		return how
 	}
 	return fmt.Sprintf("%s, last seen %s ago", how, time.Since(p.LastSeen).Round(time.Second))
+}
+
+// notTrusted says why p may not be chosen, and what to do.
+func notTrusted(p Peer) error {
+	key := p.Key()
+	switch {
+	case key == "":
+		return fmt.Errorf("executor %s (%s) shows no identity key, so it cannot prove who it is: give its URL with --peer http://host:port if you trust that address", p.Name, p.AgentID)
+	case p.TrustedKey == "":
+		return fmt.Errorf("executor %s (%s) is not trusted yet; its key is %s: check that `awcp-fs serve` on it logs that identity, then run `awcp-ctl peers trust %s`",
+			p.Name, p.AgentID, control.Fingerprint(key), p.AgentID)
+	default:
+		return fmt.Errorf("executor %s (%s) now shows key %s, not the %s trusted for it: an impostor, or a reinstall — check it, then `awcp-ctl peers trust %s` again",
+			p.Name, p.AgentID, control.Fingerprint(key), control.Fingerprint(p.TrustedKey), p.AgentID)
+	}
 }

@@ -7,6 +7,7 @@ package executor
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -96,6 +97,9 @@ type Options struct {
 	// and mDNS name it, and an INVITE whose call chain holds it is refused
 	// as circular. Empty: no loop protection, and no manifest id.
 	AgentID string
+	// IdentityKey is this executor's identity (discovery.IdentityKey): the
+	// manifest shows it, and IdentityPath proves it. Nil: no identity.
+	IdentityKey ed25519.PrivateKey
 	// Description and Skills tell delegators (and the models choosing an
 	// executor for them, spec §8.3) what this executor's agent is good at.
 	// Default: a generic description and no skills.

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -104,6 +106,27 @@ func (n *node) command(bin string, args ...string) *exec.Cmd {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", n.ns, filepath.Join(binDir, bin)}, args...)...)
 	cmd.Env = append(os.Environ(), "AWCP_STATE_DIR="+n.state, "AWCP_BIN_DIR="+binDir)
 	return cmd
+}
+
+// trust has n trust the identity keys of peers, as their owner would after
+// checking them (`awcp-ctl peers trust`); n itself is skipped.
+func (n *node) trust(t *testing.T, peers ...*node) {
+	t.Helper()
+	for _, p := range peers {
+		if p == n {
+			continue
+		}
+		id := p.agentID(t)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			r := n.ctl(t, "peers", "trust", id, "--browse-window", "1s")
+			if r.code == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s cannot trust %s: %s", n.name, p.name, r.stderr)
+			}
+		}
+	}
 }
 
 // serve starts n's executor, advertised, running agent.
@@ -342,6 +365,9 @@ func TestLANCallChain(t *testing.T) {
 	for _, n := range []*node{a, b, c} {
 		n.serve(t, "sh "+script, "--transports", "archive")
 	}
+	for _, n := range []*node{a, b, c} {
+		n.trust(t, a, b, c)
+	}
 	A, B, C := a.agentID(t), b.agentID(t), c.agentID(t)
 	urlA := "http://" + a.ip + ":10200"
 
@@ -406,6 +432,7 @@ func TestLANPeerAuto(t *testing.T) {
 	d, b, c := l.add("d", 1), l.add("b", 2), l.add("c", 3)
 	b.serve(t, `echo from-auto > note.txt`)
 	c.serve(t, `echo from-auto > note.txt`, "--transports", "archive")
+	d.trust(t, b, c)
 	ws := t.TempDir()
 	r := d.ctl(t, "export", ws, "--peer", "auto", "--prompt", "leave a note", "--ssh-listen", d.ip+":0", "--browse-window", "1500ms")
 	if r.code != 0 {
@@ -435,6 +462,7 @@ func TestLANMCP(t *testing.T) {
 	l := newLAN(t)
 	d, b := l.add("d", 1), l.add("b", 2)
 	b.serve(t, `echo by-mcp > note.txt`, "--transports", "archive")
+	d.trust(t, b)
 
 	session := func(t *testing.T, env ...string) *mcp.ClientSession {
 		cmd := d.command("awcp-ctl", "mcp", "--discover", "--browse-interval", "1s", "--browse-window", "500ms", "--transport", "archive")
@@ -519,6 +547,20 @@ func advertiseAsAttacker(spec string) int {
 		}
 		defer adv.Close()
 	}
+	// The first advertisement's manifest, served at its port: an agent is
+	// recorded only once its manifest names it.
+	if len(ads) > 0 {
+		first := ads[0]
+		ln, err := net.Listen("tcp", ":"+strconv.Itoa(first.Port))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer ln.Close()
+		go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			json.NewEncoder(w).Encode(map[string]any{"agent_id": first.AgentID, "name": first.Name, "awcp": map[string]any{"transports": []string{"archive"}}})
+		}))
+	}
 	fmt.Println("advertising")
 	io.Copy(io.Discard, os.Stdin)
 	return 0
@@ -577,4 +619,45 @@ func TestLANAdvertisementCannotAimTheBrowser(t *testing.T) {
 			seen = false
 		}
 	}
+}
+
+// TestLANImpostorGetsNothing: the delegator trusts executor b. An impostor
+// on the link runs a real awcp-fs that calls itself b and claims far more
+// free slots. `--peer b` and `--peer auto` both go to the real b, and the
+// impostor never receives an INVITE (so never a token or a credential);
+// named by its own id, it is refused until the user trusts its key.
+func TestLANImpostorGetsNothing(t *testing.T) {
+	l := newLAN(t)
+	d, b, x := l.add("d", 1), l.add("b", 2), l.add("x", 9)
+	b.serve(t, `echo from-b > note.txt`, "--transports", "archive", "--token-file", tokenFileFor(t))
+	x.name = "b" // the squatter takes b's name
+	x.serve(t, `echo from-impostor > note.txt`, "--transports", "archive", "--max-concurrent", "999")
+	d.trust(t, b)
+	for _, peer := range []string{"b", "auto"} {
+		ws := t.TempDir()
+		r := d.ctl(t, "export", ws, "--peer", peer, "--prompt", "note", "--transport", "archive", "--token-file", tokenFileFor(t), "--browse-window", "1500ms")
+		if r.code != 0 {
+			t.Fatalf("export --peer %s: exit %d\n%s", peer, r.code, r.stderr)
+		}
+		if got, _ := os.ReadFile(filepath.Join(ws, "note.txt")); string(got) != "from-b\n" {
+			t.Fatalf("--peer %s reached %q", peer, got)
+		}
+	}
+	r := d.ctl(t, "export", t.TempDir(), "--peer", x.agentID(t), "--prompt", "p", "--transport", "archive", "--browse-window", "1s")
+	if r.code == 0 || !strings.Contains(r.stderr, "not trusted yet") || !strings.Contains(r.stderr, "peers trust "+x.agentID(t)) {
+		t.Fatalf("export to the untrusted impostor by id: exit %d\n%s", r.code, r.stderr)
+	}
+	if strings.Contains(x.log.String(), "INVITE") {
+		t.Fatalf("the impostor received an INVITE:\n%s", x.log.String())
+	}
+}
+
+// tokenFileFor is a token file (mode 600) in the test's temp dir.
+func tokenFileFor(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(p, []byte("lan-secret-77\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

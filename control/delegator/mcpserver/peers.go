@@ -136,7 +136,7 @@ type PeerFinder interface {
 // chosenPeer is the executor a delegation goes to, and how it was chosen
 // when discovery chose it.
 type chosenPeer struct {
-	URL, AgentID, Name, why string
+	URL, AgentID, Name, Key, why string
 }
 
 // pickPeer resolves the peer_url argument: a URL, the name of a configured
@@ -185,7 +185,7 @@ func (s *server) discover(ctx context.Context, arg, access string) (chosenPeer, 
 		return chosenPeer{}, control.Errorf(control.CodeDeclined, "peer_url %s: %v", arg, err).
 			WithHint("the peers tool lists the executors found")
 	}
-	return chosenPeer{URL: p.URL, AgentID: p.AgentID, Name: p.Name, why: why}, nil
+	return chosenPeer{URL: p.URL, AgentID: p.AgentID, Name: p.Name, Key: p.TrustedKey, why: why}, nil
 }
 
 type peersArgs struct{}

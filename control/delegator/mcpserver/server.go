@@ -248,7 +248,7 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 		dir = filepath.Join(cwd, dir)
 	}
 	id, err := s.dlg.Start(ctx, delegator.ExportRequest{
-		Dir: dir, Peer: peer.URL, PeerAgentID: peer.AgentID, PeerName: peer.Name, PeerChoice: peer.why, CallChain: s.opts.CallChain,
+		Dir: dir, Peer: peer.URL, PeerAgentID: peer.AgentID, PeerName: peer.Name, PeerKey: peer.Key, PeerChoice: peer.why, CallChain: s.opts.CallChain,
 		Prompt: in.Prompt, Description: strings.TrimSpace(in.Description),
 		TTL: time.Duration(in.TTLSeconds) * time.Second, Access: in.AccessMode,
 		Transport: s.opts.Transport, Token: s.opts.Token, Dialect: s.opts.Dialect,
