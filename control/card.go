@@ -134,9 +134,9 @@ type ManifestAWCP struct {
 	FreeSlots     int      `json:"free_slots"`
 	// IdentityKey is the executor's identity key (identity.go), which it
 	// proves it holds at IdentityPath; a delegator pins it.
-	IdentityKey string `json:"identity_key,omitempty"`
-	Dialects      []string `json:"dialects"`
-	AuthRequired  bool     `json:"auth_required"`
+	IdentityKey  string   `json:"identity_key,omitempty"`
+	Dialects     []string `json:"dialects"`
+	AuthRequired bool     `json:"auth_required"`
 	// CallChain says the executor refuses circular calls (callchain.go).
 	CallChain bool `json:"call_chain"`
 }

@@ -44,9 +44,9 @@ type ExportRequest struct {
 	PeerAgentID string `json:"peerAgentId,omitempty"`
 	// PeerKey is the identity key trusted for PeerAgentID; the executor
 	// proves it holds it before the token goes.
-	PeerKey string `json:"peerKey,omitempty"`
-	PeerName    string `json:"peerName,omitempty"`
-	PeerChoice  string `json:"peerChoice,omitempty"`
+	PeerKey    string `json:"peerKey,omitempty"`
+	PeerName   string `json:"peerName,omitempty"`
+	PeerChoice string `json:"peerChoice,omitempty"`
 }
 
 // callChain is the chain the INVITE carries: req's, then self. A peer
