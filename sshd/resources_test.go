@@ -156,3 +156,94 @@ func TestLargeRequestsAndWatchFloodBounded(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkUnauthenticatedConnections opens 2,000 idle TCP connections to
+// the SSH port from one address and reports the descriptors the server
+// holds for them a moment later (target: at most maxPreauthPerSource).
+func BenchmarkUnauthenticatedConnections(b *testing.B) {
+	f := newFixture(b)
+	attacker := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 3)}}
+	var held float64
+	for b.Loop() {
+		before := openFDsOf(b)
+		var conns []net.Conn
+		for range 2000 {
+			if c, err := attacker.Dial("tcp", f.addr); err == nil {
+				conns = append(conns, c)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+		// Our own ends count too: the server's are what is left above them.
+		held = max(held, float64(openFDsOf(b)-before-len(conns)))
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+	b.ReportMetric(held, "server-fds")
+}
+
+// BenchmarkHandleFlood has one certificate holder open handles until
+// refused, and reports how many descriptors the process took for them
+// (target: maxHandles).
+func BenchmarkHandleFlood(b *testing.B) {
+	f := newFixture(b)
+	dir, cred := f.lend(b, "dlg_hflood", false)
+	os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644)
+	var grown float64
+	for b.Loop() {
+		c := f.sftp(b, "dlg_hflood", cred)
+		before := openFDsOf(b)
+		for range 5000 {
+			if _, err := c.Open("f"); err != nil {
+				break
+			}
+		}
+		grown = max(grown, float64(openFDsOf(b)-before))
+		c.Close()
+	}
+	b.ReportMetric(grown, "fds")
+}
+
+// BenchmarkLargeRequestFlood sends 600 requests with 1 MiB names
+// (open-named handle names, LSTAT paths) and reports the heap's growth
+// (target: well under the 128 MiB of the process's budget).
+func BenchmarkLargeRequestFlood(b *testing.B) {
+	f := newFixture(b)
+	_, cred := f.lend(b, "dlg_lflood", false)
+	huge := strings.Repeat("n", 1<<20-64)
+	var grown uint64
+	for b.Loop() {
+		s := newFloodSession(b, f, "dlg_lflood", cred)
+		go func() {
+			for {
+				if _, _, err := s.tryReply(); err != nil {
+					return
+				}
+			}
+		}()
+		base := heapInUse()
+		for i := range 300 {
+			s.send(func(b *buf) {
+				b.Byte(wire.Extended)
+				b.U32(uint32(i))
+				b.Str(wire.OpenNamed)
+				b.Str("n" + huge)
+				b.Str("/x")
+				b.U32(wire.FlagWrite | wire.FlagCreat)
+				b.U32(0)
+			})
+			s.send(func(b *buf) { b.Byte(wire.Lstat); b.U32(uint32(i)); b.Str("/" + huge) })
+		}
+		grown = max(grown, heapGrowth(base))
+		s.ch.Close()
+	}
+	b.ReportMetric(float64(grown)/(1<<20), "MiB-growth")
+}
+
+func openFDsOf(b testing.TB) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return len(ents)
+}

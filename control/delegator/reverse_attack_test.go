@@ -20,6 +20,31 @@ import (
 // connections and backs off; it does not park connection after
 // connection (19,012 descriptors in 20 s before).
 func TestReverseKeeperBoundedAgainstASilentExecutor(t *testing.T) {
+	opened, peak := againstSilentExecutor(t, 5*time.Second)
+	if peak > maxTunnelServing+1 {
+		t.Errorf("%d connections to a silent executor were held at once, want at most %d", peak, maxTunnelServing+1)
+	}
+	if opened > 4*maxTunnelServing {
+		t.Errorf("%d connections were opened in 5 s to an executor that never speaks SSH", opened)
+	}
+	t.Logf("opened %d, at most %d at once", opened, peak)
+}
+
+// BenchmarkReverseSilentExecutor reports the connections a delegation's
+// keeper opens in 5 s to an executor that takes each and never speaks
+// SSH, and the most held at once (targets: 4× and 1× maxTunnelServing).
+func BenchmarkReverseSilentExecutor(b *testing.B) {
+	var opened, peak int64
+	for b.Loop() {
+		opened, peak = againstSilentExecutor(b, 5*time.Second)
+	}
+	b.ReportMetric(float64(opened), "conns-opened")
+	b.ReportMetric(float64(peak), "conns-held")
+}
+
+// againstSilentExecutor runs a reverse keeper for d against an executor
+// that answers every upgrade with 101 and TunnelGo and then says nothing.
+func againstSilentExecutor(t testing.TB, d time.Duration) (opened, peak int64) {
 	auth, err := sshd.LoadAuthority(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -28,7 +53,7 @@ func TestReverseKeeperBoundedAgainstASilentExecutor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var opened, open, peak atomic.Int64
+	var openedN, open, peakN atomic.Int64
 	var mu sync.Mutex
 	var held []func()
 	exec := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -36,9 +61,9 @@ func TestReverseKeeperBoundedAgainstASilentExecutor(t *testing.T) {
 		if err != nil {
 			return
 		}
-		opened.Add(1)
-		if n := open.Add(1); n > peak.Load() {
-			peak.Store(n)
+		openedN.Add(1)
+		if n := open.Add(1); n > peakN.Load() {
+			peakN.Store(n)
 		}
 		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + control.TunnelUpgrade + "\r\n\r\n")
 		brw.WriteByte(control.TunnelGo)
@@ -71,14 +96,8 @@ func TestReverseKeeperBoundedAgainstASilentExecutor(t *testing.T) {
 	if err := tr.keep(ctx, lent); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Second)
+	time.Sleep(d)
 	cancel()
 	tr.stopKeeping(lent.ID)
-	if p := peak.Load(); p > maxTunnelServing+1 {
-		t.Errorf("%d connections to a silent executor were held at once, want at most %d", p, maxTunnelServing+1)
-	}
-	if n := opened.Load(); n > 4*maxTunnelServing {
-		t.Errorf("%d connections were opened in 5 s to an executor that never speaks SSH", n)
-	}
-	t.Logf("opened %d, at most %d at once", opened.Load(), peak.Load())
+	return openedN.Load(), peakN.Load()
 }
