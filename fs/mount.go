@@ -214,6 +214,13 @@ func (f *filesystem) keepNegative(parent uint64, name string) bool {
 	return true
 }
 
+// notNegative forgets that name in parent was kept as missing.
+func (f *filesystem) notNegative(parent uint64, name string) {
+	f.negMu.Lock()
+	delete(f.longNegatives, negativeEntry{parent, name})
+	f.negMu.Unlock()
+}
+
 // dropNegatives has the kernel forget every name it keeps as missing for
 // long.
 func (f *filesystem) dropNegatives() {
@@ -346,8 +353,45 @@ func (n negatives) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string,
 			entry = n.fsys.entry
 		}
 		out.SetEntryTimeout(entry)
+	} else if st == fuse.OK {
+		n.fsys.notNegative(h.NodeId, name)
 	}
 	return st
+}
+
+// A name made here is no longer missing: dropping the negatives must not
+// tell the kernel to forget the entry it now holds (the kernel would then
+// forget the node, and the file get a new inode number under a program
+// that had just stat'ed it).
+
+func (n negatives) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	n.fsys.notNegative(in.NodeId, name)
+	return n.RawFileSystem.Create(cancel, in, name, out)
+}
+
+func (n negatives) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	n.fsys.notNegative(in.NodeId, name)
+	return n.RawFileSystem.Mkdir(cancel, in, name, out)
+}
+
+func (n negatives) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	n.fsys.notNegative(in.NodeId, name)
+	return n.RawFileSystem.Mknod(cancel, in, name, out)
+}
+
+func (n negatives) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
+	n.fsys.notNegative(h.NodeId, name)
+	return n.RawFileSystem.Symlink(cancel, h, target, name, out)
+}
+
+func (n negatives) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	n.fsys.notNegative(in.NodeId, name)
+	return n.RawFileSystem.Link(cancel, in, name, out)
+}
+
+func (n negatives) Rename(cancel <-chan struct{}, in *fuse.RenameIn, from, to string) fuse.Status {
+	n.fsys.notNegative(in.Newdir, to)
+	return n.RawFileSystem.Rename(cancel, in, from, to)
 }
 
 // exact reports whether the kernel may keep what it holds until told.

@@ -72,6 +72,8 @@ type sftpServer struct {
 	// request; nil before, or if the export cannot be watched.
 	watch     atomic.Pointer[watcher]
 	watchOnce sync.Once
+	earlyMu   sync.Mutex            // guards early, and the watch's start against it
+	early     map[string]*ownChange // paths changed before the watch began (watch_own.go)
 }
 
 // handle is an open file or directory.
@@ -188,7 +190,7 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 				start := time.Now()
 				s.handle(j.pkt)
 				if j.owned != nil {
-					s.watch.Load().end(j.owned)
+					s.ownEnd(j.owned)
 				}
 				s.metrics.SFTPRequest(opName(j.pkt), time.Since(start))
 				if j.done != nil {

@@ -500,7 +500,7 @@ func (s *sftpServer) serveWatch(id uint32, stop <-chan struct{}, free func()) {
 	defer free() // idempotent: also where no answer goes
 	s.watchOnce.Do(func() {
 		if w := newWatcher(s.root, s.hidden); w != nil {
-			s.watch.Store(w)
+			s.startWatch(w)
 		}
 	})
 	w := s.watch.Load()

@@ -154,10 +154,6 @@ func (c *changers) drop(w *watcher) {
 // after it, an event could be read first.) Reads change nothing the watch
 // reports.
 func (s *sftpServer) intend(pkt []byte) []string {
-	w := s.watch.Load()
-	if w == nil {
-		return nil
-	}
 	first, ok := firstString(pkt)
 	if !ok {
 		return nil
@@ -212,7 +208,86 @@ func (s *sftpServer) intend(pkt []byte) []string {
 		}
 	}
 	if paths != nil {
-		w.begin(paths)
+		s.ownBegin(paths)
 	}
 	return paths
+}
+
+// Before the first watch request there is no watcher, but the requests
+// running then change the export too: the watch begins while they run,
+// and their events, read after, would be reported back to the client as
+// another's (a file the mount had just made was then forgotten, and got a
+// new inode number under a program that had just stat'ed it). So they are
+// recorded in early, which the watcher takes over when it begins.
+
+// maxEarly bounds early; past it, what has ended is forgotten.
+const maxEarly = 4096
+
+// ownBegin records that a request is about to change paths.
+func (s *sftpServer) ownBegin(paths []string) {
+	s.earlyMu.Lock()
+	if w := s.watch.Load(); w != nil {
+		s.earlyMu.Unlock()
+		w.begin(paths)
+		return
+	}
+	if s.early == nil {
+		s.early = map[string]*ownChange{}
+	}
+	if len(s.early) >= maxEarly {
+		now := time.Now()
+		for p, o := range s.early {
+			if !o.live(now, ownGraceAttested) {
+				delete(s.early, p)
+			}
+		}
+	}
+	for _, p := range paths {
+		o := s.early[p]
+		if o == nil {
+			o = &ownChange{}
+			s.early[p] = o
+		}
+		o.inflight++
+	}
+	s.earlyMu.Unlock()
+}
+
+// ownEnd records that a request changing paths has run.
+func (s *sftpServer) ownEnd(paths []string) {
+	s.earlyMu.Lock()
+	if w := s.watch.Load(); w != nil {
+		s.earlyMu.Unlock()
+		w.end(paths)
+		return
+	}
+	now := time.Now()
+	for _, p := range paths {
+		if o := s.early[p]; o != nil {
+			o.inflight--
+			o.ended = now
+		}
+	}
+	s.earlyMu.Unlock()
+}
+
+// startWatch makes w the session's watcher, taking over what its requests
+// changed before it.
+func (s *sftpServer) startWatch(w *watcher) {
+	s.earlyMu.Lock()
+	defer s.earlyMu.Unlock()
+	w.mu.Lock()
+	var running []string
+	for p, o := range s.early {
+		w.own[p] = o
+		for range o.inflight {
+			running = append(running, p)
+		}
+	}
+	w.mu.Unlock()
+	if len(running) > 0 {
+		sessions.begin(w, running)
+	}
+	s.early = nil
+	s.watch.Store(w)
 }
