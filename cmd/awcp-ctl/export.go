@@ -27,7 +27,10 @@ func exportCommand(ctx context.Context) *cli.Command {
 		Flags: append(append(clikit.CommonFlags(),
 			&cli.StringFlag{Name: "peer", EnvVars: []string{"AWCP_PEER"}, Required: true,
 				Usage: "the executor: its URL (http://host:10200), or the name or agent id of one found on this network, or auto (see `awcp-ctl peers`)"},
-			&cli.StringFlag{Name: "prompt", EnvVars: []string{"AWCP_PROMPT"}, Required: true, Usage: "the task, in full"},
+			// Not $AWCP_PROMPT: the executor gives its agent its own task
+			// there, and a nested export without --prompt would send the
+			// parent's task on.
+			&cli.StringFlag{Name: "prompt", EnvVars: []string{"AWCP_EXPORT_PROMPT"}, Required: true, Usage: "the task, in full"},
 			&cli.StringFlag{Name: "description", Usage: "short description for logs and lists (default: the prompt's first line)"},
 			clikit.DurationFlag("ttl", time.Hour, "length of the lease", "AWCP_TTL"),
 			&cli.StringFlag{Name: "access", EnvVars: []string{"AWCP_ACCESS"}, Value: "rw", Usage: "rw or ro"},

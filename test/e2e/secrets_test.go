@@ -89,3 +89,18 @@ func runFS(t *testing.T, args ...string) result {
 	}
 	return r
 }
+
+// An agent that runs `awcp-ctl export` without --prompt does not send its
+// own task on: $AWCP_PROMPT, which its executor set, is not read.
+func TestNestedExportDoesNotResendTheParentsTask(t *testing.T) {
+	c := newCtl(t)
+	cmd := c.command("export", t.TempDir(), "--peer", "http://127.0.0.1:1")
+	cmd.Env = append(cmd.Env, "AWCP_PROMPT=the parent's task")
+	var errb strings.Builder
+	cmd.Stderr = &errb
+	err := cmd.Run()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 2 || !strings.Contains(errb.String(), "prompt") {
+		t.Fatalf("export without --prompt, $AWCP_PROMPT set: %v\n%s", err, errb.String())
+	}
+}
