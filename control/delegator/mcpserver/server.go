@@ -23,6 +23,7 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -571,7 +572,12 @@ func addTool[In any, Out result[Out]](srv *mcp.Server, tool *mcp.Tool,
 			raw = []byte("{}")
 		}
 		var o Out
-		if err := json.Unmarshal(raw, &args); err != nil {
+		// The schema says additionalProperties: false, and means it: an
+		// argument the tool does not take is refused, not ignored
+		// (transport: "archive" ran over the live mount).
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&args); err != nil {
 			o = o.refused(&Failure{Code: control.CodeWorkspaceInvalid, Message: "bad arguments: " + err.Error(),
 				Hint: "see the tool's input schema"})
 		} else if o, err = h(ctx, req, args); err != nil {

@@ -183,6 +183,8 @@ func TestToolErrorsCarrySpecCodes(t *testing.T) {
 			args: map[string]any{"description": "d", "peer_url": peer, "workspace_dir": ws}},
 		{name: "bad access mode", tool: "delegate", code: control.CodeWorkspaceInvalid,
 			args: map[string]any{"description": "d", "prompt": "p", "peer_url": peer, "workspace_dir": ws, "access_mode": "wx"}},
+		{name: "an argument the tool does not take", tool: "delegate", code: control.CodeWorkspaceInvalid,
+			args: map[string]any{"description": "d", "prompt": "p", "peer_url": peer, "workspace_dir": ws, "transport": "archive"}},
 		{name: "ttl of the wrong type", tool: "delegate", code: control.CodeWorkspaceInvalid,
 			args: map[string]any{"description": "d", "prompt": "p", "peer_url": peer, "workspace_dir": ws, "ttl_seconds": "soon"}},
 		{name: "no peer among several", tool: "delegate", code: control.CodeDeclined,
