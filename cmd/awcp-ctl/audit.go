@@ -23,7 +23,7 @@ func policyFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "hide", EnvVars: []string{"AWCP_HIDE"},
 			Usage: "a pattern of paths not to lend, matched anywhere in the directory (\"*.pem\", \".env*\", \"config/secrets.json\"); repeatable; added to the defaults"},
 		&cli.BoolFlag{Name: "no-hide-defaults", Usage: "lend what the default hide patterns keep back: " + strings.Join(delegator.DefaultHide, " ")},
-		&cli.BoolFlag{Name: "no-delete", EnvVars: []string{"AWCP_NO_DELETE"}, Usage: "refuse the executor deletes, and renames over an existing name"},
+		&cli.BoolFlag{Name: "no-delete", EnvVars: []string{"AWCP_NO_DELETE"}, Usage: "nothing of yours goes away: no remove, rename, replace or truncation of what was there before; the agent's own files excepted"},
 		&cli.StringFlag{Name: "max-write-bytes", EnvVars: []string{"AWCP_MAX_WRITE_BYTES"},
 			Usage: "bound what the executor writes over the live mount, e.g. 500M (K, M, G: powers of 1024)"},
 	}
