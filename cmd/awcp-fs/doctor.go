@@ -154,6 +154,12 @@ func checkWorkRoot(l *clikit.Checklist, root string) {
 		return
 	}
 	os.Remove(dir)
+	if probe != abs {
+		// Missing: serve makes it, and can (its nearest existing parent
+		// is writable). Saying "writable" of what is not there misled.
+		l.OK("work root", abs+" does not exist yet; serve will make it (in "+probe+", which is writable)")
+		return
+	}
 	l.OK("work root", abs+" is writable")
 }
 

@@ -49,6 +49,11 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("awcp-fs doctor: %s not OK:\n%s", what, r.stdout)
 		}
 	}
+	// The work root is not there yet: doctor says so, not that it is
+	// writable (issue 42.14).
+	if line := doctorLine(r.stdout, "work root"); !strings.Contains(line, "does not exist yet") {
+		t.Errorf("awcp-fs doctor on a missing work root: %q", line)
+	}
 
 	held, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
