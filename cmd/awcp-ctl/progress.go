@@ -74,16 +74,16 @@ func (b *transferBar) draw(now time.Time) {
 	}
 	rate := ""
 	if secs := now.Sub(b.start).Seconds(); secs > 0.2 {
-		rate = "  " + mib(int64(float64(b.sent)/secs)) + "/s"
+		rate = "  " + size(int64(float64(b.sent)/secs)) + "/s"
 	}
 	if b.size > 0 {
 		const width = 24
 		done := min(b.sent, b.size)
 		filled := int(done * width / b.size)
 		bar := strings.Repeat("=", filled) + strings.Repeat(" ", width-filled)
-		fmt.Fprintf(b.w, "\rawcp: %s [%s] %3d%%  %s of %s%s\x1b[K", label, bar, done*100/b.size, mib(done), mib(b.size), rate)
+		fmt.Fprintf(b.w, "\rawcp: %s [%s] %3d%%  %s of %s%s\x1b[K", label, bar, done*100/b.size, size(done), size(b.size), rate)
 	} else {
-		fmt.Fprintf(b.w, "\rawcp: %s  %s%s\x1b[K", label, mib(b.sent), rate)
+		fmt.Fprintf(b.w, "\rawcp: %s  %s%s\x1b[K", label, size(b.sent), rate)
 	}
 }
 
@@ -109,6 +109,16 @@ func (b *transferBar) endLine() {
 	b.what, b.drawn = "", time.Time{}
 }
 
-func mib(n int64) string {
-	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+// size is n bytes in the unit that shows it: a small workspace read
+// "0.0 MiB of 0.0 MiB".
+func size(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	case n < 1<<30:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
 }
