@@ -26,7 +26,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 		ArgsUsage: "DIR",
 		Flags: append(append(clikit.CommonFlags(),
 			&cli.StringFlag{Name: "peer", EnvVars: []string{"AWCP_PEER"}, Required: true,
-				Usage: "the executor: its URL (http://host:10200), or the name or agent id of one found on this network, or auto (see `awcp-ctl peers`)"},
+				Usage: "the executor: its URL (http://host:10200), or the name or agent id of one found on this network, or auto (awcp-ctl peers lists them)"},
 			// Not $AWCP_PROMPT: the executor gives its agent its own task
 			// there, and a nested export without --prompt would send the
 			// parent's task on.

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -42,6 +44,12 @@ func isURL(peer string) bool { return strings.Contains(peer, "://") }
 func (e *env) resolvePeer(ctx context.Context, c *cli.Context, req *delegator.ExportRequest) error {
 	if isURL(req.Peer) {
 		return nil
+	}
+	// host:port, as ssh and rsync take it, is an address, not a name.
+	if host, port, err := net.SplitHostPort(req.Peer); err == nil && host != "" {
+		if _, err := strconv.Atoi(port); err == nil {
+			return clikit.UsageError("--peer %s is an address: give it as a URL, --peer http://%s", req.Peer, req.Peer)
+		}
 	}
 	b := e.browser(c)
 	if err := b.Round(ctx); err != nil {

@@ -88,7 +88,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 			&cli.StringFlag{Name: "name", EnvVars: []string{"AWCP_NAME"}, Value: discovery.DefaultName(),
 				Usage: "this executor's name in its agent card, manifest and advertisement"},
 			&cli.BoolFlag{Name: "advertise", EnvVars: []string{"AWCP_ADVERTISE"},
-				Usage: "advertise this executor on the local network with mDNS (_awcp._tcp, _acp-agent._tcp), for `awcp-ctl peers` and --peer NAME|auto"},
+				Usage: "advertise this executor on the local network with mDNS (_awcp._tcp, _acp-agent._tcp), for awcp-ctl peers and --peer NAME|auto"},
 			&cli.StringFlag{Name: "description", EnvVars: []string{"AWCP_DESCRIPTION"},
 				Usage: "what this executor's agent does, for delegators choosing a peer (agent card)"},
 			&cli.GenericFlag{Name: "skill", EnvVars: []string{"AWCP_SKILL"}, Value: &repeated{},

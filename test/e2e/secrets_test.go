@@ -104,3 +104,18 @@ func TestNestedExportDoesNotResendTheParentsTask(t *testing.T) {
 		t.Fatalf("export without --prompt, $AWCP_PROMPT set: %v\n%s", err, errb.String())
 	}
 }
+
+// A peer given as host:port, as ssh and rsync take it, is answered with
+// the URL to give instead, and the help names the flag's value plainly
+// (issue 42.9).
+func TestPeerAsHostPortSuggestsTheURL(t *testing.T) {
+	c := newCtl(t)
+	r := c.run("export", t.TempDir(), "--peer", "127.0.0.1:10250", "--prompt", "p")
+	if r.code != 2 || !strings.Contains(r.stderr, "--peer http://127.0.0.1:10250") {
+		t.Fatalf("--peer 127.0.0.1:10250: exit %d\n%s", r.code, r.stderr)
+	}
+	h := c.run("export", "--help")
+	if strings.Contains(h.stdout, "--peer awcp-ctl") {
+		t.Errorf("export --help shows a placeholder taken from the usage:\n%s", h.stdout)
+	}
+}
