@@ -23,38 +23,49 @@ const agentIDFile = "agent-id"
 var uuidForm = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 // AgentID returns the agent id kept in stateDir, made (a random UUID) on
-// first use. Two processes starting at once agree: the file is created
-// exclusively, and the loser reads the winner's.
+// first use.
 func AgentID(stateDir string) (string, error) {
-	path := filepath.Join(stateDir, agentIDFile)
-	for range 3 {
-		if id, err := readAgentID(path); !errors.Is(err, fs.ErrNotExist) {
-			return id, err
-		}
+	return keptOnce(filepath.Join(stateDir, agentIDFile), "agent id", readAgentID, func() (string, string, error) {
 		id := control.NewDelegationID()
-		tmp := path + "." + id
+		return id, id, nil
+	})
+}
+
+// keptOnce returns what the file at path holds (read), made by make (the
+// value and its text) on first use. Two processes starting at once agree:
+// the file is written aside and linked into place, which fails for the one
+// that comes second, which then reads the first one's.
+func keptOnce[T any](path, what string, read func(string) (T, error), mk func() (T, string, error)) (T, error) {
+	var zero T
+	for range 3 {
+		if v, err := read(path); !errors.Is(err, fs.ErrNotExist) {
+			return v, err
+		}
+		v, text, err := mk()
+		if err != nil {
+			return zero, fmt.Errorf("%s: %w", what, err)
+		}
+		tmp := path + "." + control.NewDelegationID()
 		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
-			return "", fmt.Errorf("agent id: %w", err)
+			return zero, fmt.Errorf("%s: %w", what, err)
 		}
-		_, werr := f.WriteString(id + "\n")
+		_, werr := f.WriteString(text + "\n")
 		if cerr := f.Close(); werr == nil {
 			werr = cerr
 		}
 		if werr == nil {
-			// A link fails if another process made the file first: then
-			// its id is the one.
 			werr = os.Link(tmp, path)
 		}
 		os.Remove(tmp)
 		if werr == nil {
-			return id, nil
+			return v, nil
 		}
 		if !errors.Is(werr, fs.ErrExist) {
-			return "", fmt.Errorf("agent id: %w", werr)
+			return zero, fmt.Errorf("%s: %w", what, werr)
 		}
 	}
-	return readAgentID(path)
+	return read(path)
 }
 
 func readAgentID(path string) (string, error) {
@@ -82,38 +93,15 @@ func DefaultName() string {
 const identityKeyFile = "identity.key"
 
 // IdentityKey returns the identity key kept in stateDir, made on first
-// use; two processes starting at once agree, as for AgentID.
+// use.
 func IdentityKey(stateDir string) (ed25519.PrivateKey, error) {
-	path := filepath.Join(stateDir, identityKeyFile)
-	for range 3 {
-		if k, err := readIdentityKey(path); !errors.Is(err, fs.ErrNotExist) {
-			return k, err
-		}
+	return keptOnce(filepath.Join(stateDir, identityKeyFile), "identity key", readIdentityKey, func() (ed25519.PrivateKey, string, error) {
 		_, priv, err := ed25519.GenerateKey(rand.Reader)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		tmp := path + "." + control.NewDelegationID()
-		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("identity key: %w", err)
-		}
-		_, werr := f.WriteString(base64.StdEncoding.EncodeToString(priv.Seed()) + "\n")
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
-		}
-		if werr == nil {
-			werr = os.Link(tmp, path)
-		}
-		os.Remove(tmp)
-		if werr == nil {
-			return priv, nil
-		}
-		if !errors.Is(werr, fs.ErrExist) {
-			return nil, fmt.Errorf("identity key: %w", werr)
-		}
-	}
-	return readIdentityKey(path)
+		return priv, base64.StdEncoding.EncodeToString(priv.Seed()), nil
+	})
 }
 
 func readIdentityKey(path string) (ed25519.PrivateKey, error) {
