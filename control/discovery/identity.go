@@ -31,7 +31,7 @@ func AgentID(stateDir string) (string, error) {
 	})
 }
 
-// keptOnce returns what the file at path holds (read), made by make (the
+// keptOnce returns what the file at path holds (read), made by mk (the
 // value and its text) on first use. Two processes starting at once agree:
 // the file is written aside and linked into place, which fails for the one
 // that comes second, which then reads the first one's.

@@ -48,6 +48,7 @@ var allowed = map[string][]string{
 	"cmd/awcp-ctl":                  {"cmd/internal/clikit", "control", "control/delegator", "control/delegator/mcpserver", "control/discovery", "internal/metrics", "lease"},
 	"cmd/awcp-fs":                   {"archive", "cmd/internal/clikit", "control", "control/discovery", "control/executor/acp", "control/executor/agent", "control/executor", "fs", "internal/metrics", "lease"},
 	"test/bench/control":            nil,
+	"test/bench/loopmount":          nil,
 	"test/e2e":                      nil,
 }
 

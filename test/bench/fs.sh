@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# make bench, the filesystem part: the workloads of ../shared/bench/fsbench.sh
+# make bench, the filesystem part: the workloads of test/bench/workloads.sh
 # on a local directory, a go-fuse loopback mount (FUSE alone), sshfs over a
 # private loopback OpenSSH (what people use today) and a real awcp delegation
 # (awcp-ctl serve + awcp-fs serve, our FUSE client over our SSH server),
 # interleaved for BENCH_ROUNDS rounds, each workload cold (the page cache
-# dropped before the read workloads, as fsbench does as root) and then
-# warm (fsbench -C: never dropped). Then it probes how soon a change made on
+# dropped before the read workloads) and then warm (workloads.sh -C: never
+# dropped). Then it probes how soon a change made on
 # the source side shows through each mount. Prints a table of medians for
 # each, with the ratios to local, to the loopback and to sshfs, the issues'
 # targets, the CPU time and peak RSS of the two
@@ -13,9 +13,9 @@
 # $BENCH_OUT/fs-warm.tsv.
 #
 # Env: BIN (the binaries, default ./bin), BENCH_ROUNDS (default 3),
-# FSBENCH_DIR (default ../shared/bench), BENCH_OUT (default ./bin/bench),
+# BENCH_OUT (default ./bin/bench),
 # BENCH_WARM (default 1; 0 runs the cold workloads only),
-# FSBENCH_ARGS (extra fsbench.sh flags, e.g. -F to skip fio), AWCP_CTL_FLAGS
+# WORKLOADS_ARGS (extra workloads.sh flags, e.g. -F to skip fio), AWCP_CTL_FLAGS
 # (extra flags of awcp-ctl serve, e.g. --audit-records 0 to measure the
 # audit log's cost).
 # Needs root and /dev/fuse; installs sshfs, openssh-server and fio from
@@ -24,9 +24,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${BIN:-$ROOT/bin}
 ROUNDS=${BENCH_ROUNDS:-3}
-FSBENCH_DIR=$(cd "${FSBENCH_DIR:-$ROOT/../shared/bench}" 2>/dev/null && pwd) ||
-	{ echo "bench: no fsbench at ${FSBENCH_DIR:-$ROOT/../shared/bench} (set FSBENCH_DIR)" >&2; exit 2; }
-FSBENCH=$FSBENCH_DIR/fsbench.sh
+WORKLOADS=$ROOT/test/bench/workloads.sh
 OUT=${BENCH_OUT:-$ROOT/bin/bench}
 [ "$(id -u)" = 0 ] || { echo "bench: needs root (mounts, drop_caches, a private sshd)" >&2; exit 2; }
 [ -e /dev/fuse ] || { echo "bench: needs /dev/fuse" >&2; exit 2; }
@@ -63,12 +61,28 @@ wait_for() { # wait_for SECONDS CMD...: until CMD succeeds
 	until "$@" >/dev/null 2>&1; do n=$((n - 1)); [ $n -gt 0 ] || return 1; sleep 0.1; done
 }
 
-# --- sshfs over a private OpenSSH on loopback (as ../shared/bench/README.md) ---
+# --- sshfs over a private OpenSSH on loopback, root by key, internal-sftp ---
 SSHD_PORT=$(free_port)
 ssh-keygen -q -t ed25519 -N '' -f "$B/ssh/host_ed25519_key"
 ssh-keygen -q -t ed25519 -N '' -f "$B/ssh/client_ed25519"
 cp "$B/ssh/client_ed25519.pub" "$B/ssh/authorized_keys" && chmod 600 "$B/ssh/authorized_keys"
-sed -e "s|@BENCH@|$B|g" -e "s|^Port .*|Port $SSHD_PORT|" "$FSBENCH_DIR/sshd_config.template" >"$B/ssh/sshd_config"
+cat >"$B/ssh/sshd_config" <<EOF
+Port $SSHD_PORT
+ListenAddress 127.0.0.1
+HostKey $B/ssh/host_ed25519_key
+PidFile $B/ssh/sshd.pid
+AuthorizedKeysFile $B/ssh/authorized_keys
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+PermitRootLogin prohibit-password
+StrictModes no
+AllowTcpForwarding no
+X11Forwarding no
+UseDNS no
+Subsystem sftp internal-sftp
+EOF
 mkdir -p /run/sshd
 /usr/sbin/sshd -f "$B/ssh/sshd_config" -E "$B/ssh/sshd.log"
 cat >"$B/ssh/ssh_config" <<EOF
@@ -87,7 +101,7 @@ sshfs -F "$B/ssh/ssh_config" -o reconnect,ServerAliveInterval=15,ServerAliveCoun
 	"awcpbench:$B/src" "$B/mnt-sshfs"
 
 # --- go-fuse loopback: the cost of FUSE alone ---
-(cd "$FSBENCH_DIR/loopmount" && go build -o "$B/run/loopmount" .)
+(cd "$ROOT" && go build -o "$B/run/loopmount" ./test/bench/loopmount)
 "$B/run/loopmount" "$B/mnt-loop" "$B/src" >"$B/run/loopmount.log" 2>&1 &
 pids+=($!)
 
@@ -115,22 +129,22 @@ hwm() { awk '/^VmHWM/ { print $2 }' "/proc/$1/status"; } # peak RSS, KiB
 
 declare -A DIRS=([local]="$B/local" [goloop]="$B/mnt-loop" [sshfs]="$B/mnt-sshfs" [awcp]="$AWCP_MNT")
 TARGETS=(local goloop sshfs awcp)
-export FSBENCH_CACHE=${FSBENCH_CACHE:-/tmp/fsbench-cache}
+export WORKLOADS_CACHE=${WORKLOADS_CACHE:-/tmp/awcp-workloads}
 WARM=${BENCH_WARM:-1}
 MODES=(cold)
 [ "$WARM" = 1 ] && MODES+=(warm)
 declare -A CTL_CPU=([cold]=0 [warm]=0) EXEC_CPU=([cold]=0 [warm]=0)
-echo "bench: $ROUNDS round(s) of ${TARGETS[*]}, ${MODES[*]}; fsbench logs in $FSBENCH_CACHE"
+echo "bench: $ROUNDS round(s) of ${TARGETS[*]}, ${MODES[*]}; fixtures and logs in $WORKLOADS_CACHE"
 for r in $(seq "$ROUNDS"); do
 	for mode in "${MODES[@]}"; do
-		flags=${FSBENCH_ARGS:-}
+		flags=${WORKLOADS_ARGS:-}
 		[ "$mode" = warm ] && flags="$flags -C"
 		for t in "${TARGETS[@]}"; do
 			printf 'bench: round %d %-4s %-7s ' "$r" "$mode" "$t"
 			[ "$t" = awcp ] && c0=$(cpu $CTL_PID) && e0=$(cpu $EXEC_PID)
 			start=$(date +%s)
 			# shellcheck disable=SC2086 # flags are words
-			"$FSBENCH" $flags "${DIRS[$t]}" >"$B/results/$t.$mode.r$r.txt" 2>"$B/results/$t.$mode.r$r.err" || true
+			"$WORKLOADS" $flags "${DIRS[$t]}" >"$B/results/$t.$mode.r$r.txt" 2>"$B/results/$t.$mode.r$r.err" || true
 			if [ "$t" = awcp ]; then
 				CTL_CPU[$mode]=$((CTL_CPU[$mode] + $(cpu $CTL_PID) - c0))
 				EXEC_CPU[$mode]=$((EXEC_CPU[$mode] + $(cpu $EXEC_PID) - e0))
@@ -187,13 +201,13 @@ done
 TICK=$(getconf CLK_TCK)
 for mode in "${MODES[@]}"; do
 	for t in "${TARGETS[@]}"; do
-		"$FSBENCH" -m "$B"/results/"$t".$mode.r*.txt >"$B/results/$t.$mode.txt"
+		"$WORKLOADS" -m "$B"/results/"$t".$mode.r*.txt >"$B/results/$t.$mode.txt"
 		cat "$B/results/$t.notify.txt" >>"$B/results/$t.$mode.txt"
 	done
 	tsv=$OUT/fs.tsv
 	[ "$mode" = warm ] && tsv=$OUT/fs-warm.tsv
 	echo
-	echo "== $mode: the page cache $([ "$mode" = warm ] && echo "never dropped (fsbench -C)" || echo "dropped before the read workloads")"
+	echo "== $mode: the page cache $([ "$mode" = warm ] && echo "never dropped (workloads.sh -C)" || echo "dropped before the read workloads")"
 	awk -v mode="$mode" -v tick="$TICK" -v rounds="$ROUNDS" \
 		-v ctl_cpu="${CTL_CPU[$mode]}" -v exec_cpu="${EXEC_CPU[$mode]}" -v ctl_rss="$(hwm $CTL_PID)" -v exec_rss="$(hwm $EXEC_PID)" \
 		-v tsv="$tsv" -f "$ROOT/test/bench/table.awk" \

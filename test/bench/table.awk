@@ -1,4 +1,4 @@
-# table.awk: the fs bench table from four fsbench result files, in the
+# table.awk: the fs bench table from four workloads.sh result files, in the
 # order local, goloop, sshfs, awcp. Prints the table with the ratios and the
 # issue's targets, and writes it as TSV to the file in -v tsv.
 # Also -v mode (cold or warm), tick, rounds, ctl_cpu, exec_cpu (clock ticks), ctl_rss, exec_rss (KiB).
