@@ -117,7 +117,6 @@ func TestLargeRequestsAndWatchFloodBounded(t *testing.T) {
 	f := newFixture(t)
 	dir, cred := f.lend(t, "dlg_mem", false)
 	s := newFloodSession(t, f, "dlg_mem", cred)
-	huge := strings.Repeat("n", 1<<20-64)
 	go func() { // answers are read, and dropped, as they come
 		for {
 			if _, _, err := s.tryReply(); err != nil {
@@ -127,18 +126,7 @@ func TestLargeRequestsAndWatchFloodBounded(t *testing.T) {
 	}()
 	base := heapInUse()
 	goroutines := runtime.NumGoroutine()
-	for i := range 300 {
-		s.send(func(b *buf) {
-			b.Byte(wire.Extended)
-			b.U32(uint32(i))
-			b.Str(wire.OpenNamed)
-			b.Str("n" + huge)
-			b.Str("/x" + strconv.Itoa(i))
-			b.U32(wire.FlagWrite | wire.FlagCreat)
-			b.U32(0)
-		})
-		s.send(func(b *buf) { b.Byte(wire.Lstat); b.U32(uint32(i)); b.Str("/" + huge) })
-	}
+	sendLargeNames(s, 300)
 	s2 := newFloodSession(t, f, "dlg_mem", cred) // a client that never reads
 	for i := range 20000 {
 		s2.send(func(b *buf) { b.Byte(wire.Extended); b.U32(uint32(i)); b.Str(wire.Watch) })
@@ -210,7 +198,6 @@ func BenchmarkHandleFlood(b *testing.B) {
 func BenchmarkLargeRequestFlood(b *testing.B) {
 	f := newFixture(b)
 	_, cred := f.lend(b, "dlg_lflood", false)
-	huge := strings.Repeat("n", 1<<20-64)
 	var grown uint64
 	for b.Loop() {
 		s := newFloodSession(b, f, "dlg_lflood", cred)
@@ -222,18 +209,7 @@ func BenchmarkLargeRequestFlood(b *testing.B) {
 			}
 		}()
 		base := heapInUse()
-		for i := range 300 {
-			s.send(func(b *buf) {
-				b.Byte(wire.Extended)
-				b.U32(uint32(i))
-				b.Str(wire.OpenNamed)
-				b.Str("n" + huge)
-				b.Str("/x")
-				b.U32(wire.FlagWrite | wire.FlagCreat)
-				b.U32(0)
-			})
-			s.send(func(b *buf) { b.Byte(wire.Lstat); b.U32(uint32(i)); b.Str("/" + huge) })
-		}
+		sendLargeNames(s, 300)
 		grown = max(grown, heapGrowth(base))
 		s.ch.Close()
 	}
@@ -246,4 +222,43 @@ func openFDsOf(b testing.TB) int {
 		b.Fatal(err)
 	}
 	return len(ents)
+}
+
+// A certificate holder opens connection after connection, each with an
+// SFTP session: past maxConnsPerDelegation they are refused and closed.
+func TestConnectionsPerDelegationBounded(t *testing.T) {
+	f := newFixture(t)
+	_, cred := f.lend(t, "dlg_conns", false)
+	served := 0
+	for range maxConnsPerDelegation + 8 {
+		c, err := f.dial("dlg_conns", certSigner(t, cred))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if sftpSessionStarts(t, c) {
+			served++
+		}
+	}
+	if served != maxConnsPerDelegation {
+		t.Fatalf("%d connections of one delegation were served, want %d", served, maxConnsPerDelegation)
+	}
+}
+
+// sendLargeNames sends n open-named@awcp requests with 1 MiB handle names
+// (of files x0, x1, …) and n LSTATs of 1 MiB paths.
+func sendLargeNames(s *floodSession, n int) {
+	huge := strings.Repeat("n", 1<<20-64)
+	for i := range n {
+		s.send(func(b *buf) {
+			b.Byte(wire.Extended)
+			b.U32(uint32(i))
+			b.Str(wire.OpenNamed)
+			b.Str("n" + huge)
+			b.Str("/x" + strconv.Itoa(i))
+			b.U32(wire.FlagWrite | wire.FlagCreat)
+			b.U32(0)
+		})
+		s.send(func(b *buf) { b.Byte(wire.Lstat); b.U32(uint32(i)); b.Str("/" + huge) })
+	}
 }
