@@ -461,6 +461,16 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 		return nil
 	})
 	if err != nil {
+		// Ended while the INVITE was on its way: the cancel may have
+		// reached the executor before it, which then accepted and holds
+		// a slot the end never released. Release it now.
+		if cur, gerr := d.store.Delegation(id); gerr == nil && cur.State.Terminal() {
+			code, msg := control.CodeCancelled, "the delegation ended while it was being invited"
+			if cur.Failure != nil && cur.Failure.Code != "" {
+				code = cur.Failure.Code
+			}
+			d.notifyPeer(cur, control.NewError(id, code, msg, ""))
+		}
 		return nil, err
 	}
 	d.sched.Kick()
