@@ -87,6 +87,31 @@ func ExtendCallChain(chain []string, id string) []string {
 	return append(slices.Clone(chain), id)
 }
 
+// DelegatorCallChain is the chain a delegator with agent id self sends:
+// inherited (its CallChainEnv, empty for a person's command), then self.
+// A delegator started by an executor of its own agent (both programs
+// share a state dir) inherits [self]; it sends [self, self], so that its
+// executor tells it from a person on that machine (IsCircular).
+func DelegatorCallChain(inherited []string, self string) []string {
+	chain := ExtendCallChain(inherited, self)
+	if self != "" && len(inherited) > 0 && len(chain) == 1 {
+		chain = append(chain, self)
+	}
+	return chain
+}
+
+// IsCircular reports whether agent id may not take a delegation whose
+// chain (as DelegatorCallChain made it) is chain: id is in it — unless
+// the chain is [id] alone, a delegation begun by a person at this very
+// agent's delegator (both programs on one machine sharing a state dir, a
+// newcomer's first try), which passed through no executor yet.
+func IsCircular(chain []string, id string) bool {
+	if id == "" || (len(chain) == 1 && chain[0] == id) {
+		return false
+	}
+	return slices.Contains(chain, id)
+}
+
 // CircularCall is the refusal of an executor whose id is in chain.
 func CircularCall(self string, chain []string) *ProtocolError {
 	return &ProtocolError{

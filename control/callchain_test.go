@@ -22,6 +22,32 @@ func TestCallChain(t *testing.T) {
 	if got := ExtendCallChain(orig, "b"); strings.Join(got, ",") != "a,b" || len(orig) != 1 {
 		t.Errorf("ExtendCallChain = %q, original %q", got, orig)
 	}
+	// Circular: an agent already in the chain — but not the chain a
+	// person begins at the agent itself (both programs on one machine),
+	// which a delegator inside that agent's own delegation never sends.
+	for _, tc := range []struct {
+		inherited []string
+		self      string
+		chain     string
+		circular  map[string]bool
+	}{
+		{nil, "a", "a", map[string]bool{"a": false, "b": false}},
+		{[]string{"a"}, "a", "a,a", map[string]bool{"a": true}},
+		{[]string{"a", "a"}, "a", "a,a", map[string]bool{"a": true}},
+		{[]string{"x", "a"}, "a", "x,a", map[string]bool{"a": true, "x": true, "b": false}},
+		{[]string{"a", "b"}, "b", "a,b", map[string]bool{"a": true, "b": true, "c": false}},
+		{[]string{"a"}, "", "a", map[string]bool{"a": false}},
+	} {
+		chain := DelegatorCallChain(tc.inherited, tc.self)
+		if strings.Join(chain, ",") != tc.chain {
+			t.Errorf("DelegatorCallChain(%q, %q) = %q, want %q", tc.inherited, tc.self, chain, tc.chain)
+		}
+		for exec, want := range tc.circular {
+			if got := IsCircular(chain, exec); got != want {
+				t.Errorf("IsCircular(%q, %q) = %v, want %v", chain, exec, got, want)
+			}
+		}
+	}
 	pe := CircularCall("b", []string{"a", "b"})
 	m := pe.ToMessage("d1")
 	if m.Code != CodeDeclined || m.Reason != ReasonCircularCall || strings.Join(m.CallChain, ",") != "a,b" {

@@ -55,15 +55,14 @@ func (req ExportRequest) callChain(self string) ([]string, error) {
 	if err := control.CheckCallChain(req.CallChain); err != nil {
 		return nil, control.Errorf(control.CodeDeclined, "%v", err).WithHint("$" + control.CallChainEnv + " is set by the executor that runs this agent")
 	}
-	chain := control.ExtendCallChain(req.CallChain, self)
+	chain := control.DelegatorCallChain(req.CallChain, self)
 	if len(chain) > control.MaxCallChain {
 		return nil, control.Errorf(control.CodeDeclined, "this delegation passed through %d agents already", len(req.CallChain))
 	}
-	if req.PeerAgentID != "" && slices.Contains(chain, req.PeerAgentID) {
+	if control.IsCircular(chain, req.PeerAgentID) {
 		pe := control.CircularCall(req.PeerAgentID, chain)
 		if req.PeerAgentID == self {
-			pe.Message = fmt.Sprintf("circular call: executor %s is this agent itself (%s)", req.Peer, self)
-			pe.Hint = "a delegator never delegates to itself; on one machine, give the executor its own --state-dir"
+			pe.Message = fmt.Sprintf("circular call: executor %s is this agent itself (%s), and this delegator runs inside one of its delegations", req.Peer, self)
 		}
 		return nil, pe
 	}

@@ -91,7 +91,10 @@ func TestResolve(t *testing.T) {
 		{"bbbb", Want{}, "", "no executor called"}, // a prefix is eight characters at least
 		{"delta", Want{}, "", "offline: withdrawn"},
 		{"nobody", Want{}, "", "awcp-ctl peers"},
-		{"alpha", Want{Self: idA}, "", "this agent itself"},
+		// This agent's own executor, named by a person on this machine:
+		// taken; by an agent that executor runs: circular.
+		{"alpha", Want{Self: idA}, "alpha", "named alpha"},
+		{"alpha", Want{Self: idA, Exclude: []string{idA}}, "", "already in this delegation's call chain " + idA},
 		{"alpha", Want{Exclude: []string{idD, idA}}, "", "already in this delegation's call chain " + idD + " → " + idA},
 		// auto: the live mount first, then the most free slots; never a
 		// full one, this agent or one in the chain.

@@ -16,8 +16,9 @@ const Auto = "auto"
 type Want struct {
 	// Transport is auto, sshfs or archive; Access rw or ro.
 	Transport, Access string
-	// Self is this agent, which is never chosen; Exclude are the agents
-	// the delegation passed through, never chosen either.
+	// Self is this agent, which auto never chooses (named, it may be: a
+	// person trying both programs on one machine); Exclude are the agents
+	// the delegation passed through (control.CallChainEnv), never chosen.
 	Self    string
 	Exclude []string
 }
@@ -70,10 +71,7 @@ func Resolve(peers []Peer, arg string, want Want) (p Peer, why string, err error
 	if !p.Online {
 		return Peer{}, "", fmt.Errorf("executor %s (%s) is offline: %s", p.Name, p.AgentID, OfflineSince(p))
 	}
-	if p.AgentID == want.Self {
-		return Peer{}, "", fmt.Errorf("executor %s (%s) is this agent itself: a delegator never delegates to itself (on one machine, give the executor its own --state-dir)", p.Name, p.AgentID)
-	}
-	if slices.Contains(want.Exclude, p.AgentID) {
+	if control.IsCircular(control.DelegatorCallChain(want.Exclude, want.Self), p.AgentID) {
 		return Peer{}, "", fmt.Errorf("executor %s (%s) is already in this delegation's call chain %s: delegating there would be circular",
 			p.Name, p.AgentID, control.FormatCallChain(want.Exclude))
 	}
@@ -136,7 +134,7 @@ func unfit(p Peer, want Want) string {
 	switch {
 	case p.AgentID == want.Self:
 		return "this agent itself"
-	case slices.Contains(want.Exclude, p.AgentID):
+	case control.IsCircular(control.DelegatorCallChain(want.Exclude, want.Self), p.AgentID):
 		return "already in this delegation's call chain"
 	case a == nil || a.AWCP == nil:
 		if p.ManifestError != "" {

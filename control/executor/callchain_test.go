@@ -26,17 +26,10 @@ func TestCallChainRefusedAndHandedOn(t *testing.T) {
 	f := executortest.New(t, `printf %s "$AWCP_CALL_CHAIN" > "$AWCP_SUMMARY_FILE"`, func(o *executor.Options) {
 		o.AgentID = selfID
 	})
-	loop := invite("dlg_loop")
-	loop.CallChain = []string{"aaaa", selfID, "bbbb"}
-	resp := post(t, f, loop)
-	var m control.Error
-	if err := json.Unmarshal(resp, &m); err != nil || m.Type != control.TypeError || m.Code != control.CodeDeclined ||
-		m.Reason != control.ReasonCircularCall || strings.Join(m.CallChain, ",") != "aaaa,"+selfID+",bbbb" ||
-		!strings.Contains(m.Message, "circular call: agent "+selfID) {
-		t.Fatalf("INVITE with the executor in its chain answered %s (%v)", resp, err)
-	}
-	if _, err := f.Store.Assignment("dlg_loop"); err == nil {
-		t.Fatal("a refused INVITE was recorded")
+	for _, chain := range [][]string{{"aaaa", selfID, "bbbb"}, {selfID, selfID}} {
+		loop := invite("dlg_loop")
+		loop.CallChain = chain
+		refusedAsCircular(t, f, loop)
 	}
 
 	for _, tc := range []struct {
@@ -45,6 +38,9 @@ func TestCallChainRefusedAndHandedOn(t *testing.T) {
 	}{
 		{"dlg_chain", "aaaa,bbbb," + selfID, []string{"aaaa", "bbbb"}},
 		{"dlg_nochain", selfID, nil},
+		// Begun by a person at this agent's own delegator (one machine,
+		// one state dir): taken.
+		{"dlg_self", selfID, []string{selfID}},
 	} {
 		inv := invite(tc.id)
 		inv.CallChain = tc.chain
@@ -57,6 +53,20 @@ func TestCallChainRefusedAndHandedOn(t *testing.T) {
 		if done := last(events(f, tc.id, 0)); done.Type != control.EventDone || done.Summary != tc.want {
 			t.Fatalf("%s: the agent got AWCP_CALL_CHAIN %q, want %q", tc.id, done.Summary, tc.want)
 		}
+	}
+}
+
+func refusedAsCircular(t *testing.T, f *executortest.Fixture, loop *control.Invite) {
+	t.Helper()
+	resp := post(t, f, loop)
+	var m control.Error
+	if err := json.Unmarshal(resp, &m); err != nil || m.Type != control.TypeError || m.Code != control.CodeDeclined ||
+		m.Reason != control.ReasonCircularCall || strings.Join(m.CallChain, ",") != strings.Join(loop.CallChain, ",") ||
+		!strings.Contains(m.Message, "circular call: agent "+selfID) {
+		t.Fatalf("INVITE with the executor in its chain answered %s (%v)", resp, err)
+	}
+	if _, err := f.Store.Assignment("dlg_loop"); err == nil {
+		t.Fatal("a refused INVITE was recorded")
 	}
 }
 

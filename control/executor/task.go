@@ -32,7 +32,7 @@ func (e *Executor) admit(inv *control.Invite, peer string) (*control.Accept, *co
 		return nil, control.Errorf(control.CodeDeclined, "INVITE's %v", err).
 			WithHint(fmt.Sprintf("a call chain holds at most %d agent ids", control.MaxCallChain))
 	}
-	if e.opts.AgentID != "" && slices.Contains(inv.CallChain, e.opts.AgentID) {
+	if control.IsCircular(inv.CallChain, e.opts.AgentID) {
 		e.log.Warn("circular call refused", "delegation", inv.DelegationID, "chain", control.FormatCallChain(inv.CallChain))
 		return nil, control.CircularCall(e.opts.AgentID, inv.CallChain)
 	}

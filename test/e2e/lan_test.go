@@ -354,7 +354,8 @@ exit 0
 // TestLANCallChain delegates through real nested delegations between
 // three hosts: A→B→C works, and every circle is refused — by the executor
 // (the INVITE's call chain holds it) and, when discovery knows who a name
-// is, by the delegator before it asks.
+// is, by the delegator before it asks. A person at A may use A's own
+// executor; A's agent may not.
 func TestLANCallChain(t *testing.T) {
 	l := newLAN(t)
 	a, b, c := l.add("a", 1), l.add("b", 2), l.add("c", 3)
@@ -413,15 +414,14 @@ func TestLANCallChain(t *testing.T) {
 		trace = delegate(t, "b", "delegate:c,"+urlA)
 		mustHave(t, trace, "error DECLINED: circular call: agent "+A, "call chain: "+A+" → "+B+" → "+C)
 	})
-	t.Run("A never delegates to itself", func(t *testing.T) {
-		r := a.ctl(t, "export", t.TempDir(), "--peer", "a", "--prompt", "x", "--browse-window", "1s")
-		if r.code == 0 || !strings.Contains(r.stderr, "is this agent itself") {
-			t.Fatalf("export --peer a from a: exit %d\n%s", r.code, r.stderr)
-		}
-		r = a.ctl(t, "export", t.TempDir(), "--peer", urlA, "--transport", "archive", "--prompt", "x")
-		if r.code == 0 || !strings.Contains(r.stderr, "circular call: agent "+A) {
-			t.Fatalf("export to its own executor's URL: exit %d\n%s", r.code, r.stderr)
-		}
+	t.Run("A delegates to its own executor, whose agent may not delegate back", func(t *testing.T) {
+		// Both programs of one agent on one machine: a person's first try.
+		trace := delegate(t, urlA, "leaf")
+		mustHave(t, trace, "chain="+A+"\n")
+		trace = delegate(t, urlA, "delegate:"+urlA)
+		mustHave(t, trace, "chain="+A+"\n", "nested exit=1", "error DECLINED: circular call: agent "+A, "call chain: "+A+" → "+A)
+		trace = delegate(t, urlA, "delegate:a")
+		mustHave(t, trace, "nested exit=1", "executor a ("+A+") is already in this delegation's call chain "+A)
 	})
 }
 
