@@ -76,6 +76,10 @@ type Delegation struct {
 	ExecutorWorkDir string   `json:"executorWorkDir,omitempty"`
 	LastEventID     uint64   `json:"lastEventId"`
 	OwnerPID        int      `json:"ownerPid,omitempty"` // process following the delegation
+	// OwnerDaemon says OwnerPID is the daemon's (`awcp-ctl serve`), whose
+	// delegations wait for it to restart; a command's are ended once it
+	// is gone.
+	OwnerDaemon bool `json:"ownerDaemon,omitempty"`
 	Token           string   `json:"token,omitempty"`    // secret for the peer; never log
 	Summary         string   `json:"summary,omitempty"`
 	Highlights      []string `json:"highlights,omitempty"`

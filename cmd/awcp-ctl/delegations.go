@@ -39,9 +39,16 @@ type env struct {
 	metrics        *metrics.Registry                        // the daemon's, with --metrics-listen; nil: none
 	transfer       func(id, what string, done, total int64) // draws archive transfers; nil: none
 	reconnectBound time.Duration                            // --reconnect-bound, where the command has it
+	daemon         bool                                     // this process is `awcp-ctl serve`
 }
 
-func openEnv(c *cli.Context) (*env, error) {
+func openEnv(c *cli.Context) (*env, error) { return openEnvAs(c, false) }
+
+// openEnvAs opens the state dir for a command, or for the daemon. A
+// command ends what nothing follows any more — leases that ran out, and
+// the delegations of commands that died, unless a daemon runs to take
+// them over — so that a dead export never keeps its directory lent.
+func openEnvAs(c *cli.Context, daemon bool) (*env, error) {
 	log, err := clikit.Logger(c, c.App.ErrWriter)
 	if err != nil {
 		return nil, err
@@ -59,9 +66,12 @@ func openEnv(c *cli.Context) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &env{state: state, agentID: agentID, store: store, log: log, reconnectBound: clikit.Duration(c, "reconnect-bound")}
+	e := &env{state: state, agentID: agentID, store: store, log: log, reconnectBound: clikit.Duration(c, "reconnect-bound"), daemon: daemon}
 	if dlg, err := e.delegator(nil); err == nil {
 		dlg.ExpireOverdue(c.Context)
+		if _, running := delegator.DialLocal(e.socket()); !running && !daemon {
+			dlg.EndOrphans(c.Context)
+		}
 	}
 	return e, nil
 }
@@ -86,6 +96,7 @@ func (e *env) delegator(progress func(string, *control.Event)) (*delegator.Deleg
 		Progress:       progress,
 		ReconnectBound: e.reconnectBound,
 		AgentID:        e.agentID,
+		Daemon:         e.daemon,
 		Metrics:        m,
 		Transfer:       e.transfer,
 		Logger:         e.log,

@@ -18,7 +18,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 		Usage: "run the delegator daemon: leases, expiry, background delegations, the local API",
 		Flags: append(append(clikit.CommonFlags(), sshFlags()...), clikit.MetricsListenFlag()),
 		Action: func(c *cli.Context) error {
-			e, err := openEnv(c)
+			e, err := openEnvAs(c, true)
 			if err != nil {
 				return err
 			}
@@ -47,14 +47,6 @@ func serveCommand(ctx context.Context) *cli.Command {
 				return err
 			}
 			srv := &delegator.LocalServer{Delegator: dlg}
-			orphans, err := dlg.Orphans()
-			if err != nil {
-				return err
-			}
-			for _, id := range orphans {
-				e.log.Info("adopting delegation", "delegation", id)
-				srv.Adopt(ctx, id)
-			}
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() { defer wg.Done(); dlg.RunScheduler(ctx) }()

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/awcp/awcp/control"
@@ -56,6 +55,10 @@ type Options struct {
 	// AgentID is this agent's id (discovery.AgentID): the INVITE's call
 	// chain ends with it. Empty: the chain is handed on as it came.
 	AgentID string
+	// Daemon says this process is the daemon (`awcp-ctl serve`): the
+	// delegations it follows wait for it should it crash, where those of
+	// a command that died are ended by the next command (orphans.go).
+	Daemon bool
 	// Metrics receives admission's refusals and lease expiries. Default:
 	// none.
 	Metrics Metrics
@@ -204,6 +207,7 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 		AutoTransport: auto, Connect: connect, Policy: policy,
 		CallChain: chain, PeerAgentID: req.PeerAgentID, PeerName: req.PeerName, PeerKey: req.PeerKey,
 	}
+	d.own(del) // from now: a Run of this process follows it
 	// A provisional end, so that a handshake the executor never answers
 	// expires too; ACCEPT sets the granted one.
 	del.ExpiresAt = d.store.Now().Add(time.Duration(del.TTLSeconds) * time.Second)
@@ -277,7 +281,7 @@ func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, erro
 		d.mu.Unlock()
 	}()
 
-	del, err := d.store.UpdateDelegation(id, func(del *lease.Delegation) error { del.OwnerPID = os.Getpid(); return nil })
+	del, err := d.store.UpdateDelegation(id, func(del *lease.Delegation) error { d.own(del); return nil })
 	if err != nil {
 		return nil, err
 	}
@@ -608,51 +612,6 @@ func (d *Delegator) end(id string, ev lease.Event, pe *control.ProtocolError) er
 	d.mu.Unlock()
 	d.cleanup(context.Background(), del)
 	return nil
-}
-
-// ExpireOverdue expires the overdue delegations no live process follows.
-// Commands that open the store call it, so a lease that ran out while
-// nothing ran ends as soon as anything looks at it.
-func (d *Delegator) ExpireOverdue(ctx context.Context) {
-	ds, err := d.store.Delegations()
-	if err != nil {
-		return
-	}
-	now := d.store.Now()
-	for _, del := range ds {
-		if !del.ExpiresAt.IsZero() && !now.Before(del.ExpiresAt) && lease.CanFire(del.State, lease.Expire) && !processAlive(del.OwnerPID) {
-			if err := d.Expire(ctx, del.ID); err != nil {
-				d.log.Debug("expire overdue", "delegation", del.ID, "err", err)
-			}
-		}
-	}
-}
-
-// Orphans lists live delegations whose owning process is gone: a daemon
-// adopts them with Run.
-func (d *Delegator) Orphans() ([]string, error) {
-	ds, err := d.store.Delegations()
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, del := range ds {
-		if !del.State.Terminal() && !processAlive(del.OwnerPID) {
-			out = append(out, del.ID)
-		}
-	}
-	return out, nil
-}
-
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	if pid == os.Getpid() {
-		return true
-	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // Permit answers a pending permission request of delegation id, as the

@@ -28,6 +28,7 @@ type LocalServer struct {
 
 // Serve accepts on the unix socket at path until ctx is done, then waits for
 // the delegations it runs to stop following (they stay in the store).
+// Meanwhile it takes over orphans (takeOverOrphans).
 func (s *LocalServer) Serve(ctx context.Context, path string) error {
 	os.Remove(path) // a stale socket of a dead daemon; a live one was checked by the caller
 	ln, err := net.Listen("unix", path)
@@ -52,6 +53,8 @@ func (s *LocalServer) Serve(ctx context.Context, path string) error {
 		httpserve.WriteJSON(w, http.StatusOK, del)
 	})
 	srv := httpserve.NewServer(mux)
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.takeOverOrphans(ctx, 2*time.Second) }()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -68,6 +71,37 @@ func (s *LocalServer) Serve(ctx context.Context, path string) error {
 		err = nil
 	}
 	return err
+}
+
+// takeOverOrphans follows, until ctx ends, the delegations whose process
+// is gone: this daemon's own from before a crash at once, and every
+// interval those of commands that died (an export killed, a closed
+// terminal) — it follows those it can serve and ends the others
+// (Adoptable). It runs under s.wg, so its Adopts never race Serve's wait.
+func (s *LocalServer) takeOverOrphans(ctx context.Context, interval time.Duration) {
+	d := s.Delegator
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		orphans, err := d.Orphans()
+		if err != nil {
+			d.log.Warn("list orphaned delegations", "err", err)
+		}
+		for _, del := range orphans {
+			if !Adoptable(del) {
+				if err := d.EndOrphan(ctx, del); err != nil {
+					d.log.Warn("end orphan", "delegation", del.ID, "err", err)
+				}
+				continue
+			}
+			d.log.Info("adopting delegation", "delegation", del.ID, "pid", del.OwnerPID)
+			s.Adopt(ctx, del.ID)
+		}
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
 }
 
 // Adopt runs a delegation that no live process follows.

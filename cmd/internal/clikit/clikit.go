@@ -166,6 +166,12 @@ func Run(newApp func(ctx context.Context, stdout, stderr io.Writer) *cli.App, pr
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(procs)
 	}
+	// A reader that goes away (`awcp-ctl export … | head`) must not kill
+	// a process that follows a lease: with SIGPIPE caught, a write to the
+	// closed pipe fails with EPIPE instead, and the work goes on. Caught,
+	// not ignored: an ignored signal would stay ignored in the agents and
+	// daemons this process starts; a caught one is reset for them.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := Main(newApp(ctx, os.Stdout, os.Stderr), os.Args)
 	stop()

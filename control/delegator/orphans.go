@@ -1,0 +1,108 @@
+package delegator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/lease"
+)
+
+// A delegation is followed by the process that made it — `awcp-ctl
+// export`, an MCP server, or the daemon — and its record names that
+// process. One whose process is gone is an orphan: nothing follows its
+// events, applies its result or serves its mount, yet its lease runs and
+// its directory stays lent. The daemon's own wait for it to restart
+// (their mounts come back where they were); a command's are taken over by
+// a running daemon where it can serve them (Adoptable), and otherwise
+// ended by the next command that opens the store (EndOrphans).
+
+// own records this process as del's follower.
+func (d *Delegator) own(del *lease.Delegation) {
+	del.OwnerPID, del.OwnerDaemon = os.Getpid(), d.opts.Daemon
+}
+
+// ExpireOverdue expires the overdue delegations no live process follows.
+// Commands that open the store call it, so a lease that ran out while
+// nothing ran ends as soon as anything looks at it.
+func (d *Delegator) ExpireOverdue(ctx context.Context) {
+	ds, err := d.store.Delegations()
+	if err != nil {
+		return
+	}
+	now := d.store.Now()
+	for _, del := range ds {
+		if !del.ExpiresAt.IsZero() && !now.Before(del.ExpiresAt) && lease.CanFire(del.State, lease.Expire) && !processAlive(del.OwnerPID) {
+			if err := d.Expire(ctx, del.ID); err != nil {
+				d.log.Debug("expire overdue", "delegation", del.ID, "err", err)
+			}
+		}
+	}
+}
+
+// Orphans lists live delegations whose owning process is gone.
+func (d *Delegator) Orphans() ([]*lease.Delegation, error) {
+	ds, err := d.store.Delegations()
+	if err != nil {
+		return nil, err
+	}
+	var out []*lease.Delegation
+	for _, del := range ds {
+		if !del.State.Terminal() && !processAlive(del.OwnerPID) {
+			out = append(out, del)
+		}
+	}
+	return out, nil
+}
+
+// Adoptable reports whether a daemon can follow orphan del: anything but
+// a live mount the executor dials, once START named the dead process's
+// SSH server (the daemon's listens elsewhere; the mount cannot follow).
+func Adoptable(del *lease.Delegation) bool {
+	started := del.State != lease.Created && del.State != lease.Invited && del.State != lease.Accepted
+	return del.OwnerDaemon || del.Transport != control.TransportSSHFS || del.Connect == control.ConnectReverse || !started
+}
+
+// EndOrphan ends orphan del, saying which process left it: the executor
+// is told (its agent stops), the access closed, the directory free again.
+func (d *Delegator) EndOrphan(ctx context.Context, del *lease.Delegation) error {
+	d.log.Info("ending a delegation whose process is gone", "delegation", del.ID, "pid", del.OwnerPID)
+	pe := control.Errorf(control.CodeCancelled, "the process that followed it (pid %d) ended before it did", del.OwnerPID).
+		WithHint("nothing followed its events any more, so it was ended and its access closed; " +
+			"`awcp-ctl export --background` hands a delegation to the daemon, which outlives the command")
+	if err := d.end(del.ID, lease.Cancel, pe); err != nil && !errors.As(err, new(*lease.TransitionError)) {
+		return fmt.Errorf("end orphan %s: %w", del.ID, err)
+	}
+	return nil
+}
+
+// EndOrphans ends the orphans of commands (never the daemon's): for a
+// process to call when no daemon runs to take them over.
+func (d *Delegator) EndOrphans(ctx context.Context) {
+	orphans, err := d.Orphans()
+	if err != nil {
+		return
+	}
+	for _, del := range orphans {
+		if del.OwnerDaemon {
+			continue
+		}
+		if err := d.EndOrphan(ctx, del); err != nil {
+			d.log.Warn("end orphan", "delegation", del.ID, "err", err)
+		}
+	}
+}
+
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	if pid == os.Getpid() {
+		return true
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
