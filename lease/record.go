@@ -70,22 +70,22 @@ type Delegation struct {
 	AutoTransport bool   `json:"autoTransport,omitempty"` // chosen by --transport auto: may fall back
 	// Connect is "reverse" when the live mount's connections are opened
 	// by the delegator (behind NAT); empty when the executor dials.
-	Connect         string   `json:"connect,omitempty"`
-	Description     string   `json:"description"`
-	Prompt          string   `json:"prompt"`
-	ExecutorWorkDir string   `json:"executorWorkDir,omitempty"`
-	LastEventID     uint64   `json:"lastEventId"`
-	OwnerPID        int      `json:"ownerPid,omitempty"` // process following the delegation
+	Connect         string `json:"connect,omitempty"`
+	Description     string `json:"description"`
+	Prompt          string `json:"prompt"`
+	ExecutorWorkDir string `json:"executorWorkDir,omitempty"`
+	LastEventID     uint64 `json:"lastEventId"`
+	OwnerPID        int    `json:"ownerPid,omitempty"` // process following the delegation
 	// OwnerDaemon says OwnerPID is the daemon's (`awcp-ctl serve`), whose
 	// delegations wait for it to restart; a command's are ended once it
 	// is gone.
-	OwnerDaemon bool `json:"ownerDaemon,omitempty"`
-	Token           string   `json:"token,omitempty"`    // secret for the peer; never log
-	Summary         string   `json:"summary,omitempty"`
-	Highlights      []string `json:"highlights,omitempty"`
-	Changes         []string `json:"changes,omitempty"`   // "A added", "M modified", "D deleted"; a directory ends in /
-	Conflicts       []string `json:"conflicts,omitempty"` // local versions kept
-	Notes           []string `json:"notes,omitempty"`     // what the user should know, e.g. a transport fallback
+	OwnerDaemon bool     `json:"ownerDaemon,omitempty"`
+	Token       string   `json:"token,omitempty"` // secret for the peer; never log
+	Summary     string   `json:"summary,omitempty"`
+	Highlights  []string `json:"highlights,omitempty"`
+	Changes     []string `json:"changes,omitempty"`   // "A added", "M modified", "D deleted"; a directory ends in /
+	Conflicts   []string `json:"conflicts,omitempty"` // local versions kept
+	Notes       []string `json:"notes,omitempty"`     // what the user should know, e.g. a transport fallback
 	// Permissions are the agent's permission requests, pending or decided,
 	// in the order asked.
 	Permissions []Permission `json:"permissions,omitempty"`
