@@ -111,6 +111,10 @@ type Delegation struct {
 	Channel *Channel `json:"channel,omitempty"`
 	// ChannelLog is the channel's changes, the last MaxChannelLog.
 	ChannelLog []ChannelChange `json:"channelLog,omitempty"`
+	// Progress is the agent's last progress lines (MaxProgress), and
+	// ProgressDropped how many earlier ones are no longer kept.
+	Progress        []ProgressLine `json:"progress,omitempty"`
+	ProgressDropped uint64         `json:"progressDropped,omitempty"`
 	// Gaps are the events the executor could not replay when its stream
 	// was followed again.
 	Gaps []EventGap `json:"gaps,omitempty"`

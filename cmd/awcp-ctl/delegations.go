@@ -249,6 +249,10 @@ func report(c *cli.Context, d *lease.Delegation) error {
 	if len(d.Conflicts) > 0 {
 		fmt.Fprintf(w, "conflicts (local versions kept):\n%s\n", indent(strings.Join(printables(d.Conflicts), "\n")))
 	}
+	if liveChangesStay(d) {
+		fmt.Fprintf(w, "note: the %s delegation's changes above stay in %s: the live mount wrote them there as the agent worked, and ending it undoes nothing\n",
+			d.State, d.LocalDir)
+	}
 	for _, n := range d.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
@@ -259,6 +263,13 @@ func report(c *cli.Context, d *lease.Delegation) error {
 		}
 	}
 	printPermissions(w, d)
+	if n := len(d.Progress); n > 0 {
+		last := d.Progress[max(0, n-outputProgressLines):]
+		fmt.Fprintf(w, "agent output (last %d lines; all kept: awcp-ctl logs %s):\n", len(last), d.ID)
+		for _, l := range last {
+			fmt.Fprintf(w, "  | %s\n", clikit.Printable(l.Text))
+		}
+	}
 	if f := d.Failure; f != nil && d.State != lease.Completed {
 		fmt.Fprintf(c.App.ErrWriter, "error %s: %s\n", clikit.Printable(f.Code), clikit.PrintableText(f.Message))
 		if len(f.CallChain) > 0 {
@@ -323,6 +334,17 @@ func exitFor(d *lease.Delegation) error {
 		return clikit.Exit(exitPending)
 	}
 	return clikit.Failed()
+}
+
+// outputProgressLines is how many of the agent's last progress lines a
+// delegation's report shows.
+const outputProgressLines = 10
+
+// liveChangesStay reports whether d ended other than completed after its
+// agent changed the directory through the live mount: those changes are
+// the owner's now, and the user must be told.
+func liveChangesStay(d *lease.Delegation) bool {
+	return d.Transport == control.TransportSSHFS && d.State.Terminal() && d.State != lease.Completed && len(d.Changes) > 0
 }
 
 func indent(s string) string { return "  " + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n  ") }

@@ -28,6 +28,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 			exportCommand(ctx),
 			statusCommand(),
 			outputCommand(ctx),
+			logsCommand(ctx),
 			cancelCommand(),
 			permitCommand(),
 			auditCommand(ctx),

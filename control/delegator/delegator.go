@@ -75,7 +75,7 @@ type Delegator struct {
 	log   *slog.Logger
 	sched *lease.Scheduler
 
-	mu        sync.Mutex                    // guards following, snapshots, reach and channels
+	mu        sync.Mutex                    // guards following, snapshots, reach, channels and progress
 	following map[string]context.CancelFunc // delegations this process drives
 	// snapshots are the head dialect's results received and not yet
 	// applied, one per delegation id (holdSnapshot).
@@ -86,6 +86,9 @@ type Delegator struct {
 	// channels is the last channel state set for each delegation
 	// followed (setChannel).
 	channels map[string]lease.Channel
+	// progress is each delegation's progress lines not yet stored
+	// (progress.go).
+	progress map[string][]lease.ProgressLine
 }
 
 // New builds a Delegator.
@@ -107,7 +110,7 @@ func New(opts Options) (*Delegator, error) {
 	}
 	d := &Delegator{opts: opts, store: opts.Store, log: opts.Logger,
 		following: map[string]context.CancelFunc{}, snapshots: map[string]heldSnapshot{}, reach: map[string]reachResult{},
-		channels: map[string]lease.Channel{}}
+		channels: map[string]lease.Channel{}, progress: map[string][]lease.ProgressLine{}}
 	d.sched = lease.NewScheduler(lease.Scheduler{List: d.due, Expire: d.Expire, Logger: opts.Logger})
 	return d, nil
 }

@@ -30,6 +30,7 @@ type heldSnapshot struct {
 // and events the executor could no longer replay.
 func (d *Delegator) follow(ctx context.Context, id string, started <-chan struct{}) {
 	defer d.forgetChannel(id)
+	defer d.storeProgress(id)
 	backoff := 100 * time.Millisecond
 	var last uint64
 	var awaySince time.Time // since when the executor cannot be reached; zero while it can
@@ -161,6 +162,7 @@ func (d *Delegator) watchIdle(ctx context.Context, id string, lastEvent *atomic.
 			return
 		case <-t.C:
 		}
+		d.storeProgress(id)
 		quiet := time.Since(time.Unix(0, lastEvent.Load()))
 		if quiet >= d.opts.IdleAfter && d.channelState(id) == lease.ChannelRunning {
 			d.setChannel(id, lease.ChannelIdle, fmt.Sprintf("no event from the executor for %s; the task has not finished", d.opts.IdleAfter),
@@ -196,8 +198,10 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 		d.backToLive(id) // it spoke
 	}
 	if ev.Type == control.EventStatus && ev.Status == control.StatusProgress {
-		return nil // nothing to record
+		d.holdProgress(id, seq, ev)
+		return nil // stored within a second, not one write a line
 	}
+	d.storeProgress(id)
 	seen := func(del *lease.Delegation) error { del.LastEventID = seq; return nil }
 	del, err := d.store.Delegation(id)
 	if err != nil {

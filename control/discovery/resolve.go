@@ -71,7 +71,7 @@ func Resolve(peers []Peer, arg string, want Want) (p Peer, why string, err error
 	if !p.Online {
 		return Peer{}, "", fmt.Errorf("executor %s (%s) is offline: %s", p.Name, p.AgentID, OfflineSince(p))
 	}
-	if control.IsCircular(control.DelegatorCallChain(want.Exclude, want.Self), p.AgentID) {
+	if slices.Contains(want.Exclude, p.AgentID) {
 		return Peer{}, "", fmt.Errorf("executor %s (%s) is already in this delegation's call chain %s: delegating there would be circular",
 			p.Name, p.AgentID, control.FormatCallChain(want.Exclude))
 	}
@@ -134,7 +134,7 @@ func unfit(p Peer, want Want) string {
 	switch {
 	case p.AgentID == want.Self:
 		return "this agent itself"
-	case control.IsCircular(control.DelegatorCallChain(want.Exclude, want.Self), p.AgentID):
+	case slices.Contains(want.Exclude, p.AgentID):
 		return "already in this delegation's call chain"
 	case a == nil || a.AWCP == nil:
 		if p.ManifestError != "" {

@@ -92,6 +92,7 @@ func runNode(t *testing.T, modules, script string, env []string, out any) {
 // blocking delegate_output has something to wait for), or a long wait for
 // prompts that say "slow".
 const greetingAgent = `case "$AWCP_PROMPT" in *slow*) echo waiting; sleep 60;; esac
+echo "writing greeting.txt"
 sleep 1
 echo "hello from the executor" > greeting.txt
 echo "Added greeting.txt." > "$AWCP_SUMMARY_FILE"`
@@ -108,6 +109,7 @@ type mcpResult struct {
 		State        string   `json:"state"`
 		Summary      string   `json:"summary"`
 		Highlights   []string `json:"highlights"`
+		AgentOutput  []string `json:"agent_output"`
 		Error        *struct {
 			Code, Message, Hint string
 		} `json:"error"`
@@ -245,6 +247,14 @@ func TestMCPWithTypeScriptClient(t *testing.T) {
 	}
 	if len(tr.Progress) == 0 {
 		t.Error("no progress notifications while delegate_output blocked")
+	}
+	// The agent's own lines, as notifications while it ran and in the
+	// outcome.
+	if b, _ := json.Marshal(tr.Progress); !strings.Contains(string(b), `"message":"agent: writing greeting.txt"`) {
+		t.Errorf("no progress notification carried the agent's line: %s", b)
+	}
+	if !slices.Contains(out.Structured.AgentOutput, "writing greeting.txt") {
+		t.Errorf("delegate_output's agent_output: %q", out.Structured.AgentOutput)
 	}
 
 	// delegate_cancel, and the cancelled delegation's output is a tool error.

@@ -31,6 +31,7 @@ type Outcome struct {
 	LostEvents   []string     `json:"lost_events,omitempty" jsonschema:"runs of events the executor could no longer replay when its stream was followed again"`
 	Permissions  []Permission `json:"permissions,omitempty" jsonschema:"the executor agent's permission requests: pending ones wait for delegate_permission"`
 	Audit        *Audit       `json:"audit,omitempty" jsonschema:"what the executor did in the directory, once the delegation ended"`
+	AgentOutput  []string     `json:"agent_output,omitempty" jsonschema:"the executor agent's last progress lines, oldest first"`
 	Error        *Failure     `json:"error,omitempty"`
 }
 
@@ -107,11 +108,18 @@ func outcomeOf(d *lease.Delegation) Outcome {
 			Options: lease.Choices(p.Options), Outcome: p.Outcome, OptionID: p.OptionID, DecidedBy: p.DecidedBy,
 			AskedBy: p.AskedBy, How: p.How, Answerer: p.Answerer})
 	}
+	for _, l := range d.Progress[max(0, len(d.Progress)-outcomeProgressLines):] {
+		o.AgentOutput = append(o.AgentOutput, l.Text)
+	}
 	if f := d.Failure; f != nil && d.State != lease.Completed {
 		o.Error = &Failure{Code: f.Code, Message: f.Message, Hint: f.Hint}
 	}
 	return o
 }
+
+// outcomeProgressLines is how many of the agent's last progress lines an
+// outcome carries.
+const outcomeProgressLines = 20
 
 func stamp(t time.Time) string {
 	if t.IsZero() {
@@ -153,6 +161,7 @@ func (o Outcome) text() string {
 		b.WriteString("\n")
 	}
 	list("events lost between reconnections", o.LostEvents)
+	list("agent output (last lines)", o.AgentOutput)
 	for _, p := range o.Permissions {
 		switch p.Outcome {
 		case control.PermissionPending:

@@ -488,19 +488,29 @@ func (s *server) wait(ctx context.Context, req *mcp.CallToolRequest, id string, 
 		step     float64
 		lastSeen lease.State
 		lastSent time.Time
+		lastLine *lease.ProgressLine // the last agent line notified
 	)
+	notify := func(msg string) {
+		step++
+		lastSent = time.Now()
+		err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: step, Message: msg})
+		if err != nil {
+			s.log.Debug("progress notification", "err", err)
+		}
+	}
 	for {
 		d, err := s.dlg.Find(id)
 		if err != nil {
 			return nil, err
 		}
-		if token != nil && req.Session != nil && (d.State != lastSeen || time.Since(lastSent) >= 10*time.Second) {
-			step++
-			lastSeen, lastSent = d.State, time.Now()
-			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-				ProgressToken: token, Progress: step, Message: "delegation " + id + ": " + string(d.State)})
-			if err != nil {
-				s.log.Debug("progress notification", "err", err)
+		if token != nil && req.Session != nil {
+			if d.State != lastSeen || time.Since(lastSent) >= 10*time.Second {
+				lastSeen = d.State
+				notify("delegation " + id + ": " + string(d.State))
+			}
+			for _, l := range lease.ProgressAfter(d.Progress, lastLine) {
+				notify("agent: " + l.Text)
+				lastLine = &l
 			}
 		}
 		if d.State.Terminal() {

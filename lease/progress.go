@@ -1,0 +1,39 @@
+package lease
+
+import "time"
+
+// MaxProgress is how many of the agent's progress lines a delegation
+// keeps: the last ones, for `awcp-ctl logs`, `output` and the MCP tools.
+const MaxProgress = 200
+
+// ProgressLine is one progress event of the executor's agent.
+type ProgressLine struct {
+	Seq  uint64    `json:"seq,omitempty"` // the executor's event id; 0 if it numbers none
+	At   time.Time `json:"at"`
+	Text string    `json:"text"`
+}
+
+// AddProgress appends lines, keeping the last MaxProgress, and counts
+// those that no longer fit in ProgressDropped.
+func (d *Delegation) AddProgress(lines ...ProgressLine) {
+	d.Progress = append(d.Progress, lines...)
+	if n := len(d.Progress); n > MaxProgress {
+		d.ProgressDropped += uint64(n - MaxProgress)
+		d.Progress = append(d.Progress[:0], d.Progress[n-MaxProgress:]...)
+	}
+}
+
+// ProgressAfter is the lines of progress after last: all of them if last
+// is nil or no longer kept. Followers that read the record again and
+// again (awcp-ctl logs -f, the MCP tools) show each line once with it.
+func ProgressAfter(progress []ProgressLine, last *ProgressLine) []ProgressLine {
+	if last == nil {
+		return progress
+	}
+	for i := len(progress) - 1; i >= 0; i-- {
+		if l := progress[i]; l.Seq == last.Seq && l.At.Equal(last.At) && l.Text == last.Text {
+			return progress[i+1:]
+		}
+	}
+	return progress
+}

@@ -1,0 +1,52 @@
+package e2e
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// A delegation handed to the daemon can be followed: `awcp-ctl logs -f`
+// prints the agent's progress lines as they come, each once, and ends
+// with the delegation (exit 0 for completed); `output` and `status
+// --json` carry the lines too.
+func TestFollowABackgroundDelegation(t *testing.T) {
+	x := startExecutor(t, `for i in 1 2 3 4; do echo "step $i of 4"; sleep 0.7; done; echo "all done"`)
+	c := newCtl(t)
+	ws := sampleWorkspace(t)
+	r := c.run("export", ws, "--peer", x.url, "--prompt", "count", "--background", "--ssh-listen", "127.0.0.1:0")
+	if r.code != 0 {
+		t.Fatalf("export --background: exit %d\n%s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	c.waitState(id, "running")
+
+	r = c.run("logs", "-f", id[:8])
+	if r.code != 0 {
+		t.Fatalf("logs -f: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if want := "step 1 of 4\nstep 2 of 4\nstep 3 of 4\nstep 4 of 4\nall done\n"; r.stdout != want {
+		t.Fatalf("logs -f printed %q, want %q (stderr %s)", r.stdout, want, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "delegation "+id+" completed") {
+		t.Errorf("logs -f did not say how the delegation ended: %s", r.stderr)
+	}
+
+	r = c.run("output", id)
+	if !strings.Contains(r.stdout, "agent output (last 5 lines; all kept: awcp-ctl logs "+id+"):\n  | step 1 of 4\n") ||
+		!strings.Contains(r.stdout, "  | all done\n") {
+		t.Errorf("output lacks the agent's lines:\n%s", r.stdout)
+	}
+	r = c.run("status", id, "--json")
+	var d struct {
+		Progress []struct {
+			Text string `json:"text"`
+		} `json:"progress"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil || len(d.Progress) != 5 || d.Progress[4].Text != "all done" {
+		t.Errorf("status --json progress: %+v %v\n%s", d.Progress, err, r.stdout)
+	}
+	if r := c.run("logs", "no-such-id"); r.code != 1 || !strings.Contains(r.stderr, "NOT_FOUND") && !strings.Contains(r.stderr, "no delegation") {
+		t.Errorf("logs of an unknown id: exit %d %s", r.code, r.stderr)
+	}
+}
