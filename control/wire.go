@@ -379,7 +379,18 @@ type Event struct {
 	Outcome   string             `json:"outcome,omitempty"`
 	OptionID  string             `json:"optionId,omitempty"`
 	DecidedBy string             `json:"decidedBy,omitempty"`
+
+	// done and error: extensions of v1 that other peers skip. AgentStderr
+	// is the end of what the agent wrote to stderr (a failure's message
+	// holds it already; a success would lose it); MountRefused is what a
+	// read-only live mount refused the agent.
+	AgentStderr  string        `json:"agentStderr,omitempty"`
+	MountRefused *MountRefused `json:"mountRefused,omitempty"`
 }
+
+// MountRefused is what a read-only live mount refused: how many writes,
+// and the first few (operation and name).
+type MountRefused = lease.MountRefused
 
 // PermissionOption is one choice of a permission event (ACP's
 // PermissionOption), as the worker reports it.

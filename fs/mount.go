@@ -76,7 +76,8 @@ type Options struct {
 	// delegator that sends none: known_hosts, or an operator's explicit
 	// choice to accept any). HostKey wins if both are set.
 	HostKeyCallback gossh.HostKeyCallback
-	// ReadOnly mounts read-only (writes fail with EROFS).
+	// ReadOnly mounts read-only: writes fail with EROFS, and are counted
+	// (Mount.Refused).
 	ReadOnly bool
 	// Name shows in /proc/self/mountinfo as the source.
 	Name string
@@ -171,6 +172,8 @@ type filesystem struct {
 
 	listings listingRing
 	ahead    readAhead
+
+	refused refusals // a read-only mount's refused writes (readonly.go)
 
 	// owner is 1 + the uid the delegator gives the files this mount
 	// makes — its user's — once one was made; 0 before.
@@ -293,6 +296,9 @@ func (f *filesystem) exact() bool {
 	g := f.exactGen.Load()
 	return g != 0 && g == f.conn.upGen()
 }
+
+// Refused is what a read-only mount refused so far.
+func (m *Mount) Refused() Refusals { return m.fsys.refused.snapshot() }
 
 // Mount is a live mount of a delegation.
 type Mount struct {
@@ -436,15 +442,18 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 		ExplicitDataCacheControl: true,
 		Debug:                    opts.Debug,
 	}
-	if opts.ReadOnly {
-		mopts.Options = append(mopts.Options, "ro")
-	}
 	server, err := mountFUSE(mountpoint, root, &fs.Options{
 		MountOptions:    mopts,
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
 		NegativeTimeout: &neg,
-	}, opts.Metrics, func(raw fuse.RawFileSystem) fuse.RawFileSystem { return negatives{raw, fsys} })
+	}, opts.Metrics, func(raw fuse.RawFileSystem) fuse.RawFileSystem {
+		raw = negatives{raw, fsys}
+		if opts.ReadOnly {
+			raw = readOnly{raw, &fsys.refused} // readonly.go: refused here, to be counted
+		}
+		return raw
+	})
 	if err != nil {
 		c.close()
 		return nil, fmt.Errorf("mount: %w", err)

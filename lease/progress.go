@@ -37,3 +37,10 @@ func ProgressAfter(progress []ProgressLine, last *ProgressLine) []ProgressLine {
 	}
 	return progress
 }
+
+// MountRefused is what an executor's read-only live mount refused its
+// agent: how many writes, and the first few (operation and name).
+type MountRefused struct {
+	Count    uint64   `json:"count"`
+	Examples []string `json:"examples,omitempty"`
+}

@@ -111,6 +111,11 @@ type Delegation struct {
 	Channel *Channel `json:"channel,omitempty"`
 	// ChannelLog is the channel's changes, the last MaxChannelLog.
 	ChannelLog []ChannelChange `json:"channelLog,omitempty"`
+	// AgentStderr is the end of what the agent wrote to stderr, and
+	// MountRefused what the executor's read-only mount refused it, as the
+	// executor's last event said (extensions of v1).
+	AgentStderr  string        `json:"agentStderr,omitempty"`
+	MountRefused *MountRefused `json:"mountRefused,omitempty"`
 	// Progress is the agent's last progress lines (MaxProgress), and
 	// ProgressDropped how many earlier ones are no longer kept.
 	Progress        []ProgressLine `json:"progress,omitempty"`

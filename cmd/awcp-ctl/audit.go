@@ -75,12 +75,15 @@ func auditLine(op delegator.Op) string {
 }
 
 // summaryLine is an audit summary in one line.
-func summaryLine(s *lease.AuditSummary) string {
+func summaryLine(s *lease.AuditSummary, atMount *lease.MountRefused) string {
 	if s.FromDiff {
 		return fmt.Sprintf("archive: whole directory sent; %d files written (%d created), %d deleted", s.FilesWritten, s.Created, s.Deleted)
 	}
 	line := fmt.Sprintf("%d files read (%s), %d written (%s), %d created, %d deleted, %d refused",
 		s.FilesRead, delegator.HumanBytes(s.BytesRead), s.FilesWritten, delegator.HumanBytes(s.BytesWritten), s.Created, s.Deleted, s.Refused)
+	if atMount != nil {
+		line += fmt.Sprintf(" here and %d at the executor's read-only mount", atMount.Count)
+	}
 	if s.Dropped > 0 {
 		line += fmt.Sprintf("; the log keeps the last %d of %d operations", s.Operations-s.Dropped, s.Operations)
 	}
@@ -162,7 +165,7 @@ func printAudit(ctx context.Context, c *cli.Context, e *env, d *lease.Delegation
 	switch {
 	case c.Bool("json"):
 	case sum != nil:
-		fmt.Fprintf(c.App.ErrWriter, "audit: %s\n", summaryLine(sum))
+		fmt.Fprintf(c.App.ErrWriter, "audit: %s\n", summaryLine(sum, nil))
 	case d.Transport != control.TransportSSHFS:
 		fmt.Fprintf(c.App.ErrWriter, "audit: no operations are recorded for the %s transport\n", d.Transport)
 	default:

@@ -256,8 +256,14 @@ func report(c *cli.Context, d *lease.Delegation) error {
 	for _, n := range d.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
+	if r := d.MountRefused; r != nil {
+		fmt.Fprintf(w, "refused at the mount: %d writes of the agent (a read-only delegation): %s\n", r.Count, strings.Join(printables(r.Examples), "; "))
+	}
+	if d.AgentStderr != "" {
+		fmt.Fprintf(w, "agent stderr (its end):\n%s\n", indent(clikit.PrintableText(d.AgentStderr)))
+	}
 	if d.Audit != nil {
-		fmt.Fprintf(w, "audit: %s\n", summaryLine(d.Audit))
+		fmt.Fprintf(w, "audit: %s\n", summaryLine(d.Audit, d.MountRefused))
 		if !d.Audit.FromDiff {
 			fmt.Fprintf(w, "  every operation: awcp-ctl audit %s\n", d.ID)
 		}

@@ -145,10 +145,14 @@ func exportWait(ctx context.Context, c *cli.Context, e *env, req delegator.Expor
 	case <-done:
 	case <-ctx.Done():
 		fmt.Fprintf(errw, "awcp: interrupted; cancelling %s\n", d.ID)
-		if _, cerr := dlg.Cancel(context.Background(), d.ID); cerr != nil {
+		cancelled, cerr := dlg.Cancel(context.Background(), d.ID)
+		if cerr != nil {
 			fmt.Fprintf(errw, "awcp: cancel: %v\n", cerr)
 		}
 		<-done
+		if cerr == nil && err == nil {
+			d = cancelled // with what its clean-up found changed
+		}
 	}
 	stop()
 	wg.Wait()

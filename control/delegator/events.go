@@ -264,6 +264,7 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 			_, err = d.store.FireDelegation(id, lease.ReceiveDone, "done received", func(del *lease.Delegation) error {
 				del.LastEventID = seq
 				del.Summary, del.Highlights = ev.Summary, ev.Highlights
+				del.AgentStderr, del.MountRefused = ev.AgentStderr, ev.MountRefused
 				for _, p := range rep.Created {
 					del.Changes = append(del.Changes, changeLine(ChangeAdded, p))
 				}
@@ -303,6 +304,7 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 		_, err = d.store.FireDelegation(id, lev, ev.Code+": "+ev.Message, func(del *lease.Delegation) error {
 			del.LastEventID = seq
 			del.Failure = &lease.Failure{Code: ev.Code, Message: ev.Message, Hint: ev.Hint}
+			del.AgentStderr, del.MountRefused = ev.AgentStderr, ev.MountRefused
 			return nil
 		})
 	}

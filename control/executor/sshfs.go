@@ -125,6 +125,21 @@ func (t *SSHFSExecutor) Setup(_ context.Context, p control.SetupParams) error {
 	return nil
 }
 
+// Refused is what delegation id's read-only mount refused its agent; nil
+// if nothing, or no mount of it runs.
+func (t *SSHFSExecutor) Refused(id string) *control.MountRefused {
+	t.mu.Lock()
+	m := t.mounts[id]
+	t.mu.Unlock()
+	if m == nil {
+		return nil
+	}
+	if r := m.Refused(); r.Count > 0 {
+		return &control.MountRefused{Count: r.Count, Examples: r.Examples}
+	}
+	return nil
+}
+
 // Mount mounts p's sshfs workDir at p.WorkDir; `awcp-fs mount` uses it
 // directly. Only the endpoint, the credential and the host key option are
 // read from the workDir.

@@ -322,6 +322,10 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	})
 	close(updates)
 	pumpDone.Wait()
+	var refused *control.MountRefused // before the mount goes with its count
+	if m, ok := e.transport(a.Transport).(refusalCounter); ok {
+		refused = m.Refused(a.ID)
+	}
 	if errors.Is(err, agent.ErrKilled) {
 		e.opts.Metrics.AgentExited("killed")
 		return // cancel, expiry or shutdown: the one who ended it reported it
@@ -337,11 +341,14 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	case res.Failed != "":
 		e.opts.Metrics.AgentExited("failed")
 		ev = lease.SendError
-		final = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventError, Code: control.CodeTaskFailed, Message: res.Failed})
+		final = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventError, Code: control.CodeTaskFailed, Message: res.Failed,
+			MountRefused: refused})
 	default:
 		e.opts.Metrics.AgentExited("completed")
 		ev = lease.ReceiveDone
-		snapshot, final, err = e.doneEvent(ctx, a, before, res.Summary)
+		snapshot, final, err = e.doneEvent(ctx, a, before, res.Summary, func(ev *control.Event) {
+			ev.AgentStderr, ev.MountRefused = res.StderrTail, refused
+		})
 		if err != nil {
 			log.Error("collect result", "err", err)
 			ev = lease.SendError
@@ -369,6 +376,12 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	log.Info("delegation finished", "event", decoded.Type)
 }
 
+// refusalCounter is a transport whose read-only mounts count the writes
+// they refuse (SSHFSExecutor).
+type refusalCounter interface {
+	Refused(id string) *control.MountRefused
+}
+
 // highlightScan is how a task's work dir is scanned for its highlights,
 // before and after the task. On a live mount, by size, mode and mtime:
 // hashing would read every file twice more over the network, and a task's
@@ -386,7 +399,7 @@ func highlightScan(transport string) func(dir string) (archive.Manifest, error) 
 // doneEvent collects the result and returns the events that end the
 // task: done, and before it in the head dialect the snapshot that holds
 // the result (nil if there is none).
-func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before archive.Manifest, summary string) (snapshot, done []byte, err error) {
+func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before archive.Manifest, summary string, extra func(*control.Event)) (snapshot, done []byte, err error) {
 	after, err := highlightScan(a.Transport)(agentDir(a))
 	if err != nil {
 		return nil, nil, err
@@ -407,6 +420,7 @@ func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before ar
 	// A result is not part of the stored event: the event stream appends
 	// it from the file (see handleEvents).
 	ev := &control.Event{DelegationID: a.ID, Type: control.EventDone, Summary: summary, Highlights: archive.Changed(before, after)}
+	extra(ev)
 	if a.Dialect != control.DialectHead || checksum == "" {
 		ev.ResultChecksum = checksum
 		return nil, e.eventJSON(ev), nil

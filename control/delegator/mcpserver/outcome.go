@@ -32,6 +32,8 @@ type Outcome struct {
 	Permissions  []Permission `json:"permissions,omitempty" jsonschema:"the executor agent's permission requests: pending ones wait for delegate_permission"`
 	Audit        *Audit       `json:"audit,omitempty" jsonschema:"what the executor did in the directory, once the delegation ended"`
 	AgentOutput  []string     `json:"agent_output,omitempty" jsonschema:"the executor agent's last progress lines, oldest first"`
+	AgentStderr  string       `json:"agent_stderr,omitempty" jsonschema:"the end of what the executor's agent wrote to stderr"`
+	MountRefused *Refused     `json:"mount_refused,omitempty" jsonschema:"writes of the agent a read-only live mount refused"`
 	Error        *Failure     `json:"error,omitempty"`
 }
 
@@ -48,6 +50,12 @@ type Audit struct {
 	Operations   uint64 `json:"operations"`
 	Dropped      uint64 `json:"dropped,omitempty" jsonschema:"the oldest operations the bounded log no longer holds"`
 	FromDiff     bool   `json:"from_diff,omitempty" jsonschema:"archive transport: the whole directory was sent; counts come from the result's changes"`
+}
+
+// Refused is what a read-only live mount refused the agent.
+type Refused struct {
+	Count    uint64   `json:"count"`
+	Examples []string `json:"examples,omitempty" jsonschema:"the first few: operation and name"`
 }
 
 // Channel is how the executor's side of a running delegation stands.
@@ -108,6 +116,10 @@ func outcomeOf(d *lease.Delegation) Outcome {
 			Options: lease.Choices(p.Options), Outcome: p.Outcome, OptionID: p.OptionID, DecidedBy: p.DecidedBy,
 			AskedBy: p.AskedBy, How: p.How, Answerer: p.Answerer})
 	}
+	o.AgentStderr = d.AgentStderr
+	if r := d.MountRefused; r != nil {
+		o.MountRefused = &Refused{Count: r.Count, Examples: r.Examples}
+	}
 	for _, l := range d.Progress[max(0, len(d.Progress)-outcomeProgressLines):] {
 		o.AgentOutput = append(o.AgentOutput, l.Text)
 	}
@@ -162,6 +174,12 @@ func (o Outcome) text() string {
 	}
 	list("events lost between reconnections", o.LostEvents)
 	list("agent output (last lines)", o.AgentOutput)
+	if r := o.MountRefused; r != nil {
+		fmt.Fprintf(&b, "the read-only mount refused %d writes of the agent: %s\n", r.Count, strings.Join(r.Examples, "; "))
+	}
+	if o.AgentStderr != "" {
+		fmt.Fprintf(&b, "agent stderr (its end):\n%s\n", indent(o.AgentStderr))
+	}
 	for _, p := range o.Permissions {
 		switch p.Outcome {
 		case control.PermissionPending:
