@@ -19,6 +19,15 @@ const (
 	CodeSetupFailed       = "SETUP_FAILED"
 	CodeTaskFailed        = "TASK_FAILED"
 	CodeCancelled         = "CANCELLED"
+
+	// CodeNotFound is not a wire code: the CLI's and MCP tools' answer to
+	// a delegation id this delegator does not know.
+	CodeNotFound = "NOT_FOUND"
+
+	// ReasonUnreachable is a SETUP_FAILED's reason (an extension) when the
+	// executor did not answer at all: connection refused, no route, timed
+	// out. DECLINED would say it refused.
+	ReasonUnreachable = "executor_unreachable"
 )
 
 var knownCodes = map[string]bool{

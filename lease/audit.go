@@ -265,3 +265,36 @@ func (s *Store) PruneAudit(before time.Time) (int, error) {
 	})
 	return n, err
 }
+
+// PruneDelegations removes the delegations that ended before before, with
+// their audit logs, and returns their ids. Live ones are never removed.
+// Nothing is written when nothing is that old, so every command may call
+// it (the reference keeps a delegator's records a week).
+func (s *Store) PruneDelegations(before time.Time) ([]string, error) {
+	old := func(d *Delegation) bool { return d.State.Terminal() && d.EndedAt.Before(before) }
+	all, err := s.Delegations()
+	if err != nil || !slices.ContainsFunc(all, old) {
+		return nil, err
+	}
+	var gone []string
+	err = s.update(func(tx *bolt.Tx) error {
+		all, err := list[*Delegation](tx, bucketDelegations)
+		if err != nil {
+			return err
+		}
+		for _, d := range all {
+			if !old(d) {
+				continue
+			}
+			if err := tx.Bucket(bucketDelegations).Delete([]byte(d.ID)); err != nil {
+				return err
+			}
+			if err := deleteAudit(tx, d.ID); err != nil {
+				return err
+			}
+			gone = append(gone, d.ID)
+		}
+		return nil
+	})
+	return gone, err
+}

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -106,5 +107,45 @@ func TestAuditLogKeepsWhatMatters(t *testing.T) {
 	}
 	if n > 4<<20 {
 		t.Fatalf("the log holds %d bytes under a bound of 4 MiB", n)
+	}
+}
+
+// PruneDelegations removes what ended before the cut, with its audit
+// log, and never a live delegation however old.
+func TestPruneDelegations(t *testing.T) {
+	s := openStore(t, filepath.Join(t.TempDir(), "ctl.db"), false)
+	now := s.Now()
+	mk := func(id string, ended bool, endedAt time.Time) {
+		d := &Delegation{Lease: Lease{ID: id, AccessMode: "ro"}, LocalDir: "/x/" + id}
+		if err := s.CreateDelegation(d); err != nil {
+			t.Fatal(err)
+		}
+		if ended {
+			if _, err := s.FireDelegation(id, Cancel, "test", func(d *Delegation) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.UpdateDelegation(id, func(d *Delegation) error { d.EndedAt = endedAt; return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mk("old", true, now.Add(-8*24*time.Hour))
+	mk("recent", true, now.Add(-time.Hour))
+	mk("live", false, time.Time{})
+	if _, err := s.AppendAudit("old", []AuditRecord{{Data: []byte(`{"n":1}`)}}, 0, AuditSummary{Operations: 1}, AuditLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	gone, err := s.PruneDelegations(now.Add(-7 * 24 * time.Hour))
+	if err != nil || len(gone) != 1 || gone[0] != "old" {
+		t.Fatalf("pruned %v, %v; want [old]", gone, err)
+	}
+	if _, err := s.Delegation("old"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("old is still there: %v", err)
+	}
+	if sum, _ := s.AuditSummaryOf("old"); sum != nil {
+		t.Errorf("old's audit log is still there: %+v", sum)
+	}
+	if gone, _ := s.PruneDelegations(now.Add(time.Hour)); len(gone) != 1 || gone[0] != "recent" {
+		t.Errorf("pruning everything ended removed %v; want [recent] (live stays)", gone)
 	}
 }

@@ -12,8 +12,10 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -69,6 +71,9 @@ func openEnvAs(c *cli.Context, daemon bool) (*env, error) {
 	e := &env{state: state, agentID: agentID, store: store, log: log, reconnectBound: clikit.Duration(c, "reconnect-bound"), daemon: daemon}
 	if dlg, err := e.delegator(nil); err == nil {
 		dlg.ExpireOverdue(c.Context)
+		if _, err := store.PruneDelegations(store.Now().Add(-recordRetention)); err != nil {
+			log.Warn("prune ended delegations", "err", err)
+		}
 		if _, running := delegator.DialLocal(e.socket()); !running && !daemon {
 			dlg.EndOrphans(c.Context)
 		}
@@ -190,7 +195,7 @@ func (e *env) resolve(arg string) (*lease.Delegation, error) {
 	}
 	d, err := e.store.FindDelegation(arg)
 	if errors.Is(err, lease.ErrNotFound) {
-		return nil, fmt.Errorf("no delegation %s (see `awcp-ctl status`)", arg)
+		return nil, fmt.Errorf("%s: no delegation %s (see `awcp-ctl status`)", control.CodeNotFound, arg)
 	}
 	return d, err
 }
@@ -360,7 +365,11 @@ func statusCommand() *cli.Command {
 		Name:      "status",
 		Usage:     "list delegations, or show one",
 		ArgsUsage: "[ID]",
-		Flags:     append(clikit.CommonFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON"}),
+		Flags: append(clikit.CommonFlags(),
+			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+			&cli.BoolFlag{Name: "active", Usage: "only the delegations that have not ended"},
+			&cli.StringSliceFlag{Name: "state", Usage: "only the delegations in these states (running, completed, error, cancelled, expired, …); repeatable"},
+		),
 		Action: func(c *cli.Context) error {
 			e, err := openEnv(c)
 			if err != nil {
@@ -378,6 +387,10 @@ func statusCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			states := c.StringSlice("state")
+			ds = slices.DeleteFunc(ds, func(d *lease.Delegation) bool {
+				return c.Bool("active") && d.State.Terminal() || len(states) > 0 && !slices.Contains(states, string(d.State))
+			})
 			if c.Bool("json") {
 				out := make([]view, 0, len(ds))
 				for _, d := range ds {
@@ -386,24 +399,49 @@ func statusCommand() *cli.Command {
 				return printJSON(c.App.Writer, out)
 			}
 			if len(ds) == 0 {
-				fmt.Fprintln(c.App.Writer, "no delegations")
+				fmt.Fprintln(c.App.Writer, "no delegations (`awcp-ctl prune` removes ended ones; they go by themselves after 7 days)")
 				return nil
 			}
-			fmt.Fprintf(c.App.Writer, "%-36s  %-9s  %-11s  %-7s  %-2s  %-19s  %s\n", "ID", "STATE", "EXECUTOR", "TRANSP", "AM", "CREATED", "DIRECTORY")
-			for _, d := range ds {
-				channel := "-"
-				if d.Channel != nil && !d.State.Terminal() {
-					channel = d.Channel.State
-					if channel == lease.ChannelFinishing {
-						channel = "finished" // not applied yet: the row's state says the lease runs
-					}
-				}
-				fmt.Fprintf(c.App.Writer, "%-36s  %-9s  %-11s  %-7s  %-2s  %-19s  %s\n", d.ID, d.State, channel, d.Transport, d.AccessMode,
-					d.CreatedAt.Local().Format(time.DateTime), d.LocalDir)
-			}
+			printTable(c.App.Writer, ds)
 			return nil
 		},
 	}
+}
+
+// printTable lists delegations, one a line: the state (with how the
+// executor's side stands, where that is not simply running), the
+// executor (its name, or its URL), the transport and access in words.
+func printTable(w io.Writer, ds []*lease.Delegation) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tEXECUTOR\tTRANSPORT\tACCESS\tCREATED\tDIRECTORY")
+	for _, d := range ds {
+		state := string(d.State)
+		if ch := d.Channel; ch != nil && !d.State.Terminal() && ch.State != lease.ChannelRunning {
+			if ch.State == lease.ChannelFinishing {
+				state += " (applying the result)"
+			} else {
+				state += " (executor " + ch.State + ")"
+			}
+		}
+		executor := d.Peer
+		if d.PeerName != "" {
+			executor = d.PeerName
+		}
+		transport := "archive"
+		if d.Transport == control.TransportSSHFS {
+			transport = "live mount"
+			if d.Connect == control.ConnectReverse {
+				transport = "live mount, reverse"
+			}
+		}
+		access := "read-write"
+		if d.AccessMode == control.AccessRO {
+			access = "read-only"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, state, clikit.Printable(executor), transport, access,
+			d.CreatedAt.Local().Format(time.DateTime), d.LocalDir)
+	}
+	tw.Flush()
 }
 
 func outputCommand(ctx context.Context) *cli.Command {

@@ -117,6 +117,9 @@ func exportWait(ctx context.Context, c *cli.Context, e *env, req delegator.Expor
 			fmt.Fprintf(errw, "awcp: permission %s: %s %s (%s)\n", ev.RequestID, ev.Outcome, ev.OptionID, ev.DecidedBy)
 		case ev.Type == control.EventChannel && ev.Status == lease.ChannelRunning && !away:
 			// "executor is running the task" said it already
+		case ev.Type == control.EventChannel && ev.Status == lease.ChannelFinishing:
+			away = false
+			fmt.Fprintf(errw, "awcp: the executor finished; applying its result\n")
 		case ev.Type == control.EventChannel:
 			away = ev.Status != lease.ChannelRunning
 			since, _ := time.Parse(time.RFC3339Nano, ev.Timestamp)

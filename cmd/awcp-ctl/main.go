@@ -30,6 +30,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 			outputCommand(ctx),
 			logsCommand(ctx),
 			cancelCommand(),
+			pruneCommand(),
 			permitCommand(),
 			auditCommand(ctx),
 			serveCommand(ctx),

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -118,10 +119,24 @@ func (c *PeerClient) do(ctx context.Context, method, path string, body any) (*ht
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, &control.ProtocolError{Code: control.CodeDeclined, Message: fmt.Sprintf("cannot reach the executor at %s", c.base()),
-			Hint: "check --peer and that `awcp-fs serve` runs there", Err: err}
+		// Not DECLINED: the executor refused nothing, it did not answer.
+		// The spec has no code for that; setting the delegation up
+		// failed, and the reason says why.
+		return nil, &control.ProtocolError{Code: control.CodeSetupFailed, Reason: control.ReasonUnreachable,
+			Message: fmt.Sprintf("cannot reach the executor at %s: %v", c.base(), shortNetError(err)),
+			Hint:    "check --peer and that `awcp-fs serve` runs there (`awcp-ctl doctor --peer " + c.base() + "` checks both ways)", Err: err}
 	}
 	return resp, nil
+}
+
+// shortNetError is a network error without net/http's "Post \"URL\":"
+// prefix, which the message says already.
+func shortNetError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // workspacePlaceholder stands for workspaceBase64 in a marshalled START

@@ -151,10 +151,14 @@ func (d *Delegator) keepLastEvent(id string, last, stored uint64) {
 	})
 }
 
+// progressEvery is how often the progress lines held are stored.
+const progressEvery = 250 * time.Millisecond
+
 // watchIdle shows id's channel idle once the executor has sent no event
-// for IdleAfter while running, until ctx ends.
+// for IdleAfter while running, and stores the progress lines held, until
+// ctx ends.
 func (d *Delegator) watchIdle(ctx context.Context, id string, lastEvent *atomic.Int64) {
-	t := time.NewTicker(min(d.opts.IdleAfter/4, time.Second))
+	t := time.NewTicker(min(d.opts.IdleAfter/4, progressEvery))
 	defer t.Stop()
 	for {
 		select {
@@ -199,7 +203,7 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 	}
 	if ev.Type == control.EventStatus && ev.Status == control.StatusProgress {
 		d.holdProgress(id, seq, ev)
-		return nil // stored within a second, not one write a line
+		return nil // stored within progressEvery, not one write a line
 	}
 	d.storeProgress(id)
 	seen := func(del *lease.Delegation) error { del.LastEventID = seq; return nil }
@@ -245,7 +249,9 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 		if tr == nil {
 			return fmt.Errorf("delegation %s: transport %s is not available in this process", id, del.Transport)
 		}
-		d.setChannel(id, lease.ChannelFinishing, "the executor finished; applying its result", d.store.Now())
+		if del.Transport == control.TransportArchive { // a live mount's result is in place already
+			d.setChannel(id, lease.ChannelFinishing, "the executor finished; applying its result", d.store.Now())
+		}
 		rep, ferr := tr.Finish(ctx, lent(del), ev)
 		if ferr != nil {
 			d.log.Error("apply result", "delegation", id, "err", ferr)

@@ -11,7 +11,7 @@ import (
 // lease.MaxProgress), so that `awcp-ctl logs -f`, `output`, `status
 // --json` and the MCP tools show them from any process. An agent may
 // print thousands of lines a second: they are held here and stored
-// together — each second (watchIdle's tick), before any other event is
+// together — every progressEvery (watchIdle's tick), before any other event is
 // recorded, and when the stream is left — not one store write a line.
 
 // holdProgress keeps a progress event's line until storeProgress.

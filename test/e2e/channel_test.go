@@ -45,7 +45,7 @@ func TestExecutorAwayIsShownNotFailed(t *testing.T) {
 	if r := c.run("status", d.ID); !strings.Contains(r.stdout, "channel:   unreachable since ") {
 		t.Errorf("status %s does not say the executor is unreachable:\n%s", d.ID, r.stdout)
 	}
-	if r := c.run("status"); !strings.Contains(r.stdout, "running    unreachable") {
+	if r := c.run("status"); !strings.Contains(r.stdout, "running (executor unreachable)") {
 		t.Errorf("the status table does not say the executor is unreachable:\n%s", r.stdout)
 	}
 

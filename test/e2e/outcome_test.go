@@ -57,3 +57,38 @@ func TestInterruptedLiveRunSaysItsChangesStay(t *testing.T) {
 		t.Fatalf("export after Ctrl-C:\n%s%s", out, b.stderr.String())
 	}
 }
+
+// What a newcomer meets first when something is off: an executor that is
+// not there is not said to have refused; the failed attempt can be
+// filtered out and pruned; a mistyped command is bad usage.
+func TestNewcomerErrors(t *testing.T) {
+	c := newCtl(t)
+	ws := sampleWorkspace(t)
+	r := c.run("export", ws, "--peer", "http://127.0.0.1:1", "--prompt", "x")
+	if r.code != 1 || !strings.Contains(r.stderr, "error SETUP_FAILED: cannot reach the executor at http://127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused") ||
+		!strings.Contains(r.stderr, "awcp-ctl doctor --peer http://127.0.0.1:1") || strings.Contains(r.stderr, "DECLINED") {
+		t.Fatalf("export to nobody: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := c.run("status"); !strings.Contains(r.stdout, "ID  ") || !strings.Contains(r.stdout, "EXECUTOR") ||
+		!strings.Contains(r.stdout, "http://127.0.0.1:1") || !strings.Contains(r.stdout, "read-write") {
+		t.Errorf("status:\n%s", r.stdout)
+	}
+	if r := c.run("status", "--active"); !strings.HasPrefix(r.stdout, "no delegations") {
+		t.Errorf("status --active lists an ended delegation:\n%s", r.stdout)
+	}
+	if r := c.run("status", "--state", "error"); strings.Count(r.stdout, "\n") != 2 {
+		t.Errorf("status --state error:\n%s", r.stdout)
+	}
+	if r := c.run("prune"); r.code != 0 || r.stdout != "removed 1 ended delegations\n" {
+		t.Errorf("prune: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	if len(c.status()) != 0 {
+		t.Errorf("prune left %+v", c.status())
+	}
+	if r := c.run("stat"); r.code != 2 || !strings.Contains(r.stderr, "did you mean status?") {
+		t.Errorf("awcp-ctl stat: exit %d %s", r.code, r.stderr)
+	}
+	if r := c.run("cancel", "0000dead"); r.code != 1 || !strings.Contains(r.stderr, "NOT_FOUND: no delegation 0000dead") {
+		t.Errorf("cancel of an unknown id: exit %d %s", r.code, r.stderr)
+	}
+}

@@ -205,11 +205,33 @@ func Main(app *cli.App, args []string) int {
 		return ee.code
 	}
 	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "No help topic for '"); ok {
+		// An unknown command is bad usage, and is said as such.
+		name = strings.TrimSuffix(name, "'")
+		msg = fmt.Sprintf("%q is not a command of %s%s (see %s --help)", name, app.Name, didYouMean(app.Commands, name), app.Name)
+		fmt.Fprintln(app.ErrWriter, app.Name+": "+msg)
+		return ExitUsage
+	}
 	fmt.Fprintln(app.ErrWriter, app.Name+": "+msg)
 	if strings.Contains(msg, "flag provided but not defined") || strings.Contains(msg, "Required flag") {
 		return ExitUsage
 	}
 	return ExitFailed
+}
+
+// didYouMean names the commands name may have meant: those it begins or
+// that begin with it.
+func didYouMean(cmds []*cli.Command, name string) string {
+	var near []string
+	for _, c := range cmds {
+		if name != "" && (strings.HasPrefix(c.Name, name) || strings.HasPrefix(name, c.Name)) {
+			near = append(near, c.Name)
+		}
+	}
+	if len(near) == 0 {
+		return ""
+	}
+	return "; did you mean " + strings.Join(near, " or ") + "?"
 }
 
 // Intersperse lets flags follow positional arguments, as in

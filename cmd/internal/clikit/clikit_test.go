@@ -76,3 +76,17 @@ func TestPrintable(t *testing.T) {
 		t.Errorf("PrintableText: %q", got)
 	}
 }
+
+// An unknown command is bad usage (exit 2), and names the commands it
+// may have meant.
+func TestUnknownCommandIsBadUsage(t *testing.T) {
+	errw := new(bytes.Buffer)
+	app := &cli.App{Name: "x", Writer: new(bytes.Buffer), ErrWriter: errw,
+		Commands: []*cli.Command{{Name: "status", Action: func(*cli.Context) error { return nil }}}}
+	if code := Main(app, []string{"x", "stat"}); code != ExitUsage {
+		t.Fatalf("exit %d, want %d", code, ExitUsage)
+	}
+	if want := `x: "stat" is not a command of x; did you mean status? (see x --help)` + "\n"; errw.String() != want {
+		t.Errorf("said %q, want %q", errw.String(), want)
+	}
+}

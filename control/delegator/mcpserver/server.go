@@ -466,7 +466,7 @@ func (s *server) find(arg string) (*lease.Delegation, error) {
 	var amb *lease.AmbiguousError
 	switch {
 	case errors.Is(err, lease.ErrNotFound):
-		return nil, control.Errorf(control.CodeDeclined, "no delegation %s", arg).
+		return nil, control.Errorf(control.CodeNotFound, "no delegation %s", arg).
 			WithHint("delegate_status lists the delegations")
 	case errors.As(err, &amb):
 		return nil, control.Errorf(control.CodeDeclined, "%s", amb.Error()).WithHint("give more of the id")

@@ -189,12 +189,15 @@ func TestToolErrorsCarrySpecCodes(t *testing.T) {
 			args: map[string]any{"description": "d", "prompt": "p", "peer_url": peer, "workspace_dir": ws, "ttl_seconds": "soon"}},
 		{name: "no peer among several", tool: "delegate", code: control.CodeDeclined,
 			args: map[string]any{"description": "d", "prompt": "p", "workspace_dir": ws}},
-		{name: "unreachable peer", tool: "delegate", code: control.CodeDeclined,
+		// Not DECLINED: nobody refused; nobody answered.
+		{name: "unreachable peer", tool: "delegate", code: control.CodeSetupFailed,
 			args: map[string]any{"description": "d", "prompt": "p", "workspace_dir": ws, "peer_url": "http://127.0.0.1:1"}},
-		{name: "unknown delegation", tool: "delegate_output", code: control.CodeDeclined,
+		{name: "unknown delegation", tool: "delegate_output", code: control.CodeNotFound,
 			args: map[string]any{"delegation_id": "nope"}},
 		{name: "cancel without arguments", tool: "delegate_cancel", code: control.CodeDeclined, args: map[string]any{}},
-		{name: "status of an unknown delegation", tool: "delegate_status", code: control.CodeDeclined,
+		{name: "cancel of an unknown delegation", tool: "delegate_cancel", code: control.CodeNotFound,
+			args: map[string]any{"delegation_id": "nope"}},
+		{name: "status of an unknown delegation", tool: "delegate_status", code: control.CodeNotFound,
 			args: map[string]any{"delegation_id": "nope"}},
 	}
 	for _, tt := range tests {
