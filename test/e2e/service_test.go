@@ -115,6 +115,13 @@ func TestServiceFiles(t *testing.T) {
 	c := newCtl(t)
 	_, stop := c.serve("--config", filepath.Join(root, "dist/awcp-ctl.toml"), "--ssh-listen", "127.0.0.1:0", "--metrics-listen", freeAddr(t))
 	stop()
+	// The same file serves the other commands: a setting of serve's or
+	// export's is theirs, not an error.
+	for _, args := range [][]string{{"status"}, {"peers", "--browse-window", "100ms"}, {"prune"}} {
+		if r := c.run(append([]string{"--config", filepath.Join(root, "dist/awcp-ctl.toml")}, args...)...); r.code != 0 {
+			t.Errorf("awcp-ctl --config dist/awcp-ctl.toml %v: exit %d\n%s", args, r.code, r.stderr)
+		}
+	}
 
 	// make install, twice: the second keeps the edited settings.
 	dest := t.TempDir()

@@ -184,7 +184,7 @@ func Main(app *cli.App, args []string) int {
 	app.ExitErrHandler = func(*cli.Context, error) {} // exit codes are ours
 	app.Version = Version
 	oneLineUsageErrors(app.Name, app.Commands)
-	withConfig(app.Commands, commandNames(app.Commands))
+	withConfig(app.Commands, commandNames(app.Commands), flagNames(app.Commands, map[string]bool{}))
 	app.OnUsageError = usageError(app.Name)
 	if prof := os.Getenv("AWCP_CPUPROFILE"); prof != "" {
 		// For performance work: a CPU profile per process.

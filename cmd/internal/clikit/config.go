@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -23,9 +24,17 @@ import (
 //	work-root = "/var/lib/awcp/work"
 //	transports = ["sshfs", "archive"]
 //
-// A flag on the command line wins, then its environment variable, then
-// the file, then the default. A key that is no flag of the command is an
-// error, so a misspelt setting is never silently ignored.
+// A top-level key that is no flag of the command being run but is one of
+// another command of the program is left to that command (one file serves
+// `awcp-ctl export` and `awcp-ctl status` alike); a key that is no flag of
+// any command, or a key in a command's table that is none of its flags,
+// is an error, so a misspelt setting is never silently ignored. A flag
+// on the command line wins, then its environment variable, then the file,
+// then the default.
+//
+// Without --config (or $AWCP_CONFIG), $XDG_CONFIG_HOME/awcp/PROGRAM.toml
+// (~/.config/awcp/PROGRAM.toml) is read if it exists: where the README
+// and `make install` put it.
 
 // configFlag is the common --config.
 func configFlag() cli.Flag {
@@ -36,7 +45,7 @@ func configFlag() cli.Flag {
 // withConfig makes each command (and subcommand) read --config before its
 // action, and check its required flags after that, so that the file may
 // supply them (urfave/cli checks them before anything else runs).
-func withConfig(cmds []*cli.Command, all []string) {
+func withConfig(cmds []*cli.Command, all []string, flags map[string]bool) {
 	for _, cmd := range cmds {
 		var required []string
 		for _, f := range cmd.Flags {
@@ -47,7 +56,7 @@ func withConfig(cmds []*cli.Command, all []string) {
 		}
 		before := cmd.Before
 		cmd.Before = func(c *cli.Context) error {
-			if err := applyConfig(c, all); err != nil {
+			if err := applyConfig(c, all, flags); err != nil {
 				return err
 			}
 			for _, name := range required {
@@ -60,8 +69,39 @@ func withConfig(cmds []*cli.Command, all []string) {
 			}
 			return nil
 		}
-		withConfig(cmd.Subcommands, all)
+		withConfig(cmd.Subcommands, all, flags)
 	}
+}
+
+// flagNames is every flag name of cmds and their subcommands.
+func flagNames(cmds []*cli.Command, into map[string]bool) map[string]bool {
+	for _, cmd := range cmds {
+		for _, f := range cmd.Flags {
+			for _, n := range f.Names() {
+				into[n] = true
+			}
+		}
+		flagNames(cmd.Subcommands, into)
+	}
+	return into
+}
+
+// defaultConfig is the settings file read without --config: the user's,
+// if there is one.
+func defaultConfig(program string) string {
+	dir := os.Getenv("XDG_CONFIG_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return ""
+		}
+		dir = filepath.Join(home, ".config")
+	}
+	file := filepath.Join(dir, "awcp", program+".toml")
+	if _, err := os.Stat(file); err != nil {
+		return ""
+	}
+	return file
 }
 
 // commandNames lists every command name of an app, for telling a table
@@ -84,9 +124,15 @@ var borrowed = map[string]string{}
 // win, and are still checked strictly).
 func SettingsOf(command, other string) { borrowed[command] = other }
 
-func applyConfig(c *cli.Context, commands []string) error {
+func applyConfig(c *cli.Context, commands []string, flags map[string]bool) error {
+	if c.Command == nil {
+		return nil
+	}
 	file := flag(c, "config")
-	if file == "" || c.Command == nil {
+	if file == "" {
+		file = defaultConfig(c.App.Name)
+	}
+	if file == "" {
 		return nil
 	}
 	var doc map[string]any
@@ -107,8 +153,8 @@ func applyConfig(c *cli.Context, commands []string) error {
 		}
 	}
 	for k, v := range doc {
-		if _, table := v.(map[string]any); !table {
-			settings[k] = v
+		if _, table := v.(map[string]any); !table && (hasFlag(c.Command, k) || !flags[k] || k == "config") {
+			settings[k] = v // the command's own, or no command's: refused below
 		}
 	}
 	for k, v := range doc {

@@ -157,3 +157,32 @@ func TestConfigBorrowedTable(t *testing.T) {
 		t.Fatalf("work-root %q (want serve's), listen %q (want doctor's own)", root, listen)
 	}
 }
+
+// One file serves every command: a top-level key another command takes
+// is left to it, not refused; and the user's file is read without
+// --config, from where the README installs it.
+func TestConfigSharedAndDefault(t *testing.T) {
+	unsetenv(t, "X_WORK_ROOT")
+	unsetenv(t, "AWCP_CONFIG")
+	text := "work-root = \"/w\"\nname = \"shared\"\n"
+	statusRan := false
+	var got seen
+	app, errw := configApp(&got)
+	app.Commands[1].Action = func(*cli.Context) error { statusRan = true; return nil }
+	if code := Main(app, []string{"x", "--config", writeConfig(t, text), "status"}); code != 0 || !statusRan {
+		t.Fatalf("status with a file of serve's settings at the top: exit %d: %s", code, errw)
+	}
+
+	xdg := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", xdg)
+	if err := os.MkdirAll(filepath.Join(xdg, "awcp"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(xdg, "awcp", "x.toml"), []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	app, errw = configApp(&got)
+	if code := Main(app, []string{"x", "serve"}); code != 0 || got.root != "/w" || got.name != "shared" {
+		t.Fatalf("without --config, the user's file was not read: exit %d, %+v: %s", code, got, errw)
+	}
+}
