@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
 
@@ -24,33 +23,8 @@ func policyFlags() []cli.Flag {
 			Usage: "a pattern of paths not to lend, matched anywhere in the directory (\"*.pem\", \".env*\", \"config/secrets.json\"); repeatable; added to the defaults"},
 		&cli.BoolFlag{Name: "no-hide-defaults", Usage: "lend what the default hide patterns keep back: " + strings.Join(delegator.DefaultHide, " ")},
 		&cli.BoolFlag{Name: "no-delete", EnvVars: []string{"AWCP_NO_DELETE"}, Usage: "nothing of yours goes away: no remove, rename, replace or truncation of what was there before; the agent's own files excepted"},
-		&cli.StringFlag{Name: "max-write-bytes", EnvVars: []string{"AWCP_MAX_WRITE_BYTES"},
-			Usage: "bound what the executor writes over the live mount, e.g. 500M (K, M, G: powers of 1024)"},
+		clikit.BytesFlag("max-write-bytes", 0, "bound what the executor writes over the live mount, e.g. 500M (K, M, G: powers of 1024)", "AWCP_MAX_WRITE_BYTES"),
 	}
-}
-
-// parseBytes reads a byte count with an optional K, M or G suffix.
-func parseBytes(s string) (int64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	mult := int64(1)
-	switch strings.ToUpper(s[len(s)-1:]) {
-	case "K":
-		mult = 1 << 10
-	case "M":
-		mult = 1 << 20
-	case "G":
-		mult = 1 << 30
-	}
-	if mult > 1 {
-		s = s[:len(s)-1]
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 {
-		return 0, clikit.UsageError("--max-write-bytes %q: want a number of bytes, e.g. 1048576 or 500M", s)
-	}
-	return n * mult, nil
 }
 
 // auditLine is one operation as the audit command prints it.

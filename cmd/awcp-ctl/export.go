@@ -60,9 +60,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 				Transport: c.String("transport"), Token: token, Dialect: c.String("dialect"),
 				Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"), NoDelete: c.Bool("no-delete"),
 			}
-			if req.MaxWriteBytes, err = parseBytes(c.String("max-write-bytes")); err != nil {
-				return err
-			}
+			req.MaxWriteBytes = clikit.Bytes(c, "max-write-bytes")
 			if abs, err := filepath.Abs(req.Dir); err == nil {
 				req.Dir = abs
 			}
@@ -106,6 +104,8 @@ func exportWait(ctx context.Context, c *cli.Context, e *env, req delegator.Expor
 	dlg, err := e.delegator(func(id string, ev *control.Event) {
 		bar.done()
 		switch {
+		case ev.Type == delegator.EventNote:
+			fmt.Fprintf(errw, "awcp: %s\n", clikit.PrintableText(ev.Message))
 		case ev.Type == control.EventStatus && ev.Status == control.StatusRunning:
 			fmt.Fprintf(errw, "awcp: executor is running the task\n")
 		case ev.Type == control.EventStatus:

@@ -77,10 +77,7 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 			e.log.Warn("peer offline at start", "peer", p.URL, "err", p.Err)
 		}
 	}
-	maxWrite, err := parseBytes(c.String("max-write-bytes"))
-	if err != nil {
-		return err
-	}
+	maxWrite := clikit.Bytes(c, "max-write-bytes")
 	chain, err := callChain()
 	if err != nil {
 		return err

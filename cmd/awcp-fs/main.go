@@ -80,8 +80,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 			clikit.DurationFlag("start-timeout", 2*time.Minute, "how long an accepted INVITE waits for START", "AWCP_START_TIMEOUT"),
 			&cli.StringSliceFlag{Name: "transports", EnvVars: []string{"AWCP_TRANSPORTS"}, Value: cli.NewStringSlice("sshfs", "archive"),
 				Usage: "transports offered, preferred first: sshfs (live mount) and/or archive"},
-			&cli.Int64Flag{Name: "max-workspace-bytes", EnvVars: []string{"AWCP_MAX_WORKSPACE_BYTES"}, Value: 1 << 30,
-				Usage: "most bytes an archive workspace may expand to (zip bombs stop here)"},
+			clikit.BytesFlag("max-workspace-bytes", 1<<30, "most bytes an archive workspace may expand to, e.g. 500M or 2G (zip bombs stop here)", "AWCP_MAX_WORKSPACE_BYTES"),
 			clikit.DurationFlag("keepalive", 15*time.Second, "interval of SSE keep-alive comments", "AWCP_KEEPALIVE"),
 			clikit.DurationFlag("reconnect-bound", 30*time.Second, "how long a call on a live mount waits for an unreachable delegator, from the call, before it fails with EIO", "AWCP_RECONNECT_BOUND"),
 			knownHostsFlag, insecureHostKeyFlag,
@@ -154,7 +153,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 				KnownHosts: c.String("known-hosts"), InsecureAcceptHostKey: c.Bool("insecure-accept-host-key")})
 		case control.TransportArchive:
 			transports = append(transports, &executor.ArchiveExecutor{
-				Limits: archive.Limits{MaxBytes: c.Int64("max-workspace-bytes")},
+				Limits: archive.Limits{MaxBytes: clikit.Bytes(c, "max-workspace-bytes")},
 			})
 		default:
 			return clikit.UsageError("--transports takes sshfs and/or archive, not %q", name)

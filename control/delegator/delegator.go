@@ -265,6 +265,18 @@ func lent(del *lease.Delegation) control.Lent {
 		PeerAgentID: del.PeerAgentID, PeerKey: del.PeerKey}
 }
 
+// EventNote is the type of the events Options.Progress gets for what
+// this delegator itself has to say of a delegation as it happens (a
+// transport chosen or fallen back from); never an executor's.
+const EventNote = "note"
+
+// note tells Options.Progress what this delegator did for delegation id.
+func (d *Delegator) note(id, msg string) {
+	if d.opts.Progress != nil {
+		d.opts.Progress(id, &control.Event{DelegationID: id, Type: EventNote, Message: msg})
+	}
+}
+
 // Run drives delegation id until it ends or ctx is done, and returns the
 // final record. If ctx ends first the delegation is left as it is, for a
 // later Run (by a daemon, say) to pick up.
@@ -404,9 +416,7 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 			}); err != nil {
 				return nil, err
 			}
-			if d.opts.Progress != nil {
-				d.opts.Progress(id, &control.Event{Type: control.EventStatus, Status: control.StatusProgress, Message: note})
-			}
+			d.note(id, note)
 			d.log.Info("live mount in reverse", "delegation", id, "why", note)
 			del.Connect = connect
 		}
@@ -428,6 +438,7 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 		if err != nil {
 			return nil, err
 		}
+		d.note(id, note) // now, not only at the end
 		inv.Requirements.Transport, inv.Requirements.Connect = control.TransportArchive, ""
 		acc, err = pc.Invite(ctx, inv)
 	}

@@ -161,6 +161,10 @@ func TestExportErrorCodes(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.stdout, "fell back to archive") || !strings.Contains(r.stdout, "(archive, rw)") {
 			t.Fatalf("%d\n%s%s", r.code, r.stdout, r.stderr)
 		}
+		// Said as it happens, before the task runs, not only at the end.
+		if i, j := strings.Index(r.stderr, "awcp: transport auto: the executor cannot mount"), strings.Index(r.stderr, "executor is running the task"); i < 0 || j < i {
+			t.Errorf("the fallback was not said before the task ran:\n%s", r.stderr)
+		}
 	})
 	t.Run("TASK_FAILED", func(t *testing.T) {
 		r := failCase(t, c, sampleWorkspace(t), control.CodeTaskFailed, "--peer", failing.url, "--prompt", "p")
@@ -170,7 +174,7 @@ func TestExportErrorCodes(t *testing.T) {
 		failing.workRootEmpty(t)
 	})
 	t.Run("unreachable executor", func(t *testing.T) {
-		failCase(t, c, sampleWorkspace(t), control.CodeDeclined, "--peer", "http://127.0.0.1:1", "--prompt", "p")
+		failCase(t, c, sampleWorkspace(t), control.CodeSetupFailed, "--peer", "http://127.0.0.1:1", "--prompt", "p")
 	})
 	t.Run("bad flags", func(t *testing.T) {
 		r := c.run("export", "--peer", x.url)

@@ -40,3 +40,21 @@ func TestDurationFlag(t *testing.T) {
 		}
 	}
 }
+
+// Every size flag takes 500M as --max-write-bytes always did, shows its
+// default the same way, and refuses what is not a size in one line.
+func TestBytesFlag(t *testing.T) {
+	for in, want := range map[string]int64{"500M": 500 << 20, "2G": 2 << 30, "64k": 64 << 10, "10MiB": 10 << 20, "1048576": 1 << 20, "0": 0} {
+		if got, err := ParseBytes(in); err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"lots", "-1", "5T", "9999999999G"} {
+		if _, err := ParseBytes(bad); err == nil || !strings.Contains(err.Error(), bytesForm) {
+			t.Errorf("ParseBytes(%q): %v", bad, err)
+		}
+	}
+	if HumanBytes(1<<30) != "1G" || HumanBytes(1500) != "1500" || HumanBytes(3<<20) != "3M" {
+		t.Errorf("HumanBytes: %s %s %s", HumanBytes(1<<30), HumanBytes(1500), HumanBytes(3<<20))
+	}
+}
