@@ -26,6 +26,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 		EnableBashCompletion: true,
 		Commands: []*cli.Command{
 			exportCommand(ctx),
+			lendCommand(ctx),
 			statusCommand(),
 			outputCommand(ctx),
 			logsCommand(ctx),

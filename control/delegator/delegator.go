@@ -607,7 +607,7 @@ func (d *Delegator) end(id string, ev lease.Event, pe *control.ProtocolError) er
 		return err
 	}
 	d.log.Info("delegation ended", "delegation", id, "state", del.State)
-	if len(del.Transitions) > 1 { // it was invited: the executor may hold it
+	if len(del.Transitions) > 1 && !ByHand(del) { // it was invited: the executor may hold it
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if ev == lease.Cancel {
 			err = d.peer(del).Cancel(ctx, id)

@@ -103,3 +103,70 @@ func TestMountByHand(t *testing.T) {
 		})
 	}
 }
+
+// TestLendByHand follows the README's way to mount by hand: `awcp-ctl
+// lend` writes a START and serves the live mount; `awcp-fs mount --start`
+// mounts it; writes land in the lent directory and are audited; Ctrl-C on
+// lend ends the lease, and the mount with it.
+func TestLendByHand(t *testing.T) {
+	c := newCtl(t)
+	ws := sampleWorkspace(t)
+	startFile := filepath.Join(t.TempDir(), "START.json")
+	lend := c.start("lend", ws, "--start-file", startFile, "--ttl", "10m", "--ssh-listen", "127.0.0.1:0")
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if fi, err := os.Stat(startFile); err == nil && fi.Size() > 0 {
+			if fi.Mode().Perm() != 0o600 {
+				t.Fatalf("START written with mode %v", fi.Mode().Perm())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lend wrote no START:\n%s", lend.stderr.String())
+		}
+	}
+	mnt := t.TempDir()
+	mount := exec.Command(filepath.Join(binDir, "awcp-fs"), "mount", "--start", startFile, mnt)
+	stdout, _ := mount.StdoutPipe()
+	var mountErr strings.Builder
+	mount.Stderr = &mountErr
+	if err := mount.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { mount.Process.Kill(); mount.Wait() }()
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || !strings.Contains(line, "mounted") {
+		t.Fatalf("no mount: %q %v\n%s\nlend:\n%s", line, err, mountErr.String(), lend.stderr.String())
+	}
+	go io.Copy(io.Discard, stdout)
+	if b, err := os.ReadFile(filepath.Join(mnt, "README.md")); err != nil || string(b) != "# sample\n" {
+		t.Fatalf("read through the mount: %q %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "by-hand.txt"), []byte("hand\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "by-hand.txt")); string(b) != "hand\n" {
+		t.Fatalf("the write did not reach the lent directory: %q", b)
+	}
+	if d := c.status(); len(d) != 1 || d[0].State != "running" {
+		t.Fatalf("status while lent: %+v", d)
+	}
+
+	lend.Process.Signal(syscall.SIGINT)
+	lend.Wait()
+	done := make(chan error, 1)
+	go func() { done <- mount.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("awcp-fs mount did not end with the lease:\n%s", mountErr.String())
+	}
+	if mountinfo.IsMountpoint(mnt) {
+		t.Fatal("still mounted after the lease ended")
+	}
+	out := lend.stdout.String()
+	if !strings.Contains(out, "A by-hand.txt") || !strings.Contains(out, "audit: ") {
+		t.Errorf("lend's report lacks the change and the audit:\n%s%s", out, lend.stderr.String())
+	}
+	if d := c.status(); len(d) != 1 || d[0].State != "cancelled" {
+		t.Errorf("status after Ctrl-C: %+v", d)
+	}
+}
