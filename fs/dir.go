@@ -36,17 +36,32 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	return &dirHandle{node: n, l: l}, 0, 0
 }
 
+// dots is how many entries a listing has before the directory's own:
+// "." and "..", which ls -a, find and shells expect, as on any disk.
+const dots = 2
+
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
-	if d.pos >= len(d.l.entries) {
+	switch {
+	case d.pos == 0:
+		d.pos++
+		return &fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Ino: d.node.StableAttr().Ino, Off: uint64(d.pos)}, 0
+	case d.pos == 1:
+		d.pos++
+		parent := d.node.EmbeddedInode()
+		if _, p := parent.Parent(); p != nil {
+			parent = p
+		}
+		return &fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Ino: parent.StableAttr().Ino, Off: uint64(d.pos)}, 0
+	case d.pos-dots >= len(d.l.entries):
 		return nil, 0
 	}
-	e := d.l.entries[d.pos]
+	e := d.l.entries[d.pos-dots]
 	d.pos++
 	return &fuse.DirEntry{Name: e.Name, Mode: e.Attrs.Mode, Off: uint64(d.pos)}, 0
 }
 
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
-	if off > uint64(len(d.l.entries)) {
+	if off > uint64(len(d.l.entries)+dots) {
 		return syscall.EINVAL
 	}
 	d.pos = int(off)

@@ -447,6 +447,9 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
 		NegativeTimeout: &neg,
+		// Not 0, which stat(2) callers take for "no inode" (ls -i prints
+		// "?"); children get go-fuse's numbers, far above it.
+		RootStableAttr: &fs.StableAttr{Ino: 1},
 	}, opts.Metrics, func(raw fuse.RawFileSystem) fuse.RawFileSystem {
 		raw = negatives{raw, fsys}
 		if opts.ReadOnly {

@@ -81,7 +81,7 @@ func TestShellCompletion(t *testing.T) {
 		want  string
 	}{
 		{"awcp-ctl", []string{"ex"}, "export"},
-		{"awcp-ctl", []string{"p"}, "permit peers"},
+		{"awcp-ctl", []string{"p"}, "prune permit peers"},
 		{"awcp-ctl", []string{"export", "--tt"}, "--ttl"},
 		{"awcp-ctl", []string{"peers", "--w"}, "--watch"},
 		{"awcp-fs", []string{"se"}, "serve"},
