@@ -35,6 +35,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 			permitCommand(),
 			auditCommand(ctx),
 			serveCommand(ctx),
+			stopCommand(),
 			mcpCommand(ctx),
 			peersCommand(ctx),
 			doctorCommand(ctx),

@@ -121,6 +121,19 @@ func watchPeers(ctx context.Context, c *cli.Context, b *discovery.Browser) error
 	w := c.App.Writer
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
+	// What the book remembers is not news: a peer online now would show
+	// offline first. Print from the first round's answers on.
+	for b.Rounds() == 0 {
+		changed := b.Changed()
+		if b.Rounds() > 0 {
+			break
+		}
+		select {
+		case <-changed:
+		case err := <-done:
+			return err
+		}
+	}
 	last := map[string]string{}
 	for {
 		changed := b.Changed()

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -18,6 +20,8 @@ func serveCommand(ctx context.Context) *cli.Command {
 		Usage: "run the delegator daemon: leases, expiry, background delegations, the local API",
 		Flags: append(append(clikit.CommonFlags(), sshFlags()...), clikit.MetricsListenFlag()),
 		Action: func(c *cli.Context) error {
+			ctx, stop := context.WithCancel(ctx) // ends on a signal, or `awcp-ctl stop`
+			defer stop()
 			e, err := openEnvAs(c, true)
 			if err != nil {
 				return err
@@ -46,7 +50,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 			if err != nil {
 				return err
 			}
-			srv := &delegator.LocalServer{Delegator: dlg}
+			srv := &delegator.LocalServer{Delegator: dlg, Stop: stop}
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() { defer wg.Done(); dlg.RunScheduler(ctx) }()
@@ -54,6 +58,37 @@ func serveCommand(ctx context.Context) *cli.Command {
 			err = srv.Serve(ctx, e.socket())
 			wg.Wait()
 			return err
+		},
+	}
+}
+
+// stopCommand stops the daemon `export --background` (or anyone) started.
+func stopCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "stop",
+		Usage: "stop the daemon (awcp-ctl serve) of this state dir; its delegations run on, and it takes them over when started again",
+		Flags: clikit.CommonFlags(),
+		Action: func(c *cli.Context) error {
+			state, err := clikit.StateDir(c)
+			if err != nil {
+				return err
+			}
+			sock := filepath.Join(state, "ctl.sock")
+			daemon, running := delegator.DialLocal(sock)
+			if !running {
+				fmt.Fprintf(c.App.Writer, "no daemon runs for %s\n", state)
+				return nil
+			}
+			if err := daemon.Stop(); err != nil {
+				return err
+			}
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				if _, running := delegator.DialLocal(sock); !running {
+					fmt.Fprintf(c.App.Writer, "stopped the daemon of %s\n", state)
+					return nil
+				}
+			}
+			return fmt.Errorf("the daemon of %s was asked to stop and still runs after 30s", state)
 		},
 	}
 }

@@ -23,7 +23,9 @@ import (
 // LocalServer serves the local API of an `awcp-ctl serve` daemon.
 type LocalServer struct {
 	Delegator *Delegator
-	wg        sync.WaitGroup // delegations started through the API
+	// Stop, if set, ends the daemon: `awcp-ctl stop` asks for it.
+	Stop func()
+	wg   sync.WaitGroup // delegations started through the API
 }
 
 // Serve accepts on the unix socket at path until ctx is done, then waits for
@@ -44,6 +46,14 @@ func (s *LocalServer) Serve(ctx context.Context, path string) error {
 		httpserve.WriteJSON(w, http.StatusOK, map[string]any{"ok": true, "pid": os.Getpid()})
 	})
 	mux.HandleFunc("POST /v1/delegations", func(w http.ResponseWriter, r *http.Request) { s.create(ctx, w, r) })
+	mux.HandleFunc("POST /v1/stop", func(w http.ResponseWriter, r *http.Request) {
+		if s.Stop == nil {
+			httpserve.WriteJSON(w, http.StatusNotImplemented, localError(errors.New("this daemon cannot be stopped so")))
+			return
+		}
+		httpserve.WriteJSON(w, http.StatusOK, map[string]any{"ok": true, "pid": os.Getpid()})
+		s.Stop()
+	})
 	mux.HandleFunc("POST /v1/delegations/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
 		del, err := s.Delegator.Cancel(r.Context(), r.PathValue("id"))
 		if err != nil {
@@ -155,6 +165,10 @@ func DialLocal(path string) (*LocalClient, bool) {
 	return c, resp.StatusCode == http.StatusOK
 }
 
+// Stop asks the daemon to stop: it stops following its delegations (they
+// stay in the store, and run on at their executors) and exits.
+func (c *LocalClient) Stop() error { return c.post("/v1/stop", nil, nil) }
+
 func (c *LocalClient) post(path string, body, out any) error {
 	data, _ := json.Marshal(body)
 	resp, err := c.http.Post("http://awcp"+path, "application/json", bytes.NewReader(data))
@@ -169,6 +183,9 @@ func (c *LocalClient) post(path string, body, out any) error {
 			return &control.ProtocolError{Code: m.Code, Message: m.Message, Hint: m.Hint}
 		}
 		return fmt.Errorf("daemon answered HTTP %d", resp.StatusCode)
+	}
+	if out == nil {
+		return nil
 	}
 	return json.Unmarshal(raw, out)
 }

@@ -208,6 +208,9 @@ func (b *Browser) Round(ctx context.Context) error {
 		Entries: entries, DisableIPv6: true, Logger: mdnsLogger(b.Logger),
 	})
 	close(entries)
+	if qerr != nil && strings.Contains(qerr.Error(), "failed to bind") {
+		qerr = fmt.Errorf("%w: no network interface here takes IPv4 multicast (discovery needs one: a default route, or `ip route add 224.0.0.0/4 dev IFACE`); or name the executor by its URL, --peer http://HOST:10200", qerr)
+	}
 	now := time.Now()
 	nets, err := hostNets()
 	if err != nil {

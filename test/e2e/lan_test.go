@@ -325,6 +325,14 @@ func TestLANDiscovery(t *testing.T) {
 	if !strings.Contains(r.stdout, "offline: withdrawn") || !strings.Contains(r.stdout, "offline: not answering") {
 		t.Fatalf("peers shows:\n%s", r.stdout)
 	}
+
+	// A new watch starts from what answers now, not from the book: b,
+	// back, is online in its first line about it.
+	b.serve(t, "true")
+	ev = d.watch(t).await(t, 10*time.Second, "b's first line in a new watch", func(ev peerEvent) bool { return ev.Peer.Name == "b" })
+	if !ev.Peer.Online {
+		t.Fatalf("a new watch first showed b, which answers, as %+v", ev.Peer)
+	}
 }
 
 // nestingAgent is an agent that delegates on. Its prompt is "leaf", or

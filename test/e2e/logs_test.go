@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A delegation handed to the daemon can be followed: `awcp-ctl logs -f`
@@ -49,4 +50,33 @@ func TestFollowABackgroundDelegation(t *testing.T) {
 	if r := c.run("logs", "no-such-id"); r.code != 1 || !strings.Contains(r.stderr, "NOT_FOUND: no delegation no-such-id") {
 		t.Errorf("logs of an unknown id: exit %d %s", r.code, r.stderr)
 	}
+}
+
+// The daemon `export --background` started can be stopped by a command;
+// its delegation runs on at the executor, and the daemon started again
+// takes it over to its end.
+func TestStopTheDaemon(t *testing.T) {
+	x := startExecutor(t, `sleep 3; echo done > stopped.txt`)
+	c := newCtl(t)
+	ws := sampleWorkspace(t)
+	r := c.run("export", ws, "--peer", x.url, "--prompt", "p", "--background", "--transport", "archive")
+	if r.code != 0 {
+		t.Fatalf("export --background: %d %s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	c.waitState(id, "running")
+	if r := c.run("stop"); r.code != 0 || !strings.HasPrefix(r.stdout, "stopped the daemon of ") {
+		t.Fatalf("stop: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	if c.signalDaemon(0) != 0 {
+		t.Fatal("the daemon still runs after stop")
+	}
+	if r := c.run("stop"); r.code != 0 || !strings.HasPrefix(r.stdout, "no daemon runs") {
+		t.Errorf("stop with none running: exit %d %q", r.code, r.stdout)
+	}
+	if d := c.status(); len(d) != 1 || d[0].State != "running" {
+		t.Fatalf("the delegation after the daemon stopped: %+v", d)
+	}
+	c.serve()
+	c.waitStateWithin(id, "completed", 30*time.Second)
 }

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -90,5 +92,20 @@ func TestNewcomerErrors(t *testing.T) {
 	}
 	if r := c.run("cancel", "0000dead"); r.code != 1 || !strings.Contains(r.stderr, "NOT_FOUND: no delegation 0000dead") {
 		t.Errorf("cancel of an unknown id: exit %d %s", r.code, r.stderr)
+	}
+}
+
+// `peers` on a host where no interface takes multicast says what to do,
+// in a network namespace with nothing but loopback.
+func TestPeersWithoutMulticastSaysWhy(t *testing.T) {
+	ns := fmt.Sprintf("awcp-nomc-%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	cmd := exec.Command("ip", "netns", "exec", ns, filepath.Join(binDir, "awcp-ctl"), "--state-dir", t.TempDir(), "peers", "--browse-window", "300ms")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no network interface here takes IPv4 multicast") || !strings.Contains(string(out), "--peer http://HOST:10200") {
+		t.Fatalf("peers without multicast: %v\n%s", err, out)
 	}
 }

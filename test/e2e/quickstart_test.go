@@ -169,3 +169,26 @@ func unmountBeneath(dir string) {
 		}
 	}
 }
+
+// TestDemo runs `make demo`'s script: the delegation completes, the
+// workspace shows the agent's changes, the audit it points to is shown
+// before the demo's state goes, and nothing of it is left behind.
+func TestDemo(t *testing.T) {
+	_, port, _ := strings.Cut(freeAddr(t), ":")
+	tmp := t.TempDir()
+	cmd := exec.Command("sh", "demo/run.sh")
+	cmd.Env = append(os.Environ(), "BIN="+binDir, "AWCP_DEMO_PORT="+port, "TMPDIR="+tmp)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the demo failed: %v\n%s", err, out)
+	}
+	for _, want := range []string{"A test/greet_test.sh", "D TODO.txt", "-rwxr-xr-x ./src/greet.sh",
+		"== what the executor did, operation by operation: awcp-ctl audit ", "remove  TODO.txt"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the demo's output lacks %q:\n%s", want, out)
+		}
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("the demo left %v behind", left)
+	}
+}

@@ -5,7 +5,7 @@
 set -eu
 BIN=${BIN:-$(pwd)/bin}
 HERE=$(cd "$(dirname "$0")" && pwd)
-TMP=$(mktemp -d /tmp/awcp-demo.XXXXXX)
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/awcp-demo.XXXXXX")
 PORT=${AWCP_DEMO_PORT:-10299}
 cleanup() {
 	[ -n "${EXEC_PID:-}" ] && kill "$EXEC_PID" 2>/dev/null && wait "$EXEC_PID" 2>/dev/null
@@ -35,3 +35,11 @@ echo "== delegating: awcp-ctl export workspace --peer http://127.0.0.1:$PORT"
 
 echo "== workspace after:"
 (cd "$TMP/workspace" && find . -type f | sort | xargs ls -l | awk '{print "   " $1, $NF}')
+
+# The hint above names `awcp-ctl audit`; the demo's state goes with it, so
+# here is what it shows: every operation the executor made, as recorded by
+# the delegator's SSH server.
+ID=$("$BIN/awcp-ctl" --state-dir "$TMP/delegator-state" status --json | sed -n 's/^    "id": "\(.*\)",$/\1/p' | head -n 1)
+echo "== what the executor did, operation by operation: awcp-ctl audit $ID"
+"$BIN/awcp-ctl" --state-dir "$TMP/delegator-state" audit "$ID" | sed 's/^/   /'
+echo "== (the demo removes its state now; outside the demo, audit and status keep working after the run)"
