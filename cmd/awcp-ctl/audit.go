@@ -74,14 +74,7 @@ func auditCommand(ctx context.Context) *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per operation"},
 		),
 		Action: func(c *cli.Context) error {
-			if c.Args().Len() != 1 {
-				return clikit.UsageError("audit takes one delegation id")
-			}
-			e, err := openEnv(c)
-			if err != nil {
-				return err
-			}
-			d, err := e.resolve(c.Args().First())
+			e, d, err := openDelegation(c)
 			if err != nil {
 				return err
 			}

@@ -189,6 +189,20 @@ func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err er
 }
 
 // resolve finds a delegation by id or unique id prefix.
+// openDelegation opens the state dir for a command whose one argument is
+// a delegation id, and finds that delegation.
+func openDelegation(c *cli.Context) (*env, *lease.Delegation, error) {
+	if c.Args().Len() != 1 {
+		return nil, nil, clikit.UsageError("%s takes exactly one delegation id", c.Command.Name)
+	}
+	e, err := openEnv(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := e.resolve(c.Args().First())
+	return e, d, err
+}
+
 func (e *env) resolve(arg string) (*lease.Delegation, error) {
 	if arg == "" {
 		return nil, clikit.UsageError("a delegation id is required")

@@ -27,14 +27,7 @@ func logsCommand(ctx context.Context) *cli.Command {
 			&cli.BoolFlag{Name: "timestamps", Usage: "prefix each line with the time the executor sent it"},
 		),
 		Action: func(c *cli.Context) error {
-			if c.Args().Len() != 1 {
-				return clikit.UsageError("logs takes exactly one delegation id")
-			}
-			e, err := openEnv(c)
-			if err != nil {
-				return err
-			}
-			d, err := e.resolve(c.Args().First())
+			e, d, err := openDelegation(c)
 			if err != nil {
 				return err
 			}
