@@ -1,0 +1,469 @@
+package acp
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	acpsdk "github.com/coder/acp-go-sdk"
+
+	"github.com/awcp/awcp/control/executor/agent"
+)
+
+// A session delegation (docs/acp-sessions.md) lends a directory for an
+// ACP session an editor holds with the executor's agent, through the
+// delegator's gateway (`awcp-ctl acp`): as many turns as the editor sends,
+// one agent process, the agent's own session kept between them. Here the
+// executor relays ACP between the gateway's channel and the agent, and
+// routes the agent's callbacks as seed 001's table says:
+//
+//	session/update, session/request_permission   → the editor
+//	fs/read_text_file, fs/write_text_file        → the editor if it declared them, else here, in the mount
+//	terminal/*                                   → here, in the mount, confined as for a task
+//
+// Paths are translated both ways between the work dir and the editor's
+// project directory (session/new's cwd); a file callback naming a path
+// outside the work dir is refused here and never reaches the editor.
+// The agent is initialized once, with every capability this executor can
+// serve, so that it need not be told again whichever way a callback goes.
+
+// agentInitID is the id of the relay's own initialize request.
+const agentInitID = `"awcp-initialize"`
+
+// Session runs the agent for session delegation t, relaying the first
+// channel that arrives on channels, until the channel closes (the
+// editor's session is over: the task is done), ctx ends (cancel,
+// expiry: ErrKilled), or no channel comes within wait.
+func (w Worker) Session(ctx context.Context, t agent.Task, h agent.Hooks, channels <-chan io.ReadWriteCloser, wait time.Duration) (*agent.Result, error) {
+	w = w.withDefaults()
+	log := w.Logger.With("delegation", t.DelegationID)
+	askCtx, endAsks := context.WithCancel(context.Background())
+	defer endAsks()
+	c, err := newClient(askCtx, t, w.AllowExec, h, log)
+	if err != nil {
+		return nil, err
+	}
+	defer c.releaseAll()
+	proc, err := agent.Start(t, w.Command, nil)
+	if err != nil {
+		return nil, fmt.Errorf("ACP agent: %w", err)
+	}
+	if h.Started != nil {
+		h.Started(proc.Pgid)
+	}
+	stderr := &agent.Tail{Max: stderrTailBytes}
+	stderrDone := make(chan struct{})
+	go func() {
+		defer close(stderrDone)
+		sc := bufio.NewScanner(io.TeeReader(proc.Stderr, stderr))
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for sc.Scan() {
+			log.Info("agent stderr", "line", sc.Text())
+		}
+	}()
+	stop := func() {
+		proc.Stdin.Close()
+		proc.Stop(w.KillGrace)
+		proc.Stdout.Close()
+		select {
+		case <-stderrDone:
+		case <-time.After(time.Second):
+		}
+		proc.Stderr.Close()
+		<-stderrDone
+	}
+
+	r := &relay{c: c, log: log, agent: newRPCConn(proc.Stdout, proc.Stdin), workDir: c.workDir, readOnly: c.readOnly,
+		toAgent: map[string]json.RawMessage{}, toEditor: map[string]json.RawMessage{}}
+	initCtx, cancelInit := context.WithTimeout(ctx, wait)
+	err = r.initialize(initCtx, w.AllowExec)
+	cancelInit()
+	if err != nil {
+		stop()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", agent.ErrKilled, context.Cause(ctx))
+		}
+		return &agent.Result{Failed: "the ACP agent did not initialize: " + err.Error(), StderrTail: strings.TrimSpace(stderr.String())}, nil
+	}
+
+	var ch io.ReadWriteCloser
+	select {
+	case ch = <-channels:
+	case <-ctx.Done():
+		stop()
+		return nil, fmt.Errorf("%w: %w", agent.ErrKilled, context.Cause(ctx))
+	case <-time.After(wait):
+		stop()
+		return &agent.Result{Failed: fmt.Sprintf("no editor connected to the session within %s", wait)}, nil
+	}
+	log.Info("session channel connected")
+	r.editor = newRPCConn(ch, ch)
+	ended := make(chan error, 2)
+	go func() { ended <- r.fromEditor() }()
+	go func() { ended <- r.fromAgent() }()
+	var end error
+	killed, running := false, 2
+	select {
+	case end = <-ended:
+		running--
+	case <-ctx.Done():
+		killed = true
+	}
+	ch.Close()
+	stop()
+	endAsks()
+	for ; running > 0; running-- {
+		<-ended
+	}
+	r.wg.Wait() // callbacks served here: they answered, or failed on the closed pipe
+	if killed {
+		return nil, fmt.Errorf("%w: %w", agent.ErrKilled, context.Cause(ctx))
+	}
+	res := &agent.Result{Summary: c.summary(), StderrTail: strings.TrimSpace(stderr.String())}
+	if end != nil && !errors.Is(end, io.EOF) && !errors.Is(end, errEditorGone) {
+		log.Info("session ended", "err", end)
+	}
+	if errors.Is(end, errAgentGone) {
+		res.Failed = "the ACP agent ended the session: it exited"
+		if res.StderrTail != "" {
+			res.Failed += "; stderr: " + res.StderrTail
+		}
+	}
+	return res, nil
+}
+
+func (w Worker) withDefaults() Worker {
+	if w.CancelGrace <= 0 {
+		w.CancelGrace = 5 * time.Second
+	}
+	if w.KillGrace <= 0 {
+		w.KillGrace = 2 * time.Second
+	}
+	if w.Logger == nil {
+		w.Logger = slog.Default()
+	}
+	return w
+}
+
+var (
+	errEditorGone = errors.New("the editor's channel closed")
+	errAgentGone  = errors.New("the agent's output ended")
+)
+
+// relay is one session's two ends and what it must remember to route
+// between them.
+type relay struct {
+	c        *client
+	log      *slog.Logger
+	agent    *rpcConn
+	editor   *rpcConn
+	workDir  string
+	readOnly bool
+	wg       sync.WaitGroup // callbacks being served here
+
+	mu         sync.Mutex
+	agentInit  json.RawMessage            // the agent's initialize result
+	editorCaps acpsdk.ClientCapabilities  // what the editor declared
+	editorCwd  string                     // session/new's cwd: the work dir's name at the editor
+	next       int                        // our request ids
+	toAgent    map[string]json.RawMessage // our id → the editor's, for requests sent to the agent
+	toEditor   map[string]json.RawMessage // our id → the agent's, for callbacks sent to the editor
+}
+
+// initialize initializes the agent with every capability this executor
+// can serve, and keeps its answer for the editor's initialize.
+func (r *relay) initialize(ctx context.Context, allowExec bool) error {
+	params, _ := json.Marshal(acpsdk.InitializeRequest{
+		ProtocolVersion: acpsdk.ProtocolVersionNumber,
+		ClientCapabilities: acpsdk.ClientCapabilities{
+			Fs:       acpsdk.FileSystemCapabilities{ReadTextFile: true, WriteTextFile: !r.readOnly},
+			Terminal: allowExec,
+		},
+		ClientInfo: &acpsdk.Implementation{Name: "awcp-fs", Version: "1"},
+	})
+	if err := r.agent.write(&message{ID: json.RawMessage(agentInitID), Method: acpsdk.AgentMethodInitialize, Params: params}); err != nil {
+		return err
+	}
+	type answer struct {
+		m   *message
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		for {
+			m, err := r.agent.read()
+			if err != nil || (m.isResponse() && string(m.ID) == agentInitID) {
+				got <- answer{m, err}
+				return
+			}
+			r.log.Debug("agent message before initialize's answer, dropped", "method", m.Method)
+		}
+	}()
+	select {
+	case a := <-got:
+		if a.err != nil {
+			return a.err
+		}
+		if len(a.m.Error) > 0 {
+			return fmt.Errorf("initialize: %s", a.m.Error)
+		}
+		r.agentInit = a.m.Result
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *relay) newID() json.RawMessage {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.next++
+	return json.RawMessage(fmt.Sprintf("%d", r.next))
+}
+
+// toEditorPath and toAgentPath translate paths between the two ends.
+func (r *relay) toEditorPath(v json.RawMessage) json.RawMessage {
+	r.mu.Lock()
+	cwd := r.editorCwd
+	r.mu.Unlock()
+	if cwd == "" {
+		return v
+	}
+	return rewritePaths(v, r.workDir, cwd)
+}
+
+func (r *relay) toAgentPath(v json.RawMessage) json.RawMessage {
+	r.mu.Lock()
+	cwd := r.editorCwd
+	r.mu.Unlock()
+	if cwd == "" {
+		return v
+	}
+	return rewritePaths(v, cwd, r.workDir)
+}
+
+// fromEditor relays what the gateway sends until its channel closes.
+func (r *relay) fromEditor() error {
+	for {
+		m, err := r.editor.read()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return errEditorGone
+			}
+			return err
+		}
+		switch {
+		case m.isRequest() && m.Method == acpsdk.AgentMethodInitialize:
+			var req acpsdk.InitializeRequest
+			if err := json.Unmarshal(m.Params, &req); err != nil {
+				r.editor.write(errorResponse(m.ID, -32602, "Invalid params", err.Error()))
+				continue
+			}
+			r.mu.Lock()
+			r.editorCaps = req.ClientCapabilities
+			r.mu.Unlock()
+			// Answered with the agent's own answer: it was initialized once.
+			r.editor.write(&message{ID: m.ID, Result: r.agentInit})
+		case m.isRequest() && m.Method == acpsdk.AgentMethodSessionNew:
+			var req map[string]any
+			if err := json.Unmarshal(m.Params, &req); err != nil {
+				r.editor.write(errorResponse(m.ID, -32602, "Invalid params", err.Error()))
+				continue
+			}
+			if cwd, _ := req["cwd"].(string); cwd != "" {
+				r.mu.Lock()
+				r.editorCwd = strings.TrimSuffix(cwd, "/")
+				r.mu.Unlock()
+			}
+			// The session is in the work dir. The editor's MCP servers are
+			// commands of the editor's machine: not run here.
+			req["cwd"], req["mcpServers"] = r.workDir, []any{}
+			m.Params, _ = json.Marshal(req)
+			r.forwardToAgent(m)
+		case m.isRequest():
+			m.Params = r.toAgentPath(m.Params)
+			r.forwardToAgent(m)
+		case m.isNotification():
+			m.Params = r.toAgentPath(m.Params)
+			if m.Method == "$/cancel_request" {
+				m.Params = r.ourID(m.Params)
+			}
+			r.agent.write(m)
+		case m.isResponse():
+			r.mu.Lock()
+			orig, ok := r.toEditor[string(m.ID)]
+			delete(r.toEditor, string(m.ID))
+			r.mu.Unlock()
+			if !ok {
+				continue // no callback of ours has that id
+			}
+			m.ID, m.Result = orig, r.toAgentPath(m.Result)
+			r.agent.write(m)
+		}
+	}
+}
+
+// forwardToAgent sends an editor's request to the agent under an id of
+// ours, remembering the editor's.
+func (r *relay) forwardToAgent(m *message) {
+	id := r.newID()
+	r.mu.Lock()
+	r.toAgent[string(id)] = m.ID
+	r.mu.Unlock()
+	m.ID = id
+	r.agent.write(m)
+}
+
+// ourID rewrites a $/cancel_request's requestId from the editor's id to
+// the one the agent knows the request by.
+func (r *relay) ourID(params json.RawMessage) json.RawMessage {
+	var p map[string]json.RawMessage
+	if json.Unmarshal(params, &p) != nil {
+		return params
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for ours, theirs := range r.toAgent {
+		if string(theirs) == string(p["requestId"]) {
+			p["requestId"] = json.RawMessage(ours)
+			out, _ := json.Marshal(p)
+			return out
+		}
+	}
+	return params
+}
+
+// fromAgent relays what the agent sends until its output ends.
+func (r *relay) fromAgent() error {
+	for {
+		m, err := r.agent.read()
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) {
+				return errAgentGone
+			}
+			return err
+		}
+		switch {
+		case m.isResponse():
+			r.mu.Lock()
+			orig, ok := r.toAgent[string(m.ID)]
+			delete(r.toAgent, string(m.ID))
+			r.mu.Unlock()
+			if !ok {
+				continue
+			}
+			m.ID, m.Result = orig, r.toEditorPath(m.Result)
+			r.editor.write(m)
+		case m.isNotification():
+			if m.Method == acpsdk.ClientMethodSessionUpdate {
+				var n acpsdk.SessionNotification
+				if json.Unmarshal(m.Params, &n) == nil {
+					r.c.SessionUpdate(context.Background(), n) // the delegation's progress lines
+				}
+			}
+			m.Params = r.toEditorPath(m.Params)
+			r.editor.write(m)
+		case m.isRequest():
+			r.callback(m)
+		}
+	}
+}
+
+// callback routes one of the agent's requests: to the editor, or served
+// here (in its own goroutine: terminal/wait_for_exit blocks).
+func (r *relay) callback(m *message) {
+	r.mu.Lock()
+	caps := r.editorCaps
+	r.mu.Unlock()
+	local := true
+	switch m.Method {
+	case acpsdk.ClientMethodFsReadTextFile, acpsdk.ClientMethodFsWriteTextFile:
+		var p struct {
+			Path string `json:"path"`
+		}
+		if err := json.Unmarshal(m.Params, &p); err != nil {
+			r.agent.write(errorResponse(m.ID, -32602, "Invalid params", err.Error()))
+			return
+		}
+		if _, err := r.c.path(p.Path); err != nil {
+			r.log.Warn("file callback outside the work dir refused", "method", m.Method, "path", p.Path)
+			r.agent.write(errorResponse(m.ID, -32602, "Invalid params", map[string]any{"path": p.Path, "error": "the path is outside the work directory"}))
+			return
+		}
+		if m.Method == acpsdk.ClientMethodFsReadTextFile {
+			local = !caps.Fs.ReadTextFile
+		} else {
+			local = !caps.Fs.WriteTextFile || r.readOnly // a ro delegation's refusal is given here
+		}
+	case acpsdk.ClientMethodSessionRequestPermission:
+		local = false
+	case acpsdk.ClientMethodTerminalCreate, acpsdk.ClientMethodTerminalOutput, acpsdk.ClientMethodTerminalWaitForExit,
+		acpsdk.ClientMethodTerminalKill, acpsdk.ClientMethodTerminalRelease:
+		local = true // run on the executor: the remote machine is the point of delegating
+	default:
+		local = false
+	}
+	if !local {
+		id := r.newID()
+		r.mu.Lock()
+		r.toEditor[string(id)] = m.ID
+		r.mu.Unlock()
+		m.ID, m.Params = id, r.toEditorPath(m.Params)
+		r.editor.write(m)
+		return
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		result, err := r.serveLocally(m)
+		if err != nil {
+			var re *acpsdk.RequestError
+			if errors.As(err, &re) {
+				r.agent.write(errorResponse(m.ID, re.Code, re.Message, re.Data))
+			} else {
+				r.agent.write(errorResponse(m.ID, -32603, "Internal error", err.Error()))
+			}
+			return
+		}
+		raw, _ := json.Marshal(result)
+		r.agent.write(&message{ID: m.ID, Result: raw})
+	}()
+}
+
+// serveLocally answers a callback with the executor's own client.
+func (r *relay) serveLocally(m *message) (any, error) {
+	ctx := r.c.askCtx
+	switch m.Method {
+	case acpsdk.ClientMethodFsReadTextFile:
+		return call(ctx, m.Params, r.c.ReadTextFile)
+	case acpsdk.ClientMethodFsWriteTextFile:
+		return call(ctx, m.Params, r.c.WriteTextFile)
+	case acpsdk.ClientMethodTerminalCreate:
+		return call(ctx, m.Params, r.c.CreateTerminal)
+	case acpsdk.ClientMethodTerminalOutput:
+		return call(ctx, m.Params, r.c.TerminalOutput)
+	case acpsdk.ClientMethodTerminalWaitForExit:
+		return call(ctx, m.Params, r.c.WaitForTerminalExit)
+	case acpsdk.ClientMethodTerminalKill:
+		return call(ctx, m.Params, r.c.KillTerminal)
+	case acpsdk.ClientMethodTerminalRelease:
+		return call(ctx, m.Params, r.c.ReleaseTerminal)
+	}
+	return nil, acpsdk.NewMethodNotFound(m.Method)
+}
+
+// call decodes params for one of the client's callbacks and runs it.
+func call[Req, Resp any](ctx context.Context, params json.RawMessage, fn func(context.Context, Req) (Resp, error)) (any, error) {
+	var req Req
+	if err := json.Unmarshal(params, &req); err != nil {
+		return nil, acpsdk.NewInvalidParams(map[string]any{"error": err.Error()})
+	}
+	return fn(ctx, req)
+}
