@@ -139,6 +139,9 @@ type ManifestAWCP struct {
 	AuthRequired bool     `json:"auth_required"`
 	// CallChain says the executor refuses circular calls (callchain.go).
 	CallChain bool `json:"call_chain"`
+	// Sessions are the session protocols the executor grants
+	// (session.go): ["acp"] when its agent speaks ACP.
+	Sessions []string `json:"sessions,omitempty"`
 }
 
 // CapabilityDelegation is the manifest capability of an AWCP executor.

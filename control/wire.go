@@ -171,6 +171,10 @@ type Invite struct {
 	// CallChain is an extension: the agent ids this delegation passed
 	// through, the delegator's last (see callchain.go).
 	CallChain []string `json:"callChain,omitempty"`
+	// Session is an extension: the delegation is an ACP session an editor
+	// holds with the executor's agent through the delegator's gateway
+	// (session.go).
+	Session *SessionRequest `json:"session,omitempty"`
 }
 
 // Dialect is the dialect an executor answers this INVITE in: head only
@@ -202,6 +206,9 @@ type ExecutorConstraints struct {
 	// Connect is ours: "reverse" when the executor agrees to take the
 	// live mount's connection from the delegator (tunnel.go).
 	Connect string `json:"connect,omitempty"`
+	// Session is ours: the session protocol the executor grants
+	// (SessionACP), when the INVITE asked for one.
+	Session string `json:"session,omitempty"`
 }
 
 // Accept is spec §4.3. A head executor adds the retention it grants:

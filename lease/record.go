@@ -186,6 +186,10 @@ type Assignment struct {
 	AcceptedAt  time.Time `json:"acceptedAt"`
 	StartBy     time.Time `json:"startBy"` // START must arrive before this
 	AgentPID    int       `json:"agentPid,omitempty"`
+	// Session is the session protocol of a session delegation ("acp"),
+	// and SessionKey the key its channel must present. Secret.
+	Session    string `json:"session,omitempty"`
+	SessionKey string `json:"sessionKey,omitempty"`
 	// Resources are a head INVITE's environment: one folder each in
 	// WorkDir, which is then the environment's root.
 	Resources []Resource `json:"resources,omitempty"`

@@ -165,6 +165,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 		transports = append(transports, &executor.SSHFSExecutor{Disabled: true})
 	}
 	var worker executor.Worker
+	var sessions executor.SessionRunner // an ACP agent also serves editors' sessions
 	var sandbox *control.SandboxProfile
 	switch cmd, acpCmd := c.String("agent-cmd"), c.String("agent-acp"); {
 	case cmd != "" && acpCmd != "":
@@ -172,7 +173,8 @@ func serve(ctx context.Context, c *cli.Context) error {
 	case cmd == "" && acpCmd == "":
 		return clikit.UsageError("an agent is required: --agent-cmd CMD, or --agent-acp CMD for an ACP agent")
 	case acpCmd != "":
-		worker = acp.Worker{Command: acpCmd, AllowExec: c.Bool("allow-exec"), Logger: log}
+		w := acp.Worker{Command: acpCmd, AllowExec: c.Bool("allow-exec"), Logger: log}
+		worker, sessions = w, w
 		// What the ACP client enforces: its file and terminal callbacks
 		// stay in the work dir, and terminal/create follows --allow-exec.
 		yes, exec := true, c.Bool("allow-exec")
@@ -197,6 +199,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 		WorkRoot:          root,
 		AgentCommand:      c.String("agent-cmd"),
 		Worker:            worker,
+		Sessions:          sessions,
 		Sandbox:           sandbox,
 		Permission:        c.String("permission"),
 		PermissionTimeout: clikit.Duration(c, "permission-timeout"),

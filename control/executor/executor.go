@@ -10,6 +10,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -43,6 +44,9 @@ type Options struct {
 	// Worker runs each task's agent instead of AgentCommand: an ACP agent,
 	// say (acp.Worker).
 	Worker Worker
+	// Sessions, if set, runs session delegations (session.go): the ACP
+	// agent's relay. Without it the INVITEs asking for one are refused.
+	Sessions SessionRunner
 	// Permission decides the agent's permission requests: PermissionAuto
 	// (the default) picks the first allow option, PermissionDeny the first
 	// reject option, PermissionForward asks the delegator with a
@@ -219,6 +223,10 @@ type task struct {
 	// asks are the permission requests forwarded to the delegator and not
 	// yet answered, by request id; guarded by Executor.mu.
 	asks map[string]*ask
+	// channel takes a session delegation's channel (session.go); nil for
+	// a task. channelTaken, guarded by Executor.mu, says one was given.
+	channel      chan io.ReadWriteCloser
+	channelTaken bool
 }
 
 // New checks opts and builds an Executor.

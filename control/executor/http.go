@@ -35,6 +35,7 @@ func (e *Executor) Handler() http.Handler {
 	mux.HandleFunc("/awcp/tasks/{id}/ack", e.method(http.MethodPost, e.handleAck))
 	mux.HandleFunc("/awcp/status", e.method(http.MethodGet, e.handleStatus))
 	mux.HandleFunc("/awcp/tasks/{id}/tunnel", e.method(http.MethodGet, e.handleTunnel))
+	mux.HandleFunc("/awcp/tasks/{id}/acp", e.method(http.MethodGet, e.handleSession))
 	mux.HandleFunc("/awcp/probe", e.method(http.MethodGet, e.handleProbe))
 	mux.HandleFunc("/.well-known/agent-card.json", e.method(http.MethodGet, e.handleCard))
 	mux.HandleFunc("/.well-known/agent.json", e.method(http.MethodGet, e.handleCard))
@@ -599,6 +600,7 @@ func (e *Executor) handleManifest(w http.ResponseWriter, r *http.Request) {
 			AuthRequired:  len(e.opts.Tokens) > 0,
 			CallChain:     e.opts.AgentID != "",
 			IdentityKey:   identityPublic(e.opts.IdentityKey),
+			Sessions:      e.sessionProtocols(),
 		},
 	})
 }

@@ -32,6 +32,9 @@ func (e *Executor) admit(inv *control.Invite, peer string) (*control.Accept, *co
 		return nil, control.Errorf(control.CodeDeclined, "INVITE's %v", err).
 			WithHint(fmt.Sprintf("a call chain holds at most %d agent ids", control.MaxCallChain))
 	}
+	if pe := e.admitSession(inv); pe != nil {
+		return nil, pe
+	}
 	if control.IsCircular(inv.CallChain, e.opts.AgentID) {
 		e.log.Warn("circular call refused", "delegation", inv.DelegationID, "chain", control.FormatCallChain(inv.CallChain))
 		return nil, control.CircularCall(e.opts.AgentID, inv.CallChain)
@@ -79,6 +82,9 @@ func (e *Executor) admit(inv *control.Invite, peer string) (*control.Accept, *co
 		WorkDir: wd, Description: inv.Task.Description, Prompt: inv.Task.Prompt, Peer: peer,
 		StartBy: now.Add(e.opts.StartTimeout), CallChain: inv.CallChain,
 	}
+	if inv.Session != nil {
+		a.Session, a.SessionKey = inv.Session.Protocol, inv.Session.Key
+	}
 	var retentionMs *int64
 	if a.Dialect == control.DialectHead {
 		for _, r := range inv.Environment.Resources {
@@ -110,6 +116,7 @@ func (e *Executor) admit(inv *control.Invite, peer string) (*control.Accept, *co
 			AcceptedAccessMode: mode,
 			MaxTTLSeconds:      int64(e.opts.MaxTTL / time.Second),
 			SandboxProfile:     e.opts.Sandbox,
+			Session:            a.Session,
 		},
 	}
 	if _, reverse := tr.(TunnelHost); reverse && inv.Requirements != nil && inv.Requirements.Connect == control.ConnectReverse {
@@ -197,6 +204,9 @@ func (e *Executor) start(ctx context.Context, st *control.Start) *control.Protoc
 
 	tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	t := &task{cancel: cancel, done: make(chan struct{}), asks: map[string]*ask{}}
+	if a.Session != "" {
+		t.channel = make(chan io.ReadWriteCloser, 1)
+	}
 	e.mu.Lock()
 	e.tasks[id] = t
 	e.mu.Unlock()
@@ -287,6 +297,13 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		e.mu.Lock()
 		delete(e.tasks, a.ID)
 		e.mu.Unlock()
+		if t.channel != nil {
+			select {
+			case late := <-t.channel: // opened as the session ended: never taken
+				late.Close()
+			default:
+			}
+		}
 		if err := e.removeWorkDir(context.Background(), a); err != nil {
 			e.log.Warn("clean up", "delegation", a.ID, "err", err)
 		}
@@ -303,13 +320,14 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	go func() { defer pumpDone.Done(); e.pumpProgress(a.ID, updates) }()
 
 	os.MkdirAll(filepath.Dir(e.summaryFile(a.ID)), 0o700)
-	res, err := e.opts.Worker.Run(ctx, agent.Task{
+	at := agent.Task{
 		DelegationID: a.ID, Prompt: a.Prompt, Description: a.Description,
 		WorkDir: agentDir(a), AccessMode: a.AccessMode, SummaryFile: e.summaryFile(a.ID),
 		// Set even when empty, so that a chain in the daemon's own
 		// environment is never inherited by an agent.
 		Env: []string{control.CallChainEnv + "=" + strings.Join(control.ExtendCallChain(a.CallChain, e.opts.AgentID), ",")},
-	}, agent.Hooks{
+	}
+	hooks := agent.Hooks{
 		Started: func(pid int) {
 			if _, err := e.store.UpdateAssignment(a.ID, func(a *lease.Assignment) error { a.AgentPID = pid; return nil }); err != nil {
 				log.Warn("record agent pid", "err", err)
@@ -319,7 +337,15 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		Permission: func(ctx context.Context, req agent.PermissionRequest) agent.Decision {
 			return e.decide(ctx, a.ID, t, req)
 		},
-	})
+	}
+	var res *agent.Result
+	if t.channel != nil {
+		// A session: the editor's prompts come over its channel, which
+		// the delegator opens once it hears the delegation runs.
+		res, err = e.opts.Sessions.Session(ctx, at, hooks, t.channel, e.opts.StartTimeout)
+	} else {
+		res, err = e.opts.Worker.Run(ctx, at, hooks)
+	}
 	close(updates)
 	pumpDone.Wait()
 	var refused *control.MountRefused // before the mount goes with its count

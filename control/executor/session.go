@@ -1,0 +1,115 @@
+package executor
+
+import (
+	"context"
+	"crypto/subtle"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/executor/agent"
+	"github.com/awcp/awcp/lease"
+)
+
+// The executor's half of a session delegation (control/session.go): the
+// INVITE's session is granted when the agent speaks ACP, and the
+// delegator's channel, once the delegation runs, is handed to the agent's
+// relay (acp.Worker.Session) in place of a prompt.
+
+// SessionRunner runs a session delegation's agent: it relays the first
+// channel that arrives until the editor's session is over. *acp.Worker.
+type SessionRunner interface {
+	Session(ctx context.Context, t agent.Task, h agent.Hooks, channels <-chan io.ReadWriteCloser, wait time.Duration) (*agent.Result, error)
+}
+
+// sessionProtocols is what the manifest offers.
+func (e *Executor) sessionProtocols() []string {
+	if e.opts.Sessions == nil {
+		return nil
+	}
+	return []string{control.SessionACP}
+}
+
+// admitSession checks an INVITE's session request: nil, or the refusal.
+func (e *Executor) admitSession(inv *control.Invite) *control.ProtocolError {
+	if inv.Session == nil {
+		return nil
+	}
+	if e.opts.Sessions == nil {
+		return control.Errorf(control.CodeDepMissing, "this executor's agent does not speak ACP: it runs tasks, not sessions").
+			WithHint("delegate a task (awcp-ctl export), or use an executor started with --agent-acp")
+	}
+	if err := inv.Session.Check(); err != nil {
+		return control.Errorf(control.CodeDeclined, "INVITE's %v", err)
+	}
+	return nil
+}
+
+// handleSession is GET /awcp/tasks/{id}/acp with Upgrade: awcp-acp: the
+// delegator's channel to the session's agent. The key the INVITE carried
+// is checked before anything is read; one channel at a time.
+func (e *Executor) handleSession(w http.ResponseWriter, r *http.Request) {
+	id, ok := e.pathID(w, r)
+	if !ok {
+		return
+	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), control.SessionUpgrade) {
+		w.Header().Set("Upgrade", control.SessionUpgrade)
+		writeError(w, http.StatusUpgradeRequired, control.NewError(id, control.CodeDeclined, "the session endpoint needs Upgrade: "+control.SessionUpgrade, ""))
+		return
+	}
+	a, err := e.store.Assignment(id)
+	if err != nil || a.Session == "" {
+		writeError(w, http.StatusNotFound, control.NewError(id, control.CodeDeclined, "no session delegation "+id+" here", ""))
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(r.Header.Get(control.SessionKeyHeader)), []byte(a.SessionKey)) != 1 {
+		e.log.Warn("session channel refused: wrong key", "delegation", id, "remote", r.RemoteAddr)
+		e.refuseAuth(w, id, "the session key is not this delegation's")
+		return
+	}
+	e.mu.Lock()
+	t := e.tasks[id]
+	taken := t != nil && t.channelTaken
+	e.mu.Unlock()
+	if t == nil || t.channel == nil || a.State != lease.Running {
+		writeError(w, http.StatusConflict, control.NewError(id, control.CodeDeclined, "the session is not running (not yet, or no more)", "open the channel once the delegation runs"))
+		return
+	}
+	if taken {
+		writeError(w, http.StatusConflict, control.NewError(id, control.CodeDeclined, "the session has its channel already", ""))
+		return
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, control.NewError(id, control.CodeDeclined, "the connection cannot be upgraded", "use HTTP/1.1"))
+		return
+	}
+	conn.SetDeadline(time.Time{}) // the request's deadlines: the session has none
+	if brw.Reader.Buffered() > 0 {
+		conn.Close() // nothing may come before the switch
+		return
+	}
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + control.SessionUpgrade + "\r\n\r\n")
+	if err := brw.Flush(); err != nil {
+		conn.Close()
+		return
+	}
+	// Handed over under the lock that the task's end takes to leave: a
+	// channel given here is taken, or closed by that end.
+	sent := false
+	e.mu.Lock()
+	if e.tasks[id] == t && !t.channelTaken {
+		t.channelTaken, sent = true, true
+		t.channel <- conn // room for one, and only one is ever sent
+	}
+	e.mu.Unlock()
+	if !sent {
+		e.log.Warn("session channel refused: the session has one, or has ended", "delegation", id)
+		conn.Close()
+		return
+	}
+	e.log.Info("session channel open", "delegation", id)
+}

@@ -1,0 +1,62 @@
+package control
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+)
+
+// A session delegation (docs/acp-sessions.md) lends a directory for an
+// ACP session rather than a task: the delegator's gateway (`awcp-ctl
+// acp`) relays an editor's ACP connection to the executor's agent over a
+// channel of the delegation's own, for as many turns as the editor sends.
+//
+// The INVITE asks for it with session: {protocol: "acp", key}; an
+// executor that grants it says so in ACCEPT's executorConstraints.session.
+// One that does not know the extension ignores it, and the delegator,
+// finding no grant in ACCEPT, ends the delegation (DEP_MISSING) rather
+// than run a task nobody asked for. Once the delegation runs, the
+// delegator opens the channel: GET /awcp/tasks/{id}/acp with Upgrade:
+// awcp-acp and the key in SessionKeyHeader (the bearer token too, where
+// the executor has one); after 101 the connection carries ACP's NDJSON
+// both ways. The channel is opened by the delegator because it is the
+// one direction every delegation has — INVITE, START and the events take
+// it, behind NAT as elsewhere, over both transports — and it ends with
+// the delegation.
+const (
+	// SessionACP is the one session protocol: ACP.
+	SessionACP = "acp"
+	// SessionUpgrade is the channel request's Upgrade protocol.
+	SessionUpgrade = "awcp-acp"
+	// SessionKeyHeader carries the INVITE's session key on the channel
+	// request: only the delegator that invited knows it.
+	SessionKeyHeader = "AWCP-Session-Key"
+	// sessionKeyBytes is a session key's size before hex.
+	sessionKeyBytes = 32
+)
+
+// SessionRequest is an INVITE's session extension.
+type SessionRequest struct {
+	Protocol string `json:"protocol"`
+	// Key is a secret, made for this delegation: the channel request
+	// must carry it. Never logged.
+	Key string `json:"key"`
+}
+
+// NewSessionRequest asks for an ACP session with a fresh key.
+func NewSessionRequest() *SessionRequest {
+	b := make([]byte, sessionKeyBytes)
+	rand.Read(b)
+	return &SessionRequest{Protocol: SessionACP, Key: hex.EncodeToString(b)}
+}
+
+// Check validates a session request as received.
+func (s *SessionRequest) Check() error {
+	if s.Protocol != SessionACP {
+		return fmt.Errorf("session protocol %q is not offered here (only %q)", s.Protocol, SessionACP)
+	}
+	if b, err := hex.DecodeString(s.Key); err != nil || len(b) != sessionKeyBytes {
+		return fmt.Errorf("the session key must be %d bytes in hex", sessionKeyBytes)
+	}
+	return nil
+}
