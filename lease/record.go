@@ -111,6 +111,10 @@ type Delegation struct {
 	Channel *Channel `json:"channel,omitempty"`
 	// ChannelLog is the channel's changes, the last MaxChannelLog.
 	ChannelLog []ChannelChange `json:"channelLog,omitempty"`
+	// Session is "acp" for a session delegation, and SessionKey the key
+	// its channel presents (control/session.go). Secret.
+	Session    string `json:"session,omitempty"`
+	SessionKey string `json:"sessionKey,omitempty"`
 	// AgentStderr is the end of what the agent wrote to stderr, and
 	// MountRefused what the executor's read-only mount refused it, as the
 	// executor's last event said (extensions of v1).

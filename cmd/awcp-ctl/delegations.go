@@ -217,7 +217,8 @@ func (e *env) resolve(arg string) (*lease.Delegation, error) {
 // view is a delegation as shown to the user: no secret in it.
 type view struct {
 	*lease.Delegation
-	Token string `json:"token,omitempty"`
+	Token      string `json:"token,omitempty"`
+	SessionKey string `json:"sessionKey,omitempty"`
 }
 
 func printJSON(w io.Writer, v any) error {

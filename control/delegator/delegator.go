@@ -210,6 +210,10 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 		AutoTransport: auto, Connect: connect, Policy: policy,
 		CallChain: chain, PeerAgentID: req.PeerAgentID, PeerName: req.PeerName, PeerKey: req.PeerKey,
 	}
+	if req.Session {
+		sr := control.NewSessionRequest()
+		del.Session, del.SessionKey = sr.Protocol, sr.Key
+	}
 	d.own(del) // from now: a Run of this process follows it
 	// A provisional end, so that a handshake the executor never answers
 	// expires too; ACCEPT sets the granted one.
@@ -396,6 +400,9 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 		Requirements: &control.Requirements{Transport: del.Transport},
 		CallChain:    del.CallChain,
 	}
+	if del.Session != "" {
+		inv.Session = &control.SessionRequest{Protocol: del.Session, Key: del.SessionKey}
+	}
 	// In auto, the INVITE carries both dialects' members; each executor
 	// reads its own and ignores the others.
 	want := del.Dialect
@@ -444,6 +451,12 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 	}
 	if err != nil {
 		return nil, err
+	}
+	if inv.Session != nil && (acc.ExecutorConstraints == nil || acc.ExecutorConstraints.Session != inv.Session.Protocol) {
+		// An executor that does not know sessions took a task: not asked for.
+		d.notifyPeer(del, control.NewError(id, control.CodeDeclined, "the delegator asked for an ACP session", ""))
+		return nil, control.Errorf(control.CodeDepMissing, "the executor does not hold ACP sessions").
+			WithHint("use an awcp-fs started with --agent-acp")
 	}
 	if inv.Requirements.Connect == control.ConnectReverse && (acc.ExecutorConstraints == nil || acc.ExecutorConstraints.Connect != control.ConnectReverse) {
 		// ACCEPT did not agree: the executor would dial, and cannot.

@@ -229,10 +229,31 @@ func (t *SSHFSDelegator) park(ctx context.Context, pc *PeerClient, id string) (n
 // delegation id and upgrades it (control/tunnel.go). The connection
 // returned is parked: the executor pings it until its mount takes it.
 func (c *PeerClient) OpenTunnel(ctx context.Context, id, proof string) (net.Conn, error) {
+	conn, err := c.upgrade(ctx, control.TunnelPath(id), control.TunnelUpgrade, map[string]string{control.TunnelProofHeader: proof})
+	if pe := new(peerStatus); errors.As(err, &pe) && pe.status == http.StatusNotFound {
+		return nil, errTunnelNotYet
+	}
+	return conn, err
+}
+
+// peerStatus is an upgrade the executor answered with another status.
+type peerStatus struct {
+	status int
+	err    error
+}
+
+func (e *peerStatus) Error() string { return e.err.Error() }
+func (e *peerStatus) Unwrap() error { return e.err }
+
+// upgrade opens a connection to the executor's endpoint at path and
+// switches it to protocol, with headers (and the bearer token), after
+// the executor proved who it is where its key is trusted. A refusal is a
+// *peerStatus wrapping the executor's error.
+func (c *PeerClient) upgrade(ctx context.Context, path, protocol string, headers map[string]string) (net.Conn, error) {
 	if err := c.prove(ctx); err != nil {
 		return nil, err
 	}
-	u, err := url.Parse(c.base() + control.TunnelPath(id))
+	u, err := url.Parse(c.base() + path)
 	if err != nil {
 		return nil, control.Errorf(control.CodeDeclined, "invalid executor URL %q: %v", c.BaseURL, err)
 	}
@@ -244,9 +265,9 @@ func (c *PeerClient) OpenTunnel(ctx context.Context, id, proof string) (net.Conn
 		}
 		addr = net.JoinHostPort(u.Hostname(), port)
 	}
-	// A tunnel the SSH session is using has no keepalive from this end
-	// (the executor's SSH client sends them): TCP's own finds one that
-	// died silently, within about half a minute, so that it is closed.
+	// A connection past its upgrade may carry nothing for long (a parked
+	// tunnel, a session between turns): TCP's own keepalives find one
+	// that died silently, within about half a minute, so that it is closed.
 	d := net.Dialer{Timeout: 10 * time.Second, KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3}}
 	var conn net.Conn
 	if u.Scheme == "https" {
@@ -263,8 +284,10 @@ func (c *PeerClient) OpenTunnel(ctx context.Context, id, proof string) (net.Conn
 		return nil, err
 	}
 	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", control.TunnelUpgrade)
-	req.Header.Set(control.TunnelProofHeader, proof)
+	req.Header.Set("Upgrade", protocol)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
@@ -285,13 +308,10 @@ func (c *PeerClient) OpenTunnel(ctx context.Context, id, proof string) (net.Conn
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
 		conn.Close()
-		if resp.StatusCode == http.StatusNotFound {
-			return nil, errTunnelNotYet
-		}
-		return nil, peerError(resp.StatusCode, body)
+		return nil, &peerStatus{status: resp.StatusCode, err: peerError(resp.StatusCode, body)}
 	}
 	conn.SetDeadline(time.Time{})
-	// A ping may have come in the same read as the answer.
+	// What came in the same read as the answer is the protocol's.
 	return &readerConn{Conn: conn, r: br}, nil
 }
 

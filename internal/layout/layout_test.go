@@ -33,7 +33,7 @@ var allowed = map[string][]string{
 	"sshd":                   {"sshd/sftpwire", "internal/confine", "internal/bufconn"},
 	"sshd/sshdtest":          {"sshd"},
 	"control/executor/agent": {"lease"},
-	"control/executor/acp":   {"control/executor/agent", "lease"},
+	"control/executor/acp":   {"control", "control/executor/agent", "lease"},
 	// control is what both roles share: no role's logic, and neither
 	// half of the live mount. The SSH server (sshd) is reached only from
 	// control/delegator, the FUSE mount (fs) only from control/executor,

@@ -14,6 +14,7 @@ import (
 
 	acpsdk "github.com/coder/acp-go-sdk"
 
+	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/executor/agent"
 )
 
@@ -80,7 +81,7 @@ func (w Worker) Session(ctx context.Context, t agent.Task, h agent.Hooks, channe
 		<-stderrDone
 	}
 
-	r := &relay{c: c, log: log, agent: newRPCConn(proc.Stdout, proc.Stdin), workDir: c.workDir, readOnly: c.readOnly,
+	r := &relay{c: c, log: log, agent: control.NewRPCConn(proc.Stdout, proc.Stdin), workDir: c.workDir, readOnly: c.readOnly,
 		toAgent: map[string]json.RawMessage{}, toEditor: map[string]json.RawMessage{}}
 	initCtx, cancelInit := context.WithTimeout(ctx, wait)
 	err = r.initialize(initCtx, w.AllowExec)
@@ -104,7 +105,7 @@ func (w Worker) Session(ctx context.Context, t agent.Task, h agent.Hooks, channe
 		return &agent.Result{Failed: fmt.Sprintf("no editor connected to the session within %s", wait)}, nil
 	}
 	log.Info("session channel connected")
-	r.editor = newRPCConn(ch, ch)
+	r.editor = control.NewRPCConn(ch, ch)
 	ended := make(chan error, 2)
 	go func() { ended <- r.fromEditor() }()
 	go func() { ended <- r.fromAgent() }()
@@ -162,8 +163,8 @@ var (
 type relay struct {
 	c        *client
 	log      *slog.Logger
-	agent    *rpcConn
-	editor   *rpcConn
+	agent    *control.RPCConn
+	editor   *control.RPCConn
 	workDir  string
 	readOnly bool
 	wg       sync.WaitGroup // callbacks being served here
@@ -188,18 +189,18 @@ func (r *relay) initialize(ctx context.Context, allowExec bool) error {
 		},
 		ClientInfo: &acpsdk.Implementation{Name: "awcp-fs", Version: "1"},
 	})
-	if err := r.agent.write(&message{ID: json.RawMessage(agentInitID), Method: acpsdk.AgentMethodInitialize, Params: params}); err != nil {
+	if err := r.agent.Write(&control.RPCMessage{ID: json.RawMessage(agentInitID), Method: acpsdk.AgentMethodInitialize, Params: params}); err != nil {
 		return err
 	}
 	type answer struct {
-		m   *message
+		m   *control.RPCMessage
 		err error
 	}
 	got := make(chan answer, 1)
 	go func() {
 		for {
-			m, err := r.agent.read()
-			if err != nil || (m.isResponse() && string(m.ID) == agentInitID) {
+			m, err := r.agent.Read()
+			if err != nil || (m.IsResponse() && string(m.ID) == agentInitID) {
 				got <- answer{m, err}
 				return
 			}
@@ -252,7 +253,7 @@ func (r *relay) toAgentPath(v json.RawMessage) json.RawMessage {
 // fromEditor relays what the gateway sends until its channel closes.
 func (r *relay) fromEditor() error {
 	for {
-		m, err := r.editor.read()
+		m, err := r.editor.Read()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				return errEditorGone
@@ -260,21 +261,21 @@ func (r *relay) fromEditor() error {
 			return err
 		}
 		switch {
-		case m.isRequest() && m.Method == acpsdk.AgentMethodInitialize:
+		case m.IsRequest() && m.Method == acpsdk.AgentMethodInitialize:
 			var req acpsdk.InitializeRequest
 			if err := json.Unmarshal(m.Params, &req); err != nil {
-				r.editor.write(errorResponse(m.ID, -32602, "Invalid params", err.Error()))
+				r.editor.Write(control.RPCErrorResponse(m.ID, -32602, "Invalid params", err.Error()))
 				continue
 			}
 			r.mu.Lock()
 			r.editorCaps = req.ClientCapabilities
 			r.mu.Unlock()
 			// Answered with the agent's own answer: it was initialized once.
-			r.editor.write(&message{ID: m.ID, Result: r.agentInit})
-		case m.isRequest() && m.Method == acpsdk.AgentMethodSessionNew:
+			r.editor.Write(&control.RPCMessage{ID: m.ID, Result: r.agentInit})
+		case m.IsRequest() && m.Method == acpsdk.AgentMethodSessionNew:
 			var req map[string]any
 			if err := json.Unmarshal(m.Params, &req); err != nil {
-				r.editor.write(errorResponse(m.ID, -32602, "Invalid params", err.Error()))
+				r.editor.Write(control.RPCErrorResponse(m.ID, -32602, "Invalid params", err.Error()))
 				continue
 			}
 			if cwd, _ := req["cwd"].(string); cwd != "" {
@@ -287,16 +288,16 @@ func (r *relay) fromEditor() error {
 			req["cwd"], req["mcpServers"] = r.workDir, []any{}
 			m.Params, _ = json.Marshal(req)
 			r.forwardToAgent(m)
-		case m.isRequest():
+		case m.IsRequest():
 			m.Params = r.toAgentPath(m.Params)
 			r.forwardToAgent(m)
-		case m.isNotification():
+		case m.IsNotification():
 			m.Params = r.toAgentPath(m.Params)
 			if m.Method == "$/cancel_request" {
 				m.Params = r.ourID(m.Params)
 			}
-			r.agent.write(m)
-		case m.isResponse():
+			r.agent.Write(m)
+		case m.IsResponse():
 			r.mu.Lock()
 			orig, ok := r.toEditor[string(m.ID)]
 			delete(r.toEditor, string(m.ID))
@@ -305,20 +306,20 @@ func (r *relay) fromEditor() error {
 				continue // no callback of ours has that id
 			}
 			m.ID, m.Result = orig, r.toAgentPath(m.Result)
-			r.agent.write(m)
+			r.agent.Write(m)
 		}
 	}
 }
 
 // forwardToAgent sends an editor's request to the agent under an id of
 // ours, remembering the editor's.
-func (r *relay) forwardToAgent(m *message) {
+func (r *relay) forwardToAgent(m *control.RPCMessage) {
 	id := r.newID()
 	r.mu.Lock()
 	r.toAgent[string(id)] = m.ID
 	r.mu.Unlock()
 	m.ID = id
-	r.agent.write(m)
+	r.agent.Write(m)
 }
 
 // ourID rewrites a $/cancel_request's requestId from the editor's id to
@@ -343,7 +344,7 @@ func (r *relay) ourID(params json.RawMessage) json.RawMessage {
 // fromAgent relays what the agent sends until its output ends.
 func (r *relay) fromAgent() error {
 	for {
-		m, err := r.agent.read()
+		m, err := r.agent.Read()
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) {
 				return errAgentGone
@@ -351,7 +352,7 @@ func (r *relay) fromAgent() error {
 			return err
 		}
 		switch {
-		case m.isResponse():
+		case m.IsResponse():
 			r.mu.Lock()
 			orig, ok := r.toAgent[string(m.ID)]
 			delete(r.toAgent, string(m.ID))
@@ -360,8 +361,8 @@ func (r *relay) fromAgent() error {
 				continue
 			}
 			m.ID, m.Result = orig, r.toEditorPath(m.Result)
-			r.editor.write(m)
-		case m.isNotification():
+			r.editor.Write(m)
+		case m.IsNotification():
 			if m.Method == acpsdk.ClientMethodSessionUpdate {
 				var n acpsdk.SessionNotification
 				if json.Unmarshal(m.Params, &n) == nil {
@@ -369,8 +370,8 @@ func (r *relay) fromAgent() error {
 				}
 			}
 			m.Params = r.toEditorPath(m.Params)
-			r.editor.write(m)
-		case m.isRequest():
+			r.editor.Write(m)
+		case m.IsRequest():
 			r.callback(m)
 		}
 	}
@@ -378,7 +379,7 @@ func (r *relay) fromAgent() error {
 
 // callback routes one of the agent's requests: to the editor, or served
 // here (in its own goroutine: terminal/wait_for_exit blocks).
-func (r *relay) callback(m *message) {
+func (r *relay) callback(m *control.RPCMessage) {
 	r.mu.Lock()
 	caps := r.editorCaps
 	r.mu.Unlock()
@@ -389,12 +390,12 @@ func (r *relay) callback(m *message) {
 			Path string `json:"path"`
 		}
 		if err := json.Unmarshal(m.Params, &p); err != nil {
-			r.agent.write(errorResponse(m.ID, -32602, "Invalid params", err.Error()))
+			r.agent.Write(control.RPCErrorResponse(m.ID, -32602, "Invalid params", err.Error()))
 			return
 		}
 		if _, err := r.c.path(p.Path); err != nil {
 			r.log.Warn("file callback outside the work dir refused", "method", m.Method, "path", p.Path)
-			r.agent.write(errorResponse(m.ID, -32602, "Invalid params", map[string]any{"path": p.Path, "error": "the path is outside the work directory"}))
+			r.agent.Write(control.RPCErrorResponse(m.ID, -32602, "Invalid params", map[string]any{"path": p.Path, "error": "the path is outside the work directory"}))
 			return
 		}
 		if m.Method == acpsdk.ClientMethodFsReadTextFile {
@@ -416,7 +417,7 @@ func (r *relay) callback(m *message) {
 		r.toEditor[string(id)] = m.ID
 		r.mu.Unlock()
 		m.ID, m.Params = id, r.toEditorPath(m.Params)
-		r.editor.write(m)
+		r.editor.Write(m)
 		return
 	}
 	r.wg.Add(1)
@@ -426,19 +427,19 @@ func (r *relay) callback(m *message) {
 		if err != nil {
 			var re *acpsdk.RequestError
 			if errors.As(err, &re) {
-				r.agent.write(errorResponse(m.ID, re.Code, re.Message, re.Data))
+				r.agent.Write(control.RPCErrorResponse(m.ID, re.Code, re.Message, re.Data))
 			} else {
-				r.agent.write(errorResponse(m.ID, -32603, "Internal error", err.Error()))
+				r.agent.Write(control.RPCErrorResponse(m.ID, -32603, "Internal error", err.Error()))
 			}
 			return
 		}
 		raw, _ := json.Marshal(result)
-		r.agent.write(&message{ID: m.ID, Result: raw})
+		r.agent.Write(&control.RPCMessage{ID: m.ID, Result: raw})
 	}()
 }
 
 // serveLocally answers a callback with the executor's own client.
-func (r *relay) serveLocally(m *message) (any, error) {
+func (r *relay) serveLocally(m *control.RPCMessage) (any, error) {
 	ctx := r.c.askCtx
 	switch m.Method {
 	case acpsdk.ClientMethodFsReadTextFile:
