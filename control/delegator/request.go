@@ -13,11 +13,11 @@ import (
 
 // ExportRequest is what `awcp-ctl export` and MCP's delegate ask for.
 type ExportRequest struct {
-	Dir         string        `json:"dir"`
+	Dir string `json:"dir"`
 	// Session lends Dir for an ACP session rather than a task: the
 	// executor's agent is driven by an editor through OpenSession's
 	// channel (control/session.go); Prompt says what for, for the record.
-	Session bool `json:"session,omitempty"`
+	Session     bool          `json:"session,omitempty"`
 	Peer        string        `json:"peer"`
 	Prompt      string        `json:"prompt"`
 	Description string        `json:"description"`
