@@ -37,6 +37,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 			serveCommand(ctx),
 			stopCommand(),
 			mcpCommand(ctx),
+			acpCommand(ctx),
 			peersCommand(ctx),
 			doctorCommand(ctx),
 			clikit.CompletionCommand(),

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/awcp/awcp/cmd/internal/clikit"
+	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/control/delegator/gateway"
+)
+
+// acpCommand is the editor's agent command: ACP on stdio, each session a
+// delegation of its cwd to the peer's ACP agent (control/delegator/gateway).
+func acpCommand(ctx context.Context) *cli.Command {
+	return &cli.Command{
+		Name:  "acp",
+		Usage: "be an editor's ACP agent: each session lends its directory to the peer's ACP agent, for as many turns as the editor sends",
+		Description: "Stdout carries only ACP; logs go to stderr or --log-file. Configure it as the editor's agent\n" +
+			"command, e.g. Zed's agent_servers: {\"command\": \"awcp-ctl\", \"args\": [\"acp\", \"--peer\", \"http://builder:10200\"]}.",
+		Flags: append(append(clikit.CommonFlags(),
+			&cli.StringFlag{Name: "peer", EnvVars: []string{"AWCP_PEER"}, Required: true,
+				Usage: "the executor, started with --agent-acp: its URL (http://host:10200), or the name or agent id of one found on this network"},
+			clikit.DurationFlag("ttl", time.Hour, "longest life of each session's lease", "AWCP_TTL"),
+			&cli.StringFlag{Name: "access", EnvVars: []string{"AWCP_ACCESS"}, Value: "rw", Usage: "rw or ro"},
+			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs, sshfs-reverse or archive"},
+			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executor requires"},
+			clikit.TokenFileFlag("a file holding the token, mode 600 (--token shows in ps)"),
+			&cli.StringFlag{Name: "log-file", EnvVars: []string{"AWCP_LOG_FILE"}, Usage: "append logs to this file instead of stderr"},
+		), append(append(policyFlags(), sshFlags()...), browseFlags()...)...),
+		Action: func(c *cli.Context) error {
+			if c.Args().Len() > 0 {
+				return clikit.UsageError("acp takes no arguments")
+			}
+			if path := c.String("log-file"); path != "" {
+				f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+				if err != nil {
+					return fmt.Errorf("--log-file: %w", err)
+				}
+				defer f.Close()
+				c.App.ErrWriter = f
+			}
+			token, err := clikit.PeerToken(c)
+			if err != nil {
+				return err
+			}
+			e, err := openEnv(c)
+			if err != nil {
+				return err
+			}
+			req := delegator.ExportRequest{Peer: c.String("peer"), TTL: clikit.Duration(c, "ttl"), Access: c.String("access"),
+				Transport: c.String("transport"), Token: token, Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"),
+				NoDelete: c.Bool("no-delete"), MaxWriteBytes: clikit.Bytes(c, "max-write-bytes")}
+			if req.CallChain, err = callChain(); err != nil {
+				return err
+			}
+			if err := e.resolvePeer(ctx, c, &req); err != nil {
+				return err
+			}
+			sshCtx, stopSSH := context.WithCancel(context.Background())
+			waitSSH, err := e.liveMount(sshCtx, c, req.Transport, func(err error) {
+				e.log.Warn("no SSH server for a live mount; sessions use archive", "err", err)
+			})
+			if err != nil {
+				stopSSH()
+				return err
+			}
+			defer func() { stopSSH(); waitSSH() }()
+			dlg, err := e.delegator(nil)
+			if err != nil {
+				return err
+			}
+			runCtx, stop := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); dlg.RunScheduler(runCtx) }()
+			defer func() { stop(); <-done }()
+			g := &gateway.Gateway{Delegator: dlg, Store: e.store, Request: req, Version: clikit.Version, Logger: e.log,
+				Started: func(session, id string) { e.log.Info("session lent", "session", session, "delegation", id) }}
+			// The editor's pipe is the sessions' life; a signal to the
+			// gateway ends them as its closing would.
+			defer context.AfterFunc(ctx, func() { os.Stdin.Close() })()
+			if err := g.Serve(ctx, os.Stdin, c.App.Writer); err != nil && ctx.Err() == nil {
+				return err
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,366 @@
+// Package gateway is `awcp-ctl acp`: it speaks ACP as an agent to an
+// editor (JSON-RPC, NDJSON on the editor's pipe) and gives each session
+// the editor opens a delegation of its own — the session's cwd lent to
+// the executor, whose ACP agent holds the session in the mount — relaying
+// the editor's requests and the agent's callbacks over the delegation's
+// channel (control/session.go) for as many turns as the editor sends.
+//
+// The executor routes the agent's callbacks (control/executor/acp): here
+// they arrive already translated to the editor's paths, and go to the
+// editor as they came. Ids are the gateway's own on each side, so that
+// several sessions never mix theirs.
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/lease"
+)
+
+// Delegator is what the gateway needs of the delegator's service.
+type Delegator interface {
+	Create(req delegator.ExportRequest) (*lease.Delegation, error)
+	Run(ctx context.Context, id string) (*lease.Delegation, error)
+	OpenSession(ctx context.Context, id string) (net.Conn, error)
+	Cancel(ctx context.Context, id string) (*lease.Delegation, error)
+}
+
+// Store is where the gateway watches a delegation come up.
+type Store interface {
+	Delegation(id string) (*lease.Delegation, error)
+}
+
+// Gateway serves one editor.
+type Gateway struct {
+	Delegator Delegator
+	Store     Store
+	// Request is every session's export: the peer, transport, access,
+	// policy and token; Dir and Session are set per session.
+	Request delegator.ExportRequest
+	// Version is this program's, for initialize's agentInfo.
+	Version string
+	// Started, if set, is told each session's delegation id.
+	Started func(sessionID, delegationID string)
+	Logger  *slog.Logger
+
+	editor *control.RPCConn
+	wg     sync.WaitGroup // the delegations' Runs and the channels' readers
+
+	mu       sync.Mutex
+	init     json.RawMessage     // the editor's initialize params, for each channel
+	sessions map[string]*session // by the agent's session id
+	pending  map[string]pending  // the editor's requests in flight, by our id toward a channel
+	asked    map[string]pending  // the agent's callbacks in flight, by our id toward the editor
+	next     int
+}
+
+// session is one of the editor's sessions: its delegation and channel.
+type session struct {
+	id, delegation string
+	ch             *control.RPCConn
+	conn           net.Conn
+}
+
+// pending is a request on its way: where its answer goes back, under
+// which id.
+type pending struct {
+	s  *session
+	id json.RawMessage
+}
+
+// Serve runs until the editor closes in, then ends every session — each
+// delegation ends as a completed one, with today's clean-up — and returns
+// once they have.
+func (g *Gateway) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
+	if g.Logger == nil {
+		g.Logger = slog.Default()
+	}
+	g.editor = control.NewRPCConn(in, out)
+	g.sessions, g.pending, g.asked = map[string]*session{}, map[string]pending{}, map[string]pending{}
+	runCtx, stopRuns := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRuns()
+	err := g.fromEditor(ctx, runCtx)
+	// The editor is gone: every session ends; the executor hears it as the
+	// channel's end, and the delegation ends done.
+	g.mu.Lock()
+	for _, s := range g.sessions {
+		s.conn.Close()
+	}
+	g.mu.Unlock()
+	g.wg.Wait()
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+func (g *Gateway) newID() json.RawMessage {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.next++
+	return json.RawMessage(fmt.Sprintf(`"gw-%d"`, g.next))
+}
+
+// fromEditor handles what the editor sends until it closes.
+func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
+	for {
+		m, err := g.editor.Read()
+		if err != nil {
+			return err
+		}
+		switch {
+		case m.IsRequest() && m.Method == "initialize":
+			g.mu.Lock()
+			g.init = m.Params
+			g.mu.Unlock()
+			g.editor.Write(&control.RPCMessage{ID: m.ID, Result: g.initializeResult()})
+		case m.IsRequest() && m.Method == "session/new":
+			g.wg.Add(1)
+			go func() { defer g.wg.Done(); g.newSession(ctx, runCtx, m) }()
+		case m.IsRequest() && m.Method == "session/close":
+			s := g.sessionOf(m.Params)
+			if s == nil {
+				g.editor.Write(expired(m.ID))
+				continue
+			}
+			s.conn.Close()
+			g.editor.Write(&control.RPCMessage{ID: m.ID, Result: json.RawMessage(`{}`)})
+		case m.IsRequest():
+			s := g.sessionOf(m.Params)
+			if s == nil {
+				g.editor.Write(expired(m.ID))
+				continue
+			}
+			id := g.newID()
+			g.mu.Lock()
+			g.pending[string(id)] = pending{s, m.ID}
+			g.mu.Unlock()
+			orig := m.ID
+			m.ID = id
+			if err := s.ch.Write(m); err != nil {
+				g.mu.Lock()
+				delete(g.pending, string(id))
+				g.mu.Unlock()
+				g.editor.Write(expired(orig))
+			}
+		case m.IsNotification():
+			if s := g.sessionOf(m.Params); s != nil {
+				s.ch.Write(m)
+			}
+		case m.IsResponse():
+			g.mu.Lock()
+			p, ok := g.asked[string(m.ID)]
+			delete(g.asked, string(m.ID))
+			g.mu.Unlock()
+			if ok {
+				m.ID = p.id
+				p.s.ch.Write(m)
+			}
+		}
+	}
+}
+
+// initializeResult is the gateway's answer to the editor's initialize.
+// The agent is the executor's, and which executor a session goes to is
+// known only at session/new: what is declared here is what any ACP agent
+// takes (text prompts), and the agent's own answer is given to each
+// session's channel by the executor.
+func (g *Gateway) initializeResult() json.RawMessage {
+	raw, _ := json.Marshal(map[string]any{
+		"protocolVersion":   1,
+		"agentCapabilities": map[string]any{"loadSession": false, "promptCapabilities": map[string]any{"image": false, "audio": false, "embeddedContext": false}},
+		"agentInfo":         map[string]any{"name": "awcp-ctl acp", "title": "remote agent at " + g.Request.Peer, "version": g.Version},
+		"authMethods":       []any{},
+	})
+	return raw
+}
+
+// expired is the answer to a request for a session that is not (or no
+// longer) open: session_expired, seed 003's.
+func expired(id json.RawMessage) *control.RPCMessage {
+	return control.RPCErrorResponse(id, -32002, "session_expired", map[string]any{
+		"reason": "session_expired", "hint": "the session ended (closed, expired, or its delegation ended): start a new one"})
+}
+
+// sessionOf is the open session params name (sessionId), or nil.
+func (g *Gateway) sessionOf(params json.RawMessage) *session {
+	var p struct {
+		SessionID string `json:"sessionId"`
+	}
+	json.Unmarshal(params, &p)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.sessions[p.SessionID]
+}
+
+// newSession lends session/new's cwd for a session, opens its channel,
+// and answers the editor with the agent's session.
+func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage) {
+	fail := func(err error) {
+		pe := control.AsProtocolError(err, control.CodeSetupFailed)
+		g.editor.Write(control.RPCErrorResponse(m.ID, -32603, pe.Code+": "+pe.Message, map[string]any{"code": pe.Code, "hint": pe.Hint}))
+	}
+	var p struct {
+		Cwd string `json:"cwd"`
+	}
+	if err := json.Unmarshal(m.Params, &p); err != nil || !filepath.IsAbs(p.Cwd) {
+		g.editor.Write(control.RPCErrorResponse(m.ID, -32602, "Invalid params", "session/new needs an absolute cwd"))
+		return
+	}
+	req := g.Request
+	req.Dir, req.Session = p.Cwd, true
+	if req.Prompt == "" {
+		req.Prompt = "an ACP session from an editor, in " + p.Cwd
+	}
+	del, err := g.Delegator.Create(req)
+	if err != nil {
+		fail(err)
+		return
+	}
+	g.wg.Add(1)
+	go func() { defer g.wg.Done(); g.Delegator.Run(runCtx, del.ID) }()
+	conn, err := g.open(ctx, del.ID)
+	if err != nil {
+		g.Delegator.Cancel(context.Background(), del.ID)
+		fail(err)
+		return
+	}
+	s := &session{delegation: del.ID, ch: control.NewRPCConn(conn, conn), conn: conn}
+	// The editor's initialize, then its session/new, on the channel: the
+	// executor answers initialize with the agent's own answer.
+	g.mu.Lock()
+	init := g.init
+	g.mu.Unlock()
+	if init == nil {
+		init = json.RawMessage(`{"protocolVersion":1,"clientCapabilities":{}}`)
+	}
+	var early []*control.RPCMessage // the agent's notifications before its answer
+	call := func(id, method string, params json.RawMessage) (*control.RPCMessage, error) {
+		if err := s.ch.Write(&control.RPCMessage{ID: json.RawMessage(id), Method: method, Params: params}); err != nil {
+			return nil, err
+		}
+		for {
+			a, err := s.ch.Read()
+			if err != nil || a.IsResponse() && string(a.ID) == id {
+				return a, err
+			}
+			if a.IsNotification() {
+				early = append(early, a)
+			}
+		}
+	}
+	answer, err := call(`"gw-init"`, "initialize", init)
+	if err == nil {
+		answer, err = call(`"gw-new"`, "session/new", m.Params)
+	}
+	if err != nil || answer == nil || len(answer.Error) > 0 {
+		conn.Close()
+		if answer != nil && len(answer.Error) > 0 {
+			g.editor.Write(&control.RPCMessage{ID: m.ID, Error: answer.Error})
+			return
+		}
+		fail(fmt.Errorf("the session's channel: %w", err))
+		return
+	}
+	var sess struct {
+		SessionID string `json:"sessionId"`
+	}
+	json.Unmarshal(answer.Result, &sess)
+	s.id = sess.SessionID
+	g.mu.Lock()
+	g.sessions[s.id] = s
+	g.mu.Unlock()
+	if g.Started != nil {
+		g.Started(s.id, del.ID)
+	}
+	g.Logger.Info("session open", "session", s.id, "delegation", del.ID, "cwd", p.Cwd)
+	g.editor.Write(&control.RPCMessage{ID: m.ID, Result: answer.Result})
+	for _, n := range early {
+		g.editor.Write(n)
+	}
+	g.fromChannel(s)
+}
+
+// open waits for delegation id to run, then opens its channel.
+func (g *Gateway) open(ctx context.Context, id string) (net.Conn, error) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		d, err := g.Store.Delegation(id)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case d.State == lease.Running:
+			return g.Delegator.OpenSession(ctx, id)
+		case d.State.Terminal():
+			if f := d.Failure; f != nil {
+				return nil, &control.ProtocolError{Code: f.Code, Message: f.Message, Hint: f.Hint}
+			}
+			return nil, fmt.Errorf("delegation %s ended %s before its session opened", id, d.State)
+		case time.Now().After(deadline) || ctx.Err() != nil:
+			return nil, fmt.Errorf("delegation %s did not start within 2 minutes", id)
+		}
+	}
+}
+
+// fromChannel relays what the session's channel sends until it ends: the
+// session is then over, and the editor's requests still in flight on it
+// are answered session_expired.
+func (g *Gateway) fromChannel(s *session) {
+	for {
+		m, err := s.ch.Read()
+		if err != nil {
+			break
+		}
+		switch {
+		case m.IsResponse():
+			g.mu.Lock()
+			p, ok := g.pending[string(m.ID)]
+			delete(g.pending, string(m.ID))
+			g.mu.Unlock()
+			if ok {
+				m.ID = p.id
+				g.editor.Write(m)
+			}
+		case m.IsRequest():
+			id := g.newID()
+			g.mu.Lock()
+			g.asked[string(id)] = pending{s, m.ID}
+			g.mu.Unlock()
+			m.ID = id
+			g.editor.Write(m)
+		case m.IsNotification():
+			g.editor.Write(m)
+		}
+	}
+	s.conn.Close()
+	g.mu.Lock()
+	delete(g.sessions, s.id)
+	var orphaned []json.RawMessage
+	for ours, p := range g.pending {
+		if p.s == s {
+			orphaned = append(orphaned, p.id)
+			delete(g.pending, ours)
+		}
+	}
+	for ours, p := range g.asked {
+		if p.s == s {
+			delete(g.asked, ours)
+		}
+	}
+	g.mu.Unlock()
+	for _, id := range orphaned {
+		g.editor.Write(expired(id))
+	}
+	g.Logger.Info("session closed", "session", s.id, "delegation", s.delegation)
+}

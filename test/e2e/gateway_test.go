@@ -1,0 +1,96 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// editorTranscript is what testdata/acp_editor.mjs prints.
+type editorTranscript struct {
+	Exception        string   `json:"exception"`
+	Reads            []string `json:"reads"`
+	Writes           []string `json:"writes"`
+	Permissions      []string `json:"permissions"`
+	Text             string   `json:"text"`
+	Turns            []string `json:"turns"`
+	DirectSeenInTurn []bool   `json:"directSeenInTurn"`
+	Cancelled        string   `json:"cancelled"`
+	CancelMs         int      `json:"cancelMs"`
+	UnknownSession   string   `json:"unknownSession"`
+	ExitCode         *int     `json:"exitCode"`
+	ExitMs           int      `json:"exitMs"`
+	Stderr           string   `json:"stderr"`
+}
+
+// TestEditorSessionThroughTheGateway: an editor on the official ACP SDK
+// starts `awcp-ctl acp` as its agent; its session is a live-mount
+// delegation to an executor whose ACP agent (the official SDK's too) holds
+// it for every turn in one process. The agent's own writes show in the
+// editor's project during the turn; its reads come from the editor's
+// buffer, its writes are done by the editor at the editor's paths; a path
+// outside is refused before the editor hears of it; the editor answers
+// the permission; session/cancel ends a hanging turn and the next turn
+// works; closing the gateway's stdin ends it, and the executor is left
+// with no mount and no work dir.
+func TestEditorSessionThroughTheGateway(t *testing.T) {
+	modules := nodeModules(t, acpSDK)
+	src, err := os.ReadFile(filepath.Join("testdata", "acp_session_agent.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(modules, "acp_session_agent.mjs")
+	if err := os.WriteFile(script, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	x := startExecutor(t, "", "--agent-acp", "exec node '"+script+"'")
+	c := newCtl(t)
+	ws := sampleWorkspace(t)
+	writeFiles(t, ws, map[string]string{"notes.txt": "on disk\n", "main.go": "package main\n"})
+
+	var tr editorTranscript
+	runNode(t, modules, "acp_editor.mjs", []string{"AWCP_CTL=" + filepath.Join(binDir, "awcp-ctl"), "STATE=" + c.state, "PEER=" + x.url, "WS=" + ws}, &tr)
+	if tr.Exception != "" {
+		t.Fatalf("the editor failed: %s\ngateway stderr:\n%s", tr.Exception, tr.Stderr)
+	}
+	if want := []string{"end_turn", "end_turn", "end_turn", "end_turn", "end_turn"}; !slices.Equal(tr.Turns, want) {
+		t.Errorf("turns ended %v, want %v", tr.Turns, want)
+	}
+	pids := map[string]bool{}
+	for _, m := range regexp.MustCompile(`turn (\d) of process (\d+): ([^;]*); read "the editor's unsaved buffer"; outside -32602; permission allow`).FindAllStringSubmatch(tr.Text, -1) {
+		pids[m[2]] = true
+	}
+	if len(pids) != 1 || strings.Count(tr.Text, "of process") != 5 || !strings.Contains(tr.Text, "turn 6 of process") {
+		t.Errorf("the agent's turns (one process, reads from the buffer, outside refused, permission allowed):\n%s", tr.Text)
+	}
+	for i := 1; i <= 4; i++ {
+		if b, err := os.ReadFile(filepath.Join(ws, "turn-"+string(rune('0'+i))+".txt")); err != nil || !strings.Contains(string(b), "through the editor") {
+			t.Errorf("turn-%d.txt in the project: %q %v", i, b, err)
+		}
+	}
+	for _, p := range append(append(tr.Reads, tr.Writes...), tr.Permissions...) {
+		if !strings.HasPrefix(p, ws+"/") {
+			t.Errorf("the editor was sent a path that is not its project's: %s", p)
+		}
+	}
+	if len(tr.DirectSeenInTurn) != 5 || slices.Contains(tr.DirectSeenInTurn, false) {
+		t.Errorf("the agent's own writes in the editor's project during each turn: %v", tr.DirectSeenInTurn)
+	}
+	if tr.Cancelled != "cancelled" || tr.CancelMs > 5000 {
+		t.Errorf("the hanging turn after session/cancel: %q in %d ms", tr.Cancelled, tr.CancelMs)
+	}
+	if !strings.Contains(tr.UnknownSession, "session_expired") {
+		t.Errorf("a prompt to no session: %q", tr.UnknownSession)
+	}
+	if tr.ExitCode == nil || *tr.ExitCode != 0 || tr.ExitMs > 30000 {
+		t.Errorf("the gateway after its stdin closed: exit %v in %d ms\n%s", tr.ExitCode, tr.ExitMs, tr.Stderr)
+	}
+	ds := c.status()
+	if len(ds) != 1 || ds[0].State != "completed" {
+		t.Errorf("the session's delegation: %+v", ds)
+	}
+	waitWorkRootEmpty(t, x)
+}
