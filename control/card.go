@@ -1,5 +1,7 @@
 package control
 
+import "encoding/json"
+
 // ExtensionURI names AWCP in an agent card (spec §8.3).
 const ExtensionURI = "https://awcp-protocol.org/v1"
 
@@ -140,8 +142,11 @@ type ManifestAWCP struct {
 	// CallChain says the executor refuses circular calls (callchain.go).
 	CallChain bool `json:"call_chain"`
 	// Sessions are the session protocols the executor grants
-	// (session.go): ["acp"] when its agent speaks ACP.
-	Sessions []string `json:"sessions,omitempty"`
+	// (session.go): ["acp"] when its agent speaks ACP; ACPAgent is that
+	// agent's answer to initialize (its capabilities, info and auth
+	// methods), once the executor has asked it.
+	Sessions []string        `json:"sessions,omitempty"`
+	ACPAgent json.RawMessage `json:"acp_agent,omitempty"`
 }
 
 // CapabilityDelegation is the manifest capability of an AWCP executor.

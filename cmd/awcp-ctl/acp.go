@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/awcp/awcp/cmd/internal/clikit"
+	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/control/delegator/gateway"
 )
@@ -77,7 +80,27 @@ func acpCommand(ctx context.Context) *cli.Command {
 			done := make(chan struct{})
 			go func() { defer close(done); dlg.RunScheduler(runCtx) }()
 			defer func() { stop(); <-done }()
-			g := &gateway.Gateway{Delegator: dlg, Store: e.store, Request: req, Version: clikit.Version, Logger: e.log,
+			pc := &delegator.PeerClient{BaseURL: req.Peer, Token: req.Token, AgentID: req.PeerAgentID, Key: req.PeerKey}
+			agentInit := func(ctx context.Context) (json.RawMessage, error) {
+				for {
+					m, err := pc.Manifest(ctx)
+					switch {
+					case err != nil:
+						return nil, err
+					case m.AWCP == nil || !slices.Contains(m.AWCP.Sessions, control.SessionACP):
+						return nil, fmt.Errorf("the executor at %s holds no ACP sessions (is it started with --agent-acp?)", req.Peer)
+					case len(m.AWCP.ACPAgent) > 0:
+						return m.AWCP.ACPAgent, nil
+					}
+					// It has not asked its agent yet (it just started).
+					select {
+					case <-ctx.Done():
+						return nil, fmt.Errorf("the executor at %s has not said what its agent can do: %w", req.Peer, ctx.Err())
+					case <-time.After(200 * time.Millisecond):
+					}
+				}
+			}
+			g := &gateway.Gateway{Delegator: dlg, Store: e.store, Request: req, Version: clikit.Version, Logger: e.log, AgentInit: agentInit,
 				Started: func(session, id string) { e.log.Info("session lent", "session", session, "delegation", id) }}
 			// The editor's pipe is the sessions' life; a signal to the
 			// gateway ends them as its closing would.

@@ -4,10 +4,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -166,6 +168,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 	}
 	var worker executor.Worker
 	var sessions executor.SessionRunner // an ACP agent also serves editors' sessions
+	var probe func(context.Context, string) (json.RawMessage, error)
 	var sandbox *control.SandboxProfile
 	switch cmd, acpCmd := c.String("agent-cmd"), c.String("agent-acp"); {
 	case cmd != "" && acpCmd != "":
@@ -174,7 +177,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 		return clikit.UsageError("an agent is required: --agent-cmd CMD, or --agent-acp CMD for an ACP agent")
 	case acpCmd != "":
 		w := acp.Worker{Command: acpCmd, AllowExec: c.Bool("allow-exec"), Logger: log}
-		worker, sessions = w, w
+		worker, sessions, probe = w, w, w.Probe
 		// What the ACP client enforces: its file and terminal callbacks
 		// stay in the work dir, and terminal/create follows --allow-exec.
 		yes, exec := true, c.Bool("allow-exec")
@@ -249,7 +252,35 @@ func serve(ctx context.Context, c *cli.Context) error {
 		// Withdrawn once the executor has stopped taking delegations.
 		defer adv.Close()
 	}
+	if probe != nil {
+		// What the agent can do, for editors' gateways (the manifest's
+		// acp_agent), asked once, beside the service.
+		pctx, stopProbe := context.WithTimeout(ctx, 30*time.Second)
+		probed := make(chan struct{})
+		go func() {
+			defer close(probed)
+			probeACPAgent(pctx, probe, exec, log)
+		}()
+		defer func() { stopProbe(); <-probed }()
+	}
 	return exec.Serve(ctx, ln)
+}
+
+// probeACPAgent asks the ACP agent for its initialize answer, in a scratch
+// directory, and gives it to the executor's manifest.
+func probeACPAgent(ctx context.Context, probe func(context.Context, string) (json.RawMessage, error), exec *executor.Executor, log *slog.Logger) {
+	scratch, err := os.MkdirTemp("", "awcp-acp-probe-")
+	if err != nil {
+		log.Warn("ACP agent not probed", "err", err)
+		return
+	}
+	defer os.RemoveAll(scratch)
+	init, err := probe(ctx, scratch)
+	if err != nil {
+		log.Warn("the ACP agent did not answer initialize; editors' gateways will not see its capabilities", "err", err)
+		return
+	}
+	exec.SetACPAgent(init)
 }
 
 // advertise announces the executor on the local network, warning when

@@ -477,19 +477,30 @@ func (c *PeerClient) AgentCard(ctx context.Context) (*control.AgentCard, error) 
 }
 
 func (c *PeerClient) getCard(ctx context.Context, path string) (*control.AgentCard, error) {
+	var card control.AgentCard
+	return &card, c.getJSON(ctx, path, "an agent card", &card)
+}
+
+// Manifest fetches the executor's GET /manifest (seed 003, with ours).
+func (c *PeerClient) Manifest(ctx context.Context) (*control.Manifest, error) {
+	var m control.Manifest
+	return &m, c.getJSON(ctx, "/manifest", "a manifest", &m)
+}
+
+// getJSON reads path's JSON answer, up to 1 MiB, into out.
+func (c *PeerClient) getJSON(ctx context.Context, path, what string, out any) error {
 	resp, err := c.do(ctx, http.MethodGet, path, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: HTTP %d", path, resp.StatusCode)
+		return fmt.Errorf("%s: HTTP %d", path, resp.StatusCode)
 	}
-	var card control.AgentCard
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&card); err != nil {
-		return nil, fmt.Errorf("%s: not an agent card: %w", path, err)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out); err != nil {
+		return fmt.Errorf("%s: not %s: %w", path, what, err)
 	}
-	return &card, nil
+	return nil
 }
 
 // countingReader tells report how much of total it has read.

@@ -8,6 +8,7 @@ package executor
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -210,6 +211,8 @@ type Executor struct {
 	// tunnelWaits are the delegations with a tunnel request held until
 	// their reverse mount waits (tunnel.go): one each.
 	tunnelWaits map[string]bool
+
+	acpAgent json.RawMessage // the ACP agent's initialize answer (session.go); guarded by mu
 
 	wg sync.WaitGroup // task goroutines
 

@@ -601,6 +601,7 @@ func (e *Executor) handleManifest(w http.ResponseWriter, r *http.Request) {
 			CallChain:     e.opts.AgentID != "",
 			IdentityKey:   identityPublic(e.opts.IdentityKey),
 			Sessions:      e.sessionProtocols(),
+			ACPAgent:      e.acpAgentInit(),
 		},
 	})
 }

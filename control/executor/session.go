@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -22,6 +23,21 @@ import (
 // channel that arrives until the editor's session is over. *acp.Worker.
 type SessionRunner interface {
 	Session(ctx context.Context, t agent.Task, h agent.Hooks, channels <-chan io.ReadWriteCloser, wait time.Duration) (*agent.Result, error)
+}
+
+// SetACPAgent records the ACP agent's answer to initialize, for the
+// manifest (awcp.acp_agent): an editor's gateway tells the editor what
+// the agent can do before any session exists.
+func (e *Executor) SetACPAgent(init json.RawMessage) {
+	e.mu.Lock()
+	e.acpAgent = init
+	e.mu.Unlock()
+}
+
+func (e *Executor) acpAgentInit() json.RawMessage {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.acpAgent
 }
 
 // sessionProtocols is what the manifest offers.

@@ -11,7 +11,12 @@ import (
 
 // editorTranscript is what testdata/acp_editor.mjs prints.
 type editorTranscript struct {
-	Exception        string   `json:"exception"`
+	Exception string `json:"exception"`
+	Init      struct {
+		AgentInfo struct {
+			Name string `json:"name"`
+		} `json:"agentInfo"`
+	} `json:"init"`
 	Reads            []string `json:"reads"`
 	Writes           []string `json:"writes"`
 	Permissions      []string `json:"permissions"`
@@ -55,6 +60,9 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 	runNode(t, modules, "acp_editor.mjs", []string{"AWCP_CTL=" + filepath.Join(binDir, "awcp-ctl"), "STATE=" + c.state, "PEER=" + x.url, "WS=" + ws}, &tr)
 	if tr.Exception != "" {
 		t.Fatalf("the editor failed: %s\ngateway stderr:\n%s", tr.Exception, tr.Stderr)
+	}
+	if tr.Init.AgentInfo.Name != "awcp-session-agent" {
+		t.Errorf("the editor's initialize was not answered with the remote agent's: %+v", tr.Init)
 	}
 	if want := []string{"end_turn", "end_turn", "end_turn", "end_turn", "end_turn"}; !slices.Equal(tr.Turns, want) {
 		t.Errorf("turns ended %v, want %v", tr.Turns, want)

@@ -50,6 +50,10 @@ type Gateway struct {
 	Request delegator.ExportRequest
 	// Version is this program's, for initialize's agentInfo.
 	Version string
+	// AgentInit, if set, fetches the remote agent's answer to initialize
+	// (the executor's manifest has it): the editor's initialize is
+	// answered with it.
+	AgentInit func(ctx context.Context) (json.RawMessage, error)
 	// Started, if set, is told each session's delegation id.
 	Started func(sessionID, delegationID string)
 	Logger  *slog.Logger
@@ -124,7 +128,7 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 			g.mu.Lock()
 			g.init = m.Params
 			g.mu.Unlock()
-			g.editor.Write(&control.RPCMessage{ID: m.ID, Result: g.initializeResult()})
+			g.editor.Write(&control.RPCMessage{ID: m.ID, Result: g.initializeResult(ctx)})
 		case m.IsRequest() && m.Method == "session/new":
 			g.wg.Add(1)
 			go func() { defer g.wg.Done(); g.newSession(ctx, runCtx, m) }()
@@ -171,18 +175,37 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 	}
 }
 
-// initializeResult is the gateway's answer to the editor's initialize.
-// The agent is the executor's, and which executor a session goes to is
-// known only at session/new: what is declared here is what any ACP agent
-// takes (text prompts), and the agent's own answer is given to each
-// session's channel by the executor.
-func (g *Gateway) initializeResult() json.RawMessage {
-	raw, _ := json.Marshal(map[string]any{
+// initializeResult is the gateway's answer to the editor's initialize:
+// the remote agent's own answer, where the executor has it, less what the
+// gateway does not carry (loading a session, the editor's MCP servers);
+// else what any ACP agent takes (text prompts).
+func (g *Gateway) initializeResult(ctx context.Context) json.RawMessage {
+	res := map[string]any{
 		"protocolVersion":   1,
-		"agentCapabilities": map[string]any{"loadSession": false, "promptCapabilities": map[string]any{"image": false, "audio": false, "embeddedContext": false}},
+		"agentCapabilities": map[string]any{"promptCapabilities": map[string]any{"image": false, "audio": false, "embeddedContext": false}},
 		"agentInfo":         map[string]any{"name": "awcp-ctl acp", "title": "remote agent at " + g.Request.Peer, "version": g.Version},
 		"authMethods":       []any{},
-	})
+	}
+	if g.AgentInit != nil {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		raw, err := g.AgentInit(actx)
+		cancel()
+		var remote map[string]any
+		switch {
+		case err != nil:
+			g.Logger.Warn("the remote agent's capabilities are unknown; answering initialize with the least", "err", err)
+		case json.Unmarshal(raw, &remote) == nil && remote != nil:
+			res = remote
+		}
+	}
+	caps, _ := res["agentCapabilities"].(map[string]any)
+	if caps == nil {
+		caps = map[string]any{}
+		res["agentCapabilities"] = caps
+	}
+	caps["loadSession"] = false
+	caps["mcpCapabilities"] = map[string]any{"http": false, "sse": false}
+	raw, _ := json.Marshal(res)
 	return raw
 }
 

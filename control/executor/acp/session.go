@@ -468,3 +468,27 @@ func call[Req, Resp any](ctx context.Context, params json.RawMessage, fn func(co
 	}
 	return fn(ctx, req)
 }
+
+// Probe starts the agent in a scratch directory, initializes it as a
+// session's relay would, and returns its answer (capabilities, info, auth
+// methods): what an editor's gateway tells the editor before any session
+// exists. The agent is stopped at once.
+func (w Worker) Probe(ctx context.Context, scratch string) (json.RawMessage, error) {
+	w = w.withDefaults()
+	proc, err := agent.Start(agent.Task{DelegationID: "probe", WorkDir: scratch, AccessMode: "ro"}, w.Command, nil)
+	if err != nil {
+		return nil, fmt.Errorf("ACP agent: %w", err)
+	}
+	go io.Copy(io.Discard, proc.Stderr) // ends when the process group goes
+	defer func() {
+		proc.Stdin.Close()
+		proc.Stop(w.KillGrace)
+		proc.Stdout.Close()
+		proc.Stderr.Close()
+	}()
+	r := &relay{log: w.Logger, agent: control.NewRPCConn(proc.Stdout, proc.Stdin), readOnly: true}
+	if err := r.initialize(ctx, w.AllowExec); err != nil {
+		return nil, err
+	}
+	return r.agentInit, nil
+}
