@@ -26,6 +26,9 @@ type editorTranscript struct {
 	Cancelled        string   `json:"cancelled"`
 	CancelMs         int      `json:"cancelMs"`
 	UnknownSession   string   `json:"unknownSession"`
+	SecondSessionID  string   `json:"secondSessionId"`
+	Parallel         []string `json:"parallel"`
+	ClosedSession    string   `json:"closedSession"`
 	ExitCode         *int     `json:"exitCode"`
 	ExitMs           int      `json:"exitMs"`
 	Stderr           string   `json:"stderr"`
@@ -55,9 +58,11 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
 	writeFiles(t, ws, map[string]string{"notes.txt": "on disk\n", "main.go": "package main\n"})
+	ws2 := filepath.Join(t.TempDir(), "second")
+	writeFiles(t, ws2, map[string]string{"notes.txt": "second\n"})
 
 	var tr editorTranscript
-	runNode(t, modules, "acp_editor.mjs", []string{"AWCP_CTL=" + filepath.Join(binDir, "awcp-ctl"), "STATE=" + c.state, "PEER=" + x.url, "WS=" + ws}, &tr)
+	runNode(t, modules, "acp_editor.mjs", []string{"AWCP_CTL=" + filepath.Join(binDir, "awcp-ctl"), "STATE=" + c.state, "PEER=" + x.url, "WS=" + ws, "WS2=" + ws2}, &tr)
 	if tr.Exception != "" {
 		t.Fatalf("the editor failed: %s\ngateway stderr:\n%s", tr.Exception, tr.Stderr)
 	}
@@ -71,8 +76,17 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 	for _, m := range regexp.MustCompile(`turn (\d) of process (\d+): ([^;]*); read "the editor's unsaved buffer"; outside -32602; permission allow`).FindAllStringSubmatch(tr.Text, -1) {
 		pids[m[2]] = true
 	}
-	if len(pids) != 1 || strings.Count(tr.Text, "of process") != 5 || !strings.Contains(tr.Text, "turn 6 of process") {
-		t.Errorf("the agent's turns (one process, reads from the buffer, outside refused, permission allowed):\n%s", tr.Text)
+	if len(pids) != 1 || strings.Count(tr.Text, "read \"the editor's unsaved buffer\"") != 6 || !strings.Contains(tr.Text, "turn 7 of process") {
+		t.Errorf("the agent's turns in the first session (one process, reads from the buffer, outside refused, permission allowed):\n%s", tr.Text)
+	}
+	// The second session: its own delegation and agent process, in its own
+	// project, at the same time; closed, it is expired.
+	second := regexp.MustCompile(`turn 1 of process (\d+): in the second project; read "second\\n"`).FindStringSubmatch(tr.Text)
+	if second == nil || pids[second[1]] || !slices.Equal(tr.Parallel, []string{"end_turn", "end_turn"}) {
+		t.Errorf("the second session (%v, %v):\n%s", second, tr.Parallel, tr.Text)
+	}
+	if !strings.Contains(tr.ClosedSession, "session_expired") {
+		t.Errorf("a prompt to a closed session: %q", tr.ClosedSession)
 	}
 	for i := 1; i <= 4; i++ {
 		if b, err := os.ReadFile(filepath.Join(ws, "turn-"+string(rune('0'+i))+".txt")); err != nil || !strings.Contains(string(b), "through the editor") {
@@ -80,11 +94,11 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 		}
 	}
 	for _, p := range append(append(tr.Reads, tr.Writes...), tr.Permissions...) {
-		if !strings.HasPrefix(p, ws+"/") {
-			t.Errorf("the editor was sent a path that is not its project's: %s", p)
+		if !strings.HasPrefix(p, ws+"/") && !strings.HasPrefix(p, ws2+"/") {
+			t.Errorf("the editor was sent a path that is not its projects': %s", p)
 		}
 	}
-	if len(tr.DirectSeenInTurn) != 5 || slices.Contains(tr.DirectSeenInTurn, false) {
+	if len(tr.DirectSeenInTurn) != 7 || slices.Contains(tr.DirectSeenInTurn, false) {
 		t.Errorf("the agent's own writes in the editor's project during each turn: %v", tr.DirectSeenInTurn)
 	}
 	if tr.Cancelled != "cancelled" || tr.CancelMs > 5000 {
@@ -97,8 +111,8 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 		t.Errorf("the gateway after its stdin closed: exit %v in %d ms\n%s", tr.ExitCode, tr.ExitMs, tr.Stderr)
 	}
 	ds := c.status()
-	if len(ds) != 1 || ds[0].State != "completed" {
-		t.Errorf("the session's delegation: %+v", ds)
+	if len(ds) != 2 || ds[0].State != "completed" || ds[1].State != "completed" {
+		t.Errorf("the sessions' delegations: %+v", ds)
 	}
 	waitWorkRootEmpty(t, x)
 }

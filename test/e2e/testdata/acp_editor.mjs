@@ -8,7 +8,7 @@ import * as acp from "@agentclientprotocol/sdk";
 import { spawn } from "node:child_process";
 import { Readable, Writable } from "node:stream";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 
 const env = process.env;
 const out = { reads: [], writes: [], permissions: [], text: "", turns: [], directSeenInTurn: [] };
@@ -28,14 +28,15 @@ app.onRequest(acp.methods.client.fs.readTextFile, async ({ params }) => {
 });
 app.onRequest(acp.methods.client.fs.writeTextFile, async ({ params }) => {
   out.writes.push(params.path);
-  if (!params.path.startsWith(env.WS + "/")) throw new Error("outside the project: " + params.path);
+  if (!params.path.startsWith(env.WS + "/") && !(env.WS2 && params.path.startsWith(env.WS2 + "/"))) throw new Error("outside the projects: " + params.path);
   writeFileSync(params.path, params.content);
   return {};
 });
 app.onRequest(acp.methods.client.session.requestPermission, async ({ params }) => {
   out.permissions.push(params.toolCall.locations?.[0]?.path ?? "");
   const n = params.toolCall.toolCallId.split("-")[1]; // edit-N: the agent's turn N
-  out.directSeenInTurn.push(existsSync(join(env.WS, `direct-${n}.txt`)));
+  const project = dirname(params.toolCall.locations[0].path); // the session's own
+  out.directSeenInTurn.push(existsSync(join(project, `direct-${n}.txt`)));
   return { outcome: { outcome: "selected", optionId: "allow" } };
 });
 app.onNotification(acp.methods.client.session.update, async ({ params }) => {
@@ -62,6 +63,23 @@ try {
     out.cancelled = (await hang).stopReason;
     out.cancelMs = Date.now() - t0;
     out.turns.push((await ctx.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "after the cancel" }] })).stopReason);
+    // A second session at once, in another project: its own delegation,
+    // its own agent process; both answer while both are open.
+    if (env.WS2) {
+      const second = await ctx.request(acp.methods.agent.session.new, { cwd: env.WS2, mcpServers: [] });
+      out.secondSessionId = second.sessionId;
+      const [a, b] = await Promise.all([
+        ctx.request(acp.methods.agent.session.prompt, { sessionId: second.sessionId, prompt: [{ type: "text", text: "in the second project" }] }),
+        ctx.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "in the first project again" }] }),
+      ]);
+      out.parallel = [a.stopReason, b.stopReason];
+      await ctx.request("session/close", { sessionId: second.sessionId });
+      try {
+        await ctx.request(acp.methods.agent.session.prompt, { sessionId: second.sessionId, prompt: [{ type: "text", text: "after its close" }] });
+      } catch (e) {
+        out.closedSession = e.message ?? String(e);
+      }
+    }
     try {
       await ctx.request(acp.methods.agent.session.prompt, { sessionId: "no-such-session", prompt: [{ type: "text", text: "x" }] });
     } catch (e) {
@@ -69,7 +87,7 @@ try {
     }
   });
 } catch (e) {
-  out.exception = String(e?.stack ?? e);
+  out.exception = String(e?.stack ?? e) + " data: " + JSON.stringify(e?.data);
 }
 const t1 = Date.now();
 child.stdin.end();
