@@ -337,6 +337,12 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		Permission: func(ctx context.Context, req agent.PermissionRequest) agent.Decision {
 			return e.decide(ctx, a.ID, t, req)
 		},
+		Decided: func(req agent.PermissionRequest, outcome string, d agent.Decision) {
+			e.permissionEvent(a.ID, req, outcome, d)
+			if outcome != control.PermissionPending {
+				log.Info("permission decided", "request", req.ID, "outcome", outcome, "option", d.OptionID, "by", d.By)
+			}
+		},
 	}
 	var res *agent.Result
 	if t.channel != nil {

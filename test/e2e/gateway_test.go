@@ -114,5 +114,11 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 	if len(ds) != 2 || ds[0].State != "completed" || ds[1].State != "completed" {
 		t.Errorf("the sessions' delegations: %+v", ds)
 	}
+	// Every permission the editor answered is on the delegation's record:
+	// asked by the agent, for its tool call, decided by the editor.
+	r := c.run("status", ds[0].ID, "--json")
+	if n := strings.Count(r.stdout, `"decidedBy": "editor"`); n != 6 || !strings.Contains(r.stdout, `"title": "Edit main.go"`) {
+		t.Errorf("the first session's permissions on record (%d decided by the editor):\n%s", n, r.stdout)
+	}
 	waitWorkRootEmpty(t, x)
 }

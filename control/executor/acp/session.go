@@ -82,7 +82,7 @@ func (w Worker) Session(ctx context.Context, t agent.Task, h agent.Hooks, channe
 	}
 
 	r := &relay{c: c, log: log, agent: control.NewRPCConn(proc.Stdout, proc.Stdin), workDir: c.workDir, readOnly: c.readOnly,
-		toAgent: map[string]json.RawMessage{}, toEditor: map[string]json.RawMessage{}}
+		toAgent: map[string]json.RawMessage{}, toEditor: map[string]json.RawMessage{}, asks: map[string]agent.PermissionRequest{}}
 	initCtx, cancelInit := context.WithTimeout(ctx, wait)
 	err = r.initialize(initCtx, w.AllowExec)
 	cancelInit()
@@ -170,12 +170,13 @@ type relay struct {
 	wg       sync.WaitGroup // callbacks being served here
 
 	mu         sync.Mutex
-	agentInit  json.RawMessage            // the agent's initialize result
-	editorCaps acpsdk.ClientCapabilities  // what the editor declared
-	editorCwd  string                     // session/new's cwd: the work dir's name at the editor
-	next       int                        // our request ids
-	toAgent    map[string]json.RawMessage // our id → the editor's, for requests sent to the agent
-	toEditor   map[string]json.RawMessage // our id → the agent's, for callbacks sent to the editor
+	agentInit  json.RawMessage                    // the agent's initialize result
+	editorCaps acpsdk.ClientCapabilities          // what the editor declared
+	editorCwd  string                             // session/new's cwd: the work dir's name at the editor
+	next       int                                // our request ids
+	toAgent    map[string]json.RawMessage         // our id → the editor's, for requests sent to the agent
+	toEditor   map[string]json.RawMessage         // our id → the agent's, for callbacks sent to the editor
+	asks       map[string]agent.PermissionRequest // our id → a permission request sent to the editor
 }
 
 // initialize initializes the agent with every capability this executor
@@ -305,10 +306,55 @@ func (r *relay) fromEditor() error {
 			if !ok {
 				continue // no callback of ours has that id
 			}
+			r.answered(string(m.ID), m)
 			m.ID, m.Result = orig, r.toAgentPath(m.Result)
 			r.agent.Write(m)
 		}
 	}
+}
+
+// asked records a permission request going to the editor (a pending
+// permission event of the delegation), so that the decision is traceable:
+// who asked (the agent, for which tool call), who decided (the editor).
+func (r *relay) asked(ours string, params json.RawMessage) {
+	var p acpsdk.RequestPermissionRequest
+	if json.Unmarshal(params, &p) != nil {
+		return
+	}
+	r.mu.Lock()
+	r.next++
+	req := agent.PermissionRequest{ID: fmt.Sprintf("perm-%d", r.next)}
+	if p.ToolCall.Title != nil {
+		req.Title = *p.ToolCall.Title
+	}
+	req.ToolCall, _ = json.Marshal(p.ToolCall)
+	for _, o := range p.Options {
+		req.Options = append(req.Options, agent.PermissionOption{OptionID: string(o.OptionId), Name: o.Name, Kind: string(o.Kind)})
+	}
+	r.asks[ours] = req
+	r.mu.Unlock()
+	if r.c.hooks.Decided != nil {
+		r.c.hooks.Decided(req, control.PermissionPending, agent.Decision{})
+	}
+}
+
+// answered records the editor's answer to a permission request, if m is
+// one.
+func (r *relay) answered(ours string, m *control.RPCMessage) {
+	r.mu.Lock()
+	req, ok := r.asks[ours]
+	delete(r.asks, ours)
+	r.mu.Unlock()
+	if !ok || r.c.hooks.Decided == nil {
+		return
+	}
+	var resp acpsdk.RequestPermissionResponse
+	d := agent.Decision{By: "editor"} // of the session: the gateway's user
+	outcome := control.PermissionCancelled
+	if len(m.Error) == 0 && json.Unmarshal(m.Result, &resp) == nil && resp.Outcome.Selected != nil {
+		outcome, d.OptionID = control.PermissionSelected, string(resp.Outcome.Selected.OptionId)
+	}
+	r.c.hooks.Decided(req, outcome, d)
 }
 
 // forwardToAgent sends an editor's request to the agent under an id of
@@ -416,6 +462,9 @@ func (r *relay) callback(m *control.RPCMessage) {
 		r.mu.Lock()
 		r.toEditor[string(id)] = m.ID
 		r.mu.Unlock()
+		if m.Method == acpsdk.ClientMethodSessionRequestPermission {
+			r.asked(string(id), m.Params)
+		}
 		m.ID, m.Params = id, r.toEditorPath(m.Params)
 		r.editor.Write(m)
 		return

@@ -19,6 +19,10 @@ type Hooks struct {
 	// Permission decides a permission request of the agent; it returns
 	// when decided or when ctx ends (then the outcome is cancelled).
 	Permission func(ctx context.Context, req PermissionRequest) Decision
+	// Decided records a permission request decided elsewhere — by the
+	// editor of a session — as it stands: outcome is pending (d empty),
+	// selected or cancelled.
+	Decided func(req PermissionRequest, outcome string, d Decision)
 }
 
 // Update is one readable line of progress, with a completed fraction when
