@@ -27,7 +27,8 @@ func acpCommand(ctx context.Context) *cli.Command {
 		Flags: append(append(clikit.CommonFlags(),
 			&cli.StringFlag{Name: "peer", EnvVars: []string{"AWCP_PEER"}, Required: true,
 				Usage: "the executor, started with --agent-acp: its URL (http://host:10200), or the name or agent id of one found on this network"},
-			clikit.DurationFlag("ttl", time.Hour, "longest life of each session's lease", "AWCP_TTL"),
+			clikit.DurationFlag("ttl", 8*time.Hour, "longest life of each session's lease (the executor's --max-ttl may cap it)", "AWCP_TTL"),
+			clikit.DurationFlag("idle-ttl", 30*time.Minute, "end a session nothing went through for this long, no turn running; 0: never", "AWCP_IDLE_TTL"),
 			&cli.StringFlag{Name: "access", EnvVars: []string{"AWCP_ACCESS"}, Value: "rw", Usage: "rw or ro"},
 			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs, sshfs-reverse or archive"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executor requires"},
@@ -100,7 +101,7 @@ func acpCommand(ctx context.Context) *cli.Command {
 					}
 				}
 			}
-			g := &gateway.Gateway{Delegator: dlg, Store: e.store, Request: req, Version: clikit.Version, Logger: e.log, AgentInit: agentInit,
+			g := &gateway.Gateway{Delegator: dlg, Store: e.store, Request: req, Version: clikit.Version, Logger: e.log, AgentInit: agentInit, IdleTTL: clikit.Duration(c, "idle-ttl"),
 				Started: func(session, id string) { e.log.Info("session lent", "session", session, "delegation", id) }}
 			// The editor's pipe is the sessions' life; a signal to the
 			// gateway ends them as its closing would.

@@ -21,6 +21,7 @@ import (
 	"net"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/awcp/awcp/control"
@@ -50,6 +51,9 @@ type Gateway struct {
 	Request delegator.ExportRequest
 	// Version is this program's, for initialize's agentInfo.
 	Version string
+	// IdleTTL ends a session nothing went through for this long, with no
+	// request of the editor's in flight (seed 003 §6.4). 0: never.
+	IdleTTL time.Duration
 	// AgentInit, if set, fetches the remote agent's answer to initialize
 	// (the executor's manifest has it): the editor's initialize is
 	// answered with it.
@@ -74,7 +78,11 @@ type session struct {
 	id, delegation string
 	ch             *control.RPCConn
 	conn           net.Conn
+	last           atomic.Int64  // when a message last went either way (unix ns)
+	ended          chan struct{} // closed when its channel has ended
 }
+
+func (s *session) touch() { s.last.Store(time.Now().UnixNano()) }
 
 // pending is a request on its way: where its answer goes back, under
 // which id.
@@ -146,6 +154,7 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 				g.editor.Write(expired(m.ID))
 				continue
 			}
+			s.touch()
 			id := g.newID()
 			g.mu.Lock()
 			g.pending[string(id)] = pending{s, m.ID}
@@ -160,6 +169,7 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 			}
 		case m.IsNotification():
 			if s := g.sessionOf(m.Params); s != nil {
+				s.touch()
 				s.ch.Write(m)
 			}
 		case m.IsResponse():
@@ -259,7 +269,8 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 		fail(err)
 		return
 	}
-	s := &session{delegation: del.ID, ch: control.NewRPCConn(conn, conn), conn: conn}
+	s := &session{delegation: del.ID, ch: control.NewRPCConn(conn, conn), conn: conn, ended: make(chan struct{})}
+	s.touch()
 	// The editor's initialize, then its session/new, on the channel: the
 	// executor answers initialize with the agent's own answer.
 	g.mu.Lock()
@@ -312,6 +323,10 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 	for _, n := range early {
 		g.editor.Write(n)
 	}
+	if g.IdleTTL > 0 {
+		g.wg.Add(1)
+		go func() { defer g.wg.Done(); g.expireIdle(s) }()
+	}
 	g.fromChannel(s)
 }
 
@@ -340,11 +355,13 @@ func (g *Gateway) open(ctx context.Context, id string) (net.Conn, error) {
 // session is then over, and the editor's requests still in flight on it
 // are answered session_expired.
 func (g *Gateway) fromChannel(s *session) {
+	defer close(s.ended)
 	for {
 		m, err := s.ch.Read()
 		if err != nil {
 			break
 		}
+		s.touch()
 		switch {
 		case m.IsResponse():
 			g.mu.Lock()
@@ -386,4 +403,36 @@ func (g *Gateway) fromChannel(s *session) {
 		g.editor.Write(expired(id))
 	}
 	g.Logger.Info("session closed", "session", s.id, "delegation", s.delegation)
+}
+
+// expireIdle closes s once it has been idle for IdleTTL: nothing went
+// through it, and no request of the editor's waits on it.
+func (g *Gateway) expireIdle(s *session) {
+	t := time.NewTicker(max(min(g.IdleTTL/4, time.Minute), 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ended:
+			return
+		case <-t.C:
+		}
+		if time.Since(time.Unix(0, s.last.Load())) < g.IdleTTL || g.inFlight(s) {
+			continue
+		}
+		g.Logger.Info("session idle; ending it", "session", s.id, "delegation", s.delegation, "idle", g.IdleTTL)
+		s.conn.Close()
+		return
+	}
+}
+
+// inFlight reports whether a request of the editor's waits on s.
+func (g *Gateway) inFlight(s *session) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, p := range g.pending {
+		if p.s == s {
+			return true
+		}
+	}
+	return false
 }
