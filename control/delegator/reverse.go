@@ -321,6 +321,14 @@ type readerConn struct {
 	r *bufio.Reader
 }
 
+// CloseWrite half-closes the connection, where it can be.
+func (c *readerConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}
+
 func (c *readerConn) Read(p []byte) (int, error) {
 	if c.r.Buffered() > 0 {
 		return c.r.Read(p)

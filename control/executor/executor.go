@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -226,10 +225,9 @@ type task struct {
 	// asks are the permission requests forwarded to the delegator and not
 	// yet answered, by request id; guarded by Executor.mu.
 	asks map[string]*ask
-	// channel takes a session delegation's channel (session.go); nil for
-	// a task. channelTaken, guarded by Executor.mu, says one was given.
-	channel      chan io.ReadWriteCloser
-	channelTaken bool
+	// channel takes a session delegation's channels (session.go); nil
+	// for a task.
+	channel chan control.SessionChannel
 }
 
 // New checks opts and builds an Executor.

@@ -4,8 +4,8 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
-	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,7 +22,7 @@ import (
 // SessionRunner runs a session delegation's agent: it relays the first
 // channel that arrives until the editor's session is over. *acp.Worker.
 type SessionRunner interface {
-	Session(ctx context.Context, t agent.Task, h agent.Hooks, channels <-chan io.ReadWriteCloser, wait time.Duration) (*agent.Result, error)
+	Session(ctx context.Context, t agent.Task, h agent.Hooks, channels <-chan control.SessionChannel, wait time.Duration) (*agent.Result, error)
 }
 
 // SetACPAgent records the ACP agent's answer to initialize, for the
@@ -86,16 +86,18 @@ func (e *Executor) handleSession(w http.ResponseWriter, r *http.Request) {
 		e.refuseAuth(w, id, "the session key is not this delegation's")
 		return
 	}
+	var received uint64
+	if h := r.Header.Get(control.SessionReceivedHeader); h != "" {
+		if received, err = strconv.ParseUint(h, 10, 64); err != nil {
+			writeError(w, http.StatusBadRequest, control.NewError(id, control.CodeDeclined, control.SessionReceivedHeader+" must be a number", ""))
+			return
+		}
+	}
 	e.mu.Lock()
 	t := e.tasks[id]
-	taken := t != nil && t.channelTaken
 	e.mu.Unlock()
 	if t == nil || t.channel == nil || a.State != lease.Running {
 		writeError(w, http.StatusConflict, control.NewError(id, control.CodeDeclined, "the session is not running (not yet, or no more)", "open the channel once the delegation runs"))
-		return
-	}
-	if taken {
-		writeError(w, http.StatusConflict, control.NewError(id, control.CodeDeclined, "the session has its channel already", ""))
 		return
 	}
 	conn, brw, err := http.NewResponseController(w).Hijack()
@@ -114,16 +116,20 @@ func (e *Executor) handleSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Handed over under the lock that the task's end takes to leave: a
-	// channel given here is taken, or closed by that end.
+	// channel given here is taken (a newer one replaces the live one: the
+	// gateway reconnected), or closed by that end.
 	sent := false
 	e.mu.Lock()
-	if e.tasks[id] == t && !t.channelTaken {
-		t.channelTaken, sent = true, true
-		t.channel <- conn // room for one, and only one is ever sent
+	if e.tasks[id] == t {
+		select {
+		case t.channel <- control.SessionChannel{Conn: conn, Received: received}:
+			sent = true
+		default: // one waits to be taken already
+		}
 	}
 	e.mu.Unlock()
 	if !sent {
-		e.log.Warn("session channel refused: the session has one, or has ended", "delegation", id)
+		e.log.Warn("session channel refused: the session has ended, or another is being taken", "delegation", id)
 		conn.Close()
 		return
 	}

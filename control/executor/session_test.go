@@ -24,10 +24,11 @@ import (
 // summing up how many lines it echoed.
 type echoSession struct{}
 
-func (echoSession) Session(ctx context.Context, t agent.Task, h agent.Hooks, channels <-chan io.ReadWriteCloser, wait time.Duration) (*agent.Result, error) {
+func (echoSession) Session(ctx context.Context, t agent.Task, h agent.Hooks, channels <-chan control.SessionChannel, wait time.Duration) (*agent.Result, error) {
 	var ch io.ReadWriteCloser
 	select {
-	case ch = <-channels:
+	case c := <-channels:
+		ch = c.Conn
 	case <-ctx.Done():
 		return nil, agent.ErrKilled
 	case <-time.After(wait):
@@ -109,12 +110,20 @@ func TestSessionChannel(t *testing.T) {
 			t.Fatalf("through the channel: %q %v", got, err)
 		}
 	}
-	if _, _, code := openSession(t, f, "dlg_session", inv.Session.Key); code != http.StatusConflict {
-		t.Errorf("a second channel: HTTP %d, want 409", code)
+	// A second channel is the gateway reconnecting: taken, for the session
+	// to resume on (this one's runner never takes it), and closed at the
+	// session's end.
+	second, _, code := openSession(t, f, "dlg_session", inv.Session.Key)
+	if second == nil {
+		t.Fatalf("a second channel: HTTP %d", code)
 	}
 	conn.Close()
 	if done := last(events(f, "dlg_session", 0)); done.Type != control.EventDone || done.Summary != "echoed 2 lines" {
 		t.Fatalf("the session's end: %+v", done)
+	}
+	second.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := second.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Errorf("the channel never taken was not closed at the session's end: %v", err)
 	}
 
 	// An executor whose agent speaks no ACP refuses the session.

@@ -205,7 +205,7 @@ func (e *Executor) start(ctx context.Context, st *control.Start) *control.Protoc
 	tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	t := &task{cancel: cancel, done: make(chan struct{}), asks: map[string]*ask{}}
 	if a.Session != "" {
-		t.channel = make(chan io.ReadWriteCloser, 1)
+		t.channel = make(chan control.SessionChannel, 1)
 	}
 	e.mu.Lock()
 	e.tasks[id] = t
@@ -300,7 +300,7 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		if t.channel != nil {
 			select {
 			case late := <-t.channel: // opened as the session ended: never taken
-				late.Close()
+				late.Conn.Close()
 			default:
 			}
 		}

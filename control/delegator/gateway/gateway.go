@@ -33,7 +33,7 @@ import (
 type Delegator interface {
 	Create(req delegator.ExportRequest) (*lease.Delegation, error)
 	Run(ctx context.Context, id string) (*lease.Delegation, error)
-	OpenSession(ctx context.Context, id string) (net.Conn, error)
+	OpenSession(ctx context.Context, id string, received uint64) (net.Conn, error)
 	Cancel(ctx context.Context, id string) (*lease.Delegation, error)
 }
 
@@ -76,8 +76,7 @@ type Gateway struct {
 // session is one of the editor's sessions: its delegation and channel.
 type session struct {
 	id, delegation string
-	ch             *control.RPCConn
-	conn           net.Conn
+	link           *control.SessionLink // the channel, across its connections
 	last           atomic.Int64  // when a message last went either way (unix ns)
 	ended          chan struct{} // closed when its channel has ended
 }
@@ -107,7 +106,7 @@ func (g *Gateway) Serve(ctx context.Context, in io.Reader, out io.Writer) error 
 	// channel's end, and the delegation ends done.
 	g.mu.Lock()
 	for _, s := range g.sessions {
-		s.conn.Close()
+		s.link.Close()
 	}
 	g.mu.Unlock()
 	g.wg.Wait()
@@ -146,7 +145,7 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 				g.editor.Write(expired(m.ID))
 				continue
 			}
-			s.conn.Close()
+			s.link.Close()
 			g.editor.Write(&control.RPCMessage{ID: m.ID, Result: json.RawMessage(`{}`)})
 		case m.IsRequest():
 			s := g.sessionOf(m.Params)
@@ -161,7 +160,7 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 			g.mu.Unlock()
 			orig := m.ID
 			m.ID = id
-			if err := s.ch.Write(m); err != nil {
+			if err := s.link.Send(m); err != nil {
 				g.mu.Lock()
 				delete(g.pending, string(id))
 				g.mu.Unlock()
@@ -170,7 +169,7 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 		case m.IsNotification():
 			if s := g.sessionOf(m.Params); s != nil {
 				s.touch()
-				s.ch.Write(m)
+				s.link.Send(m)
 			}
 		case m.IsResponse():
 			g.mu.Lock()
@@ -179,7 +178,7 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 			g.mu.Unlock()
 			if ok {
 				m.ID = p.id
-				p.s.ch.Write(m)
+				p.s.link.Send(m)
 			}
 		}
 	}
@@ -263,13 +262,13 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 	}
 	g.wg.Add(1)
 	go func() { defer g.wg.Done(); g.Delegator.Run(runCtx, del.ID) }()
-	conn, err := g.open(ctx, del.ID)
-	if err != nil {
+	link := control.NewSessionLink()
+	if err := g.attach(ctx, del.ID, link, true); err != nil {
 		g.Delegator.Cancel(context.Background(), del.ID)
 		fail(err)
 		return
 	}
-	s := &session{delegation: del.ID, ch: control.NewRPCConn(conn, conn), conn: conn, ended: make(chan struct{})}
+	s := &session{delegation: del.ID, link: link, ended: make(chan struct{})}
 	s.touch()
 	// The editor's initialize, then its session/new, on the channel: the
 	// executor answers initialize with the agent's own answer.
@@ -281,11 +280,11 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 	}
 	var early []*control.RPCMessage // the agent's notifications before its answer
 	call := func(id, method string, params json.RawMessage) (*control.RPCMessage, error) {
-		if err := s.ch.Write(&control.RPCMessage{ID: json.RawMessage(id), Method: method, Params: params}); err != nil {
+		if err := s.link.Send(&control.RPCMessage{ID: json.RawMessage(id), Method: method, Params: params}); err != nil {
 			return nil, err
 		}
 		for {
-			a, err := s.ch.Read()
+			a, err := s.link.Read()
 			if err != nil || a.IsResponse() && string(a.ID) == id {
 				return a, err
 			}
@@ -299,7 +298,7 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 		answer, err = call(`"gw-new"`, "session/new", m.Params)
 	}
 	if err != nil || answer == nil || len(answer.Error) > 0 {
-		conn.Close()
+		link.Close()
 		if answer != nil && len(answer.Error) > 0 {
 			g.editor.Write(&control.RPCMessage{ID: m.ID, Error: answer.Error})
 			return
@@ -330,23 +329,42 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 	g.fromChannel(s)
 }
 
-// open waits for delegation id to run, then opens its channel.
-func (g *Gateway) open(ctx context.Context, id string) (net.Conn, error) {
+// attach connects link to delegation id's channel: at first once the
+// delegation runs (waiting up to 2 minutes for that), later again after a
+// drop. What the executor has not received is sent again.
+func (g *Gateway) attach(ctx context.Context, id string, link *control.SessionLink, first bool) error {
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		d, err := g.Store.Delegation(id)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		switch {
 		case d.State == lease.Running:
-			return g.Delegator.OpenSession(ctx, id)
+			conn, err := g.Delegator.OpenSession(ctx, id, link.Received())
+			if err != nil {
+				if first {
+					return err
+				}
+				g.Logger.Debug("session channel not back yet", "delegation", id, "err", err)
+				break
+			}
+			received, rc, err := control.ReadResume(conn)
+			if err == nil {
+				err = link.Attach(conn, rc, received, false)
+			}
+			if err != nil {
+				conn.Close()
+				return fmt.Errorf("the session's channel: %w", err)
+			}
+			return nil
 		case d.State.Terminal():
 			if f := d.Failure; f != nil {
-				return nil, &control.ProtocolError{Code: f.Code, Message: f.Message, Hint: f.Hint}
+				return &control.ProtocolError{Code: f.Code, Message: f.Message, Hint: f.Hint}
 			}
-			return nil, fmt.Errorf("delegation %s ended %s before its session opened", id, d.State)
-		case time.Now().After(deadline) || ctx.Err() != nil:
-			return nil, fmt.Errorf("delegation %s did not start within 2 minutes", id)
+			return fmt.Errorf("delegation %s ended %s", id, d.State)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("delegation %s: no channel within 2 minutes", id)
 		}
 	}
 }
@@ -357,9 +375,20 @@ func (g *Gateway) open(ctx context.Context, id string) (net.Conn, error) {
 func (g *Gateway) fromChannel(s *session) {
 	defer close(s.ended)
 	for {
-		m, err := s.ch.Read()
+		m, err := s.link.Read()
+		if errors.Is(err, control.ErrLinkDown) {
+			// Dropped, not ended: the turn goes on at the executor. Back,
+			// the link sends again what either end missed.
+			g.Logger.Info("session channel dropped; reconnecting", "session", s.id, "delegation", s.delegation)
+			if err := g.attach(context.Background(), s.delegation, s.link, false); err != nil {
+				g.Logger.Warn("session channel lost", "session", s.id, "err", err)
+				break
+			}
+			g.Logger.Info("session channel back", "session", s.id)
+			continue
+		}
 		if err != nil {
-			break
+			break // the executor ended the session
 		}
 		s.touch()
 		switch {
@@ -383,7 +412,7 @@ func (g *Gateway) fromChannel(s *session) {
 			g.editor.Write(m)
 		}
 	}
-	s.conn.Close()
+	s.link.Close()
 	g.mu.Lock()
 	delete(g.sessions, s.id)
 	var orphaned []json.RawMessage
@@ -420,7 +449,7 @@ func (g *Gateway) expireIdle(s *session) {
 			continue
 		}
 		g.Logger.Info("session idle; ending it", "session", s.id, "delegation", s.delegation, "idle", g.IdleTTL)
-		s.conn.Close()
+		s.link.Close()
 		return
 	}
 }

@@ -37,13 +37,15 @@ func (f *fakeExecutor) Delegation(id string) (*lease.Delegation, error) {
 	return &lease.Delegation{Lease: lease.Lease{ID: id, State: lease.Running}}, nil
 }
 
-func (f *fakeExecutor) OpenSession(ctx context.Context, id string) (net.Conn, error) {
+func (f *fakeExecutor) OpenSession(ctx context.Context, id string, received uint64) (net.Conn, error) {
 	gw, ex := net.Pipe()
 	go func() {
 		rc := control.NewRPCConn(ex, ex)
+		rc.Write(&control.RPCMessage{Method: "$/awcp/resume", Params: json.RawMessage(`{"received":0}`)})
 		for {
 			m, err := rc.Read()
-			if err != nil {
+			if err != nil || m.Method == "$/awcp/bye" {
+				ex.Close()
 				f.closed <- id
 				return
 			}

@@ -42,7 +42,11 @@ const agentInitID = `"awcp-initialize"`
 // channel that arrives on channels, until the channel closes (the
 // editor's session is over: the task is done), ctx ends (cancel,
 // expiry: ErrKilled), or no channel comes within wait.
-func (w Worker) Session(ctx context.Context, t agent.Task, h agent.Hooks, channels <-chan io.ReadWriteCloser, wait time.Duration) (*agent.Result, error) {
+//
+// A channel that drops is waited for again, up to wait, while the agent
+// works on: the gateway reconnects, and the link sends again what the
+// other end did not receive (control/sessionlink.go).
+func (w Worker) Session(ctx context.Context, t agent.Task, h agent.Hooks, channels <-chan control.SessionChannel, wait time.Duration) (*agent.Result, error) {
 	w = w.withDefaults()
 	log := w.Logger.With("delegation", t.DelegationID)
 	askCtx, endAsks := context.WithCancel(context.Background())
@@ -94,9 +98,9 @@ func (w Worker) Session(ctx context.Context, t agent.Task, h agent.Hooks, channe
 		return &agent.Result{Failed: "the ACP agent did not initialize: " + err.Error(), StderrTail: strings.TrimSpace(stderr.String())}, nil
 	}
 
-	var ch io.ReadWriteCloser
+	var first control.SessionChannel
 	select {
-	case ch = <-channels:
+	case first = <-channels:
 	case <-ctx.Done():
 		stop()
 		return nil, fmt.Errorf("%w: %w", agent.ErrKilled, context.Cause(ctx))
@@ -105,7 +109,28 @@ func (w Worker) Session(ctx context.Context, t agent.Task, h agent.Hooks, channe
 		return &agent.Result{Failed: fmt.Sprintf("no editor connected to the session within %s", wait)}, nil
 	}
 	log.Info("session channel connected")
-	r.editor = control.NewRPCConn(ch, ch)
+	r.link, r.wait = control.NewSessionLink(), wait
+	if err := r.link.Attach(first.Conn, nil, first.Received, true); err != nil {
+		first.Conn.Close()
+	}
+	// Later connections — the gateway reconnecting — replace the live one.
+	attachDone := make(chan struct{})
+	attaching := make(chan struct{})
+	go func() {
+		defer close(attaching)
+		for {
+			select {
+			case ch := <-channels:
+				if err := r.link.Attach(ch.Conn, nil, ch.Received, true); err != nil {
+					log.Warn("session channel not resumed", "err", err)
+				} else {
+					log.Info("session channel resumed", "gatewayReceived", ch.Received)
+				}
+			case <-attachDone:
+				return
+			}
+		}
+	}()
 	ended := make(chan error, 2)
 	go func() { ended <- r.fromEditor() }()
 	go func() { ended <- r.fromAgent() }()
@@ -117,12 +142,14 @@ func (w Worker) Session(ctx context.Context, t agent.Task, h agent.Hooks, channe
 	case <-ctx.Done():
 		killed = true
 	}
-	ch.Close()
+	r.link.Close() // the gateway hears the session is over, and does not reconnect
 	stop()
 	endAsks()
 	for ; running > 0; running-- {
 		<-ended
 	}
+	close(attachDone)
+	<-attaching
 	r.wg.Wait() // callbacks served here: they answered, or failed on the closed pipe
 	if killed {
 		return nil, fmt.Errorf("%w: %w", agent.ErrKilled, context.Cause(ctx))
@@ -164,7 +191,8 @@ type relay struct {
 	c        *client
 	log      *slog.Logger
 	agent    *control.RPCConn
-	editor   *control.RPCConn
+	link     *control.SessionLink // the editor's side, across its connections
+	wait     time.Duration        // how long a dropped channel is waited for
 	workDir  string
 	readOnly bool
 	wg       sync.WaitGroup // callbacks being served here
@@ -254,29 +282,37 @@ func (r *relay) toAgentPath(v json.RawMessage) json.RawMessage {
 // fromEditor relays what the gateway sends until its channel closes.
 func (r *relay) fromEditor() error {
 	for {
-		m, err := r.editor.Read()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return errEditorGone
+		m, err := r.link.Read()
+		if errors.Is(err, control.ErrLinkDown) {
+			r.log.Info("session channel dropped; waiting for the gateway", "for", r.wait)
+			timeout := make(chan struct{})
+			t := time.AfterFunc(r.wait, func() { close(timeout) })
+			back := r.link.WaitAttached(timeout)
+			t.Stop()
+			if back {
+				continue
 			}
-			return err
+			return errEditorGone
+		}
+		if err != nil {
+			return errEditorGone // the gateway said goodbye
 		}
 		switch {
 		case m.IsRequest() && m.Method == acpsdk.AgentMethodInitialize:
 			var req acpsdk.InitializeRequest
 			if err := json.Unmarshal(m.Params, &req); err != nil {
-				r.editor.Write(control.RPCErrorResponse(m.ID, -32602, "Invalid params", err.Error()))
+				r.link.Send(control.RPCErrorResponse(m.ID, -32602, "Invalid params", err.Error()))
 				continue
 			}
 			r.mu.Lock()
 			r.editorCaps = req.ClientCapabilities
 			r.mu.Unlock()
 			// Answered with the agent's own answer: it was initialized once.
-			r.editor.Write(&control.RPCMessage{ID: m.ID, Result: r.agentInit})
+			r.link.Send(&control.RPCMessage{ID: m.ID, Result: r.agentInit})
 		case m.IsRequest() && m.Method == acpsdk.AgentMethodSessionNew:
 			var req map[string]any
 			if err := json.Unmarshal(m.Params, &req); err != nil {
-				r.editor.Write(control.RPCErrorResponse(m.ID, -32602, "Invalid params", err.Error()))
+				r.link.Send(control.RPCErrorResponse(m.ID, -32602, "Invalid params", err.Error()))
 				continue
 			}
 			if cwd, _ := req["cwd"].(string); cwd != "" {
@@ -407,7 +443,7 @@ func (r *relay) fromAgent() error {
 				continue
 			}
 			m.ID, m.Result = orig, r.toEditorPath(m.Result)
-			r.editor.Write(m)
+			r.link.Send(m)
 		case m.IsNotification():
 			if m.Method == acpsdk.ClientMethodSessionUpdate {
 				var n acpsdk.SessionNotification
@@ -416,7 +452,7 @@ func (r *relay) fromAgent() error {
 				}
 			}
 			m.Params = r.toEditorPath(m.Params)
-			r.editor.Write(m)
+			r.link.Send(m)
 		case m.IsRequest():
 			r.callback(m)
 		}
@@ -466,7 +502,7 @@ func (r *relay) callback(m *control.RPCMessage) {
 			r.asked(string(id), m.Params)
 		}
 		m.ID, m.Params = id, r.toEditorPath(m.Params)
-		r.editor.Write(m)
+		r.link.Send(m)
 		return
 	}
 	r.wg.Add(1)

@@ -14,6 +14,7 @@ import (
 
 	acpsdk "github.com/coder/acp-go-sdk"
 
+	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/executor/agent"
 )
 
@@ -150,9 +151,9 @@ func TestSessionRelaysFourTurns(t *testing.T) {
 	wd := workDir(t)
 	os.WriteFile(filepath.Join(wd, "notes.txt"), []byte("on disk\n"), 0o644)
 	const project = "/home/ana/project"
-	channels := make(chan io.ReadWriteCloser, 1)
+	channels := make(chan control.SessionChannel, 1)
 	gatewayEnd, executorEnd := net.Pipe()
-	channels <- executorEnd
+	channels <- control.SessionChannel{Conn: executorEnd}
 	w := Worker{Command: sessionAgentEnv + "=1 exec '" + os.Args[0] + "'", KillGrace: time.Second}
 	var progress []string
 	var pmu sync.Mutex
@@ -208,7 +209,9 @@ func TestSessionRelaysFourTurns(t *testing.T) {
 		t.Error("a write the editor declared it does was done here too")
 	}
 
-	gatewayEnd.Close() // the editor's session is over
+	// The editor's session is over: the gateway says goodbye, and closes.
+	io.WriteString(gatewayEnd, `{"jsonrpc":"2.0","method":"$/awcp/bye"}`+"\n")
+	gatewayEnd.Close()
 	select {
 	case o := <-done:
 		if o.err != nil || o.res.Failed != "" || !strings.Contains(o.res.Summary, "turns so far: 4") {

@@ -1,0 +1,280 @@
+package control
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// A session's channel may drop — the network, a restart of the editor's
+// gateway — while the session goes on: its agent keeps working, and
+// nothing may be lost or delivered twice. A SessionLink is one end of it
+// across its connections. Each end numbers the ACP messages it sends,
+// keeps them until the other end acknowledges them, and after a new
+// connection sends again those the other end has not received:
+//
+//   - every AckEvery messages received, an end sends $/awcp/ack
+//     {"received": N} (not numbered, not passed on);
+//   - the gateway asks for a new connection with the number it has
+//     received in SessionReceivedHeader, and the executor's first line on
+//     it is $/awcp/resume {"received": N}, its own number;
+//   - each end then sends again what it sent after the other's number.
+//
+// An end that is more than MaxUnacked messages ahead of the other's
+// acknowledgements cannot resume, and says so.
+const (
+	// SessionReceivedHeader carries, on a channel request, how many
+	// messages the gateway has received of the session.
+	SessionReceivedHeader = "AWCP-Session-Received"
+	// AckEvery is how many messages an end receives between its acks.
+	AckEvery = 16
+	// MaxUnacked bounds the messages an end keeps for a resumption.
+	MaxUnacked = 1 << 14
+
+	methodAck    = "$/awcp/ack"
+	methodResume = "$/awcp/resume"
+	methodBye    = "$/awcp/bye"
+)
+
+// SessionChannel is a new connection of a session's channel, as the
+// executor's endpoint hands it to the relay: the connection, and how many
+// messages the gateway says it has received.
+type SessionChannel struct {
+	Conn     io.ReadWriteCloser
+	Received uint64
+}
+
+// ErrLinkDown is Read's error when the connection failed: Attach another
+// and read on, or give the session up.
+var ErrLinkDown = errors.New("the session's channel is down")
+
+type numbered struct {
+	seq uint64
+	m   *RPCMessage
+}
+
+// SessionLink is one end of a session's channel, across its connections.
+type SessionLink struct {
+	readMu sync.Mutex // one reader at a time
+
+	mu       sync.Mutex
+	conn     io.ReadWriteCloser // the live connection; nil while down
+	rpc      *RPCConn
+	gen      uint64     // connections attached so far
+	sent     uint64     // messages sent
+	unacked  []numbered // sent and not yet acknowledged
+	received uint64     // messages received
+	acked    uint64     // the received count last acknowledged
+	closed   bool       // Close was called: the session is over
+	attached chan struct{}
+}
+
+// NewSessionLink returns a link with no connection yet.
+func NewSessionLink() *SessionLink { return &SessionLink{attached: make(chan struct{})} }
+
+// Received is how many messages this end has received.
+func (l *SessionLink) Received() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.received
+}
+
+// Attached is closed once a connection is attached after this call.
+func (l *SessionLink) Attached() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.attached
+}
+
+// Attach makes conn the live connection: the other end has received
+// peerReceived messages of this one's. With resume, this end first says
+// how many it has received (the executor's side does). What the other
+// end has not received is sent again. A previous connection is closed.
+// rpc, if not nil, is conn's reader already in use (ReadResume's).
+func (l *SessionLink) Attach(conn io.ReadWriteCloser, rpc *RPCConn, peerReceived uint64, resume bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if old := l.conn; old != nil {
+		old.Close()
+	}
+	if rpc == nil {
+		rpc = NewRPCConn(conn, conn)
+	}
+	l.conn, l.rpc = conn, rpc
+	l.gen++
+	l.dropAcked(peerReceived)
+	if len(l.unacked) > 0 && l.unacked[0].seq > peerReceived+1 {
+		l.conn = nil
+		conn.Close()
+		return fmt.Errorf("the other end has received %d messages; those after it up to %d are no longer kept", peerReceived, l.unacked[0].seq-1)
+	}
+	if resume {
+		params, _ := json.Marshal(map[string]uint64{"received": l.received})
+		l.rpc.Write(&RPCMessage{Method: methodResume, Params: params})
+		l.acked = l.received
+	}
+	for _, n := range l.unacked {
+		l.rpc.Write(n.m)
+	}
+	close(l.attached)
+	l.attached = make(chan struct{})
+	return nil
+}
+
+// ReadResume reads the executor's first line on a new connection: how
+// many messages it has received. The reader it returns is conn's, for
+// Attach.
+func ReadResume(conn io.ReadWriter) (uint64, *RPCConn, error) {
+	rc := NewRPCConn(conn, conn)
+	m, err := rc.Read()
+	if err != nil {
+		return 0, nil, err
+	}
+	if m.Method != methodResume {
+		return 0, nil, fmt.Errorf("the channel's first message is %q, not %s", m.Method, methodResume)
+	}
+	var p struct {
+		Received uint64 `json:"received"`
+	}
+	if err := json.Unmarshal(m.Params, &p); err != nil {
+		return 0, nil, err
+	}
+	return p.Received, rc, nil
+}
+
+func (l *SessionLink) dropAcked(n uint64) {
+	i := 0
+	for i < len(l.unacked) && l.unacked[i].seq <= n {
+		i++
+	}
+	l.unacked = append(l.unacked[:0], l.unacked[i:]...)
+}
+
+// Send numbers m, keeps it until acknowledged, and writes it if a
+// connection is live (a write that fails is the reader's to notice).
+func (l *SessionLink) Send(m *RPCMessage) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.unacked) >= MaxUnacked {
+		return fmt.Errorf("the other end is %d messages behind: the session cannot go on", len(l.unacked))
+	}
+	l.sent++
+	l.unacked = append(l.unacked, numbered{l.sent, m})
+	if l.rpc != nil {
+		l.rpc.Write(m)
+	}
+	return nil
+}
+
+// Read returns the next message the other end sent, consuming acks. It
+// returns ErrLinkDown when the live connection fails (or there is none),
+// and a Close'd link's io.EOF.
+func (l *SessionLink) Read() (*RPCMessage, error) {
+	l.readMu.Lock()
+	defer l.readMu.Unlock()
+	for {
+		l.mu.Lock()
+		rpc, gen, closed := l.rpc, l.gen, l.closed
+		l.mu.Unlock()
+		switch {
+		case closed:
+			return nil, io.EOF
+		case rpc == nil:
+			return nil, ErrLinkDown
+		}
+		m, err := rpc.Read()
+		if err != nil {
+			l.mu.Lock()
+			closed = l.closed
+			if l.gen == gen && l.conn != nil {
+				l.conn.Close()
+				l.conn, l.rpc = nil, nil
+			}
+			l.mu.Unlock()
+			if closed {
+				return nil, io.EOF
+			}
+			return nil, ErrLinkDown
+		}
+		if m.Method == methodBye {
+			return nil, io.EOF // the other end ended the session
+		}
+		if m.Method == methodAck || m.Method == methodResume {
+			var p struct {
+				Received uint64 `json:"received"`
+			}
+			if json.Unmarshal(m.Params, &p) == nil {
+				l.mu.Lock()
+				l.dropAcked(p.Received)
+				l.mu.Unlock()
+			}
+			continue
+		}
+		l.mu.Lock()
+		l.received++
+		if l.received-l.acked >= AckEvery && l.rpc != nil {
+			params, _ := json.Marshal(map[string]uint64{"received": l.received})
+			l.rpc.Write(&RPCMessage{Method: methodAck, Params: params})
+			l.acked = l.received
+		}
+		l.mu.Unlock()
+		return m, nil
+	}
+}
+
+// WaitAttached reports whether a connection is live, waiting for one up
+// to done.
+func (l *SessionLink) WaitAttached(done <-chan struct{}) bool {
+	l.mu.Lock()
+	live, attached := l.conn != nil, l.attached
+	l.mu.Unlock()
+	if live {
+		return true
+	}
+	select {
+	case <-attached:
+		return true
+	case <-done:
+		return false
+	}
+}
+
+// Close ends the session from this end: the other end's Read returns
+// io.EOF once it has read what was sent before, and so does this end's.
+// The connection is half-closed after the goodbye and closed once the
+// other end has closed its side (or after two seconds).
+func (l *SessionLink) Close() {
+	l.mu.Lock()
+	conn, rpc := l.conn, l.rpc
+	l.closed = true
+	l.conn, l.rpc = nil, nil
+	if rpc != nil {
+		rpc.Write(&RPCMessage{Method: methodBye})
+	}
+	l.mu.Unlock()
+	if conn == nil {
+		return
+	}
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		// Closing with unread data would reset the connection, and the
+		// goodbye with it.
+		t := time.AfterFunc(2*time.Second, func() { conn.Close() })
+		io.Copy(io.Discard, conn)
+		t.Stop()
+	}
+	conn.Close()
+}
+
+// Drop closes the live connection, as a failure would: Read returns
+// ErrLinkDown, and the link may be attached again.
+func (l *SessionLink) Drop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil {
+		l.conn.Close()
+		l.conn, l.rpc = nil, nil
+	}
+}
