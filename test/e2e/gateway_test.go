@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // editorTranscript is what testdata/acp_editor.mjs prints.
@@ -29,6 +32,8 @@ type editorTranscript struct {
 	SecondSessionID  string   `json:"secondSessionId"`
 	Parallel         []string `json:"parallel"`
 	ClosedSession    string   `json:"closedSession"`
+	Slow             string   `json:"slow"`
+	AfterSlow        string   `json:"afterSlow"`
 	ExitCode         *int     `json:"exitCode"`
 	ExitMs           int      `json:"exitMs"`
 	Stderr           string   `json:"stderr"`
@@ -61,8 +66,27 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 	ws2 := filepath.Join(t.TempDir(), "second")
 	writeFiles(t, ws2, map[string]string{"notes.txt": "second\n"})
 
+	// While the slow turn runs, every connection to the executor's port is
+	// reset at both ends (ss -K): the gateway's channel and the
+	// delegator's event streams.
+	mark := t.TempDir()
+	_, port, _ := strings.Cut(strings.TrimPrefix(x.url, "http://"), ":")
+	cut := make(chan string, 1)
+	go func() {
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(mark, "slow-started")); err == nil {
+				out, err := exec.Command("ss", "-K", "( dport = :"+port+" or sport = :"+port+" )").CombinedOutput()
+				cut <- fmt.Sprintf("%v %s", err, out)
+				return
+			}
+		}
+		cut <- "never cut"
+	}()
 	var tr editorTranscript
-	runNode(t, modules, "acp_editor.mjs", []string{"AWCP_CTL=" + filepath.Join(binDir, "awcp-ctl"), "STATE=" + c.state, "PEER=" + x.url, "WS=" + ws, "WS2=" + ws2}, &tr)
+	runNode(t, modules, "acp_editor.mjs", []string{"AWCP_CTL=" + filepath.Join(binDir, "awcp-ctl"), "STATE=" + c.state, "PEER=" + x.url, "WS=" + ws, "WS2=" + ws2, "MARK=" + mark}, &tr)
+	if r := <-cut; !strings.Contains(r, "<nil>") || !strings.Contains(r, ":"+port) {
+		t.Fatalf("the cut: %s", r)
+	}
 	if tr.Exception != "" {
 		t.Fatalf("the editor failed: %s\ngateway stderr:\n%s", tr.Exception, tr.Stderr)
 	}
@@ -76,7 +100,16 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 	for _, m := range regexp.MustCompile(`turn (\d) of process (\d+): ([^;]*); read "the editor's unsaved buffer"; outside -32602; permission allow`).FindAllStringSubmatch(tr.Text, -1) {
 		pids[m[2]] = true
 	}
-	if len(pids) != 1 || strings.Count(tr.Text, "read \"the editor's unsaved buffer\"") != 6 || !strings.Contains(tr.Text, "turn 7 of process") {
+	// After the cut the slow turn ended once, and the next turn is the
+	// one after it: nothing was sent to the agent twice.
+	if tr.Slow != "end_turn" || tr.AfterSlow != "end_turn" || strings.Count(tr.Text, "slow turn 7 done") != 1 ||
+		strings.Count(tr.Text, "slow turn 7 started") != 1 || !strings.Contains(tr.Text, "turn 8 of process") {
+		t.Errorf("the turn the channel was cut in (%q, then %q):\n%s", tr.Slow, tr.AfterSlow, tr.Text)
+	}
+	if !strings.Contains(tr.Stderr, "session channel dropped; reconnecting") || !strings.Contains(tr.Stderr, "session channel back") {
+		t.Errorf("the gateway never lost and got back its channel:\n%s", tr.Stderr)
+	}
+	if len(pids) != 1 || strings.Count(tr.Text, "read \"the editor's unsaved buffer\"") != 7 || !strings.Contains(tr.Text, "turn 9 of process") {
 		t.Errorf("the agent's turns in the first session (one process, reads from the buffer, outside refused, permission allowed):\n%s", tr.Text)
 	}
 	// The second session: its own delegation and agent process, in its own
@@ -98,7 +131,7 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 			t.Errorf("the editor was sent a path that is not its projects': %s", p)
 		}
 	}
-	if len(tr.DirectSeenInTurn) != 7 || slices.Contains(tr.DirectSeenInTurn, false) {
+	if len(tr.DirectSeenInTurn) != 8 || slices.Contains(tr.DirectSeenInTurn, false) {
 		t.Errorf("the agent's own writes in the editor's project during each turn: %v", tr.DirectSeenInTurn)
 	}
 	if tr.Cancelled != "cancelled" || tr.CancelMs > 5000 {
@@ -117,7 +150,7 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 	// Every permission the editor answered is on the delegation's record:
 	// asked by the agent, for its tool call, decided by the editor.
 	r := c.run("status", ds[0].ID, "--json")
-	if n := strings.Count(r.stdout, `"decidedBy": "editor"`); n != 6 || !strings.Contains(r.stdout, `"title": "Edit main.go"`) {
+	if n := strings.Count(r.stdout, `"decidedBy": "editor"`); n != 7 || !strings.Contains(r.stdout, `"title": "Edit main.go"`) {
 		t.Errorf("the first session's permissions on record (%d decided by the editor):\n%s", n, r.stdout)
 	}
 	waitWorkRootEmpty(t, x)

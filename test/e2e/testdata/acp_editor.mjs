@@ -41,7 +41,11 @@ app.onRequest(acp.methods.client.session.requestPermission, async ({ params }) =
 });
 app.onNotification(acp.methods.client.session.update, async ({ params }) => {
   const c = params.update.content;
-  if (params.update.sessionUpdate === "agent_message_chunk" && c?.type === "text") out.text += c.text;
+  if (params.update.sessionUpdate === "agent_message_chunk" && c?.type === "text") {
+    out.text += c.text;
+    // The test cuts the channel while this turn runs.
+    if (env.MARK && c.text.includes("slow turn") && c.text.includes("started")) writeFileSync(join(env.MARK, "slow-started"), "");
+  }
 });
 
 try {
@@ -63,6 +67,12 @@ try {
     out.cancelled = (await hang).stopReason;
     out.cancelMs = Date.now() - t0;
     out.turns.push((await ctx.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "after the cancel" }] })).stopReason);
+    // A turn during which the test cuts every connection to the
+    // executor, at both ends: it ends once, and the next turn follows it.
+    if (env.MARK) {
+      out.slow = (await ctx.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "slow" }] })).stopReason;
+      out.afterSlow = (await ctx.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: "text", text: "after the cut" }] })).stopReason;
+    }
     // A second session at once, in another project: its own delegation,
     // its own agent process; both answer while both are open.
     if (env.WS2) {

@@ -35,6 +35,12 @@ app.onRequest(acp.methods.agent.session.prompt, async ({ params, client }) => {
   const text = params.prompt.map((b) => b.text ?? "").join("\n");
   const say = (t) => client.notify(acp.methods.client.session.update, { sessionId, update: { sessionUpdate: "agent_message_chunk", content: { type: "text", text: t + "\n" } } });
   s.turns++;
+  if (text.includes("slow")) {
+    await say(`slow turn ${s.turns} started`);
+    await new Promise((r) => setTimeout(r, 3000));
+    await say(`slow turn ${s.turns} done`);
+    return { stopReason: "end_turn" };
+  }
   if (text.includes("hang")) {
     await say("hanging until cancelled");
     await new Promise((resolve) => (s.abort = resolve));
