@@ -78,7 +78,10 @@ func startExecutor(t *testing.T, agentCmd string, extra ...string) *executor {
 		go func() { x.cmd.Wait(); close(done) }()
 		select {
 		case <-done:
-		case <-time.After(10 * time.Second):
+		case <-time.After(30 * time.Second):
+			// Its own way out of a mount that will not let go (an abort
+			// after two grace periods) has had its time: SIGKILL could
+			// leave a thread in umount2 for good.
 			x.cmd.Process.Kill()
 			<-done
 			t.Errorf("awcp-fs did not stop on SIGTERM; log:\n%s", x.log)

@@ -19,7 +19,9 @@ const orphanAgent = `case "$AWCP_PROMPT" in wait) echo waiting; sleep 60;; *) ec
 // ends the rest (a live mount whose SSH server died with the export).
 func TestDeadExportDoesNotKeepItsDirectory(t *testing.T) {
 	t.Run("no daemon: the next export ends it", func(t *testing.T) {
-		x := startExecutor(t, orphanAgent)
+		// The dead export's SSH server went with it: what the mount still
+		// owes it waits for it only this long.
+		x := startExecutor(t, orphanAgent, "--reconnect-bound", "3s")
 		c := newCtl(t)
 		ws := sampleWorkspace(t)
 		first := c.start("export", ws, "--peer", x.url, "--prompt", "wait", "--ssh-listen", "127.0.0.1:0")
@@ -38,7 +40,7 @@ func TestDeadExportDoesNotKeepItsDirectory(t *testing.T) {
 		if out := r.stdout + r.stderr; !strings.Contains(out, " cancelled\n") || !strings.Contains(out, "CANCELLED: the process that followed it (pid ") {
 			t.Fatalf("status of the dead export's delegation:\n%s%s", r.stdout, r.stderr)
 		}
-		waitWorkRootEmpty(t, x) // the waiting agent was stopped, its mount gone
+		waitWorkRootEmptyWithin(t, x, 20*time.Second) // the waiting agent was stopped, its mount gone
 	})
 
 	t.Run("a daemon takes over an archive delegation", func(t *testing.T) {
@@ -57,7 +59,7 @@ func TestDeadExportDoesNotKeepItsDirectory(t *testing.T) {
 	})
 
 	t.Run("a daemon ends a live mount it cannot serve", func(t *testing.T) {
-		x := startExecutor(t, orphanAgent)
+		x := startExecutor(t, orphanAgent, "--reconnect-bound", "3s")
 		c := newCtl(t)
 		c.serve("--ssh-listen", "127.0.0.1:0")
 		ws := sampleWorkspace(t)
@@ -66,7 +68,7 @@ func TestDeadExportDoesNotKeepItsDirectory(t *testing.T) {
 		first.Process.Kill()
 		first.Wait()
 		c.waitStateWithin(d.ID, "cancelled", 30*time.Second)
-		waitWorkRootEmpty(t, x)
+		waitWorkRootEmptyWithin(t, x, 20*time.Second)
 	})
 }
 
@@ -108,4 +110,16 @@ func (c *ctl) waitStateWithin(id, state string, d time.Duration) delegation {
 	}
 	c.t.Fatalf("delegation %s never reached %s: %+v", id, state, c.status())
 	return delegation{}
+}
+
+// waitWorkRootEmptyWithin waits up to d for the executor to clear its
+// work root.
+func waitWorkRootEmptyWithin(t *testing.T, x *executor, d time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if ents, _ := os.ReadDir(x.workRoot); len(ents) == 0 {
+			return
+		}
+	}
+	x.workRootEmpty(t)
 }
