@@ -66,6 +66,7 @@ type Gateway struct {
 	wg     sync.WaitGroup // the delegations' Runs and the channels' readers
 
 	mu       sync.Mutex
+	closing  bool                // the editor is gone: no session opens
 	init     json.RawMessage     // the editor's initialize params, for each channel
 	sessions map[string]*session // by the agent's session id
 	pending  map[string]pending  // the editor's requests in flight, by our id toward a channel
@@ -77,8 +78,8 @@ type Gateway struct {
 type session struct {
 	id, delegation string
 	link           *control.SessionLink // the channel, across its connections
-	last           atomic.Int64  // when a message last went either way (unix ns)
-	ended          chan struct{} // closed when its channel has ended
+	last           atomic.Int64         // when a message last went either way (unix ns)
+	ended          chan struct{}        // closed when its channel has ended
 }
 
 func (s *session) touch() { s.last.Store(time.Now().UnixNano()) }
@@ -102,13 +103,18 @@ func (g *Gateway) Serve(ctx context.Context, in io.Reader, out io.Writer) error 
 	runCtx, stopRuns := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRuns()
 	err := g.fromEditor(ctx, runCtx)
-	// The editor is gone: every session ends; the executor hears it as the
-	// channel's end, and the delegation ends done.
+	// The editor is gone: every session ends — those being opened too, as
+	// they open — and the executor hears goodbye; the delegations end done.
 	g.mu.Lock()
+	g.closing = true
+	open := make([]*session, 0, len(g.sessions))
 	for _, s := range g.sessions {
-		s.link.Close()
+		open = append(open, s)
 	}
 	g.mu.Unlock()
+	for _, s := range open {
+		s.link.Close()
+	}
 	g.wg.Wait()
 	if errors.Is(err, io.EOF) {
 		return nil
@@ -166,6 +172,8 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 				g.mu.Unlock()
 				g.editor.Write(expired(orig))
 			}
+		case m.IsNotification() && m.Method == "$/cancel_request":
+			g.cancelRequest(m)
 		case m.IsNotification():
 			if s := g.sessionOf(m.Params); s != nil {
 				s.touch()
@@ -181,6 +189,28 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 				p.s.link.Send(m)
 			}
 		}
+	}
+}
+
+// cancelRequest passes the editor's $/cancel_request on to the session the
+// request went to, naming it by the id it has there.
+func (g *Gateway) cancelRequest(m *control.RPCMessage) {
+	var p map[string]json.RawMessage
+	if json.Unmarshal(m.Params, &p) != nil {
+		return
+	}
+	g.mu.Lock()
+	var to *session
+	for ours, pend := range g.pending {
+		if string(pend.id) == string(p["requestId"]) {
+			p["requestId"], to = json.RawMessage(ours), pend.s
+			break
+		}
+	}
+	g.mu.Unlock()
+	if to != nil {
+		m.Params, _ = json.Marshal(p)
+		to.link.Send(m)
 	}
 }
 
@@ -312,8 +342,15 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 	json.Unmarshal(answer.Result, &sess)
 	s.id = sess.SessionID
 	g.mu.Lock()
-	g.sessions[s.id] = s
+	closing := g.closing
+	if !closing {
+		g.sessions[s.id] = s
+	}
 	g.mu.Unlock()
+	if closing {
+		link.Close() // opened as the editor went away
+		return
+	}
 	if g.Started != nil {
 		g.Started(s.id, del.ID)
 	}

@@ -29,9 +29,13 @@ func (f *fakeExecutor) Create(req delegator.ExportRequest) (*lease.Delegation, e
 	return &lease.Delegation{Lease: lease.Lease{ID: "dlg-" + strings.ReplaceAll(req.Dir, "/", "_")}, LocalDir: req.Dir}, nil
 }
 
-func (f *fakeExecutor) Run(ctx context.Context, id string) (*lease.Delegation, error) { return nil, nil }
+func (f *fakeExecutor) Run(ctx context.Context, id string) (*lease.Delegation, error) {
+	return nil, nil
+}
 
-func (f *fakeExecutor) Cancel(ctx context.Context, id string) (*lease.Delegation, error) { return nil, nil }
+func (f *fakeExecutor) Cancel(ctx context.Context, id string) (*lease.Delegation, error) {
+	return nil, nil
+}
 
 func (f *fakeExecutor) Delegation(id string) (*lease.Delegation, error) {
 	return &lease.Delegation{Lease: lease.Lease{ID: id, State: lease.Running}}, nil
