@@ -39,14 +39,11 @@ func acpCommand(ctx context.Context) *cli.Command {
 			if c.Args().Len() > 0 {
 				return clikit.UsageError("acp takes no arguments")
 			}
-			if path := c.String("log-file"); path != "" {
-				f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-				if err != nil {
-					return fmt.Errorf("--log-file: %w", err)
-				}
-				defer f.Close()
-				c.App.ErrWriter = f
+			closeLog, err := logFile(c)
+			if err != nil {
+				return err
 			}
+			defer closeLog()
 			token, err := clikit.PeerToken(c)
 			if err != nil {
 				return err

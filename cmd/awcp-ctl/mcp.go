@@ -55,14 +55,11 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 	default:
 		return clikit.UsageError("--dialect must be auto, seed or head, not %q", d)
 	}
-	if path := c.String("log-file"); path != "" {
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-		if err != nil {
-			return fmt.Errorf("--log-file: %w", err)
-		}
-		defer f.Close()
-		c.App.ErrWriter = f
+	closeLog, err := logFile(c)
+	if err != nil {
+		return err
 	}
+	defer closeLog()
 	token, err := clikit.PeerToken(c)
 	if err != nil {
 		return err
@@ -274,4 +271,20 @@ func (m *mcpDelegator) close() {
 	if waitSSH != nil {
 		waitSSH()
 	}
+}
+
+// logFile sends the command's logs to --log-file, if given, instead of
+// stderr (the stdio servers, mcp and acp, keep stdout for their protocol
+// and may have no one reading stderr).
+func logFile(c *cli.Context) (closeLog func(), err error) {
+	path := c.String("log-file")
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("--log-file: %w", err)
+	}
+	c.App.ErrWriter = f
+	return func() { f.Close() }, nil
 }

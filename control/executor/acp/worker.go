@@ -61,15 +61,7 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 	if w.Command == "" {
 		return nil, errors.New("acp: agent command is empty")
 	}
-	if w.CancelGrace <= 0 {
-		w.CancelGrace = 5 * time.Second
-	}
-	if w.KillGrace <= 0 {
-		w.KillGrace = 2 * time.Second
-	}
-	if w.Logger == nil {
-		w.Logger = slog.Default()
-	}
+	w = w.withDefaults()
 	log := w.Logger.With("delegation", t.DelegationID)
 
 	// Our requests to the agent live until the agent is stopped, so that a
