@@ -48,9 +48,12 @@ func TestHiddenTrackedFileUnderGit(t *testing.T) {
 	}
 	f := newMountOf(t, sshd.Export{Policy: wire.ExportPolicy{Hide: []string{".env"}}}, nil)
 	dir := f.dir
+	// git -C, never cmd.Dir: a child that chdirs into this process's own
+	// mount before its exec asks the mount while the parent waits in a
+	// raw syscall for that exec — and a garbage collection then can never
+	// stop the world: the whole test process hangs.
 	git := func(in string, args ...string) (string, error) {
-		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t", "-c", "safe.directory=*"}, args...)...)
-		cmd.Dir = in
+		cmd := exec.Command("git", append([]string{"-C", in, "-c", "user.name=t", "-c", "user.email=t@t", "-c", "safe.directory=*"}, args...)...)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
