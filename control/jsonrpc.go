@@ -32,6 +32,10 @@ func (m *RPCMessage) IsRequest() bool      { return m.Method != "" && len(m.ID) 
 func (m *RPCMessage) IsNotification() bool { return m.Method != "" && len(m.ID) == 0 }
 func (m *RPCMessage) IsResponse() bool     { return m.Method == "" && len(m.ID) > 0 }
 
+// ErrNotRPC is Read's error for a line that is no JSON-RPC message; the
+// line is consumed, and the next Read goes on after it.
+var ErrNotRPC = errors.New("a line that is not JSON-RPC")
+
 // MaxRPCMessage bounds one message read (an NDJSON line).
 const MaxRPCMessage = 32 << 20
 
@@ -60,7 +64,7 @@ func (c *RPCConn) Read() (*RPCMessage, error) {
 		}
 		var m RPCMessage
 		if err := json.Unmarshal(line, &m); err != nil {
-			return nil, fmt.Errorf("not JSON-RPC: %w", err)
+			return nil, fmt.Errorf("%w: %v", ErrNotRPC, err)
 		}
 		return &m, nil
 	}

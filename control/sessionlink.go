@@ -31,8 +31,11 @@ const (
 	SessionReceivedHeader = "AWCP-Session-Received"
 	// AckEvery is how many messages an end receives between its acks.
 	AckEvery = 16
-	// MaxUnacked bounds the messages an end keeps for a resumption.
-	MaxUnacked = 1 << 14
+	// MaxUnacked and MaxUnackedBytes bound what an end keeps for a
+	// resumption: an agent that floods an editor who is away costs its
+	// executor this much memory at most, then the session ends.
+	MaxUnacked      = 1 << 14
+	MaxUnackedBytes = 64 << 20
 
 	methodAck    = "$/awcp/ack"
 	methodResume = "$/awcp/resume"
@@ -52,8 +55,9 @@ type SessionChannel struct {
 var ErrLinkDown = errors.New("the session's channel is down")
 
 type numbered struct {
-	seq uint64
-	m   *RPCMessage
+	seq  uint64
+	m    *RPCMessage
+	size int64
 }
 
 // SessionLink is one end of a session's channel, across its connections.
@@ -66,6 +70,7 @@ type SessionLink struct {
 	gen      uint64     // connections attached so far
 	sent     uint64     // messages sent
 	unacked  []numbered // sent and not yet acknowledged
+	held     int64      // their size
 	received uint64     // messages received
 	acked    uint64     // the received count last acknowledged
 	closed   bool       // Close was called: the session is over
@@ -148,6 +153,7 @@ func ReadResume(conn io.ReadWriter) (uint64, *RPCConn, error) {
 func (l *SessionLink) dropAcked(n uint64) {
 	i := 0
 	for i < len(l.unacked) && l.unacked[i].seq <= n {
+		l.held -= l.unacked[i].size
 		i++
 	}
 	l.unacked = append(l.unacked[:0], l.unacked[i:]...)
@@ -158,11 +164,13 @@ func (l *SessionLink) dropAcked(n uint64) {
 func (l *SessionLink) Send(m *RPCMessage) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.unacked) >= MaxUnacked {
-		return fmt.Errorf("the other end is %d messages behind: the session cannot go on", len(l.unacked))
+	size := int64(len(m.ID) + len(m.Method) + len(m.Params) + len(m.Result) + len(m.Error))
+	if len(l.unacked) >= MaxUnacked || l.held+size > MaxUnackedBytes {
+		return fmt.Errorf("the other end is %d messages (%d bytes) behind: the session cannot go on", len(l.unacked), l.held)
 	}
 	l.sent++
-	l.unacked = append(l.unacked, numbered{l.sent, m})
+	l.held += size
+	l.unacked = append(l.unacked, numbered{l.sent, m, size})
 	if l.rpc != nil {
 		l.rpc.Write(m)
 	}

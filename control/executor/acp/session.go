@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -158,6 +159,9 @@ func (w Worker) Session(ctx context.Context, t agent.Task, h agent.Hooks, channe
 	if end != nil && !errors.Is(end, io.EOF) && !errors.Is(end, errEditorGone) {
 		log.Info("session ended", "err", end)
 	}
+	if end != nil && !errors.Is(end, errAgentGone) && !errors.Is(end, errEditorGone) {
+		res.Failed = "the session ended: " + end.Error()
+	}
 	if errors.Is(end, errAgentGone) {
 		res.Failed = "the ACP agent ended the session: it exited"
 		if res.StderrTail != "" {
@@ -229,6 +233,9 @@ func (r *relay) initialize(ctx context.Context, allowExec bool) error {
 	go func() {
 		for {
 			m, err := r.agent.Read()
+			if errors.Is(err, control.ErrNotRPC) {
+				continue
+			}
 			if err != nil || (m.IsResponse() && string(m.ID) == agentInitID) {
 				got <- answer{m, err}
 				return
@@ -427,8 +434,12 @@ func (r *relay) ourID(params json.RawMessage) json.RawMessage {
 func (r *relay) fromAgent() error {
 	for {
 		m, err := r.agent.Read()
+		if errors.Is(err, control.ErrNotRPC) {
+			r.log.Info("agent stdout that is not ACP", "err", err) // as for a task: logged, not fatal
+			continue
+		}
 		if err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, os.ErrClosed) {
 				return errAgentGone
 			}
 			return err
@@ -443,7 +454,9 @@ func (r *relay) fromAgent() error {
 				continue
 			}
 			m.ID, m.Result = orig, r.toEditorPath(m.Result)
-			r.link.Send(m)
+			if err := r.link.Send(m); err != nil {
+				return err // the editor is too far behind: the session ends
+			}
 		case m.IsNotification():
 			if m.Method == acpsdk.ClientMethodSessionUpdate {
 				var n acpsdk.SessionNotification
@@ -452,7 +465,9 @@ func (r *relay) fromAgent() error {
 				}
 			}
 			m.Params = r.toEditorPath(m.Params)
-			r.link.Send(m)
+			if err := r.link.Send(m); err != nil {
+				return err
+			}
 		case m.IsRequest():
 			r.callback(m)
 		}

@@ -9,6 +9,9 @@ import { Readable, Writable } from "node:stream";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 
+// A line that is not ACP, which the relay must survive (as a task's does).
+process.stdout.write("this line is not ACP\n");
+
 const app = acp.agent({ name: "awcp-session-agent" });
 const sessions = new Map();
 
