@@ -150,6 +150,9 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 	// Every permission the editor answered is on the delegation's record:
 	// asked by the agent, for its tool call, decided by the editor.
 	r := c.run("status", ds[0].ID, "--json")
+	if strings.Contains(r.stdout, "sessionKey") || !strings.Contains(r.stdout, `"session": "acp"`) {
+		t.Errorf("status --json shows the session's key, or not that it is a session:\n%s", r.stdout)
+	}
 	if n := strings.Count(r.stdout, `"decidedBy": "editor"`); n != 7 || !strings.Contains(r.stdout, `"title": "Edit main.go"`) {
 		t.Errorf("the first session's permissions on record (%d decided by the editor):\n%s", n, r.stdout)
 	}
