@@ -44,3 +44,37 @@ type MountRefused struct {
 	Count    uint64   `json:"count"`
 	Examples []string `json:"examples,omitempty"`
 }
+
+// SessionChannel is a session delegation's channel as seed 002 names it:
+// its identity, how it runs, and when it was last heard.
+type SessionChannel struct {
+	ID           string    `json:"channelId"`
+	Transport    string    `json:"transport"`    // "awcp-acp" (HTTP upgrade, then ACP's NDJSON)
+	PeerRole     string    `json:"peerRole"`     // the far end: "executor"
+	Capabilities []string  `json:"capabilities"` // what the editor declared: fs.readTextFile, …
+	LastSeenAt   time.Time `json:"lastSeenAt"`
+}
+
+// SessionEvent is one of seed 002's channel events:
+// channel.connected, channel.disconnected, channel.resumed,
+// channel.permission_forwarded, channel.permission_returned.
+type SessionEvent struct {
+	At     time.Time `json:"at"`
+	Event  string    `json:"event"`
+	Detail string    `json:"detail,omitempty"`
+}
+
+// MaxSessionEvents is how many channel events a delegation keeps.
+const MaxSessionEvents = 256
+
+// AddSessionEvent records ev, keeping the last MaxSessionEvents, and
+// that the channel was heard at ev.At.
+func (d *Delegation) AddSessionEvent(ev SessionEvent) {
+	d.SessionEvents = append(d.SessionEvents, ev)
+	if n := len(d.SessionEvents); n > MaxSessionEvents {
+		d.SessionEvents = append(d.SessionEvents[:0], d.SessionEvents[n-MaxSessionEvents:]...)
+	}
+	if d.SessionChannel != nil {
+		d.SessionChannel.LastSeenAt = ev.At
+	}
+}

@@ -115,6 +115,10 @@ type Delegation struct {
 	// its channel presents (control/session.go). Secret.
 	Session    string `json:"session,omitempty"`
 	SessionKey string `json:"sessionKey,omitempty"`
+	// SessionChannel and SessionEvents are the session's channel and what
+	// became of it (seed 002), as the gateway saw them.
+	SessionChannel *SessionChannel `json:"sessionChannel,omitempty"`
+	SessionEvents  []SessionEvent  `json:"sessionEvents,omitempty"`
 	// AgentStderr is the end of what the agent wrote to stderr, and
 	// MountRefused what the executor's read-only mount refused it, as the
 	// executor's last event said (extensions of v1).

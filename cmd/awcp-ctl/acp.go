@@ -14,6 +14,7 @@ import (
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/control/delegator/gateway"
+	"github.com/awcp/awcp/lease"
 )
 
 // acpCommand is the editor's agent command: ACP on stdio, each session a
@@ -99,7 +100,18 @@ func acpCommand(ctx context.Context) *cli.Command {
 				}
 			}
 			g := &gateway.Gateway{Delegator: dlg, Store: e.store, Request: req, Version: clikit.Version, Logger: e.log, AgentInit: agentInit, IdleTTL: clikit.Duration(c, "idle-ttl"),
-				Started: func(session, id string) { e.log.Info("session lent", "session", session, "delegation", id) }}
+				Started: func(session, id string) { e.log.Info("session lent", "session", session, "delegation", id) },
+				Channel: func(id string, ev lease.SessionEvent, ch *lease.SessionChannel) {
+					if _, err := e.store.UpdateDelegation(id, func(d *lease.Delegation) error {
+						if ch != nil {
+							d.SessionChannel = ch
+						}
+						d.AddSessionEvent(ev)
+						return nil
+					}); err != nil {
+						e.log.Warn("record a session's channel event", "delegation", id, "err", err)
+					}
+				}}
 			// The editor's pipe is the sessions' life; a signal to the
 			// gateway ends them as its closing would.
 			defer context.AfterFunc(ctx, func() { os.Stdin.Close() })()

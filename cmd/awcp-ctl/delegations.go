@@ -289,6 +289,13 @@ func report(c *cli.Context, d *lease.Delegation) error {
 		}
 	}
 	printPermissions(w, d)
+	if ch := d.SessionChannel; ch != nil {
+		fmt.Fprintf(w, "session channel %s (%s to the %s; the editor declared %s), last seen %s\n", clikit.Printable(ch.ID), ch.Transport, ch.PeerRole,
+			strings.Join(ch.Capabilities, ", "), ch.LastSeenAt.Local().Format(time.TimeOnly))
+		for _, ev := range d.SessionEvents[max(0, len(d.SessionEvents)-outputProgressLines):] {
+			fmt.Fprintf(w, "  %s  %s  %s\n", ev.At.Local().Format(time.TimeOnly), ev.Event, clikit.PrintableText(ev.Detail))
+		}
+	}
 	if n := len(d.Progress); n > 0 {
 		last := d.Progress[max(0, n-outputProgressLines):]
 		fmt.Fprintf(w, "agent output (last %d lines; all kept: awcp-ctl logs %s):\n", len(last), d.ID)

@@ -150,6 +150,14 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 	// Every permission the editor answered is on the delegation's record:
 	// asked by the agent, for its tool call, decided by the editor.
 	r := c.run("status", ds[0].ID, "--json")
+	// Seed 002's channel: its identity, and what became of it.
+	for _, want := range []string{`"channelId": "ch-`, `"peerRole": "executor"`, `"fs.readTextFile"`, `"event": "channel.connected"`,
+		`"event": "channel.disconnected"`, `"event": "channel.resumed"`, `"event": "channel.permission_forwarded"`, `"event": "channel.permission_returned"`,
+		`"detail": "Edit main.go: selected allow"`} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("the first session's record lacks %s", want)
+		}
+	}
 	if strings.Contains(r.stdout, "sessionKey") || !strings.Contains(r.stdout, `"session": "acp"`) {
 		t.Errorf("status --json shows the session's key, or not that it is a session:\n%s", r.stdout)
 	}

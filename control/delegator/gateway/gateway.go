@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,10 @@ type Gateway struct {
 	AgentInit func(ctx context.Context) (json.RawMessage, error)
 	// Started, if set, is told each session's delegation id.
 	Started func(sessionID, delegationID string)
+	// Channel, if set, records a session's channel events (seed 002):
+	// connected (with the channel's identity), disconnected, resumed,
+	// and the permissions it carried to the editor and back.
+	Channel func(delegationID string, ev lease.SessionEvent, ch *lease.SessionChannel)
 	Logger  *slog.Logger
 
 	editor *control.RPCConn
@@ -71,6 +76,7 @@ type Gateway struct {
 	sessions map[string]*session // by the agent's session id
 	pending  map[string]pending  // the editor's requests in flight, by our id toward a channel
 	asked    map[string]pending  // the agent's callbacks in flight, by our id toward the editor
+	perms    map[string]string   // those that are permission requests: their titles
 	next     int
 }
 
@@ -99,7 +105,7 @@ func (g *Gateway) Serve(ctx context.Context, in io.Reader, out io.Writer) error 
 		g.Logger = slog.Default()
 	}
 	g.editor = control.NewRPCConn(in, out)
-	g.sessions, g.pending, g.asked = map[string]*session{}, map[string]pending{}, map[string]pending{}
+	g.sessions, g.pending, g.asked, g.perms = map[string]*session{}, map[string]pending{}, map[string]pending{}, map[string]string{}
 	runCtx, stopRuns := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRuns()
 	err := g.fromEditor(ctx, runCtx)
@@ -183,8 +189,13 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 			g.mu.Lock()
 			p, ok := g.asked[string(m.ID)]
 			delete(g.asked, string(m.ID))
+			title, perm := g.perms[string(m.ID)]
+			delete(g.perms, string(m.ID))
 			g.mu.Unlock()
 			if ok {
+				if perm {
+					g.event(p.s.delegation, "channel.permission_returned", title+": "+permissionOutcome(m), nil)
+				}
 				m.ID = p.id
 				p.s.link.Send(m)
 			}
@@ -359,6 +370,8 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 	for _, n := range early {
 		g.editor.Write(n)
 	}
+	g.event(del.ID, "channel.connected", "session "+s.id, &lease.SessionChannel{
+		ID: "ch-" + shortID(del.ID) + "-" + s.id, Transport: control.SessionUpgrade, PeerRole: "executor", Capabilities: capabilities(init)})
 	if g.IdleTTL > 0 {
 		g.wg.Add(1)
 		go func() { defer g.wg.Done(); g.expireIdle(s) }()
@@ -417,11 +430,14 @@ func (g *Gateway) fromChannel(s *session) {
 			// Dropped, not ended: the turn goes on at the executor. Back,
 			// the link sends again what either end missed.
 			g.Logger.Info("session channel dropped; reconnecting", "session", s.id, "delegation", s.delegation)
+			g.event(s.delegation, "channel.disconnected", "the connection to the executor failed; reconnecting", nil)
 			if err := g.attach(context.Background(), s.delegation, s.link, false); err != nil {
 				g.Logger.Warn("session channel lost", "session", s.id, "err", err)
+				g.event(s.delegation, "channel.disconnected", "lost: "+err.Error(), nil)
 				break
 			}
 			g.Logger.Info("session channel back", "session", s.id)
+			g.event(s.delegation, "channel.resumed", fmt.Sprintf("resumed after message %d received", s.link.Received()), nil)
 			continue
 		}
 		if err != nil {
@@ -443,6 +459,13 @@ func (g *Gateway) fromChannel(s *session) {
 			g.mu.Lock()
 			g.asked[string(id)] = pending{s, m.ID}
 			g.mu.Unlock()
+			if m.Method == "session/request_permission" {
+				title := permissionTitle(m.Params)
+				g.mu.Lock()
+				g.perms[string(id)] = title
+				g.mu.Unlock()
+				g.event(s.delegation, "channel.permission_forwarded", title, nil)
+			}
 			m.ID = id
 			g.editor.Write(m)
 		case m.IsNotification():
@@ -501,4 +524,79 @@ func (g *Gateway) inFlight(s *session) bool {
 		}
 	}
 	return false
+}
+
+// event records a channel event of delegation id, where the gateway has
+// somewhere to record it.
+func (g *Gateway) event(id, name, detail string, ch *lease.SessionChannel) {
+	if g.Channel != nil {
+		now := time.Now().UTC()
+		if ch != nil {
+			ch.LastSeenAt = now
+		}
+		g.Channel(id, lease.SessionEvent{At: now, Event: name, Detail: detail}, ch)
+	}
+}
+
+// capabilities lists what the editor declared in its initialize.
+func capabilities(init json.RawMessage) []string {
+	var p struct {
+		ClientCapabilities struct {
+			Fs struct {
+				ReadTextFile  bool `json:"readTextFile"`
+				WriteTextFile bool `json:"writeTextFile"`
+			} `json:"fs"`
+			Terminal bool `json:"terminal"`
+		} `json:"clientCapabilities"`
+	}
+	json.Unmarshal(init, &p)
+	out := []string{}
+	c := p.ClientCapabilities
+	for name, has := range map[string]bool{"fs.readTextFile": c.Fs.ReadTextFile, "fs.writeTextFile": c.Fs.WriteTextFile, "terminal": c.Terminal} {
+		if has {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// permissionTitle is a permission request's tool call title.
+func permissionTitle(params json.RawMessage) string {
+	var p struct {
+		ToolCall struct {
+			Title      string `json:"title"`
+			ToolCallID string `json:"toolCallId"`
+		} `json:"toolCall"`
+	}
+	json.Unmarshal(params, &p)
+	if p.ToolCall.Title != "" {
+		return p.ToolCall.Title
+	}
+	return p.ToolCall.ToolCallID
+}
+
+// permissionOutcome is how the editor answered a permission request.
+func permissionOutcome(m *control.RPCMessage) string {
+	var r struct {
+		Outcome struct {
+			Outcome  string `json:"outcome"`
+			OptionID string `json:"optionId"`
+		} `json:"outcome"`
+	}
+	if len(m.Error) > 0 || json.Unmarshal(m.Result, &r) != nil {
+		return "no answer"
+	}
+	if r.Outcome.OptionID != "" {
+		return r.Outcome.Outcome + " " + r.Outcome.OptionID
+	}
+	return r.Outcome.Outcome
+}
+
+// shortID is the start of a delegation id, for a channel's.
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
 }
