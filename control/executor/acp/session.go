@@ -39,10 +39,10 @@ import (
 // agentInitID is the id of the relay's own initialize request.
 const agentInitID = `"awcp-initialize"`
 
-// Session runs the agent for session delegation t, relaying the first
-// channel that arrives on channels, until the channel closes (the
-// editor's session is over: the task is done), ctx ends (cancel,
-// expiry: ErrKilled), or no channel comes within wait.
+// Session runs the agent for session delegation t, relaying the channels
+// that arrive on channels, until the gateway says goodbye (the editor's
+// session is over: the task is done), ctx ends (cancel, expiry:
+// ErrKilled), or no channel comes within wait.
 //
 // A channel that drops is waited for again, up to wait, while the agent
 // works on: the gateway reconnects, and the link sends again what the
@@ -579,12 +579,14 @@ func (w Worker) Probe(ctx context.Context, scratch string) (json.RawMessage, err
 	if err != nil {
 		return nil, fmt.Errorf("ACP agent: %w", err)
 	}
-	go io.Copy(io.Discard, proc.Stderr) // ends when the process group goes
+	drained := make(chan struct{})
+	go func() { defer close(drained); io.Copy(io.Discard, proc.Stderr) }() // ends with the pipe
 	defer func() {
 		proc.Stdin.Close()
 		proc.Stop(w.KillGrace)
 		proc.Stdout.Close()
 		proc.Stderr.Close()
+		<-drained
 	}()
 	r := &relay{log: w.Logger, agent: control.NewRPCConn(proc.Stdout, proc.Stdin), readOnly: true}
 	if err := r.initialize(ctx, w.AllowExec); err != nil {
