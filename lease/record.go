@@ -111,6 +111,10 @@ type Delegation struct {
 	Channel *Channel `json:"channel,omitempty"`
 	// ChannelLog is the channel's changes, the last MaxChannelLog.
 	ChannelLog []ChannelChange `json:"channelLog,omitempty"`
+	// Limits are the export's own admission limits (zero: the
+	// transport's defaults), kept for a fall back to archive, which
+	// checks the archive's again.
+	Limits [3]int64 `json:"limits,omitzero"` // total bytes, files, bytes of one file
 	// Session is "acp" for a session delegation, and SessionKey the key
 	// its channel presents (control/session.go). Secret.
 	Session    string `json:"session,omitempty"`

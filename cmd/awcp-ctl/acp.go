@@ -55,7 +55,7 @@ func acpCommand(ctx context.Context) *cli.Command {
 			}
 			req := delegator.ExportRequest{Peer: c.String("peer"), TTL: clikit.Duration(c, "ttl"), Access: c.String("access"),
 				Transport: c.String("transport"), Token: token, Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"),
-				NoDelete: c.Bool("no-delete"), MaxWriteBytes: clikit.Bytes(c, "max-write-bytes")}
+				NoDelete: c.Bool("no-delete"), MaxWriteBytes: clikit.Bytes(c, "max-write-bytes"), Limits: admissionLimits(c)}
 			if req.CallChain, err = callChain(); err != nil {
 				return err
 			}

@@ -24,7 +24,16 @@ func policyFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "no-hide-defaults", Usage: "lend what the default hide patterns keep back: " + strings.Join(delegator.DefaultHide, " ")},
 		&cli.BoolFlag{Name: "no-delete", EnvVars: []string{"AWCP_NO_DELETE"}, Usage: "nothing of yours goes away: no remove, rename, replace or truncation of what was there before; the agent's own files excepted"},
 		clikit.BytesFlag("max-write-bytes", 0, "bound what the executor writes over the live mount, e.g. 500M (K, M, G: powers of 1024)", "AWCP_MAX_WRITE_BYTES"),
+		&cli.Int64Flag{Name: "max-files", EnvVars: []string{"AWCP_MAX_FILES"},
+			Usage: "admission: most files lent (default: 10000 for the archive, the spec's; 1000000 for a live mount)"},
+		clikit.BytesFlag("max-bytes", 0, "admission: most bytes lent (default: 100M for the archive; 50G for a live mount)", "AWCP_MAX_BYTES"),
+		clikit.BytesFlag("max-file-bytes", 0, "admission: largest file lent (default: 50M for the archive; 10G for a live mount)", "AWCP_MAX_FILE_BYTES"),
 	}
+}
+
+// admissionLimits are the limits policyFlags set; zero: the transport's.
+func admissionLimits(c *cli.Context) delegator.AdmissionLimits {
+	return delegator.AdmissionLimits{MaxFileCount: c.Int64("max-files"), MaxTotalBytes: clikit.Bytes(c, "max-bytes"), MaxFileBytes: clikit.Bytes(c, "max-file-bytes")}
 }
 
 // auditLine is one operation as the audit command prints it.

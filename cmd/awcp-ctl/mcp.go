@@ -100,6 +100,7 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 		NoHideDefaults: c.Bool("no-hide-defaults"),
 		NoDelete:       c.Bool("no-delete"),
 		MaxWriteBytes:  maxWrite,
+		Limits:         admissionLimits(c),
 		Delegator:      dlg,
 		Peers:          peers,
 		Finder:         finder,

@@ -15,24 +15,45 @@ import (
 )
 
 // AdmissionLimits are the admission checks of spec §3.1/§6.2. A zero field
-// takes the spec's default.
+// takes the default of the transport: the spec's for the archive, which
+// copies the tree (ArchiveLimits), and far larger ones for the live mount,
+// which copies nothing (LiveLimits).
 type AdmissionLimits struct {
-	MaxTotalBytes int64 // default 100 MB
-	MaxFileCount  int64 // default 10,000
-	MaxFileBytes  int64 // default 50 MB
+	MaxTotalBytes int64 `json:"maxTotalBytes,omitempty"`
+	MaxFileCount  int64 `json:"maxFileCount,omitempty"`
+	MaxFileBytes  int64 `json:"maxFileBytes,omitempty"`
 }
 
-func (l AdmissionLimits) withDefaults() AdmissionLimits {
+var (
+	// ArchiveLimits are the spec's: 100 MB, 10,000 files, 50 MB a file.
+	ArchiveLimits = AdmissionLimits{MaxTotalBytes: 100 << 20, MaxFileCount: 10_000, MaxFileBytes: 50 << 20}
+	// LiveLimits lend an ordinary monorepo (the Linux kernel has about
+	// 80,000 files): they stop a mistake — lending a home directory or
+	// the root — not a large tree.
+	LiveLimits = AdmissionLimits{MaxTotalBytes: 50 << 30, MaxFileCount: 1_000_000, MaxFileBytes: 10 << 30}
+)
+
+// over returns l with its zero fields taken from defaults.
+func (l AdmissionLimits) over(defaults AdmissionLimits) AdmissionLimits {
 	if l.MaxTotalBytes <= 0 {
-		l.MaxTotalBytes = 100 << 20
+		l.MaxTotalBytes = defaults.MaxTotalBytes
 	}
 	if l.MaxFileCount <= 0 {
-		l.MaxFileCount = 10_000
+		l.MaxFileCount = defaults.MaxFileCount
 	}
 	if l.MaxFileBytes <= 0 {
-		l.MaxFileBytes = 50 << 20
+		l.MaxFileBytes = defaults.MaxFileBytes
 	}
 	return l
+}
+
+func (l AdmissionLimits) withDefaults() AdmissionLimits { return l.over(ArchiveLimits) }
+
+// limitsHint names the flags that raise the limits, after what to do
+// without them.
+func limitsHint(first string) string {
+	return first + "; or raise the limit: --max-files, --max-bytes, --max-file-bytes (the archive's defaults are the spec's, 10000 files and 100M; " +
+		"a live mount's, 1000000 files and 50G); --hide keeps paths out"
 }
 
 // WorkspaceStats is what admission counted.
@@ -136,14 +157,14 @@ func Admit(dir string, lim AdmissionLimits, hide []string) (string, WorkspaceSta
 	switch {
 	case st.Files > lim.MaxFileCount:
 		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "Workspace exceeds file count limit: more than %d files", lim.MaxFileCount).
-			WithHint("Consider excluding node_modules, build artifacts, or data directories, or selecting a smaller subdirectory")
+			WithHint(limitsHint("Consider excluding node_modules, build artifacts, or data directories, or selecting a smaller subdirectory"))
 	case st.Bytes > lim.MaxTotalBytes:
 		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "Workspace exceeds size limits: more than %s > %s", HumanBytes(st.Bytes), HumanBytes(lim.MaxTotalBytes)).
-			WithHint("Consider selecting a smaller subdirectory or excluding large files")
+			WithHint(limitsHint("Consider selecting a smaller subdirectory or excluding large files"))
 	case largest > lim.MaxFileBytes:
 		rel, _ := filepath.Rel(phys, largestName)
 		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "File %s is too large: %s > %s", rel, HumanBytes(largest), HumanBytes(lim.MaxFileBytes)).
-			WithHint("Consider excluding large binary files")
+			WithHint(limitsHint("Consider excluding large binary files"))
 	}
 	return phys, st, nil
 }

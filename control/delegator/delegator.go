@@ -188,7 +188,7 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 	if err != nil {
 		return nil, err
 	}
-	phys, stats, err := Admit(req.Dir, d.opts.Admission, policy.Hide)
+	phys, stats, err := Admit(req.Dir, req.limits(d.opts.Admission, req.Transport), policy.Hide)
 	if err != nil {
 		return nil, err
 	}
@@ -209,6 +209,7 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 		Description: req.Description, Prompt: req.Prompt, Token: req.Token, Notes: notes,
 		AutoTransport: auto, Connect: connect, Policy: policy,
 		CallChain: chain, PeerAgentID: req.PeerAgentID, PeerName: req.PeerName, PeerKey: req.PeerKey,
+		Limits: [3]int64{req.Limits.MaxTotalBytes, req.Limits.MaxFileCount, req.Limits.MaxFileBytes},
 	}
 	if req.Session {
 		sr := control.NewSessionRequest()
@@ -435,7 +436,16 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 	acc, err := pc.Invite(ctx, inv)
 	var pe *control.ProtocolError
 	if errors.As(err, &pe) && pe.Code == control.CodeDepMissing && del.AutoTransport && del.Transport == control.TransportSSHFS {
-		// The executor cannot mount: fall back to archive, and say so.
+		// The executor cannot mount: fall back to archive, and say so —
+		// unless the tree is past what the archive takes (it was
+		// admitted for a live mount, which copies nothing).
+		own := ExportRequest{Limits: AdmissionLimits{MaxTotalBytes: del.Limits[0], MaxFileCount: del.Limits[1], MaxFileBytes: del.Limits[2]}}
+		if _, _, aerr := Admit(del.LocalDir, own.limits(d.opts.Admission, control.TransportArchive), del.Policy.Hide); aerr != nil {
+			d.notifyPeer(del, control.NewError(id, control.CodeDeclined, "the workspace is too large for an archive", ""))
+			ape := control.AsProtocolError(aerr, control.CodeWorkspaceTooLarge)
+			ape.Message = fmt.Sprintf("the executor cannot mount (%s), and the archive it would fall back to refuses: %s", pe.Message, ape.Message)
+			return nil, ape
+		}
 		note := fmt.Sprintf("transport auto: the executor cannot mount (%s); fell back to archive", pe.Message)
 		_, err = d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
 			del.Transport, del.Connect = control.TransportArchive, ""

@@ -14,6 +14,9 @@ import (
 // ExportRequest is what `awcp-ctl export` and MCP's delegate ask for.
 type ExportRequest struct {
 	Dir string `json:"dir"`
+	// Limits raise or lower admission's for this export; zero fields take
+	// the transport's defaults (AdmissionLimits).
+	Limits AdmissionLimits `json:"limits,omitzero"`
 	// Session lends Dir for an ACP session rather than a task: the
 	// executor's agent is driven by an editor through OpenSession's
 	// channel (control/session.go); Prompt says what for, for the record.
@@ -95,4 +98,16 @@ func (req ExportRequest) policy() (lease.ExportPolicy, error) {
 		return p, control.Errorf(control.CodeWorkspaceInvalid, "too many hide patterns: they must fit in %d bytes", wire.MaxPolicyBytes)
 	}
 	return p, nil
+}
+
+// limits is what admission checks for transport: req's own, then the
+// process's (base), then the transport's defaults — the archive's for
+// archive, the live mount's otherwise (auto checks the archive's again
+// if it falls back).
+func (req ExportRequest) limits(base AdmissionLimits, transport string) AdmissionLimits {
+	defaults := LiveLimits
+	if transport == control.TransportArchive {
+		defaults = ArchiveLimits
+	}
+	return req.Limits.over(base.over(defaults))
 }

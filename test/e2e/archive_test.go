@@ -121,8 +121,10 @@ func TestExportErrorCodes(t *testing.T) {
 		big, _ := os.Create(filepath.Join(dir, "data.bin"))
 		big.Truncate(60 << 20) // sparse: costs nothing, counts 60 MB
 		big.Close()
-		r := failCase(t, c, dir, control.CodeWorkspaceTooLarge, "--peer", x.url, "--prompt", "p")
-		if !strings.Contains(r.stderr, "Consider excluding large binary files") {
+		// The spec's limits are the archive's; a live mount copies nothing
+		// and takes far more (TestAdmissionFitsTheTransport).
+		r := failCase(t, c, dir, control.CodeWorkspaceTooLarge, "--peer", x.url, "--prompt", "p", "--transport", "archive")
+		if !strings.Contains(r.stderr, "Consider excluding large binary files") || !strings.Contains(r.stderr, "--max-file-bytes") {
 			t.Fatalf("hint missing:\n%s", r.stderr)
 		}
 	})
@@ -136,14 +138,16 @@ func TestExportErrorCodes(t *testing.T) {
 		// node_modules does not count, so this alone would pass.
 		nm := filepath.Join(dir, "node_modules")
 		os.Mkdir(nm, 0o755)
-		failCase(t, c, dir, control.CodeWorkspaceTooLarge, "--peer", x.url, "--prompt", "p")
+		failCase(t, c, dir, control.CodeWorkspaceTooLarge, "--peer", x.url, "--prompt", "p", "--transport", "archive")
+		// A limit of the export's own applies to a live mount too.
+		failCase(t, c, dir, control.CodeWorkspaceTooLarge, "--peer", x.url, "--prompt", "p", "--max-bytes", "100M")
 	})
 	t.Run("WORKSPACE_TOO_LARGE file count", func(t *testing.T) {
 		dir := t.TempDir()
 		for i := range 10_001 {
 			os.WriteFile(filepath.Join(dir, "f"+strconv.Itoa(i)), nil, 0o644)
 		}
-		failCase(t, c, dir, control.CodeWorkspaceTooLarge, "--peer", x.url, "--prompt", "p")
+		failCase(t, c, dir, control.CodeWorkspaceTooLarge, "--peer", x.url, "--prompt", "p", "--transport", "archive")
 	})
 	t.Run("AUTH_FAILED", func(t *testing.T) {
 		failCase(t, c, sampleWorkspace(t), control.CodeAuthFailed, "--peer", tokenX.url, "--prompt", "p")

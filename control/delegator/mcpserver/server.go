@@ -88,6 +88,8 @@ type Options struct {
 	NoHideDefaults bool
 	NoDelete       bool
 	MaxWriteBytes  int64
+	// Limits are admission's (zero fields: the transport's defaults).
+	Limits delegator.AdmissionLimits
 	// Cwd resolves a relative workspace_dir when the call gives no cwd.
 	// Default: the process's working directory.
 	Cwd string
@@ -253,7 +255,7 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 		Prompt: in.Prompt, Description: strings.TrimSpace(in.Description),
 		TTL: time.Duration(in.TTLSeconds) * time.Second, Access: in.AccessMode,
 		Transport: s.opts.Transport, Token: s.opts.Token, Dialect: s.opts.Dialect,
-		Hide: s.opts.Hide, NoHideDefaults: s.opts.NoHideDefaults, NoDelete: s.opts.NoDelete, MaxWriteBytes: s.opts.MaxWriteBytes,
+		Hide: s.opts.Hide, NoHideDefaults: s.opts.NoHideDefaults, NoDelete: s.opts.NoDelete, MaxWriteBytes: s.opts.MaxWriteBytes, Limits: s.opts.Limits,
 	})
 	if err != nil {
 		return Outcome{}, err
