@@ -61,8 +61,14 @@ type numbered struct {
 }
 
 // SessionLink is one end of a session's channel, across its connections.
+//
+// No write is made under mu: a peer that stops reading (or a link that
+// died without a reset) blocks a write until its connection is closed,
+// and Attach, which closes it, must not wait for that write first.
+// writeMu orders what is sent — a replay before what follows it.
 type SessionLink struct {
-	readMu sync.Mutex // one reader at a time
+	readMu  sync.Mutex // one reader at a time
+	writeMu sync.Mutex // one sender at a time: numbered messages go out in order
 
 	mu       sync.Mutex
 	conn     io.ReadWriteCloser // the live connection; nil while down
@@ -100,32 +106,44 @@ func (l *SessionLink) Attached() <-chan struct{} {
 // end has not received is sent again. A previous connection is closed.
 // rpc, if not nil, is conn's reader already in use (ReadResume's).
 func (l *SessionLink) Attach(conn io.ReadWriteCloser, rpc *RPCConn, peerReceived uint64, resume bool) error {
+	// The old connection goes first: a send blocked on it returns.
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if old := l.conn; old != nil {
 		old.Close()
+		l.conn, l.rpc = nil, nil
 	}
+	l.mu.Unlock()
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
 	if rpc == nil {
 		rpc = NewRPCConn(conn, conn)
 	}
-	l.conn, l.rpc = conn, rpc
-	l.gen++
+	l.mu.Lock()
 	l.dropAcked(peerReceived)
 	if len(l.unacked) > 0 && l.unacked[0].seq > peerReceived+1 {
-		l.conn = nil
+		l.mu.Unlock()
 		conn.Close()
 		return fmt.Errorf("the other end has received %d messages; those after it up to %d are no longer kept", peerReceived, l.unacked[0].seq-1)
 	}
+	l.conn, l.rpc = conn, rpc
+	l.gen++
+	replay := make([]*RPCMessage, 0, len(l.unacked)+1)
 	if resume {
 		params, _ := json.Marshal(map[string]uint64{"received": l.received})
-		l.rpc.Write(&RPCMessage{Method: methodResume, Params: params})
+		replay = append(replay, &RPCMessage{Method: methodResume, Params: params})
 		l.acked = l.received
 	}
 	for _, n := range l.unacked {
-		l.rpc.Write(n.m)
+		replay = append(replay, n.m)
 	}
 	close(l.attached)
 	l.attached = make(chan struct{})
+	l.mu.Unlock()
+	for _, m := range replay { // a failure is the reader's to notice
+		if rpc.Write(m) != nil {
+			break
+		}
+	}
 	return nil
 }
 
@@ -162,17 +180,22 @@ func (l *SessionLink) dropAcked(n uint64) {
 // Send numbers m, keeps it until acknowledged, and writes it if a
 // connection is live (a write that fails is the reader's to notice).
 func (l *SessionLink) Send(m *RPCMessage) error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	size := int64(len(m.ID) + len(m.Method) + len(m.Params) + len(m.Result) + len(m.Error))
 	if len(l.unacked) >= MaxUnacked || l.held+size > MaxUnackedBytes {
-		return fmt.Errorf("the other end is %d messages (%d bytes) behind: the session cannot go on", len(l.unacked), l.held)
+		n, held := len(l.unacked), l.held
+		l.mu.Unlock()
+		return fmt.Errorf("the other end is %d messages (%d bytes) behind: the session cannot go on", n, held)
 	}
 	l.sent++
 	l.held += size
 	l.unacked = append(l.unacked, numbered{l.sent, m, size})
-	if l.rpc != nil {
-		l.rpc.Write(m)
+	rpc := l.rpc
+	l.mu.Unlock()
+	if rpc != nil {
+		rpc.Write(m)
 	}
 	return nil
 }
@@ -223,12 +246,15 @@ func (l *SessionLink) Read() (*RPCMessage, error) {
 		}
 		l.mu.Lock()
 		l.received++
-		if l.received-l.acked >= AckEvery && l.rpc != nil {
+		var ack *RPCMessage
+		if l.received-l.acked >= AckEvery {
 			params, _ := json.Marshal(map[string]uint64{"received": l.received})
-			l.rpc.Write(&RPCMessage{Method: methodAck, Params: params})
-			l.acked = l.received
+			ack, l.acked = &RPCMessage{Method: methodAck, Params: params}, l.received
 		}
 		l.mu.Unlock()
+		if ack != nil {
+			rpc.Write(ack) // unnumbered: its place among the sends does not matter
+		}
 		return m, nil
 	}
 }
@@ -259,13 +285,18 @@ func (l *SessionLink) Close() {
 	conn, rpc := l.conn, l.rpc
 	l.closed = true
 	l.conn, l.rpc = nil, nil
-	if rpc != nil {
-		rpc.Write(&RPCMessage{Method: methodBye})
-	}
 	l.mu.Unlock()
 	if conn == nil {
 		return
 	}
+	// After any send under way: the goodbye is the last message. A send
+	// blocked on a peer that does not read holds it back at most two
+	// seconds: then the connection is closed under it.
+	t := time.AfterFunc(2*time.Second, func() { conn.Close() })
+	l.writeMu.Lock()
+	rpc.Write(&RPCMessage{Method: methodBye})
+	l.writeMu.Unlock()
+	t.Stop()
 	if cw, ok := conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
 		// Closing with unread data would reset the connection, and the
 		// goodbye with it.

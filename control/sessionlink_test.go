@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
+	"time"
 )
 
 // A session's link across a drop: what either end sent while the
@@ -87,4 +89,83 @@ func TestSessionLinkResumes(t *testing.T) {
 	if fmt.Sprint(got[gw]) != fmt.Sprint(append(want(101, 103), want(121, 125)...)) {
 		t.Errorf("the gateway received %v", got[gw])
 	}
+}
+
+// A peer that stops reading (or a link that died without a reset) blocks
+// a send; the gateway's new connection must still take over at once, and
+// carry every message, in order, once.
+func TestSessionLinkPeerThatNeverReads(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pair := func() (net.Conn, net.Conn) {
+		a, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a, b
+	}
+	stalled, ours := pair() // stalled is never read
+	defer stalled.Close()
+	ex := NewSessionLink()
+	if err := ex.Attach(ours, nil, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	const n, size = 300, 100 << 10 // 30 MiB: far past the sockets' buffers
+	payload := json.RawMessage(`"` + strings.Repeat("x", size) + `"`)
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for i := range n {
+			if err := ex.Send(&RPCMessage{Method: "m", ID: json.RawMessage(fmt.Sprint(i + 1)), Params: payload}); err != nil {
+				t.Errorf("send %d: %v", i, err)
+				return
+			}
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // the sender is blocked on the stalled peer by now
+
+	fresh, theirs := pair()
+	defer fresh.Close()
+	got := make(chan error, 1)
+	go func() { // the gateway reads the new connection as it attaches it
+		rc := NewRPCConn(fresh, fresh)
+		for i := 1; i <= n; i++ {
+			m, err := rc.Read()
+			if err != nil {
+				got <- fmt.Errorf("message %d: %v", i, err)
+				return
+			}
+			if string(m.ID) != fmt.Sprint(i) {
+				got <- fmt.Errorf("message %d came as %s: out of order or twice", i, m.ID)
+				return
+			}
+		}
+		got <- nil
+	}()
+	attached := make(chan error, 1)
+	go func() { attached <- ex.Attach(theirs, nil, 0, false) }()
+	select {
+	case err := <-attached:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a new connection waited for a send blocked on the old one")
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the messages did not all come on the new connection")
+	}
+	<-sent
 }
