@@ -70,13 +70,12 @@ func openEnvAs(c *cli.Context, daemon bool) (*env, error) {
 	}
 	e := &env{state: state, agentID: agentID, store: store, log: log, reconnectBound: clikit.Duration(c, "reconnect-bound"), daemon: daemon}
 	if dlg, err := e.delegator(nil); err == nil {
-		dlg.ExpireOverdue(c.Context)
-		if _, err := store.PruneDelegations(store.Now().Add(-recordRetention)); err != nil {
-			log.Warn("prune ended delegations", "err", err)
+		endOrphans := false
+		if !daemon {
+			_, running := delegator.DialLocal(e.socket())
+			endOrphans = !running
 		}
-		if _, running := delegator.DialLocal(e.socket()); !running && !daemon {
-			dlg.EndOrphans(c.Context)
-		}
+		dlg.Tidy(c.Context, endOrphans, store.Now().Add(-recordRetention))
 	}
 	return e, nil
 }

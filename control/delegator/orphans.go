@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/lease"
@@ -18,27 +19,42 @@ import (
 // its directory stays lent. The daemon's own wait for it to restart
 // (their mounts come back where they were); a command's are taken over by
 // a running daemon where it can serve them (Adoptable), and otherwise
-// ended by the next command that opens the store (EndOrphans).
+// ended by the next command that opens the store (Tidy).
 
 // own records this process as del's follower.
 func (d *Delegator) own(del *lease.Delegation) {
 	del.OwnerPID, del.OwnerDaemon = os.Getpid(), d.opts.Daemon
 }
 
-// ExpireOverdue expires the overdue delegations no live process follows.
-// Commands that open the store call it, so a lease that ran out while
-// nothing ran ends as soon as anything looks at it.
-func (d *Delegator) ExpireOverdue(ctx context.Context) {
+// Tidy is what every command does on opening the store, from one read of
+// it: it expires the overdue delegations no live process follows, ends
+// the orphans of commands when endOrphans (no daemon runs to take them
+// over), and removes the records of delegations that ended before
+// pruneBefore (zero: none).
+func (d *Delegator) Tidy(ctx context.Context, endOrphans bool, pruneBefore time.Time) {
 	ds, err := d.store.Delegations()
 	if err != nil {
 		return
 	}
-	now := d.store.Now()
+	now, prune := d.store.Now(), false
 	for _, del := range ds {
-		if !del.ExpiresAt.IsZero() && !now.Before(del.ExpiresAt) && lease.CanFire(del.State, lease.Expire) && !processAlive(del.OwnerPID) {
+		alive := processAlive(del.OwnerPID)
+		switch {
+		case del.State.Terminal():
+			prune = prune || del.EndedAt.Before(pruneBefore)
+		case !del.ExpiresAt.IsZero() && !now.Before(del.ExpiresAt) && lease.CanFire(del.State, lease.Expire) && !alive:
 			if err := d.Expire(ctx, del.ID); err != nil {
 				d.log.Debug("expire overdue", "delegation", del.ID, "err", err)
 			}
+		case endOrphans && !alive && !del.OwnerDaemon:
+			if err := d.EndOrphan(ctx, del); err != nil {
+				d.log.Warn("end orphan", "delegation", del.ID, "err", err)
+			}
+		}
+	}
+	if prune {
+		if _, err := d.store.PruneDelegations(pruneBefore); err != nil {
+			d.log.Warn("prune ended delegations", "err", err)
 		}
 	}
 }
@@ -77,23 +93,6 @@ func (d *Delegator) EndOrphan(ctx context.Context, del *lease.Delegation) error 
 		return fmt.Errorf("end orphan %s: %w", del.ID, err)
 	}
 	return nil
-}
-
-// EndOrphans ends the orphans of commands (never the daemon's): for a
-// process to call when no daemon runs to take them over.
-func (d *Delegator) EndOrphans(ctx context.Context) {
-	orphans, err := d.Orphans()
-	if err != nil {
-		return
-	}
-	for _, del := range orphans {
-		if del.OwnerDaemon {
-			continue
-		}
-		if err := d.EndOrphan(ctx, del); err != nil {
-			d.log.Warn("end orphan", "delegation", del.ID, "err", err)
-		}
-	}
 }
 
 func processAlive(pid int) bool {
