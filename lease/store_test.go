@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -335,5 +336,26 @@ func TestSharedStoreTurns(t *testing.T) {
 	wg.Wait()
 	if d, err := handles[1].Delegation("dlg_count"); err != nil || d.LastEventID != 3*4*25 {
 		t.Fatalf("count %v, want %d (%v)", d.LastEventID, 3*4*25, err)
+	}
+}
+
+// A delegation keeps its agent's last MaxProgress lines and counts the
+// ones it let go; ProgressAfter shows each line once to a follower, all
+// of them again if the one it saw last is gone.
+func TestProgressKeepsTheLastLines(t *testing.T) {
+	var d Delegation
+	for i := 1; i <= MaxProgress+50; i++ {
+		d.AddProgress(ProgressLine{Seq: uint64(i), Text: fmt.Sprint(i)})
+	}
+	if len(d.Progress) != MaxProgress || d.ProgressDropped != 50 || d.Progress[0].Text != "51" {
+		t.Fatalf("kept %d lines from %q, dropped %d", len(d.Progress), d.Progress[0].Text, d.ProgressDropped)
+	}
+	last := d.Progress[MaxProgress-3]
+	if after := ProgressAfter(d.Progress, &last); len(after) != 2 || after[0].Seq != last.Seq+1 {
+		t.Fatalf("after line %d: %+v", last.Seq, after)
+	}
+	gone := ProgressLine{Seq: 1, Text: "1"}
+	if after := ProgressAfter(d.Progress, &gone); len(after) != MaxProgress {
+		t.Fatalf("after a line no longer kept: %d lines", len(after))
 	}
 }

@@ -88,7 +88,7 @@ type Delegator struct {
 	channels map[string]lease.Channel
 	// progress is each delegation's progress lines not yet stored
 	// (progress.go).
-	progress map[string][]lease.ProgressLine
+	progress map[string]*heldLines
 }
 
 // New builds a Delegator.
@@ -110,7 +110,7 @@ func New(opts Options) (*Delegator, error) {
 	}
 	d := &Delegator{opts: opts, store: opts.Store, log: opts.Logger,
 		following: map[string]context.CancelFunc{}, snapshots: map[string]heldSnapshot{}, reach: map[string]reachResult{},
-		channels: map[string]lease.Channel{}, progress: map[string][]lease.ProgressLine{}}
+		channels: map[string]lease.Channel{}, progress: map[string]*heldLines{}}
 	d.sched = lease.NewScheduler(lease.Scheduler{List: d.due, Expire: d.Expire, Logger: opts.Logger})
 	return d, nil
 }

@@ -14,6 +14,13 @@ import (
 // together — every progressEvery (watchIdle's tick), before any other event is
 // recorded, and when the stream is left — not one store write a line.
 
+// heldLines are a delegation's progress lines not yet stored, at most
+// lease.MaxProgress, and how many older ones were let go meanwhile.
+type heldLines struct {
+	lines   []lease.ProgressLine
+	dropped uint64
+}
+
 // holdProgress keeps a progress event's line until storeProgress.
 func (d *Delegator) holdProgress(id string, seq uint64, ev *control.Event) {
 	at := time.Now().UTC()
@@ -22,23 +29,30 @@ func (d *Delegator) holdProgress(id string, seq uint64, ev *control.Event) {
 	}
 	line := lease.ProgressLine{Seq: seq, At: at, Text: ev.Message}
 	d.mu.Lock()
-	held := append(d.progress[id], line)
-	if n := len(held); n > lease.MaxProgress {
-		held = held[n-lease.MaxProgress:] // the store would drop them anyway
+	h := d.progress[id]
+	if h == nil {
+		h = &heldLines{}
+		d.progress[id] = h
 	}
-	d.progress[id] = held
+	h.lines = append(h.lines, line)
+	if n := len(h.lines); n > lease.MaxProgress {
+		// The store would drop them anyway: counted, not held.
+		h.dropped += uint64(n - lease.MaxProgress)
+		h.lines = append(h.lines[:0], h.lines[n-lease.MaxProgress:]...)
+	}
 	d.mu.Unlock()
 }
 
 // storeProgress writes the lines held for id to its record.
 func (d *Delegator) storeProgress(id string) {
 	d.mu.Lock()
-	held := d.progress[id]
+	h := d.progress[id]
 	delete(d.progress, id)
 	d.mu.Unlock()
-	if len(held) == 0 {
+	if h == nil || len(h.lines) == 0 {
 		return
 	}
+	held := h.lines
 	_, err := d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
 		if n := len(del.Progress); n > 0 {
 			last := del.Progress[n-1].Seq
@@ -50,6 +64,7 @@ func (d *Delegator) storeProgress(id string) {
 			return errUnchanged
 		}
 		del.AddProgress(held...)
+		del.ProgressDropped += h.dropped
 		return nil
 	})
 	if err != nil && err != errUnchanged {
