@@ -119,6 +119,12 @@ type Delegation struct {
 	// its channel presents (control/session.go). Secret.
 	Session    string `json:"session,omitempty"`
 	SessionKey string `json:"sessionKey,omitempty"`
+	// SessionDriven says the session's turns come from the record
+	// (Turns, turns.go), not from an editor; SessionClose asks the
+	// process that drives it to close it.
+	SessionDriven bool   `json:"sessionDriven,omitempty"`
+	SessionClose  bool   `json:"sessionClose,omitempty"`
+	Turns         []Turn `json:"turns,omitempty"`
 	// SessionChannel and SessionEvents are the session's channel and what
 	// became of it (seed 002), as the gateway saw them.
 	SessionChannel *SessionChannel `json:"sessionChannel,omitempty"`

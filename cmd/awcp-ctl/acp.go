@@ -14,7 +14,6 @@ import (
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/control/delegator/gateway"
-	"github.com/awcp/awcp/lease"
 )
 
 // acpCommand is the editor's agent command: ACP on stdio, each session a
@@ -29,7 +28,7 @@ func acpCommand(ctx context.Context) *cli.Command {
 			&cli.StringFlag{Name: "peer", EnvVars: []string{"AWCP_PEER"}, Required: true,
 				Usage: "the executor, started with --agent-acp: its URL (http://host:10200), or the name or agent id of one found on this network"},
 			clikit.DurationFlag("ttl", 8*time.Hour, "longest life of each session's lease (the executor's --max-ttl may cap it)", "AWCP_TTL"),
-			clikit.DurationFlag("idle-ttl", 30*time.Minute, "end a session nothing went through for this long, no turn running; 0: never", "AWCP_IDLE_TTL"),
+			idleTTLFlag(),
 			&cli.StringFlag{Name: "access", EnvVars: []string{"AWCP_ACCESS"}, Value: "rw", Usage: "rw or ro"},
 			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs, sshfs-reverse or archive"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executor requires"},
@@ -99,19 +98,9 @@ func acpCommand(ctx context.Context) *cli.Command {
 					}
 				}
 			}
-			g := &gateway.Gateway{Delegator: dlg, Store: e.store, Request: req, Version: clikit.Version, Logger: e.log, AgentInit: agentInit, IdleTTL: clikit.Duration(c, "idle-ttl"),
+			g := &gateway.Gateway{Delegator: dlg, Request: req, Version: clikit.Version, Logger: e.log, AgentInit: agentInit, IdleTTL: clikit.Duration(c, "idle-ttl"),
 				Started: func(session, id string) { e.log.Info("session lent", "session", session, "delegation", id) },
-				Channel: func(id string, ev lease.SessionEvent, ch *lease.SessionChannel) {
-					if _, err := e.store.UpdateDelegation(id, func(d *lease.Delegation) error {
-						if ch != nil {
-							d.SessionChannel = ch
-						}
-						d.AddSessionEvent(ev)
-						return nil
-					}); err != nil {
-						e.log.Warn("record a session's channel event", "delegation", id, "err", err)
-					}
-				}}
+				Channel: dlg.RecordChannel}
 			// The editor's pipe is the sessions' life; a signal to the
 			// gateway ends them as its closing would.
 			defer context.AfterFunc(ctx, func() { os.Stdin.Close() })()

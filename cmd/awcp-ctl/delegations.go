@@ -288,6 +288,7 @@ func report(c *cli.Context, d *lease.Delegation) error {
 		}
 	}
 	printPermissions(w, d)
+	printTurn(w, d)
 	if ch := d.SessionChannel; ch != nil {
 		fmt.Fprintf(w, "session channel %s (%s to the %s; the editor declared %s), last seen %s\n", clikit.Printable(ch.ID), ch.Transport, ch.PeerRole,
 			strings.Join(ch.Capabilities, ", "), ch.LastSeenAt.Local().Format(time.TimeOnly))
@@ -471,7 +472,7 @@ func outputCommand(ctx context.Context) *cli.Command {
 		Usage:     "show a delegation's result (exit 0 completed, 1 ended otherwise, 3 not ended yet)",
 		ArgsUsage: "ID",
 		Flags: append(clikit.CommonFlags(),
-			&cli.BoolFlag{Name: "block", Usage: "wait until the delegation ends"},
+			&cli.BoolFlag{Name: "block", Usage: "wait until the delegation ends (a session: or its agent awaits)"},
 			clikit.DurationFlag("timeout", 60*time.Second, "longest wait with --block"),
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		),
@@ -490,7 +491,7 @@ func outputCommand(ctx context.Context) *cli.Command {
 				tick := time.NewTicker(200 * time.Millisecond)
 				defer tick.Stop()
 			wait:
-				for !d.State.Terminal() {
+				for !d.State.Terminal() && !d.Awaiting() {
 					select {
 					case <-ctx.Done():
 						break wait

@@ -25,8 +25,8 @@ func exportCommand(ctx context.Context) *cli.Command {
 		Usage:     "lend DIR to an executor for a task and wait for the result",
 		ArgsUsage: "DIR",
 		Flags: append(append(clikit.CommonFlags(),
-			&cli.StringFlag{Name: "peer", EnvVars: []string{"AWCP_PEER"}, Required: true,
-				Usage: "the executor: its URL (http://host:10200), or the name or agent id of one found on this network, or auto (awcp-ctl peers lists them)"},
+			&cli.StringFlag{Name: "peer", EnvVars: []string{"AWCP_PEER"},
+				Usage: "the executor (required): its URL (http://host:10200), or the name or agent id of one found on this network, or auto (awcp-ctl peers lists them)"},
 			// Not $AWCP_PROMPT: the executor gives its agent its own task
 			// there, and a nested export without --prompt would send the
 			// parent's task on.
@@ -41,10 +41,25 @@ func exportCommand(ctx context.Context) *cli.Command {
 				Usage: "AWCP dialect: auto (the executor's, from its ACCEPT), seed (the specification's) or head (the reference implementation's later wire)"},
 			&cli.BoolFlag{Name: "background", Usage: "hand the delegation to the daemon (started if needed), print its id and return"},
 			&cli.BoolFlag{Name: "json", Usage: "print the outcome as JSON"},
+			&cli.StringFlag{Name: "session", Usage: "new: open a session with the executor's ACP agent, held by the daemon, for follow-up turns " +
+				"(awcp-ctl answer ID TEXT); ID: the prompt is the next turn of that session (no DIR then)"},
 		), append(append(policyFlags(), sshFlags()...), browseFlags()...)...),
 		Action: func(c *cli.Context) error {
+			if id := c.String("session"); id != "" && id != "new" {
+				if c.Args().Len() != 0 {
+					return clikit.UsageError("export --session ID continues a session: its directory is lent already")
+				}
+				e, err := openEnv(c)
+				if err != nil {
+					return err
+				}
+				return say(ctx, c, e, id, c.String("prompt"))
+			}
 			if c.Args().Len() != 1 {
 				return clikit.UsageError("export takes exactly one directory")
+			}
+			if c.String("peer") == "" {
+				return clikit.UsageError("export needs --peer: the executor")
 			}
 			token, err := clikit.PeerToken(c)
 			if err != nil {
@@ -73,6 +88,9 @@ func exportCommand(ctx context.Context) *cli.Command {
 			}
 			if req.PeerChoice != "" {
 				fmt.Fprintf(c.App.ErrWriter, "awcp: --peer %s: %s (%s) at %s, %s\n", c.String("peer"), req.PeerName, req.PeerAgentID, req.Peer, req.PeerChoice)
+			}
+			if c.String("session") == "new" {
+				return exportSession(ctx, c, e, req)
 			}
 			if c.Bool("background") {
 				return exportBackground(c, e, req)

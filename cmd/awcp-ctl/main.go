@@ -33,6 +33,8 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 			cancelCommand(),
 			pruneCommand(),
 			permitCommand(),
+			answerCommand(ctx),
+			closeCommand(ctx),
 			auditCommand(ctx),
 			serveCommand(ctx),
 			stopCommand(),

@@ -36,6 +36,7 @@ func mcpCommand(ctx context.Context) *cli.Command {
 			&cli.BoolFlag{Name: "discover", EnvVars: []string{"AWCP_DISCOVER"},
 				Usage: "look for executors on the local network (mDNS) for as long as the server runs: the peers tool lists them, and delegate takes their names, ids or auto"},
 			&cli.StringFlag{Name: "log-file", EnvVars: []string{"AWCP_LOG_FILE"}, Usage: "append logs to this file instead of stderr"},
+			idleTTLFlag(),
 		), append(append(policyFlags(), sshFlags()...), browseFlags()...)...),
 		Action: func(c *cli.Context) error { return serveMCP(ctx, c) },
 	}
@@ -198,6 +199,10 @@ func (m *mcpDelegator) Start(ctx context.Context, req delegator.ExportRequest) (
 	go func() {
 		defer m.runs.Done()
 		// Not the call's context: a background delegation outlives its call.
+		if del.SessionDriven {
+			m.e.driver(dlg, m.c).Drive(runCtx, del.ID)
+			return
+		}
 		if _, err := dlg.Run(runCtx, del.ID); err != nil {
 			m.e.log.Warn("delegation", "delegation", del.ID, "err", err)
 		}
@@ -236,6 +241,24 @@ func (m *mcpDelegator) Permit(ctx context.Context, id, requestID, optionID, answ
 		return err
 	}
 	return dlg.Permit(ctx, id, requestID, optionID, answerer)
+}
+
+// Say and EndSession write the session's record, where its driver (this
+// process's or the daemon's) reads them.
+func (m *mcpDelegator) Say(id, prompt, by string) (int, error) {
+	dlg, err := m.e.delegator(nil)
+	if err != nil {
+		return 0, err
+	}
+	return dlg.Say(id, prompt, by)
+}
+
+func (m *mcpDelegator) EndSession(id string) error {
+	dlg, err := m.e.delegator(nil)
+	if err != nil {
+		return err
+	}
+	return dlg.EndSession(id)
 }
 
 // close cancels the delegations this process still runs — their SSH

@@ -18,7 +18,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the delegator daemon: leases, expiry, background delegations, the local API",
-		Flags: append(append(clikit.CommonFlags(), sshFlags()...), clikit.MetricsListenFlag()),
+		Flags: append(append(clikit.CommonFlags(), sshFlags()...), clikit.MetricsListenFlag(), idleTTLFlag()),
 		Action: func(c *cli.Context) error {
 			ctx, stop := context.WithCancel(ctx) // ends on a signal, or `awcp-ctl stop`
 			defer stop()
@@ -50,7 +50,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 			if err != nil {
 				return err
 			}
-			srv := &delegator.LocalServer{Delegator: dlg, Stop: stop}
+			srv := &delegator.LocalServer{Delegator: dlg, Stop: stop, Drive: e.driver(dlg, c).Drive}
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() { defer wg.Done(); dlg.RunScheduler(ctx) }()

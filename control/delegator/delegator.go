@@ -211,9 +211,13 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 		CallChain: chain, PeerAgentID: req.PeerAgentID, PeerName: req.PeerName, PeerKey: req.PeerKey,
 		Limits: [3]int64{req.Limits.MaxTotalBytes, req.Limits.MaxFileCount, req.Limits.MaxFileBytes},
 	}
-	if req.Session {
+	if req.Session || req.Driven {
 		sr := control.NewSessionRequest()
 		del.Session, del.SessionKey = sr.Protocol, sr.Key
+	}
+	if req.Driven {
+		del.SessionDriven = true
+		del.QueueTurn(req.Prompt, "", d.store.Now())
 	}
 	d.own(del) // from now: a Run of this process follows it
 	// A provisional end, so that a handshake the executor never answers
@@ -661,6 +665,10 @@ func (d *Delegator) Permit(ctx context.Context, id, requestID, optionID, answere
 	}
 	if del.State.Terminal() {
 		return control.Errorf(control.CodeDeclined, "delegation %s already ended (%s)", id, del.State)
+	}
+	// A driven session's requests wait in the record for their driver.
+	if here, err := d.decideHere(id, requestID, optionID, answerer); here || err != nil {
+		return err
 	}
 	if err := d.peer(del).Permit(ctx, id, requestID, optionID); err != nil {
 		return err

@@ -293,7 +293,9 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 	case control.EventPermission:
 		_, err = d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
 			del.LastEventID = seq
-			recordPermission(del, ev, d.store.Now())
+			if !del.SessionDriven { // a driven session's driver records its own, with who answered
+				recordPermission(del, ev, d.store.Now())
+			}
 			return nil
 		})
 		if err == nil {

@@ -25,7 +25,11 @@ type LocalServer struct {
 	Delegator *Delegator
 	// Stop, if set, ends the daemon: `awcp-ctl stop` asks for it.
 	Stop func()
-	wg   sync.WaitGroup // delegations started through the API
+	// Drive, if set, runs a session delegation whose turns come from the
+	// store (control/delegator/turns), for as long as it lives; without
+	// it such sessions are refused.
+	Drive func(ctx context.Context, id string) error
+	wg    sync.WaitGroup // delegations started through the API
 }
 
 // Serve accepts on the unix socket at path until ctx is done, then waits for
@@ -132,12 +136,21 @@ func (s *LocalServer) create(ctx context.Context, w http.ResponseWriter, r *http
 		httpserve.WriteJSON(w, http.StatusBadRequest, localError(control.Errorf(control.CodeWorkspaceInvalid, "bad request: %v", err)))
 		return
 	}
+	if req.Driven && s.Drive == nil {
+		httpserve.WriteJSON(w, http.StatusUnprocessableEntity, localError(control.Errorf(control.CodeDeclined, "this daemon holds no sessions")))
+		return
+	}
 	del, err := s.Delegator.Create(req)
 	if err != nil {
 		httpserve.WriteJSON(w, http.StatusUnprocessableEntity, localError(err))
 		return
 	}
-	s.Adopt(ctx, del.ID)
+	if del.SessionDriven {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.Drive(ctx, del.ID) }()
+	} else {
+		s.Adopt(ctx, del.ID)
+	}
 	httpserve.WriteJSON(w, http.StatusOK, map[string]string{"delegationId": del.ID})
 }
 

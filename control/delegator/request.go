@@ -20,7 +20,11 @@ type ExportRequest struct {
 	// Session lends Dir for an ACP session rather than a task: the
 	// executor's agent is driven by an editor through OpenSession's
 	// channel (control/session.go); Prompt says what for, for the record.
-	Session     bool          `json:"session,omitempty"`
+	Session bool `json:"session,omitempty"`
+	// Driven makes it a session whose turns come from the store, not an
+	// editor (lease.Delegation.Turns): Prompt is the first, and
+	// Say queues the next ones. It implies Session.
+	Driven      bool          `json:"driven,omitempty"`
 	Peer        string        `json:"peer"`
 	Prompt      string        `json:"prompt"`
 	Description string        `json:"description"`

@@ -2,10 +2,14 @@ package delegator
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/lease"
 )
 
 // OpenSession opens a connection of session delegation id's channel,
@@ -23,4 +27,161 @@ func (d *Delegator) OpenSession(ctx context.Context, id string, received uint64)
 	}
 	return d.peer(del).upgrade(ctx, "/awcp/tasks/"+id+"/acp", control.SessionUpgrade, map[string]string{
 		control.SessionKeyHeader: del.SessionKey, control.SessionReceivedHeader: strconv.FormatUint(received, 10)})
+}
+
+// AttachSession connects link to session delegation id's channel: at
+// first (first) once the delegation runs, waiting up to two minutes for
+// that; later again after a drop, for as long as the delegation lives.
+// The link sends again what the executor has not received.
+func (d *Delegator) AttachSession(ctx context.Context, id string, link *control.SessionLink, first bool) error {
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		del, err := d.store.Delegation(id)
+		if err != nil {
+			return err
+		}
+		switch {
+		case del.State == lease.Running:
+			conn, err := d.OpenSession(ctx, id, link.Received())
+			if err != nil {
+				if first {
+					return err
+				}
+				d.log.Debug("session channel not back yet", "delegation", id, "err", err)
+				break
+			}
+			received, rc, err := control.ReadResume(conn)
+			if err == nil {
+				err = link.Attach(conn, rc, received, false)
+			}
+			if err != nil {
+				conn.Close()
+				return fmt.Errorf("the session's channel: %w", err)
+			}
+			return nil
+		case del.State.Terminal():
+			if f := del.Failure; f != nil {
+				return &control.ProtocolError{Code: f.Code, Message: f.Message, Hint: f.Hint}
+			}
+			return fmt.Errorf("delegation %s ended %s", id, del.State)
+		}
+		if first && time.Now().After(deadline) {
+			return fmt.Errorf("delegation %s: no channel within 2 minutes", id)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("delegation %s: %w", id, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Say queues prompt as the next turn of driven session id (its driver,
+// in whichever process holds the session, sends it); by says who, for
+// the record. It returns the turn's number.
+func (d *Delegator) Say(id, prompt, by string) (int, error) {
+	if prompt == "" {
+		return 0, control.Errorf(control.CodeWorkspaceInvalid, "the prompt is empty").WithHint("say what the agent should do next")
+	}
+	var n int
+	_, err := d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
+		if err := sessionOpen(del); err != nil {
+			return err
+		}
+		var err error
+		n, err = del.QueueTurn(prompt, by, d.store.Now())
+		if errors.Is(err, lease.ErrTurnBusy) {
+			hint := "wait for it to end (output --wait), then say the next"
+			if p := del.PendingPermission(); p != nil {
+				hint = fmt.Sprintf("it waits for a permission decision: answer %s with one of %s", p.RequestID, lease.Choices(p.Options))
+			}
+			return control.Errorf(control.CodeDeclined, "%s", err.Error()).WithHint(hint)
+		}
+		return err
+	})
+	return n, err
+}
+
+// EndSession asks the driver of session id to close it: the agent's
+// session ends, then the delegation, done, with today's clean-up.
+func (d *Delegator) EndSession(id string) error {
+	_, err := d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
+		if err := sessionOpen(del); err != nil {
+			return err
+		}
+		del.SessionClose = true
+		return nil
+	})
+	return err
+}
+
+// sessionOpen refuses what is not a live session driven from the store;
+// one that ended says session_expired (seed 003 §6.4).
+func sessionOpen(del *lease.Delegation) error {
+	switch {
+	case !del.SessionDriven:
+		return control.Errorf(control.CodeDeclined, "delegation %s is not a session", del.ID).
+			WithHint("start one with a session: export --session new, or delegate with session: true")
+	case del.State.Terminal() || del.SessionClose:
+		pe := control.Errorf(control.CodeDeclined, "session %s expired: its delegation ended (%s)", del.ID, del.State).
+			WithHint("start a new session")
+		pe.Reason = ReasonSessionExpired
+		return pe
+	}
+	return nil
+}
+
+// ReasonSessionExpired is why a turn or an answer for a session that has
+// ended is refused.
+const ReasonSessionExpired = "session_expired"
+
+// decideHere records the user's answer to a permission request of a
+// driven session's turn: its driver gives it to the agent. It reports
+// whether requestID is such a request.
+func (d *Delegator) decideHere(id, requestID, optionID, answerer string) (bool, error) {
+	found := false
+	_, err := d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
+		if !del.SessionDriven {
+			return errUnchanged
+		}
+		for i := range del.Permissions {
+			p := &del.Permissions[i]
+			if p.RequestID != requestID {
+				continue
+			}
+			found = true
+			if p.Outcome != control.PermissionPending {
+				return control.Errorf(control.CodeDeclined, "request %s was already decided (%s)", requestID, p.Outcome)
+			}
+			for _, o := range p.Options {
+				if o.OptionID == optionID {
+					now := d.store.Now()
+					p.Outcome, p.OptionID, p.How, p.Answerer, p.DecidedBy, p.At, p.DecidedAt =
+						control.PermissionSelected, optionID, "user", answerer, answerer, now, now
+					return nil
+				}
+			}
+			return control.Errorf(control.CodeDeclined, "request %s has no option %q", requestID, optionID).
+				WithHint("choose one of " + lease.Choices(p.Options))
+		}
+		return errUnchanged
+	})
+	if errors.Is(err, errUnchanged) {
+		err = nil
+	}
+	return found, err
+}
+
+// RecordChannel records a channel event of session delegation id (seed
+// 002), with the channel's identity when ch is set.
+func (d *Delegator) RecordChannel(id string, ev lease.SessionEvent, ch *lease.SessionChannel) {
+	_, err := d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
+		if ch != nil {
+			del.SessionChannel = ch
+		}
+		del.AddSessionEvent(ev)
+		return nil
+	})
+	if err != nil {
+		d.log.Warn("record a session's channel event", "delegation", id, "err", err)
+	}
 }

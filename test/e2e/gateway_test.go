@@ -50,16 +50,7 @@ type editorTranscript struct {
 // works; closing the gateway's stdin ends it, and the executor is left
 // with no mount and no work dir.
 func TestEditorSessionThroughTheGateway(t *testing.T) {
-	modules := nodeModules(t, acpSDK)
-	src, err := os.ReadFile(filepath.Join("testdata", "acp_session_agent.mjs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(modules, "acp_session_agent.mjs")
-	if err := os.WriteFile(script, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	x := startExecutor(t, "", "--agent-acp", "exec node '"+script+"'")
+	x := sessionAgentExecutor(t)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
 	writeFiles(t, ws, map[string]string{"notes.txt": "on disk\n", "main.go": "package main\n"})
@@ -83,7 +74,7 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 		cut <- "never cut"
 	}()
 	var tr editorTranscript
-	runNode(t, modules, "acp_editor.mjs", []string{"AWCP_CTL=" + filepath.Join(binDir, "awcp-ctl"), "STATE=" + c.state, "PEER=" + x.url, "WS=" + ws, "WS2=" + ws2, "MARK=" + mark}, &tr)
+	runNode(t, nodeModules(t, acpSDK), "acp_editor.mjs", []string{"AWCP_CTL=" + filepath.Join(binDir, "awcp-ctl"), "STATE=" + c.state, "PEER=" + x.url, "WS=" + ws, "WS2=" + ws2, "MARK=" + mark}, &tr)
 	if r := <-cut; !strings.Contains(r, "<nil>") || !strings.Contains(r, ":"+port) {
 		t.Fatalf("the cut: %s", r)
 	}

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -34,19 +33,13 @@ import (
 type Delegator interface {
 	Create(req delegator.ExportRequest) (*lease.Delegation, error)
 	Run(ctx context.Context, id string) (*lease.Delegation, error)
-	OpenSession(ctx context.Context, id string, received uint64) (net.Conn, error)
+	AttachSession(ctx context.Context, id string, link *control.SessionLink, first bool) error
 	Cancel(ctx context.Context, id string) (*lease.Delegation, error)
-}
-
-// Store is where the gateway watches a delegation come up.
-type Store interface {
-	Delegation(id string) (*lease.Delegation, error)
 }
 
 // Gateway serves one editor.
 type Gateway struct {
 	Delegator Delegator
-	Store     Store
 	// Request is every session's export: the peer, transport, access,
 	// policy and token; Dir and Session are set per session.
 	Request delegator.ExportRequest
@@ -304,7 +297,7 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 	g.wg.Add(1)
 	go func() { defer g.wg.Done(); g.Delegator.Run(runCtx, del.ID) }()
 	link := control.NewSessionLink()
-	if err := g.attach(ctx, del.ID, link, true); err != nil {
+	if err := g.Delegator.AttachSession(ctx, del.ID, link, true); err != nil {
 		g.Delegator.Cancel(context.Background(), del.ID)
 		fail(err)
 		return
@@ -379,46 +372,6 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 	g.fromChannel(s)
 }
 
-// attach connects link to delegation id's channel: at first once the
-// delegation runs (waiting up to 2 minutes for that), later again after a
-// drop. What the executor has not received is sent again.
-func (g *Gateway) attach(ctx context.Context, id string, link *control.SessionLink, first bool) error {
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		d, err := g.Store.Delegation(id)
-		if err != nil {
-			return err
-		}
-		switch {
-		case d.State == lease.Running:
-			conn, err := g.Delegator.OpenSession(ctx, id, link.Received())
-			if err != nil {
-				if first {
-					return err
-				}
-				g.Logger.Debug("session channel not back yet", "delegation", id, "err", err)
-				break
-			}
-			received, rc, err := control.ReadResume(conn)
-			if err == nil {
-				err = link.Attach(conn, rc, received, false)
-			}
-			if err != nil {
-				conn.Close()
-				return fmt.Errorf("the session's channel: %w", err)
-			}
-			return nil
-		case d.State.Terminal():
-			if f := d.Failure; f != nil {
-				return &control.ProtocolError{Code: f.Code, Message: f.Message, Hint: f.Hint}
-			}
-			return fmt.Errorf("delegation %s ended %s", id, d.State)
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("delegation %s: no channel within 2 minutes", id)
-		}
-	}
-}
-
 // fromChannel relays what the session's channel sends until it ends: the
 // session is then over, and the editor's requests still in flight on it
 // are answered session_expired.
@@ -431,7 +384,7 @@ func (g *Gateway) fromChannel(s *session) {
 			// the link sends again what either end missed.
 			g.Logger.Info("session channel dropped; reconnecting", "session", s.id, "delegation", s.delegation)
 			g.event(s.delegation, "channel.disconnected", "the connection to the executor failed; reconnecting", nil)
-			if err := g.attach(context.Background(), s.delegation, s.link, false); err != nil {
+			if err := g.Delegator.AttachSession(context.Background(), s.delegation, s.link, false); err != nil {
 				g.Logger.Warn("session channel lost", "session", s.id, "err", err)
 				g.event(s.delegation, "channel.disconnected", "lost: "+err.Error(), nil)
 				break

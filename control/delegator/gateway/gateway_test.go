@@ -37,11 +37,7 @@ func (f *fakeExecutor) Cancel(ctx context.Context, id string) (*lease.Delegation
 	return nil, nil
 }
 
-func (f *fakeExecutor) Delegation(id string) (*lease.Delegation, error) {
-	return &lease.Delegation{Lease: lease.Lease{ID: id, State: lease.Running}}, nil
-}
-
-func (f *fakeExecutor) OpenSession(ctx context.Context, id string, received uint64) (net.Conn, error) {
+func (f *fakeExecutor) AttachSession(ctx context.Context, id string, link *control.SessionLink, first bool) error {
 	gw, ex := net.Pipe()
 	go func() {
 		rc := control.NewRPCConn(ex, ex)
@@ -63,7 +59,11 @@ func (f *fakeExecutor) OpenSession(ctx context.Context, id string, received uint
 			}
 		}
 	}()
-	return gw, nil
+	received, rc, err := control.ReadResume(gw)
+	if err != nil {
+		return err
+	}
+	return link.Attach(gw, rc, received, false)
 }
 
 // A session nothing went through for the idle TTL ends — its channel is
@@ -71,7 +71,7 @@ func (f *fakeExecutor) OpenSession(ctx context.Context, id string, received uint
 // session_expired; the gateway answers initialize itself.
 func TestIdleSessionExpires(t *testing.T) {
 	f := &fakeExecutor{closed: make(chan string, 4)}
-	g := &Gateway{Delegator: f, Store: f, Request: delegator.ExportRequest{Peer: "http://x"}, IdleTTL: 300 * time.Millisecond}
+	g := &Gateway{Delegator: f, Request: delegator.ExportRequest{Peer: "http://x"}, IdleTTL: 300 * time.Millisecond}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	served := make(chan error, 1)

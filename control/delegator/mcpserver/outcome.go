@@ -14,7 +14,7 @@ import (
 // existed is an Outcome with only Error.
 type Outcome struct {
 	DelegationID string       `json:"delegation_id,omitempty"`
-	State        string       `json:"state,omitempty" jsonschema:"created, invited, accepted, started, running, completed, error, cancelled or expired"`
+	State        string       `json:"state,omitempty" jsonschema:"created, invited, accepted, started, running, awaiting (a session waiting on its user), completed, error, cancelled or expired"`
 	Description  string       `json:"description,omitempty"`
 	WorkspaceDir string       `json:"workspace_dir,omitempty"`
 	PeerURL      string       `json:"peer_url,omitempty"`
@@ -34,7 +34,28 @@ type Outcome struct {
 	AgentOutput  []string     `json:"agent_output,omitempty" jsonschema:"the executor agent's last progress lines, oldest first"`
 	AgentStderr  string       `json:"agent_stderr,omitempty" jsonschema:"the end of what the executor's agent wrote to stderr"`
 	MountRefused *Refused     `json:"mount_refused,omitempty" jsonschema:"writes of the agent a read-only live mount refused"`
+	Session      *Session     `json:"session,omitempty" jsonschema:"a session's last turn and what it waits for"`
 	Error        *Failure     `json:"error,omitempty"`
+}
+
+// Session is a session delegation's last turn (seed 003 §5.5): while
+// state is awaiting, Awaiting says for what.
+type Session struct {
+	Turn       int       `json:"turn" jsonschema:"the last turn's number, from 1"`
+	TurnState  string    `json:"turn_state" jsonschema:"queued, running, done, cancelled or failed"`
+	StopReason string    `json:"stop_reason,omitempty" jsonschema:"how the agent ended the turn: end_turn, cancelled, max_tokens, refusal…"`
+	Reply      string    `json:"reply,omitempty" jsonschema:"what the agent said in the turn (its end, when long)"`
+	TurnError  string    `json:"turn_error,omitempty"`
+	Awaiting   *Awaiting `json:"awaiting,omitempty"`
+}
+
+// Awaiting is what a session waits for: a permission decision (answer
+// with option_id) or its next prompt (answer with text).
+type Awaiting struct {
+	Kind      string `json:"kind" jsonschema:"permission or input"`
+	Question  string `json:"question" jsonschema:"the permission asked for, or the agent's last message"`
+	RequestID string `json:"request_id,omitempty"`
+	Options   string `json:"options,omitempty"`
 }
 
 // Audit is what the executor did in the directory lent (the live mount's
@@ -123,11 +144,25 @@ func outcomeOf(d *lease.Delegation) Outcome {
 	for _, l := range d.Progress[max(0, len(d.Progress)-outcomeProgressLines):] {
 		o.AgentOutput = append(o.AgentOutput, l.Text)
 	}
+	if t := d.LastTurn(); t != nil {
+		o.Session = &Session{Turn: t.N, TurnState: t.State, StopReason: t.StopReason, Reply: t.Reply, TurnError: t.Error}
+		if d.Awaiting() {
+			o.State = StateAwaiting
+			o.Session.Awaiting = &Awaiting{Kind: "input", Question: t.Reply}
+			if p := d.PendingPermission(); p != nil {
+				o.Session.Awaiting = &Awaiting{Kind: "permission", Question: p.Title, RequestID: p.RequestID, Options: lease.Choices(p.Options)}
+			}
+		}
+	}
 	if f := d.Failure; f != nil && d.State != lease.Completed {
 		o.Error = &Failure{Code: f.Code, Message: f.Message, Hint: f.Hint}
 	}
 	return o
 }
+
+// StateAwaiting is the state of a live session that waits on its user
+// (seed 003's awaiting): for a permission decision or its next prompt.
+const StateAwaiting = "awaiting"
 
 // outcomeProgressLines is how many of the agent's last progress lines an
 // outcome carries.
@@ -179,6 +214,22 @@ func (o Outcome) text() string {
 	}
 	if o.AgentStderr != "" {
 		fmt.Fprintf(&b, "agent stderr (its end):\n%s\n", indent(o.AgentStderr))
+	}
+	if ses := o.Session; ses != nil {
+		fmt.Fprintf(&b, "turn %d: %s %s\n", ses.Turn, ses.TurnState, ses.StopReason)
+		if ses.TurnError != "" {
+			fmt.Fprintf(&b, "turn error: %s\n", ses.TurnError)
+		}
+		if ses.Reply != "" {
+			fmt.Fprintf(&b, "the agent said:\n%s\n", indent(ses.Reply))
+		}
+		switch a := ses.Awaiting; {
+		case a == nil:
+		case a.Kind == "permission":
+			fmt.Fprintf(&b, "AWAITING a permission decision (%s): %s; options: %s (answer with delegate_answer and option_id)\n", a.RequestID, a.Question, a.Options)
+		default:
+			b.WriteString("AWAITING the next prompt: answer with delegate_answer (or delegate with session_id); delegate_close_session ends the session\n")
+		}
 	}
 	for _, p := range o.Permissions {
 		switch p.Outcome {

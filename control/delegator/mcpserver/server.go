@@ -11,6 +11,8 @@
 //   - delegate_status: the delegations in the store.
 //   - delegate_permission: answers a permission request of the executor's
 //     agent (an executor run with --permission forward).
+//   - delegate_answer, delegate_close_session: a session's (delegate with
+//     session: true) next prompt or permission decision, and its end.
 //
 // Bad arguments and delegations that end other than completed are tool
 // errors (isError) whose structured result carries the spec's error code,
@@ -55,8 +57,12 @@ type Delegator interface {
 	Find(idOrPrefix string) (*lease.Delegation, error)
 	// List returns every delegation, oldest first.
 	List() ([]*lease.Delegation, error)
-	// Permit answers a permission request the executor forwarded.
+	// Permit answers a permission request the executor forwarded, or one
+	// of a session's turns.
 	Permit(ctx context.Context, id, requestID, optionID, answerer string) error
+	// Say queues the next turn of a session; EndSession closes it.
+	Say(id, prompt, by string) (int, error)
+	EndSession(id string) error
 }
 
 // Options configures the server. Zero fields take the defaults noted.
@@ -161,7 +167,7 @@ func New(opts Options) (*mcp.Server, error) {
 		addTool(srv, &mcp.Tool{
 			Name:        "delegate_output",
 			Title:       "A delegation's result",
-			Description: "How a delegation stands or ended: state, summary and highlighted files, or the error code, message and hint. With block it waits up to timeout seconds for the end.",
+			Description: "How a delegation stands or ended: state, summary and highlighted files, or the error code, message and hint. With block it waits up to timeout seconds for the end (a session: until its agent awaits).",
 		}, s.output, map[string]schemaHint{
 			"block":   {def: false},
 			"timeout": {def: 60, min: ptr(0.0)},
@@ -192,6 +198,20 @@ func New(opts Options) (*mcp.Server, error) {
 				"delegate_output lists the pending requests (permissions with outcome pending) and their options. " +
 				"Answer with one option_id; unanswered requests are cancelled after the executor's timeout.",
 		}, s.permit, nil),
+		addTool(srv, &mcp.Tool{
+			Name:  "delegate_answer",
+			Title: "Answer a session's remote agent",
+			Description: "A session (delegate with session: true) is awaiting when its agent asks for a permission " +
+				"(answer with option_id) or has ended its turn, often with a question (answer with text: it is the next turn). " +
+				"Without background the call waits until the agent awaits again or the session ends.",
+		}, s.answer, map[string]schemaHint{
+			"background": {def: false},
+		}),
+		addTool(srv, &mcp.Tool{
+			Name:        "delegate_close_session",
+			Title:       "Close a session",
+			Description: "End a session: the remote agent's session closes, the lease ends and every access to the workspace is closed.",
+		}, s.closeSession, nil),
 	)
 	if err != nil {
 		return nil, err
@@ -217,12 +237,17 @@ type delegateArgs struct {
 	TTLSeconds   int64  `json:"ttl_seconds,omitempty" jsonschema:"length of the lease in seconds"`
 	AccessMode   string `json:"access_mode,omitempty" jsonschema:"rw lets the executor change the directory; ro only read it"`
 	Background   bool   `json:"background,omitempty" jsonschema:"return the delegation_id at once instead of waiting for the result"`
+	Session      bool   `json:"session,omitempty" jsonschema:"open a session: the remote ACP agent keeps it, with the workspace, for follow-up turns (delegate_answer, or delegate with session_id) until delegate_close_session or 30 idle minutes; the call returns when the agent awaits"`
+	SessionID    string `json:"session_id,omitempty" jsonschema:"continue this session (its delegation_id) with prompt as the next turn; the other arguments are the session's already"`
 }
 
 func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in delegateArgs) (Outcome, error) {
 	if strings.TrimSpace(in.Prompt) == "" {
 		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "prompt is required").
 			WithHint("give the executor's agent the complete task in prompt")
+	}
+	if in.SessionID != "" {
+		return s.nextTurn(ctx, req, in.SessionID, in.Prompt, in.Background)
 	}
 	if in.TTLSeconds < 0 {
 		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "ttl_seconds must be positive, not %d", in.TTLSeconds)
@@ -256,6 +281,7 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 		TTL: time.Duration(in.TTLSeconds) * time.Second, Access: in.AccessMode,
 		Transport: s.opts.Transport, Token: s.opts.Token, Dialect: s.opts.Dialect,
 		Hide: s.opts.Hide, NoHideDefaults: s.opts.NoHideDefaults, NoDelete: s.opts.NoDelete, MaxWriteBytes: s.opts.MaxWriteBytes, Limits: s.opts.Limits,
+		Driven: in.Session,
 	})
 	if err != nil {
 		return Outcome{}, err
@@ -283,7 +309,7 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 		return Outcome{}, err
 	}
 	o := outcomeOf(d)
-	if !d.State.Terminal() {
+	if !d.State.Terminal() && !d.Awaiting() {
 		o.Notes = append(o.Notes, fmt.Sprintf("not ended after %s: call delegate_output to keep waiting", s.opts.SyncWait))
 	}
 	return o, nil
@@ -300,7 +326,7 @@ func (s *server) output(ctx context.Context, req *mcp.CallToolRequest, in output
 	if err != nil {
 		return Outcome{}, err
 	}
-	if in.Block && !d.State.Terminal() {
+	if in.Block && !d.State.Terminal() && !d.Awaiting() {
 		if in.Timeout < 0 {
 			return Outcome{}, control.Errorf(control.CodeDeclined, "timeout must not be negative")
 		}
@@ -313,7 +339,7 @@ func (s *server) output(ctx context.Context, req *mcp.CallToolRequest, in output
 		}
 	}
 	o := outcomeOf(d)
-	if !d.State.Terminal() {
+	if !d.State.Terminal() && !d.Awaiting() {
 		o.Notes = append(o.Notes, "not ended yet: call delegate_output again (block: true waits)")
 	}
 	return o, nil
@@ -515,7 +541,7 @@ func (s *server) wait(ctx context.Context, req *mcp.CallToolRequest, id string, 
 				lastLine = &l
 			}
 		}
-		if d.State.Terminal() {
+		if d.State.Terminal() || d.Awaiting() {
 			return d, nil
 		}
 		select {

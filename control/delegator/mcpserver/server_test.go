@@ -51,6 +51,9 @@ func (p *inProcess) Permit(ctx context.Context, id, req, opt, answerer string) e
 	return p.dlg.Permit(ctx, id, req, opt, answerer)
 }
 
+func (p *inProcess) Say(id, prompt, by string) (int, error) { return p.dlg.Say(id, prompt, by) }
+func (p *inProcess) EndSession(id string) error             { return p.dlg.EndSession(id) }
+
 func (p *inProcess) Find(id string) (*lease.Delegation, error) { return p.store.FindDelegation(id) }
 func (p *inProcess) List() ([]*lease.Delegation, error)        { return p.store.Delegations() }
 

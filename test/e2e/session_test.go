@@ -1,0 +1,237 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// sessionAgentExecutor runs an executor whose ACP agent (the official
+// TypeScript SDK's) holds sessions over many turns:
+// testdata/acp_session_agent.mjs.
+func sessionAgentExecutor(t *testing.T, extra ...string) *executor {
+	t.Helper()
+	modules := nodeModules(t, acpSDK)
+	src, err := os.ReadFile(filepath.Join("testdata", "acp_session_agent.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(modules, "acp_session_agent.mjs")
+	if err := os.WriteFile(script, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return startExecutor(t, "", append([]string{"--agent-acp", "exec node '" + script + "'"}, extra...)...)
+}
+
+// mcpSessionTranscript is what testdata/mcp_session_client.mjs prints.
+type mcpSessionTranscript struct {
+	Exception  string   `json:"exception"`
+	Tools      []string `json:"tools"`
+	DuringTurn struct {
+		Direct, Written bool
+	} `json:"duringTurn"`
+	Steps []struct {
+		Name    string `json:"name"`
+		IsError bool   `json:"isError"`
+		Text    string `json:"text"`
+		Result  struct {
+			DelegationID string `json:"delegation_id"`
+			State        string `json:"state"`
+			Session      *struct {
+				Turn       int    `json:"turn"`
+				TurnState  string `json:"turn_state"`
+				StopReason string `json:"stop_reason"`
+				Reply      string `json:"reply"`
+				Awaiting   *struct {
+					Kind, Question, RequestID, Options string
+				} `json:"awaiting"`
+			} `json:"session"`
+			Error *struct{ Code, Message, Hint string } `json:"error"`
+		} `json:"result"`
+	} `json:"steps"`
+	Stderr string `json:"stderr"`
+}
+
+// TestSessionOverMCP: an MCP client (the official TypeScript SDK) opens a
+// session with a remote ACP agent through `awcp-ctl mcp` — delegate with
+// session: true — on a live mount. The call returns when the agent awaits
+// a permission (its writes of the turn already in the workspace);
+// delegate_answer answers it, and the turn's reply comes back awaiting the
+// next prompt; a follow-up delegate with session_id and an answer as text
+// are further turns of the same agent process; delegate_close_session
+// ends it, and a turn after that is session_expired. The executor is left
+// with nothing.
+func TestSessionOverMCP(t *testing.T) {
+	x := sessionAgentExecutor(t)
+	mcpModules := nodeModules(t, mcpSDK)
+	c := newCtl(t)
+	ws := sampleWorkspace(t)
+	writeFiles(t, ws, map[string]string{"notes.txt": "on disk\n"})
+
+	var tr mcpSessionTranscript
+	runNode(t, mcpModules, "mcp_session_client.mjs", []string{
+		"AWCP_CTL=" + filepath.Join(binDir, "awcp-ctl"), "STATE=" + c.state, "PEER=" + x.url, "WS=" + ws}, &tr)
+	if tr.Exception != "" {
+		t.Fatalf("the client failed: %s\nserver stderr:\n%s", tr.Exception, tr.Stderr)
+	}
+	for _, tool := range []string{"delegate_answer", "delegate_close_session"} {
+		if !strings.Contains(strings.Join(tr.Tools, " "), tool) {
+			t.Errorf("no %s tool: %v", tool, tr.Tools)
+		}
+	}
+	if len(tr.Steps) != 9 {
+		t.Fatalf("%d steps, want 9; stderr:\n%s", len(tr.Steps), tr.Stderr)
+	}
+	step := func(i int) string {
+		s := tr.Steps[i]
+		return s.Name + ": " + s.Text
+	}
+	awaitsPermission := func(i, turn int) {
+		s := tr.Steps[i]
+		ses := s.Result.Session
+		if s.IsError || s.Result.State != "awaiting" || ses == nil || ses.Turn != turn || ses.TurnState != "running" ||
+			ses.Awaiting == nil || ses.Awaiting.Kind != "permission" || ses.Awaiting.Question != "Edit main.go" ||
+			!strings.Contains(ses.Awaiting.Options, "allow (allow_once)") {
+			t.Errorf("step %d should await a permission in turn %d:\n%s", i, turn, step(i))
+		}
+	}
+	pid := ""
+	awaitsInput := func(i, turn int, prompt, decision string) {
+		s := tr.Steps[i]
+		ses := s.Result.Session
+		if s.IsError || s.Result.State != "awaiting" || ses == nil || ses.Turn != turn || ses.TurnState != "done" ||
+			ses.StopReason != "end_turn" || ses.Awaiting == nil || ses.Awaiting.Kind != "input" {
+			t.Errorf("step %d should have ended turn %d, awaiting the next prompt:\n%s", i, turn, step(i))
+			return
+		}
+		m := regexp.MustCompile(`turn (\d) of process (\d+): ([^;]*); read "on disk\\n"; outside -32602; permission (\w+)`).FindStringSubmatch(ses.Reply)
+		if m == nil || m[1] != string(rune('0'+turn)) || m[3] != prompt || m[4] != decision || (pid != "" && m[2] != pid) {
+			t.Errorf("step %d: the agent's reply to turn %d (%q, %s, one process):\n%s", i, turn, prompt, decision, ses.Reply)
+			return
+		}
+		pid = m[2]
+		if ses.Awaiting.Question != ses.Reply {
+			t.Errorf("step %d: the question awaiting an answer is not the agent's message: %q", i, ses.Awaiting.Question)
+		}
+	}
+	awaitsPermission(0, 1)
+	if !tr.DuringTurn.Direct || !tr.DuringTurn.Written {
+		t.Errorf("the agent's writes were not in the workspace while it awaited: %+v", tr.DuringTurn)
+	}
+	awaitsInput(1, 1, "first", "allow")
+	awaitsPermission(2, 2)
+	awaitsInput(3, 2, "second", "allow") // answered "Allow": the option's name
+	awaitsPermission(4, 3)
+	awaitsInput(5, 3, "third", "reject")
+	if s := tr.Steps[6]; s.Result.State != "awaiting" || !strings.Contains(s.Text, "AWAITING the next prompt") {
+		t.Errorf("delegate_output of an awaiting session:\n%s", step(6))
+	}
+	if s := tr.Steps[7]; s.IsError || s.Result.State != "completed" {
+		t.Errorf("delegate_close_session:\n%s", step(7))
+	}
+	if s := tr.Steps[8]; !s.IsError || s.Result.Error == nil || !strings.Contains(s.Result.Error.Message, "expired") {
+		t.Errorf("a turn for a closed session:\n%s", step(8))
+	}
+	for _, f := range []string{"direct-1.txt", "turn-1.txt", "direct-3.txt", "turn-3.txt"} {
+		if _, err := os.Stat(filepath.Join(ws, f)); err != nil {
+			t.Errorf("the agent's %s is not in the workspace: %v", f, err)
+		}
+	}
+	ds := c.status()
+	if len(ds) != 1 || ds[0].State != "completed" {
+		t.Fatalf("the session's delegation: %+v", ds)
+	}
+	r := c.run("status", ds[0].ID, "--json")
+	for _, want := range []string{`"sessionDriven": true`, `"event": "channel.connected"`, `"event": "channel.permission_forwarded"`,
+		`"answerer": "MCP client awcp-session-e2e"`, `"prompt": "second"`} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("the session's record lacks %s:\n%s", want, r.stdout)
+		}
+	}
+	waitWorkRootEmpty(t, x)
+}
+
+// TestSessionFromTheCommandLine: `export --session new` opens a session
+// held by the daemon it starts and returns when the agent awaits its
+// first permission; `answer --option` answers it and prints the turn's
+// reply; `export --session ID` and `answer TEXT` are further turns of
+// the same agent process, `permit` answers a session's request too;
+// `close` ends it — done, the executor left with nothing — and a turn
+// after that is refused as expired.
+func TestSessionFromTheCommandLine(t *testing.T) {
+	x := sessionAgentExecutor(t)
+	c := newCtl(t)
+	ws := sampleWorkspace(t)
+	writeFiles(t, ws, map[string]string{"notes.txt": "on disk\n"})
+	must := func(r result, what string) result {
+		t.Helper()
+		if r.code != 0 {
+			t.Fatalf("%s: exit %d\n%s%s", what, r.code, r.stdout, r.stderr)
+		}
+		return r
+	}
+	r := must(c.run("export", ws, "--peer", x.url, "--prompt", "first", "--session", "new"), "export --session new")
+	m := regexp.MustCompile(`session (\S+) awaits a permission decision \(ask-1-1\): Edit main\.go`).FindStringSubmatch(r.stderr)
+	if m == nil {
+		t.Fatalf("export --session new did not stop at the permission:\n%s", r.stderr)
+	}
+	id := m[1]
+	if _, err := os.Stat(filepath.Join(ws, "direct-1.txt")); err != nil {
+		t.Errorf("the agent's write of the running turn is not in the workspace: %v", err)
+	}
+	turnReply := regexp.MustCompile(`^turn (\d) of process (\d+): ([^;]*); read "on disk\\n"; outside -32602; permission (\w+)\n$`)
+	pid := ""
+	replied := func(r result, turn, prompt, decision string) {
+		t.Helper()
+		m := turnReply.FindStringSubmatch(r.stdout)
+		if m == nil || m[1] != turn || m[3] != prompt || m[4] != decision || (pid != "" && m[2] != pid) {
+			t.Fatalf("turn %s's reply (%s, %s, one process):\n%s%s", turn, prompt, decision, r.stdout, r.stderr)
+		}
+		pid = m[2]
+		if !strings.Contains(r.stderr, "awaits your next prompt: awcp-ctl answer "+id) {
+			t.Errorf("turn %s did not end awaiting the next prompt:\n%s", turn, r.stderr)
+		}
+	}
+	replied(must(c.run("answer", id[:8], "--option", "allow"), "answer --option"), "1", "first", "allow")
+
+	// A turn while none awaits an answer: refused, nothing queued.
+	r = must(c.run("export", "--session", id, "--prompt", "second"), "export --session ID")
+	if !strings.Contains(r.stderr, "awaits a permission decision (ask-2-2)") {
+		t.Fatalf("the second turn did not stop at its permission:\n%s", r.stderr)
+	}
+	if r := c.run("answer", id, "not now"); r.code != 1 || !strings.Contains(r.stderr, "awaits a permission decision") {
+		t.Errorf("text for a pending permission: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := c.run("export", "--session", id, "--prompt", "too soon"); r.code != 1 || !strings.Contains(r.stderr, "a turn is still running") {
+		t.Errorf("a turn while one runs: exit %d\n%s", r.code, r.stderr)
+	}
+	must(c.run("permit", id, "ask-2-2", "reject"), "permit")
+	// Awaiting is not ended: exit 3, as for any delegation still live.
+	r = c.run("output", id, "--block", "--timeout", "60")
+	if r.code != 3 || !strings.Contains(r.stdout, "session: turn 2 done end_turn") || !strings.Contains(r.stdout, "AWAITING the next prompt") ||
+		!strings.Contains(r.stdout, "second; read") || !strings.Contains(r.stdout, "permission reject") {
+		t.Errorf("output of the session after turn 2: exit %d\n%s", r.code, r.stdout)
+	}
+	r = must(c.run("answer", id, "third"), "answer TEXT")
+	if !strings.Contains(r.stderr, "(ask-3-3)") {
+		t.Fatalf("the third turn did not stop at its permission:\n%s", r.stderr)
+	}
+	replied(must(c.run("answer", id, "--option", "allow"), "answer --option"), "3", "third", "allow")
+
+	r = must(c.run("close", id), "close")
+	if !strings.Contains(r.stdout, "delegation "+id+" completed") {
+		t.Errorf("close:\n%s%s", r.stdout, r.stderr)
+	}
+	if r := c.run("answer", id, "fourth"); r.code != 1 || !strings.Contains(r.stderr, "expired") {
+		t.Errorf("a turn after the close: exit %d\n%s", r.code, r.stderr)
+	}
+	r = c.run("status", id, "--json")
+	for _, want := range []string{`"answerer": "awcp-ctl answer by `, `"answerer": "awcp-ctl permit by `, `"by": "awcp-ctl by `, `"sessionDriven": true`} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("the session's record lacks %s:\n%s", want, r.stdout)
+		}
+	}
+	waitWorkRootEmpty(t, x)
+}
