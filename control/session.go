@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -59,4 +60,38 @@ func (s *SessionRequest) Check() error {
 		return fmt.Errorf("the session key must be %d bytes in hex", sessionKeyBytes)
 	}
 	return nil
+}
+
+// RenewPath is where a session delegation's lease is renewed, and
+// RenewRequest and RenewResponse what goes there (docs/acp-sessions.md):
+// a session lives as long as it is used, where a task's lease is fixed at
+// START. The executor grants at most its own cap from now.
+const RenewPath = "/awcp/tasks/{id}/renew"
+
+// RenewRequest asks for a session's lease to run ttlSeconds from now.
+// Credential, for a live mount, replaces START's for the mount's next
+// connections (the old certificate expires with the old lease). Secret.
+type RenewRequest struct {
+	SessionKey string      `json:"sessionKey"`
+	TTLSeconds int64       `json:"ttlSeconds"`
+	Credential *Credential `json:"credential,omitempty"`
+}
+
+// RenewResponse is the lease's end as granted.
+type RenewResponse struct {
+	OK        bool   `json:"ok"`
+	ExpiresAt string `json:"expiresAt"`
+}
+
+// Renewer is a transport whose access is bounded by the lease's end and
+// can be moved with it: the delegator's gives a credential valid until
+// the new end (nil if it needs none), the executor's takes it.
+type Renewer interface {
+	Renew(ctx context.Context, d Lent) (*Credential, error)
+}
+
+// CredentialTaker is an executor's transport that takes a renewed
+// credential for delegation id's next connections.
+type CredentialTaker interface {
+	TakeCredential(id string, c *Credential) error
 }

@@ -339,7 +339,7 @@ func dial(ctx context.Context, opts Options) (*gossh.Client, *sftpc.Client, erro
 	}
 	config := &gossh.ClientConfig{
 		User:            opts.User,
-		Auth:            []gossh.AuthMethod{gossh.PublicKeys(opts.Signer)},
+		Auth:            []gossh.AuthMethod{gossh.PublicKeys(currentSigner(opts.Signer))},
 		HostKeyCallback: opts.HostKeyCallback,
 	}
 	if opts.HostKey != nil {
@@ -614,6 +614,17 @@ func Unmount(p string) error {
 
 // Mounted lists the mountpoints of awcp FUSE mounts.
 func Mounted() ([]string, error) { return mountinfo.Points("fuse.awcp") }
+
+// currentSigner is the signer a connection authenticates with: s, or the
+// one s holds now, where it can change (a renewed session's certificate:
+// control/executor's renewableSigner) — one whole signer per connection,
+// never a key of one and a signature of another.
+func currentSigner(s gossh.Signer) gossh.Signer {
+	if c, ok := s.(interface{ Current() gossh.Signer }); ok {
+		return c.Current()
+	}
+	return s
+}
 
 // CertSigner builds the signer for START's credential: an OpenSSH private
 // key and the certificate for it.

@@ -549,3 +549,16 @@ func (c *PeerClient) prove(ctx context.Context) error {
 	c.proved.Store(true)
 	return nil
 }
+
+// Renew asks the executor to renew session id's lease (control.RenewPath).
+func (c *PeerClient) Renew(ctx context.Context, id string, req control.RenewRequest) (time.Time, error) {
+	var resp control.RenewResponse
+	if err := c.post(ctx, strings.Replace(control.RenewPath, "{id}", id, 1), req, &resp); err != nil {
+		return time.Time{}, err
+	}
+	at, err := control.ParseTimestamp(resp.ExpiresAt)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("the executor's renewed lease: %w", err)
+	}
+	return at, nil
+}

@@ -185,3 +185,54 @@ func (d *Delegator) RecordChannel(id string, ev lease.SessionEvent, ch *lease.Se
 		d.log.Warn("record a session's channel event", "delegation", id, "err", err)
 	}
 }
+
+// RenewSession keeps session id's lease running while the session is
+// used: once less than half of its TTL is left, the lease is asked to run
+// a whole TTL from now — the transport's access first (a live mount's
+// grant and a new certificate), then the executor, which may grant less —
+// and the record takes the end granted. It returns the lease's end.
+func (d *Delegator) RenewSession(ctx context.Context, id string) (time.Time, error) {
+	del, err := d.store.Delegation(id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if del.Session == "" || del.State != lease.Running {
+		return del.ExpiresAt, fmt.Errorf("delegation %s is not a running session (%s)", id, del.State)
+	}
+	ttl := time.Duration(del.TTLSeconds) * time.Second
+	now := d.store.Now()
+	if del.ExpiresAt.Sub(now) > ttl/2 {
+		return del.ExpiresAt, nil
+	}
+	l := lent(del)
+	l.ExpiresAt = now.Add(ttl)
+	req := control.RenewRequest{SessionKey: del.SessionKey, TTLSeconds: del.TTLSeconds}
+	if r, ok := d.opts.Transports[del.Transport].(control.Renewer); ok {
+		if req.Credential, err = r.Renew(ctx, l); err != nil {
+			return del.ExpiresAt, err
+		}
+	}
+	granted, err := d.peer(del).Renew(ctx, id, req)
+	if err != nil {
+		return del.ExpiresAt, fmt.Errorf("renew the lease at the executor: %w", err)
+	}
+	if granted.After(l.ExpiresAt) {
+		granted = l.ExpiresAt // never beyond what this side lends
+	}
+	_, err = d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
+		if del.State.Terminal() {
+			return errUnchanged
+		}
+		if granted.After(del.ExpiresAt) {
+			del.ExpiresAt = granted
+		}
+		del.AddSessionEvent(lease.SessionEvent{At: now, Event: "lease.renewed", Detail: "until " + control.Timestamp(granted)})
+		return nil
+	})
+	if err != nil && !errors.Is(err, errUnchanged) {
+		return del.ExpiresAt, err
+	}
+	d.sched.Kick()
+	d.log.Info("session lease renewed", "delegation", id, "until", granted)
+	return granted, nil
+}

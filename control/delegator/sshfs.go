@@ -201,3 +201,17 @@ func AdvertiseHost(peerHost string) string {
 	host, _, _ := net.SplitHostPort(conn.LocalAddr().String())
 	return host
 }
+
+var _ control.Renewer = (*SSHFSDelegator)(nil)
+
+// Renew moves d's grant to its new end and issues a certificate valid
+// until then: the old one ends with the old lease, and a mount that
+// connects again after that needs the new one.
+func (t *SSHFSDelegator) Renew(_ context.Context, d control.Lent) (*control.Credential, error) {
+	cred, err := t.Issuer.Issue(d.ID, d.ExpiresAt)
+	if err != nil {
+		return nil, fmt.Errorf("issue certificate: %w", err)
+	}
+	t.grant(d)
+	return &control.Credential{PrivateKey: cred.PrivateKey, Certificate: cred.Certificate}, nil
+}

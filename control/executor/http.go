@@ -36,6 +36,7 @@ func (e *Executor) Handler() http.Handler {
 	mux.HandleFunc("/awcp/status", e.method(http.MethodGet, e.handleStatus))
 	mux.HandleFunc("/awcp/tasks/{id}/tunnel", e.method(http.MethodGet, e.handleTunnel))
 	mux.HandleFunc("/awcp/tasks/{id}/acp", e.method(http.MethodGet, e.handleSession))
+	mux.HandleFunc(control.RenewPath, e.method(http.MethodPost, e.handleRenew))
 	mux.HandleFunc("/awcp/probe", e.method(http.MethodGet, e.handleProbe))
 	mux.HandleFunc("/.well-known/agent-card.json", e.method(http.MethodGet, e.handleCard))
 	mux.HandleFunc("/.well-known/agent.json", e.method(http.MethodGet, e.handleCard))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/executor/agent"
+	"github.com/awcp/awcp/internal/httpserve"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -134,4 +136,65 @@ func (e *Executor) handleSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e.log.Info("session channel open", "delegation", id)
+}
+
+// handleRenew renews a running session's lease (control.RenewPath): to
+// ttlSeconds from now, at most MaxTTL, with the mount's credential
+// replaced for its next connections. A task's lease is not renewed.
+func (e *Executor) handleRenew(w http.ResponseWriter, r *http.Request) {
+	id, ok := e.pathID(w, r)
+	if !ok {
+		return
+	}
+	var req control.RenewRequest
+	body := httpserve.LimitBody(w, r, 64<<10, httpserve.DefaultBodyGrace)
+	err := json.NewDecoder(body).Decode(&req)
+	body.Finished(w, err)
+	if err != nil || req.TTLSeconds <= 0 {
+		writeError(w, http.StatusBadRequest, control.NewError(id, control.CodeDeclined, "the body must be {sessionKey, ttlSeconds > 0, credential?}", ""))
+		return
+	}
+	a, err := e.store.Assignment(id)
+	if err != nil || a.Session == "" {
+		writeError(w, http.StatusNotFound, control.NewError(id, control.CodeDeclined, "no session delegation "+id+" here", "only a session's lease is renewed"))
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(req.SessionKey), []byte(a.SessionKey)) != 1 {
+		e.log.Warn("lease renewal refused: wrong session key", "delegation", id, "remote", r.RemoteAddr)
+		e.refuseAuth(w, id, "the session key is not this delegation's")
+		return
+	}
+	if a.State != lease.Running {
+		writeError(w, http.StatusConflict, control.NewError(id, control.CodeDeclined, "the session is not running", ""))
+		return
+	}
+	if req.Credential != nil {
+		taker, ok := e.transport(a.Transport).(control.CredentialTaker)
+		if !ok {
+			writeError(w, http.StatusBadRequest, control.NewError(id, control.CodeDeclined, "the "+a.Transport+" transport takes no credential", ""))
+			return
+		}
+		if err := taker.TakeCredential(id, req.Credential); err != nil {
+			writeError(w, http.StatusBadRequest, control.NewError(id, control.CodeDeclined, err.Error(), ""))
+			return
+		}
+	}
+	now := e.store.Now()
+	granted := now.Add(min(time.Duration(req.TTLSeconds)*time.Second, e.opts.MaxTTL))
+	a, err = e.store.UpdateAssignment(id, func(a *lease.Assignment) error {
+		if a.State != lease.Running {
+			return fmt.Errorf("the session is no longer running (%s)", a.State)
+		}
+		if granted.After(a.ExpiresAt) {
+			a.ExpiresAt = granted
+		}
+		return nil
+	})
+	if err != nil {
+		writeError(w, http.StatusConflict, control.NewError(id, control.CodeDeclined, err.Error(), ""))
+		return
+	}
+	e.sched.Kick()
+	e.log.Info("session lease renewed", "delegation", id, "until", a.ExpiresAt)
+	httpserve.WriteJSON(w, http.StatusOK, control.RenewResponse{OK: true, ExpiresAt: control.Timestamp(a.ExpiresAt)})
 }

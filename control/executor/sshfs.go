@@ -49,8 +49,9 @@ type SSHFSExecutor struct {
 
 	mu      sync.Mutex // guards mounts, tunnels and ready
 	mounts  map[string]*awcpfs.Mount
-	tunnels map[string]*TunnelSlot   // of the reverse mounts
-	ready   map[string]chan struct{} // closed when the delegation's slot is made (SlotReady)
+	signers map[string]*renewableSigner // each mount's, for a renewed credential
+	tunnels map[string]*TunnelSlot      // of the reverse mounts
+	ready   map[string]chan struct{}    // closed when the delegation's slot is made (SlotReady)
 }
 
 var (
@@ -183,10 +184,17 @@ func (t *SSHFSExecutor) mount(p control.SetupParams, debug, served bool) (_ *awc
 			}
 		}()
 	}
-	signer, err := awcpfs.CertSigner(info.Credential.PrivateKey, info.Credential.Certificate)
+	cert, err := awcpfs.CertSigner(info.Credential.PrivateKey, info.Credential.Certificate)
 	if err != nil {
 		return nil, control.Errorf(control.CodeSetupFailed, "invalid workDir.credential: %v", err)
 	}
+	signer := &renewableSigner{s: cert}
+	t.mu.Lock()
+	if t.signers == nil {
+		t.signers = map[string]*renewableSigner{}
+	}
+	t.signers[p.ID] = signer
+	t.mu.Unlock()
 	log := t.Logger
 	if log == nil {
 		log = slog.Default()
@@ -285,6 +293,7 @@ func (t *SSHFSExecutor) Teardown(_ context.Context, id, workDir string, _ io.Wri
 	t.mu.Lock()
 	m := t.mounts[id]
 	delete(t.mounts, id)
+	delete(t.signers, id)
 	t.mu.Unlock()
 	defer t.closeTunnel(id) // after the unmount: the mount may still be taking one
 	if m != nil {
@@ -341,4 +350,51 @@ func (t *SSHFSExecutor) hostKeyCheck(info *control.WorkDirInfo) (gossh.PublicKey
 func parseHostKey(s string) (gossh.PublicKey, error) {
 	k, _, _, _, err := gossh.ParseAuthorizedKey([]byte(s))
 	return k, err
+}
+
+var _ control.CredentialTaker = (*SSHFSExecutor)(nil)
+
+// TakeCredential has delegation id's mount connect with c from now on:
+// a renewed session's certificate (control.RenewRequest).
+func (t *SSHFSExecutor) TakeCredential(id string, c *control.Credential) error {
+	cert, err := awcpfs.CertSigner(c.PrivateKey, c.Certificate)
+	if err != nil {
+		return fmt.Errorf("the renewed credential: %w", err)
+	}
+	t.mu.Lock()
+	s := t.signers[id]
+	t.mu.Unlock()
+	if s == nil {
+		return fmt.Errorf("delegation %s has no mount here", id)
+	}
+	s.set(cert)
+	return nil
+}
+
+// renewableSigner is a mount's certificate signer, replaced when its
+// session's lease is renewed: each connection the mount opens signs with
+// the one current then.
+type renewableSigner struct {
+	mu sync.Mutex
+	s  gossh.Signer
+}
+
+// Current is the signer now, for one connection's whole authentication
+// (fs: currentSigner).
+func (r *renewableSigner) Current() gossh.Signer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.s
+}
+
+func (r *renewableSigner) set(s gossh.Signer) {
+	r.mu.Lock()
+	r.s = s
+	r.mu.Unlock()
+}
+
+func (r *renewableSigner) PublicKey() gossh.PublicKey { return r.Current().PublicKey() }
+
+func (r *renewableSigner) Sign(rand io.Reader, data []byte) (*gossh.Signature, error) {
+	return r.Current().Sign(rand, data)
 }

@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // sessionAgentExecutor runs an executor whose ACP agent (the official
@@ -232,6 +234,58 @@ func TestSessionFromTheCommandLine(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("the session's record lacks %s:\n%s", want, r.stdout)
 		}
+	}
+	waitWorkRootEmpty(t, x)
+}
+
+// TestSessionOutlivesItsLease: a session's lease is renewed while the
+// session is held, where a task's ends at its TTL. The executor grants 6 s
+// at most and the session asks for 6 s; ten seconds on — its first lease
+// and certificate long expired — the mount's connection is cut, and the
+// next turn still works in the mount: it connected again with the
+// renewed certificate. The record shows each renewal.
+func TestSessionOutlivesItsLease(t *testing.T) {
+	x := sessionAgentExecutor(t, "--max-ttl", "6s")
+	c := newCtl(t)
+	ws := sampleWorkspace(t)
+	writeFiles(t, ws, map[string]string{"notes.txt": "on disk\n"})
+	r := c.run("export", ws, "--peer", x.url, "--prompt", "first", "--session", "new", "--ttl", "6s")
+	m := regexp.MustCompile(`session (\S+) awaits a permission`).FindStringSubmatch(r.stderr)
+	if m == nil {
+		t.Fatalf("export --session new: exit %d\n%s", r.code, r.stderr)
+	}
+	id := m[1]
+	if r := c.run("answer", id, "--option", "allow"); r.code != 0 || !strings.Contains(r.stdout, "turn 1 of process") {
+		t.Fatalf("turn 1: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	time.Sleep(10 * time.Second)
+	log, err := os.ReadFile(filepath.Join(c.state, "daemon.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := regexp.MustCompile(`msg="ssh server listening" addr=\S*:(\d+)`).FindSubmatch(log)
+	if port == nil {
+		t.Fatalf("the daemon's SSH port is not in its log:\n%s", log)
+	}
+	if out, err := exec.Command("ss", "-K", "( sport = :"+string(port[1])+" )").CombinedOutput(); err != nil || !strings.Contains(string(out), ":"+string(port[1])) {
+		t.Fatalf("cut the mount's connection: %v\n%s", err, out)
+	}
+	r = c.run("answer", id, "second")
+	if r.code != 0 || !strings.Contains(r.stderr, "awaits a permission decision (ask-2-2)") {
+		t.Fatalf("turn 2 after the first lease's end: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "direct-2.txt")); err != nil {
+		t.Errorf("the agent's write of turn 2 did not reach the workspace: %v", err)
+	}
+	if r := c.run("answer", id, "--option", "allow"); r.code != 0 || !strings.Contains(r.stdout, `turn 2 of process`) || !strings.Contains(r.stdout, `read "on disk\n"`) {
+		t.Fatalf("turn 2's reply: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = c.run("status", id, "--json")
+	if n := strings.Count(r.stdout, `"event": "lease.renewed"`); n < 2 || !strings.Contains(r.stdout, `"state": "running"`) {
+		t.Errorf("the session's record after 10 s (%d renewals):\n%s", n, r.stdout)
+	}
+	if r := c.run("close", id); r.code != 0 || !strings.Contains(r.stdout, "completed") {
+		t.Errorf("close: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	waitWorkRootEmpty(t, x)
 }

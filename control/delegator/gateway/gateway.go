@@ -34,6 +34,9 @@ type Delegator interface {
 	Create(req delegator.ExportRequest) (*lease.Delegation, error)
 	Run(ctx context.Context, id string) (*lease.Delegation, error)
 	AttachSession(ctx context.Context, id string, link *control.SessionLink, first bool) error
+	// RenewSession renews the session's lease once half of it is gone,
+	// and returns its end.
+	RenewSession(ctx context.Context, id string) (time.Time, error)
 	Cancel(ctx context.Context, id string) (*lease.Delegation, error)
 }
 
@@ -369,6 +372,8 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 		g.wg.Add(1)
 		go func() { defer g.wg.Done(); g.expireIdle(s) }()
 	}
+	g.wg.Add(1)
+	go func() { defer g.wg.Done(); g.keepLease(s) }()
 	g.fromChannel(s)
 }
 
@@ -464,6 +469,28 @@ func (g *Gateway) expireIdle(s *session) {
 		g.Logger.Info("session idle; ending it", "session", s.id, "delegation", s.delegation, "idle", g.IdleTTL)
 		s.link.Close()
 		return
+	}
+}
+
+// keepLease renews s's lease for as long as s is open — the editor is
+// connected, and the session in use within IdleTTL — checking again at
+// a quarter of what is left, and at least every minute.
+func (g *Gateway) keepLease(s *session) {
+	wait := time.Duration(0)
+	for {
+		select {
+		case <-s.ended:
+			return
+		case <-time.After(wait):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		end, err := g.Delegator.RenewSession(ctx, s.delegation)
+		cancel()
+		wait = min(max(time.Until(end)/4, time.Second), time.Minute)
+		if err != nil {
+			g.Logger.Warn("the session's lease was not renewed", "session", s.id, "delegation", s.delegation, "err", err)
+			wait = min(wait, 5*time.Second)
+		}
 	}
 }
 

@@ -33,6 +33,10 @@ func (f *fakeExecutor) Run(ctx context.Context, id string) (*lease.Delegation, e
 	return nil, nil
 }
 
+func (f *fakeExecutor) RenewSession(ctx context.Context, id string) (time.Time, error) {
+	return time.Now().Add(time.Hour), nil
+}
+
 func (f *fakeExecutor) Cancel(ctx context.Context, id string) (*lease.Delegation, error) {
 	return nil, nil
 }
