@@ -135,3 +135,44 @@ func TestSessionChannel(t *testing.T) {
 		t.Fatalf("a session INVITE to an agent-cmd executor: %v", err)
 	}
 }
+
+// A session's lease is renewed with its key, up to the executor's
+// MaxTTL from now; no key, a wrong one, and a task's delegation are
+// refused, and the lease stays as it was.
+func TestSessionLeaseRenewal(t *testing.T) {
+	f := executortest.New(t, `sleep 30`, func(o *executor.Options) { o.Sessions = echoSession{}; o.MaxTTL = 10 * time.Minute })
+	inv := invite("dlg_renew")
+	inv.Session = control.NewSessionRequest()
+	if _, err := peer(f, "").Invite(context.Background(), inv); err != nil {
+		t.Fatal(err)
+	}
+	first := time.Now().Add(time.Minute)
+	if err := peer(f, "").Start(context.Background(), start("dlg_renew", workspace(t, map[string]string{"a": "1"}), first)); err != nil {
+		t.Fatal(err)
+	}
+	renew := func(id, key string) (time.Time, error) {
+		return peer(f, "").Renew(context.Background(), id, control.RenewRequest{SessionKey: key, TTLSeconds: 3600})
+	}
+	var pe *control.ProtocolError
+	for _, key := range []string{"", strings.Repeat("0", 64)} {
+		if _, err := renew("dlg_renew", key); !errors.As(err, &pe) || pe.Code != control.CodeAuthFailed {
+			t.Errorf("renewal with key %q: %v, want AUTH_FAILED", key, err)
+		}
+	}
+	delegate(f, "dlg_task", workspace(t, map[string]string{"b": "2"}))
+	if _, err := renew("dlg_task", inv.Session.Key); err == nil || !strings.Contains(err.Error(), "only a session's lease is renewed") {
+		t.Errorf("a task's renewal: %v", err)
+	}
+	before := time.Now()
+	got, err := renew("dlg_renew", inv.Session.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Before(before.Add(10*time.Minute-2*time.Second)) || got.After(time.Now().Add(10*time.Minute)) {
+		t.Errorf("renewed until %s: want MaxTTL (10m) from now, not the hour asked", got)
+	}
+	a, err := f.Store.Assignment("dlg_renew")
+	if err != nil || a.ExpiresAt.Sub(got).Abs() > time.Millisecond {
+		t.Errorf("the assignment's end %v, want %v (%v)", a.ExpiresAt, got, err)
+	}
+}
