@@ -173,6 +173,29 @@ type Permission struct {
 	How       string    `json:"how,omitempty"`
 	Answerer  string    `json:"answerer,omitempty"`
 	DecidedAt time.Time `json:"decidedAt,omitzero"`
+	// Holds is how far a selected answer goes (HoldsFor): this request
+	// only, or the agent's session — across its channels, never beyond.
+	Holds string `json:"holds,omitempty"`
+}
+
+// HoldsFor is how far choosing optionID of opts goes: "this request"
+// (allow_once, reject_once) or "the session" (allow_always,
+// reject_always: the agent may apply it to the session's later requests,
+// whichever channel they come through; no other session or delegation);
+// "" for an option it does not know.
+func HoldsFor(opts []PermissionOption, optionID string) string {
+	for _, o := range opts {
+		if o.OptionID != optionID {
+			continue
+		}
+		switch o.Kind {
+		case "allow_once", "reject_once":
+			return "this request"
+		case "allow_always", "reject_always":
+			return "the session"
+		}
+	}
+	return ""
 }
 
 // PermissionOption is one choice of a permission request (ACP's

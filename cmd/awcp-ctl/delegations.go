@@ -347,6 +347,9 @@ func provenance(p lease.Permission) string {
 	if p.AskedBy != "" {
 		parts = append(parts, "asked by "+p.AskedBy)
 	}
+	if p.Holds != "" {
+		parts = append(parts, "holds for "+p.Holds)
+	}
 	if len(parts) == 0 {
 		return ""
 	}

@@ -450,6 +450,9 @@ func recordPermission(del *lease.Delegation, ev *control.Event, now time.Time) {
 	if ev.Outcome != control.PermissionPending {
 		p.How, p.DecidedAt = decidedHow(ev.DecidedBy), now
 	}
+	if ev.Outcome == control.PermissionSelected {
+		p.Holds = lease.HoldsFor(p.Options, p.OptionID)
+	}
 }
 
 // maxToolCallRecord bounds the tool call kept with a permission request.
@@ -460,7 +463,7 @@ const maxToolCallRecord = 16 << 10
 // for what another executor may say.
 func decidedHow(decidedBy string) string {
 	switch {
-	case decidedBy == "delegator":
+	case decidedBy == "delegator", decidedBy == "editor":
 		return "user"
 	case strings.HasPrefix(decidedBy, "executor policy"):
 		return "policy"

@@ -157,6 +157,7 @@ func (d *Delegator) decideHere(id, requestID, optionID, answerer string) (bool, 
 					now := d.store.Now()
 					p.Outcome, p.OptionID, p.How, p.Answerer, p.DecidedBy, p.At, p.DecidedAt =
 						control.PermissionSelected, optionID, "user", answerer, answerer, now, now
+					p.Holds = lease.HoldsFor(p.Options, optionID)
 					return nil
 				}
 			}

@@ -152,7 +152,8 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 	if strings.Contains(r.stdout, "sessionKey") || !strings.Contains(r.stdout, `"session": "acp"`) {
 		t.Errorf("status --json shows the session's key, or not that it is a session:\n%s", r.stdout)
 	}
-	if n := strings.Count(r.stdout, `"decidedBy": "editor"`); n != 7 || !strings.Contains(r.stdout, `"title": "Edit main.go"`) {
+	if n := strings.Count(r.stdout, `"decidedBy": "editor"`); n != 7 || !strings.Contains(r.stdout, `"title": "Edit main.go"`) ||
+		strings.Count(r.stdout, `"how": "user"`) != 7 || strings.Count(r.stdout, `"holds": "this request"`) != 7 {
 		t.Errorf("the first session's permissions on record (%d decided by the editor):\n%s", n, r.stdout)
 	}
 	waitWorkRootEmpty(t, x)

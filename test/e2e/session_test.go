@@ -230,7 +230,8 @@ func TestSessionFromTheCommandLine(t *testing.T) {
 		t.Errorf("a turn after the close: exit %d\n%s", r.code, r.stderr)
 	}
 	r = c.run("status", id, "--json")
-	for _, want := range []string{`"answerer": "awcp-ctl answer by `, `"answerer": "awcp-ctl permit by `, `"by": "awcp-ctl by `, `"sessionDriven": true`} {
+	for _, want := range []string{`"answerer": "awcp-ctl answer by `, `"answerer": "awcp-ctl permit by `, `"by": "awcp-ctl by `, `"sessionDriven": true`,
+		`"holds": "this request"`, `"how": "user"`, `"askedBy": "the session's agent, in turn 2"`, `"toolCallId": "edit-2"`} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("the session's record lacks %s:\n%s", want, r.stdout)
 		}

@@ -97,6 +97,7 @@ type Permission struct {
 	AskedBy   string `json:"asked_by,omitempty"`
 	How       string `json:"how,omitempty" jsonschema:"user, policy, timeout or task-end"`
 	Answerer  string `json:"answerer,omitempty" jsonschema:"who answered from the delegator's side"`
+	Holds     string `json:"holds,omitempty" jsonschema:"how far the answer goes: this request, or the session (an always option)"`
 }
 
 // Failure is a spec error (§4.6): code, message and hint.
@@ -135,7 +136,7 @@ func outcomeOf(d *lease.Delegation) Outcome {
 	for _, p := range d.Permissions {
 		o.Permissions = append(o.Permissions, Permission{RequestID: p.RequestID, Title: p.Title,
 			Options: lease.Choices(p.Options), Outcome: p.Outcome, OptionID: p.OptionID, DecidedBy: p.DecidedBy,
-			AskedBy: p.AskedBy, How: p.How, Answerer: p.Answerer})
+			AskedBy: p.AskedBy, How: p.How, Answerer: p.Answerer, Holds: p.Holds})
 	}
 	o.AgentStderr = d.AgentStderr
 	if r := d.MountRefused; r != nil {
