@@ -22,6 +22,13 @@ import (
 //     received in SessionReceivedHeader, and the executor's first line on
 //     it is $/awcp/resume {"received": N}, its own number;
 //   - each end then sends again what it sent after the other's number.
+//   - a gateway that takes over a session another gateway held (it died;
+//     the editor came back with session/load) has none of its numbers: it
+//     asks with SessionReceivedHeader "fresh", and the executor's resume
+//     line adds "from": the number before the first message it still
+//     keeps, all of which it sends again. The new end counts on from there
+//     (Rebase); the editor may see again the few messages the old gateway
+//     had received and not yet acknowledged.
 //
 // An end that is more than MaxUnacked messages ahead of the other's
 // acknowledgements cannot resume, and says so.
@@ -29,6 +36,9 @@ const (
 	// SessionReceivedHeader carries, on a channel request, how many
 	// messages the gateway has received of the session.
 	SessionReceivedHeader = "AWCP-Session-Received"
+	// FreshReceived is SessionReceivedHeader's value from a gateway that
+	// takes a session over.
+	FreshReceived = "fresh"
 	// AckEvery is how many messages an end receives between its acks.
 	AckEvery = 16
 	// MaxUnacked and MaxUnackedBytes bound what an end keeps for a
@@ -48,6 +58,7 @@ const (
 type SessionChannel struct {
 	Conn     io.ReadWriteCloser
 	Received uint64
+	Fresh    bool // the gateway is a new one (FreshReceived)
 }
 
 // ErrLinkDown is Read's error when the connection failed: Attach another
@@ -106,6 +117,27 @@ func (l *SessionLink) Attached() <-chan struct{} {
 // end has not received is sent again. A previous connection is closed.
 // rpc, if not nil, is conn's reader already in use (ReadResume's).
 func (l *SessionLink) Attach(conn io.ReadWriteCloser, rpc *RPCConn, peerReceived uint64, resume bool) error {
+	return l.attach(conn, rpc, peerReceived, resume, false)
+}
+
+// AttachFresh is the executor's Attach for a gateway that takes the
+// session over (FreshReceived): everything still kept is sent again, the
+// resume line saying from which number.
+func (l *SessionLink) AttachFresh(conn io.ReadWriteCloser) error {
+	return l.attach(conn, nil, 0, true, true)
+}
+
+// Rebase starts a link that takes a session over where the executor's
+// resume line says (ReadResume): it has received peerReceived of this
+// end's messages (this end's next is numbered after them), and sends
+// again all it keeps from message from+1.
+func (l *SessionLink) Rebase(peerReceived, from uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sent, l.received, l.acked = peerReceived, from, from
+}
+
+func (l *SessionLink) attach(conn io.ReadWriteCloser, rpc *RPCConn, peerReceived uint64, resume, fresh bool) error {
 	// The old connection goes first: a send blocked on it returns.
 	l.mu.Lock()
 	if old := l.conn; old != nil {
@@ -119,6 +151,11 @@ func (l *SessionLink) Attach(conn io.ReadWriteCloser, rpc *RPCConn, peerReceived
 		rpc = NewRPCConn(conn, conn)
 	}
 	l.mu.Lock()
+	resumed := map[string]uint64{"received": l.received}
+	if fresh {
+		peerReceived = l.sent - uint64(len(l.unacked))
+		resumed["from"] = peerReceived
+	}
 	l.dropAcked(peerReceived)
 	if len(l.unacked) > 0 && l.unacked[0].seq > peerReceived+1 {
 		l.mu.Unlock()
@@ -129,7 +166,7 @@ func (l *SessionLink) Attach(conn io.ReadWriteCloser, rpc *RPCConn, peerReceived
 	l.gen++
 	replay := make([]*RPCMessage, 0, len(l.unacked)+1)
 	if resume {
-		params, _ := json.Marshal(map[string]uint64{"received": l.received})
+		params, _ := json.Marshal(resumed)
 		replay = append(replay, &RPCMessage{Method: methodResume, Params: params})
 		l.acked = l.received
 	}
@@ -151,21 +188,33 @@ func (l *SessionLink) Attach(conn io.ReadWriteCloser, rpc *RPCConn, peerReceived
 // many messages it has received. The reader it returns is conn's, for
 // Attach.
 func ReadResume(conn io.ReadWriter) (uint64, *RPCConn, error) {
+	r, rc, err := ReadResumeLine(conn)
+	return r.Received, rc, err
+}
+
+// Resume is the executor's first line on a new connection: how many
+// messages it has received, and for a fresh gateway from which number it
+// sends again.
+type Resume struct {
+	Received uint64 `json:"received"`
+	From     uint64 `json:"from"`
+}
+
+// ReadResumeLine is ReadResume, with the line whole.
+func ReadResumeLine(conn io.ReadWriter) (Resume, *RPCConn, error) {
 	rc := NewRPCConn(conn, conn)
 	m, err := rc.Read()
 	if err != nil {
-		return 0, nil, err
+		return Resume{}, nil, err
 	}
 	if m.Method != methodResume {
-		return 0, nil, fmt.Errorf("the channel's first message is %q, not %s", m.Method, methodResume)
+		return Resume{}, nil, fmt.Errorf("the channel's first message is %q, not %s", m.Method, methodResume)
 	}
-	var p struct {
-		Received uint64 `json:"received"`
+	var r Resume
+	if err := json.Unmarshal(m.Params, &r); err != nil {
+		return Resume{}, nil, err
 	}
-	if err := json.Unmarshal(m.Params, &p); err != nil {
-		return 0, nil, err
-	}
-	return p.Received, rc, nil
+	return r, rc, nil
 }
 
 func (l *SessionLink) dropAcked(n uint64) {

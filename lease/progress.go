@@ -53,6 +53,9 @@ type SessionChannel struct {
 	PeerRole     string    `json:"peerRole"`     // the far end: "executor"
 	Capabilities []string  `json:"capabilities"` // what the editor declared: fs.readTextFile, …
 	LastSeenAt   time.Time `json:"lastSeenAt"`
+	// SessionID is the agent's ACP session, which a restarted editor
+	// names to take the session over (session/load).
+	SessionID string `json:"sessionId,omitempty"`
 }
 
 // SessionEvent is one of seed 002's channel events:

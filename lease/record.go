@@ -79,13 +79,17 @@ type Delegation struct {
 	// OwnerDaemon says OwnerPID is the daemon's (`awcp-ctl serve`), whose
 	// delegations wait for it to restart; a command's are ended once it
 	// is gone.
-	OwnerDaemon bool     `json:"ownerDaemon,omitempty"`
-	Token       string   `json:"token,omitempty"` // secret for the peer; never log
-	Summary     string   `json:"summary,omitempty"`
-	Highlights  []string `json:"highlights,omitempty"`
-	Changes     []string `json:"changes,omitempty"`   // "A added", "M modified", "D deleted"; a directory ends in /
-	Conflicts   []string `json:"conflicts,omitempty"` // local versions kept
-	Notes       []string `json:"notes,omitempty"`     // what the user should know, e.g. a transport fallback
+	OwnerDaemon bool `json:"ownerDaemon,omitempty"`
+	// OrphanSince is when a session's holder was first found gone: its
+	// session waits SessionTakeOverGrace for a new gateway to take it
+	// over before it is ended.
+	OrphanSince time.Time `json:"orphanSince,omitzero"`
+	Token       string    `json:"token,omitempty"` // secret for the peer; never log
+	Summary     string    `json:"summary,omitempty"`
+	Highlights  []string  `json:"highlights,omitempty"`
+	Changes     []string  `json:"changes,omitempty"`   // "A added", "M modified", "D deleted"; a directory ends in /
+	Conflicts   []string  `json:"conflicts,omitempty"` // local versions kept
+	Notes       []string  `json:"notes,omitempty"`     // what the user should know, e.g. a transport fallback
 	// Permissions are the agent's permission requests, pending or decided,
 	// in the order asked.
 	Permissions []Permission `json:"permissions,omitempty"`

@@ -23,7 +23,33 @@ import (
 
 // own records this process as del's follower.
 func (d *Delegator) own(del *lease.Delegation) {
-	del.OwnerPID, del.OwnerDaemon = os.Getpid(), d.opts.Daemon
+	del.OwnerPID, del.OwnerDaemon, del.OrphanSince = os.Getpid(), d.opts.Daemon, time.Time{}
+}
+
+// SessionTakeOverGrace is how long an editor's session whose gateway is
+// gone waits for a new gateway to take it over (session/load) before it
+// is ended as an orphan; the executor's agent waits as long for a new
+// channel (its StartTimeout).
+const SessionTakeOverGrace = 2 * time.Minute
+
+// awaitsTakeOver reports whether orphan del is an editor's session still
+// within SessionTakeOverGrace, noting when it was first found orphaned.
+func (d *Delegator) awaitsTakeOver(del *lease.Delegation) bool {
+	if del.Session == "" || del.SessionDriven {
+		return false
+	}
+	now := d.store.Now()
+	if del.OrphanSince.IsZero() {
+		d.store.UpdateDelegation(del.ID, func(cur *lease.Delegation) error {
+			if cur.OwnerPID != del.OwnerPID || !cur.OrphanSince.IsZero() {
+				return errUnchanged
+			}
+			cur.OrphanSince = now
+			return nil
+		})
+		return true
+	}
+	return now.Sub(del.OrphanSince) < SessionTakeOverGrace
 }
 
 // Tidy is what every command does on opening the store, from one read of
@@ -46,7 +72,7 @@ func (d *Delegator) Tidy(ctx context.Context, endOrphans bool, pruneBefore time.
 			if err := d.Expire(ctx, del.ID); err != nil {
 				d.log.Debug("expire overdue", "delegation", del.ID, "err", err)
 			}
-		case endOrphans && !alive && !del.OwnerDaemon:
+		case endOrphans && !alive && !del.OwnerDaemon && !d.awaitsTakeOver(del):
 			if err := d.EndOrphan(ctx, del); err != nil {
 				d.log.Warn("end orphan", "delegation", del.ID, "err", err)
 			}
@@ -67,7 +93,7 @@ func (d *Delegator) Orphans() ([]*lease.Delegation, error) {
 	}
 	var out []*lease.Delegation
 	for _, del := range ds {
-		if !del.State.Terminal() && !processAlive(del.OwnerPID) {
+		if !del.State.Terminal() && !processAlive(del.OwnerPID) && !d.awaitsTakeOver(del) {
 			out = append(out, del)
 		}
 	}

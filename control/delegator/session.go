@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -18,6 +20,10 @@ import (
 // the session this end has received (0 at first; more when it reconnects:
 // control/sessionlink.go).
 func (d *Delegator) OpenSession(ctx context.Context, id string, received uint64) (net.Conn, error) {
+	return d.openSession(ctx, id, strconv.FormatUint(received, 10))
+}
+
+func (d *Delegator) openSession(ctx context.Context, id, received string) (net.Conn, error) {
 	del, err := d.store.Delegation(id)
 	if err != nil {
 		return nil, err
@@ -26,7 +32,51 @@ func (d *Delegator) OpenSession(ctx context.Context, id string, received uint64)
 		return nil, control.Errorf(control.CodeDeclined, "delegation %s is a task, not a session", id)
 	}
 	return d.peer(del).upgrade(ctx, "/awcp/tasks/"+id+"/acp", control.SessionUpgrade, map[string]string{
-		control.SessionKeyHeader: del.SessionKey, control.SessionReceivedHeader: strconv.FormatUint(received, 10)})
+		control.SessionKeyHeader: del.SessionKey, control.SessionReceivedHeader: received})
+}
+
+// FindSession is the live editor's session delegation of ACP session
+// sessionID in dir, whose gateway is gone: what a restarted editor's
+// session/load takes over. One another gateway still holds is refused.
+func (d *Delegator) FindSession(sessionID, dir string) (*lease.Delegation, error) {
+	ds, err := d.store.Delegations()
+	if err != nil {
+		return nil, err
+	}
+	phys, _ := filepath.EvalSymlinks(dir)
+	for _, del := range ds {
+		ch := del.SessionChannel
+		if del.State.Terminal() || del.Session == "" || del.SessionDriven || ch == nil || ch.SessionID != sessionID ||
+			(del.LocalDir != dir && del.LocalDir != phys) {
+			continue
+		}
+		if del.OwnerPID != os.Getpid() && processAlive(del.OwnerPID) {
+			return nil, control.Errorf(control.CodeDeclined, "session %s is held by a running gateway (pid %d)", sessionID, del.OwnerPID).
+				WithHint("a session is taken over only once its gateway has ended")
+		}
+		return del, nil
+	}
+	return nil, lease.ErrNotFound
+}
+
+// TakeOverSession connects link, new, to session delegation id's channel
+// in place of a gateway that is gone: the executor sends again all it
+// keeps, and link counts on from there (control.SessionLink.Rebase).
+func (d *Delegator) TakeOverSession(ctx context.Context, id string, link *control.SessionLink) error {
+	conn, err := d.openSession(ctx, id, control.FreshReceived)
+	if err != nil {
+		return err
+	}
+	r, rc, err := control.ReadResumeLine(conn)
+	if err == nil {
+		link.Rebase(r.Received, r.From)
+		err = link.Attach(conn, rc, r.Received, false)
+	}
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("the session's channel: %w", err)
+	}
+	return nil
 }
 
 // AttachSession connects link to session delegation id's channel: at

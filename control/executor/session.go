@@ -89,7 +89,8 @@ func (e *Executor) handleSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var received uint64
-	if h := r.Header.Get(control.SessionReceivedHeader); h != "" {
+	fresh := r.Header.Get(control.SessionReceivedHeader) == control.FreshReceived
+	if h := r.Header.Get(control.SessionReceivedHeader); h != "" && !fresh {
 		if received, err = strconv.ParseUint(h, 10, 64); err != nil {
 			writeError(w, http.StatusBadRequest, control.NewError(id, control.CodeDeclined, control.SessionReceivedHeader+" must be a number", ""))
 			return
@@ -124,7 +125,7 @@ func (e *Executor) handleSession(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	if e.tasks[id] == t {
 		select {
-		case t.channel <- control.SessionChannel{Conn: conn, Received: received}:
+		case t.channel <- control.SessionChannel{Conn: conn, Received: received, Fresh: fresh}:
 			sent = true
 		default: // one waits to be taken already
 		}

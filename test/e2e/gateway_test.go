@@ -158,3 +158,64 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 	}
 	waitWorkRootEmpty(t, x)
 }
+
+// TestEditorSessionOutlivesItsGateway: the editor's agent command is
+// killed (SIGKILL) while a turn runs; the editor starts it again and
+// session/load takes the session over — the same delegation, agent
+// process and live mount (the gateway listens for the mount where the
+// old one did). The running turn ran on, and its end reaches the new
+// editor; a further turn works; a session/resume of an unknown session
+// is session_expired. The delegation was not ended meanwhile.
+func TestEditorSessionOutlivesItsGateway(t *testing.T) {
+	x := sessionAgentExecutor(t)
+	c := newCtl(t)
+	ws := sampleWorkspace(t)
+	writeFiles(t, ws, map[string]string{"notes.txt": "on disk\n"})
+	var tr struct {
+		Exception   string    `json:"exception"`
+		FirstTurn   string    `json:"firstTurn"`
+		FirstExit   string    `json:"firstExit"`
+		UnknownLoad string    `json:"unknownLoad"`
+		SlowEndSeen bool      `json:"slowEndSeen"`
+		AfterTurn   string    `json:"afterTurn"`
+		SecondExit  any       `json:"secondExit"`
+		Text        [2]string `json:"text"`
+		Stderr      [2]string `json:"stderr"`
+		Init        struct {
+			AgentCapabilities struct {
+				LoadSession bool `json:"loadSession"`
+			} `json:"agentCapabilities"`
+		} `json:"init"`
+	}
+	runNode(t, nodeModules(t, acpSDK), "acp_editor_reload.mjs", []string{"AWCP_CTL=" + filepath.Join(binDir, "awcp-ctl"), "STATE=" + c.state,
+		"PEER=" + x.url, "WS=" + ws, "SSH=" + freeAddr(t)}, &tr)
+	if tr.Exception != "" {
+		t.Fatalf("the editor failed: %s\nfirst gateway:\n%s\nsecond gateway:\n%s", tr.Exception, tr.Stderr[0], tr.Stderr[1])
+	}
+	if tr.FirstTurn != "end_turn" || tr.FirstExit != "SIGKILL" || !strings.Contains(tr.Text[0], "slow turn 2 started") {
+		t.Fatalf("the first gateway's turns (%q, exit %q):\n%s", tr.FirstTurn, tr.FirstExit, tr.Text[0])
+	}
+	if !tr.Init.AgentCapabilities.LoadSession || !strings.Contains(tr.UnknownLoad, "session_expired") {
+		t.Errorf("the second gateway's initialize (loadSession %v) and an unknown session's resume: %q", tr.Init.AgentCapabilities.LoadSession, tr.UnknownLoad)
+	}
+	pid := regexp.MustCompile(`turn 1 of process (\d+)`).FindStringSubmatch(tr.Text[0])
+	if !tr.SlowEndSeen || strings.Count(tr.Text[1], "slow turn 2 done") != 1 || tr.AfterTurn != "end_turn" || pid == nil ||
+		!strings.Contains(tr.Text[1], "turn 3 of process "+pid[1]+": after") {
+		t.Errorf("the session through the second gateway (slow end seen %v, next turn %q):\n%s\nits log:\n%s", tr.SlowEndSeen, tr.AfterTurn, tr.Text[1], tr.Stderr[1])
+	}
+	if fmt.Sprint(tr.SecondExit) != "0" {
+		t.Errorf("the second gateway exited %v", tr.SecondExit)
+	}
+	ds := c.status()
+	if len(ds) != 1 || ds[0].State != "completed" {
+		t.Fatalf("the session's delegation: %+v", ds)
+	}
+	r := c.run("status", ds[0].ID, "--json")
+	if !strings.Contains(r.stdout, "taken over by a new gateway") {
+		t.Errorf("the record does not say the session was taken over:\n%s", r.stdout)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "direct-3.txt")); err != nil {
+		t.Errorf("the agent's write after the take-over is not in the workspace: %v", err)
+	}
+	waitWorkRootEmpty(t, x)
+}

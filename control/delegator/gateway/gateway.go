@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -34,6 +35,11 @@ type Delegator interface {
 	Create(req delegator.ExportRequest) (*lease.Delegation, error)
 	Run(ctx context.Context, id string) (*lease.Delegation, error)
 	AttachSession(ctx context.Context, id string, link *control.SessionLink, first bool) error
+	// FindSession and TakeOverSession are a restarted editor's
+	// session/load: the session a gone gateway held, and its channel
+	// connected anew.
+	FindSession(sessionID, dir string) (*lease.Delegation, error)
+	TakeOverSession(ctx context.Context, id string, link *control.SessionLink) error
 	// RenewSession renews the session's lease once half of it is gone,
 	// and returns its end.
 	RenewSession(ctx context.Context, id string) (time.Time, error)
@@ -147,6 +153,9 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 		case m.IsRequest() && m.Method == "session/new":
 			g.wg.Add(1)
 			go func() { defer g.wg.Done(); g.newSession(ctx, runCtx, m) }()
+		case m.IsRequest() && (m.Method == "session/load" || m.Method == "session/resume"):
+			g.wg.Add(1)
+			go func() { defer g.wg.Done(); g.loadSession(ctx, runCtx, m) }()
 		case m.IsRequest() && m.Method == "session/close":
 			s := g.sessionOf(m.Params)
 			if s == nil {
@@ -249,7 +258,11 @@ func (g *Gateway) initializeResult(ctx context.Context) json.RawMessage {
 		caps = map[string]any{}
 		res["agentCapabilities"] = caps
 	}
-	caps["loadSession"] = false
+	// session/load (and session/resume) take over a session whose
+	// gateway is gone (a restarted editor); the agent's own loading is not
+	// used: its session never ended. session/close ends one.
+	caps["loadSession"] = true
+	caps["sessionCapabilities"] = map[string]any{"resume": map[string]any{}, "close": map[string]any{}}
 	caps["mcpCapabilities"] = map[string]any{"http": false, "sse": false}
 	raw, _ := json.Marshal(res)
 	return raw
@@ -348,14 +361,7 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 	}
 	json.Unmarshal(answer.Result, &sess)
 	s.id = sess.SessionID
-	g.mu.Lock()
-	closing := g.closing
-	if !closing {
-		g.sessions[s.id] = s
-	}
-	g.mu.Unlock()
-	if closing {
-		link.Close() // opened as the editor went away
+	if !g.register(s) {
 		return
 	}
 	if g.Started != nil {
@@ -367,7 +373,28 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 		g.editor.Write(n)
 	}
 	g.event(del.ID, "channel.connected", "session "+s.id, &lease.SessionChannel{
-		ID: "ch-" + shortID(del.ID) + "-" + s.id, Transport: control.SessionUpgrade, PeerRole: "executor", Capabilities: capabilities(init)})
+		ID: "ch-" + shortID(del.ID) + "-" + s.id, Transport: control.SessionUpgrade, PeerRole: "executor", Capabilities: capabilities(init), SessionID: s.id})
+	g.hold(s)
+}
+
+// register adds s to the open sessions, unless the editor is going: s is
+// then closed, and register reports false.
+func (g *Gateway) register(s *session) bool {
+	g.mu.Lock()
+	closing := g.closing
+	if !closing {
+		g.sessions[s.id] = s
+	}
+	g.mu.Unlock()
+	if closing {
+		s.link.Close() // opened as the editor went away
+	}
+	return !closing
+}
+
+// hold keeps s open — its idle TTL, its lease — and relays its channel
+// until it ends.
+func (g *Gateway) hold(s *session) {
 	if g.IdleTTL > 0 {
 		g.wg.Add(1)
 		go func() { defer g.wg.Done(); g.expireIdle(s) }()
@@ -375,6 +402,50 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 	g.wg.Add(1)
 	go func() { defer g.wg.Done(); g.keepLease(s) }()
 	g.fromChannel(s)
+}
+
+// loadSession is a restarted editor's session/load (or session/resume) of a session its
+// previous gateway held: the delegation is followed from this process,
+// its channel connected anew, and the session goes on — a turn that was
+// running runs on, and what the agent sends from here reaches this
+// editor.
+func (g *Gateway) loadSession(ctx, runCtx context.Context, m *control.RPCMessage) {
+	var p struct {
+		SessionID string `json:"sessionId"`
+		Cwd       string `json:"cwd"`
+	}
+	if err := json.Unmarshal(m.Params, &p); err != nil || p.SessionID == "" || !filepath.IsAbs(p.Cwd) {
+		g.editor.Write(control.RPCErrorResponse(m.ID, -32602, "Invalid params", "session/load needs a sessionId and an absolute cwd"))
+		return
+	}
+	del, err := g.Delegator.FindSession(p.SessionID, p.Cwd)
+	if err != nil {
+		var pe *control.ProtocolError
+		if errors.As(err, &pe) {
+			g.editor.Write(control.RPCErrorResponse(m.ID, -32603, pe.Code+": "+pe.Message, map[string]any{"code": pe.Code, "hint": pe.Hint}))
+			return
+		}
+		g.editor.Write(expired(m.ID))
+		return
+	}
+	g.wg.Add(1)
+	go func() { defer g.wg.Done(); g.Delegator.Run(runCtx, del.ID) }()
+	link := control.NewSessionLink()
+	if err := g.Delegator.TakeOverSession(ctx, del.ID, link); err != nil {
+		g.Logger.Warn("session not taken over", "session", p.SessionID, "delegation", del.ID, "err", err)
+		g.editor.Write(expired(m.ID))
+		return
+	}
+	s := &session{id: p.SessionID, delegation: del.ID, link: link, ended: make(chan struct{})}
+	s.touch()
+	if !g.register(s) {
+		return
+	}
+	g.Logger.Info("session taken over", "session", s.id, "delegation", del.ID, "previous gateway", del.OwnerPID)
+	g.editor.Write(&control.RPCMessage{ID: m.ID, Result: json.RawMessage(`{}`)})
+	ch := *del.SessionChannel
+	g.event(del.ID, "channel.resumed", fmt.Sprintf("session %s taken over by a new gateway (pid %d; the previous one, pid %d, had ended)", s.id, os.Getpid(), del.OwnerPID), &ch)
+	g.hold(s)
 }
 
 // fromChannel relays what the session's channel sends until it ends: the

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"strings"
@@ -31,6 +32,14 @@ func (f *fakeExecutor) Create(req delegator.ExportRequest) (*lease.Delegation, e
 
 func (f *fakeExecutor) Run(ctx context.Context, id string) (*lease.Delegation, error) {
 	return nil, nil
+}
+
+func (f *fakeExecutor) FindSession(sessionID, dir string) (*lease.Delegation, error) {
+	return nil, lease.ErrNotFound
+}
+
+func (f *fakeExecutor) TakeOverSession(ctx context.Context, id string, link *control.SessionLink) error {
+	return errors.New("nothing to take over")
 }
 
 func (f *fakeExecutor) RenewSession(ctx context.Context, id string) (time.Time, error) {
@@ -91,7 +100,7 @@ func TestIdleSessionExpires(t *testing.T) {
 		}
 		return answers.Text()
 	}
-	if a := call(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}`); !strings.Contains(a, `"loadSession":false`) {
+	if a := call(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}`); !strings.Contains(a, `"loadSession":true`) {
 		t.Fatalf("initialize: %s", a)
 	}
 	if a := call(`{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/p","mcpServers":[]}}`); !strings.Contains(a, `"sessionId":"s-dlg-_p"`) {

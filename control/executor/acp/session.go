@@ -122,10 +122,16 @@ func (w Worker) Session(ctx context.Context, t agent.Task, h agent.Hooks, channe
 		for {
 			select {
 			case ch := <-channels:
-				if err := r.link.Attach(ch.Conn, nil, ch.Received, true); err != nil {
+				var err error
+				if ch.Fresh {
+					err = r.link.AttachFresh(ch.Conn) // a new gateway took the session over
+				} else {
+					err = r.link.Attach(ch.Conn, nil, ch.Received, true)
+				}
+				if err != nil {
 					log.Warn("session channel not resumed", "err", err)
 				} else {
-					log.Info("session channel resumed", "gatewayReceived", ch.Received)
+					log.Info("session channel resumed", "gatewayReceived", ch.Received, "takenOver", ch.Fresh)
 				}
 			case <-attachDone:
 				return
