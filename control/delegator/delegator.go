@@ -75,7 +75,7 @@ type Delegator struct {
 	log   *slog.Logger
 	sched *lease.Scheduler
 
-	mu        sync.Mutex                    // guards following, snapshots, reach, channels and progress
+	mu        sync.Mutex                    // guards following, snapshots, reach and progress
 	following map[string]context.CancelFunc // delegations this process drives
 	// snapshots are the head dialect's results received and not yet
 	// applied, one per delegation id (holdSnapshot).
@@ -83,9 +83,6 @@ type Delegator struct {
 	// reach is what the reachability probe found of each executor, by
 	// URL, for a while (reachBack).
 	reach map[string]reachResult
-	// channels is the last channel state set for each delegation
-	// followed (setChannel).
-	channels map[string]lease.Channel
 	// progress is each delegation's progress lines not yet stored
 	// (progress.go).
 	progress map[string]*heldLines
@@ -110,7 +107,7 @@ func New(opts Options) (*Delegator, error) {
 	}
 	d := &Delegator{opts: opts, store: opts.Store, log: opts.Logger,
 		following: map[string]context.CancelFunc{}, snapshots: map[string]heldSnapshot{}, reach: map[string]reachResult{},
-		channels: map[string]lease.Channel{}, progress: map[string]*heldLines{}}
+		progress: map[string]*heldLines{}}
 	d.sched = lease.NewScheduler(lease.Scheduler{List: d.due, Expire: d.Expire, Logger: opts.Logger})
 	return d, nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/awcp/awcp/control"
@@ -25,54 +24,54 @@ type heldSnapshot struct {
 // delegation is terminal or ctx is done. The last event id is kept here and
 // stored with each transition, and once more whenever the stream breaks;
 // progress lines are not written to the store one by one (after a crash of
-// this process they may be shown again). Along the way it keeps the
-// executor's channel (channel.go): unreachable since when, missing, idle,
-// and events the executor could no longer replay.
+// this process they may be shown again). Along the way its follower keeps
+// the executor's channel (channel.go): unreachable since when, missing,
+// idle, and events the executor could no longer replay.
 func (d *Delegator) follow(ctx context.Context, id string, started <-chan struct{}) {
-	defer d.forgetChannel(id)
 	defer d.storeProgress(id)
+	del, err := d.store.Delegation(id)
+	if err != nil {
+		return
+	}
+	f := d.newFollower(del)
 	backoff := 100 * time.Millisecond
-	var last uint64
-	var awaySince time.Time // since when the executor cannot be reached; zero while it can
-	var lastEvent atomic.Int64
-	lastEvent.Store(time.Now().UnixNano())
 	idleDone := make(chan struct{})
 	idleCtx, stopIdle := context.WithCancel(ctx)
-	go func() { defer close(idleDone); d.watchIdle(idleCtx, id, &lastEvent) }()
+	go func() { defer close(idleDone); f.watchIdle(idleCtx) }()
 	defer func() { stopIdle(); <-idleDone }()
 	for {
 		del, err := d.store.Delegation(id)
 		if err != nil || del.State.Terminal() {
 			return
 		}
-		last = max(last, del.LastEventID)
-		resumed := last
+		f.last = max(f.last, del.LastEventID)
+		resumed := f.last
 		pc := d.peer(del)
 		pc.Opened = func() {
-			lastEvent.Store(time.Now().UnixNano())
-			if !awaySince.IsZero() || d.channelState(id) == lease.ChannelMissing {
+			f.lastEvent.Store(time.Now().UnixNano())
+			if !f.awaySince.IsZero() || f.state() == lease.ChannelMissing {
 				d.log.Info("executor reachable again", "delegation", id, "resumed after event", resumed)
-				d.backToLive(id)
+				f.backToLive()
 			}
-			awaySince = time.Time{}
+			f.awaySince = time.Time{}
 		}
-		err = pc.Events(ctx, id, last, func(seq uint64, ev *control.Event) error {
+		err = pc.Events(ctx, id, f.last, func(seq uint64, ev *control.Event) error {
 			backoff = 100 * time.Millisecond
-			if seq != 0 && seq <= last {
+			if seq != 0 && seq <= f.last {
 				return nil // seen before a reconnect
 			}
-			if seq != 0 && last != 0 && seq > last+1 {
-				d.recordGap(id, last+1, seq-1)
+			if seq != 0 && f.last != 0 && seq > f.last+1 {
+				f.recordGap(f.last+1, seq-1)
 			}
-			lastEvent.Store(time.Now().UnixNano())
-			if err := d.handleEvent(ctx, id, seq, ev); err != nil {
+			f.lastEvent.Store(time.Now().UnixNano())
+			if err := f.handle(ctx, seq, ev); err != nil {
 				return err
 			}
-			last = max(last, seq)
+			f.last = max(f.last, seq)
 			return nil
 		})
 		if ctx.Err() != nil {
-			d.keepLastEvent(id, last, del.LastEventID)
+			d.keepLastEvent(id, f.last, del.LastEventID)
 			return
 		}
 		var pe *control.ProtocolError
@@ -86,23 +85,23 @@ func (d *Delegator) follow(ctx context.Context, id string, started <-chan struct
 			// The executor no longer takes the token (it restarted with
 			// another): unreachable as much as a network error is.
 			away = &unreachableError{err: fmt.Errorf("the executor refused the token: %s", pe.Message)}
-			if d.away(ctx, id, &awaySince, away) {
+			if f.away(ctx, away) {
 				return
 			}
 		case errors.As(err, &refused) && errors.As(err, &pe) && pe.Code == control.CodeDeclined:
 			// The executor answers and does not know the delegation.
-			d.setChannel(id, lease.ChannelMissing, "the executor does not know this delegation: "+refused.Error(), d.store.Now())
+			f.set(lease.ChannelMissing, "the executor does not know this delegation: "+refused.Error(), d.store.Now())
 		case errors.As(err, &pe) && pe.Code != control.CodeDeclined:
 			d.fail(ctx, id, pe)
 			return
 		case errors.As(err, &away):
-			if d.away(ctx, id, &awaySince, away) {
+			if f.away(ctx, away) {
 				return
 			}
 		case err != nil && !errors.Is(err, control.ErrStreamEnded):
 			d.log.Debug("event stream broke off; reconnecting", "delegation", id, "err", err)
 		}
-		d.keepLastEvent(id, last, del.LastEventID)
+		d.keepLastEvent(id, f.last, del.LastEventID)
 		select {
 		case <-ctx.Done():
 			return
@@ -112,24 +111,25 @@ func (d *Delegator) follow(ctx context.Context, id string, started <-chan struct
 	}
 }
 
-// away records that the executor of id cannot be reached (since
-// *awaySince, set now if zero), and fails the delegation once that has
-// lasted the reconnect bound; it reports whether it did.
-func (d *Delegator) away(ctx context.Context, id string, awaySince *time.Time, away *unreachableError) bool {
-	if awaySince.IsZero() {
-		*awaySince = time.Now()
+// away records that the executor cannot be reached (since awaySince,
+// set now if zero), and fails the delegation once that has lasted the
+// reconnect bound; it reports whether it did.
+func (f *follower) away(ctx context.Context, away *unreachableError) bool {
+	d, id := f.d, f.id
+	if f.awaySince.IsZero() {
+		f.awaySince = time.Now()
 		d.log.Warn("executor unreachable; retrying", "delegation", id, "err", away.err)
 	}
-	if d.channelState(id) != lease.ChannelUnreachable {
+	if f.state() != lease.ChannelUnreachable {
 		// The first error of an outage says why; the retries' errors
 		// (a new port in each) would only fill the log.
-		d.setChannel(id, lease.ChannelUnreachable, shortError(away.err), *awaySince)
+		f.set(lease.ChannelUnreachable, shortError(away.err), f.awaySince)
 	}
-	if time.Since(*awaySince) < d.opts.ReconnectBound {
+	if time.Since(f.awaySince) < d.opts.ReconnectBound {
 		return false
 	}
 	d.fail(ctx, id, control.Errorf(control.CodeTaskFailed, "the executor has been unreachable since %s (%v)",
-		awaySince.UTC().Format(time.RFC3339), away.err).
+		f.awaySince.UTC().Format(time.RFC3339), away.err).
 		WithHint("check that awcp-fs still runs on the executor; the delegation's access is closed"))
 	return true
 }
@@ -154,10 +154,11 @@ func (d *Delegator) keepLastEvent(id string, last, stored uint64) {
 // progressEvery is how often the progress lines held are stored.
 const progressEvery = 250 * time.Millisecond
 
-// watchIdle shows id's channel idle once the executor has sent no event
+// watchIdle shows the channel idle once the executor has sent no event
 // for IdleAfter while running, and stores the progress lines held, until
 // ctx ends.
-func (d *Delegator) watchIdle(ctx context.Context, id string, lastEvent *atomic.Int64) {
+func (f *follower) watchIdle(ctx context.Context) {
+	d := f.d
 	t := time.NewTicker(min(d.opts.IdleAfter/4, progressEvery))
 	defer t.Stop()
 	for {
@@ -166,11 +167,11 @@ func (d *Delegator) watchIdle(ctx context.Context, id string, lastEvent *atomic.
 			return
 		case <-t.C:
 		}
-		d.storeProgress(id)
-		quiet := time.Since(time.Unix(0, lastEvent.Load()))
-		if quiet >= d.opts.IdleAfter && d.channelState(id) == lease.ChannelRunning {
-			d.setChannel(id, lease.ChannelIdle, fmt.Sprintf("no event from the executor for %s; the task has not finished", d.opts.IdleAfter),
-				time.Unix(0, lastEvent.Load()))
+		d.storeProgress(f.id)
+		quiet := time.Since(time.Unix(0, f.lastEvent.Load()))
+		if quiet >= d.opts.IdleAfter && f.state() == lease.ChannelRunning {
+			f.set(lease.ChannelIdle, fmt.Sprintf("no event from the executor for %s; the task has not finished", d.opts.IdleAfter),
+				time.Unix(0, f.lastEvent.Load()))
 		}
 	}
 }
@@ -188,18 +189,20 @@ func answered(started <-chan struct{}) bool {
 	}
 }
 
-// handleEvent applies one new event. Its id is stored in the same
-// transaction as the transition it causes, so a restarted delegator never
-// applies an event twice.
-func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *control.Event) error {
+// handle applies one new event: one read of the record, and one write —
+// the channel's state is the follower's, written only when it changes.
+// The event's id is stored in the same transaction as the transition it
+// causes, so a restarted delegator never applies an event twice.
+func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) error {
+	d, id := f.d, f.id
 	if ev.Type == control.EventChannel {
 		return nil // this delegator's own, never the executor's to send
 	}
 	if d.opts.Progress != nil {
 		d.opts.Progress(id, ev)
 	}
-	if st := d.channelState(id); st == lease.ChannelIdle || st == lease.ChannelMissing || st == lease.ChannelUnreachable {
-		d.backToLive(id) // it spoke
+	if st := f.state(); st == lease.ChannelIdle || st == lease.ChannelMissing || st == lease.ChannelUnreachable {
+		f.backToLive() // it spoke
 	}
 	if ev.Type == control.EventStatus && ev.Status == control.StatusProgress {
 		d.holdProgress(id, seq, ev)
@@ -218,7 +221,10 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 	case control.EventStatus:
 		if del.State == lease.Started {
 			if _, err = d.store.FireDelegation(id, lease.SetupComplete, "executor running", seen); err == nil {
-				d.backToLive(id)
+				f.mu.Lock()
+				f.running = true
+				f.mu.Unlock()
+				f.backToLive()
 			}
 		} else {
 			_, err = d.store.UpdateDelegation(id, seen)
@@ -250,7 +256,7 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 			return fmt.Errorf("delegation %s: transport %s is not available in this process", id, del.Transport)
 		}
 		if del.Transport == control.TransportArchive { // a live mount's result is in place already
-			d.setChannel(id, lease.ChannelFinishing, "the executor finished; applying its result", d.store.Now())
+			f.set(lease.ChannelFinishing, "the executor finished; applying its result", d.store.Now())
 		}
 		rep, ferr := tr.Finish(ctx, lent(del), ev)
 		if ferr != nil {
@@ -299,7 +305,8 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 			return nil
 		})
 		if err == nil {
-			d.backToLive(id) // waiting while one is pending
+			f.permission(ev)
+			f.backToLive() // waiting while one is pending
 		}
 	case control.EventError:
 		lev := lease.ReceiveError
@@ -321,7 +328,7 @@ func (d *Delegator) handleEvent(ctx context.Context, id string, seq uint64, ev *
 		err = nil // ended meanwhile; the first ending stands
 	}
 	if ev.Terminal() {
-		if cur, gerr := d.store.Delegation(id); gerr == nil {
+		if cur, gerr := d.store.Delegation(id); gerr == nil { // as it ended, whichever ending stood
 			d.cleanup(ctx, cur)
 			if cur.Dialect == control.DialectHead && cur.State.Terminal() {
 				d.ack(cur)
