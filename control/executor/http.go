@@ -545,6 +545,9 @@ func (e *Executor) handleCard(w http.ResponseWriter, r *http.Request) {
 	if e.opts.AgentID != "" {
 		params["agentId"] = e.opts.AgentID
 	}
+	if sp := e.sessionProtocols(); len(sp) > 0 {
+		params["sessions"] = sp // docs/acp-sessions.md
+	}
 	ext := control.CardExtension{URI: control.ExtensionURI, Required: false, Params: params}
 	httpserve.WriteJSON(w, http.StatusOK, control.AgentCard{
 		Name:               e.opts.Name,

@@ -85,6 +85,16 @@ func TestSessionChannel(t *testing.T) {
 	if err != nil || acc.ExecutorConstraints == nil || acc.ExecutorConstraints.Session != control.SessionACP {
 		t.Fatalf("ACCEPT of a session INVITE: %+v %v", acc, err)
 	}
+	// The card offers sessions, as the manifest does.
+	resp, err := http.Get(f.URL() + "/.well-known/agent-card.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	card, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(card), `"sessions":["acp"]`) {
+		t.Errorf("the agent card does not offer sessions: %s", card)
+	}
 	if _, _, code := openSession(t, f, "dlg_session", inv.Session.Key); code != http.StatusConflict {
 		t.Fatalf("a channel before START: HTTP %d, want 409", code)
 	}
