@@ -158,7 +158,7 @@ func TestACPAgentForwardPolicy(t *testing.T) {
 	if done.code != 0 || !strings.Contains(done.stdout, "permission: allow") {
 		t.Fatalf("output --block: exit %d\n%s%s", done.code, done.stdout, done.stderr)
 	}
-	if !strings.Contains(done.stdout, "permission perm-1: Write notes.md: allow, decided by delegator (user: awcp-ctl permit by root; asked by the agent on "+x.url+")") {
+	if !strings.Contains(done.stdout, "permission perm-1: Write notes.md: allow, decided by delegator (user: awcp-ctl permit by root; asked by the agent on "+x.url+"; holds for this request)") {
 		t.Errorf("the decision, how and by whom it was made and who asked are not shown:\n%s", done.stdout)
 	}
 	var rec struct {
