@@ -24,6 +24,7 @@ import (
 	"github.com/awcp/awcp/control/executor/acp"
 	awcpfs "github.com/awcp/awcp/fs"
 	"github.com/awcp/awcp/internal/metrics"
+	"github.com/awcp/awcp/internal/sandbox"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -56,7 +57,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the executor daemon (spec §7)",
-		Flags: append(clikit.CommonFlags(),
+		Flags: append(append(clikit.CommonFlags(),
 			&cli.StringFlag{Name: "work-root", EnvVars: []string{"AWCP_WORK_ROOT"}, Required: true,
 				Usage: "directory under which each delegation gets {work-root}/{delegationId}"},
 			&cli.StringFlag{Name: "agent-cmd", EnvVars: []string{"AWCP_AGENT_CMD"},
@@ -95,7 +96,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 			&cli.GenericFlag{Name: "skill", EnvVars: []string{"AWCP_SKILL"}, Value: &repeated{},
 				Usage: `a skill for the agent card, "name: description" (repeatable)`},
 			clikit.MetricsListenFlag(),
-		),
+		), sandboxFlags()...),
 		Action: func(c *cli.Context) error { return serve(ctx, c) },
 	}
 }
@@ -169,7 +170,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 	var worker executor.Worker
 	var sessions executor.SessionRunner // an ACP agent also serves editors' sessions
 	var probe func(context.Context, string) (json.RawMessage, error)
-	var sandbox *control.SandboxProfile
+	var profile *control.SandboxProfile
 	switch cmd, acpCmd := c.String("agent-cmd"), c.String("agent-acp"); {
 	case cmd != "" && acpCmd != "":
 		return clikit.UsageError("give --agent-cmd or --agent-acp, not both")
@@ -181,7 +182,22 @@ func serve(ctx context.Context, c *cli.Context) error {
 		// What the ACP client enforces: its file and terminal callbacks
 		// stay in the work dir, and terminal/create follows --allow-exec.
 		yes, exec := true, c.Bool("allow-exec")
-		sandbox = &control.SandboxProfile{CwdOnly: &yes, AllowNetwork: &yes, AllowExec: &exec}
+		profile = &control.SandboxProfile{CwdOnly: &yes, AllowNetwork: &yes, AllowExec: &exec}
+	}
+	confine, err := sandboxPolicy(c, c.String("agent-cmd")+" "+c.String("agent-acp"))
+	if err != nil {
+		return err
+	}
+	if confine != nil && profile == nil {
+		// ACCEPT says what confines the agent: writes in its work dir
+		// (and a temporary dir of its own) only.
+		yes := true
+		profile = &control.SandboxProfile{CwdOnly: &yes, AllowNetwork: &yes, AllowExec: &yes}
+	}
+	if confine == nil {
+		log.Warn("agents run unconfined (--sandbox off): each reaches what this daemon reaches")
+	} else if abi := sandbox.ABI(); abi < sandbox.MinABI {
+		log.Warn("agents are not fully confined: this kernel's Landlock ABI is too old", "abi", abi, "needed", sandbox.MinABI)
 	}
 	// The daemon holds its store for its whole life: a second one on the
 	// same state dir finds it locked and stops at once, saying why.
@@ -203,7 +219,8 @@ func serve(ctx context.Context, c *cli.Context) error {
 		AgentCommand:      c.String("agent-cmd"),
 		Worker:            worker,
 		Sessions:          sessions,
-		Sandbox:           sandbox,
+		Sandbox:           profile,
+		Confine:           confine,
 		Permission:        c.String("permission"),
 		PermissionTimeout: clikit.Duration(c, "permission-timeout"),
 		Store:             store,

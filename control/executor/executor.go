@@ -20,6 +20,7 @@ import (
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/executor/agent"
+	"github.com/awcp/awcp/internal/sandbox"
 	"github.com/awcp/awcp/internal/mountinfo"
 	"github.com/awcp/awcp/lease"
 )
@@ -55,6 +56,11 @@ type Options struct {
 	// PermissionTimeout cancels a forwarded request nobody answered.
 	// Default 5m.
 	PermissionTimeout time.Duration
+	// Confine is the sandbox of every agent and of what it starts
+	// (internal/sandbox): the system's directories and the operator's
+	// grants; each task adds its work directory and a temporary
+	// directory of its own. Nil: agents run unconfined (--sandbox off).
+	Confine *sandbox.Policy
 	// Sandbox is declared in ACCEPT. It must say what the worker enforces.
 	// Default: what a shell agent gets — exec and network, not confined.
 	Sandbox *control.SandboxProfile

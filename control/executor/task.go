@@ -19,6 +19,7 @@ import (
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/executor/agent"
+	"github.com/awcp/awcp/internal/sandbox"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -327,6 +328,16 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		// environment is never inherited by an agent.
 		Env: []string{control.CallChainEnv + "=" + strings.Join(control.ExtendCallChain(a.CallChain, e.opts.AgentID), ",")},
 	}
+	var confineErr error // the agent does not run unconfined by mistake
+	if base := e.opts.Confine; base != nil {
+		p, tmp, err := confine(&at, *base)
+		if err != nil {
+			confineErr = fmt.Errorf("its sandbox: %w", err)
+		} else {
+			defer os.RemoveAll(tmp)
+			updates <- agent.Update{Message: "sandbox: " + sandbox.Describe(p)}
+		}
+	}
 	hooks := agent.Hooks{
 		Started: func(pid int) {
 			if _, err := e.store.UpdateAssignment(a.ID, func(a *lease.Assignment) error { a.AgentPID = pid; return nil }); err != nil {
@@ -345,11 +356,14 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		},
 	}
 	var res *agent.Result
-	if t.channel != nil {
+	switch {
+	case confineErr != nil:
+		err = confineErr
+	case t.channel != nil:
 		// A session: the editor's prompts come over its channel, which
 		// the delegator opens once it hears the delegation runs.
 		res, err = e.opts.Sessions.Session(ctx, at, hooks, t.channel, e.opts.StartTimeout)
-	} else {
+	default:
 		res, err = e.opts.Worker.Run(ctx, at, hooks)
 	}
 	close(updates)
@@ -526,4 +540,20 @@ func (e *Executor) pumpProgress(id string, updates <-chan agent.Update) {
 
 func (e *Executor) progress(id string, u agent.Update) []byte {
 	return e.eventJSON(&control.Event{DelegationID: id, Type: control.EventStatus, Status: control.StatusProgress, Message: u.Message, Progress: u.Progress})
+}
+
+// confine has task at's agent, and what it starts, run in base's sandbox
+// with at's work directory and a temporary directory of its own (TMPDIR,
+// its caches, its summary file), which the caller removes after the task.
+func confine(at *agent.Task, base sandbox.Policy) (*sandbox.Policy, string, error) {
+	tmp, err := os.MkdirTemp("", "awcp-agent-")
+	if err != nil {
+		return nil, "", err
+	}
+	p := base
+	p.RW = append(slices.Clone(base.RW), at.WorkDir, tmp)
+	at.Confine = p.Wrap
+	at.SummaryFile = filepath.Join(tmp, "summary")
+	at.Env = append(at.Env, "TMPDIR="+tmp, "XDG_CACHE_HOME="+filepath.Join(tmp, "cache"))
+	return &p, tmp, nil
 }

@@ -84,6 +84,11 @@ func (c *client) CreateTerminal(_ context.Context, p acpsdk.CreateTerminalReques
 	// A child left behind holding the output open must not keep the exit
 	// from being seen.
 	cmd.WaitDelay = time.Second
+	if c.task.Confine != nil {
+		if err := c.task.Confine(cmd); err != nil {
+			return acpsdk.CreateTerminalResponse{}, acpsdk.NewInternalError(map[string]any{"error": err.Error()})
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		return acpsdk.CreateTerminalResponse{}, acpsdk.NewInternalError(map[string]any{"error": err.Error()})
 	}

@@ -36,6 +36,10 @@ type Task struct {
 	// it has run for it (ACP terminals), after the daemon's own: what the
 	// executor hands on, such as the call chain.
 	Env []string
+	// Confine, if set, confines a command of the task's — the agent, and
+	// every command it has run for it (ACP terminals) — before it starts
+	// (internal/sandbox).
+	Confine func(*exec.Cmd) error
 }
 
 // Options configures a run.

@@ -34,6 +34,11 @@ type Process struct {
 // Exited, or Stop it.
 func Start(t Task, command string, stdin io.Reader) (*Process, error) {
 	cmd := Command(t, command)
+	if t.Confine != nil {
+		if err := t.Confine(cmd); err != nil {
+			return nil, fmt.Errorf("confine agent: %w", err)
+		}
+	}
 	p := &Process{cmd: cmd, exited: make(chan struct{})}
 	var opened []*os.File // every pipe end, closed if the start fails
 	pipe := func() (r, w *os.File, err error) {

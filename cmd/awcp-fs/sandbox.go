@@ -1,0 +1,88 @@
+package main
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/awcp/awcp/cmd/internal/clikit"
+	"github.com/awcp/awcp/internal/sandbox"
+)
+
+// sandboxFlags confine the agents (internal/sandbox).
+func sandboxFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "sandbox", EnvVars: []string{"AWCP_SANDBOX"}, Value: "auto",
+			Usage: "confine every agent and what it starts with Landlock: auto (where the kernel has it; a warning where not), strict (refuse to start without it) or off"},
+		&cli.StringSliceFlag{Name: "sandbox-allow", EnvVars: []string{"AWCP_SANDBOX_ALLOW"},
+			Usage: "a path the agents may reach beyond their work dir and the system, PATH[:ro|rw] (repeatable; read-only unless :rw), e.g. ~/.claude:rw"},
+		&cli.StringSliceFlag{Name: "sandbox-net", EnvVars: []string{"AWCP_SANDBOX_NET"},
+			Usage: "restrict the agents' network to TCP connections to these ports (repeatable, e.g. 443); default: not restricted"},
+	}
+}
+
+// sandboxPolicy is the agents' sandbox as the flags say, nil for off;
+// agentCmd's own files (a script it names) are readable.
+func sandboxPolicy(c *cli.Context, agentCmd string) (*sandbox.Policy, error) {
+	mode := c.String("sandbox")
+	switch mode {
+	case "off":
+		return nil, nil
+	case "auto", "strict":
+	default:
+		return nil, clikit.UsageError("--sandbox must be auto, strict or off, not %q", mode)
+	}
+	if abi := sandbox.ABI(); mode == "strict" && abi < sandbox.MinABI {
+		return nil, fmt.Errorf("--sandbox strict: this kernel's Landlock ABI is %d; %d (Linux 6.12) is needed", abi, sandbox.MinABI)
+	}
+	p := &sandbox.Policy{RO: append([]string{}, sandbox.System...), Devices: sandbox.Devices, Strict: mode == "strict",
+		PrivateProc: sandbox.CanPrivateProc()}
+	p.RO = append(p.RO, commandFiles(agentCmd)...)
+	for _, v := range c.StringSlice("sandbox-allow") {
+		path, rw, err := sandbox.ParseAllow(v)
+		if err != nil {
+			return nil, clikit.UsageError("%v", err)
+		}
+		if rw {
+			p.RW = append(p.RW, path)
+		} else {
+			p.RO = append(p.RO, path)
+		}
+	}
+	for _, v := range c.StringSlice("sandbox-net") {
+		port, err := strconv.ParseUint(v, 10, 16)
+		if err != nil || port == 0 {
+			return nil, clikit.UsageError("--sandbox-net takes TCP port numbers, not %q", v)
+		}
+		p.Net = true
+		p.ConnectPorts = append(p.ConnectPorts, uint16(port))
+	}
+	return p, nil
+}
+
+// commandFiles are the directories of what an agent command names: its
+// program, found on PATH, and the files it names by path (a script).
+func commandFiles(command string) []string {
+	var out []string
+	for _, w := range strings.Fields(command) {
+		w = strings.Trim(w, `'"`)
+		if !strings.Contains(w, "/") {
+			if p, err := exec.LookPath(w); err == nil {
+				w = p
+			} else {
+				continue
+			}
+		}
+		if abs, err := filepath.Abs(w); err == nil {
+			out = append(out, filepath.Dir(abs))
+			if real, err := filepath.EvalSymlinks(abs); err == nil {
+				out = append(out, filepath.Dir(real))
+			}
+		}
+	}
+	return out
+}

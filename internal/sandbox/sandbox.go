@@ -1,0 +1,276 @@
+// Package sandbox confines an executor's agent and everything it starts
+// with Landlock (Linux 5.13+; scoping needs ABI 6, Linux 6.12+): the
+// agent writes beneath its own work directory and temporary directory
+// only, reads and executes the system's directories, and reaches nothing
+// else — not the executor's state, not the other delegations' work
+// directories, not the home directories — unless the operator grants it.
+// Landlock's scoping keeps it from signalling processes outside its
+// sandbox (the daemon, other agents), and Landlock's ptrace rule from
+// reading their /proc/PID/environ or memory.
+//
+// Where the executor runs as root, the agent also gets a PID namespace of
+// its own with its own /proc: the daemon and the other agents are not
+// there to be named at all (their command lines included).
+//
+// # How
+//
+// A Go process cannot confine a child between fork and exec, and
+// confining itself would confine the daemon. So Wrap has the command run
+// the executor's own binary (/proc/self/exe) with the policy in its
+// environment; this package's init, in that new process, sees it before
+// main runs: it mounts the private /proc where asked, restricts itself,
+// starts the real command as its child, passes signals on, reaps what is
+// orphaned in its namespace, and exits as the command did. Every binary
+// that links this package — awcp-fs, and the tests that start agents —
+// is such a helper.
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+)
+
+// envKey carries the policy to the helper; it is removed before the
+// command starts.
+const envKey = "_AWCP_SANDBOX"
+
+// Policy is what a confined command may reach.
+type Policy struct {
+	// RW are directories the command may read, write, create and remove
+	// in, and execute from: its work directory and temporary directory.
+	RW []string `json:"rw"`
+	// RO are directories (or files) it may read and execute: the system.
+	// Missing ones are skipped.
+	RO []string `json:"ro"`
+	// Devices are device files it may read and write (/dev/null, ttys).
+	Devices []string `json:"devices"`
+	// ConnectPorts, if Net, are the only TCP ports it may connect to; it
+	// may then bind none. Without Net the network is not restricted.
+	Net          bool     `json:"net,omitempty"`
+	ConnectPorts []uint16 `json:"connectPorts,omitempty"`
+	// Strict refuses to run the command unconfined (a kernel without
+	// Landlock, or one older than ABI 6's scoping); otherwise it runs
+	// with what the kernel has.
+	Strict bool `json:"strict,omitempty"`
+	// PrivateProc gives the command a PID namespace and a /proc of its
+	// own. It needs CAP_SYS_ADMIN (the executor running as root).
+	PrivateProc bool `json:"privateProc,omitempty"`
+	// Path is the command's program, set by Wrap.
+	Path string `json:"path"`
+}
+
+// System is what every agent reads and executes: the system's programs,
+// libraries and configuration.
+var System = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys"}
+
+// Devices are the device files every agent may use.
+var Devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts", "/dev/shm"}
+
+// ABI is the kernel's Landlock ABI version; 0 without Landlock.
+func ABI() int {
+	v, err := llsys.LandlockGetABIVersion()
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+// MinABI is the ABI this package confines fully at: scoping of signals
+// and abstract sockets came with 6.
+const MinABI = 6
+
+// CanPrivateProc reports whether a command may get a PID namespace and a
+// /proc of its own here (CAP_SYS_ADMIN: the executor runs as root).
+func CanPrivateProc() bool { return os.Geteuid() == 0 }
+
+// Describe is how a policy confines, for a delegation's notes and doctor:
+// "landlock ABI 7, private /proc".
+func Describe(p *Policy) string {
+	if p == nil {
+		return "none (--sandbox off)"
+	}
+	abi := ABI()
+	if abi == 0 {
+		return "none: this kernel has no Landlock"
+	}
+	s := fmt.Sprintf("landlock ABI %d", abi)
+	if abi < MinABI {
+		s += " (no scoping of signals: ABI 6 needed)"
+	}
+	if p.PrivateProc {
+		s += ", private /proc"
+	}
+	if p.Net {
+		s += fmt.Sprintf(", TCP connect to ports %v only", p.ConnectPorts)
+	}
+	return s
+}
+
+// Wrap makes cmd, not yet started, run confined by p: the executor's own
+// binary runs first as the helper (package comment). cmd.Path and Args
+// stay the command's as far as the helper is concerned.
+func (p Policy) Wrap(cmd *exec.Cmd) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("sandbox: the executor's own binary: %w", err)
+	}
+	p.Path = cmd.Path
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, envKey+"="+string(raw))
+	cmd.Path = self
+	if p.PrivateProc {
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID | syscall.CLONE_NEWNS
+	}
+	return nil
+}
+
+func init() {
+	raw, ok := os.LookupEnv(envKey)
+	if !ok {
+		return
+	}
+	os.Unsetenv(envKey)
+	code, err := helper(raw)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "awcp sandbox: %v\n", err)
+		os.Exit(126)
+	}
+	os.Exit(code)
+}
+
+// helper confines this process as raw says, runs the command as its
+// child and returns its exit code.
+func helper(raw string) (int, error) {
+	var p Policy
+	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+		return 0, fmt.Errorf("bad policy: %w", err)
+	}
+	if p.PrivateProc {
+		// This mount namespace's mounts stop propagating to the host's,
+		// then /proc shows this PID namespace only.
+		if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+			return 0, fmt.Errorf("private mounts: %w", err)
+		}
+		if err := syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+			return 0, fmt.Errorf("a /proc of its own: %w", err)
+		}
+	}
+	if err := p.restrict(); err != nil {
+		return 0, err
+	}
+	// Signals for the command: the executor signals the whole group, but
+	// as PID 1 of a namespace this process gets only those it handles.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
+	proc, err := os.StartProcess(p.Path, os.Args, &os.ProcAttr{Env: os.Environ(), Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
+	if err != nil {
+		return 127, fmt.Errorf("start %s: %w", p.Path, err)
+	}
+	go func() {
+		for s := range sigs {
+			proc.Signal(s)
+		}
+	}()
+	// Reap every child — the command, and what is orphaned to PID 1 —
+	// until the command has ended.
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return 126, fmt.Errorf("wait: %w", err)
+		}
+		if pid != proc.Pid {
+			continue
+		}
+		switch {
+		case ws.Exited():
+			return ws.ExitStatus(), nil
+		case ws.Signaled():
+			return 128 + int(ws.Signal()), nil
+		}
+	}
+}
+
+// restrict confines this process and what it will start.
+func (p Policy) restrict() error {
+	cfg := landlock.V7
+	if !p.Net {
+		cfg.HandledAccessNet = 0
+	}
+	if !p.Strict {
+		cfg = cfg.BestEffort()
+	} else if abi := ABI(); abi < MinABI {
+		return fmt.Errorf("--sandbox strict: this kernel's Landlock ABI is %d, and %d is needed", abi, MinABI)
+	}
+	rules := []landlock.Rule{
+		landlock.RODirs(existing(p.RO, true)...),
+		landlock.ROFiles(existing(p.RO, false)...),
+		landlock.RWDirs(existing(p.RW, true)...).WithRefer(),
+		landlock.RWFiles(existing(p.RW, false)...),
+		landlock.RWFiles(existing(p.Devices, false)...).WithIoctlDev(),
+		landlock.RWDirs(existing(p.Devices, true)...).WithIoctlDev(),
+	}
+	if p.PrivateProc {
+		rules = append(rules, landlock.RODirs("/proc"))
+	}
+	for _, port := range p.ConnectPorts {
+		rules = append(rules, landlock.ConnectTCP(port))
+	}
+	if err := cfg.Restrict(rules...); err != nil {
+		return fmt.Errorf("landlock: %w", err)
+	}
+	return nil
+}
+
+// existing is those of paths that exist and are directories (dirs) or
+// not (files): Landlock takes a directory's rights on directories only.
+func existing(paths []string, dirs bool) []string {
+	var out []string
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil || fi.IsDir() != dirs {
+			continue
+		}
+		out = append(out, filepath.Clean(p))
+	}
+	return out
+}
+
+// ParseAllow reads an --sandbox-allow value: PATH, PATH:ro or PATH:rw.
+func ParseAllow(v string) (path string, rw bool, err error) {
+	path = v
+	if i := strings.LastIndexByte(v, ':'); i > 0 {
+		switch v[i+1:] {
+		case "ro":
+			path = v[:i]
+		case "rw":
+			path, rw = v[:i], true
+		}
+	}
+	if !filepath.IsAbs(path) {
+		return "", false, fmt.Errorf("--sandbox-allow %q: the path must be absolute", v)
+	}
+	return filepath.Clean(path), rw, nil
+}

@@ -1,0 +1,76 @@
+package sandbox
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// A confined shell writes in its own directory and its temporary
+// directory, reads the system, and is refused everything else: a
+// neighbour's directory (read and write), a symlink it makes out of its
+// own, the test's /proc/PID (not even there with a /proc of its own),
+// a signal to the test process. The same commands unconfined succeed,
+// so the refusals are the sandbox's.
+func TestConfinedShell(t *testing.T) {
+	if ABI() == 0 {
+		t.Fatal("this kernel has no Landlock: the executor's sandbox cannot be tested here")
+	}
+	own, tmp, other := t.TempDir(), t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(other, "secret"), []byte("the neighbour's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pid := strconv.Itoa(os.Getpid())
+	script := `
+cd "$OWN" || exit 9
+try() { if "$@" >/dev/null 2>&1; then echo "ok $*"; else echo "refused $*"; fi; }
+try sh -c 'echo mine > mine.txt'
+try sh -c 'echo tmp > "$TMP/t"'
+try cat /etc/hostname
+try cat "$OTHER/secret"
+try sh -c 'echo x > "$OTHER/written"'
+try ln -s "$OTHER" escape
+try cat escape/secret
+try cat /proc/$PARENT/cmdline
+try kill -0 $PARENT
+try sh -c 'echo x > /etc/awcp-sandbox-test'
+`
+	run := func(p *Policy) string {
+		cmd := exec.Command("/bin/sh", "-c", script)
+		cmd.Env = append(os.Environ(), "OWN="+own, "TMP="+tmp, "OTHER="+other, "PARENT="+pid)
+		if p != nil {
+			if err := p.Wrap(cmd); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the script: %v\n%s", err, out)
+		}
+		os.Remove(filepath.Join(own, "escape"))
+		os.Remove(filepath.Join(other, "written"))
+		os.Remove("/etc/awcp-sandbox-test")
+		return string(out)
+	}
+	p := &Policy{RW: []string{own, tmp}, RO: System, Devices: Devices, Strict: true, PrivateProc: CanPrivateProc()}
+	confined := run(p)
+	for _, want := range []string{"ok sh -c echo mine", "ok sh -c echo tmp", "ok cat /etc/hostname",
+		"refused cat " + other + "/secret", "refused sh -c echo x > \"$OTHER/written\"", "refused cat escape/secret",
+		"refused cat /proc/" + pid + "/cmdline", "refused kill -0 " + pid, "refused sh -c echo x > /etc/awcp-sandbox-test"} {
+		if !strings.Contains(confined, want) {
+			t.Errorf("confined: no %q in\n%s", want, confined)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(other, "written")); err == nil {
+		t.Error("the confined shell wrote into its neighbour's directory")
+	}
+	free := run(nil)
+	for _, want := range []string{"ok cat " + other + "/secret", "ok cat escape/secret", "ok cat /proc/" + pid + "/cmdline", "ok kill -0 " + pid} {
+		if !strings.Contains(free, want) {
+			t.Errorf("unconfined: no %q in\n%s", want, free)
+		}
+	}
+}
