@@ -5,12 +5,14 @@
 // else — not the executor's state, not the other delegations' work
 // directories, not the home directories — unless the operator grants it.
 // Landlock's scoping keeps it from signalling processes outside its
-// sandbox (the daemon, other agents), and Landlock's ptrace rule from
-// reading their /proc/PID/environ or memory.
+// sandbox (the daemon, other agents).
 //
 // Where the executor runs as root, the agent also gets a PID namespace of
 // its own with its own /proc: the daemon and the other agents are not
-// there to be named at all (their command lines included).
+// there to be named at all — their command lines and environments
+// included. Without it (an executor not running as root) /proc shows
+// them: Landlock's ptrace rule did not keep a confined process from
+// reading another's /proc/PID/environ on the kernels tested (6.18).
 //
 // # How
 //
@@ -232,9 +234,9 @@ func (p Policy) restrict() error {
 		landlock.RWFiles(existing(p.Devices, false)...).WithIoctlDev(),
 		landlock.RWDirs(existing(p.Devices, true)...).WithIoctlDev(),
 	}
-	if p.PrivateProc {
-		rules = append(rules, landlock.RODirs("/proc"))
-	}
+	// /proc is read: tools need /proc/self. With a PID namespace it shows
+	// the sandbox's processes only; without one, the others' too.
+	rules = append(rules, landlock.RODirs("/proc"))
 	for _, port := range p.ConnectPorts {
 		rules = append(rules, landlock.ConnectTCP(port))
 	}

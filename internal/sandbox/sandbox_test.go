@@ -35,6 +35,7 @@ try sh -c 'echo x > "$OTHER/written"'
 try ln -s "$OTHER" escape
 try cat escape/secret
 try cat /proc/$PARENT/cmdline
+try cat /proc/$PARENT/environ
 try kill -0 $PARENT
 try sh -c 'echo x > /etc/awcp-sandbox-test'
 `
@@ -55,20 +56,33 @@ try sh -c 'echo x > /etc/awcp-sandbox-test'
 		os.Remove("/etc/awcp-sandbox-test")
 		return string(out)
 	}
-	p := &Policy{RW: []string{own, tmp}, RO: System, Devices: Devices, Strict: true, PrivateProc: CanPrivateProc()}
-	confined := run(p)
-	for _, want := range []string{"ok sh -c echo mine", "ok sh -c echo tmp", "ok cat /etc/hostname",
-		"refused cat " + other + "/secret", "refused sh -c echo x > \"$OTHER/written\"", "refused cat escape/secret",
-		"refused cat /proc/" + pid + "/cmdline", "refused kill -0 " + pid, "refused sh -c echo x > /etc/awcp-sandbox-test"} {
-		if !strings.Contains(confined, want) {
-			t.Errorf("confined: no %q in\n%s", want, confined)
+	// Landlock alone (an executor not running as root), then with a PID
+	// namespace and /proc of its own. Signals are refused either way (the
+	// scoping); the test's /proc/PID — its command line, and, this kernel
+	// shows, its environment — only with the namespace.
+	for _, private := range []bool{false, true} {
+		if private && !CanPrivateProc() {
+			t.Fatal("not root: the private /proc cannot be tested here")
+		}
+		p := &Policy{RW: []string{own, tmp}, RO: System, Devices: Devices, Strict: true, PrivateProc: private}
+		confined := run(p)
+		wants := []string{"ok sh -c echo mine", "ok sh -c echo tmp", "ok cat /etc/hostname",
+			"refused cat " + other + "/secret", "refused sh -c echo x > \"$OTHER/written\"", "refused cat escape/secret",
+			"refused kill -0 " + pid, "refused sh -c echo x > /etc/awcp-sandbox-test"}
+		if private {
+			wants = append(wants, "refused cat /proc/"+pid+"/cmdline", "refused cat /proc/"+pid+"/environ")
+		}
+		for _, want := range wants {
+			if !strings.Contains(confined, want) {
+				t.Errorf("confined (private /proc %v): no %q in\n%s", private, want, confined)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(other, "written")); err == nil {
+			t.Error("the confined shell wrote into its neighbour's directory")
 		}
 	}
-	if _, err := os.Stat(filepath.Join(other, "written")); err == nil {
-		t.Error("the confined shell wrote into its neighbour's directory")
-	}
 	free := run(nil)
-	for _, want := range []string{"ok cat " + other + "/secret", "ok cat escape/secret", "ok cat /proc/" + pid + "/cmdline", "ok kill -0 " + pid} {
+	for _, want := range []string{"ok cat " + other + "/secret", "ok cat escape/secret", "ok cat /proc/" + pid + "/environ", "ok kill -0 " + pid} {
 		if !strings.Contains(free, want) {
 			t.Errorf("unconfined: no %q in\n%s", want, free)
 		}

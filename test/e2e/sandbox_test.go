@@ -1,0 +1,130 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAgentSandbox: two delegations side by side on one executor, live
+// mounts. The second one's agent, as an attacker, tries to read and
+// write the first one's mounted files, to read the executor's state dir
+// (its store), /root, the first agent's /proc/PID/environ and the
+// daemon's /proc/PID/cmdline (its --token), to write into /etc and the
+// daemon's home, to escape through a symlink it makes in its temporary
+// dir, and to signal the daemon: each is refused, while its own work —
+// files, a shell, git, a Go build, its temporary dir — succeeds, and
+// --sandbox-allow grants exactly what it names. With --sandbox off the
+// same probes succeed: the refusals are the sandbox's.
+func TestAgentSandbox(t *testing.T) {
+	script, err := filepath.Abs(filepath.Join("testdata", "sandbox_agent.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRefuse := []string{"cat ROOT/FIRST/notes.txt", "sh -c echo intruder >> 'ROOT/FIRST/notes.txt'", "ls ROOT", "ls STATE",
+		"cat STATE/executor.db", "ls /root", "cat /proc/FIRSTPID/environ", "grep -q sandbox-token /proc/DAEMON/cmdline",
+		"sh -c echo x > /etc/awcp-sandbox-probe", `sh -c echo x > "$HOME/awcp-sandbox-probe"`, "/escape/executor.db",
+		"kill -0 DAEMON", "sh -c echo x > 'RO/written.txt'"}
+	mustWork := []string{"cat RO/granted.txt", "sh -c echo x > 'RW/written.txt'", "sh -c echo mine > own.txt",
+		`sh -c echo tmp > "$TMPDIR/t" && cat "$TMPDIR/t"`, "sh -c git init -q repo", "sh -c mkdir -p hello"}
+	for _, mode := range []string{"auto", "off"} {
+		t.Run(mode, func(t *testing.T) {
+			ro, rw := t.TempDir(), t.TempDir()
+			writeFiles(t, ro, map[string]string{"granted.txt": "granted\n"})
+			token := "sandbox-token-" + mode
+			x := startExecutor(t, "sh '"+script+"'", "--token", token, "--sandbox", mode,
+				"--sandbox-allow", ro, "--sandbox-allow", rw+":rw")
+			state := filepath.Join(filepath.Dir(x.workRoot), "state")
+			c := newCtl(t)
+			first, second := sampleWorkspace(t), filepath.Join(t.TempDir(), "second")
+			writeFiles(t, first, map[string]string{"notes.txt": "the first delegation's\n"})
+			writeFiles(t, second, map[string]string{"x": "x\n"})
+
+			r := c.run("export", first, "--peer", x.url, "--token", token, "--prompt", "hold "+rw, "--background", "--ssh-listen", "127.0.0.1:0")
+			if r.code != 0 {
+				t.Fatalf("the first export: exit %d\n%s", r.code, r.stderr)
+			}
+			firstID := strings.TrimSpace(r.stdout)
+			var firstPID int
+			for deadline := time.Now().Add(30 * time.Second); firstPID == 0; time.Sleep(100 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the first agent never ran: %+v", c.status())
+				}
+				firstPID = agentPID(firstID)
+			}
+			defer os.WriteFile(filepath.Join(first, "release"), nil, 0o644)
+
+			subst := strings.NewReplacer("ROOT", x.workRoot, "FIRSTPID", strconv.Itoa(firstPID), "FIRST", firstID, "STATE", state,
+				"DAEMON", strconv.Itoa(x.cmd.Process.Pid), "RO", ro, "RW", rw)
+			r = c.run("export", second, "--peer", x.url, "--token", token, "--prompt",
+				strings.Join([]string{"probe", strconv.Itoa(x.cmd.Process.Pid), state, x.workRoot, firstID, strconv.Itoa(firstPID), ro, rw}, " "))
+			if r.code != 0 {
+				t.Fatalf("the probing export: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			probes, err := os.ReadFile(filepath.Join(second, "probes.txt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer os.Remove("/etc/awcp-sandbox-probe")
+			defer os.Remove("/root/awcp-sandbox-probe")
+			has := func(verdict, probe string) bool {
+				probe = subst.Replace(probe)
+				for _, line := range strings.Split(string(probes), "\n") {
+					if rest, ok := strings.CutPrefix(line, verdict+": "); ok && strings.Contains(rest, probe) {
+						return true
+					}
+				}
+				return false
+			}
+			for _, p := range mustWork {
+				if !has("ok", p) {
+					t.Errorf("its own work failed: %s\n%s", subst.Replace(p), probes)
+				}
+			}
+			for _, p := range mustRefuse {
+				want := "refused"
+				if mode == "off" {
+					want = "ok"
+				}
+				if !has(want, p) {
+					t.Errorf("%s: want %s: %s\n%s", mode, want, subst.Replace(p), probes)
+				}
+			}
+			notes, _ := os.ReadFile(filepath.Join(first, "notes.txt"))
+			if intruded := bytes.Contains(notes, []byte("intruder")); intruded != (mode == "off") {
+				t.Errorf("%s: the first delegation's notes.txt: %q", mode, notes)
+			}
+			m := regexp.MustCompile(`delegation (\S+): lending`).FindStringSubmatch(r.stderr)
+			if m == nil {
+				t.Fatalf("the probing export did not name its delegation:\n%s", r.stderr)
+			}
+			out := c.run("output", m[1])
+			if sandboxed := strings.Contains(out.stdout, "sandbox: landlock ABI"); sandboxed != (mode == "auto") {
+				t.Errorf("%s: the delegation's notes on its sandbox:\n%s", mode, out.stdout)
+			}
+			os.WriteFile(filepath.Join(first, "release"), nil, 0o644)
+			c.run("output", firstID, "--block", "--timeout", "30s")
+		})
+	}
+}
+
+// agentPID is the pid of a process of delegation id's agent, found by
+// its environment, or 0.
+func agentPID(id string) int {
+	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, p := range procs {
+		env, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(env, []byte("AWCP_DELEGATION_ID="+id+"\x00")) || !bytes.Contains(env, []byte("AWCP_PROMPT=hold")) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+			return pid
+		}
+	}
+	return 0
+}

@@ -1,0 +1,48 @@
+#!/bin/sh
+# The agent of e2e.TestAgentSandbox. Its prompt says what it is:
+#   hold ALLOW_RW          stays running (its environment holds a secret
+#                          of its own) until release appears in its dir
+#   probe DAEMON_PID STATE WORKROOT FIRST_ID FIRST_PID ALLOW_RO ALLOW_RW
+#                          tries what it must not reach and does its own
+#                          work, one "ok"/"refused" line each, into
+#                          probes.txt in its work dir.
+set -u
+set -- $AWCP_PROMPT
+: "${TMPDIR:=$(mktemp -d)}"
+export TMPDIR
+case "$1" in
+hold)
+	echo "$AWCP_DELEGATION_ID" > "$2/first.id"
+	i=0
+	while [ ! -e release ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+	exit 0
+	;;
+esac
+daemon=$2 state=$3 root=$4 first=$5 firstpid=$6 ro=$7 rw=$8
+try() { if "$@" >/dev/null 2>&1; then echo "ok: $*"; else echo "refused: $*"; fi; }
+{
+	# What it must not reach.
+	try cat "$root/$first/notes.txt"
+	try sh -c "echo intruder >> '$root/$first/notes.txt'"
+	try ls "$root"
+	try ls "$state"
+	try cat "$state/executor.db"
+	try ls /root
+	try cat /proc/$firstpid/environ
+	try grep -q sandbox-token /proc/$daemon/cmdline
+	try sh -c 'echo x > /etc/awcp-sandbox-probe'
+	try sh -c 'echo x > "$HOME/awcp-sandbox-probe"'
+	try ln -s "$state" "$TMPDIR/escape"
+	try cat "$TMPDIR/escape/executor.db"
+	try kill -0 "$daemon"
+	try cat "$ro/granted.txt"
+	try sh -c "echo x > '$ro/written.txt'"
+	try sh -c "echo x > '$rw/written.txt'"
+	# Its own work.
+	try sh -c 'echo mine > own.txt'
+	try sh -c 'echo tmp > "$TMPDIR/t" && cat "$TMPDIR/t"'
+	export HOME="$TMPDIR" GOPATH="$TMPDIR/gopath" GOTOOLCHAIN=local GOENV=off GOFLAGS=
+	try sh -c 'git init -q repo && cd repo && echo a > a && git add a && git -c user.name=a -c user.email=a@b commit -qm a'
+	try sh -c 'mkdir -p hello && cd hello && printf "module hello\ngo 1.21\n" > go.mod && printf "package main\nfunc main() { println(\"built\") }\n" > main.go && go build -o hello . && ./hello'
+} > probes.txt 2>&1
+echo probed
