@@ -20,8 +20,8 @@ import (
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/executor/agent"
-	"github.com/awcp/awcp/internal/sandbox"
 	"github.com/awcp/awcp/internal/mountinfo"
+	"github.com/awcp/awcp/internal/sandbox"
 	"github.com/awcp/awcp/lease"
 )
 
