@@ -17,6 +17,7 @@ import (
 
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	awcpfs "github.com/awcp/awcp/fs"
+	"github.com/awcp/awcp/internal/sandbox"
 )
 
 func doctorCommand(ctx context.Context) *cli.Command {
@@ -25,13 +26,13 @@ func doctorCommand(ctx context.Context) *cli.Command {
 	return &cli.Command{
 		Name:  "doctor",
 		Usage: "check this machine as an executor (FUSE, port, state dir, work root, agent), and with --delegator the way to one: each line OK or FAIL with the fix",
-		Flags: append(clikit.CommonFlags(),
+		Flags: append(append(clikit.CommonFlags(),
 			&cli.StringFlag{Name: "listen", EnvVars: []string{"AWCP_LISTEN"}, Value: "127.0.0.1:10200", Usage: "the address serve is given"},
 			&cli.StringFlag{Name: "work-root", EnvVars: []string{"AWCP_WORK_ROOT"}, Usage: "the work root serve is given"},
 			&cli.StringFlag{Name: "agent-cmd", EnvVars: []string{"AWCP_AGENT_CMD"}, Usage: "the agent command serve is given"},
 			&cli.StringFlag{Name: "agent-acp", EnvVars: []string{"AWCP_AGENT_ACP"}, Usage: "the ACP agent serve is given"},
 			&cli.StringFlag{Name: "delegator", Usage: "a delegator's SSH server, host:port, to check this machine can reach (awcp-ctl doctor on the delegator checks the rest)"},
-		),
+		), sandboxFlags()...),
 		Action: func(c *cli.Context) error { return doctor(ctx, c) },
 	}
 }
@@ -77,10 +78,43 @@ func doctor(ctx context.Context, c *cli.Context) error {
 		}
 	}
 
+	checkSandbox(l, c, state)
 	if addr := c.String("delegator"); addr != "" {
 		checkDelegator(l, addr)
 	}
 	return l.Result()
+}
+
+// checkSandbox says what will confine the agents, and checks it does: a
+// confined shell must not list the state dir.
+func checkSandbox(l *clikit.Checklist, c *cli.Context, state string) {
+	p, err := sandboxPolicy(c, c.String("agent-cmd")+" "+c.String("agent-acp"))
+	switch {
+	case err != nil:
+		l.Fail("sandbox", err.Error(), "run on a kernel with Landlock ABI 6 (Linux 6.12+), or drop --sandbox strict")
+		return
+	case p == nil:
+		l.Info("sandbox", "WARNING: off: every agent reaches what this daemon reaches")
+		return
+	case sandbox.ABI() < sandbox.MinABI:
+		l.Info("sandbox", "WARNING: "+sandbox.Describe(p)+": agents are not fully confined (--sandbox strict refuses to start so)")
+	}
+	os.MkdirAll(state, 0o700)
+	cmd := exec.Command("/bin/sh", "-c", `ls "$0" >/dev/null 2>&1 && exit 3; exit 0`, state)
+	if err := p.Wrap(cmd); err != nil {
+		l.Fail("sandbox", err.Error(), "")
+		return
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		l.Fail("sandbox", fmt.Sprintf("a confined shell still reached the state dir (%v) %s", err, strings.TrimSpace(string(out))),
+			"check the kernel's Landlock (cat /sys/kernel/security/lsm lists landlock), or run with --sandbox off knowingly")
+		return
+	}
+	l.OK("sandbox", sandbox.Describe(p)+": agents write in their work dir and a temp dir of their own only; checked")
+	l.Info("sandbox reads", strings.Join(p.RO, " "))
+	if len(p.RW) > 0 {
+		l.Info("sandbox writes", "the work dir, its temp dir, "+strings.Join(p.RW, " "))
+	}
 }
 
 // checkFUSE mounts an empty file system the way a live mount is made.

@@ -64,8 +64,11 @@ func sandboxPolicy(c *cli.Context, agentCmd string) (*sandbox.Policy, error) {
 	return p, nil
 }
 
-// commandFiles are the directories of what an agent command names: its
-// program, found on PATH, and the files it names by path (a script).
+// commandFiles are the files an agent command names: its program, found
+// on PATH, and the files it names by path (a script) — those files only,
+// never their directories (a script in /tmp or a home directory would
+// open all of it); what a script loads beside it is granted with
+// --sandbox-allow.
 func commandFiles(command string) []string {
 	var out []string
 	for _, w := range strings.Fields(command) {
@@ -78,9 +81,9 @@ func commandFiles(command string) []string {
 			}
 		}
 		if abs, err := filepath.Abs(w); err == nil {
-			out = append(out, filepath.Dir(abs))
-			if real, err := filepath.EvalSymlinks(abs); err == nil {
-				out = append(out, filepath.Dir(real))
+			out = append(out, abs)
+			if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+				out = append(out, real)
 			}
 		}
 	}

@@ -320,7 +320,9 @@ func TestAutoDialectWithOursIsSeed(t *testing.T) {
 	x := executortest.New(t, `echo hi > out.txt`, nil)
 	dir := t.TempDir()
 	end := delegateArchive(t, x.Srv.URL, dir)
-	if end.State != lease.Completed || end.Dialect != control.DialectSeed || len(end.Notes) != 0 {
+	// The one note is the executor's sandbox (none: the test executor's
+	// agents run unconfined).
+	if end.State != lease.Completed || end.Dialect != control.DialectSeed || !slices.Equal(end.Notes, []string{"executor sandbox: none (--sandbox off)"}) {
 		t.Fatalf("ended %s in %q with notes %q, want completed in seed", end.State, end.Dialect, end.Notes)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "out.txt")); string(b) != "hi\n" {

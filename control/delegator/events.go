@@ -220,7 +220,14 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 	switch ev.Type {
 	case control.EventStatus:
 		if del.State == lease.Started {
-			if _, err = d.store.FireDelegation(id, lease.SetupComplete, "executor running", seen); err == nil {
+			running := func(del *lease.Delegation) error {
+				// What confines the executor's agent, as it says.
+				if _, how, ok := strings.Cut(ev.Message, "sandbox: "); ok && how != "" {
+					del.Notes = append(del.Notes, "executor sandbox: "+how)
+				}
+				return seen(del)
+			}
+			if _, err = d.store.FireDelegation(id, lease.SetupComplete, "executor running", running); err == nil {
 				f.mu.Lock()
 				f.running = true
 				f.mu.Unlock()

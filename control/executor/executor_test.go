@@ -124,7 +124,7 @@ func TestExecutorRunsTaskAndStreamsEvents(t *testing.T) {
 		}
 		kinds = append(kinds, se.ev.Type+"/"+se.ev.Status+se.ev.Message)
 	}
-	want := []string{"status/runningworkspace ready; agent starting", "status/progressstep one", "status/progressstep two", "done/"}
+	want := []string{"status/runningworkspace ready; agent starting; sandbox: none (--sandbox off)", "status/progressstep one", "status/progressstep two", "done/"}
 	if strings.Join(kinds, "|") != strings.Join(want, "|") {
 		t.Fatalf("events %q, want %q", kinds, want)
 	}

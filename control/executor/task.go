@@ -211,7 +211,10 @@ func (e *Executor) start(ctx context.Context, st *control.Start) *control.Protoc
 	e.mu.Lock()
 	e.tasks[id] = t
 	e.mu.Unlock()
-	running := e.eventJSON(&control.Event{DelegationID: id, Type: control.EventStatus, Status: control.StatusRunning, Message: "workspace ready; agent starting"})
+	// What confines the agent is said with "running": the delegator keeps
+	// it in the delegation's notes.
+	running := e.eventJSON(&control.Event{DelegationID: id, Type: control.EventStatus, Status: control.StatusRunning,
+		Message: "workspace ready; agent starting; " + SandboxNote + sandbox.Describe(e.opts.Confine)})
 	started := a
 	a, _, err = e.store.FireAssignment(id, lease.SetupComplete, "workspace ready", nil, running)
 	if err != nil {
@@ -335,7 +338,7 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 			confineErr = fmt.Errorf("its sandbox: %w", err)
 		} else {
 			defer os.RemoveAll(tmp)
-			updates <- agent.Update{Message: "sandbox: " + sandbox.Describe(p)}
+			log.Info("agent confined", "sandbox", sandbox.Describe(p), "tmp", tmp)
 		}
 	}
 	hooks := agent.Hooks{
@@ -542,9 +545,16 @@ func (e *Executor) progress(id string, u agent.Update) []byte {
 	return e.eventJSON(&control.Event{DelegationID: id, Type: control.EventStatus, Status: control.StatusProgress, Message: u.Message, Progress: u.Progress})
 }
 
+// SandboxNote starts what the "running" event says of the agent's
+// sandbox.
+const SandboxNote = "sandbox: "
+
 // confine has task at's agent, and what it starts, run in base's sandbox
 // with at's work directory and a temporary directory of its own (TMPDIR,
 // its caches, its summary file), which the caller removes after the task.
+// Its HOME is a fresh one in there too, unless the operator granted the
+// daemon's: tools that read their configuration from HOME (git, which
+// fails on a home it may not read) find none, rather than a refusal.
 func confine(at *agent.Task, base sandbox.Policy) (*sandbox.Policy, string, error) {
 	tmp, err := os.MkdirTemp("", "awcp-agent-")
 	if err != nil {
@@ -555,5 +565,16 @@ func confine(at *agent.Task, base sandbox.Policy) (*sandbox.Policy, string, erro
 	at.Confine = p.Wrap
 	at.SummaryFile = filepath.Join(tmp, "summary")
 	at.Env = append(at.Env, "TMPDIR="+tmp, "XDG_CACHE_HOME="+filepath.Join(tmp, "cache"))
+	if p.PrivateProc {
+		at.Env = append(at.Env, control.PIDNamespaceEnv+"=private")
+	}
+	if home, _ := os.UserHomeDir(); home == "" || !(slices.Contains(p.RO, home) || slices.Contains(p.RW, home)) {
+		h := filepath.Join(tmp, "home")
+		if err := os.Mkdir(h, 0o700); err != nil {
+			os.RemoveAll(tmp)
+			return nil, "", err
+		}
+		at.Env = append(at.Env, "HOME="+h)
+	}
 	return &p, tmp, nil
 }

@@ -26,7 +26,8 @@ func acpExecutor(t *testing.T, extra ...string) *executor {
 	if err := os.WriteFile(script, src, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	x := startExecutor(t, "", append([]string{"--agent-acp", "exec node '" + script + "'"}, extra...)...)
+	// The agent loads the SDK beside it: granted, read-only.
+	x := startExecutor(t, "", append([]string{"--agent-acp", "exec node '" + script + "'", "--sandbox-allow", modules}, extra...)...)
 	return x
 }
 

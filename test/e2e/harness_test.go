@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -71,6 +72,12 @@ func startExecutor(t *testing.T, agentCmd string, extra ...string) *executor {
 	x := &executor{workRoot: filepath.Join(dir, "work"), log: new(bytes.Buffer)}
 	x.args = append([]string{"serve", "--state-dir", filepath.Join(dir, "state"), "--work-root", x.workRoot,
 		"--agent-cmd", agentCmd, "--log-level", "info"}, extra...)
+	if !slices.Contains(extra, "--sandbox") {
+		// The tests' agents leave markers (pid files, journals) in the
+		// test's temporary dirs: their sandbox grants them, except in the
+		// tests of the sandbox.
+		x.args = append(x.args, "--sandbox-allow", filepath.Dir(dir)+":rw")
+	}
 	x.start(t, "127.0.0.1:0")
 	t.Cleanup(func() {
 		x.cmd.Process.Signal(syscall.SIGTERM)

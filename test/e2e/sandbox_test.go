@@ -28,10 +28,14 @@ func TestAgentSandbox(t *testing.T) {
 	}
 	mustRefuse := []string{"cat ROOT/FIRST/notes.txt", "sh -c echo intruder >> 'ROOT/FIRST/notes.txt'", "ls ROOT", "ls STATE",
 		"cat STATE/executor.db", "ls /root", "cat /proc/FIRSTPID/environ", "grep -q sandbox-token /proc/DAEMON/cmdline",
-		"sh -c echo x > /etc/awcp-sandbox-probe", `sh -c echo x > "$HOME/awcp-sandbox-probe"`, "/escape/executor.db",
+		"sh -c echo x > /etc/awcp-sandbox-probe", "sh -c echo x > 'HOME/awcp-sandbox-probe'", "/escape/executor.db",
 		"kill -0 DAEMON", "sh -c echo x > 'RO/written.txt'"}
 	mustWork := []string{"cat RO/granted.txt", "sh -c echo x > 'RW/written.txt'", "sh -c echo mine > own.txt",
 		`sh -c echo tmp > "$TMPDIR/t" && cat "$TMPDIR/t"`, "sh -c git init -q repo", "sh -c mkdir -p hello"}
+	home, err := os.UserHomeDir() // the daemon's
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, mode := range []string{"auto", "off"} {
 		t.Run(mode, func(t *testing.T) {
 			ro, rw := t.TempDir(), t.TempDir()
@@ -55,14 +59,14 @@ func TestAgentSandbox(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("the first agent never ran: %+v", c.status())
 				}
-				firstPID = agentPID(firstID)
+				firstPID = agentPID(firstID, "AWCP_PROMPT=hold")
 			}
 			defer os.WriteFile(filepath.Join(first, "release"), nil, 0o644)
 
 			subst := strings.NewReplacer("ROOT", x.workRoot, "FIRSTPID", strconv.Itoa(firstPID), "FIRST", firstID, "STATE", state,
-				"DAEMON", strconv.Itoa(x.cmd.Process.Pid), "RO", ro, "RW", rw)
+				"DAEMON", strconv.Itoa(x.cmd.Process.Pid), "RO", ro, "RW", rw, "HOME", home)
 			r = c.run("export", second, "--peer", x.url, "--token", token, "--prompt",
-				strings.Join([]string{"probe", strconv.Itoa(x.cmd.Process.Pid), state, x.workRoot, firstID, strconv.Itoa(firstPID), ro, rw}, " "))
+				strings.Join([]string{"probe", strconv.Itoa(x.cmd.Process.Pid), state, x.workRoot, firstID, strconv.Itoa(firstPID), ro, rw, home}, " "))
 			if r.code != 0 {
 				t.Fatalf("the probing export: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 			}
@@ -71,7 +75,7 @@ func TestAgentSandbox(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer os.Remove("/etc/awcp-sandbox-probe")
-			defer os.Remove("/root/awcp-sandbox-probe")
+			defer os.Remove(filepath.Join(home, "awcp-sandbox-probe"))
 			has := func(verdict, probe string) bool {
 				probe = subst.Replace(probe)
 				for _, line := range strings.Split(string(probes), "\n") {
@@ -113,16 +117,22 @@ func TestAgentSandbox(t *testing.T) {
 	}
 }
 
-// agentPID is the pid of a process of delegation id's agent, found by
-// its environment, or 0.
-func agentPID(id string) int {
+// agentPID is the pid (in this PID namespace) of a process of delegation
+// id's agent whose environment holds every one of also, found by its
+// environment as it started; 0 if none runs. The sandbox's helper, the
+// agent's parent, is not it.
+func agentPID(id string, also ...string) int {
 	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
 	for _, p := range procs {
 		env, err := os.ReadFile(p)
-		if err != nil || !bytes.Contains(env, []byte("AWCP_DELEGATION_ID="+id+"\x00")) || !bytes.Contains(env, []byte("AWCP_PROMPT=hold")) {
+		if err != nil || !bytes.Contains(env, []byte("AWCP_DELEGATION_ID="+id+"\x00")) || bytes.Contains(env, []byte("_AWCP_SANDBOX=")) {
 			continue
 		}
-		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+		all := true
+		for _, a := range also {
+			all = all && bytes.Contains(env, []byte(a))
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && all {
 			return pid
 		}
 	}

@@ -24,7 +24,7 @@ func sessionAgentExecutor(t *testing.T, extra ...string) *executor {
 	if err := os.WriteFile(script, src, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return startExecutor(t, "", append([]string{"--agent-acp", "exec node '" + script + "'"}, extra...)...)
+	return startExecutor(t, "", append([]string{"--agent-acp", "exec node '" + script + "'", "--sandbox-allow", modules}, extra...)...)
 }
 
 // mcpSessionTranscript is what testdata/mcp_session_client.mjs prints.

@@ -2,7 +2,7 @@
 # The agent of e2e.TestAgentSandbox. Its prompt says what it is:
 #   hold ALLOW_RW          stays running (its environment holds a secret
 #                          of its own) until release appears in its dir
-#   probe DAEMON_PID STATE WORKROOT FIRST_ID FIRST_PID ALLOW_RO ALLOW_RW
+#   probe DAEMON_PID STATE WORKROOT FIRST_ID FIRST_PID ALLOW_RO ALLOW_RW HOME
 #                          tries what it must not reach and does its own
 #                          work, one "ok"/"refused" line each, into
 #                          probes.txt in its work dir.
@@ -18,7 +18,7 @@ hold)
 	exit 0
 	;;
 esac
-daemon=$2 state=$3 root=$4 first=$5 firstpid=$6 ro=$7 rw=$8
+daemon=$2 state=$3 root=$4 first=$5 firstpid=$6 ro=$7 rw=$8 home=$9
 try() { if "$@" >/dev/null 2>&1; then echo "ok: $*"; else echo "refused: $*"; fi; }
 {
 	# What it must not reach.
@@ -31,7 +31,7 @@ try() { if "$@" >/dev/null 2>&1; then echo "ok: $*"; else echo "refused: $*"; fi
 	try cat /proc/$firstpid/environ
 	try grep -q sandbox-token /proc/$daemon/cmdline
 	try sh -c 'echo x > /etc/awcp-sandbox-probe'
-	try sh -c 'echo x > "$HOME/awcp-sandbox-probe"'
+	try sh -c "echo x > '$home/awcp-sandbox-probe'"
 	try ln -s "$state" "$TMPDIR/escape"
 	try cat "$TMPDIR/escape/executor.db"
 	try kill -0 "$daemon"
