@@ -20,7 +20,8 @@
 // confining itself would confine the daemon. So Wrap has the command run
 // the executor's own binary (/proc/self/exe) with the policy in its
 // environment; this package's init, in that new process, sees it before
-// main runs: it mounts the private /proc where asked, restricts itself,
+// main runs: it mounts the private /proc where asked, drops every
+// capability from what it will start, restricts itself,
 // starts the real command as its child, passes signals on, reaps what is
 // orphaned in its namespace, and exits as the command did. Every binary
 // that links this package — awcp-fs, and the tests that start agents —
@@ -176,6 +177,9 @@ func helper(raw string) (int, error) {
 			return 0, fmt.Errorf("a /proc of its own: %w", err)
 		}
 	}
+	if err := dropCapabilities(); err != nil {
+		return 0, err
+	}
 	if err := p.restrict(); err != nil {
 		return 0, err
 	}
@@ -213,6 +217,27 @@ func helper(raw string) (int, error) {
 			return 128 + int(ws.Signal()), nil
 		}
 	}
+}
+
+// dropCapabilities empties the capability bounding set, so that the
+// command has no capability even where it runs as root: what Landlock
+// does not fence (loading a kernel module, reconfiguring the network,
+// raw devices) is not the agent's either. The bounding set is a thread's:
+// this runs in init, on the main thread, which starts the command.
+func dropCapabilities() error {
+	const prCapbsetDrop = 24 // PR_CAPBSET_DROP
+	for c := uintptr(0); c < 64; c++ {
+		if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prCapbsetDrop, c, 0); errno != 0 {
+			if errno == syscall.EINVAL {
+				break // past the kernel's last capability
+			}
+			if errno == syscall.EPERM && os.Geteuid() != 0 {
+				return nil // none to drop: not root, and no CAP_SETPCAP
+			}
+			return fmt.Errorf("drop capability %d: %w", c, errno)
+		}
+	}
+	return nil
 }
 
 // restrict confines this process and what it will start.

@@ -10,7 +10,8 @@ import (
 )
 
 // A confined shell writes in its own directory and its temporary
-// directory, reads the system, and is refused everything else: a
+// directory, reads the system, has no capability even as root, and is
+// refused everything else: a
 // neighbour's directory (read and write), a symlink it makes out of its
 // own, the test's /proc/PID (not even there with a /proc of its own),
 // a signal to the test process. The same commands unconfined succeed,
@@ -37,6 +38,7 @@ try cat escape/secret
 try cat /proc/$PARENT/cmdline
 try cat /proc/$PARENT/environ
 try kill -0 $PARENT
+try grep -q "CapEff:.0000000000000000" /proc/self/status
 try sh -c 'echo x > /etc/awcp-sandbox-test'
 `
 	run := func(p *Policy) string {
@@ -68,7 +70,7 @@ try sh -c 'echo x > /etc/awcp-sandbox-test'
 		confined := run(p)
 		wants := []string{"ok sh -c echo mine", "ok sh -c echo tmp", "ok cat /etc/hostname",
 			"refused cat " + other + "/secret", "refused sh -c echo x > \"$OTHER/written\"", "refused cat escape/secret",
-			"refused kill -0 " + pid, "refused sh -c echo x > /etc/awcp-sandbox-test"}
+			"refused kill -0 " + pid, "refused sh -c echo x > /etc/awcp-sandbox-test", "ok grep -q CapEff:.0000000000000000"}
 		if private {
 			wants = append(wants, "refused cat /proc/"+pid+"/cmdline", "refused cat /proc/"+pid+"/environ")
 		}
@@ -82,6 +84,9 @@ try sh -c 'echo x > /etc/awcp-sandbox-test'
 		}
 	}
 	free := run(nil)
+	if os.Geteuid() == 0 && !strings.Contains(free, "refused grep -q CapEff:.0000000000000000") {
+		t.Errorf("unconfined, as root, the shell should have capabilities:\n%s", free)
+	}
 	for _, want := range []string{"ok cat " + other + "/secret", "ok cat escape/secret", "ok cat /proc/" + pid + "/environ", "ok kill -0 " + pid} {
 		if !strings.Contains(free, want) {
 			t.Errorf("unconfined: no %q in\n%s", want, free)
