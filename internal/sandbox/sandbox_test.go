@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -92,4 +94,51 @@ try sh -c 'echo x > /etc/awcp-sandbox-test'
 			t.Errorf("unconfined: no %q in\n%s", want, free)
 		}
 	}
+}
+
+// With ConnectPorts, a confined command connects over TCP to those ports
+// only.
+func TestConnectPorts(t *testing.T) {
+	open, closed := listen(t), listen(t)
+	script := `try() { if bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; then echo "ok $1"; else echo "refused $1"; fi; }; try $OPEN; try $CLOSED`
+	run := func(p *Policy) string {
+		cmd := exec.Command("/bin/sh", "-c", script)
+		cmd.Env = append(os.Environ(), "OPEN="+strconv.Itoa(open), "CLOSED="+strconv.Itoa(closed))
+		if p != nil {
+			if err := p.Wrap(cmd); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		return string(out)
+	}
+	p := &Policy{RO: System, Devices: Devices, Strict: true, Net: true, ConnectPorts: []uint16{uint16(open)}}
+	if got, want := run(p), fmt.Sprintf("ok %d\nrefused %d\n", open, closed); got != want {
+		t.Errorf("confined: %q, want %q", got, want)
+	}
+	if got, want := run(nil), fmt.Sprintf("ok %d\nok %d\n", open, closed); got != want {
+		t.Errorf("unconfined: %q, want %q", got, want)
+	}
+}
+
+// listen is a loopback TCP port that accepts, until the test ends.
+func listen(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
 }
