@@ -16,7 +16,7 @@ func BenchmarkConfinedWork(b *testing.B) {
 	os.WriteFile(filepath.Join(src, "go.mod"), []byte("module hello\ngo 1.21\n"), 0o644)
 	os.WriteFile(filepath.Join(src, "main.go"), []byte("package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"built\") }\n"), 0o644)
 	work := map[string]string{
-		"go-build": `go build -o hello . && ./hello >/dev/null`,
+		"go-build":  `go build -o hello . && ./hello >/dev/null`,
 		"200-execs": `i=0; while [ $i -lt 200 ]; do /bin/true; i=$((i+1)); done`,
 	}
 	warm := exec.Command("go", "build", "-o", "hello", ".")
