@@ -285,7 +285,8 @@ func existing(paths []string, dirs bool) []string {
 	return out
 }
 
-// ParseAllow reads an --sandbox-allow value: PATH, PATH:ro or PATH:rw.
+// ParseAllow reads an --sandbox-allow value: PATH, PATH:ro or PATH:rw;
+// PATH is absolute, or starts with ~/ (the daemon's home).
 func ParseAllow(v string) (path string, rw bool, err error) {
 	path = v
 	if i := strings.LastIndexByte(v, ':'); i > 0 {
@@ -295,6 +296,13 @@ func ParseAllow(v string) (path string, rw bool, err error) {
 		case "rw":
 			path, rw = v[:i], true
 		}
+	}
+	if rest, ok := strings.CutPrefix(path, "~/"); ok { // as a config file gives it
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", false, fmt.Errorf("--sandbox-allow %q: %w", v, err)
+		}
+		path = filepath.Join(home, rest)
 	}
 	if !filepath.IsAbs(path) {
 		return "", false, fmt.Errorf("--sandbox-allow %q: the path must be absolute", v)

@@ -142,3 +142,24 @@ func listen(t *testing.T) int {
 	}()
 	return ln.Addr().(*net.TCPAddr).Port
 }
+
+// --sandbox-allow's values: read-only unless :rw, ~/ for the home, an
+// absolute path otherwise.
+func TestParseAllow(t *testing.T) {
+	home, _ := os.UserHomeDir()
+	for in, want := range map[string]struct {
+		path string
+		rw   bool
+	}{
+		"/opt/x": {"/opt/x", false}, "/opt/x:ro": {"/opt/x", false}, "/opt/x:rw": {"/opt/x", true},
+		"~/.claude:rw": {filepath.Join(home, ".claude"), true}, "/a/b:c": {"/a/b:c", false},
+	} {
+		path, rw, err := ParseAllow(in)
+		if err != nil || path != want.path || rw != want.rw {
+			t.Errorf("%q: %q %v %v, want %q %v", in, path, rw, err, want.path, want.rw)
+		}
+	}
+	if _, _, err := ParseAllow("relative/dir"); err == nil {
+		t.Error("a relative path was taken")
+	}
+}
