@@ -44,10 +44,19 @@ func TestDoctor(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("awcp-fs doctor on a working machine: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	for _, what := range []string{"fuse device", "fuse mount", "state dir", "listen port", "work root", "agent"} {
+	for _, what := range []string{"fuse device", "fuse mount", "state dir", "listen port", "work root", "agent", "sandbox"} {
 		if !strings.HasPrefix(doctorLine(r.stdout, what), "OK") {
 			t.Errorf("awcp-fs doctor: %s not OK:\n%s", what, r.stdout)
 		}
+	}
+	if line := doctorLine(r.stdout, "sandbox"); !strings.Contains(line, "landlock ABI") || !strings.Contains(line, "checked") {
+		t.Errorf("awcp-fs doctor's sandbox line: %q", line)
+	}
+	// A grant that opens the state dir to the agents: the confined shell
+	// reaches it, and doctor says so.
+	r = fsDoctor(append(good, "--sandbox-allow", filepath.Dir(state))...)
+	if line := doctorLine(r.stdout, "sandbox"); r.code != 1 || !strings.HasPrefix(line, "FAIL") || !strings.Contains(line, "reached the state dir") {
+		t.Errorf("awcp-fs doctor with the state dir granted: exit %d, %q", r.code, line)
 	}
 	// The work root is not there yet: doctor says so, not that it is
 	// writable (issue 42.14).
