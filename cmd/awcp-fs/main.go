@@ -10,7 +10,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -169,7 +171,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 	}
 	var worker executor.Worker
 	var sessions executor.SessionRunner // an ACP agent also serves editors' sessions
-	var probe func(context.Context, string) (json.RawMessage, error)
+	var probe func(context.Context, string, func(*exec.Cmd) error) (json.RawMessage, error)
 	var profile *control.SandboxProfile
 	switch cmd, acpCmd := c.String("agent-cmd"), c.String("agent-acp"); {
 	case cmd != "" && acpCmd != "":
@@ -276,7 +278,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 		probed := make(chan struct{})
 		go func() {
 			defer close(probed)
-			probeACPAgent(pctx, probe, exec, log)
+			probeACPAgent(pctx, probe, confine, exec, log)
 		}()
 		defer func() { stopProbe(); <-probed }()
 	}
@@ -285,19 +287,26 @@ func serve(ctx context.Context, c *cli.Context) error {
 
 // probeACPAgent asks the ACP agent for its initialize answer, in a scratch
 // directory, and gives it to the executor's manifest.
-func probeACPAgent(ctx context.Context, probe func(context.Context, string) (json.RawMessage, error), exec *executor.Executor, log *slog.Logger) {
+func probeACPAgent(ctx context.Context, probe func(context.Context, string, func(*exec.Cmd) error) (json.RawMessage, error),
+	confine *sandbox.Policy, ex *executor.Executor, log *slog.Logger) {
 	scratch, err := os.MkdirTemp("", "awcp-acp-probe-")
 	if err != nil {
 		log.Warn("ACP agent not probed", "err", err)
 		return
 	}
 	defer os.RemoveAll(scratch)
-	init, err := probe(ctx, scratch)
+	var wrap func(*exec.Cmd) error // in the agents' sandbox, with the scratch dir its own
+	if confine != nil {
+		p := *confine
+		p.RW = append(slices.Clone(p.RW), scratch)
+		wrap = p.Wrap
+	}
+	init, err := probe(ctx, scratch, wrap)
 	if err != nil {
 		log.Warn("the ACP agent did not answer initialize; editors' gateways will not see its capabilities", "err", err)
 		return
 	}
-	exec.SetACPAgent(init)
+	ex.SetACPAgent(init)
 }
 
 // advertise announces the executor on the local network, warning when

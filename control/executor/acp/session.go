@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os/exec"
 	"log/slog"
 	"os"
 	"strings"
@@ -578,10 +579,11 @@ func call[Req, Resp any](ctx context.Context, params json.RawMessage, fn func(co
 // Probe starts the agent in a scratch directory, initializes it as a
 // session's relay would, and returns its answer (capabilities, info, auth
 // methods): what an editor's gateway tells the editor before any session
-// exists. The agent is stopped at once.
-func (w Worker) Probe(ctx context.Context, scratch string) (json.RawMessage, error) {
+// exists. The agent is stopped at once. confine, if set, confines it as
+// a task's agent is (agent.Task.Confine).
+func (w Worker) Probe(ctx context.Context, scratch string, confine func(*exec.Cmd) error) (json.RawMessage, error) {
 	w = w.withDefaults()
-	proc, err := agent.Start(agent.Task{DelegationID: "probe", WorkDir: scratch, AccessMode: "ro"}, w.Command, nil)
+	proc, err := agent.Start(agent.Task{DelegationID: "probe", WorkDir: scratch, AccessMode: "ro", Confine: confine}, w.Command, nil)
 	if err != nil {
 		return nil, fmt.Errorf("ACP agent: %w", err)
 	}
