@@ -56,6 +56,9 @@ type SessionChannel struct {
 	// SessionID is the agent's ACP session, which a restarted editor
 	// names to take the session over (session/load).
 	SessionID string `json:"sessionId,omitempty"`
+	// AgentSessionID is the agent's own id of it, where it differs (an
+	// open session's agent chose the same).
+	AgentSessionID string `json:"agentSessionId,omitempty"`
 }
 
 // SessionEvent is one of seed 002's channel events:

@@ -29,6 +29,7 @@ type editorTranscript struct {
 	Cancelled        string   `json:"cancelled"`
 	CancelMs         int      `json:"cancelMs"`
 	UnknownSession   string   `json:"unknownSession"`
+	SessionID        string   `json:"sessionId"`
 	SecondSessionID  string   `json:"secondSessionId"`
 	Parallel         []string `json:"parallel"`
 	ClosedSession    string   `json:"closedSession"`
@@ -108,6 +109,11 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 	second := regexp.MustCompile(`turn 1 of process (\d+): in the second project; read "second\\n"`).FindStringSubmatch(tr.Text)
 	if second == nil || pids[second[1]] || !slices.Equal(tr.Parallel, []string{"end_turn", "end_turn"}) {
 		t.Errorf("the second session (%v, %v):\n%s", second, tr.Parallel, tr.Text)
+	}
+	// Each agent has a PID namespace of its own, and both made their
+	// session id of their pid: the editor still sees two.
+	if tr.SessionID == "" || tr.SessionID == tr.SecondSessionID {
+		t.Errorf("the editor's two sessions have ids %q and %q", tr.SessionID, tr.SecondSessionID)
 	}
 	if !strings.Contains(tr.ClosedSession, "session_expired") {
 		t.Errorf("a prompt to a closed session: %q", tr.ClosedSession)

@@ -83,11 +83,14 @@ type Gateway struct {
 }
 
 // session is one of the editor's sessions: its delegation and channel.
+// id is the session's id as the editor knows it, agentID as the agent
+// does: the same, unless another open session's agent (of another
+// delegation, maybe another executor) chose that id too.
 type session struct {
-	id, delegation string
-	link           *control.SessionLink // the channel, across its connections
-	last           atomic.Int64         // when a message last went either way (unix ns)
-	ended          chan struct{}        // closed when its channel has ended
+	id, agentID, delegation string
+	link                    *control.SessionLink // the channel, across its connections
+	last                    atomic.Int64         // when a message last went either way (unix ns)
+	ended                   chan struct{}        // closed when its channel has ended
 }
 
 func (s *session) touch() { s.last.Store(time.Now().UnixNano()) }
@@ -177,6 +180,7 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 			g.mu.Unlock()
 			orig := m.ID
 			m.ID = id
+			m.Params = renameSession(m.Params, s.id, s.agentID)
 			if err := s.link.Send(m); err != nil {
 				g.mu.Lock()
 				delete(g.pending, string(id))
@@ -188,6 +192,7 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 		case m.IsNotification():
 			if s := g.sessionOf(m.Params); s != nil {
 				s.touch()
+				m.Params = renameSession(m.Params, s.id, s.agentID)
 				s.link.Send(m)
 			}
 		case m.IsResponse():
@@ -360,9 +365,13 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 		SessionID string `json:"sessionId"`
 	}
 	json.Unmarshal(answer.Result, &sess)
-	s.id = sess.SessionID
+	s.agentID = sess.SessionID
 	if !g.register(s) {
 		return
+	}
+	answer.Result = renameSession(answer.Result, s.agentID, s.id)
+	for _, n := range early {
+		n.Params = renameSession(n.Params, s.agentID, s.id)
 	}
 	if g.Started != nil {
 		g.Started(s.id, del.ID)
@@ -373,15 +382,26 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 		g.editor.Write(n)
 	}
 	g.event(del.ID, "channel.connected", "session "+s.id, &lease.SessionChannel{
-		ID: "ch-" + shortID(del.ID) + "-" + s.id, Transport: control.SessionUpgrade, PeerRole: "executor", Capabilities: capabilities(init), SessionID: s.id})
+		ID: "ch-" + shortID(del.ID) + "-" + s.id, Transport: control.SessionUpgrade, PeerRole: "executor", Capabilities: capabilities(init),
+		SessionID: s.id, AgentSessionID: differs(s.agentID, s.id)})
 	g.hold(s)
 }
 
-// register adds s to the open sessions, unless the editor is going: s is
-// then closed, and register reports false.
+// register adds s to the open sessions, under the editor's id for it (the
+// agent's, or made unique), unless the editor is going or the id is open
+// already: s is then closed, and register reports false.
 func (g *Gateway) register(s *session) bool {
 	g.mu.Lock()
 	closing := g.closing
+	if s.id == "" { // a new session: the agent's id, unless an open one has it
+		s.id = s.agentID
+		if _, taken := g.sessions[s.id]; taken || s.id == "" {
+			s.id = s.agentID + "@" + shortID(s.delegation)
+		}
+	}
+	if _, taken := g.sessions[s.id]; taken {
+		closing = true // a session/load of one open here already
+	}
 	if !closing {
 		g.sessions[s.id] = s
 	}
@@ -436,7 +456,10 @@ func (g *Gateway) loadSession(ctx, runCtx context.Context, m *control.RPCMessage
 		g.editor.Write(expired(m.ID))
 		return
 	}
-	s := &session{id: p.SessionID, delegation: del.ID, link: link, ended: make(chan struct{})}
+	s := &session{id: p.SessionID, agentID: del.SessionChannel.AgentSessionID, delegation: del.ID, link: link, ended: make(chan struct{})}
+	if s.agentID == "" {
+		s.agentID = s.id
+	}
 	s.touch()
 	if !g.register(s) {
 		return
@@ -484,6 +507,7 @@ func (g *Gateway) fromChannel(s *session) {
 				g.editor.Write(m)
 			}
 		case m.IsRequest():
+			m.Params = renameSession(m.Params, s.agentID, s.id)
 			id := g.newID()
 			g.mu.Lock()
 			g.asked[string(id)] = pending{s, m.ID}
@@ -498,6 +522,7 @@ func (g *Gateway) fromChannel(s *session) {
 			m.ID = id
 			g.editor.Write(m)
 		case m.IsNotification():
+			m.Params = renameSession(m.Params, s.agentID, s.id)
 			g.editor.Write(m)
 		}
 	}
@@ -650,4 +675,34 @@ func shortID(id string) string {
 		return id[:8]
 	}
 	return id
+}
+
+// renameSession is params with sessionId from replaced by to: between the
+// editor's id of a session and its agent's, where they differ.
+func renameSession(params json.RawMessage, from, to string) json.RawMessage {
+	if from == to || len(params) == 0 {
+		return params
+	}
+	var p map[string]json.RawMessage
+	if json.Unmarshal(params, &p) != nil {
+		return params
+	}
+	var id string
+	if json.Unmarshal(p["sessionId"], &id) != nil || id != from {
+		return params
+	}
+	p["sessionId"], _ = json.Marshal(to)
+	out, err := json.Marshal(p)
+	if err != nil {
+		return params
+	}
+	return out
+}
+
+// differs is a, or "" if it is b.
+func differs(a, b string) string {
+	if a == b {
+		return ""
+	}
+	return a
 }

@@ -13,6 +13,10 @@ import { join } from "node:path";
 process.stdout.write("this line is not ACP\n");
 
 const app = acp.agent({ name: "awcp-session-agent" });
+// This process, told apart from another (in a PID namespace of its own,
+// each agent may have the same pid; its session ids, made of it, collide
+// too, as another agent's may anyway).
+const PROC = String(100000 + Math.floor(Math.random() * 900000));
 const sessions = new Map();
 
 app.onRequest(acp.methods.agent.initialize, async () => ({
@@ -67,7 +71,7 @@ app.onRequest(acp.methods.agent.session.prompt, async ({ params, client }) => {
       { optionId: "reject", name: "Reject", kind: "reject_once" },
     ],
   });
-  await say(`turn ${n} of process ${process.pid}: ${text}; read ${JSON.stringify(read.content)}; outside ${outside}; permission ${perm.outcome.optionId ?? perm.outcome.outcome}`);
+  await say(`turn ${n} of process ${PROC}: ${text}; read ${JSON.stringify(read.content)}; outside ${outside}; permission ${perm.outcome.optionId ?? perm.outcome.outcome}`);
   return { stopReason: "end_turn" };
 });
 
