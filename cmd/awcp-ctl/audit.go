@@ -18,12 +18,19 @@ import (
 
 // policyFlags are the export policy's flags, for export and mcp.
 func policyFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.StringSliceFlag{Name: "hide", EnvVars: []string{"AWCP_HIDE"},
 			Usage: "a pattern of paths not to lend, matched anywhere in the directory (\"*.pem\", \".env*\", \"config/secrets.json\"); repeatable; added to the defaults"},
 		&cli.BoolFlag{Name: "no-hide-defaults", Usage: "lend what the default hide patterns keep back: " + strings.Join(delegator.DefaultHide, " ")},
 		&cli.BoolFlag{Name: "no-delete", EnvVars: []string{"AWCP_NO_DELETE"}, Usage: "nothing of yours goes away: no remove, rename, replace or truncation of what was there before; the agent's own files excepted"},
 		clikit.BytesFlag("max-write-bytes", 0, "bound what the executor writes over the live mount, e.g. 500M (K, M, G: powers of 1024)", "AWCP_MAX_WRITE_BYTES"),
+	}, admissionFlags()...)
+}
+
+// admissionFlags are admission's limits, for an export (policyFlags) and
+// as the defaults of the daemon's (serve).
+func admissionFlags() []cli.Flag {
+	return []cli.Flag{
 		&cli.Int64Flag{Name: "max-files", EnvVars: []string{"AWCP_MAX_FILES"},
 			Usage: "admission: most files lent (default: 10000 for the archive, the spec's; 1000000 for a live mount)"},
 		clikit.BytesFlag("max-bytes", 0, "admission: most bytes lent (default: 100M for the archive; 50G for a live mount)", "AWCP_MAX_BYTES"),

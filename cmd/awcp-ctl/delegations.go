@@ -40,6 +40,7 @@ type env struct {
 	sshfs          *delegator.SSHFSDelegator                // set while this process runs the SSH server
 	metrics        *metrics.Registry                        // the daemon's, with --metrics-listen; nil: none
 	transfer       func(id, what string, done, total int64) // draws archive transfers; nil: none
+	admission      delegator.AdmissionLimits                // the daemon's defaults (serve --max-files …); zero: the transports'
 	reconnectBound time.Duration                            // --reconnect-bound, where the command has it
 	daemon         bool                                     // this process is `awcp-ctl serve`
 }
@@ -103,6 +104,7 @@ func (e *env) delegator(progress func(string, *control.Event)) (*delegator.Deleg
 		Daemon:         e.daemon,
 		Metrics:        m,
 		Transfer:       e.transfer,
+		Admission:      e.admission,
 		Logger:         e.log,
 	})
 }

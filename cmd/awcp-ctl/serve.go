@@ -18,7 +18,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the delegator daemon: leases, expiry, background delegations, the local API",
-		Flags: append(append(clikit.CommonFlags(), sshFlags()...), clikit.MetricsListenFlag(), idleTTLFlag()),
+		Flags: append(append(append(clikit.CommonFlags(), sshFlags()...), clikit.MetricsListenFlag(), idleTTLFlag()), admissionFlags()...),
 		Action: func(c *cli.Context) error {
 			ctx, stop := context.WithCancel(ctx) // ends on a signal, or `awcp-ctl stop`
 			defer stop()
@@ -46,6 +46,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 			}
 			// The SSH server stops after the delegations this daemon follows.
 			defer func() { stopSSH(); waitSSH() }()
+			e.admission = admissionLimits(c) // for delegations that set none
 			dlg, err := e.delegator(nil)
 			if err != nil {
 				return err

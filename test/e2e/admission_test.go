@@ -48,4 +48,19 @@ func TestAdmissionFitsTheTransport(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "the executor cannot mount") || !strings.Contains(r.stderr, "WORKSPACE_TOO_LARGE") {
 		t.Fatalf("auto falling back to an archive of 12,000 files: exit %d\n%s", r.code, r.stderr)
 	}
+
+	// The daemon's own limits are the defaults of what it is handed: a
+	// background export of 12,000 files to a daemon that takes 1,000
+	// files at most is refused, one that says its own limit is taken.
+	d := newCtl(t)
+	d.serve("--max-files", "1000", "--ssh-listen", "127.0.0.1:0")
+	r = d.run("export", ws, "--peer", x.url, "--prompt", "count", "--background")
+	if r.code != 1 || !strings.Contains(r.stderr, "WORKSPACE_TOO_LARGE") || !strings.Contains(r.stderr, "1000") {
+		t.Fatalf("a live mount of 12,000 files to a daemon with --max-files 1000: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = d.run("export", ws, "--peer", x.url, "--prompt", "count", "--background", "--max-files", "20000")
+	if r.code != 0 {
+		t.Fatalf("the same, with the export's own --max-files 20000: exit %d\n%s", r.code, r.stderr)
+	}
+	d.waitState(strings.TrimSpace(r.stdout), "completed")
 }
