@@ -443,7 +443,12 @@ func printTable(w io.Writer, ds []*lease.Delegation) {
 	fmt.Fprintln(tw, "ID\tSTATE\tEXECUTOR\tTRANSPORT\tACCESS\tCREATED\tDIRECTORY")
 	for _, d := range ds {
 		state := string(d.State)
-		if ch := d.Channel; ch != nil && !d.State.Terminal() && ch.State != lease.ChannelRunning {
+		if d.Awaiting() {
+			state = "awaiting" // a session's agent waits on its user
+			if p := d.PendingPermission(); p != nil {
+				state += " (a permission: " + p.RequestID + ")"
+			}
+		} else if ch := d.Channel; ch != nil && !d.State.Terminal() && ch.State != lease.ChannelRunning {
 			if ch.State == lease.ChannelFinishing {
 				state += " (applying the result)"
 			} else {

@@ -203,6 +203,9 @@ func TestSessionFromTheCommandLine(t *testing.T) {
 	if !strings.Contains(r.stderr, "awaits a permission decision (ask-2-2)") {
 		t.Fatalf("the second turn did not stop at its permission:\n%s", r.stderr)
 	}
+	if r := c.run("status"); !strings.Contains(r.stdout, "awaiting (a permission: ask-2-2)") {
+		t.Errorf("status of a session awaiting a permission:\n%s", r.stdout)
+	}
 	if r := c.run("answer", id, "not now"); r.code != 1 || !strings.Contains(r.stderr, "awaits a permission decision") {
 		t.Errorf("text for a pending permission: exit %d\n%s", r.code, r.stderr)
 	}

@@ -131,3 +131,23 @@ func TestIdleSessionExpires(t *testing.T) {
 		t.Fatal("the gateway did not end with its editor")
 	}
 }
+
+// Two sessions whose agents chose the same session id are two sessions to
+// the editor: the second gets an id of its own, renamed both ways.
+func TestSessionIDsStayApart(t *testing.T) {
+	if got := renameSession(json.RawMessage(`{"sessionId":"s-1","prompt":[]}`), "s-1", "s-1@dlg"); !strings.Contains(string(got), `"sessionId":"s-1@dlg"`) || !strings.Contains(string(got), `"prompt":[]`) {
+		t.Errorf("renamed: %s", got)
+	}
+	if got := renameSession(json.RawMessage(`{"sessionId":"other"}`), "s-1", "s-1@dlg"); string(got) != `{"sessionId":"other"}` {
+		t.Errorf("another session's id was renamed: %s", got)
+	}
+	g := &Gateway{sessions: map[string]*session{}}
+	a := &session{agentID: "s-1", delegation: "dlg-aaaaaaaa-1", link: control.NewSessionLink()}
+	b := &session{agentID: "s-1", delegation: "dlg-bbbbbbbb-2", link: control.NewSessionLink()}
+	if !g.register(a) || !g.register(b) {
+		t.Fatal("a session was not registered")
+	}
+	if a.id != "s-1" || b.id == a.id || g.sessions[b.id] != b {
+		t.Errorf("editor ids %q and %q", a.id, b.id)
+	}
+}
