@@ -32,9 +32,15 @@ import (
 // ownGrace) is taken as the session's own: another's change in that window
 // goes unreported, and the client must keep its timeouts.
 
-// maxWatchDirs is how many directories one session watches at most; an
-// export with more is not watched (the client keeps its timeouts).
+// maxWatchDirs is how many directories one session watches at most with
+// a mark (or inotify watch) each; an export with more is not watched (the
+// client keeps its timeouts). Where one fanotify mark covers the export's
+// whole file system (a delegator run as root), the bound is
+// maxWatchDirsWhole: only the directories' keys and names are kept, about
+// 100 bytes each (13 MiB a session at most).
 const maxWatchDirs = 8192
+
+var maxWatchDirsWhole = 1 << 17 // a variable for the tests
 
 // ownGrace is how long after this session's last request on a path ended
 // an event for it is still taken as the session's own: the watcher reads
@@ -106,6 +112,7 @@ type watcher struct {
 	grace    time.Duration     // ownGrace, or ownGraceAttested
 	realRoot string            // the kernel's path of the export's directory
 	attested bool              // the source attests who made each change
+	maxDirs  int               // maxWatchDirs, or maxWatchDirsWhole
 
 	// dirs names the watched directories: key → path relative to the
 	// root ("." for it). Held only for the map, never across a call to
@@ -143,8 +150,9 @@ var localFS = map[int64]bool{
 // errNotLocal refuses to watch a directory of a file system not in localFS.
 var errNotLocal = errors.New("not a local file system")
 
-// preferFanotify is false only where a test tries the inotify source.
-var preferFanotify = true
+// preferFanotify is false only where a test tries the inotify source,
+// and preferWholeFS where one tries fanotify's marks one per directory.
+var preferFanotify, preferWholeFS = true, true
 
 // newWatcher watches every directory under root; nil if it cannot (no
 // fanotify nor inotify, a file system whose changes they would not all
@@ -163,9 +171,13 @@ func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
 	// fanotify where it can mark this directory: some file systems have
 	// no file handles for it to name directories by.
 	var src source
+	maxDirs := maxWatchDirs
 	if fan, err := newFanotify(); preferFanotify && err == nil {
 		if _, err := fan.add(top, &st); err == nil {
 			src = fan
+			if preferWholeFS && fan.markFilesystem(top, &st) == nil {
+				maxDirs = maxWatchDirsWhole
+			}
 		} else {
 			fan.close()
 		}
@@ -181,7 +193,7 @@ func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
 	}
 	w := &watcher{src: src, root: root, hidden: hidden, dirs: map[string]string{},
 		pending: map[string]struct{}{}, own: map[string]*ownChange{}, ready: make(chan struct{}), done: make(chan struct{})}
-	w.grace, w.attested, w.realRoot = ownGrace, src.attests(), realRoot
+	w.grace, w.attested, w.realRoot, w.maxDirs = ownGrace, src.attests(), realRoot, maxDirs
 	if w.attested {
 		w.grace = ownGraceAttested
 	}
@@ -229,7 +241,7 @@ func (w *watcher) addTree(dir string) (complete, ok bool) {
 		w.dirsMu.Lock()
 		n := len(w.dirs)
 		w.dirsMu.Unlock()
-		if n > maxWatchDirs {
+		if n > w.maxDirs {
 			f.Close()
 			return false, false
 		}
@@ -241,7 +253,7 @@ func (w *watcher) addTree(dir string) (complete, ok bool) {
 					queue = append(queue, path.Join(d, e.Name()))
 				}
 			}
-			if err != nil || len(queue) > maxWatchDirs {
+			if err != nil || len(queue) > w.maxDirs {
 				break
 			}
 		}

@@ -94,6 +94,10 @@ type fanotify struct {
 	self   int32
 	mu     sync.Mutex          // marked is added to by the watcher's reader and by a session's mkdir (made)
 	marked map[string]struct{} // the keys of the directories marked, removed or not: a mark outlives its name here
+	// wholeFS is the file system (its id) one mark covers whole
+	// (markFilesystem): its directories need no mark of their own, and
+	// their number no bound. Zero: none.
+	wholeFS unix.Fsid
 }
 
 // maxFanotifyMarks bounds the marks of one watch, those of directories
@@ -129,8 +133,9 @@ func (fa *fanotify) add(f *os.File, st *unix.Statfs_t) (string, error) {
 	fa.mu.Lock()
 	_, known := fa.marked[key]
 	n := len(fa.marked)
+	whole := fa.wholeFS != (unix.Fsid{}) && fa.wholeFS == st.Fsid
 	fa.mu.Unlock()
-	if known {
+	if known || whole {
 		return key, nil
 	}
 	if n >= maxFanotifyMarks {
@@ -144,6 +149,25 @@ func (fa *fanotify) add(f *os.File, st *unix.Statfs_t) (string, error) {
 	fa.mu.Unlock()
 	return key, nil
 }
+
+// markFilesystem marks the whole file system of f, the export's root, in
+// place of one mark per directory: a change anywhere in it is an event,
+// and those of directories outside the export are not the watcher's
+// (their keys are unknown to it). It needs CAP_SYS_ADMIN (a delegator run
+// as root); without, directories are marked one by one.
+func (fa *fanotify) markFilesystem(f *os.File, st *unix.Statfs_t) error {
+	if err := unix.FanotifyMark(fa.fd, unix.FAN_MARK_ADD|unix.FAN_MARK_FILESYSTEM, fanotifyFSMask, int(f.Fd()), ""); err != nil {
+		return err
+	}
+	fa.mu.Lock()
+	fa.wholeFS = st.Fsid
+	fa.mu.Unlock()
+	return nil
+}
+
+// fanotifyFSMask is fanotifyMask for a file system's mark, which sees
+// every directory's children without being asked.
+const fanotifyFSMask = fanotifyMask &^ unix.FAN_EVENT_ON_CHILD
 
 // remove does nothing: a mark is removed by naming its directory, which
 // may be outside the export by now; it ends with the group.

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,6 +100,8 @@ func watchClient(t *testing.T, f *fixture, id string) (string, *sftpc.Client) {
 // everything", not a longer list. An export of more than 8,192
 // directories is not watched at all (the client keeps its timeouts).
 func TestWatchBounds(t *testing.T) {
+	defer func(was bool) { preferWholeFS = was }(preferWholeFS)
+	preferWholeFS = false // a mark a directory, as a delegator not run as root has
 	f := newFixture(t)
 	dir, c := watchClient(t, f, "dlg_watch_piles")
 	ctx := context.Background()
@@ -297,6 +300,19 @@ func TestWatchIsExact(t *testing.T) {
 // (maxFanotifyMarks) the watch says so — an overflow that is no longer
 // exact — and the client keeps its timeouts; the session goes on.
 func TestWatchBoundedAgainstTheAgent(t *testing.T) {
+	t.Run("a mark a directory", func(t *testing.T) {
+		defer func(was bool) { preferWholeFS = was }(preferWholeFS)
+		preferWholeFS = false
+		watchBoundedAgainstTheAgent(t, maxFanotifyMarks)
+	})
+	t.Run("one mark for the file system", func(t *testing.T) {
+		defer func(was int) { maxWatchDirsWhole = was }(maxWatchDirsWhole)
+		maxWatchDirsWhole = 3000 // its bound, lowered to be reached soon
+		watchBoundedAgainstTheAgent(t, maxWatchDirsWhole)
+	})
+}
+
+func watchBoundedAgainstTheAgent(t *testing.T, bound int) {
 	f := newFixture(t)
 	dir := t.TempDir()
 	c := sessionOn(t, f, "dlg_watch_agent", Export{Dir: dir})
@@ -316,7 +332,7 @@ func TestWatchBoundedAgainstTheAgent(t *testing.T) {
 		}
 	}()
 	const batch = 512
-	for made := 0; made < maxFanotifyMarks+batch; made += batch {
+	for made := 0; made < bound+batch; made += batch {
 		calls := make([]*sftpc.Call, batch)
 		for i := range calls {
 			calls[i] = c.StartMkdir(fmt.Sprintf("d%05d", made+i), 0o755)
@@ -330,12 +346,52 @@ func TestWatchBoundedAgainstTheAgent(t *testing.T) {
 	select {
 	case ch := <-lost:
 		if ch.Exact || !ch.Overflow {
-			t.Fatalf("past %d directories: exact %v, overflow %v; want an overflow no longer exact", maxFanotifyMarks, ch.Exact, ch.Overflow)
+			t.Fatalf("past %d directories: exact %v, overflow %v; want an overflow no longer exact", bound, ch.Exact, ch.Overflow)
 		}
 	case <-ctx.Done():
-		t.Fatalf("past %d directories the watch still says it is exact", maxFanotifyMarks)
+		t.Fatalf("past %d directories the watch still says it is exact", bound)
 	}
 	if _, err := c.Lstat("d00000"); err != nil {
 		t.Fatalf("the session after the watch gave up: %v", err)
+	}
+}
+
+// TestWatchWholeFileSystem: where one mark covers the export's file
+// system (the server runs as root), an export of far more directories
+// than a mark each allows is watched, exactly: a change in its deepest
+// directory is reported, one beside the export on the same file system is
+// not.
+func TestWatchWholeFileSystem(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("not root: a file system's fanotify mark needs CAP_SYS_ADMIN")
+	}
+	f := newFixture(t)
+	root := t.TempDir()
+	dir, beside := filepath.Join(root, "export"), filepath.Join(root, "beside")
+	os.Mkdir(beside, 0o755)
+	deep := dir
+	for i := range 40 {
+		deep = filepath.Join(deep, fmt.Sprintf("level%02d", i))
+	}
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 * maxWatchDirs {
+		if err := os.MkdirAll(filepath.Join(dir, fmt.Sprintf("p%02d", i/1000), fmt.Sprintf("d%04d", i%1000)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := sessionOn(t, f, "dlg_watch_whole", Export{Dir: dir})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if ch, err := c.Watch(ctx); err != nil || !ch.Exact || !ch.Overflow {
+		t.Fatalf("first answer of an export of %d directories: exact %v, overflow %v, %v", 3*maxWatchDirs+41, ch.Exact, ch.Overflow, err)
+	}
+	os.WriteFile(filepath.Join(beside, "not-lent"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(deep, "deepest"), []byte("x"), 0o644)
+	want := strings.TrimPrefix(filepath.Join(deep, "deepest"), dir+"/")
+	ch, err := c.Watch(ctx)
+	if err != nil || !ch.Exact || ch.Overflow || !slices.Equal(ch.Paths, []string{want}) {
+		t.Fatalf("after a change in the deepest directory and one beside the export: %q, exact %v, overflow %v, %v", ch.Paths, ch.Exact, ch.Overflow, err)
 	}
 }
