@@ -23,6 +23,7 @@ type listing struct {
 	until   time.Time
 	at      uint64
 	stamp   uint64 // filesystem.stamp before it was read
+	size    int    // len(entries), as the ring counted it
 
 	indexOnce sync.Once
 	index     map[string]int // name → position in entries, made when first asked
@@ -40,16 +41,25 @@ func (l *listing) position(name string) (int, bool) {
 	return i, ok
 }
 
-// keptListings bounds how many directories keep a listing: keeping one
-// more drops the oldest, so a walk over a large tree holds a few hundred
-// kilobytes of listings, not the tree's.
-const keptListings = 128
+// keptListings bounds how many directories keep a listing, and
+// keptEntries how many entries they hold together: keeping one more drops
+// the oldest. A walk over a tree of tens of thousands of directories
+// (find, git status, the executor's scans) then lists each directory over
+// the network once, not at every walk, and a mount holds about 12 MiB of
+// listings at most (an entry is some 90 bytes), not the tree's.
+const (
+	keptListings = 32768
+	keptEntries  = 1 << 17
+)
 
-// listingRing is the directories keeping a listing, oldest first from next.
+// listingRing is the directories keeping a listing, oldest first from
+// head, and the entries they hold. Its lock is taken before a node's,
+// never after.
 type listingRing struct {
-	mu   sync.Mutex // guards the fields below; taken alone
-	dirs [keptListings]*node
-	next int
+	mu      sync.Mutex // guards the fields below
+	dirs    []*node
+	head    int
+	entries int
 }
 
 // cachedListing is n's listing if it may be used again.
@@ -121,29 +131,38 @@ func (n *node) list(ctx context.Context) (*listing, error) {
 }
 
 // keepListing records ents, read when the mount's change count was at
-// and its stamp s.
+// and its stamp s, dropping the oldest listings kept past the bounds.
 func (n *node) keepListing(ents []sftpc.Entry, at, s uint64) *listing {
 	// Kept as long as the kernel keeps entries: a change the watch
 	// reports voids it (forgetEntries moves n's stamp past at).
 	entry, _ := n.fsys.keepFor(s)
-	l := &listing{entries: ents, until: time.Now().Add(entry), at: at, stamp: s}
-	n.mu.Lock()
-	kept := n.listing != nil // n is in the ring already
-	n.listing = l
-	n.mu.Unlock()
-	if kept {
-		return l
-	}
+	l := &listing{entries: ents, until: time.Now().Add(entry), at: at, stamp: s, size: len(ents)}
 	r := &n.fsys.listings
 	r.mu.Lock()
-	oldest := r.dirs[r.next]
-	r.dirs[r.next] = n
-	r.next = (r.next + 1) % keptListings
-	r.mu.Unlock()
-	if oldest != nil && oldest != n {
+	defer r.mu.Unlock()
+	n.mu.Lock()
+	if old := n.listing; old != nil {
+		r.entries -= old.size // n is in the ring already
+	} else {
+		r.dirs = append(r.dirs, n)
+	}
+	n.listing = l
+	n.mu.Unlock()
+	r.entries += l.size
+	for len(r.dirs)-r.head > 1 && (len(r.dirs)-r.head > keptListings || r.entries > keptEntries) {
+		oldest := r.dirs[r.head]
+		r.dirs[r.head] = nil
+		r.head++
 		oldest.mu.Lock()
-		oldest.listing = nil
+		if oldest.listing != nil {
+			r.entries -= oldest.listing.size
+			oldest.listing = nil
+		}
 		oldest.mu.Unlock()
+	}
+	if r.head > len(r.dirs)/2 { // the dropped part's room back
+		r.dirs = append(r.dirs[:0], r.dirs[r.head:]...)
+		r.head = 0
 	}
 	return l
 }

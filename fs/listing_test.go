@@ -7,8 +7,9 @@ import (
 	"github.com/awcp/awcp/fs/sftpc"
 )
 
-// Only the keptListings newest listings are kept: a walk over a large tree
-// does not hold the whole tree's names.
+// Only the keptListings newest listings are kept, and no more than
+// keptEntries entries in all: a walk over a large tree does not hold the
+// whole tree's names.
 func TestListingsBounded(t *testing.T) {
 	fsys := &filesystem{entry: time.Minute}
 	dirs := make([]*node, keptListings+10)
@@ -30,5 +31,30 @@ func TestListingsBounded(t *testing.T) {
 	fsys.changing(dirs[len(dirs)-1])()
 	if _, kept := dirs[len(dirs)-1].cachedListing(); kept {
 		t.Fatal("a listing outlived a change made through the mount to its directory")
+	}
+}
+
+func TestListingsBoundedByEntries(t *testing.T) {
+	fsys := &filesystem{entry: time.Minute}
+	big := make([]sftpc.Entry, keptEntries/4+1)
+	dirs := make([]*node, 5)
+	for i := range dirs {
+		dirs[i] = &node{fsys: fsys}
+		dirs[i].keepListing(big, 0, 0)
+	}
+	for i, d := range dirs {
+		if _, kept := d.freshListing(); kept != (i >= 2) {
+			t.Fatalf("directory %d of 5 listings of %d entries each: kept %v", i, len(big), kept)
+		}
+	}
+	// Listed again, smaller: what it holds is counted anew.
+	dirs[4].keepListing(big[:1], 0, 0)
+	d := &node{fsys: fsys}
+	d.keepListing(big, 0, 0)
+	if _, kept := dirs[2].freshListing(); !kept {
+		t.Fatal("a listing was dropped though the entries kept fit")
+	}
+	if fsys.listings.entries != 3*len(big)+1 {
+		t.Fatalf("%d entries counted, want %d", fsys.listings.entries, 3*len(big)+1)
 	}
 }
