@@ -18,9 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -273,13 +271,6 @@ func (g *Gateway) initializeResult(ctx context.Context) json.RawMessage {
 	return raw
 }
 
-// expired is the answer to a request for a session that is not (or no
-// longer) open: session_expired, seed 003's.
-func expired(id json.RawMessage) *control.RPCMessage {
-	return control.RPCErrorResponse(id, -32002, "session_expired", map[string]any{
-		"reason": "session_expired", "hint": "the session ended (closed, expired, or its delegation ended): start a new one"})
-}
-
 // sessionOf is the open session params name (sessionId), or nil.
 func (g *Gateway) sessionOf(params json.RawMessage) *session {
 	var p struct {
@@ -412,65 +403,6 @@ func (g *Gateway) register(s *session) bool {
 	return !closing
 }
 
-// hold keeps s open — its idle TTL, its lease — and relays its channel
-// until it ends.
-func (g *Gateway) hold(s *session) {
-	if g.IdleTTL > 0 {
-		g.wg.Add(1)
-		go func() { defer g.wg.Done(); g.expireIdle(s) }()
-	}
-	g.wg.Add(1)
-	go func() { defer g.wg.Done(); g.keepLease(s) }()
-	g.fromChannel(s)
-}
-
-// loadSession is a restarted editor's session/load (or session/resume) of a session its
-// previous gateway held: the delegation is followed from this process,
-// its channel connected anew, and the session goes on — a turn that was
-// running runs on, and what the agent sends from here reaches this
-// editor.
-func (g *Gateway) loadSession(ctx, runCtx context.Context, m *control.RPCMessage) {
-	var p struct {
-		SessionID string `json:"sessionId"`
-		Cwd       string `json:"cwd"`
-	}
-	if err := json.Unmarshal(m.Params, &p); err != nil || p.SessionID == "" || !filepath.IsAbs(p.Cwd) {
-		g.editor.Write(control.RPCErrorResponse(m.ID, -32602, "Invalid params", "session/load needs a sessionId and an absolute cwd"))
-		return
-	}
-	del, err := g.Delegator.FindSession(p.SessionID, p.Cwd)
-	if err != nil {
-		var pe *control.ProtocolError
-		if errors.As(err, &pe) {
-			g.editor.Write(control.RPCErrorResponse(m.ID, -32603, pe.Code+": "+pe.Message, map[string]any{"code": pe.Code, "hint": pe.Hint}))
-			return
-		}
-		g.editor.Write(expired(m.ID))
-		return
-	}
-	g.wg.Add(1)
-	go func() { defer g.wg.Done(); g.Delegator.Run(runCtx, del.ID) }()
-	link := control.NewSessionLink()
-	if err := g.Delegator.TakeOverSession(ctx, del.ID, link); err != nil {
-		g.Logger.Warn("session not taken over", "session", p.SessionID, "delegation", del.ID, "err", err)
-		g.editor.Write(expired(m.ID))
-		return
-	}
-	s := &session{id: p.SessionID, agentID: del.SessionChannel.AgentSessionID, delegation: del.ID, link: link, ended: make(chan struct{})}
-	if s.agentID == "" {
-		s.agentID = s.id
-	}
-	s.touch()
-	if !g.register(s) {
-		return
-	}
-	g.Logger.Info("session taken over", "session", s.id, "delegation", del.ID, "previous gateway", del.OwnerPID)
-	g.editor.Write(&control.RPCMessage{ID: m.ID, Result: json.RawMessage(`{}`)})
-	ch := *del.SessionChannel
-	g.event(del.ID, "channel.resumed", fmt.Sprintf("session %s taken over by a new gateway (pid %d; the previous one, pid %d, had ended)", s.id, os.Getpid(), del.OwnerPID), &ch)
-	g.hold(s)
-}
-
 // fromChannel relays what the session's channel sends until it ends: the
 // session is then over, and the editor's requests still in flight on it
 // are answered session_expired.
@@ -548,60 +480,6 @@ func (g *Gateway) fromChannel(s *session) {
 	g.Logger.Info("session closed", "session", s.id, "delegation", s.delegation)
 }
 
-// expireIdle closes s once it has been idle for IdleTTL: nothing went
-// through it, and no request of the editor's waits on it.
-func (g *Gateway) expireIdle(s *session) {
-	t := time.NewTicker(max(min(g.IdleTTL/4, time.Minute), 10*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ended:
-			return
-		case <-t.C:
-		}
-		if time.Since(time.Unix(0, s.last.Load())) < g.IdleTTL || g.inFlight(s) {
-			continue
-		}
-		g.Logger.Info("session idle; ending it", "session", s.id, "delegation", s.delegation, "idle", g.IdleTTL)
-		s.link.Close()
-		return
-	}
-}
-
-// keepLease renews s's lease for as long as s is open — the editor is
-// connected, and the session in use within IdleTTL — checking again at
-// a quarter of what is left, and at least every minute.
-func (g *Gateway) keepLease(s *session) {
-	wait := time.Duration(0)
-	for {
-		select {
-		case <-s.ended:
-			return
-		case <-time.After(wait):
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		end, err := g.Delegator.RenewSession(ctx, s.delegation)
-		cancel()
-		wait = min(max(time.Until(end)/4, time.Second), time.Minute)
-		if err != nil {
-			g.Logger.Warn("the session's lease was not renewed", "session", s.id, "delegation", s.delegation, "err", err)
-			wait = min(wait, 5*time.Second)
-		}
-	}
-}
-
-// inFlight reports whether a request of the editor's waits on s.
-func (g *Gateway) inFlight(s *session) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, p := range g.pending {
-		if p.s == s {
-			return true
-		}
-	}
-	return false
-}
-
 // event records a channel event of delegation id, where the gateway has
 // somewhere to record it.
 func (g *Gateway) event(id, name, detail string, ch *lease.SessionChannel) {
@@ -612,97 +490,4 @@ func (g *Gateway) event(id, name, detail string, ch *lease.SessionChannel) {
 		}
 		g.Channel(id, lease.SessionEvent{At: now, Event: name, Detail: detail}, ch)
 	}
-}
-
-// capabilities lists what the editor declared in its initialize.
-func capabilities(init json.RawMessage) []string {
-	var p struct {
-		ClientCapabilities struct {
-			Fs struct {
-				ReadTextFile  bool `json:"readTextFile"`
-				WriteTextFile bool `json:"writeTextFile"`
-			} `json:"fs"`
-			Terminal bool `json:"terminal"`
-		} `json:"clientCapabilities"`
-	}
-	json.Unmarshal(init, &p)
-	out := []string{}
-	c := p.ClientCapabilities
-	for name, has := range map[string]bool{"fs.readTextFile": c.Fs.ReadTextFile, "fs.writeTextFile": c.Fs.WriteTextFile, "terminal": c.Terminal} {
-		if has {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// permissionTitle is a permission request's tool call title.
-func permissionTitle(params json.RawMessage) string {
-	var p struct {
-		ToolCall struct {
-			Title      string `json:"title"`
-			ToolCallID string `json:"toolCallId"`
-		} `json:"toolCall"`
-	}
-	json.Unmarshal(params, &p)
-	if p.ToolCall.Title != "" {
-		return p.ToolCall.Title
-	}
-	return p.ToolCall.ToolCallID
-}
-
-// permissionOutcome is how the editor answered a permission request.
-func permissionOutcome(m *control.RPCMessage) string {
-	var r struct {
-		Outcome struct {
-			Outcome  string `json:"outcome"`
-			OptionID string `json:"optionId"`
-		} `json:"outcome"`
-	}
-	if len(m.Error) > 0 || json.Unmarshal(m.Result, &r) != nil {
-		return "no answer"
-	}
-	if r.Outcome.OptionID != "" {
-		return r.Outcome.Outcome + " " + r.Outcome.OptionID
-	}
-	return r.Outcome.Outcome
-}
-
-// shortID is the start of a delegation id, for a channel's.
-func shortID(id string) string {
-	if len(id) > 8 {
-		return id[:8]
-	}
-	return id
-}
-
-// renameSession is params with sessionId from replaced by to: between the
-// editor's id of a session and its agent's, where they differ.
-func renameSession(params json.RawMessage, from, to string) json.RawMessage {
-	if from == to || len(params) == 0 {
-		return params
-	}
-	var p map[string]json.RawMessage
-	if json.Unmarshal(params, &p) != nil {
-		return params
-	}
-	var id string
-	if json.Unmarshal(p["sessionId"], &id) != nil || id != from {
-		return params
-	}
-	p["sessionId"], _ = json.Marshal(to)
-	out, err := json.Marshal(p)
-	if err != nil {
-		return params
-	}
-	return out
-}
-
-// differs is a, or "" if it is b.
-func differs(a, b string) string {
-	if a == b {
-		return ""
-	}
-	return a
 }
