@@ -87,3 +87,20 @@ func BenchmarkDelegationCensus(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSharedRead is one delegation read from a shared store, as a
+// session's driver and a follower polling the record do.
+func BenchmarkSharedRead(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "ctl.db"), Options{Shared: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.CreateDelegation(&Delegation{Lease: Lease{ID: "dlg_read", AccessMode: "ro"}}); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := s.Delegation("dlg_read"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -86,6 +86,7 @@ type Store struct {
 	// 100 ms steps in the time a delegation takes to start.
 	turn     sync.Mutex // held across the call's open, transaction and close
 	turnFile *os.File
+	made     bool // the buckets exist: this process made sure once (under turn)
 }
 
 // Open opens or creates the store at path, creating its directory 0700 and
@@ -149,6 +150,9 @@ func (s *Store) open() (*bolt.DB, error) {
 		}
 		return nil, fmt.Errorf("open store %s: %w", s.path, err)
 	}
+	if s.made {
+		return db, nil // the buckets are there: no write (and sync) to read
+	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketDelegations, bucketAssignments, bucketEvents, bucketProgress, bucketBlobs, bucketAudit, bucketAuditMeta, bucketAuditCheap, bucketAuditSize} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -161,6 +165,7 @@ func (s *Store) open() (*bolt.DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("init store %s: %w", s.path, err)
 	}
+	s.made = true // buckets are never removed
 	return db, nil
 }
 
