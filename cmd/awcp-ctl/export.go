@@ -207,12 +207,9 @@ func fail(c *cli.Context, err error) error {
 // exportBackground hands the delegation to the daemon, starting it first
 // if none runs.
 func exportBackground(c *cli.Context, e *env, req delegator.ExportRequest) error {
-	daemon, ok := delegator.DialLocal(e.socket())
-	if !ok {
-		var err error
-		if daemon, err = startDaemon(c, e); err != nil {
-			return err
-		}
+	daemon, err := daemonOrStart(c, e)
+	if err != nil {
+		return err
 	}
 	id, err := daemon.Export(req)
 	if err != nil {
@@ -223,6 +220,14 @@ func exportBackground(c *cli.Context, e *env, req delegator.ExportRequest) error
 	}
 	fmt.Fprintln(c.App.Writer, id)
 	return nil
+}
+
+// daemonOrStart is the daemon of e's state dir, started if none runs.
+func daemonOrStart(c *cli.Context, e *env) (*delegator.LocalClient, error) {
+	if daemon, ok := delegator.DialLocal(e.socket()); ok {
+		return daemon, nil
+	}
+	return startDaemon(c, e)
 }
 
 // startDaemon runs `awcp-ctl serve` detached, logging to daemon.log in the

@@ -39,12 +39,9 @@ func (e *env) driver(dlg *delegator.Delegator, c *cli.Context) *turns.Driver {
 // exportSession opens a session with req.Prompt its first turn, and
 // follows the turn until the agent awaits.
 func exportSession(ctx context.Context, c *cli.Context, e *env, req delegator.ExportRequest) error {
-	daemon, ok := delegator.DialLocal(e.socket())
-	if !ok {
-		var err error
-		if daemon, err = startDaemon(c, e); err != nil {
-			return err
-		}
+	daemon, err := daemonOrStart(c, e)
+	if err != nil {
+		return err
 	}
 	req.Driven = true
 	newID, err := daemon.Export(req)
@@ -192,14 +189,7 @@ func closeCommand(ctx context.Context) *cli.Command {
 		ArgsUsage: "ID",
 		Flags:     append(clikit.CommonFlags(), &cli.BoolFlag{Name: "json", Usage: "print the outcome as JSON"}),
 		Action: func(c *cli.Context) error {
-			if c.Args().Len() != 1 {
-				return clikit.UsageError("close takes a session's id")
-			}
-			e, err := openEnv(c)
-			if err != nil {
-				return err
-			}
-			d, err := e.resolve(c.Args().First())
+			e, d, err := openDelegation(c)
 			if err != nil {
 				return err
 			}
