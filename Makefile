@@ -37,6 +37,7 @@ soak: build
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./archive/ ./lease/ ./sshd/ ./control/...
 	$(GO) test -run '^$$' -bench DelegatorChangeSeen ./fs/
+	$(GO) test -run '^$$' -bench ListingsHeld -benchtime 3x ./fs/
 	$(GO) test -run '^$$' -bench ConfinedWork -benchtime 10x ./internal/sandbox/
 	$(GO) run ./test/bench/control -bin $(BIN) -n 100 -archive-mb 50 -archive-files 5000
 	BIN=$(BIN) bash test/bench/fs.sh

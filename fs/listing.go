@@ -45,8 +45,9 @@ func (l *listing) position(name string) (int, bool) {
 // keptEntries how many entries they hold together: keeping one more drops
 // the oldest. A walk over a tree of tens of thousands of directories
 // (find, git status, the executor's scans) then lists each directory over
-// the network once, not at every walk, and a mount holds about 12 MiB of
-// listings at most (an entry is some 90 bytes), not the tree's.
+// the network once, not at every walk, and a mount holds about 16 MiB of
+// listings at most (some 130 bytes an entry: BenchmarkListingsHeld), not
+// the tree's.
 const (
 	keptListings = 32768
 	keptEntries  = 1 << 17

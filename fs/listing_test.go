@@ -1,6 +1,8 @@
 package fs
 
 import (
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -56,5 +58,33 @@ func TestListingsBoundedByEntries(t *testing.T) {
 	}
 	if fsys.listings.entries != 3*len(big)+1 {
 		t.Fatalf("%d entries counted, want %d", fsys.listings.entries, 3*len(big)+1)
+	}
+}
+
+// BenchmarkListingsHeld is what a mount holds at most in listings, beyond
+// the inodes: the directories of a large tree walked, each with 4 entries
+// of 12-byte names, up to keptEntries (`make bench` reports the heap).
+func BenchmarkListingsHeld(b *testing.B) {
+	for b.Loop() {
+		fsys := &filesystem{entry: time.Minute}
+		nodes := make([]*node, keptEntries/4) // the inodes a walk makes anyway
+		for i := range nodes {
+			nodes[i] = &node{fsys: fsys}
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for i, n := range nodes {
+			ents := make([]sftpc.Entry, 4)
+			for j := range ents {
+				ents[j] = sftpc.Entry{Name: fmt.Sprintf("f%05d-%04d", i, j)}
+			}
+			n.keepListing(ents, 0, 0)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(fsys.listings.entries), "heap-B/entry")
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "heap-MiB")
+		runtime.KeepAlive(nodes)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -393,5 +394,26 @@ func TestWatchWholeFileSystem(t *testing.T) {
 	ch, err := c.Watch(ctx)
 	if err != nil || !ch.Exact || ch.Overflow || !slices.Equal(ch.Paths, []string{want}) {
 		t.Fatalf("after a change in the deepest directory and one beside the export: %q, exact %v, overflow %v, %v", ch.Paths, ch.Exact, ch.Overflow, err)
+	}
+}
+
+// BenchmarkWatchDirsHeld is what a watch holds at most where one mark
+// covers the file system: the keys (file system id and a 16-byte ext4
+// file handle) and names of maxWatchDirsWhole directories (`make bench`
+// reports the heap).
+func BenchmarkWatchDirsHeld(b *testing.B) {
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		w := &watcher{dirs: map[string]string{}}
+		for i := range maxWatchDirsWhole {
+			key := fmt.Sprintf("fsid%04d%016d", i%7, i) // 8 + 4 + 16 bytes, as fanotify.add makes it
+			w.dirs[key] = fmt.Sprintf("pkg%02d/mod%03d/sub%06d", i/1000%100, i%1000, i)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "heap-MiB")
+		runtime.KeepAlive(w)
 	}
 }
