@@ -130,8 +130,3 @@ func FormatCallChain(chain []string) string {
 	}
 	return strings.Join(chain, " → ")
 }
-
-// PIDNamespaceEnv is set ("private") in the environment of an agent
-// whose sandbox gives it a PID namespace of its own: an awcp-ctl it runs
-// cannot tell a process outside from one that has ended.
-const PIDNamespaceEnv = "AWCP_PID_NAMESPACE"

@@ -76,6 +76,9 @@ type Delegation struct {
 	ExecutorWorkDir string `json:"executorWorkDir,omitempty"`
 	LastEventID     uint64 `json:"lastEventId"`
 	OwnerPID        int    `json:"ownerPid,omitempty"` // process following the delegation
+	// OwnerPIDNS is OwnerPID's PID namespace (its inode): a process in
+	// another cannot tell whether OwnerPID runs.
+	OwnerPIDNS uint64 `json:"ownerPidNs,omitempty"`
 	// OwnerDaemon says OwnerPID is the daemon's (`awcp-ctl serve`), whose
 	// delegations wait for it to restart; a command's are ended once it
 	// is gone.

@@ -23,7 +23,7 @@ import (
 
 // own records this process as del's follower.
 func (d *Delegator) own(del *lease.Delegation) {
-	del.OwnerPID, del.OwnerDaemon, del.OrphanSince = os.Getpid(), d.opts.Daemon, time.Time{}
+	del.OwnerPID, del.OwnerPIDNS, del.OwnerDaemon, del.OrphanSince = os.Getpid(), pidNamespace(), d.opts.Daemon, time.Time{}
 }
 
 // SessionTakeOverGrace is how long an editor's session whose gateway is
@@ -64,7 +64,7 @@ func (d *Delegator) Tidy(ctx context.Context, endOrphans bool, pruneBefore time.
 	}
 	now, prune := d.store.Now(), false
 	for _, del := range ds {
-		alive := processAlive(del.OwnerPID)
+		alive := ownerAlive(del)
 		switch {
 		case del.State.Terminal():
 			prune = prune || del.EndedAt.Before(pruneBefore)
@@ -93,7 +93,7 @@ func (d *Delegator) Orphans() ([]*lease.Delegation, error) {
 	}
 	var out []*lease.Delegation
 	for _, del := range ds {
-		if !del.State.Terminal() && !processAlive(del.OwnerPID) && !d.awaitsTakeOver(del) {
+		if !del.State.Terminal() && !ownerAlive(del) && !d.awaitsTakeOver(del) {
 			out = append(out, del)
 		}
 	}
@@ -125,14 +125,17 @@ func (d *Delegator) EndOrphan(ctx context.Context, del *lease.Delegation) error 
 	return nil
 }
 
-func processAlive(pid int) bool {
+// ownerAlive reports whether del's owning process runs. An owner in
+// another PID namespace than this process's (an agent's awcp-ctl in its
+// sandbox, a command in a container, sharing the state dir) cannot be
+// seen from here, and counts as alive: its delegations are not this
+// process's to end.
+func ownerAlive(del *lease.Delegation) bool {
+	pid := del.OwnerPID
 	if pid <= 0 {
 		return false
 	}
-	if os.Getenv(control.PIDNamespaceEnv) != "" {
-		// An agent's awcp-ctl in a sandbox with a PID namespace of its own
-		// sees none of the processes outside it: every owner counts as
-		// alive, or it would end the delegations it cannot see.
+	if del.OwnerPIDNS != 0 && del.OwnerPIDNS != pidNamespace() {
 		return true
 	}
 	if pid == os.Getpid() {
@@ -140,4 +143,13 @@ func processAlive(pid int) bool {
 	}
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// pidNamespace is this process's PID namespace (its inode), 0 if unknown.
+func pidNamespace() uint64 {
+	var st syscall.Stat_t
+	if syscall.Stat("/proc/self/ns/pid", &st) != nil {
+		return 0
+	}
+	return st.Ino
 }

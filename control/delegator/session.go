@@ -50,7 +50,7 @@ func (d *Delegator) FindSession(sessionID, dir string) (*lease.Delegation, error
 			(del.LocalDir != dir && del.LocalDir != phys) {
 			continue
 		}
-		if del.OwnerPID != os.Getpid() && processAlive(del.OwnerPID) {
+		if del.OwnerPID != os.Getpid() && ownerAlive(del) {
 			return nil, control.Errorf(control.CodeDeclined, "session %s is held by a running gateway (pid %d)", sessionID, del.OwnerPID).
 				WithHint("a session is taken over only once its gateway has ended")
 		}

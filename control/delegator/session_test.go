@@ -48,6 +48,13 @@ func TestFindSessionOnlyOfAGoneGateway(t *testing.T) {
 			t.Errorf("session %s in %s: %v, want not found", c.id, c.dir, err)
 		}
 	}
+	// Its gateway in another PID namespace (an agent's sandbox, a
+	// container): whether it runs cannot be told from here, so it is
+	// held.
+	store.UpdateDelegation("dlg_gone", func(d *lease.Delegation) error { d.OwnerPIDNS = pidNamespace() + 1; return nil })
+	if _, err := dlg.FindSession("s-gone", dir); !errors.As(err, &pe) || pe.Code != control.CodeDeclined {
+		t.Fatalf("a session whose gateway is in another PID namespace: %v, want DECLINED", err)
+	}
 	store.UpdateDelegation("dlg_gone", func(d *lease.Delegation) error { d.SessionDriven = true; return nil })
 	if _, err := dlg.FindSession("s-gone", dir); !errors.Is(err, lease.ErrNotFound) {
 		t.Errorf("a driven session was found for an editor: %v", err)

@@ -565,9 +565,6 @@ func confine(at *agent.Task, base sandbox.Policy) (*sandbox.Policy, string, erro
 	at.Confine = p.Wrap
 	at.SummaryFile = filepath.Join(tmp, "summary")
 	at.Env = append(at.Env, "TMPDIR="+tmp, "XDG_CACHE_HOME="+filepath.Join(tmp, "cache"))
-	if p.PrivateProc {
-		at.Env = append(at.Env, control.PIDNamespaceEnv+"=private")
-	}
 	if home, _ := os.UserHomeDir(); home == "" || !(slices.Contains(p.RO, home) || slices.Contains(p.RW, home)) {
 		h := filepath.Join(tmp, "home")
 		if err := os.Mkdir(h, 0o700); err != nil {
