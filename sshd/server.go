@@ -15,6 +15,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/awcp/awcp/internal/bufconn"
+	"github.com/awcp/awcp/internal/stage"
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
@@ -30,6 +31,9 @@ type Export struct {
 	// Audit, if set, is given every operation of the delegation's
 	// sessions (audit.go).
 	Audit Recorder
+	// Stage, if set, takes every change instead of Dir, which is then
+	// only read (staged.go): the delegation's result waits for review.
+	Stage *stage.Area
 }
 
 // Locator is the exportLocator of delegation id's directory, as START
@@ -203,7 +207,7 @@ func (s *Server) serveSFTP(sess ssh.Session) {
 	}
 	defer root.Close()
 	s.log.Info("sftp session", "delegation", id, "remote", sess.RemoteAddr(), "readOnly", exp.ReadOnly)
-	err = serveSFTP(sess, root, session{readOnly: exp.ReadOnly, policy: exp.Policy, audit: exp.Audit, written: exp.written, made: exp.made, metrics: s.opts.Metrics},
+	err = serveSFTP(sess, root, session{readOnly: exp.ReadOnly, policy: exp.Policy, audit: exp.Audit, written: exp.written, made: exp.made, metrics: s.opts.Metrics, stage: exp.Stage},
 		s.log.With("delegation", id), newFlow(share), id)
 	if err != nil {
 		s.log.Debug("sftp session ended", "delegation", id, "err", err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/awcp/awcp/internal/confine"
+	"github.com/awcp/awcp/internal/stage"
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
@@ -62,11 +63,12 @@ type sftpServer struct {
 	alias    string       // "/" + the export's locator, another name of the root; "" for none
 	env      string       // "/" + the locator of its environment root (envroot.go); "" for none
 	rootID   confine.Root // the export directory's identity, for confine's depths
-	shape    *sync.Mutex  // the export's lock of link-shaping requests (links.go)
+	// ownerLayer: s serves the owner's directory under a staged view
+	// (staged.go), which writes none of it; its handles say so.
+	ownerLayer bool
+	shape      *sync.Mutex // the export's lock of link-shaping requests (links.go)
 
-	mu      sync.Mutex // guards handles and next
-	handles map[string]*handle
-	next    uint64
+	*handleTable // shared by the layers of a staged session (staged.go)
 
 	// watch is the export's watch (watch.go), made at the first watch
 	// request; nil before, or if the export cannot be watched.
@@ -74,6 +76,13 @@ type sftpServer struct {
 	watchOnce sync.Once
 	earlyMu   sync.Mutex            // guards early, and the watch's start against it
 	early     map[string]*ownChange // paths changed before the watch began (watch_own.go)
+}
+
+// handleTable is a session's open handles.
+type handleTable struct {
+	mu      sync.Mutex // guards handles and next
+	handles map[string]*handle
+	next    uint64
 }
 
 // handle is an open file or directory.
@@ -92,6 +101,8 @@ type handle struct {
 	readBytes  atomic.Int64 // read through the handle
 	writeBytes atomic.Int64 // written through the handle
 	truncated  bool         // opened with O_TRUNC, or truncated to 0 through it
+
+	ownerLayer bool // opened in the owner's directory under a staged view
 }
 
 // ServeSFTP runs an SFTP v3 session on rw, confined to root, until rw ends.
@@ -111,6 +122,7 @@ type session struct {
 	written  *atomic.Int64 // the grant's bytes written; nil: counted per session
 	made     *madeSet      // what the grant's sessions made; nil: per session
 	metrics  Metrics       // nil: none
+	stage    *stage.Area   // nil: changes go to the root itself (staged.go)
 }
 
 // errStalled ends a session whose client stopped reading answers and whose
@@ -132,34 +144,27 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 	}
 	s := &sftpServer{root: root, readOnly: sess.readOnly, policy: sess.policy, hide: wire.NewMatcher(sess.policy.Hide),
 		audit: sess.audit, written: sess.written, made: sess.made, metrics: sess.metrics,
-		log: log, handles: map[string]*handle{}}
+		log: log, handleTable: &handleTable{handles: map[string]*handle{}}}
 	if id != "" {
 		s.alias, s.env = path.Clean("/"+Locator(id)), path.Clean("/"+EnvLocator(id))
 	}
-	s.fast = newKernelRoot(root)
-	defer s.fast.Close()
-	if s.fast.dir == nil {
-		return errors.New("sftp: the export directory cannot be opened")
-	}
-	var err error
-	if s.rootID, err = confine.RootOf(int(s.fast.dir.Fd())); err != nil {
+	release, err := s.openRoot()
+	if err != nil {
 		return err
 	}
-	// What the kernel calls the root: opens are placed against it
-	// (opened, the audit log's real paths), whatever name the root
-	// was opened by.
-	if s.rootReal, err = fdPath(s.fast.dir); err != nil {
-		return err
-	}
-	if s.hide != nil {
-		s.fast.guard = s.guardAt
-	}
-	shape, release := acquireShapeLock(s.rootID)
 	defer release()
-	s.shape = shape
 	defer s.closeAll()
 	s.out = startResponder(rw, log, fl)
 	defer s.out.stop() // after the workers have queued their last response
+	handle := s.handle
+	if sess.stage != nil {
+		view, release, err := s.layerSession(sess.stage)
+		if err != nil {
+			return err
+		}
+		defer release()
+		handle = view.handle
+	}
 
 	// Watch requests wait for changes in goroutines of their own, not on
 	// a worker: they end, unanswered, with the session.
@@ -188,7 +193,7 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 					j.after.Wait()
 				}
 				start := time.Now()
-				s.handle(j.pkt)
+				handle(j.pkt)
 				if j.owned != nil {
 					s.ownEnd(j.owned)
 				}
@@ -339,6 +344,33 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 		}
 		queues[routeKey(pkt)%workers] <- j
 	}
+}
+
+// openRoot readies s to serve s.root: the kernel's walks in it, its
+// identity and real path, the policy's guard, and the export's lock of
+// link-shaping requests. release gives them back.
+func (s *sftpServer) openRoot() (release func(), err error) {
+	s.fast = newKernelRoot(s.root)
+	if s.fast.dir == nil {
+		return nil, errors.New("sftp: the export directory cannot be opened")
+	}
+	if s.rootID, err = confine.RootOf(int(s.fast.dir.Fd())); err != nil {
+		s.fast.Close()
+		return nil, err
+	}
+	// What the kernel calls the root: opens are placed against it
+	// (opened, the audit log's real paths), whatever name the root
+	// was opened by.
+	if s.rootReal, err = fdPath(s.fast.dir); err != nil {
+		s.fast.Close()
+		return nil, err
+	}
+	if s.hide != nil {
+		s.fast.guard = s.guardAt
+	}
+	shape, unlock := acquireShapeLock(s.rootID)
+	s.shape = shape
+	return func() { unlock(); s.fast.Close() }, nil
 }
 
 func (s *sftpServer) closeAll() {

@@ -114,6 +114,7 @@ func (s *sftpServer) openNamed(id uint32, r *reader) {
 	}
 	// Only this worker registers key (requests naming it keep their
 	// order), so it is still free.
+	h.ownerLayer = s.ownerLayer
 	s.mu.Lock()
 	s.handles[key] = h
 	openHandles.Add(1)
@@ -259,6 +260,7 @@ func (s *sftpServer) register(h *handle) string {
 	defer s.mu.Unlock()
 	s.next++
 	key := fmt.Sprintf("%x", s.next)
+	h.ownerLayer = s.ownerLayer
 	s.handles[key] = h
 	openHandles.Add(1)
 	return key
