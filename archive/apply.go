@@ -2,6 +2,8 @@ package archive
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -106,7 +109,48 @@ func ApplyFrom(dir string, base Manifest, r io.ReaderAt, size int64, opts ApplyO
 	if err != nil {
 		return nil, err
 	}
-	a := &applier{staging: staging, suffix: opts.ConflictSuffix, rep: rep}
+	return apply(dir, staging, base, res, union(base, res), func(p string) (Entry, bool) {
+		c, ok := cur[p]
+		return c, ok
+	}, opts.ConflictSuffix, rep)
+}
+
+// ApplyChanges is Apply of a result held in the directory src, of which
+// only paths changed: base and res are their entries before and after
+// (absent: none). What dir holds at each path now is read there, so the
+// cost is that of the paths, not of the tree. A path under a symlink in
+// dir is left alone, as a conflict.
+func ApplyChanges(dir, src string, base, res Manifest, paths []string, suffix string) (*Report, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	paths = slices.Clone(paths)
+	sortPaths(paths)
+	return apply(dir, src, base, res, paths, func(p string) (Entry, bool) { return entryAt(root, p) }, suffix, &Report{})
+}
+
+// apply makes each of paths in dir as res has it, from the files in src,
+// where dir holds at the path (cur) what base does; else, unless dir holds
+// res's already, it is a conflict.
+func apply(dir, src string, base, res Manifest, paths []string, cur func(p string) (Entry, bool), suffix string, rep *Report) (*Report, error) {
+	a := &applier{staging: src, suffix: suffix, rep: rep}
+	type held struct {
+		e  Entry
+		ok bool
+	}
+	seen := map[string]held{}
+	read := cur
+	cur = func(p string) (Entry, bool) { // as dir was before apply, read once
+		h, ok := seen[p]
+		if !ok {
+			h.e, h.ok = read(p)
+			seen[p] = h
+		}
+		return h.e, h.ok
+	}
+	var err error
 	if a.root, err = os.OpenRoot(dir); err != nil {
 		return nil, err
 	}
@@ -114,17 +158,16 @@ func ApplyFrom(dir string, base Manifest, r io.ReaderAt, size int64, opts ApplyO
 	if a.links, err = newLinker(a.root); err != nil {
 		return nil, err
 	}
-	if a.src, err = os.OpenRoot(staging); err != nil {
+	if a.src, err = os.OpenRoot(src); err != nil {
 		return nil, err
 	}
 	defer a.src.Close()
 
-	paths := union(base, res)
 	var todo []string
 	for _, p := range paths {
 		b, inBase := base[p]
 		r, inRes := res[p]
-		c, inCur := cur[p]
+		c, inCur := cur(p)
 		switch {
 		case inBase == inRes && b == r: // the executor left it alone
 		case inCur == inRes && c == r: // already as the executor left it
@@ -138,7 +181,7 @@ func ApplyFrom(dir string, base Manifest, r io.ReaderAt, size int64, opts ApplyO
 	for i := len(todo) - 1; i >= 0; i-- {
 		p := todo[i]
 		r, inRes := res[p]
-		c, inCur := cur[p]
+		c, inCur := cur(p)
 		if inCur && (!inRes || r.Kind != c.Kind || r.Kind == KindSymlink) {
 			if err := a.root.Remove(p); err != nil {
 				a.conflictf(p, "kept: could not remove it (%v)", rootErr(err))
@@ -154,7 +197,7 @@ func ApplyFrom(dir string, base Manifest, r io.ReaderAt, size int64, opts ApplyO
 		if !inRes {
 			continue
 		}
-		c, inCur := cur[p]
+		c, inCur := cur(p)
 		if err := a.put(p, r, inCur && c.Kind == r.Kind && r.Kind != KindSymlink); err != nil {
 			a.conflictf(p, "not applied: %v", rootErr(err))
 			continue
@@ -284,4 +327,42 @@ func sortPaths(ps []string) {
 	sort.Slice(ps, func(i, j int) bool {
 		return strings.ReplaceAll(ps[i], "/", "\x00") < strings.ReplaceAll(ps[j], "/", "\x00")
 	})
+}
+
+// entryAt is the entry at p in root, read now (a file's content hashed);
+// false if there is none, or p lies under a symlink.
+func entryAt(root *os.Root, p string) (Entry, bool) {
+	for d := path.Dir(p); d != "."; d = path.Dir(d) {
+		if fi, err := root.Lstat(d); err != nil || !fi.IsDir() {
+			return Entry{}, false
+		}
+	}
+	info, err := root.Lstat(p)
+	if err != nil {
+		return Entry{}, false
+	}
+	var target string
+	switch mode := info.Mode(); {
+	case mode.IsRegular(), mode.IsDir():
+	case mode&fs.ModeSymlink != 0:
+		if target, err = root.Readlink(p); err != nil {
+			return Entry{}, false
+		}
+	default:
+		return Entry{}, false
+	}
+	e := entryOf(info, target)
+	if e.Kind == KindFile {
+		f, err := root.Open(p)
+		if err != nil {
+			return Entry{}, false
+		}
+		defer f.Close()
+		h := sha256.New()
+		if e.Size, err = io.Copy(h, f); err != nil {
+			return Entry{}, false
+		}
+		e.Hash = hex.EncodeToString(h.Sum(nil))
+	}
+	return e, true
 }

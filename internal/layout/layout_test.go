@@ -48,6 +48,7 @@ var allowed = map[string][]string{
 	"control/delegator/mcpserver":   {"control", "control/delegator", "control/discovery", "lease"},
 	"control/delegator/gateway":     {"control", "control/delegator", "lease"},
 	"control/delegator/turns":       {"control", "control/delegator", "control/delegator/gateway", "lease"},
+	"control/delegator/review":      {"archive", "internal/stage"},
 	"cmd/internal/clikit":           {"internal/cloexec", "internal/metrics"},
 	"cmd/awcp-ctl":                  {"cmd/internal/clikit", "control", "control/delegator", "control/delegator/gateway", "control/delegator/mcpserver", "control/delegator/turns", "control/discovery", "internal/metrics", "lease"},
 	"cmd/awcp-fs":                   {"archive", "cmd/internal/clikit", "control", "control/discovery", "control/executor/acp", "control/executor/agent", "control/executor", "fs", "internal/metrics", "internal/sandbox", "lease"},

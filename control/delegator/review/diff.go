@@ -1,0 +1,301 @@
+package review
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/awcp/awcp/archive"
+)
+
+// edit is one line of a line diff: ' ' kept, '-' removed, '+' added.
+type edit struct {
+	op   byte
+	line string
+}
+
+// maxEdits bounds the edit distance a line diff looks for (its memory
+// grows with its square): past it, the file is shown replaced whole.
+const maxEdits = 2000
+
+// diffLines is a shortest edit script from a to b (Myers' algorithm, on
+// what is left once the common start and end are set aside).
+func diffLines(a, b []string) []edit {
+	pre := 0
+	for pre < len(a) && pre < len(b) && a[pre] == b[pre] {
+		pre++
+	}
+	suf := 0
+	for suf < len(a)-pre && suf < len(b)-pre && a[len(a)-1-suf] == b[len(b)-1-suf] {
+		suf++
+	}
+	out := make([]edit, 0, len(a)+len(b)-pre-suf)
+	for _, l := range a[:pre] {
+		out = append(out, edit{' ', l})
+	}
+	out = append(out, myers(a[pre:len(a)-suf], b[pre:len(b)-suf])...)
+	for _, l := range a[len(a)-suf:] {
+		out = append(out, edit{' ', l})
+	}
+	return out
+}
+
+func myers(a, b []string) []edit {
+	n, m := len(a), len(b)
+	if n+m == 0 {
+		return nil
+	}
+	off := n + m + 1
+	v := make([]int, 2*off+1)
+	// trace[d] is v's window k = -d-1 … d+1 as round d found it.
+	var trace [][]int
+	for d := 0; d <= n+m; d++ {
+		if d > maxEdits {
+			return replaced(a, b)
+		}
+		trace = append(trace, append([]int(nil), v[off-d-1:off+d+2]...))
+		for k := -d; k <= d; k += 2 {
+			var x int
+			if k == -d || (k != d && v[off+k-1] < v[off+k+1]) {
+				x = v[off+k+1]
+			} else {
+				x = v[off+k-1] + 1
+			}
+			y := x - k
+			for x < n && y < m && a[x] == b[y] {
+				x, y = x+1, y+1
+			}
+			v[off+k] = x
+			if x >= n && y >= m {
+				return backtrack(trace, a, b)
+			}
+		}
+	}
+	return replaced(a, b)
+}
+
+func backtrack(trace [][]int, a, b []string) []edit {
+	x, y := len(a), len(b)
+	var rev []edit
+	for d := len(trace) - 1; d >= 0; d-- {
+		w := trace[d]
+		at := func(k int) int { return w[k+d+1] }
+		k := x - y
+		var pk int
+		if k == -d || (k != d && at(k-1) < at(k+1)) {
+			pk = k + 1
+		} else {
+			pk = k - 1
+		}
+		px := at(pk)
+		py := px - pk
+		for x > px && y > py {
+			rev = append(rev, edit{' ', a[x-1]})
+			x, y = x-1, y-1
+		}
+		if d > 0 {
+			if x == px {
+				rev = append(rev, edit{'+', b[y-1]})
+			} else {
+				rev = append(rev, edit{'-', a[x-1]})
+			}
+		}
+		x, y = px, py
+	}
+	for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
+		rev[i], rev[j] = rev[j], rev[i]
+	}
+	return rev
+}
+
+func replaced(a, b []string) []edit {
+	out := make([]edit, 0, len(a)+len(b))
+	for _, l := range a {
+		out = append(out, edit{'-', l})
+	}
+	for _, l := range b {
+		out = append(out, edit{'+', l})
+	}
+	return out
+}
+
+// contextLines is how many unchanged lines a hunk shows around a change.
+const contextLines = 3
+
+// writeHunks writes edits as unified diff hunks.
+func writeHunks(w io.Writer, edits []edit) error {
+	// oldAt[i], newAt[i]: the line numbers (from 1) edit i stands at.
+	oldAt, newAt := make([]int, len(edits)+1), make([]int, len(edits)+1)
+	o, n := 1, 1
+	for i, e := range edits {
+		oldAt[i], newAt[i] = o, n
+		if e.op != '+' {
+			o++
+		}
+		if e.op != '-' {
+			n++
+		}
+	}
+	oldAt[len(edits)], newAt[len(edits)] = o, n
+	changed := func(i int) bool { return edits[i].op != ' ' }
+	for i := 0; i < len(edits); {
+		for i < len(edits) && !changed(i) {
+			i++
+		}
+		if i == len(edits) {
+			break
+		}
+		start := max(0, i-contextLines)
+		end := i
+		for j := i; j < len(edits); j++ {
+			if changed(j) {
+				end = j
+			} else if j-end > 2*contextLines {
+				break
+			}
+		}
+		end = min(len(edits), end+1+contextLines)
+		oldN, newN := oldAt[end]-oldAt[start], newAt[end]-newAt[start]
+		if _, err := fmt.Fprintf(w, "@@ -%s +%s @@\n", hunkRange(oldAt[start], oldN), hunkRange(newAt[start], newN)); err != nil {
+			return err
+		}
+		for _, e := range edits[start:end] {
+			line := e.line
+			nl := strings.HasSuffix(line, "\n")
+			if _, err := fmt.Fprintf(w, "%c%s", e.op, line); err != nil {
+				return err
+			}
+			if !nl {
+				if _, err := io.WriteString(w, "\n\\ No newline at end of file\n"); err != nil {
+					return err
+				}
+			}
+		}
+		i = end
+	}
+	return nil
+}
+
+// hunkRange is a hunk header's range: an empty one starts the line before.
+func hunkRange(start, n int) string {
+	switch n {
+	case 0:
+		return fmt.Sprintf("%d,0", start-1)
+	case 1:
+		return fmt.Sprint(start)
+	}
+	return fmt.Sprintf("%d,%d", start, n)
+}
+
+// underGit reports whether p is in a .git directory: a live mount's result
+// holds the executor's commits there, which a line diff has nothing to say
+// about.
+func underGit(p string) bool {
+	return p == ".git" || strings.HasPrefix(p, ".git/") || strings.Contains(p, "/.git/") || strings.HasSuffix(p, "/.git")
+}
+
+// Diff writes the result as a unified diff of its text files; binary and
+// large files are named with their sizes, and changes under .git counted.
+func (r *Result) Diff(w io.Writer) error {
+	files, err := r.Files()
+	if err != nil {
+		return err
+	}
+	inGit := 0
+	for _, f := range files {
+		if underGit(f.Path) {
+			inGit++
+			continue
+		}
+		if err := r.diffFile(w, f); err != nil {
+			return err
+		}
+	}
+	if inGit > 0 {
+		_, err = fmt.Fprintf(w, "# and %d changed path(s) under .git/, not shown\n", inGit)
+	}
+	return err
+}
+
+func (r *Result) diffFile(w io.Writer, f File) error {
+	from, to := "a/"+f.Path, "b/"+f.Path
+	fmt.Fprintf(w, "diff --git %s %s\n", from, to)
+	switch f.Status {
+	case Added:
+		fmt.Fprintf(w, "new file mode %s\n", gitMode(r.Res[f.Path]))
+		from = "/dev/null"
+	case Deleted:
+		fmt.Fprintf(w, "deleted file mode %s\n", gitMode(r.Base[f.Path]))
+		to = "/dev/null"
+	default:
+		if om, nm := gitMode(r.Base[f.Path]), gitMode(r.Res[f.Path]); om != nm {
+			fmt.Fprintf(w, "old mode %s\nnew mode %s\n", om, nm)
+		}
+	}
+	if f.Binary {
+		_, err := fmt.Fprintf(w, "Binary files %s and %s differ (%d → %d bytes)\n", from, to, f.OldSize, f.NewSize)
+		return err
+	}
+	old, new, err := r.texts(f.Path)
+	if err != nil {
+		return err
+	}
+	edits := diffLines(old, new)
+	if f.Added+f.Removed == 0 {
+		return nil // the mode alone
+	}
+	if _, err := fmt.Fprintf(w, "--- %s\n+++ %s\n", from, to); err != nil {
+		return err
+	}
+	return writeHunks(w, edits)
+}
+
+// gitMode is an entry's mode as git writes it.
+func gitMode(e archive.Entry) string {
+	switch {
+	case e.Kind == archive.KindSymlink:
+		return "120000"
+	case e.Perm&0o111 != 0:
+		return "100755"
+	}
+	return "100644"
+}
+
+// Stat writes a line per changed file with its added and removed lines
+// (or its sizes), then the totals, as diff --stat does.
+func (r *Result) Stat(w io.Writer) error {
+	files, err := r.Files()
+	if err != nil {
+		return err
+	}
+	width := 0
+	for _, f := range files {
+		width = max(width, len(f.Path))
+	}
+	added, removed := 0, 0
+	for _, f := range files {
+		if f.Binary {
+			fmt.Fprintf(w, " %-*s | Bin %d -> %d bytes\n", width, f.Path, f.OldSize, f.NewSize)
+			continue
+		}
+		added, removed = added+f.Added, removed+f.Removed
+		fmt.Fprintf(w, " %-*s | %4d %s%s\n", width, f.Path, f.Added+f.Removed,
+			strings.Repeat("+", min(f.Added, 40)), strings.Repeat("-", min(f.Removed, 40)))
+	}
+	_, err = fmt.Fprintf(w, " %d file(s) changed, %d insertion(s)(+), %d deletion(s)(-)\n", len(files), added, removed)
+	return err
+}
+
+// NameStatus writes a line per changed file: its status and path.
+func (r *Result) NameStatus(w io.Writer) error {
+	files, err := r.Files()
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if _, err := fmt.Fprintf(w, "%s\t%s\n", f.Status, f.Path); err != nil {
+			return err
+		}
+	}
+	return nil
+}

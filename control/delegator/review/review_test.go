@@ -1,0 +1,184 @@
+package review
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/internal/stage"
+)
+
+// area makes a staging area by hand: base holds the owner's files as they
+// were, upper the executor's, and every path named in either is touched.
+func area(t *testing.T, base, upper map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	a, err := stage.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range upper {
+		write(t, filepath.Join(a.Upper(), name), content)
+	}
+	for name, content := range base {
+		write(t, filepath.Join(a.BaseDir(), name), content)
+		sum := archive.Checksum([]byte(content))
+		if err := a.Touch(name, &archive.Entry{Kind: archive.KindFile, Perm: 0o644, Size: int64(len(content)), Hash: sum}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name := range upper {
+		if err := a.Touch(name, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func write(t *testing.T, p, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func git(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// mutate makes a text like lines, changed here and there.
+func mutate(r *rand.Rand, lines []string) []string {
+	var out []string
+	for i, l := range lines {
+		switch r.IntN(10) {
+		case 0: // drop
+		case 1:
+			out = append(out, fmt.Sprintf("changed %d %d\n", i, r.IntN(1000)))
+		case 2:
+			out = append(out, l, fmt.Sprintf("inserted after %d\n", i))
+		default:
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Our unified diff is one git itself applies: for texts changed at random,
+// git apply of the diff onto the base gives the executor's version, byte
+// for byte (with files added, deleted, and a last line without newline).
+func TestDiffAppliesWithGit(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatal("git is needed: ", err)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	base, upper := map[string]string{}, map[string]string{}
+	for f := range 12 {
+		var lines []string
+		for i := range 40 + r.IntN(200) {
+			lines = append(lines, fmt.Sprintf("line %d of %d\n", i, f))
+		}
+		name := fmt.Sprintf("dir%d/f%d.txt", f%3, f)
+		base[name] = strings.Join(lines, "")
+		upper[name] = strings.Join(mutate(r, lines), "")
+	}
+	base["gone.txt"] = "bye\n"
+	upper["added.txt"] = "hello\nno newline"
+	base["nonl.txt"], upper["nonl.txt"] = "a\nb", "a\nb\nc"
+	res, err := FromArea(area(t, base, upper))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	var diff bytes.Buffer
+	if err := res.Diff(&diff); err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	for name, content := range base {
+		write(t, filepath.Join(work, name), content)
+	}
+	git(t, work, "init", "-q")
+	patch := filepath.Join(t.TempDir(), "p.diff")
+	os.WriteFile(patch, diff.Bytes(), 0o644)
+	git(t, work, "apply", "--whitespace=nowarn", patch)
+	for name, want := range upper {
+		got, err := os.ReadFile(filepath.Join(work, name))
+		if err != nil || string(got) != want {
+			t.Errorf("%s after git apply: %q, %v; want %q", name, got, err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(work, "gone.txt")); err == nil {
+		t.Error("gone.txt is still there after git apply")
+	}
+	var ns bytes.Buffer
+	res.NameStatus(&ns)
+	for _, want := range []string{"A\tadded.txt", "D\tgone.txt", "M\tnonl.txt"} {
+		if !strings.Contains(ns.String(), want) {
+			t.Errorf("name-status lacks %q:\n%s", want, ns.String())
+		}
+	}
+}
+
+// Branch records the result on a new branch whose parent is HEAD, leaving
+// the working tree, the index and HEAD as they were; a taken name is
+// refused.
+func TestBranchLeavesTheWorkTree(t *testing.T) {
+	work := t.TempDir()
+	write(t, filepath.Join(work, "sub", "a.txt"), "a\n")
+	write(t, filepath.Join(work, "sub", "b.txt"), "b\n")
+	git(t, work, "init", "-q", "-b", "main")
+	git(t, work, "add", ".")
+	git(t, work, "commit", "-qm", "base")
+	head := git(t, work, "rev-parse", "HEAD")
+	write(t, filepath.Join(work, "sub", "b.txt"), "owner's uncommitted edit\n")
+	status := git(t, work, "status", "--porcelain")
+
+	res, err := FromArea(area(t, map[string]string{"a.txt": "a\n", "b.txt": "b\n"}, map[string]string{"a.txt": "agent a\n", "c.txt": "new\n"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	commit, err := res.Branch(context.Background(), filepath.Join(work, "sub"), "awcp/review", "the agent's work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := git(t, work, "rev-parse", "HEAD"); got != head {
+		t.Errorf("HEAD moved to %s", got)
+	}
+	if got := git(t, work, "status", "--porcelain"); got != status {
+		t.Errorf("the work tree's status went from %q to %q", status, got)
+	}
+	if got := git(t, work, "rev-parse", commit+"^"); got != head {
+		t.Errorf("the commit's parent is %s, want HEAD %s", got, head)
+	}
+	if got := git(t, work, "show", "awcp/review:sub/a.txt"); got != "agent a" {
+		t.Errorf("the branch's sub/a.txt is %q", got)
+	}
+	if got := git(t, work, "show", "awcp/review:sub/c.txt"); got != "new" {
+		t.Errorf("the branch's sub/c.txt is %q", got)
+	}
+	if err := exec.Command("git", "-C", work, "cat-file", "-e", "awcp/review:sub/b.txt").Run(); err == nil {
+		t.Error("the branch still has sub/b.txt, which the executor deleted")
+	}
+	if _, err := res.Branch(context.Background(), filepath.Join(work, "sub"), "awcp/review", "again"); err == nil {
+		t.Error("a second branch of the same name was made")
+	}
+}
