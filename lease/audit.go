@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
+	"os"
 	"slices"
 	"time"
 
@@ -271,13 +272,18 @@ func (s *Store) PruneAudit(before time.Time) (int, error) {
 // Nothing is written when nothing is that old, so every command may call
 // it (the reference keeps a delegator's records a week).
 func (s *Store) PruneDelegations(before time.Time) ([]string, error) {
-	old := func(d *Delegation) bool { return d.State.Terminal() && d.EndedAt.Before(before) }
+	now := s.Now()
+	old := func(d *Delegation) bool {
+		waiting := d.Staged != nil && d.Staged.State == StagedPending && now.Before(d.Staged.Until)
+		return d.State.Terminal() && d.EndedAt.Before(before) && !waiting
+	}
 	all, err := s.Delegations()
 	if err != nil || !slices.ContainsFunc(all, old) {
 		return nil, err
 	}
-	var gone []string
+	var gone, stagedDirs []string
 	err = s.update(func(tx *bolt.Tx) error {
+		gone, stagedDirs = nil, nil
 		all, err := list[*Delegation](tx, bucketDelegations)
 		if err != nil {
 			return err
@@ -293,8 +299,16 @@ func (s *Store) PruneDelegations(before time.Time) ([]string, error) {
 				return err
 			}
 			gone = append(gone, d.ID)
+			if d.Staged != nil {
+				stagedDirs = append(stagedDirs, d.Staged.Dir)
+			}
 		}
 		return nil
 	})
+	if err == nil {
+		for _, dir := range stagedDirs {
+			os.RemoveAll(dir)
+		}
+	}
 	return gone, err
 }

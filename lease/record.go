@@ -148,6 +148,10 @@ type Delegation struct {
 	// Gaps are the events the executor could not replay when its stream
 	// was followed again.
 	Gaps []EventGap `json:"gaps,omitempty"`
+	// SnapshotMode is what becomes of the result (SnapshotAuto if ""),
+	// and Staged the result kept for review in staged mode.
+	SnapshotMode string  `json:"snapshotMode,omitempty"`
+	Staged       *Staged `json:"staged,omitempty"`
 }
 
 // ExportPolicy is what a delegation's export refuses beyond its access

@@ -24,6 +24,8 @@ func policyFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "no-hide-defaults", Usage: "lend what the default hide patterns keep back: " + strings.Join(delegator.DefaultHide, " ")},
 		&cli.BoolFlag{Name: "no-delete", EnvVars: []string{"AWCP_NO_DELETE"}, Usage: "nothing of yours goes away: no remove, rename, replace or truncation of what was there before; the agent's own files excepted"},
 		clikit.BytesFlag("max-write-bytes", 0, "bound what the executor writes over the live mount, e.g. 500M (K, M, G: powers of 1024)", "AWCP_MAX_WRITE_BYTES"),
+		&cli.StringFlag{Name: "snapshot", EnvVars: []string{"AWCP_SNAPSHOT"}, Value: lease.SnapshotAuto,
+			Usage: "what becomes of the result: auto (applied as it comes; over a live mount, written in place), staged (your directory is not touched: review it with awcp-ctl diff, then apply or discard) or discard"},
 	}, admissionFlags()...)
 }
 

@@ -33,16 +33,17 @@ const exitPending = 3
 
 // env is what every delegator command works with.
 type env struct {
-	state          string
-	agentID        string // this agent's (discovery.AgentID)
-	store          *lease.Store
-	log            *slog.Logger
-	sshfs          *delegator.SSHFSDelegator                // set while this process runs the SSH server
-	metrics        *metrics.Registry                        // the daemon's, with --metrics-listen; nil: none
-	transfer       func(id, what string, done, total int64) // draws archive transfers; nil: none
-	admission      delegator.AdmissionLimits                // the daemon's defaults (serve --max-files …); zero: the transports'
-	reconnectBound time.Duration                            // --reconnect-bound, where the command has it
-	daemon         bool                                     // this process is `awcp-ctl serve`
+	state           string
+	agentID         string // this agent's (discovery.AgentID)
+	store           *lease.Store
+	log             *slog.Logger
+	sshfs           *delegator.SSHFSDelegator                // set while this process runs the SSH server
+	metrics         *metrics.Registry                        // the daemon's, with --metrics-listen; nil: none
+	transfer        func(id, what string, done, total int64) // draws archive transfers; nil: none
+	admission       delegator.AdmissionLimits                // the daemon's defaults (serve --max-files …); zero: the transports'
+	stagedRetention time.Duration                            // how long staged results wait (--snapshot-retention); zero: the default
+	reconnectBound  time.Duration                            // --reconnect-bound, where the command has it
+	daemon          bool                                     // this process is `awcp-ctl serve`
 }
 
 func openEnv(c *cli.Context) (*env, error) { return openEnvAs(c, false) }
@@ -69,7 +70,8 @@ func openEnvAs(c *cli.Context, daemon bool) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &env{state: state, agentID: agentID, store: store, log: log, reconnectBound: clikit.Duration(c, "reconnect-bound"), daemon: daemon}
+	e := &env{state: state, agentID: agentID, store: store, log: log, reconnectBound: clikit.Duration(c, "reconnect-bound"), daemon: daemon,
+		stagedRetention: clikit.Duration(c, "snapshot-retention")}
 	if dlg, err := e.delegator(nil); err == nil {
 		endOrphans := false
 		if !daemon {
@@ -95,17 +97,19 @@ func (e *env) delegator(progress func(string, *control.Event)) (*delegator.Deleg
 		transports[control.TransportSSHFS] = e.sshfs
 	}
 	return delegator.New(delegator.Options{
-		Store:          e.store,
-		Transports:     transports,
-		SpoolDir:       staging,
-		Progress:       progress,
-		ReconnectBound: e.reconnectBound,
-		AgentID:        e.agentID,
-		Daemon:         e.daemon,
-		Metrics:        m,
-		Transfer:       e.transfer,
-		Admission:      e.admission,
-		Logger:         e.log,
+		Store:           e.store,
+		Transports:      transports,
+		SpoolDir:        staging,
+		Progress:        progress,
+		ReconnectBound:  e.reconnectBound,
+		AgentID:         e.agentID,
+		Daemon:          e.daemon,
+		Metrics:         m,
+		Transfer:        e.transfer,
+		Admission:       e.admission,
+		StagedDir:       filepath.Join(e.state, "staged"),
+		StagedRetention: e.stagedRetention,
+		Logger:          e.log,
 	})
 }
 
@@ -119,6 +123,7 @@ func sshFlags() []cli.Flag {
 		clikit.DurationFlag("reconnect-bound", 30*time.Second, "how long an executor that went away may stay unreachable before its delegation fails (TASK_FAILED)", "AWCP_RECONNECT_BOUND"),
 		&cli.IntFlag{Name: "audit-records", EnvVars: []string{"AWCP_AUDIT_RECORDS"}, Value: delegator.DefaultMaxAuditRecords,
 			Usage: "operations of a live-mount delegation its audit log keeps (the oldest beyond are dropped and counted); 0 records none"},
+		clikit.DurationFlag("snapshot-retention", delegator.DefaultStagedRetention, "how long a staged result waits for apply or discard before it is removed", "AWCP_SNAPSHOT_RETENTION"),
 		clikit.DurationFlag("audit-retention", 30*24*time.Hour, "how long the audit log of an ended delegation is kept (its summary stays with the delegation)", "AWCP_AUDIT_RETENTION"),
 	}
 }
@@ -260,11 +265,14 @@ func report(c *cli.Context, d *lease.Delegation) error {
 	}
 	if len(d.Changes) > 0 {
 		title := "changes made live in " + d.LocalDir
-		if d.Transport == control.TransportArchive {
+		switch {
+		case d.Staged != nil && d.Staged.State != lease.StagedApplied:
+			title = "changes staged for review (" + d.LocalDir + " is untouched)"
+		case d.Transport == control.TransportArchive || d.Staged != nil:
 			title = "changes applied to " + d.LocalDir
 		}
 		fmt.Fprintf(w, "%s:\n%s\n", title, indent(strings.Join(d.Changes, "\n")))
-	} else if d.State == lease.Completed && d.Transport == control.TransportArchive && d.AccessMode == control.AccessRW {
+	} else if d.State == lease.Completed && d.Transport == control.TransportArchive && d.AccessMode == control.AccessRW && d.Staged == nil {
 		fmt.Fprintln(w, "changes: none")
 	}
 	if len(d.Conflicts) > 0 {
@@ -273,6 +281,9 @@ func report(c *cli.Context, d *lease.Delegation) error {
 	if liveChangesStay(d) {
 		fmt.Fprintf(w, "note: the %s delegation's changes above stay in %s: the live mount wrote them there as the agent worked, and ending it undoes nothing\n",
 			d.State, d.LocalDir)
+	}
+	if line := stagedLine(d); line != "" {
+		fmt.Fprintf(w, "result: %s\n", line)
 	}
 	for _, n := range d.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
@@ -382,7 +393,7 @@ const outputProgressLines = 10
 // agent changed the directory through the live mount: those changes are
 // the owner's now, and the user must be told.
 func liveChangesStay(d *lease.Delegation) bool {
-	return d.Transport == control.TransportSSHFS && d.State.Terminal() && d.State != lease.Completed && len(d.Changes) > 0
+	return d.Transport == control.TransportSSHFS && d.State.Terminal() && d.State != lease.Completed && len(d.Changes) > 0 && d.Staged == nil
 }
 
 func indent(s string) string { return "  " + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n  ") }
@@ -454,6 +465,15 @@ func printTable(w io.Writer, ds []*lease.Delegation) {
 			} else {
 				state += " (executor " + ch.State + ")"
 			}
+		}
+		if st := d.Staged; st != nil && d.State.Terminal() && st.State == lease.StagedPending {
+			var bytes int64
+			for _, s := range st.Snapshots {
+				bytes += s.Bytes
+			}
+			state += " (staged " + clikit.HumanBytes(bytes) + ", pending review)"
+		} else if st != nil && d.State.Terminal() {
+			state += " (staged, " + st.State + ")"
 		}
 		executor := d.Peer
 		if d.PeerName != "" {

@@ -74,7 +74,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 				Description: c.String("description"), TTL: clikit.Duration(c, "ttl"), Access: c.String("access"),
 				Transport: c.String("transport"), Token: token, Dialect: c.String("dialect"),
 				Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"), NoDelete: c.Bool("no-delete"),
-				Limits: admissionLimits(c),
+				Limits: admissionLimits(c), Snapshot: c.String("snapshot"),
 			}
 			req.MaxWriteBytes = clikit.Bytes(c, "max-write-bytes")
 			if abs, err := filepath.Abs(req.Dir); err == nil {

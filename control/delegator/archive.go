@@ -96,6 +96,13 @@ func (t *ArchiveDelegator) Prepare(_ context.Context, d control.Lent) (*control.
 	if err := t.Blobs.PutBlob(manifestKey(d.ID), m); err != nil {
 		return nil, fmt.Errorf("remember what was sent: %w", err)
 	}
+	if d.Snapshot == lease.SnapshotStaged && d.StagedDir != "" {
+		// The review diffs and applies against what was sent: kept
+		// with the result, after START has removed its copy.
+		if err := keepBase(name, m, d.StagedDir); err != nil {
+			return nil, fmt.Errorf("keep what was sent for the review: %w", err)
+		}
+	}
 	return &control.WorkDirInfo{
 		Transport:     control.TransportArchive,
 		WorkspaceFile: name,

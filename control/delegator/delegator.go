@@ -34,6 +34,12 @@ type Options struct {
 	// they arrive, before they are applied. Default: the system's
 	// temporary directory.
 	SpoolDir string
+	// StagedDir is where staged results are kept for review, a directory
+	// per delegation (staged.go). Empty: no snapshot mode but auto.
+	StagedDir string
+	// StagedRetention is how long a staged result waits for a decision.
+	// Default DefaultStagedRetention.
+	StagedRetention time.Duration
 	// MaxResultBytes bounds an executor's result as base64; one over it
 	// fails the delegation with TASK_FAILED, nothing applied. Default
 	// DefaultMaxResultBytes.
@@ -185,6 +191,10 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 	if err != nil {
 		return nil, err
 	}
+	mode, err := d.snapshotMode(req)
+	if err != nil {
+		return nil, err
+	}
 	phys, stats, err := Admit(req.Dir, req.limits(d.opts.Admission, req.Transport), policy.Hide)
 	if err != nil {
 		return nil, err
@@ -207,6 +217,10 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 		AutoTransport: auto, Connect: connect, Policy: policy,
 		CallChain: chain, PeerAgentID: req.PeerAgentID, PeerName: req.PeerName, PeerKey: req.PeerKey,
 		Limits: [3]int64{req.Limits.MaxTotalBytes, req.Limits.MaxFileCount, req.Limits.MaxFileBytes},
+		SnapshotMode: mode,
+	}
+	if mode == lease.SnapshotStaged {
+		del.Staged = &lease.Staged{Dir: d.stagedDir(id), State: lease.StagedPending}
 	}
 	if req.Session || req.Driven {
 		sr := control.NewSessionRequest()
@@ -268,7 +282,15 @@ func (d *Delegator) transport(del *lease.Delegation) control.DelegatorTransport 
 func lent(del *lease.Delegation) control.Lent {
 	return control.Lent{ID: del.ID, LocalDir: del.LocalDir, AccessMode: del.AccessMode, ExpiresAt: del.ExpiresAt, Peer: del.Peer,
 		Dialect: del.Dialect, Policy: del.Policy, Reverse: del.Connect == control.ConnectReverse, Token: del.Token,
-		PeerAgentID: del.PeerAgentID, PeerKey: del.PeerKey}
+		PeerAgentID: del.PeerAgentID, PeerKey: del.PeerKey, Snapshot: del.SnapshotMode, StagedDir: stagedDirOf(del)}
+}
+
+// stagedDirOf is where del's staged result is kept; "" if it is not.
+func stagedDirOf(del *lease.Delegation) string {
+	if del.Staged == nil {
+		return ""
+	}
+	return del.Staged.Dir
 }
 
 // EventNote is the type of the events Options.Progress gets for what

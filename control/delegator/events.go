@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/lease"
 )
@@ -237,8 +238,16 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 			_, err = d.store.UpdateDelegation(id, seen)
 		}
 	case control.EventSnapshot:
+		// Staged, every snapshot is kept for review; else the one that
+		// will be the result.
+		keep := d.stageSnapshot(del, ev)
 		d.holdSnapshot(id, ev)
-		_, err = d.store.UpdateDelegation(id, seen)
+		_, err = d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
+			if keep != nil {
+				keep(del)
+			}
+			return seen(del)
+		})
 	case control.EventDone:
 		if del.State.Terminal() {
 			return nil
@@ -262,10 +271,19 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 		if tr == nil {
 			return fmt.Errorf("delegation %s: transport %s is not available in this process", id, del.Transport)
 		}
-		if del.Transport == control.TransportArchive { // a live mount's result is in place already
+		kept := del.SnapshotMode == lease.SnapshotStaged || del.SnapshotMode == lease.SnapshotDiscard
+		if del.Transport == control.TransportArchive && !kept { // a live mount's result is in place already
 			f.set(lease.ChannelFinishing, "the executor finished; applying its result", d.store.Now())
 		}
-		rep, ferr := tr.Finish(ctx, lent(del), ev)
+		var rep *archive.Report
+		var ferr error
+		var staged func(*lease.Delegation)
+		if kept && del.AccessMode == control.AccessRW {
+			rep = &archive.Report{}
+			staged, ferr = d.finishStaged(del, ev)
+		} else {
+			rep, ferr = tr.Finish(ctx, lent(del), ev)
+		}
 		if ferr != nil {
 			d.log.Error("apply result", "delegation", id, "err", ferr)
 			failure := &lease.Failure{Code: control.CodeTaskFailed, Message: "the result could not be applied: " + ferr.Error(),
@@ -299,6 +317,9 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 				}
 				if len(rep.Ignored) > 0 {
 					del.Notes = append(del.Notes, fmt.Sprintf("the executor's result also held %v: not applied (outside the lent directory, or hidden)", rep.Ignored))
+				}
+				if staged != nil {
+					staged(del)
 				}
 				return nil
 			})

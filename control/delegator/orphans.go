@@ -78,6 +78,7 @@ func (d *Delegator) Tidy(ctx context.Context, endOrphans bool, pruneBefore time.
 			}
 		}
 	}
+	d.expireStaged(ds)
 	if prune {
 		if _, err := d.store.PruneDelegations(pruneBefore); err != nil {
 			d.log.Warn("prune ended delegations", "err", err)

@@ -47,6 +47,11 @@ type ExportRequest struct {
 	// (0: no bound).
 	MaxWriteBytes int64 `json:"maxWriteBytes,omitempty"`
 
+	// Snapshot is what becomes of the result: auto (the default: applied
+	// as it comes, or written in place over a live mount), staged (kept
+	// for review: diff, apply, discard) or discard.
+	Snapshot string `json:"snapshotMode,omitempty"`
+
 	// CallChain is the agents this request passed through before this
 	// delegator (control.CallChainEnv of an agent that delegates on).
 	CallChain []string `json:"callChain,omitempty"`

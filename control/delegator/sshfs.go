@@ -2,6 +2,7 @@ package delegator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/internal/stage"
 	"github.com/awcp/awcp/lease"
 	"github.com/awcp/awcp/sshd"
 )
@@ -52,8 +54,9 @@ type SSHFSDelegator struct {
 	// Logger default slog.Default().
 	Logger *slog.Logger
 
-	mu      sync.Mutex         // guards keepers
-	keepers map[string]*keeper // of the delegations lent in reverse
+	mu      sync.Mutex             // guards keepers and areas
+	keepers map[string]*keeper     // of the delegations lent in reverse
+	areas   map[string]*stage.Area // staging areas of staged delegations, one each
 	running sync.WaitGroup     // the keepers
 }
 
@@ -80,7 +83,9 @@ func (t *SSHFSDelegator) Prepare(ctx context.Context, d control.Lent) (*control.
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate: %w", err)
 	}
-	t.grant(d)
+	if err := t.grant(d); err != nil {
+		return nil, err
+	}
 	var opts map[string]string
 	if d.Reverse {
 		// The keeper starts before START: the executor's mount waits for
@@ -117,7 +122,10 @@ func (t *SSHFSDelegator) Prepare(ctx context.Context, d control.Lent) (*control.
 // Resume grants the directory again to a delegation followed anew (this
 // process restarted while it ran): a grant lives in the server's memory.
 func (t *SSHFSDelegator) Resume(ctx context.Context, d control.Lent) {
-	t.grant(d)
+	if err := t.grant(d); err != nil {
+		t.logger().Warn("live mount not resumed", "delegation", d.ID, "err", err)
+		return
+	}
 	if d.Reverse {
 		if err := t.keep(ctx, d); err != nil {
 			t.logger().Warn("reverse live mount not resumed", "delegation", d.ID, "err", err)
@@ -125,13 +133,45 @@ func (t *SSHFSDelegator) Resume(ctx context.Context, d control.Lent) {
 	}
 }
 
-// grant lends d's directory to its certificate until the lease's end.
-func (t *SSHFSDelegator) grant(d control.Lent) {
+// grant lends d's directory to its certificate until the lease's end; a
+// staged delegation's changes go to its staging area, which all its
+// sessions share.
+func (t *SSHFSDelegator) grant(d control.Lent) error {
 	exp := sshd.Export{Dir: d.LocalDir, ReadOnly: d.AccessMode != control.AccessRW, Policy: wire.ExportPolicy(d.Policy)}
+	if d.Snapshot == lease.SnapshotStaged && !exp.ReadOnly {
+		area, err := t.area(d)
+		if err != nil {
+			return control.Errorf(control.CodeSetupFailed, "the staging area cannot be made: %v", err).
+				WithHint("check the state directory's disk")
+		}
+		exp.Stage = area
+	}
 	if t.Audit != nil {
 		exp.Audit = t.Audit.For(d.ID)
 	}
 	t.Server.Grant(d.ID, exp, d.ExpiresAt)
+	return nil
+}
+
+// area is d's staging area, opened once per process.
+func (t *SSHFSDelegator) area(d control.Lent) (*stage.Area, error) {
+	if d.StagedDir == "" {
+		return nil, errors.New("no place to keep a staged result")
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if a := t.areas[d.ID]; a != nil {
+		return a, nil
+	}
+	a, err := stage.Open(d.StagedDir)
+	if err != nil {
+		return nil, err
+	}
+	if t.areas == nil {
+		t.areas = map[string]*stage.Area{}
+	}
+	t.areas[d.ID] = a
+	return a, nil
 }
 
 // Finish has nothing to bring back: every write already happened in place.
@@ -143,6 +183,9 @@ func (*SSHFSDelegator) Finish(context.Context, control.Lent, *control.Event) (*a
 func (t *SSHFSDelegator) Cleanup(_ context.Context, d control.Lent) error {
 	t.stopKeeping(d.ID)
 	t.Server.Revoke(d.ID)
+	t.mu.Lock()
+	delete(t.areas, d.ID) // its sessions are closed; the area stays on disk
+	t.mu.Unlock()
 	return nil
 }
 
@@ -212,6 +255,8 @@ func (t *SSHFSDelegator) Renew(_ context.Context, d control.Lent) (*control.Cred
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate: %w", err)
 	}
-	t.grant(d)
+	if err := t.grant(d); err != nil {
+		return nil, err
+	}
 	return &control.Credential{PrivateKey: cred.PrivateKey, Certificate: cred.Certificate}, nil
 }

@@ -42,7 +42,7 @@ var allowed = map[string][]string{
 	// and neither role's package imports the other's.
 	"control":                       {"archive", "lease"},
 	"control/discovery":             {"control"},
-	"control/delegator":             {"archive", "control", "internal/httpserve", "lease", "sshd", "sshd/sftpwire"},
+	"control/delegator":             {"archive", "control", "control/delegator/review", "internal/httpserve", "internal/stage", "lease", "sshd", "sshd/sftpwire"},
 	"control/executor":              {"archive", "control", "control/executor/agent", "fs", "internal/httpserve", "internal/mountinfo", "internal/sandbox", "lease"},
 	"control/executor/executortest": {"control", "control/executor", "internal/httpserve", "lease"},
 	"control/delegator/mcpserver":   {"control", "control/delegator", "control/discovery", "lease"},

@@ -43,6 +43,9 @@ func (r *Result) Close() {
 
 // FromArea reads a live mount's staging area.
 func FromArea(dir string) (*Result, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("the staging area is gone: %w", err)
+	}
 	area, err := stage.Open(dir)
 	if err != nil {
 		return nil, err
@@ -202,7 +205,7 @@ type File struct {
 // Files is the changed paths that are not directories, with their line
 // counts.
 func (r *Result) Files() ([]File, error) {
-	var out []File
+	out := []File{}
 	for _, p := range r.Paths {
 		b, inBase := r.Base[p]
 		a, inRes := r.Res[p]

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/awcp/awcp/cmd/internal/clikit"
+	"github.com/awcp/awcp/lease"
+)
+
+// exitConflicts is apply's exit code when the owner's and the executor's
+// changes met: the owner's versions were kept and the executor's saved
+// beside them.
+const exitConflicts = 4
+
+func snapshotFlag() cli.Flag {
+	return &cli.StringFlag{Name: "snapshot", Usage: "which of an archive result's snapshots (default: the one the executor recommended)"}
+}
+
+// diffCommand shows a staged result.
+func diffCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "diff",
+		Usage:     "show a staged result as a unified diff (works while the agent still runs on a live mount)",
+		ArgsUsage: "ID",
+		Flags: append(clikit.CommonFlags(), snapshotFlag(),
+			&cli.BoolFlag{Name: "stat", Usage: "a line per changed file with its line counts"},
+			&cli.BoolFlag{Name: "name-status", Usage: "a line per changed file: A added, M modified, D deleted, T type changed"},
+			&cli.BoolFlag{Name: "json", Usage: "the changed files as JSON"},
+		),
+		Action: func(c *cli.Context) error {
+			e, d, err := openDelegation(c)
+			if err != nil {
+				return err
+			}
+			dlg, err := e.delegator(nil)
+			if err != nil {
+				return err
+			}
+			r, _, err := dlg.OpenResult(d.ID, c.String("snapshot"))
+			if err != nil {
+				return fail(c, err)
+			}
+			defer r.Close()
+			w := bufio.NewWriter(c.App.Writer)
+			defer w.Flush()
+			switch {
+			case c.Bool("json"):
+				files, err := r.Files()
+				if err != nil {
+					return err
+				}
+				return printJSON(w, map[string]any{"delegation": d.ID, "files": files})
+			case c.Bool("stat"):
+				return r.Stat(w)
+			case c.Bool("name-status"):
+				return r.NameStatus(w)
+			}
+			return r.Diff(w)
+		},
+	}
+}
+
+// applyCommand applies a staged result, or records it on a branch.
+func applyCommand(ctx context.Context) *cli.Command {
+	return &cli.Command{
+		Name:      "apply",
+		Usage:     "apply a staged result to the directory, three-way: your edits made meanwhile stay, and a file both sides changed is a conflict (exit 4)",
+		ArgsUsage: "ID",
+		Flags: append(clikit.CommonFlags(), snapshotFlag(),
+			&cli.StringFlag{Name: "branch", Usage: "in a git work tree: record the result as a commit on this new branch instead, leaving the working tree as it is"},
+			&cli.BoolFlag{Name: "json", Usage: "print what was done as JSON"},
+		),
+		Action: func(c *cli.Context) error {
+			e, d, err := openDelegation(c)
+			if err != nil {
+				return err
+			}
+			dlg, err := e.delegator(nil)
+			if err != nil {
+				return err
+			}
+			out, err := dlg.ApplyResult(ctx, d.ID, c.String("snapshot"), c.String("branch"))
+			if err != nil {
+				return fail(c, err)
+			}
+			if c.Bool("json") {
+				printJSON(c.App.Writer, out)
+			} else if out.Branch != "" {
+				fmt.Fprintf(c.App.Writer, "recorded on branch %s (commit %s); your working tree is as it was\n", out.Branch, shortCommit(out.Commit))
+			} else {
+				printApplied(c.App.Writer, out.Report.Created, out.Report.Modified, out.Report.Deleted, out.Report.Conflicts)
+			}
+			if out.Report != nil && len(out.Report.Conflicts) > 0 {
+				return clikit.Exit(exitConflicts)
+			}
+			return nil
+		},
+	}
+}
+
+func shortCommit(c string) string {
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return c
+}
+
+func printApplied(w io.Writer, created, modified, deleted, conflicts []string) {
+	for _, x := range []struct {
+		mark  string
+		paths []string
+	}{{"A", created}, {"M", modified}, {"D", deleted}} {
+		for _, p := range x.paths {
+			fmt.Fprintf(w, "%s %s\n", x.mark, clikit.Printable(p))
+		}
+	}
+	fmt.Fprintf(w, "applied: %d added, %d modified, %d deleted\n", len(created), len(modified), len(deleted))
+	if len(conflicts) > 0 {
+		fmt.Fprintf(w, "conflicts (your versions kept):\n")
+		for _, c := range conflicts {
+			fmt.Fprintf(w, "  %s\n", clikit.Printable(c))
+		}
+	}
+}
+
+// discardCommand drops a staged result.
+func discardCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "discard",
+		Usage:     "drop a staged result (or one snapshot of it): your directory stays as it is",
+		ArgsUsage: "ID",
+		Flags:     append(clikit.CommonFlags(), snapshotFlag()),
+		Action: func(c *cli.Context) error {
+			e, d, err := openDelegation(c)
+			if err != nil {
+				return err
+			}
+			dlg, err := e.delegator(nil)
+			if err != nil {
+				return err
+			}
+			if err := dlg.DiscardResult(d.ID, c.String("snapshot")); err != nil {
+				return fail(c, err)
+			}
+			what := "the staged result"
+			if s := c.String("snapshot"); s != "" {
+				what = "snapshot " + s
+			}
+			fmt.Fprintf(c.App.Writer, "discarded %s of %s\n", what, d.ID)
+			return nil
+		},
+	}
+}
+
+// stagedLine says how a delegation's staged result stands, for status and
+// the list; "" if it has none.
+func stagedLine(d *lease.Delegation) string {
+	st := d.Staged
+	if st == nil {
+		return ""
+	}
+	var bytes int64
+	for _, s := range st.Snapshots {
+		bytes += s.Bytes
+	}
+	switch st.State {
+	case lease.StagedPending:
+		if !d.State.Terminal() {
+			return "staged: the agent's changes go to a staging area; `awcp-ctl diff " + d.ID + "` shows them"
+		}
+		parts := []string{fmt.Sprintf("staged, pending review (%s", clikit.HumanBytes(bytes))}
+		if len(st.Snapshots) > 1 {
+			parts = append(parts, fmt.Sprintf(", %d snapshots", len(st.Snapshots)))
+		}
+		if !st.Until.IsZero() {
+			parts = append(parts, ", kept until "+st.Until.Local().Format("2006-01-02 15:04"))
+		}
+		return strings.Join(parts, "") + "): awcp-ctl diff|apply|discard " + d.ID
+	case lease.StagedApplied:
+		if st.Branch != "" {
+			return "staged result recorded on branch " + st.Branch
+		}
+		return "staged result applied"
+	}
+	return "staged result " + st.State
+}

@@ -1,0 +1,446 @@
+package delegator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/delegator/review"
+	"github.com/awcp/awcp/lease"
+)
+
+// DefaultStagedRetention is how long a staged result waits for a decision
+// before it is removed (the reference keeps a week too).
+const DefaultStagedRetention = 7 * 24 * time.Hour
+
+// MaxStagedSnapshots bounds the snapshots a staged archive delegation
+// keeps: past it, the oldest one not recommended goes.
+const MaxStagedSnapshots = 16
+
+// snapshotMode checks req's snapshot mode; a read-only delegation has no
+// result, so its mode is auto whatever was asked.
+func (d *Delegator) snapshotMode(req ExportRequest) (string, error) {
+	mode := req.Snapshot
+	switch mode {
+	case "", lease.SnapshotAuto:
+		return lease.SnapshotAuto, nil
+	case lease.SnapshotStaged, lease.SnapshotDiscard:
+	default:
+		return "", control.Errorf(control.CodeWorkspaceInvalid, "unknown snapshot mode %q", mode).
+			WithHint("use auto (apply as it comes), staged (keep it for review) or discard")
+	}
+	if req.Access == control.AccessRO {
+		return lease.SnapshotAuto, nil
+	}
+	if mode == lease.SnapshotStaged && d.opts.StagedDir == "" {
+		return "", control.Errorf(control.CodeDepMissing, "staged results need a place to be kept, and this delegator has none")
+	}
+	return mode, nil
+}
+
+// stagedDir is where delegation id's staged result is kept.
+func (d *Delegator) stagedDir(id string) string { return filepath.Join(d.opts.StagedDir, id) }
+
+// stageSnapshot keeps a snapshot event's result in a staged delegation's
+// directory, and records it.
+func (d *Delegator) stageSnapshot(del *lease.Delegation, ev *control.Event) func(*lease.Delegation) {
+	if ev.ResultFile == "" || del.Staged == nil {
+		return nil
+	}
+	n := len(del.Staged.Snapshots) + 1
+	name := fmt.Sprintf("snapshot-%03d.zip", n)
+	if err := linkOrCopy(ev.ResultFile, filepath.Join(del.Staged.Dir, name)); err != nil {
+		d.log.Warn("keep a staged snapshot", "delegation", del.ID, "err", err)
+		return nil
+	}
+	snap := lease.StagedSnapshot{ID: ev.SnapshotID, File: name, Summary: ev.Summary, Highlights: ev.Highlights,
+		Recommended: ev.Recommended != nil && *ev.Recommended, Bytes: fileSize(ev.ResultFile), Status: lease.StagedPending, At: d.store.Now()}
+	if snap.ID == "" {
+		snap.ID = fmt.Sprintf("snap_%d", n)
+	}
+	return func(rec *lease.Delegation) {
+		if rec.Staged == nil {
+			return
+		}
+		rec.Staged.Snapshots = append(rec.Staged.Snapshots, snap)
+		if len(rec.Staged.Snapshots) > MaxStagedSnapshots {
+			for i, s := range rec.Staged.Snapshots {
+				if !s.Recommended {
+					os.Remove(filepath.Join(rec.Staged.Dir, s.File))
+					rec.Staged.Snapshots = append(rec.Staged.Snapshots[:i], rec.Staged.Snapshots[i+1:]...)
+					break
+				}
+			}
+		}
+	}
+}
+
+// finishStaged is Finish for a delegation whose result is kept for review
+// (staged) or dropped (discard): nothing in the directory changes. It
+// returns what the done's record update adds.
+func (d *Delegator) finishStaged(del *lease.Delegation, ev *control.Event) (func(*lease.Delegation), error) {
+	if del.SnapshotMode == lease.SnapshotDiscard {
+		if ev.ResultFile != "" {
+			os.Remove(ev.ResultFile)
+		}
+		return func(rec *lease.Delegation) {
+			rec.Notes = append(rec.Notes, "snapshot mode discard: the executor's result was dropped; the directory is as it was")
+		}, nil
+	}
+	until := d.store.Now().Add(d.retention())
+	if del.Transport != control.TransportArchive {
+		return func(rec *lease.Delegation) {
+			if rec.Staged == nil {
+				return
+			}
+			rec.Staged.Until = until
+			rec.Staged.Snapshots = []lease.StagedSnapshot{{ID: lease.LiveSnapshot, Summary: ev.Summary, Highlights: ev.Highlights,
+				Recommended: true, Bytes: dirBytes(rec.Staged.Dir), Status: lease.StagedPending, At: d.store.Now()}}
+		}, nil
+	}
+	if _, err := os.Stat(filepath.Join(del.Staged.Dir, "base.zip")); err != nil {
+		return nil, fmt.Errorf("what was sent is not kept for the review: %w", err)
+	}
+	var result *lease.StagedSnapshot
+	if len(del.Staged.Snapshots) == 0 {
+		// The seed dialect's result comes in done itself.
+		if ev.ResultFile == "" {
+			return nil, control.Errorf(control.CodeTaskFailed, "the executor's done event carries no result: there is nothing to review")
+		}
+		if ev.ResultChecksum != "" && !strings.EqualFold(ev.ResultSum, ev.ResultChecksum) {
+			return nil, fmt.Errorf("the result's SHA-256 is %s, not the resultChecksum the executor sent (%s): not kept", ev.ResultSum, ev.ResultChecksum)
+		}
+		if err := linkOrCopy(ev.ResultFile, filepath.Join(del.Staged.Dir, "result.zip")); err != nil {
+			return nil, fmt.Errorf("keep the result: %w", err)
+		}
+		result = &lease.StagedSnapshot{ID: "result", File: "result.zip", Summary: ev.Summary, Highlights: ev.Highlights,
+			Recommended: true, Bytes: fileSize(ev.ResultFile), Status: lease.StagedPending, At: d.store.Now()}
+	}
+	return func(rec *lease.Delegation) {
+		if rec.Staged == nil {
+			return
+		}
+		rec.Staged.Until = until
+		if result != nil {
+			rec.Staged.Snapshots = append(rec.Staged.Snapshots, *result)
+		}
+		if ev.RecommendedSnapshotID != "" {
+			for i := range rec.Staged.Snapshots {
+				rec.Staged.Snapshots[i].Recommended = rec.Staged.Snapshots[i].ID == ev.RecommendedSnapshotID
+			}
+		}
+	}, nil
+}
+
+func (d *Delegator) retention() time.Duration {
+	if d.opts.StagedRetention > 0 {
+		return d.opts.StagedRetention
+	}
+	return DefaultStagedRetention
+}
+
+// keepBase keeps the archive sent (packed) and its manifest in dir,
+// where the review reads them.
+func keepBase(packed string, manifest []byte, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "manifest.json"), manifest, 0o600); err != nil {
+		return err
+	}
+	return linkOrCopy(packed, filepath.Join(dir, "base.zip"))
+}
+
+// linkOrCopy makes dst hold src's bytes: a hard link where it can.
+func linkOrCopy(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+	if os.Link(src, dst) == nil {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		os.Remove(dst)
+		return err
+	}
+	return out.Close()
+}
+
+func fileSize(p string) int64 {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// dirBytes is what the files under dir hold.
+func dirBytes(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, e os.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() {
+			if fi, err := e.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// OpenResult opens delegation id's staged result (its snapshot snap; ""
+// for the one recommended) for review. A live mount's can be read while
+// the agent still works. Close the result when done.
+func (d *Delegator) OpenResult(id, snap string) (*review.Result, *lease.Delegation, error) {
+	del, err := d.store.Delegation(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if del.Staged == nil {
+		return nil, del, control.Errorf(control.CodeNotFound, "delegation %s has no staged result (its snapshot mode is %s)", id, orAuto(del.SnapshotMode)).
+			WithHint("only a delegation exported with --snapshot staged keeps its result for review")
+	}
+	switch del.Staged.State {
+	case lease.StagedDiscarded, lease.StagedExpired:
+		return nil, del, control.Errorf(control.CodeNotFound, "delegation %s's staged result was %s", id, del.Staged.State)
+	case lease.StagedApplied:
+		return nil, del, control.Errorf(control.CodeNotFound, "delegation %s's staged result was applied already", id).
+			WithHint(fmt.Sprintf("`awcp-ctl status %s` shows what it changed", id))
+	}
+	if del.Transport != control.TransportArchive {
+		r, err := review.FromArea(del.Staged.Dir)
+		return r, del, err
+	}
+	s := del.Staged.Find(snap)
+	if s == nil {
+		if snap == "" {
+			return nil, del, control.Errorf(control.CodeNotFound, "delegation %s has no result yet: the executor has sent none", id).
+				WithHint("an archive's result comes when the agent is done")
+		}
+		return nil, del, control.Errorf(control.CodeNotFound, "delegation %s has no snapshot %s", id, snap)
+	}
+	raw, err := os.ReadFile(filepath.Join(del.Staged.Dir, "manifest.json"))
+	if err != nil {
+		return nil, del, fmt.Errorf("what was sent is not kept: %w", err)
+	}
+	var base archive.Manifest
+	if err := json.Unmarshal(raw, &base); err != nil {
+		return nil, del, fmt.Errorf("what was sent is unreadable: %w", err)
+	}
+	folder := ""
+	if del.Dialect == control.DialectHead {
+		folder = control.ResourceWorkspace
+	}
+	r, err := review.FromArchive(filepath.Join(del.Staged.Dir, "base.zip"), filepath.Join(del.Staged.Dir, s.File), base, folder,
+		d.opts.SpoolDir, archive.Limits{})
+	return r, del, err
+}
+
+func orAuto(mode string) string {
+	if mode == "" {
+		return lease.SnapshotAuto
+	}
+	return mode
+}
+
+// Applied is what ApplyResult did.
+type Applied struct {
+	Snapshot string          `json:"snapshot"`
+	Report   *archive.Report `json:"report,omitempty"` // applied to the directory
+	Branch   string          `json:"branch,omitempty"` // or recorded on this branch
+	Commit   string          `json:"commit,omitempty"`
+}
+
+// stagedApplying marks a result being applied: a second apply meanwhile
+// is refused.
+const stagedApplying = "applying"
+
+// ApplyResult applies delegation id's staged result (its snapshot snap;
+// "" for the recommended one) to the directory, three-way against the
+// base it was made from; with branch, it records it as a commit on that
+// new branch of the directory's git work tree instead. The delegation
+// must have ended. The result is removed once applied.
+func (d *Delegator) ApplyResult(ctx context.Context, id, snap, branch string) (*Applied, error) {
+	r, del, err := d.OpenResult(id, snap)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	if !del.State.Terminal() {
+		return nil, control.Errorf(control.CodeDeclined, "delegation %s is still %s: its result is applied once the agent is done", id, del.State).
+			WithHint(fmt.Sprintf("`awcp-ctl diff %s` shows it now", id))
+	}
+	chosen := lease.LiveSnapshot
+	if s := del.Staged.Find(snap); s != nil {
+		chosen = s.ID
+	}
+	// Claim it: one apply at a time, and never one after a decision.
+	if _, err := d.store.UpdateDelegation(id, func(rec *lease.Delegation) error {
+		if rec.Staged == nil || rec.Staged.State != lease.StagedPending {
+			state := "gone"
+			if rec.Staged != nil {
+				state = rec.Staged.State
+			}
+			return control.Errorf(control.CodeDeclined, "delegation %s's staged result is %s, not pending", id, state)
+		}
+		rec.Staged.State = stagedApplying
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	out := &Applied{Snapshot: chosen}
+	if branch != "" {
+		msg := fmt.Sprintf("%s\n\nThe executor's result of delegation %s (awcp), snapshot %s.\n", firstLine(orDefault(del.Summary, del.Description), 72), id, chosen)
+		out.Branch = branch
+		out.Commit, err = r.Branch(ctx, del.LocalDir, branch, msg)
+	} else {
+		out.Report, err = r.Apply(del.LocalDir, ".awcp-"+shortID(id))
+	}
+	_, uerr := d.store.UpdateDelegation(id, func(rec *lease.Delegation) error {
+		if err != nil {
+			rec.Staged.State = lease.StagedPending
+			return nil
+		}
+		rec.Staged.State, rec.Staged.DecidedAt = lease.StagedApplied, d.store.Now()
+		rec.Staged.Branch, rec.Staged.Commit = out.Branch, out.Commit
+		for i := range rec.Staged.Snapshots {
+			rec.Staged.Snapshots[i].Status = lease.StagedDiscarded
+			if rec.Staged.Snapshots[i].ID == chosen {
+				rec.Staged.Snapshots[i].Status = lease.StagedApplied
+			}
+		}
+		if rep := out.Report; rep != nil {
+			rec.Changes = rec.Changes[:0]
+			for _, p := range rep.Created {
+				rec.Changes = append(rec.Changes, changeLine(ChangeAdded, p))
+			}
+			for _, p := range rep.Modified {
+				rec.Changes = append(rec.Changes, changeLine(ChangeModified, p))
+			}
+			for _, p := range rep.Deleted {
+				rec.Changes = append(rec.Changes, changeLine(ChangeDeleted, p))
+			}
+			rec.Conflicts = rep.Conflicts
+		} else {
+			rec.Notes = append(rec.Notes, fmt.Sprintf("staged result recorded on branch %s (commit %s)", out.Branch, out.Commit))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if uerr != nil {
+		return out, uerr
+	}
+	r.Close()
+	if err := os.RemoveAll(del.Staged.Dir); err != nil {
+		d.log.Warn("remove an applied staged result", "delegation", id, "err", err)
+	}
+	return out, nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// DiscardResult drops delegation id's staged result: one snapshot of an
+// archive's (snap), or the whole of it (""). Applying it afterwards is
+// refused. A live mount's is discarded only once the agent is done.
+func (d *Delegator) DiscardResult(id, snap string) error {
+	del, err := d.store.Delegation(id)
+	if err != nil {
+		return err
+	}
+	if del.Staged == nil {
+		return control.Errorf(control.CodeNotFound, "delegation %s has no staged result (its snapshot mode is %s)", id, orAuto(del.SnapshotMode))
+	}
+	if !del.State.Terminal() && del.Transport != control.TransportArchive {
+		return control.Errorf(control.CodeDeclined, "delegation %s is still %s: its agent writes to the staged result", id, del.State).
+			WithHint(fmt.Sprintf("`awcp-ctl cancel %s` first", id))
+	}
+	var files []string
+	whole := false
+	_, err = d.store.UpdateDelegation(id, func(rec *lease.Delegation) error {
+		files, whole = nil, false
+		st := rec.Staged
+		if st.State != lease.StagedPending {
+			return control.Errorf(control.CodeDeclined, "delegation %s's staged result is %s, not pending", id, st.State)
+		}
+		if snap != "" && snap != lease.LiveSnapshot {
+			s := st.Find(snap)
+			if s == nil {
+				return control.Errorf(control.CodeNotFound, "delegation %s has no snapshot %s", id, snap)
+			}
+			if s.Status != lease.StagedPending {
+				return control.Errorf(control.CodeDeclined, "snapshot %s is %s already", snap, s.Status)
+			}
+			s.Status = lease.StagedDiscarded
+			files = append(files, filepath.Join(st.Dir, s.File))
+			for _, o := range st.Snapshots {
+				if o.Status == lease.StagedPending {
+					return nil // others wait still
+				}
+			}
+		}
+		whole = true
+		st.State, st.DecidedAt = lease.StagedDiscarded, d.store.Now()
+		for i := range st.Snapshots {
+			st.Snapshots[i].Status = lease.StagedDiscarded
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		os.Remove(f)
+	}
+	if whole {
+		return os.RemoveAll(del.Staged.Dir)
+	}
+	return nil
+}
+
+// expireStaged removes the staged results whose retention ended
+// undecided. (Pruning a delegation's record removes its result too.)
+func (d *Delegator) expireStaged(ds []*lease.Delegation) {
+	now := d.store.Now()
+	for _, del := range ds {
+		st := del.Staged
+		if st == nil || st.State != lease.StagedPending || st.Until.IsZero() || !now.After(st.Until) {
+			continue
+		}
+		if _, err := d.store.UpdateDelegation(del.ID, func(rec *lease.Delegation) error {
+			if rec.Staged == nil || rec.Staged.State != lease.StagedPending {
+				return errStagedDecided
+			}
+			rec.Staged.State = lease.StagedExpired
+			return nil
+		}); err == nil {
+			os.RemoveAll(st.Dir)
+		}
+	}
+}
+
+var errStagedDecided = errors.New("decided meanwhile")

@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// stagedAgent changes the directory as a task would: a file the owner
+// will also edit (a.txt), one only it changes (c.txt), one it creates and
+// one it deletes; then it reads back its own write. With wait, it first
+// waits until the owner's new file go.flag shows through the mount.
+func stagedAgent(wait bool) string {
+	script := `set -e
+printf 'agent edit\n' >> a.txt
+printf 'c by the agent\n' > c.txt
+printf 'new\n' > created.txt
+rm gone.txt
+`
+	if wait {
+		script += "while [ ! -e go.flag ]; do sleep 0.05; done\n"
+	}
+	return script + `cat a.txt > readback.txt
+echo "staged work" > "$AWCP_SUMMARY_FILE"`
+}
+
+func stagedWorkspace(t *testing.T) string {
+	dir := filepath.Join(t.TempDir(), "project")
+	writeFiles(t, dir, map[string]string{"a.txt": "a1\n", "b.txt": "b1\n", "c.txt": "c1\n", "gone.txt": "gone\n"})
+	return dir
+}
+
+// On both transports, with --snapshot staged: the owner's directory is
+// untouched while the agent works and after; the agent reads its own
+// writes (and, on the live mount, the owner's new file, live); diff shows
+// the change while it runs and after; apply lands it three-way — the
+// owner's edit of another file kept, the file both changed kept as the
+// owner's with the agent's beside it, named, exit 4 — and cannot be done
+// twice; a second delegation's discard leaves its directory as it was and
+// refuses a later apply.
+func TestStagedResult(t *testing.T) {
+	for _, transport := range []string{"sshfs", "archive"} {
+		t.Run(transport, func(t *testing.T) {
+			live := transport == "sshfs"
+			x := startExecutor(t, stagedAgent(live))
+			c := newCtl(t)
+			dir := stagedWorkspace(t)
+			before := tree(t, dir)
+			exp := c.start("export", dir, "--peer", x.url, "--prompt", "work", "--transport", transport,
+				"--snapshot", "staged", "--ssh-listen", "127.0.0.1:0")
+			var id string
+			if live {
+				// The agent has made its changes when diff shows them;
+				// it waits for the owner then.
+				deadline := time.Now().Add(20 * time.Second)
+				for {
+					if ds := c.status(); len(ds) == 1 {
+						id = ds[0].ID
+						if r := c.run("diff", id, "--name-status"); strings.Contains(r.stdout, "A\tcreated.txt") {
+							if !strings.Contains(r.stdout, "D\tgone.txt") || !strings.Contains(r.stdout, "M\ta.txt") {
+								t.Errorf("diff --name-status while running:\n%s", r.stdout)
+							}
+							break
+						}
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("the agent's changes never showed in diff; executor log:\n%s", x.log)
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				sameTree(t, dir, before) // while it works
+				os.WriteFile(filepath.Join(dir, "go.flag"), []byte("go\n"), 0o644)
+			}
+			if err := exp.Wait(); err != nil {
+				t.Fatalf("export: %v\n%s%s", err, exp.stdout.String(), exp.stderr.String())
+			}
+			out := exp.stdout.String()
+			if id == "" {
+				id = strings.Fields(out)[1]
+			}
+			if live {
+				before["go.flag"] = tree(t, dir)["go.flag"]
+			}
+			sameTree(t, dir, before) // after it ended
+			if !strings.Contains(out, "staged, pending review") {
+				t.Errorf("the outcome does not say the result is staged:\n%s", out)
+			}
+
+			// The owner edits a file the agent changed too, and another.
+			os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a1\nowner edit\n"), 0o644)
+			os.WriteFile(filepath.Join(dir, "b.txt"), []byte("b1\nowner edit\n"), 0o644)
+
+			r := c.run("diff", id)
+			for _, want := range []string{"--- a/a.txt\n+++ b/a.txt\n", " a1\n+agent edit\n", "new file mode 100644\n--- /dev/null\n+++ b/created.txt\n@@ -0,0 +1 @@\n+new\n",
+				"deleted file mode 100644\n--- a/gone.txt\n+++ /dev/null\n", "-c1\n+c by the agent\n", "+a1\n+agent edit\n"} {
+				if !strings.Contains(r.stdout, want) {
+					t.Errorf("diff lacks %q:\n%s%s", want, r.stdout, r.stderr)
+				}
+			}
+			if r := c.run("diff", id, "--stat"); !strings.Contains(r.stdout, "5 file(s) changed") {
+				t.Errorf("diff --stat:\n%s%s", r.stdout, r.stderr)
+			}
+
+			r = c.run("apply", id)
+			if r.code != 4 || !strings.Contains(r.stdout, "a.txt: changed on both sides") {
+				t.Fatalf("apply: exit %d, want 4 with a.txt's conflict named:\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			want := map[string]string{"a.txt": "a1\nowner edit\n", "b.txt": "b1\nowner edit\n", "c.txt": "c by the agent\n",
+				"created.txt": "new\n", "readback.txt": "a1\nagent edit\n"}
+			for name, content := range want {
+				if b, err := os.ReadFile(filepath.Join(dir, name)); string(b) != content {
+					t.Errorf("%s after apply: %q, %v; want %q", name, b, err, content)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dir, "gone.txt")); !os.IsNotExist(err) {
+				t.Errorf("gone.txt after apply: %v", err)
+			}
+			side, _ := filepath.Glob(filepath.Join(dir, "a.txt.awcp-*"))
+			if len(side) != 1 {
+				t.Fatalf("the agent's a.txt was not saved beside the owner's: %v", side)
+			}
+			if b, _ := os.ReadFile(side[0]); string(b) != "a1\nagent edit\n" {
+				t.Errorf("the agent's a.txt beside: %q", b)
+			}
+			if r := c.run("apply", id); r.code == 0 {
+				t.Errorf("a second apply went through:\n%s", r.stdout)
+			}
+			if r := c.run("status", id); !strings.Contains(r.stdout, "staged result applied") {
+				t.Errorf("status after apply:\n%s", r.stdout)
+			}
+
+			// A second delegation, discarded.
+			dir2 := stagedWorkspace(t)
+			before2 := tree(t, dir2)
+			exp = c.start("export", dir2, "--peer", x.url, "--prompt", "work", "--transport", transport,
+				"--snapshot", "staged", "--ssh-listen", "127.0.0.1:0")
+			if live {
+				time.Sleep(300 * time.Millisecond)
+				os.WriteFile(filepath.Join(dir2, "go.flag"), []byte("go\n"), 0o644)
+			}
+			if err := exp.Wait(); err != nil {
+				t.Fatalf("second export: %v\n%s%s", err, exp.stdout.String(), exp.stderr.String())
+			}
+			id2 := strings.Fields(exp.stdout.String())[1]
+			if r := c.run("status"); !strings.Contains(r.stdout, "pending review") {
+				t.Errorf("the list does not show the staged result:\n%s", r.stdout)
+			}
+			if r := c.run("discard", id2); r.code != 0 {
+				t.Fatalf("discard: %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			if live {
+				before2["go.flag"] = tree(t, dir2)["go.flag"]
+			}
+			sameTree(t, dir2, before2)
+			if r := c.run("apply", id2); r.code == 0 || !strings.Contains(r.stderr, "discarded") {
+				t.Errorf("apply after discard: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			if ents, _ := os.ReadDir(filepath.Join(c.state, "staged")); len(ents) != 0 {
+				t.Errorf("staged results left after apply and discard: %v", ents)
+			}
+		})
+	}
+}
