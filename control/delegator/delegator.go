@@ -216,7 +216,7 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 		Description: req.Description, Prompt: req.Prompt, Token: req.Token, Notes: notes,
 		AutoTransport: auto, Connect: connect, Policy: policy,
 		CallChain: chain, PeerAgentID: req.PeerAgentID, PeerName: req.PeerName, PeerKey: req.PeerKey,
-		Limits: [3]int64{req.Limits.MaxTotalBytes, req.Limits.MaxFileCount, req.Limits.MaxFileBytes},
+		Limits:       [3]int64{req.Limits.MaxTotalBytes, req.Limits.MaxFileCount, req.Limits.MaxFileBytes},
 		SnapshotMode: mode,
 	}
 	if mode == lease.SnapshotStaged {

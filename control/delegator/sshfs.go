@@ -57,7 +57,7 @@ type SSHFSDelegator struct {
 	mu      sync.Mutex             // guards keepers and areas
 	keepers map[string]*keeper     // of the delegations lent in reverse
 	areas   map[string]*stage.Area // staging areas of staged delegations, one each
-	running sync.WaitGroup     // the keepers
+	running sync.WaitGroup         // the keepers
 }
 
 func (t *SSHFSDelegator) logger() *slog.Logger {
