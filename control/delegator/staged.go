@@ -226,7 +226,7 @@ func (d *Delegator) OpenResult(id, snap string) (*review.Result, *lease.Delegati
 			WithHint(fmt.Sprintf("`awcp-ctl status %s` shows what it changed", id))
 	}
 	if del.Transport != control.TransportArchive {
-		r, err := review.FromArea(del.Staged.Dir)
+		r, err := review.FromArea(del.Staged.Dir, hider(del.Policy))
 		return r, del, err
 	}
 	s := del.Staged.Find(snap)
@@ -250,7 +250,7 @@ func (d *Delegator) OpenResult(id, snap string) (*review.Result, *lease.Delegati
 		folder = control.ResourceWorkspace
 	}
 	r, err := review.FromArchive(filepath.Join(del.Staged.Dir, "base.zip"), filepath.Join(del.Staged.Dir, s.File), base, folder,
-		d.opts.SpoolDir, archive.Limits{})
+		d.opts.SpoolDir, archive.Limits{}, hider(del.Policy))
 	return r, del, err
 }
 

@@ -15,6 +15,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -41,8 +42,10 @@ func (r *Result) Close() {
 	}
 }
 
-// FromArea reads a live mount's staging area.
-func FromArea(dir string) (*Result, error) {
+// FromArea reads a live mount's staging area. What hide (if not nil)
+// says is hidden is left out: the server never lets the executor reach
+// it, and the review never writes it either.
+func FromArea(dir string, hide func(rel string) bool) (*Result, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("the staging area is gone: %w", err)
 	}
@@ -58,6 +61,9 @@ func FromArea(dir string) (*Result, error) {
 	defer upper.Close()
 	r := &Result{BaseDir: area.BaseDir(), ResultDir: area.Upper(), Base: archive.Manifest{}, Res: archive.Manifest{}}
 	for _, p := range paths {
+		if hide != nil && hidden(p, hide) {
+			continue
+		}
 		b := base[p]
 		after, inRes := entryIn(upper, p)
 		if b == nil && !inRes || b != nil && inRes && *b == after {
@@ -77,8 +83,9 @@ func FromArea(dir string) (*Result, error) {
 // FromArchive reads an archive result (resultZip) with what was sent
 // (baseZip, whose manifest is base), unpacking both under tmp; folder is
 // the archives' folder standing for the directory (the head dialect's),
-// or "".
-func FromArchive(baseZip, resultZip string, base archive.Manifest, folder, tmp string, lim archive.Limits) (*Result, error) {
+// or "". What hide says is hidden is left out of the result, whatever
+// the executor put in it.
+func FromArchive(baseZip, resultZip string, base archive.Manifest, folder, tmp string, lim archive.Limits, hide func(rel string) bool) (*Result, error) {
 	dir, err := os.MkdirTemp(tmp, "review-")
 	if err != nil {
 		return nil, err
@@ -94,7 +101,7 @@ func FromArchive(baseZip, resultZip string, base archive.Manifest, folder, tmp s
 	if folder != "" {
 		r.BaseDir, r.ResultDir = filepath.Join(r.BaseDir, folder), filepath.Join(r.ResultDir, folder)
 	}
-	res, err := archive.Scan(r.ResultDir)
+	res, err := archive.ScanHiding(r.ResultDir, hide)
 	if err != nil {
 		r.Close()
 		return nil, fmt.Errorf("the result: %w", err)
@@ -136,6 +143,16 @@ func extract(zipFile, dir string, lim archive.Limits) error {
 		return fmt.Errorf("%s: %w", filepath.Base(zipFile), err)
 	}
 	return nil
+}
+
+// hidden reports whether p, or a directory above it, is hidden.
+func hidden(p string, hide func(rel string) bool) bool {
+	for q := p; q != "." && q != "/" && q != ""; q = path.Dir(q) {
+		if hide(q) {
+			return true
+		}
+	}
+	return false
 }
 
 // entryIn is the entry at p in root, as the archive's manifests have it.

@@ -102,7 +102,7 @@ func TestDiffAppliesWithGit(t *testing.T) {
 	base["gone.txt"] = "bye\n"
 	upper["added.txt"] = "hello\nno newline"
 	base["nonl.txt"], upper["nonl.txt"] = "a\nb", "a\nb\nc"
-	res, err := FromArea(area(t, base, upper))
+	res, err := FromArea(area(t, base, upper), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestBranchLeavesTheWorkTree(t *testing.T) {
 	write(t, filepath.Join(work, "sub", "b.txt"), "owner's uncommitted edit\n")
 	status := git(t, work, "status", "--porcelain")
 
-	res, err := FromArea(area(t, map[string]string{"a.txt": "a\n", "b.txt": "b\n"}, map[string]string{"a.txt": "agent a\n", "c.txt": "new\n"}))
+	res, err := FromArea(area(t, map[string]string{"a.txt": "a\n", "b.txt": "b\n"}, map[string]string{"a.txt": "agent a\n", "c.txt": "new\n"}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,5 +180,52 @@ func TestBranchLeavesTheWorkTree(t *testing.T) {
 	}
 	if _, err := res.Branch(context.Background(), filepath.Join(work, "sub"), "awcp/review", "again"); err == nil {
 		t.Error("a second branch of the same name was made")
+	}
+}
+
+// An executor's archive result that carries the owner's hidden files
+// (changed, or new under a hidden directory) gets none of them applied:
+// the review leaves hidden paths out whatever the result holds.
+func TestArchiveResultNeverWritesHidden(t *testing.T) {
+	owner := t.TempDir()
+	write(t, filepath.Join(owner, "app.txt"), "app\n")
+	write(t, filepath.Join(owner, ".env"), "TOKEN=owner\n")
+	hide := func(rel string) bool { return filepath.Base(rel) == ".env" || strings.HasPrefix(rel, ".aws") }
+	tmp := t.TempDir()
+	baseZip, resZip := filepath.Join(tmp, "base.zip"), filepath.Join(tmp, "res.zip")
+	f, _ := os.Create(baseZip)
+	packed, err := archive.PackWith(f, owner, archive.PackOptions{Hide: hide})
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil := t.TempDir()
+	write(t, filepath.Join(evil, "app.txt"), "app by the agent\n")
+	write(t, filepath.Join(evil, ".env"), "TOKEN=attacker\n")
+	write(t, filepath.Join(evil, ".aws", "credentials"), "planted\n")
+	write(t, filepath.Join(evil, "sub", ".env"), "planted\n")
+	f, _ = os.Create(resZip)
+	if _, err := archive.PackTo(f, evil); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	r, err := FromArchive(baseZip, resZip, packed.Manifest, "", tmp, archive.Limits{}, hide)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Apply(owner, ".awcp-x"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(owner, ".env")); string(b) != "TOKEN=owner\n" {
+		t.Errorf("the owner's .env became %q", b)
+	}
+	for _, p := range []string{".aws", "sub/.env", ".env.awcp-x"} {
+		if _, err := os.Lstat(filepath.Join(owner, p)); err == nil {
+			t.Errorf("%s was written", p)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(owner, "app.txt")); string(b) != "app by the agent\n" {
+		t.Errorf("app.txt is %q: the rest of the result was not applied", b)
 	}
 }
