@@ -83,6 +83,9 @@ type Delegation struct {
 	// delegations wait for it to restart; a command's are ended once it
 	// is gone.
 	OwnerDaemon bool `json:"ownerDaemon,omitempty"`
+	// OwnerMCP says OwnerPID is an MCP server's, whose delegations wait a
+	// while for its restart's delegate_recover.
+	OwnerMCP bool `json:"ownerMcp,omitempty"`
 	// OrphanSince is when a session's holder was first found gone: its
 	// session waits SessionTakeOverGrace for a new gateway to take it
 	// over before it is ended.

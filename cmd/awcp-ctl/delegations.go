@@ -44,6 +44,7 @@ type env struct {
 	stagedRetention time.Duration                            // how long staged results wait (--snapshot-retention); zero: the default
 	reconnectBound  time.Duration                            // --reconnect-bound, where the command has it
 	daemon          bool                                     // this process is `awcp-ctl serve`
+	mcp             bool                                     // this process is `awcp-ctl mcp`: its delegations wait for its restart's delegate_recover
 }
 
 func openEnv(c *cli.Context) (*env, error) { return openEnvAs(c, false) }
@@ -104,6 +105,7 @@ func (e *env) delegator(progress func(string, *control.Event)) (*delegator.Deleg
 		ReconnectBound:  e.reconnectBound,
 		AgentID:         e.agentID,
 		Daemon:          e.daemon,
+		MCP:             e.mcp,
 		Metrics:         m,
 		Transfer:        e.transfer,
 		Admission:       e.admission,

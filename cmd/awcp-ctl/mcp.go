@@ -69,6 +69,7 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	e.mcp = true
 	peers := mcpserver.Discover(ctx, nil, c.StringSlice("peers"), token, clikit.Duration(c, "discovery-timeout"))
 	for _, p := range peers {
 		if p.Err != nil {
@@ -102,6 +103,7 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 		NoDelete:       c.Bool("no-delete"),
 		MaxWriteBytes:  maxWrite,
 		Limits:         admissionLimits(c),
+		SnapshotMode:   c.String("snapshot"),
 		Delegator:      dlg,
 		Peers:          peers,
 		Finder:         finder,
@@ -191,6 +193,12 @@ func (m *mcpDelegator) Start(ctx context.Context, req delegator.ExportRequest) (
 	if err != nil {
 		return "", err
 	}
+	m.follow(dlg, del)
+	return del.ID, nil
+}
+
+// follow has the local delegator follow del until it ends or close.
+func (m *mcpDelegator) follow(dlg *delegator.Delegator, del *lease.Delegation) {
 	m.mu.Lock()
 	m.started = append(m.started, del.ID)
 	m.runs.Add(1)
@@ -207,7 +215,63 @@ func (m *mcpDelegator) Start(ctx context.Context, req delegator.ExportRequest) (
 			m.e.log.Warn("delegation", "delegation", del.ID, "err", err)
 		}
 	}()
-	return del.ID, nil
+}
+
+// ResultFiles, ApplyResult and DiscardResult work on the store and the
+// staged results' directories, daemon or not.
+func (m *mcpDelegator) ResultFiles(id, snap string) ([]delegator.ChangedFile, error) {
+	dlg, err := m.e.delegator(nil)
+	if err != nil {
+		return nil, err
+	}
+	return dlg.ResultFiles(id, snap)
+}
+
+func (m *mcpDelegator) ApplyResult(ctx context.Context, id, snap, branch string) (*delegator.Applied, error) {
+	dlg, err := m.e.delegator(nil)
+	if err != nil {
+		return nil, err
+	}
+	return dlg.ApplyResult(ctx, id, snap, branch)
+}
+
+func (m *mcpDelegator) DiscardResult(id, snap string) error {
+	dlg, err := m.e.delegator(nil)
+	if err != nil {
+		return err
+	}
+	return dlg.DiscardResult(id, snap)
+}
+
+// Recover takes back delegation id if the process that followed it
+// ended (this server's previous run): this process follows it, or the
+// daemon, which adopts such delegations, does.
+func (m *mcpDelegator) Recover(ctx context.Context, id string) (*lease.Delegation, string, error) {
+	del, err := m.e.store.Delegation(id)
+	if err != nil {
+		return nil, "", err
+	}
+	switch {
+	case del.State.Terminal():
+		return del, "it had ended already: this is its outcome", nil
+	case !delegator.OwnerGone(del):
+		return del, fmt.Sprintf("it is followed by a running process (pid %d): nothing to recover; delegate_output reports it", del.OwnerPID), nil
+	case !delegator.Adoptable(del):
+		return del, "it cannot be re-attached: its live mount was served by the process that ended; delegate_cancel ends it", nil
+	}
+	if d, ok := m.daemon(); ok {
+		if err := d.Adopt(id); err != nil {
+			return nil, "", err
+		}
+		del, err = m.e.store.Delegation(id)
+		return del, "re-attached: the daemon follows it now; delegate_output (block: true) waits for its end", err
+	}
+	dlg, err := m.inProcess()
+	if err != nil {
+		return nil, "", err
+	}
+	m.follow(dlg, del)
+	return del, "re-attached: this server follows it now; delegate_output (block: true) waits for its end", nil
 }
 
 func (m *mcpDelegator) Cancel(ctx context.Context, id string) error {
@@ -270,24 +334,37 @@ func (m *mcpDelegator) close() {
 	if dlg == nil {
 		return
 	}
+	cancelled := 0
 	for _, id := range ids {
 		d, err := m.e.store.Delegation(id)
 		if err != nil || d.State.Terminal() {
+			continue
+		}
+		if delegator.Adoptable(d) {
+			// A restarted server's delegate_recover (or the daemon,
+			// after a grace) takes it back; the executor works on.
+			// Not in the middle of its handshake, though: that is
+			// not resumed, so it is given the time to end.
+			m.e.log.Info("the MCP client went away: left running for delegate_recover", "delegation", id)
+			m.pastHandshake(id, time.Now().Add(10*time.Second))
 			continue
 		}
 		m.e.log.Info("the MCP client went away: cancelling", "delegation", id)
 		if _, err := dlg.Cancel(context.Background(), id); err != nil {
 			m.e.log.Warn("cancel", "delegation", id, "err", err)
 		}
+		cancelled++
 	}
 	// Followers return once their delegations are terminal; one that does
 	// not within 10s is stopped, leaving its delegation to expire.
 	runsDone := make(chan struct{})
 	go func() { m.runs.Wait(); close(runsDone) }()
-	select {
-	case <-runsDone:
-	case <-time.After(10 * time.Second):
-		m.e.log.Warn("delegations still followed after 10s; stopping")
+	if cancelled > 0 {
+		select {
+		case <-runsDone:
+		case <-time.After(10 * time.Second):
+			m.e.log.Warn("delegations still followed after 10s; stopping")
+		}
 	}
 	stop()
 	<-runsDone
@@ -295,6 +372,19 @@ func (m *mcpDelegator) close() {
 	if waitSSH != nil {
 		waitSSH()
 	}
+}
+
+// pastHandshake waits, until deadline, for delegation id to be running
+// at its executor, or ended.
+func (m *mcpDelegator) pastHandshake(id string, deadline time.Time) {
+	for time.Now().Before(deadline) {
+		d, err := m.e.store.Delegation(id)
+		if err != nil || d.State == lease.Running || d.State.Terminal() {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	m.e.log.Warn("the delegation's handshake did not end in time", "delegation", id)
 }
 
 // logFile sends the command's logs to --log-file, if given, instead of

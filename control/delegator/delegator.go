@@ -65,6 +65,10 @@ type Options struct {
 	// delegations it follows wait for it should it crash, where those of
 	// a command that died are ended by the next command (orphans.go).
 	Daemon bool
+	// MCP says this process is an MCP server: the delegations it follows
+	// that a daemon could follow wait SessionTakeOverGrace, once it is
+	// gone, for its restart to recover them (delegate_recover).
+	MCP bool
 	// Metrics receives admission's refusals and lease expiries. Default:
 	// none.
 	Metrics Metrics

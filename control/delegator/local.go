@@ -66,6 +66,18 @@ func (s *LocalServer) Serve(ctx context.Context, path string) error {
 		}
 		httpserve.WriteJSON(w, http.StatusOK, del)
 	})
+	mux.HandleFunc("POST /v1/delegations/{id}/adopt", func(w http.ResponseWriter, r *http.Request) {
+		del, err := s.Delegator.store.Delegation(r.PathValue("id"))
+		switch {
+		case err != nil:
+			httpserve.WriteJSON(w, http.StatusNotFound, localError(control.Errorf(control.CodeNotFound, "%v", err)))
+		case del.State.Terminal() || !OwnerGone(del) || !Adoptable(del):
+			httpserve.WriteJSON(w, http.StatusConflict, localError(control.Errorf(control.CodeDeclined, "delegation %s is not an orphan this daemon can follow", del.ID)))
+		default:
+			s.Adopt(ctx, del.ID)
+			httpserve.WriteJSON(w, http.StatusOK, map[string]bool{"ok": true})
+		}
+	})
 	srv := httpserve.NewServer(mux)
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.takeOverOrphans(ctx, 2*time.Second) }()
@@ -216,4 +228,10 @@ func (c *LocalClient) Export(req ExportRequest) (string, error) {
 func (c *LocalClient) Cancel(id string) error {
 	var out json.RawMessage
 	return c.post("/v1/delegations/"+id+"/cancel", nil, &out)
+}
+
+// Adopt asks the daemon to follow an orphaned delegation now.
+func (c *LocalClient) Adopt(id string) error {
+	var out json.RawMessage
+	return c.post("/v1/delegations/"+id+"/adopt", nil, &out)
 }

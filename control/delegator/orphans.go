@@ -24,6 +24,7 @@ import (
 // own records this process as del's follower.
 func (d *Delegator) own(del *lease.Delegation) {
 	del.OwnerPID, del.OwnerPIDNS, del.OwnerDaemon, del.OrphanSince = os.Getpid(), pidNamespace(), d.opts.Daemon, time.Time{}
+	del.OwnerMCP = d.opts.MCP
 }
 
 // SessionTakeOverGrace is how long an editor's session whose gateway is
@@ -32,10 +33,15 @@ func (d *Delegator) own(del *lease.Delegation) {
 // channel (its StartTimeout).
 const SessionTakeOverGrace = 2 * time.Minute
 
-// awaitsTakeOver reports whether orphan del is an editor's session still
-// within SessionTakeOverGrace, noting when it was first found orphaned.
+// awaitsTakeOver reports whether orphan del is still within
+// SessionTakeOverGrace, noting when it was first found orphaned: an
+// editor's session, for a new gateway to take it over, or a delegation of
+// an MCP server that a daemon could follow, for the restarted server's
+// delegate_recover.
 func (d *Delegator) awaitsTakeOver(del *lease.Delegation) bool {
-	if del.Session == "" || del.SessionDriven {
+	editors := del.Session != "" && !del.SessionDriven
+	recoverable := del.OwnerMCP && Adoptable(del)
+	if !editors && !recoverable {
 		return false
 	}
 	now := d.store.Now()
@@ -125,6 +131,10 @@ func (d *Delegator) EndOrphan(ctx context.Context, del *lease.Delegation) error 
 	}
 	return nil
 }
+
+// OwnerGone reports whether the process that followed del is gone: del
+// is an orphan, unless it ended.
+func OwnerGone(del *lease.Delegation) bool { return !ownerAlive(del) }
 
 // ownerAlive reports whether del's owning process runs. An owner in
 // another PID namespace than this process's (an agent's awcp-ctl in its

@@ -444,3 +444,17 @@ func (d *Delegator) expireStaged(ds []*lease.Delegation) {
 }
 
 var errStagedDecided = errors.New("decided meanwhile")
+
+// ChangedFile is one file a staged result changes.
+type ChangedFile = review.File
+
+// ResultFiles is the files delegation id's staged result (its snapshot
+// snap; "" for the recommended one) changes.
+func (d *Delegator) ResultFiles(id, snap string) ([]ChangedFile, error) {
+	r, _, err := d.OpenResult(id, snap)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return r.Files()
+}

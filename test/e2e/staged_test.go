@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -162,4 +164,104 @@ func TestStagedResult(t *testing.T) {
 			}
 		})
 	}
+}
+
+// snapshotsTranscript is what mcp_snapshots_client.mjs prints.
+type snapshotsTranscript struct {
+	Exception string          `json:"exception"`
+	Stderr    string          `json:"stderr"`
+	Tools     []string        `json:"tools"`
+	Delegate  mcpResult       `json:"delegate"`
+	Recover   mcpResult       `json:"recover"`
+	WrongPeer mcpResult       `json:"wrongPeer"`
+	Output    mcpResult       `json:"output"`
+	Snapshots json.RawMessage `json:"snapshots"`
+	Apply     mcpResult       `json:"apply"`
+	Again     mcpResult       `json:"applyAgain"`
+	Second    mcpResult       `json:"second"`
+	Discard   mcpResult       `json:"discard"`
+	Discarded mcpResult       `json:"applyDiscarded"`
+}
+
+// The reference's snapshot tools through the official MCP TypeScript SDK,
+// across a restart of the MCP server: the first server starts a staged
+// delegation in the background and goes away while the agent works; the
+// second recovers it (delegate_recover; a wrong peer_url is refused),
+// waits for its end, lists its snapshot with the files it changes, applies
+// it (once: a second apply is refused), and discards another delegation's
+// result, which then cannot be applied. The workspaces change only by the
+// apply.
+func TestSnapshotToolsOverMCP(t *testing.T) {
+	modules := nodeModules(t, mcpSDK)
+	release := filepath.Join(t.TempDir(), "release")
+	x := startExecutor(t, `case "$AWCP_PROMPT" in *wait*) while [ ! -e `+release+` ]; do sleep 0.1; done;; esac
+printf 'by the agent\n' > agent.txt
+printf 'a2\n' > a.txt
+echo "did the work" > "$AWCP_SUMMARY_FILE"`)
+	c := newCtl(t)
+	ws, ws2 := stagedWorkspace(t), stagedWorkspace(t)
+	before, before2 := tree(t, ws), tree(t, ws2)
+	env := []string{"AWCP_CTL=" + filepath.Join(binDir, "awcp-ctl"), "STATE=" + c.state, "PEER=" + x.url, "WS=" + ws, "WS2=" + ws2}
+
+	var first snapshotsTranscript
+	runNode(t, modules, "mcp_snapshots_client.mjs", append(env, "PHASE=first"), &first)
+	if first.Exception != "" || first.Delegate.IsError {
+		t.Fatalf("first run: %s\n%s\n%s", first.Exception, first.Delegate.text(), first.Stderr)
+	}
+	for _, tool := range []string{"delegate_snapshots", "delegate_apply_snapshot", "delegate_discard_snapshot", "delegate_recover"} {
+		if !slices.Contains(first.Tools, tool) {
+			t.Errorf("the server offers no %s: %v", tool, first.Tools)
+		}
+	}
+	id := first.Delegate.Structured.DelegationID
+	os.WriteFile(release, nil, 0o644) // the agent goes on, with nobody following
+
+	var second snapshotsTranscript
+	runNode(t, modules, "mcp_snapshots_client.mjs", append(env, "PHASE=second", "ID="+id), &second)
+	if second.Exception != "" {
+		t.Fatalf("second run: %s\n%s", second.Exception, second.Stderr)
+	}
+	if second.Recover.IsError || !strings.Contains(second.Recover.text(), "re-attached") {
+		t.Errorf("delegate_recover:\n%s", second.Recover.text())
+	}
+	if !second.WrongPeer.IsError {
+		t.Errorf("delegate_recover with another executor's URL went through:\n%s", second.WrongPeer.text())
+	}
+	if second.Output.Structured.State != "completed" || !strings.Contains(second.Output.text(), "staged") {
+		t.Fatalf("delegate_output after the recovery:\n%s\n%s", second.Output.text(), second.Stderr)
+	}
+	snaps := string(second.Snapshots)
+	for _, want := range []string{`"status":"pending"`, `"recommended":true`, "A agent.txt +1 -0", "M a.txt +1 -1"} {
+		if !strings.Contains(snaps, want) {
+			t.Errorf("delegate_snapshots lacks %s:\n%s", want, snaps)
+		}
+	}
+	if second.Apply.IsError {
+		t.Fatalf("delegate_apply_snapshot:\n%s", second.Apply.text())
+	}
+	if !second.Again.IsError {
+		t.Errorf("a second delegate_apply_snapshot went through:\n%s", second.Again.text())
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "agent.txt")); string(b) != "by the agent\n" {
+		t.Errorf("agent.txt after the apply: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "a.txt")); string(b) != "a2\n" {
+		t.Errorf("a.txt after the apply: %q", b)
+	}
+	delete(before, "a.txt")
+	after := tree(t, ws)
+	delete(after, "a.txt")
+	delete(after, "agent.txt")
+	for p, d := range before {
+		if after[p] != d {
+			t.Errorf("%s changed by the apply: %q -> %q", p, d, after[p])
+		}
+	}
+	if second.Second.IsError || second.Discard.IsError {
+		t.Fatalf("the second delegation, discarded:\n%s\n%s", second.Second.text(), second.Discard.text())
+	}
+	if !second.Discarded.IsError {
+		t.Errorf("applying a discarded snapshot went through:\n%s", second.Discarded.text())
+	}
+	sameTree(t, ws2, before2)
 }

@@ -35,6 +35,7 @@ type Outcome struct {
 	AgentStderr  string       `json:"agent_stderr,omitempty" jsonschema:"the end of what the executor's agent wrote to stderr"`
 	MountRefused *Refused     `json:"mount_refused,omitempty" jsonschema:"writes of the agent a read-only live mount refused"`
 	Session      *Session     `json:"session,omitempty" jsonschema:"a session's last turn and what it waits for"`
+	Staged       string       `json:"staged,omitempty" jsonschema:"with snapshot_mode staged: how its result kept for review stands (pending, applied, discarded, expired); delegate_snapshots lists it"`
 	Error        *Failure     `json:"error,omitempty"`
 }
 
@@ -153,6 +154,12 @@ func outcomeOf(d *lease.Delegation) Outcome {
 			if p := d.PendingPermission(); p != nil {
 				o.Session.Awaiting = &Awaiting{Kind: "permission", Question: p.Title, RequestID: p.RequestID, Options: lease.Choices(p.Options)}
 			}
+		}
+	}
+	if st := d.Staged; st != nil {
+		o.Staged = st.State
+		if st.State == lease.StagedPending && d.State.Terminal() {
+			o.Notes = append(o.Notes, "the result is staged, the workspace untouched: review it with delegate_snapshots, then delegate_apply_snapshot or delegate_discard_snapshot")
 		}
 	}
 	if f := d.Failure; f != nil && d.State != lease.Completed {

@@ -96,6 +96,9 @@ type Options struct {
 	MaxWriteBytes  int64
 	// Limits are admission's (zero fields: the transport's defaults).
 	Limits delegator.AdmissionLimits
+	// SnapshotMode of new delegations whose call names none: auto,
+	// staged or discard. Default auto.
+	SnapshotMode string
 	// Cwd resolves a relative workspace_dir when the call gives no cwd.
 	// Default: the process's working directory.
 	Cwd string
@@ -134,9 +137,10 @@ func (o Options) withDefaults() Options {
 }
 
 type server struct {
-	opts Options
-	dlg  Delegator
-	log  *slog.Logger
+	opts   Options
+	dlg    Delegator
+	review Reviewer // nil: no snapshot tools
+	log    *slog.Logger
 }
 
 // New builds the MCP server with awcp's tools: delegate, delegate_output,
@@ -147,6 +151,7 @@ func New(opts Options) (*mcp.Server, error) {
 	}
 	opts = opts.withDefaults()
 	s := &server{opts: opts, dlg: opts.Delegator, log: opts.Logger}
+	s.review, _ = opts.Delegator.(Reviewer)
 	srv := mcp.NewServer(&mcp.Implementation{Name: "awcp", Title: "AWCP workspace delegation", Version: opts.Version},
 		&mcp.ServerOptions{
 			Instructions: "Lend a local directory to a remote executor agent for a task (AWCP). " +
@@ -163,6 +168,8 @@ func New(opts Options) (*mcp.Server, error) {
 			"ttl_seconds": {def: 3600, min: ptr(1.0)},
 			"access_mode": {def: "rw", enum: []any{"rw", "ro"}},
 			"background":  {def: false},
+			"snapshot_mode": {def: orDefault(opts.SnapshotMode, lease.SnapshotAuto),
+				enum: []any{lease.SnapshotAuto, lease.SnapshotStaged, lease.SnapshotDiscard}},
 		}),
 		addTool(srv, &mcp.Tool{
 			Name:        "delegate_output",
@@ -212,6 +219,7 @@ func New(opts Options) (*mcp.Server, error) {
 			Title:       "Close a session",
 			Description: "End a session: the remote agent's session closes, the lease ends and every access to the workspace is closed.",
 		}, s.closeSession, nil),
+		s.addSnapshotTools(srv),
 	)
 	if err != nil {
 		return nil, err
@@ -239,6 +247,7 @@ type delegateArgs struct {
 	Background   bool   `json:"background,omitempty" jsonschema:"return the delegation_id at once instead of waiting for the result"`
 	Session      bool   `json:"session,omitempty" jsonschema:"open a session: the remote ACP agent keeps it, with the workspace, for follow-up turns (delegate_answer, or delegate with session_id) until delegate_close_session or 30 idle minutes; the call returns when the agent awaits"`
 	SessionID    string `json:"session_id,omitempty" jsonschema:"continue this session (its delegation_id) with prompt as the next turn; the other arguments are the session's already"`
+	SnapshotMode string `json:"snapshot_mode,omitempty" jsonschema:"what becomes of the result: auto applies it (a live mount writes in place), staged keeps it for review with the workspace untouched (delegate_snapshots, delegate_apply_snapshot, delegate_discard_snapshot), discard drops it"`
 }
 
 func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in delegateArgs) (Outcome, error) {
@@ -281,7 +290,7 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 		TTL: time.Duration(in.TTLSeconds) * time.Second, Access: in.AccessMode,
 		Transport: s.opts.Transport, Token: s.opts.Token, Dialect: s.opts.Dialect,
 		Hide: s.opts.Hide, NoHideDefaults: s.opts.NoHideDefaults, NoDelete: s.opts.NoDelete, MaxWriteBytes: s.opts.MaxWriteBytes, Limits: s.opts.Limits,
-		Driven: in.Session,
+		Driven: in.Session, Snapshot: orDefault(in.SnapshotMode, s.opts.SnapshotMode),
 	})
 	if err != nil {
 		return Outcome{}, err
@@ -646,4 +655,11 @@ func answerer(req *mcp.CallToolRequest) string {
 		}
 	}
 	return "MCP client " + name
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

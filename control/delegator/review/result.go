@@ -219,6 +219,14 @@ type File struct {
 	Removed int    `json:"removed,omitempty"`
 }
 
+// Line is f in a line: its status, path, and line counts or sizes.
+func (f File) Line() string {
+	if f.Binary {
+		return fmt.Sprintf("%s %s (binary, %d -> %d bytes)", f.Status, f.Path, f.OldSize, f.NewSize)
+	}
+	return fmt.Sprintf("%s %s +%d -%d", f.Status, f.Path, f.Added, f.Removed)
+}
+
 // Files is the changed paths that are not directories, with their line
 // counts.
 func (r *Result) Files() ([]File, error) {
