@@ -2,12 +2,15 @@ package delegator
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,21 +58,26 @@ func (d *Delegator) stageSnapshot(del *lease.Delegation, ev *control.Event) func
 	if ev.ResultFile == "" || del.Staged == nil {
 		return nil
 	}
-	n := len(del.Staged.Snapshots) + 1
-	name := fmt.Sprintf("snapshot-%03d.zip", n)
+	id := ev.SnapshotID
+	if id == "" {
+		id = fmt.Sprintf("snap_%d", len(del.Staged.Snapshots)+1)
+	}
+	// Named by the id (hashed: it is the executor's to choose, not a
+	// path), so that a snapshot sent again replaces its file.
+	sum := sha256.Sum256([]byte(id))
+	name := "snapshot-" + hex.EncodeToString(sum[:8]) + ".zip"
+	os.Remove(filepath.Join(del.Staged.Dir, name))
 	if err := linkOrCopy(ev.ResultFile, filepath.Join(del.Staged.Dir, name)); err != nil {
 		d.log.Warn("keep a staged snapshot", "delegation", del.ID, "err", err)
 		return nil
 	}
-	snap := lease.StagedSnapshot{ID: ev.SnapshotID, File: name, Summary: ev.Summary, Highlights: ev.Highlights,
+	snap := lease.StagedSnapshot{ID: id, File: name, Summary: ev.Summary, Highlights: ev.Highlights,
 		Recommended: ev.Recommended != nil && *ev.Recommended, Bytes: fileSize(ev.ResultFile), Status: lease.StagedPending, At: d.store.Now()}
-	if snap.ID == "" {
-		snap.ID = fmt.Sprintf("snap_%d", n)
-	}
 	return func(rec *lease.Delegation) {
 		if rec.Staged == nil {
 			return
 		}
+		rec.Staged.Snapshots = slices.DeleteFunc(rec.Staged.Snapshots, func(s lease.StagedSnapshot) bool { return s.ID == snap.ID })
 		rec.Staged.Snapshots = append(rec.Staged.Snapshots, snap)
 		if len(rec.Staged.Snapshots) > MaxStagedSnapshots {
 			for i, s := range rec.Staged.Snapshots {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,6 +107,22 @@ func TestExecutorAnswersHeadDelegator(t *testing.T) {
 		t.Fatalf("events %v, want status, snapshot, done", events)
 	}
 	snap, done := events[1], events[2]
+	// What the reference's delegator keeps of it in its staged mode
+	// (SnapshotManager.receive: the id is a directory name there, the
+	// metadata shown by its delegate_snapshots).
+	if id, _ := snap["snapshotId"].(string); !regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`).MatchString(id) {
+		t.Errorf("snapshotId %q is not a safe directory name", snap["snapshotId"])
+	}
+	if sum, _ := snap["summary"].(string); sum == "" || snap["recommended"] != true {
+		t.Errorf("snapshot event %v lacks a summary or recommended", snap)
+	}
+	if hl, ok := snap["highlights"].([]any); !ok || !slices.Contains(hl, any("hello.txt")) {
+		t.Errorf("snapshot highlights %v", snap["highlights"])
+	}
+	meta, _ := snap["metadata"].(map[string]any)
+	if tb, _ := meta["totalBytes"].(float64); meta["fileCount"] != float64(2) || tb < float64(len("hi\nchanged\n")) {
+		t.Errorf("snapshot metadata %v, want fileCount 2 and totalBytes", meta)
+	}
 	if done["recommendedSnapshotId"] != snap["snapshotId"] || !slices.Equal(done["snapshotIds"].([]any), []any{snap["snapshotId"]}) {
 		t.Fatalf("done %v does not name snapshot %v", done, snap["snapshotId"])
 	}

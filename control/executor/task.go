@@ -479,7 +479,7 @@ func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before ar
 	snapID := "snap_" + checksum[:12]
 	recommended := true
 	snapshot = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventSnapshot, SnapshotID: snapID, Summary: summary,
-		Highlights: ev.Highlights, Recommended: &recommended, ResultChecksum: checksum})
+		Highlights: ev.Highlights, Recommended: &recommended, ResultChecksum: checksum, Metadata: snapshotMetadata(after, ev.Highlights)})
 	ev.SnapshotIDs, ev.RecommendedSnapshotID = []string{snapID}, snapID
 	return snapshot, e.eventJSON(ev), nil
 }
@@ -574,4 +574,26 @@ func confine(at *agent.Task, base sandbox.Policy) (*sandbox.Policy, string, erro
 		at.Env = append(at.Env, "HOME="+h)
 	}
 	return &p, tmp, nil
+}
+
+// snapshotMetadata is a snapshot event's metadata as the reference's
+// delegator keeps it with a staged snapshot (SnapshotMetadata): the files
+// of the workspace the snapshot holds, their bytes, and those changed.
+func snapshotMetadata(after archive.Manifest, changed []string) json.RawMessage {
+	m := struct {
+		FileCount    int      `json:"fileCount"`
+		TotalBytes   int64    `json:"totalBytes"`
+		ChangedFiles []string `json:"changedFiles"`
+	}{ChangedFiles: changed}
+	if m.ChangedFiles == nil {
+		m.ChangedFiles = []string{}
+	}
+	for _, e := range after {
+		if e.Kind == archive.KindFile {
+			m.FileCount++
+			m.TotalBytes += e.Size
+		}
+	}
+	raw, _ := json.Marshal(m)
+	return raw
 }
