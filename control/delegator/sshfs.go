@@ -184,8 +184,12 @@ func (t *SSHFSDelegator) Cleanup(_ context.Context, d control.Lent) error {
 	t.stopKeeping(d.ID)
 	t.Server.Revoke(d.ID)
 	t.mu.Lock()
+	area := t.areas[d.ID]
 	delete(t.areas, d.ID) // its sessions are closed; the area stays on disk
 	t.mu.Unlock()
+	if area != nil {
+		area.Close()
+	}
 	return nil
 }
 

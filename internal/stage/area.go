@@ -9,7 +9,8 @@
 //	              paths, with every directory above them
 //	base/         the owner's version of each file the executor changed or
 //	              deleted, as it was when first touched (for the diff)
-//	journal.json  what upper cannot say: the owner's paths the executor
+//	journal       what upper cannot say, a JSON line per change, replayed
+//	              when the area is opened: the owner's paths the executor
 //	              deleted, the directories that hide the owner's entries of
 //	              the same name, and the owner's entry (or none) of every
 //	              path the executor touched, at its first touch
@@ -19,12 +20,12 @@
 package stage
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -48,50 +49,110 @@ type Area struct {
 
 	sync.RWMutex // held by the server across a change and its record
 
-	mu sync.Mutex // guards j
-	j  journal
+	mu  sync.Mutex // guards j and log
+	j   journal
+	log *os.File // the journal, appended to; nil for an area only read
 }
 
-// journal is journal.json.
+// journal is what the journal's lines add up to.
 type journal struct {
 	// Deleted are paths of the owner's the executor removed or moved
 	// away (whiteouts): hidden with what is beneath them.
-	Deleted map[string]bool `json:"deleted,omitempty"`
+	Deleted map[string]bool
 	// Opaque are directories of upper that hide the owner's entries
 	// beneath the same path (made where the owner's was deleted).
-	Opaque map[string]bool `json:"opaque,omitempty"`
+	Opaque map[string]bool
 	// Base is the owner's entry of each path touched, at the first
 	// touch; nil where the owner had none.
-	Base map[string]*archive.Entry `json:"base,omitempty"`
+	Base map[string]*archive.Entry
 }
 
-// Open opens (or makes) the area in dir.
+// line is one line of the journal: one change.
+type line struct {
+	Op   string         `json:"op"` // touch, delete, made, shadow
+	Path string         `json:"path"`
+	Base *archive.Entry `json:"base,omitempty"` // touch
+	Dir  bool           `json:"dir,omitempty"`  // made
+}
+
+func (j *journal) apply(l line) {
+	switch l.Op {
+	case "touch":
+		if _, ok := j.Base[l.Path]; !ok {
+			j.Base[l.Path] = l.Base
+		}
+	case "delete":
+		j.Deleted[l.Path] = true
+	case "made":
+		if j.Deleted[l.Path] {
+			delete(j.Deleted, l.Path)
+			if l.Dir {
+				j.Opaque[l.Path] = true
+			}
+		}
+	case "shadow":
+		j.Opaque[l.Path] = true
+	}
+}
+
+// Open opens (or makes) the area in dir, to record changes in it.
 func Open(dir string) (*Area, error) {
+	a, err := Read(dir)
+	if err != nil {
+		return nil, err
+	}
+	a.log, err = os.OpenFile(a.journalFile(), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("staging area: %w", err)
+	}
+	// A line cut by a crash is ended, so that the next starts clean.
+	if fi, err := a.log.Stat(); err == nil && fi.Size() > 0 {
+		last := make([]byte, 1)
+		if _, err := a.log.ReadAt(last, fi.Size()-1); err == nil && last[0] != '\n' {
+			a.log.Write([]byte{'\n'})
+		}
+	}
+	return a, nil
+}
+
+// Read opens the area in dir to read it; it makes what is missing.
+func Read(dir string) (*Area, error) {
 	for _, d := range []string{dir, filepath.Join(dir, "upper"), filepath.Join(dir, "base")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("staging area: %w", err)
 		}
 	}
 	a := &Area{dir: dir, j: journal{Deleted: map[string]bool{}, Opaque: map[string]bool{}, Base: map[string]*archive.Entry{}}}
-	raw, err := os.ReadFile(a.journalFile())
+	f, err := os.Open(a.journalFile())
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return a, nil
 	case err != nil:
 		return nil, fmt.Errorf("staging area: %w", err)
 	}
-	if err := json.Unmarshal(raw, &a.j); err != nil {
-		return nil, fmt.Errorf("staging area %s: its journal is unreadable: %w", dir, err)
-	}
-	for _, m := range []*map[string]bool{&a.j.Deleted, &a.j.Opaque} {
-		if *m == nil {
-			*m = map[string]bool{}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var l line
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			continue // a line cut by a crash
 		}
-	}
-	if a.j.Base == nil {
-		a.j.Base = map[string]*archive.Entry{}
+		a.j.apply(l)
 	}
 	return a, nil
+}
+
+// Close closes the journal.
+func (a *Area) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.log == nil {
+		return nil
+	}
+	err := a.log.Close()
+	a.log = nil
+	return err
 }
 
 // Dir is the area's directory.
@@ -103,7 +164,7 @@ func (a *Area) Upper() string { return filepath.Join(a.dir, "upper") }
 // BaseDir is the directory of the owner's versions of touched files.
 func (a *Area) BaseDir() string { return filepath.Join(a.dir, "base") }
 
-func (a *Area) journalFile() string { return filepath.Join(a.dir, "journal.json") }
+func (a *Area) journalFile() string { return filepath.Join(a.dir, "journal") }
 
 // OwnerHidden reports whether the owner's entry at p is out of the
 // executor's view: p or a directory above it was deleted, or a directory
@@ -153,8 +214,7 @@ func (a *Area) Touch(p string, owner *archive.Entry) error {
 	if len(a.j.Base) >= MaxTouched {
 		return ErrTooMany
 	}
-	a.j.Base[p] = owner
-	return a.saveLocked()
+	return a.recordLocked(line{Op: "touch", Path: p, Base: owner})
 }
 
 // Delete records that the owner's entry at p is deleted from the view.
@@ -164,8 +224,10 @@ func (a *Area) Delete(p string) error {
 	if len(a.j.Deleted) >= MaxTouched {
 		return ErrTooMany
 	}
-	a.j.Deleted[p] = true
-	return a.saveLocked()
+	if a.j.Deleted[p] {
+		return nil
+	}
+	return a.recordLocked(line{Op: "delete", Path: p})
 }
 
 // Made records that the executor made an entry at p: a deletion of the
@@ -177,11 +239,7 @@ func (a *Area) Made(p string, dir bool) error {
 	if !a.j.Deleted[p] {
 		return nil
 	}
-	delete(a.j.Deleted, p)
-	if dir {
-		a.j.Opaque[p] = true
-	}
-	return a.saveLocked()
+	return a.recordLocked(line{Op: "made", Path: p, Dir: dir})
 }
 
 // Shadow marks directory p of upper as hiding the owner's entries beneath
@@ -192,23 +250,23 @@ func (a *Area) Shadow(p string) error {
 	if a.j.Opaque[p] {
 		return nil
 	}
-	a.j.Opaque[p] = true
-	return a.saveLocked()
+	return a.recordLocked(line{Op: "shadow", Path: p})
 }
 
-// saveLocked writes the journal through a temporary file and a rename.
-func (a *Area) saveLocked() error {
-	raw, err := json.Marshal(a.j)
+// recordLocked appends l to the journal, then applies it: a change is
+// on disk before it counts.
+func (a *Area) recordLocked(l line) error {
+	if a.log == nil {
+		return errors.New("staging area: opened to be read only")
+	}
+	raw, err := json.Marshal(l)
 	if err != nil {
 		return err
 	}
-	tmp := a.journalFile() + ".tmp"
-	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+	if _, err := a.log.Write(append(raw, '\n')); err != nil {
 		return fmt.Errorf("staging area: %w", err)
 	}
-	if err := os.Rename(tmp, a.journalFile()); err != nil {
-		return fmt.Errorf("staging area: %w", err)
-	}
+	a.j.apply(l)
 	return nil
 }
 
@@ -233,18 +291,4 @@ func SortPaths(ps []string) {
 	sort.Slice(ps, func(i, j int) bool {
 		return strings.ReplaceAll(ps[i], "/", "\x00") < strings.ReplaceAll(ps[j], "/", "\x00")
 	})
-}
-
-// Beneath reports whether p is dir or beneath it.
-func Beneath(p, dir string) bool {
-	return p == dir || strings.HasPrefix(p, dir+"/") || dir == "."
-}
-
-// Clean is p as the area records it: slash-separated, relative, cleaned.
-func Clean(p string) string {
-	p = path.Clean("/" + p)[1:]
-	if p == "" {
-		return "."
-	}
-	return p
 }

@@ -49,7 +49,7 @@ func FromArea(dir string, hide func(rel string) bool) (*Result, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("the staging area is gone: %w", err)
 	}
-	area, err := stage.Open(dir)
+	area, err := stage.Read(dir)
 	if err != nil {
 		return nil, err
 	}
