@@ -107,7 +107,7 @@ pids+=($!)
 
 # --- awcp: a real delegation of src, live-mounted on the executor ---
 AWCP_PORT=$(free_port)
-"$BIN/awcp-fs" serve --state-dir "$B/exec" --work-root "$B/work" --listen "127.0.0.1:$AWCP_PORT" \
+"$BIN/awcp-fs" serve --state-dir "$B/exec" --work-root "$B/work" --listen "127.0.0.1:$AWCP_PORT" --sandbox-allow "$B/run:rw" \
 	--max-ttl 24h --agent-cmd "echo \"\$AWCP_WORKDIR\" > '$B/run/workdir'; exec sleep 100000" >"$B/run/awcp-fs.log" 2>&1 &
 EXEC_PID=$!
 pids+=($EXEC_PID)
