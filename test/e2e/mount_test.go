@@ -292,6 +292,20 @@ func TestLiveMountEndsOnCancelAndExpiry(t *testing.T) {
 // re-dials, the agent only stalls, and the delegation completes with all of
 // the agent's writes on disk.
 func TestDelegatorCrashMidMount(t *testing.T) {
+	for _, staged := range []bool{false, true} {
+		name := "auto"
+		if staged {
+			name = "staged"
+		}
+		t.Run(name, func(t *testing.T) { delegatorCrashMidMount(t, staged) })
+	}
+}
+
+// delegatorCrashMidMount kills the daemon serving a live mount mid-task
+// and starts it again; staged, the staging area it reopens holds what the
+// agent wrote before and after, and the owner's directory nothing of it
+// until apply.
+func delegatorCrashMidMount(t *testing.T, staged bool) {
 	gate := filepath.Join(t.TempDir(), "gate")
 	x := startExecutor(t, `echo one > first.txt; while [ ! -e `+gate+` ]; do sleep 0.05; done; echo two > second.txt; cat first.txt > copy.txt; echo finished`)
 	c := newCtl(t)
@@ -318,12 +332,26 @@ func TestDelegatorCrashMidMount(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	r := c.run("export", dir, "--peer", x.url, "--prompt", "p", "--background")
+	args := []string{"export", dir, "--peer", x.url, "--prompt", "p", "--background"}
+	if staged {
+		args = append(args, "--snapshot", "staged")
+	}
+	before := tree(t, dir)
+	r := c.run(args...)
 	if r.code != 0 {
 		t.Fatalf("%d %s", r.code, r.stderr)
 	}
 	id := strings.TrimSpace(r.stdout)
-	waitFile(t, filepath.Join(dir, "first.txt"))
+	if staged {
+		for deadline := time.Now().Add(15 * time.Second); !strings.Contains(c.run("diff", id, "--name-status").stdout, "A\tfirst.txt"); {
+			if time.Now().After(deadline) {
+				t.Fatal("first.txt never showed in the staged result")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	} else {
+		waitFile(t, filepath.Join(dir, "first.txt"))
+	}
 
 	daemon.Process.Kill()
 	daemon.Wait()
@@ -335,6 +363,12 @@ func TestDelegatorCrashMidMount(t *testing.T) {
 	out := c.run("output", id, "--block", "--timeout", "30s")
 	if out.code != 0 {
 		t.Fatalf("after the crash: %d\n%s%s", out.code, out.stdout, out.stderr)
+	}
+	if staged {
+		sameTree(t, dir, before)
+		if r := c.run("apply", id); r.code != 0 {
+			t.Fatalf("apply: %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
 	}
 	for name, want := range map[string]string{"first.txt": "one\n", "second.txt": "two\n", "copy.txt": "one\n"} {
 		if b, _ := os.ReadFile(filepath.Join(dir, name)); string(b) != want {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -159,6 +160,50 @@ func TestStagedResult(t *testing.T) {
 			if r := c.run("apply", id2); r.code == 0 || !strings.Contains(r.stderr, "discarded") {
 				t.Errorf("apply after discard: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 			}
+			// A third, in a git work tree, recorded on a branch.
+			dir3 := stagedWorkspace(t)
+			gitIn := func(args ...string) string {
+				cmd := exec.Command("git", append([]string{"-C", dir3, "-c", "user.name=o", "-c", "user.email=o@o"}, args...)...)
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("git %v: %v\n%s", args, err, out)
+				}
+				return strings.TrimSpace(string(out))
+			}
+			gitIn("init", "-q", "-b", "main")
+			gitIn("add", ".")
+			gitIn("commit", "-qm", "base")
+			head := gitIn("rev-parse", "HEAD")
+			exp = c.start("export", dir3, "--peer", x.url, "--prompt", "work", "--transport", transport,
+				"--snapshot", "staged", "--ssh-listen", "127.0.0.1:0")
+			if live {
+				time.Sleep(300 * time.Millisecond)
+				os.WriteFile(filepath.Join(dir3, "go.flag"), []byte("go\n"), 0o644)
+			}
+			if err := exp.Wait(); err != nil {
+				t.Fatalf("third export: %v\n%s%s", err, exp.stdout.String(), exp.stderr.String())
+			}
+			status := gitIn("status", "--porcelain")
+			id3 := strings.Fields(exp.stdout.String())[1]
+			if r := c.run("apply", id3, "--branch", "agent/work"); r.code != 0 || !strings.Contains(r.stdout, "recorded on branch agent/work") {
+				t.Fatalf("apply --branch: %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			if got := gitIn("show", "agent/work:c.txt"); got != "c by the agent" {
+				t.Errorf("the branch's c.txt: %q", got)
+			}
+			if got := gitIn("rev-parse", "agent/work^"); got != head {
+				t.Errorf("the branch's parent is %s, want HEAD %s", got, head)
+			}
+			if got := gitIn("ls-tree", "--name-only", "agent/work"); strings.Contains(got, "gone.txt") || !strings.Contains(got, "created.txt") {
+				t.Errorf("the branch's files: %s", got)
+			}
+			if gitIn("rev-parse", "HEAD") != head || gitIn("status", "--porcelain") != status {
+				t.Errorf("apply --branch moved HEAD or changed the work tree")
+			}
+			if b, _ := os.ReadFile(filepath.Join(dir3, "c.txt")); string(b) != "c1\n" {
+				t.Errorf("apply --branch wrote c.txt in the work tree: %q", b)
+			}
+
 			if ents, _ := os.ReadDir(filepath.Join(c.state, "staged")); len(ents) != 0 {
 				t.Errorf("staged results left after apply and discard: %v", ents)
 			}
