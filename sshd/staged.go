@@ -362,11 +362,6 @@ func (v *stagedView) rename(id uint32, pkt []byte, from, to string, noReplace bo
 	if err == nil {
 		err = v.saveBase(to)
 	}
-	if err == nil && toLayer == v.lower && toFi.IsDir() {
-		// The owner's empty directory at to is replaced: nothing of it
-		// shows beneath the moved one.
-		err = v.area.Delete(to)
-	}
 	if err != nil {
 		v.lower.done(id, op, err)
 		return
@@ -377,6 +372,11 @@ func (v *stagedView) rename(id uint32, pkt []byte, from, to string, noReplace bo
 	}
 	if owned {
 		v.keep(v.area.Delete(from))
+	}
+	if toLayer == v.lower && toFi.IsDir() {
+		// The owner's empty directory at to is replaced: nothing of it
+		// shows beneath the moved one.
+		v.keep(v.area.Delete(to))
 	}
 	v.made(to, true)
 	if fi.IsDir() {

@@ -200,20 +200,29 @@ func keepFile(file, path string) error {
 	if os.Rename(file, path) == nil {
 		return nil
 	}
-	src, err := os.Open(file)
+	return copyPrivate(file, path)
+}
+
+// copyPrivate copies src to dst, a new file of mode 600; nothing of dst
+// is left if it fails.
+func copyPrivate(src, dst string) error {
+	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
-	defer src.Close()
-	dst, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(dst, src); err != nil {
-		dst.Close()
-		return err
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
 	}
-	return dst.Close()
+	if err != nil {
+		os.Remove(dst)
+	}
+	return err
 }
 
 var _ control.DelegatorTransport = (*ArchiveDelegator)(nil)

@@ -240,7 +240,7 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 	case control.EventSnapshot:
 		// Staged, every snapshot is kept for review; else the one that
 		// will be the result.
-		keep := d.stageSnapshot(del, ev)
+		keep, after := d.stageSnapshot(del, ev)
 		d.holdSnapshot(id, ev)
 		_, err = d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
 			if keep != nil {
@@ -248,6 +248,7 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 			}
 			return seen(del)
 		})
+		after()
 	case control.EventDone:
 		if del.State.Terminal() {
 			return nil

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -53,10 +52,11 @@ func (d *Delegator) snapshotMode(req ExportRequest) (string, error) {
 func (d *Delegator) stagedDir(id string) string { return filepath.Join(d.opts.StagedDir, id) }
 
 // stageSnapshot keeps a snapshot event's result in a staged delegation's
-// directory, and records it.
-func (d *Delegator) stageSnapshot(del *lease.Delegation, ev *control.Event) func(*lease.Delegation) {
+// directory: keep records it (in the record's update), after removes, once
+// the update is done, the snapshot it dropped past MaxStagedSnapshots.
+func (d *Delegator) stageSnapshot(del *lease.Delegation, ev *control.Event) (keep func(*lease.Delegation), after func()) {
 	if ev.ResultFile == "" || del.Staged == nil {
-		return nil
+		return nil, func() {}
 	}
 	id := ev.SnapshotID
 	if id == "" {
@@ -69,11 +69,13 @@ func (d *Delegator) stageSnapshot(del *lease.Delegation, ev *control.Event) func
 	os.Remove(filepath.Join(del.Staged.Dir, name))
 	if err := linkOrCopy(ev.ResultFile, filepath.Join(del.Staged.Dir, name)); err != nil {
 		d.log.Warn("keep a staged snapshot", "delegation", del.ID, "err", err)
-		return nil
+		return nil, func() {}
 	}
 	snap := lease.StagedSnapshot{ID: id, File: name, Summary: ev.Summary, Highlights: ev.Highlights,
 		Recommended: ev.Recommended != nil && *ev.Recommended, Bytes: fileSize(ev.ResultFile), Status: lease.StagedPending, At: d.store.Now()}
-	return func(rec *lease.Delegation) {
+	var dropped string
+	keep = func(rec *lease.Delegation) {
+		dropped = ""
 		if rec.Staged == nil {
 			return
 		}
@@ -82,11 +84,16 @@ func (d *Delegator) stageSnapshot(del *lease.Delegation, ev *control.Event) func
 		if len(rec.Staged.Snapshots) > MaxStagedSnapshots {
 			for i, s := range rec.Staged.Snapshots {
 				if !s.Recommended {
-					os.Remove(filepath.Join(rec.Staged.Dir, s.File))
+					dropped = filepath.Join(rec.Staged.Dir, s.File)
 					rec.Staged.Snapshots = append(rec.Staged.Snapshots[:i], rec.Staged.Snapshots[i+1:]...)
 					break
 				}
 			}
+		}
+	}
+	return keep, func() {
+		if dropped != "" {
+			os.Remove(dropped)
 		}
 	}
 }
@@ -105,13 +112,14 @@ func (d *Delegator) finishStaged(del *lease.Delegation, ev *control.Event) (func
 	}
 	until := d.store.Now().Add(d.retention())
 	if del.Transport != control.TransportArchive {
+		live := lease.StagedSnapshot{ID: lease.LiveSnapshot, Summary: ev.Summary, Highlights: ev.Highlights,
+			Recommended: true, Bytes: dirBytes(filepath.Join(del.Staged.Dir, "upper")), Status: lease.StagedPending, At: d.store.Now()}
 		return func(rec *lease.Delegation) {
 			if rec.Staged == nil {
 				return
 			}
 			rec.Staged.Until = until
-			rec.Staged.Snapshots = []lease.StagedSnapshot{{ID: lease.LiveSnapshot, Summary: ev.Summary, Highlights: ev.Highlights,
-				Recommended: true, Bytes: dirBytes(rec.Staged.Dir), Status: lease.StagedPending, At: d.store.Now()}}
+			rec.Staged.Snapshots = []lease.StagedSnapshot{live}
 		}, nil
 	}
 	if _, err := os.Stat(filepath.Join(del.Staged.Dir, "base.zip")); err != nil {
@@ -175,21 +183,7 @@ func linkOrCopy(src, dst string) error {
 	if os.Link(src, dst) == nil {
 		return nil
 	}
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		os.Remove(dst)
-		return err
-	}
-	return out.Close()
+	return copyPrivate(src, dst)
 }
 
 func fileSize(p string) int64 {

@@ -102,6 +102,9 @@ func TestStagedKeepsEverySnapshot(t *testing.T) {
 				if st.Find("snap_1") != nil || st.Find(fmt.Sprintf("snap_%d", n)) == nil {
 					t.Errorf("past the bound, the oldest not recommended should go: %v", st.Snapshots)
 				}
+				if files, _ := filepath.Glob(filepath.Join(st.Dir, "snapshot-*.zip")); len(files) != MaxStagedSnapshots {
+					t.Errorf("%d snapshot files kept on disk, want %d", len(files), MaxStagedSnapshots)
+				}
 				return
 			}
 			r, _, err := dlg.OpenResult(d.ID, "")
