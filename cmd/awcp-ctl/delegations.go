@@ -268,6 +268,8 @@ func report(c *cli.Context, d *lease.Delegation) error {
 	if len(d.Changes) > 0 {
 		title := "changes made live in " + d.LocalDir
 		switch {
+		case d.SnapshotMode == lease.SnapshotDiscard:
+			title = "changes the agent made, discarded (" + d.LocalDir + " is untouched)"
 		case d.Staged != nil && d.Staged.State != lease.StagedApplied:
 			title = "changes staged for review (" + d.LocalDir + " is untouched)"
 		case d.Transport == control.TransportArchive || d.Staged != nil:
@@ -468,7 +470,9 @@ func printTable(w io.Writer, ds []*lease.Delegation) {
 				state += " (executor " + ch.State + ")"
 			}
 		}
-		if st := d.Staged; st != nil && d.State.Terminal() && st.State == lease.StagedPending {
+		if st := d.Staged; st != nil && d.SnapshotMode == lease.SnapshotDiscard {
+			state += " (result discarded)"
+		} else if st != nil && d.State.Terminal() && st.State == lease.StagedPending {
 			var bytes int64
 			for _, s := range st.Snapshots {
 				bytes += s.Bytes

@@ -165,6 +165,12 @@ func stagedLine(d *lease.Delegation) string {
 	if st == nil {
 		return ""
 	}
+	if d.SnapshotMode == lease.SnapshotDiscard {
+		if !d.State.Terminal() {
+			return "discard: the agent's changes go to a staging area, removed at the end"
+		}
+		return "discarded (--snapshot discard): " + d.LocalDir + " is as it was"
+	}
 	var bytes int64
 	for _, s := range st.Snapshots {
 		bytes += s.Bytes

@@ -223,7 +223,9 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 		Limits:       [3]int64{req.Limits.MaxTotalBytes, req.Limits.MaxFileCount, req.Limits.MaxFileBytes},
 		SnapshotMode: mode,
 	}
-	if mode == lease.SnapshotStaged {
+	if mode != lease.SnapshotAuto {
+		// Discarded too: a live mount's changes must go somewhere that
+		// is not the directory; the area is removed at the end.
 		del.Staged = &lease.Staged{Dir: d.stagedDir(id), State: lease.StagedPending}
 	}
 	if req.Session || req.Driven {
@@ -610,6 +612,7 @@ func (d *Delegator) cleanup(ctx context.Context, del *lease.Delegation) {
 	if err := t.Cleanup(context.WithoutCancel(ctx), lent(del)); err != nil {
 		d.log.Warn("transport clean-up", "delegation", del.ID, "err", err)
 	}
+	d.dropDiscarded(del)
 	if a, ok := t.(auditor); ok {
 		if sum := a.EndAudit(del.ID); sum != nil {
 			changes, notes, err := liveChanges(d.store, del.ID)

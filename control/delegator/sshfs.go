@@ -138,7 +138,7 @@ func (t *SSHFSDelegator) Resume(ctx context.Context, d control.Lent) {
 // sessions share.
 func (t *SSHFSDelegator) grant(d control.Lent) error {
 	exp := sshd.Export{Dir: d.LocalDir, ReadOnly: d.AccessMode != control.AccessRW, Policy: wire.ExportPolicy(d.Policy)}
-	if d.Snapshot == lease.SnapshotStaged && !exp.ReadOnly {
+	if (d.Snapshot == lease.SnapshotStaged || d.Snapshot == lease.SnapshotDiscard) && !exp.ReadOnly {
 		area, err := t.area(d)
 		if err != nil {
 			return control.Errorf(control.CodeSetupFailed, "the staging area cannot be made: %v", err).

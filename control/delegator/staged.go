@@ -42,8 +42,8 @@ func (d *Delegator) snapshotMode(req ExportRequest) (string, error) {
 	if req.Access == control.AccessRO {
 		return lease.SnapshotAuto, nil
 	}
-	if mode == lease.SnapshotStaged && d.opts.StagedDir == "" {
-		return "", control.Errorf(control.CodeDepMissing, "staged results need a place to be kept, and this delegator has none")
+	if d.opts.StagedDir == "" {
+		return "", control.Errorf(control.CodeDepMissing, "snapshot mode %s needs a place for the executor's changes other than the directory, and this delegator has none", mode)
 	}
 	return mode, nil
 }
@@ -55,7 +55,7 @@ func (d *Delegator) stagedDir(id string) string { return filepath.Join(d.opts.St
 // directory: keep records it (in the record's update), after removes, once
 // the update is done, the snapshot it dropped past MaxStagedSnapshots.
 func (d *Delegator) stageSnapshot(del *lease.Delegation, ev *control.Event) (keep func(*lease.Delegation), after func()) {
-	if ev.ResultFile == "" || del.Staged == nil {
+	if ev.ResultFile == "" || del.Staged == nil || del.SnapshotMode != lease.SnapshotStaged {
 		return nil, func() {}
 	}
 	id := ev.SnapshotID
@@ -103,12 +103,9 @@ func (d *Delegator) stageSnapshot(del *lease.Delegation, ev *control.Event) (kee
 // returns what the done's record update adds.
 func (d *Delegator) finishStaged(del *lease.Delegation, ev *control.Event) (func(*lease.Delegation), error) {
 	if del.SnapshotMode == lease.SnapshotDiscard {
-		if ev.ResultFile != "" {
-			os.Remove(ev.ResultFile)
-		}
 		return func(rec *lease.Delegation) {
 			rec.Notes = append(rec.Notes, "snapshot mode discard: the executor's result was dropped; the directory is as it was")
-		}, nil
+		}, nil // the result file goes with the event; the area at the clean-up
 	}
 	until := d.store.Now().Add(d.retention())
 	if del.Transport != control.TransportArchive {
@@ -161,6 +158,25 @@ func (d *Delegator) retention() time.Duration {
 		return d.opts.StagedRetention
 	}
 	return DefaultStagedRetention
+}
+
+// dropDiscarded removes, once del ended, what its executor changed in
+// snapshot mode discard (a live mount's staging area), and says so.
+func (d *Delegator) dropDiscarded(del *lease.Delegation) {
+	if del.SnapshotMode != lease.SnapshotDiscard || del.Staged == nil {
+		return
+	}
+	if err := os.RemoveAll(del.Staged.Dir); err != nil {
+		d.log.Warn("remove a discarded result", "delegation", del.ID, "err", err)
+		return
+	}
+	d.store.UpdateDelegation(del.ID, func(rec *lease.Delegation) error {
+		if rec.Staged == nil || rec.Staged.State != lease.StagedPending {
+			return errStagedDecided
+		}
+		rec.Staged.State, rec.Staged.DecidedAt = lease.StagedDiscarded, d.store.Now()
+		return nil
+	})
 }
 
 // keepBase keeps the archive sent (packed) and its manifest in dir,

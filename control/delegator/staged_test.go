@@ -190,3 +190,38 @@ func TestStagedRetention(t *testing.T) {
 		t.Error("the old record with an expired result was not pruned")
 	}
 }
+
+// In discard mode the executor's result is dropped: the directory is as it
+// was, nothing is kept, and the record says so.
+func TestDiscardModeKeepsNothing(t *testing.T) {
+	srv := httptest.NewServer(&snapshotsPeer{n: 2})
+	defer srv.Close()
+	staged, spool := t.TempDir(), t.TempDir()
+	dlg, _ := newArchiveDelegator(t, nil, func(o *Options) { o.StagedDir, o.SpoolDir = staged, spool })
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("owner\n"), 0o644)
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive, Snapshot: lease.SnapshotDiscard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, err := dlg.Run(t.Context(), d.ID)
+	if err != nil || end.State != lease.Completed {
+		t.Fatalf("ended %v %v", end, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "hello.txt")); string(b) != "owner\n" {
+		t.Errorf("the directory changed: %q", b)
+	}
+	if ents, _ := os.ReadDir(staged); len(ents) != 0 {
+		t.Errorf("kept after a discard: %v", ents)
+	}
+	if ents, _ := os.ReadDir(spool); len(ents) != 0 {
+		t.Errorf("left in the spool: %v", ents)
+	}
+	rec, _ := dlg.store.Delegation(d.ID)
+	if rec.Staged == nil || rec.Staged.State != lease.StagedDiscarded || !strings.Contains(strings.Join(rec.Notes, "\n"), "discard") {
+		t.Errorf("the record: %+v, notes %q", rec.Staged, rec.Notes)
+	}
+	if _, err := dlg.ApplyResult(context.Background(), d.ID, "", ""); err == nil {
+		t.Error("a discarded result was applied")
+	}
+}

@@ -310,3 +310,21 @@ echo "did the work" > "$AWCP_SUMMARY_FILE"`)
 	}
 	sameTree(t, ws2, before2)
 }
+
+// --snapshot discard over the live mount: the agent works (and reads its
+// own writes) on a staging area that is removed at the end; the owner's
+// directory is as it was.
+func TestDiscardModeLive(t *testing.T) {
+	x := startExecutor(t, stagedAgent(false))
+	c := newCtl(t)
+	dir := stagedWorkspace(t)
+	before := tree(t, dir)
+	r := c.run("export", dir, "--peer", x.url, "--prompt", "work", "--transport", "sshfs", "--snapshot", "discard", "--ssh-listen", "127.0.0.1:0")
+	if r.code != 0 || !strings.Contains(r.stdout, "discarded") {
+		t.Fatalf("export: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	sameTree(t, dir, before)
+	if ents, _ := os.ReadDir(filepath.Join(c.state, "staged")); len(ents) != 0 {
+		t.Errorf("kept after the discard: %v", ents)
+	}
+}
