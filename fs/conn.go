@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"sync"
@@ -58,7 +59,7 @@ var (
 )
 
 func newConn(opts Options) (*conn, error) {
-	sshc, client, err := Dial(opts)
+	sshc, client, err := dialFirst(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -70,6 +71,37 @@ func newConn(opts Options) (*conn, error) {
 	}
 	c.watch(sshc, 1)
 	return c, nil
+}
+
+// firstDialPatience is how long a mount's first dial tries again after
+// the delegator's server closed it during the handshake.
+const firstDialPatience = 10 * time.Second
+
+// dialFirst is Dial for a mount's first connection. A server bounds the
+// handshakes it takes from one address at a time (sshd's preauth bounds,
+// OpenSSH's MaxStartups) and closes those past it: an executor starting
+// many mounts at once meets that. Such a close (a reset, or the end of
+// the stream, before authentication) is tried again, with backoff and
+// jitter, for firstDialPatience; a refusal of the login, or of the
+// export, is not.
+func dialFirst(opts Options) (*gossh.Client, *sftpc.Client, error) {
+	deadline := time.Now().Add(firstDialPatience)
+	backoff := 20 * time.Millisecond
+	for {
+		sshc, client, err := Dial(opts)
+		if err == nil || !closedInHandshake(err) || time.Now().Add(backoff).After(deadline) {
+			return sshc, client, err
+		}
+		time.Sleep(backoff + rand.N(backoff))
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// closedInHandshake reports whether err is the server closing a
+// connection before authentication.
+func closedInHandshake(err error) bool {
+	var h errHandshake
+	return errors.As(err, &h) && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET))
 }
 
 func closedChan() chan struct{} {

@@ -331,6 +331,12 @@ type errDial struct{ err error }
 func (e errDial) Error() string { return e.err.Error() }
 func (e errDial) Unwrap() error { return e.err }
 
+// errHandshake marks an error of the SSH handshake (dialFirst).
+type errHandshake struct{ err error }
+
+func (e errHandshake) Error() string { return e.err.Error() }
+func (e errHandshake) Unwrap() error { return e.err }
+
 // dial is Dial, given up when ctx ends.
 func dial(ctx context.Context, opts Options) (*gossh.Client, *sftpc.Client, error) {
 	opts = opts.withDefaults()
@@ -368,7 +374,7 @@ func dial(ctx context.Context, opts Options) (*gossh.Client, *sftpc.Client, erro
 	c, chans, reqs, err := gossh.NewClientConn(bufconn.New(tcp), opts.Addr, config)
 	if err != nil {
 		tcp.Close()
-		return nil, nil, fmt.Errorf("connect to the delegator at %s: %w", opts.Addr, err)
+		return nil, nil, fmt.Errorf("connect to the delegator at %s: %w", opts.Addr, errHandshake{err})
 	}
 	tcp.SetDeadline(time.Time{})
 	conn := gossh.NewClient(c, chans, reqs)

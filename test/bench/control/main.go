@@ -19,6 +19,11 @@
 //   - trickle: -trickle-clients clients send a body to a real `awcp-fs
 //     serve` a byte at a time; when they were cut off (trickle.go).
 //
+//   - many: -many live-mount delegations at once, each agent walking and
+//     writing its tree; what each costs both daemons in memory, goroutines
+//     and descriptors, what is left once they ended, and INVITE → running
+//     among them (many.go).
+//
 //     go run ./test/bench/control -bin ./bin -n 100 -archive-mb 50 -archive-files 5000
 package main
 
@@ -26,7 +31,6 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -47,6 +51,7 @@ func main() {
 	files := flag.Int("archive-files", 5000, "archive workspace files")
 	reads := flag.Int("flood-reads", 20000, "pipelined READs of 1 MiB of the flood, never read (0: skip)")
 	tricklers := flag.Int("trickle-clients", 300, "clients sending a body a byte at a time (0: skip)")
+	together := flag.Int("many", 50, "live-mount delegations at once, each agent walking and writing its tree (0: skip)")
 	flag.Parse()
 	tmp, err := os.MkdirTemp("", "awcp-bench-control-")
 	if err == nil {
@@ -63,6 +68,9 @@ func main() {
 		if err == nil && *tricklers > 0 {
 			err = trickle(*bin, filepath.Join(tmp, "trickle"), *tricklers)
 		}
+		if err == nil && *together > 0 {
+			err = many(*bin, filepath.Join(tmp, "many"), *together)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -76,11 +84,13 @@ type daemons struct {
 	exe, ctl         *exec.Cmd
 }
 
-// start runs awcp-fs serve (whose agent is agentCmd) and awcp-ctl serve.
-func start(bin, dir, agentCmd string) (*daemons, error) {
+// start runs awcp-fs serve (whose agent is agentCmd) and awcp-ctl serve,
+// each with its extra flags, if any (executor's first).
+func start(bin, dir, agentCmd string, extra ...[]string) (*daemons, error) {
+	extra = append(extra, nil, nil)
 	d := &daemons{bin: bin, state: filepath.Join(dir, "ctl")}
-	d.exe = exec.Command(filepath.Join(bin, "awcp-fs"), "serve", "--state-dir", filepath.Join(dir, "exec"),
-		"--work-root", filepath.Join(dir, "work"), "--listen", "127.0.0.1:0", "--agent-cmd", agentCmd)
+	d.exe = exec.Command(filepath.Join(bin, "awcp-fs"), append([]string{"serve", "--state-dir", filepath.Join(dir, "exec"),
+		"--work-root", filepath.Join(dir, "work"), "--listen", "127.0.0.1:0", "--agent-cmd", agentCmd}, extra[0]...)...)
 	out, err := d.exe.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -95,7 +105,7 @@ func start(bin, dir, agentCmd string) (*daemons, error) {
 	}
 	_, d.peer, _ = strings.Cut(strings.TrimSpace(line), "listening on ")
 
-	d.ctl = exec.Command(filepath.Join(bin, "awcp-ctl"), "serve", "--state-dir", d.state, "--ssh-listen", "127.0.0.1:0")
+	d.ctl = exec.Command(filepath.Join(bin, "awcp-ctl"), append([]string{"serve", "--state-dir", d.state, "--ssh-listen", "127.0.0.1:0"}, extra[1]...)...)
 	if err := d.ctl.Start(); err != nil {
 		d.stop()
 		return nil, err
@@ -134,28 +144,7 @@ func (d *daemons) delegate(ws, transport, prompt string) (map[string]time.Time, 
 	if _, err := d.run("output", id, "--block", "--timeout", "5m"); err != nil {
 		return nil, fmt.Errorf("delegation %s did not complete: %w", id, err)
 	}
-	raw, err := d.run("status", id, "--json")
-	if err != nil {
-		return nil, err
-	}
-	var st struct {
-		State       string `json:"state"`
-		Transitions []struct {
-			To string    `json:"to"`
-			At time.Time `json:"at"`
-		} `json:"transitions"`
-	}
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return nil, err
-	}
-	if st.State != "completed" {
-		return nil, fmt.Errorf("delegation %s ended %s", id, st.State)
-	}
-	at := map[string]time.Time{}
-	for _, tr := range st.Transitions {
-		at[tr.To] = tr.At
-	}
-	return at, nil
+	return d.transitions(id)
 }
 
 func (d *daemons) stop() {
