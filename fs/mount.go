@@ -173,6 +173,11 @@ type filesystem struct {
 	listings listingRing
 	ahead    readAhead
 
+	// freed counts the requests that may free space (remove, rmdir,
+	// rename, truncate): each voids the statvfs answer kept (statfs).
+	freed  atomic.Uint64
+	statfs statfsCache
+
 	refused refusals // a read-only mount's refused writes (readonly.go)
 
 	// owner is 1 + the uid the delegator gives the files this mount

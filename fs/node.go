@@ -367,10 +367,46 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	return 0
 }
 
+// statfsFresh is how long an answer of the delegator's statvfs is used
+// again. df, and file servers above all (dbench's Qfsinfo: a third of a
+// millisecond, every time, against a twentieth through FUSE alone), ask
+// it many times a second. Free space that a second of the mount's own
+// writes may have moved is what a network file system shows; what frees
+// space through the mount (a remove, a rename over a name, a truncation)
+// voids it at once, so space freed here shows in the next answer.
+const statfsFresh = time.Second
+
+// statfsCache is the last statvfs answer, while fresh.
+type statfsCache struct {
+	mu    sync.Mutex
+	st    sftpc.StatVFS
+	at    time.Time
+	freed uint64 // filesystem.freed when it was asked
+}
+
+func (c *statfsCache) get(freed uint64) (sftpc.StatVFS, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.st, !c.at.IsZero() && c.freed == freed && time.Since(c.at) < statfsFresh
+}
+
+func (c *statfsCache) put(st sftpc.StatVFS, freed uint64, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.st, c.freed, c.at = st, freed, at
+}
+
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
-	st, err := n.fsys.at(ctx).StatVFS("/")
-	if err != nil {
-		return n.errno(ctx, "statfs", "/", err)
+	f := n.fsys
+	freed := f.freed.Load()
+	st, ok := f.statfs.get(freed)
+	if !ok {
+		asked := time.Now()
+		var err error
+		if st, err = f.at(ctx).StatVFS("/"); err != nil {
+			return n.errno(ctx, "statfs", "/", err)
+		}
+		f.statfs.put(st, freed, asked)
 	}
 	out.Blocks, out.Bfree, out.Bavail = st.Blocks, st.Bfree, st.Bavail
 	out.Files, out.Ffree = st.Files, st.Ffree

@@ -64,6 +64,7 @@ func (n *node) openDeferredChild(ctx context.Context, name string) {
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	defer n.fsys.freed.Add(1) // once the remove is out (statfs)
 	answered := n.fsys.changing(n, n.childNode(name)) // its link count, if linked elsewhere
 	n.openDeferredChild(ctx, name)
 	p := n.child(name)
@@ -79,6 +80,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	defer n.fsys.freed.Add(1)
 	answered := n.fsys.changing(n)
 	p := n.child(name)
 	if n.removeBehind(ctx, name, p, true, answered) {
@@ -213,6 +215,7 @@ const (
 )
 
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	defer n.fsys.freed.Add(1) // what it replaced is gone
 	np, _ := newParent.EmbeddedInode().Operations().(*node)
 	var replaced *node
 	if np != nil {

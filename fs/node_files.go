@@ -22,6 +22,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		set.Flags |= sftpc.AttrSize
 		set.Size = size
 		n.changes.Add(1)
+		defer n.fsys.freed.Add(1) // a truncation frees space (statfs)
 	}
 	if mode, ok := in.GetMode(); ok {
 		set.Flags |= sftpc.AttrPermissions

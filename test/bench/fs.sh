@@ -30,7 +30,7 @@ OUT=${BENCH_OUT:-$ROOT/bin/bench}
 [ -e /dev/fuse ] || { echo "bench: needs /dev/fuse" >&2; exit 2; }
 
 missing=""
-for pkg in sshfs openssh-server openssh-client fio git fuse3; do
+for pkg in sshfs openssh-server openssh-client fio git fuse3 dbench; do
 	dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
 done
 if [ -n "$missing" ]; then
@@ -214,3 +214,51 @@ for mode in "${MODES[@]}"; do
 		"$B/results/local.$mode.txt" "$B/results/goloop.$mode.txt" "$B/results/sshfs.$mode.txt" "$B/results/awcp.$mode.txt"
 done
 cp "$B"/results/*.txt "$OUT/" 2>/dev/null || true
+
+# A file-server workload nobody here wrote: dbench's NetBench load (a
+# Windows file server's clients: creates, finds, renames, statfs, flushes)
+# on each target, 2 clients for 20 s, BENCH_DBENCH_RUNS runs (default 4)
+# interleaved. The medians of its throughput and of the average latency
+# of the operations that tell the mounts apart. BENCH_DBENCH=0 skips it.
+if [ "${BENCH_DBENCH:-1}" = 1 ] && command -v dbench >/dev/null; then
+	LOADFILE=/usr/share/dbench/client.txt
+	DB_RUNS=${BENCH_DBENCH_RUNS:-4}
+	echo
+	echo "bench: dbench, $DB_RUNS run(s) of 20 s, 2 clients, on ${TARGETS[*]}"
+	for r in $(seq "$DB_RUNS"); do
+		for t in "${TARGETS[@]}"; do
+			d="${DIRS[$t]}/.dbench"
+			mkdir -p "$d"
+			timeout 120 dbench -c "$LOADFILE" -D "$d" -t 20 2 >"$B/results/$t.dbench.r$r.txt" 2>&1 || echo "bench: dbench on $t failed" >&2
+			rm -rf "$d"
+		done
+	done
+	echo
+	echo "== dbench (NetBench load, 2 clients, 20 s; medians of $DB_RUNS runs; latencies in ms)"
+	for t in "${TARGETS[@]}"; do
+		awk -v t="$t" '
+			/^Throughput/ { tp[++n] = $2 }
+			$1 ~ /^(Find|Qfsinfo|NTCreateX|Rename|Flush)$/ && NF == 4 { avg[$1] = avg[$1] " " $3; if ($4 > mx[$1]) mx[$1] = $4 }
+			function median(s,   v, k, a, b, x) { k = split(s, v, " "); for (a = 1; a <= k; a++) for (b = a + 1; b <= k; b++) if (v[b] + 0 < v[a] + 0) { x = v[a]; v[a] = v[b]; v[b] = x }; return k ? ((k % 2) ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2) : "-" }
+			END {
+				s = ""; for (i = 1; i <= n; i++) s = s " " tp[i]
+				printf "%s throughput_mb_s %s\n", t, median(s)
+				split("Find Qfsinfo NTCreateX Rename Flush", ops, " ")
+				for (i = 1; i <= 5; i++) printf "%s %s_avg_ms %s\n", t, ops[i], median(avg[ops[i]])
+				printf "%s Flush_max_ms %s\n", t, mx["Flush"] + 0
+			}' "$B"/results/"$t".dbench.r*.txt
+	done >"$B/results/dbench.txt"
+	awk -v tsv="$OUT/dbench.tsv" '
+		{ v[$1, $2] = $3; if (!($2 in seen)) { seen[$2] = 1; rows[++n] = $2 } }
+		END {
+			printf "%-18s %10s %10s %10s %10s %12s %12s\n", "", "local", "goloop", "sshfs", "awcp", "awcp/goloop", "sshfs/awcp"
+			print "metric\tlocal\tgoloop\tsshfs\tawcp" > tsv
+			for (i = 1; i <= n; i++) {
+				m = rows[i]; a = v["awcp", m]; g = v["goloop", m]; s = v["sshfs", m]
+				if (m == "throughput_mb_s") { r1 = (a > 0) ? g / a : 0; r2 = (s > 0) ? a / s : 0 } else { r1 = (g > 0) ? a / g : 0; r2 = (a > 0) ? s / a : 0 }
+				printf "%-18s %10s %10s %10s %10s %12.2f %12.2f\n", m, v["local", m], g, s, a, r1, r2
+				printf "%s\t%s\t%s\t%s\t%s\n", m, v["local", m], g, s, a > tsv
+			}
+		}' "$B/results/dbench.txt"
+	echo "(awcp/goloop: how much slower than FUSE alone, lower is better; sshfs/awcp: how much faster than sshfs, higher is better)"
+fi
