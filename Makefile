@@ -33,7 +33,8 @@ soak: build
 
 # Micro-benchmarks, the control plane's INVITE → running latency, the
 # archive round trip of a 50 MB workspace, then the filesystem workloads on local disk, a go-fuse loopback, sshfs and an awcp
-# mount, then the live mount staged against auto (root; BENCH_ROUNDS=1 for a quick run).
+# mount, dbench's file-server load on the same four, then the live mount staged against auto,
+# then a large tree (scale.sh: SCALE_DIRS, default 24000) (root; BENCH_ROUNDS=1 for a quick run).
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./archive/ ./lease/ ./sshd/ ./control/...
 	$(GO) test -run '^$$' -bench DelegatorChangeSeen ./fs/
@@ -42,6 +43,7 @@ bench: build
 	$(GO) run ./test/bench/control -bin $(BIN) -n 100 -archive-mb 50 -archive-files 5000
 	BIN=$(BIN) bash test/bench/fs.sh
 	BIN=$(BIN) bash test/bench/staged.sh
+	BIN=$(BIN) bash test/bench/scale.sh
 
 demo: build
 	BIN=$(BIN) sh test/e2e/demo/run.sh
