@@ -36,8 +36,8 @@ import (
 
 // MaxTouched bounds the paths an area records (each a few hundred bytes in
 // memory and in the journal): past it a change is refused, as the write
-// limit refuses bytes.
-const MaxTouched = 1 << 18
+// limit refuses bytes. A variable for the tests.
+var MaxTouched = 1 << 18
 
 // ErrTooMany is a change refused past MaxTouched.
 var ErrTooMany = errors.New("the staging area records too many changed paths")

@@ -1,6 +1,8 @@
 package stage
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -52,5 +54,35 @@ func TestAreaSurvivesReopening(t *testing.T) {
 	}
 	if err := c.Touch("x", nil); err == nil {
 		t.Error("an area opened to be read recorded a change")
+	}
+}
+
+// What an area records is bounded: past MaxTouched paths, or deletions, a
+// change is refused (the server answers it as a failure), and what was
+// recorded stands.
+func TestAreaBounded(t *testing.T) {
+	defer func(n int) { MaxTouched = n }(MaxTouched)
+	MaxTouched = 100
+	a, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for i := range 100 {
+		if err := a.Touch(fmt.Sprint("p", i), nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Delete(fmt.Sprint("d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Touch("one-more", nil); !errors.Is(err, ErrTooMany) {
+		t.Errorf("the 101st path: %v, want ErrTooMany", err)
+	}
+	if err := a.Delete("one-more"); !errors.Is(err, ErrTooMany) {
+		t.Errorf("the 101st deletion: %v, want ErrTooMany", err)
+	}
+	if paths, _ := a.Changes(); len(paths) != 100 {
+		t.Errorf("%d paths recorded, want 100", len(paths))
 	}
 }
