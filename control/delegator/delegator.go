@@ -595,92 +595,6 @@ func (d *Delegator) fail(ctx context.Context, id string, err error) (*lease.Dele
 	return del, nil
 }
 
-// notifyPeer sends an ERROR to the executor, best effort and bounded.
-func (d *Delegator) notifyPeer(del *lease.Delegation, m *control.Error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := d.peer(del).SendError(ctx, m); err != nil {
-		d.log.Debug("tell executor", "delegation", del.ID, "err", err)
-	}
-}
-
-func (d *Delegator) cleanup(ctx context.Context, del *lease.Delegation) {
-	t := d.transport(del)
-	if t == nil {
-		return
-	}
-	if err := t.Cleanup(context.WithoutCancel(ctx), lent(del)); err != nil {
-		d.log.Warn("transport clean-up", "delegation", del.ID, "err", err)
-	}
-	d.dropDiscarded(del)
-	if a, ok := t.(auditor); ok {
-		if sum := a.EndAudit(del.ID); sum != nil {
-			changes, notes, err := liveChanges(d.store, del.ID)
-			if err != nil {
-				d.log.Warn("read the audit log back", "delegation", del.ID, "err", err)
-			}
-			if _, err := d.store.UpdateDelegation(del.ID, func(del *lease.Delegation) error {
-				del.Audit, del.Changes = sum, changes
-				del.Notes = append(del.Notes, notes...)
-				return nil
-			}); err != nil {
-				d.log.Warn("record the audit summary", "delegation", del.ID, "err", err)
-			}
-		}
-	}
-}
-
-// auditor is a transport that records what the executor does: the live
-// mount's SSHFSDelegator.
-type auditor interface {
-	EndAudit(id string) *lease.AuditSummary
-}
-
-// Expire ends a delegation whose lease ran out: the transition first, then
-// the executor is told and this process stops following it.
-func (d *Delegator) Expire(ctx context.Context, id string) error {
-	d.opts.Metrics.LeaseExpired()
-	return d.end(id, lease.Expire, control.Errorf(control.CodeExpired, "the lease expired").WithHint("delegate again with a longer --ttl"))
-}
-
-// Cancel ends a delegation on the user's request.
-func (d *Delegator) Cancel(ctx context.Context, id string) (*lease.Delegation, error) {
-	if err := d.end(id, lease.Cancel, control.Errorf(control.CodeCancelled, "cancelled by the delegator")); err != nil {
-		return nil, err
-	}
-	return d.store.Delegation(id)
-}
-
-func (d *Delegator) end(id string, ev lease.Event, pe *control.ProtocolError) error {
-	del, err := d.store.FireDelegation(id, ev, pe.Code+": "+pe.Message, func(del *lease.Delegation) error {
-		del.Failure = failureOf(pe)
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	d.log.Info("delegation ended", "delegation", id, "state", del.State)
-	if len(del.Transitions) > 1 && !ByHand(del) { // it was invited: the executor may hold it
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if ev == lease.Cancel {
-			err = d.peer(del).Cancel(ctx, id)
-		} else {
-			err = d.peer(del).SendError(ctx, pe.ToMessage(id))
-		}
-		cancel()
-		if err != nil {
-			d.log.Debug("tell executor", "delegation", id, "err", err)
-		}
-	}
-	d.mu.Lock()
-	if stop, ok := d.following[id]; ok {
-		stop()
-	}
-	d.mu.Unlock()
-	d.cleanup(context.Background(), del)
-	return nil
-}
-
 // Permit answers a pending permission request of delegation id, as the
 // delegator's user; answerer says who answered ("awcp-ctl permit by
 // USER", "MCP client NAME"), for the record.
@@ -709,9 +623,4 @@ func (d *Delegator) Permit(ctx context.Context, id, requestID, optionID, answere
 		return errUnchanged
 	})
 	return nil
-}
-
-// failureOf is how a delegation that ended with pe failed.
-func failureOf(pe *control.ProtocolError) *lease.Failure {
-	return &lease.Failure{Code: pe.Code, Message: pe.Message, Hint: pe.Hint, Reason: pe.Reason, CallChain: pe.CallChain}
 }
