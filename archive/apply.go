@@ -128,7 +128,7 @@ func ApplyChanges(dir, src string, base, res Manifest, paths []string, suffix st
 	defer root.Close()
 	paths = slices.Clone(paths)
 	sortPaths(paths)
-	return apply(dir, src, base, res, paths, func(p string) (Entry, bool) { return entryAt(root, p) }, suffix, &Report{})
+	return apply(dir, src, base, res, paths, func(p string) (Entry, bool) { return EntryAt(root, p) }, suffix, &Report{})
 }
 
 // apply makes each of paths in dir as res has it, from the files in src,
@@ -329,9 +329,10 @@ func sortPaths(ps []string) {
 	})
 }
 
-// entryAt is the entry at p in root, read now (a file's content hashed);
-// false if there is none, or p lies under a symlink.
-func entryAt(root *os.Root, p string) (Entry, bool) {
+// EntryAt is the entry at p in root as a manifest has it, read now (a
+// file's content hashed); false if there is none, it is a special file,
+// or p lies under a symlink.
+func EntryAt(root *os.Root, p string) (Entry, bool) {
 	for d := path.Dir(p); d != "."; d = path.Dir(d) {
 		if fi, err := root.Lstat(d); err != nil || !fi.IsDir() {
 			return Entry{}, false

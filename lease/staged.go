@@ -53,6 +53,15 @@ type StagedSnapshot struct {
 	At          time.Time `json:"at"`
 }
 
+// Bytes is what its snapshots hold.
+func (s *Staged) Bytes() int64 {
+	var n int64
+	for _, sn := range s.Snapshots {
+		n += sn.Bytes
+	}
+	return n
+}
+
 // Chosen is the snapshot apply takes by default: the one recommended, or
 // the last.
 func (s *Staged) Chosen() *StagedSnapshot {

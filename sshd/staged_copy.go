@@ -326,40 +326,42 @@ func (v *stagedView) entries(name string) ([]fs.DirEntry, error) {
 	return ents, err
 }
 
-// opendir answers an OPENDIR with a handle on the merged listing.
-func (v *stagedView) opendir(id uint32, name string, decodeErr error) {
+// shown is directory name's merged listing as the client sees it (hidden
+// entries left out, in name order), recorded; on an error it has answered
+// id and ok is false. f is one of the directories, open.
+func (v *stagedView) shown(id uint32, name string, decodeErr error) (f *os.File, real string, ents []fs.DirEntry, ok bool) {
 	if decodeErr != nil {
 		v.lower.errStatus(id, errBadMessage)
-		return
-	}
-	if name == envRoot {
-		v.lower.openEnvRoot(id)
-		return
+		return nil, "", nil, false
 	}
 	v.area.RLock()
-	defer v.area.RUnlock()
 	f, real, ents, err := v.listing(name)
+	v.area.RUnlock()
 	if err != nil {
 		v.lower.errStatus(id, err)
-		return
+		return nil, "", nil, false
 	}
 	ents = v.lower.visible(real, ents)
 	sortByName(ents)
 	v.lower.record(Op{Kind: OpList, Path: real})
-	v.lower.sendHandle(id, &handle{f: f, dir: true, name: real, listed: true, entries: ents})
+	return f, real, ents, true
+}
+
+// opendir answers an OPENDIR with a handle on the merged listing.
+func (v *stagedView) opendir(id uint32, name string, decodeErr error) {
+	if name == envRoot && decodeErr == nil {
+		v.lower.openEnvRoot(id)
+		return
+	}
+	if f, real, ents, ok := v.shown(id, name, decodeErr); ok {
+		v.lower.sendHandle(id, &handle{f: f, dir: true, name: real, listed: true, entries: ents})
+	}
 }
 
 // list answers wire.List with the merged listing.
 func (v *stagedView) list(id uint32, name string, decodeErr error) {
-	if decodeErr != nil {
-		v.lower.errStatus(id, errBadMessage)
-		return
-	}
-	v.area.RLock()
-	defer v.area.RUnlock()
-	f, real, ents, err := v.listing(name)
-	if err != nil {
-		v.lower.errStatus(id, err)
+	f, _, ents, ok := v.shown(id, name, decodeErr)
+	if !ok {
 		return
 	}
 	f.Close()
@@ -367,8 +369,5 @@ func (v *stagedView) list(id uint32, name string, decodeErr error) {
 		v.lower.status(id, wire.Failure, "too many entries for "+wire.List)
 		return
 	}
-	ents = v.lower.visible(real, ents)
-	sortByName(ents)
-	v.lower.record(Op{Kind: OpList, Path: real})
 	v.lower.names(id, infosOf(ents), noLongName)
 }

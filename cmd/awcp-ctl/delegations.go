@@ -211,6 +211,17 @@ func openDelegation(c *cli.Context) (*env, *lease.Delegation, error) {
 	return e, d, err
 }
 
+// delegatorFor is openDelegation with a delegator on the state dir, for a
+// command that acts on the delegation it names.
+func delegatorFor(c *cli.Context) (*delegator.Delegator, *lease.Delegation, error) {
+	e, d, err := openDelegation(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	dlg, err := e.delegator(nil)
+	return dlg, d, err
+}
+
 func (e *env) resolve(arg string) (*lease.Delegation, error) {
 	if arg == "" {
 		return nil, clikit.UsageError("a delegation id is required")
@@ -473,11 +484,7 @@ func printTable(w io.Writer, ds []*lease.Delegation) {
 		if st := d.Staged; st != nil && d.SnapshotMode == lease.SnapshotDiscard {
 			state += " (result discarded)"
 		} else if st != nil && d.State.Terminal() && st.State == lease.StagedPending {
-			var bytes int64
-			for _, s := range st.Snapshots {
-				bytes += s.Bytes
-			}
-			state += " (staged " + clikit.HumanBytes(bytes) + ", pending review)"
+			state += " (staged " + clikit.HumanBytes(st.Bytes()) + ", pending review)"
 		} else if st != nil && d.State.Terminal() {
 			state += " (staged, " + st.State + ")"
 		}

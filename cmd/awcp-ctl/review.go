@@ -34,11 +34,7 @@ func diffCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "the changed files as JSON"},
 		),
 		Action: func(c *cli.Context) error {
-			e, d, err := openDelegation(c)
-			if err != nil {
-				return err
-			}
-			dlg, err := e.delegator(nil)
+			dlg, d, err := delegatorFor(c)
 			if err != nil {
 				return err
 			}
@@ -77,11 +73,7 @@ func applyCommand(ctx context.Context) *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print what was done as JSON"},
 		),
 		Action: func(c *cli.Context) error {
-			e, d, err := openDelegation(c)
-			if err != nil {
-				return err
-			}
-			dlg, err := e.delegator(nil)
+			dlg, d, err := delegatorFor(c)
 			if err != nil {
 				return err
 			}
@@ -137,11 +129,7 @@ func discardCommand() *cli.Command {
 		ArgsUsage: "ID",
 		Flags:     append(clikit.CommonFlags(), snapshotFlag()),
 		Action: func(c *cli.Context) error {
-			e, d, err := openDelegation(c)
-			if err != nil {
-				return err
-			}
-			dlg, err := e.delegator(nil)
+			dlg, d, err := delegatorFor(c)
 			if err != nil {
 				return err
 			}
@@ -171,16 +159,12 @@ func stagedLine(d *lease.Delegation) string {
 		}
 		return "discarded (--snapshot discard): " + d.LocalDir + " is as it was"
 	}
-	var bytes int64
-	for _, s := range st.Snapshots {
-		bytes += s.Bytes
-	}
 	switch st.State {
 	case lease.StagedPending:
 		if !d.State.Terminal() {
 			return "staged: the agent's changes go to a staging area; `awcp-ctl diff " + d.ID + "` shows them"
 		}
-		parts := []string{fmt.Sprintf("staged, pending review (%s", clikit.HumanBytes(bytes))}
+		parts := []string{fmt.Sprintf("staged, pending review (%s", clikit.HumanBytes(st.Bytes()))}
 		if len(st.Snapshots) > 1 {
 			parts = append(parts, fmt.Sprintf(", %d snapshots", len(st.Snapshots)))
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/lease"
 	"github.com/awcp/awcp/sshd"
 )
@@ -19,6 +20,20 @@ const (
 
 // changeLine is one line of Delegation.Changes: "A path".
 func changeLine(kind, path string) string { return kind + " " + path }
+
+// changesOf is the change lines of what an apply did.
+func changesOf(rep *archive.Report) []string {
+	var out []string
+	for _, x := range []struct {
+		kind  string
+		paths []string
+	}{{ChangeAdded, rep.Created}, {ChangeModified, rep.Modified}, {ChangeDeleted, rep.Deleted}} {
+		for _, p := range x.paths {
+			out = append(out, changeLine(x.kind, p))
+		}
+	}
+	return out
+}
 
 // The change list of a live mount is bounded, since the executor picks
 // the names: at most maxChangeBytes of paths are listed, and the audit log

@@ -303,16 +303,7 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 				del.LastEventID = seq
 				del.Summary, del.Highlights = ev.Summary, ev.Highlights
 				del.AgentStderr, del.MountRefused = ev.AgentStderr, ev.MountRefused
-				for _, p := range rep.Created {
-					del.Changes = append(del.Changes, changeLine(ChangeAdded, p))
-				}
-				for _, p := range rep.Modified {
-					del.Changes = append(del.Changes, changeLine(ChangeModified, p))
-				}
-				for _, p := range rep.Deleted {
-					del.Changes = append(del.Changes, changeLine(ChangeDeleted, p))
-				}
-				del.Conflicts = rep.Conflicts
+				del.Changes, del.Conflicts = changesOf(rep), rep.Conflicts
 				if del.Transport == control.TransportArchive {
 					del.Audit = DiffSummary(rep)
 				}

@@ -230,6 +230,20 @@ func delegateArchive(t *testing.T, peer, dir string) *lease.Delegation {
 // its event stream is a done whose resultBase64 never ends (or, with
 // snapshots, that many snapshot events of size bytes before a done that
 // names the last). It counts the streams opened.
+// acceptAsHead answers POST /awcp as a head executor does: an ACCEPT (with
+// a retention) to an INVITE, ok to the rest.
+func acceptAsHead(w http.ResponseWriter, r *http.Request) {
+	var m control.BaseMessage
+	json.NewDecoder(r.Body).Decode(&m)
+	if m.Type == control.TypeInvite {
+		b, _ := control.Marshal(&control.Accept{BaseMessage: control.Header(control.TypeAccept, m.DelegationID), RetentionMs: new(int64),
+			ExecutorWorkDir: control.ExecutorWorkDir{Path: "/w"}})
+		w.Write(b)
+		return
+	}
+	io.WriteString(w, `{"ok":true}`)
+}
+
 type endlessResult struct {
 	snapshots, size int
 	streams         atomic.Int32
@@ -241,15 +255,7 @@ func (h *endlessResult) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	parts := strings.Split(r.URL.Path, "/")
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/awcp":
-		var m control.BaseMessage
-		json.NewDecoder(r.Body).Decode(&m)
-		if m.Type == control.TypeInvite {
-			b, _ := control.Marshal(&control.Accept{BaseMessage: control.Header(control.TypeAccept, m.DelegationID), RetentionMs: new(int64),
-				ExecutorWorkDir: control.ExecutorWorkDir{Path: "/w"}})
-			w.Write(b)
-			return
-		}
-		io.WriteString(w, `{"ok":true}`)
+		acceptAsHead(w, r)
 	case len(parts) == 5 && parts[4] == "events":
 		h.streams.Add(1)
 		id := parts[3]

@@ -346,17 +346,7 @@ func (d *Delegator) ApplyResult(ctx context.Context, id, snap, branch string) (*
 			}
 		}
 		if rep := out.Report; rep != nil {
-			rec.Changes = rec.Changes[:0]
-			for _, p := range rep.Created {
-				rec.Changes = append(rec.Changes, changeLine(ChangeAdded, p))
-			}
-			for _, p := range rep.Modified {
-				rec.Changes = append(rec.Changes, changeLine(ChangeModified, p))
-			}
-			for _, p := range rep.Deleted {
-				rec.Changes = append(rec.Changes, changeLine(ChangeDeleted, p))
-			}
-			rec.Conflicts = rep.Conflicts
+			rec.Changes, rec.Conflicts = changesOf(rep), rep.Conflicts
 		} else {
 			rec.Notes = append(rec.Notes, fmt.Sprintf("staged result recorded on branch %s (commit %s)", out.Branch, out.Commit))
 		}

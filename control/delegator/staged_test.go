@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -40,15 +39,7 @@ func (h *snapshotsPeer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	parts := strings.Split(r.URL.Path, "/")
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/awcp":
-		var m control.BaseMessage
-		json.NewDecoder(r.Body).Decode(&m)
-		if m.Type == control.TypeInvite {
-			b, _ := control.Marshal(&control.Accept{BaseMessage: control.Header(control.TypeAccept, m.DelegationID), RetentionMs: new(int64),
-				ExecutorWorkDir: control.ExecutorWorkDir{Path: "/w"}})
-			w.Write(b)
-			return
-		}
-		io.WriteString(w, `{"ok":true}`)
+		acceptAsHead(w, r)
 	case len(parts) == 5 && parts[4] == "events":
 		id := parts[3]
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -66,6 +57,29 @@ func (h *snapshotsPeer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// snapshotsRun lends a directory holding hello.txt to a snapshotsPeer
+// sending n snapshots, in snapshot mode mode, and runs the delegation to
+// its end, which must be completed. staged and spool are the delegator's
+// directories.
+func snapshotsRun(t *testing.T, n int, mode string) (dlg *Delegator, end *lease.Delegation, dir, staged, spool string) {
+	t.Helper()
+	srv := httptest.NewServer(&snapshotsPeer{n: n})
+	t.Cleanup(srv.Close)
+	staged, spool = t.TempDir(), t.TempDir()
+	dlg, _ = newArchiveDelegator(t, nil, func(o *Options) { o.StagedDir, o.SpoolDir = staged, spool })
+	dir = t.TempDir()
+	os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("owner\n"), 0o644)
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive, Snapshot: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, err = dlg.Run(t.Context(), d.ID)
+	if err != nil || end.State != lease.Completed {
+		t.Fatalf("ended %v %v", end, err)
+	}
+	return dlg, end, dir, staged, spool
+}
+
 // In staged mode every snapshot the executor sends is kept for review,
 // the one recommended marked; the directory is untouched. One is
 // discarded, another (not the recommended one) applied: the directory
@@ -74,20 +88,8 @@ func (h *snapshotsPeer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestStagedKeepsEverySnapshot(t *testing.T) {
 	for _, n := range []int{3, MaxStagedSnapshots + 4} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			srv := httptest.NewServer(&snapshotsPeer{n: n})
-			defer srv.Close()
-			staged := t.TempDir()
-			dlg, _ := newArchiveDelegator(t, nil, func(o *Options) { o.StagedDir = staged; o.SpoolDir = t.TempDir() })
-			dir := t.TempDir()
-			os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("owner\n"), 0o644)
-			d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive, Snapshot: lease.SnapshotStaged})
-			if err != nil {
-				t.Fatal(err)
-			}
-			end, err := dlg.Run(t.Context(), d.ID)
-			if err != nil || end.State != lease.Completed {
-				t.Fatalf("ended %v %v", end, err)
-			}
+			dlg, end, dir, _, _ := snapshotsRun(t, n, lease.SnapshotStaged)
+			d := end
 			if b, _ := os.ReadFile(filepath.Join(dir, "hello.txt")); string(b) != "owner\n" {
 				t.Fatalf("the directory changed before any review: %q", b)
 			}
@@ -194,20 +196,7 @@ func TestStagedRetention(t *testing.T) {
 // In discard mode the executor's result is dropped: the directory is as it
 // was, nothing is kept, and the record says so.
 func TestDiscardModeKeepsNothing(t *testing.T) {
-	srv := httptest.NewServer(&snapshotsPeer{n: 2})
-	defer srv.Close()
-	staged, spool := t.TempDir(), t.TempDir()
-	dlg, _ := newArchiveDelegator(t, nil, func(o *Options) { o.StagedDir, o.SpoolDir = staged, spool })
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("owner\n"), 0o644)
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive, Snapshot: lease.SnapshotDiscard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	end, err := dlg.Run(t.Context(), d.ID)
-	if err != nil || end.State != lease.Completed {
-		t.Fatalf("ended %v %v", end, err)
-	}
+	dlg, d, dir, staged, spool := snapshotsRun(t, 2, lease.SnapshotDiscard)
 	if b, _ := os.ReadFile(filepath.Join(dir, "hello.txt")); string(b) != "owner\n" {
 		t.Errorf("the directory changed: %q", b)
 	}

@@ -8,11 +8,8 @@
 package review
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -65,7 +62,7 @@ func FromArea(dir string, hide func(rel string) bool) (*Result, error) {
 			continue
 		}
 		b := base[p]
-		after, inRes := entryIn(upper, p)
+		after, inRes := archive.EntryAt(upper, p)
 		if b == nil && !inRes || b != nil && inRes && *b == after {
 			continue // touched, and left as it was
 		}
@@ -153,39 +150,6 @@ func hidden(p string, hide func(rel string) bool) bool {
 		}
 	}
 	return false
-}
-
-// entryIn is the entry at p in root, as the archive's manifests have it.
-func entryIn(root *os.Root, p string) (archive.Entry, bool) {
-	fi, err := root.Lstat(p)
-	if err != nil {
-		return archive.Entry{}, false
-	}
-	e := archive.Entry{Perm: fi.Mode().Perm()}
-	switch mode := fi.Mode(); {
-	case mode.IsDir():
-		e.Kind = archive.KindDir
-	case mode&fs.ModeSymlink != 0:
-		target, err := root.Readlink(p)
-		if err != nil {
-			return archive.Entry{}, false
-		}
-		e.Kind, e.Perm, e.Hash = archive.KindSymlink, 0o777, target
-	case mode.IsRegular():
-		f, err := root.Open(p)
-		if err != nil {
-			return archive.Entry{}, false
-		}
-		defer f.Close()
-		h := sha256.New()
-		if e.Size, err = io.Copy(h, f); err != nil {
-			return archive.Entry{}, false
-		}
-		e.Kind, e.Hash = archive.KindFile, hex.EncodeToString(h.Sum(nil))
-	default:
-		return archive.Entry{}, false
-	}
-	return e, true
 }
 
 // Apply makes dir end as the executor left each changed path, where the
