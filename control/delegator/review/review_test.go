@@ -229,3 +229,34 @@ func TestArchiveResultNeverWritesHidden(t *testing.T) {
 		t.Errorf("app.txt is %q: the rest of the result was not applied", b)
 	}
 }
+
+// A result whose paths go through a symlink of the owner's leading out of
+// the directory (out -> another directory) writes nothing there: the
+// apply stays inside the owner's directory, and says what it did not do.
+func TestApplyNeverWritesThroughALinkOut(t *testing.T) {
+	owner, outside := t.TempDir(), t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(owner, "out")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../"+filepath.Base(outside), filepath.Join(owner, "rel")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := FromArea(area(t, nil, map[string]string{"out/planted": "x\n", "rel/planted": "x\n", "fine.txt": "ok\n"}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	rep, err := res.Apply(owner, ".awcp-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Errorf("the apply wrote outside the directory: %v", ents)
+	}
+	if b, _ := os.ReadFile(filepath.Join(owner, "fine.txt")); string(b) != "ok\n" {
+		t.Errorf("fine.txt: %q", b)
+	}
+	if len(rep.Conflicts) < 2 {
+		t.Errorf("the refused paths are not reported: %+v", rep)
+	}
+}
