@@ -184,6 +184,19 @@ func (v *stagedView) owners(name string) (fs.FileInfo, bool) {
 	return fi, err == nil
 }
 
+// ownersToo reports whether the view shows the owner's entry at name
+// too, found in layer: upper may shadow one.
+func (v *stagedView) ownersToo(name string, layer *sftpServer) bool {
+	switch layer {
+	case v.lower:
+		return name != "."
+	case v.upper:
+		_, ok := v.owners(name)
+		return ok
+	}
+	return false
+}
+
 // change sends a request that writes name (an OPEN for writing, SETSTAT)
 // to upper, copying the owner's file up first; creating: the request may
 // make the file.
@@ -281,7 +294,7 @@ func (v *stagedView) remove(id uint32, name string, dir bool, decodeErr error) {
 	v.area.Lock()
 	defer v.area.Unlock()
 	layer, fi := v.find(name)
-	_, owned := v.owners(name)
+	owned := v.ownersToo(name, layer)
 	var err error
 	switch {
 	case layer == nil:
@@ -326,7 +339,7 @@ func (v *stagedView) rename(id uint32, pkt []byte, from, to string, noReplace bo
 	defer v.area.Unlock()
 	layer, fi := v.find(from)
 	toLayer, toFi := v.find(to)
-	_, owned := v.owners(from)
+	owned := v.ownersToo(from, layer)
 	var err error
 	switch {
 	case layer == nil:

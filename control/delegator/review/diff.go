@@ -197,27 +197,21 @@ func underGit(p string) bool {
 // Diff writes the result as a unified diff of its text files; binary and
 // large files are named with their sizes, and changes under .git counted.
 func (r *Result) Diff(w io.Writer) error {
-	files, err := r.Files()
-	if err != nil {
-		return err
-	}
 	inGit := 0
-	for _, f := range files {
+	err := r.eachFile(func(f File, edits []edit) error {
 		if underGit(f.Path) {
 			inGit++
-			continue
+			return nil
 		}
-		if err := r.diffFile(w, f); err != nil {
-			return err
-		}
-	}
-	if inGit > 0 {
+		return r.diffFile(w, f, edits)
+	})
+	if err == nil && inGit > 0 {
 		_, err = fmt.Fprintf(w, "# and %d changed path(s) under .git/, not shown\n", inGit)
 	}
 	return err
 }
 
-func (r *Result) diffFile(w io.Writer, f File) error {
+func (r *Result) diffFile(w io.Writer, f File, edits []edit) error {
 	from, to := "a/"+f.Path, "b/"+f.Path
 	fmt.Fprintf(w, "diff --git %s %s\n", from, to)
 	switch f.Status {
@@ -236,11 +230,6 @@ func (r *Result) diffFile(w io.Writer, f File) error {
 		_, err := fmt.Fprintf(w, "Binary files %s and %s differ (%d → %d bytes)\n", from, to, f.OldSize, f.NewSize)
 		return err
 	}
-	old, new, err := r.texts(f.Path)
-	if err != nil {
-		return err
-	}
-	edits := diffLines(old, new)
 	if f.Added+f.Removed == 0 {
 		return nil // the mode alone
 	}

@@ -195,6 +195,17 @@ func (f File) Line() string {
 // counts.
 func (r *Result) Files() ([]File, error) {
 	out := []File{}
+	err := r.eachFile(func(f File, _ []edit) error {
+		out = append(out, f)
+		return nil
+	})
+	return out, err
+}
+
+// eachFile calls fn with each changed path that is not a directory, in
+// order, and its line edits (nil for a binary or large file): each file
+// is read and compared once.
+func (r *Result) eachFile(fn func(File, []edit) error) error {
 	for _, p := range r.Paths {
 		b, inBase := r.Base[p]
 		a, inRes := r.Res[p]
@@ -220,12 +231,14 @@ func (r *Result) Files() ([]File, error) {
 		}
 		old, new, err := r.texts(p)
 		if err != nil {
-			return nil, err
+			return err
 		}
+		var edits []edit
 		if old == nil || new == nil {
 			f.Binary = true
 		} else {
-			for _, e := range diffLines(old, new) {
+			edits = diffLines(old, new)
+			for _, e := range edits {
 				switch e.op {
 				case '+':
 					f.Added++
@@ -234,9 +247,11 @@ func (r *Result) Files() ([]File, error) {
 				}
 			}
 		}
-		out = append(out, f)
+		if err := fn(f, edits); err != nil {
+			return err
+		}
 	}
-	return out, nil
+	return nil
 }
 
 // maxTextBytes bounds a file compared as lines: past it, it is named with
