@@ -134,19 +134,26 @@ func TestStagedResult(t *testing.T) {
 				t.Errorf("status after apply:\n%s", r.stdout)
 			}
 
+			// exportStaged runs a staged export of dir to its end (on the
+			// live mount the agent waits for go.flag: made first) and
+			// returns its id.
+			exportStaged := func(dir string) string {
+				t.Helper()
+				if live {
+					os.WriteFile(filepath.Join(dir, "go.flag"), []byte("go\n"), 0o644)
+				}
+				r := c.run("export", dir, "--peer", x.url, "--prompt", "work", "--transport", transport,
+					"--snapshot", "staged", "--ssh-listen", "127.0.0.1:0")
+				if r.code != 0 {
+					t.Fatalf("export: %d\n%s%s", r.code, r.stdout, r.stderr)
+				}
+				return strings.Fields(r.stdout)[1]
+			}
+
 			// A second delegation, discarded.
 			dir2 := stagedWorkspace(t)
 			before2 := tree(t, dir2)
-			exp = c.start("export", dir2, "--peer", x.url, "--prompt", "work", "--transport", transport,
-				"--snapshot", "staged", "--ssh-listen", "127.0.0.1:0")
-			if live {
-				time.Sleep(300 * time.Millisecond)
-				os.WriteFile(filepath.Join(dir2, "go.flag"), []byte("go\n"), 0o644)
-			}
-			if err := exp.Wait(); err != nil {
-				t.Fatalf("second export: %v\n%s%s", err, exp.stdout.String(), exp.stderr.String())
-			}
-			id2 := strings.Fields(exp.stdout.String())[1]
+			id2 := exportStaged(dir2)
 			if r := c.run("status"); !strings.Contains(r.stdout, "pending review") {
 				t.Errorf("the list does not show the staged result:\n%s", r.stdout)
 			}
@@ -174,17 +181,8 @@ func TestStagedResult(t *testing.T) {
 			gitIn("add", ".")
 			gitIn("commit", "-qm", "base")
 			head := gitIn("rev-parse", "HEAD")
-			exp = c.start("export", dir3, "--peer", x.url, "--prompt", "work", "--transport", transport,
-				"--snapshot", "staged", "--ssh-listen", "127.0.0.1:0")
-			if live {
-				time.Sleep(300 * time.Millisecond)
-				os.WriteFile(filepath.Join(dir3, "go.flag"), []byte("go\n"), 0o644)
-			}
-			if err := exp.Wait(); err != nil {
-				t.Fatalf("third export: %v\n%s%s", err, exp.stdout.String(), exp.stderr.String())
-			}
+			id3 := exportStaged(dir3)
 			status := gitIn("status", "--porcelain")
-			id3 := strings.Fields(exp.stdout.String())[1]
 			if r := c.run("apply", id3, "--branch", "agent/work"); r.code != 0 || !strings.Contains(r.stdout, "recorded on branch agent/work") {
 				t.Fatalf("apply --branch: %d\n%s%s", r.code, r.stdout, r.stderr)
 			}
