@@ -11,11 +11,26 @@ import (
 // dirHandle is an open directory: one READDIR exchange fetched the names
 // with their attributes, and lookups during READDIRPLUS are answered from
 // it, so listing a directory costs no round trip per entry.
+//
+// While the delegator's watch is exact, the kernel keeps what it read of
+// a directory across opens (FOPEN_CACHE_DIR with FOPEN_KEEP_CACHE), as it
+// keeps entries and pages: a walk of a tree it listed before asks the
+// mount for no listing, only to open and close each directory. It drops
+// what it keeps when the mount changes the directory (it counts such
+// changes itself) and when told of a change on the delegator's side
+// (changedThere, drop). A handle opened so lists only when the kernel
+// asks, and then lists again if the directory changed since its open:
+// what the kernel keeps must not be older than the last change it was
+// told of.
 type dirHandle struct {
 	node *node
-	l    *listing
+	l    *listing // nil until the kernel reads, for a handle kept
+	kept bool     // opened with keptDir
 	pos  int
 }
+
+// keptDir has the kernel keep a directory's listing across opens.
+const keptDir = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
 
 var (
 	_ fs.FileReaddirenter = (*dirHandle)(nil)
@@ -26,14 +41,52 @@ var (
 )
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	l, cached := n.cachedListing()
-	if !cached {
-		var err error
-		if l, err = n.list(ctx); err != nil {
-			return nil, 0, n.errno(ctx, "readdir", n.rpath(), err)
-		}
+	if g := n.kernelListed.Load(); g != 0 && g == n.fsys.exactNow() {
+		// The kernel keeps the listing it read last: it asks for one
+		// only if it dropped it since.
+		return &dirHandle{node: n, kept: true}, keptDir, 0
 	}
-	return &dirHandle{node: n, l: l}, 0, 0
+	l, err := n.listingNow(ctx)
+	if err != nil {
+		return nil, 0, n.errno(ctx, "readdir", n.rpath(), err)
+	}
+	d := &dirHandle{node: n, l: l}
+	if l.exact != 0 && l.exact == n.fsys.exactNow() {
+		d.kept = true
+		n.kernelListed.Store(l.exact)
+		return d, keptDir, 0
+	}
+	return d, 0, 0
+}
+
+// listingNow is n's listing: the one kept if it may be used again, else
+// a new one.
+func (n *node) listingNow(ctx context.Context) (*listing, error) {
+	if l, ok := n.cachedListing(); ok {
+		return l, nil
+	}
+	return n.list(ctx)
+}
+
+// current makes sure the kernel is handed a listing no older than the
+// directory's last change: a handle kept lists when first read, and
+// again if the directory changed since its listing was read.
+func (d *dirHandle) current(ctx context.Context) syscall.Errno {
+	n := d.node
+	if d.l != nil && (!d.kept || n.unchangedSince(d.l.at)) {
+		return 0
+	}
+	l, err := n.listingNow(ctx)
+	if err != nil {
+		return n.errno(ctx, "readdir", n.rpath(), err)
+	}
+	d.l = l
+	if g := n.fsys.exactNow(); l.exact != 0 && l.exact == g {
+		n.kernelListed.Store(g)
+	} else {
+		n.kernelListed.Store(0)
+	}
+	return 0
 }
 
 // dots is how many entries a listing has before the directory's own:
@@ -41,6 +94,11 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 const dots = 2
 
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	if d.pos == 0 || d.l == nil {
+		if errno := d.current(ctx); errno != 0 {
+			return nil, errno
+		}
+	}
 	switch {
 	case d.pos == 0:
 		d.pos++
@@ -61,6 +119,9 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 }
 
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	if errno := d.current(ctx); errno != 0 {
+		return errno
+	}
 	if off > uint64(len(d.l.entries)+dots) {
 		return syscall.EINVAL
 	}
@@ -74,6 +135,9 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 // attributes: the kernel looks the name up when it is used, where asking
 // here would cost a round trip per entry.
 func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if d.l == nil {
+		return nil, syscall.ENOENT // not read yet: go-fuse reads before it looks up
+	}
 	if ch, ok := d.node.fromListing(ctx, d.l, name, out); ok {
 		return ch, 0
 	}

@@ -340,16 +340,8 @@ func (h *fileHandle) created(err error) error {
 		return err
 	}
 	if pn, ok := parent.Operations().(*node); ok {
-		pn.forgetNames()
+		pn.notGone(name)
 	}
-	fsys := h.node.fsys
-	fsys.closing.Add(1)
-	go func() {
-		defer fsys.closing.Done()
-		// Not from here: the request settling may be one the kernel
-		// runs holding the directory's lock, which the notice takes.
-		parent.NotifyEntry(name)
-	}()
 	return err
 }
 

@@ -24,6 +24,10 @@ type listing struct {
 	at      uint64
 	stamp   uint64 // filesystem.stamp before it was read
 	size    int    // len(entries), as the ring counted it
+	// exact is the connection whose exact watch reported nothing while
+	// it was read (filesystem.exactSince), 0 if none: the kernel may keep
+	// it until that watch says otherwise (dirHandle).
+	exact uint64
 
 	indexOnce sync.Once
 	index     map[string]int // name → position in entries, made when first asked
@@ -136,8 +140,11 @@ func (n *node) list(ctx context.Context) (*listing, error) {
 func (n *node) keepListing(ents []sftpc.Entry, at, s uint64) *listing {
 	// Kept as long as the kernel keeps entries: a change the watch
 	// reports voids it (forgetEntries moves n's stamp past at).
-	entry, _ := n.fsys.keepFor(s)
-	l := &listing{entries: ents, until: time.Now().Add(entry), at: at, stamp: s, size: len(ents)}
+	exact, entry := n.fsys.exactSince(s), n.fsys.entry
+	if exact != 0 {
+		entry = watchedFor
+	}
+	l := &listing{entries: ents, until: time.Now().Add(entry), at: at, stamp: s, size: len(ents), exact: exact}
 	r := &n.fsys.listings
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -265,10 +265,20 @@ func (f *filesystem) stamp() uint64 { return f.invalidated.Load() }
 // keepFor is how long the kernel may keep an entry and attributes read
 // since stamp s.
 func (f *filesystem) keepFor(s uint64) (entry, attr time.Duration) {
-	if g := f.exactGen.Load(); g != 0 && g == f.conn.upGen() && f.invalidated.Load() == s {
+	if f.exactSince(s) != 0 {
 		return watchedFor, watchedFor
 	}
 	return f.entry, f.attr
+}
+
+// exactSince is the connection whose exact watch has reported nothing
+// since stamp s, 0 if there is none: what was read since s is current
+// until that watch says otherwise.
+func (f *filesystem) exactSince(s uint64) uint64 {
+	if g := f.exactNow(); g != 0 && f.invalidated.Load() == s {
+		return g
+	}
+	return 0
 }
 
 func (f *filesystem) setEntryTimeouts(out *fuse.EntryOut, s uint64) {
@@ -297,9 +307,15 @@ func linkedElsewhere(a *fuse.Attr) bool {
 }
 
 // exact reports whether the kernel may keep what it holds until told.
-func (f *filesystem) exact() bool {
-	g := f.exactGen.Load()
-	return g != 0 && g == f.conn.upGen()
+func (f *filesystem) exact() bool { return f.exactNow() != 0 }
+
+// exactNow is the connection whose watch is exact, 0 if the current one's
+// is not.
+func (f *filesystem) exactNow() uint64 {
+	if g := f.exactGen.Load(); g != 0 && g == f.conn.upGen() {
+		return g
+	}
+	return 0
 }
 
 // Refused is what a read-only mount refused so far.

@@ -30,6 +30,10 @@ type node struct {
 	// latest change made to n through this mount, whichever came last
 	// (filesystem.changing).
 	changedAt atomic.Uint64
+	// kernelListed is the connection whose exact watch the kernel keeps
+	// n's listing under (dirHandle), 0 if it keeps none; forgetEntries
+	// clears it.
+	kernelListed atomic.Uint64
 
 	// mu guards every field below it, and is never held across a call to
 	// the server (a lookup's Lstat, a create's open) or into go-fuse's
@@ -121,12 +125,32 @@ func (n *node) absent(name string) bool {
 	return !ok
 }
 
-// forgetNames drops what n's names (and its last miss) say: a name the
-// mount made turned out not to be there (createBehind).
+// forgetNames drops what n's names (and its last miss) say, and that the
+// kernel keeps its listing: a name the mount made turned out not to be
+// there (notGone), or the watch reported a change in n.
 func (n *node) forgetNames() {
+	n.kernelListed.Store(0)
 	n.mu.Lock()
 	n.names, n.missed = nil, ""
 	n.mu.Unlock()
+}
+
+// notGone is what a change the mount made to name in n, a directory,
+// and answered before the delegator did, leaves where the delegator
+// refused it (a file created behind, a removal behind): the names the
+// mount knows in n, and what the kernel keeps of name and of n's listing,
+// are forgotten, so that name is looked up again.
+func (n *node) notGone(name string) {
+	n.forgetNames()
+	fsys := n.fsys
+	fsys.closing.Add(1)
+	go func() {
+		defer fsys.closing.Done()
+		// Not from here: the request settling may be one the kernel
+		// runs holding the directory's lock, which the notice takes.
+		n.NotifyEntry(name)
+		n.NotifyContent(0, 0)
+	}()
 }
 
 // named and unnamed keep n's known names current with this mount's own

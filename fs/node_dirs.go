@@ -197,16 +197,8 @@ func (r *removal) settled(err error) {
 	if err == nil || errors.Is(err, iofs.ErrNotExist) {
 		return
 	}
-	fsys := r.dir.fsys
-	fsys.log.Warn("fs: the delegator refused a removal made here; the name is still there", "path", r.path, "err", err)
-	r.dir.forgetNames()
-	fsys.closing.Add(1)
-	go func() {
-		defer fsys.closing.Done()
-		// Not from here: the request settling may be one the kernel
-		// runs holding the directory's lock, which the notice takes.
-		r.dir.NotifyEntry(r.name)
-	}()
+	r.dir.fsys.log.Warn("fs: the delegator refused a removal made here; the name is still there", "path", r.path, "err", err)
+	r.dir.notGone(r.name)
 }
 
 const (

@@ -195,6 +195,7 @@ func (r *renotifier) run() {
 			parent, name, in := find(r.root, p)
 			if parent != nil {
 				parent.NotifyEntry(name)
+				parent.NotifyContent(0, 0) // its listing, which the kernel may keep (dirHandle)
 			}
 			if in != nil {
 				r.fsys.drop(in, false, true)
@@ -231,6 +232,7 @@ func (f *filesystem) changedThere(root *fs.Inode, p string) {
 	if parent != nil {
 		f.forgetEntries(parent)
 		parent.NotifyEntry(name)
+		parent.NotifyContent(0, 0) // its listing, which the kernel may keep (dirHandle)
 	}
 	if in != nil {
 		f.drop(in, true, true)
@@ -239,7 +241,7 @@ func (f *filesystem) changedThere(root *fs.Inode, p string) {
 
 // forgetEntries marks what the mount read of in's node and its directory
 // as stale (a listing, a file read ahead), forgets the names it knew in
-// it, and that the kernel's pages of it were current.
+// it, and that the kernel's pages or listing of it were current.
 func (f *filesystem) forgetEntries(in *fs.Inode) {
 	n, ok := in.Operations().(*node)
 	if !ok {
