@@ -13,7 +13,7 @@ import (
 // TestKernelKeepsListings: while the delegator's watch is exact, the
 // kernel keeps a directory's listing across opens: listing it again, past
 // the 1 s timeouts, asks the mount for no READDIR and the delegator for
-// nothing. Every change — each kind the mount can make, and each the
+// nothing, nor does a stat of it after (keepAttrs). Every change — each kind the mount can make, and each the
 // owner makes on the delegator's side — shows in the next listing.
 func TestKernelKeepsListings(t *testing.T) {
 	reg := metrics.New()
@@ -45,11 +45,25 @@ func TestKernelKeepsListings(t *testing.T) {
 	if got := list(); !slices.Equal(got, []string{"a", "b", "sub"}) {
 		t.Fatalf("listed %v", got)
 	}
+	// Reading a directory moves its access time, which the kernel then
+	// asks for: the mount answers from what it read.
+	if _, err := os.Lstat(d); err != nil {
+		t.Fatal(err)
+	}
 	if got := readdirs() - before; got != 0 {
 		t.Errorf("listing again 1.5 s on took %v READDIRs, want none", got)
 	}
 	if got := f.served.Sum("awcp_sftp_request_seconds", nil) - served; got != 0 {
-		t.Errorf("listing again 1.5 s on asked the delegator %v times, want none", got)
+		t.Errorf("listing and stating again 1.5 s on asked the delegator %v times, want none", got)
+	}
+	owner(t, f.dir, "chmod 700 d")
+	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+		if fi, err := os.Lstat(d); err == nil && fi.Mode().Perm() == 0o700 {
+			break
+		}
+		if time.Since(start) > 50*time.Millisecond {
+			t.Fatal("the owner's chmod of the directory not seen by a stat through the mount within 50 ms")
+		}
 	}
 
 	in := func(n string) string { return filepath.Join(d, n) }

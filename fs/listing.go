@@ -111,6 +111,9 @@ func (n *node) fromListing(ctx context.Context, l *listing, name string, out *fu
 		return nil, false
 	}
 	ch := n.newChild(ctx, l.stamp, name, l.entries[i].Attrs, out)
+	if cn, ok := ch.Operations().(*node); ok {
+		cn.keepAttrs(&out.Attr, l.at, l.stamp)
+	}
 	if entry, _ := n.fsys.keepFor(l.stamp); entry != watchedFor {
 		out.SetEntryTimeout(left)
 		out.SetAttrTimeout(left)

@@ -81,6 +81,9 @@ type node struct {
 	namesUntil time.Time
 	// listing is n's last READDIR while it is kept (listingRing).
 	listing *listing
+	// attrs is n's attributes as last read from the delegator, while an
+	// exact watch holds (keepAttrs).
+	attrs keptAttrs
 	// childUID and childGID are the owner the delegator gave the last
 	// file created in n, a directory, if ownerKnown: what the next one
 	// gets too (createBehind).
@@ -329,6 +332,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		}
 	}
 	p := n.child(name)
+	at := n.fsys.changes.Load()
 	a, err := n.fsys.at(ctx).Lstat(p) // a round trip: no lock is held here
 	if err != nil {
 		if errors.Is(err, iofs.ErrNotExist) {
@@ -338,7 +342,11 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		}
 		return nil, n.errno(ctx, "lookup", p, err)
 	}
-	return n.newChild(ctx, s, name, a, out), 0
+	ch := n.newChild(ctx, s, name, a, out)
+	if cn, ok := ch.Operations().(*node); ok {
+		cn.keepAttrs(&out.Attr, at, s)
+	}
+	return ch, 0
 }
 
 // relistMax is the most names a directory may have held for a lookup in
@@ -364,6 +372,45 @@ func (n *node) relist(ctx context.Context) (l *listing, ok bool) {
 	return l, err == nil
 }
 
+// keptAttrs is a node's attributes as read from the delegator when the
+// mount's change count was at, under the exact watch of connection exact.
+type keptAttrs struct {
+	a     fuse.Attr
+	at    uint64
+	exact uint64
+}
+
+// keepAttrs records a, n's attributes read when the mount's change count
+// was at and its stamp s, if an exact watch reported nothing meanwhile:
+// a GETATTR is answered from them until the mount changes n or the watch
+// reports a change to it (forgetEntries moves its stamp past at), or the
+// watch ends. The kernel asks again for what it keeps for an hour, as it
+// does of each directory it has read (a read moves the access time, which
+// it then counts as unknown): a walk of a tree then asks the delegator
+// nothing for its directories' stats. The access time answered is the one
+// read, which a listing on the delegator's side may have moved since, as
+// a read of a file the kernel answers from its pages does not.
+func (n *node) keepAttrs(a *fuse.Attr, at, s uint64) {
+	g := n.fsys.exactSince(s)
+	if g == 0 || linkedElsewhere(a) {
+		return
+	}
+	n.mu.Lock()
+	n.attrs = keptAttrs{a: *a, at: at, exact: g}
+	n.mu.Unlock()
+}
+
+// keptAttrs is n's attributes as last read, if they are still current.
+func (n *node) keptAttrs() (fuse.Attr, bool) {
+	n.mu.Lock()
+	k := n.attrs
+	n.mu.Unlock()
+	if k.exact == 0 || k.exact != n.fsys.exactNow() || !n.unchangedSince(k.at) {
+		return fuse.Attr{}, false
+	}
+	return k.a, true
+}
+
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	s := n.fsys.stamp()
 	defer func() {
@@ -380,6 +427,11 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		n.told(&out.Attr)
 		return 0
 	}
+	if a, ok := n.keptAttrs(); ok {
+		out.Attr = a
+		return 0
+	}
+	at := n.fsys.changes.Load()
 	p := n.rpath()
 	a, err := n.fsys.at(ctx).Lstat(p)
 	if err != nil {
@@ -388,6 +440,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	fillAttr(a, &out.Attr)
 	n.observe(&out.Attr)
 	n.told(&out.Attr)
+	n.keepAttrs(&out.Attr, at, s)
 	return 0
 }
 
