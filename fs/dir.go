@@ -60,12 +60,21 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 }
 
 // listingNow is n's listing: the one kept if it may be used again, else
-// a new one.
+// the one read ahead, else a new one. A listing not kept starts the
+// reading ahead of those below and beside (listahead.go).
 func (n *node) listingNow(ctx context.Context) (*listing, error) {
 	if l, ok := n.cachedListing(); ok {
 		return l, nil
 	}
-	return n.list(ctx)
+	l, ok := n.fromAhead()
+	if !ok {
+		var err error
+		if l, err = n.list(ctx); err != nil {
+			return nil, err
+		}
+	}
+	n.readAheadOf(l)
+	return l, nil
 }
 
 // current makes sure the kernel is handed a listing no older than the

@@ -28,6 +28,9 @@ type listing struct {
 	// it was read (filesystem.exactSince), 0 if none: the kernel may keep
 	// it until that watch says otherwise (dirHandle).
 	exact uint64
+	// forgets is filesystem.forgets when a listing read ahead was asked
+	// for (fromAhead).
+	forgets uint64
 
 	indexOnce sync.Once
 	index     map[string]int // name → position in entries, made when first asked
@@ -130,11 +133,7 @@ func (n *node) list(ctx context.Context) (*listing, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, len(ents))
-	for i, e := range ents {
-		names[i] = e.Name
-	}
-	n.knowNames(names, s)
+	n.knowNames(entryNames(ents), s)
 	return n.keepListing(ents, at, s), nil
 }
 

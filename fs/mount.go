@@ -171,7 +171,11 @@ type filesystem struct {
 	changes atomic.Uint64
 
 	listings listingRing
-	ahead    readAhead
+	// dirsAhead is the listings read ahead of a walk (listahead.go), and
+	// forgets counts the nodes the kernel forgot.
+	dirsAhead *listAhead
+	forgets   atomic.Uint64
+	ahead     readAhead
 
 	// freed counts the requests that may free space (remove, rmdir,
 	// rename, truncate): each voids the statvfs answer kept (statfs).
@@ -448,7 +452,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	fsys := &filesystem{conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout, prefetch: newPrefetcher()}
+	fsys := &filesystem{conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout, prefetch: newPrefetcher(), dirsAhead: newListAhead()}
 	root := &node{fsys: fsys}
 	// Negative entries are cached as long as positive ones: tools probe
 	// for many files that do not exist (git does, a lot). Our own creates

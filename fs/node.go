@@ -318,7 +318,11 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if n.absent(name) {
 		return nil, syscall.ENOENT
 	}
-	if l := n.keptListing(); l != nil {
+	l := n.keptListing()
+	if l == nil {
+		l, _ = n.fromAhead()
+	}
+	if l != nil {
 		if ch, ok := n.fromListing(ctx, l, name, out); ok {
 			return ch, 0
 		}

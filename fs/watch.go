@@ -228,6 +228,7 @@ func find(root *fs.Inode, p string) (parent *fs.Inode, name string, in *fs.Inode
 // kernel knows too.
 func (f *filesystem) changedThere(root *fs.Inode, p string) {
 	f.invalidated.Add(1) // before: an answer read from now on may be stale
+	f.dirsAhead.drop()
 	parent, name, in := find(root, p)
 	if parent != nil {
 		f.forgetEntries(parent)
@@ -259,6 +260,7 @@ func (f *filesystem) forgetEntries(in *fs.Inode) {
 func (f *filesystem) dropAll(root *fs.Inode, entries bool) {
 	f.conn.metrics.CacheDropped()
 	f.invalidated.Add(1)
+	f.dirsAhead.drop()
 	f.drop(root, true, entries)
 	if entries {
 		f.dropNegatives()

@@ -198,8 +198,8 @@ func (c *Call) names() ([]Entry, error) {
 // so a directory of one page costs two round trips (OPENDIR and READDIR),
 // and the handle is closed without waiting.
 func (c *Client) ReadDir(p string) ([]Entry, error) {
-	if c.list {
-		ents, err := c.extended(wire.List, c.at(p)).names()
+	if call := c.StartList(p); call != nil {
+		ents, err := c.ListResult(call)
 		var st *StatusError
 		if !errors.As(err, &st) || st.Code != wire.Failure { // FAILURE: too many; list them the plain way
 			return ents, err
@@ -231,6 +231,20 @@ func (c *Client) ReadDir(p string) ([]Entry, error) {
 		next = ahead
 	}
 }
+
+// StartList sends the listing of directory p in one request (wire.List),
+// nil where the server does not list so; ListResult takes its answer.
+func (c *Client) StartList(p string) *Call {
+	if !c.list {
+		return nil
+	}
+	return c.extended(wire.List, c.at(p))
+}
+
+// ListResult is the listing a StartList call was answered with, without
+// "." and "..". A directory of more than wire.ListMax entries is a
+// FAILURE: ReadDir lists it.
+func (c *Client) ListResult(call *Call) ([]Entry, error) { return call.names() }
 
 // File is an open remote file.
 type File struct {
