@@ -99,7 +99,50 @@ func Hidden(patterns []string, rel string) bool { return NewMatcher(patterns).Hi
 // Matcher is hide patterns made ready once for the tests of many paths.
 // The nil *Matcher hides nothing.
 type Matcher struct {
-	pats [][]string // each pattern's names
+	pats [][]namePattern // each pattern's names
+}
+
+// namePattern is one name of a hide pattern, made ready to test names:
+// the common shapes (a plain name, name*, *.ext) without path.Match, which
+// a listing otherwise runs for each entry and pattern (an eighth of the
+// delegator's CPU in a walk of a large tree).
+type namePattern struct {
+	glob string // the name as given
+	kind byte   // one of the kinds below
+	text string // the name, its prefix or its suffix
+}
+
+const (
+	patGlob   byte = iota // path.Match
+	patExact              // a name without wildcards
+	patPrefix             // text*
+	patSuffix             // *text
+)
+
+func newNamePattern(glob string) namePattern {
+	const meta = `*?[\`
+	switch {
+	case !strings.ContainsAny(glob, meta):
+		return namePattern{glob: glob, kind: patExact, text: glob}
+	case strings.HasSuffix(glob, "*") && !strings.ContainsAny(glob[:len(glob)-1], meta):
+		return namePattern{glob: glob, kind: patPrefix, text: glob[:len(glob)-1]}
+	case strings.HasPrefix(glob, "*") && !strings.ContainsAny(glob[1:], meta):
+		return namePattern{glob: glob, kind: patSuffix, text: glob[1:]}
+	}
+	return namePattern{glob: glob, kind: patGlob}
+}
+
+func (p namePattern) match(name string) bool {
+	switch p.kind {
+	case patExact:
+		return name == p.text
+	case patPrefix:
+		return strings.HasPrefix(name, p.text)
+	case patSuffix:
+		return strings.HasSuffix(name, p.text)
+	}
+	ok, _ := path.Match(p.glob, name)
+	return ok
 }
 
 // NewMatcher prepares patterns; nil if there are none.
@@ -109,7 +152,11 @@ func NewMatcher(patterns []string) *Matcher {
 	}
 	m := &Matcher{}
 	for _, pat := range patterns {
-		m.pats = append(m.pats, strings.Split(strings.Trim(pat, "/"), "/"))
+		var names []namePattern
+		for _, name := range strings.Split(strings.Trim(pat, "/"), "/") {
+			names = append(names, newNamePattern(name))
+		}
+		m.pats = append(m.pats, names)
 	}
 	return m
 }
@@ -169,9 +216,9 @@ func (m *Matcher) Splits(rel string) bool {
 // looked for (a hidden parent could not have been reached).
 func HiddenLeaf(patterns []string, rel string) bool { return NewMatcher(patterns).HiddenLeaf(rel) }
 
-func matchAll(parts, names []string) bool {
+func matchAll(parts []namePattern, names []string) bool {
 	for i, p := range parts {
-		if ok, _ := path.Match(p, names[i]); !ok {
+		if !p.match(names[i]) {
 			return false
 		}
 	}

@@ -1,6 +1,7 @@
 package sftpwire
 
 import (
+	"path"
 	"reflect"
 	"testing"
 )
@@ -56,6 +57,22 @@ func TestPolicyEncoding(t *testing.T) {
 	for _, good := range DefaultHide {
 		if err := CheckHidePattern(good); err != nil {
 			t.Errorf("default %q: %v", good, err)
+		}
+	}
+}
+
+// TestNamePatternsMatchAsPathMatch: the shapes matched without path.Match
+// match exactly what path.Match does.
+func TestNamePatternsMatchAsPathMatch(t *testing.T) {
+	globs := append([]string{"*", "**", "a*", "*a", "*.", ".*", "a*b", "[ab]*", `\*x`, "x\\", "[", "?x", "id_rsa*", "*.pem", ".env.*", ".env"}, DefaultHide...)
+	names := []string{"", "a", "b", "ab", "ba", "a.", ".a", "*x", "xx", "x", "id_rsa", "id_rsa.pub", "key.pem", ".pem", "pem", ".env", ".env.local", ".envrc", "[", "a*b"}
+	for _, g := range globs {
+		p := newNamePattern(g)
+		for _, n := range names {
+			want, _ := path.Match(g, n)
+			if got := p.match(n); got != want {
+				t.Errorf("%q against %q: %v, path.Match says %v", g, n, got, want)
+			}
 		}
 	}
 }
