@@ -22,7 +22,8 @@ import (
 // resident memory, heap in use, goroutines, open descriptors — while they
 // all run (over an idle baseline), what is left once they ended, after
 // each round (a second round that leaves more than the first would be a
-// leak), and the p50/p99 of INVITE → running among them.
+// leak), and the p50/p99 of INVITE → running among them, step by step,
+// with how busy the machine's CPUs were meanwhile.
 func many(bin, dir string, n int) error {
 	gateFile := filepath.Join(dir, "gate-name") // names the round's gate
 	agent := `gate=$(cat ` + gateFile + `); while [ ! -e "$gate" ]; do find . -type f | wc -l > count.txt; date >> walked.log; sleep 0.2; done`
@@ -52,6 +53,10 @@ func many(bin, dir string, n int) error {
 	var lat []time.Duration
 	var busy [2]sample
 	var after [][2]sample
+	var phases [3][]time.Duration // invited → accepted → started → running
+	var windows []string
+	cpu := sampleCPU(20 * time.Millisecond)
+	defer cpu.end()
 	for round := range 2 {
 		gate := filepath.Join(dir, fmt.Sprint("gate", round))
 		if err := os.WriteFile(gateFile, []byte(gate), 0o644); err != nil {
@@ -60,18 +65,41 @@ func many(bin, dir string, n int) error {
 		for _, w := range ws {
 			os.Remove(filepath.Join(w, "walked.log"))
 		}
-		l, b, err := manyRound(d, ws, gate, metrics)
+		ats, b, err := manyRound(d, ws, gate, metrics)
 		if err != nil {
 			return err
 		}
-		lat, busy = append(lat, l...), b
+		busy = b
+		var first, last time.Time
+		for _, at := range ats {
+			lat = append(lat, at["running"].Sub(at["invited"]))
+			for i, step := range []string{"invited", "accepted", "started"} {
+				next := []string{"accepted", "started", "running"}[i]
+				phases[i] = append(phases[i], at[next].Sub(at[step]))
+			}
+			if first.IsZero() || at["invited"].Before(first) {
+				first = at["invited"]
+			}
+			if at["running"].After(last) {
+				last = at["running"]
+			}
+		}
+		if f, ok := cpu.busy(first, last); ok {
+			windows = append(windows, fmt.Sprintf("%s at %.0f%% of the CPUs", last.Sub(first).Round(time.Millisecond), 100*f))
+		}
 		time.Sleep(6 * time.Second) // connections closed, mounts gone, their memory given back
 		after = append(after, scrapeBoth(metrics))
 	}
-	slices.Sort(lat)
-	pct := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	pct := func(ds []time.Duration, p float64) time.Duration {
+		ds = slices.Sorted(slices.Values(ds))
+		return ds[min(len(ds)-1, int(p*float64(len(ds))))].Round(time.Millisecond)
+	}
 	fmt.Printf("%d live delegations at once, each agent walking and writing its tree through its mount, two rounds:\n", n)
-	fmt.Printf("  INVITE → running, started together: p50 %s, p99 %s\n", pct(0.5).Round(time.Millisecond), pct(0.99).Round(time.Millisecond))
+	fmt.Printf("  INVITE → running, started together: p50 %s, p99 %s\n", pct(lat, 0.5), pct(lat, 0.99))
+	for i, step := range []string{"INVITE → ACCEPT", "ACCEPT → START", "START → running (mounted)"} {
+		fmt.Printf("    %s: p50 %s, p99 %s\n", step, pct(phases[i], 0.5), pct(phases[i], 0.99))
+	}
+	fmt.Printf("    from the first INVITE to the last running, each round: %s\n", strings.Join(windows, "; "))
 	for i, who := range []string{"delegator (awcp-ctl serve)", "executor (awcp-fs serve)"} {
 		b, m := base[i], busy[i]
 		fmt.Printf("  %s: per delegation %.2f MiB RSS (%.2f MiB heap in use), %.0f goroutines, %.1f descriptors; idle %d MiB RSS, %d goroutines, %d fds\n",
@@ -86,8 +114,8 @@ func many(bin, dir string, n int) error {
 
 // manyRound starts a delegation of each of ws at once, waits until every
 // agent has walked its tree, samples both daemons, opens gate and waits
-// for every delegation to complete. It returns their INVITE → running.
-func manyRound(d *daemons, ws []string, gate string, metrics [2]string) ([]time.Duration, [2]sample, error) {
+// for every delegation to complete. It returns their transition times.
+func manyRound(d *daemons, ws []string, gate string, metrics [2]string) ([]map[string]time.Time, [2]sample, error) {
 	n := len(ws)
 	ids := make([]string, n)
 	errs := make([]error, n)
@@ -116,7 +144,7 @@ func manyRound(d *daemons, ws []string, gate string, metrics [2]string) ([]time.
 	time.Sleep(2 * time.Second) // a few more walks each
 	busy := scrapeBoth(metrics)
 	os.WriteFile(gate, nil, 0o644)
-	var lat []time.Duration
+	var ats []map[string]time.Time
 	for _, id := range ids {
 		if _, err := d.run("output", id, "--block", "--timeout", "2m"); err != nil {
 			out, _ := d.run("status", id, "--json")
@@ -126,9 +154,9 @@ func manyRound(d *daemons, ws []string, gate string, metrics [2]string) ([]time.
 		if err != nil {
 			return nil, busy, err
 		}
-		lat = append(lat, at["running"].Sub(at["invited"]))
+		ats = append(ats, at)
 	}
-	return lat, busy, nil
+	return ats, busy, nil
 }
 
 func scrapeBoth(addrs [2]string) [2]sample { return [2]sample{scrape(addrs[0]), scrape(addrs[1])} }
