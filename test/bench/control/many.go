@@ -86,6 +86,8 @@ func many(bin, dir string, n int) error {
 		}
 		if f, ok := cpu.busy(first, last); ok {
 			windows = append(windows, fmt.Sprintf("%s at %.0f%% of the CPUs", last.Sub(first).Round(time.Millisecond), 100*f))
+		} else {
+			windows = append(windows, fmt.Sprintf("%s (CPU not sampled: %s to %s)", last.Sub(first).Round(time.Millisecond), first, last))
 		}
 		time.Sleep(6 * time.Second) // connections closed, mounts gone, their memory given back
 		after = append(after, scrapeBoth(metrics))
