@@ -31,7 +31,8 @@ AWCP_SOAK ?= 5m
 soak: build
 	AWCP_BIN_DIR=$(BIN) AWCP_SOAK=$(AWCP_SOAK) $(GO) test -count=1 -v -timeout 60m -run '^TestSoak$$' ./test/e2e/
 
-# Micro-benchmarks, the control plane's INVITE → running latency, the
+# Micro-benchmarks (the watch's and the audit log's cost per request among
+# them), the control plane's INVITE → running latency, the
 # archive round trip of a 50 MB workspace, then the filesystem workloads on local disk, a go-fuse loopback, sshfs and an awcp
 # mount, dbench's file-server load on the same four, then the live mount staged against auto,
 # then a large tree (scale.sh: SCALE_DIRS, default 24000) (root; BENCH_ROUNDS=1 for a quick run).
@@ -39,6 +40,7 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./archive/ ./lease/ ./sshd/ ./control/...
 	$(GO) test -run '^$$' -bench DelegatorChangeSeen ./fs/
 	$(GO) test -run '^$$' -bench ListingsHeld -benchtime 3x ./fs/
+	$(GO) test -run '^$$' -bench PerRequestCost -benchtime 3000x ./fs/
 	$(GO) test -run '^$$' -bench ConfinedWork -benchtime 10x ./internal/sandbox/
 	$(GO) test -run '^$$' -bench AreaHeld -benchtime 1x ./internal/stage/
 	$(GO) run ./test/bench/control -bin $(BIN) -n 100 -archive-mb 50 -archive-files 5000

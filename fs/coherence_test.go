@@ -224,7 +224,7 @@ func TestTheirChangeRightAfterOurs(t *testing.T) {
 }
 
 // waitExact waits until the mount's watch is exact.
-func waitExact(t *testing.T, f *mountFixture) {
+func waitExact(t testing.TB, f *mountFixture) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); !f.mount.fsys.exact(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -50,11 +50,21 @@ func (s *sftpServer) record(op Op) {
 	if s.audit == nil {
 		return
 	}
-	op.At = time.Now()
 	op.Path = s.realName(op.Path)
 	if op.Kind == OpRename || op.Kind == OpLink {
 		op.To = s.realName(op.To)
 	}
+	s.recordReal(op)
+}
+
+// recordReal is record of an op whose path the kernel resolved already
+// (opened, openDir): resolving it again would cost two more system calls
+// and an open descriptor for the same answer.
+func (s *sftpServer) recordReal(op Op) {
+	if s.audit == nil {
+		return
+	}
+	op.At = time.Now()
 	s.audit.Record(op)
 }
 
@@ -82,9 +92,9 @@ func (s *sftpServer) closed(h *handle) {
 		return
 	}
 	if n := h.readBytes.Load(); n > 0 {
-		s.record(Op{Kind: OpRead, Path: h.name, Bytes: n})
+		s.recordReal(Op{Kind: OpRead, Path: h.name, Bytes: n})
 	}
 	if n := h.writeBytes.Load(); n > 0 || h.truncated {
-		s.record(Op{Kind: OpWrite, Path: h.name, Bytes: n})
+		s.recordReal(Op{Kind: OpWrite, Path: h.name, Bytes: n})
 	}
 }

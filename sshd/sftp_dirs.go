@@ -24,7 +24,7 @@ func (s *sftpServer) opendir(id uint32, r *reader) {
 		s.errStatus(id, err)
 		return
 	}
-	s.record(Op{Kind: OpList, Path: real})
+	s.recordReal(Op{Kind: OpList, Path: real})
 	s.sendHandle(id, &handle{f: f, dir: true, name: real})
 }
 

@@ -202,14 +202,14 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 	if err == nil {
 		var hidden bool
 		if real, hidden = s.opened(f, name); hidden {
-			s.record(Op{Kind: OpOpen, Path: real, Err: errHidden.Error(), Refused: true})
+			s.recordReal(Op{Kind: OpOpen, Path: real, Err: errHidden.Error(), Refused: true})
 			err = errHidden
 		}
 	}
 	if err == nil && creating {
 		// A new name and inode count against the write limit.
 		if err = s.spend(int64(len(path.Base(real))) + inodeCost); err != nil {
-			s.record(Op{Kind: OpCreate, Path: real, Err: err.Error(), Refused: true})
+			s.recordReal(Op{Kind: OpCreate, Path: real, Err: err.Error(), Refused: true})
 		}
 	}
 	if err != nil && creating && !errors.Is(err, errBadMessage) {
@@ -218,7 +218,7 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 	if err == nil && trunc && checked && fi.Size() > 0 {
 		if !creating {
 			if err = s.keeps(real); err != nil {
-				s.record(Op{Kind: OpOpen, Path: real, Err: err.Error(), Refused: true})
+				s.recordReal(Op{Kind: OpOpen, Path: real, Err: err.Error(), Refused: true})
 			}
 		}
 		if err == nil {
@@ -241,7 +241,7 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 		return nil, nil, err
 	}
 	if creating {
-		s.record(Op{Kind: OpCreate, Path: real})
+		s.recordReal(Op{Kind: OpCreate, Path: real})
 	}
 	return &handle{f: f, readable: flags&os.O_WRONLY == 0 && !fi.IsDir(), name: real, truncated: trunc}, fi, nil
 }
@@ -340,7 +340,7 @@ func (s *sftpServer) write(id uint32, r *reader) {
 		if s.written.Add(int64(len(data))) > s.policy.MaxWriteBytes {
 			s.written.Add(-int64(len(data)))
 			err = errWriteLimit
-			s.record(Op{Kind: OpWrite, Path: h.name, Bytes: int64(len(data)), Err: err.Error(), Refused: true})
+			s.recordReal(Op{Kind: OpWrite, Path: h.name, Bytes: int64(len(data)), Err: err.Error(), Refused: true})
 		}
 	}
 	if err == nil {

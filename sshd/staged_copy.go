@@ -343,7 +343,7 @@ func (v *stagedView) shown(id uint32, name string, decodeErr error) (f *os.File,
 	}
 	ents = v.lower.visible(real, ents)
 	sortByName(ents)
-	v.lower.record(Op{Kind: OpList, Path: real})
+	v.lower.recordReal(Op{Kind: OpList, Path: real})
 	return f, real, ents, true
 }
 
