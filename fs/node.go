@@ -81,9 +81,9 @@ type node struct {
 	namesUntil time.Time
 	// listing is n's last READDIR while it is kept (listingRing).
 	listing *listing
-	// attrs is n's attributes as last read from the delegator, while an
-	// exact watch holds (keepAttrs).
-	attrs keptAttrs
+	// attrs is n's attributes, of a directory, as last read from the
+	// delegator while an exact watch held (keepAttrs); nil if none were.
+	attrs *keptAttrs
 	// childUID and childGID are the owner the delegator gave the last
 	// file created in n, a directory, if ownerKnown: what the next one
 	// gets too (createBehind).
@@ -384,23 +384,24 @@ type keptAttrs struct {
 	exact uint64
 }
 
-// keepAttrs records a, n's attributes read when the mount's change count
-// was at and its stamp s, if an exact watch reported nothing meanwhile:
-// a GETATTR is answered from them until the mount changes n or the watch
-// reports a change to it (forgetEntries moves its stamp past at), or the
-// watch ends. The kernel asks again for what it keeps for an hour, as it
-// does of each directory it has read (a read moves the access time, which
-// it then counts as unknown): a walk of a tree then asks the delegator
-// nothing for its directories' stats. The access time answered is the one
+// keepAttrs records a, the attributes of n, a directory, read when the
+// mount's change count was at and its stamp s, if an exact watch reported
+// nothing meanwhile: a GETATTR is answered from them until the mount
+// changes n or the watch reports a change to it (forgetEntries moves its
+// stamp past at), or the watch ends. The kernel keeps attributes for an
+// hour, but asks again for those of each directory it has read (a read
+// moves the access time, which it then counts as unknown): a walk of a
+// tree then asks the delegator nothing for its directories' stats. Files
+// are left out: the kernel asks again for theirs only past the hour. The access time answered is the one
 // read, which a listing on the delegator's side may have moved since, as
 // a read of a file the kernel answers from its pages does not.
 func (n *node) keepAttrs(a *fuse.Attr, at, s uint64) {
 	g := n.fsys.exactSince(s)
-	if g == 0 || linkedElsewhere(a) {
+	if g == 0 || a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
 		return
 	}
 	n.mu.Lock()
-	n.attrs = keptAttrs{a: *a, at: at, exact: g}
+	n.attrs = &keptAttrs{a: *a, at: at, exact: g}
 	n.mu.Unlock()
 }
 
@@ -409,7 +410,7 @@ func (n *node) keptAttrs() (fuse.Attr, bool) {
 	n.mu.Lock()
 	k := n.attrs
 	n.mu.Unlock()
-	if k.exact == 0 || k.exact != n.fsys.exactNow() || !n.unchangedSince(k.at) {
+	if k == nil || k.exact != n.fsys.exactNow() || !n.unchangedSince(k.at) {
 		return fuse.Attr{}, false
 	}
 	return k.a, true
