@@ -21,18 +21,7 @@ func TestKernelKeepsListings(t *testing.T) {
 	waitExact(t, f)
 	owner(t, f.dir, "mkdir d && : > d/a && : > d/b && mkdir d/sub")
 	d := filepath.Join(f.mnt, "d")
-	list := func() []string {
-		t.Helper()
-		ents, err := os.ReadDir(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, e := range ents {
-			got = append(got, e.Name())
-		}
-		return got
-	}
+	list := func() []string { t.Helper(); return names(t, d) }
 	readdirs := func() float64 {
 		return reg.Sum("awcp_fuse_operations_total", map[string]string{"op": "readdir"}) +
 			reg.Sum("awcp_fuse_operations_total", map[string]string{"op": "readdirplus"})

@@ -56,27 +56,16 @@ func TestWalkReadsAhead(t *testing.T) {
 			}
 		}
 	}
-	names := func(p string) []string {
-		t.Helper()
-		ents, err := os.ReadDir(filepath.Join(f.mnt, p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, e := range ents {
-			got = append(got, e.Name())
-		}
-		return got
-	}
+	inMount := func(p string) []string { t.Helper(); return names(t, filepath.Join(f.mnt, p)) }
 	// A tree the mount has not listed yet.
 	owner(t, f.dir, `for a in $(seq 10); do for b in $(seq 5); do mkdir -p u$a/d$b && : > u$a/d$b/f; done; done`)
 	time.Sleep(2 * renotifyAfter)
 
 	readAhead("u1/d3")
 	owner(t, f.dir, ": > u1/d3/theirs")
-	for start := time.Now(); !slices.Equal(names("u1/d3"), []string{"f", "theirs"}); time.Sleep(time.Millisecond) {
+	for start := time.Now(); !slices.Equal(inMount("u1/d3"), []string{"f", "theirs"}); time.Sleep(time.Millisecond) {
 		if time.Since(start) > 50*time.Millisecond {
-			t.Fatalf("the owner's new file not listed after 50 ms: %v", names("u1/d3"))
+			t.Fatalf("the owner's new file not listed after 50 ms: %v", inMount("u1/d3"))
 		}
 	}
 
@@ -84,7 +73,7 @@ func TestWalkReadsAhead(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(f.mnt, "u2/d3/ours"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got := names("u2/d3"); !slices.Equal(got, []string{"f", "ours"}) {
+	if got := inMount("u2/d3"); !slices.Equal(got, []string{"f", "ours"}) {
 		t.Errorf("after the mount made a file: listed %v", got)
 	}
 
@@ -95,7 +84,7 @@ func TestWalkReadsAhead(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(f.mnt, "u3/d3"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if got := names("u3/d3"); len(got) != 0 {
+	if got := inMount("u3/d3"); len(got) != 0 {
 		t.Errorf("a new directory where one was renamed from: listed %v, want it empty", got)
 	}
 
@@ -103,11 +92,11 @@ func TestWalkReadsAhead(t *testing.T) {
 	if err := os.Remove(filepath.Join(f.mnt, "u4/d3/f")); err != nil {
 		t.Fatal(err)
 	}
-	if got := names("u4/d3"); len(got) != 0 {
+	if got := inMount("u4/d3"); len(got) != 0 {
 		t.Errorf("after the mount removed its file: listed %v, want none", got)
 	}
 	for i := 5; i <= 10; i++ {
-		if got := names(fmt.Sprintf("u%d/d3", i)); !slices.Equal(got, []string{"f"}) {
+		if got := inMount(fmt.Sprintf("u%d/d3", i)); !slices.Equal(got, []string{"f"}) {
 			t.Errorf("u%d/d3: listed %v", i, got)
 		}
 	}
