@@ -392,9 +392,10 @@ type keptAttrs struct {
 // hour, but asks again for those of each directory it has read (a read
 // moves the access time, which it then counts as unknown): a walk of a
 // tree then asks the delegator nothing for its directories' stats. Files
-// are left out: the kernel asks again for theirs only past the hour. The access time answered is the one
-// read, which a listing on the delegator's side may have moved since, as
-// a read of a file the kernel answers from its pages does not.
+// are left out: the kernel asks again for theirs only past the hour. The
+// access time answered is the one read, which a listing on the
+// delegator's side may have moved since, as a read of a file the kernel
+// answers from its pages does not.
 func (n *node) keepAttrs(a *fuse.Attr, at, s uint64) {
 	g := n.fsys.exactSince(s)
 	if g == 0 || a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
