@@ -24,7 +24,8 @@ import (
 const DefaultStagedRetention = 7 * 24 * time.Hour
 
 // MaxStagedSnapshots bounds the snapshots a staged archive delegation
-// keeps: past it, the oldest one not recommended goes.
+// keeps: past it, the oldest one not recommended goes (the oldest of all,
+// where an executor says each one is).
 const MaxStagedSnapshots = 16
 
 // snapshotMode checks req's snapshot mode; a read-only delegation has no
@@ -82,13 +83,12 @@ func (d *Delegator) stageSnapshot(del *lease.Delegation, ev *control.Event) (kee
 		rec.Staged.Snapshots = slices.DeleteFunc(rec.Staged.Snapshots, func(s lease.StagedSnapshot) bool { return s.ID == snap.ID })
 		rec.Staged.Snapshots = append(rec.Staged.Snapshots, snap)
 		if len(rec.Staged.Snapshots) > MaxStagedSnapshots {
-			for i, s := range rec.Staged.Snapshots {
-				if !s.Recommended {
-					dropped = filepath.Join(rec.Staged.Dir, s.File)
-					rec.Staged.Snapshots = append(rec.Staged.Snapshots[:i], rec.Staged.Snapshots[i+1:]...)
-					break
-				}
+			i := slices.IndexFunc(rec.Staged.Snapshots, func(s lease.StagedSnapshot) bool { return !s.Recommended })
+			if i < 0 {
+				i = 0 // each says it is recommended: the executor's word bounds nothing
 			}
+			dropped = filepath.Join(rec.Staged.Dir, rec.Staged.Snapshots[i].File)
+			rec.Staged.Snapshots = slices.Delete(rec.Staged.Snapshots, i, i+1)
 		}
 	}
 	return keep, func() {

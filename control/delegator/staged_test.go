@@ -23,7 +23,10 @@ import (
 // snapshot events, the second recommended, each a ZIP of the environment
 // (workspace/hello.txt holding the snapshot's number), then a done naming
 // them all and recommending the second.
-type snapshotsPeer struct{ n int }
+type snapshotsPeer struct {
+	n   int
+	all bool // each snapshot says it is the one recommended
+}
 
 func snapshotZip(content string) string {
 	var buf bytes.Buffer
@@ -48,7 +51,7 @@ func (h *snapshotsPeer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			snap := fmt.Sprintf("snap_%d", i)
 			ids = append(ids, fmt.Sprintf("%q", snap))
 			fmt.Fprintf(w, `data: {"delegationId":%q,"type":"snapshot","timestamp":"2026-11-27T00:00:00Z","snapshotId":%q,"summary":"attempt %d","highlights":["hello.txt"],"snapshotBase64":%q,"recommended":%v}`+"\n\n",
-				id, snap, i, snapshotZip(fmt.Sprintf("attempt %d\n", i)), i == 2)
+				id, snap, i, snapshotZip(fmt.Sprintf("attempt %d\n", i)), i == 2 || h.all)
 		}
 		fmt.Fprintf(w, `data: {"delegationId":%q,"type":"done","timestamp":"2026-11-27T00:00:00Z","summary":"s","snapshotIds":[%s],"recommendedSnapshotId":"snap_2"}`+"\n\n",
 			id, strings.Join(ids, ","))
@@ -63,7 +66,12 @@ func (h *snapshotsPeer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // directories.
 func snapshotsRun(t *testing.T, n int, mode string) (dlg *Delegator, end *lease.Delegation, dir, staged, spool string) {
 	t.Helper()
-	srv := httptest.NewServer(&snapshotsPeer{n: n})
+	return snapshotsRunWith(t, &snapshotsPeer{n: n}, mode)
+}
+
+func snapshotsRunWith(t *testing.T, peer *snapshotsPeer, mode string) (dlg *Delegator, end *lease.Delegation, dir, staged, spool string) {
+	t.Helper()
+	srv := httptest.NewServer(peer)
 	t.Cleanup(srv.Close)
 	staged, spool = t.TempDir(), t.TempDir()
 	dlg, _ = newArchiveDelegator(t, nil, func(o *Options) { o.StagedDir, o.SpoolDir = staged, spool })
@@ -146,6 +154,24 @@ func TestStagedKeepsEverySnapshot(t *testing.T) {
 				t.Errorf("the staged result is still on disk after the apply: %v", err)
 			}
 		})
+	}
+}
+
+// An executor that says every snapshot it sends is the recommended one
+// still gets no more than MaxStagedSnapshots kept, in the record and on
+// disk: the oldest go.
+func TestStagedSnapshotsBoundedWhateverTheyClaim(t *testing.T) {
+	n := MaxStagedSnapshots + 5
+	_, end, _, _, _ := snapshotsRunWith(t, &snapshotsPeer{n: n, all: true}, lease.SnapshotStaged)
+	st := end.Staged
+	if st == nil || len(st.Snapshots) != MaxStagedSnapshots {
+		t.Fatalf("staged %+v, want %d snapshots kept", st, MaxStagedSnapshots)
+	}
+	if st.Find("snap_1") != nil || st.Find(fmt.Sprintf("snap_%d", n)) == nil {
+		t.Errorf("the oldest should go: %v", st.Snapshots)
+	}
+	if files, _ := filepath.Glob(filepath.Join(st.Dir, "snapshot-*.zip")); len(files) != MaxStagedSnapshots {
+		t.Errorf("%d snapshot files kept on disk, want %d", len(files), MaxStagedSnapshots)
 	}
 }
 
