@@ -144,11 +144,7 @@ func (s *server) snapshots(_ context.Context, _ *mcp.CallToolRequest, in snapsho
 		v := Snapshot{ID: sn.ID, Summary: sn.Summary, Highlights: sn.Highlights, Status: sn.Status, Recommended: sn.Recommended,
 			Bytes: sn.Bytes, CreatedAt: stamp(sn.At)}
 		if sn.Status == lease.StagedPending && st.State == lease.StagedPending {
-			id := sn.ID
-			if id == lease.LiveSnapshot {
-				id = ""
-			}
-			files, err := s.review.ResultFiles(d.ID, id)
+			files, err := s.review.ResultFiles(d.ID, sn.ID)
 			if err != nil {
 				return SnapshotsResult{}, err
 			}
@@ -199,11 +195,7 @@ func (s *server) applySnapshot(ctx context.Context, _ *mcp.CallToolRequest, in s
 	if err != nil {
 		return ApplyResult{}, err
 	}
-	snap := in.SnapshotID
-	if snap == lease.LiveSnapshot {
-		snap = ""
-	}
-	out, err := s.review.ApplyResult(ctx, d.ID, snap, "")
+	out, err := s.review.ApplyResult(ctx, d.ID, in.SnapshotID, "")
 	if err != nil {
 		return ApplyResult{}, err
 	}
