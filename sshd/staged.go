@@ -209,9 +209,7 @@ func (v *stagedView) change(id uint32, pkt []byte, name string, creating bool) {
 	case layer == v.lower:
 		err = v.copyUp(name, true, 0)
 	case layer == nil && creating:
-		if err = v.parents(name); err == nil {
-			err = v.saveBase(name)
-		}
+		err = v.ready(name)
 	}
 	if err != nil {
 		v.lower.done(id, Op{Kind: OpOpen, Path: name}, err)
@@ -268,11 +266,7 @@ func (v *stagedView) make(id uint32, pkt []byte, name string, dir bool, decodeEr
 		v.lower.done(id, Op{Kind: kind, Path: name}, fs.ErrExist)
 		return
 	}
-	err := v.parents(name)
-	if err == nil {
-		err = v.saveBase(name)
-	}
-	if err != nil {
+	if err := v.ready(name); err != nil {
 		v.lower.done(id, Op{Kind: kind, Path: name}, err)
 		return
 	}
@@ -370,10 +364,7 @@ func (v *stagedView) rename(id uint32, pkt []byte, from, to string, noReplace bo
 		err = v.copyUpTree(from, fi)
 	}
 	if err == nil {
-		err = v.parents(to)
-	}
-	if err == nil {
-		err = v.saveBase(to)
+		err = v.ready(to)
 	}
 	if err != nil {
 		v.lower.done(id, op, err)
@@ -422,10 +413,7 @@ func (v *stagedView) link(id uint32, pkt []byte, from, to string, decodeErr erro
 		err = v.copyUp(from, false, 0)
 	}
 	if err == nil {
-		err = v.parents(to)
-	}
-	if err == nil {
-		err = v.saveBase(to)
+		err = v.ready(to)
 	}
 	if err != nil {
 		v.lower.done(id, op, err)

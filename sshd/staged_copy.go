@@ -19,6 +19,16 @@ import (
 // MAXSYMLINKS does a path walk.
 const maxLinkHops = 40
 
+// ready readies upper for an entry at name: the directories above it
+// made (parents), and the owner's entry there, if any, recorded as the
+// base of the change (saveBase).
+func (v *stagedView) ready(name string) error {
+	if err := v.parents(name); err != nil {
+		return err
+	}
+	return v.saveBase(name)
+}
+
 // parents makes in upper the directories above name, with the modes of
 // the owner's: a new entry's directory must be in upper to hold it.
 func (v *stagedView) parents(name string) error {
@@ -72,10 +82,7 @@ func (v *stagedView) copyUp(name string, follow bool, hops int) error {
 		// in upper, where its directory must be.
 		return v.parents(name)
 	}
-	if err := v.parents(name); err != nil {
-		return err
-	}
-	if err := v.saveBase(name); err != nil {
+	if err := v.ready(name); err != nil {
 		return err
 	}
 	switch mode := fi.Mode(); {
