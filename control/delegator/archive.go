@@ -193,14 +193,18 @@ func shortID(id string) string {
 
 // keepFile moves file to path, in a private directory, copying it if it is
 // on another filesystem.
-func keepFile(file, path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+func keepFile(file, path string) error { return placePrivate(file, path, os.Rename) }
+
+// placePrivate makes dst, in a private directory, hold src's bytes: by
+// fast (a rename, a hard link) where it can, else by a copy.
+func placePrivate(src, dst string, fast func(src, dst string) error) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
 	}
-	if os.Rename(file, path) == nil {
+	if fast(src, dst) == nil {
 		return nil
 	}
-	return copyPrivate(file, path)
+	return copyPrivate(src, dst)
 }
 
 // copyPrivate copies src to dst, a new file of mode 600; nothing of dst

@@ -192,15 +192,7 @@ func keepBase(packed string, manifest []byte, dir string) error {
 }
 
 // linkOrCopy makes dst hold src's bytes: a hard link where it can.
-func linkOrCopy(src, dst string) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-		return err
-	}
-	if os.Link(src, dst) == nil {
-		return nil
-	}
-	return copyPrivate(src, dst)
-}
+func linkOrCopy(src, dst string) error { return placePrivate(src, dst, os.Link) }
 
 func fileSize(p string) int64 {
 	fi, err := os.Stat(p)
