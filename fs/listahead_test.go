@@ -95,6 +95,15 @@ func TestWalkReadsAhead(t *testing.T) {
 	if got := inMount("u4/d3"); len(got) != 0 {
 		t.Errorf("after the mount removed its file: listed %v, want none", got)
 	}
+	// Any report of the watch voids every listing read ahead: one
+	// whose directory the kernel has no node of is not reached otherwise.
+	readAhead("u5/d3")
+	owner(t, f.dir, ": > elsewhere")
+	for start := time.Now(); f.mount.fsys.dirsAhead.holds("/u5/d3"); time.Sleep(time.Millisecond) {
+		if time.Since(start) > 50*time.Millisecond {
+			t.Fatal("a listing read ahead outlived the watch's report of a change")
+		}
+	}
 	for i := 5; i <= 10; i++ {
 		if got := inMount(fmt.Sprintf("u%d/d3", i)); !slices.Equal(got, []string{"f"}) {
 			t.Errorf("u%d/d3: listed %v", i, got)
