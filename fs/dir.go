@@ -50,13 +50,22 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	if err != nil {
 		return nil, 0, n.errno(ctx, "readdir", n.rpath(), err)
 	}
-	d := &dirHandle{node: n, l: l}
-	if l.exact != 0 && l.exact == n.fsys.exactNow() {
-		d.kept = true
-		n.kernelListed.Store(l.exact)
-		return d, keptDir, 0
+	if n.kernelKeeps(l) {
+		return &dirHandle{node: n, l: l, kept: true}, keptDir, 0
 	}
-	return d, 0, 0
+	return &dirHandle{node: n, l: l}, 0, 0
+}
+
+// kernelKeeps reports whether the kernel may keep l, n's listing, across
+// opens (it was read under the exact watch that still holds), and records
+// the answer for n's next open.
+func (n *node) kernelKeeps(l *listing) bool {
+	if g := n.fsys.exactNow(); g != 0 && l.exact == g {
+		n.kernelListed.Store(g)
+		return true
+	}
+	n.kernelListed.Store(0)
+	return false
 }
 
 // listingNow is n's listing: the one kept if it may be used again, else
@@ -90,11 +99,7 @@ func (d *dirHandle) current(ctx context.Context) syscall.Errno {
 		return n.errno(ctx, "readdir", n.rpath(), err)
 	}
 	d.l = l
-	if g := n.fsys.exactNow(); l.exact != 0 && l.exact == g {
-		n.kernelListed.Store(g)
-	} else {
-		n.kernelListed.Store(0)
-	}
+	n.kernelKeeps(l)
 	return 0
 }
 
