@@ -8,6 +8,8 @@ import (
 	"io"
 	"strings"
 	"sync"
+
+	"github.com/awcp/awcp/internal/untrusted"
 )
 
 // The JSON-RPC 2.0 of ACP (NDJSON: one message a line), as the two relays
@@ -33,8 +35,14 @@ func (m *RPCMessage) IsNotification() bool { return m.Method != "" && len(m.ID) 
 func (m *RPCMessage) IsResponse() bool     { return m.Method == "" && len(m.ID) > 0 }
 
 // ErrNotRPC is Read's error for a line that is no JSON-RPC message; the
-// line is consumed, and the next Read goes on after it.
+// line is consumed, and the next Read goes on after it. Where the line was
+// JSON but ambiguous (untrusted.JSONKeys) or held a member JSON-RPC does
+// not have, Read returns the message too, so that a request can be
+// answered with its refusal.
 var ErrNotRPC = errors.New("a line that is not JSON-RPC")
+
+// rpcMembers are the members a JSON-RPC 2.0 message may have.
+var rpcMembers = []string{"jsonrpc", "id", "method", "params", "result", "error"}
 
 // MaxRPCMessage bounds one message read (an NDJSON line).
 const MaxRPCMessage = 32 << 20
@@ -65,6 +73,12 @@ func (c *RPCConn) Read() (*RPCMessage, error) {
 		var m RPCMessage
 		if err := json.Unmarshal(line, &m); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrNotRPC, err)
+		}
+		// Every hop reads a message as the next one will: one that two
+		// parsers read two ways (a key twice, keys differing in case) is
+		// refused here, whoever sent it.
+		if _, err := untrusted.ExactObject(line, rpcMembers...); err != nil {
+			return &m, fmt.Errorf("%w: %v", ErrNotRPC, err)
 		}
 		return &m, nil
 	}

@@ -266,6 +266,15 @@ func (l *SessionLink) Read() (*RPCMessage, error) {
 			return nil, ErrLinkDown
 		}
 		m, err := rpc.Read()
+		if errors.Is(err, ErrNotRPC) {
+			// A line the other end sent that is no message, or an
+			// ambiguous one: counted as received (the other end counted
+			// it sent), handed up to be refused, the link kept.
+			l.mu.Lock()
+			l.received++
+			l.mu.Unlock()
+			return m, err
+		}
 		if err != nil {
 			l.mu.Lock()
 			closed = l.closed

@@ -20,6 +20,7 @@ const module = "github.com/awcp/awcp/"
 var allowed = map[string][]string{
 	"internal/bufconn":       {},
 	"internal/cloexec":       {},
+	"internal/untrusted":     {},
 	"internal/confine":       {},
 	"internal/sandbox":       {},
 	"internal/stage":         {"archive"},
@@ -40,16 +41,16 @@ var allowed = map[string][]string{
 	// half of the live mount. The SSH server (sshd) is reached only from
 	// control/delegator, the FUSE mount (fs) only from control/executor,
 	// and neither role's package imports the other's.
-	"control":                       {"archive", "lease"},
+	"control":                       {"archive", "internal/untrusted", "lease"},
 	"control/discovery":             {"control"},
 	"control/delegator":             {"archive", "control", "control/delegator/review", "internal/httpserve", "internal/stage", "lease", "sshd", "sshd/sftpwire"},
 	"control/executor":              {"archive", "control", "control/executor/agent", "fs", "internal/httpserve", "internal/mountinfo", "internal/sandbox", "lease"},
 	"control/executor/executortest": {"control", "control/executor", "internal/httpserve", "lease"},
 	"control/delegator/mcpserver":   {"control", "control/delegator", "control/discovery", "lease"},
-	"control/delegator/gateway":     {"control", "control/delegator", "lease"},
+	"control/delegator/gateway":     {"control", "control/delegator", "internal/untrusted", "lease", "sshd/sftpwire"},
 	"control/delegator/turns":       {"control", "control/delegator", "control/delegator/gateway", "lease"},
 	"control/delegator/review":      {"archive", "internal/stage"},
-	"cmd/internal/clikit":           {"internal/cloexec", "internal/metrics"},
+	"cmd/internal/clikit":           {"internal/cloexec", "internal/metrics", "internal/untrusted"},
 	"cmd/awcp-ctl":                  {"cmd/internal/clikit", "control", "control/delegator", "control/delegator/gateway", "control/delegator/mcpserver", "control/delegator/turns", "control/discovery", "internal/metrics", "lease"},
 	"cmd/awcp-fs":                   {"archive", "cmd/internal/clikit", "control", "control/discovery", "control/executor/acp", "control/executor/agent", "control/executor", "fs", "internal/metrics", "internal/sandbox", "lease"},
 	"test/bench/control":            nil,

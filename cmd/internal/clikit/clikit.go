@@ -13,12 +13,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"syscall"
-	"unicode/utf8"
 
 	"github.com/awcp/awcp/internal/cloexec"
+	"github.com/awcp/awcp/internal/untrusted"
 	"github.com/urfave/cli/v2"
 )
 
@@ -312,35 +311,10 @@ func usageError(command string) cli.OnUsageErrorFunc {
 	}
 }
 
-// Printable is s as a terminal may show it: a name or text that came from
-// the other machine (an executor's file names, its agent's words) with a
-// control character, a backslash or bytes that are not UTF-8 is quoted
-// with Go's escapes, as `ls -b` and git quote such names, so that it can
-// neither forge a line of our output nor move the terminal's cursor.
-func Printable(s string) string {
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f || r == '\\' || r == utf8.RuneError || (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029' {
-			return strconv.Quote(s)
-		}
-	}
-	return s
-}
+// Printable is untrusted.Name: a name from the other machine as a
+// terminal may show it.
+func Printable(s string) string { return untrusted.Name(s) }
 
-// PrintableText is Printable for text of several lines (an agent's summary
-// or progress): newlines and tabs stay; every other control character is
-// shown escaped (ESC as \x1b), so no escape sequence reaches the terminal.
-func PrintableText(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r == '\n' || r == '\t':
-			b.WriteRune(r)
-		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError:
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
+// PrintableText is untrusted.Text: text of several lines from the other
+// machine, with no escape sequence left in it.
+func PrintableText(s string) string { return untrusted.Text(s) }

@@ -26,6 +26,7 @@ import (
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/lease"
+	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
 // Delegator is what the gateway needs of the delegator's service.
@@ -86,6 +87,8 @@ type Gateway struct {
 // delegation, maybe another executor) chose that id too.
 type session struct {
 	id, agentID, delegation string
+	cwd                     string               // the directory lent: file callbacks stay inside
+	hide                    *wire.Matcher        // the export's hidden paths
 	link                    *control.SessionLink // the channel, across its connections
 	last                    atomic.Int64         // when a message last went either way (unix ns)
 	ended                   chan struct{}        // closed when its channel has ended
@@ -142,6 +145,13 @@ func (g *Gateway) newID() json.RawMessage {
 func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 	for {
 		m, err := g.editor.Read()
+		if errors.Is(err, control.ErrNotRPC) {
+			g.Logger.Warn("a line from the editor that is no JSON-RPC message, or an ambiguous one, refused", "err", err)
+			if m != nil && m.IsRequest() {
+				g.editor.Write(control.RPCErrorResponse(m.ID, -32600, "Invalid Request", err.Error()))
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -314,7 +324,10 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 		fail(err)
 		return
 	}
-	s := &session{delegation: del.ID, link: link, ended: make(chan struct{})}
+	s := &session{delegation: del.ID, cwd: p.Cwd, hide: wire.NewMatcher(del.Policy.Hide), link: link, ended: make(chan struct{})}
+	if del.LocalDir != "" {
+		s.cwd = del.LocalDir
+	}
 	s.touch()
 	// The editor's initialize, then its session/new, on the channel: the
 	// executor answers initialize with the agent's own answer.
@@ -331,6 +344,9 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 		}
 		for {
 			a, err := s.link.Read()
+			if errors.Is(err, control.ErrNotRPC) {
+				continue
+			}
 			if err != nil || a.IsResponse() && string(a.ID) == id {
 				return a, err
 			}
@@ -424,6 +440,10 @@ func (g *Gateway) fromChannel(s *session) {
 			g.event(s.delegation, "channel.resumed", fmt.Sprintf("resumed after message %d received", s.link.Received()), nil)
 			continue
 		}
+		if errors.Is(err, control.ErrNotRPC) {
+			g.refuse(s, m, err)
+			continue
+		}
 		if err != nil {
 			break // the executor ended the session
 		}
@@ -439,6 +459,12 @@ func (g *Gateway) fromChannel(s *session) {
 				g.editor.Write(m)
 			}
 		case m.IsRequest():
+			routed, err := g.routeRequest(s, m)
+			if err != nil {
+				g.refuse(s, m, err)
+				continue
+			}
+			m = routed
 			m.Params = renameSession(m.Params, s.agentID, s.id)
 			id := g.newID()
 			g.mu.Lock()
@@ -454,6 +480,10 @@ func (g *Gateway) fromChannel(s *session) {
 			m.ID = id
 			g.editor.Write(m)
 		case m.IsNotification():
+			if !routeNotification(m) {
+				g.refuse(s, m, fmt.Errorf("%w: the notification %q", errRefused, m.Method))
+				continue
+			}
 			m.Params = renameSession(m.Params, s.agentID, s.id)
 			g.editor.Write(m)
 		}
@@ -478,6 +508,24 @@ func (g *Gateway) fromChannel(s *session) {
 		g.editor.Write(expired(id))
 	}
 	g.Logger.Info("session closed", "session", s.id, "delegation", s.delegation)
+}
+
+// refuse answers a request from the executor that the gateway does not
+// pass on (nothing for a notification), logs it and records it.
+func (g *Gateway) refuse(s *session, m *control.RPCMessage, err error) {
+	method := ""
+	if m != nil {
+		method = m.Method
+	}
+	g.Logger.Warn("a message from the executor refused", "session", s.id, "delegation", s.delegation, "method", method, "err", err)
+	g.event(s.delegation, "channel.refused", err.Error(), nil)
+	if m != nil && m.IsRequest() {
+		code := -32602
+		if m.Method != "fs/read_text_file" && m.Method != "fs/write_text_file" {
+			code = -32601
+		}
+		s.link.Send(control.RPCErrorResponse(m.ID, code, "refused by the delegator's gateway", err.Error()))
+	}
 }
 
 // event records a channel event of delegation id, where the gateway has

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/awcp/awcp/control"
+	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
 // A session's life at the gateway: held while the editor uses it (its idle
@@ -59,7 +60,8 @@ func (g *Gateway) loadSession(ctx, runCtx context.Context, m *control.RPCMessage
 		g.editor.Write(expired(m.ID))
 		return
 	}
-	s := &session{id: p.SessionID, agentID: del.SessionChannel.AgentSessionID, delegation: del.ID, link: link, ended: make(chan struct{})}
+	s := &session{id: p.SessionID, agentID: del.SessionChannel.AgentSessionID, delegation: del.ID, cwd: del.LocalDir,
+		hide: wire.NewMatcher(del.Policy.Hide), link: link, ended: make(chan struct{})}
 	if s.agentID == "" {
 		s.agentID = s.id
 	}

@@ -308,6 +308,13 @@ func (r *relay) fromEditor() error {
 			}
 			return errEditorGone
 		}
+		if errors.Is(err, control.ErrNotRPC) {
+			r.log.Warn("a message from the gateway refused", "err", err)
+			if m != nil && m.IsRequest() {
+				r.link.Send(control.RPCErrorResponse(m.ID, -32600, "Invalid Request", err.Error()))
+			}
+			continue
+		}
 		if err != nil {
 			return errEditorGone // the gateway said goodbye
 		}
@@ -442,7 +449,10 @@ func (r *relay) fromAgent() error {
 	for {
 		m, err := r.agent.Read()
 		if errors.Is(err, control.ErrNotRPC) {
-			r.log.Info("agent stdout that is not ACP", "err", err) // as for a task: logged, not fatal
+			r.log.Info("agent stdout that is not ACP, or ambiguous: not relayed", "err", err) // as for a task: logged, not fatal
+			if m != nil && m.IsRequest() {
+				r.agent.Write(control.RPCErrorResponse(m.ID, -32600, "Invalid Request", err.Error()))
+			}
 			continue
 		}
 		if err != nil {
@@ -513,7 +523,11 @@ func (r *relay) callback(m *control.RPCMessage) {
 		acpsdk.ClientMethodTerminalKill, acpsdk.ClientMethodTerminalRelease:
 		local = true // run on the executor: the remote machine is the point of delegating
 	default:
-		local = false
+		// Seed 001's table has no other callback: nothing else goes to
+		// the editor (its gateway refuses it too).
+		r.log.Warn("agent callback of an unknown method refused", "method", m.Method)
+		r.agent.Write(control.RPCErrorResponse(m.ID, -32601, "Method not found", m.Method))
+		return
 	}
 	if !local {
 		id := r.newID()

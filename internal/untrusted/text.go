@@ -1,0 +1,40 @@
+package untrusted
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Name is s as a terminal may show it: a name or text that came from
+// the other machine (an executor's file names, its agent's words) with a
+// control character, a backslash or bytes that are not UTF-8 is quoted
+// with Go's escapes, as `ls -b` and git quote such names, so that it can
+// neither forge a line of our output nor move the terminal's cursor.
+func Name(s string) string {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == '\\' || r == utf8.RuneError || (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029' {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// Text is Name for text of several lines (an agent's summary
+// or progress): newlines and tabs stay; every other control character is
+// shown escaped (ESC as \x1b), so no escape sequence reaches the terminal.
+func Text(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n' || r == '\t':
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,71 @@
+package untrusted
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// A message two parsers read two ways is refused, at any depth; an honest
+// one passes.
+func TestJSONKeys(t *testing.T) {
+	for _, ok := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"fs/read_text_file","params":{"path":"/p/a","sessionId":"s"}}`,
+		`[{"a":1},{"a":2}]`, `"x"`, `{"a":{"b":[{"c":1,"C2":2}]}}`,
+	} {
+		if err := JSONKeys([]byte(ok)); err != nil {
+			t.Errorf("%s refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{
+		`{"path":"/etc/passwd","PATH":"/p/notes.txt"}`,
+		`{"params":{"path":"/etc/passwd","path":"/p/notes.txt"}}`,
+		`{"a":[{"b":{"Path":1,"pAth":2}}]}`,
+		`{"method":"session/update","Method":"terminal/create"}`,
+		"{\"k\":1,\"\u212a\":2}", // the Kelvin sign, which Go's decoder takes for k
+		"{\"s\":1,\"\u017f\":2}", // the long s
+		`{"a":1} {"a":2}`,
+		strings.Repeat("[", 300) + strings.Repeat("]", 300),
+	} {
+		if err := JSONKeys([]byte(bad)); !errors.Is(err, ErrAmbiguousJSON) {
+			t.Errorf("%.60s: %v, want ambiguous", bad, err)
+		}
+	}
+	if err := JSONKeys([]byte(`{"a":`)); err == nil {
+		t.Error("a cut message passed")
+	}
+	if _, err := ExactObject([]byte(`{"path":"/a","Path":"/b"}`), "path"); err == nil {
+		t.Error("ExactObject took case variants")
+	}
+	if _, err := ExactObject([]byte(`{"PATH":"/a"}`), "path"); err == nil {
+		t.Error("ExactObject took a key of another case")
+	}
+	if m, err := ExactObject([]byte(`{"path":"/a"}`), "path", "line"); err != nil || string(m["path"]) != `"/a"` {
+		t.Errorf("ExactObject: %v %v", m, err)
+	}
+}
+
+func TestGitControlled(t *testing.T) {
+	for _, p := range []string{
+		".git/config", ".git/config.worktree", ".git/hooks", ".git/hooks/post-checkout", ".git/info/attributes",
+		".git/objects/info/alternates", ".git/objects/info/http-alternates", ".git/objects/info", ".git/objects",
+		".git/modules/sub/config", ".git/worktrees/w/gitdir", ".git/commondir", ".git",
+		"vendor/lib/.git/config", "new/.git/hooks/pre-commit", "a/.git",
+	} {
+		if !GitControlled(p) {
+			t.Errorf("%s not controlled", p)
+		}
+	}
+	for _, p := range []string{
+		".git/objects/ab/cdef", ".git/refs/heads/main", ".git/index", ".git/index.lock", ".git/HEAD",
+		".git/config.lock", ".git/logs/HEAD", ".git/COMMIT_EDITMSG", ".git/objects/info/commit-graph",
+		".git/objects/pack/pack-1.pack", "config", "hooks/x", "src/.gitignore", ".github/workflows/ci.yml", "x.git/config",
+	} {
+		if GitControlled(p) {
+			t.Errorf("%s controlled", p)
+		}
+	}
+	if !GitDir("a/.git") || !GitDir(".git") || GitDir("a/.git/x") || GitDir("x.git") {
+		t.Error("GitDir")
+	}
+}
