@@ -44,6 +44,10 @@ type ApplyOptions struct {
 	// Hide, if set, says which paths are hidden: not lent, so the result
 	// neither writes nor deletes them (they are reported as Ignored).
 	Hide func(rel string) bool
+	// Protected, if set, says which paths of the owner's the result may
+	// not write (git's control paths: untrusted.GitControlled): they are
+	// left out as hidden ones are, and reported as such.
+	Protected func(rel string) bool
 }
 
 // Apply makes dir end as the executor left it, given base (the manifest of
@@ -91,21 +95,28 @@ func ApplyFrom(dir string, base Manifest, r io.ReaderAt, size int64, opts ApplyO
 		}
 		staging = filepath.Join(staging, opts.Folder)
 	}
-	var hiddenInResult func(rel string) bool
-	if opts.Hide != nil {
+	var hiddenInResult, notOurs func(rel string) bool
+	if opts.Hide != nil || opts.Protected != nil {
 		hiddenInResult = func(rel string) bool {
-			if opts.Hide(rel) {
+			switch {
+			case opts.Hide != nil && opts.Hide(rel):
 				rep.Ignored = append(rep.Ignored, rel+" (hidden)")
+				return true
+			case opts.Protected != nil && opts.Protected(rel):
+				rep.Ignored = append(rep.Ignored, rel+" (git control: not written for the executor)")
 				return true
 			}
 			return false
+		}
+		notOurs = func(rel string) bool {
+			return opts.Hide != nil && opts.Hide(rel) || opts.Protected != nil && opts.Protected(rel)
 		}
 	}
 	res, err := ScanHiding(staging, hiddenInResult)
 	if err != nil {
 		return nil, fmt.Errorf("result: %w", err)
 	}
-	cur, err := ScanHiding(dir, opts.Hide)
+	cur, err := ScanHiding(dir, notOurs)
 	if err != nil {
 		return nil, err
 	}

@@ -44,6 +44,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/awcp/awcp/fs/sftpc"
+	"github.com/awcp/awcp/internal/untrusted"
 	"github.com/awcp/awcp/internal/bufconn"
 	"github.com/awcp/awcp/internal/mountinfo"
 )
@@ -251,6 +252,12 @@ func (f *filesystem) hidden(p string) bool {
 		return false
 	}
 	return client.Hides().HiddenLeaf(strings.TrimPrefix(p, "/"))
+}
+
+// refusesGit reports whether the server of client refuses a change to
+// p: one of git's control paths where the export protects them.
+func refusesGit(client *sftpc.Client, p string) bool {
+	return client != nil && client.Policy().ProtectGit && untrusted.GitControlled(strings.TrimPrefix(p, "/"))
 }
 
 // at reaches the delegator for one FUSE request: ctx ends a wait for the

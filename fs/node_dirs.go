@@ -140,7 +140,7 @@ func (n *node) removeBehind(ctx context.Context, name, p string, dir bool, answe
 	client, gen := n.fsys.conn.liveAt()
 	// A remove the server may refuse waits for its answer: the refusal
 	// must reach the caller.
-	if client == nil || (dir && !client.RmdirsInOrder()) || client.Policy().NoDelete {
+	if client == nil || (dir && !client.RmdirsInOrder()) || client.Policy().NoDelete || refusesGit(client, p) {
 		return false
 	}
 	n.unnamed(name)

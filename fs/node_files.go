@@ -256,8 +256,9 @@ func (n *node) createBehind(ctx context.Context, s uint64, name string, flags, p
 	if !known || flags&(syscall.O_EXCL|syscall.O_TRUNC) == 0 || perm&^0o777 != 0 || !n.absent(name) {
 		return nil, nil
 	}
-	// The server refuses a hidden name: that must reach the caller.
-	if n.fsys.hidden(n.child(name)) {
+	// The server refuses a hidden name, and one of git's control paths
+	// where it protects them: that must reach the caller.
+	if n.fsys.hidden(n.child(name)) || refusesGit(n.fsys.conn.live(), n.child(name)) {
 		return nil, nil
 	}
 	// A file of that name unlinked behind goes first: the server runs a

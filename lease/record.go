@@ -164,6 +164,9 @@ type ExportPolicy struct {
 	Hide          []string `json:"hide,omitempty"`
 	NoDelete      bool     `json:"noDelete,omitempty"`
 	MaxWriteBytes int64    `json:"maxWriteBytes,omitempty"`
+	// ProtectGit keeps what git executes or obeys (.git/config, hooks,
+	// …) read-only to the executor.
+	ProtectGit bool `json:"protectGit,omitempty"`
 }
 
 // Permission is a permission request of the executor's agent and what

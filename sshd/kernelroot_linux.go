@@ -30,7 +30,7 @@ type kernelRoot struct {
 	// descriptor the kernel resolved: the export's policy checks the real
 	// path there, so a symlinked parent swapped in after a check of the
 	// request's path changes nothing.
-	guard func(fd int, base string) error
+	guard func(fd int, base, change string) error
 }
 
 func newKernelRoot(root *os.Root) *kernelRoot {
@@ -113,7 +113,7 @@ func (b *kernelRoot) stat(name string, extra int) (fs.FileInfo, error) {
 	}
 	defer unix.Close(fd)
 	if b.guard != nil {
-		if err := b.guard(fd, ""); err != nil {
+		if err := b.guard(fd, "", ""); err != nil {
 			return nil, err
 		}
 	}
@@ -191,13 +191,14 @@ func (b *kernelRoot) parent(name string) (fd int, base string, ok bool, err erro
 
 // dirOf is parent where openat2 is missing too: the directory is then
 // opened through the os.Root. It returns the directory's descriptor,
-// name's last element and the descriptor's release.
+// name's last element and the descriptor's release. Its callers name or
+// move name (symlink, rename, link): the guard is asked as for a change.
 func (b *kernelRoot) dirOf(name string) (int, string, func(), error) {
 	if fd, base, ok, err := b.parent(name); ok {
 		if err != nil {
 			return -1, "", nil, err
 		}
-		if err := b.guarded(fd, base); err != nil {
+		if err := b.guarded(fd, base, "link"); err != nil {
 			unix.Close(fd)
 			return -1, "", nil, err
 		}
@@ -211,19 +212,20 @@ func (b *kernelRoot) dirOf(name string) (int, string, func(), error) {
 	if err != nil {
 		return -1, "", nil, err
 	}
-	if err := b.guarded(int(f.Fd()), base); err != nil {
+	if err := b.guarded(int(f.Fd()), base, "link"); err != nil {
 		f.Close()
 		return -1, "", nil, err
 	}
 	return int(f.Fd()), base, func() { f.Close() }, nil
 }
 
-// guarded asks the guard, if any, about base in directory fd.
-func (b *kernelRoot) guarded(fd int, base string) error {
+// guarded asks the guard, if any, about base in directory fd, which
+// change (the guard's: "mkdir", "remove", "link") is about to change.
+func (b *kernelRoot) guarded(fd int, base, change string) error {
 	if b.guard == nil {
 		return nil
 	}
-	return b.guard(fd, base)
+	return b.guard(fd, base, change)
 }
 
 // inParent runs op (named what, for errors) on the directory that holds
@@ -238,7 +240,7 @@ func (b *kernelRoot) inParent(what, name string, op func(dirfd int, base string)
 		return err
 	}
 	defer unix.Close(fd)
-	if err := b.guarded(fd, base); err != nil {
+	if err := b.guarded(fd, base, what); err != nil {
 		return err
 	}
 	err = op(fd, base)

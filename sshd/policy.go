@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/awcp/awcp/internal/untrusted"
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
@@ -21,13 +22,14 @@ var (
 	errHidden     = errors.New("hidden by the owner's export policy")
 	errNoDelete   = errors.New("deleting is refused by the owner's export policy")
 	errWriteLimit = errors.New("the export's write limit is reached")
+	errGitControl = errors.New("a path git executes or obeys (.git/config, hooks, info): read-only to the executor")
 )
 
 // isRefusal reports whether err is the export refusing a request: its
 // access mode or its policy.
 func isRefusal(err error) bool {
 	return errors.Is(err, errReadOnly) || errors.Is(err, errHidden) || errors.Is(err, errNoDelete) ||
-		errors.Is(err, errWriteLimit)
+		errors.Is(err, errWriteLimit) || errors.Is(err, errGitControl)
 }
 
 // hidden reports whether name (relative to the root) is hidden.
@@ -43,33 +45,89 @@ func (s *sftpServer) hidden(name string) bool {
 // (.docker to dock, for .docker/config.json). It returns false if the
 // request was answered. (The kernelRoot's guard checks again, race-free,
 // where the request's own call opens the directory.)
+//
+// Under ProtectGit it refuses, the same way, a request that would change
+// a path git executes or obeys (untrusted.GitControlled), named or
+// reached through a symlinked directory; the guard checks those again on
+// the directory the change's own call opens.
 func (s *sftpServer) refuseHidden(id uint32, typ byte, r reader) bool {
-	if s.hide == nil {
+	git := s.protectsGit() && writes(typ, r)
+	if s.hide == nil && !git {
 		return true
 	}
 	kind, paths := requestPaths(typ, &r)
 	for i, p := range paths {
 		name := s.rel(p)
-		if s.hidden(name) {
+		if s.hide != nil && s.hidden(name) {
 			s.done(id, Op{Kind: kind, Path: name}, errHidden)
 			return false
 		}
 		real := s.realName(name)
-		if real != name && s.hidden(real) {
+		if s.hide != nil && real != name && s.hidden(real) {
 			s.done(id, Op{Kind: kind, Path: real}, errHidden)
 			return false
 		}
-		if i == 0 && kind == OpRename && s.hide.Splits(real) {
+		if s.hide != nil && i == 0 && kind == OpRename && s.hide.Splits(real) {
 			s.done(id, Op{Kind: kind, Path: real}, errHidden)
+			return false
+		}
+		if git && (gitRefused(kind, name) || gitRefused(kind, real)) {
+			s.done(id, Op{Kind: kind, Path: real}, errGitControl)
 			return false
 		}
 	}
 	return true
 }
 
+// protectsGit reports whether the export keeps git's control paths from
+// the executor.
+func (s *sftpServer) protectsGit() bool { return s.policy.ProtectGit && !s.readOnly }
+
+// gitRefused reports whether a change of kind (an Op kind, or the
+// guard's "mkdir") to rel, a path relative to the root, is one
+// ProtectGit refuses: one of git's control paths, except a `.git`
+// directory being made (an agent's git init: its config is still
+// refused).
+func gitRefused(kind, rel string) bool {
+	return untrusted.GitControlled(rel) && !(kind == OpMkdir && untrusted.GitDir(rel))
+}
+
+// writes reports whether a request changes what it names: every
+// request that makes, moves, links, removes or sets attributes, and an
+// open for writing, creating or truncating.
+func writes(typ byte, r reader) bool {
+	const changing = wire.FlagWrite | wire.FlagAppend | wire.FlagCreat | wire.FlagTrunc
+	switch typ {
+	case wire.Setstat, wire.Remove, wire.Rmdir, wire.Mkdir, wire.Rename, wire.Symlink:
+		return true
+	case wire.Open:
+		r.Str()
+		return r.U32()&changing != 0 || r.Err != nil
+	case wire.Extended:
+		switch r.Str() {
+		case "posix-rename@openssh.com", "hardlink@openssh.com":
+			return true
+		case wire.OpenRead:
+			r.Str()
+			return r.U32()&changing != 0 || r.Err != nil
+		case wire.OpenNamed:
+			r.Str()
+			r.Str()
+			return r.U32()&changing != 0 || r.Err != nil
+		}
+	}
+	return false
+}
+
 // guardAt is the kernelRoot's guard: base in the directory fd (or fd
 // itself, base ""), at the path the kernel has for it, must not be hidden.
-func (s *sftpServer) guardAt(fd int, base string) error {
+//
+// change is "" for a read; for a change to base ("mkdir", "remove",
+// "link" for what names or moves a name) it also refuses, under
+// ProtectGit, one of git's control paths. The paths are the kernel's, of
+// the very directory the change's call acts in: no symlink swapped in
+// after the request was checked changes what is refused.
+func (s *sftpServer) guardAt(fd int, base, change string) error {
 	abs, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
 	if err != nil {
 		return errHidden // cannot tell: refuse
@@ -81,8 +139,11 @@ func (s *sftpServer) guardAt(fd int, base string) error {
 	if base != "" {
 		rel = joinRel(rel, base)
 	}
-	if s.hidden(rel) {
+	if s.hide != nil && s.hidden(rel) {
 		return &hiddenAt{rel}
+	}
+	if change != "" && s.protectsGit() && gitRefused(change, rel) {
+		return errGitControl
 	}
 	return nil
 }

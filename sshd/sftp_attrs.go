@@ -3,12 +3,14 @@ package sshd
 import (
 	"io/fs"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/awcp/awcp/internal/untrusted"
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
@@ -32,14 +34,33 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 	if err := s.writable(); err != nil {
 		return err
 	}
+	// Under ProtectGit a SETSTAT by path acts on the very file it was
+	// checked on — opened beneath the root, its kernel path one git does
+	// not obey — through its descriptor's /proc link: a symlinked
+	// directory swapped after the check reaches nothing of git's.
+	pinned := ""
+	if f == nil && s.protectsGit() {
+		pf, err := s.fast.OpenFile(name, unix.O_PATH, 0)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if real, _ := s.opened(pf, name); untrusted.GitControlled(real) {
+			return errGitControl
+		}
+		pinned = "/proc/self/fd/" + strconv.Itoa(int(pf.Fd()))
+	}
 	if a.Flags&wire.AttrSize != 0 {
 		// The owner's file is not made shorter under NoDelete, and what
 		// it grows by counts against the write limit.
 		var fi fs.FileInfo
 		var err error
-		if f != nil {
+		switch {
+		case f != nil:
 			fi, err = f.Stat()
-		} else {
+		case pinned != "":
+			fi, err = os.Stat(pinned)
+		default:
 			fi, err = s.fast.Stat(name)
 		}
 		if err != nil {
@@ -59,9 +80,12 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 		if err := s.spend(grow); err != nil {
 			return err
 		}
-		if f != nil {
+		switch {
+		case f != nil:
 			err = f.Truncate(int64(a.Size))
-		} else {
+		case pinned != "":
+			err = os.Truncate(pinned, int64(a.Size))
+		default:
 			err = s.truncate(name, int64(a.Size))
 		}
 		if err != nil {
@@ -72,9 +96,12 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 	if a.Flags&wire.AttrPermissions != 0 {
 		mode := fs.FileMode(a.Mode) & fs.ModePerm
 		var err error
-		if f != nil {
+		switch {
+		case f != nil:
 			err = f.Chmod(mode)
-		} else {
+		case pinned != "":
+			err = os.Chmod(pinned, mode)
+		default:
 			err = s.root.Chmod(name, mode)
 		}
 		if err != nil {
@@ -84,9 +111,12 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 	if a.Flags&wire.AttrACModTime != 0 {
 		at, mt := time.Unix(int64(a.Atime), 0), time.Unix(int64(a.Mtime), 0)
 		var err error
-		if f != nil {
+		switch {
+		case f != nil:
 			err = futimes(f, at, mt)
-		} else {
+		case pinned != "":
+			err = os.Chtimes(pinned, at, mt)
+		default:
 			err = s.root.Chtimes(name, at, mt)
 		}
 		if err != nil {

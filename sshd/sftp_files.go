@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/awcp/awcp/internal/untrusted"
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
@@ -168,7 +169,7 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 	// be neither hidden (reached through a symlink) nor, under NoDelete,
 	// the owner's.
 	trunc := flags&os.O_TRUNC != 0
-	checked := s.hide != nil || s.policy.NoDelete
+	checked := s.hide != nil || s.policy.NoDelete || s.protectsGit()
 	if checked {
 		flags &^= os.O_TRUNC
 	}
@@ -204,6 +205,12 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 		if real, hidden = s.opened(f, name); hidden {
 			s.recordReal(Op{Kind: OpOpen, Path: real, Err: errHidden.Error(), Refused: true})
 			err = errHidden
+		} else if writing && s.protectsGit() && untrusted.GitControlled(real) {
+			// The kernel's path of what was opened: a symlinked
+			// directory swapped after the request was checked
+			// reaches no control path of git's either.
+			s.recordReal(Op{Kind: OpOpen, Path: real, Err: errGitControl.Error(), Refused: true})
+			err = errGitControl
 		}
 	}
 	if err == nil && creating {

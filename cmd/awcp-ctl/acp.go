@@ -54,7 +54,7 @@ func acpCommand(ctx context.Context) *cli.Command {
 			}
 			req := delegator.ExportRequest{Peer: c.String("peer"), TTL: clikit.Duration(c, "ttl"), Access: c.String("access"),
 				Transport: c.String("transport"), Token: token, Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"),
-				NoDelete: c.Bool("no-delete"), MaxWriteBytes: clikit.Bytes(c, "max-write-bytes"), Limits: admissionLimits(c), Snapshot: c.String("snapshot")}
+				NoDelete: c.Bool("no-delete"), AllowGitControl: c.Bool("allow-git-control"), LendHiddenHistory: c.Bool("lend-hidden-history"), MaxWriteBytes: clikit.Bytes(c, "max-write-bytes"), Limits: admissionLimits(c), Snapshot: c.String("snapshot")}
 			if req.CallChain, err = callChain(); err != nil {
 				return err
 			}

@@ -286,7 +286,7 @@ func report(c *cli.Context, d *lease.Delegation) error {
 		case d.Transport == control.TransportArchive || d.Staged != nil:
 			title = "changes applied to " + d.LocalDir
 		}
-		fmt.Fprintf(w, "%s:\n%s\n", title, indent(strings.Join(d.Changes, "\n")))
+		fmt.Fprintf(w, "%s:\n%s\n", title, indent(strings.Join(printableChanges(d.Changes), "\n")))
 	} else if d.State == lease.Completed && d.Transport == control.TransportArchive && d.AccessMode == control.AccessRW && d.Staged == nil {
 		fmt.Fprintln(w, "changes: none")
 	}
@@ -657,6 +657,21 @@ func userName() string {
 }
 
 // printables is each of names as clikit.Printable shows it.
+// printableChanges is change lines ("A path") with each path quoted as
+// Printable quotes it: the executor chose the names.
+func printableChanges(lines []string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		kind, p, ok := strings.Cut(l, " ")
+		if !ok {
+			out[i] = clikit.Printable(l)
+			continue
+		}
+		out[i] = kind + " " + clikit.Printable(p)
+	}
+	return out
+}
+
 func printables(names []string) []string {
 	out := make([]string, len(names))
 	for i, n := range names {

@@ -98,22 +98,24 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 	dlg := &mcpDelegator{e: e, c: c}
 	defer dlg.close()
 	srv, err := mcpserver.New(mcpserver.Options{
-		Hide:           c.StringSlice("hide"),
-		NoHideDefaults: c.Bool("no-hide-defaults"),
-		NoDelete:       c.Bool("no-delete"),
-		MaxWriteBytes:  maxWrite,
-		Limits:         admissionLimits(c),
-		SnapshotMode:   c.String("snapshot"),
-		Delegator:      dlg,
-		Peers:          peers,
-		Finder:         finder,
-		Self:           e.agentID,
-		CallChain:      chain,
-		Token:          token,
-		Transport:      c.String("transport"),
-		Dialect:        c.String("dialect"),
-		Version:        clikit.Version,
-		Logger:         e.log,
+		Hide:              c.StringSlice("hide"),
+		NoHideDefaults:    c.Bool("no-hide-defaults"),
+		NoDelete:          c.Bool("no-delete"),
+		AllowGitControl:   c.Bool("allow-git-control"),
+		LendHiddenHistory: c.Bool("lend-hidden-history"),
+		MaxWriteBytes:     maxWrite,
+		Limits:            admissionLimits(c),
+		SnapshotMode:      c.String("snapshot"),
+		Delegator:         dlg,
+		Peers:             peers,
+		Finder:            finder,
+		Self:              e.agentID,
+		CallChain:         chain,
+		Token:             token,
+		Transport:         c.String("transport"),
+		Dialect:           c.String("dialect"),
+		Version:           clikit.Version,
+		Logger:            e.log,
 	})
 	if err != nil {
 		return err
@@ -227,12 +229,12 @@ func (m *mcpDelegator) ResultFiles(id, snap string) ([]delegator.ChangedFile, er
 	return dlg.ResultFiles(id, snap)
 }
 
-func (m *mcpDelegator) ApplyResult(ctx context.Context, id, snap, branch string) (*delegator.Applied, error) {
+func (m *mcpDelegator) ApplyResult(ctx context.Context, id, snap, branch string, allowGitControl bool) (*delegator.Applied, error) {
 	dlg, err := m.e.delegator(nil)
 	if err != nil {
 		return nil, err
 	}
-	return dlg.ApplyResult(ctx, id, snap, branch)
+	return dlg.ApplyResult(ctx, id, snap, branch, allowGitControl)
 }
 
 func (m *mcpDelegator) DiscardResult(id, snap string) error {

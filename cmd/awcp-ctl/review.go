@@ -71,13 +71,14 @@ func applyCommand(ctx context.Context) *cli.Command {
 		Flags: append(clikit.CommonFlags(), snapshotFlag(),
 			&cli.StringFlag{Name: "branch", Usage: "in a git work tree: record the result as a commit on this new branch instead, leaving the working tree as it is"},
 			&cli.BoolFlag{Name: "json", Usage: "print what was done as JSON"},
+			&cli.BoolFlag{Name: "allow-git-control", Usage: "also write what the executor changed of what git runs or obeys (.git/config, .git/hooks, .git/info, …): left out unless given (diff shows it)"},
 		),
 		Action: func(c *cli.Context) error {
 			dlg, d, err := delegatorFor(c)
 			if err != nil {
 				return err
 			}
-			out, err := dlg.ApplyResult(ctx, d.ID, c.String("snapshot"), c.String("branch"))
+			out, err := dlg.ApplyResult(ctx, d.ID, c.String("snapshot"), c.String("branch"), c.Bool("allow-git-control"))
 			if err != nil {
 				return fail(c, err)
 			}
@@ -87,6 +88,9 @@ func applyCommand(ctx context.Context) *cli.Command {
 				fmt.Fprintf(c.App.Writer, "recorded on branch %s (commit %s); your working tree is as it was\n", out.Branch, shortCommit(out.Commit))
 			} else {
 				printApplied(c.App.Writer, out.Report.Created, out.Report.Modified, out.Report.Deleted, out.Report.Conflicts)
+				for _, p := range out.Report.Ignored {
+					fmt.Fprintf(c.App.Writer, "left out: %s\n", clikit.Printable(p))
+				}
 			}
 			if out.Report != nil && len(out.Report.Conflicts) > 0 {
 				return clikit.Exit(exitConflicts)

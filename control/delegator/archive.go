@@ -17,6 +17,7 @@ import (
 
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/internal/untrusted"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -160,6 +161,9 @@ func (t *ArchiveDelegator) Finish(_ context.Context, d control.Lent, ev *control
 		ConflictSuffix: ".awcp-" + shortID(d.ID),
 		Limits:         t.Limits,
 		Hide:           hider(d.Policy),
+	}
+	if d.Policy.ProtectGit {
+		opts.Protected = untrusted.GitControlled
 	}
 	if d.Dialect == control.DialectHead {
 		opts.Folder = control.ResourceWorkspace

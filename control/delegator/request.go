@@ -46,6 +46,13 @@ type ExportRequest struct {
 	// MaxWriteBytes bounds what the executor writes over the live mount
 	// (0: no bound).
 	MaxWriteBytes int64 `json:"maxWriteBytes,omitempty"`
+	// AllowGitControl lets the executor change what git executes or
+	// obeys (untrusted.GitControlled); by default it is read-only to it,
+	// and an apply of a staged result leaves it out.
+	AllowGitControl bool `json:"allowGitControl,omitempty"`
+	// LendHiddenHistory lends a .git whose index or history holds a
+	// hidden path; admission refuses one otherwise.
+	LendHiddenHistory bool `json:"lendHiddenHistory,omitempty"`
 
 	// Snapshot is what becomes of the result: auto (the default: applied
 	// as it comes, or written in place over a live mount), staged (kept
@@ -87,7 +94,7 @@ func (req ExportRequest) callChain(self string) ([]string, error) {
 
 // policy is the export policy req asks for.
 func (req ExportRequest) policy() (lease.ExportPolicy, error) {
-	p := lease.ExportPolicy{NoDelete: req.NoDelete, MaxWriteBytes: req.MaxWriteBytes}
+	p := lease.ExportPolicy{NoDelete: req.NoDelete, MaxWriteBytes: req.MaxWriteBytes, ProtectGit: !req.AllowGitControl}
 	if !req.NoHideDefaults {
 		p.Hide = append(p.Hide, wire.DefaultHide...)
 	}

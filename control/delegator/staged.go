@@ -288,7 +288,7 @@ const stagedApplying = "applying"
 // base it was made from; with branch, it records it as a commit on that
 // new branch of the directory's git work tree instead. The delegation
 // must have ended. The result is removed once applied.
-func (d *Delegator) ApplyResult(ctx context.Context, id, snap, branch string) (*Applied, error) {
+func (d *Delegator) ApplyResult(ctx context.Context, id, snap, branch string, allowGitControl bool) (*Applied, error) {
 	r, del, err := d.OpenResult(id, snap)
 	if err != nil {
 		return nil, err
@@ -322,7 +322,7 @@ func (d *Delegator) ApplyResult(ctx context.Context, id, snap, branch string) (*
 		out.Branch = branch
 		out.Commit, err = r.Branch(ctx, del.LocalDir, branch, msg)
 	} else {
-		out.Report, err = r.Apply(del.LocalDir, ".awcp-"+shortID(id))
+		out.Report, err = r.Apply(del.LocalDir, ".awcp-"+shortID(id), allowGitControl)
 	}
 	_, uerr := d.store.UpdateDelegation(id, func(rec *lease.Delegation) error {
 		if err != nil {

@@ -130,10 +130,10 @@ func TestStagedKeepsEverySnapshot(t *testing.T) {
 			if err := dlg.DiscardResult(d.ID, "snap_1"); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := dlg.ApplyResult(context.Background(), d.ID, "snap_1", ""); err == nil {
+			if _, err := dlg.ApplyResult(context.Background(), d.ID, "snap_1", "", false); err == nil {
 				t.Error("a discarded snapshot was applied")
 			}
-			out, err := dlg.ApplyResult(context.Background(), d.ID, "snap_3", "")
+			out, err := dlg.ApplyResult(context.Background(), d.ID, "snap_3", "", false)
 			if err != nil || len(out.Report.Modified) != 1 {
 				t.Fatalf("apply snap_3: %+v %v", out, err)
 			}
@@ -236,7 +236,7 @@ func TestDiscardModeKeepsNothing(t *testing.T) {
 	if rec.Staged == nil || rec.Staged.State != lease.StagedDiscarded || !strings.Contains(strings.Join(rec.Notes, "\n"), "discard") {
 		t.Errorf("the record: %+v, notes %q", rec.Staged, rec.Notes)
 	}
-	if _, err := dlg.ApplyResult(context.Background(), d.ID, "", ""); err == nil {
+	if _, err := dlg.ApplyResult(context.Background(), d.ID, "", "", false); err == nil {
 		t.Error("a discarded result was applied")
 	}
 }

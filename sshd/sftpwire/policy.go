@@ -27,11 +27,15 @@ type ExportPolicy struct {
 	// sessions together; 0 is no bound. The WRITE that would pass it is
 	// refused.
 	MaxWriteBytes int64
+	// ProtectGit refuses every change to a path git executes or obeys
+	// (untrusted.GitControlled: .git/config, hooks, info, …) in any
+	// repository of the export; the rest of a repository stays writable.
+	ProtectGit bool
 }
 
 // Zero reports whether p refuses nothing.
 func (p ExportPolicy) Zero() bool {
-	return len(p.Hide) == 0 && !p.NoDelete && p.MaxWriteBytes == 0
+	return len(p.Hide) == 0 && !p.NoDelete && p.MaxWriteBytes == 0 && !p.ProtectGit
 }
 
 // MaxPolicyBytes bounds an encoded policy: it travels in VERSION, which
@@ -39,11 +43,15 @@ func (p ExportPolicy) Zero() bool {
 const MaxPolicyBytes = 16 << 10
 
 // Encode is the policy as the extension's data: one line per rule,
-// "no-delete", "max-write-bytes=N", "hide=PATTERN", in that order.
+// "no-delete", "protect-git", "max-write-bytes=N", "hide=PATTERN", in
+// that order.
 func (p ExportPolicy) Encode() string {
 	var b strings.Builder
 	if p.NoDelete {
 		b.WriteString("no-delete\n")
+	}
+	if p.ProtectGit {
+		b.WriteString("protect-git\n")
 	}
 	if p.MaxWriteBytes > 0 {
 		fmt.Fprintf(&b, "max-write-bytes=%d\n", p.MaxWriteBytes)
@@ -62,6 +70,8 @@ func DecodePolicy(s string) ExportPolicy {
 		switch key, val, _ := strings.Cut(line, "="); key {
 		case "no-delete":
 			p.NoDelete = true
+		case "protect-git":
+			p.ProtectGit = true
 		case "max-write-bytes":
 			p.MaxWriteBytes, _ = strconv.ParseInt(val, 10, 64)
 		case "hide":

@@ -90,10 +90,11 @@ type Options struct {
 	Dialect string
 	// Policy of new delegations' exports (delegator.ExportRequest's
 	// fields of the same names).
-	Hide           []string
-	NoHideDefaults bool
-	NoDelete       bool
-	MaxWriteBytes  int64
+	Hide                               []string
+	NoHideDefaults                     bool
+	NoDelete                           bool
+	AllowGitControl, LendHiddenHistory bool
+	MaxWriteBytes                      int64
 	// Limits are admission's (zero fields: the transport's defaults).
 	Limits delegator.AdmissionLimits
 	// SnapshotMode of new delegations whose call names none: auto,
@@ -289,7 +290,7 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 		Prompt: in.Prompt, Description: strings.TrimSpace(in.Description),
 		TTL: time.Duration(in.TTLSeconds) * time.Second, Access: in.AccessMode,
 		Transport: s.opts.Transport, Token: s.opts.Token, Dialect: s.opts.Dialect,
-		Hide: s.opts.Hide, NoHideDefaults: s.opts.NoHideDefaults, NoDelete: s.opts.NoDelete, MaxWriteBytes: s.opts.MaxWriteBytes, Limits: s.opts.Limits,
+		Hide: s.opts.Hide, NoHideDefaults: s.opts.NoHideDefaults, NoDelete: s.opts.NoDelete, AllowGitControl: s.opts.AllowGitControl, LendHiddenHistory: s.opts.LendHiddenHistory, MaxWriteBytes: s.opts.MaxWriteBytes, Limits: s.opts.Limits,
 		Driven: in.Session, Snapshot: orDefault(in.SnapshotMode, s.opts.SnapshotMode),
 	})
 	if err != nil {

@@ -20,7 +20,7 @@ type Reviewer interface {
 	// ResultFiles is the changed files of delegation id's staged result
 	// (its snapshot snap; "" for the recommended one).
 	ResultFiles(id, snap string) ([]delegator.ChangedFile, error)
-	ApplyResult(ctx context.Context, id, snap, branch string) (*delegator.Applied, error)
+	ApplyResult(ctx context.Context, id, snap, branch string, allowGitControl bool) (*delegator.Applied, error)
 	DiscardResult(id, snap string) error
 	// Recover re-attaches delegation id, orphaned by a process that
 	// ended (a restarted MCP server), and returns it as it stands.
@@ -195,7 +195,7 @@ func (s *server) applySnapshot(ctx context.Context, _ *mcp.CallToolRequest, in s
 	if err != nil {
 		return ApplyResult{}, err
 	}
-	out, err := s.review.ApplyResult(ctx, d.ID, in.SnapshotID, "")
+	out, err := s.review.ApplyResult(ctx, d.ID, in.SnapshotID, "", s.opts.AllowGitControl)
 	if err != nil {
 		return ApplyResult{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/internal/untrusted"
 )
 
 // edit is one line of a line diff: ' ' kept, '-' removed, '+' added.
@@ -162,6 +163,13 @@ func writeHunks(w io.Writer, edits []edit) error {
 		for _, e := range edits[start:end] {
 			line := e.line
 			nl := strings.HasSuffix(line, "\n")
+			// The executor's bytes reach a terminal: every control byte
+			// but the line's end is shown escaped (\x1b, \r), so no line
+			// hides another and no escape sequence runs.
+			line = untrusted.Text(strings.TrimSuffix(line, "\n"))
+			if nl {
+				line += "\n"
+			}
 			if _, err := fmt.Fprintf(w, "%c%s", e.op, line); err != nil {
 				return err
 			}
@@ -190,29 +198,40 @@ func hunkRange(start, n int) string {
 // underGit reports whether p is in a .git directory: a live mount's result
 // holds the executor's commits there, which a line diff has nothing to say
 // about.
-func underGit(p string) bool {
-	return p == ".git" || strings.HasPrefix(p, ".git/") || strings.Contains(p, "/.git/") || strings.HasSuffix(p, "/.git")
-}
+func underGit(p string) bool { return untrusted.UnderGit(p) }
 
 // Diff writes the result as a unified diff of its text files; binary and
-// large files are named with their sizes, and changes under .git counted.
+// large files are named with their sizes. Of changes under .git, those
+// git executes or obeys (untrusted.GitControlled: config, hooks, …) are
+// shown in full, marked, first; the rest (objects, refs, the index: the
+// agent's commits) are named. Names are quoted and control bytes of
+// content escaped, as for any text from the executor.
 func (r *Result) Diff(w io.Writer) error {
-	inGit := 0
+	var inGit []File
 	err := r.eachFile(func(f File, edits []edit) error {
-		if underGit(f.Path) {
-			inGit++
+		switch {
+		case untrusted.GitControlled(f.Path):
+			fmt.Fprintf(w, "# %s: git runs or obeys this path; `apply` leaves it out unless --allow-git-control\n", untrusted.Name(f.Path))
+			return r.diffFile(w, f, edits)
+		case underGit(f.Path):
+			inGit = append(inGit, f)
 			return nil
 		}
 		return r.diffFile(w, f, edits)
 	})
-	if err == nil && inGit > 0 {
-		_, err = fmt.Fprintf(w, "# and %d changed path(s) under .git/, not shown\n", inGit)
+	if err == nil && len(inGit) > 0 {
+		fmt.Fprintf(w, "# %d changed path(s) under .git/ (the agent's commits: objects, refs, index), not shown as lines:\n", len(inGit))
+		for _, f := range inGit {
+			if _, err = fmt.Fprintf(w, "#   %s %s\n", f.Status, untrusted.Name(f.Path)); err != nil {
+				break
+			}
+		}
 	}
 	return err
 }
 
 func (r *Result) diffFile(w io.Writer, f File, edits []edit) error {
-	from, to := "a/"+f.Path, "b/"+f.Path
+	from, to := untrusted.Name("a/"+f.Path), untrusted.Name("b/"+f.Path)
 	fmt.Fprintf(w, "diff --git %s %s\n", from, to)
 	switch f.Status {
 	case Added:
@@ -259,16 +278,17 @@ func (r *Result) Stat(w io.Writer) error {
 	}
 	width := 0
 	for _, f := range files {
-		width = max(width, len(f.Path))
+		width = max(width, len(untrusted.Name(f.Path)))
 	}
 	added, removed := 0, 0
 	for _, f := range files {
+		name := untrusted.Name(f.Path)
 		if f.Binary {
-			fmt.Fprintf(w, " %-*s | Bin %d -> %d bytes\n", width, f.Path, f.OldSize, f.NewSize)
+			fmt.Fprintf(w, " %-*s | Bin %d -> %d bytes\n", width, name, f.OldSize, f.NewSize)
 			continue
 		}
 		added, removed = added+f.Added, removed+f.Removed
-		fmt.Fprintf(w, " %-*s | %4d %s%s\n", width, f.Path, f.Added+f.Removed,
+		fmt.Fprintf(w, " %-*s | %4d %s%s\n", width, name, f.Added+f.Removed,
 			strings.Repeat("+", min(f.Added, 40)), strings.Repeat("-", min(f.Removed, 40)))
 	}
 	_, err = fmt.Fprintf(w, " %d file(s) changed, %d insertion(s)(+), %d deletion(s)(-)\n", len(files), added, removed)
@@ -282,7 +302,7 @@ func (r *Result) NameStatus(w io.Writer) error {
 		return err
 	}
 	for _, f := range files {
-		if _, err := fmt.Fprintf(w, "%s\t%s\n", f.Status, f.Path); err != nil {
+		if _, err := fmt.Fprintf(w, "%s\t%s\n", f.Status, untrusted.Name(f.Path)); err != nil {
 			return err
 		}
 	}

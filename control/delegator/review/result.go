@@ -19,6 +19,7 @@ import (
 
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/internal/stage"
+	"github.com/awcp/awcp/internal/untrusted"
 )
 
 // Result is a staged result, ready to read: Paths are the paths the
@@ -155,9 +156,25 @@ func hidden(p string, hide func(rel string) bool) bool {
 // Apply makes dir end as the executor left each changed path, where the
 // owner did not change it meanwhile; a path both changed keeps the owner's
 // version, the executor's is written beside it with suffix, and the
-// report names it.
-func (r *Result) Apply(dir, suffix string) (*archive.Report, error) {
-	return archive.ApplyChanges(dir, r.ResultDir, r.Base, r.Res, r.Paths, suffix)
+// report names it. What git executes or obeys (untrusted.GitControlled)
+// is left out, and reported as ignored, unless allowGitControl.
+func (r *Result) Apply(dir, suffix string, allowGitControl bool) (*archive.Report, error) {
+	paths, kept := r.Paths, []string(nil)
+	if !allowGitControl {
+		paths = nil
+		for _, p := range r.Paths {
+			if untrusted.GitControlled(p) {
+				kept = append(kept, p+" (git control: applied only with --allow-git-control)")
+				continue
+			}
+			paths = append(paths, p)
+		}
+	}
+	rep, err := archive.ApplyChanges(dir, r.ResultDir, r.Base, r.Res, paths, suffix)
+	if rep != nil {
+		rep.Ignored = append(rep.Ignored, kept...)
+	}
+	return rep, err
 }
 
 // Status is how a path changed: A added, M modified, D deleted, T its
@@ -186,9 +203,9 @@ type File struct {
 // Line is f in a line: its status, path, and line counts or sizes.
 func (f File) Line() string {
 	if f.Binary {
-		return fmt.Sprintf("%s %s (binary, %d -> %d bytes)", f.Status, f.Path, f.OldSize, f.NewSize)
+		return fmt.Sprintf("%s %s (binary, %d -> %d bytes)", f.Status, untrusted.Name(f.Path), f.OldSize, f.NewSize)
 	}
-	return fmt.Sprintf("%s %s +%d -%d", f.Status, f.Path, f.Added, f.Removed)
+	return fmt.Sprintf("%s %s +%d -%d", f.Status, untrusted.Name(f.Path), f.Added, f.Removed)
 }
 
 // Files is the changed paths that are not directories, with their line

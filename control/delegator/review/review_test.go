@@ -214,7 +214,7 @@ func TestArchiveResultNeverWritesHidden(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if _, err := r.Apply(owner, ".awcp-x"); err != nil {
+	if _, err := r.Apply(owner, ".awcp-x", false); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(owner, ".env")); string(b) != "TOKEN=owner\n" {
@@ -246,7 +246,7 @@ func TestApplyNeverWritesThroughALinkOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer res.Close()
-	rep, err := res.Apply(owner, ".awcp-x")
+	rep, err := res.Apply(owner, ".awcp-x", false)
 	if err != nil {
 		t.Fatal(err)
 	}
