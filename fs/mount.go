@@ -44,9 +44,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/awcp/awcp/fs/sftpc"
-	"github.com/awcp/awcp/internal/untrusted"
 	"github.com/awcp/awcp/internal/bufconn"
 	"github.com/awcp/awcp/internal/mountinfo"
+	"github.com/awcp/awcp/internal/untrusted"
 )
 
 // Options configures a mount.
