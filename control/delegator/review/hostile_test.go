@@ -1,0 +1,79 @@
+package review
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A staged result is the executor's: its names and its lines reach the
+// owner's terminal, and its .git changes the owner's git. diff, --stat
+// and --name-status print no control byte of the executor's (a window
+// title, a cleared screen, a carriage return hiding a line) — names
+// quoted as git quotes them, content escaped — and show every change to
+// what git runs or obeys in full; apply writes those only when asked.
+func TestHostileResultReviewedSafely(t *testing.T) {
+	evilName := "ok.txt\x1b]0;owned\x07\r\x1b[2Jreal.txt"
+	owner := t.TempDir()
+	write(t, filepath.Join(owner, "a.txt"), "one\n")
+	for _, d := range []string{".git/objects/ab", ".git/hooks"} { // the owner's repository
+		os.MkdirAll(filepath.Join(owner, d), 0o755)
+	}
+	dir := area(t, map[string]string{"a.txt": "one\n"}, map[string]string{
+		"a.txt":                    "one\n\x1b[8mhidden by the terminal\x1b[0m\rtwo\n",
+		evilName:                   "x\n",
+		".git/config":              "[core]\n\tfsmonitor = touch /tmp/pwned\n",
+		".git/hooks/post-checkout": "#!/bin/sh\ntouch /tmp/pwned\n",
+		".git/objects/ab/cdef":     "blob",
+	})
+	r, err := FromArea(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for name, show := range map[string]func(*bytes.Buffer) error{
+		"diff": func(b *bytes.Buffer) error { return r.Diff(b) }, "stat": func(b *bytes.Buffer) error { return r.Stat(b) },
+		"name-status": func(b *bytes.Buffer) error { return r.NameStatus(b) },
+	} {
+		var b bytes.Buffer
+		if err := show(&b); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		if strings.ContainsAny(out, "\x1b\x07\r") {
+			t.Errorf("%s prints the executor's control bytes:\n%q", name, out)
+		}
+		if !strings.Contains(out, `ok.txt\x1b]0;owned\areal.txt`) && !strings.Contains(out, `ok.txt\x1b]0;owned\a\r\x1b[2Jreal.txt`) {
+			t.Errorf("%s does not name the file quoted:\n%s", name, out)
+		}
+		if !strings.Contains(out, ".git/hooks/post-checkout") || !strings.Contains(out, ".git/config") {
+			t.Errorf("%s hides the .git changes git would run:\n%s", name, out)
+		}
+		if name == "diff" && (!strings.Contains(out, "+\tfsmonitor = touch /tmp/pwned") || !strings.Contains(out, `\x1b[8mhidden`)) {
+			t.Errorf("diff does not show the config line or the escaped content:\n%s", out)
+		}
+	}
+	rep, err := r.Apply(owner, ".awcp-x", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{".git/config", ".git/hooks/post-checkout"} {
+		if _, err := os.Stat(filepath.Join(owner, p)); err == nil {
+			t.Errorf("apply wrote %s without --allow-git-control", p)
+		}
+	}
+	if !strings.Contains(strings.Join(rep.Ignored, "\n"), ".git/hooks/post-checkout") {
+		t.Errorf("apply does not say what it left out: %v", rep.Ignored)
+	}
+	if _, err := os.Stat(filepath.Join(owner, ".git/objects/ab/cdef")); err != nil {
+		t.Errorf("the agent's objects were not applied: %v", err)
+	}
+	if _, err := r.Apply(owner, ".awcp-x", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(owner, ".git/hooks/post-checkout")); err != nil {
+		t.Errorf("apply --allow-git-control did not write the hook: %v", err)
+	}
+}
