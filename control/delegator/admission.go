@@ -64,6 +64,9 @@ type WorkspaceStats struct {
 	// maxHiddenListed), HiddenCount all of them.
 	Hidden      []string
 	HiddenCount int
+	// Repos are the git repositories lent (the directories holding a
+	// .git directory that is not hidden; "" for the workspace itself).
+	Repos []string
 }
 
 // maxHiddenListed is how many hidden paths admission names.
@@ -129,6 +132,13 @@ func Admit(dir string, lim AdmissionLimits, hide []string) (string, WorkspaceSta
 			}
 		}
 		if d.IsDir() {
+			if p != phys && d.Name() == ".git" {
+				rel, _ := filepath.Rel(phys, filepath.Dir(p))
+				if rel == "." {
+					rel = ""
+				}
+				st.Repos = append(st.Repos, filepath.ToSlash(rel))
+			}
 			if p != phys && archive.Skip(d.Name()) {
 				return fs.SkipDir
 			}

@@ -206,6 +206,16 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 	if note := hiddenNote(stats); note != "" {
 		notes = append(notes, note)
 	}
+	// The archive carries no .git; a live mount lends it, objects and all.
+	if req.Transport == control.TransportSSHFS && !req.LendHiddenHistory {
+		note, err := admitGitHistory(context.Background(), phys, stats.Repos, policy.Hide)
+		if err != nil {
+			return nil, err
+		}
+		if note != "" {
+			notes = append(notes, note)
+		}
+	}
 	if req.PeerChoice != "" {
 		notes = append(notes, fmt.Sprintf("executor %s (%s) at %s, %s", req.PeerName, req.PeerAgentID, req.Peer, req.PeerChoice))
 	}
