@@ -69,6 +69,8 @@ type Lent struct {
 	// found on the network and its key is trusted: proved before the
 	// token is sent.
 	PeerAgentID, PeerKey string
+	// PlainHTTP: the executor is reached over plain HTTP (asked for).
+	PlainHTTP bool
 	// Snapshot is what becomes of the result (lease.SnapshotAuto, …),
 	// and StagedDir where a staged one is kept: a live mount's staging
 	// area takes its changes.

@@ -54,7 +54,7 @@ func acpCommand(ctx context.Context) *cli.Command {
 			}
 			req := delegator.ExportRequest{Peer: c.String("peer"), TTL: clikit.Duration(c, "ttl"), Access: c.String("access"),
 				Transport: c.String("transport"), Token: token, Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"),
-				NoDelete: c.Bool("no-delete"), AllowGitControl: c.Bool("allow-git-control"), LendHiddenHistory: c.Bool("lend-hidden-history"), MaxWriteBytes: clikit.Bytes(c, "max-write-bytes"), Limits: admissionLimits(c), Snapshot: c.String("snapshot")}
+				NoDelete: c.Bool("no-delete"), AllowGitControl: c.Bool("allow-git-control"), PlainHTTP: c.Bool("plain-http"), PeerKey: c.String("peer-key"), LendHiddenHistory: c.Bool("lend-hidden-history"), MaxWriteBytes: clikit.Bytes(c, "max-write-bytes"), Limits: admissionLimits(c), Snapshot: c.String("snapshot")}
 			if req.CallChain, err = callChain(); err != nil {
 				return err
 			}
@@ -78,7 +78,7 @@ func acpCommand(ctx context.Context) *cli.Command {
 			done := make(chan struct{})
 			go func() { defer close(done); dlg.RunScheduler(runCtx) }()
 			defer func() { stop(); <-done }()
-			pc := &delegator.PeerClient{BaseURL: req.Peer, Token: req.Token, AgentID: req.PeerAgentID, Key: req.PeerKey}
+			pc := &delegator.PeerClient{BaseURL: req.Peer, Token: req.Token, AgentID: req.PeerAgentID, Key: req.PeerKey, PlainHTTP: req.PlainHTTP, Identity: e.identity}
 			agentInit := func(ctx context.Context) (json.RawMessage, error) {
 				for {
 					m, err := pc.Manifest(ctx)

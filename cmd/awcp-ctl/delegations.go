@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,7 +35,8 @@ const exitPending = 3
 // env is what every delegator command works with.
 type env struct {
 	state           string
-	agentID         string // this agent's (discovery.AgentID)
+	agentID         string             // this agent's (discovery.AgentID)
+	identity        ed25519.PrivateKey // this delegator's (discovery.IdentityKey): its TLS certificate
 	store           *lease.Store
 	log             *slog.Logger
 	sshfs           *delegator.SSHFSDelegator                // set while this process runs the SSH server
@@ -71,7 +73,11 @@ func openEnvAs(c *cli.Context, daemon bool) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &env{state: state, agentID: agentID, store: store, log: log, reconnectBound: clikit.Duration(c, "reconnect-bound"), daemon: daemon,
+	identity, err := discovery.IdentityKey(state)
+	if err != nil {
+		return nil, err
+	}
+	e := &env{state: state, agentID: agentID, identity: identity, store: store, log: log, reconnectBound: clikit.Duration(c, "reconnect-bound"), daemon: daemon,
 		stagedRetention: clikit.Duration(c, "snapshot-retention")}
 	if dlg, err := e.delegator(nil); err == nil {
 		endOrphans := false
@@ -104,6 +110,7 @@ func (e *env) delegator(progress func(string, *control.Event)) (*delegator.Deleg
 		Progress:        progress,
 		ReconnectBound:  e.reconnectBound,
 		AgentID:         e.agentID,
+		Identity:        e.identity,
 		Daemon:          e.daemon,
 		MCP:             e.mcp,
 		Metrics:         m,
@@ -192,6 +199,7 @@ func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err er
 	if err != nil {
 		return nil, err
 	}
+	lender.Identity = e.identity
 	e.sshfs = lender
 	return wait, nil
 }

@@ -29,7 +29,9 @@ func doctorCommand(ctx context.Context) *cli.Command {
 		Usage: "check this machine as a delegator, and with --peer an executor both ways: each line OK or FAIL with the fix",
 		Flags: append(clikit.CommonFlags(),
 			&cli.StringFlag{Name: "peer", EnvVars: []string{"AWCP_PEER"},
-				Usage: "an executor to check against: its URL (http://host:10200)"},
+				Usage: "an executor to check against: its URL (https://host:10200, with --peer-key)"},
+			&cli.StringFlag{Name: "peer-key", EnvVars: []string{"AWCP_PEER_KEY"}, Usage: "the executor's identity key (`awcp-fs id` prints it)"},
+			&cli.BoolFlag{Name: "plain-http", EnvVars: []string{"AWCP_PLAIN_HTTP"}, Usage: "check an http:// executor over plain HTTP"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executor requires"},
 			clikit.TokenFileFlag("a file holding the token, mode 600 (--token shows in ps)"),
 			&cli.StringFlag{Name: "ssh-listen", EnvVars: []string{"AWCP_SSH_LISTEN"}, Value: ":0",
@@ -77,7 +79,12 @@ func doctor(ctx context.Context, c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	client := &delegator.PeerClient{BaseURL: peer, Token: token, HTTP: &http.Client{Timeout: 10 * time.Second}}
+	identity, err := discovery.IdentityKey(state)
+	if err != nil {
+		return err
+	}
+	client := &delegator.PeerClient{BaseURL: peer, Token: token, HTTP: &http.Client{Timeout: 10 * time.Second},
+		Key: c.String("peer-key"), PlainHTTP: c.Bool("plain-http"), Identity: identity}
 	reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	card, err := client.AgentCard(reqCtx)
@@ -86,7 +93,7 @@ func doctor(ctx context.Context, c *cli.Context) error {
 		return l.Result()
 	}
 	l.OK("executor reachable", fmt.Sprintf("%s (%s %s)", peer, card.Name, card.Version))
-	manifest, err := discovery.FetchManifest(reqCtx, client.HTTP, peer)
+	manifest, err := client.Manifest(reqCtx)
 	if err != nil {
 		l.Fail("executor manifest", err.Error(), "upgrade the executor: an awcp-fs serve answers GET /manifest")
 	}

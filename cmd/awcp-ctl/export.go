@@ -73,7 +73,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 				Dir: c.Args().First(), Peer: c.String("peer"), Prompt: c.String("prompt"),
 				Description: c.String("description"), TTL: clikit.Duration(c, "ttl"), Access: c.String("access"),
 				Transport: c.String("transport"), Token: token, Dialect: c.String("dialect"),
-				Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"), NoDelete: c.Bool("no-delete"), AllowGitControl: c.Bool("allow-git-control"), LendHiddenHistory: c.Bool("lend-hidden-history"),
+				Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"), NoDelete: c.Bool("no-delete"), AllowGitControl: c.Bool("allow-git-control"), PlainHTTP: c.Bool("plain-http"), PeerKey: c.String("peer-key"), LendHiddenHistory: c.Bool("lend-hidden-history"),
 				Limits: admissionLimits(c), Snapshot: c.String("snapshot"),
 			}
 			req.MaxWriteBytes = clikit.Bytes(c, "max-write-bytes")

@@ -46,7 +46,7 @@ func lendCommand(ctx context.Context) *cli.Command {
 			}
 			req := delegator.ExportRequest{Dir: dir, TTL: clikit.Duration(c, "ttl"), Access: c.String("access"),
 				Description: c.String("description"), Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"),
-				NoDelete: c.Bool("no-delete"), AllowGitControl: c.Bool("allow-git-control"), LendHiddenHistory: c.Bool("lend-hidden-history"), MaxWriteBytes: clikit.Bytes(c, "max-write-bytes"), Limits: admissionLimits(c), Snapshot: c.String("snapshot")}
+				NoDelete: c.Bool("no-delete"), AllowGitControl: c.Bool("allow-git-control"), PlainHTTP: c.Bool("plain-http"), PeerKey: c.String("peer-key"), LendHiddenHistory: c.Bool("lend-hidden-history"), MaxWriteBytes: clikit.Bytes(c, "max-write-bytes"), Limits: admissionLimits(c), Snapshot: c.String("snapshot")}
 			if req.Description == "" {
 				req.Description = "lent by hand: " + dir
 			}

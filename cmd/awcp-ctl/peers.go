@@ -85,7 +85,7 @@ func peersCommand(ctx context.Context) *cli.Command {
 		Description: "Executors advertise themselves with `awcp-fs serve --advertise`. Those found before and\n" +
 			"not answering now are listed offline, with when they were last seen. Linux and macOS\n" +
 			"answer alike; the query is IPv4 multicast on the default interface.",
-		Subcommands: []*cli.Command{trustCommand(ctx)},
+		Subcommands: []*cli.Command{trustCommand(ctx), selfCommand()},
 		Flags: append(append(clikit.CommonFlags(),
 			&cli.BoolFlag{Name: "watch", Usage: "keep looking, and print each change as it happens"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON: the list, or with --watch one change per line"},
@@ -238,6 +238,26 @@ func printPeers(w io.Writer, self string, peers []discovery.Peer) {
 }
 
 // trustCommand is `peers trust ID`: the user's yes to an executor's key.
+// selfCommand prints this delegator's identity key: its TLS certificate
+// toward executors, which an executor's operator may authorize
+// (awcp-fs serve --authorized-delegators).
+func selfCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "self",
+		Usage: "print this delegator's identity key and fingerprint: executors may admit it by key (awcp-fs serve --authorized-delegators)",
+		Flags: clikit.CommonFlags(),
+		Action: func(c *cli.Context) error {
+			e, err := openEnv(c)
+			if err != nil {
+				return err
+			}
+			pub := control.IdentityPublic(e.identity)
+			fmt.Fprintf(c.App.Writer, "%s\nfingerprint %s\nagent id %s\n", pub, control.Fingerprint(pub), e.agentID)
+			return nil
+		},
+	}
+}
+
 func trustCommand(ctx context.Context) *cli.Command {
 	return &cli.Command{
 		Name:      "trust",

@@ -39,7 +39,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Flags:     clikit.CommonFlags(),
-		Commands:  []*cli.Command{serveCommand(ctx), mountCommand(ctx), umountCommand(), doctorCommand(ctx), clikit.CompletionCommand()},
+		Commands:  []*cli.Command{serveCommand(ctx), mountCommand(ctx), umountCommand(), doctorCommand(ctx), idCommand(), clikit.CompletionCommand()},
 		// Commands and flags for the shells' completion (`completion`).
 		EnableBashCompletion: true,
 	}
@@ -81,6 +81,10 @@ func serveCommand(ctx context.Context) *cli.Command {
 			&cli.StringSliceFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"},
 				Usage: "if set, INVITE must carry one of these tokens (repeatable; shows in ps: prefer --token-file)"},
 			clikit.TokenFileFlag("a file of tokens INVITE may carry, one a line, mode 600"),
+			&cli.StringFlag{Name: "authorized-delegators", EnvVars: []string{"AWCP_AUTHORIZED_DELEGATORS"},
+				Usage: "a file of delegators' identity keys (authorized_keys form: `awcp-ctl peers self` prints one), admitted over TLS without a token"},
+			&cli.BoolFlag{Name: "plain-http", EnvVars: []string{"AWCP_PLAIN_HTTP"},
+				Usage: "accept plain HTTP beside TLS, for delegators that speak nothing else (the reference implementation): their token, workspace and session travel in clear"},
 			clikit.DurationFlag("retention", time.Hour, "how long a finished delegation's events stay available", "AWCP_RETENTION"),
 			clikit.DurationFlag("start-timeout", 2*time.Minute, "how long an accepted INVITE waits for START", "AWCP_START_TIMEOUT"),
 			&cli.StringSliceFlag{Name: "transports", EnvVars: []string{"AWCP_TRANSPORTS"}, Value: cli.NewStringSlice("sshfs", "archive"),
@@ -129,7 +133,11 @@ func serve(ctx context.Context, c *cli.Context) error {
 	}
 	// The agents this daemon starts must not inherit its secrets.
 	clikit.ScrubSecrets(tokens)
-	if len(tokens) == 0 && !loopbackOnly(c.String("listen")) {
+	authorized, err := readAuthorizedKeys(c.String("authorized-delegators"))
+	if err != nil {
+		return err
+	}
+	if len(tokens) == 0 && len(authorized) == 0 && !loopbackOnly(c.String("listen")) {
 		log.Warn("SERVING WITHOUT A TOKEN ON A NON-LOOPBACK ADDRESS: anyone who can reach " + c.String("listen") +
 			" can delegate work to this machine's agent; give --token-file, or --listen 127.0.0.1:PORT")
 	}
@@ -217,32 +225,34 @@ func serve(ctx context.Context, c *cli.Context) error {
 		return err
 	}
 	exec, err := executor.New(executor.Options{
-		WorkRoot:          root,
-		AgentCommand:      c.String("agent-cmd"),
-		Worker:            worker,
-		Sessions:          sessions,
-		Sandbox:           profile,
-		Confine:           confine,
-		Permission:        c.String("permission"),
-		PermissionTimeout: clikit.Duration(c, "permission-timeout"),
-		Store:             store,
-		StateDir:          state,
-		Transports:        transports,
-		MaxConcurrent:     c.Int("max-concurrent"),
-		MaxTTL:            clikit.Duration(c, "max-ttl"),
-		AccessModes:       c.StringSlice("access"),
-		Tokens:            tokens,
-		Retention:         clikit.Duration(c, "retention"),
-		StartTimeout:      clikit.Duration(c, "start-timeout"),
-		KeepAlive:         clikit.Duration(c, "keepalive"),
-		Name:              c.String("name"),
-		AgentID:           agentID,
-		IdentityKey:       identity,
-		Description:       c.String("description"),
-		Skills:            skills(*c.Generic("skill").(*repeated)),
-		Version:           clikit.Version,
-		Metrics:           execMetrics,
-		Logger:            log,
+		WorkRoot:             root,
+		AgentCommand:         c.String("agent-cmd"),
+		Worker:               worker,
+		Sessions:             sessions,
+		Sandbox:              profile,
+		Confine:              confine,
+		Permission:           c.String("permission"),
+		PermissionTimeout:    clikit.Duration(c, "permission-timeout"),
+		Store:                store,
+		StateDir:             state,
+		Transports:           transports,
+		MaxConcurrent:        c.Int("max-concurrent"),
+		MaxTTL:               clikit.Duration(c, "max-ttl"),
+		AccessModes:          c.StringSlice("access"),
+		Tokens:               tokens,
+		AuthorizedDelegators: authorized,
+		PlainHTTP:            c.Bool("plain-http"),
+		Retention:            clikit.Duration(c, "retention"),
+		StartTimeout:         clikit.Duration(c, "start-timeout"),
+		KeepAlive:            clikit.Duration(c, "keepalive"),
+		Name:                 c.String("name"),
+		AgentID:              agentID,
+		IdentityKey:          identity,
+		Description:          c.String("description"),
+		Skills:               skills(*c.Generic("skill").(*repeated)),
+		Version:              clikit.Version,
+		Metrics:              execMetrics,
+		Logger:               log,
 	})
 	if err != nil {
 		return clikit.UsageError("%v", err)
@@ -259,9 +269,12 @@ func serve(ctx context.Context, c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	fmt.Fprintf(c.App.Writer, "awcp-fs: listening on http://%s\n", ln.Addr())
+	fmt.Fprintf(c.App.Writer, "awcp-fs: listening on https://%s\n", ln.Addr())
 	log.Info("executor", "name", c.String("name"), "agent", agentID,
-		"identity", control.Fingerprint(control.IdentityPublic(identity)))
+		"identity", control.Fingerprint(control.IdentityPublic(identity)), "key", control.IdentityPublic(identity))
+	if c.Bool("plain-http") {
+		log.Warn("plain HTTP accepted beside TLS (--plain-http): a delegator that uses it sends its token, workspace and session in clear", "url", "http://"+ln.Addr().String())
+	}
 	if c.Bool("advertise") {
 		adv, err := advertise(c, log, agentID, ln.Addr().(*net.TCPAddr))
 		if err != nil {

@@ -68,7 +68,7 @@ func TestCancelInEveryHandshakeState(t *testing.T) {
 			dlg, store := newArchiveDelegator(t, nil)
 			dir := t.TempDir()
 			os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a"), 0o644)
-			d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive})
+			d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -144,7 +144,7 @@ func TestEndWhileAccepted(t *testing.T) {
 			if how == "expire" {
 				ttl = time.Second
 			}
-			d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: x.Srv.URL, Prompt: "p", Transport: control.TransportArchive, TTL: ttl})
+			d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: x.Srv.URL, PeerKey: x.Key(), Prompt: "p", Transport: control.TransportArchive, TTL: ttl})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -186,7 +186,7 @@ func TestEndWhileAccepted(t *testing.T) {
 func TestCancelBeforeInvite(t *testing.T) {
 	x := executortest.New(t, `true`, nil)
 	dlg, _ := newArchiveDelegator(t, nil)
-	d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: x.Srv.URL, Prompt: "p", Transport: control.TransportArchive})
+	d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: x.Srv.URL, PeerKey: x.Key(), Prompt: "p", Transport: control.TransportArchive})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ func TestMalformedEventEndsDelegation(t *testing.T) {
 	srv := httptest.NewServer(corruptingProxy(x.Exec.Handler()))
 	defer srv.Close()
 	dlg, _ := newArchiveDelegator(t, nil)
-	d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive})
+	d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: srv.URL, PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,7 +118,7 @@ func TestChannelStates(t *testing.T) {
 		}
 	})
 	dir := t.TempDir()
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: net.url(), Prompt: "p", Transport: control.TransportArchive})
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: net.url(), PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -14,6 +16,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,10 +31,19 @@ type PeerClient struct {
 	// Token, if set, is sent in INVITE's auth and as a bearer token. Secret.
 	Token string
 	// AgentID and Key, if Key is set, are the identity the executor must
-	// prove (control/identity.go) before the first request that carries
-	// the token, or anything else of the delegation, is sent.
+	// hold: every connection to it is TLS, and its certificate's key is
+	// compared with Key as the connection is made (control/peertls.go),
+	// before a byte of a request goes — the token, the START, the session.
+	// An https:// BaseURL without a Key is a first contact: refused, with
+	// the key the executor showed.
 	AgentID, Key string
-	proved       atomic.Bool
+	// PlainHTTP allows an http:// BaseURL without a Key: plain HTTP, for
+	// a peer that speaks nothing else (the reference implementation).
+	// Without it such a URL is refused before anything is sent.
+	PlainHTTP bool
+	// Identity is this delegator's identity key, its TLS certificate: an
+	// executor may admit it by key.
+	Identity ed25519.PrivateKey
 	// SpoolDir is where results of the archive transport are decoded to
 	// as they arrive. Default: the system's temporary directory.
 	SpoolDir string
@@ -73,19 +85,124 @@ func resultTooLarge(err error) error {
 		WithHint("lend a smaller directory, or have the agent leave build output out of it")
 }
 
+// base is the executor's base URL, https where a key is pinned for it
+// (discovery's URLs say http: what the executor serves is TLS).
 func (c *PeerClient) base() string {
-	return strings.TrimSuffix(strings.TrimSuffix(c.BaseURL, "/"), "/awcp")
+	b := strings.TrimSuffix(strings.TrimSuffix(c.BaseURL, "/"), "/awcp")
+	if c.Key != "" {
+		if rest, ok := strings.CutPrefix(b, "http://"); ok {
+			b = "https://" + rest
+		}
+	}
+	return b
+}
+
+// overTLS reports whether the executor is reached over TLS.
+func (c *PeerClient) overTLS() bool { return strings.HasPrefix(c.base(), "https://") }
+
+// secure refuses plain HTTP unless it was asked for.
+func (c *PeerClient) secure() error {
+	if c.overTLS() || c.PlainHTTP {
+		return nil
+	}
+	return control.Errorf(control.CodeDeclined, "plain HTTP to %s would carry the token, the workspace and the session in clear; nothing was sent", c.base()).
+		WithHint("reach the executor over TLS: --peer https://HOST:PORT with its key (--peer-key, or `awcp-ctl peers trust`); " +
+			"for a peer that speaks only plain HTTP (the reference implementation), pass --plain-http")
 }
 
 func (c *PeerClient) client() *http.Client {
+	if c.overTLS() {
+		var timeout time.Duration
+		if c.HTTP != nil {
+			timeout = c.HTTP.Timeout
+		}
+		return pinnedClient(c.Key, c.Identity, timeout)
+	}
 	if c.HTTP != nil {
 		return c.HTTP
 	}
 	return http.DefaultClient
 }
 
+// tlsConfig is the TLS of a connection to the executor.
+func (c *PeerClient) tlsConfig() *tls.Config {
+	return control.PinnedClientConfig(c.Key, ownCertificate(c.Identity))
+}
+
+// pinnedClients are the HTTP clients of TLS connections, one for each
+// pinned key, own identity and timeout, so that connections are reused
+// across a delegation's requests.
+var pinnedClients = struct {
+	sync.Mutex
+	m map[string]*http.Client
+}{m: map[string]*http.Client{}}
+
+func pinnedClient(key string, own ed25519.PrivateKey, timeout time.Duration) *http.Client {
+	id := key + "\x00" + string(own) + "\x00" + timeout.String()
+	pinnedClients.Lock()
+	defer pinnedClients.Unlock()
+	if cl := pinnedClients.m[id]; cl != nil {
+		return cl
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = control.PinnedClientConfig(key, ownCertificate(own))
+	tr.ForceAttemptHTTP2 = false
+	cl := &http.Client{Transport: tr, Timeout: timeout}
+	pinnedClients.m[id] = cl
+	return cl
+}
+
+// CloseIdleConnections closes the idle connections kept to executors,
+// plain and TLS.
+func CloseIdleConnections() {
+	http.DefaultClient.CloseIdleConnections()
+	pinnedClients.Lock()
+	defer pinnedClients.Unlock()
+	for _, cl := range pinnedClients.m {
+		cl.CloseIdleConnections()
+	}
+}
+
+// ownCertificates are the certificates made of identity keys, one each.
+var ownCertificates sync.Map // string(key) → *tls.Certificate
+
+// ownCertificate is the TLS certificate of identity key own; nil for none.
+func ownCertificate(own ed25519.PrivateKey) *tls.Certificate {
+	if own == nil {
+		return nil
+	}
+	if c, ok := ownCertificates.Load(string(own)); ok {
+		return c.(*tls.Certificate)
+	}
+	cert, err := control.IdentityCertificate(own)
+	if err != nil {
+		return nil
+	}
+	c, _ := ownCertificates.LoadOrStore(string(own), &cert)
+	return c.(*tls.Certificate)
+}
+
+// untrustedKey is err as the refusal of a first contact or a changed key:
+// the key the executor showed, this delegator's, and how to trust it.
+func (c *PeerClient) untrustedKey(err error) error {
+	var ue *control.UnpinnedError
+	if !errors.As(err, &ue) {
+		return nil
+	}
+	self := ""
+	if c.Identity != nil {
+		self = "; this delegator is " + control.Fingerprint(control.IdentityPublic(c.Identity)) + " (awcp-ctl peers self)"
+	}
+	trust := "run again with --peer-key '" + ue.Seen + "'"
+	if c.AgentID != "" {
+		trust += ", or `awcp-ctl peers trust " + c.AgentID + " --key '" + ue.Seen + "'`"
+	}
+	return control.Errorf(control.CodeDeclined, "executor %s: %v; nothing was sent to it", c.base(), ue).
+		WithHint("compare with the fingerprint `awcp-fs serve` logs at start (`awcp-fs id` prints it); if it is the executor's, " + trust + self)
+}
+
 func (c *PeerClient) do(ctx context.Context, method, path string, body any) (*http.Response, error) {
-	if err := c.prove(ctx); err != nil {
+	if err := c.secure(); err != nil {
 		return nil, err
 	}
 	var (
@@ -118,6 +235,9 @@ func (c *PeerClient) do(ctx context.Context, method, path string, body any) (*ht
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if uerr := c.untrustedKey(err); uerr != nil {
+			return nil, uerr
 		}
 		// Not DECLINED: the executor refused nothing, it did not answer.
 		// The spec has no code for that; setting the delegation up
@@ -344,8 +464,8 @@ func (c *PeerClient) Permit(ctx context.Context, id, requestID, optionID string)
 // resultBase64 reaches fn as ev.ResultFile, a ZIP in SpoolDir that is
 // removed when fn returns.
 func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn func(seq uint64, ev *control.Event) error) error {
-	if err := c.prove(ctx); err != nil {
-		return err
+	if err := c.secure(); err != nil {
+		return &streamRefused{err}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base()+"/awcp/tasks/"+id+"/events", nil)
 	if err != nil {
@@ -363,6 +483,9 @@ func (c *PeerClient) Events(ctx context.Context, id string, lastID uint64, fn fu
 	if err != nil {
 		if ctx.Err() != nil {
 			return err
+		}
+		if uerr := c.untrustedKey(err); uerr != nil {
+			return &streamRefused{uerr}
 		}
 		return &unreachableError{err: err}
 	}
@@ -516,38 +639,6 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n += int64(n)
 	c.report(c.n, c.total)
 	return n, err
-}
-
-// prove has the executor prove its identity, once, where Key is set.
-func (c *PeerClient) prove(ctx context.Context) error {
-	if c.Key == "" || c.proved.Load() {
-		return nil
-	}
-	nonce := control.NewIdentityNonce()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base()+control.IdentityPath+"?nonce="+nonce, nil)
-	if err != nil {
-		return control.Errorf(control.CodeDeclined, "invalid executor URL %q: %v", c.BaseURL, err)
-	}
-	resp, err := c.client().Do(req)
-	if err != nil {
-		return control.Errorf(control.CodeDeclined, "cannot ask executor %s to prove its identity: %v", c.BaseURL, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return control.Errorf(control.CodeDeclined, "executor %s did not prove its identity (HTTP %d): nothing was sent to it", c.BaseURL, resp.StatusCode).
-			WithHint("an executor that is not the one trusted for agent " + c.AgentID + " answers there")
-	}
-	var proof control.IdentityProof
-	if err := json.Unmarshal(body, &proof); err != nil {
-		return control.Errorf(control.CodeDeclined, "executor %s: its identity proof is not JSON: nothing was sent to it", c.BaseURL)
-	}
-	if err := control.VerifyIdentity(c.Key, nonce, c.AgentID, proof); err != nil {
-		return control.Errorf(control.CodeDeclined, "executor %s is not agent %s as trusted: %v; nothing was sent to it", c.BaseURL, c.AgentID, err).
-			WithHint("if it was reinstalled, check its fingerprint (awcp-fs serve logs it) and run `awcp-ctl peers trust " + c.AgentID + "`")
-	}
-	c.proved.Store(true)
-	return nil
 }
 
 // Renew asks the executor to renew session id's lease (control.RenewPath).

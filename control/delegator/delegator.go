@@ -7,6 +7,7 @@ package delegator
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -61,6 +62,10 @@ type Options struct {
 	// AgentID is this agent's id (discovery.AgentID): the INVITE's call
 	// chain ends with it. Empty: the chain is handed on as it came.
 	AgentID string
+	// Identity is this delegator's identity key (discovery.IdentityKey):
+	// its TLS certificate toward executors, which may admit it by key.
+	// Nil: none is shown.
+	Identity ed25519.PrivateKey
 	// Daemon says this process is the daemon (`awcp-ctl serve`): the
 	// delegations it follows wait for it should it crash, where those of
 	// a command that died are ended by the next command (orphans.go).
@@ -229,7 +234,7 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 		Peer: req.Peer, LocalDir: phys, ExportName: "awcp/" + id,
 		Description: req.Description, Prompt: req.Prompt, Token: req.Token, Notes: notes,
 		AutoTransport: auto, Connect: connect, Policy: policy,
-		CallChain: chain, PeerAgentID: req.PeerAgentID, PeerName: req.PeerName, PeerKey: req.PeerKey,
+		CallChain: chain, PeerAgentID: req.PeerAgentID, PeerName: req.PeerName, PeerKey: req.PeerKey, PlainHTTP: req.PlainHTTP,
 		Limits:       [3]int64{req.Limits.MaxTotalBytes, req.Limits.MaxFileCount, req.Limits.MaxFileBytes},
 		SnapshotMode: mode,
 	}
@@ -283,7 +288,7 @@ func (d *Delegator) due() ([]lease.Due, error) {
 
 func (d *Delegator) peer(del *lease.Delegation) *PeerClient {
 	c := &PeerClient{BaseURL: del.Peer, Token: del.Token, HTTP: d.opts.HTTP, SpoolDir: d.opts.SpoolDir,
-		MaxResultBytes: d.opts.MaxResultBytes, AgentID: del.PeerAgentID, Key: del.PeerKey}
+		MaxResultBytes: d.opts.MaxResultBytes, AgentID: del.PeerAgentID, Key: del.PeerKey, PlainHTTP: del.PlainHTTP, Identity: d.opts.Identity}
 	if d.opts.Transfer != nil {
 		id := del.ID
 		c.Transfer = func(what string, done, total int64) { d.opts.Transfer(id, what, done, total) }
@@ -298,7 +303,7 @@ func (d *Delegator) transport(del *lease.Delegation) control.DelegatorTransport 
 func lent(del *lease.Delegation) control.Lent {
 	return control.Lent{ID: del.ID, LocalDir: del.LocalDir, AccessMode: del.AccessMode, ExpiresAt: del.ExpiresAt, Peer: del.Peer,
 		Dialect: del.Dialect, Policy: del.Policy, Reverse: del.Connect == control.ConnectReverse, Token: del.Token,
-		PeerAgentID: del.PeerAgentID, PeerKey: del.PeerKey, Snapshot: del.SnapshotMode, StagedDir: stagedDirOf(del)}
+		PeerAgentID: del.PeerAgentID, PeerKey: del.PeerKey, PlainHTTP: del.PlainHTTP, Snapshot: del.SnapshotMode, StagedDir: stagedDirOf(del)}
 }
 
 // stagedDirOf is where del's staged result is kept; "" if it is not.

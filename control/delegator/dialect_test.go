@@ -297,7 +297,7 @@ func TestSeedStartToHeadExecutorFailsWithItsReason(t *testing.T) {
 	defer srv.Close()
 	dir := t.TempDir()
 	dlg, _ := newArchiveDelegator(t, nil)
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive, Dialect: control.DialectSeed})
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive, Dialect: control.DialectSeed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +354,7 @@ func TestHeadDialectBetweenOurs(t *testing.T) {
 	x := executortest.New(t, HeadAgent, nil)
 	dlg, _ := newArchiveDelegator(t, nil)
 	dir := t.TempDir()
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: x.Srv.URL, Prompt: "p", Transport: control.TransportArchive, Dialect: control.DialectHead})
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: x.Srv.URL, PeerKey: x.Key(), Prompt: "p", Transport: control.TransportArchive, Dialect: control.DialectHead})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,12 +45,19 @@ func findHiddenInGit(ctx context.Context, dir, repo string, hide *wire.Matcher) 
 		top = dir + "/" + repo
 	}
 	git := func(args ...string) *exec.Cmd {
-		// The owner's repository, read with nothing of its config that
-		// runs a program: ls-files would start core.fsmonitor.
-		cmd := exec.CommandContext(ctx, "git", append([]string{"-C", top, "-c", "core.fsmonitor=false",
+		// The owner's repository, named exactly (git looks nowhere above
+		// it), read with nothing of its config that runs a program:
+		// ls-files would start core.fsmonitor.
+		cmd := exec.CommandContext(ctx, "git", append([]string{"-c", "core.fsmonitor=false",
 			"-c", "safe.directory=" + top, "--no-optional-locks"}, args...)...)
-		cmd.Env = gitEnv()
+		cmd.Dir = top
+		cmd.Env = append(gitEnv(), "GIT_DIR="+top+"/.git", "GIT_WORK_TREE="+top)
 		return cmd
+	}
+	// A .git that git does not take for a repository holds no history
+	// git (the agent's either) would read.
+	if err := git("rev-parse", "--git-dir").Run(); err != nil {
+		return nil, nil
 	}
 	inLent := func(p string) string {
 		if repo == "" {

@@ -36,7 +36,7 @@ func TestHiddenPathInGitHistoryIsNotLent(t *testing.T) {
 	git("rm", "-q", "--cached", ".env")
 	git("commit", "-q", "-m", "secret removed from the index")
 
-	_, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "look", Transport: "sshfs"})
+	_, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), PeerKey: f.exec.Key(), Prompt: "look", Transport: "sshfs"})
 	if err == nil || !strings.Contains(err.Error(), ".env") {
 		t.Fatalf("a repository whose history holds the hidden .env was admitted: %v", err)
 	}
@@ -46,7 +46,7 @@ func TestHiddenPathInGitHistoryIsNotLent(t *testing.T) {
 
 	found := func(req delegator.ExportRequest) string {
 		t.Helper()
-		req.Dir, req.Peer, req.Prompt, req.Transport = f.dir, f.exec.URL(), "look", "sshfs"
+		req.Dir, req.Peer, req.PeerKey, req.Prompt, req.Transport = f.dir, f.exec.URL(), f.exec.Key(), "look", "sshfs"
 		d, err := f.dlg.Create(req)
 		if err != nil {
 			t.Fatal(err)

@@ -67,7 +67,7 @@ func TestErrorWithHTTP200(t *testing.T) {
 		defer srv.Close()
 		dlg := newAutoDelegator(t)
 		dir := t.TempDir()
-		d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: "auto"})
+		d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, PlainHTTP: true, Prompt: "p", Transport: "auto"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +124,7 @@ func TestDoneWhileStarted(t *testing.T) {
 	defer srv.Close()
 	dlg, _ := newArchiveDelegator(t, nil)
 	dir := t.TempDir()
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive})
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestFastTaskResultNotLost(t *testing.T) {
 func delegateArchive(t *testing.T, peer, dir string) *lease.Delegation {
 	t.Helper()
 	dlg, _ := newArchiveDelegator(t, nil)
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: peer, Prompt: "p", Transport: control.TransportArchive})
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: peer, PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestEndlessResultIsCutAtTheLimit(t *testing.T) {
 	spool := t.TempDir()
 	dlg, _ := newArchiveDelegator(t, nil, func(o *Options) { o.SpoolDir, o.MaxResultBytes = spool, 4<<20 })
 	dir := t.TempDir()
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive, Dialect: control.DialectSeed})
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive, Dialect: control.DialectSeed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestSnapshotsHeldOneAtATime(t *testing.T) {
 	spool := t.TempDir()
 	dlg, _ := newArchiveDelegator(t, nil, func(o *Options) { o.SpoolDir = spool })
 	dir := t.TempDir()
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive, Access: control.AccessRO})
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive, Access: control.AccessRO})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +388,7 @@ func BenchmarkEndlessResult(b *testing.B) {
 			}
 		}()
 		dlg, _ := newArchiveDelegator(b, nil, func(o *Options) { o.SpoolDir = spool })
-		d, err := dlg.Create(ExportRequest{Dir: b.TempDir(), Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive, Dialect: control.DialectSeed})
+		d, err := dlg.Create(ExportRequest{Dir: b.TempDir(), Peer: srv.URL, PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive, Dialect: control.DialectSeed})
 		if err != nil {
 			b.Fatal(err)
 		}

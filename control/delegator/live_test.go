@@ -142,7 +142,7 @@ func (f *liveFixture) credentialRefused(t *testing.T) {
 
 func TestLiveDelegationCompletesAndRevokes(t *testing.T) {
 	f := newLiveFixture(t, `echo edited >> a.txt; echo ok`)
-	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "edit"})
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), PeerKey: f.exec.Key(), Prompt: "edit"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestLiveDelegationCompletesAndRevokes(t *testing.T) {
 
 func TestLiveDelegationCancelRevokes(t *testing.T) {
 	f := newLiveFixture(t, `while :; do cat a.txt >/dev/null; sleep 0.05; done`)
-	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "loop"})
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), PeerKey: f.exec.Key(), Prompt: "loop"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestGrantOfLeaseEndedElsewhereIsRevoked(t *testing.T) {
 	wg.Add(1)
 	go func() { defer wg.Done(); delegator.WatchGrants(watch, f.store, f.srv, 50*time.Millisecond) }()
 	defer func() { stopWatch(); wg.Wait() }()
-	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "wait"})
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), PeerKey: f.exec.Key(), Prompt: "wait"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestGrantOfLeaseEndedElsewhereIsRevoked(t *testing.T) {
 // memory, is gone) is granted again, and its mount goes on.
 func TestFollowedAnewIsGrantedAgain(t *testing.T) {
 	f := newLiveFixture(t, `while :; do cat a.txt > seen.txt; sleep 0.05; done`)
-	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "loop"})
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), PeerKey: f.exec.Key(), Prompt: "loop"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +377,7 @@ func TestDelegatorLendsLiveMountToHeadExecutor(t *testing.T) {
 	peer := delegator.NewHeadPeer(t)
 	srv := httptest.NewServer(peer)
 	defer srv.Close()
-	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportSSHFS})
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: srv.URL, PlainHTTP: true, Prompt: "p", Transport: control.TransportSSHFS})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +405,7 @@ func TestDelegatorLendsLiveMountToHeadExecutor(t *testing.T) {
 // environment root.
 func TestHeadDialectLiveMountBetweenOurs(t *testing.T) {
 	f := newLiveFixture(t, delegator.HeadAgent)
-	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "p", Transport: control.TransportSSHFS, Dialect: control.DialectHead})
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), PeerKey: f.exec.Key(), Prompt: "p", Transport: control.TransportSSHFS, Dialect: control.DialectHead})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,7 +468,7 @@ func TestHeadMountLeftByAPreviousRunIsUnmounted(t *testing.T) {
 func TestAuditLogMatchesTheAgent(t *testing.T) {
 	f := newLiveFixture(t, `cat a.txt >/dev/null; echo new > b.txt; mkdir d; mv b.txt d/b.txt; rm a.txt; cat .env 2>/dev/null; echo ok`)
 	os.WriteFile(filepath.Join(f.dir, ".env"), []byte("S=1\n"), 0o600)
-	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "tidy"})
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), PeerKey: f.exec.Key(), Prompt: "tidy"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,8 +67,12 @@ type ExportRequest struct {
 	PeerAgentID string `json:"peerAgentId,omitempty"`
 	// PeerKey is the identity key trusted for PeerAgentID; the executor
 	// proves it holds it before the token goes.
-	PeerKey    string `json:"peerKey,omitempty"`
-	PeerName   string `json:"peerName,omitempty"`
+	PeerKey  string `json:"peerKey,omitempty"`
+	PeerName string `json:"peerName,omitempty"`
+	// PlainHTTP speaks plain HTTP to the executor: the token, the
+	// workspace and the session in clear. Only for a peer that speaks
+	// nothing else (the reference implementation); refused otherwise.
+	PlainHTTP  bool   `json:"plainHttp,omitempty"`
 	PeerChoice string `json:"peerChoice,omitempty"`
 }
 

@@ -97,7 +97,7 @@ const (
 // each the executor takes, until ctx ends; then it closes them all.
 func (t *SSHFSDelegator) tunnel(ctx context.Context, d control.Lent, srv TunnelServer) {
 	log := t.logger().With("delegation", d.ID)
-	pc := &PeerClient{BaseURL: d.Peer, Token: d.Token, AgentID: d.PeerAgentID, Key: d.PeerKey}
+	pc := &PeerClient{BaseURL: d.Peer, Token: d.Token, AgentID: d.PeerAgentID, Key: d.PeerKey, PlainHTTP: d.PlainHTTP, Identity: t.Identity}
 	var serving sync.WaitGroup // the connections taken: they close with ctx
 	defer serving.Wait()
 	backoff := tunnelRetryMin
@@ -250,7 +250,7 @@ func (e *peerStatus) Unwrap() error { return e.err }
 // the executor proved who it is where its key is trusted. A refusal is a
 // *peerStatus wrapping the executor's error.
 func (c *PeerClient) upgrade(ctx context.Context, path, protocol string, headers map[string]string) (net.Conn, error) {
-	if err := c.prove(ctx); err != nil {
+	if err := c.secure(); err != nil {
 		return nil, err
 	}
 	u, err := url.Parse(c.base() + path)
@@ -271,7 +271,10 @@ func (c *PeerClient) upgrade(ctx context.Context, path, protocol string, headers
 	d := net.Dialer{Timeout: 10 * time.Second, KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3}}
 	var conn net.Conn
 	if u.Scheme == "https" {
-		conn, err = (&tls.Dialer{NetDialer: &d, Config: &tls.Config{ServerName: u.Hostname()}}).DialContext(ctx, "tcp", addr)
+		conn, err = (&tls.Dialer{NetDialer: &d, Config: c.tlsConfig()}).DialContext(ctx, "tcp", addr)
+		if uerr := c.untrustedKey(err); uerr != nil {
+			return nil, uerr
+		}
 	} else {
 		conn, err = d.DialContext(ctx, "tcp", addr)
 	}

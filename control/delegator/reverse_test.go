@@ -47,7 +47,7 @@ func closedPort(t *testing.T) int {
 func TestReverseLiveMount(t *testing.T) {
 	f := newLiveFixture(t, `n=0; while :; do n=$((n+1)); echo $n > count.txt; cat a.txt > seen.txt; sleep 0.05; done`)
 	f.rec.Port = closedPort(t)
-	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "count"})
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), PeerKey: f.exec.Key(), Prompt: "count"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestReverseLiveMount(t *testing.T) {
 	if _, ok := f.mount.TunnelSlot(d.ID); ok {
 		t.Fatal("the executor still takes reverse connections for an ended delegation")
 	}
-	http.DefaultClient.CloseIdleConnections() // the delegator's, for its requests
+	delegator.CloseIdleConnections() // the delegator's, for its requests
 	if n := established(t, u.Port()); n != 0 {
 		t.Fatalf("%d connections to the executor's port are left", n)
 	}
@@ -133,7 +133,7 @@ func established(t *testing.T, port string) int {
 // refused before the connection is taken, and the mount goes on.
 func TestTunnelEndpointRefusesWithoutProof(t *testing.T) {
 	f := newLiveFixture(t, `while :; do cat a.txt > seen.txt; sleep 0.05; done`)
-	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "loop", Transport: delegator.TransportSSHFSReverse})
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), PeerKey: f.exec.Key(), Prompt: "loop", Transport: delegator.TransportSSHFSReverse})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestSilentEventStreamIsLost(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	pc := &delegator.PeerClient{BaseURL: srv.URL}
+	pc := &delegator.PeerClient{BaseURL: srv.URL, PlainHTTP: true}
 	id := control.NewDelegationID()
 	start := time.Now()
 	err := pc.Events(context.Background(), id, 0, func(uint64, *control.Event) error { return nil })
@@ -274,7 +274,7 @@ func rawTunnel(t *testing.T, f *liveFixture, id string, extra string) (net.Conn,
 // and the mount goes on.
 func TestParkedTunnelsAreBounded(t *testing.T) {
 	f := newLiveFixture(t, `while :; do cat a.txt > seen.txt; sleep 0.05; done`)
-	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), Prompt: "loop", Transport: delegator.TransportSSHFSReverse})
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), PeerKey: f.exec.Key(), Prompt: "loop", Transport: delegator.TransportSSHFSReverse})
 	if err != nil {
 		t.Fatal(err)
 	}

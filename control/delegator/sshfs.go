@@ -2,6 +2,7 @@ package delegator
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -51,6 +52,9 @@ type SSHFSDelegator struct {
 	// Audit, if set, records every operation of each delegation's
 	// sessions.
 	Audit *AuditLog
+	// Identity is the delegator's identity key, its TLS certificate on a
+	// reverse mount's connections to the executor.
+	Identity ed25519.PrivateKey
 	// Logger default slog.Default().
 	Logger *slog.Logger
 

@@ -77,7 +77,7 @@ func snapshotsRunWith(t *testing.T, peer *snapshotsPeer, mode string) (dlg *Dele
 	dlg, _ = newArchiveDelegator(t, nil, func(o *Options) { o.StagedDir, o.SpoolDir = staged, spool })
 	dir = t.TempDir()
 	os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("owner\n"), 0o644)
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, Prompt: "p", Transport: control.TransportArchive, Snapshot: mode})
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive, Snapshot: mode})
 	if err != nil {
 		t.Fatal(err)
 	}

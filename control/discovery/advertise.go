@@ -80,7 +80,7 @@ func Advertise(ad Advertisement, logger *slog.Logger) (*Advertiser, error) {
 	if len(ad.IPs) == 0 {
 		return nil, errors.New("advertise: no address to advertise")
 	}
-	base := "http://" + net.JoinHostPort(ad.IPs[0].String(), fmt.Sprint(ad.Port))
+	base := "https://" + net.JoinHostPort(ad.IPs[0].String(), fmt.Sprint(ad.Port))
 	txt := []string{
 		txtAgentID + "=" + ad.AgentID,
 		txtName + "=" + ad.Name,

@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -115,7 +116,7 @@ func (b *Browser) init() {
 		b.Logger = slog.Default()
 	}
 	if b.HTTP == nil {
-		b.HTTP = &http.Client{Timeout: 3 * time.Second}
+		b.HTTP = ManifestClient(3 * time.Second)
 	}
 	b.peers = map[string]*Peer{}
 	b.changed = make(chan struct{})
@@ -292,15 +293,12 @@ func hostNets() ([]*net.IPNet, error) {
 	return nets, nil
 }
 
-// baseFrom is the peer's base URL. Only the scheme of the advertised
-// manifest URL is taken, and only when it names the address the answer
-// came with: a manifest URL elsewhere would have this browser fetch from
-// wherever an advertisement says.
+// baseFrom is the peer's base URL: TLS at the address the answer came
+// with, whatever the advertised manifest URL says — one elsewhere would
+// have this browser fetch from wherever an advertisement says, and one in
+// plain HTTP would let the path read and change what it fetches.
 func baseFrom(manifestURL, hostPort string) string {
-	if u, err := url.Parse(manifestURL); err == nil && u.Host == hostPort && (u.Scheme == "http" || u.Scheme == "https") {
-		return u.Scheme + "://" + hostPort
-	}
-	return "http://" + hostPort
+	return "https://" + hostPort
 }
 
 func printable(s string) string {
@@ -313,9 +311,16 @@ func printable(s string) string {
 }
 
 func (b *Browser) fetchManifest(ctx context.Context, p *Peer) {
-	m, err := FetchManifest(ctx, b.HTTP, p.URL)
+	m, tlsKey, err := fetchManifest(ctx, b.HTTP, p.URL)
 	if err != nil {
 		p.ManifestError = err.Error()
+		return
+	}
+	// The key is the connection's: the manifest read over TLS must name
+	// the key its certificate holds, so what the book records of a peer
+	// is what answered at that address, not what it relayed.
+	if m.AWCP != nil && m.AWCP.IdentityKey != "" && m.AWCP.IdentityKey != tlsKey {
+		p.ManifestError = fmt.Sprintf("its manifest shows key %s, but its TLS certificate holds %s", control.Fingerprint(m.AWCP.IdentityKey), control.Fingerprint(tlsKey))
 		return
 	}
 	if m.AgentID != "" && m.AgentID != p.AgentID {
@@ -327,15 +332,31 @@ func (b *Browser) fetchManifest(ctx context.Context, p *Peer) {
 
 // FetchManifest reads GET base/manifest, bounded in size.
 func FetchManifest(ctx context.Context, client *http.Client, base string) (*control.Manifest, error) {
+	m, _, err := fetchManifest(ctx, client, base)
+	return m, err
+}
+
+// fetchManifest is FetchManifest, with the identity key of the TLS
+// certificate it was read under ("" over plain HTTP).
+func fetchManifest(ctx context.Context, client *http.Client, base string) (*control.Manifest, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/manifest", nil)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("manifest: %w", err)
+		return nil, "", fmt.Errorf("manifest: %w", err)
 	}
 	defer resp.Body.Close()
+	tlsKey := ""
+	if resp.TLS != nil && len(resp.TLS.PeerCertificates) > 0 {
+		tlsKey = control.CertificateKey([][]byte{resp.TLS.PeerCertificates[0].Raw})
+	}
+	m, err := readManifest(resp)
+	return m, tlsKey, err
+}
+
+func readManifest(resp *http.Response) (*control.Manifest, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("manifest: HTTP %d", resp.StatusCode)
 	}
@@ -351,6 +372,16 @@ func FetchManifest(ctx context.Context, client *http.Client, base string) (*cont
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
 	return &m, nil
+}
+
+// ManifestClient reads manifests over TLS whatever key the executor
+// shows: a manifest is public, and the key is taken from the connection
+// (fetchManifest), then compared with what the user trusts.
+func ManifestClient(timeout time.Duration) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true}
+	tr.ForceAttemptHTTP2 = false
+	return &http.Client{Timeout: timeout, Transport: tr}
 }
 
 // merge records p, seen at now. Called with b.mu held.

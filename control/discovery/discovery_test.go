@@ -137,11 +137,11 @@ func TestResolveRefusesAClaimedName(t *testing.T) {
 // points elsewhere is not followed.
 func TestBaseURLIsTheAnsweringAddress(t *testing.T) {
 	for _, tc := range []struct{ manifest, want string }{
-		{"http://10.0.0.5:10200/manifest", "http://10.0.0.5:10200"},
+		{"http://10.0.0.5:10200/manifest", "https://10.0.0.5:10200"},
 		{"https://10.0.0.5:10200/manifest", "https://10.0.0.5:10200"},
-		{"http://169.254.169.254/latest/meta-data", "http://10.0.0.5:10200"},
-		{"file:///etc/passwd", "http://10.0.0.5:10200"},
-		{"", "http://10.0.0.5:10200"},
+		{"http://169.254.169.254/latest/meta-data", "https://10.0.0.5:10200"},
+		{"file:///etc/passwd", "https://10.0.0.5:10200"},
+		{"", "https://10.0.0.5:10200"},
 	} {
 		if got := baseFrom(tc.manifest, "10.0.0.5:10200"); got != tc.want {
 			t.Errorf("baseFrom(%q) = %q, want %q", tc.manifest, got, tc.want)
@@ -160,7 +160,7 @@ func TestAnswersOffTheLinkAreIgnored(t *testing.T) {
 		return &mdns.ServiceEntry{Name: "x._awcp._tcp.local.", AddrV4: net.ParseIP(ip).To4(), Port: 10200,
 			InfoFields: []string{"agent_id=" + idA, "name=box", "manifest_url=http://" + ip + ":10200/manifest"}}
 	}
-	if p, ok := fromEntry(answer("10.0.0.5"), nets); !ok || p.URL != "http://10.0.0.5:10200" {
+	if p, ok := fromEntry(answer("10.0.0.5"), nets); !ok || p.URL != "https://10.0.0.5:10200" {
 		t.Fatalf("an answer on the link: %+v %v", p, ok)
 	}
 	for _, ip := range []string{"169.254.169.254", "10.0.1.5", "192.168.1.1"} {

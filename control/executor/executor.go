@@ -83,6 +83,17 @@ type Options struct {
 	// Tokens, if any, are the credentials an INVITE's auth must carry; every
 	// other request must then send one as "Authorization: Bearer". Secret.
 	Tokens []string
+	// AuthorizedDelegators are the identity keys (authorized_keys form)
+	// of delegators admitted without a token: a delegator connecting over
+	// TLS with one of them as its certificate's key is trusted as one that
+	// shows a valid token. With Tokens, either is enough; with neither,
+	// anyone who reaches the port is.
+	AuthorizedDelegators []string
+	// PlainHTTP accepts plain HTTP beside TLS (the reference
+	// implementation's delegators speak nothing else). Without it, and
+	// with an IdentityKey, a plain request is answered a refusal naming
+	// the way to connect.
+	PlainHTTP bool
 	// StartTimeout is how long an accepted INVITE waits for START before
 	// its slot is freed. Default 2m.
 	StartTimeout time.Duration
@@ -516,6 +527,12 @@ func (e *Executor) retention(a *lease.Assignment) time.Duration {
 		return a.Retention
 	}
 	return e.opts.Retention
+}
+
+// openToAll reports whether the executor admits anyone who reaches its
+// port: no token and no authorized delegator key.
+func (e *Executor) openToAll() bool {
+	return len(e.opts.Tokens) == 0 && len(e.opts.AuthorizedDelegators) == 0
 }
 
 func (e *Executor) validToken(tok string) bool {

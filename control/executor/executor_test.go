@@ -32,7 +32,7 @@ import (
 
 // peer is a delegator's client of f.
 func peer(f *executortest.Fixture, token string) *delegator.PeerClient {
-	return &delegator.PeerClient{BaseURL: f.URL(), Token: token}
+	return &delegator.PeerClient{BaseURL: f.URL(), Token: token, PlainHTTP: true}
 }
 
 func invite(id string) *control.Invite {
@@ -556,7 +556,7 @@ func TestExecutorStatusAndAgentCard(t *testing.T) {
 	if !st.OK || st.Active != 1 || st.MaxConcurrent != 3 || len(st.Delegations) != 1 || st.Delegations[0].State != "running" {
 		t.Fatalf("%+v", st)
 	}
-	card, err := (&delegator.PeerClient{BaseURL: f.Srv.URL}).AgentCard(context.Background())
+	card, err := (&delegator.PeerClient{BaseURL: f.Srv.URL, PlainHTTP: true}).AgentCard(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -580,7 +580,7 @@ func TestAgentCardFallback(t *testing.T) {
 		w.Write([]byte(`{"name":"legacy","description":"old card"}`))
 	}))
 	defer old.Close()
-	card, err := (&delegator.PeerClient{BaseURL: old.URL + "/awcp"}).AgentCard(context.Background())
+	card, err := (&delegator.PeerClient{BaseURL: old.URL + "/awcp", PlainHTTP: true}).AgentCard(context.Background())
 	if err != nil || card.Name != "legacy" {
 		t.Fatalf("card %+v, err %v", card, err)
 	}
@@ -589,7 +589,7 @@ func TestAgentCardFallback(t *testing.T) {
 	}
 	none := httptest.NewServer(http.NotFoundHandler())
 	defer none.Close()
-	if _, err := (&delegator.PeerClient{BaseURL: none.URL}).AgentCard(context.Background()); err == nil {
+	if _, err := (&delegator.PeerClient{BaseURL: none.URL, PlainHTTP: true}).AgentCard(context.Background()); err == nil {
 		t.Fatal("no card, no error")
 	}
 }

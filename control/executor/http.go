@@ -101,15 +101,32 @@ func statusOf(code string) int {
 
 // authorized checks the bearer token of a non-INVITE request.
 func (e *Executor) authorized(w http.ResponseWriter, r *http.Request, id string) bool {
-	if len(e.opts.Tokens) == 0 {
+	if e.openToAll() || e.keyAuthorized(r) {
 		return true
 	}
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if ok && e.validToken(tok) {
 		return true
 	}
-	e.refuseAuth(w, id, "missing or invalid bearer token")
+	e.refuseAuth(w, id, "missing or invalid bearer token, and no authorized delegator key")
 	return false
+}
+
+// delegatorKey is the identity key of the delegator that sent r, as its
+// TLS certificate shows it; "" over plain HTTP or without a certificate.
+func delegatorKey(r *http.Request) string {
+	cs, ok := httpserve.PeerTLS(r)
+	if !ok || len(cs.PeerCertificates) == 0 {
+		return ""
+	}
+	return control.CertificateKey([][]byte{cs.PeerCertificates[0].Raw})
+}
+
+// keyAuthorized reports whether r came from a delegator whose key the
+// operator authorized.
+func (e *Executor) keyAuthorized(r *http.Request) bool {
+	key := delegatorKey(r)
+	return key != "" && slices.Contains(e.opts.AuthorizedDelegators, key)
 }
 
 // refuseAuth answers a request refused for its token (AUTH_FAILED), and
@@ -136,8 +153,9 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 	// can pass without one, and it is small. A wrong bearer token is
 	// refused before the body is read at all.
 	bearer, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	trusted := len(e.opts.Tokens) == 0 || (hasBearer && e.validToken(bearer))
-	if len(e.opts.Tokens) > 0 && hasBearer && !trusted {
+	byKey := e.keyAuthorized(r)
+	trusted := e.openToAll() || byKey || (hasBearer && e.validToken(bearer))
+	if hasBearer && !trusted {
 		e.refuseAuth(w, "", "missing or invalid bearer token")
 		return
 	}
@@ -211,7 +229,10 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	switch m := msg.(type) {
 	case *control.Invite:
-		acc, pe := e.admit(m, r.RemoteAddr)
+		if _, tls := httpserve.PeerTLS(r); !tls && e.opts.IdentityKey != nil {
+			e.log.Warn("INVITE over plain HTTP (--plain-http): its token, its START and its events travel in clear", "delegation", m.DelegationID, "peer", r.RemoteAddr)
+		}
+		acc, pe := e.admit(m, r.RemoteAddr, byKey)
 		if pe != nil {
 			e.log.Info("INVITE refused", "delegation", m.DelegationID, "code", pe.Code, "reason", pe.Message)
 			e.opts.Metrics.Refused(pe.Code)
@@ -539,7 +560,7 @@ func (e *Executor) handleCard(w http.ResponseWriter, r *http.Request) {
 		"accessModes":   e.opts.AccessModes,
 		"maxConcurrent": e.opts.MaxConcurrent,
 		"maxTtlSeconds": int64(e.opts.MaxTTL / time.Second),
-		"authRequired":  len(e.opts.Tokens) > 0,
+		"authRequired":  !e.openToAll(),
 		"dialects":      []string{control.DialectSeed, control.DialectHead},
 	}
 	if e.opts.AgentID != "" {
@@ -601,7 +622,7 @@ func (e *Executor) handleManifest(w http.ResponseWriter, r *http.Request) {
 			MaxConcurrent: e.opts.MaxConcurrent,
 			FreeSlots:     max(e.opts.MaxConcurrent-active, 0),
 			Dialects:      []string{control.DialectSeed, control.DialectHead},
-			AuthRequired:  len(e.opts.Tokens) > 0,
+			AuthRequired:  !e.openToAll(),
 			CallChain:     e.opts.AgentID != "",
 			IdentityKey:   identityPublic(e.opts.IdentityKey),
 			Sessions:      e.sessionProtocols(),

@@ -24,10 +24,13 @@ import (
 )
 
 // admit handles INVITE.
-func (e *Executor) admit(inv *control.Invite, peer string) (*control.Accept, *control.ProtocolError) {
-	if len(e.opts.Tokens) > 0 && (inv.Auth == nil || !e.validToken(inv.Auth.Credential)) {
-		return nil, control.Errorf(control.CodeAuthFailed, "INVITE carries no valid credential").
-			WithHint("pass the executor's token with --token")
+func (e *Executor) admit(inv *control.Invite, peer string, byKey bool) (*control.Accept, *control.ProtocolError) {
+	if !e.openToAll() && !byKey && (inv.Auth == nil || !e.validToken(inv.Auth.Credential)) {
+		hint := "pass the executor's token with --token"
+		if len(e.opts.AuthorizedDelegators) > 0 {
+			hint = "pass the executor's token with --token, or have its operator add this delegator's key (`awcp-ctl peers self`) to its authorized delegators"
+		}
+		return nil, control.Errorf(control.CodeAuthFailed, "INVITE carries no valid credential").WithHint(hint)
 	}
 	if err := control.CheckCallChain(inv.CallChain); err != nil {
 		return nil, control.Errorf(control.CodeDeclined, "INVITE's %v", err).

@@ -49,7 +49,7 @@ func TestExecutorAwayIsShownNotFailed(t *testing.T) {
 		t.Errorf("the status table does not say the executor is unreachable:\n%s", r.stdout)
 	}
 
-	x.start(t, strings.TrimPrefix(x.url, "http://"))
+	x.start(t, x.addr)
 	exp.Wait()
 	if !strings.Contains(exp.stderr.String(), "awcp: executor unreachable since ") || !strings.Contains(exp.stderr.String(), "error TASK_FAILED") {
 		t.Fatalf("export while the executor was away and back: exit %d\n%s", exp.ProcessState.ExitCode(), exp.stderr.String())

@@ -114,7 +114,7 @@ func TestAgentInheritsNoDescriptorAndDeadExecutorFails(t *testing.T) {
 
 	// Started again, awcp-fs stops the orphaned agents, unmounts and
 	// removes the work dirs.
-	x.start(t, strings.TrimPrefix(x.url, "http://"))
+	x.start(t, x.addr)
 	for _, pid := range agents {
 		waitGone(t, pid)
 	}

@@ -62,7 +62,7 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 	// reset at both ends (ss -K): the gateway's channel and the
 	// delegator's event streams.
 	mark := t.TempDir()
-	_, port, _ := strings.Cut(strings.TrimPrefix(x.url, "http://"), ":")
+	_, port, _ := strings.Cut(x.addr, ":")
 	cut := make(chan string, 1)
 	go func() {
 		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {

@@ -57,7 +57,9 @@ func TestMain(m *testing.M) {
 
 // executor is a running `awcp-fs serve`.
 type executor struct {
-	url      string
+	url      string // the URL delegators are given: http:// (plain HTTP accepted) unless started TLS only
+	addr     string // host:port
+	state    string // its state dir
 	workRoot string
 	args     []string // of awcp-fs, for a restart
 	cmd      *exec.Cmd
@@ -66,12 +68,33 @@ type executor struct {
 
 // startExecutor runs awcp-fs serve on a free loopback port with agentCmd and
 // extra flags, and stops it (SIGTERM) at cleanup.
+//
+// The suite's delegators speak plain HTTP to it (--plain-http at both
+// ends: newCtl's environment), so that every test can name it by URL;
+// TLS between the two, and the refusals of plain HTTP, are tried by the
+// tests that start it with startTLSExecutor (and by discovery, whose
+// trusted peers are always reached over TLS).
 func startExecutor(t *testing.T, agentCmd string, extra ...string) *executor {
 	t.Helper()
+	return startExecutorTLS(t, agentCmd, false, extra...)
+}
+
+// startTLSExecutor is startExecutor without --plain-http: TLS only, its
+// url https://.
+func startTLSExecutor(t *testing.T, agentCmd string, extra ...string) *executor {
+	t.Helper()
+	return startExecutorTLS(t, agentCmd, true, extra...)
+}
+
+func startExecutorTLS(t *testing.T, agentCmd string, tlsOnly bool, extra ...string) *executor {
+	t.Helper()
 	dir := t.TempDir()
-	x := &executor{workRoot: filepath.Join(dir, "work"), log: new(bytes.Buffer)}
-	x.args = append([]string{"serve", "--state-dir", filepath.Join(dir, "state"), "--work-root", x.workRoot,
+	x := &executor{workRoot: filepath.Join(dir, "work"), state: filepath.Join(dir, "state"), log: new(bytes.Buffer)}
+	x.args = append([]string{"serve", "--state-dir", x.state, "--work-root", x.workRoot,
 		"--agent-cmd", agentCmd, "--log-level", "info"}, extra...)
+	if !tlsOnly {
+		x.args = append(x.args, "--plain-http")
+	}
 	if !slices.Contains(extra, "--sandbox") {
 		// The tests' agents leave markers (pid files, journals) in the
 		// test's temporary dirs: their sandbox grants them, except in the
@@ -115,11 +138,25 @@ func (x *executor) start(t *testing.T, listen string) {
 	if err != nil {
 		t.Fatalf("awcp-fs did not start: %v\n%s", err, x.log)
 	}
-	_, addr, ok := strings.Cut(strings.TrimSpace(line), "listening on ")
-	if !ok {
+	_, url, ok := strings.Cut(strings.TrimSpace(line), "listening on ")
+	if !ok || !strings.HasPrefix(url, "https://") {
 		t.Fatalf("unexpected first line %q", line)
 	}
-	x.url = addr
+	x.addr = strings.TrimPrefix(url, "https://")
+	x.url = url
+	if slices.Contains(x.args, "--plain-http") {
+		x.url = "http://" + x.addr
+	}
+}
+
+// key is the executor's identity key, as `awcp-fs id` prints it.
+func (x *executor) key(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(binDir, "awcp-fs"), "id", "--state-dir", x.state).Output()
+	if err != nil {
+		t.Fatalf("awcp-fs id: %v", err)
+	}
+	return strings.SplitN(string(out), "\n", 2)[0]
 }
 
 // crash kills awcp-fs with SIGKILL and starts it again on the same address
@@ -128,7 +165,7 @@ func (x *executor) crash(t *testing.T) {
 	t.Helper()
 	x.cmd.Process.Kill()
 	x.cmd.Wait()
-	x.start(t, strings.TrimPrefix(x.url, "http://"))
+	x.start(t, x.addr)
 }
 
 // workRootEmpty fails unless the executor left nothing in its work root.
@@ -147,6 +184,7 @@ func (x *executor) workRootEmpty(t *testing.T) {
 type ctl struct {
 	t     *testing.T
 	state string
+	tls   bool // no AWCP_PLAIN_HTTP in its environment
 }
 
 func newCtl(t *testing.T) *ctl {
@@ -163,6 +201,9 @@ type result struct {
 func (c *ctl) command(args ...string) *exec.Cmd {
 	cmd := exec.Command(filepath.Join(binDir, "awcp-ctl"), args...)
 	cmd.Env = append(os.Environ(), "AWCP_STATE_DIR="+c.state)
+	if !c.tls {
+		cmd.Env = append(cmd.Env, "AWCP_PLAIN_HTTP=1")
+	}
 	return cmd
 }
 

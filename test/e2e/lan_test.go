@@ -104,7 +104,9 @@ func (l *lan) add(name string, i int) *node {
 // command is bin run in n's namespace with n's state dir.
 func (n *node) command(bin string, args ...string) *exec.Cmd {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", n.ns, filepath.Join(binDir, bin)}, args...)...)
-	cmd.Env = append(os.Environ(), "AWCP_STATE_DIR="+n.state, "AWCP_BIN_DIR="+binDir)
+	// Plain HTTP accepted and spoken where a test names a peer by URL;
+	// peers chosen by discovery are reached over TLS whatever this says.
+	cmd.Env = append(os.Environ(), "AWCP_STATE_DIR="+n.state, "AWCP_BIN_DIR="+binDir, "AWCP_PLAIN_HTTP=1")
 	return cmd
 }
 
@@ -293,7 +295,7 @@ func TestLANDiscovery(t *testing.T) {
 		online[ev.Peer.Name] = ev
 	}
 	t.Logf("both found in %s", time.Since(start).Round(time.Millisecond))
-	if ev := online["b"]; ev.Peer.AgentID != b.agentID(t) || ev.Peer.URL != "http://"+b.ip+":10200" || ev.Peer.Manifest.AgentID != b.agentID(t) {
+	if ev := online["b"]; ev.Peer.AgentID != b.agentID(t) || ev.Peer.URL != "https://"+b.ip+":10200" || ev.Peer.Manifest.AgentID != b.agentID(t) {
 		t.Fatalf("b found as %+v", ev.Peer)
 	}
 	if got := online["c"].Peer.Manifest.AWCP.Transports; len(got) != 1 || got[0] != "archive" {

@@ -34,8 +34,9 @@ func (p Peer) Name() string {
 
 // Discover fetches the agent card of every URL at once (spec §8.3), each
 // bounded by timeout. A peer that does not answer is returned with Err set:
-// discovery never fails as a whole.
-func Discover(ctx context.Context, client *http.Client, urls []string, token string, timeout time.Duration) []Peer {
+// discovery never fails as a whole. plain allows http:// URLs (plain
+// HTTP, the token in clear); without it they are refused.
+func Discover(ctx context.Context, client *http.Client, urls []string, token string, plain bool, timeout time.Duration) []Peer {
 	peers := make([]Peer, len(urls))
 	var wg sync.WaitGroup
 	for i, u := range urls {
@@ -45,7 +46,7 @@ func Discover(ctx context.Context, client *http.Client, urls []string, token str
 			defer wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			pc := &delegator.PeerClient{BaseURL: u, Token: token, HTTP: client}
+			pc := &delegator.PeerClient{BaseURL: u, Token: token, HTTP: client, PlainHTTP: plain}
 			peers[i].Card, peers[i].Err = pc.AgentCard(cctx)
 		}()
 	}

@@ -94,7 +94,9 @@ type Options struct {
 	NoHideDefaults                     bool
 	NoDelete                           bool
 	AllowGitControl, LendHiddenHistory bool
-	MaxWriteBytes                      int64
+	// PlainHTTP lets delegations reach http:// executors over plain HTTP.
+	PlainHTTP     bool
+	MaxWriteBytes int64
 	// Limits are admission's (zero fields: the transport's defaults).
 	Limits delegator.AdmissionLimits
 	// SnapshotMode of new delegations whose call names none: auto,
@@ -286,7 +288,7 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 		dir = filepath.Join(cwd, dir)
 	}
 	id, err := s.dlg.Start(ctx, delegator.ExportRequest{
-		Dir: dir, Peer: peer.URL, PeerAgentID: peer.AgentID, PeerName: peer.Name, PeerKey: peer.Key, PeerChoice: peer.why, CallChain: s.opts.CallChain,
+		Dir: dir, Peer: peer.URL, PeerAgentID: peer.AgentID, PeerName: peer.Name, PeerKey: peer.Key, PeerChoice: peer.why, CallChain: s.opts.CallChain, PlainHTTP: s.opts.PlainHTTP,
 		Prompt: in.Prompt, Description: strings.TrimSpace(in.Description),
 		TTL: time.Duration(in.TTLSeconds) * time.Second, Access: in.AccessMode,
 		Transport: s.opts.Transport, Token: s.opts.Token, Dialect: s.opts.Dialect,

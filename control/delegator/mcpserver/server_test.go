@@ -61,6 +61,7 @@ func (p *inProcess) List() ([]*lease.Delegation, error)        { return p.store.
 // nil, is an in-process one on a fresh store.
 func connect(t *testing.T, opts Options) *mcp.ClientSession {
 	t.Helper()
+	opts.PlainHTTP = true // the tests' executors are plain httptest servers
 	if opts.Delegator == nil {
 		state := t.TempDir()
 		store, err := lease.Open(filepath.Join(state, "delegator.db"), lease.Options{Shared: true})
@@ -310,7 +311,7 @@ func TestDiscoveryDescribesPeers(t *testing.T) {
 		o.Name, o.Description = "gpu-box", "trains models\nand runs CUDA"
 		o.Skills = []control.CardSkill{{ID: "cuda", Name: "cuda", Description: "CUDA kernels"}}
 	}).URL()
-	peers := Discover(context.Background(), nil, []string{peer, "http://127.0.0.1:1"}, "", 2*time.Second)
+	peers := Discover(context.Background(), nil, []string{peer, "http://127.0.0.1:1"}, "", true, 2*time.Second)
 	if peers[0].Err != nil || peers[0].Name() != "gpu-box" || peers[1].Err == nil {
 		t.Fatalf("discovery: %+v", peers)
 	}

@@ -8,6 +8,8 @@ package executortest
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -34,7 +36,9 @@ type Fixture struct {
 	Root  string // the work root
 	State string // the state dir
 	Store *lease.Store
-	stop  func()
+	// Identity is the executor's identity key: its TLS certificate.
+	Identity ed25519.PrivateKey
+	stop     func()
 }
 
 // New serves an Executor running agentCmd with the archive transport, a
@@ -48,7 +52,11 @@ func New(t testing.TB, agentCmd string, mod func(*executor.Options)) *Fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &Fixture{T: t, Root: filepath.Join(dir, "work"), State: state, Store: store}
+	_, identity, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &Fixture{T: t, Root: filepath.Join(dir, "work"), State: state, Store: store, Identity: identity}
 	f.Start(agentCmd, mod)
 	t.Cleanup(func() { f.Stop(); store.Close() })
 	return f
@@ -60,11 +68,12 @@ func (f *Fixture) Start(agentCmd string, mod func(*executor.Options)) {
 	opts := executor.Options{
 		WorkRoot: f.Root, AgentCommand: agentCmd, Store: f.Store, StateDir: f.State,
 		Transports: []control.ExecutorTransport{&executor.ArchiveExecutor{}}, KillGrace: 200 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler),
+		Logger: slog.New(slog.DiscardHandler), IdentityKey: f.Identity, PlainHTTP: true,
 	}
 	if mod != nil {
 		mod(&opts)
 	}
+	f.Identity = opts.IdentityKey
 	e, err := executor.New(opts)
 	if err != nil {
 		f.T.Fatal(err)
@@ -76,7 +85,17 @@ func (f *Fixture) Start(agentCmd string, mod func(*executor.Options)) {
 	// The daemon's own server (Serve): its timeouts, its connection cap.
 	srv := httptest.NewUnstartedServer(e.Handler())
 	srv.Config = httpserve.NewServer(e.Handler())
+	srv.Config.ConnContext = httpserve.WithConn
 	srv.Listener = httpserve.LimitListener(srv.Listener, httpserve.MaxConns)
+	if opts.IdentityKey != nil {
+		// TLS, and plain HTTP where the options allow it, on one port,
+		// as Serve does.
+		cert, err := control.IdentityCertificate(opts.IdentityKey)
+		if err != nil {
+			f.T.Fatal(err)
+		}
+		srv.Listener = httpserve.TLSOrPlain(srv.Listener, control.ServerTLSConfig(cert), opts.PlainHTTP, []byte("HTTP/1.1 426 Upgrade Required\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"))
+	}
 	srv.Start()
 	f.Exec, f.Srv = e, srv
 	f.stop = func() {
@@ -96,8 +115,12 @@ func (f *Fixture) Stop() {
 	}
 }
 
-// URL is the executor's base URL.
+// URL is the executor's base URL, for plain HTTP; a PeerClient with Key
+// reaches it over TLS.
 func (f *Fixture) URL() string { return f.Srv.URL }
+
+// Key is the executor's identity key, in authorized_keys form.
+func (f *Fixture) Key() string { return control.IdentityPublic(f.Identity) }
 
 // WaitWorkDirRemoved waits up to 2 s for delegation id's work dir to be
 // removed, and fails the test if it is not.

@@ -26,11 +26,17 @@ for _ in $(seq 50); do
 	sleep 0.1
 done
 
+# Between the two, TLS: the executor's certificate is its identity key,
+# which the delegator pins (--peer-key) — here read from the executor's
+# state; on two machines, compare the fingerprint `awcp-fs id` prints.
+KEY=$("$BIN/awcp-fs" id --state-dir "$TMP/executor-state" | head -n 1)
+echo "== the executor's identity: $("$BIN/awcp-fs" id --state-dir "$TMP/executor-state" | sed -n 's/^fingerprint //p')"
+
 # The default transport is the live mount; without FUSE it falls back to
 # the archive transport by itself, and says so.
-echo "== delegating: awcp-ctl export workspace --peer http://127.0.0.1:$PORT"
+echo "== delegating: awcp-ctl export workspace --peer https://127.0.0.1:$PORT --peer-key '$KEY'"
 "$BIN/awcp-ctl" --state-dir "$TMP/delegator-state" export "$TMP/workspace" \
-	--peer "http://127.0.0.1:$PORT" --ssh-listen 127.0.0.1:0 \
+	--peer "https://127.0.0.1:$PORT" --peer-key "$KEY" --ssh-listen 127.0.0.1:0 \
 	--prompt "Make greet.sh executable, add a test for it, and close the TODO."
 
 echo "== workspace after:"
