@@ -113,12 +113,12 @@ type Delegation struct {
 	// PeerKey is the identity key trusted for PeerAgentID (the peer book's
 	// pin): the executor proves it holds it before anything secret is
 	// sent (control/identity.go).
-	PeerKey  string `json:"peerKey,omitempty"`
+	PeerKey string `json:"peerKey,omitempty"`
 	// PlainHTTP says the delegator speaks plain HTTP to the executor
 	// (--plain-http: the reference implementation's dialect); otherwise
 	// TLS, pinned to PeerKey.
-	PlainHTTP bool `json:"plainHttp,omitempty"`
-	PeerName string `json:"peerName,omitempty"`
+	PlainHTTP bool   `json:"plainHttp,omitempty"`
+	PeerName  string `json:"peerName,omitempty"`
 	// Channel is how the executor's side stands as this delegator last
 	// saw it (channel.go); nil before START. It means nothing once the
 	// lease has ended, and is not shown then.
