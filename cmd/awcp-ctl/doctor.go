@@ -85,6 +85,9 @@ func doctor(ctx context.Context, c *cli.Context) error {
 	}
 	client := &delegator.PeerClient{BaseURL: peer, Token: token, HTTP: &http.Client{Timeout: 10 * time.Second},
 		Key: c.String("peer-key"), PlainHTTP: c.Bool("plain-http"), Identity: identity}
+	if client.Key == "" {
+		client.AgentID, client.Key = (&discovery.Browser{Book: filepath.Join(state, "peers.json")}).KeyAt(peer)
+	}
 	reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	card, err := client.AgentCard(reqCtx)

@@ -70,7 +70,8 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 		return err
 	}
 	e.mcp = true
-	peers := mcpserver.Discover(ctx, nil, c.StringSlice("peers"), token, c.Bool("plain-http"), clikit.Duration(c, "discovery-timeout"))
+	book := e.browser(c)
+	peers := mcpserver.Discover(ctx, nil, c.StringSlice("peers"), token, c.Bool("plain-http"), book.KeyAt, clikit.Duration(c, "discovery-timeout"))
 	for _, p := range peers {
 		if p.Err != nil {
 			e.log.Warn("peer offline at start", "peer", p.URL, "err", p.Err)
@@ -103,6 +104,7 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 		NoDelete:          c.Bool("no-delete"),
 		AllowGitControl:   c.Bool("allow-git-control"),
 		PlainHTTP:         c.Bool("plain-http"),
+		KeyFor:            book.KeyAt,
 		LendHiddenHistory: c.Bool("lend-hidden-history"),
 		MaxWriteBytes:     maxWrite,
 		Limits:            admissionLimits(c),

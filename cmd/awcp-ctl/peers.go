@@ -43,6 +43,11 @@ func isURL(peer string) bool { return strings.Contains(peer, "://") }
 // executor found on the network, and says which and why.
 func (e *env) resolvePeer(ctx context.Context, c *cli.Context, req *delegator.ExportRequest) error {
 	if isURL(req.Peer) {
+		// A URL the user trusted a key at (`peers trust URL`) is reached
+		// pinned to that key.
+		if req.PeerKey == "" {
+			req.PeerAgentID, req.PeerKey = e.browser(c).KeyAt(req.Peer)
+		}
 		return nil
 	}
 	// host:port, as ssh and rsync take it, is an address, not a name.
@@ -261,10 +266,12 @@ func selfCommand() *cli.Command {
 func trustCommand(ctx context.Context) *cli.Command {
 	return &cli.Command{
 		Name:      "trust",
-		Usage:     "trust an executor's identity key: only trusted executors are chosen by --peer NAME|ID|auto, and each proves its key before any token is sent",
-		ArgsUsage: "AGENT-ID",
+		Usage:     "trust an executor's identity key: only trusted executors are chosen by --peer NAME|ID|auto, and every connection to one is TLS pinned to its key",
+		ArgsUsage: "AGENT-ID|https://HOST:PORT",
 		Description: "Names and ids on mDNS are claims anyone on the network can make. Check the key shown\n" +
-			"(`awcp-fs serve` on the executor logs its identity) before you trust it.",
+			"(`awcp-fs id` on the executor prints it; `awcp-fs serve` logs it) before you trust it.\n" +
+			"Given a URL, the key the executor shows over TLS is pinned for that URL: --peer URL then\n" +
+			"needs no --peer-key.",
 		Flags: append(append(clikit.CommonFlags(),
 			&cli.StringFlag{Name: "key", Usage: "the key to trust (ssh-ed25519 AAAA…), instead of the one the executor shows now"},
 		), browseFlags()...),
@@ -277,6 +284,18 @@ func trustCommand(ctx context.Context) *cli.Command {
 				return err
 			}
 			b := e.browser(c)
+			if arg := c.Args().First(); isURL(arg) {
+				p, err := b.TrustAt(ctx, arg, c.String("key"))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(c.App.Writer, "trusted %s (%s) at %s: key %s\n", clikit.Printable(p.Name), p.AgentID, p.URL, control.Fingerprint(p.TrustedKey))
+				if c.String("key") == "" {
+					fmt.Fprintf(c.App.Writer, "first contact: compare that fingerprint with what `awcp-fs id` prints on the executor; if they differ, run `awcp-ctl peers trust %s --key KEY` with the right key\n", p.URL)
+				}
+				fmt.Fprintf(c.App.Writer, "this delegator is %s: its operator may admit it by key (`awcp-ctl peers self` prints it)\n", control.Fingerprint(control.IdentityPublic(e.identity)))
+				return nil
+			}
 			if c.String("key") == "" {
 				if err := b.Round(ctx); err != nil {
 					return fmt.Errorf("mDNS: %w", err)

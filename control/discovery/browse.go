@@ -580,3 +580,69 @@ func (b *Browser) Trust(id, key string) (Peer, error) {
 	b.mu.Unlock()
 	return out, b.save()
 }
+
+// TrustAt pins the identity key of the executor at base, a URL the user
+// gave (`awcp-ctl peers trust https://HOST:PORT`): its manifest is read
+// over TLS and the key taken from the connection. Where key is given it
+// must be the one the executor shows; else the one shown is pinned, and
+// the caller shows its fingerprint for the user to compare. The peer is
+// recorded in the book at base.
+func (b *Browser) TrustAt(ctx context.Context, base, key string) (Peer, error) {
+	b.init()
+	if !strings.HasPrefix(base, "https://") {
+		return Peer{}, fmt.Errorf("%s: a key is pinned for a TLS peer: give https://HOST:PORT", base)
+	}
+	base = strings.TrimSuffix(base, "/")
+	m, tlsKey, err := fetchManifest(ctx, b.HTTP, base)
+	if err != nil {
+		return Peer{}, fmt.Errorf("%s: %w", base, err)
+	}
+	if tlsKey == "" {
+		return Peer{}, fmt.Errorf("%s showed no identity key", base)
+	}
+	if key != "" {
+		pub, err := control.ParseIdentityKey(key)
+		if err != nil {
+			return Peer{}, err
+		}
+		if control.IdentityKeyText(pub) != tlsKey {
+			return Peer{}, fmt.Errorf("the executor at %s shows key %s, not the one given (%s): nothing was pinned", base, control.Fingerprint(tlsKey), control.Fingerprint(key))
+		}
+	}
+	if m.AgentID == "" || !uuidForm.MatchString(m.AgentID) {
+		return Peer{}, fmt.Errorf("the executor at %s names no agent id", base)
+	}
+	b.mu.Lock()
+	p, ok := b.peers[m.AgentID]
+	if !ok {
+		if len(b.peers) >= MaxPeers && !b.evictUntrusted() {
+			b.mu.Unlock()
+			return Peer{}, fmt.Errorf("the book holds %d trusted peers already", MaxPeers)
+		}
+		p = &Peer{AgentID: m.AgentID, FirstSeen: time.Now()}
+		b.peers[m.AgentID] = p
+	}
+	p.Name, p.URL, p.Manifest, p.TrustedKey, p.Impostor = printable(m.Name), base, m, tlsKey, ""
+	if p.Name == "" {
+		p.Name = m.AgentID
+	}
+	b.dirty = true
+	out := *p
+	b.mu.Unlock()
+	return out, b.save()
+}
+
+// KeyAt is the agent id and the trusted key of the peer the book has at
+// base (a URL), if the user trusts one there.
+func (b *Browser) KeyAt(base string) (agentID, key string) {
+	b.init()
+	base = strings.TrimSuffix(base, "/")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.peers {
+		if p.TrustedKey != "" && p.URL == base {
+			return p.AgentID, p.TrustedKey
+		}
+	}
+	return "", ""
+}

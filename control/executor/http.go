@@ -234,7 +234,10 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 		}
 		acc, pe := e.admit(m, r.RemoteAddr, byKey)
 		if pe != nil {
-			e.log.Info("INVITE refused", "delegation", m.DelegationID, "code", pe.Code, "reason", pe.Message)
+			// The delegator's key, for the operator to compare and, if it
+			// is one they know, to authorize (--authorized-delegators).
+			e.log.Info("INVITE refused", "delegation", m.DelegationID, "code", pe.Code, "reason", pe.Message,
+				"delegator", control.Fingerprint(delegatorKey(r)), "delegator key", delegatorKey(r))
 			e.opts.Metrics.Refused(pe.Code)
 			writeError(w, statusOf(pe.Code), pe.ToMessage(m.DelegationID))
 			return

@@ -18,6 +18,9 @@ import (
 type Peer struct {
 	// URL is the executor's base URL as configured (--peers).
 	URL string
+	// AgentID and Key are the identity trusted at URL (`awcp-ctl peers
+	// trust URL`), if any: it is reached over TLS pinned to Key.
+	AgentID, Key string
 	// Card is its agent card; nil when it could not be fetched.
 	Card *control.AgentCard
 	// Err says why there is no card: the peer is listed as offline.
@@ -36,17 +39,20 @@ func (p Peer) Name() string {
 // bounded by timeout. A peer that does not answer is returned with Err set:
 // discovery never fails as a whole. plain allows http:// URLs (plain
 // HTTP, the token in clear); without it they are refused.
-func Discover(ctx context.Context, client *http.Client, urls []string, token string, plain bool, timeout time.Duration) []Peer {
+func Discover(ctx context.Context, client *http.Client, urls []string, token string, plain bool, keyFor KeyFor, timeout time.Duration) []Peer {
 	peers := make([]Peer, len(urls))
 	var wg sync.WaitGroup
 	for i, u := range urls {
 		peers[i].URL = u
+		if keyFor != nil {
+			peers[i].AgentID, peers[i].Key = keyFor(u)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			pc := &delegator.PeerClient{BaseURL: u, Token: token, HTTP: client, PlainHTTP: plain}
+			pc := &delegator.PeerClient{BaseURL: u, Token: token, HTTP: client, PlainHTTP: plain, AgentID: peers[i].AgentID, Key: peers[i].Key}
 			peers[i].Card, peers[i].Err = pc.AgentCard(cctx)
 		}()
 	}
@@ -134,6 +140,10 @@ type PeerFinder interface {
 	Lookup(ctx context.Context, arg string, want discovery.Want) (discovery.Peer, string, error)
 }
 
+// KeyFor is the agent id and identity key the user trusts at a URL, if
+// any (discovery.Browser.KeyAt).
+type KeyFor func(url string) (agentID, key string)
+
 // chosenPeer is the executor a delegation goes to, and how it was chosen
 // when discovery chose it.
 type chosenPeer struct {
@@ -148,11 +158,15 @@ func (s *server) pickPeer(ctx context.Context, arg, access string) (chosenPeer, 
 	if arg != "" {
 		for _, p := range peers {
 			if p.Card != nil && p.Card.Name == arg {
-				return chosenPeer{URL: p.URL}, nil
+				return chosenPeer{URL: p.URL, AgentID: p.AgentID, Key: p.Key}, nil
 			}
 		}
 		if strings.Contains(arg, "://") {
-			return chosenPeer{URL: arg}, nil
+			c := chosenPeer{URL: arg}
+			if s.opts.KeyFor != nil {
+				c.AgentID, c.Key = s.opts.KeyFor(arg)
+			}
+			return c, nil
 		}
 		if s.opts.Finder == nil {
 			return chosenPeer{}, control.Errorf(control.CodeDeclined, "peer_url %q is neither a URL nor the name of a listed executor", arg).
@@ -162,7 +176,7 @@ func (s *server) pickPeer(ctx context.Context, arg, access string) (chosenPeer, 
 	}
 	switch {
 	case len(peers) == 1:
-		return chosenPeer{URL: peers[0].URL}, nil
+		return chosenPeer{URL: peers[0].URL, AgentID: peers[0].AgentID, Key: peers[0].Key}, nil
 	case len(peers) == 0 && s.opts.Finder != nil:
 		return s.discover(ctx, discovery.Auto, access)
 	case len(peers) == 0:

@@ -95,7 +95,9 @@ type Options struct {
 	NoDelete                           bool
 	AllowGitControl, LendHiddenHistory bool
 	// PlainHTTP lets delegations reach http:// executors over plain HTTP.
-	PlainHTTP     bool
+	PlainHTTP bool
+	// KeyFor, if set, gives the key trusted at a peer URL a call names.
+	KeyFor        KeyFor
 	MaxWriteBytes int64
 	// Limits are admission's (zero fields: the transport's defaults).
 	Limits delegator.AdmissionLimits

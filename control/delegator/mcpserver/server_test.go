@@ -311,7 +311,7 @@ func TestDiscoveryDescribesPeers(t *testing.T) {
 		o.Name, o.Description = "gpu-box", "trains models\nand runs CUDA"
 		o.Skills = []control.CardSkill{{ID: "cuda", Name: "cuda", Description: "CUDA kernels"}}
 	}).URL()
-	peers := Discover(context.Background(), nil, []string{peer, "http://127.0.0.1:1"}, "", true, 2*time.Second)
+	peers := Discover(context.Background(), nil, []string{peer, "http://127.0.0.1:1"}, "", true, nil, 2*time.Second)
 	if peers[0].Err != nil || peers[0].Name() != "gpu-box" || peers[1].Err == nil {
 		t.Fatalf("discovery: %+v", peers)
 	}
