@@ -376,6 +376,12 @@ loop:
 	return err
 }
 
+// ServeAlso serves ln beside Serve's listener until ln is closed (or
+// Serve ends): connections accepted on it outlive it, and end as any.
+func (s *Server) ServeAlso(ln net.Listener) {
+	s.ssh.Serve(ln)
+}
+
 // ServeTunnel serves one connection the delegator opened to the executor
 // for delegation id (the reverse live mount: control/tunnel.go), as if the
 // executor had dialled it, until it ends. Only id may log in over it.

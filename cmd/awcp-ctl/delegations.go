@@ -185,11 +185,18 @@ func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err er
 			listen = net.JoinHostPort(delegator.AdvertiseHost(u.Hostname()), "0")
 		}
 	}
+	perAddress := false
+	if !c.IsSet("ssh-listen") && c.Command != nil && c.Command.Name == "serve" && c.String("ssh-advertise") == "" {
+		// The daemon lends to executors anywhere: its SSH port is opened
+		// on loopback, and on the address facing each executor while a
+		// delegation to it runs — not on every network of this machine.
+		listen, perAddress = "127.0.0.1:0", true
+	}
 	if h, _, err := net.SplitHostPort(listen); err == nil && (h == "" || h == "0.0.0.0" || h == "::") && c.Command != nil && c.Command.Name == "serve" {
 		e.log.Warn("the SSH server for live mounts listens on every address of this machine (" + listen +
-			"): only certificates this delegator issued get in, but anyone who reaches it can knock; give --ssh-listen ADDR:PORT to open it on one network only")
+			"): only certificates this delegator issued get in, but anyone who reaches it can knock; without --ssh-listen it opens on the address facing each executor only")
 	}
-	opts := delegator.SSHOptions{StateDir: e.state, Store: e.store,
+	opts := delegator.SSHOptions{StateDir: e.state, Store: e.store, PerAddress: perAddress,
 		Listen: listen, AdvertiseHost: host, AdvertisePort: port, Logger: e.log,
 		AuditRecords: records, NoAudit: records == 0, AuditRetention: clikit.Duration(c, "audit-retention")}
 	if e.metrics != nil {

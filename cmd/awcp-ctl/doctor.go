@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -79,9 +81,11 @@ func doctor(ctx context.Context, c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	identity, err := discovery.IdentityKey(state)
-	if err != nil {
-		return err
+	// The delegator's certificate, where it has an identity already
+	// (doctor makes nothing in a state dir).
+	var identity ed25519.PrivateKey
+	if _, err := os.Stat(state); err == nil {
+		identity, _ = discovery.IdentityKey(state)
 	}
 	client := &delegator.PeerClient{BaseURL: peer, Token: token, HTTP: &http.Client{Timeout: 10 * time.Second},
 		Key: c.String("peer-key"), PlainHTTP: c.Bool("plain-http"), Identity: identity}

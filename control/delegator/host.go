@@ -50,6 +50,10 @@ type SSHOptions struct {
 	AuditRetention time.Duration
 	// NoAudit records nothing: no audit log, no summary.
 	NoAudit bool
+	// PerAddress opens, for each delegation, a listener on the address
+	// facing its executor (the daemon's way: its Listen is then loopback),
+	// closed when the last delegation there ends.
+	PerAddress bool
 	// Metrics receives the SFTP sessions' requests. Default: none.
 	Metrics sshd.Metrics
 	// Logger default slog.Default().
@@ -89,6 +93,9 @@ func StartSSH(ctx context.Context, o SSHOptions) (_ *SSHFSDelegator, wait func()
 	if o.AdvertisePort != 0 {
 		t.Port = o.AdvertisePort
 	}
+	if o.PerAddress && o.AdvertiseHost == "" {
+		t.faces = newFaces(ln.Addr().(*net.TCPAddr), srv.ServeAlso)
+	}
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { defer wg.Done(); audit.Run(ctx) }()
@@ -102,5 +109,11 @@ func StartSSH(ctx context.Context, o SSHOptions) (_ *SSHFSDelegator, wait func()
 	// are known here only from the store.
 	go func() { defer wg.Done(); WatchGrants(ctx, o.Store, srv, 2*time.Second) }()
 	o.Logger.Info("ssh server listening", "addr", ln.Addr())
-	return t, func() { wg.Wait(); t.Wait() }, nil
+	return t, func() {
+		wg.Wait() // the server has closed every listener, the faces' too
+		if t.faces != nil {
+			t.faces.closeAll()
+		}
+		t.Wait()
+	}, nil
 }

@@ -360,7 +360,9 @@ const reachFor = time.Minute
 // here (reverse). An executor that has no probe (the reference's) or
 // cannot be asked dials, as before.
 func (d *Delegator) reachBack(ctx context.Context, del *lease.Delegation) (connect, note string) {
-	sp, ok := d.opts.Transports[control.TransportSSHFS].(interface{ SSHPort() int })
+	sp, ok := d.opts.Transports[control.TransportSSHFS].(interface {
+		SSHPortFor(peer, id string) (int, error)
+	})
 	if !ok {
 		return "", ""
 	}
@@ -372,7 +374,11 @@ func (d *Delegator) reachBack(ctx context.Context, del *lease.Delegation) (conne
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	res, _, err := d.peer(del).Probe(pctx, sp.SSHPort())
+	port, err := sp.SSHPortFor(del.Peer, del.ID)
+	if err != nil {
+		return "", ""
+	}
+	res, _, err := d.peer(del).Probe(pctx, port)
 	r = reachResult{at: time.Now()}
 	switch {
 	case err != nil || (res.Reachable && res.SSH):

@@ -58,6 +58,11 @@ type SSHFSDelegator struct {
 	// Logger default slog.Default().
 	Logger *slog.Logger
 
+	// faces, where set, are listeners opened on the address facing each
+	// executor for its delegations (faces.go); nil: the server's one
+	// listener serves them all.
+	faces *faces
+
 	mu      sync.Mutex             // guards keepers and areas
 	keepers map[string]*keeper     // of the delegations lent in reverse
 	areas   map[string]*stage.Area // staging areas of staged delegations, one each
@@ -71,8 +76,36 @@ func (t *SSHFSDelegator) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// SSHPort is the port executors dial, for the reachability probe.
-func (t *SSHFSDelegator) SSHPort() int { return t.Port }
+// SSHPortFor is the port the executor at peer (a URL) dials for
+// delegation id: that of the listener facing it, opened now and held for
+// id (until its Cleanup) where each address has its own.
+func (t *SSHFSDelegator) SSHPortFor(peer, id string) (int, error) {
+	if t.faces == nil || t.Host != "" {
+		return t.Port, nil
+	}
+	return t.faces.open(t.hostFor(peer), id)
+}
+
+// hostFor is the address the executor at peer (a URL) dials: Host, or the
+// local end of the route towards it.
+func (t *SSHFSDelegator) hostFor(peer string) string {
+	if t.Host != "" {
+		return t.Host
+	}
+	if u, err := url.Parse(peer); err == nil && u.Hostname() != "" {
+		return AdvertiseHost(u.Hostname())
+	}
+	return "127.0.0.1"
+}
+
+// portFor is the port delegation d's executor dials: that of the listener
+// facing it, held for d, where each address has its own.
+func (t *SSHFSDelegator) portFor(d control.Lent) (int, error) {
+	if t.faces == nil || t.Host != "" || d.Reverse {
+		return t.Port, nil
+	}
+	return t.faces.open(t.hostFor(d.Peer), d.ID)
+}
 
 var _ control.DelegatorTransport = (*SSHFSDelegator)(nil)
 
@@ -100,12 +133,12 @@ func (t *SSHFSDelegator) Prepare(ctx context.Context, d control.Lent) (*control.
 		}
 		opts = map[string]string{control.ConnectOption: control.ConnectReverse}
 	}
-	host := t.Host
-	if host == "" {
-		host = "127.0.0.1"
-		if u, err := url.Parse(d.Peer); err == nil && u.Hostname() != "" {
-			host = AdvertiseHost(u.Hostname())
-		}
+	host := t.hostFor(d.Peer)
+	port, err := t.portFor(d)
+	if err != nil {
+		t.stopKeeping(d.ID)
+		t.Server.Revoke(d.ID)
+		return nil, err
 	}
 	locator := sshd.Locator(d.ID)
 	if d.Dialect == control.DialectHead {
@@ -115,7 +148,7 @@ func (t *SSHFSDelegator) Prepare(ctx context.Context, d control.Lent) (*control.
 	}
 	return &control.WorkDirInfo{
 		Transport:     control.TransportSSHFS,
-		Endpoint:      &control.Endpoint{Host: host, Port: t.Port, User: d.ID},
+		Endpoint:      &control.Endpoint{Host: host, Port: port, User: d.ID},
 		ExportLocator: locator,
 		Credential:    &control.Credential{PrivateKey: cred.PrivateKey, Certificate: cred.Certificate},
 		HostKey:       t.Issuer.HostPublicKey(),
@@ -129,6 +162,9 @@ func (t *SSHFSDelegator) Resume(ctx context.Context, d control.Lent) {
 	if err := t.grant(d); err != nil {
 		t.logger().Warn("live mount not resumed", "delegation", d.ID, "err", err)
 		return
+	}
+	if _, err := t.portFor(d); err != nil {
+		t.logger().Warn("live mount not resumed", "delegation", d.ID, "err", err)
 	}
 	if d.Reverse {
 		if err := t.keep(ctx, d); err != nil {
@@ -187,6 +223,9 @@ func (*SSHFSDelegator) Finish(context.Context, control.Lent, *control.Event) (*a
 func (t *SSHFSDelegator) Cleanup(_ context.Context, d control.Lent) error {
 	t.stopKeeping(d.ID)
 	t.Server.Revoke(d.ID)
+	if t.faces != nil {
+		t.faces.release(d.ID)
+	}
 	t.mu.Lock()
 	area := t.areas[d.ID]
 	delete(t.areas, d.ID) // its sessions are closed; the area stays on disk

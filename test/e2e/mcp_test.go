@@ -77,7 +77,8 @@ func runNode(t *testing.T, modules, script string, env []string, out any) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("node", path)
-	cmd.Env = append(os.Environ(), env...)
+	// The suite's executors are named by http:// URL (startExecutor).
+	cmd.Env = append(append(os.Environ(), "AWCP_PLAIN_HTTP=1"), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

@@ -14,7 +14,7 @@ const env = process.env;
 const transport = new StdioClientTransport({
   command: env.AWCP_CTL,
   args: ["mcp", "--peers", env.PEER, "--state-dir", env.STATE, "--log-level", "info"],
-  env: { PATH: env.PATH, HOME: env.HOME },
+  env: { PATH: env.PATH, HOME: env.HOME, ...(env.AWCP_PLAIN_HTTP ? { AWCP_PLAIN_HTTP: env.AWCP_PLAIN_HTTP } : {}) },
   stderr: "pipe",
 });
 let stderr = "";
