@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/discovery"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -452,7 +456,7 @@ func TestLANPeerAuto(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("export --peer auto: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if !strings.Contains(r.stderr, "--peer auto: b ("+b.agentID(t)+") at http://"+b.ip+":10200, auto: live mount") {
+	if !strings.Contains(r.stderr, "--peer auto: b ("+b.agentID(t)+") at https://"+b.ip+":10200, auto: live mount") {
 		t.Fatalf("auto did not say it chose b for the live mount:\n%s", r.stderr)
 	}
 	if got, err := os.ReadFile(filepath.Join(ws, "note.txt")); err != nil || string(got) != "from-auto\n" {
@@ -517,7 +521,7 @@ func TestLANMCP(t *testing.T) {
 	var listed string
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		listed, _ = call(t, cs, "peers", nil)
-		if strings.Contains(listed, "b  http://"+b.ip+":10200  online  discovered  agent "+b.agentID(t)) {
+		if strings.Contains(listed, "b  https://"+b.ip+":10200  online  discovered  agent "+b.agentID(t)) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -565,7 +569,15 @@ func advertiseAsAttacker(spec string) int {
 	// recorded only once its manifest names it.
 	if len(ads) > 0 {
 		first := ads[0]
-		ln, err := net.Listen("tcp", ":"+strconv.Itoa(first.Port))
+		// Over TLS, as every executor serves its manifest, with a key of
+		// the attacker's own.
+		_, key, _ := ed25519.GenerateKey(rand.Reader)
+		cert, err := control.IdentityCertificate(key)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		ln, err := tls.Listen("tcp", ":"+strconv.Itoa(first.Port), &tls.Config{Certificates: []tls.Certificate{cert}})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1

@@ -77,7 +77,9 @@ func waitFile(t *testing.T, path string) []byte {
 }
 
 // The agent of the live-mount round trip works like a developer would:
-// edits, renames, deletes, git, a Go build, all inside the mount.
+// edits, renames, deletes, git, a Go build, all inside the mount. It
+// commits to the owner's repository (git's control paths are read-only to
+// it, its objects and refs are not).
 const developerAgent = `set -e
 echo "started" > progress.txt
 while [ ! -e from-delegator.txt ]; do sleep 0.05; done
@@ -86,7 +88,7 @@ echo "edited in the mount" >> README.md
 mv src/old.go src/renamed.go
 rm scripts/build.sh
 mkdir -p newdir && echo x > newdir/x.txt
-git init -q .
+git -c safe.directory='*' config core.hooksPath /tmp/evil 2>/dev/null && exit 9
 git add -A
 git -c user.email=agent@example.com -c user.name=agent commit -qm "work from the executor"
 go build -buildvcs=false -o app .
@@ -112,6 +114,11 @@ func TestLiveMountRoundTrip(t *testing.T) {
 	x := startExecutor(t, developerAgent)
 	c := newCtl(t)
 	dir := goWorkspace(t)
+	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"-c", "user.email=o@x", "-c", "user.name=owner", "commit", "-qm", "the owner's base"}} {
+		if out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
 
 	exp := c.start("export", dir, "--peer", x.url, "--prompt", "build it", "--ssh-listen", "127.0.0.1:0")
 	// The executor's write shows on this side while the task runs...
@@ -154,7 +161,7 @@ func TestLiveMountRoundTrip(t *testing.T) {
 		t.Errorf("app.out = %q", b)
 	}
 	log, err := exec.Command("git", "-C", dir, "log", "--format=%s").Output()
-	if err != nil || strings.TrimSpace(string(log)) != "work from the executor" {
+	if err != nil || strings.TrimSpace(string(log)) != "work from the executor\nthe owner's base" {
 		t.Errorf("git log in the delegator's dir: %q %v", log, err)
 	}
 	if st, _ := exec.Command("git", "-C", dir, "status", "--porcelain").Output(); !bytes.Contains(st, []byte("app")) || bytes.Contains(st, []byte("README")) {

@@ -31,7 +31,7 @@ func TestAgentSandbox(t *testing.T) {
 		"sh -c echo x > /etc/awcp-sandbox-probe", "sh -c echo x > 'HOME/awcp-sandbox-probe'", "/escape/executor.db",
 		"kill -0 DAEMON", "sh -c echo x > 'RO/written.txt'"}
 	mustWork := []string{"cat RO/granted.txt", "sh -c echo x > 'RW/written.txt'", "sh -c echo mine > own.txt",
-		`sh -c echo tmp > "$TMPDIR/t" && cat "$TMPDIR/t"`, "sh -c git init -q repo", "sh -c mkdir -p hello"}
+		`sh -c echo tmp > "$TMPDIR/t" && cat "$TMPDIR/t"`, `sh -c git init -q "$TMPDIR/repo"`, "sh -c mkdir -p hello"}
 	home, err := os.UserHomeDir() // the daemon's
 	if err != nil {
 		t.Fatal(err)

@@ -42,7 +42,9 @@ try() { if "$@" >/dev/null 2>&1; then echo "ok: $*"; else echo "refused: $*"; fi
 	try sh -c 'echo mine > own.txt'
 	try sh -c 'echo tmp > "$TMPDIR/t" && cat "$TMPDIR/t"'
 	export HOME="$TMPDIR" GOPATH="$TMPDIR/gopath" GOTOOLCHAIN=local GOENV=off GOFLAGS=
-	try sh -c 'git init -q repo && cd repo && echo a > a && git add a && git -c user.name=a -c user.email=a@b commit -qm a'
+	# git in a repository of its own (in the mount a new repository's
+	# config is the owner's git's to obey: refused, SECURITY.md).
+	try sh -c 'git init -q "$TMPDIR/repo" && cd "$TMPDIR/repo" && echo a > a && git add a && git -c user.name=a -c user.email=a@b commit -qm a'
 	try sh -c 'mkdir -p hello && cd hello && printf "module hello\ngo 1.21\n" > go.mod && printf "package main\nfunc main() { println(\"built\") }\n" > main.go && go build -o hello . && ./hello'
 } > probes.txt 2>&1
 echo probed
