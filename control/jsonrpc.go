@@ -77,7 +77,7 @@ func (c *RPCConn) Read() (*RPCMessage, error) {
 		// Every hop reads a message as the next one will: one that two
 		// parsers read two ways (a key twice, keys differing in case) is
 		// refused here, whoever sent it.
-		if _, err := untrusted.ExactObject(line, rpcMembers...); err != nil {
+		if err := untrusted.CheckJSONObject(line, rpcMembers...); err != nil {
 			return &m, fmt.Errorf("%w: %v", ErrNotRPC, err)
 		}
 		return &m, nil

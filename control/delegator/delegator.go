@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -223,6 +224,11 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 	}
 	if req.PeerChoice != "" {
 		notes = append(notes, fmt.Sprintf("executor %s (%s) at %s, %s", req.PeerName, req.PeerAgentID, req.Peer, req.PeerChoice))
+	}
+	if req.PeerKey == "" && strings.HasPrefix(req.Peer, "http://") && req.PlainHTTP {
+		// Said on each use: the user asked for it, and it is what it is.
+		notes = append(notes, "plain HTTP to "+req.Peer+" (--plain-http): the token, the workspace and the session travel in clear")
+		d.log.Warn("plain HTTP to the executor (--plain-http): the token, the workspace and the session travel in clear", "peer", req.Peer)
 	}
 	if req.Description == "" {
 		req.Description = firstLine(req.Prompt, 80)

@@ -320,9 +320,10 @@ func TestAutoDialectWithOursIsSeed(t *testing.T) {
 	x := executortest.New(t, `echo hi > out.txt`, nil)
 	dir := t.TempDir()
 	end := delegateArchive(t, x.Srv.URL, dir)
-	// The one note is the executor's sandbox (none: the test executor's
-	// agents run unconfined).
-	if end.State != lease.Completed || end.Dialect != control.DialectSeed || !slices.Equal(end.Notes, []string{"executor sandbox: none (--sandbox off)"}) {
+	// The notes are plain HTTP's, said on each use, and the executor's
+	// sandbox (none: the test executor's agents run unconfined).
+	want := []string{"plain HTTP to " + x.Srv.URL + " (--plain-http): the token, the workspace and the session travel in clear", "executor sandbox: none (--sandbox off)"}
+	if end.State != lease.Completed || end.Dialect != control.DialectSeed || !slices.Equal(end.Notes, want) {
 		t.Fatalf("ended %s in %q with notes %q, want completed in seed", end.State, end.Dialect, end.Notes)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "out.txt")); string(b) != "hi\n" {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 )
 
@@ -19,87 +18,219 @@ const maxDepth = 256
 
 // JSONKeys checks that data is one JSON value in which no object holds a
 // key twice, nor two keys equal under case folding (`path` and `PATH`, or
-// `K` and the Kelvin sign that Go's decoder takes for it). Such a message
-// is read one way by the code that checks it and another by the program
-// it reaches, so it is refused whole, not repaired.
+// `K` and the Kelvin sign that Go's decoder takes for it), escapes decoded
+// (`p\u0061th` is `path`). Such a message is read one way by the code that
+// checks it and another by the program it reaches, so it is refused
+// whole, not repaired.
 func JSONKeys(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if err := walkValue(dec, 0); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("%w: more than one value", ErrAmbiguousJSON)
-	}
-	return nil
+	_, err := scanJSON(data, nil)
+	return err
 }
 
-func walkValue(dec *json.Decoder, depth int) error {
-	if depth > maxDepth {
-		return fmt.Errorf("%w: nested deeper than %d", ErrAmbiguousJSON, maxDepth)
+// CheckJSONObject is JSONKeys for a JSON object whose own keys must each
+// be one of allowed, exactly as spelt: a member the checker does not know
+// is not passed on for a reader that may know it. One pass over data.
+func CheckJSONObject(data []byte, allowed ...string) error {
+	top, err := scanJSON(data, allowed)
+	if err == nil && !top {
+		err = errors.New("not a JSON object")
 	}
-	tok, err := dec.Token()
-	if err != nil {
-		return fmt.Errorf("not JSON: %w", err)
+	return err
+}
+
+// ExactObject is CheckJSONObject, and the object decoded into a map.
+func ExactObject(data []byte, allowed ...string) (map[string]json.RawMessage, error) {
+	if err := CheckJSONObject(data, allowed...); err != nil {
+		return nil, err
 	}
-	switch tok {
-	case json.Delim('{'):
-		seen := map[string]string{}
-		for dec.More() {
-			kt, err := dec.Token()
-			if err != nil {
-				return fmt.Errorf("not JSON: %w", err)
-			}
-			key := kt.(string)
-			folded := Fold(key)
-			if prev, dup := seen[folded]; dup {
-				if prev == key {
-					return fmt.Errorf("%w: key %q twice in one object", ErrAmbiguousJSON, key)
-				}
-				return fmt.Errorf("%w: keys %q and %q differ only in case", ErrAmbiguousJSON, prev, key)
-			}
-			seen[folded] = key
-			if err := walkValue(dec, depth+1); err != nil {
-				return err
-			}
-		}
-		_, err = dec.Token() // '}'
-		return err
-	case json.Delim('['):
-		for dec.More() {
-			if err := walkValue(dec, depth+1); err != nil {
-				return err
-			}
-		}
-		_, err = dec.Token() // ']'
-		return err
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil || m == nil {
+		return nil, errors.New("not a JSON object")
 	}
-	return nil
+	return m, nil
 }
 
 // Fold is s folded for comparison without case, as encoding/json matches
 // a key to a field: `K` (U+212A) and `ſ` (U+017F) fold with k and s.
 func Fold(s string) string { return strings.ToLower(strings.ToUpper(s)) }
 
-// ExactObject decodes the JSON object data into a map, refusing any key
-// not in allowed exactly as spelt (case included): a field the checker does
-// not know is not passed on for a reader that may know it.
-func ExactObject(data []byte, allowed ...string) (map[string]json.RawMessage, error) {
-	if err := JSONKeys(data); err != nil {
-		return nil, err
+// scanner walks JSON bytes without building values: only object keys are
+// decoded, to be compared. What is not JSON is an error, though the
+// callers have decoded the message already.
+type scanner struct {
+	b       []byte
+	i       int
+	allowed []string // the top object's keys, where checked
+}
+
+// scanJSON checks data; top reports whether its value is an object.
+func scanJSON(data []byte, allowed []string) (top bool, err error) {
+	s := &scanner{b: data, allowed: allowed}
+	s.ws()
+	top = s.i < len(s.b) && s.b[s.i] == '{'
+	if err := s.value(0); err != nil {
+		return top, err
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(data, &m); err != nil || m == nil {
-		return nil, fmt.Errorf("not a JSON object")
+	s.ws()
+	if s.i != len(s.b) {
+		return top, fmt.Errorf("%w: more than one value", ErrAmbiguousJSON)
 	}
-	for k := range m {
-		ok := false
-		for _, a := range allowed {
-			ok = ok || k == a
+	return top, nil
+}
+
+var errNotJSON = errors.New("not JSON")
+
+func (s *scanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
 		}
-		if !ok {
-			return nil, fmt.Errorf("unknown field %q (known: %s)", k, strings.Join(allowed, ", "))
+	}
+}
+
+func (s *scanner) value(depth int) error {
+	if depth > maxDepth {
+		return fmt.Errorf("%w: nested deeper than %d", ErrAmbiguousJSON, maxDepth)
+	}
+	s.ws()
+	if s.i >= len(s.b) {
+		return errNotJSON
+	}
+	switch s.b[s.i] {
+	case '{':
+		return s.object(depth)
+	case '[':
+		s.i++
+		s.ws()
+		if s.i < len(s.b) && s.b[s.i] == ']' {
+			s.i++
+			return nil
+		}
+		for {
+			if err := s.value(depth + 1); err != nil {
+				return err
+			}
+			s.ws()
+			if s.i >= len(s.b) {
+				return errNotJSON
+			}
+			c := s.b[s.i]
+			s.i++
+			if c == ']' {
+				return nil
+			}
+			if c != ',' {
+				return errNotJSON
+			}
+		}
+	case '"':
+		_, err := s.str(false)
+		return err
+	}
+	for s.i < len(s.b) { // a number, true, false or null
+		switch s.b[s.i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return nil
+		}
+		s.i++
+	}
+	return nil
+}
+
+func (s *scanner) object(depth int) error {
+	s.i++ // '{'
+	seen := map[string]string{}
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == '}' {
+		s.i++
+		return nil
+	}
+	for {
+		s.ws()
+		if s.i >= len(s.b) || s.b[s.i] != '"' {
+			return errNotJSON
+		}
+		key, err := s.str(true)
+		if err != nil {
+			return err
+		}
+		if depth == 0 && s.allowed != nil {
+			ok := false
+			for _, a := range s.allowed {
+				ok = ok || key == a
+			}
+			if !ok {
+				return fmt.Errorf("unknown field %q (known: %s)", key, strings.Join(s.allowed, ", "))
+			}
+		}
+		folded := Fold(key)
+		if prev, dup := seen[folded]; dup {
+			if prev == key {
+				return fmt.Errorf("%w: key %q twice in one object", ErrAmbiguousJSON, key)
+			}
+			return fmt.Errorf("%w: keys %q and %q differ only in case", ErrAmbiguousJSON, prev, key)
+		}
+		seen[folded] = key
+		s.ws()
+		if s.i >= len(s.b) || s.b[s.i] != ':' {
+			return errNotJSON
+		}
+		s.i++
+		if err := s.value(depth + 1); err != nil {
+			return err
+		}
+		s.ws()
+		if s.i >= len(s.b) {
+			return errNotJSON
+		}
+		c := s.b[s.i]
+		s.i++
+		if c == '}' {
+			return nil
+		}
+		if c != ',' {
+			return errNotJSON
 		}
 	}
-	return m, nil
+}
+
+// str reads a string at s.i; decoded (escapes resolved) where want.
+func (s *scanner) str(want bool) (string, error) {
+	start := s.i
+	s.i++ // '"'
+	escaped := false
+	for s.i < len(s.b) {
+		// The next quote or backslash, found by the library's fast scan:
+		// a string of megabytes (a file's content) is most of a message.
+		j := bytes.IndexAny(s.b[s.i:], "\"\\")
+		if j < 0 {
+			return "", errNotJSON
+		}
+		s.i += j
+		switch s.b[s.i] {
+		case '\\':
+			escaped = true
+			s.i += 2
+			continue
+		case '"':
+			s.i++
+			if !want {
+				return "", nil
+			}
+			raw := s.b[start:s.i]
+			if !escaped {
+				return string(raw[1 : len(raw)-1]), nil
+			}
+			var out string
+			if err := json.Unmarshal(raw, &out); err != nil {
+				return "", errNotJSON
+			}
+			return out, nil
+		}
+		s.i++
+	}
+	return "", errNotJSON
 }
