@@ -22,8 +22,8 @@ func TestJSONKeys(t *testing.T) {
 		`{"params":{"path":"/etc/passwd","path":"/p/notes.txt"}}`,
 		`{"a":[{"b":{"Path":1,"pAth":2}}]}`,
 		`{"method":"session/update","Method":"terminal/create"}`,
-		"{\"k\":1,\"\u212a\":2}", // the Kelvin sign, which Go's decoder takes for k
-		"{\"s\":1,\"\u017f\":2}", // the long s
+		"{\"k\":1,\"\u212a\":2}",                            // the Kelvin sign, which Go's decoder takes for k
+		"{\"s\":1,\"\u017f\":2}",                            // the long s
 		`{"path":"/etc/passwd","p\u0061th":"/p/notes.txt"}`, // an escape
 		`{"path":"/etc/passwd","P\u0041TH":"/p/notes.txt"}`,
 		`{"a":1} {"a":2}`,
