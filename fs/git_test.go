@@ -38,8 +38,10 @@ func TestAgentCommitsButCannotTouchGitControl(t *testing.T) {
 	config, _ := os.ReadFile(filepath.Join(f.dir, ".git", "config"))
 
 	agent := func(args ...string) (string, error) {
-		cmd := exec.Command("git", append([]string{"-c", "user.email=a@x", "-c", "user.name=agent", "-c", "safe.directory=*"}, args...)...)
-		cmd.Dir = f.mnt
+		// -C, not the command's Dir: a child that changes into the mount
+		// before its exec waits on this process's FUSE server, which a
+		// collection stopping the world for the fork would never let run.
+		cmd := exec.Command("git", append([]string{"-C", f.mnt, "-c", "user.email=a@x", "-c", "user.name=agent", "-c", "safe.directory=*"}, args...)...)
 		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+t.TempDir())
 		out, err := cmd.CombinedOutput()
 		return string(out), err

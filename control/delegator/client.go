@@ -138,7 +138,7 @@ var pinnedClients = struct {
 }{m: map[string]*http.Client{}}
 
 func pinnedClient(key string, own ed25519.PrivateKey, timeout time.Duration) *http.Client {
-	id := key + "\x00" + string(own) + "\x00" + timeout.String()
+	id := key + "\x00" + control.IdentityPublic(own) + "\x00" + timeout.String()
 	pinnedClients.Lock()
 	defer pinnedClients.Unlock()
 	if cl := pinnedClients.m[id]; cl != nil {
@@ -163,22 +163,24 @@ func CloseIdleConnections() {
 	}
 }
 
-// ownCertificates are the certificates made of identity keys, one each.
-var ownCertificates sync.Map // string(key) → *tls.Certificate
+// ownCertificates are the certificates made of identity keys, one each,
+// by public key.
+var ownCertificates sync.Map // control.IdentityPublic(key) → *tls.Certificate
 
 // ownCertificate is the TLS certificate of identity key own; nil for none.
 func ownCertificate(own ed25519.PrivateKey) *tls.Certificate {
 	if own == nil {
 		return nil
 	}
-	if c, ok := ownCertificates.Load(string(own)); ok {
+	pub := control.IdentityPublic(own)
+	if c, ok := ownCertificates.Load(pub); ok {
 		return c.(*tls.Certificate)
 	}
 	cert, err := control.IdentityCertificate(own)
 	if err != nil {
 		return nil
 	}
-	c, _ := ownCertificates.LoadOrStore(string(own), &cert)
+	c, _ := ownCertificates.LoadOrStore(pub, &cert)
 	return c.(*tls.Certificate)
 }
 
