@@ -76,6 +76,9 @@ func IdentityKeyText(pub gossh.PublicKey) string {
 
 // IdentityPublic is key's public half in authorized_keys form.
 func IdentityPublic(key ed25519.PrivateKey) string {
+	if len(key) != ed25519.PrivateKeySize {
+		return "" // none, or not a key
+	}
 	pub, err := gossh.NewPublicKey(key.Public())
 	if err != nil {
 		return ""
