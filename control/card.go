@@ -135,7 +135,7 @@ type ManifestAWCP struct {
 	MaxConcurrent int      `json:"max_concurrent"`
 	FreeSlots     int      `json:"free_slots"`
 	// IdentityKey is the executor's identity key (identity.go), which it
-	// proves it holds at IdentityPath; a delegator pins it.
+	// proves it holds in every TLS handshake; a delegator pins it.
 	IdentityKey  string   `json:"identity_key,omitempty"`
 	Dialects     []string `json:"dialects"`
 	AuthRequired bool     `json:"auth_required"`

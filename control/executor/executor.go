@@ -119,7 +119,8 @@ type Options struct {
 	// as circular. Empty: no loop protection, and no manifest id.
 	AgentID string
 	// IdentityKey is this executor's identity (discovery.IdentityKey): the
-	// manifest shows it, and IdentityPath proves it. Nil: no identity.
+	// manifest shows it, and its TLS certificate is made of it. Nil: no
+	// identity, and plain HTTP only.
 	IdentityKey ed25519.PrivateKey
 	// Description and Skills tell delegators (and the models choosing an
 	// executor for them, spec §8.3) what this executor's agent is good at.

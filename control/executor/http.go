@@ -3,7 +3,6 @@ package executor
 import (
 	"bufio"
 	"bytes"
-	"crypto/ed25519"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -41,7 +40,6 @@ func (e *Executor) Handler() http.Handler {
 	mux.HandleFunc("/.well-known/agent-card.json", e.method(http.MethodGet, e.handleCard))
 	mux.HandleFunc("/.well-known/agent.json", e.method(http.MethodGet, e.handleCard))
 	mux.HandleFunc("/manifest", e.method(http.MethodGet, e.handleManifest))
-	mux.HandleFunc(control.IdentityPath, e.method(http.MethodGet, e.handleIdentity))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, control.NewError("", control.CodeDeclined, "no such endpoint: "+r.URL.Path, "see spec §7.4"))
 	})
@@ -627,39 +625,9 @@ func (e *Executor) handleManifest(w http.ResponseWriter, r *http.Request) {
 			Dialects:      []string{control.DialectSeed, control.DialectHead},
 			AuthRequired:  !e.openToAll(),
 			CallChain:     e.opts.AgentID != "",
-			IdentityKey:   identityPublic(e.opts.IdentityKey),
+			IdentityKey:   control.IdentityPublic(e.opts.IdentityKey),
 			Sessions:      e.sessionProtocols(),
 			ACPAgent:      e.acpAgentInit(),
 		},
 	})
-}
-
-// handleIdentity answers GET IdentityPath?nonce=N: the executor's identity
-// key and its signature of the delegator's challenge (control/identity.go),
-// so that a delegator that pinned the key knows whom it is about to send
-// a token. Public, as the manifest is: the signature says only that this
-// executor holds its key.
-func (e *Executor) handleIdentity(w http.ResponseWriter, r *http.Request) {
-	if e.opts.IdentityKey == nil {
-		writeError(w, http.StatusNotFound, control.NewError("", control.CodeDeclined, "this executor has no identity key", "start it with a state dir (awcp-fs serve)"))
-		return
-	}
-	nonce := r.URL.Query().Get("nonce")
-	if !control.ValidIdentityNonce(nonce) {
-		writeError(w, http.StatusBadRequest, control.NewError("", control.CodeDeclined, "nonce must be 48 hex digits", ""))
-		return
-	}
-	proof, err := control.SignIdentity(e.opts.IdentityKey, nonce, e.opts.AgentID)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, control.NewError("", control.CodeDeclined, "cannot sign", ""))
-		return
-	}
-	httpserve.WriteJSON(w, http.StatusOK, proof)
-}
-
-func identityPublic(key ed25519.PrivateKey) string {
-	if key == nil {
-		return ""
-	}
-	return control.IdentityPublic(key)
 }
