@@ -113,17 +113,8 @@ func (s *scanner) value(depth int) error {
 			if err := s.value(depth + 1); err != nil {
 				return err
 			}
-			s.ws()
-			if s.i >= len(s.b) {
-				return errNotJSON
-			}
-			c := s.b[s.i]
-			s.i++
-			if c == ']' {
-				return nil
-			}
-			if c != ',' {
-				return errNotJSON
+			if done, err := s.next(']'); done || err != nil {
+				return err
 			}
 		}
 	case '"':
@@ -182,19 +173,28 @@ func (s *scanner) object(depth int) error {
 		if err := s.value(depth + 1); err != nil {
 			return err
 		}
-		s.ws()
-		if s.i >= len(s.b) {
-			return errNotJSON
-		}
-		c := s.b[s.i]
-		s.i++
-		if c == '}' {
-			return nil
-		}
-		if c != ',' {
-			return errNotJSON
+		if done, err := s.next('}'); done || err != nil {
+			return err
 		}
 	}
+}
+
+// next reads what follows a member or an element: a comma (more to come)
+// or closer (done).
+func (s *scanner) next(closer byte) (done bool, err error) {
+	s.ws()
+	if s.i >= len(s.b) {
+		return false, errNotJSON
+	}
+	c := s.b[s.i]
+	s.i++
+	switch c {
+	case closer:
+		return true, nil
+	case ',':
+		return false, nil
+	}
+	return false, errNotJSON
 }
 
 // str reads a string at s.i; decoded (escapes resolved) where want.

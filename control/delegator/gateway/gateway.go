@@ -74,6 +74,7 @@ type Gateway struct {
 	mu       sync.Mutex
 	closing  bool                // the editor is gone: no session opens
 	init     json.RawMessage     // the editor's initialize params, for each channel
+	caps     []string            // what the editor declared in them (capabilities)
 	sessions map[string]*session // by the agent's session id
 	pending  map[string]pending  // the editor's requests in flight, by our id toward a channel
 	asked    map[string]pending  // the agent's callbacks in flight, by our id toward the editor
@@ -158,7 +159,7 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 		switch {
 		case m.IsRequest() && m.Method == "initialize":
 			g.mu.Lock()
-			g.init = m.Params
+			g.init, g.caps = m.Params, capabilities(m.Params)
 			g.mu.Unlock()
 			g.editor.Write(&control.RPCMessage{ID: m.ID, Result: g.initializeResult(ctx)})
 		case m.IsRequest() && m.Method == "session/new":

@@ -53,7 +53,7 @@ func (g *Gateway) routeRequest(s *session, m *control.RPCMessage) (*control.RPCM
 			want, fields = "fs.writeTextFile", []string{"sessionId", "path", "content", "_meta"}
 		}
 		g.mu.Lock()
-		declared := slices.Contains(capabilities(g.init), want)
+		declared := slices.Contains(g.caps, want)
 		g.mu.Unlock()
 		if !declared {
 			return nil, fmt.Errorf("%w: the editor did not declare %s", errRefused, want)
