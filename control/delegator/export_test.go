@@ -1,6 +1,9 @@
 package delegator
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // What the tests of package delegator_test (the live mount's, which need
 // the FUSE half as well) use of this package's tests.
@@ -24,3 +27,11 @@ func (h *headPeer) Seen() (mounted []string, acked bool) {
 
 // CheckHeadRun is checkHeadRun.
 var CheckHeadRun = checkHeadRun
+
+// SetGitHistoryTimeout bounds admission's look at a repository's history
+// for the test.
+func SetGitHistoryTimeout(t *testing.T, d time.Duration) {
+	old := gitHistoryTimeout
+	gitHistoryTimeout = d
+	t.Cleanup(func() { gitHistoryTimeout = old })
+}

@@ -25,8 +25,9 @@ import (
 // history. Objects no ref or reflog reaches (dangling, until git's gc
 // prunes them) are not looked at.
 
-// gitHistoryTimeout bounds the look at one repository's history.
-const gitHistoryTimeout = 30 * time.Second
+// gitHistoryTimeout bounds the look at one repository's history (a
+// variable for the tests).
+var gitHistoryTimeout = 30 * time.Second
 
 // hiddenInGit is where a hidden path shows in the repository at repo
 // (relative to the lent directory dir, "" for dir itself): the path, and
@@ -57,6 +58,9 @@ func findHiddenInGit(ctx context.Context, dir, repo string, hide *wire.Matcher) 
 	// A .git that git does not take for a repository holds no history
 	// git (the agent's either) would read.
 	if err := git("rev-parse", "--git-dir").Run(); err != nil {
+		if ctx.Err() != nil {
+			return nil, errTooLong
+		}
 		return nil, nil
 	}
 	inLent := func(p string) string {
@@ -67,6 +71,9 @@ func findHiddenInGit(ctx context.Context, dir, repo string, hide *wire.Matcher) 
 	}
 	out, err := git("ls-files", "-z", "--cached").Output()
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, errTooLong
+		}
 		return nil, gitError("ls-files", err)
 	}
 	for _, p := range bytes.Split(out, []byte{0}) {
@@ -104,12 +111,16 @@ func findHiddenInGit(ctx context.Context, dir, repo string, hide *wire.Matcher) 
 	}
 	if werr != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("the history is too long to look through in %s", gitHistoryTimeout)
+			return nil, errTooLong
 		}
 		return nil, gitError("rev-list", werr)
 	}
 	return nil, nil
 }
+
+// errTooLong is a history not looked through within gitHistoryTimeout: a
+// repository that cannot be looked through is not lent.
+var errTooLong = errors.New("the history is too long to look through in time")
 
 // hiddenOrAbove reports whether p or a directory above it is hidden.
 func hiddenOrAbove(hide *wire.Matcher, p string) bool {

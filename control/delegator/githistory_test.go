@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/lease"
@@ -64,5 +65,13 @@ func TestHiddenPathInGitHistoryIsNotLent(t *testing.T) {
 	}
 	if n := found(delegator.ExportRequest{LendHiddenHistory: true}); n == "0" || n == "" {
 		t.Errorf("lent with --lend-hidden-history, the agent found the secret %q times: the probe sees nothing", n)
+	}
+
+	// A history that cannot be looked through in time is not lent either
+	// (a look that ran out is no look).
+	delegator.SetGitHistoryTimeout(t, time.Millisecond)
+	_, err = f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), PeerKey: f.exec.Key(), Prompt: "look", Transport: "sshfs"})
+	if err == nil || !strings.Contains(err.Error(), "too long") {
+		t.Fatalf("a history not looked through in time was admitted: %v", err)
 	}
 }
