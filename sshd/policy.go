@@ -34,10 +34,10 @@ func isRefusal(err error) bool {
 
 // hidden reports whether name (relative to the root) is hidden.
 func (s *sftpServer) hidden(name string) bool {
-	return s.hide.Hidden(name)
+	return s.hide != nil && s.hide.Hidden(name)
 }
 
-// refuseHidden checks the paths a request names before it is handled: a
+// refuseByPolicy checks the paths a request names before it is handled: a
 // request naming a hidden path is refused, and recorded. So is one whose
 // path is hidden once the directories above it are resolved by the kernel
 // (a symlink x -> .aws makes x/credentials .aws/credentials), and the
@@ -50,7 +50,7 @@ func (s *sftpServer) hidden(name string) bool {
 // a path git executes or obeys (untrusted.GitControlled), named or
 // reached through a symlinked directory; the guard checks those again on
 // the directory the change's own call opens.
-func (s *sftpServer) refuseHidden(id uint32, typ byte, r reader) bool {
+func (s *sftpServer) refuseByPolicy(id uint32, typ byte, r reader) bool {
 	git := s.protectsGit() && writes(typ, r)
 	if s.hide == nil && !git {
 		return true
@@ -58,12 +58,12 @@ func (s *sftpServer) refuseHidden(id uint32, typ byte, r reader) bool {
 	kind, paths := requestPaths(typ, &r)
 	for i, p := range paths {
 		name := s.rel(p)
-		if s.hide != nil && s.hidden(name) {
+		if s.hidden(name) {
 			s.done(id, Op{Kind: kind, Path: name}, errHidden)
 			return false
 		}
 		real := s.realName(name)
-		if s.hide != nil && real != name && s.hidden(real) {
+		if real != name && s.hidden(real) {
 			s.done(id, Op{Kind: kind, Path: real}, errHidden)
 			return false
 		}
@@ -139,7 +139,7 @@ func (s *sftpServer) guardAt(fd int, base, change string) error {
 	if base != "" {
 		rel = joinRel(rel, base)
 	}
-	if s.hide != nil && s.hidden(rel) {
+	if s.hidden(rel) {
 		return &hiddenAt{rel}
 	}
 	if change != "" && s.protectsGit() && gitRefused(change, rel) {

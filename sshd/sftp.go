@@ -444,7 +444,7 @@ func (s *sftpServer) handle(pkt []byte) {
 		s.status(id, wire.BadMessage, "bad message")
 		return
 	}
-	if !s.refuseHidden(id, typ, r) {
+	if !s.refuseByPolicy(id, typ, r) {
 		return
 	}
 	switch typ {

@@ -76,7 +76,7 @@ func (v *stagedView) handle(pkt []byte) {
 		v.lower.handle(pkt)
 		return
 	}
-	if !v.lower.refuseHidden(id, typ, r) {
+	if !v.lower.refuseByPolicy(id, typ, r) {
 		return
 	}
 	switch typ {
