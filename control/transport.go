@@ -36,7 +36,13 @@ type SetupParams struct {
 	AccessMode string
 	// Resources are a head INVITE's environment; none in the seed dialect.
 	Resources []Resource
+	// Agent, if set, is the local user the agent runs as (the sandbox's
+	// user of its own): the work dir is set up as its. Nil: the daemon's.
+	Agent *LocalUser
 }
+
+// LocalUser is a uid and gid on this machine.
+type LocalUser struct{ UID, GID uint32 }
 
 // DelegatorTransport is the delegator's side of a data plane (spec §5.1).
 type DelegatorTransport interface {

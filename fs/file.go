@@ -189,7 +189,7 @@ func (h *fileHandle) file(ctx context.Context) (*sftpc.File, uint64, error) {
 		f, o, err = client.OpenRead(h.node.rpath(), reopenFlags(h.flags), 0, headSize)
 		if err == nil && o.Attrs.Flags != 0 {
 			var a fuse.Attr
-			fillAttr(o.Attrs, &a)
+			h.node.fsys.fillAttr(o.Attrs, &a)
 			h.node.observe(&a)
 			head = headRead{data: o.Head, eof: o.EOF, changes: changes, version: versionOf(&a), ok: true}
 		}

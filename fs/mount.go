@@ -80,6 +80,13 @@ type Options struct {
 	// ReadOnly mounts read-only: writes fail with EROFS, and are counted
 	// (Mount.Refused).
 	ReadOnly bool
+	// LentTo, if set, is the local user the mount is lent to (the
+	// executor's agent, running as a uid of its own): it may use the
+	// mount (allow_other, which only root may set), and every file shows
+	// as its own, so that tools that check ownership (git's
+	// safe.directory) take the work dir for the agent's. The delegator's
+	// owners mean nothing here: ownership is not delegated.
+	LentTo *Owner
 	// Name shows in /proc/self/mountinfo as the source.
 	Name string
 	// EntryTimeout and AttrTimeout are the kernel cache times. Default 1s.
@@ -188,6 +195,9 @@ type filesystem struct {
 	// owner is 1 + the uid the delegator gives the files this mount
 	// makes — its user's — once one was made; 0 before.
 	owner atomic.Uint64
+	// lentTo is whom every file shows as owned by (Options.LentTo); nil
+	// shows the delegator's owners.
+	lentTo *Owner
 
 	// longNegatives are the names the kernel was told are missing for
 	// longer than the configured timeout (negatives), by their directory's
@@ -446,6 +456,9 @@ func within(client *sftpc.Client, export string) error {
 	return nil
 }
 
+// Owner is a local uid and gid.
+type Owner struct{ UID, GID uint32 }
+
 // New mounts the delegation at mountpoint, which must be an existing
 // directory, and checks that the mount took (the device id changed, as
 // spec §5.2 says).
@@ -459,7 +472,8 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	fsys := &filesystem{conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout, prefetch: newPrefetcher(), dirsAhead: newListAhead()}
+	fsys := &filesystem{conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout, prefetch: newPrefetcher(), dirsAhead: newListAhead(),
+		lentTo: opts.LentTo}
 	root := &node{fsys: fsys}
 	// Negative entries are cached as long as positive ones: tools probe
 	// for many files that do not exist (git does, a lot). Our own creates
@@ -479,6 +493,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 		// mount wrote, at the next stat.
 		ExplicitDataCacheControl: true,
 		Debug:                    opts.Debug,
+		AllowOther:               opts.LentTo != nil,
 	}
 	server, err := mountFUSE(mountpoint, root, &fs.Options{
 		MountOptions:    mopts,

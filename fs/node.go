@@ -284,7 +284,7 @@ func (n *node) errno(ctx context.Context, op, p string, err error) syscall.Errno
 // newChild is the inode for a, named name under n.
 // The kernel keeps the entry and attributes as keepFor(s) says.
 func (n *node) newChild(ctx context.Context, s uint64, name string, a sftpc.Attrs, out *fuse.EntryOut) *fs.Inode {
-	fillAttr(a, &out.Attr)
+	n.fsys.fillAttr(a, &out.Attr)
 	return n.childFromAttr(ctx, s, name, out)
 }
 
@@ -428,7 +428,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		if err != nil {
 			return n.errno(ctx, "fstat", n.rpath(), err)
 		}
-		fillAttr(a, &out.Attr)
+		n.fsys.fillAttr(a, &out.Attr)
 		n.observe(&out.Attr)
 		n.told(&out.Attr)
 		return 0
@@ -443,7 +443,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	if err != nil {
 		return n.errno(ctx, "getattr", p, err)
 	}
-	fillAttr(a, &out.Attr)
+	n.fsys.fillAttr(a, &out.Attr)
 	n.observe(&out.Attr)
 	n.told(&out.Attr)
 	n.keepAttrs(&out.Attr, at, s)
@@ -513,8 +513,9 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno { return syscall.ENOTSUP }
 
 // fillAttr copies what SFTP v3 carries: type and permission bits, size,
-// owner, access and modification times, and the link count our server adds.
-func fillAttr(a sftpc.Attrs, out *fuse.Attr) {
+// owner (or the user the mount is lent to), access and modification
+// times, and the link count our server adds.
+func (f *filesystem) fillAttr(a sftpc.Attrs, out *fuse.Attr) {
 	out.Mode = a.Mode
 	out.Size = a.Size
 	out.Nlink = a.Nlink
@@ -532,6 +533,9 @@ func fillAttr(a sftpc.Attrs, out *fuse.Attr) {
 	}
 	out.Atime, out.Atimensec = uint64(a.Atime), 0
 	out.Uid, out.Gid = a.UID, a.GID
+	if f.lentTo != nil {
+		out.Uid, out.Gid = f.lentTo.UID, f.lentTo.GID
+	}
 	out.Blksize = 4096
 	out.Blocks = (out.Size + 511) / 512
 }

@@ -290,7 +290,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, n.errno(ctx, "link", p, err)
 	}
 	n.named(name)
-	fillAttr(a, &out.Attr)
+	n.fsys.fillAttr(a, &out.Attr)
 	n.fsys.setEntryTimeouts(out, s)
 	// The same inode under a second name, as the kernel expects of link(2).
 	return target.EmbeddedInode(), 0

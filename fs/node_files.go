@@ -74,7 +74,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if err != nil {
 		return n.errno(ctx, "setattr", p, err)
 	}
-	fillAttr(a, &out.Attr)
+	n.fsys.fillAttr(a, &out.Attr)
 	n.observe(&out.Attr)
 	n.told(&out.Attr)
 	// go-fuse sets the attribute timeout after GETATTR but not after
@@ -94,7 +94,7 @@ func (n *node) openedWith(h *fileHandle, o sftpc.Opened, changes, kernelSize uin
 		return noFlush
 	}
 	var a fuse.Attr
-	fillAttr(o.Attrs, &a)
+	n.fsys.fillAttr(o.Attrs, &a)
 	n.observe(&a)
 	n.mu.Lock()
 	n.opened = n.seen // the pages the kernel reads now are of this version

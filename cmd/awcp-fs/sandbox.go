@@ -40,13 +40,17 @@ func sandboxPolicy(c *cli.Context, agentCmd string) (*sandbox.Policy, error) {
 		return nil, fmt.Errorf("--sandbox strict: this kernel's Landlock ABI is %d; %d (Linux 6.12) is needed", abi, sandbox.MinABI)
 	}
 	p := &sandbox.Policy{RO: append([]string{}, sandbox.System...), Devices: sandbox.Devices, Strict: mode == "strict",
-		PrivateProc: sandbox.CanPrivateProc()}
+		Isolated: sandbox.CanIsolate()}
 	p.RO = append(p.RO, commandFiles(agentCmd)...)
+	// What the operator lends the agents is theirs to use, whichever uid
+	// each one runs as.
+	p.Yours = append(p.Yours, commandFiles(agentCmd)...)
 	for _, v := range c.StringSlice("sandbox-allow") {
 		path, rw, err := sandbox.ParseAllow(v)
 		if err != nil {
 			return nil, clikit.UsageError("%v", err)
 		}
+		p.Yours = append(p.Yours, path)
 		if rw {
 			p.RW = append(p.RW, path)
 		} else {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,7 +62,23 @@ func (t *ArchiveExecutor) Setup(_ context.Context, p control.SetupParams) error 
 			return control.Errorf(control.CodeSetupFailed, "the workspace has no usable folder %q", r.Name)
 		}
 	}
+	if p.Agent != nil {
+		if err := chownTree(workDir, *p.Agent); err != nil {
+			return fmt.Errorf("give the workspace to the agent's user: %w", err)
+		}
+	}
 	return nil
+}
+
+// chownTree makes everything under dir u's, links themselves and not what
+// they name. Nothing else writes there yet: the agent starts after.
+func chownTree(dir string, u control.LocalUser) error {
+	return filepath.WalkDir(dir, func(path string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, int(u.UID), int(u.GID))
+	})
 }
 
 // Teardown packs the work directory as the result.

@@ -234,6 +234,8 @@ type Executor struct {
 	wg sync.WaitGroup // task goroutines
 
 	probes chan struct{} // slots of the reachability probes in flight (probe.go)
+
+	agentUsers agentUsers // the agents' uids (agentuser.go)
 }
 
 // task is one running agent.
@@ -424,6 +426,7 @@ func (e *Executor) removeWorkDir(ctx context.Context, a *lease.Assignment) error
 		return fmt.Errorf("remove work dir of %s: %w", a.ID, err)
 	}
 	os.Remove(e.summaryFile(a.ID))
+	e.agentUsers.release(a.ID)
 	return nil
 }
 

@@ -97,17 +97,37 @@ func statusOf(code string) int {
 	return http.StatusConflict
 }
 
-// authorized checks the bearer token of a non-INVITE request.
+// authorized checks the bearer token of a non-INVITE request, and that a
+// request about delegation id comes from the delegator that made it
+// (mayTouch).
 func (e *Executor) authorized(w http.ResponseWriter, r *http.Request, id string) bool {
-	if e.openToAll() || e.keyAuthorized(r) {
+	if !e.openToAll() && !e.keyAuthorized(r) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || !e.validToken(tok) {
+			e.refuseAuth(w, id, "missing or invalid bearer token, and no authorized delegator key")
+			return false
+		}
+	}
+	if id == "" {
 		return true
 	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if ok && e.validToken(tok) {
-		return true
+	a, err := e.store.Assignment(id)
+	if err != nil || mayTouch(a, r) {
+		return true // unknown: the handler says so
 	}
-	e.refuseAuth(w, id, "missing or invalid bearer token, and no authorized delegator key")
+	e.opts.Metrics.Refused(control.CodeAuthFailed)
+	e.log.Warn("refused a request about a delegation of another delegator's", "delegation", id, "path", r.URL.Path,
+		"peer", r.RemoteAddr, "delegator", control.Fingerprint(delegatorKey(r)))
+	writeError(w, http.StatusForbidden, control.NewError(id, control.CodeAuthFailed,
+		"delegation "+id+" was made by another delegator", "only the delegator whose INVITE made it, with its own key, may ask about it"))
 	return false
+}
+
+// mayTouch reports whether r may watch, steer or end delegation a: it was
+// made over plain HTTP (the reference's dialect binds nothing), or r shows
+// the key of the delegator that made it.
+func mayTouch(a *lease.Assignment, r *http.Request) bool {
+	return a.DelegatorKey == "" || constantTimeEqual(delegatorKey(r), a.DelegatorKey)
 }
 
 // delegatorKey is the identity key of the delegator that sent r, as its
@@ -230,7 +250,7 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 		if _, tls := httpserve.PeerTLS(r); !tls && e.opts.IdentityKey != nil {
 			e.log.Warn("INVITE over plain HTTP (--plain-http): its token, its START and its events travel in clear", "delegation", m.DelegationID, "peer", r.RemoteAddr)
 		}
-		acc, pe := e.admit(m, r.RemoteAddr, byKey)
+		acc, pe := e.admit(m, r.RemoteAddr, byKey, delegatorKey(r))
 		if pe != nil {
 			// The delegator's key, for the operator to compare and, if it
 			// is one they know, to authorize (--authorized-delegators).
@@ -523,12 +543,15 @@ func (e *Executor) handleStatus(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for _, a := range as {
+		if a.Active() {
+			rep.Active++
+		}
+		if !mayTouch(a, r) {
+			continue // another delegator's: counted, not shown
+		}
 		row := control.StatusLeaseRow{DelegationID: a.ID, State: string(a.State), Transport: a.Transport, AccessMode: a.AccessMode}
 		if !a.ExpiresAt.IsZero() {
 			row.ExpiresAt = control.Timestamp(a.ExpiresAt)
-		}
-		if a.Active() {
-			rep.Active++
 		}
 		rep.Delegations = append(rep.Delegations, row)
 	}

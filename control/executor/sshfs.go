@@ -164,6 +164,14 @@ func (t *SSHFSExecutor) Refused(id string) *control.MountRefused {
 	return nil
 }
 
+// lentTo is the agent's user, as the mount takes it.
+func lentTo(u *control.LocalUser) *awcpfs.Owner {
+	if u == nil {
+		return nil
+	}
+	return &awcpfs.Owner{UID: u.UID, GID: u.GID}
+}
+
 // Mount mounts p's sshfs workDir at p.WorkDir; `awcp-fs mount` uses it
 // directly. Only the endpoint, the credential and the host key option are
 // read from the workDir.
@@ -236,6 +244,7 @@ func (t *SSHFSExecutor) mount(p control.SetupParams, debug, served bool) (_ *awc
 		Debug:           debug,
 		Metrics:         t.Metrics,
 		Dial:            dial,
+		LentTo:          lentTo(p.Agent),
 	})
 	if err != nil {
 		return nil, &control.ProtocolError{Code: control.CodeSetupFailed, Message: "cannot mount the delegator's workspace: " + StripPaths(err, p.WorkDir), Err: err}

@@ -24,7 +24,7 @@ import (
 )
 
 // admit handles INVITE.
-func (e *Executor) admit(inv *control.Invite, peer string, byKey bool) (*control.Accept, *control.ProtocolError) {
+func (e *Executor) admit(inv *control.Invite, peer string, byKey bool, delegator string) (*control.Accept, *control.ProtocolError) {
 	if !e.openToAll() && !byKey && (inv.Auth == nil || !e.validToken(inv.Auth.Credential)) {
 		hint := "pass the executor's token with --token"
 		if len(e.opts.AuthorizedDelegators) > 0 {
@@ -83,7 +83,7 @@ func (e *Executor) admit(inv *control.Invite, peer string, byKey bool) (*control
 	a := &lease.Assignment{
 		Lease: lease.Lease{ID: inv.DelegationID, AccessMode: mode, Transport: tr.Name(),
 			TTLSeconds: int64(ttl / time.Second), Dialect: inv.Dialect()},
-		WorkDir: wd, Description: inv.Task.Description, Prompt: inv.Task.Prompt, Peer: peer,
+		WorkDir: wd, Description: inv.Task.Description, Prompt: inv.Task.Prompt, Peer: peer, DelegatorKey: delegator,
 		StartBy: now.Add(e.opts.StartTimeout), CallChain: inv.CallChain,
 	}
 	if inv.Session != nil {
@@ -268,6 +268,11 @@ func (e *Executor) setup(ctx context.Context, a *lease.Assignment, tr control.Ex
 		return control.Errorf(control.CodeSetupFailed, "cannot create the work directory")
 	}
 	p := control.SetupParams{ID: a.ID, Info: info, WorkDir: a.WorkDir, AccessMode: a.AccessMode}
+	if c := e.opts.Confine; c != nil && c.Isolated {
+		if p.Agent = e.agentUsers.take(a.ID); p.Agent == nil {
+			return control.Errorf(control.CodeDeclined, "every agent uid is in use")
+		}
+	}
 	for _, r := range a.Resources {
 		p.Resources = append(p.Resources, control.Resource{Name: r.Name, Type: "fs", Mode: r.Mode})
 	}
@@ -336,7 +341,7 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	}
 	var confineErr error // the agent does not run unconfined by mistake
 	if base := e.opts.Confine; base != nil {
-		p, tmp, err := confine(&at, *base)
+		p, tmp, err := confine(&at, *base, e.agentUsers.of(a.ID))
 		if err != nil {
 			confineErr = fmt.Errorf("its sandbox: %w", err)
 		} else {
@@ -556,26 +561,39 @@ const SandboxNote = "sandbox: "
 // with at's work directory and a temporary directory of its own (TMPDIR,
 // its caches, its summary file), which the caller removes after the task.
 // Its HOME is a fresh one in there too, unless the operator granted the
-// daemon's: tools that read their configuration from HOME (git, which
-// fails on a home it may not read) find none, rather than a refusal.
-func confine(at *agent.Task, base sandbox.Policy) (*sandbox.Policy, string, error) {
+// daemon's (and the agent is the daemon's user): tools that read their
+// configuration from HOME (git, which fails on a home it may not read)
+// find none, rather than a refusal. With user, the agent's own uid, the
+// temporary directory and the home are that user's.
+func confine(at *agent.Task, base sandbox.Policy, user *control.LocalUser) (*sandbox.Policy, string, error) {
 	tmp, err := os.MkdirTemp("", "awcp-agent-")
 	if err != nil {
 		return nil, "", err
 	}
 	p := base
 	p.RW = append(slices.Clone(base.RW), at.WorkDir, tmp)
-	at.Confine = p.Wrap
 	at.SummaryFile = filepath.Join(tmp, "summary")
 	at.Env = append(at.Env, "TMPDIR="+tmp, "XDG_CACHE_HOME="+filepath.Join(tmp, "cache"))
-	if home, _ := os.UserHomeDir(); home == "" || !(slices.Contains(p.RO, home) || slices.Contains(p.RW, home)) {
-		h := filepath.Join(tmp, "home")
-		if err := os.Mkdir(h, 0o700); err != nil {
+	home, _ := os.UserHomeDir()
+	if user != nil || home == "" || !(slices.Contains(p.RO, home) || slices.Contains(p.RW, home)) {
+		home = filepath.Join(tmp, "home")
+		if err := os.Mkdir(home, 0o700); err != nil {
 			os.RemoveAll(tmp)
 			return nil, "", err
 		}
-		at.Env = append(at.Env, "HOME="+h)
+		at.Env = append(at.Env, "HOME="+home)
 	}
+	if user != nil {
+		p.User = &sandbox.User{UID: user.UID, GID: user.GID, Home: home}
+		at.Owner = &agent.Owner{UID: int(user.UID), GID: int(user.GID)}
+		for _, d := range []string{tmp, home} {
+			if err := os.Chown(d, int(user.UID), int(user.GID)); err != nil {
+				os.RemoveAll(tmp)
+				return nil, "", err
+			}
+		}
+	}
+	at.Confine = p.Wrap
 	return &p, tmp, nil
 }
 

@@ -41,7 +41,7 @@ func BenchmarkConfinedWork(b *testing.B) {
 					cmd.Dir = src
 					cmd.Env = append(os.Environ(), "GOCACHE="+cache, "TMPDIR="+cache, "GOTOOLCHAIN=local", "GOFLAGS=", "GOENV=off", "HOME="+cache)
 					if confined {
-						p := &Policy{RW: []string{src, cache}, RO: System, Devices: Devices, PrivateProc: CanPrivateProc()}
+						p := &Policy{RW: []string{src, cache}, RO: System, Devices: Devices, Isolated: CanIsolate()}
 						if err := p.Wrap(cmd); err != nil {
 							b.Fatal(err)
 						}

@@ -7,12 +7,17 @@
 // Landlock's scoping keeps it from signalling processes outside its
 // sandbox (the daemon, other agents).
 //
-// Where the executor runs as root, the agent also gets a PID namespace of
-// its own with its own /proc: the daemon and the other agents are not
-// there to be named at all — their command lines and environments
-// included. Without it (an executor not running as root) /proc shows
-// them: Landlock's ptrace rule did not keep a confined process from
-// reading another's /proc/PID/environ on the kernels tested (6.18).
+// Where the executor runs as root, the agent also gets a root of its own
+// (root.go) and a user of its own: fresh mount, PID and IPC namespaces
+// whose filesystem holds the system read-only, its grants, a /dev of a
+// few devices, its own /proc, and empty /tmp, /run, /var/tmp and
+// /dev/shm — nothing of the daemon's state, of other delegations' mounts
+// or of the host's sockets — and it runs as an unprivileged uid of its
+// own, so that what root may read (/etc/shadow, the daemon's 0600
+// configuration) it may not. Without root none of that is available:
+// /proc shows the daemon and the other agents (Landlock's ptrace rule did
+// not keep a confined process from reading another's /proc/PID/environ
+// on the kernels tested, 6.18), and the agent is the daemon's uid.
 //
 // # How
 //
@@ -20,9 +25,10 @@
 // confining itself would confine the daemon. So Wrap has the command run
 // the executor's own binary (/proc/self/exe) with the policy in its
 // environment; this package's init, in that new process, sees it before
-// main runs: it mounts the private /proc where asked, drops every
+// main runs: it builds the root of its own where asked, drops every
 // capability from what it will start, restricts itself,
-// starts the real command as its child, passes signals on, reaps what is
+// starts the real command as its child (as the agent's user, where one is
+// given), passes signals on, reaps what is
 // orphaned in its namespace, and exits as the command did. Every binary
 // that links this package — awcp-fs, and the tests that start agents —
 // is such a helper.
@@ -32,6 +38,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -65,11 +72,27 @@ type Policy struct {
 	// Landlock, or one older than ABI 6's scoping); otherwise it runs
 	// with what the kernel has.
 	Strict bool `json:"strict,omitempty"`
-	// PrivateProc gives the command a PID namespace and a /proc of its
-	// own. It needs CAP_SYS_ADMIN (the executor running as root).
-	PrivateProc bool `json:"privateProc,omitempty"`
+	// Isolated gives the command a root of its own (root.go) in mount,
+	// PID and IPC namespaces of its own. It needs CAP_SYS_ADMIN (the
+	// executor running as root).
+	Isolated bool `json:"isolated,omitempty"`
+	// User, if set, is who the command runs as; it needs root.
+	User *User `json:"user,omitempty"`
+	// Yours are those of RO and RW (the operator's grants) that the
+	// command, running as User, sees as its own: their owner's files show
+	// as User's, and what it makes there is written as their owner's (an
+	// idmapped mount). So a grant of the daemon's ~/.claude works for an
+	// agent of another uid.
+	Yours []string `json:"yours,omitempty"`
 	// Path is the command's program, set by Wrap.
 	Path string `json:"path"`
+}
+
+// User is the unprivileged user a command runs as, and its home.
+type User struct {
+	UID  uint32 `json:"uid"`
+	GID  uint32 `json:"gid"`
+	Home string `json:"home,omitempty"`
 }
 
 // System is what every agent reads and executes: the system's programs,
@@ -92,9 +115,9 @@ func ABI() int {
 // and abstract sockets came with 6.
 const MinABI = 6
 
-// CanPrivateProc reports whether a command may get a PID namespace and a
-// /proc of its own here (CAP_SYS_ADMIN: the executor runs as root).
-func CanPrivateProc() bool { return os.Geteuid() == 0 }
+// CanIsolate reports whether a command may get a root and a user of its
+// own here (CAP_SYS_ADMIN and CAP_SETUID: the executor runs as root).
+func CanIsolate() bool { return os.Geteuid() == 0 }
 
 // Describe is how a policy confines, for a delegation's notes and doctor:
 // "landlock ABI 7, private /proc".
@@ -110,8 +133,11 @@ func Describe(p *Policy) string {
 	if abi < MinABI {
 		s += " (no scoping of signals: ABI 6 needed)"
 	}
-	if p.PrivateProc {
-		s += ", private /proc"
+	if p.Isolated {
+		s += ", a root of its own"
+	}
+	if p.User != nil {
+		s += fmt.Sprintf(", uid %d", p.User.UID)
 	}
 	if p.Net {
 		s += fmt.Sprintf(", TCP connect to ports %v only", p.ConnectPorts)
@@ -137,16 +163,20 @@ func (p Policy) Wrap(cmd *exec.Cmd) error {
 	}
 	cmd.Env = append(cmd.Env, envKey+"="+string(raw))
 	cmd.Path = self
-	if p.PrivateProc {
+	if p.Isolated {
 		if cmd.SysProcAttr == nil {
 			cmd.SysProcAttr = &syscall.SysProcAttr{}
 		}
-		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID | syscall.CLONE_NEWNS
+		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC
 	}
 	return nil
 }
 
 func init() {
+	if _, ok := os.LookupEnv(holdEnv); ok {
+		io.Copy(io.Discard, os.Stdin) // until the pipe's other end closes
+		os.Exit(0)
+	}
 	raw, ok := os.LookupEnv(envKey)
 	if !ok {
 		return
@@ -167,14 +197,12 @@ func helper(raw string) (int, error) {
 	if err := json.Unmarshal([]byte(raw), &p); err != nil {
 		return 0, fmt.Errorf("bad policy: %w", err)
 	}
-	if p.PrivateProc {
-		// This mount namespace's mounts stop propagating to the host's,
-		// then /proc shows this PID namespace only.
-		if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
-			return 0, fmt.Errorf("private mounts: %w", err)
-		}
-		if err := syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
-			return 0, fmt.Errorf("a /proc of its own: %w", err)
+	if p.User != nil && !p.Isolated {
+		return 0, errors.New("a user of its own needs a root of its own")
+	}
+	if p.Isolated {
+		if err := p.buildRoot(); err != nil {
+			return 0, fmt.Errorf("a root of its own: %w", err)
 		}
 	}
 	if err := dropCapabilities(); err != nil {
@@ -187,7 +215,11 @@ func helper(raw string) (int, error) {
 	// as PID 1 of a namespace this process gets only those it handles.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
-	proc, err := os.StartProcess(p.Path, os.Args, &os.ProcAttr{Env: os.Environ(), Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
+	attr := &os.ProcAttr{Env: os.Environ(), Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}}
+	if p.User != nil {
+		attr.Sys = p.User.credential()
+	}
+	proc, err := os.StartProcess(p.Path, os.Args, attr)
 	if err != nil {
 		return 127, fmt.Errorf("start %s: %w", p.Path, err)
 	}
@@ -259,9 +291,15 @@ func (p Policy) restrict() error {
 		landlock.RWFiles(existing(p.Devices, false)...).WithIoctlDev(),
 		landlock.RWDirs(existing(p.Devices, true)...).WithIoctlDev(),
 	}
-	// /proc is read: tools need /proc/self. With a PID namespace it shows
+	// /proc is read: tools need /proc/self. In a root of its own it shows
 	// the sandbox's processes only; without one, the others' too.
 	rules = append(rules, landlock.RODirs("/proc"))
+	if p.Isolated {
+		// The root's own empty /tmp, /var/tmp and /run are the command's:
+		// no other process sees them. (What is bound beneath them
+		// read-only stays so: the mount says so, whatever Landlock allows.)
+		rules = append(rules, landlock.RWDirs("/tmp", "/var/tmp", "/run").WithRefer())
+	}
 	for _, port := range p.ConnectPorts {
 		rules = append(rules, landlock.ConnectTCP(port))
 	}

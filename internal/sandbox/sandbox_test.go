@@ -8,22 +8,63 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
 // A confined shell writes in its own directory and its temporary
 // directory, reads the system, has no capability even as root, and is
-// refused everything else: a
-// neighbour's directory (read and write), a symlink it makes out of its
-// own, the test's /proc/PID (not even there with a /proc of its own),
-// a signal to the test process. The same commands unconfined succeed,
-// so the refusals are the sandbox's.
+// refused everything else: a neighbour's directory (read and write), a
+// symlink it makes out of its own, the test's /proc/PID (not even there
+// with a root of its own), a signal to the test process. With a root and
+// a user of its own it is also refused what Landlock does not cover: a
+// pathname socket outside its grants (connect(2)), the host's /tmp,
+// /run and /dev/shm, the other mounts, and what only root may read. The
+// same commands unconfined succeed, so the refusals are the sandbox's.
 func TestConfinedShell(t *testing.T) {
 	if ABI() == 0 {
 		t.Fatal("this kernel has no Landlock: the executor's sandbox cannot be tested here")
 	}
 	own, tmp, other := t.TempDir(), t.TempDir(), t.TempDir()
 	if err := os.WriteFile(filepath.Join(other, "secret"), []byte("the neighbour's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A careless daemon's socket, open to every user, in a directory the
+	// shell is not granted, and the host's shared places.
+	sock := filepath.Join(other, "daemon.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	os.Chmod(sock, 0o777)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	// A mount of the host's (another delegation's, say).
+	mnt := filepath.Join(other, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Unmount(mnt, syscall.MNT_DETACH)
+	marker := fmt.Sprintf("awcp-sandbox-marker-%d", os.Getpid())
+	for _, dir := range []string{"/tmp", "/dev/shm", "/run"} {
+		os.WriteFile(filepath.Join(dir, marker), nil, 0o644)
+		defer os.Remove(filepath.Join(dir, marker))
+	}
+	// A grant of the daemon's own, as ~/.claude is: only its owner may
+	// read it.
+	granted := t.TempDir()
+	if err := os.WriteFile(filepath.Join(granted, "credentials"), []byte("key\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	pid := strconv.Itoa(os.Getpid())
@@ -42,10 +83,24 @@ try cat /proc/$PARENT/environ
 try kill -0 $PARENT
 try grep -q "CapEff:.0000000000000000" /proc/self/status
 try sh -c 'echo x > /etc/awcp-sandbox-test'
+try nc -U -z "$OTHER/daemon.sock"
+try ls /tmp/$MARKER
+try ls /dev/shm/$MARKER
+try ls /run/$MARKER
+try grep -q " $OTHER/mnt " /proc/self/mountinfo
+try cat /etc/shadow
+try sh -c 'test "$(id -un)" = awcp-agent'
+try sh -c 'echo shared > /dev/shm/x && cat /dev/shm/x'
+try sh -c 'echo x > /tmp/x && cat /tmp/x'
+try cat "$GRANTED/credentials"
+try sh -c 'echo session > "$GRANTED/session"'
 `
 	run := func(p *Policy) string {
+		os.Remove(filepath.Join(own, "mine.txt"))
+		os.Remove(filepath.Join(tmp, "t"))
 		cmd := exec.Command("/bin/sh", "-c", script)
-		cmd.Env = append(os.Environ(), "OWN="+own, "TMP="+tmp, "OTHER="+other, "PARENT="+pid)
+		cmd.Dir = own
+		cmd.Env = append(os.Environ(), "OWN="+own, "TMP="+tmp, "OTHER="+other, "PARENT="+pid, "MARKER="+marker, "GRANTED="+granted)
 		if p != nil {
 			if err := p.Wrap(cmd); err != nil {
 				t.Fatal(err)
@@ -60,30 +115,71 @@ try sh -c 'echo x > /etc/awcp-sandbox-test'
 		os.Remove("/etc/awcp-sandbox-test")
 		return string(out)
 	}
-	// Landlock alone (an executor not running as root), then with a PID
-	// namespace and /proc of its own. Signals are refused either way (the
+	agent := &User{UID: 2_000_000_777, GID: 2_000_000_777, Home: tmp}
+	// Landlock alone (an executor not running as root), then with a root
+	// and a user of its own. Signals are refused either way (the
 	// scoping); the test's /proc/PID — its command line, and, this kernel
-	// shows, its environment — only with the namespace.
-	for _, private := range []bool{false, true} {
-		if private && !CanPrivateProc() {
-			t.Fatal("not root: the private /proc cannot be tested here")
+	// shows, its environment — only with the root of its own, and what
+	// Landlock does not cover only there.
+	beyondLandlock := []string{"nc -U -z " + sock, "ls /tmp/" + marker, "ls /dev/shm/" + marker, "ls /run/" + marker,
+		"grep -q  " + mnt + "  /proc/self/mountinfo", "cat /etc/shadow"}
+	for _, isolated := range []bool{false, true} {
+		if isolated && !CanIsolate() {
+			t.Fatal("not root: the root and user of its own cannot be tested here")
 		}
-		p := &Policy{RW: []string{own, tmp}, RO: System, Devices: Devices, Strict: true, PrivateProc: private}
+		p := &Policy{RW: []string{own, tmp, granted}, RO: System, Devices: Devices, Strict: true, Isolated: isolated, Yours: []string{granted}}
+		if isolated {
+			// The agent's user; the directories it works in are its own.
+			p.User = agent
+			for _, d := range []string{own, tmp} {
+				if err := os.Chown(d, int(agent.UID), int(agent.GID)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 		confined := run(p)
 		wants := []string{"ok sh -c echo mine", "ok sh -c echo tmp", "ok cat /etc/hostname",
 			"refused cat " + other + "/secret", "refused sh -c echo x > \"$OTHER/written\"", "refused cat escape/secret",
-			"refused kill -0 " + pid, "refused sh -c echo x > /etc/awcp-sandbox-test", "ok grep -q CapEff:.0000000000000000"}
-		if private {
-			wants = append(wants, "refused cat /proc/"+pid+"/cmdline", "refused cat /proc/"+pid+"/environ")
+			"refused kill -0 " + pid, "refused sh -c echo x > /etc/awcp-sandbox-test", "ok grep -q CapEff:.0000000000000000",
+			"ok sh -c echo shared > /dev/shm/x", "ok cat " + granted + "/credentials", "ok sh -c echo session > \"$GRANTED/session\""}
+		if isolated {
+			wants = append(wants, "ok sh -c echo x > /tmp/x", "refused cat /proc/"+pid+"/cmdline", "refused cat /proc/"+pid+"/environ", "ok sh -c test \"$(id -un)\" = awcp-agent")
+			for _, b := range beyondLandlock {
+				wants = append(wants, "refused "+b)
+			}
+		} else {
+			// What Landlock alone leaves open, so that the refusals above
+			// are the root's and the user's.
+			for _, b := range beyondLandlock {
+				wants = append(wants, "ok "+b)
+			}
 		}
 		for _, want := range wants {
 			if !strings.Contains(confined, want) {
-				t.Errorf("confined (private /proc %v): no %q in\n%s", private, want, confined)
+				t.Errorf("confined (a root of its own %v): no %q in\n%s", isolated, want, confined)
 			}
 		}
 		if _, err := os.Stat(filepath.Join(other, "written")); err == nil {
 			t.Error("the confined shell wrote into its neighbour's directory")
 		}
+		if _, err := os.Stat("/dev/shm/x"); err == nil {
+			os.Remove("/dev/shm/x")
+			if isolated {
+				t.Error("the confined shell's /dev/shm is the host's")
+			}
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(own, "mine.txt")); err != nil {
+		t.Fatal(err)
+	} else if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != agent.UID {
+		t.Errorf("what the agent made is uid %d's, not its own (%d)", uid, agent.UID)
+	}
+	// What the agent wrote in the grant is the daemon's, as if it had
+	// written it.
+	if fi, err := os.Stat(filepath.Join(granted, "session")); err != nil {
+		t.Fatal(err)
+	} else if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != uint32(os.Geteuid()) {
+		t.Errorf("what the agent wrote in the daemon's grant is uid %d's, not the daemon's", uid)
 	}
 	free := run(nil)
 	if os.Geteuid() == 0 && !strings.Contains(free, "refused grep -q CapEff:.0000000000000000") {

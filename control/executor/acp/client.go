@@ -201,6 +201,7 @@ func (c *client) WriteTextFile(_ context.Context, p acpsdk.WriteTextFileRequest)
 	if c.readOnly {
 		return acpsdk.WriteTextFileResponse{}, acpsdk.NewInvalidRequest(map[string]any{"path": p.Path, "error": "the delegation is read-only"})
 	}
+	made := c.missing(rel) // before they are made: to be the agent's
 	if dir := filepath.Dir(rel); dir != "." {
 		if err := c.root.MkdirAll(dir, 0o755); err != nil {
 			return acpsdk.WriteTextFileResponse{}, fileError(p.Path, err)
@@ -209,7 +210,30 @@ func (c *client) WriteTextFile(_ context.Context, p acpsdk.WriteTextFileRequest)
 	if err := c.root.WriteFile(rel, []byte(p.Content), 0o644); err != nil {
 		return acpsdk.WriteTextFileResponse{}, fileError(p.Path, err)
 	}
+	if o := c.task.Owner; o != nil {
+		for _, name := range made {
+			if err := c.root.Lchown(name, o.UID, o.GID); err != nil {
+				return acpsdk.WriteTextFileResponse{}, fileError(p.Path, err)
+			}
+		}
+	}
 	return acpsdk.WriteTextFileResponse{}, nil
+}
+
+// missing are rel and those of its parent directories that do not exist
+// yet, outermost first; none where the agent runs as the daemon's user.
+func (c *client) missing(rel string) []string {
+	if c.task.Owner == nil {
+		return nil
+	}
+	var out []string
+	for p := rel; p != "." && p != "/"; p = filepath.Dir(p) {
+		if _, err := c.root.Lstat(p); err == nil {
+			break
+		}
+		out = append([]string{p}, out...)
+	}
+	return out
 }
 
 // RequestPermission asks the executor's policy (which may ask the

@@ -40,7 +40,14 @@ type Task struct {
 	// every command it has run for it (ACP terminals) — before it starts
 	// (internal/sandbox).
 	Confine func(*exec.Cmd) error
+	// Owner, if set, is the user the agent runs as (the sandbox's user
+	// of its own): what the executor writes into the work dir on its
+	// behalf (ACP's fs/write_text_file) is made its, as if it had.
+	Owner *Owner
 }
+
+// Owner is a local uid and gid.
+type Owner struct{ UID, GID int }
 
 // Options configures a run.
 type Options struct {
