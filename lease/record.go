@@ -241,19 +241,19 @@ func Choices(opts []PermissionOption) string {
 // Assignment is the executor's record of a lease it accepted.
 type Assignment struct {
 	Lease
-	WorkDir     string    `json:"workDir"`
-	Description string    `json:"description"`
-	Prompt      string    `json:"prompt"`
-	Peer        string    `json:"peer"` // remote address of the INVITE
+	WorkDir     string `json:"workDir"`
+	Description string `json:"description"`
+	Prompt      string `json:"prompt"`
+	Peer        string `json:"peer"` // remote address of the INVITE
 	// DelegatorKey is the identity key of the delegator whose INVITE made
 	// it, as its TLS certificate showed it; "" over plain HTTP. Every
 	// later request about the delegation must come with that key: no
 	// other delegator — nor an agent on this machine — holding the token
 	// may watch, steer or end it.
-	DelegatorKey string `json:"delegatorKey,omitempty"`
-	AcceptedAt  time.Time `json:"acceptedAt"`
-	StartBy     time.Time `json:"startBy"` // START must arrive before this
-	AgentPID    int       `json:"agentPid,omitempty"`
+	DelegatorKey string    `json:"delegatorKey,omitempty"`
+	AcceptedAt   time.Time `json:"acceptedAt"`
+	StartBy      time.Time `json:"startBy"` // START must arrive before this
+	AgentPID     int       `json:"agentPid,omitempty"`
 	// Session is the session protocol of a session delegation ("acp"),
 	// and SessionKey the key its channel must present. Secret.
 	Session    string `json:"session,omitempty"`
