@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"path/filepath"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	awcpfs "github.com/awcp/awcp/fs"
+	"github.com/awcp/awcp/control/executor"
 	"github.com/awcp/awcp/internal/sandbox"
 )
 
@@ -100,7 +102,25 @@ func checkSandbox(l *clikit.Checklist, c *cli.Context, state string) {
 		l.Info("sandbox", "WARNING: "+sandbox.Describe(p)+": agents are not fully confined (--sandbox strict refuses to start so)")
 	}
 	os.MkdirAll(state, 0o700)
-	cmd := exec.Command("/bin/sh", "-c", `ls "$0" >/dev/null 2>&1 && exit 3; exit 0`, state)
+	// As an agent runs: in a directory of its own, and where the daemon
+	// may, in a root and as a user of its own (the first agent uid).
+	work, err := os.MkdirTemp("", "awcp-doctor-")
+	if err != nil {
+		l.Fail("sandbox", err.Error(), "")
+		return
+	}
+	defer os.RemoveAll(work)
+	grants := p.RW
+	p.RW = append(slices.Clone(p.RW), work)
+	script := `ls "$0" >/dev/null 2>&1 && exit 3; exit 0`
+	if p.Isolated {
+		uid := uint32(executor.AgentUIDBase)
+		p.User = &sandbox.User{UID: uid, GID: uid, Home: work}
+		os.Chown(work, int(uid), int(uid))
+		script = `ls "$0" >/dev/null 2>&1 && exit 3; [ "$(id -u)" = ` + fmt.Sprint(uid) + ` ] || exit 4; exit 0`
+	}
+	cmd := exec.Command("/bin/sh", "-c", script, state)
+	cmd.Dir = work
 	if err := p.Wrap(cmd); err != nil {
 		l.Fail("sandbox", err.Error(), "")
 		return
@@ -112,8 +132,8 @@ func checkSandbox(l *clikit.Checklist, c *cli.Context, state string) {
 	}
 	l.OK("sandbox", sandbox.Describe(p)+": agents write in their work dir and a temp dir of their own only; checked")
 	l.Info("sandbox reads", strings.Join(p.RO, " "))
-	if len(p.RW) > 0 {
-		l.Info("sandbox writes", "the work dir, its temp dir, "+strings.Join(p.RW, " "))
+	if len(grants) > 0 {
+		l.Info("sandbox writes", "the work dir, its temp dir, "+strings.Join(grants, " "))
 	}
 }
 

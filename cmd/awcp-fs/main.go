@@ -208,6 +208,8 @@ func serve(ctx context.Context, c *cli.Context) error {
 		log.Warn("agents run unconfined (--sandbox off): each reaches what this daemon reaches")
 	} else if abi := sandbox.ABI(); abi < sandbox.MinABI {
 		log.Warn("agents are not fully confined: this kernel's Landlock ABI is too old", "abi", abi, "needed", sandbox.MinABI)
+	} else if !confine.Isolated {
+		log.Warn("agents run as this daemon's user, in its mount namespace: a root and a user of their own each need the daemon to be root (with CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID, CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER); see SECURITY.md")
 	}
 	// The daemon holds its store for its whole life: a second one on the
 	// same state dir finds it locked and stops at once, saying why.

@@ -48,6 +48,7 @@ import (
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
 )
 
 // envKey carries the policy to the helper; it is removed before the
@@ -116,8 +117,26 @@ func ABI() int {
 const MinABI = 6
 
 // CanIsolate reports whether a command may get a root and a user of its
-// own here (CAP_SYS_ADMIN and CAP_SETUID: the executor runs as root).
-func CanIsolate() bool { return os.Geteuid() == 0 }
+// own here: the executor runs as root with the capabilities that takes —
+// CAP_SYS_ADMIN (the mounts), CAP_SETUID and CAP_SETGID (the agent's
+// user), CAP_CHOWN (its work dir), CAP_DAC_OVERRIDE and CAP_FOWNER (its
+// files read and removed after it). A systemd unit that bounds them away
+// gets Landlock alone.
+func CanIsolate() bool {
+	if os.Geteuid() != 0 {
+		return false
+	}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}, &data[0]); err != nil {
+		return false
+	}
+	for _, c := range []uint{unix.CAP_SYS_ADMIN, unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER} {
+		if data[c/32].Effective&(1<<(c%32)) == 0 {
+			return false
+		}
+	}
+	return true
+}
 
 // Describe is how a policy confines, for a delegation's notes and doctor:
 // "landlock ABI 7, private /proc".

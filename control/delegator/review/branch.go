@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/internal/untrusted"
 )
 
 // ErrBranchExists is a branch name already taken: Branch never moves one.
@@ -24,7 +25,15 @@ var ErrBranchExists = errors.New("the branch exists already")
 // tree, the index and HEAD are left as they are; the owner reviews the
 // branch as a pull request. Paths under .git are left out. It returns the
 // commit.
+//
+// Names and the message are the executor's: each entry goes to git
+// NUL-terminated (a newline in a name cannot add an entry of its own
+// making), each file's bytes are read through an os.Root of the result
+// (a link inside cannot lead git to a file outside), and the message's
+// control bytes are escaped (git log prints it raw to the owner's
+// terminal).
 func (r *Result) Branch(ctx context.Context, dir, name, message string) (string, error) {
+	message = untrusted.Text(message)
 	g := gitIn{ctx: ctx, dir: dir}
 	top, err := g.run(nil, "rev-parse", "--show-toplevel")
 	if err != nil {
@@ -61,7 +70,12 @@ func (r *Result) Branch(ctx context.Context, dir, name, message string) (string,
 	if _, err := g.run(nil, "read-tree", head); err != nil {
 		return "", err
 	}
-	var info bytes.Buffer // update-index --index-info lines
+	result, err := os.OpenRoot(r.ResultDir)
+	if err != nil {
+		return "", err
+	}
+	defer result.Close()
+	var info bytes.Buffer // update-index -z --index-info entries
 	for _, p := range r.Paths {
 		if underGit(p) {
 			continue
@@ -71,24 +85,29 @@ func (r *Result) Branch(ctx context.Context, dir, name, message string) (string,
 		a, inRes := r.Res[p]
 		switch {
 		case inRes && a.Kind == archive.KindFile:
-			sum, err := g.run(nil, "hash-object", "-w", "--", filepath.Join(r.ResultDir, filepath.FromSlash(p)))
+			f, err := result.Open(filepath.FromSlash(p))
 			if err != nil {
 				return "", err
 			}
-			fmt.Fprintf(&info, "%s %s\t%s\n", gitMode(a), sum, at)
+			sum, err := g.run(f, "hash-object", "-w", "--stdin")
+			f.Close()
+			if err != nil {
+				return "", err
+			}
+			fmt.Fprintf(&info, "%s %s\t%s\x00", gitMode(a), sum, at)
 		case inRes && a.Kind == archive.KindSymlink:
 			sum, err := g.run(strings.NewReader(a.Hash), "hash-object", "-w", "--stdin")
 			if err != nil {
 				return "", err
 			}
-			fmt.Fprintf(&info, "120000 %s\t%s\n", sum, at)
+			fmt.Fprintf(&info, "120000 %s\t%s\x00", sum, at)
 		case inBase && b.Kind != archive.KindDir:
 			// Deleted, or now a directory: its entry goes.
-			fmt.Fprintf(&info, "0 %s\t%s\n", strings.Repeat("0", len(head)), at)
+			fmt.Fprintf(&info, "0 %s\t%s\x00", strings.Repeat("0", len(head)), at)
 		}
 	}
 	if info.Len() > 0 {
-		if _, err := g.run(&info, "update-index", "--index-info"); err != nil {
+		if _, err := g.run(&info, "update-index", "-z", "--index-info"); err != nil {
 			return "", err
 		}
 	}

@@ -2,8 +2,10 @@ package review
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -75,5 +77,36 @@ func TestHostileResultReviewedSafely(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(owner, ".git/hooks/post-checkout")); err != nil {
 		t.Errorf("apply --allow-git-control did not write the hook: %v", err)
+	}
+}
+
+// apply --branch with the executor's names and summary: a name holding a
+// newline and a tab cannot add an entry of its own making to the commit
+// (here, one that would put the owner's blob at a path of its choosing),
+// it is committed under its own name; and the summary's control bytes
+// never reach the commit message, which git log prints raw.
+func TestHostileResultBranchesSafely(t *testing.T) {
+	work := t.TempDir()
+	write(t, filepath.Join(work, "a.txt"), "one\n")
+	git(t, work, "init", "-q", "-b", "main")
+	git(t, work, "add", ".")
+	git(t, work, "commit", "-qm", "base")
+	blob := git(t, work, "rev-parse", "HEAD:a.txt")
+	evil := "x\n100755 " + blob + "\tinjected.sh"
+	res, err := FromArea(area(t, map[string]string{"a.txt": "one\n"}, map[string]string{"a.txt": "one\n", evil: "payload\n"}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	commit, err := res.Branch(context.Background(), work, "awcp/hostile", "done\x1b]0;owned\x07\x1b[2J\rfine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := strings.Split(strings.TrimSuffix(git(t, work, "ls-tree", "-r", "-z", "--name-only", commit), "\x00"), "\x00")
+	if want := []string{"a.txt", evil}; !slices.Equal(files, want) {
+		t.Errorf("the commit holds %q, want %q: the name made an entry of its own, or was not committed under it", files, want)
+	}
+	if msg := git(t, work, "log", "-1", "--format=%B", commit); strings.ContainsAny(msg, "\x1b\x07\r") {
+		t.Errorf("the commit message carries the executor's control bytes: %q", msg)
 	}
 }
