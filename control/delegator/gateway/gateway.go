@@ -295,6 +295,13 @@ func (g *Gateway) sessionOf(params json.RawMessage) *session {
 
 // newSession lends session/new's cwd for a session, opens its channel,
 // and answers the editor with the agent's session.
+// What the gateway holds of an agent's notifications sent before it
+// answers session/new (newSession).
+const (
+	maxEarly      = 256
+	maxEarlyBytes = 4 << 20
+)
+
 func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage) {
 	fail := func(err error) {
 		pe := control.AsProtocolError(err, control.CodeSetupFailed)
@@ -338,7 +345,12 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 	if init == nil {
 		init = json.RawMessage(`{"protocolVersion":1,"clientCapabilities":{}}`)
 	}
-	var early []*control.RPCMessage // the agent's notifications before its answer
+	// The agent's notifications before its answer, held until the
+	// session is the editor's to hear: at most maxEarly of them, of
+	// maxEarlyBytes in all — an executor that floods before answering
+	// loses the session, not the gateway its memory.
+	var early []*control.RPCMessage
+	earlyBytes := 0
 	call := func(id, method string, params json.RawMessage) (*control.RPCMessage, error) {
 		if err := s.link.Send(&control.RPCMessage{ID: json.RawMessage(id), Method: method, Params: params}); err != nil {
 			return nil, err
@@ -353,6 +365,10 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 			}
 			if a.IsNotification() {
 				early = append(early, a)
+				earlyBytes += len(a.Params)
+				if len(early) > maxEarly || earlyBytes > maxEarlyBytes {
+					return nil, fmt.Errorf("the executor sent more than %d notifications (or %d bytes of them) before answering %s", maxEarly, maxEarlyBytes, method)
+				}
 			}
 		}
 	}
