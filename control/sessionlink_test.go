@@ -169,3 +169,57 @@ func TestSessionLinkPeerThatNeverReads(t *testing.T) {
 	}
 	<-sent
 }
+
+// A hostile peer forges its counts: it says it has received more than was
+// ever sent, acknowledges the largest count there is and then goes back
+// to zero. It can only lose what was meant for it: the link neither
+// panics nor counts its held bytes below zero, and goes on carrying
+// messages both ways in order.
+func TestSessionLinkForgedCounts(t *testing.T) {
+	gw := NewSessionLink()
+	for i := range 5 {
+		gw.Send(&RPCMessage{Method: "m", Params: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
+	}
+	a, b := net.Pipe()
+	defer b.Close()
+	peer := NewRPCConn(b, b)
+	done := make(chan error, 1)
+	go func() { done <- gw.Attach(a, nil, ^uint64(0), false) }() // "received" all there ever could be
+	if err := <-done; err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	read := make(chan *RPCMessage, 1)
+	go func() {
+		m, err := gw.Read() // takes the acks on its way
+		if err != nil {
+			m = &RPCMessage{Method: err.Error()}
+		}
+		read <- m
+	}()
+	for _, forged := range []string{`{"received":18446744073709551615}`, `{"received":0}`, `{"received":3}`} {
+		if err := peer.Write(&RPCMessage{Method: methodAck, Params: json.RawMessage(forged)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := peer.Write(&RPCMessage{Method: "from-peer", Params: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-read:
+		if m.Method != "from-peer" {
+			t.Fatalf("after the forged counts the link read %+v", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the link read nothing after the forged counts")
+	}
+	gw.mu.Lock()
+	held, kept := gw.held, len(gw.unacked)
+	gw.mu.Unlock()
+	if held < 0 || kept != 0 {
+		t.Errorf("after the forged counts the link holds %d messages, %d bytes", kept, held)
+	}
+	go gw.Send(&RPCMessage{Method: "after", Params: json.RawMessage(`{}`)})
+	if m, err := peer.Read(); err != nil || m.Method != "after" {
+		t.Fatalf("the peer then read %+v, %v", m, err)
+	}
+}
