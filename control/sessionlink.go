@@ -39,8 +39,10 @@ const (
 	// FreshReceived is SessionReceivedHeader's value from a gateway that
 	// takes a session over.
 	FreshReceived = "fresh"
-	// AckEvery is how many messages an end receives between its acks.
+	// AckEvery is how many messages an end receives between its acks;
+	// fewer are acknowledged AckIdle after the first of them.
 	AckEvery = 16
+	AckIdle  = 50 * time.Millisecond
 	// MaxUnacked and MaxUnackedBytes bound what an end keeps for a
 	// resumption: an agent that floods an editor who is away costs its
 	// executor this much memory at most, then the session ends.
@@ -90,6 +92,7 @@ type SessionLink struct {
 	held     int64      // their size
 	received uint64     // messages received
 	acked    uint64     // the received count last acknowledged
+	ackArmed bool       // an ackIdle is due
 	closed   bool       // Close was called: the session is over
 	attached chan struct{}
 }
@@ -121,9 +124,31 @@ func (l *SessionLink) Attach(conn io.ReadWriteCloser, rpc *RPCConn, peerReceived
 }
 
 // AttachFresh is the executor's Attach for a gateway that takes the
-// session over (FreshReceived): everything still kept is sent again, the
-// resume line saying from which number.
-func (l *SessionLink) AttachFresh(conn io.ReadWriteCloser) error {
+// session over (FreshReceived): of what is still kept, what keep says is
+// the new gateway's is sent again, the resume line saying from which
+// number; the rest (say, answers to the old editor's requests) is
+// dropped, and what is kept numbered on as if it were all that was sent.
+// Nil keep sends everything kept.
+func (l *SessionLink) AttachFresh(conn io.ReadWriteCloser, keep func(*RPCMessage) bool) error {
+	if keep != nil {
+		l.writeMu.Lock() // no send numbers a message meanwhile
+		l.mu.Lock()
+		kept := l.unacked[:0]
+		l.held = 0
+		for _, n := range l.unacked {
+			if keep(n.m) {
+				kept = append(kept, n)
+				l.held += n.size
+			}
+		}
+		clear(l.unacked[len(kept):])
+		for i := range kept {
+			kept[i].seq = l.sent - uint64(len(kept)) + 1 + uint64(i)
+		}
+		l.unacked = kept
+		l.mu.Unlock()
+		l.writeMu.Unlock()
+	}
 	return l.attach(conn, nil, 0, true, true)
 }
 
@@ -309,12 +334,35 @@ func (l *SessionLink) Read() (*RPCMessage, error) {
 			params, _ := json.Marshal(map[string]uint64{"received": l.received})
 			ack, l.acked = &RPCMessage{Method: methodAck, Params: params}, l.received
 		}
+		if ack == nil && !l.ackArmed {
+			// Acknowledged soon even when fewer than AckEvery follow:
+			// what a gateway has received is not sent again to the
+			// one that takes the session over after it.
+			l.ackArmed = true
+			time.AfterFunc(AckIdle, l.ackIdle)
+		}
 		l.mu.Unlock()
 		if ack != nil {
 			rpc.Write(ack) // unnumbered: its place among the sends does not matter
 		}
 		return m, nil
 	}
+}
+
+// ackIdle acknowledges what was received since the last ack, AckIdle
+// after the first of it.
+func (l *SessionLink) ackIdle() {
+	l.mu.Lock()
+	l.ackArmed = false
+	rpc := l.rpc
+	if rpc == nil || l.closed || l.received == l.acked {
+		l.mu.Unlock()
+		return
+	}
+	params, _ := json.Marshal(map[string]uint64{"received": l.received})
+	l.acked = l.received
+	l.mu.Unlock()
+	rpc.Write(&RPCMessage{Method: methodAck, Params: params}) // a failure is the reader's to notice
 }
 
 // WaitAttached reports whether a connection is live, waiting for one up

@@ -13,6 +13,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -80,6 +82,7 @@ type Gateway struct {
 	asked    map[string]pending  // the agent's callbacks in flight, by our id toward the editor
 	perms    map[string]string   // those that are permission requests: their titles
 	next     int
+	tag      string // in every id of this gateway's (newID)
 }
 
 // session is one of the editor's sessions: its delegation and channel.
@@ -138,8 +141,16 @@ func (g *Gateway) Serve(ctx context.Context, in io.Reader, out io.Writer) error 
 func (g *Gateway) newID() json.RawMessage {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.tag == "" {
+		// This gateway's own: an answer the executor keeps for another
+		// gateway of the same session (one that ended) never matches a
+		// request of this one's.
+		var b [4]byte
+		rand.Read(b[:])
+		g.tag = hex.EncodeToString(b[:])
+	}
 	g.next++
-	return json.RawMessage(fmt.Sprintf(`"gw-%d"`, g.next))
+	return json.RawMessage(fmt.Sprintf(`"gw-%s-%d"`, g.tag, g.next))
 }
 
 // fromEditor handles what the editor sends until it closes.

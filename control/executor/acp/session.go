@@ -125,7 +125,7 @@ func (w Worker) Session(ctx context.Context, t agent.Task, h agent.Hooks, channe
 			case ch := <-channels:
 				var err error
 				if ch.Fresh {
-					err = r.link.AttachFresh(ch.Conn) // a new gateway took the session over
+					err = r.link.AttachFresh(ch.Conn, r.forNewGateway) // a new gateway took the session over
 				} else {
 					err = r.link.Attach(ch.Conn, nil, ch.Received, true)
 				}
@@ -263,6 +263,26 @@ func (r *relay) initialize(ctx context.Context, allowExec bool) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// forNewGateway reports whether m, kept for an editor that has not
+// acknowledged it, goes to a gateway that takes the session over: the
+// agent's updates do (a turn that ran on while no gateway was there ends
+// in the new editor's view), and so do its requests still waiting for an
+// answer; the old editor's answers do not (its ids may be the new one's:
+// an old turn's end would be taken for a new prompt's), nor a request it
+// answered (a permission it gave would be asked again).
+func (r *relay) forNewGateway(m *control.RPCMessage) bool {
+	switch {
+	case m.IsNotification():
+		return true
+	case m.IsRequest():
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		_, waiting := r.toEditor[string(m.ID)]
+		return waiting
+	}
+	return false
 }
 
 func (r *relay) newID() json.RawMessage {
