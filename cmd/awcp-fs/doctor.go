@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	awcpfs "github.com/awcp/awcp/fs"
 	"github.com/awcp/awcp/control/executor"
+	"github.com/awcp/awcp/control/executor/acp"
 	"github.com/awcp/awcp/internal/sandbox"
 )
 
@@ -72,7 +74,7 @@ func doctor(ctx context.Context, c *cli.Context) error {
 		if line == "" {
 			line = acp
 		}
-		prog := strings.Fields(line)[0]
+		prog := program(line)
 		if path, err := exec.LookPath(prog); err != nil {
 			l.Fail("agent", prog+" is not found on PATH", "install it, or give its full path")
 		} else {
@@ -103,7 +105,7 @@ func checkSandbox(l *clikit.Checklist, c *cli.Context, state string) {
 	}
 	os.MkdirAll(state, 0o700)
 	// As an agent runs: in a directory of its own, and where the daemon
-	// may, in a root and as a user of its own (the first agent uid).
+	// may, in a root and as a user of its own.
 	work, err := os.MkdirTemp("", "awcp-doctor-")
 	if err != nil {
 		l.Fail("sandbox", err.Error(), "")
@@ -114,7 +116,7 @@ func checkSandbox(l *clikit.Checklist, c *cli.Context, state string) {
 	p.RW = append(slices.Clone(p.RW), work)
 	script := `ls "$0" >/dev/null 2>&1 && exit 3; exit 0`
 	if p.Isolated {
-		uid := uint32(executor.AgentUIDBase)
+		uid := uint32(executor.ProbeUID)
 		p.User = &sandbox.User{UID: uid, GID: uid, Home: work}
 		os.Chown(work, int(uid), int(uid))
 		script = `ls "$0" >/dev/null 2>&1 && exit 3; [ "$(id -u)" = ` + fmt.Sprint(uid) + ` ] || exit 4; exit 0`
@@ -134,6 +136,50 @@ func checkSandbox(l *clikit.Checklist, c *cli.Context, state string) {
 	l.Info("sandbox reads", strings.Join(p.RO, " "))
 	if len(grants) > 0 {
 		l.Info("sandbox writes", "the work dir, its temp dir, "+strings.Join(grants, " "))
+	}
+	checkAgentConfined(l, c, p, work)
+}
+
+// checkAgentConfined starts the configured agent the way serve will, in
+// its sandbox (p, working in work): an ACP agent is initialized, and a
+// task's command has its program found and executable in there — it is
+// not run, having no task. What the agent says on stderr is shown when
+// it fails: a path the sandbox refused it is named there.
+func checkAgentConfined(l *clikit.Checklist, c *cli.Context, p *sandbox.Policy, work string) {
+	const grant = "grant what it needs with --sandbox-allow PATH[:rw] (its install, its credentials), or run it with --sandbox off knowingly"
+	if line := c.String("agent-acp"); line != "" {
+		ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
+		defer cancel()
+		init, stderr, err := acp.Worker{Command: line}.ProbeStderr(ctx, work, p.Wrap)
+		if err != nil {
+			msg := "the ACP agent did not answer initialize in its sandbox: " + err.Error()
+			if stderr != "" {
+				msg += "; its stderr ends:\n" + clikit.PrintableText(stderr)
+			}
+			l.Fail("agent in sandbox", msg, grant)
+			return
+		}
+		var info struct {
+			AgentInfo struct{ Name, Version string } `json:"agentInfo"`
+		}
+		json.Unmarshal(init, &info)
+		l.OK("agent in sandbox", fmt.Sprintf("the ACP agent answered initialize in its sandbox (%s %s)",
+			clikit.Printable(info.AgentInfo.Name), clikit.Printable(info.AgentInfo.Version)))
+	}
+	if line := c.String("agent-cmd"); line != "" {
+		prog := program(line)
+		// Found and executable there, not run: doctor has no task to give it.
+		cmd := exec.Command("/bin/sh", "-c", `p=$(command -v "$0") || { echo "$0: not found in the sandbox" >&2; exit 3; }; [ -x "$p" ] && [ -r "$p" ] || { echo "$p: Permission denied in the sandbox" >&2; exit 4; }`, prog)
+		cmd.Dir = work
+		if err := p.Wrap(cmd); err != nil {
+			l.Fail("agent in sandbox", err.Error(), "")
+			return
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			l.Fail("agent in sandbox", fmt.Sprintf("the agent command's program %s cannot run in its sandbox: %s", prog, strings.TrimSpace(clikit.PrintableText(string(out)))), grant)
+			return
+		}
+		l.OK("agent in sandbox", "the agent command's program "+prog+" is found and executable in its sandbox (not run: doctor has no task)")
 	}
 }
 
@@ -233,4 +279,16 @@ func checkDelegator(l *clikit.Checklist, addr string) {
 		return
 	}
 	l.OK("here → delegator", "reached the SSH server at "+addr)
+}
+
+// program is the program a command line runs: its first word that is not
+// the shell's exec, env or a VAR=value.
+func program(line string) string {
+	for _, w := range strings.Fields(line) {
+		w = strings.Trim(w, `'"`)
+		if w != "exec" && w != "env" && !strings.Contains(w, "=") {
+			return w
+		}
+	}
+	return line
 }

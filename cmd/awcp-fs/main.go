@@ -314,6 +314,10 @@ func probeACPAgent(ctx context.Context, probe func(context.Context, string, func
 	if confine != nil {
 		p := *confine
 		p.RW = append(slices.Clone(p.RW), scratch)
+		if p.Isolated { // as an agent's user, as a session's agent will run
+			p.User = &sandbox.User{UID: executor.ProbeUID, GID: executor.ProbeUID, Home: scratch}
+			os.Chown(scratch, executor.ProbeUID, executor.ProbeUID)
+		}
 		wrap = p.Wrap
 	}
 	init, err := probe(ctx, scratch, wrap)

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -49,6 +51,11 @@ func sandboxPolicy(c *cli.Context, agentCmd string) (*sandbox.Policy, error) {
 		path, rw, err := sandbox.ParseAllow(v)
 		if err != nil {
 			return nil, clikit.UsageError("%v", err)
+		}
+		if _, err := os.Stat(path); err != nil {
+			// A grant of nothing is a typo: the agent would be refused
+			// what the operator meant to give it, with nothing said.
+			return nil, clikit.UsageError("--sandbox-allow %q: %v", v, errors.Unwrap(err))
 		}
 		p.Yours = append(p.Yours, path)
 		if rw {

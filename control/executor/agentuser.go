@@ -15,6 +15,9 @@ import (
 const (
 	AgentUIDBase  = 2_000_000_000
 	agentUIDCount = 1 << 16
+	// ProbeUID is the uid an agent is started as outside any delegation:
+	// the ACP agent's initialize at serve's start, doctor's checks.
+	ProbeUID = AgentUIDBase - 1
 )
 
 // agentUsers hands out the agents' uids.

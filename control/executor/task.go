@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -394,12 +395,13 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	case err != nil:
 		e.opts.Metrics.AgentExited("error")
 		ev = lease.SendError
-		final = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventError, Code: control.CodeTaskFailed, Message: "the agent could not run: " + err.Error()})
+		final = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventError, Code: control.CodeTaskFailed, Message: "the agent could not run: " + err.Error(),
+			Hint: sandboxHint(e.opts.Confine, err.Error())})
 	case res.Failed != "":
 		e.opts.Metrics.AgentExited("failed")
 		ev = lease.SendError
 		final = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventError, Code: control.CodeTaskFailed, Message: res.Failed,
-			MountRefused: refused})
+			Hint: sandboxHint(e.opts.Confine, res.Failed+"\n"+res.StderrTail), AgentStderr: res.StderrTail, MountRefused: refused})
 	default:
 		e.opts.Metrics.AgentExited("completed")
 		ev = lease.ReceiveDone
@@ -551,6 +553,46 @@ func (e *Executor) pumpProgress(id string, updates <-chan agent.Update) {
 
 func (e *Executor) progress(id string, u agent.Update) []byte {
 	return e.eventJSON(&control.Event{DelegationID: id, Type: control.EventStatus, Status: control.StatusProgress, Message: u.Message, Progress: u.Progress})
+}
+
+// deniedLine finds what a refused access looks like in an agent's
+// output: the shell's "Permission denied", Node's EACCES, Python's
+// PermissionError, a refused exec's status 126 — and, in a root of its
+// own where what is not granted is not there at all, what a missing
+// path looks like (ENOENT, a module or package not found).
+var deniedLine = regexp.MustCompile(`(?i)permission denied|eacces|eperm|operation not permitted|status 126|no such file|enoent|cannot find (module|package)|module not found|not found`)
+
+// deniedPath is an absolute path on such a line.
+var deniedPath = regexp.MustCompile(`/[^\s:'"()\[\],]+`)
+
+// sandboxHint is the hint of a failed agent whose output says something
+// was refused while the sandbox was on: the paths it names, and how to
+// grant them. "" otherwise.
+func sandboxHint(confine *sandbox.Policy, output string) string {
+	if confine == nil {
+		return ""
+	}
+	var paths []string
+	denied := false
+	for _, line := range strings.Split(output, "\n") {
+		if !deniedLine.MatchString(line) {
+			continue
+		}
+		denied = true
+		for _, p := range deniedPath.FindAllString(line, -1) {
+			if !slices.Contains(paths, p) && len(paths) < 5 {
+				paths = append(paths, p)
+			}
+		}
+	}
+	if !denied {
+		return ""
+	}
+	hint := "the agent's sandbox may have refused it"
+	if len(paths) > 0 {
+		hint += " " + strings.Join(paths, ", ")
+	}
+	return hint + ": the executor's operator grants a path with awcp-fs serve --sandbox-allow PATH[:rw]; awcp-fs doctor starts the agent in its sandbox and shows what it says"
 }
 
 // SandboxNote starts what the "running" event says of the agent's

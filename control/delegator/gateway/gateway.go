@@ -21,6 +21,8 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -304,8 +306,6 @@ func (g *Gateway) sessionOf(params json.RawMessage) *session {
 	return g.sessions[p.SessionID]
 }
 
-// newSession lends session/new's cwd for a session, opens its channel,
-// and answers the editor with the agent's session.
 // What the gateway holds of an agent's notifications sent before it
 // answers session/new (newSession).
 const (
@@ -313,10 +313,36 @@ const (
 	maxEarlyBytes = 4 << 20
 )
 
+// newSession lends session/new's cwd for a session, opens its channel,
+// and answers the editor with the agent's session.
 func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage) {
+	var ended chan *lease.Delegation // the delegation as it ended, once it has
 	fail := func(err error) {
 		pe := control.AsProtocolError(err, control.CodeSetupFailed)
-		g.editor.Write(control.RPCErrorResponse(m.ID, -32603, pe.Code+": "+pe.Message, map[string]any{"code": pe.Code, "hint": pe.Hint}))
+		data := map[string]any{"code": pe.Code, "hint": pe.Hint}
+		// A channel that failed because the session did: its end says
+		// why (the agent's failure, its stderr, the executor's hint),
+		// where "the channel closed" says nothing.
+		wait := make(<-chan time.Time)
+		if ended != nil {
+			wait = time.After(5 * time.Second)
+		} else {
+			ended = make(chan *lease.Delegation, 1)
+			ended <- nil
+		}
+		select {
+		case del := <-ended:
+			if del != nil && del.Failure != nil && del.Failure.Code != control.CodeCancelled {
+				pe = &control.ProtocolError{Code: del.Failure.Code, Message: del.Failure.Message, Hint: del.Failure.Hint}
+				data = map[string]any{"code": pe.Code, "hint": pe.Hint}
+				if del.AgentStderr != "" {
+					data["agentStderr"] = del.AgentStderr
+					pe.Message += "; the agent's stderr: " + tellingLine(del.AgentStderr)
+				}
+			}
+		case <-wait:
+		}
+		g.editor.Write(control.RPCErrorResponse(m.ID, -32603, pe.Code+": "+pe.Message, data))
 	}
 	var p struct {
 		Cwd string `json:"cwd"`
@@ -335,8 +361,13 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 		fail(err)
 		return
 	}
+	ended = make(chan *lease.Delegation, 1)
 	g.wg.Add(1)
-	go func() { defer g.wg.Done(); g.Delegator.Run(runCtx, del.ID) }()
+	go func() {
+		defer g.wg.Done()
+		d, _ := g.Delegator.Run(runCtx, del.ID)
+		ended <- d
+	}()
 	link := control.NewSessionLink()
 	if err := g.Delegator.AttachSession(ctx, del.ID, link, true); err != nil {
 		g.Delegator.Cancel(context.Background(), del.ID)
@@ -567,3 +598,17 @@ func (g *Gateway) event(id, name, detail string, ch *lease.SessionChannel) {
 		g.Channel(id, lease.SessionEvent{At: now, Event: name, Detail: detail}, ch)
 	}
 }
+
+// tellingLine is the line of an agent's stderr that says most: the first
+// that names an error, else the last that is not empty.
+func tellingLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	for _, l := range lines {
+		if errorLine.MatchString(l) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+var errorLine = regexp.MustCompile(`(?i)error|denied|cannot|not found|no such`)

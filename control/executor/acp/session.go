@@ -616,23 +616,37 @@ func call[Req, Resp any](ctx context.Context, params json.RawMessage, fn func(co
 // exists. The agent is stopped at once. confine, if set, confines it as
 // a task's agent is (agent.Task.Confine).
 func (w Worker) Probe(ctx context.Context, scratch string, confine func(*exec.Cmd) error) (json.RawMessage, error) {
+	init, _, err := w.ProbeStderr(ctx, scratch, confine)
+	return init, err
+}
+
+// ProbeStderr is Probe, with the end of what the agent wrote to stderr
+// meanwhile: why it did not answer, where it did not.
+func (w Worker) ProbeStderr(ctx context.Context, scratch string, confine func(*exec.Cmd) error) (_ json.RawMessage, stderrTail string, _ error) {
 	w = w.withDefaults()
 	proc, err := agent.Start(agent.Task{DelegationID: "probe", WorkDir: scratch, AccessMode: "ro", Confine: confine}, w.Command, nil)
 	if err != nil {
-		return nil, fmt.Errorf("ACP agent: %w", err)
+		return nil, "", fmt.Errorf("ACP agent: %w", err)
 	}
+	stderr := &agent.Tail{Max: stderrTailBytes}
 	drained := make(chan struct{})
-	go func() { defer close(drained); io.Copy(io.Discard, proc.Stderr) }() // ends with the pipe
-	defer func() {
+	go func() { defer close(drained); io.Copy(stderr, proc.Stderr) }() // ends with the pipe
+	stop := func() {
 		proc.Stdin.Close()
 		proc.Stop(w.KillGrace)
 		proc.Stdout.Close()
+		select {
+		case <-drained:
+		case <-time.After(time.Second):
+		}
 		proc.Stderr.Close()
 		<-drained
-	}()
-	r := &relay{log: w.Logger, agent: control.NewRPCConn(proc.Stdout, proc.Stdin), readOnly: true}
-	if err := r.initialize(ctx, w.AllowExec); err != nil {
-		return nil, err
 	}
-	return r.agentInit, nil
+	r := &relay{log: w.Logger, agent: control.NewRPCConn(proc.Stdout, proc.Stdin), readOnly: true}
+	err = r.initialize(ctx, w.AllowExec)
+	stop()
+	if err != nil {
+		return nil, strings.TrimSpace(stderr.String()), err
+	}
+	return r.agentInit, "", nil
 }

@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSandboxedAgentSaysWhatItNeeds: an ACP agent whose modules live
+// outside the system's paths (node_modules in a directory of the
+// operator's) cannot start in the sandbox until they are granted. doctor
+// starts it in the sandbox and says so, with what it wrote to stderr and
+// the grant to make; once granted, doctor sees it answer initialize. An
+// editor's session/new on the ungranted executor fails with the agent's
+// own words and the same hint — not "the channel closed".
+func TestSandboxedAgentSaysWhatItNeeds(t *testing.T) {
+	modules := nodeModules(t, acpSDK)
+	src, err := os.ReadFile(filepath.Join("testdata", "acp_session_agent.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(modules, "acp_session_agent.mjs")
+	if err := os.WriteFile(script, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	agentCmd := "exec node '" + script + "'"
+	doctor := func(extra ...string) (int, string) {
+		args := append([]string{"doctor", "--state-dir", filepath.Join(t.TempDir(), "s"), "--agent-acp", agentCmd}, extra...)
+		out, err := exec.Command(filepath.Join(binDir, "awcp-fs"), args...).CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		return code, string(out)
+	}
+	code, out := doctor()
+	line := doctorLine(out, "agent in sandbox")
+	if code != 1 || !strings.HasPrefix(line, "FAIL") || !strings.Contains(out, "@agentclientprotocol/sdk") || !strings.Contains(out, "--sandbox-allow") {
+		t.Errorf("doctor with the agent's modules not granted: exit %d\n%s", code, out)
+	}
+	code, out = doctor("--sandbox-allow", modules)
+	if line := doctorLine(out, "agent in sandbox"); code != 0 || !strings.HasPrefix(line, "OK") || !strings.Contains(line, "answered initialize") {
+		t.Errorf("doctor with the modules granted: exit %d\n%s", code, out)
+	}
+
+	x := startExecutor(t, "", "--agent-acp", agentCmd)
+	c := newCtl(t)
+	ws := sampleWorkspace(t)
+	cmd := c.command("acp", "--peer", x.url, "--transport", "archive")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	answer := func(id string) map[string]any {
+		t.Helper()
+		deadline := time.After(90 * time.Second)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatal("the gateway closed")
+				}
+				var m map[string]any
+				json.Unmarshal([]byte(l), &m)
+				if id == string(mustJSON(m["id"])) {
+					return m
+				}
+			case <-deadline:
+				t.Fatalf("no answer to %s", id)
+			}
+		}
+	}
+	io.WriteString(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}`+"\n")
+	answer("1")
+	io.WriteString(stdin, `{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"`+ws+`","mcpServers":[]}}`+"\n")
+	m := answer("2")
+	e, _ := json.Marshal(m["error"])
+	if m["error"] == nil || !strings.Contains(string(e), "@agentclientprotocol/sdk") || !strings.Contains(string(e), "--sandbox-allow") {
+		t.Errorf("session/new with the agent's modules not granted: %s", e)
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
