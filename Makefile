@@ -42,6 +42,7 @@ bench: build
 	$(GO) test -run '^$$' -bench ListingsHeld -benchtime 3x ./fs/
 	$(GO) test -run '^$$' -bench PerRequestCost -benchtime 3000x ./fs/
 	$(GO) test -run '^$$' -bench ConfinedWork -benchtime 10x ./internal/sandbox/
+	$(GO) test -run '^$$' -bench AgentBuildCache -benchtime 2x ./internal/sandbox/
 	$(GO) test -run '^$$' -bench AreaHeld -benchtime 1x ./internal/stage/
 	$(GO) run ./test/bench/control -bin $(BIN) -n 100 -archive-mb 50 -archive-files 5000
 	BIN=$(BIN) bash test/bench/fs.sh

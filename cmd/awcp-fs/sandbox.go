@@ -22,6 +22,8 @@ func sandboxFlags() []cli.Flag {
 			Usage: "confine every agent and what it starts with Landlock: auto (where the kernel has it; a warning where not), strict (refuse to start without it) or off"},
 		&cli.StringSliceFlag{Name: "sandbox-allow", EnvVars: []string{"AWCP_SANDBOX_ALLOW"},
 			Usage: "a path the agents may reach beyond their work dir and the system, PATH[:ro|rw] (repeatable; read-only unless :rw), e.g. ~/.claude:rw"},
+		&cli.StringFlag{Name: "agent-cache", EnvVars: []string{"AWCP_AGENT_CACHE"}, Value: "delegator",
+			Usage: "the agents' build caches (Go, npm, pip, XDG): delegator (kept across delegations, one per delegator key) or off (every agent starts cold)"},
 		&cli.StringSliceFlag{Name: "sandbox-net", EnvVars: []string{"AWCP_SANDBOX_NET"},
 			Usage: "restrict the agents' network to TCP connections to these ports (repeatable, e.g. 443); default: not restricted"},
 	}
@@ -30,6 +32,9 @@ func sandboxFlags() []cli.Flag {
 // sandboxPolicy is the agents' sandbox as the flags say, nil for off;
 // agentCmd's own files (a script it names) are readable.
 func sandboxPolicy(c *cli.Context, agentCmd string) (*sandbox.Policy, error) {
+	if v := c.String("agent-cache"); v != "delegator" && v != "off" {
+		return nil, clikit.UsageError("--agent-cache must be delegator or off, not %q", v)
+	}
 	mode := c.String("sandbox")
 	switch mode {
 	case "off":

@@ -68,6 +68,9 @@ type Options struct {
 	Store *lease.Store
 	// StateDir holds summary files. Required.
 	StateDir string
+	// NoAgentCaches turns off the agents' build caches kept across
+	// delegations (agentcache.go): every delegation's agent starts cold.
+	NoAgentCaches bool
 	// Transports offered, preferred first. Required.
 	Transports []control.ExecutorTransport
 	// Metrics receives refusals, agent exits, expiries and archive sizes.

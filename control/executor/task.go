@@ -342,7 +342,7 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	}
 	var confineErr error // the agent does not run unconfined by mistake
 	if base := e.opts.Confine; base != nil {
-		p, tmp, err := confine(&at, *base, e.agentUsers.of(a.ID))
+		p, tmp, err := confine(&at, *base, e.agentUsers.of(a.ID), e.agentCache(a), e.opts.Name)
 		if err != nil {
 			confineErr = fmt.Errorf("its sandbox: %w", err)
 		} else {
@@ -601,37 +601,63 @@ const SandboxNote = "sandbox: "
 
 // confine has task at's agent, and what it starts, run in base's sandbox
 // with at's work directory and a temporary directory of its own (TMPDIR,
-// its caches, its summary file), which the caller removes after the task.
-// Its HOME is a fresh one in there too, unless the operator granted the
-// daemon's (and the agent is the daemon's user): tools that read their
-// configuration from HOME (git, which fails on a home it may not read)
-// find none, rather than a refusal. With user, the agent's own uid, the
-// temporary directory and the home are that user's.
-func confine(at *agent.Task, base sandbox.Policy, user *control.LocalUser) (*sandbox.Policy, string, error) {
+// its summary file), which the caller removes after the task. Its caches
+// are cache's (agentcache.go), or in that temporary directory without
+// one. Its HOME is a fresh one in there too, unless the operator granted
+// the daemon's (and the agent is the daemon's user): tools that read
+// their configuration from HOME (git, which fails on a home it may not
+// read) find none, rather than a refusal; a fresh one holds a git
+// identity, so that the agent's plain `git commit` works. With user, the
+// agent's own uid, the temporary directory and the home are that user's,
+// and the cache is lent to it as its own (idmapped: Policy.Yours).
+func confine(at *agent.Task, base sandbox.Policy, user *control.LocalUser, cache, executorName string) (*sandbox.Policy, string, error) {
 	tmp, err := os.MkdirTemp("", "awcp-agent-")
 	if err != nil {
+		return nil, "", err
+	}
+	fail := func(err error) (*sandbox.Policy, string, error) {
+		os.RemoveAll(tmp)
 		return nil, "", err
 	}
 	p := base
 	p.RW = append(slices.Clone(base.RW), at.WorkDir, tmp)
 	at.SummaryFile = filepath.Join(tmp, "summary")
-	at.Env = append(at.Env, "TMPDIR="+tmp, "XDG_CACHE_HOME="+filepath.Join(tmp, "cache"))
+	at.Env = append(at.Env, "TMPDIR="+tmp)
+	if cache == "" {
+		at.Env = append(at.Env, "XDG_CACHE_HOME="+filepath.Join(tmp, "cache"))
+	} else {
+		p.RW = append(p.RW, cache)
+		p.Yours = append(slices.Clone(p.Yours), cache)
+		for _, c := range cacheEnv {
+			at.Env = append(at.Env, c.name+"="+filepath.Join(cache, c.sub))
+		}
+	}
 	home, _ := os.UserHomeDir()
 	if user != nil || home == "" || !(slices.Contains(p.RO, home) || slices.Contains(p.RW, home)) {
 		home = filepath.Join(tmp, "home")
 		if err := os.Mkdir(home, 0o700); err != nil {
-			os.RemoveAll(tmp)
-			return nil, "", err
+			return fail(err)
+		}
+		if executorName == "" {
+			executorName = "executor"
+		}
+		gitconfig := fmt.Sprintf("[user]\n\tname = awcp agent\n\temail = agent@%s.awcp.invalid\n", strings.Map(func(r rune) rune {
+			if r == '.' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+				return r
+			}
+			return '-'
+		}, executorName))
+		if err := os.WriteFile(filepath.Join(home, ".gitconfig"), []byte(gitconfig), 0o600); err != nil {
+			return fail(err)
 		}
 		at.Env = append(at.Env, "HOME="+home)
 	}
 	if user != nil {
 		p.User = &sandbox.User{UID: user.UID, GID: user.GID, Home: home}
 		at.Owner = &agent.Owner{UID: int(user.UID), GID: int(user.GID)}
-		for _, d := range []string{tmp, home} {
-			if err := os.Chown(d, int(user.UID), int(user.GID)); err != nil {
-				os.RemoveAll(tmp)
-				return nil, "", err
+		for _, d := range []string{tmp, home, filepath.Join(home, ".gitconfig")} {
+			if err := os.Lchown(d, int(user.UID), int(user.GID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fail(err)
 			}
 		}
 	}

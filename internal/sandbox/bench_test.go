@@ -54,3 +54,48 @@ func BenchmarkConfinedWork(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAgentBuildCache is what the executor's agent caches save
+// (control/executor/agentcache.go): the same hello-world Go build, in a
+// root and as a user of its own as a delegation's agent runs, with a
+// cache dir lent to it idmapped, once empty each time (every delegation
+// cold, as before the caches) and once kept (a delegator's next
+// delegation). `make bench` runs it.
+func BenchmarkAgentBuildCache(b *testing.B) {
+	if !CanIsolate() {
+		b.Skip("a root and a user of its own need root")
+	}
+	src := b.TempDir()
+	os.WriteFile(filepath.Join(src, "go.mod"), []byte("module hello\ngo 1.21\n"), 0o644)
+	os.WriteFile(filepath.Join(src, "main.go"), []byte("package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"built\") }\n"), 0o644)
+	const uid = 2_000_000_555
+	os.Chown(src, uid, uid)
+	os.Chown(filepath.Join(src, "go.mod"), uid, uid)
+	os.Chown(filepath.Join(src, "main.go"), uid, uid)
+	build := func(b *testing.B, cache string) {
+		cmd := exec.Command("/bin/sh", "-c", `go build -o "$TMPDIR/hello" . && "$TMPDIR/hello" >/dev/null`)
+		cmd.Dir = src
+		cmd.Env = append(os.Environ(), "GOCACHE="+filepath.Join(cache, "go-build"), "TMPDIR="+cache, "HOME="+cache,
+			"GOTOOLCHAIN=local", "GOFLAGS=", "GOENV=off")
+		p := &Policy{RW: []string{src, cache}, RO: System, Devices: Devices, Isolated: true,
+			User: &User{UID: uid, GID: uid, Home: cache}, Yours: []string{cache}}
+		if err := p.Wrap(cmd); err != nil {
+			b.Fatal(err)
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("%v\n%s", err, out)
+		}
+	}
+	b.Run("cold", func(b *testing.B) {
+		for b.Loop() {
+			build(b, b.TempDir())
+		}
+	})
+	b.Run("kept", func(b *testing.B) {
+		kept := b.TempDir()
+		build(b, kept) // the delegator's first delegation filled it
+		for b.Loop() {
+			build(b, kept)
+		}
+	})
+}
