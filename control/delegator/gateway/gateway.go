@@ -171,8 +171,12 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 		}
 		switch {
 		case m.IsRequest() && m.Method == "initialize":
+			init := m.Params
+			if s := g.Request.Snapshot; s == lease.SnapshotStaged || s == lease.SnapshotDiscard {
+				init = withoutEditorWrites(init)
+			}
 			g.mu.Lock()
-			g.init, g.caps = m.Params, capabilities(m.Params)
+			g.init, g.caps = init, capabilities(init)
 			g.mu.Unlock()
 			g.editor.Write(&control.RPCMessage{ID: m.ID, Result: g.initializeResult(ctx)})
 		case m.IsRequest() && m.Method == "session/new":

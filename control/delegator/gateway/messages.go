@@ -39,6 +39,35 @@ func capabilities(init json.RawMessage) []string {
 	return out
 }
 
+// withoutEditorWrites is an editor's initialize params with
+// fs.writeTextFile declared false: a staged session's writes are the
+// agent's own, made in the (staged) mount and kept for review, never the
+// editor's, which would land in the project at once.
+func withoutEditorWrites(init json.RawMessage) json.RawMessage {
+	var p map[string]json.RawMessage
+	if json.Unmarshal(init, &p) != nil {
+		return init
+	}
+	var caps map[string]json.RawMessage
+	json.Unmarshal(p["clientCapabilities"], &caps)
+	if caps == nil {
+		return init
+	}
+	var fs map[string]json.RawMessage
+	json.Unmarshal(caps["fs"], &fs)
+	if fs == nil {
+		return init
+	}
+	fs["writeTextFile"] = json.RawMessage("false")
+	caps["fs"], _ = json.Marshal(fs)
+	p["clientCapabilities"], _ = json.Marshal(caps)
+	out, err := json.Marshal(p)
+	if err != nil {
+		return init
+	}
+	return out
+}
+
 // permissionTitle is a permission request's tool call title.
 func permissionTitle(params json.RawMessage) string {
 	var p struct {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,7 +32,8 @@ type hostileExecutor struct {
 	wmu     sync.Mutex
 	mu      sync.Mutex
 	answers map[string]*control.RPCMessage
-	got     chan string // ids answered
+	init    json.RawMessage // the initialize params the gateway sent
+	got     chan string     // ids answered
 }
 
 func (f *hostileExecutor) Create(req delegator.ExportRequest) (*lease.Delegation, error) {
@@ -60,6 +62,9 @@ func (f *hostileExecutor) AttachSession(ctx context.Context, id string, link *co
 			}
 			switch {
 			case m.Method == "initialize":
+				f.mu.Lock()
+				f.init = m.Params
+				f.mu.Unlock()
 				write(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"protocolVersion":1}}`)
 			case m.Method == "session/new":
 				write(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"sessionId":"s1"}}`)
@@ -143,9 +148,38 @@ func TestGatewayRefusesWhatTheEditorMustNotDo(t *testing.T) {
 		`{"jsonrpc":"2.0","id":"a18","method":"fs/read_text_file","params":{"sessionId":"s1","path":"` + notes + `"},"extra":1}`,
 	}
 	f := &hostileExecutor{dir: dir, attacks: attacks, answers: map[string]*control.RPCMessage{}, got: make(chan string, 64)}
-	var events []string
+	heard, events := driveHostile(t, f, delegator.ExportRequest{Peer: "http://x"})
+	if len(heard) != 2 || !strings.Contains(heard[0], `"honest"`) || !strings.Contains(heard[1], `"path":"`+notes+`"`) {
+		t.Errorf("the editor heard %d messages, want the honest update and read:\n%s", len(heard), strings.Join(heard, "\n"))
+	}
+	f.mu.Lock()
+	for i := 1; i <= 18; i++ {
+		id := fmt.Sprintf("a%d", i)
+		if a := f.answers[id]; a == nil || len(a.Error) == 0 {
+			t.Errorf("attack %s was not answered as refused: %v", id, a)
+		}
+	}
+	f.mu.Unlock()
+	refused := 0
+	for _, e := range events {
+		if strings.HasPrefix(e, "channel.refused") {
+			refused++
+		}
+	}
+	if refused < 20 {
+		t.Errorf("%d refusals recorded, want 20:\n%s", refused, strings.Join(events, "\n"))
+	}
+}
+
+// driveHostile has an editor (fs and terminals declared) open a session
+// through a gateway with req to hostile executor f in f.dir, prompt once,
+// answer the file reads it hears, and close: what it heard, and the
+// channel events the gateway recorded.
+func driveHostile(t *testing.T, f *hostileExecutor, req delegator.ExportRequest) (heard, events []string) {
+	t.Helper()
+	dir := f.dir
 	var evMu sync.Mutex
-	g := &Gateway{Delegator: f, Request: delegator.ExportRequest{Peer: "http://x"},
+	g := &Gateway{Delegator: f, Request: req,
 		Channel: func(_ string, ev lease.SessionEvent, _ *lease.SessionChannel) {
 			evMu.Lock()
 			events = append(events, ev.Event+" "+ev.Detail)
@@ -181,7 +215,6 @@ func TestGatewayRefusesWhatTheEditorMustNotDo(t *testing.T) {
 		t.Fatalf("session/new: %s", a)
 	}
 	send(`{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":"s1","prompt":[]}}`)
-	var heard []string
 	for {
 		l := next()
 		var m control.RPCMessage
@@ -194,28 +227,36 @@ func TestGatewayRefusesWhatTheEditorMustNotDo(t *testing.T) {
 			send(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"content":"notes"}}`)
 		}
 	}
-	if len(heard) != 2 || !strings.Contains(heard[0], `"honest"`) || !strings.Contains(heard[1], `"path":"`+notes+`"`) {
-		t.Errorf("the editor heard %d messages, want the honest update and read:\n%s", len(heard), strings.Join(heard, "\n"))
-	}
-	f.mu.Lock()
-	for i := 1; i <= 18; i++ {
-		id := fmt.Sprintf("a%d", i)
-		if a := f.answers[id]; a == nil || len(a.Error) == 0 {
-			t.Errorf("attack %s was not answered as refused: %v", id, a)
-		}
-	}
-	f.mu.Unlock()
 	inW.Close()
 	<-served
 	evMu.Lock()
 	defer evMu.Unlock()
-	refused := 0
-	for _, e := range events {
-		if strings.HasPrefix(e, "channel.refused") {
-			refused++
+	return heard, slices.Clone(events)
+}
+
+// A staged session's writes are kept for review: the gateway declares to
+// the executor that the editor does not write files, and refuses a write
+// the executor forwards anyway, inside the project as it is — it would
+// land in the project at once, past the review.
+func TestStagedSessionKeepsWritesForReview(t *testing.T) {
+	dir := t.TempDir()
+	notes := filepath.Join(dir, "notes.txt")
+	os.WriteFile(notes, []byte("notes"), 0o644)
+	attacks := []string{`{"jsonrpc":"2.0","id":"a1","method":"fs/write_text_file","params":{"sessionId":"s1","path":"` + notes + `","content":"unreviewed"}}`}
+	f := &hostileExecutor{dir: dir, attacks: attacks, answers: map[string]*control.RPCMessage{}, got: make(chan string, 64)}
+	heard, _ := driveHostile(t, f, delegator.ExportRequest{Peer: "http://x", Snapshot: lease.SnapshotStaged})
+	f.mu.Lock()
+	a, init := f.answers["a1"], f.init
+	f.mu.Unlock()
+	if a == nil || len(a.Error) == 0 {
+		t.Errorf("the write in a staged session was not refused: %v", a)
+	}
+	for _, l := range heard {
+		if strings.Contains(l, "fs/write_text_file") {
+			t.Errorf("the editor was asked to write: %s", l)
 		}
 	}
-	if refused < 20 {
-		t.Errorf("%d refusals recorded, want 20:\n%s", refused, strings.Join(events, "\n"))
+	if !strings.Contains(string(init), `"writeTextFile":false`) || !strings.Contains(string(init), `"readTextFile":true`) {
+		t.Errorf("the executor was told the editor's capabilities as %s", init)
 	}
 }
