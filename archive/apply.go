@@ -14,6 +14,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/awcp/awcp/internal/merge3"
 )
 
 // Report says what Apply did.
@@ -22,6 +24,9 @@ type Report struct {
 	Modified  []string `json:"modified,omitempty"`
 	Deleted   []string `json:"deleted,omitempty"`
 	Conflicts []string `json:"conflicts,omitempty"` // "path: what happened"
+	// Merged are the files both sides changed, on different lines, that
+	// now hold both changes (ApplyChanges with a base): also in Modified.
+	Merged []string `json:"merged,omitempty"`
 	// Ignored are the result's top-level entries outside ApplyOptions.Folder,
 	// and its hidden paths ("path (hidden)").
 	Ignored []string `json:"ignored,omitempty"`
@@ -123,7 +128,7 @@ func ApplyFrom(dir string, base Manifest, r io.ReaderAt, size int64, opts ApplyO
 	return apply(dir, staging, base, res, union(base, res), func(p string) (Entry, bool) {
 		c, ok := cur[p]
 		return c, ok
-	}, opts.ConflictSuffix, rep)
+	}, opts.ConflictSuffix, rep, "")
 }
 
 // ApplyChanges is Apply of a result held in the directory src, of which
@@ -131,7 +136,14 @@ func ApplyFrom(dir string, base Manifest, r io.ReaderAt, size int64, opts ApplyO
 // (absent: none). What dir holds at each path now is read there, so the
 // cost is that of the paths, not of the tree. A path under a symlink in
 // dir is left alone, as a conflict.
-func ApplyChanges(dir, src string, base, res Manifest, paths []string, suffix string) (*Report, error) {
+//
+// With baseDir, the files as they were lent, a text file both sides
+// changed is merged by lines as git merge-file does (internal/merge3):
+// changes to different lines are both kept in dir's file; where both
+// changed the same lines the local version is kept and the executor's and
+// the base's are written beside it (suffix and suffix+".base"), for git
+// merge-file or by hand.
+func ApplyChanges(dir, src, baseDir string, base, res Manifest, paths []string, suffix string) (*Report, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, err
@@ -139,13 +151,13 @@ func ApplyChanges(dir, src string, base, res Manifest, paths []string, suffix st
 	defer root.Close()
 	paths = slices.Clone(paths)
 	sortPaths(paths)
-	return apply(dir, src, base, res, paths, func(p string) (Entry, bool) { return EntryAt(root, p) }, suffix, &Report{})
+	return apply(dir, src, base, res, paths, func(p string) (Entry, bool) { return EntryAt(root, p) }, suffix, &Report{}, baseDir)
 }
 
 // apply makes each of paths in dir as res has it, from the files in src,
 // where dir holds at the path (cur) what base does; else, unless dir holds
 // res's already, it is a conflict.
-func apply(dir, src string, base, res Manifest, paths []string, cur func(p string) (Entry, bool), suffix string, rep *Report) (*Report, error) {
+func apply(dir, src string, base, res Manifest, paths []string, cur func(p string) (Entry, bool), suffix string, rep *Report, baseDir string) (*Report, error) {
 	a := &applier{staging: src, suffix: suffix, rep: rep}
 	type held struct {
 		e  Entry
@@ -173,6 +185,12 @@ func apply(dir, src string, base, res Manifest, paths []string, cur func(p strin
 		return nil, err
 	}
 	defer a.src.Close()
+	if baseDir != "" {
+		if a.base, err = os.OpenRoot(baseDir); err != nil {
+			return nil, err
+		}
+		defer a.base.Close()
+	}
 
 	var todo []string
 	for _, p := range paths {
@@ -184,6 +202,8 @@ func apply(dir, src string, base, res Manifest, paths []string, cur func(p strin
 		case inCur == inRes && c == r: // already as the executor left it
 		case inCur == inBase && c == b: // only the executor changed it
 			todo = append(todo, p)
+		case a.base != nil && inBase && inRes && inCur && b.Kind == KindFile && r.Kind == KindFile && c.Kind == KindFile:
+			a.merge(p, r, c)
 		default:
 			a.conflict(p, inRes, r, inCur)
 		}
@@ -224,6 +244,7 @@ func apply(dir, src string, base, res Manifest, paths []string, cur func(p strin
 
 type applier struct {
 	root, src *os.Root
+	base      *os.Root // the files as lent, for merges; nil: none
 	links     linker // makes symlinks in root
 	staging   string
 	suffix    string
@@ -254,6 +275,72 @@ func (a *applier) conflict(p string, inRes bool, r Entry, inCur bool) {
 	default:
 		a.conflictf(p, "changed on both sides; kept the local version")
 	}
+}
+
+// merge makes p, a file both sides changed, hold both changes where they
+// touch different lines; else it keeps the local version and writes the
+// executor's and the base's beside it. Binary or large files conflict
+// whole, as before.
+func (a *applier) merge(p string, r, c Entry) {
+	read := func(root *os.Root) []byte {
+		f, err := root.Open(p)
+		if err != nil {
+			return nil
+		}
+		defer f.Close()
+		b, err := io.ReadAll(io.LimitReader(f, merge3.MaxBytes+1))
+		if err != nil || !merge3.Text(b) {
+			return nil
+		}
+		return b
+	}
+	base, local, theirs := read(a.base), read(a.root), read(a.src)
+	if base == nil || local == nil || theirs == nil {
+		a.conflict(p, true, r, true)
+		return
+	}
+	merged, conflicts := merge3.Merge(base, local, theirs)
+	if conflicts == nil {
+		if err := a.writeFile(p, merged, c.Perm); err != nil {
+			a.conflictf(p, "changed on both sides; could not write the merge (%v)", rootErr(err))
+			return
+		}
+		a.rep.Modified = append(a.rep.Modified, p)
+		a.rep.Merged = append(a.rep.Merged, p)
+		return
+	}
+	where := make([]string, len(conflicts))
+	for i, c := range conflicts {
+		where[i] = c.String()
+	}
+	side, baseSide := p+a.suffix, p+a.suffix+".base"
+	if err := a.copyFile(p, side, r.Perm); err != nil {
+		a.conflictf(p, "changed on both sides (%s); kept the local version, could not save the executor's (%v)", strings.Join(where, ", "), rootErr(err))
+		return
+	}
+	if err := a.writeFile(baseSide, base, c.Perm); err != nil {
+		a.conflictf(p, "changed on both sides (%s); kept the local version, the executor's is in %s", strings.Join(where, ", "), side)
+		return
+	}
+	a.conflictf(p, "changed on both sides (%s); kept the local version, the executor's is in %s and the lent one in %s (git merge-file %s %s %s)",
+		strings.Join(where, ", "), side, baseSide, p, baseSide, side)
+}
+
+// writeFile writes b at p in the target through a temporary name and a
+// rename.
+func (a *applier) writeFile(p string, b []byte, perm fs.FileMode) error {
+	tmp := path.Join(path.Dir(p), ".awcp-tmp-"+path.Base(p))
+	err := a.root.WriteFile(tmp, b, 0o600)
+	if err == nil {
+		err = a.root.Chmod(tmp, perm)
+	}
+	if err == nil {
+		err = a.root.Rename(tmp, p)
+	}
+	if err != nil {
+		a.root.Remove(tmp)
+	}
+	return err
 }
 
 // put writes the executor's entry r at p. inPlace means p already holds an

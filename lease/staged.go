@@ -14,10 +14,14 @@ const (
 
 // Review states of a staged result, and of each of its snapshots.
 const (
-	StagedPending   = "pending"
-	StagedApplied   = "applied"
-	StagedDiscarded = "discarded"
-	StagedExpired   = "expired" // its retention ended before a decision
+	StagedPending = "pending"
+	StagedApplied = "applied"
+	// StagedConflicted is applied but for conflicts: paths both sides
+	// changed the same lines of, whose executor's versions wait beside
+	// the owner's to be resolved.
+	StagedConflicted = "conflicted"
+	StagedDiscarded  = "discarded"
+	StagedExpired    = "expired" // its retention ended before a decision
 )
 
 // LiveSnapshot is the one snapshot of a live mount's staged result: its

@@ -296,7 +296,7 @@ func report(c *cli.Context, d *lease.Delegation) error {
 		switch {
 		case d.SnapshotMode == lease.SnapshotDiscard:
 			title = "changes the agent made, discarded (" + d.LocalDir + " is untouched)"
-		case d.Staged != nil && d.Staged.State != lease.StagedApplied:
+		case d.Staged != nil && d.Staged.State != lease.StagedApplied && d.Staged.State != lease.StagedConflicted:
 			title = "changes staged for review (" + d.LocalDir + " is untouched)"
 		case d.Transport == control.TransportArchive || d.Staged != nil:
 			title = "changes applied to " + d.LocalDir

@@ -88,6 +88,9 @@ func applyCommand(ctx context.Context) *cli.Command {
 				fmt.Fprintf(c.App.Writer, "recorded on branch %s (commit %s); your working tree is as it was\n", out.Branch, shortCommit(out.Commit))
 			} else {
 				printApplied(c.App.Writer, out.Report.Created, out.Report.Modified, out.Report.Deleted, out.Report.Conflicts)
+				for _, p := range out.Report.Merged {
+					fmt.Fprintf(c.App.Writer, "merged: %s (changed on both sides, on different lines: both kept)\n", clikit.Printable(p))
+				}
 				for _, p := range out.Report.Ignored {
 					fmt.Fprintf(c.App.Writer, "left out: %s\n", clikit.Printable(p))
 				}
@@ -181,6 +184,8 @@ func stagedLine(d *lease.Delegation) string {
 			return "staged result recorded on branch " + st.Branch
 		}
 		return "staged result applied"
+	case lease.StagedConflicted:
+		return fmt.Sprintf("staged result applied but for %d conflict(s): the executor's versions wait beside yours (see conflicts)", len(d.Conflicts))
 	}
 	return "staged result " + st.State
 }

@@ -231,7 +231,7 @@ func (d *Delegator) OpenResult(id, snap string) (*review.Result, *lease.Delegati
 	switch del.Staged.State {
 	case lease.StagedDiscarded, lease.StagedExpired:
 		return nil, del, control.Errorf(control.CodeNotFound, "delegation %s's staged result was %s", id, del.Staged.State)
-	case lease.StagedApplied:
+	case lease.StagedApplied, lease.StagedConflicted:
 		return nil, del, control.Errorf(control.CodeNotFound, "delegation %s's staged result was applied already", id).
 			WithHint(fmt.Sprintf("`awcp-ctl status %s` shows what it changed", id))
 	}
@@ -339,6 +339,9 @@ func (d *Delegator) ApplyResult(ctx context.Context, id, snap, branch string, al
 		}
 		if rep := out.Report; rep != nil {
 			rec.Changes, rec.Conflicts = changesOf(rep), rep.Conflicts
+			if len(rep.Conflicts) > 0 {
+				rec.Staged.State = lease.StagedConflicted
+			}
 		} else {
 			rec.Notes = append(rec.Notes, fmt.Sprintf("staged result recorded on branch %s (commit %s)", out.Branch, out.Commit))
 		}

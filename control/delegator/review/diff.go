@@ -6,119 +6,19 @@ import (
 	"strings"
 
 	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/internal/linediff"
 	"github.com/awcp/awcp/internal/untrusted"
 )
 
 // edit is one line of a line diff: ' ' kept, '-' removed, '+' added.
-type edit struct {
-	op   byte
-	line string
-}
+type edit = linediff.Edit
 
 // maxEdits bounds the edit distance a line diff looks for (its memory
 // grows with its square): past it, the file is shown replaced whole.
 const maxEdits = 2000
 
-// diffLines is a shortest edit script from a to b (Myers' algorithm, on
-// what is left once the common start and end are set aside).
-func diffLines(a, b []string) []edit {
-	pre := 0
-	for pre < len(a) && pre < len(b) && a[pre] == b[pre] {
-		pre++
-	}
-	suf := 0
-	for suf < len(a)-pre && suf < len(b)-pre && a[len(a)-1-suf] == b[len(b)-1-suf] {
-		suf++
-	}
-	out := make([]edit, 0, len(a)+len(b)-pre-suf)
-	for _, l := range a[:pre] {
-		out = append(out, edit{' ', l})
-	}
-	out = append(out, myers(a[pre:len(a)-suf], b[pre:len(b)-suf])...)
-	for _, l := range a[len(a)-suf:] {
-		out = append(out, edit{' ', l})
-	}
-	return out
-}
-
-func myers(a, b []string) []edit {
-	n, m := len(a), len(b)
-	if n+m == 0 {
-		return nil
-	}
-	off := n + m + 1
-	v := make([]int, 2*off+1)
-	// trace[d] is v's window k = -d-1 … d+1 as round d found it.
-	var trace [][]int
-	for d := 0; d <= n+m; d++ {
-		if d > maxEdits {
-			return replaced(a, b)
-		}
-		trace = append(trace, append([]int(nil), v[off-d-1:off+d+2]...))
-		for k := -d; k <= d; k += 2 {
-			var x int
-			if k == -d || (k != d && v[off+k-1] < v[off+k+1]) {
-				x = v[off+k+1]
-			} else {
-				x = v[off+k-1] + 1
-			}
-			y := x - k
-			for x < n && y < m && a[x] == b[y] {
-				x, y = x+1, y+1
-			}
-			v[off+k] = x
-			if x >= n && y >= m {
-				return backtrack(trace, a, b)
-			}
-		}
-	}
-	return replaced(a, b)
-}
-
-func backtrack(trace [][]int, a, b []string) []edit {
-	x, y := len(a), len(b)
-	var rev []edit
-	for d := len(trace) - 1; d >= 0; d-- {
-		w := trace[d]
-		at := func(k int) int { return w[k+d+1] }
-		k := x - y
-		var pk int
-		if k == -d || (k != d && at(k-1) < at(k+1)) {
-			pk = k + 1
-		} else {
-			pk = k - 1
-		}
-		px := at(pk)
-		py := px - pk
-		for x > px && y > py {
-			rev = append(rev, edit{' ', a[x-1]})
-			x, y = x-1, y-1
-		}
-		if d > 0 {
-			if x == px {
-				rev = append(rev, edit{'+', b[y-1]})
-			} else {
-				rev = append(rev, edit{'-', a[x-1]})
-			}
-		}
-		x, y = px, py
-	}
-	for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
-		rev[i], rev[j] = rev[j], rev[i]
-	}
-	return rev
-}
-
-func replaced(a, b []string) []edit {
-	out := make([]edit, 0, len(a)+len(b))
-	for _, l := range a {
-		out = append(out, edit{'-', l})
-	}
-	for _, l := range b {
-		out = append(out, edit{'+', l})
-	}
-	return out
-}
+// diffLines is a shortest edit script from a to b.
+func diffLines(a, b []string) []edit { return linediff.Lines(a, b, maxEdits) }
 
 // contextLines is how many unchanged lines a hunk shows around a change.
 const contextLines = 3
@@ -130,15 +30,15 @@ func writeHunks(w io.Writer, edits []edit) error {
 	o, n := 1, 1
 	for i, e := range edits {
 		oldAt[i], newAt[i] = o, n
-		if e.op != '+' {
+		if e.Op != '+' {
 			o++
 		}
-		if e.op != '-' {
+		if e.Op != '-' {
 			n++
 		}
 	}
 	oldAt[len(edits)], newAt[len(edits)] = o, n
-	changed := func(i int) bool { return edits[i].op != ' ' }
+	changed := func(i int) bool { return edits[i].Op != ' ' }
 	for i := 0; i < len(edits); {
 		for i < len(edits) && !changed(i) {
 			i++
@@ -161,7 +61,7 @@ func writeHunks(w io.Writer, edits []edit) error {
 			return err
 		}
 		for _, e := range edits[start:end] {
-			line := e.line
+			line := e.Line
 			nl := strings.HasSuffix(line, "\n")
 			// The executor's bytes reach a terminal: every control byte
 			// but the line's end is shown escaped (\x1b, \r), so no line
@@ -170,7 +70,7 @@ func writeHunks(w io.Writer, edits []edit) error {
 			if nl {
 				line += "\n"
 			}
-			if _, err := fmt.Fprintf(w, "%c%s", e.op, line); err != nil {
+			if _, err := fmt.Fprintf(w, "%c%s", e.Op, line); err != nil {
 				return err
 			}
 			if !nl {

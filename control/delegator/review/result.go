@@ -170,7 +170,7 @@ func (r *Result) Apply(dir, suffix string, allowGitControl bool) (*archive.Repor
 			paths = append(paths, p)
 		}
 	}
-	rep, err := archive.ApplyChanges(dir, r.ResultDir, r.Base, r.Res, paths, suffix)
+	rep, err := archive.ApplyChanges(dir, r.ResultDir, r.BaseDir, r.Base, r.Res, paths, suffix)
 	if rep != nil {
 		rep.Ignored = append(rep.Ignored, kept...)
 	}
@@ -256,7 +256,7 @@ func (r *Result) eachFile(fn func(File, []edit) error) error {
 		} else {
 			edits = diffLines(old, new)
 			for _, e := range edits {
-				switch e.op {
+				switch e.Op {
 				case '+':
 					f.Added++
 				case '-':

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -258,5 +259,51 @@ func TestApplyNeverWritesThroughALinkOut(t *testing.T) {
 	}
 	if len(rep.Conflicts) < 2 {
 		t.Errorf("the refused paths are not reported: %+v", rep)
+	}
+}
+
+// apply merges a file both sides changed by lines, as git merge-file
+// does: the owner's and the executor's changes to different lines are
+// both in the file; where both changed the same line the owner's version
+// is kept, and the executor's and the lent one are written beside it,
+// with the lines named, so git merge-file can finish the job.
+func TestApplyMergesLinesAsGitDoes(t *testing.T) {
+	lines := func(change map[int]string) string {
+		var b strings.Builder
+		for i := 1; i <= 10; i++ {
+			l, ok := change[i]
+			if !ok {
+				l = fmt.Sprintf("line %d", i)
+			}
+			b.WriteString(l + "\n")
+		}
+		return b.String()
+	}
+	base := lines(nil)
+	owner := t.TempDir()
+	write(t, filepath.Join(owner, "apart.txt"), lines(map[int]string{9: "owner's 9"}))
+	write(t, filepath.Join(owner, "same.txt"), lines(map[int]string{5: "owner's 5"}))
+	res, err := FromArea(area(t, map[string]string{"apart.txt": base, "same.txt": base},
+		map[string]string{"apart.txt": lines(map[int]string{2: "agent's 2"}), "same.txt": lines(map[int]string{5: "agent's 5"})}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	rep, err := res.Apply(owner, ".awcp-x", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(owner, "apart.txt")); string(b) != lines(map[int]string{2: "agent's 2", 9: "owner's 9"}) {
+		t.Errorf("apart.txt is not both sides' changes:\n%s", b)
+	}
+	if !slices.Equal(rep.Merged, []string{"apart.txt"}) || len(rep.Conflicts) != 1 || !strings.Contains(rep.Conflicts[0], "same.txt: changed on both sides (line 5)") {
+		t.Errorf("report: merged %v, conflicts %v", rep.Merged, rep.Conflicts)
+	}
+	if b, _ := os.ReadFile(filepath.Join(owner, "same.txt")); string(b) != lines(map[int]string{5: "owner's 5"}) {
+		t.Errorf("same.txt is not the owner's:\n%s", b)
+	}
+	out, _ := exec.Command("git", "-C", owner, "merge-file", "-p", "same.txt", "same.txt.awcp-x.base", "same.txt.awcp-x").Output()
+	if !strings.Contains(string(out), "<<<<<<< same.txt\nowner's 5\n=======\nagent's 5\n>>>>>>> same.txt.awcp-x\n") {
+		t.Errorf("git merge-file on what apply left:\n%s", out)
 	}
 }
