@@ -121,16 +121,21 @@ func TestStagedResult(t *testing.T) {
 				t.Errorf("gone.txt after apply: %v", err)
 			}
 			side, _ := filepath.Glob(filepath.Join(dir, "a.txt.awcp-*"))
+			side = slices.DeleteFunc(side, func(p string) bool { return strings.HasSuffix(p, ".base") })
 			if len(side) != 1 {
 				t.Fatalf("the agent's a.txt was not saved beside the owner's: %v", side)
 			}
 			if b, _ := os.ReadFile(side[0]); string(b) != "a1\nagent edit\n" {
 				t.Errorf("the agent's a.txt beside: %q", b)
 			}
+			if b, _ := os.ReadFile(side[0] + ".base"); string(b) != "a1\n" {
+				t.Errorf("the lent a.txt beside: %q", b)
+			}
 			if r := c.run("apply", id); r.code == 0 {
 				t.Errorf("a second apply went through:\n%s", r.stdout)
 			}
-			if r := c.run("status", id); !strings.Contains(r.stdout, "staged result applied") {
+			// Applied but for a conflict: not listed as applied.
+			if r := c.run("status", id); !strings.Contains(r.stdout, "staged result applied but for 1 conflict") {
 				t.Errorf("status after apply:\n%s", r.stdout)
 			}
 
