@@ -16,6 +16,9 @@ type Op struct {
 	Bytes   int64     `json:"bytes,omitempty"`   // read or written
 	Err     string    `json:"error,omitempty"`   // why it failed or was refused; "" if it succeeded
 	Refused bool      `json:"refused,omitempty"` // by the export's policy or its access mode
+	// Replaced says a rename's new name held something it replaced (a
+	// file rewritten as sed -i and editors do: modified, not added).
+	Replaced bool `json:"replaced,omitempty"`
 }
 
 // Kinds of Op.

@@ -66,14 +66,18 @@ func (s *sftpServer) symlink(target, link string) error {
 // where what moves keeps confine's rule at its new place: a symlink is
 // checked at its new depth, a directory moved up has every link in it
 // checked at theirs.
-func (s *sftpServer) rename(from, to string, noReplace bool) error {
+func (s *sftpServer) rename(from, to string, noReplace bool) (replaced bool, _ error) {
 	if from == "." || to == "." {
-		return unix.EBUSY
+		return false, unix.EBUSY
 	}
 	s.shape.Lock()
 	defer s.shape.Unlock()
-	return s.moving("rename", from, to, func(fromFd int, fromBase string, toFd int, toBase string) error {
+	err := s.moving("rename", from, to, func(fromFd int, fromBase string, toFd int, toBase string) error {
 		if !noReplace {
+			// What the new name held, for the change list: under
+			// s.shape, nothing of ours moves it meanwhile.
+			var st unix.Stat_t
+			replaced = unix.Fstatat(toFd, toBase, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
 			return unix.Renameat(fromFd, fromBase, toFd, toBase)
 		}
 		err := unix.Renameat2(fromFd, fromBase, toFd, toBase, unix.RENAME_NOREPLACE)
@@ -86,6 +90,7 @@ func (s *sftpServer) rename(from, to string, noReplace bool) error {
 		}
 		return err
 	})
+	return replaced, err
 }
 
 // link makes to a hard link of from (a symlink itself, not its target).

@@ -143,21 +143,22 @@ func (s *sftpServer) adding(name, target string, op func() error) error {
 // moveKeeping renames from to to (replacing what is there unless
 // noReplace): under NoDelete only what the delegation made moves. The new
 // name counts against the write limit.
-func (s *sftpServer) moveKeeping(from, to string, noReplace bool) error {
+func (s *sftpServer) moveKeeping(from, to string, noReplace bool) (replaced bool, _ error) {
 	realFrom := s.realName(from)
 	if err := s.keeps(realFrom); err != nil {
-		return err
+		return false, err
 	}
 	n := int64(len(to) - strings.LastIndexByte(to, '/') - 1)
 	if err := s.spend(n); err != nil {
-		return err
+		return false, err
 	}
-	if err := s.rename(from, to, noReplace); err != nil {
+	replaced, err := s.rename(from, to, noReplace)
+	if err != nil {
 		s.refund(n)
-		return err
+		return false, err
 	}
 	if s.policy.NoDelete {
 		s.made.moved(realFrom, s.realName(to))
 	}
-	return nil
+	return replaced, nil
 }

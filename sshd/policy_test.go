@@ -170,3 +170,40 @@ func TestPolicyRefusalsReachOpenSSHClient(t *testing.T) {
 		t.Errorf("the listing of sub is not recorded")
 	}
 }
+
+// A rename over a file that was there (sed -i's and editors' way of
+// rewriting one) is recorded as replacing it, so the change list says
+// modified, not added; a rename to a new name is not.
+func TestRenameOverRecordsTheReplaced(t *testing.T) {
+	f := newFixture(t)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "conf.ini"), []byte("a=1\n"), 0o644)
+	rec := &memRecorder{}
+	cred := f.grant(t, "dlg_rename", Export{Dir: dir, Audit: rec})
+	c := f.sftp(t, "dlg_rename", cred)
+	for name, content := range map[string]string{"sedXYZ": "a=2\n", "other": "x\n"} {
+		w, err := c.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte(content))
+		w.Close()
+	}
+	if err := c.PosixRename("sedXYZ", "conf.ini"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PosixRename("other", "fresh.txt"); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	replaced := map[string]bool{}
+	for _, op := range rec.ops {
+		if op.Kind == OpRename {
+			replaced[op.To] = op.Replaced
+		}
+	}
+	if !replaced["conf.ini"] || replaced["fresh.txt"] {
+		t.Errorf("renames recorded as replacing: %v", replaced)
+	}
+}

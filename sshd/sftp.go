@@ -552,7 +552,7 @@ func (s *sftpServer) handle(pkt []byte) {
 		}
 		if err == nil {
 			// Plain v3 RENAME does not replace: that is posix-rename.
-			err = s.moveKeeping(from, to, true)
+			_, err = s.moveKeeping(from, to, true)
 		}
 		s.done(id, Op{Kind: OpRename, Path: from, To: to}, err)
 	case wire.Readlink:
@@ -631,13 +631,14 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 		if err == nil {
 			err = s.writable()
 		}
+		var replaced bool
 		if err == nil {
 			// Under NoDelete a rename may not replace what is there.
-			if err = s.moveKeeping(from, to, s.policy.NoDelete); s.policy.NoDelete && errors.Is(err, fs.ErrExist) {
+			if replaced, err = s.moveKeeping(from, to, s.policy.NoDelete); s.policy.NoDelete && errors.Is(err, fs.ErrExist) {
 				err = errNoDelete
 			}
 		}
-		s.done(id, Op{Kind: OpRename, Path: from, To: to}, err)
+		s.done(id, Op{Kind: OpRename, Path: from, To: to, Replaced: replaced}, err)
 	case "hardlink@openssh.com":
 		from, to := s.rel(r.Str()), s.rel(r.Str())
 		err := r.Err

@@ -333,6 +333,7 @@ func (v *stagedView) rename(id uint32, pkt []byte, from, to string, noReplace bo
 	defer v.area.Unlock()
 	layer, fi := v.find(from)
 	toLayer, toFi := v.find(to)
+	op.Replaced = toLayer != nil
 	owned := v.ownersToo(from, layer)
 	var err error
 	switch {

@@ -499,7 +499,7 @@ func printTable(w io.Writer, ds []*lease.Delegation) {
 		if st := d.Staged; st != nil && d.SnapshotMode == lease.SnapshotDiscard {
 			state += " (result discarded)"
 		} else if st != nil && d.State.Terminal() && st.State == lease.StagedPending {
-			state += " (staged " + clikit.HumanBytes(st.Bytes()) + ", pending review)"
+			state += " (staged " + delegator.HumanBytes(st.Bytes()) + ", pending review)"
 		} else if st != nil && d.State.Terminal() {
 			state += " (staged, " + st.State + ")"
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/awcp/awcp/cmd/internal/clikit"
+	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -171,7 +172,7 @@ func stagedLine(d *lease.Delegation) string {
 		if !d.State.Terminal() {
 			return "staged: the agent's changes go to a staging area; `awcp-ctl diff " + d.ID + "` shows them"
 		}
-		parts := []string{fmt.Sprintf("staged, pending review (%s", clikit.HumanBytes(st.Bytes()))}
+		parts := []string{fmt.Sprintf("staged, pending review (%s", delegator.HumanBytes(st.Bytes()))}
 		if len(st.Snapshots) > 1 {
 			parts = append(parts, fmt.Sprintf(", %d snapshots", len(st.Snapshots)))
 		}

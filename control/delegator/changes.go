@@ -48,7 +48,8 @@ const (
 // removed and made again is modified. A rename is the old name deleted and
 // the new one added (what was inside a renamed directory stays listed
 // under its old name); a directory is "path/". Failed and refused
-// operations change nothing.
+// operations change nothing. A rename over what was there (sed -i's
+// way) modifies the new name.
 type changeSet struct {
 	state    map[string]string // path → ChangeAdded, ChangeModified or ChangeDeleted
 	bytes    int               // of the paths in state
@@ -74,7 +75,16 @@ func (cs *changeSet) apply(op Op) {
 		cs.remove(op.Path + "/")
 	case sshd.OpRename:
 		cs.remove(op.Path)
-		cs.add(op.To)
+		if op.Replaced { // rewritten in place, as sed -i and editors do
+			cs.set(op.To, func(cur string) string {
+				if cur == "" || cur == ChangeDeleted {
+					return ChangeModified
+				}
+				return cur
+			})
+		} else {
+			cs.add(op.To)
+		}
 	}
 }
 

@@ -14,7 +14,8 @@ import (
 
 // The change list is the net effect: what was made and removed again is
 // not listed, what was removed and made again is modified, a rename is a
-// deletion and an addition, and what failed changed nothing.
+// deletion and an addition — but over what was there (sed -i's way) a
+// modification — and what failed changed nothing.
 func TestNetChanges(t *testing.T) {
 	ops := []Op{
 		{Kind: sshd.OpCreate, Path: "new.txt"}, {Kind: sshd.OpWrite, Path: "new.txt"},
@@ -27,8 +28,11 @@ func TestNetChanges(t *testing.T) {
 		{Kind: sshd.OpRead, Path: "main.go"}, {Kind: sshd.OpList, Path: "."},
 		{Kind: sshd.OpRemove, Path: "secret.pem", Refused: true, Err: "hidden"},
 		{Kind: sshd.OpWrite, Path: "ro.txt", Err: "permission denied"},
+		// sed -i: a new file written, then renamed over the old one.
+		{Kind: sshd.OpCreate, Path: "sedXYZ"}, {Kind: sshd.OpWrite, Path: "sedXYZ"},
+		{Kind: sshd.OpRename, Path: "sedXYZ", To: "conf.ini", Replaced: true},
 	}
-	want := "M README.md|A b|D build/|A docs/|M go.sum|A new.txt|M run.sh|A src/new.go|D src/old.go"
+	want := "M README.md|A b|D build/|M conf.ini|A docs/|M go.sum|A new.txt|M run.sh|A src/new.go|D src/old.go"
 	var cs changeSet
 	for _, op := range ops {
 		cs.apply(op)
