@@ -3,24 +3,24 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"slices"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/awcp/awcp/cmd/internal/clikit"
-	awcpfs "github.com/awcp/awcp/fs"
 	"github.com/awcp/awcp/control/executor"
 	"github.com/awcp/awcp/control/executor/acp"
+	awcpfs "github.com/awcp/awcp/fs"
 	"github.com/awcp/awcp/internal/sandbox"
 )
 
