@@ -22,6 +22,7 @@ const (
 	StagedConflicted = "conflicted"
 	StagedDiscarded  = "discarded"
 	StagedExpired    = "expired" // its retention ended before a decision
+	StagedEmpty      = "empty"   // nothing to review: no result, or no change
 )
 
 // LiveSnapshot is the one snapshot of a live mount's staged result: its

@@ -185,6 +185,8 @@ func stagedLine(d *lease.Delegation) string {
 			return "staged result recorded on branch " + st.Branch
 		}
 		return "staged result applied"
+	case lease.StagedEmpty:
+		return "nothing staged: no result, or no change (see notes)"
 	case lease.StagedConflicted:
 		return fmt.Sprintf("staged result applied but for %d conflict(s): the executor's versions wait beside yours (see conflicts)", len(d.Conflicts))
 	}

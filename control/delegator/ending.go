@@ -30,6 +30,7 @@ func (d *Delegator) cleanup(ctx context.Context, del *lease.Delegation) {
 		d.log.Warn("transport clean-up", "delegation", del.ID, "err", err)
 	}
 	d.dropDiscarded(del)
+	d.settleEmptyStaged(del.ID)
 	if a, ok := t.(auditor); ok {
 		if sum := a.EndAudit(del.ID); sum != nil {
 			changes, notes, err := liveChanges(d.store, del.ID)

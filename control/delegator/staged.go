@@ -179,6 +179,53 @@ func (d *Delegator) dropDiscarded(del *lease.Delegation) {
 	})
 }
 
+// settleEmptyStaged ends the review of a staged result that holds nothing
+// to review — the delegation ended before the executor sent a result, or
+// its agent changed nothing — so that nothing waits for a decision there
+// is none to make: it is recorded empty, with why, and its area removed.
+// A result with more than one snapshot is left to the user.
+func (d *Delegator) settleEmptyStaged(id string) {
+	del, err := d.store.Delegation(id)
+	if err != nil || !del.State.Terminal() || del.SnapshotMode != lease.SnapshotStaged || del.Staged == nil ||
+		del.Staged.State != lease.StagedPending || len(del.Staged.Snapshots) > 1 {
+		return
+	}
+	var why, snap string
+	if len(del.Staged.Snapshots) == 1 {
+		snap = del.Staged.Snapshots[0].ID
+	}
+	r, _, err := d.OpenResult(id, snap)
+	switch {
+	case err != nil && len(del.Staged.Snapshots) == 0 && (del.Transport != control.TransportSSHFS || !exists(filepath.Join(del.Staged.Dir, "upper"))):
+		why = "nothing staged: the delegation ended before the executor sent a result"
+	case err != nil:
+		return // something there could not be read: the user decides
+	default:
+		changed := len(r.Paths)
+		r.Close()
+		if changed > 0 {
+			return
+		}
+		why = "nothing staged: the agent changed nothing"
+	}
+	if err := os.RemoveAll(del.Staged.Dir); err != nil {
+		d.log.Warn("remove an empty staged result", "delegation", id, "err", err)
+	}
+	d.store.UpdateDelegation(id, func(rec *lease.Delegation) error {
+		if rec.Staged == nil || rec.Staged.State != lease.StagedPending {
+			return errStagedDecided
+		}
+		rec.Staged.State, rec.Staged.DecidedAt = lease.StagedEmpty, d.store.Now()
+		rec.Notes = append(rec.Notes, why)
+		return nil
+	})
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
 // keepBase keeps the archive sent (packed) and its manifest in dir,
 // where the review reads them.
 func keepBase(packed string, manifest []byte, dir string) error {
@@ -295,8 +342,8 @@ func (d *Delegator) ApplyResult(ctx context.Context, id, snap, branch string, al
 	}
 	defer r.Close()
 	if !del.State.Terminal() {
-		return nil, control.Errorf(control.CodeDeclined, "delegation %s is still %s: its result is applied once the agent is done", id, del.State).
-			WithHint(fmt.Sprintf("`awcp-ctl diff %s` shows it now", id))
+		return nil, control.Errorf(control.CodeDeclined, "delegation %s is still %s: a staged result can be applied once the agent is done, and nothing applies it by itself", id, del.State).
+			WithHint(fmt.Sprintf("`awcp-ctl diff %s` shows it now; `awcp-ctl output %s --block` waits for the end, then apply", id, id))
 	}
 	chosen := lease.LiveSnapshot
 	if s := del.Staged.Find(snap); s != nil {

@@ -24,14 +24,17 @@ import (
 // (workspace/hello.txt holding the snapshot's number), then a done naming
 // them all and recommending the second.
 type snapshotsPeer struct {
-	n   int
-	all bool // each snapshot says it is the one recommended
+	n    int
+	all  bool // each snapshot says it is the one recommended
+	same bool // each snapshot holds hello.txt as lent: no change
 }
 
 func snapshotZip(content string) string {
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
-	w, _ := zw.Create("workspace/hello.txt")
+	h := &zip.FileHeader{Name: "workspace/hello.txt", Method: zip.Deflate}
+	h.SetMode(0o644)
+	w, _ := zw.CreateHeader(h)
 	io.WriteString(w, content)
 	zw.Close()
 	return base64.StdEncoding.EncodeToString(buf.Bytes())
@@ -51,7 +54,7 @@ func (h *snapshotsPeer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			snap := fmt.Sprintf("snap_%d", i)
 			ids = append(ids, fmt.Sprintf("%q", snap))
 			fmt.Fprintf(w, `data: {"delegationId":%q,"type":"snapshot","timestamp":"2026-11-27T00:00:00Z","snapshotId":%q,"summary":"attempt %d","highlights":["hello.txt"],"snapshotBase64":%q,"recommended":%v}`+"\n\n",
-				id, snap, i, snapshotZip(fmt.Sprintf("attempt %d\n", i)), i == 2 || h.all)
+				id, snap, i, snapshotZip(map[bool]string{false: fmt.Sprintf("attempt %d\n", i), true: "owner\n"}[h.same]), i == 2 || h.all)
 		}
 		fmt.Fprintf(w, `data: {"delegationId":%q,"type":"done","timestamp":"2026-11-27T00:00:00Z","summary":"s","snapshotIds":[%s],"recommendedSnapshotId":"snap_2"}`+"\n\n",
 			id, strings.Join(ids, ","))
@@ -238,5 +241,44 @@ func TestDiscardModeKeepsNothing(t *testing.T) {
 	}
 	if _, err := dlg.ApplyResult(context.Background(), d.ID, "", "", false); err == nil {
 		t.Error("a discarded result was applied")
+	}
+}
+
+// A staged result with nothing to review does not wait for a decision:
+// one whose agent changed nothing, and one of a delegation the executor
+// refused before any result, are recorded empty, with why, and their
+// areas removed.
+func TestEmptyStagedResultIsSettled(t *testing.T) {
+	dlg, end, _, _, _ := snapshotsRunWith(t, &snapshotsPeer{n: 1, same: true}, lease.SnapshotStaged)
+	d, err := dlg.store.Delegation(end.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Staged == nil || d.Staged.State != lease.StagedEmpty || !strings.Contains(strings.Join(d.Notes, "\n"), "the agent changed nothing") {
+		t.Errorf("a result with no change: %+v, notes %q", d.Staged, d.Notes)
+	}
+	if _, err := os.Stat(d.Staged.Dir); !os.IsNotExist(err) {
+		t.Errorf("its area is still there: %v", err)
+	}
+
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"type":"ERROR","version":"1","delegationId":"x","code":"DECLINED","message":"busy"}`)
+	}))
+	defer refusing.Close()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("owner\n"), 0o644)
+	created, err := dlg.Create(ExportRequest{Dir: dir, Peer: refusing.URL, PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive, Snapshot: lease.SnapshotStaged})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlg.Run(t.Context(), created.ID)
+	d, err = dlg.store.Delegation(created.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Staged == nil || d.Staged.State != lease.StagedEmpty || !strings.Contains(strings.Join(d.Notes, "\n"), "before the executor sent a result") {
+		t.Errorf("a refused delegation's staged result: %+v, notes %q", d.Staged, d.Notes)
 	}
 }
