@@ -267,7 +267,7 @@ func trustCommand(ctx context.Context) *cli.Command {
 	return &cli.Command{
 		Name:      "trust",
 		Usage:     "trust an executor's identity key: only trusted executors are chosen by --peer NAME|ID|auto, and every connection to one is TLS pinned to its key",
-		ArgsUsage: "AGENT-ID|https://HOST:PORT",
+		ArgsUsage: "NAME|AGENT-ID|https://HOST:PORT",
 		Description: "Names and ids on mDNS are claims anyone on the network can make. Check the key shown\n" +
 			"(`awcp-fs id` on the executor prints it; `awcp-fs serve` logs it) before you trust it.\n" +
 			"Given a URL, the key the executor shows over TLS is pinned for that URL: --peer URL then\n" +
@@ -277,7 +277,7 @@ func trustCommand(ctx context.Context) *cli.Command {
 		), browseFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.Args().Len() != 1 {
-				return clikit.UsageError("peers trust takes one agent id")
+				return clikit.UsageError("peers trust takes one executor: a name, an agent id (or its first 8 characters) or https://HOST:PORT")
 			}
 			e, err := openEnv(c)
 			if err != nil {

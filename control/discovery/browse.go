@@ -545,11 +545,47 @@ func (b *Browser) evictUntrusted() bool {
 	return true
 }
 
+// idFor is the agent id arg names among the peers known, as --peer takes
+// it: the id, a unique prefix of it (eight characters at least), or the
+// name of exactly one peer. An arg that names none is taken as an id (a
+// peer trusted before it is seen, with --key). b.mu is held.
+func (b *Browser) idFor(arg string) (string, error) {
+	if _, ok := b.peers[arg]; ok {
+		return arg, nil
+	}
+	var byID, byName []string
+	for id, p := range b.peers {
+		switch {
+		case len(arg) >= 8 && strings.HasPrefix(id, arg):
+			byID = append(byID, id)
+		case strings.EqualFold(p.Name, arg):
+			byName = append(byName, id)
+		}
+	}
+	for _, ids := range [][]string{byID, byName} {
+		switch len(ids) {
+		case 0:
+			continue
+		case 1:
+			return ids[0], nil
+		default:
+			slices.Sort(ids)
+			return "", fmt.Errorf("%q names several executors (%s): give its agent id", arg, strings.Join(ids, ", "))
+		}
+	}
+	return arg, nil
+}
+
 // Trust pins key as agent id's identity in the book (`awcp-ctl peers
 // trust`); key "" is the key its manifest shows now. It returns the peer.
 func (b *Browser) Trust(id, key string) (Peer, error) {
 	b.init()
 	b.mu.Lock()
+	id, err := b.idFor(id)
+	if err != nil {
+		b.mu.Unlock()
+		return Peer{}, err
+	}
 	p, ok := b.peers[id]
 	if !ok {
 		if key == "" {

@@ -308,3 +308,29 @@ func TestIdentityKeyKept(t *testing.T) {
 		t.Fatal("the identity key changed between runs")
 	}
 }
+
+// peers trust takes what --peer takes: an agent id, a unique prefix of
+// one, or the name of one peer; a name two peers claim is refused with
+// their ids.
+func TestTrustTakesNamesAndPrefixes(t *testing.T) {
+	b := &Browser{Logger: slog.New(slog.DiscardHandler), Book: filepath.Join(t.TempDir(), "book.json")}
+	b.init()
+	now := time.Now()
+	key := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIObwtLPffJZ9bWwA29BnIZVhfwK2Rgp19wVAfek6v0Bh"
+	b.mu.Lock()
+	for i, name := range []string{"build-box", "twin", "twin"} {
+		p := executorPeer(name, fmt.Sprintf("%d1234567-0000-4000-8000-000000000000", i), true, 1, "archive")
+		p.TrustedKey, p.URL = "", fmt.Sprintf("http://10.0.0.%d:10200", i+1)
+		b.merge(&p, now)
+	}
+	b.mu.Unlock()
+	for arg, want := range map[string]string{"build-box": "01234567-0000-4000-8000-000000000000", "11234567": "11234567-0000-4000-8000-000000000000"} {
+		p, err := b.Trust(arg, key)
+		if err != nil || p.AgentID != want || p.TrustedKey != key {
+			t.Errorf("trust %q: %+v, %v", arg, p, err)
+		}
+	}
+	if _, err := b.Trust("twin", key); err == nil || !strings.Contains(err.Error(), "several executors") {
+		t.Errorf("trust of a name two peers claim: %v", err)
+	}
+}

@@ -255,6 +255,15 @@ func Intersperse(app *cli.App, args []string) []string {
 	out := append([]string(nil), args[:i+1]...)
 	var pos []string
 	rest := args[i+1:]
+	// Down to the subcommand named (peers trust): its flags are the ones
+	// to gather, and its name is no positional argument.
+	for len(rest) > 0 {
+		sub := subcommand(cmd, rest[0])
+		if sub == nil {
+			break
+		}
+		out, rest, cmd = append(out, rest[0]), rest[1:], sub
+	}
 	for j := 0; j < len(rest); j++ {
 		a := rest[j]
 		switch {
@@ -275,6 +284,16 @@ func Intersperse(app *cli.App, args []string) []string {
 		out = append(append(out, "--"), pos...)
 	}
 	return out
+}
+
+// subcommand is cmd's subcommand called name; nil if none.
+func subcommand(cmd *cli.Command, name string) *cli.Command {
+	for _, sub := range cmd.Subcommands {
+		if sub.HasName(name) {
+			return sub
+		}
+	}
+	return nil
 }
 
 // takesValue reports whether arg names a flag that needs the next argument.
