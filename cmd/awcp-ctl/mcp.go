@@ -26,8 +26,8 @@ func mcpCommand(ctx context.Context) *cli.Command {
 			"`awcp-ctl serve` daemon when one runs, else run in this process (with its own SSH server for\n" +
 			"live mounts) and are cancelled when the MCP client goes away.",
 		Flags: append(append(clikit.CommonFlags(),
-			&cli.StringSliceFlag{Name: "peers", EnvVars: []string{"AWCP_PEERS"},
-				Usage: "executor URLs, comma-separated; their agent cards are described to the model"},
+			&cli.StringSliceFlag{Name: "peers", Aliases: []string{"peer"}, EnvVars: []string{"AWCP_PEERS", "AWCP_PEER"},
+				Usage: "executor URLs, comma-separated; their agent cards are described to the model (peer, as export names it, in a config file too)"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executors require"},
 			clikit.TokenFileFlag("a file holding the token, mode 600 (--token shows in ps)"),
 			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs, sshfs-reverse or archive"},

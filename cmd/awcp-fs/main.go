@@ -272,7 +272,9 @@ func serve(ctx context.Context, c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	fmt.Fprintf(c.App.Writer, "awcp-fs: listening on https://%s\n", ln.Addr())
+	// The key delegators are told to compare (peers trust), whatever the
+	// log level.
+	fmt.Fprintf(c.App.Writer, "awcp-fs: listening on https://%s, identity %s\n", ln.Addr(), control.Fingerprint(control.IdentityPublic(identity)))
 	log.Info("executor", "name", c.String("name"), "agent", agentID,
 		"identity", control.Fingerprint(control.IdentityPublic(identity)), "key", control.IdentityPublic(identity))
 	if c.Bool("plain-http") {

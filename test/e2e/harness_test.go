@@ -139,6 +139,7 @@ func (x *executor) start(t *testing.T, listen string) {
 		t.Fatalf("awcp-fs did not start: %v\n%s", err, x.log)
 	}
 	_, url, ok := strings.Cut(strings.TrimSpace(line), "listening on ")
+	url, _, _ = strings.Cut(url, ",") // then its identity
 	if !ok || !strings.HasPrefix(url, "https://") {
 		t.Fatalf("unexpected first line %q", line)
 	}

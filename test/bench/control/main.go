@@ -104,6 +104,7 @@ func start(bin, dir, agentCmd string, extra ...[]string) (*daemons, error) {
 		return nil, fmt.Errorf("awcp-fs did not start: %w", err)
 	}
 	_, d.peer, _ = strings.Cut(strings.TrimSpace(line), "listening on ")
+	d.peer, _, _ = strings.Cut(d.peer, ",") // then its identity
 
 	d.ctl = exec.Command(filepath.Join(bin, "awcp-ctl"), append([]string{"serve", "--state-dir", d.state, "--ssh-listen", "127.0.0.1:0"}, extra[1]...)...)
 	if err := d.ctl.Start(); err != nil {
