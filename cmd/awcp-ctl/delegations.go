@@ -333,8 +333,12 @@ func report(c *cli.Context, d *lease.Delegation) error {
 	printPermissions(w, d)
 	printTurn(w, d)
 	if ch := d.SessionChannel; ch != nil {
-		fmt.Fprintf(w, "session channel %s (%s to the %s; the editor declared %s), last seen %s\n", clikit.Printable(ch.ID), ch.Transport, ch.PeerRole,
-			strings.Join(ch.Capabilities, ", "), ch.LastSeenAt.Local().Format(time.TimeOnly))
+		declared := "the editor declared " + strings.Join(ch.Capabilities, ", ")
+		if len(ch.Capabilities) == 0 {
+			declared = "no file or terminal capability declared" // a CLI or MCP session, or a bare editor
+		}
+		fmt.Fprintf(w, "session channel %s (%s to the %s; %s), last seen %s\n", clikit.Printable(ch.ID), ch.Transport, ch.PeerRole,
+			declared, ch.LastSeenAt.Local().Format(time.TimeOnly))
 		for _, ev := range d.SessionEvents[max(0, len(d.SessionEvents)-outputProgressLines):] {
 			fmt.Fprintf(w, "  %s  %s  %s\n", ev.At.Local().Format(time.TimeOnly), ev.Event, clikit.PrintableText(ev.Detail))
 		}

@@ -140,7 +140,7 @@ func (d *Delegator) Say(id, prompt, by string) (int, error) {
 		var err error
 		n, err = del.QueueTurn(prompt, by, d.store.Now())
 		if errors.Is(err, lease.ErrTurnBusy) {
-			hint := "wait for it to end (output --wait), then say the next"
+			hint := "wait for it to end (awcp-ctl output ID --block), then say the next"
 			if p := del.PendingPermission(); p != nil {
 				hint = fmt.Sprintf("it waits for a permission decision: answer %s with one of %s", p.RequestID, lease.Choices(p.Options))
 			}

@@ -101,3 +101,22 @@ func TestFloodBeforeAnswerIsBounded(t *testing.T) {
 		t.Errorf("the gateway read %d notifications before giving up; it holds %d at most", n, maxEarly)
 	}
 }
+
+// A line from the editor that is no JSON gets JSON-RPC's parse error, and
+// the gateway reads on: the editor's next request is answered.
+func TestMalformedLineIsAnsweredAndSurvived(t *testing.T) {
+	g := &Gateway{Delegator: &fakeExecutor{}, Request: delegator.ExportRequest{Peer: "http://x"}}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	go g.Serve(context.Background(), inR, outW)
+	defer inW.Close()
+	sc := bufio.NewScanner(outR)
+	go io.WriteString(inW, "{not json\n"+`{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}`+"\n")
+	var got []string
+	for len(got) < 2 && sc.Scan() {
+		got = append(got, sc.Text())
+	}
+	if len(got) != 2 || !strings.Contains(got[0], `"code":-32700`) || !strings.Contains(got[0], `"id":null`) || !strings.Contains(got[1], `"id":7`) {
+		t.Errorf("the gateway answered %q", got)
+	}
+}

@@ -161,7 +161,10 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 		m, err := g.editor.Read()
 		if errors.Is(err, control.ErrNotRPC) {
 			g.Logger.Warn("a line from the editor that is no JSON-RPC message, or an ambiguous one, refused", "err", err)
-			if m != nil && m.IsRequest() {
+			switch {
+			case m == nil: // not JSON at all: JSON-RPC's parse error, and on
+				g.editor.Write(control.RPCErrorResponse(json.RawMessage("null"), -32700, "Parse error", err.Error()))
+			case m.IsRequest():
 				g.editor.Write(control.RPCErrorResponse(m.ID, -32600, "Invalid Request", err.Error()))
 			}
 			continue

@@ -551,7 +551,7 @@ func (s *server) wait(ctx context.Context, req *mcp.CallToolRequest, id string, 
 				notify("delegation " + id + ": " + string(d.State))
 			}
 			for _, l := range lease.ProgressAfter(d.Progress, lastLine) {
-				notify("agent: " + l.Text)
+				notify(l.Text) // "agent: …", "tool: …" as the executor wrote it
 				lastLine = &l
 			}
 		}
