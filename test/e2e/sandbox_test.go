@@ -34,7 +34,7 @@ func TestAgentSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustRefuse := []string{"cat ROOT/FIRST/notes.txt", "sh -c echo intruder >> 'ROOT/FIRST/notes.txt'", "sh -c ls 'ROOT' | grep -q 'FIRST'", "ls STATE",
+	mustRefuse := []string{"cat ROOT/FIRST/notes.txt", "sh -c echo intruder >> 'ROOT/FIRST/notes.txt'", "sh -c ls 'ROOT' | grep -q 'FIRST'", "sh -c ls 'STATE' | grep -q executor.db",
 		"cat STATE/executor.db", "ls /root", "cat /proc/FIRSTPID/environ", "grep -q sandbox-token /proc/DAEMON/cmdline",
 		"sh -c echo x > /etc/awcp-sandbox-probe", "sh -c echo x > 'HOME/awcp-sandbox-probe'", "/escape/executor.db",
 		"kill -0 DAEMON", "sh -c echo x > 'RO/written.txt'",

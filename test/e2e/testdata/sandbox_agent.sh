@@ -28,7 +28,7 @@ try() { if "$@" >/dev/null 2>&1; then echo "ok: $*"; else echo "refused: $*"; fi
 	try cat "$root/$first/notes.txt"
 	try sh -c "echo intruder >> '$root/$first/notes.txt'"
 	try sh -c "ls '$root' | grep -q '$first'"
-	try ls "$state"
+	try sh -c "ls '$state' | grep -q executor.db"
 	try cat "$state/executor.db"
 	try ls /root
 	try cat /proc/$firstpid/environ
