@@ -267,16 +267,39 @@ func (s *Store) PruneAudit(before time.Time) (int, error) {
 	return n, err
 }
 
+// prunable reports whether a delegation is one PruneDelegations(before)
+// removes: ended before before, and no staged result of it waiting for a
+// decision.
+func (s *Store) prunable(before time.Time) func(d *Delegation) bool {
+	now := s.Now()
+	return func(d *Delegation) bool {
+		waiting := d.Staged != nil && d.Staged.State == StagedPending && now.Before(d.Staged.Until)
+		return d.State.Terminal() && d.EndedAt.Before(before) && !waiting
+	}
+}
+
+// PrunableDelegations are the ids PruneDelegations(before) would remove.
+func (s *Store) PrunableDelegations(before time.Time) ([]string, error) {
+	old := s.prunable(before)
+	all, err := s.Delegations()
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, d := range all {
+		if old(d) {
+			ids = append(ids, d.ID)
+		}
+	}
+	return ids, nil
+}
+
 // PruneDelegations removes the delegations that ended before before, with
 // their audit logs, and returns their ids. Live ones are never removed.
 // Nothing is written when nothing is that old, so every command may call
 // it (the reference keeps a delegator's records a week).
 func (s *Store) PruneDelegations(before time.Time) ([]string, error) {
-	now := s.Now()
-	old := func(d *Delegation) bool {
-		waiting := d.Staged != nil && d.Staged.State == StagedPending && now.Before(d.Staged.Until)
-		return d.State.Terminal() && d.EndedAt.Before(before) && !waiting
-	}
+	old := s.prunable(before)
 	all, err := s.Delegations()
 	if err != nil || !slices.ContainsFunc(all, old) {
 		return nil, err

@@ -20,7 +20,8 @@ func pruneCommand() *cli.Command {
 		Name:  "prune",
 		Usage: "remove ended delegations and their audit logs (every command removes those ended over 7 days ago)",
 		Flags: append(clikit.CommonFlags(),
-			clikit.DurationFlag("older-than", 0, "only those that ended longer ago than this (default: every ended one)", "AWCP_PRUNE_OLDER_THAN"),
+			clikit.DurationFlag("older-than", 24*time.Hour, "only those that ended longer ago than this (0: every ended one)", "AWCP_PRUNE_OLDER_THAN"),
+			&cli.BoolFlag{Name: "dry-run", Aliases: []string{"n"}, Usage: "say what would be removed, and remove nothing"},
 			&cli.BoolFlag{Name: "json", Usage: "print the removed ids as JSON"},
 		),
 		Action: func(c *cli.Context) error {
@@ -31,7 +32,13 @@ func pruneCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			gone, err := e.store.PruneDelegations(e.store.Now().Add(-clikit.Duration(c, "older-than")))
+			before := e.store.Now().Add(-clikit.Duration(c, "older-than"))
+			var gone []string
+			if c.Bool("dry-run") {
+				gone, err = e.store.PrunableDelegations(before)
+			} else {
+				gone, err = e.store.PruneDelegations(before)
+			}
 			if err != nil {
 				return err
 			}
@@ -39,7 +46,18 @@ func pruneCommand() *cli.Command {
 				if gone == nil {
 					gone = []string{}
 				}
-				return printJSON(c.App.Writer, map[string][]string{"removed": gone})
+				key := "removed"
+				if c.Bool("dry-run") {
+					key = "would_remove"
+				}
+				return printJSON(c.App.Writer, map[string][]string{key: gone})
+			}
+			if c.Bool("dry-run") {
+				for _, id := range gone {
+					fmt.Fprintln(c.App.Writer, id)
+				}
+				fmt.Fprintf(c.App.Writer, "would remove %d ended delegations (--dry-run: none removed)\n", len(gone))
+				return nil
 			}
 			fmt.Fprintf(c.App.Writer, "removed %d ended delegations\n", len(gone))
 			return nil

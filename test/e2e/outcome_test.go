@@ -81,8 +81,16 @@ func TestNewcomerErrors(t *testing.T) {
 	if r := c.run("status", "--state", "error"); strings.Count(r.stdout, "\n") != 2 {
 		t.Errorf("status --state error:\n%s", r.stdout)
 	}
-	if r := c.run("prune"); r.code != 0 || r.stdout != "removed 1 ended delegations\n" {
+	// By default prune keeps what ended within a day; --dry-run removes
+	// nothing; --older-than 0 takes every ended one.
+	if r := c.run("prune"); r.code != 0 || r.stdout != "removed 0 ended delegations\n" {
 		t.Errorf("prune: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	if r := c.run("prune", "--older-than", "0", "--dry-run"); r.code != 0 || !strings.HasSuffix(r.stdout, "would remove 1 ended delegations (--dry-run: none removed)\n") || len(c.status()) != 1 {
+		t.Errorf("prune --dry-run: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	if r := c.run("prune", "--older-than", "0"); r.code != 0 || r.stdout != "removed 1 ended delegations\n" {
+		t.Errorf("prune --older-than 0: exit %d %q %s", r.code, r.stdout, r.stderr)
 	}
 	if len(c.status()) != 0 {
 		t.Errorf("prune left %+v", c.status())
