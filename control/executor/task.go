@@ -27,9 +27,9 @@ import (
 // admit handles INVITE.
 func (e *Executor) admit(inv *control.Invite, peer string, byKey bool, delegator string) (*control.Accept, *control.ProtocolError) {
 	if !e.openToAll() && !byKey && (inv.Auth == nil || !e.validToken(inv.Auth.Credential)) {
-		hint := "pass the executor's token with --token"
+		hint := "pass the executor's token with --token-file FILE (or $AWCP_TOKEN; --token shows in ps)"
 		if len(e.opts.AuthorizedDelegators) > 0 {
-			hint = "pass the executor's token with --token, or have its operator add this delegator's key (`awcp-ctl peers self`) to its authorized delegators"
+			hint = "pass the executor's token with --token-file FILE (or $AWCP_TOKEN), or have its operator add this delegator's key (`awcp-ctl peers self`) to its authorized delegators"
 		}
 		return nil, control.Errorf(control.CodeAuthFailed, "INVITE carries no valid credential").WithHint(hint)
 	}
