@@ -25,6 +25,7 @@ func logsCommand(ctx context.Context) *cli.Command {
 		Flags: append(clikit.CommonFlags(),
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new lines until the delegation ends"},
 			&cli.BoolFlag{Name: "timestamps", Usage: "prefix each line with the time the executor sent it"},
+			&cli.IntFlag{Name: "tail", Aliases: []string{"n"}, Value: -1, Usage: "print only the last N lines kept (then follow with -f); -1: all"},
 		),
 		Action: func(c *cli.Context) error {
 			e, d, err := openDelegation(c)
@@ -34,6 +35,13 @@ func logsCommand(ctx context.Context) *cli.Command {
 			p := &logPrinter{w: c.App.Writer, timestamps: c.Bool("timestamps")}
 			if d.ProgressDropped > 0 {
 				fmt.Fprintf(c.App.ErrWriter, "awcp: %d earlier lines are no longer kept (a delegation keeps its last %d)\n", d.ProgressDropped, lease.MaxProgress)
+			}
+			if n := c.Int("tail"); n >= 0 && n < len(d.Progress) {
+				if n > 0 {
+					p.last = &d.Progress[len(d.Progress)-n-1] // the lines after it are printed
+				} else if len(d.Progress) > 0 {
+					p.last = &d.Progress[len(d.Progress)-1]
+				}
 			}
 			p.print(d)
 			if !c.Bool("follow") {

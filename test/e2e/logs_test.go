@@ -47,6 +47,9 @@ func TestFollowABackgroundDelegation(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil || len(d.Progress) != 5 || d.Progress[4].Text != "all done" {
 		t.Errorf("status --json progress: %+v %v\n%s", d.Progress, err, r.stdout)
 	}
+	if r := c.run("logs", id, "--tail", "2"); r.stdout != "step 4 of 4\nall done\n" {
+		t.Errorf("logs --tail 2: %q", r.stdout)
+	}
 	if r := c.run("logs", "no-such-id"); r.code != 1 || !strings.Contains(r.stderr, "NOT_FOUND: no delegation no-such-id") {
 		t.Errorf("logs of an unknown id: exit %d %s", r.code, r.stderr)
 	}
