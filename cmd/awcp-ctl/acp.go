@@ -30,7 +30,7 @@ func acpCommand(ctx context.Context) *cli.Command {
 			clikit.DurationFlag("ttl", 8*time.Hour, "longest life of each session's lease (the executor's --max-ttl may cap it)", "AWCP_TTL"),
 			idleTTLFlag(),
 			&cli.StringFlag{Name: "access", EnvVars: []string{"AWCP_ACCESS"}, Value: "rw", Usage: "rw or ro"},
-			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs, sshfs-reverse or archive"},
+			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, live (a live mount; sshfs on the wire), live-reverse (sshfs-reverse) or archive"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executor requires"},
 			clikit.TokenFileFlag("a file holding the token, mode 600 (--token shows in ps)"),
 			&cli.StringFlag{Name: "log-file", EnvVars: []string{"AWCP_LOG_FILE"}, Usage: "append logs to this file instead of stderr"},
@@ -53,7 +53,7 @@ func acpCommand(ctx context.Context) *cli.Command {
 				return err
 			}
 			req := delegator.ExportRequest{Peer: c.String("peer"), TTL: clikit.Duration(c, "ttl"), Access: c.String("access"),
-				Transport: c.String("transport"), Token: token, Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"),
+				Transport: transportOf(c), Token: token, Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"),
 				NoDelete: c.Bool("no-delete"), AllowGitControl: c.Bool("allow-git-control"), PlainHTTP: c.Bool("plain-http"), PeerKey: c.String("peer-key"), LendHiddenHistory: c.Bool("lend-hidden-history"), MaxWriteBytes: clikit.Bytes(c, "max-write-bytes"), Limits: admissionLimits(c), Snapshot: c.String("snapshot")}
 			if req.CallChain, err = callChain(); err != nil {
 				return err

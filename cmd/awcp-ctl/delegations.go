@@ -698,3 +698,16 @@ func printables(names []string) []string {
 	}
 	return out
 }
+
+// transportOf is --transport with the live mount's own names read as the
+// wire's: live is sshfs, live-reverse sshfs-reverse.
+func transportOf(c *cli.Context) string {
+	switch t := c.String("transport"); t {
+	case delegator.TransportLive:
+		return control.TransportSSHFS
+	case delegator.TransportLiveReverse:
+		return delegator.TransportSSHFSReverse
+	default:
+		return t
+	}
+}

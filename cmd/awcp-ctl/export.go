@@ -34,7 +34,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 			&cli.StringFlag{Name: "description", Usage: "short description for logs and lists (default: the prompt's first line)"},
 			clikit.DurationFlag("ttl", time.Hour, "length of the lease", "AWCP_TTL"),
 			&cli.StringFlag{Name: "access", EnvVars: []string{"AWCP_ACCESS"}, Value: "rw", Usage: "rw or ro"},
-			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs, sshfs-reverse (the live mount over connections this machine opens: for a delegator behind NAT) or archive"},
+			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, live (the live mount; sshfs on the wire), live-reverse (the live mount over connections this machine opens: for a delegator behind NAT; sshfs-reverse) or archive"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executor requires"},
 			clikit.TokenFileFlag("a file holding the token, mode 600 (--token shows in ps)"),
 			&cli.StringFlag{Name: "dialect", EnvVars: []string{"AWCP_DIALECT"}, Value: "auto",
@@ -72,7 +72,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 			req := delegator.ExportRequest{
 				Dir: c.Args().First(), Peer: c.String("peer"), Prompt: c.String("prompt"),
 				Description: c.String("description"), TTL: clikit.Duration(c, "ttl"), Access: c.String("access"),
-				Transport: c.String("transport"), Token: token, Dialect: c.String("dialect"),
+				Transport: transportOf(c), Token: token, Dialect: c.String("dialect"),
 				Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"), NoDelete: c.Bool("no-delete"), AllowGitControl: c.Bool("allow-git-control"), PlainHTTP: c.Bool("plain-http"), PeerKey: c.String("peer-key"), LendHiddenHistory: c.Bool("lend-hidden-history"),
 				Limits: admissionLimits(c), Snapshot: c.String("snapshot"),
 			}

@@ -30,7 +30,7 @@ func mcpCommand(ctx context.Context) *cli.Command {
 				Usage: "executor URLs, comma-separated; their agent cards are described to the model (peer, as export names it, in a config file too)"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executors require"},
 			clikit.TokenFileFlag("a file holding the token, mode 600 (--token shows in ps)"),
-			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, sshfs, sshfs-reverse or archive"},
+			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, live (a live mount; sshfs on the wire), live-reverse (sshfs-reverse) or archive"},
 			&cli.StringFlag{Name: "dialect", EnvVars: []string{"AWCP_DIALECT"}, Value: "auto", Usage: "AWCP dialect: auto, seed or head"},
 			clikit.DurationFlag("discovery-timeout", 3*time.Second, "how long to wait for each peer's agent card at start"),
 			&cli.BoolFlag{Name: "discover", EnvVars: []string{"AWCP_DISCOVER"},
@@ -46,10 +46,10 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 	if c.Args().Len() > 0 {
 		return clikit.UsageError("mcp takes no arguments")
 	}
-	switch t := c.String("transport"); t {
+	switch t := transportOf(c); t {
 	case "auto", control.TransportSSHFS, delegator.TransportSSHFSReverse, control.TransportArchive:
 	default:
-		return clikit.UsageError("--transport must be auto, sshfs, sshfs-reverse or archive, not %q", t)
+		return clikit.UsageError("--transport must be auto, live, live-reverse or archive, not %q", t)
 	}
 	switch d := c.String("dialect"); d {
 	case "auto", control.DialectSeed, control.DialectHead:
@@ -115,7 +115,7 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 		Self:              e.agentID,
 		CallChain:         chain,
 		Token:             token,
-		Transport:         c.String("transport"),
+		Transport:         transportOf(c),
 		Dialect:           c.String("dialect"),
 		Version:           clikit.Version,
 		Logger:            e.log,
@@ -168,7 +168,7 @@ func (m *mcpDelegator) inProcess() (*delegator.Delegator, error) {
 		return m.local, nil
 	}
 	runCtx, stop := context.WithCancel(context.Background())
-	wait, err := m.e.liveMount(runCtx, m.c, m.c.String("transport"), func(err error) {
+	wait, err := m.e.liveMount(runCtx, m.c, transportOf(m.c), func(err error) {
 		m.e.log.Warn("no SSH server for live mounts; delegations use archive", "err", err)
 	})
 	if err != nil {

@@ -163,6 +163,14 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 	}
 	var notes []string
 	auto, connect := false, ""
+	// live and live-reverse are what the transport is: a live mount. The
+	// wire name, sshfs, is the spec's (no sshfs program is used).
+	switch req.Transport {
+	case TransportLive:
+		req.Transport = control.TransportSSHFS
+	case TransportLiveReverse:
+		req.Transport = TransportSSHFSReverse
+	}
 	switch req.Transport {
 	case "", "auto":
 		auto = true
@@ -183,7 +191,7 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 		}
 	default:
 		return nil, control.Errorf(control.CodeWorkspaceInvalid, "unknown transport %q", req.Transport).
-			WithHint("use auto, sshfs, sshfs-reverse or archive")
+			WithHint("use auto, live (sshfs), live-reverse (sshfs-reverse) or archive")
 	}
 	switch req.Dialect {
 	case "", "auto":

@@ -344,6 +344,13 @@ func (c *readerConn) Read(p []byte) (int, error) {
 // is Requirements.Connect.
 const TransportSSHFSReverse = "sshfs-reverse"
 
+// TransportLive and TransportLiveReverse are what users may call the live
+// mount, sshfs on the wire, and its reverse.
+const (
+	TransportLive        = "live"
+	TransportLiveReverse = "live-reverse"
+)
+
 // reachResult is one reachability probe's outcome.
 type reachResult struct {
 	at      time.Time
