@@ -324,10 +324,55 @@ func oneLineUsageErrors(prefix string, cmds []*cli.Command) {
 }
 
 func usageError(command string) cli.OnUsageErrorFunc {
-	return func(_ *cli.Context, err error, _ bool) error {
+	return func(c *cli.Context, err error, _ bool) error {
 		msg := strings.Replace(err.Error(), "for flag -", "for --", 1)
+		if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok && c != nil && c.Command != nil {
+			msg = "--" + name + " is not a flag of " + command + nearFlag(c.Command.Flags, name)
+		}
 		return &exitError{code: ExitUsage, msg: fmt.Sprintf("%s (see %s --help)", msg, command)}
 	}
+}
+
+// nearFlag names the flag a misspelt name may have meant: one within two
+// edits of it, or that it begins; "" if none.
+func nearFlag(flags []cli.Flag, name string) string {
+	best, bestD := "", 3
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			d := editDistance(name, n)
+			if len(name) >= 3 && strings.HasPrefix(n, name) {
+				d = 1
+			}
+			if d < bestD && len(n) > 1 {
+				best, bestD = n, d
+			}
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return "; did you mean --" + best + "?"
+}
+
+// editDistance is Levenshtein's distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // Printable is untrusted.Name: a name from the other machine as a

@@ -90,3 +90,18 @@ func TestUnknownCommandIsBadUsage(t *testing.T) {
 		t.Errorf("said %q, want %q", errw.String(), want)
 	}
 }
+
+// A misspelt flag is bad usage (exit 2), and names the flag it may have
+// meant.
+func TestMisspeltFlagIsBadUsage(t *testing.T) {
+	errw := new(bytes.Buffer)
+	app := &cli.App{Name: "x", Writer: new(bytes.Buffer), ErrWriter: errw,
+		Commands: []*cli.Command{{Name: "export", Flags: []cli.Flag{&cli.StringFlag{Name: "token"}, &cli.BoolFlag{Name: "json"}},
+			Action: func(*cli.Context) error { return nil }}}}
+	if code := Main(app, []string{"x", "export", "--tokn", "t"}); code != ExitUsage {
+		t.Fatalf("exit %d, want %d", code, ExitUsage)
+	}
+	if want := "x: --tokn is not a flag of x export; did you mean --token? (see x export --help)\n"; errw.String() != want {
+		t.Errorf("said %q, want %q", errw.String(), want)
+	}
+}
