@@ -45,8 +45,11 @@ type sniffConn struct {
 	l    *sniffListener
 	once sync.Once
 	br   *bufio.Reader // plain: what was read to peek
-	tls  *tls.Conn
 	err  error
+	// tls is set by sniff; Close, from another goroutine (the server
+	// shutting down), reads it under mu.
+	mu  sync.Mutex
+	tls *tls.Conn
 }
 
 // tlsRecordHandshake is the first byte of every TLS connection.
@@ -59,7 +62,9 @@ func (c *sniffConn) sniff() {
 	case err != nil:
 		c.err = err
 	case first[0] == tlsRecordHandshake:
+		c.mu.Lock()
 		c.tls = tls.Server(&peeked{Conn: c.Conn, r: br}, c.l.cfg)
+		c.mu.Unlock()
 	case c.l.plain:
 		c.br = br
 	default:
@@ -91,18 +96,24 @@ func (c *sniffConn) Write(p []byte) (int, error) {
 }
 
 func (c *sniffConn) Close() error {
-	if c.tls != nil {
-		return c.tls.Close()
+	c.mu.Lock()
+	t := c.tls
+	c.mu.Unlock()
+	if t != nil {
+		return t.Close()
 	}
 	return c.Conn.Close()
 }
 
 // ConnectionState is the connection's TLS state, and whether it is TLS.
 func (c *sniffConn) ConnectionState() (tls.ConnectionState, bool) {
-	if c.tls == nil {
+	c.mu.Lock()
+	t := c.tls
+	c.mu.Unlock()
+	if t == nil {
 		return tls.ConnectionState{}, false
 	}
-	return c.tls.ConnectionState(), true
+	return t.ConnectionState(), true
 }
 
 // peeked is a connection whose first bytes were read into r already.
