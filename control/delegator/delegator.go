@@ -552,7 +552,13 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 				del.AccessMode = c.AcceptedAccessMode
 			}
 			if c.MaxTTLSeconds > 0 && c.MaxTTLSeconds < del.TTLSeconds {
-				del.Notes = append(del.Notes, fmt.Sprintf("the executor capped the lease at %ds", c.MaxTTLSeconds))
+				capped := time.Duration(c.MaxTTLSeconds) * time.Second
+				if del.Session != "" {
+					// Not a limit a session meets: its lease is renewed.
+					del.Notes = append(del.Notes, fmt.Sprintf("the executor's leases last %s at most: the session's is renewed for as long as it is in use", capped))
+				} else {
+					del.Notes = append(del.Notes, fmt.Sprintf("the executor capped the lease at %s (%s asked)", capped, time.Duration(del.TTLSeconds)*time.Second))
+				}
 				del.TTLSeconds = c.MaxTTLSeconds
 			}
 		}
