@@ -61,6 +61,12 @@ type StatusLeaseRow struct {
 	Transport    string `json:"transport"`
 	AccessMode   string `json:"accessMode"`
 	ExpiresAt    string `json:"expiresAt,omitempty"`
+	// For the executor's operator only (its local socket): who made it,
+	// from where, and what runs for it.
+	Delegator string `json:"delegator,omitempty"` // the identity key's fingerprint
+	Peer      string `json:"peer,omitempty"`      // the INVITE's address
+	AgentPID  int    `json:"agentPid,omitempty"`
+	Prompt    string `json:"prompt,omitempty"` // its first line
 }
 
 // AgentCard is the A2A agent card with the AWCP extension of spec §8.3.

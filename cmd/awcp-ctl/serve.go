@@ -18,7 +18,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the delegator daemon: leases, expiry, background delegations, the local API",
-		Flags: append(append(append(clikit.CommonFlags(), sshFlags()...), clikit.MetricsListenFlag(), idleTTLFlag()), admissionFlags()...),
+		Flags: append(append(append(clikit.DaemonFlags(), sshFlags()...), clikit.MetricsListenFlag(), idleTTLFlag()), admissionFlags()...),
 		Action: func(c *cli.Context) error {
 			ctx, stop := context.WithCancel(ctx) // ends on a signal, or `awcp-ctl stop`
 			defer stop()

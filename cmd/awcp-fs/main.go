@@ -39,7 +39,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Flags:     clikit.CommonFlags(),
-		Commands:  []*cli.Command{serveCommand(ctx), mountCommand(ctx), umountCommand(), doctorCommand(ctx), idCommand(), clikit.CompletionCommand()},
+		Commands:  []*cli.Command{serveCommand(ctx), statusCommand(), mountCommand(ctx), umountCommand(), doctorCommand(ctx), idCommand(), clikit.CompletionCommand()},
 		// Commands and flags for the shells' completion (`completion`).
 		EnableBashCompletion: true,
 	}
@@ -59,7 +59,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the executor daemon (spec §7)",
-		Flags: append(append(clikit.CommonFlags(),
+		Flags: append(append(clikit.DaemonFlags(),
 			&cli.StringFlag{Name: "work-root", EnvVars: []string{"AWCP_WORK_ROOT"}, Required: true,
 				Usage: "directory under which each delegation gets {work-root}/{delegationId}"},
 			&cli.StringFlag{Name: "agent-cmd", EnvVars: []string{"AWCP_AGENT_CMD"},
@@ -300,6 +300,12 @@ func serve(ctx context.Context, c *cli.Context) error {
 		}()
 		defer func() { stopProbe(); <-probed }()
 	}
+	stopOperator, err := serveOperator(ctx, state, exec, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer stopOperator()
 	return exec.Serve(ctx, ln)
 }
 

@@ -530,6 +530,23 @@ func (e *Executor) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if !e.authorized(w, r, "") {
 		return
 	}
+	e.writeStatus(w, func(a *lease.Assignment) bool { return mayTouch(a, r) }, false)
+}
+
+// OperatorHandler serves the executor's operator (`awcp-fs status`) on
+// its local socket, which only the daemon's user reaches: every
+// delegation, with who made it and what runs for it.
+func (e *Executor) OperatorHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		e.writeStatus(w, func(*lease.Assignment) bool { return true }, true)
+	})
+	return e.recoverPanics(mux)
+}
+
+// writeStatus answers a status report of the delegations shown says to
+// list (all are counted); operator adds what only the operator sees.
+func (e *Executor) writeStatus(w http.ResponseWriter, shown func(*lease.Assignment) bool, operator bool) {
 	as, err := e.store.Assignments()
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, control.NewError("", control.CodeDeclined, "cannot read the store", ""))
@@ -546,10 +563,17 @@ func (e *Executor) handleStatus(w http.ResponseWriter, r *http.Request) {
 		if a.Active() {
 			rep.Active++
 		}
-		if !mayTouch(a, r) {
+		if !shown(a) {
 			continue // another delegator's: counted, not shown
 		}
 		row := control.StatusLeaseRow{DelegationID: a.ID, State: string(a.State), Transport: a.Transport, AccessMode: a.AccessMode}
+		if operator {
+			row.Peer, row.AgentPID = a.Peer, a.AgentPID
+			row.Prompt, _, _ = strings.Cut(a.Prompt, "\n")
+			if a.DelegatorKey != "" {
+				row.Delegator = control.Fingerprint(a.DelegatorKey)
+			}
+		}
 		if !a.ExpiresAt.IsZero() {
 			row.ExpiresAt = control.Timestamp(a.ExpiresAt)
 		}

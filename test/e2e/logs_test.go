@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"encoding/json"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +51,11 @@ func TestFollowABackgroundDelegation(t *testing.T) {
 	}
 	if r := c.run("logs", id, "--tail", "2"); r.stdout != "step 4 of 4\nall done\n" {
 		t.Errorf("logs --tail 2: %q", r.stdout)
+	}
+	// The executor's operator sees it too, on the daemon's own socket.
+	out, err := exec.Command(filepath.Join(binDir, "awcp-fs"), "status", "--state-dir", x.state).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), id) || !strings.Contains(string(out), "completed") || !strings.Contains(string(out), "(plain HTTP)") {
+		t.Errorf("awcp-fs status: %v\n%s", err, out)
 	}
 	if r := c.run("logs", "no-such-id"); r.code != 1 || !strings.Contains(r.stderr, "NOT_FOUND: no delegation no-such-id") {
 		t.Errorf("logs of an unknown id: exit %d %s", r.code, r.stderr)

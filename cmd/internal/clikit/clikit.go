@@ -74,6 +74,18 @@ func CommonFlags() []cli.Flag {
 	}
 }
 
+// DaemonFlags are CommonFlags for a daemon's command: it logs at info by
+// default, so that its operator sees each delegation come and go.
+func DaemonFlags() []cli.Flag {
+	flags := CommonFlags()
+	for _, f := range flags {
+		if sf, ok := f.(*cli.StringFlag); ok && sf.Name == "log-level" {
+			sf.Value = "info"
+		}
+	}
+	return flags
+}
+
 // flag reads a common flag wherever on the command line it was given
 // (urfave/cli would read the command's own, unset copy and miss
 // `awcp-ctl --state-dir X status`), then the environment, then the default.
