@@ -41,11 +41,19 @@ func policyFlags() []cli.Flag {
 // as the defaults of the daemon's (serve).
 func admissionFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.Int64Flag{Name: "max-files", EnvVars: []string{"AWCP_MAX_FILES"},
-			Usage: "admission: most files lent (default: 10000 for the archive, the spec's; 1000000 for a live mount)"},
-		clikit.BytesFlag("max-bytes", 0, "admission: most bytes lent (default: 100M for the archive; 50G for a live mount)", "AWCP_MAX_BYTES"),
-		clikit.BytesFlag("max-file-bytes", 0, "admission: largest file lent (default: 50M for the archive; 10G for a live mount)", "AWCP_MAX_FILE_BYTES"),
+		&cli.Int64Flag{Name: "max-files", EnvVars: []string{"AWCP_MAX_FILES"}, DefaultText: "10000 for the archive, the spec's; 1000000 for a live mount",
+			Usage: "admission: most files lent"},
+		withDefaultText(clikit.BytesFlag("max-bytes", 0, "admission: most bytes lent", "AWCP_MAX_BYTES"), "100M for the archive; 50G for a live mount"),
+		withDefaultText(clikit.BytesFlag("max-file-bytes", 0, "admission: largest file lent", "AWCP_MAX_FILE_BYTES"), "50M for the archive; 10G for a live mount"),
 	}
+}
+
+// withDefaultText is f with the default its help shows (a BytesFlag's).
+func withDefaultText(f cli.Flag, text string) cli.Flag {
+	if g, ok := f.(*cli.GenericFlag); ok {
+		g.DefaultText = text
+	}
+	return f
 }
 
 // admissionLimits are the limits policyFlags set; zero: the transport's.
