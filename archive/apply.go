@@ -219,7 +219,7 @@ func apply(dir, src string, base, res Manifest, paths []string, cur func(p strin
 				continue
 			}
 			if !inRes {
-				a.rep.Deleted = append(a.rep.Deleted, p)
+				a.rep.Deleted = append(a.rep.Deleted, listed(p, c.Kind))
 			}
 		}
 	}
@@ -234,12 +234,22 @@ func apply(dir, src string, base, res Manifest, paths []string, cur func(p strin
 			continue
 		}
 		if inCur {
-			a.rep.Modified = append(a.rep.Modified, p)
+			a.rep.Modified = append(a.rep.Modified, listed(p, r.Kind))
 		} else {
-			a.rep.Created = append(a.rep.Created, p)
+			a.rep.Created = append(a.rep.Created, listed(p, r.Kind))
 		}
 	}
 	return a.rep, nil
+}
+
+// listed is p as a report lists it: a directory with a trailing slash, as
+// the live mount's change list writes it, so that no count takes it for a
+// file.
+func listed(p string, k Kind) string {
+	if k == KindDir {
+		return p + "/"
+	}
+	return p
 }
 
 type applier struct {

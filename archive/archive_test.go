@@ -214,7 +214,7 @@ func TestApplyCarriesCreatesChangesAndDeletes(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, ".git/config")); err != nil {
 		t.Fatal("a path that was never sent was touched")
 	}
-	if want := []string{"gone.txt", "olddir", "olddir/x.txt"}; !reflect.DeepEqual(sorted(rep.Deleted), want) {
+	if want := []string{"gone.txt", "olddir/", "olddir/x.txt"}; !reflect.DeepEqual(sorted(rep.Deleted), want) { // a directory with its slash
 		t.Fatalf("deleted %v", rep.Deleted)
 	}
 }

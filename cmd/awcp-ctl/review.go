@@ -120,7 +120,20 @@ func printApplied(w io.Writer, created, modified, deleted, conflicts []string) {
 			fmt.Fprintf(w, "%s %s\n", x.mark, clikit.Printable(p))
 		}
 	}
-	fmt.Fprintf(w, "applied: %d added, %d modified, %d deleted\n", len(created), len(modified), len(deleted))
+	// Directories (listed with their slash) are counted apart from files.
+	count := func(paths []string) string {
+		dirs := 0
+		for _, p := range paths {
+			if strings.HasSuffix(p, "/") {
+				dirs++
+			}
+		}
+		if dirs == 0 {
+			return fmt.Sprint(len(paths))
+		}
+		return fmt.Sprintf("%d (and %d director%s)", len(paths)-dirs, dirs, map[bool]string{true: "y", false: "ies"}[dirs == 1])
+	}
+	fmt.Fprintf(w, "applied: %s added, %s modified, %s deleted\n", count(created), count(modified), count(deleted))
 	if len(conflicts) > 0 {
 		fmt.Fprintf(w, "conflicts (your versions kept):\n")
 		for _, c := range conflicts {
