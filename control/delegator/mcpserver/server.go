@@ -551,7 +551,7 @@ func (s *server) wait(ctx context.Context, req *mcp.CallToolRequest, id string, 
 				notify("delegation " + id + ": " + string(d.State))
 			}
 			for _, l := range lease.ProgressAfter(d.Progress, lastLine) {
-				notify(l.Text) // "agent: …", "tool: …" as the executor wrote it
+				notify(agentLine(l.Text))
 				lastLine = &l
 			}
 		}
@@ -667,4 +667,16 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// agentLine is a progress line as a notification says it: "agent: " and
+// the line, unless the executor said already what it is (an ACP agent's
+// "agent: …", "thinking: …", "tool: …", "plan: …").
+func agentLine(text string) string {
+	for _, kind := range []string{"agent: ", "thinking: ", "tool: ", "plan: "} {
+		if strings.HasPrefix(text, kind) {
+			return text
+		}
+	}
+	return "agent: " + text
 }
