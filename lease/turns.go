@@ -39,6 +39,9 @@ type Turn struct {
 	Error      string    `json:"error,omitempty"`
 	QueuedAt   time.Time `json:"queuedAt"`
 	EndedAt    time.Time `json:"endedAt,omitzero"`
+	// CancelAsked asks the process driving the session to cancel this
+	// turn (session/cancel), leaving the session open.
+	CancelAsked bool `json:"cancelAsked,omitempty"`
 }
 
 // Ended reports whether the turn is over.

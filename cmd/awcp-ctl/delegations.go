@@ -578,12 +578,16 @@ func cancelCommand() *cli.Command {
 		ArgsUsage: "ID | --all",
 		Flags: append(clikit.CommonFlags(),
 			&cli.BoolFlag{Name: "all", Usage: "cancel every live delegation"},
+			&cli.BoolFlag{Name: "turn", Usage: "of a session: cancel only the turn that runs; the session stays open"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		),
 		Action: func(c *cli.Context) error {
 			e, err := openEnv(c)
 			if err != nil {
 				return err
+			}
+			if c.Bool("turn") {
+				return cancelTurn(c, e)
 			}
 			var ids []string
 			if c.Bool("all") {
@@ -710,4 +714,30 @@ func transportOf(c *cli.Context) string {
 	default:
 		return t
 	}
+}
+
+// cancelTurn asks the process driving session ID to cancel the turn that
+// runs (session/cancel); the session stays open for the next.
+func cancelTurn(c *cli.Context, e *env) error {
+	d, err := e.resolve(c.Args().First())
+	if err != nil {
+		return err
+	}
+	if !d.SessionDriven {
+		return clikit.UsageError("delegation %s is no session driven from here (--turn cancels a turn of export --session or an MCP session)", d.ID)
+	}
+	var n int
+	_, err = e.store.UpdateDelegation(d.ID, func(d *lease.Delegation) error {
+		t := d.LastTurn()
+		if d.State.Terminal() || t == nil || t.Ended() {
+			return control.Errorf(control.CodeDeclined, "session %s has no turn running", d.ID)
+		}
+		t.CancelAsked, n = true, t.N
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "asked to cancel turn %d of %s; the session stays open\n", n, d.ID)
+	return nil
 }

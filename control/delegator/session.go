@@ -172,7 +172,7 @@ func sessionOpen(del *lease.Delegation) error {
 		return control.Errorf(control.CodeDeclined, "delegation %s is not a session", del.ID).
 			WithHint("start one with a session: export --session new, or delegate with session: true")
 	case del.State.Terminal() || del.SessionClose:
-		pe := control.Errorf(control.CodeDeclined, "session %s expired: its delegation ended (%s)", del.ID, del.State).
+		pe := control.Errorf(control.CodeDeclined, "session_expired: session %s is over (its delegation is %s)", del.ID, del.State).
 			WithHint("start a new session")
 		pe.Reason = ReasonSessionExpired
 		return pe

@@ -225,6 +225,25 @@ func TestSessionFromTheCommandLine(t *testing.T) {
 	}
 	replied(must(c.run("answer", id, "--option", "allow"), "answer --option"), "3", "third", "allow")
 
+	// A turn that hangs is cancelled alone (cancel --turn): the session
+	// stays open for the next.
+	hanging := c.start("answer", id, "hang")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if strings.Contains(c.run("logs", id).stdout, "hanging until cancelled") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hanging turn never ran:\n%s", c.run("logs", id).stdout)
+		}
+	}
+	if r := c.run("cancel", id, "--turn"); r.code != 0 || !strings.Contains(r.stdout, "asked to cancel turn 4") {
+		t.Fatalf("cancel --turn: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	hanging.Wait()
+	if r := c.run("status", id, "--json"); !strings.Contains(r.stdout, `"stopReason": "cancelled"`) || !strings.Contains(r.stdout, `"state": "running"`) {
+		t.Errorf("after cancel --turn the turn is not cancelled, or the session not open:\n%s", r.stdout)
+	}
+
 	r = must(c.run("close", id), "close")
 	if !strings.Contains(r.stdout, "delegation "+id+" completed") {
 		t.Errorf("close:\n%s%s", r.stdout, r.stderr)

@@ -173,7 +173,7 @@ func (dr *Driver) turn(ctx context.Context, conn *acpsdk.ClientSideConnection, c
 	// so that the close is not held up by an agent that works on.
 	tctx, stop := context.WithCancel(ctx)
 	watched := make(chan struct{})
-	go func() { defer close(watched); dr.watchClose(tctx, conn, c, id) }()
+	go func() { defer close(watched); dr.watchClose(tctx, conn, c, id, t.N) }()
 	resp, err := conn.Prompt(tctx, acpsdk.PromptRequest{SessionId: c.session, Prompt: []acpsdk.ContentBlock{acpsdk.TextBlock(t.Prompt)}})
 	stop()
 	<-watched
@@ -202,9 +202,10 @@ func (dr *Driver) turn(ctx context.Context, conn *acpsdk.ClientSideConnection, c
 	return expired || ctx.Err() != nil
 }
 
-// watchClose cancels the running turn when the record asks for the
-// session's close or the delegation ends.
-func (dr *Driver) watchClose(ctx context.Context, conn *acpsdk.ClientSideConnection, c *client, id string) {
+// watchClose cancels running turn n when the record asks for the
+// session's close, for that turn's cancel (`cancel ID --turn`), or the
+// delegation ends.
+func (dr *Driver) watchClose(ctx context.Context, conn *acpsdk.ClientSideConnection, c *client, id string, n int) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -212,7 +213,10 @@ func (dr *Driver) watchClose(ctx context.Context, conn *acpsdk.ClientSideConnect
 		case <-time.After(dr.Poll):
 		}
 		d, err := dr.Store.Delegation(id)
-		if err == nil && (d.SessionClose || d.State.Terminal()) {
+		if err != nil {
+			continue
+		}
+		if t := d.Turn(n); d.SessionClose || d.State.Terminal() || t != nil && t.CancelAsked {
 			conn.Cancel(ctx, acpsdk.CancelNotification{SessionId: c.session})
 			return
 		}
