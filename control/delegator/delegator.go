@@ -518,6 +518,12 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 		acc, err = pc.Invite(ctx, inv)
 	}
 	if err != nil {
+		// Ended while the INVITE was on its way (the follow stopped,
+		// cutting the request): the executor may have accepted it all
+		// the same, the end's cancel having come before it. Tell it.
+		if cur, gerr := d.store.Delegation(id); gerr == nil && cur.State.Terminal() && ctx.Err() != nil {
+			d.notifyPeer(cur, control.NewError(id, control.CodeCancelled, "the delegation ended while it was being invited", ""))
+		}
 		return nil, err
 	}
 	if inv.Session != nil && (acc.ExecutorConstraints == nil || acc.ExecutorConstraints.Session != inv.Session.Protocol) {
