@@ -159,6 +159,16 @@ type Delegation struct {
 	// and Staged the result kept for review in staged mode.
 	SnapshotMode string  `json:"snapshotMode,omitempty"`
 	Staged       *Staged `json:"staged,omitempty"`
+	// Group names the attempts it is one of: one task lent to several
+	// executors at once, each staged, compared and one applied.
+	Group string `json:"group,omitempty"`
+}
+
+// WritesInPlace reports whether d writes the directory lent as it runs:
+// read-write, its result not staged or discarded. Two such delegations of
+// one directory may not run at once; staged ones (attempts) may.
+func (d *Delegation) WritesInPlace() bool {
+	return d.AccessMode == "rw" && d.SnapshotMode != SnapshotStaged && d.SnapshotMode != SnapshotDiscard
 }
 
 // ExportPolicy is what a delegation's export refuses beyond its access

@@ -272,9 +272,10 @@ func change[T any, PT interface {
 	return out, err
 }
 
-// CreateDelegation stores a new delegation in state created. A live rw
-// delegation of the same or an overlapping directory makes it fail with
-// *DirBusyError when d is rw too.
+// CreateDelegation stores a new delegation in state created. A live
+// delegation that writes in place (WritesInPlace) of the same or an
+// overlapping directory makes it fail with *DirBusyError when d writes in
+// place too; staged ones write only their staging areas.
 func (s *Store) CreateDelegation(d *Delegation) error {
 	d.State = Created
 	d.CreatedAt = s.opts.Now()
@@ -283,13 +284,13 @@ func (s *Store) CreateDelegation(d *Delegation) error {
 		if b.Get([]byte(d.ID)) != nil {
 			return fmt.Errorf("%s: %w", d.ID, ErrExists)
 		}
-		if d.AccessMode == "rw" {
+		if d.WritesInPlace() {
 			live, err := list[*Delegation](tx, bucketDelegations)
 			if err != nil {
 				return err
 			}
 			for _, o := range live {
-				if !o.State.Terminal() && o.AccessMode == "rw" && overlaps(o.LocalDir, d.LocalDir) {
+				if !o.State.Terminal() && o.WritesInPlace() && overlaps(o.LocalDir, d.LocalDir) {
 					return &DirBusyError{ID: o.ID, Dir: o.LocalDir}
 				}
 			}

@@ -279,6 +279,9 @@ func report(c *cli.Context, d *lease.Delegation) error {
 		transport += " in reverse"
 	}
 	fmt.Fprintf(w, "  directory: %s\n  executor:  %s (%s, %s)\n", d.LocalDir, d.Peer, transport, d.AccessMode)
+	if d.Group != "" {
+		fmt.Fprintf(w, "  attempt:   of group %s (awcp-ctl compare %s)\n", d.Group, d.Group)
+	}
 	if d.Channel != nil && !d.State.Terminal() {
 		fmt.Fprintf(w, "  channel:   %s\n", delegator.ChannelText(d.Channel))
 	}
@@ -574,8 +577,8 @@ func outputCommand(ctx context.Context) *cli.Command {
 func cancelCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "cancel",
-		Usage:     "cancel a delegation, or all live ones",
-		ArgsUsage: "ID | --all",
+		Usage:     "cancel a delegation, a group's attempts, or all live ones",
+		ArgsUsage: "ID | GROUP | --all",
 		Flags: append(clikit.CommonFlags(),
 			&cli.BoolFlag{Name: "all", Usage: "cancel every live delegation"},
 			&cli.BoolFlag{Name: "turn", Usage: "of a session: cancel only the turn that runs; the session stays open"},
@@ -600,8 +603,22 @@ func cancelCommand() *cli.Command {
 						ids = append(ids, d.ID)
 					}
 				}
+			} else if arg := c.Args().First(); strings.HasPrefix(arg, groupPrefix) {
+				// A group: its attempts still running.
+				ds, err := e.store.Delegations()
+				if err != nil {
+					return err
+				}
+				for _, d := range ds {
+					if d.Group == arg && !d.State.Terminal() {
+						ids = append(ids, d.ID)
+					}
+				}
+				if len(ids) == 0 {
+					return fmt.Errorf("no attempt of group %s runs", arg)
+				}
 			} else {
-				d, err := e.resolve(c.Args().First())
+				d, err := e.resolve(arg)
 				if err != nil {
 					return err
 				}

@@ -25,8 +25,8 @@ func exportCommand(ctx context.Context) *cli.Command {
 		Usage:     "lend DIR to an executor for a task and wait for the result",
 		ArgsUsage: "DIR",
 		Flags: append(append(clikit.CommonFlags(),
-			&cli.StringFlag{Name: "peer", EnvVars: []string{"AWCP_PEER"},
-				Usage: "the executor (required): its URL (http://host:10200), or the name or agent id of one found on this network, or auto (awcp-ctl peers lists them)"},
+			&cli.StringSliceFlag{Name: "peer", EnvVars: []string{"AWCP_PEER"},
+				Usage: "the executor (required): its URL (https://host:10200), or the name or agent id of one found on this network, or auto (awcp-ctl peers lists them); several: attempts at the task, one per executor, each staged, compared with awcp-ctl compare"},
 			// Not $AWCP_PROMPT: the executor gives its agent its own task
 			// there, and a nested export without --prompt would send the
 			// parent's task on.
@@ -58,7 +58,8 @@ func exportCommand(ctx context.Context) *cli.Command {
 			if c.Args().Len() != 1 {
 				return clikit.UsageError("export takes exactly one directory")
 			}
-			if c.String("peer") == "" {
+			peers := c.StringSlice("peer")
+			if len(peers) == 0 {
 				return clikit.UsageError("export needs --peer: the executor")
 			}
 			token, err := clikit.PeerToken(c)
@@ -70,7 +71,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 				return err
 			}
 			req := delegator.ExportRequest{
-				Dir: c.Args().First(), Peer: c.String("peer"), Prompt: c.String("prompt"),
+				Dir: c.Args().First(), Peer: peers[0], Prompt: c.String("prompt"),
 				Description: c.String("description"), TTL: clikit.Duration(c, "ttl"), Access: c.String("access"),
 				Transport: transportOf(c), Token: token, Dialect: c.String("dialect"),
 				Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"), NoDelete: c.Bool("no-delete"), AllowGitControl: c.Bool("allow-git-control"), PlainHTTP: c.Bool("plain-http"), PeerKey: c.String("peer-key"), LendHiddenHistory: c.Bool("lend-hidden-history"),
@@ -83,11 +84,17 @@ func exportCommand(ctx context.Context) *cli.Command {
 			if req.CallChain, err = callChain(); err != nil {
 				return err
 			}
+			if len(peers) > 1 {
+				if c.String("session") != "" {
+					return clikit.UsageError("a session is held with one executor: give one --peer")
+				}
+				return exportAttempts(ctx, c, e, req, peers)
+			}
 			if err := e.resolvePeer(ctx, c, &req); err != nil {
 				return fail(c, err)
 			}
 			if req.PeerChoice != "" {
-				fmt.Fprintf(c.App.ErrWriter, "awcp: --peer %s: %s (%s) at %s, %s\n", c.String("peer"), req.PeerName, req.PeerAgentID, req.Peer, req.PeerChoice)
+				fmt.Fprintf(c.App.ErrWriter, "awcp: --peer %s: %s (%s) at %s, %s\n", peers[0], req.PeerName, req.PeerAgentID, req.Peer, req.PeerChoice)
 			}
 			if c.String("session") == "new" {
 				return exportSession(ctx, c, e, req)

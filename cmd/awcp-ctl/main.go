@@ -34,6 +34,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 			pruneCommand(),
 			diffCommand(),
 			applyCommand(ctx),
+			compareCommand(ctx),
 			discardCommand(),
 			permitCommand(),
 			answerCommand(ctx),

@@ -73,6 +73,7 @@ func applyCommand(ctx context.Context) *cli.Command {
 			&cli.StringFlag{Name: "branch", Usage: "in a git work tree: record the result as a commit on this new branch instead, leaving the working tree as it is"},
 			&cli.BoolFlag{Name: "json", Usage: "print what was done as JSON"},
 			&cli.BoolFlag{Name: "allow-git-control", Usage: "also write what the executor changed of what git runs or obeys (.git/config, .git/hooks, .git/info, …): left out unless given (diff shows it)"},
+			&cli.BoolFlag{Name: "keep", Usage: "of an attempt: keep the group's other attempts (by default applying one discards them)"},
 		),
 		Action: func(c *cli.Context) error {
 			dlg, d, err := delegatorFor(c)
@@ -94,6 +95,15 @@ func applyCommand(ctx context.Context) *cli.Command {
 				}
 				for _, p := range out.Report.Ignored {
 					fmt.Fprintf(c.App.Writer, "left out: %s\n", clikit.Printable(p))
+				}
+			}
+			if d.Group != "" && !c.Bool("keep") {
+				gone, err := dlg.DiscardAttemptsBut(d.ID)
+				if err != nil {
+					fmt.Fprintf(c.App.ErrWriter, "awcp: the group's other attempts: %v\n", err)
+				}
+				if len(gone) > 0 {
+					fmt.Fprintf(c.App.ErrWriter, "awcp: discarded the other attempts of %s: %s\n", d.Group, strings.Join(gone, " "))
 				}
 			}
 			if out.Report != nil && len(out.Report.Conflicts) > 0 {

@@ -250,7 +250,7 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 		AutoTransport: auto, Connect: connect, Policy: policy,
 		CallChain: chain, PeerAgentID: req.PeerAgentID, PeerName: req.PeerName, PeerKey: req.PeerKey, PlainHTTP: req.PlainHTTP,
 		Limits:       [3]int64{req.Limits.MaxTotalBytes, req.Limits.MaxFileCount, req.Limits.MaxFileBytes},
-		SnapshotMode: mode,
+		SnapshotMode: mode, Group: req.Group,
 	}
 	if mode != lease.SnapshotAuto {
 		// Discarded too: a live mount's changes must go somewhere that

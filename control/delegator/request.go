@@ -58,6 +58,8 @@ type ExportRequest struct {
 	// as it comes, or written in place over a live mount), staged (kept
 	// for review: diff, apply, discard) or discard.
 	Snapshot string `json:"snapshotMode,omitempty"`
+	// Group names the attempts this delegation is one of (Delegation.Group).
+	Group string `json:"group,omitempty"`
 
 	// CallChain is the agents this request passed through before this
 	// delegator (control.CallChainEnv of an agent that delegates on).

@@ -53,7 +53,7 @@ var allowed = map[string][]string{
 	"control/delegator/turns":       {"control", "control/delegator", "control/delegator/gateway", "lease"},
 	"control/delegator/review":      {"archive", "internal/linediff", "internal/stage", "internal/untrusted"},
 	"cmd/internal/clikit":           {"internal/cloexec", "internal/metrics", "internal/untrusted"},
-	"cmd/awcp-ctl":                  {"cmd/internal/clikit", "control", "control/delegator", "control/delegator/gateway", "control/delegator/mcpserver", "control/delegator/turns", "control/discovery", "internal/metrics", "lease"},
+	"cmd/awcp-ctl":                  {"cmd/internal/clikit", "control", "control/delegator", "control/delegator/gateway", "control/delegator/mcpserver", "control/delegator/turns", "control/discovery", "internal/metrics", "internal/sandbox", "lease"},
 	"cmd/awcp-fs":                   {"archive", "cmd/internal/clikit", "control", "control/discovery", "control/executor/acp", "control/executor/agent", "control/executor", "fs", "internal/metrics", "internal/sandbox", "lease"},
 	"test/bench/control":            nil,
 	"test/bench/loopmount":          nil,

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/awcp/awcp/cmd/internal/clikit"
+	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/internal/sandbox"
+	"github.com/awcp/awcp/lease"
+)
+
+// groupPrefix starts every attempts group's name.
+const groupPrefix = "grp-"
+
+// exportAttempts lends base's directory to each of peers at once, as the
+// attempts of one group, each staged: the owner's tree is untouched until
+// one is applied. It waits for them all, then compares them (unless
+// --background: it prints the group and returns).
+func exportAttempts(ctx context.Context, c *cli.Context, e *env, base delegator.ExportRequest, peers []string) error {
+	if c.IsSet("snapshot") && base.Snapshot != lease.SnapshotStaged {
+		return clikit.UsageError("several --peer are attempts at one task, each kept for review: --snapshot must be staged, not %s", base.Snapshot)
+	}
+	base.Snapshot = lease.SnapshotStaged
+	if base.PeerKey != "" {
+		return clikit.UsageError("--peer-key pins one executor's key: with several --peer, trust each (`awcp-ctl peers trust URL`)")
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	base.Group = groupPrefix + hex.EncodeToString(b[:])
+	daemon, err := daemonOrStart(c, e)
+	if err != nil {
+		return err
+	}
+	errw := c.App.ErrWriter
+	started := 0
+	for i, p := range peers {
+		req := base
+		req.Peer = p
+		if err := e.resolvePeer(ctx, c, &req); err != nil {
+			fmt.Fprintf(errw, "awcp: attempt %d (--peer %s) not started: %v\n", i+1, p, err)
+			continue
+		}
+		id, err := daemon.Export(req)
+		if err != nil {
+			fmt.Fprintf(errw, "awcp: attempt %d (--peer %s) not started: %v\n", i+1, p, err)
+			continue
+		}
+		started++
+		fmt.Fprintf(errw, "awcp: attempt %d: delegation %s to %s\n", i+1, id, req.Peer)
+	}
+	if started == 0 {
+		return clikit.Failed()
+	}
+	fmt.Fprintf(errw, "awcp: attempts group %s: %d running; your directory is untouched until you apply one\n", base.Group, started)
+	if c.Bool("background") {
+		fmt.Fprintln(c.App.Writer, base.Group)
+		return nil
+	}
+	dlg, err := e.delegator(nil)
+	if err != nil {
+		return err
+	}
+	for {
+		members, err := dlg.GroupMembers(base.Group)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(members, func(d *lease.Delegation) bool { return !d.State.Terminal() }) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintf(errw, "awcp: the attempts go on; `awcp-ctl compare %s` shows them\n", base.Group)
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return printCompare(c, dlg, base.Group, "", 0)
+}
+
+// compareCommand shows a group's attempts side by side.
+func compareCommand(ctx context.Context) *cli.Command {
+	return &cli.Command{
+		Name:      "compare",
+		Usage:     "show the attempts of a group side by side: state, summary, files and lines changed, time; --check runs a command on each",
+		ArgsUsage: "GROUP",
+		Flags: append(clikit.CommonFlags(),
+			&cli.StringFlag{Name: "check", Usage: "a command (sh -c) run on each attempt's result — a copy of your directory with its changes, confined as an executor's agent is — that passes or fails it (your tests, say)"},
+			clikit.DurationFlag("check-timeout", 10*time.Minute, "how long each check may run"),
+			&cli.BoolFlag{Name: "json", Usage: "print the comparison as JSON"},
+		),
+		Action: func(c *cli.Context) error {
+			if c.Args().Len() != 1 {
+				return clikit.UsageError("compare takes a group (grp-…), or one of its delegations")
+			}
+			e, err := openEnv(c)
+			if err != nil {
+				return err
+			}
+			group := c.Args().First()
+			if !strings.HasPrefix(group, groupPrefix) {
+				d, err := e.resolve(group)
+				if err != nil {
+					return err
+				}
+				if d.Group == "" {
+					return clikit.UsageError("delegation %s is no attempt of a group", d.ID)
+				}
+				group = d.Group
+			}
+			dlg, err := e.delegator(nil)
+			if err != nil {
+				return err
+			}
+			return printCompare(c, dlg, group, c.String("check"), clikit.Duration(c, "check-timeout"))
+		},
+	}
+}
+
+// printCompare prints group's attempts, checked with check if given.
+func printCompare(c *cli.Context, dlg *delegator.Delegator, group, check string, timeout time.Duration) error {
+	attempts, err := dlg.CompareGroup(group)
+	if err != nil {
+		return err
+	}
+	if check != "" {
+		for i := range attempts {
+			a := &attempts[i]
+			if a.Result != "" {
+				continue // nothing to check
+			}
+			a.Check, err = dlg.CheckAttempt(c.Context, a.ID, check, timeout, confineCheck)
+			if err != nil {
+				return fmt.Errorf("check %s: %w", a.ID, err)
+			}
+		}
+	}
+	if c.Bool("json") {
+		return printJSON(c.App.Writer, map[string]any{"group": group, "attempts": attempts})
+	}
+	w := c.App.Writer
+	fmt.Fprintf(w, "attempts group %s\n", group)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	head := "ID\tEXECUTOR\tSTATE\tFILES\tLINES\tTOOK"
+	if check != "" {
+		head += "\tCHECK"
+	}
+	fmt.Fprintln(tw, head+"\tSUMMARY")
+	for _, a := range attempts {
+		files, lines := fmt.Sprint(a.Files), fmt.Sprintf("+%d -%d", a.Added, a.Removed)
+		if a.Result != "" {
+			files, lines = "-", "-"
+		}
+		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", a.ID, clikit.Printable(a.Executor), a.State, files, lines, a.Took)
+		if check != "" {
+			verdict := "-"
+			if a.Check != nil {
+				verdict = "pass"
+				if !a.Check.Passed {
+					verdict = fmt.Sprintf("FAIL (exit %d)", a.Check.Exit)
+				}
+			}
+			row += "\t" + verdict
+		}
+		summary := clikit.Printable(a.Summary)
+		if a.Result != "" {
+			summary = "(" + clikit.Printable(a.Result) + ")"
+		}
+		fmt.Fprintln(tw, row+"\t"+summary)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "apply one: awcp-ctl apply ID (the others are discarded; --keep keeps them); diff one: awcp-ctl diff ID\n")
+	return nil
+}
+
+// checkUID is the uid a check command runs as, where the sandbox gives
+// it a user of its own: below the uids an executor on this machine gives
+// its agents (control/executor's AgentUIDBase and its probe's, one less).
+const checkUID = 1_999_999_998
+
+// confineCheck confines a check command as an executor confines its
+// agent: Landlock, and where this runs as root a root and a user of its
+// own; it writes in dir (the copy and its temporary files) only.
+func confineCheck(cmd *exec.Cmd, dir string) error {
+	if sandbox.ABI() == 0 {
+		return nil // no Landlock here: the check runs as the owner's command
+	}
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return err
+	}
+	p := sandbox.Policy{RW: []string{dir}, RO: slices.Clone(sandbox.System), Devices: sandbox.Devices, Isolated: sandbox.CanIsolate()}
+	cmd.Env = append(cmd.Env, "TMPDIR="+tmp, "HOME="+tmp, "XDG_CACHE_HOME="+filepath.Join(tmp, "cache"))
+	if p.Isolated {
+		p.User = &sandbox.User{UID: checkUID, GID: checkUID, Home: tmp}
+		if err := filepath.Walk(dir, func(path string, _ os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(path, checkUID, checkUID)
+		}); err != nil {
+			return err
+		}
+	}
+	return p.Wrap(cmd)
+}

@@ -1,0 +1,96 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestAttemptsComparedAndOneApplied: one task lent to three executors at
+// once (three --peer), each agent changing one line of one file its own
+// way. The owner's tree stays byte-identical while they run and after;
+// compare lists the three with their line counts and a --check verdict
+// each (one attempt breaks the check, run confined on a copy); apply of
+// a passing one leaves the tree as the base plus exactly its change, and
+// the other attempts' staging areas are gone.
+func TestAttemptsComparedAndOneApplied(t *testing.T) {
+	agents := []string{
+		`sed -i 's/^x = 1$/x = 2/' calc.txt; echo "x is two"`,
+		`sed -i 's/^x = 1$/x = 3/' calc.txt; echo "x is three"`,
+		`sed -i 's/^x = 1$/x = broken/' calc.txt; echo "x is broken"`,
+	}
+	var args []string
+	for _, a := range agents {
+		x := startExecutor(t, a, "--transports", "archive")
+		args = append(args, "--peer", x.url)
+	}
+	c := newCtl(t)
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"calc.txt": "a\nx = 1\nz\n", "other.txt": "untouched\n"})
+	before := tree(t, ws)
+
+	r := c.run(append([]string{"export", ws, "--prompt", "set x", "--transport", "archive"}, args...)...)
+	if r.code != 0 {
+		t.Fatalf("export to three peers: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	sameTree(t, ws, before)
+	m := regexp.MustCompile(`attempts group (grp-[0-9a-f]+)`).FindStringSubmatch(r.stderr)
+	if m == nil {
+		t.Fatalf("export did not name the group:\n%s", r.stderr)
+	}
+	group := m[1]
+	if strings.Count(r.stdout, "+1 -1") != 3 {
+		t.Errorf("export's comparison does not show three one-line changes:\n%s", r.stdout)
+	}
+
+	r = c.run("compare", group, "--check", `grep -q '^x = [0-9]$' calc.txt`)
+	t.Logf("compare:\n%s", r.stdout)
+	if r.code != 0 {
+		t.Fatalf("compare --check: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	rows := map[string]string{} // summary → row
+	var chosen string
+	for _, line := range strings.Split(r.stdout, "\n") {
+		for _, s := range []string{"x is two", "x is three", "x is broken"} {
+			if strings.Contains(line, s) {
+				rows[s] = line
+			}
+		}
+		if strings.Contains(line, "x is two") {
+			chosen = strings.Fields(line)[0]
+		}
+	}
+	for s, verdict := range map[string]string{"x is two": " pass ", "x is three": " pass ", "x is broken": " FAIL (exit 1) "} {
+		if !strings.Contains(rows[s], verdict) || !strings.Contains(rows[s], "completed") || !strings.Contains(rows[s], "+1 -1") {
+			t.Errorf("the attempt saying %q: %q, want %q\n%s", s, rows[s], verdict, r.stdout)
+		}
+	}
+	sameTree(t, ws, before)
+
+	r = c.run("apply", chosen)
+	if r.code != 0 || !strings.Contains(r.stderr, "discarded the other attempts of "+group) {
+		t.Fatalf("apply %s: exit %d\n%s%s", chosen, r.code, r.stdout, r.stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "calc.txt")); string(b) != "a\nx = 2\nz\n" {
+		t.Errorf("calc.txt after apply: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "other.txt")); string(b) != "untouched\n" {
+		t.Errorf("other.txt after apply: %q", b)
+	}
+	leftovers, _ := filepath.Glob(filepath.Join(ws, "*.awcp-*"))
+	if len(leftovers) != 0 {
+		t.Errorf("apply left %v", leftovers)
+	}
+	for _, d := range c.status() {
+		r := c.run("status", d.ID, "--json")
+		if d.ID != chosen && !strings.Contains(r.stdout, `"state": "discarded"`) {
+			t.Errorf("attempt %s was not discarded:\n%s", d.ID, r.stdout)
+		}
+	}
+	staged, _ := filepath.Glob(filepath.Join(c.state, "staged", "*"))
+	if len(staged) != 0 {
+		t.Errorf("staging areas left: %v", staged)
+	}
+}
