@@ -39,6 +39,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 			clikit.TokenFileFlag("a file holding the token, mode 600 (--token shows in ps)"),
 			&cli.StringFlag{Name: "dialect", EnvVars: []string{"AWCP_DIALECT"}, Value: "auto",
 				Usage: "AWCP dialect: auto (the executor's, from its ACCEPT), seed (the specification's) or head (the reference implementation's later wire)"},
+			&cli.IntFlag{Name: "attempts", Usage: "with --peer auto: run the task as N attempts, on the N best trusted executors found (awcp-ctl compare GROUP)"},
 			&cli.BoolFlag{Name: "background", Usage: "hand the delegation to the daemon (started if needed), print its id and return"},
 			&cli.BoolFlag{Name: "json", Usage: "print the outcome as JSON"},
 			&cli.StringFlag{Name: "session", Usage: "new: open a session with the executor's ACP agent, held by the daemon, for follow-up turns " +
@@ -83,6 +84,14 @@ func exportCommand(ctx context.Context) *cli.Command {
 			}
 			if req.CallChain, err = callChain(); err != nil {
 				return err
+			}
+			if n := c.Int("attempts"); n > 1 {
+				if len(peers) != 1 || peers[0] != "auto" {
+					return clikit.UsageError("--attempts N goes with --peer auto; name the executors with several --peer instead")
+				}
+				if peers, err = e.choosePeers(ctx, c, req, n); err != nil {
+					return fail(c, err)
+				}
 			}
 			if len(peers) > 1 {
 				if c.String("session") != "" {

@@ -41,6 +41,24 @@ func isURL(peer string) bool { return strings.Contains(peer, "://") }
 
 // resolvePeer turns req's peer, when it is not a URL, into the URL of an
 // executor found on the network, and says which and why.
+// choosePeers are the agent ids of the n executors auto chooses for n
+// attempts at req (discovery.ChooseN).
+func (e *env) choosePeers(ctx context.Context, c *cli.Context, req delegator.ExportRequest, n int) ([]string, error) {
+	b := e.browser(c)
+	if err := b.Round(ctx); err != nil {
+		return nil, control.Errorf(control.CodeDeclined, "cannot look for executors on this network: %v", err)
+	}
+	chosen, err := discovery.ChooseN(b.Peers(), discovery.Want{Transport: req.Transport, Access: req.Access, Self: e.agentID, Exclude: req.CallChain}, n)
+	if err != nil {
+		return nil, control.Errorf(control.CodeDeclined, "--attempts %d: %v", n, err)
+	}
+	ids := make([]string, len(chosen))
+	for i, p := range chosen {
+		ids[i] = p.AgentID
+	}
+	return ids, nil
+}
+
 func (e *env) resolvePeer(ctx context.Context, c *cli.Context, req *delegator.ExportRequest) error {
 	if isURL(req.Peer) {
 		// A URL the user trusted a key at (`peers trust URL`) is reached

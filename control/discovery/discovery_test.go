@@ -334,3 +334,21 @@ func TestTrustTakesNamesAndPrefixes(t *testing.T) {
 		t.Errorf("trust of a name two peers claim: %v", err)
 	}
 }
+
+// Attempts with auto: the n best executors that can take the task, each
+// once, in auto's order; fewer than n is an error that says how many can.
+func TestChooseN(t *testing.T) {
+	a := executorPeer("alpha", idA, true, 2, "sshfs", "archive")
+	b := executorPeer("beta", idB, true, 4, "archive")
+	c := executorPeer("gamma", idC, true, 0, "sshfs", "archive")
+	d := executorPeer("delta", idD, true, 1, "archive")
+	d.TrustedKey = "" // not trusted: never chosen
+	peers := []Peer{a, b, c, d}
+	got, err := ChooseN(peers, Want{Transport: "auto"}, 2)
+	if err != nil || len(got) != 2 || got[0].Name != "alpha" || got[1].Name != "beta" {
+		t.Errorf("two attempts: %v, %v", got, err)
+	}
+	if _, err := ChooseN(peers, Want{Transport: "auto"}, 3); err == nil || !strings.Contains(err.Error(), "3 attempts asked, and 2 trusted executor(s) online can take one") {
+		t.Errorf("three attempts of two: %v", err)
+	}
+}

@@ -85,6 +85,36 @@ func Resolve(peers []Peer, arg string, want Want) (p Peer, why string, err error
 // now, the one with the live mount (when the transport is auto or sshfs)
 // and the most free slots; a name breaks ties, so the choice is stable.
 func choose(peers []Peer, want Want) (Peer, string, error) {
+	fit, err := ranked(peers, want)
+	if err != nil {
+		return Peer{}, "", err
+	}
+	p := fit[0]
+	how := "archive"
+	if want.Transport != control.TransportArchive && p.Manifest.AWCP.FUSE {
+		how = "live mount"
+	}
+	return p, fmt.Sprintf("auto: %s, %d of %d slots free", how, p.Manifest.AWCP.FreeSlots, p.Manifest.AWCP.MaxConcurrent), nil
+}
+
+// ChooseN is what auto chooses for n attempts at one task: the n best of
+// the trusted executors online that can take it, each once, best first;
+// an error if fewer than n can.
+func ChooseN(peers []Peer, want Want, n int) ([]Peer, error) {
+	fit, err := ranked(peers, want)
+	if err != nil {
+		return nil, err
+	}
+	if len(fit) < n {
+		return nil, fmt.Errorf("%d attempts asked, and %d trusted executor(s) online can take one: %s", n, len(fit), ids(fit))
+	}
+	return fit[:n], nil
+}
+
+// ranked are the trusted executors online that can take the delegation,
+// the best first: a live mount where one is wanted and possible, then the
+// most free slots.
+func ranked(peers []Peer, want Want) ([]Peer, error) {
 	var fit []Peer
 	var refused []string
 	for _, p := range peers {
@@ -103,9 +133,9 @@ func choose(peers []Peer, want Want) (Peer, string, error) {
 	}
 	if len(fit) == 0 {
 		if len(refused) == 0 {
-			return Peer{}, "", fmt.Errorf("no executor is online on this network (`awcp-ctl peers` shows what was found)")
+			return nil, fmt.Errorf("no executor is online on this network (`awcp-ctl peers` shows what was found)")
 		}
-		return Peer{}, "", fmt.Errorf("no executor online can take this delegation now: %s", strings.Join(refused, "; "))
+		return nil, fmt.Errorf("no executor online can take this delegation now: %s", strings.Join(refused, "; "))
 	}
 	live := func(p Peer) bool { return want.Transport != control.TransportArchive && p.Manifest.AWCP.FUSE }
 	slices.SortStableFunc(fit, func(x, y Peer) int {
@@ -120,12 +150,7 @@ func choose(peers []Peer, want Want) (Peer, string, error) {
 		}
 		return strings.Compare(x.Name+x.AgentID, y.Name+y.AgentID)
 	})
-	p := fit[0]
-	how := "archive"
-	if live(p) {
-		how = "live mount"
-	}
-	return p, fmt.Sprintf("auto: %s, %d of %d slots free", how, p.Manifest.AWCP.FreeSlots, p.Manifest.AWCP.MaxConcurrent), nil
+	return fit, nil
 }
 
 // unfit says why p cannot take the delegation now, or "".
