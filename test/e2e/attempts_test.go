@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestAttemptsComparedAndOneApplied: one task lent to three executors at
@@ -93,4 +94,75 @@ func TestAttemptsComparedAndOneApplied(t *testing.T) {
 	if len(staged) != 0 {
 		t.Errorf("staging areas left: %v", staged)
 	}
+}
+
+// TestAttemptsOutliveAKilledExecutor: of two attempts, one executor is
+// killed (SIGKILL) while its agent works; that attempt ends alone (its
+// lease runs out), the other completes, and is applied.
+func TestAttemptsOutliveAKilledExecutor(t *testing.T) {
+	ok := startExecutor(t, `sleep 1; sed -i 's/^x = 1$/x = 2/' calc.txt; echo done`, "--transports", "archive")
+	doomed := startExecutor(t, `sleep 60`, "--transports", "archive")
+	c := newCtl(t)
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"calc.txt": "a\nx = 1\nz\n"})
+	before := tree(t, ws)
+	r := c.run("export", ws, "--prompt", "set x", "--transport", "archive", "--ttl", "6s", "--background",
+		"--peer", ok.url, "--peer", doomed.url)
+	group := strings.TrimSpace(r.stdout)
+	if r.code != 0 || !strings.HasPrefix(group, "grp-") {
+		t.Fatalf("export --background to two peers: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if bothRunning(c) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the doomed attempt never ran: %+v", c.status())
+		}
+	}
+	doomed.cmd.Process.Kill()
+	states := map[string]string{}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		ended := 0
+		for _, d := range c.status() {
+			states[d.Peer] = d.State
+			if d.State == "completed" || d.State == "expired" || d.State == "error" || d.State == "cancelled" {
+				ended++
+			}
+		}
+		if ended == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the attempts did not both end: %v", states)
+		}
+	}
+	if states[ok.url] != "completed" || states[doomed.url] == "completed" {
+		t.Fatalf("attempts ended %v", states)
+	}
+	sameTree(t, ws, before)
+	var chosen string
+	for _, d := range c.status() {
+		if d.Peer == ok.url {
+			chosen = d.ID
+		}
+	}
+	if r := c.run("apply", chosen); r.code != 0 {
+		t.Fatalf("apply the attempt that completed: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "calc.txt")); string(b) != "a\nx = 2\nz\n" {
+		t.Errorf("calc.txt after apply: %q", b)
+	}
+}
+
+// bothRunning reports whether both of c's attempts run.
+func bothRunning(c *ctl) bool {
+	ds := c.status()
+	n := 0
+	for _, d := range ds {
+		if d.State == "running" {
+			n++
+		}
+	}
+	return n == 2
 }

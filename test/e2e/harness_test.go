@@ -256,6 +256,7 @@ func (c *ctl) runQuiet(args ...string) result {
 type delegation struct {
 	ID         string   `json:"id"`
 	State      string   `json:"state"`
+	Peer       string   `json:"peer"`
 	Summary    string   `json:"summary"`
 	Highlights []string `json:"highlights"`
 	Conflicts  []string `json:"conflicts"`
