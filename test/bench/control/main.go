@@ -24,6 +24,10 @@
 //     and descriptors, what is left once they ended, and INVITE → running
 //     among them (many.go).
 //
+//   - attempts: -attempts attempts at one task started together from one
+//     delegator: the time to all running, and the delegator's memory per
+//     member (attempts.go).
+//
 //     go run ./test/bench/control -bin ./bin -n 100 -archive-mb 50 -archive-files 5000
 package main
 
@@ -52,6 +56,7 @@ func main() {
 	reads := flag.Int("flood-reads", 20000, "pipelined READs of 1 MiB of the flood, never read (0: skip)")
 	tricklers := flag.Int("trickle-clients", 300, "clients sending a body a byte at a time (0: skip)")
 	together := flag.Int("many", 50, "live-mount delegations at once, each agent walking and writing its tree (0: skip)")
+	nAttempts := flag.Int("attempts", 10, "attempts at one task started together from one delegator (0: skip)")
 	flag.Parse()
 	tmp, err := os.MkdirTemp("", "awcp-bench-control-")
 	if err == nil {
@@ -70,6 +75,9 @@ func main() {
 		}
 		if err == nil && *together > 0 {
 			err = many(*bin, filepath.Join(tmp, "many"), *together)
+		}
+		if err == nil && *nAttempts > 0 {
+			err = attempts(*bin, filepath.Join(tmp, "attempts"), *nAttempts)
 		}
 	}
 	if err != nil {
