@@ -139,6 +139,9 @@ func (nopWriteCloser) Close() error { return nil }
 // daemon when one answers, else in this process: a Delegator with its own
 // SSH server, made at the first delegation that needs it and kept until
 // close.
+// mcpDelegator has the snapshot tools: their absence would be silent.
+var _ mcpserver.Reviewer = (*mcpDelegator)(nil)
+
 type mcpDelegator struct {
 	e *env
 	c *cli.Context
@@ -238,6 +241,22 @@ func (m *mcpDelegator) ApplyResult(ctx context.Context, id, snap, branch string,
 		return nil, err
 	}
 	return dlg.ApplyResult(ctx, id, snap, branch, allowGitControl)
+}
+
+func (m *mcpDelegator) CompareGroup(group string) ([]delegator.Attempt, error) {
+	dlg, err := m.e.delegator(nil)
+	if err != nil {
+		return nil, err
+	}
+	return dlg.CompareGroup(group)
+}
+
+func (m *mcpDelegator) DiscardAttemptsBut(keep string) ([]string, error) {
+	dlg, err := m.e.delegator(nil)
+	if err != nil {
+		return nil, err
+	}
+	return dlg.DiscardAttemptsBut(keep)
 }
 
 func (m *mcpDelegator) DiscardResult(id, snap string) error {

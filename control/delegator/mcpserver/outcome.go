@@ -36,6 +36,8 @@ type Outcome struct {
 	MountRefused *Refused     `json:"mount_refused,omitempty" jsonschema:"writes of the agent a read-only live mount refused"`
 	Session      *Session     `json:"session,omitempty" jsonschema:"a session's last turn and what it waits for"`
 	Staged       string       `json:"staged,omitempty" jsonschema:"with snapshot_mode staged: how its result kept for review stands (pending, applied, discarded, expired); delegate_snapshots lists it"`
+	Group        string       `json:"group,omitempty" jsonschema:"the attempts group (delegate with peers): delegate_compare takes it"`
+	Attempts     []string     `json:"attempts,omitempty" jsonschema:"the group's delegations, one per executor"`
 	Error        *Failure     `json:"error,omitempty"`
 }
 

@@ -27,6 +27,8 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -242,17 +244,18 @@ func delegateDescription(peers []Peer, discovering bool) string {
 }
 
 type delegateArgs struct {
-	Description  string `json:"description" jsonschema:"short task description, for logs and lists"`
-	Prompt       string `json:"prompt" jsonschema:"the complete task for the executor's agent"`
-	WorkspaceDir string `json:"workspace_dir,omitempty" jsonschema:"the local directory to lend; relative paths are resolved against cwd (default: cwd)"`
-	PeerURL      string `json:"peer_url,omitempty" jsonschema:"the executor: its URL, the name of a listed executor, or (with discovery) the name or agent id of one on the network, or auto; default: the only configured one, or auto with discovery and none configured"`
-	Cwd          string `json:"cwd,omitempty" jsonschema:"directory against which a relative workspace_dir is resolved (default: the server's working directory)"`
-	TTLSeconds   int64  `json:"ttl_seconds,omitempty" jsonschema:"length of the lease in seconds"`
-	AccessMode   string `json:"access_mode,omitempty" jsonschema:"rw lets the executor change the directory; ro only read it"`
-	Background   bool   `json:"background,omitempty" jsonschema:"return the delegation_id at once instead of waiting for the result"`
-	Session      bool   `json:"session,omitempty" jsonschema:"open a session: the remote ACP agent keeps it, with the workspace, for follow-up turns (delegate_answer, or delegate with session_id) until delegate_close_session or 30 idle minutes; the call returns when the agent awaits"`
-	SessionID    string `json:"session_id,omitempty" jsonschema:"continue this session (its delegation_id) with prompt as the next turn; the other arguments are the session's already"`
-	SnapshotMode string `json:"snapshot_mode,omitempty" jsonschema:"what becomes of the result: auto applies it (a live mount writes in place), staged keeps it for review with the workspace untouched (delegate_snapshots, delegate_apply_snapshot, delegate_discard_snapshot), discard drops it"`
+	Description  string   `json:"description" jsonschema:"short task description, for logs and lists"`
+	Prompt       string   `json:"prompt" jsonschema:"the complete task for the executor's agent"`
+	WorkspaceDir string   `json:"workspace_dir,omitempty" jsonschema:"the local directory to lend; relative paths are resolved against cwd (default: cwd)"`
+	PeerURL      string   `json:"peer_url,omitempty" jsonschema:"the executor: its URL, the name of a listed executor, or (with discovery) the name or agent id of one on the network, or auto; default: the only configured one, or auto with discovery and none configured"`
+	Cwd          string   `json:"cwd,omitempty" jsonschema:"directory against which a relative workspace_dir is resolved (default: the server's working directory)"`
+	TTLSeconds   int64    `json:"ttl_seconds,omitempty" jsonschema:"length of the lease in seconds"`
+	AccessMode   string   `json:"access_mode,omitempty" jsonschema:"rw lets the executor change the directory; ro only read it"`
+	Background   bool     `json:"background,omitempty" jsonschema:"return the delegation_id at once instead of waiting for the result"`
+	Session      bool     `json:"session,omitempty" jsonschema:"open a session: the remote ACP agent keeps it, with the workspace, for follow-up turns (delegate_answer, or delegate with session_id) until delegate_close_session or 30 idle minutes; the call returns when the agent awaits"`
+	SessionID    string   `json:"session_id,omitempty" jsonschema:"continue this session (its delegation_id) with prompt as the next turn; the other arguments are the session's already"`
+	SnapshotMode string   `json:"snapshot_mode,omitempty" jsonschema:"what becomes of the result: auto applies it (a live mount writes in place), staged keeps it for review with the workspace untouched (delegate_snapshots, delegate_apply_snapshot, delegate_discard_snapshot), discard drops it"`
+	Peers        []string `json:"peers,omitempty" jsonschema:"several executors (as peer_url takes each): the task runs as attempts, one on each at once, each staged with the workspace untouched; the call returns at once with the group; delegate_compare shows the attempts side by side, delegate_apply_snapshot applies the one chosen and discards the others"`
 }
 
 func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in delegateArgs) (Outcome, error) {
@@ -273,30 +276,21 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 	if access == "" {
 		access = control.AccessRW
 	}
+	if len(in.Peers) > 1 {
+		return s.delegateAttempts(ctx, in, access)
+	}
+	if len(in.Peers) == 1 && in.PeerURL == "" {
+		in.PeerURL = in.Peers[0]
+	}
 	peer, err := s.pickPeer(ctx, in.PeerURL, access)
 	if err != nil {
 		return Outcome{}, err
 	}
-	cwd := in.Cwd
-	if cwd == "" {
-		cwd = s.opts.Cwd
-	} else if !filepath.IsAbs(cwd) {
-		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "cwd must be an absolute path, not %q", in.Cwd)
+	export, err := s.request(in, peer)
+	if err != nil {
+		return Outcome{}, err
 	}
-	dir := in.WorkspaceDir
-	if dir == "" {
-		dir = cwd
-	} else if !filepath.IsAbs(dir) {
-		dir = filepath.Join(cwd, dir)
-	}
-	id, err := s.dlg.Start(ctx, delegator.ExportRequest{
-		Dir: dir, Peer: peer.URL, PeerAgentID: peer.AgentID, PeerName: peer.Name, PeerKey: peer.Key, PeerChoice: peer.why, CallChain: s.opts.CallChain, PlainHTTP: s.opts.PlainHTTP,
-		Prompt: in.Prompt, Description: strings.TrimSpace(in.Description),
-		TTL: time.Duration(in.TTLSeconds) * time.Second, Access: in.AccessMode,
-		Transport: s.opts.Transport, Token: s.opts.Token, Dialect: s.opts.Dialect,
-		Hide: s.opts.Hide, NoHideDefaults: s.opts.NoHideDefaults, NoDelete: s.opts.NoDelete, AllowGitControl: s.opts.AllowGitControl, LendHiddenHistory: s.opts.LendHiddenHistory, MaxWriteBytes: s.opts.MaxWriteBytes, Limits: s.opts.Limits,
-		Driven: in.Session, Snapshot: orDefault(in.SnapshotMode, s.opts.SnapshotMode),
-	})
+	id, err := s.dlg.Start(ctx, export)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -326,6 +320,69 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 	if !d.State.Terminal() && !d.Awaiting() {
 		o.Notes = append(o.Notes, fmt.Sprintf("not ended after %s: call delegate_output to keep waiting", s.opts.SyncWait))
 	}
+	return o, nil
+}
+
+// request is the export delegate's arguments ask of peer.
+func (s *server) request(in delegateArgs, peer chosenPeer) (delegator.ExportRequest, error) {
+	cwd := in.Cwd
+	if cwd == "" {
+		cwd = s.opts.Cwd
+	} else if !filepath.IsAbs(cwd) {
+		return delegator.ExportRequest{}, control.Errorf(control.CodeWorkspaceInvalid, "cwd must be an absolute path, not %q", in.Cwd)
+	}
+	dir := in.WorkspaceDir
+	if dir == "" {
+		dir = cwd
+	} else if !filepath.IsAbs(dir) {
+		dir = filepath.Join(cwd, dir)
+	}
+	return delegator.ExportRequest{
+		Dir: dir, Peer: peer.URL, PeerAgentID: peer.AgentID, PeerName: peer.Name, PeerKey: peer.Key, PeerChoice: peer.why, CallChain: s.opts.CallChain, PlainHTTP: s.opts.PlainHTTP,
+		Prompt: in.Prompt, Description: strings.TrimSpace(in.Description),
+		TTL: time.Duration(in.TTLSeconds) * time.Second, Access: in.AccessMode,
+		Transport: s.opts.Transport, Token: s.opts.Token, Dialect: s.opts.Dialect,
+		Hide: s.opts.Hide, NoHideDefaults: s.opts.NoHideDefaults, NoDelete: s.opts.NoDelete, AllowGitControl: s.opts.AllowGitControl, LendHiddenHistory: s.opts.LendHiddenHistory, MaxWriteBytes: s.opts.MaxWriteBytes, Limits: s.opts.Limits,
+		Driven: in.Session, Snapshot: orDefault(in.SnapshotMode, s.opts.SnapshotMode),
+	}, nil
+}
+
+// delegateAttempts starts the task on each of in.Peers at once, as the
+// attempts of one group, each staged; it returns the group at once.
+func (s *server) delegateAttempts(ctx context.Context, in delegateArgs, access string) (Outcome, error) {
+	switch {
+	case in.Session || in.SessionID != "":
+		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "a session is held with one executor: give one peer")
+	case in.SnapshotMode != "" && in.SnapshotMode != lease.SnapshotStaged:
+		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "attempts are each kept for review: snapshot_mode must be staged, not %s", in.SnapshotMode)
+	case s.review == nil:
+		return Outcome{}, control.Errorf(control.CodeDeclined, "this server has no snapshot tools to compare and apply attempts with")
+	}
+	in.SnapshotMode = lease.SnapshotStaged
+	var b [4]byte
+	rand.Read(b[:])
+	group := "grp-" + hex.EncodeToString(b[:])
+	o := Outcome{Group: group, State: "running"}
+	for _, arg := range in.Peers {
+		peer, err := s.pickPeer(ctx, arg, access)
+		if err == nil {
+			var req delegator.ExportRequest
+			if req, err = s.request(in, peer); err == nil {
+				req.Group = group
+				var id string
+				if id, err = s.dlg.Start(ctx, req); err == nil {
+					o.Attempts = append(o.Attempts, id)
+					continue
+				}
+			}
+		}
+		o.Notes = append(o.Notes, fmt.Sprintf("attempt on %s not started: %v", arg, err))
+	}
+	if len(o.Attempts) == 0 {
+		return Outcome{}, control.Errorf(control.CodeDeclined, "no attempt started: %s", strings.Join(o.Notes, "; "))
+	}
+	o.Notes = append(o.Notes, fmt.Sprintf("%d attempts running as group %s, the workspace untouched: delegate_compare with group shows them; "+
+		"delegate_apply_snapshot with the chosen delegation_id applies it and discards the others", len(o.Attempts), group))
 	return o, nil
 }
 

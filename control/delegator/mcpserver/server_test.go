@@ -54,6 +54,25 @@ func (p *inProcess) Permit(ctx context.Context, id, req, opt, answerer string) e
 func (p *inProcess) Say(id, prompt, by string) (int, error) { return p.dlg.Say(id, prompt, by) }
 func (p *inProcess) EndSession(id string) error             { return p.dlg.EndSession(id) }
 
+// The snapshot tools (Reviewer).
+func (p *inProcess) ResultFiles(id, snap string) ([]delegator.ChangedFile, error) {
+	return p.dlg.ResultFiles(id, snap)
+}
+func (p *inProcess) ApplyResult(ctx context.Context, id, snap, branch string, allowGitControl bool) (*delegator.Applied, error) {
+	return p.dlg.ApplyResult(ctx, id, snap, branch, allowGitControl)
+}
+func (p *inProcess) DiscardResult(id, snap string) error { return p.dlg.DiscardResult(id, snap) }
+func (p *inProcess) Recover(ctx context.Context, id string) (*lease.Delegation, string, error) {
+	d, err := p.store.Delegation(id)
+	return d, "", err
+}
+func (p *inProcess) CompareGroup(group string) ([]delegator.Attempt, error) {
+	return p.dlg.CompareGroup(group)
+}
+func (p *inProcess) DiscardAttemptsBut(keep string) ([]string, error) {
+	return p.dlg.DiscardAttemptsBut(keep)
+}
+
 func (p *inProcess) Find(id string) (*lease.Delegation, error) { return p.store.FindDelegation(id) }
 func (p *inProcess) List() ([]*lease.Delegation, error)        { return p.store.Delegations() }
 
@@ -69,7 +88,7 @@ func connect(t *testing.T, opts Options) *mcp.ClientSession {
 			t.Fatal(err)
 		}
 		dlg, err := delegator.New(delegator.Options{
-			Store: store,
+			Store: store, StagedDir: filepath.Join(state, "staged"),
 			Transports: map[string]control.DelegatorTransport{control.TransportArchive: &delegator.ArchiveDelegator{
 				Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")}},
 			Logger: slog.New(slog.DiscardHandler),
@@ -397,5 +416,53 @@ func TestDelegatePermission(t *testing.T) {
 	if len(o.Permissions) != 1 || o.Permissions[0].OptionID != "allow" || o.Permissions[0].DecidedBy != "delegator" ||
 		o.Permissions[0].How != "user" || o.Permissions[0].Answerer != "MCP client test" || !strings.HasPrefix(o.Permissions[0].AskedBy, "the agent on ") {
 		t.Fatalf("permission record %+v", o.Permissions)
+	}
+}
+
+// delegate with peers runs the task as attempts, one per executor, each
+// staged: the call returns the group at once, the workspace untouched;
+// delegate_compare lists them with their changes; delegate_apply_snapshot
+// of one applies it and discards the others.
+func TestAttemptsOverMCP(t *testing.T) {
+	p1 := executortest.New(t, `echo "one" > src/a.txt; echo "made it one" > "$AWCP_SUMMARY_FILE"`, nil).URL()
+	p2 := executortest.New(t, `echo "two" > src/a.txt; echo "made it two" > "$AWCP_SUMMARY_FILE"`, nil).URL()
+	cs := connect(t, Options{Peers: []Peer{{URL: p1}, {URL: p2}}, Transport: control.TransportArchive})
+	ws := workspace(t)
+	var o Outcome
+	res := call(t, cs, "delegate", map[string]any{"prompt": "change a", "workspace_dir": ws, "peers": []string{p1, p2}}, &o)
+	if res.IsError || o.Group == "" || len(o.Attempts) != 2 {
+		t.Fatalf("delegate with peers: %+v\n%s", o, text(res))
+	}
+	for _, id := range o.Attempts {
+		var out Outcome
+		call(t, cs, "delegate_output", map[string]any{"delegation_id": id, "block": true, "timeout": 30}, &out)
+		if out.State != "completed" {
+			t.Fatalf("attempt %s: %+v", id, out)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "src", "a.txt")); string(b) != "a\n" {
+		t.Fatalf("the workspace changed before an attempt was applied: %q", b)
+	}
+	var cmp Comparison
+	res = call(t, cs, "delegate_compare", map[string]any{"group": o.Group}, &cmp)
+	if res.IsError || len(cmp.Attempts) != 2 {
+		t.Fatalf("delegate_compare: %+v\n%s", cmp, text(res))
+	}
+	var chosen string
+	for _, a := range cmp.Attempts {
+		if a.Files != 1 || a.Added != 1 || a.Removed != 1 {
+			t.Errorf("attempt %+v", a)
+		}
+		if a.Summary == "made it two" {
+			chosen = a.ID
+		}
+	}
+	var applied ApplyResult
+	res = call(t, cs, "delegate_apply_snapshot", map[string]any{"delegation_id": chosen}, &applied)
+	if res.IsError || len(applied.DiscardedAttempts) != 1 {
+		t.Fatalf("delegate_apply_snapshot: %+v\n%s", applied, text(res))
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "src", "a.txt")); string(b) != "two\n" {
+		t.Errorf("src/a.txt after applying the second attempt: %q", b)
 	}
 }

@@ -25,6 +25,11 @@ type Reviewer interface {
 	// Recover re-attaches delegation id, orphaned by a process that
 	// ended (a restarted MCP server), and returns it as it stands.
 	Recover(ctx context.Context, id string) (*lease.Delegation, string, error)
+	// CompareGroup is an attempts group's members side by side;
+	// DiscardAttemptsBut discards the staged results of keep's group but
+	// keep's (delegator.Delegator's).
+	CompareGroup(group string) ([]delegator.Attempt, error)
+	DiscardAttemptsBut(keep string) ([]string, error)
 }
 
 // addSnapshotTools registers the reference's snapshot tools, with its
@@ -48,6 +53,12 @@ func (s *server) addSnapshotTools(srv *mcp.Server) error {
 			Description: "Apply a staged snapshot to the workspace, three-way against the base it was made from: files the user changed " +
 				"meanwhile keep the user's version (the executor's is saved beside it, and named in conflicts). Only after the delegation ended.",
 		}, s.applySnapshot, nil),
+		addTool(srv, &mcp.Tool{
+			Name:  "delegate_compare",
+			Title: "Compare attempts",
+			Description: "The attempts of a group (delegate with peers) side by side: each one's delegation_id, executor, state, " +
+				"files and lines changed, time and summary. Then delegate_apply_snapshot with the chosen delegation_id (the others are discarded).",
+		}, s.compare, nil),
 		addTool(srv, &mcp.Tool{
 			Name:        "delegate_discard_snapshot",
 			Title:       "Discard a staged result",
@@ -165,13 +176,14 @@ type snapshotArgs struct {
 
 // ApplyResult is delegate_apply_snapshot's result.
 type ApplyResult struct {
-	DelegationID string   `json:"delegation_id,omitempty"`
-	SnapshotID   string   `json:"snapshot_id,omitempty"`
-	Created      []string `json:"created,omitempty"`
-	Modified     []string `json:"modified,omitempty"`
-	Deleted      []string `json:"deleted,omitempty"`
-	Conflicts    []string `json:"conflicts,omitempty" jsonschema:"files the user changed meanwhile: the user's version was kept and the executor's saved beside it"`
-	Error        *Failure `json:"error,omitempty"`
+	DelegationID      string   `json:"delegation_id,omitempty"`
+	SnapshotID        string   `json:"snapshot_id,omitempty"`
+	Created           []string `json:"created,omitempty"`
+	Modified          []string `json:"modified,omitempty"`
+	Deleted           []string `json:"deleted,omitempty"`
+	Conflicts         []string `json:"conflicts,omitempty" jsonschema:"files the user changed meanwhile: the user's version was kept and the executor's saved beside it"`
+	Error             *Failure `json:"error,omitempty"`
+	DiscardedAttempts []string `json:"discarded_attempts,omitempty" jsonschema:"of an attempt: the group's others, discarded"`
 }
 
 func (r ApplyResult) failed() bool                 { return r.Error != nil }
@@ -203,7 +215,54 @@ func (s *server) applySnapshot(ctx context.Context, _ *mcp.CallToolRequest, in s
 	if rep := out.Report; rep != nil {
 		r.Created, r.Modified, r.Deleted, r.Conflicts = rep.Created, rep.Modified, rep.Deleted, rep.Conflicts
 	}
+	if d.Group != "" { // an attempt chosen: the others go
+		if r.DiscardedAttempts, err = s.review.DiscardAttemptsBut(d.ID); err != nil {
+			s.log.Warn("discard the attempts not chosen", "group", d.Group, "err", err)
+		}
+	}
 	return r, nil
+}
+
+type compareArgs struct {
+	Group string `json:"group" jsonschema:"the attempts group (grp-…), as delegate with peers returned it"`
+}
+
+// Comparison is delegate_compare's result.
+type Comparison struct {
+	Group    string              `json:"group,omitempty"`
+	Attempts []delegator.Attempt `json:"attempts,omitempty"`
+	Error    *Failure            `json:"error,omitempty"`
+}
+
+func (r Comparison) failed() bool                { return r.Error != nil }
+func (Comparison) refused(f *Failure) Comparison { return Comparison{Error: f} }
+
+func (r Comparison) text() string {
+	if r.Error != nil {
+		return r.Error.text()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Attempts of %s:\n", r.Group)
+	for _, a := range r.Attempts {
+		fmt.Fprintf(&b, "- %s on %s: %s, %d file(s) +%d -%d, %s", a.ID, a.Executor, a.State, a.Files, a.Added, a.Removed, a.Took)
+		if a.Summary != "" {
+			fmt.Fprintf(&b, ": %s", a.Summary)
+		}
+		if a.Result != "" {
+			fmt.Fprintf(&b, " (%s)", a.Result)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("Apply one with delegate_apply_snapshot (delegation_id): the others are discarded.\n")
+	return b.String()
+}
+
+func (s *server) compare(_ context.Context, _ *mcp.CallToolRequest, in compareArgs) (Comparison, error) {
+	attempts, err := s.review.CompareGroup(in.Group)
+	if err != nil {
+		return Comparison{}, err
+	}
+	return Comparison{Group: in.Group, Attempts: attempts}, nil
 }
 
 // DiscardResult is delegate_discard_snapshot's result.
