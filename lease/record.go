@@ -181,6 +181,9 @@ type ExportPolicy struct {
 	// ProtectGit keeps what git executes or obeys (.git/config, hooks,
 	// …) read-only to the executor.
 	ProtectGit bool `json:"protectGit,omitempty"`
+	// WriteScope, if set, is the one directory (relative to the one lent)
+	// the executor may change: a scope of a task split among executors.
+	WriteScope string `json:"writeScope,omitempty"`
 }
 
 // Permission is a permission request of the executor's agent and what

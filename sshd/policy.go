@@ -23,13 +23,14 @@ var (
 	errNoDelete   = errors.New("deleting is refused by the owner's export policy")
 	errWriteLimit = errors.New("the export's write limit is reached")
 	errGitControl = errors.New("a path git executes or obeys (.git/config, hooks, info): read-only to the executor")
+	errOutOfScope = errors.New("outside the delegation's write scope: read-only to the executor")
 )
 
 // isRefusal reports whether err is the export refusing a request: its
 // access mode or its policy.
 func isRefusal(err error) bool {
 	return errors.Is(err, errReadOnly) || errors.Is(err, errHidden) || errors.Is(err, errNoDelete) ||
-		errors.Is(err, errWriteLimit) || errors.Is(err, errGitControl)
+		errors.Is(err, errWriteLimit) || errors.Is(err, errGitControl) || errors.Is(err, errOutOfScope)
 }
 
 // hidden reports whether name (relative to the root) is hidden.
@@ -51,7 +52,7 @@ func (s *sftpServer) hidden(name string) bool {
 // reached through a symlinked directory; the guard checks those again on
 // the directory the change's own call opens.
 func (s *sftpServer) refuseByPolicy(id uint32, typ byte, r reader) bool {
-	git := s.protectsGit() && writes(typ, r)
+	git := s.guardsChanges() && writes(typ, r)
 	if s.hide == nil && !git {
 		return true
 	}
@@ -71,9 +72,15 @@ func (s *sftpServer) refuseByPolicy(id uint32, typ byte, r reader) bool {
 			s.done(id, Op{Kind: kind, Path: real}, errHidden)
 			return false
 		}
-		if git && (gitRefused(kind, name) || gitRefused(kind, real)) {
-			s.done(id, Op{Kind: kind, Path: real}, errGitControl)
-			return false
+		if git {
+			err := s.changeRefused(kind, name)
+			if err == nil {
+				err = s.changeRefused(kind, real)
+			}
+			if err != nil {
+				s.done(id, Op{Kind: kind, Path: real}, err)
+				return false
+			}
 		}
 	}
 	return true
@@ -82,6 +89,27 @@ func (s *sftpServer) refuseByPolicy(id uint32, typ byte, r reader) bool {
 // protectsGit reports whether the export keeps git's control paths from
 // the executor.
 func (s *sftpServer) protectsGit() bool { return s.policy.ProtectGit && !s.readOnly }
+
+// guardsChanges reports whether the export refuses changes to some paths
+// of a writable export: git's control paths, or all outside its write
+// scope. Such a change is checked on the request's names, then on the
+// kernel's path of what it reaches (the guard, an open's descriptor).
+func (s *sftpServer) guardsChanges() bool {
+	return !s.readOnly && (s.policy.ProtectGit || s.policy.WriteScope != "")
+}
+
+// changeRefused is why a change of kind to rel (relative to the root) is
+// refused: one of git's control paths, or outside the write scope; nil if
+// it is not.
+func (s *sftpServer) changeRefused(kind, rel string) error {
+	switch {
+	case s.protectsGit() && gitRefused(kind, rel):
+		return errGitControl
+	case s.policy.WriteScope != "" && !s.readOnly && !wire.Within(rel, s.policy.WriteScope):
+		return errOutOfScope
+	}
+	return nil
+}
 
 // gitRefused reports whether a change of kind (an Op kind, or the
 // guard's "mkdir") to rel, a path relative to the root, is one
@@ -142,8 +170,8 @@ func (s *sftpServer) guardAt(fd int, base, change string) error {
 	if s.hidden(rel) {
 		return &hiddenAt{rel}
 	}
-	if change != "" && s.protectsGit() && gitRefused(change, rel) {
-		return errGitControl
+	if change != "" {
+		return s.changeRefused(change, rel)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package sshd
 
 import (
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -205,5 +206,66 @@ func TestRenameOverRecordsTheReplaced(t *testing.T) {
 	}
 	if !replaced["conf.ini"] || replaced["fresh.txt"] {
 		t.Errorf("renames recorded as replacing: %v", replaced)
+	}
+}
+
+// A delegation lent a write scope writes there and nowhere else, as an
+// attacker tries: a file outside made, one changed, renamed, removed, set
+// attributes of; the scope itself renamed away; a symlink made inside the
+// scope to outside it, and written through; a directory of the scope
+// moved out. Each is refused (and recorded as refused); work inside the
+// scope goes, and reading outside it too.
+func TestWriteScopeHolds(t *testing.T) {
+	f := newFixture(t)
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"mine/a.txt": "mine\n", "other/b.txt": "other\n", "top.txt": "top\n"})
+	before := treeSum(t, filepath.Join(dir, "other"))
+	rec := &memRecorder{}
+	cred := f.grant(t, "dlg_scope", Export{Dir: dir, Audit: rec, Policy: wire.ExportPolicy{WriteScope: "mine"}})
+	c := f.sftp(t, "dlg_scope", cred)
+	refused := func(what string, err error) {
+		t.Helper()
+		if err == nil {
+			t.Errorf("%s outside the scope went through", what)
+		}
+	}
+	w, err := c.Create("mine/new.txt")
+	if err != nil {
+		t.Fatalf("a file made in the scope: %v", err)
+	}
+	w.Write([]byte("new\n"))
+	w.Close()
+	if r, err := c.Open("other/b.txt"); err != nil {
+		t.Errorf("reading outside the scope: %v", err)
+	} else if b, _ := io.ReadAll(r); string(b) != "other\n" {
+		t.Errorf("reading outside the scope: %q", b)
+	} else {
+		r.Close()
+	}
+	_, err = c.Create("other/evil.txt")
+	refused("a create", err)
+	_, err = c.OpenFile("other/b.txt", os.O_WRONLY|os.O_TRUNC)
+	refused("a write", err)
+	refused("a rename out", c.PosixRename("mine/a.txt", "other/a.txt"))
+	refused("a rename in over", c.PosixRename("top.txt", "mine/top.txt"))
+	refused("a remove", c.Remove("top.txt"))
+	refused("a chmod", c.Chmod("top.txt", 0o777))
+	refused("renaming the scope away", c.PosixRename("mine", "gone"))
+	if err := c.Symlink("../other", "mine/out"); err == nil {
+		_, err = c.Create("mine/out/through.txt")
+		refused("a write through a symlink", err)
+	}
+	if err := c.Mkdir("mine/sub"); err != nil {
+		t.Fatal(err)
+	}
+	refused("moving a directory of the scope out", c.PosixRename("mine/sub", "other/sub"))
+	if got := treeSum(t, filepath.Join(dir, "other")); !sameTree(got, before) {
+		t.Errorf("outside the scope changed: %v", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "top.txt")); string(b) != "top\n" {
+		t.Errorf("top.txt: %q", b)
+	}
+	if n := len(rec.refused()); n < 8 {
+		t.Errorf("%d refusals recorded, want 8 or more: %v", n, rec.refused())
 	}
 }

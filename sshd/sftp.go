@@ -365,7 +365,7 @@ func (s *sftpServer) openRoot() (release func(), err error) {
 		s.fast.Close()
 		return nil, err
 	}
-	if s.hide != nil || s.protectsGit() {
+	if s.hide != nil || s.guardsChanges() {
 		s.fast.guard = s.guardAt
 	}
 	shape, unlock := acquireShapeLock(s.rootID)

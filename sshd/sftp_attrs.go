@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/awcp/awcp/internal/untrusted"
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
@@ -39,14 +38,14 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 	// not obey — through its descriptor's /proc link: a symlinked
 	// directory swapped after the check reaches nothing of git's.
 	pinned := ""
-	if f == nil && s.protectsGit() {
+	if f == nil && s.guardsChanges() {
 		pf, err := s.fast.OpenFile(name, unix.O_PATH, 0)
 		if err != nil {
 			return err
 		}
 		defer pf.Close()
-		if real, _ := s.opened(pf, name); untrusted.GitControlled(real) {
-			return errGitControl
+		if real, _ := s.opened(pf, name); s.changeRefused(OpSetattr, real) != nil {
+			return s.changeRefused(OpSetattr, real)
 		}
 		pinned = "/proc/self/fd/" + strconv.Itoa(int(pf.Fd()))
 	}

@@ -12,7 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/awcp/awcp/internal/untrusted"
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
@@ -169,7 +168,7 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 	// be neither hidden (reached through a symlink) nor, under NoDelete,
 	// the owner's.
 	trunc := flags&os.O_TRUNC != 0
-	checked := s.hide != nil || s.policy.NoDelete || s.protectsGit()
+	checked := s.hide != nil || s.policy.NoDelete || s.guardsChanges()
 	if checked {
 		flags &^= os.O_TRUNC
 	}
@@ -205,12 +204,14 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 		if real, hidden = s.opened(f, name); hidden {
 			s.recordReal(Op{Kind: OpOpen, Path: real, Err: errHidden.Error(), Refused: true})
 			err = errHidden
-		} else if writing && s.protectsGit() && untrusted.GitControlled(real) {
+		} else if writing && s.guardsChanges() {
 			// The kernel's path of what was opened: a symlinked
 			// directory swapped after the request was checked
-			// reaches no control path of git's either.
-			s.recordReal(Op{Kind: OpOpen, Path: real, Err: errGitControl.Error(), Refused: true})
-			err = errGitControl
+			// reaches no control path of git's, nothing outside the
+			// scope, either.
+			if err = s.changeRefused(OpOpen, real); err != nil {
+				s.recordReal(Op{Kind: OpOpen, Path: real, Err: err.Error(), Refused: true})
+			}
 		}
 	}
 	if err == nil && creating {

@@ -46,7 +46,7 @@ func statusOf(err error) (uint32, string) {
 		return wire.PermissionDenied, wire.ErrnoMessage(syscall.EROFS, "read-only delegation")
 	case errors.Is(err, errWriteLimit):
 		return wire.PermissionDenied, wire.ErrnoMessage(syscall.EDQUOT, err.Error())
-	case errors.Is(err, errHidden), errors.Is(err, errNoDelete), errors.Is(err, errGitControl):
+	case errors.Is(err, errHidden), errors.Is(err, errNoDelete), errors.Is(err, errGitControl), errors.Is(err, errOutOfScope):
 		return wire.PermissionDenied, wire.ErrnoMessage(syscall.EACCES, err.Error())
 	case errors.Is(err, errBadMessage):
 		return wire.BadMessage, "bad message"

@@ -31,11 +31,23 @@ type ExportPolicy struct {
 	// (untrusted.GitControlled: .git/config, hooks, info, …) in any
 	// repository of the export; the rest of a repository stays writable.
 	ProtectGit bool
+	// WriteScope, if set, is the one directory (slash-separated,
+	// relative to the export) the executor may change: everything
+	// outside it is read-only to it (a scope of a task split among
+	// executors).
+	WriteScope string
 }
 
 // Zero reports whether p refuses nothing.
 func (p ExportPolicy) Zero() bool {
-	return len(p.Hide) == 0 && !p.NoDelete && p.MaxWriteBytes == 0 && !p.ProtectGit
+	return len(p.Hide) == 0 && !p.NoDelete && p.MaxWriteBytes == 0 && !p.ProtectGit && p.WriteScope == ""
+}
+
+// Within reports whether rel, a slash-separated path relative to the
+// export ("." its root), is dir or beneath it.
+func Within(rel, dir string) bool {
+	rel, dir = path.Clean(rel), path.Clean(dir)
+	return rel == dir || strings.HasPrefix(rel, dir+"/")
 }
 
 // MaxPolicyBytes bounds an encoded policy: it travels in VERSION, which
@@ -55,6 +67,9 @@ func (p ExportPolicy) Encode() string {
 	}
 	if p.MaxWriteBytes > 0 {
 		fmt.Fprintf(&b, "max-write-bytes=%d\n", p.MaxWriteBytes)
+	}
+	if p.WriteScope != "" {
+		b.WriteString("write-scope=" + p.WriteScope + "\n")
 	}
 	for _, h := range p.Hide {
 		b.WriteString("hide=" + h + "\n")
@@ -76,6 +91,8 @@ func DecodePolicy(s string) ExportPolicy {
 			p.MaxWriteBytes, _ = strconv.ParseInt(val, 10, 64)
 		case "hide":
 			p.Hide = append(p.Hide, val)
+		case "write-scope":
+			p.WriteScope = val
 		}
 	}
 	return p
