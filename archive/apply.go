@@ -50,9 +50,10 @@ type ApplyOptions struct {
 	// neither writes nor deletes them (they are reported as Ignored).
 	Hide func(rel string) bool
 	// Protected, if set, says which paths of the owner's the result may
-	// not write (git's control paths: untrusted.GitControlled): they are
-	// left out as hidden ones are, and reported as such.
-	Protected func(rel string) bool
+	// not write, and why ("" where it may): git's control paths
+	// (untrusted.GitControlled), what lies outside the delegation's write
+	// scope. They are left out as hidden ones are, and reported as such.
+	Protected func(rel string) (why string)
 }
 
 // Apply makes dir end as the executor left it, given base (the manifest of
@@ -107,14 +108,14 @@ func ApplyFrom(dir string, base Manifest, r io.ReaderAt, size int64, opts ApplyO
 			case opts.Hide != nil && opts.Hide(rel):
 				rep.Ignored = append(rep.Ignored, rel+" (hidden)")
 				return true
-			case opts.Protected != nil && opts.Protected(rel):
-				rep.Ignored = append(rep.Ignored, rel+" (git control: not written for the executor)")
+			case opts.Protected != nil && opts.Protected(rel) != "":
+				rep.Ignored = append(rep.Ignored, rel+" ("+opts.Protected(rel)+")")
 				return true
 			}
 			return false
 		}
 		notOurs = func(rel string) bool {
-			return opts.Hide != nil && opts.Hide(rel) || opts.Protected != nil && opts.Protected(rel)
+			return opts.Hide != nil && opts.Hide(rel) || opts.Protected != nil && opts.Protected(rel) != ""
 		}
 	}
 	res, err := ScanHiding(staging, hiddenInResult)

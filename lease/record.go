@@ -3,6 +3,7 @@ package lease
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -162,6 +163,15 @@ type Delegation struct {
 	// Group names the attempts it is one of: one task lent to several
 	// executors at once, each staged, compared and one applied.
 	Group string `json:"group,omitempty"`
+}
+
+// WriteArea is the directory d may change: the one lent, or its write
+// scope within it.
+func (d *Delegation) WriteArea() string {
+	if d.Policy.WriteScope == "" {
+		return d.LocalDir
+	}
+	return filepath.Join(d.LocalDir, filepath.FromSlash(d.Policy.WriteScope))
 }
 
 // WritesInPlace reports whether d writes the directory lent as it runs:

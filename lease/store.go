@@ -290,8 +290,8 @@ func (s *Store) CreateDelegation(d *Delegation) error {
 				return err
 			}
 			for _, o := range live {
-				if !o.State.Terminal() && o.WritesInPlace() && overlaps(o.LocalDir, d.LocalDir) {
-					return &DirBusyError{ID: o.ID, Dir: o.LocalDir}
+				if !o.State.Terminal() && o.WritesInPlace() && Overlaps(o.WriteArea(), d.WriteArea()) {
+					return &DirBusyError{ID: o.ID, Dir: o.WriteArea()}
 				}
 			}
 		}
@@ -299,8 +299,8 @@ func (s *Store) CreateDelegation(d *Delegation) error {
 	})
 }
 
-// overlaps reports whether one of two clean absolute paths contains the other.
-func overlaps(a, b string) bool {
+// Overlaps reports whether one of two clean absolute paths contains the other.
+func Overlaps(a, b string) bool {
 	within := func(p, dir string) bool {
 		return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
 	}

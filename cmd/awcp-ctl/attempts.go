@@ -216,3 +216,123 @@ func confineCheck(cmd *exec.Cmd, dir string) error {
 	}
 	return p.Wrap(cmd)
 }
+
+// exportScopes splits base's task among executors by scope: each of
+// scopes is PATH=PEER, and PEER gets the whole directory, read-write only
+// under PATH, all at once (their scopes must not overlap: each would be
+// refused as the directory busy). It waits for them all and reports each.
+func exportScopes(ctx context.Context, c *cli.Context, e *env, base delegator.ExportRequest, scopes []string) error {
+	if c.IsSet("snapshot") && base.Snapshot != lease.SnapshotAuto {
+		return clikit.UsageError("scopes write in place, each in its own part of the directory: --snapshot must be auto")
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	base.Group = groupPrefix + hex.EncodeToString(b[:])
+	daemon, err := daemonOrStart(c, e)
+	if err != nil {
+		return err
+	}
+	errw := c.App.ErrWriter
+	var ids []string
+	for _, sc := range scopes {
+		scope, peer, ok := strings.Cut(sc, "=")
+		if !ok || scope == "" || peer == "" {
+			return clikit.UsageError("--scope %q: give PATH=PEER", sc)
+		}
+		req := base
+		req.Scope, req.Peer = scope, peer
+		req.Prompt = base.Prompt + "\n\n(Change only files under " + scope + "/: the rest of the directory is read-only to you.)"
+		if err := e.resolvePeer(ctx, c, &req); err != nil {
+			fmt.Fprintf(errw, "awcp: scope %s (--peer %s) not started: %v\n", scope, peer, err)
+			continue
+		}
+		id, err := daemon.Export(req)
+		if err != nil {
+			fmt.Fprintf(errw, "awcp: scope %s (--peer %s) not started: %v\n", scope, peer, err)
+			continue
+		}
+		ids = append(ids, id)
+		fmt.Fprintf(errw, "awcp: scope %s: delegation %s to %s\n", scope, id, req.Peer)
+	}
+	if len(ids) == 0 {
+		return clikit.Failed()
+	}
+	if c.Bool("background") {
+		fmt.Fprintln(c.App.Writer, base.Group)
+		return nil
+	}
+	failed := len(ids) < len(scopes)
+	for _, id := range ids {
+		for {
+			d, err := e.store.Delegation(id)
+			if err != nil {
+				return err
+			}
+			if d.State.Terminal() {
+				fmt.Fprintf(c.App.Writer, "scope %s: delegation %s %s", d.Policy.WriteScope, d.ID, d.State)
+				if d.Summary != "" {
+					fmt.Fprintf(c.App.Writer, ": %s", clikit.Printable(strings.SplitN(strings.TrimSpace(d.Summary), "\n", 2)[0]))
+				}
+				fmt.Fprintln(c.App.Writer)
+				for _, ch := range d.Changes {
+					fmt.Fprintf(c.App.Writer, "  %s\n", clikit.Printable(ch))
+				}
+				if d.Audit != nil && d.Audit.Refused > 0 {
+					fmt.Fprintf(c.App.Writer, "  refused: %d (outside its scope, or the policy's)\n", d.Audit.Refused)
+				}
+				failed = failed || d.State != lease.Completed
+				break
+			}
+			select {
+			case <-ctx.Done():
+				fmt.Fprintf(errw, "awcp: the scopes go on; `awcp-ctl status` shows them\n")
+				return nil
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	}
+	if failed {
+		return clikit.Failed()
+	}
+	return nil
+}
+
+// waitForHolder waits while a live delegation that writes in place holds
+// what req would change (its directory, or its scope there), saying which
+// and how many wait before it (spec §6.5: a later task waits rather than
+// fails).
+func waitForHolder(ctx context.Context, c *cli.Context, e *env, req delegator.ExportRequest) error {
+	if req.Access == "ro" || req.Snapshot == lease.SnapshotStaged || req.Snapshot == lease.SnapshotDiscard {
+		return nil // it writes nothing in place
+	}
+	area := req.Dir
+	if req.Scope != "" {
+		area = filepath.Join(req.Dir, filepath.FromSlash(req.Scope))
+	}
+	said := ""
+	for {
+		ds, err := e.store.Delegations()
+		if err != nil {
+			return err
+		}
+		holder := ""
+		for _, d := range ds {
+			if !d.State.Terminal() && d.WritesInPlace() && lease.Overlaps(d.WriteArea(), area) {
+				holder = d.ID
+				break
+			}
+		}
+		if holder == "" {
+			return nil
+		}
+		if holder != said {
+			fmt.Fprintf(c.App.ErrWriter, "awcp: waiting: delegation %s holds %s (--wait)\n", holder, area)
+			said = holder
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

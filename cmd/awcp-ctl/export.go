@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"strings"
 	"syscall"
 	"time"
 
@@ -40,6 +41,8 @@ func exportCommand(ctx context.Context) *cli.Command {
 			&cli.StringFlag{Name: "dialect", EnvVars: []string{"AWCP_DIALECT"}, Value: "auto",
 				Usage: "AWCP dialect: auto (the executor's, from its ACCEPT), seed (the specification's) or head (the reference implementation's later wire)"},
 			&cli.IntFlag{Name: "attempts", Usage: "with --peer auto: run the task as N attempts, on the N best trusted executors found (awcp-ctl compare GROUP)"},
+			&cli.StringSliceFlag{Name: "scope", Usage: "PATH=PEER (repeatable): split the task — each executor gets the whole directory, read-write only under its PATH, all at once; or PATH alone with one --peer: that delegation may change PATH only"},
+			&cli.BoolFlag{Name: "wait", Usage: "if what this delegation would change is held by another one now, wait for it to end instead of failing"},
 			&cli.BoolFlag{Name: "background", Usage: "hand the delegation to the daemon (started if needed), print its id and return"},
 			&cli.BoolFlag{Name: "json", Usage: "print the outcome as JSON"},
 			&cli.StringFlag{Name: "session", Usage: "new: open a session with the executor's ACP agent, held by the daemon, for follow-up turns " +
@@ -60,8 +63,11 @@ func exportCommand(ctx context.Context) *cli.Command {
 				return clikit.UsageError("export takes exactly one directory")
 			}
 			peers := c.StringSlice("peer")
-			if len(peers) == 0 {
+			if len(peers) == 0 && len(c.StringSlice("scope")) == 0 {
 				return clikit.UsageError("export needs --peer: the executor")
+			}
+			if len(peers) == 0 {
+				peers = []string{""} // each --scope names its own
 			}
 			token, err := clikit.PeerToken(c)
 			if err != nil {
@@ -85,6 +91,14 @@ func exportCommand(ctx context.Context) *cli.Command {
 			if req.CallChain, err = callChain(); err != nil {
 				return err
 			}
+			if scopes := c.StringSlice("scope"); len(scopes) > 1 || len(scopes) == 1 && strings.Contains(scopes[0], "=") {
+				if c.IsSet("peer") && !(len(peers) == 1 && peers[0] == "") {
+					return clikit.UsageError("--scope PATH=PEER names each scope's executor: no --peer beside it")
+				}
+				return exportScopes(ctx, c, e, req, scopes)
+			} else if len(scopes) == 1 {
+				req.Scope = scopes[0]
+			}
 			if n := c.Int("attempts"); n > 1 {
 				if len(peers) != 1 || peers[0] != "auto" {
 					return clikit.UsageError("--attempts N goes with --peer auto; name the executors with several --peer instead")
@@ -104,6 +118,11 @@ func exportCommand(ctx context.Context) *cli.Command {
 			}
 			if req.PeerChoice != "" {
 				fmt.Fprintf(c.App.ErrWriter, "awcp: --peer %s: %s (%s) at %s, %s\n", peers[0], req.PeerName, req.PeerAgentID, req.Peer, req.PeerChoice)
+			}
+			if c.Bool("wait") {
+				if err := waitForHolder(ctx, c, e, req); err != nil {
+					return err
+				}
 			}
 			if c.String("session") == "new" {
 				return exportSession(ctx, c, e, req)

@@ -162,9 +162,7 @@ func (t *ArchiveDelegator) Finish(_ context.Context, d control.Lent, ev *control
 		Limits:         t.Limits,
 		Hide:           hider(d.Policy),
 	}
-	if d.Policy.ProtectGit {
-		opts.Protected = untrusted.GitControlled
-	}
+	opts.Protected = protected(d.Policy)
 	if d.Dialect == control.DialectHead {
 		opts.Folder = control.ResourceWorkspace
 	}
@@ -242,4 +240,23 @@ func hider(policy lease.ExportPolicy) func(rel string) bool {
 		return nil
 	}
 	return wire.NewMatcher(policy.Hide).Hidden
+}
+
+// protected is what of a result the policy keeps the executor from
+// writing, and why: git's control paths (ProtectGit), what lies outside
+// the write scope (the directories above the scope are passed through,
+// not written); nil if nothing.
+func protected(p lease.ExportPolicy) func(rel string) string {
+	if !p.ProtectGit && p.WriteScope == "" {
+		return nil
+	}
+	return func(rel string) string {
+		switch {
+		case p.ProtectGit && untrusted.GitControlled(rel):
+			return "git control: not written for the executor"
+		case p.WriteScope != "" && !wire.Within(rel, p.WriteScope) && !wire.Within(p.WriteScope, rel):
+			return "outside the write scope " + p.WriteScope
+		}
+		return ""
+	}
 }

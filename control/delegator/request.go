@@ -2,7 +2,11 @@ package delegator
 
 import (
 	"fmt"
+	"os"
+	"path"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	wire "github.com/awcp/awcp/sshd/sftpwire"
@@ -60,6 +64,10 @@ type ExportRequest struct {
 	Snapshot string `json:"snapshotMode,omitempty"`
 	// Group names the attempts this delegation is one of (Delegation.Group).
 	Group string `json:"group,omitempty"`
+	// Scope, if set, is the one directory under Dir (relative, slash-
+	// separated) the executor may change: the rest is lent read-only to
+	// it. Delegations of one directory with scopes apart run at once.
+	Scope string `json:"scope,omitempty"`
 
 	// CallChain is the agents this request passed through before this
 	// delegator (control.CallChainEnv of an agent that delegates on).
@@ -115,6 +123,16 @@ func (req ExportRequest) policy() (lease.ExportPolicy, error) {
 	}
 	if p.MaxWriteBytes < 0 {
 		return p, control.Errorf(control.CodeWorkspaceInvalid, "max-write-bytes must not be negative")
+	}
+	if req.Scope != "" {
+		scope := path.Clean(filepath.ToSlash(req.Scope))
+		if path.IsAbs(scope) || scope == "." || scope == ".." || strings.HasPrefix(scope, "../") || strings.ContainsAny(scope, "\n\x00") {
+			return p, control.Errorf(control.CodeWorkspaceInvalid, "scope %q: a directory under the one lent, given relative to it", req.Scope)
+		}
+		if fi, err := os.Stat(filepath.Join(req.Dir, filepath.FromSlash(scope))); err != nil || !fi.IsDir() {
+			return p, control.Errorf(control.CodeWorkspaceInvalid, "scope %q: no such directory in %s", req.Scope, req.Dir)
+		}
+		p.WriteScope = scope
 	}
 	if len(wire.ExportPolicy(p).Encode()) > wire.MaxPolicyBytes {
 		return p, control.Errorf(control.CodeWorkspaceInvalid, "too many hide patterns: they must fit in %d bytes", wire.MaxPolicyBytes)
