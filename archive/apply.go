@@ -256,7 +256,7 @@ func listed(p string, k Kind) string {
 type applier struct {
 	root, src *os.Root
 	base      *os.Root // the files as lent, for merges; nil: none
-	links     linker // makes symlinks in root
+	links     linker   // makes symlinks in root
 	staging   string
 	suffix    string
 	rep       *Report
