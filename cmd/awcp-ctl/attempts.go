@@ -233,6 +233,14 @@ func exportScopes(ctx context.Context, c *cli.Context, e *env, base delegator.Ex
 		return err
 	}
 	errw := c.App.ErrWriter
+	tasks := map[string]string{} // a scope's own prompt
+	for _, sp := range c.StringSlice("scope-prompt") {
+		scope, text, ok := strings.Cut(sp, "=")
+		if !ok || scope == "" || strings.TrimSpace(text) == "" {
+			return clikit.UsageError("--scope-prompt %q: give PATH=TEXT", sp)
+		}
+		tasks[scope] = text
+	}
 	var ids []string
 	for _, sc := range scopes {
 		scope, peer, ok := strings.Cut(sc, "=")
@@ -241,7 +249,9 @@ func exportScopes(ctx context.Context, c *cli.Context, e *env, base delegator.Ex
 		}
 		req := base
 		req.Scope, req.Peer = scope, peer
-		req.Prompt = base.Prompt + "\n\n(Change only files under " + scope + "/: the rest of the directory is read-only to you.)"
+		prompt := strings.TrimSpace(base.Prompt + "\n\n" + tasks[scope])
+		delete(tasks, scope)
+		req.Prompt = prompt + "\n\n(Change only files under " + scope + "/: the rest of the directory is read-only to you.)"
 		if err := e.resolvePeer(ctx, c, &req); err != nil {
 			fmt.Fprintf(errw, "awcp: scope %s (--peer %s) not started: %v\n", scope, peer, err)
 			continue
@@ -253,6 +263,9 @@ func exportScopes(ctx context.Context, c *cli.Context, e *env, base delegator.Ex
 		}
 		ids = append(ids, id)
 		fmt.Fprintf(errw, "awcp: scope %s: delegation %s to %s\n", scope, id, req.Peer)
+	}
+	for scope := range tasks {
+		fmt.Fprintf(errw, "awcp: --scope-prompt %s: no --scope %s=PEER: not used\n", scope, scope)
 	}
 	if len(ids) == 0 {
 		return clikit.Failed()

@@ -31,7 +31,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 			// Not $AWCP_PROMPT: the executor gives its agent its own task
 			// there, and a nested export without --prompt would send the
 			// parent's task on.
-			&cli.StringFlag{Name: "prompt", EnvVars: []string{"AWCP_EXPORT_PROMPT"}, Required: true, Usage: "the task, in full"},
+			&cli.StringFlag{Name: "prompt", EnvVars: []string{"AWCP_EXPORT_PROMPT"}, Usage: "the task, in full (required, unless each --scope has its --scope-prompt)"},
 			&cli.StringFlag{Name: "description", Usage: "short description for logs and lists (default: the prompt's first line)"},
 			clikit.DurationFlag("ttl", time.Hour, "length of the lease", "AWCP_TTL"),
 			&cli.StringFlag{Name: "access", EnvVars: []string{"AWCP_ACCESS"}, Value: "rw", Usage: "rw or ro"},
@@ -42,6 +42,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 				Usage: "AWCP dialect: auto (the executor's, from its ACCEPT), seed (the specification's) or head (the reference implementation's later wire)"},
 			&cli.IntFlag{Name: "attempts", Usage: "with --peer auto: run the task as N attempts, on the N best trusted executors found (awcp-ctl compare GROUP)"},
 			&cli.StringSliceFlag{Name: "scope", Usage: "PATH=PEER (repeatable): split the task — each executor gets the whole directory, read-write only under its PATH, all at once; or PATH alone with one --peer: that delegation may change PATH only"},
+			&cli.StringSliceFlag{Name: "scope-prompt", Usage: "PATH=TEXT (repeatable): the task of the --scope at PATH, instead of --prompt (given too, it comes first, for all)"},
 			&cli.BoolFlag{Name: "wait", Usage: "if what this delegation would change is held by another one now, wait for it to end instead of failing"},
 			&cli.BoolFlag{Name: "background", Usage: "hand the delegation to the daemon (started if needed), print its id and return"},
 			&cli.BoolFlag{Name: "json", Usage: "print the outcome as JSON"},
@@ -49,6 +50,9 @@ func exportCommand(ctx context.Context) *cli.Command {
 				"(awcp-ctl answer ID TEXT); ID: the prompt is the next turn of that session (no DIR then)"},
 		), append(append(policyFlags(), sshFlags()...), browseFlags()...)...),
 		Action: func(c *cli.Context) error {
+			if c.String("prompt") == "" && len(c.StringSlice("scope-prompt")) == 0 {
+				return clikit.UsageError("--prompt is required (on the command line, in its environment variable, or as prompt in --config)")
+			}
 			if id := c.String("session"); id != "" && id != "new" {
 				if c.Args().Len() != 0 {
 					return clikit.UsageError("export --session ID continues a session: its directory is lent already")

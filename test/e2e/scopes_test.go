@@ -17,7 +17,7 @@ import (
 // and starts once that one ended.
 func TestScopesSplitATask(t *testing.T) {
 	agent := func(mine, other string) string {
-		return `date +%s.%N > ` + mine + `/start; sleep 2; echo "` + mine + `" > ` + mine + `/out.txt; ` +
+		return `date +%s.%N > ` + mine + `/start; printf '%s' "$AWCP_PROMPT" > ` + mine + `/prompt.txt; sleep 2; echo "` + mine + `" > ` + mine + `/out.txt; ` +
 			`echo intruder > ` + other + `/intrude.txt 2>/dev/null; date +%s.%N > ` + mine + `/end; echo "did ` + mine + `"`
 	}
 	xa := startExecutor(t, agent("a", "b"))
@@ -25,7 +25,8 @@ func TestScopesSplitATask(t *testing.T) {
 	c := newCtl(t)
 	ws := t.TempDir()
 	writeFiles(t, ws, map[string]string{"a/keep.txt": "a\n", "b/keep.txt": "b\n", "top.txt": "top\n"})
-	r := c.run("export", ws, "--prompt", "split", "--scope", "a="+xa.url, "--scope", "b="+xb.url, "--ssh-listen", "127.0.0.1:0")
+	r := c.run("export", ws, "--prompt", "split", "--scope", "a="+xa.url, "--scope", "b="+xb.url, "--scope-prompt", "a=do the a part",
+		"--ssh-listen", "127.0.0.1:0")
 	if r.code != 0 {
 		t.Fatalf("export with two scopes: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
@@ -40,6 +41,12 @@ func TestScopesSplitATask(t *testing.T) {
 	}
 	if strings.Count(r.stdout, "refused: ") != 2 || strings.Count(r.stdout, " completed") != 2 {
 		t.Errorf("the report does not show both completed with their refusals:\n%s", r.stdout)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "a", "prompt.txt")); !strings.Contains(string(b), "split\n\ndo the a part") || !strings.Contains(string(b), "Change only files under a/") {
+		t.Errorf("a's agent's prompt: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "b", "prompt.txt")); strings.Contains(string(b), "do the a part") {
+		t.Errorf("b's agent got a's prompt: %q", b)
 	}
 	// At once: each started before the other ended.
 	at := func(p string) float64 {
