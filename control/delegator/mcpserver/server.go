@@ -35,6 +35,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -656,6 +657,18 @@ func addTool[In any, Out result[Out]](srv *mcp.Server, tool *mcp.Tool,
 	in, err := jsonschema.For[In](nil)
 	if err != nil {
 		return fmt.Errorf("tool %s: input schema: %w", tool.Name, err)
+	}
+	// A slice argument is inferred as ["null", "array"]: an argument left
+	// out is null enough, and a type that is one type is what models and
+	// clients read best.
+	for _, p := range in.Properties {
+		if len(p.Types) == 2 && slices.Contains(p.Types, "null") {
+			other := p.Types[0]
+			if other == "null" {
+				other = p.Types[1]
+			}
+			p.Type, p.Types = other, nil
+		}
 	}
 	for name, hint := range hints {
 		p := in.Properties[name]
