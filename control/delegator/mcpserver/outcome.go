@@ -37,7 +37,7 @@ type Outcome struct {
 	Session      *Session     `json:"session,omitempty" jsonschema:"a session's last turn and what it waits for"`
 	Staged       string       `json:"staged,omitempty" jsonschema:"with snapshot_mode staged: how its result kept for review stands (pending, applied, discarded, expired); delegate_snapshots lists it"`
 	Group        string       `json:"group,omitempty" jsonschema:"the attempts group (delegate with peers): delegate_compare takes it"`
-	Attempts     []string     `json:"attempts,omitempty" jsonschema:"the group's delegations, one per executor"`
+	Attempts     []string     `json:"attempts,omitempty" jsonschema:"the group's delegations, one per executor (per attempt, or per scope)"`
 	Error        *Failure     `json:"error,omitempty"`
 }
 

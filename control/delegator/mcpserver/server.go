@@ -257,6 +257,14 @@ type delegateArgs struct {
 	SessionID    string   `json:"session_id,omitempty" jsonschema:"continue this session (its delegation_id) with prompt as the next turn; the other arguments are the session's already"`
 	SnapshotMode string   `json:"snapshot_mode,omitempty" jsonschema:"what becomes of the result: auto applies it (a live mount writes in place), staged keeps it for review with the workspace untouched (delegate_snapshots, delegate_apply_snapshot, delegate_discard_snapshot), discard drops it"`
 	Peers        []string `json:"peers,omitempty" jsonschema:"several executors (as peer_url takes each): the task runs as attempts, one on each at once, each staged with the workspace untouched; the call returns at once with the group; delegate_compare shows the attempts side by side, delegate_apply_snapshot applies the one chosen and discards the others"`
+	Scopes       []Scope  `json:"scopes,omitempty" jsonschema:"split the task among executors: each gets the whole workspace, read-write only under its path, all at once; the call returns at once with their delegation_ids (delegate_output follows each)"`
+}
+
+// Scope is one part of a task split among executors.
+type Scope struct {
+	Path   string `json:"path" jsonschema:"the directory, relative to the workspace, this executor may change"`
+	Peer   string `json:"peer" jsonschema:"the executor, as peer_url takes it"`
+	Prompt string `json:"prompt,omitempty" jsonschema:"this scope's own task, after the common prompt"`
 }
 
 func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in delegateArgs) (Outcome, error) {
@@ -279,6 +287,9 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 	}
 	if len(in.Peers) > 1 {
 		return s.delegateAttempts(ctx, in, access)
+	}
+	if len(in.Scopes) > 0 {
+		return s.delegateScopes(ctx, in, access)
 	}
 	if len(in.Peers) == 1 && in.PeerURL == "" {
 		in.PeerURL = in.Peers[0]
@@ -384,6 +395,42 @@ func (s *server) delegateAttempts(ctx context.Context, in delegateArgs, access s
 	}
 	o.Notes = append(o.Notes, fmt.Sprintf("%d attempts running as group %s, the workspace untouched: delegate_compare with group shows them; "+
 		"delegate_apply_snapshot with the chosen delegation_id applies it and discards the others", len(o.Attempts), group))
+	return o, nil
+}
+
+// delegateScopes starts one delegation per scope at once, each changing
+// only its scope of the workspace; it returns their ids at once.
+func (s *server) delegateScopes(ctx context.Context, in delegateArgs, access string) (Outcome, error) {
+	switch {
+	case in.Session || in.SessionID != "" || len(in.Peers) > 0:
+		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "scopes split one task among executors: no session, no peers beside them")
+	case in.SnapshotMode != "" && in.SnapshotMode != lease.SnapshotAuto:
+		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "scopes write in place, each in its own part of the workspace: snapshot_mode must be auto")
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	group := "grp-" + hex.EncodeToString(b[:])
+	o := Outcome{Group: group, State: "running"}
+	for _, sc := range in.Scopes {
+		peer, err := s.pickPeer(ctx, sc.Peer, access)
+		if err == nil {
+			var req delegator.ExportRequest
+			if req, err = s.request(in, peer); err == nil {
+				req.Group, req.Scope = group, sc.Path
+				req.Prompt = strings.TrimSpace(in.Prompt+"\n\n"+sc.Prompt) + "\n\n(Change only files under " + sc.Path + "/: the rest of the workspace is read-only to you.)"
+				var id string
+				if id, err = s.dlg.Start(ctx, req); err == nil {
+					o.Attempts = append(o.Attempts, id)
+					continue
+				}
+			}
+		}
+		o.Notes = append(o.Notes, fmt.Sprintf("scope %s on %s not started: %v", sc.Path, sc.Peer, err))
+	}
+	if len(o.Attempts) == 0 {
+		return Outcome{}, control.Errorf(control.CodeDeclined, "no scope started: %s", strings.Join(o.Notes, "; "))
+	}
+	o.Notes = append(o.Notes, fmt.Sprintf("%d scopes running at once (group %s): delegate_output with each delegation_id follows it", len(o.Attempts), group))
 	return o, nil
 }
 

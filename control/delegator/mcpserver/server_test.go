@@ -466,3 +466,42 @@ func TestAttemptsOverMCP(t *testing.T) {
 		t.Errorf("src/a.txt after applying the second attempt: %q", b)
 	}
 }
+
+// delegate with scopes splits the task: both executors run at once on the
+// whole workspace, each result lands only inside its scope (what an agent
+// changed outside it is left out of the archive's result), and each
+// agent's prompt names its scope.
+func TestScopesOverMCP(t *testing.T) {
+	// Each agent writes its own scope and the other's.
+	p1 := executortest.New(t, `mkdir -p one two; echo "$AWCP_PROMPT" > one/prompt.txt; echo x > two/intruded.txt`, nil).URL()
+	p2 := executortest.New(t, `mkdir -p one two; echo "$AWCP_PROMPT" > two/prompt.txt; echo x > one/intruded.txt`, nil).URL()
+	cs := connect(t, Options{Peers: []Peer{{URL: p1}, {URL: p2}}, Transport: control.TransportArchive})
+	ws := workspace(t)
+	for _, d := range []string{"one", "two"} {
+		os.MkdirAll(filepath.Join(ws, d), 0o755)
+	}
+	var o Outcome
+	res := call(t, cs, "delegate", map[string]any{"prompt": "split", "workspace_dir": ws, "scopes": []map[string]any{
+		{"path": "one", "peer": p1, "prompt": "the first part"}, {"path": "two", "peer": p2}}}, &o)
+	if res.IsError || len(o.Attempts) != 2 {
+		t.Fatalf("delegate with scopes: %+v\n%s", o, text(res))
+	}
+	for _, id := range o.Attempts {
+		var out Outcome
+		call(t, cs, "delegate_output", map[string]any{"delegation_id": id, "block": true, "timeout": 30}, &out)
+		if out.State != "completed" {
+			t.Fatalf("scope %s: %+v", id, out)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "one", "prompt.txt")); !strings.Contains(string(b), "the first part") || !strings.Contains(string(b), "under one/") {
+		t.Errorf("one/prompt.txt: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "two", "prompt.txt")); err != nil {
+		t.Errorf("the second scope's result: %v", err)
+	}
+	for _, p := range []string{"one/intruded.txt", "two/intruded.txt"} {
+		if _, err := os.Stat(filepath.Join(ws, p)); err == nil {
+			t.Errorf("%s landed: outside its writer's scope", p)
+		}
+	}
+}
