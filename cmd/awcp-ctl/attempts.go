@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -322,6 +323,18 @@ func waitForHolder(ctx context.Context, c *cli.Context, e *env, req delegator.Ex
 	if req.Scope != "" {
 		area = filepath.Join(req.Dir, filepath.FromSlash(req.Scope))
 	}
+	// The queue: a file per waiter in the state dir, named by when it
+	// came, holding what it waits for; a waiter goes once none before it
+	// waits for the same.
+	queue := filepath.Join(e.state, "waiting")
+	if err := os.MkdirAll(queue, 0o700); err != nil {
+		return err
+	}
+	me := filepath.Join(queue, fmt.Sprintf("%020d-%d", time.Now().UnixNano(), os.Getpid()))
+	if err := os.WriteFile(me, []byte(area), 0o600); err != nil {
+		return err
+	}
+	defer os.Remove(me)
 	said := ""
 	for {
 		ds, err := e.store.Delegations()
@@ -335,12 +348,16 @@ func waitForHolder(ctx context.Context, c *cli.Context, e *env, req delegator.Ex
 				break
 			}
 		}
-		if holder == "" {
+		ahead := waitersAhead(queue, filepath.Base(me), area)
+		if holder == "" && ahead == 0 {
 			return nil
 		}
-		if holder != said {
-			fmt.Fprintf(c.App.ErrWriter, "awcp: waiting: delegation %s holds %s (--wait)\n", holder, area)
-			said = holder
+		if now := fmt.Sprintf("%s %d", holder, ahead); now != said {
+			if holder == "" {
+				holder = "none now"
+			}
+			fmt.Fprintf(c.App.ErrWriter, "awcp: waiting: delegation %s holds %s; %d export(s) wait before this one (--wait)\n", holder, area, ahead)
+			said = now
 		}
 		select {
 		case <-ctx.Done():
@@ -348,4 +365,29 @@ func waitForHolder(ctx context.Context, c *cli.Context, e *env, req delegator.Ex
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// waitersAhead counts the waiters queued before me (by name) for an area
+// overlapping area whose process still runs.
+func waitersAhead(queue, me, area string) int {
+	entries, err := os.ReadDir(queue)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, en := range entries {
+		if en.Name() >= me {
+			continue
+		}
+		var pid int
+		if _, err := fmt.Sscanf(en.Name()[strings.IndexByte(en.Name(), '-')+1:], "%d", &pid); err != nil ||
+			syscall.Kill(pid, 0) != nil { // gone without cleaning up
+			os.Remove(filepath.Join(queue, en.Name()))
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(queue, en.Name())); err == nil && lease.Overlaps(string(b), area) {
+			n++
+		}
+	}
+	return n
 }
