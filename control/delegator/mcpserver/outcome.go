@@ -14,7 +14,7 @@ import (
 // existed is an Outcome with only Error.
 type Outcome struct {
 	DelegationID string       `json:"delegation_id,omitempty"`
-	State        string       `json:"state,omitempty" jsonschema:"created, invited, accepted, started, running, awaiting (a session waiting on its user), completed, error, cancelled or expired"`
+	State        string       `json:"state,omitempty" jsonschema:"created, invited, accepted, started, running, awaiting (a session waiting on its user), completed, error, cancelled or expired; of a group: running or ended"`
 	Description  string       `json:"description,omitempty"`
 	WorkspaceDir string       `json:"workspace_dir,omitempty"`
 	PeerURL      string       `json:"peer_url,omitempty"`

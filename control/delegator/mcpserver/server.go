@@ -256,8 +256,8 @@ type delegateArgs struct {
 	Session      bool     `json:"session,omitempty" jsonschema:"open a session: the remote ACP agent keeps it, with the workspace, for follow-up turns (delegate_answer, or delegate with session_id) until delegate_close_session or 30 idle minutes; the call returns when the agent awaits"`
 	SessionID    string   `json:"session_id,omitempty" jsonschema:"continue this session (its delegation_id) with prompt as the next turn; the other arguments are the session's already"`
 	SnapshotMode string   `json:"snapshot_mode,omitempty" jsonschema:"what becomes of the result: auto applies it (a live mount writes in place), staged keeps it for review with the workspace untouched (delegate_snapshots, delegate_apply_snapshot, delegate_discard_snapshot), discard drops it"`
-	Peers        []string `json:"peers,omitempty" jsonschema:"several executors (as peer_url takes each): the task runs as attempts, one on each at once, each staged with the workspace untouched; the call returns at once with the group; delegate_compare shows the attempts side by side, delegate_apply_snapshot applies the one chosen and discards the others"`
-	Scopes       []Scope  `json:"scopes,omitempty" jsonschema:"split the task among executors: each gets the whole workspace, read-write only under its path, all at once; the call returns at once with their delegation_ids (delegate_output follows each)"`
+	Peers        []string `json:"peers,omitempty" jsonschema:"several executors (as peer_url takes each): the task runs as attempts, one on each at once, each staged with the workspace untouched; the call waits for them all (each one's state in progress notifications; background: true returns at once) and returns the group; delegate_compare shows the attempts side by side, delegate_apply_snapshot applies the one chosen and discards the others"`
+	Scopes       []Scope  `json:"scopes,omitempty" jsonschema:"split the task among executors: each gets the whole workspace, read-write only under its path, all at once; the call waits for them all (each one's state in progress notifications; background: true returns at once) and returns their delegation_ids (delegate_output shows each)"`
 }
 
 // Scope is one part of a task split among executors.
@@ -286,10 +286,10 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 		access = control.AccessRW
 	}
 	if len(in.Peers) > 1 {
-		return s.delegateAttempts(ctx, in, access)
+		return s.delegateAttempts(ctx, req, in, access)
 	}
 	if len(in.Scopes) > 0 {
-		return s.delegateScopes(ctx, in, access)
+		return s.delegateScopes(ctx, req, in, access)
 	}
 	if len(in.Peers) == 1 && in.PeerURL == "" {
 		in.PeerURL = in.Peers[0]
@@ -361,7 +361,7 @@ func (s *server) request(in delegateArgs, peer chosenPeer) (delegator.ExportRequ
 
 // delegateAttempts starts the task on each of in.Peers at once, as the
 // attempts of one group, each staged; it returns the group at once.
-func (s *server) delegateAttempts(ctx context.Context, in delegateArgs, access string) (Outcome, error) {
+func (s *server) delegateAttempts(ctx context.Context, req *mcp.CallToolRequest, in delegateArgs, access string) (Outcome, error) {
 	switch {
 	case in.Session || in.SessionID != "":
 		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "a session is held with one executor: give one peer")
@@ -393,14 +393,59 @@ func (s *server) delegateAttempts(ctx context.Context, in delegateArgs, access s
 	if len(o.Attempts) == 0 {
 		return Outcome{}, control.Errorf(control.CodeDeclined, "no attempt started: %s", strings.Join(o.Notes, "; "))
 	}
-	o.Notes = append(o.Notes, fmt.Sprintf("%d attempts running as group %s, the workspace untouched: delegate_compare with group shows them; "+
+	o.Notes = append(o.Notes, fmt.Sprintf("%d attempts as group %s, the workspace untouched: delegate_compare with group shows them; "+
 		"delegate_apply_snapshot with the chosen delegation_id applies it and discards the others", len(o.Attempts), group))
+	if !in.Background {
+		o.State = s.waitGroup(ctx, req, o.Attempts)
+	}
 	return o, nil
+}
+
+// waitGroup waits for a group's delegations to end (or SyncWait), each
+// one's changes of state sent as progress notifications, and returns how
+// the group stands: running, or ended.
+func (s *server) waitGroup(ctx context.Context, req *mcp.CallToolRequest, ids []string) string {
+	token := req.Params.GetProgressToken()
+	seen := map[string]lease.State{}
+	step := 0.0
+	deadline := time.Now().Add(s.opts.SyncWait)
+	for {
+		ended := 0
+		for i, id := range ids {
+			d, err := s.dlg.Find(id)
+			if err != nil {
+				ended++
+				continue
+			}
+			if d.State != seen[id] && token != nil && req.Session != nil {
+				seen[id] = d.State
+				step++
+				msg := fmt.Sprintf("%d of %d (%s): %s", i+1, len(ids), id, d.State)
+				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: step, Message: msg}); err != nil {
+					s.log.Debug("progress notification", "err", err)
+				}
+			}
+			if d.State.Terminal() {
+				ended++
+			}
+		}
+		if ended == len(ids) {
+			return "ended"
+		}
+		select {
+		case <-ctx.Done():
+			return "running"
+		case <-time.After(s.opts.Poll):
+		}
+		if time.Now().After(deadline) {
+			return "running"
+		}
+	}
 }
 
 // delegateScopes starts one delegation per scope at once, each changing
 // only its scope of the workspace; it returns their ids at once.
-func (s *server) delegateScopes(ctx context.Context, in delegateArgs, access string) (Outcome, error) {
+func (s *server) delegateScopes(ctx context.Context, req *mcp.CallToolRequest, in delegateArgs, access string) (Outcome, error) {
 	switch {
 	case in.Session || in.SessionID != "" || len(in.Peers) > 0:
 		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "scopes split one task among executors: no session, no peers beside them")
@@ -430,7 +475,10 @@ func (s *server) delegateScopes(ctx context.Context, in delegateArgs, access str
 	if len(o.Attempts) == 0 {
 		return Outcome{}, control.Errorf(control.CodeDeclined, "no scope started: %s", strings.Join(o.Notes, "; "))
 	}
-	o.Notes = append(o.Notes, fmt.Sprintf("%d scopes running at once (group %s): delegate_output with each delegation_id follows it", len(o.Attempts), group))
+	o.Notes = append(o.Notes, fmt.Sprintf("%d scopes at once (group %s): delegate_output with each delegation_id shows it", len(o.Attempts), group))
+	if !in.Background {
+		o.State = s.waitGroup(ctx, req, o.Attempts)
+	}
 	return o, nil
 }
 

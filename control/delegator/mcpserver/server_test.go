@@ -78,7 +78,7 @@ func (p *inProcess) List() ([]*lease.Delegation, error)        { return p.store.
 
 // connect serves New(opts) to an in-memory MCP client. opts.Delegator, if
 // nil, is an in-process one on a fresh store.
-func connect(t *testing.T, opts Options) *mcp.ClientSession {
+func connect(t *testing.T, opts Options, client ...*mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	opts.PlainHTTP = true // the tests' executors are plain httptest servers
 	if opts.Delegator == nil {
@@ -113,7 +113,11 @@ func connect(t *testing.T, opts Options) *mcp.ClientSession {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(context.Background(), ct, nil)
+	var copts *mcp.ClientOptions
+	if len(client) > 0 {
+		copts = client[0]
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, copts).Connect(context.Background(), ct, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,13 +430,32 @@ func TestDelegatePermission(t *testing.T) {
 func TestAttemptsOverMCP(t *testing.T) {
 	p1 := executortest.New(t, `echo "one" > src/a.txt; echo "made it one" > "$AWCP_SUMMARY_FILE"`, nil).URL()
 	p2 := executortest.New(t, `echo "two" > src/a.txt; echo "made it two" > "$AWCP_SUMMARY_FILE"`, nil).URL()
-	cs := connect(t, Options{Peers: []Peer{{URL: p1}, {URL: p2}}, Transport: control.TransportArchive})
+	var pmu sync.Mutex
+	var progress []string
+	cs := connect(t, Options{Peers: []Peer{{URL: p1}, {URL: p2}}, Transport: control.TransportArchive},
+		&mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			pmu.Lock()
+			progress = append(progress, r.Params.Message)
+			pmu.Unlock()
+		}})
 	ws := workspace(t)
+	params := &mcp.CallToolParams{Name: "delegate", Arguments: map[string]any{"prompt": "change a", "workspace_dir": ws, "peers": []string{p1, p2}}}
+	params.SetProgressToken("attempts")
+	res, err := cs.CallTool(context.Background(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var o Outcome
-	res := call(t, cs, "delegate", map[string]any{"prompt": "change a", "workspace_dir": ws, "peers": []string{p1, p2}}, &o)
-	if res.IsError || o.Group == "" || len(o.Attempts) != 2 {
+	raw, _ := json.Marshal(res.StructuredContent)
+	json.Unmarshal(raw, &o)
+	if res.IsError || o.Group == "" || len(o.Attempts) != 2 || o.State != "ended" {
 		t.Fatalf("delegate with peers: %+v\n%s", o, text(res))
 	}
+	pmu.Lock()
+	if all := strings.Join(progress, "\n"); !strings.Contains(all, "1 of 2 ("+o.Attempts[0]+"): completed") || !strings.Contains(all, "2 of 2 ("+o.Attempts[1]+"): completed") {
+		t.Errorf("the group's progress notifications:\n%s", all)
+	}
+	pmu.Unlock()
 	for _, id := range o.Attempts {
 		var out Outcome
 		call(t, cs, "delegate_output", map[string]any{"delegation_id": id, "block": true, "timeout": 30}, &out)
