@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,9 +20,6 @@ import (
 	"github.com/awcp/awcp/lease"
 )
 
-// groupPrefix starts every attempts group's name.
-const groupPrefix = "grp-"
-
 // exportAttempts lends base's directory to each of peers at once, as the
 // attempts of one group, each staged: the owner's tree is untouched until
 // one is applied. It waits for them all, then compares them (unless
@@ -37,9 +32,7 @@ func exportAttempts(ctx context.Context, c *cli.Context, e *env, base delegator.
 	if base.PeerKey != "" {
 		return clikit.UsageError("--peer-key pins one executor's key: with several --peer, trust each (`awcp-ctl peers trust URL`)")
 	}
-	var b [4]byte
-	rand.Read(b[:])
-	base.Group = groupPrefix + hex.EncodeToString(b[:])
+	base.Group = delegator.NewGroup()
 	daemon, err := daemonOrStart(c, e)
 	if err != nil {
 		return err
@@ -111,7 +104,7 @@ func compareCommand(ctx context.Context) *cli.Command {
 				return err
 			}
 			group := c.Args().First()
-			if !strings.HasPrefix(group, groupPrefix) {
+			if !strings.HasPrefix(group, delegator.GroupPrefix) {
 				d, err := e.resolve(group)
 				if err != nil {
 					return err
@@ -226,9 +219,7 @@ func exportScopes(ctx context.Context, c *cli.Context, e *env, base delegator.Ex
 	if c.IsSet("snapshot") && base.Snapshot != lease.SnapshotAuto {
 		return clikit.UsageError("scopes write in place, each in its own part of the directory: --snapshot must be auto")
 	}
-	var b [4]byte
-	rand.Read(b[:])
-	base.Group = groupPrefix + hex.EncodeToString(b[:])
+	base.Group = delegator.NewGroup()
 	daemon, err := daemonOrStart(c, e)
 	if err != nil {
 		return err

@@ -603,7 +603,7 @@ func cancelCommand() *cli.Command {
 						ids = append(ids, d.ID)
 					}
 				}
-			} else if arg := c.Args().First(); strings.HasPrefix(arg, groupPrefix) {
+			} else if arg := c.Args().First(); strings.HasPrefix(arg, delegator.GroupPrefix) {
 				// A group: its attempts still running.
 				ds, err := e.store.Delegations()
 				if err != nil {

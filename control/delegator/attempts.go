@@ -3,6 +3,8 @@ package delegator
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +25,16 @@ import (
 // side by side (CompareGroup), checked by the owner's command on a copy of
 // the tree with each one's changes (CheckAttempt), and one is applied, the
 // others discarded (DiscardAttemptsBut).
+
+// GroupPrefix starts every group's name.
+const GroupPrefix = "grp-"
+
+// NewGroup is a new group's name: GroupPrefix and 8 random hex digits.
+func NewGroup() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return GroupPrefix + hex.EncodeToString(b[:])
+}
 
 // Attempt is one member of a group as compare shows it.
 type Attempt struct {

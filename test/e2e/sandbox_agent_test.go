@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -20,15 +19,7 @@ import (
 // editor's session/new on the ungranted executor fails with the agent's
 // own words and the same hint — not "the channel closed".
 func TestSandboxedAgentSaysWhatItNeeds(t *testing.T) {
-	modules := nodeModules(t, acpSDK)
-	src, err := os.ReadFile(filepath.Join("testdata", "acp_session_agent.mjs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(modules, "acp_session_agent.mjs")
-	if err := os.WriteFile(script, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	modules, script := sessionAgentScript(t)
 	agentCmd := "exec node '" + script + "'"
 	doctor := func(extra ...string) (int, string) {
 		args := append([]string{"doctor", "--state-dir", filepath.Join(t.TempDir(), "s"), "--agent-acp", agentCmd}, extra...)

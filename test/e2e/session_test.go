@@ -15,16 +15,25 @@ import (
 // testdata/acp_session_agent.mjs.
 func sessionAgentExecutor(t *testing.T, extra ...string) *executor {
 	t.Helper()
-	modules := nodeModules(t, acpSDK)
+	modules, script := sessionAgentScript(t)
+	return startExecutor(t, "", append([]string{"--agent-acp", "exec node '" + script + "'", "--sandbox-allow", modules}, extra...)...)
+}
+
+// sessionAgentScript puts testdata/acp_session_agent.mjs beside the ACP
+// SDK's node_modules, outside the system's paths: the agent's modules
+// are the sandbox's to grant.
+func sessionAgentScript(t *testing.T) (modules, script string) {
+	t.Helper()
+	modules = nodeModules(t, acpSDK)
 	src, err := os.ReadFile(filepath.Join("testdata", "acp_session_agent.mjs"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := filepath.Join(modules, "acp_session_agent.mjs")
+	script = filepath.Join(modules, "acp_session_agent.mjs")
 	if err := os.WriteFile(script, src, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return startExecutor(t, "", append([]string{"--agent-acp", "exec node '" + script + "'", "--sandbox-allow", modules}, extra...)...)
+	return modules, script
 }
 
 // mcpSessionTranscript is what testdata/mcp_session_client.mjs prints.

@@ -27,8 +27,6 @@ package mcpserver
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -371,9 +369,7 @@ func (s *server) delegateAttempts(ctx context.Context, req *mcp.CallToolRequest,
 		return Outcome{}, control.Errorf(control.CodeDeclined, "this server has no snapshot tools to compare and apply attempts with")
 	}
 	in.SnapshotMode = lease.SnapshotStaged
-	var b [4]byte
-	rand.Read(b[:])
-	group := "grp-" + hex.EncodeToString(b[:])
+	group := delegator.NewGroup()
 	o := Outcome{Group: group, State: "running"}
 	for _, arg := range in.Peers {
 		peer, err := s.pickPeer(ctx, arg, access)
@@ -452,9 +448,7 @@ func (s *server) delegateScopes(ctx context.Context, req *mcp.CallToolRequest, i
 	case in.SnapshotMode != "" && in.SnapshotMode != lease.SnapshotAuto:
 		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "scopes write in place, each in its own part of the workspace: snapshot_mode must be auto")
 	}
-	var b [4]byte
-	rand.Read(b[:])
-	group := "grp-" + hex.EncodeToString(b[:])
+	group := delegator.NewGroup()
 	o := Outcome{Group: group, State: "running"}
 	for _, sc := range in.Scopes {
 		peer, err := s.pickPeer(ctx, sc.Peer, access)
