@@ -473,23 +473,38 @@ func TestScatteredReadsFetchTheFile(t *testing.T) {
 		}
 		return reg.Sum("awcp_fuse_operations_total", map[string]string{"op": "read"}) == before
 	}
-	for deadline := time.Now().Add(5 * time.Second); !fetched(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the file was not read whole within 5 s")
+	// A round: the file fetched, then 1,000 scattered reads that must
+	// reach neither the mount nor the delegator. On a machine busy with
+	// other tests the owner's second notice (renotifyAfter) can come late
+	// and drop what a first round stored: up to three rounds, each
+	// fetching again — a mount that does not keep the file fails all.
+	var got, gotServed float64
+	for round := range 3 {
+		for deadline := time.Now().Add(5 * time.Second); !fetched(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the file was not read whole within 5 s")
+			}
 		}
+		// 32 reads that reached nothing may have fallen in the part
+		// already stored while the rest was still on its way: wait for
+		// the fetch.
+		f.mount.fsys.prefetch.wait()
+		reads, served := reg.Sum("awcp_fuse_operations_total", map[string]string{"op": "read"}), f.served.Sum("awcp_sftp_request_seconds", map[string]string{"op": "read"})
+		for i := 64; i < 1064; i++ {
+			readAt(i)
+		}
+		got = reg.Sum("awcp_fuse_operations_total", map[string]string{"op": "read"}) - reads
+		gotServed = f.served.Sum("awcp_sftp_request_seconds", map[string]string{"op": "read"}) - served
+		if got == 0 && gotServed == 0 {
+			break
+		}
+		t.Logf("round %d: %v reads reached the mount, %v the delegator; fetching again", round+1, got, gotServed)
 	}
-	// 32 reads that reached nothing may have fallen in the part already
-	// stored while the rest was still on its way: wait for the fetch.
-	f.mount.fsys.prefetch.wait()
-	reads, served := reg.Sum("awcp_fuse_operations_total", map[string]string{"op": "read"}), f.served.Sum("awcp_sftp_request_seconds", map[string]string{"op": "read"})
-	for i := 64; i < 1064; i++ {
-		readAt(i)
-	}
-	if got := reg.Sum("awcp_fuse_operations_total", map[string]string{"op": "read"}) - reads; got != 0 {
+	if got != 0 {
 		t.Errorf("after the file was read whole, 1,000 scattered reads reached the mount %v times, want none", got)
 	}
-	if got := f.served.Sum("awcp_sftp_request_seconds", map[string]string{"op": "read"}) - served; got != 0 {
-		t.Errorf("and the delegator %v times, want none", got)
+	if gotServed != 0 {
+		t.Errorf("and the delegator %v times, want none", gotServed)
 	}
 
 	owner(t, f.dir, "printf changed | dd of=db bs=1 seek=4096 conv=notrunc status=none")
