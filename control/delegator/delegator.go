@@ -493,7 +493,9 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 	}
 	acc, err := pc.Invite(ctx, inv)
 	var pe *control.ProtocolError
-	if errors.As(err, &pe) && pe.Code == control.CodeDepMissing && del.AutoTransport && del.Transport == control.TransportSSHFS {
+	// (Not a session's refusal: an executor whose agent holds no
+	// session refuses it on any transport.)
+	if errors.As(err, &pe) && pe.Code == control.CodeDepMissing && del.AutoTransport && del.Transport == control.TransportSSHFS && del.Session == "" {
 		// The executor cannot mount: fall back to archive, and say so —
 		// unless the tree is past what the archive takes (it was
 		// admitted for a live mount, which copies nothing).

@@ -242,6 +242,9 @@ func (o Outcome) text() string {
 		}
 	}
 	for _, p := range o.Permissions {
+		if ses := o.Session; ses != nil && ses.Awaiting != nil && ses.Awaiting.Kind == "permission" && ses.Awaiting.RequestID == p.RequestID {
+			continue // said above, with the one tool that answers it
+		}
 		switch p.Outcome {
 		case control.PermissionPending:
 			fmt.Fprintf(&b, "permission %s PENDING: %s; options: %s (answer with delegate_permission)\n",

@@ -126,7 +126,7 @@ func (dr *Driver) converse(ctx context.Context, conn *acpsdk.ClientSideConnectio
 	}
 	sess, err := conn.NewSession(ctx, acpsdk.NewSessionRequest{Cwd: del.LocalDir, McpServers: []acpsdk.McpServer{}})
 	if err != nil {
-		dr.failQueued(del.ID, "the session did not open: "+err.Error())
+		dr.failQueued(del.ID, "the session did not open: "+rpcMessage(err))
 		return nil // the delegation says why it failed
 	}
 	c.session = sess.SessionId
@@ -389,4 +389,14 @@ func (c *client) ReleaseTerminal(context.Context, acpsdk.ReleaseTerminalRequest)
 
 func (c *client) WaitForTerminalExit(context.Context, acpsdk.WaitForTerminalExitRequest) (acpsdk.WaitForTerminalExitResponse, error) {
 	return acpsdk.WaitForTerminalExitResponse{}, acpsdk.NewMethodNotFound("terminal/wait_for_exit")
+}
+
+// rpcMessage is err's text, a JSON-RPC error's message rather than its
+// JSON.
+func rpcMessage(err error) string {
+	var re *acpsdk.RequestError
+	if errors.As(err, &re) && re.Message != "" {
+		return re.Message
+	}
+	return err.Error()
 }
