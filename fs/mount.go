@@ -190,7 +190,8 @@ type filesystem struct {
 	freed  atomic.Uint64
 	statfs statfsCache
 
-	refused refusals // a read-only mount's refused writes (readonly.go)
+	refused  refusals // a read-only mount's refused writes (readonly.go)
+	readOnly bool     // Options.ReadOnly
 
 	// owner is 1 + the uid the delegator gives the files this mount
 	// makes — its user's — once one was made; 0 before.
@@ -473,7 +474,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 		return nil, err
 	}
 	fsys := &filesystem{conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout, prefetch: newPrefetcher(), dirsAhead: newListAhead(),
-		lentTo: opts.LentTo}
+		lentTo: opts.LentTo, readOnly: opts.ReadOnly}
 	root := &node{fsys: fsys}
 	// Negative entries are cached as long as positive ones: tools probe
 	// for many files that do not exist (git does, a lot). Our own creates

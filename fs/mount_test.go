@@ -282,6 +282,31 @@ func TestReadOnlyMount(t *testing.T) {
 	if r := f.mount.Refused(); r.Count != 6 || len(r.Examples) != maxRefusalExamples {
 		t.Errorf("the mount counted %d refusals (%q), want 6", r.Count, r.Examples)
 	}
+	// Named by path, as the user knows them — a node id says nothing.
+	if err := os.WriteFile(filepath.Join(f.mnt, "f"), []byte("y"), 0o644); err == nil {
+		t.Fatal("a write went through")
+	}
+	for _, e := range f.mount.Refused().Examples {
+		if strings.Contains(e, "inode") {
+			t.Errorf("a refusal named by inode: %q", e)
+		}
+	}
+}
+
+// A read-only mount names each refused write by its path, the first ones
+// kept for the delegation's report.
+func TestReadOnlyRefusalsNamePaths(t *testing.T) {
+	f := newMount(t, true)
+	os.MkdirAll(filepath.Join(f.dir, "sub"), 0o755)
+	os.WriteFile(filepath.Join(f.dir, "sub", "f"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(f.mnt, "sub", "f"), []byte("y"), 0o644)
+	os.Chmod(filepath.Join(f.mnt, "sub", "f"), 0o777)
+	got := strings.Join(f.mount.Refused().Examples, "\n")
+	for _, want := range []string{"open for writing of sub/f", "setattr of sub/f"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no %q among the refusals:\n%s", want, got)
+		}
+	}
 }
 
 func TestRevokedLeaseFailsFast(t *testing.T) {

@@ -14,6 +14,9 @@ import (
 // the request that reads the attributes back right behind it: one round
 // trip. Ownership is not delegated: chown is accepted and has no effect.
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if errno := n.fsys.refuseWrite("setattr of", n); errno != 0 {
+		return errno
+	}
 	s := n.fsys.stamp()
 	defer n.fsys.changing(n)()
 	p := n.rpath()
@@ -125,6 +128,11 @@ func (n *node) openedWith(h *fileHandle, o sftpc.Opened, changes, kernelSize uin
 const noFlush = fuse.FOPEN_NOFLUSH
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
+		if errno := n.fsys.refuseWrite("open for writing of", n); errno != 0 {
+			return nil, 0, errno
+		}
+	}
 	if flags&syscall.O_TRUNC != 0 {
 		n.changes.Add(1)
 		defer n.fsys.changing(n)()

@@ -87,9 +87,8 @@ func (r readOnly) Symlink(_ <-chan struct{}, _ *fuse.InHeader, _, name string, _
 	return r.refused.add("symlink " + name)
 }
 
-func (r readOnly) SetAttr(_ <-chan struct{}, in *fuse.SetAttrIn, _ *fuse.AttrOut) fuse.Status {
-	return r.refused.add(fmt.Sprintf("setattr of inode %d", in.NodeId))
-}
+// SetAttr and Open pass: the node refuses them (refuseWrite), naming the
+// path, which the raw layer knows only as a node id.
 
 func (r readOnly) SetXAttr(_ <-chan struct{}, in *fuse.SetXAttrIn, attr string, _ []byte) fuse.Status {
 	return r.refused.add(fmt.Sprintf("setxattr %s of inode %d", attr, in.NodeId))
@@ -99,12 +98,6 @@ func (r readOnly) RemoveXAttr(_ <-chan struct{}, h *fuse.InHeader, attr string) 
 	return r.refused.add(fmt.Sprintf("removexattr %s of inode %d", attr, h.NodeId))
 }
 
-func (r readOnly) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	if in.Flags&syscall.O_ACCMODE != syscall.O_RDONLY || in.Flags&syscall.O_TRUNC != 0 {
-		return r.refused.add(fmt.Sprintf("open for writing of inode %d", in.NodeId))
-	}
-	return r.RawFileSystem.Open(cancel, in, out)
-}
 
 func (r readOnly) Write(_ <-chan struct{}, in *fuse.WriteIn, _ []byte) (uint32, fuse.Status) {
 	return 0, r.refused.add(fmt.Sprintf("write to inode %d", in.NodeId))
@@ -124,4 +117,13 @@ func (r readOnly) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status 
 		return fuse.Status(syscall.EROFS)
 	}
 	return r.RawFileSystem.Access(cancel, in)
+}
+
+// refuseWrite refuses, counted and named by path, what would change node
+// n of a read-only mount; 0 on a writable one.
+func (f *filesystem) refuseWrite(what string, n *node) syscall.Errno {
+	if !f.readOnly {
+		return 0
+	}
+	return syscall.Errno(f.refused.add(what + " " + n.Path(nil))) // relative to the mount
 }
