@@ -4,7 +4,7 @@ BIN     := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/awcp/awcp/cmd/internal/clikit.Version=$(VERSION)
 
-.PHONY: build test unit e2e race bench demo lint clean install soak
+.PHONY: build test unit e2e race bench demo demo-acp lint clean install soak
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/awcp-ctl ./cmd/awcp-fs
@@ -51,6 +51,9 @@ bench: build
 
 demo: build
 	BIN=$(BIN) sh test/e2e/demo/run.sh
+
+demo-acp: build
+	BIN=$(BIN) sh test/e2e/demo/acp.sh
 
 lint:
 	gofmt -l . | (! grep .)

@@ -192,3 +192,27 @@ func TestDemo(t *testing.T) {
 		t.Errorf("the demo left %v behind", left)
 	}
 }
+
+// TestDemoACP runs `make demo-acp`'s script: a session opened from the
+// command line with the scripted ACP agent, its permission answered, a
+// second turn, and the close; the workspace holds both turns' writes, and
+// nothing of the demo is left behind.
+func TestDemoACP(t *testing.T) {
+	modules, _ := sessionAgentScript(t)
+	_, port, _ := strings.Cut(freeAddr(t), ":")
+	tmp := t.TempDir()
+	cmd := exec.Command("sh", "demo/acp.sh")
+	cmd.Env = append(os.Environ(), "BIN="+binDir, "AWCP_DEMO_PORT="+port, "TMPDIR="+tmp, "AWCP_DEMO_AGENT_DIR="+modules)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the ACP demo failed: %v\n%s", err, out)
+	}
+	for _, want := range []string{"awaits a permission decision (ask-1-1)", "permission allow", "turn 2 of process", "completed", "   direct-2.txt", "   turn-2.txt"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the ACP demo's output lacks %q:\n%s", want, out)
+		}
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("the ACP demo left %v behind", left)
+	}
+}
