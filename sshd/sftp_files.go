@@ -179,10 +179,21 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 	var f *os.File
 	var err error
 	if creating && flags&os.O_EXCL == 0 && (s.audit != nil || checked || s.policy.MaxWriteBytes > 0) {
-		f, err = s.fast.OpenCreating(name, flags|os.O_EXCL, perm)
-		if errors.Is(err, fs.ErrExist) {
-			creating = false
-			f, err = s.fast.OpenCreating(name, flags, perm)
+		// A file is only ever made with O_EXCL, so that what this open
+		// made is known: one there is opened without O_CREAT, and one
+		// removed meanwhile (a symlinked directory swapped, say) is
+		// tried again — else a file made by the second open would be
+		// taken for the owner's, and not removed when refused.
+		for range 8 {
+			f, err = s.fast.OpenCreating(name, flags|os.O_EXCL, perm)
+			if !errors.Is(err, fs.ErrExist) {
+				break
+			}
+			f, err = s.fast.OpenCreating(name, flags&^os.O_CREATE, perm)
+			if !errors.Is(err, fs.ErrNotExist) {
+				creating = false
+				break
+			}
 		}
 	} else {
 		f, err = s.fast.OpenCreating(name, flags, perm)
