@@ -332,7 +332,8 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 		// where "the channel closed" says nothing.
 		wait := make(<-chan time.Time)
 		if ended != nil {
-			wait = time.After(5 * time.Second)
+			// Long enough for a loaded machine: the reason is worth the wait.
+			wait = time.After(30 * time.Second)
 		} else {
 			ended = make(chan *lease.Delegation, 1)
 			ended <- nil
