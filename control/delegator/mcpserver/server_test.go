@@ -451,11 +451,19 @@ func TestAttemptsOverMCP(t *testing.T) {
 	if res.IsError || o.Group == "" || len(o.Attempts) != 2 || o.State != "ended" {
 		t.Fatalf("delegate with peers: %+v\n%s", o, text(res))
 	}
-	pmu.Lock()
-	if all := strings.Join(progress, "\n"); !strings.Contains(all, "1 of 2 ("+o.Attempts[0]+"): completed") || !strings.Contains(all, "2 of 2 ("+o.Attempts[1]+"): completed") {
-		t.Errorf("the group's progress notifications:\n%s", all)
+	// Notifications are sent before the answer, but a client may hand
+	// them on after it.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		pmu.Lock()
+		all := strings.Join(progress, "\n")
+		pmu.Unlock()
+		if strings.Contains(all, "1 of 2 ("+o.Attempts[0]+"): completed") && strings.Contains(all, "2 of 2 ("+o.Attempts[1]+"): completed") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the group's progress notifications:\n%s", all)
+		}
 	}
-	pmu.Unlock()
 	for _, id := range o.Attempts {
 		var out Outcome
 		call(t, cs, "delegate_output", map[string]any{"delegation_id": id, "block": true, "timeout": 30}, &out)
