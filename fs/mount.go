@@ -457,9 +457,6 @@ func within(client *sftpc.Client, export string) error {
 	return nil
 }
 
-// Owner is a local uid and gid.
-type Owner struct{ UID, GID uint32 }
-
 // New mounts the delegation at mountpoint, which must be an existing
 // directory, and checks that the mount took (the device id changed, as
 // spec §5.2 says).

@@ -512,6 +512,10 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno { return syscall.ENOTSUP }
 
+// Owner is a local uid and gid: the user a mount is lent to
+// (Options.LentTo), whom fillAttr shows as every file's owner.
+type Owner struct{ UID, GID uint32 }
+
 // fillAttr copies what SFTP v3 carries: type and permission bits, size,
 // owner (or the user the mount is lent to), access and modification
 // times, and the link count our server adds.

@@ -98,7 +98,6 @@ func (r readOnly) RemoveXAttr(_ <-chan struct{}, h *fuse.InHeader, attr string) 
 	return r.refused.add(fmt.Sprintf("removexattr %s of inode %d", attr, h.NodeId))
 }
 
-
 func (r readOnly) Write(_ <-chan struct{}, in *fuse.WriteIn, _ []byte) (uint32, fuse.Status) {
 	return 0, r.refused.add(fmt.Sprintf("write to inode %d", in.NodeId))
 }

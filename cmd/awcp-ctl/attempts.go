@@ -241,9 +241,8 @@ func exportScopes(ctx context.Context, c *cli.Context, e *env, base delegator.Ex
 		}
 		req := base
 		req.Scope, req.Peer = scope, peer
-		prompt := strings.TrimSpace(base.Prompt + "\n\n" + tasks[scope])
+		req.Prompt = strings.TrimSpace(base.Prompt + "\n\n" + tasks[scope]) // the delegator adds the scope's note
 		delete(tasks, scope)
-		req.Prompt = prompt + "\n\n(Change only files under " + scope + "/: the rest of the directory is read-only to you.)"
 		if err := e.resolvePeer(ctx, c, &req); err != nil {
 			fmt.Fprintf(errw, "awcp: scope %s (--peer %s) not started: %v\n", scope, peer, err)
 			continue

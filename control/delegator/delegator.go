@@ -209,6 +209,11 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 	if err != nil {
 		return nil, err
 	}
+	if policy.WriteScope != "" {
+		// The agent is told its scope: what it writes elsewhere is
+		// refused, and better not tried.
+		req.Prompt += "\n\n(Change only files under " + policy.WriteScope + "/: the rest of the directory is read-only to you.)"
+	}
 	mode, err := d.snapshotMode(req)
 	if err != nil {
 		return nil, err

@@ -330,25 +330,13 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 		// A channel that failed because the session did: its end says
 		// why (the agent's failure, its stderr, the executor's hint),
 		// where "the channel closed" says nothing.
-		wait := make(<-chan time.Time)
-		if ended != nil {
-			// Long enough for a loaded machine: the reason is worth the wait.
-			wait = time.After(30 * time.Second)
-		} else {
-			ended = make(chan *lease.Delegation, 1)
-			ended <- nil
-		}
-		select {
-		case del := <-ended:
-			if del != nil && del.Failure != nil && del.Failure.Code != control.CodeCancelled {
-				pe = &control.ProtocolError{Code: del.Failure.Code, Message: del.Failure.Message, Hint: del.Failure.Hint}
-				data = map[string]any{"code": pe.Code, "hint": pe.Hint}
-				if del.AgentStderr != "" {
-					data["agentStderr"] = del.AgentStderr
-					pe.Message += "; the agent's stderr: " + tellingLine(del.AgentStderr)
-				}
+		if del := endedWith(ended); del != nil && del.Failure != nil && del.Failure.Code != control.CodeCancelled {
+			pe = &control.ProtocolError{Code: del.Failure.Code, Message: del.Failure.Message, Hint: del.Failure.Hint}
+			data = map[string]any{"code": pe.Code, "hint": pe.Hint}
+			if del.AgentStderr != "" {
+				data["agentStderr"] = del.AgentStderr
+				pe.Message += "; the agent's stderr: " + tellingLine(del.AgentStderr)
 			}
-		case <-wait:
 		}
 		g.editor.Write(control.RPCErrorResponse(m.ID, -32603, pe.Code+": "+pe.Message, data))
 	}
@@ -604,6 +592,21 @@ func (g *Gateway) event(id, name, detail string, ch *lease.SessionChannel) {
 			ch.LastSeenAt = now
 		}
 		g.Channel(id, lease.SessionEvent{At: now, Event: name, Detail: detail}, ch)
+	}
+}
+
+// endedWith is the delegation as it ended, once ended says so: within
+// 30 s, long enough for a loaded machine (the reason is worth the wait);
+// nil without one.
+func endedWith(ended <-chan *lease.Delegation) *lease.Delegation {
+	if ended == nil {
+		return nil
+	}
+	select {
+	case del := <-ended:
+		return del
+	case <-time.After(30 * time.Second):
+		return nil
 	}
 }
 

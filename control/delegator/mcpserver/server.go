@@ -258,13 +258,6 @@ type delegateArgs struct {
 	Scopes       []Scope  `json:"scopes,omitempty" jsonschema:"split the task among executors: each gets the whole workspace, read-write only under its path, all at once; the call waits for them all (each one's state in progress notifications; background: true returns at once) and returns their delegation_ids (delegate_output shows each)"`
 }
 
-// Scope is one part of a task split among executors.
-type Scope struct {
-	Path   string `json:"path" jsonschema:"the directory, relative to the workspace, this executor may change"`
-	Peer   string `json:"peer" jsonschema:"the executor, as peer_url takes it"`
-	Prompt string `json:"prompt,omitempty" jsonschema:"this scope's own task, after the common prompt"`
-}
-
 func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in delegateArgs) (Outcome, error) {
 	if strings.TrimSpace(in.Prompt) == "" {
 		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "prompt is required").
@@ -355,125 +348,6 @@ func (s *server) request(in delegateArgs, peer chosenPeer) (delegator.ExportRequ
 		Hide: s.opts.Hide, NoHideDefaults: s.opts.NoHideDefaults, NoDelete: s.opts.NoDelete, AllowGitControl: s.opts.AllowGitControl, LendHiddenHistory: s.opts.LendHiddenHistory, MaxWriteBytes: s.opts.MaxWriteBytes, Limits: s.opts.Limits,
 		Driven: in.Session, Snapshot: orDefault(in.SnapshotMode, s.opts.SnapshotMode),
 	}, nil
-}
-
-// delegateAttempts starts the task on each of in.Peers at once, as the
-// attempts of one group, each staged; it returns the group at once.
-func (s *server) delegateAttempts(ctx context.Context, req *mcp.CallToolRequest, in delegateArgs, access string) (Outcome, error) {
-	switch {
-	case in.Session || in.SessionID != "":
-		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "a session is held with one executor: give one peer")
-	case in.SnapshotMode != "" && in.SnapshotMode != lease.SnapshotStaged:
-		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "attempts are each kept for review: snapshot_mode must be staged, not %s", in.SnapshotMode)
-	case s.review == nil:
-		return Outcome{}, control.Errorf(control.CodeDeclined, "this server has no snapshot tools to compare and apply attempts with")
-	}
-	in.SnapshotMode = lease.SnapshotStaged
-	group := delegator.NewGroup()
-	o := Outcome{Group: group, State: "running"}
-	for _, arg := range in.Peers {
-		peer, err := s.pickPeer(ctx, arg, access)
-		if err == nil {
-			var req delegator.ExportRequest
-			if req, err = s.request(in, peer); err == nil {
-				req.Group = group
-				var id string
-				if id, err = s.dlg.Start(ctx, req); err == nil {
-					o.Attempts = append(o.Attempts, id)
-					continue
-				}
-			}
-		}
-		o.Notes = append(o.Notes, fmt.Sprintf("attempt on %s not started: %v", arg, err))
-	}
-	if len(o.Attempts) == 0 {
-		return Outcome{}, control.Errorf(control.CodeDeclined, "no attempt started: %s", strings.Join(o.Notes, "; "))
-	}
-	o.Notes = append(o.Notes, fmt.Sprintf("%d attempts as group %s, the workspace untouched: delegate_compare with group shows them; "+
-		"delegate_apply_snapshot with the chosen delegation_id applies it and discards the others", len(o.Attempts), group))
-	if !in.Background {
-		o.State = s.waitGroup(ctx, req, o.Attempts)
-	}
-	return o, nil
-}
-
-// waitGroup waits for a group's delegations to end (or SyncWait), each
-// one's changes of state sent as progress notifications, and returns how
-// the group stands: running, or ended.
-func (s *server) waitGroup(ctx context.Context, req *mcp.CallToolRequest, ids []string) string {
-	token := req.Params.GetProgressToken()
-	seen := map[string]lease.State{}
-	step := 0.0
-	deadline := time.Now().Add(s.opts.SyncWait)
-	for {
-		ended := 0
-		for i, id := range ids {
-			d, err := s.dlg.Find(id)
-			if err != nil {
-				ended++
-				continue
-			}
-			if d.State != seen[id] && token != nil && req.Session != nil {
-				seen[id] = d.State
-				step++
-				msg := fmt.Sprintf("%d of %d (%s): %s", i+1, len(ids), id, d.State)
-				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: step, Message: msg}); err != nil {
-					s.log.Debug("progress notification", "err", err)
-				}
-			}
-			if d.State.Terminal() {
-				ended++
-			}
-		}
-		if ended == len(ids) {
-			return "ended"
-		}
-		select {
-		case <-ctx.Done():
-			return "running"
-		case <-time.After(s.opts.Poll):
-		}
-		if time.Now().After(deadline) {
-			return "running"
-		}
-	}
-}
-
-// delegateScopes starts one delegation per scope at once, each changing
-// only its scope of the workspace; it returns their ids at once.
-func (s *server) delegateScopes(ctx context.Context, req *mcp.CallToolRequest, in delegateArgs, access string) (Outcome, error) {
-	switch {
-	case in.Session || in.SessionID != "" || len(in.Peers) > 0:
-		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "scopes split one task among executors: no session, no peers beside them")
-	case in.SnapshotMode != "" && in.SnapshotMode != lease.SnapshotAuto:
-		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "scopes write in place, each in its own part of the workspace: snapshot_mode must be auto")
-	}
-	group := delegator.NewGroup()
-	o := Outcome{Group: group, State: "running"}
-	for _, sc := range in.Scopes {
-		peer, err := s.pickPeer(ctx, sc.Peer, access)
-		if err == nil {
-			var req delegator.ExportRequest
-			if req, err = s.request(in, peer); err == nil {
-				req.Group, req.Scope = group, sc.Path
-				req.Prompt = strings.TrimSpace(in.Prompt+"\n\n"+sc.Prompt) + "\n\n(Change only files under " + sc.Path + "/: the rest of the workspace is read-only to you.)"
-				var id string
-				if id, err = s.dlg.Start(ctx, req); err == nil {
-					o.Attempts = append(o.Attempts, id)
-					continue
-				}
-			}
-		}
-		o.Notes = append(o.Notes, fmt.Sprintf("scope %s on %s not started: %v", sc.Path, sc.Peer, err))
-	}
-	if len(o.Attempts) == 0 {
-		return Outcome{}, control.Errorf(control.CodeDeclined, "no scope started: %s", strings.Join(o.Notes, "; "))
-	}
-	o.Notes = append(o.Notes, fmt.Sprintf("%d scopes at once (group %s): delegate_output with each delegation_id shows it", len(o.Attempts), group))
-	if !in.Background {
-		o.State = s.waitGroup(ctx, req, o.Attempts)
-	}
-	return o, nil
 }
 
 type outputArgs struct {
