@@ -107,4 +107,3 @@ func addTool[In any, Out result[Out]](srv *mcp.Server, tool *mcp.Tool,
 	})
 	return nil
 }
-
