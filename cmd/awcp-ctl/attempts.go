@@ -33,55 +33,72 @@ func exportAttempts(ctx context.Context, c *cli.Context, e *env, base delegator.
 		return clikit.UsageError("--peer-key pins one executor's key: with several --peer, trust each (`awcp-ctl peers trust URL`)")
 	}
 	base.Group = delegator.NewGroup()
-	daemon, err := daemonOrStart(c, e)
-	if err != nil {
-		return err
-	}
-	errw := c.App.ErrWriter
-	started := 0
+	reqs, names := make([]delegator.ExportRequest, len(peers)), make([]string, len(peers))
 	for i, p := range peers {
-		req := base
-		req.Peer = p
-		if err := e.resolvePeer(ctx, c, &req); err != nil {
-			fmt.Fprintf(errw, "awcp: attempt %d (--peer %s) not started: %v\n", i+1, p, err)
-			continue
-		}
-		id, err := daemon.Export(req)
-		if err != nil {
-			fmt.Fprintf(errw, "awcp: attempt %d (--peer %s) not started: %v\n", i+1, p, err)
-			continue
-		}
-		started++
-		fmt.Fprintf(errw, "awcp: attempt %d: delegation %s to %s\n", i+1, id, req.Peer)
+		reqs[i], names[i] = base, fmt.Sprintf("attempt %d", i+1)
+		reqs[i].Peer = p
 	}
-	if started == 0 {
-		return clikit.Failed()
-	}
-	fmt.Fprintf(errw, "awcp: attempts group %s: %d running; your directory is untouched until you apply one\n", base.Group, started)
-	if c.Bool("background") {
-		fmt.Fprintln(c.App.Writer, base.Group)
-		return nil
+	if done, err := runGroup(ctx, c, e, base.Group, reqs, names); !done || err != nil {
+		return err
 	}
 	dlg, err := e.delegator(nil)
 	if err != nil {
 		return err
 	}
-	for {
-		members, err := dlg.GroupMembers(base.Group)
+	return printCompare(c, dlg, base.Group, "", 0)
+}
+
+// runGroup hands reqs, named by names, to the daemon as group, saying
+// each one's start, and waits for them all to end (with --background it
+// prints the group and returns). done is false where there is nothing
+// more to say: none started (an error), --background, or Ctrl-C.
+func runGroup(ctx context.Context, c *cli.Context, e *env, group string, reqs []delegator.ExportRequest, names []string) (done bool, _ error) {
+	daemon, err := daemonOrStart(c, e)
+	if err != nil {
+		return false, err
+	}
+	errw := c.App.ErrWriter
+	started := 0
+	for i, req := range reqs {
+		peer := req.Peer
+		id := ""
+		if err = e.resolvePeer(ctx, c, &req); err == nil {
+			id, err = daemon.Export(req)
+		}
 		if err != nil {
-			return err
+			fmt.Fprintf(errw, "awcp: %s (--peer %s) not started: %v\n", names[i], peer, err)
+			continue
+		}
+		started++
+		fmt.Fprintf(errw, "awcp: %s: delegation %s to %s\n", names[i], id, req.Peer)
+	}
+	if started == 0 {
+		return false, clikit.Failed()
+	}
+	fmt.Fprintf(errw, "awcp: group %s: %d running; awcp-ctl status shows them, cancel %s ends them\n", group, started, group)
+	if c.Bool("background") {
+		fmt.Fprintln(c.App.Writer, group)
+		return false, nil
+	}
+	dlg, err := e.delegator(nil)
+	if err != nil {
+		return false, err
+	}
+	for {
+		members, err := dlg.GroupMembers(group)
+		if err != nil {
+			return false, err
 		}
 		if !slices.ContainsFunc(members, func(d *lease.Delegation) bool { return !d.State.Terminal() }) {
-			break
+			return true, nil
 		}
 		select {
 		case <-ctx.Done():
-			fmt.Fprintf(errw, "awcp: the attempts go on; `awcp-ctl compare %s` shows them\n", base.Group)
-			return nil
-		case <-time.After(500 * time.Millisecond):
+			fmt.Fprintf(errw, "awcp: the group goes on; `awcp-ctl status` shows it\n")
+			return false, nil
+		case <-time.After(300 * time.Millisecond):
 		}
 	}
-	return printCompare(c, dlg, base.Group, "", 0)
 }
 
 // compareCommand shows a group's attempts side by side.
@@ -220,11 +237,6 @@ func exportScopes(ctx context.Context, c *cli.Context, e *env, base delegator.Ex
 		return clikit.UsageError("scopes write in place, each in its own part of the directory: --snapshot must be auto")
 	}
 	base.Group = delegator.NewGroup()
-	daemon, err := daemonOrStart(c, e)
-	if err != nil {
-		return err
-	}
-	errw := c.App.ErrWriter
 	tasks := map[string]string{} // a scope's own prompt
 	for _, sp := range c.StringSlice("scope-prompt") {
 		scope, text, ok := strings.Cut(sp, "=")
@@ -233,7 +245,8 @@ func exportScopes(ctx context.Context, c *cli.Context, e *env, base delegator.Ex
 		}
 		tasks[scope] = text
 	}
-	var ids []string
+	var reqs []delegator.ExportRequest
+	var names []string
 	for _, sc := range scopes {
 		scope, peer, ok := strings.Cut(sc, "=")
 		if !ok || scope == "" || peer == "" {
@@ -243,57 +256,36 @@ func exportScopes(ctx context.Context, c *cli.Context, e *env, base delegator.Ex
 		req.Scope, req.Peer = scope, peer
 		req.Prompt = strings.TrimSpace(base.Prompt + "\n\n" + tasks[scope]) // the delegator adds the scope's note
 		delete(tasks, scope)
-		if err := e.resolvePeer(ctx, c, &req); err != nil {
-			fmt.Fprintf(errw, "awcp: scope %s (--peer %s) not started: %v\n", scope, peer, err)
-			continue
-		}
-		id, err := daemon.Export(req)
-		if err != nil {
-			fmt.Fprintf(errw, "awcp: scope %s (--peer %s) not started: %v\n", scope, peer, err)
-			continue
-		}
-		ids = append(ids, id)
-		fmt.Fprintf(errw, "awcp: scope %s: delegation %s to %s\n", scope, id, req.Peer)
+		reqs, names = append(reqs, req), append(names, "scope "+scope)
 	}
 	for scope := range tasks {
-		fmt.Fprintf(errw, "awcp: --scope-prompt %s: no --scope %s=PEER: not used\n", scope, scope)
+		fmt.Fprintf(c.App.ErrWriter, "awcp: --scope-prompt %s: no --scope %s=PEER: not used\n", scope, scope)
 	}
-	if len(ids) == 0 {
-		return clikit.Failed()
+	if done, err := runGroup(ctx, c, e, base.Group, reqs, names); !done || err != nil {
+		return err
 	}
-	if c.Bool("background") {
-		fmt.Fprintln(c.App.Writer, base.Group)
-		return nil
+	dlg, err := e.delegator(nil)
+	if err != nil {
+		return err
 	}
-	failed := len(ids) < len(scopes)
-	for _, id := range ids {
-		for {
-			d, err := e.store.Delegation(id)
-			if err != nil {
-				return err
-			}
-			if d.State.Terminal() {
-				fmt.Fprintf(c.App.Writer, "scope %s: delegation %s %s", d.Policy.WriteScope, d.ID, d.State)
-				if d.Summary != "" {
-					fmt.Fprintf(c.App.Writer, ": %s", clikit.Printable(strings.SplitN(strings.TrimSpace(d.Summary), "\n", 2)[0]))
-				}
-				fmt.Fprintln(c.App.Writer)
-				for _, ch := range d.Changes {
-					fmt.Fprintf(c.App.Writer, "  %s\n", clikit.Printable(ch))
-				}
-				if d.Audit != nil && d.Audit.Refused > 0 {
-					fmt.Fprintf(c.App.Writer, "  refused: %d (outside its scope, or the policy's)\n", d.Audit.Refused)
-				}
-				failed = failed || d.State != lease.Completed
-				break
-			}
-			select {
-			case <-ctx.Done():
-				fmt.Fprintf(errw, "awcp: the scopes go on; `awcp-ctl status` shows them\n")
-				return nil
-			case <-time.After(300 * time.Millisecond):
-			}
+	members, err := dlg.GroupMembers(base.Group)
+	if err != nil {
+		return err
+	}
+	failed := len(members) < len(scopes)
+	for _, d := range members {
+		fmt.Fprintf(c.App.Writer, "scope %s: delegation %s %s", d.Policy.WriteScope, d.ID, d.State)
+		if d.Summary != "" {
+			fmt.Fprintf(c.App.Writer, ": %s", clikit.Printable(strings.SplitN(strings.TrimSpace(d.Summary), "\n", 2)[0]))
 		}
+		fmt.Fprintln(c.App.Writer)
+		for _, ch := range d.Changes {
+			fmt.Fprintf(c.App.Writer, "  %s\n", clikit.Printable(ch))
+		}
+		if d.Audit != nil && d.Audit.Refused > 0 {
+			fmt.Fprintf(c.App.Writer, "  refused: %d (outside its scope, or the policy's)\n", d.Audit.Refused)
+		}
+		failed = failed || d.State != lease.Completed
 	}
 	if failed {
 		return clikit.Failed()

@@ -37,7 +37,7 @@ func TestAttemptsComparedAndOneApplied(t *testing.T) {
 		t.Fatalf("export to three peers: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	sameTree(t, ws, before)
-	m := regexp.MustCompile(`attempts group (grp-[0-9a-f]+)`).FindStringSubmatch(r.stderr)
+	m := regexp.MustCompile(`group (grp-[0-9a-f]+)`).FindStringSubmatch(r.stderr)
 	if m == nil {
 		t.Fatalf("export did not name the group:\n%s", r.stderr)
 	}
