@@ -67,6 +67,15 @@ func TestConfinedShell(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(granted, "credentials"), []byte("key\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A mount beneath the grant (another delegation's, were the grant
+	// above the work root): not shown through the grant.
+	beneath := filepath.Join(granted, "beneath")
+	os.Mkdir(beneath, 0o755)
+	if err := syscall.Mount("tmpfs", beneath, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Unmount(beneath, syscall.MNT_DETACH)
+	os.WriteFile(filepath.Join(beneath, "theirs"), []byte("x"), 0o644)
 	pid := strconv.Itoa(os.Getpid())
 	script := `
 cd "$OWN" || exit 9
@@ -94,6 +103,7 @@ try sh -c 'echo shared > /dev/shm/x && cat /dev/shm/x'
 try sh -c 'echo x > /tmp/x && cat /tmp/x'
 try cat "$GRANTED/credentials"
 try sh -c 'echo session > "$GRANTED/session"'
+try cat "$GRANTED/beneath/theirs"
 `
 	run := func(p *Policy) string {
 		os.Remove(filepath.Join(own, "mine.txt"))
@@ -122,7 +132,7 @@ try sh -c 'echo session > "$GRANTED/session"'
 	// shows, its environment — only with the root of its own, and what
 	// Landlock does not cover only there.
 	beyondLandlock := []string{"nc -U -z " + sock, "ls /tmp/" + marker, "ls /dev/shm/" + marker, "ls /run/" + marker,
-		"grep -q  " + mnt + "  /proc/self/mountinfo", "cat /etc/shadow"}
+		"grep -q  " + mnt + "  /proc/self/mountinfo", "cat /etc/shadow", "cat " + beneath + "/theirs"}
 	for _, isolated := range []bool{false, true} {
 		if isolated && !CanIsolate() {
 			t.Fatal("not root: the root and user of its own cannot be tested here")
