@@ -366,8 +366,10 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 	}()
 	link := control.NewSessionLink()
 	if err := g.Delegator.AttachSession(ctx, del.ID, link, true); err != nil {
-		g.Delegator.Cancel(context.Background(), del.ID)
+		// Its own end first, which says why (a cancel first would say
+		// only "cancelled"); then the cancel, if it did not end.
 		fail(err)
+		g.Delegator.Cancel(context.Background(), del.ID)
 		return
 	}
 	s := &session{delegation: del.ID, cwd: p.Cwd, hide: wire.NewMatcher(del.Policy.Hide), link: link, ended: make(chan struct{})}
