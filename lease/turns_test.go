@@ -24,8 +24,8 @@ func TestSessionTurns(t *testing.T) {
 		t.Fatalf("a turn while one is queued: %v", err)
 	}
 	d.LastTurn().State = TurnRunning
-	d.Permissions = append(d.Permissions, Permission{RequestID: "ask-1-1", Outcome: "pending"})
-	if !d.Awaiting() || d.PendingPermission().RequestID != "ask-1-1" {
+	d.Permissions = append(d.Permissions, Permission{RequestID: "perm-1", Outcome: "pending"})
+	if !d.Awaiting() || d.PendingPermission().RequestID != "perm-1" {
 		t.Fatal("a pending permission is not awaited")
 	}
 	d.Permissions[0].Outcome = "selected"

@@ -350,7 +350,11 @@ func report(c *cli.Context, d *lease.Delegation) error {
 		last := d.Progress[max(0, n-outputProgressLines):]
 		fmt.Fprintf(w, "agent output (last %d lines; all kept: awcp-ctl logs %s):\n", len(last), d.ID)
 		for _, l := range last {
-			fmt.Fprintf(w, "  | %s\n", clikit.Printable(l.Text))
+			// An agent's chunk often ends its line itself: each of its
+			// lines is shown as one, not the chunk quoted whole.
+			for _, line := range strings.Split(strings.TrimRight(l.Text, "\r\n"), "\n") {
+				fmt.Fprintf(w, "  | %s\n", clikit.PrintableText(line))
+			}
 		}
 	}
 	if f := d.Failure; f != nil && d.State != lease.Completed {

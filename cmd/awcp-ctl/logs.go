@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -86,7 +87,7 @@ func (p *logPrinter) print(d *lease.Delegation) {
 		if p.timestamps {
 			fmt.Fprintf(p.w, "%s ", l.At.Local().Format(time.RFC3339))
 		}
-		fmt.Fprintln(p.w, clikit.Printable(l.Text))
+		fmt.Fprintln(p.w, clikit.PrintableText(strings.TrimRight(l.Text, "\r\n")))
 		p.last = &l
 	}
 }

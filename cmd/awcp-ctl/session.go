@@ -226,7 +226,9 @@ func printTurn(w io.Writer, d *lease.Delegation) {
 		return
 	}
 	fmt.Fprintf(w, "session: turn %d %s %s\n", t.N, t.State, t.StopReason)
-	if t.Reply != "" {
+	// An ended session's summary already holds its turns' replies: the
+	// last one is not printed a second time under it.
+	if t.Reply != "" && !strings.Contains(d.Summary, strings.TrimSpace(t.Reply)) {
 		fmt.Fprintf(w, "  the agent said:\n%s\n", indent(indent(clikit.PrintableText(t.Reply))))
 	}
 	if t.Error != "" {

@@ -207,10 +207,19 @@ func TestDemoACP(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the ACP demo failed: %v\n%s", err, out)
 	}
-	for _, want := range []string{"awaits a permission decision (ask-1-1)", "permission allow", "turn 2 of process", "completed", "   direct-2.txt", "   turn-2.txt"} {
+	for _, want := range []string{"awaits a permission decision (perm-1)", "permission allow", "turn 2 of process", "completed", "   direct-2.txt", "   turn-2.txt"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the ACP demo's output lacks %q:\n%s", want, out)
 		}
+	}
+	// The close's report says each turn's reply once in its summary, and
+	// the agent's lines in its output without quoting them.
+	_, closed, _ := strings.Cut(string(out), "== closing it")
+	if n := strings.Count(closed, "turn 2 of process"); n != 2 {
+		t.Errorf("the close's report has turn 2's reply %d times, want 2 (the summary and the agent's output):\n%s", n, out)
+	}
+	if strings.Contains(string(out), `| "agent: `) {
+		t.Errorf("the agent's output lines are shown quoted:\n%s", out)
 	}
 	if left, _ := os.ReadDir(tmp); len(left) > 0 {
 		t.Errorf("the ACP demo left %v behind", left)

@@ -184,7 +184,7 @@ func TestSessionFromTheCommandLine(t *testing.T) {
 		return r
 	}
 	r := must(c.run("export", ws, "--peer", x.url, "--prompt", "first", "--session", "new"), "export --session new")
-	m := regexp.MustCompile(`session (\S+) awaits a permission decision \(ask-1-1\): Edit main\.go`).FindStringSubmatch(r.stderr)
+	m := regexp.MustCompile(`session (\S+) awaits a permission decision \(perm-1\): Edit main\.go`).FindStringSubmatch(r.stderr)
 	if m == nil {
 		t.Fatalf("export --session new did not stop at the permission:\n%s", r.stderr)
 	}
@@ -209,10 +209,10 @@ func TestSessionFromTheCommandLine(t *testing.T) {
 
 	// A turn while none awaits an answer: refused, nothing queued.
 	r = must(c.run("export", "--session", id, "--prompt", "second"), "export --session ID")
-	if !strings.Contains(r.stderr, "awaits a permission decision (ask-2-2)") {
+	if !strings.Contains(r.stderr, "awaits a permission decision (perm-2)") {
 		t.Fatalf("the second turn did not stop at its permission:\n%s", r.stderr)
 	}
-	if r := c.run("status"); !strings.Contains(r.stdout, "awaiting (a permission: ask-2-2)") {
+	if r := c.run("status"); !strings.Contains(r.stdout, "awaiting (a permission: perm-2)") {
 		t.Errorf("status of a session awaiting a permission:\n%s", r.stdout)
 	}
 	if r := c.run("answer", id, "not now"); r.code != 1 || !strings.Contains(r.stderr, "awaits a permission decision") {
@@ -221,7 +221,7 @@ func TestSessionFromTheCommandLine(t *testing.T) {
 	if r := c.run("export", "--session", id, "--prompt", "too soon"); r.code != 1 || !strings.Contains(r.stderr, "a turn is still running") {
 		t.Errorf("a turn while one runs: exit %d\n%s", r.code, r.stderr)
 	}
-	must(c.run("permit", id, "ask-2-2", "reject"), "permit")
+	must(c.run("permit", id, "perm-2", "reject"), "permit")
 	// Awaiting is not ended: exit 3, as for any delegation still live.
 	r = c.run("output", id, "--block", "--timeout", "60")
 	if r.code != 3 || !strings.Contains(r.stdout, "session: turn 2 done end_turn") || !strings.Contains(r.stdout, "AWAITING the next prompt") ||
@@ -229,7 +229,7 @@ func TestSessionFromTheCommandLine(t *testing.T) {
 		t.Errorf("output of the session after turn 2: exit %d\n%s", r.code, r.stdout)
 	}
 	r = must(c.run("answer", id, "third"), "answer TEXT")
-	if !strings.Contains(r.stderr, "(ask-3-3)") {
+	if !strings.Contains(r.stderr, "(perm-3)") {
 		t.Fatalf("the third turn did not stop at its permission:\n%s", r.stderr)
 	}
 	replied(must(c.run("answer", id, "--option", "allow"), "answer --option"), "3", "third", "allow")
@@ -303,7 +303,7 @@ func TestSessionOutlivesItsLease(t *testing.T) {
 		t.Fatalf("cut the mount's connection: %v\n%s", err, out)
 	}
 	r = c.run("answer", id, "second")
-	if r.code != 0 || !strings.Contains(r.stderr, "awaits a permission decision (ask-2-2)") {
+	if r.code != 0 || !strings.Contains(r.stderr, "awaits a permission decision (perm-2)") {
 		t.Fatalf("turn 2 after the first lease's end: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if _, err := os.Stat(filepath.Join(ws, "direct-2.txt")); err != nil {

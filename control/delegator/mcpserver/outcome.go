@@ -230,7 +230,7 @@ func (o Outcome) text() string {
 		if ses.TurnError != "" {
 			fmt.Fprintf(&b, "turn error: %s\n", ses.TurnError)
 		}
-		if ses.Reply != "" {
+		if ses.Reply != "" && !strings.Contains(o.Summary, strings.TrimSpace(ses.Reply)) { // else printed above, in the summary
 			fmt.Fprintf(&b, "the agent said:\n%s\n", indent(ses.Reply))
 		}
 		switch a := ses.Awaiting; {

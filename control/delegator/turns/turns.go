@@ -302,7 +302,7 @@ func (c *client) SessionUpdate(_ context.Context, n acpsdk.SessionNotification) 
 func (c *client) RequestPermission(ctx context.Context, p acpsdk.RequestPermissionRequest) (acpsdk.RequestPermissionResponse, error) {
 	c.mu.Lock()
 	c.asked++
-	reqID := fmt.Sprintf("ask-%d-%d", c.turnN, c.asked)
+	reqID := fmt.Sprintf("perm-%d", c.asked) // numbered as a task's are; the turn is in AskedBy
 	soFar := c.reply.String()
 	n := c.turnN
 	c.mu.Unlock()
