@@ -120,6 +120,10 @@ type Delegation struct {
 	// TLS, pinned to PeerKey.
 	PlainHTTP bool   `json:"plainHttp,omitempty"`
 	PeerName  string `json:"peerName,omitempty"`
+	// PeerFallbacks are the executors auto chose next (--peer auto or
+	// dns:DOMAIN), invited in turn while the one invited declines for want
+	// of a free slot; each is trusted as the first was.
+	PeerFallbacks []PeerRef `json:"peerFallbacks,omitempty"`
 	// Channel is how the executor's side stands as this delegator last
 	// saw it (channel.go); nil before START. It means nothing once the
 	// lease has ended, and is not shown then.
@@ -300,3 +304,12 @@ type Resource struct {
 
 // Active reports whether the assignment holds one of the executor's slots.
 func (a *Assignment) Active() bool { return !a.State.Terminal() }
+
+// PeerRef is an executor discovery found: where it answers, its agent id
+// and name, and the identity key trusted for it.
+type PeerRef struct {
+	URL     string `json:"url"`
+	AgentID string `json:"agentId"`
+	Name    string `json:"name,omitempty"`
+	Key     string `json:"key"`
+}

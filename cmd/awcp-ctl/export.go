@@ -17,6 +17,7 @@ import (
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/control/discovery"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -104,8 +105,8 @@ func exportCommand(ctx context.Context) *cli.Command {
 				req.Scope = scopes[0]
 			}
 			if n := c.Int("attempts"); n > 1 {
-				if len(peers) != 1 || peers[0] != "auto" {
-					return clikit.UsageError("--attempts N goes with --peer auto; name the executors with several --peer instead")
+				if len(peers) != 1 || !discovery.Chooses(peers[0]) {
+					return clikit.UsageError("--attempts N goes with --peer auto or --peer dns:DOMAIN; name the executors with several --peer instead")
 				}
 				if peers, err = e.choosePeers(ctx, c, req, n); err != nil {
 					return fail(c, err)

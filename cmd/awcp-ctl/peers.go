@@ -19,6 +19,7 @@ import (
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/control/discovery"
+	"github.com/awcp/awcp/lease"
 )
 
 // browseFlags configure LAN discovery where a command browses.
@@ -26,14 +27,29 @@ func browseFlags() []cli.Flag {
 	return []cli.Flag{
 		clikit.DurationFlag("browse-window", 1500*time.Millisecond, "how long an mDNS query listens for executors' answers", "AWCP_BROWSE_WINDOW"),
 		clikit.DurationFlag("browse-interval", 5*time.Second, "between mDNS queries while watching; an executor silent for three is shown offline", "AWCP_BROWSE_INTERVAL"),
+		&cli.StringSliceFlag{Name: "dns", Usage: "browse executors published in DNS under `DOMAIN` (DNS-SD: _awcp._tcp.DOMAIN), beside mDNS; repeatable", EnvVars: []string{"AWCP_DNS"}},
+		&cli.StringFlag{Name: "dns-server", Usage: "the DNS server (`HOST:PORT`) --dns asks; default /etc/resolv.conf's", EnvVars: []string{"AWCP_DNS_SERVER"}},
 	}
 }
 
-func (e *env) browser(c *cli.Context) *discovery.Browser {
-	return &discovery.Browser{
+// browser finds executors by mDNS and under the --dns domains; for a
+// peer argument dns:DOMAIN, under that domain alone.
+func (e *env) browser(c *cli.Context, peerArgs ...string) *discovery.Browser {
+	b := &discovery.Browser{
 		Self: e.agentID, Book: filepath.Join(e.state, "peers.json"), Logger: e.log,
 		Window: clikit.Duration(c, "browse-window"), Interval: clikit.Duration(c, "browse-interval"),
+		Domains: c.StringSlice("dns"), DNSServer: c.String("dns-server"),
 	}
+	var only []string
+	for _, arg := range peerArgs {
+		if d, ok := discovery.DomainOf(arg); ok {
+			only = append(only, d)
+		}
+	}
+	if len(only) > 0 && len(only) == len(peerArgs) {
+		b.Domains, b.NoMDNS = only, true
+	}
+	return b
 }
 
 // isURL tells a peer given as a URL from a name, an id or auto.
@@ -44,11 +60,14 @@ func isURL(peer string) bool { return strings.Contains(peer, "://") }
 // choosePeers are the agent ids of the n executors auto chooses for n
 // attempts at req (discovery.ChooseN).
 func (e *env) choosePeers(ctx context.Context, c *cli.Context, req delegator.ExportRequest, n int) ([]string, error) {
-	b := e.browser(c)
+	b := e.browser(c, req.Peer)
 	if err := b.Round(ctx); err != nil {
-		return nil, control.Errorf(control.CodeDeclined, "cannot look for executors on this network: %v", err)
+		return nil, control.Errorf(control.CodeDeclined, "cannot look for executors: %v", err)
 	}
-	chosen, err := discovery.ChooseN(b.Peers(), discovery.Want{Transport: req.Transport, Access: req.Access, Self: e.agentID, Exclude: req.CallChain}, n)
+	if err := b.Save(); err != nil {
+		e.log.Warn("peer book", "err", err)
+	}
+	chosen, err := discovery.ChooseN(discovery.Among(b.Peers(), req.Peer), discovery.Want{Transport: req.Transport, Access: req.Access, Self: e.agentID, Exclude: req.CallChain}, n)
 	if err != nil {
 		return nil, control.Errorf(control.CodeDeclined, "--attempts %d: %v", n, err)
 	}
@@ -74,22 +93,36 @@ func (e *env) resolvePeer(ctx context.Context, c *cli.Context, req *delegator.Ex
 			return clikit.UsageError("--peer %s is an address: give it as a URL, --peer http://%s", req.Peer, req.Peer)
 		}
 	}
-	b := e.browser(c)
+	b := e.browser(c, req.Peer)
 	if err := b.Round(ctx); err != nil {
-		return control.Errorf(control.CodeDeclined, "cannot look for executors on this network: %v", err).
+		return control.Errorf(control.CodeDeclined, "cannot look for executors: %v", err).
 			WithHint("give the executor's URL with --peer http://host:port")
 	}
 	if err := b.Save(); err != nil {
 		e.log.Warn("peer book", "err", err)
 	}
-	p, why, err := discovery.Resolve(b.Peers(), req.Peer, discovery.Want{
-		Transport: req.Transport, Access: req.Access, Self: e.agentID, Exclude: req.CallChain})
+	want := discovery.Want{Transport: req.Transport, Access: req.Access, Self: e.agentID, Exclude: req.CallChain}
+	p, why, err := discovery.Resolve(b.Peers(), req.Peer, want)
 	if err != nil {
 		return control.Errorf(control.CodeDeclined, "--peer %s: %v", req.Peer, err)
+	}
+	if discovery.Chooses(req.Peer) {
+		// The others auto would take, in its order: invited in turn while
+		// one declines for want of a free slot (many delegations started
+		// at once all see the same free slots).
+		ranked, _ := discovery.Ranked(discovery.Among(b.Peers(), req.Peer), want)
+		for _, q := range ranked {
+			if q.AgentID != p.AgentID && len(req.PeerFallbacks) < maxFallbacks {
+				req.PeerFallbacks = append(req.PeerFallbacks, lease.PeerRef{URL: q.URL, AgentID: q.AgentID, Name: q.Name, Key: q.TrustedKey})
+			}
+		}
 	}
 	req.Peer, req.PeerAgentID, req.PeerName, req.PeerChoice, req.PeerKey = p.URL, p.AgentID, p.Name, why, p.TrustedKey
 	return nil
 }
+
+// maxFallbacks bounds how many executors one delegation invites in turn.
+const maxFallbacks = 16
 
 // callChain is the chain this process was started in, if an executor
 // started it ($AWCP_CALL_CHAIN).
@@ -104,7 +137,7 @@ func callChain() ([]string, error) {
 func peersCommand(ctx context.Context) *cli.Command {
 	return &cli.Command{
 		Name:  "peers",
-		Usage: "list the executors found on this network (mDNS), online or not",
+		Usage: "list the executors found on this network (mDNS) and under --dns domains, online or not",
 		Description: "Executors advertise themselves with `awcp-fs serve --advertise`. Those found before and\n" +
 			"not answering now are listed offline, with when they were last seen. Linux and macOS\n" +
 			"answer alike; the query is IPv4 multicast on the default interface.",
@@ -125,7 +158,7 @@ func peersCommand(ctx context.Context) *cli.Command {
 					e.log.Warn("peer book", "err", serr)
 				}
 				if err != nil {
-					return fmt.Errorf("mDNS: %w", err)
+					return fmt.Errorf("browse: %w", err)
 				}
 				if c.Bool("json") {
 					return printJSON(c.App.Writer, b.Peers())
@@ -225,11 +258,11 @@ func offers(p discovery.Peer) string {
 func printPeers(w io.Writer, self string, peers []discovery.Peer) {
 	fmt.Fprintf(w, "this agent: %s\n", self)
 	if len(peers) == 0 {
-		fmt.Fprintln(w, "no executors found (they advertise with `awcp-fs serve --advertise`)")
+		fmt.Fprintln(w, "no executors found (they advertise with `awcp-fs serve --advertise`, or are published in DNS: docs/discovery.md)")
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tAGENT ID\tSTATE\tTRUST\tURL\tOFFERS")
+	fmt.Fprintln(tw, "NAME\tAGENT ID\tSTATE\tTRUST\tFOUND BY\tURL\tOFFERS")
 	var untrusted []discovery.Peer
 	for _, p := range peers {
 		state := "online"
@@ -250,7 +283,11 @@ func printPeers(w io.Writer, self string, peers []discovery.Peer) {
 		case !p.Trusted():
 			trust = "KEY CHANGED"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", clikit.Printable(p.Name), id, state, trust, p.URL, offers(p))
+		via := p.Via
+		if via == "" {
+			via = "-" // named by its URL (peers trust URL)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clikit.Printable(p.Name), id, state, trust, via, p.URL, offers(p))
 	}
 	tw.Flush()
 	for _, p := range untrusted {
@@ -316,7 +353,7 @@ func trustCommand(ctx context.Context) *cli.Command {
 			}
 			if c.String("key") == "" {
 				if err := b.Round(ctx); err != nil {
-					return fmt.Errorf("mDNS: %w", err)
+					return fmt.Errorf("browse: %w", err)
 				}
 			}
 			p, err := b.Trust(c.Args().First(), c.String("key"))

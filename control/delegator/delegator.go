@@ -253,7 +253,7 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 		Peer: req.Peer, LocalDir: phys, ExportName: "awcp/" + id,
 		Description: req.Description, Prompt: req.Prompt, Token: req.Token, Notes: notes,
 		AutoTransport: auto, Connect: connect, Policy: policy,
-		CallChain: chain, PeerAgentID: req.PeerAgentID, PeerName: req.PeerName, PeerKey: req.PeerKey, PlainHTTP: req.PlainHTTP,
+		CallChain: chain, PeerAgentID: req.PeerAgentID, PeerName: req.PeerName, PeerKey: req.PeerKey, PlainHTTP: req.PlainHTTP, PeerFallbacks: req.PeerFallbacks,
 		Limits:       [3]int64{req.Limits.MaxTotalBytes, req.Limits.MaxFileCount, req.Limits.MaxFileBytes},
 		SnapshotMode: mode, Group: req.Group,
 	}
@@ -497,6 +497,13 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 		return nil, err
 	}
 	acc, err := pc.Invite(ctx, inv)
+	for declinedFull(err) && len(del.PeerFallbacks) > 0 {
+		if del, err = d.nextPeer(id, err); err != nil {
+			return nil, err
+		}
+		pc = d.peer(del)
+		acc, err = pc.Invite(ctx, inv)
+	}
 	var pe *control.ProtocolError
 	// (Not a session's refusal: an executor whose agent holds no
 	// session refuses it on any transport.)

@@ -79,6 +79,9 @@ type ExportRequest struct {
 	// proves it holds it before the token goes.
 	PeerKey  string `json:"peerKey,omitempty"`
 	PeerName string `json:"peerName,omitempty"`
+	// PeerFallbacks are invited in turn when Peer declines for want of a
+	// free slot (lease.Delegation.PeerFallbacks).
+	PeerFallbacks []lease.PeerRef `json:"peerFallbacks,omitempty"`
 	// PlainHTTP speaks plain HTTP to the executor: the token, the
 	// workspace and the session in clear. Only for a peer that speaks
 	// nothing else (the reference implementation); refused otherwise.

@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/mdns"
-	"github.com/miekg/dns"
-	"golang.org/x/net/ipv4"
 
 	"github.com/awcp/awcp/control"
 )
@@ -46,6 +44,8 @@ type Peer struct {
 	// Impostor says an answer claimed this agent id with another key, and
 	// was ignored.
 	Impostor string `json:"impostor,omitempty"`
+	// Via is how it was last found: ViaMDNS, or ViaDNS(domain).
+	Via string `json:"via,omitempty"`
 }
 
 // Key is the identity key p's manifest shows; "" if none.
@@ -91,6 +91,14 @@ type Browser struct {
 	Logger *slog.Logger
 	// HTTP fetches manifests. Default: a client with a 3s timeout.
 	HTTP *http.Client
+	// Domains are browsed by DNS-SD over unicast DNS (dnssd.go) beside
+	// mDNS, at DNSServer (host:port; default /etc/resolv.conf's first).
+	Domains   []string
+	DNSServer string
+	// NoMDNS browses Domains alone, without multicast.
+	NoMDNS bool
+
+	dns dnsCache
 
 	mu      sync.Mutex // guards the fields below
 	peers   map[string]*Peer
@@ -203,28 +211,21 @@ func (b *Browser) Run(ctx context.Context) error {
 // and marks offline those silent too long.
 func (b *Browser) Round(ctx context.Context) error {
 	b.init()
-	entries := make(chan *mdns.ServiceEntry, MaxPeers)
-	qerr := mdns.QueryContext(ctx, &mdns.QueryParam{
-		Service: ServiceAWCP, Domain: "local", Timeout: b.Window, Interface: b.Iface,
-		Entries: entries, DisableIPv6: true, Logger: mdnsLogger(b.Logger),
-	})
-	close(entries)
-	if qerr != nil && strings.Contains(qerr.Error(), "failed to bind") {
-		qerr = fmt.Errorf("%w: no network interface here takes IPv4 multicast (discovery needs one: a default route, or `ip route add 224.0.0.0/4 dev IFACE`); or name the executor by its URL, --peer http://HOST:10200", qerr)
-	}
-	now := time.Now()
-	nets, err := hostNets()
-	if err != nil {
-		return errors.Join(qerr, err)
-	}
 	var seen []*Peer
-	for e := range entries {
-		if p, ok := fromEntry(e, nets); ok {
-			seen = append(seen, p)
-		} else {
-			b.Logger.Debug("mDNS: ignored an answer", "instance", e.Name, "address", e.AddrV4)
+	var qerr error
+	if !b.NoMDNS {
+		seen, qerr = b.queryMDNS(ctx)
+		if qerr != nil && len(b.Domains) > 0 {
+			b.Logger.Debug("mDNS query failed; browsing DNS", "err", qerr)
+			qerr = nil // DNS may find them: the domains were asked for
 		}
 	}
+	for _, domain := range b.Domains {
+		ps, err := b.browseDNS(ctx, domain)
+		seen = append(seen, ps...)
+		qerr = errors.Join(qerr, err)
+	}
+	now := time.Now()
 	var wg sync.WaitGroup
 	for _, p := range seen {
 		wg.Add(1)
@@ -235,6 +236,12 @@ func (b *Browser) Round(ctx context.Context) error {
 	silentAfter := min(3*(b.Interval+b.Window), recordTTL)
 	b.mu.Lock()
 	for _, p := range seen {
+		if p.Via != ViaMDNS && p.Manifest == nil {
+			// Listed in DNS, which says nothing of whether it runs: an
+			// executor is online when it answers.
+			b.unreachable(p)
+			continue
+		}
 		b.merge(p, now)
 	}
 	for _, p := range b.peers {
@@ -247,6 +254,32 @@ func (b *Browser) Round(ctx context.Context) error {
 	b.notifyLocked()
 	b.mu.Unlock()
 	return qerr
+}
+
+// queryMDNS asks the link once and returns the executors that answered.
+func (b *Browser) queryMDNS(ctx context.Context) ([]*Peer, error) {
+	entries := make(chan *mdns.ServiceEntry, MaxPeers)
+	qerr := mdns.QueryContext(ctx, &mdns.QueryParam{
+		Service: ServiceAWCP, Domain: "local", Timeout: b.Window, Interface: b.Iface,
+		Entries: entries, DisableIPv6: true, Logger: mdnsLogger(b.Logger),
+	})
+	close(entries)
+	if qerr != nil && strings.Contains(qerr.Error(), "failed to bind") {
+		qerr = fmt.Errorf("%w: no network interface here takes IPv4 multicast (discovery needs one: a default route, or `ip route add 224.0.0.0/4 dev IFACE`); or name the executor by its URL, --peer http://HOST:10200, or browse DNS with --dns DOMAIN", qerr)
+	}
+	nets, err := hostNets()
+	if err != nil {
+		return nil, errors.Join(qerr, err)
+	}
+	var seen []*Peer
+	for e := range entries {
+		if p, ok := fromEntry(e, nets); ok {
+			seen = append(seen, p)
+		} else {
+			b.Logger.Debug("mDNS: ignored an answer", "instance", e.Name, "address", e.AddrV4)
+		}
+	}
+	return seen, qerr
 }
 
 // fromEntry reads an answer; ok is false for one that is not a usable
@@ -273,7 +306,7 @@ func fromEntry(e *mdns.ServiceEntry, nets []*net.IPNet) (*Peer, bool) {
 		name = id
 	}
 	hostPort := net.JoinHostPort(e.AddrV4.String(), strconv.Itoa(e.Port))
-	return &Peer{AgentID: id, Name: name, Version: printable(txt[txtVersion]), URL: baseFrom(txt[txtManifestURL], hostPort)}, true
+	return &Peer{AgentID: id, Name: name, Version: printable(txt[txtVersion]), URL: baseFrom(txt[txtManifestURL], hostPort), Via: ViaMDNS}, true
 }
 
 // hostNets are the networks this host's interfaces are on.
@@ -315,6 +348,18 @@ func (b *Browser) fetchManifest(ctx context.Context, p *Peer) {
 	if err != nil {
 		p.ManifestError = err.Error()
 		return
+	}
+	if p.AgentID == "" {
+		// Found by an SRV record alone (a Kubernetes Service): the
+		// manifest names it, read from the address DNS gave.
+		if m.AgentID == "" || control.CheckCallChain([]string{m.AgentID}) != nil {
+			p.ManifestError = "its manifest names no agent id"
+			return
+		}
+		p.AgentID = m.AgentID
+		if m.Name != "" {
+			p.Name = printable(m.Name) // not the SRV target's pod name
+		}
 	}
 	// The key is the connection's: the manifest read over TLS must name
 	// the key its certificate holds, so what the book records of a peer
@@ -403,7 +448,7 @@ func (b *Browser) merge(p *Peer, now time.Time) {
 	if ok && cur.TrustedKey != "" && p.Key() != cur.TrustedKey {
 		cur.Impostor = fmt.Sprintf("%s answered as this agent with key %s, not the one trusted (%s): ignored",
 			p.URL, control.Fingerprint(p.Key()), control.Fingerprint(cur.TrustedKey))
-		b.Logger.Warn("mDNS: an answer claims a trusted agent's id with another key; ignored", "agent", p.AgentID, "url", p.URL)
+		b.Logger.Warn("discovery: an answer claims a trusted agent's id with another key; ignored", "agent", p.AgentID, "url", p.URL, "via", p.Via)
 		return
 	}
 	if !ok {
@@ -421,10 +466,10 @@ func (b *Browser) merge(p *Peer, now time.Time) {
 		cur = &Peer{AgentID: p.AgentID, FirstSeen: now}
 		b.peers[p.AgentID] = cur
 	}
-	if !cur.Online || cur.Name != p.Name || cur.URL != p.URL {
+	if !cur.Online || cur.Name != p.Name || cur.URL != p.URL || cur.Via != p.Via {
 		b.dirty = true
 	}
-	cur.Name, cur.Version, cur.URL = p.Name, p.Version, p.URL
+	cur.Name, cur.Version, cur.URL, cur.Via = p.Name, p.Version, p.URL, p.Via
 	cur.Online, cur.Gone, cur.LastSeen = true, "", now
 	// A manifest that could not be read this round leaves the last one.
 	if cur.ManifestError = p.ManifestError; p.Manifest != nil {
@@ -432,56 +477,20 @@ func (b *Browser) merge(p *Peer, now time.Time) {
 	}
 }
 
+// unreachable records that p, listed in DNS, did not answer: a peer
+// known at its address goes offline now. Called with b.mu held.
+func (b *Browser) unreachable(p *Peer) {
+	for _, cur := range b.peers {
+		if cur.URL == p.URL && (p.AgentID == "" || cur.AgentID == p.AgentID) && (cur.Online || cur.Gone != GoneUnreachable) {
+			cur.Online, cur.Gone, cur.ManifestError = false, GoneUnreachable, p.ManifestError
+			b.dirty = true
+		}
+	}
+}
+
 func (b *Browser) notifyLocked() {
 	close(b.changed)
 	b.changed = make(chan struct{})
-}
-
-// listenGoodbyes joins the mDNS group to hear peers withdraw.
-func listenGoodbyes(iface *net.Interface) (*net.UDPConn, error) {
-	return net.ListenMulticastUDP("udp4", iface, mdnsGroup)
-}
-
-// goodbyes marks offline the peers whose records come with a TTL of zero.
-func (b *Browser) goodbyes(ctx context.Context, ln *net.UDPConn) {
-	go func() { <-ctx.Done(); ln.Close() }()
-	buf := make([]byte, 9000)
-	for {
-		n, _, err := ln.ReadFromUDP(buf)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			continue
-		}
-		var msg dns.Msg
-		if msg.Unpack(buf[:n]) != nil || !msg.Response {
-			continue
-		}
-		for _, rr := range append(msg.Answer, msg.Extra...) {
-			ptr, ok := rr.(*dns.PTR)
-			if !ok || ptr.Hdr.Ttl != 0 || !strings.HasSuffix(ptr.Hdr.Name, ServiceAWCP+"."+domain) {
-				continue
-			}
-			// The instance is {agent_id}.{name}.
-			id, _, _ := strings.Cut(ptr.Ptr, ".")
-			b.mu.Lock()
-			if p, ok := b.peers[id]; ok && p.Online {
-				p.Online, p.Gone = false, GoneWithdrawn
-				b.dirty = true
-				b.notifyLocked()
-			}
-			b.mu.Unlock()
-		}
-	}
-}
-
-// setMulticastInterface sends conn's multicast out of iface, if set.
-func setMulticastInterface(conn *net.UDPConn, iface *net.Interface) error {
-	if iface == nil {
-		return nil
-	}
-	return ipv4.NewPacketConn(conn).SetMulticastInterface(iface)
 }
 
 // Lookup resolves arg (Resolve) among the peers found, after the first

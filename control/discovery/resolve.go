@@ -33,6 +33,13 @@ func Resolve(peers []Peer, arg string, want Want) (p Peer, why string, err error
 	if arg == Auto {
 		return choose(peers, want)
 	}
+	if domain, ok := DomainOf(arg); ok {
+		p, why, err := choose(Among(peers, arg), want)
+		if err != nil {
+			return Peer{}, "", fmt.Errorf("under %s: %w", domain, err)
+		}
+		return p, "dns " + domain + " " + why, nil
+	}
 	var byID, byName []Peer
 	for _, p := range peers {
 		switch {
@@ -80,6 +87,34 @@ func Resolve(peers []Peer, arg string, want Want) (p Peer, why string, err error
 	}
 	return p, "named " + arg, nil
 }
+
+// DomainOf is the domain of a peer argument dns:DOMAIN.
+func DomainOf(arg string) (string, bool) {
+	d, ok := strings.CutPrefix(arg, "dns:")
+	if !ok || CanonicalDomain(d) == "" {
+		return "", false
+	}
+	return CanonicalDomain(d), true
+}
+
+// Chooses says whether arg lets auto choose: auto, or dns:DOMAIN.
+func Chooses(arg string) bool {
+	_, dns := DomainOf(arg)
+	return arg == Auto || dns
+}
+
+// Among are the peers arg chooses among: those found under DOMAIN for
+// dns:DOMAIN, all of them otherwise.
+func Among(peers []Peer, arg string) []Peer {
+	d, ok := DomainOf(arg)
+	if !ok {
+		return peers
+	}
+	return slices.DeleteFunc(slices.Clone(peers), func(p Peer) bool { return p.Via != ViaDNS(d) })
+}
+
+// Ranked are the executors auto would choose among for want, best first.
+func Ranked(peers []Peer, want Want) ([]Peer, error) { return ranked(peers, want) }
 
 // choose picks, among the online executors that can take the delegation
 // now, the one with the live mount (when the transport is auto or sshfs)
@@ -133,7 +168,7 @@ func ranked(peers []Peer, want Want) ([]Peer, error) {
 	}
 	if len(fit) == 0 {
 		if len(refused) == 0 {
-			return nil, fmt.Errorf("no executor is online on this network (`awcp-ctl peers` shows what was found)")
+			return nil, fmt.Errorf("no executor is online (`awcp-ctl peers` shows what was found)")
 		}
 		return nil, fmt.Errorf("no executor online can take this delegation now: %s", strings.Join(refused, "; "))
 	}
@@ -193,8 +228,11 @@ func newest(ps []Peer) Peer {
 // OfflineSince says how an offline peer went, and how long ago.
 func OfflineSince(p Peer) string {
 	how := "not answering"
-	if p.Gone == GoneWithdrawn {
+	switch p.Gone {
+	case GoneWithdrawn:
 		how = "withdrawn"
+	case GoneUnreachable:
+		how = "listed in DNS, not answering"
 	}
 	if p.LastSeen.IsZero() {
 		return how
