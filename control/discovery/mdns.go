@@ -56,4 +56,3 @@ func setMulticastInterface(conn *net.UDPConn, iface *net.Interface) error {
 	}
 	return ipv4.NewPacketConn(conn).SetMulticastInterface(iface)
 }
-
