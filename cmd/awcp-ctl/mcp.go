@@ -83,7 +83,7 @@ func serveMCP(ctx context.Context, c *cli.Context) error {
 		return err
 	}
 	var finder mcpserver.PeerFinder
-	if c.Bool("discover") {
+	if c.Bool("discover") || len(c.StringSlice("dns")) > 0 {
 		b := e.browser(c)
 		browseCtx, stopBrowsing := context.WithCancel(ctx)
 		browsed := make(chan struct{})

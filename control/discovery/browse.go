@@ -186,7 +186,9 @@ func (b *Browser) Run(ctx context.Context) error {
 	defer stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	if ln, err := listenGoodbyes(b.Iface); err != nil {
+	if b.NoMDNS {
+		// DNS alone: no goodbyes to hear.
+	} else if ln, err := listenGoodbyes(b.Iface); err != nil {
 		b.Logger.Warn("mDNS: cannot listen for goodbyes; a stopped peer shows offline only once it is silent", "err", err)
 	} else {
 		wg.Add(1)
@@ -194,7 +196,7 @@ func (b *Browser) Run(ctx context.Context) error {
 	}
 	for {
 		if err := b.Round(ctx); err != nil && ctx.Err() == nil {
-			b.Logger.Warn("mDNS query", "err", err)
+			b.Logger.Warn("browse", "err", err)
 		}
 		if err := b.saveIfDue(); err != nil {
 			b.Logger.Warn("peer book", "err", err)

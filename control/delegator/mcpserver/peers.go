@@ -11,6 +11,7 @@ import (
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/control/discovery"
+	"github.com/awcp/awcp/lease"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -148,6 +149,9 @@ type KeyFor func(url string) (agentID, key string)
 // when discovery chose it.
 type chosenPeer struct {
 	URL, AgentID, Name, Key, why string
+	// fallbacks are invited in turn when it declines for want of a slot
+	// (auto and dns:DOMAIN).
+	fallbacks []lease.PeerRef
 }
 
 // pickPeer resolves the peer_url argument: a URL, the name of a configured
@@ -194,14 +198,26 @@ func (s *server) pickPeer(ctx context.Context, arg, access string) (chosenPeer, 
 func (s *server) discover(ctx context.Context, arg, access string) (chosenPeer, error) {
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	p, why, err := s.opts.Finder.Lookup(lctx, arg, discovery.Want{
-		Transport: s.opts.Transport, Access: access, Self: s.opts.Self, Exclude: s.opts.CallChain})
+	want := discovery.Want{Transport: s.opts.Transport, Access: access, Self: s.opts.Self, Exclude: s.opts.CallChain}
+	p, why, err := s.opts.Finder.Lookup(lctx, arg, want)
 	if err != nil {
 		return chosenPeer{}, control.Errorf(control.CodeDeclined, "peer_url %s: %v", arg, err).
 			WithHint("the peers tool lists the executors found")
 	}
-	return chosenPeer{URL: p.URL, AgentID: p.AgentID, Name: p.Name, Key: p.TrustedKey, why: why}, nil
+	c := chosenPeer{URL: p.URL, AgentID: p.AgentID, Name: p.Name, Key: p.TrustedKey, why: why}
+	if discovery.Chooses(arg) {
+		ranked, _ := discovery.Ranked(discovery.Among(s.opts.Finder.Peers(), arg), want)
+		for _, q := range ranked {
+			if q.AgentID != p.AgentID && len(c.fallbacks) < maxFallbacks {
+				c.fallbacks = append(c.fallbacks, lease.PeerRef{URL: q.URL, AgentID: q.AgentID, Name: q.Name, Key: q.TrustedKey})
+			}
+		}
+	}
+	return c, nil
 }
+
+// maxFallbacks bounds how many executors one delegation invites in turn.
+const maxFallbacks = 16
 
 type peersArgs struct{}
 
@@ -216,7 +232,8 @@ type PeerView struct {
 	Name    string `json:"name"`
 	AgentID string `json:"agent_id,omitempty"`
 	URL     string `json:"url"`
-	Source  string `json:"source" jsonschema:"configured (--peers) or discovered (mDNS)"`
+	Source  string `json:"source" jsonschema:"configured (--peers) or discovered (mDNS or DNS)"`
+	FoundBy string `json:"found_by,omitempty" jsonschema:"how a discovered executor was found: mdns, or dns:DOMAIN"`
 	Online  bool   `json:"online"`
 	// Offline says how and since when, for a peer that is not online.
 	Offline     string   `json:"offline,omitempty"`
@@ -273,7 +290,7 @@ func (s *server) peers(_ context.Context, _ *mcp.CallToolRequest, _ peersArgs) (
 		return res, nil
 	}
 	for _, p := range s.opts.Finder.Peers() {
-		v := PeerView{Name: oneLine(p.Name), AgentID: p.AgentID, URL: p.URL, Source: "discovered", Online: p.Online,
+		v := PeerView{Name: oneLine(p.Name), AgentID: p.AgentID, URL: p.URL, Source: "discovered", FoundBy: p.Via, Online: p.Online,
 			LastSeen: control.Timestamp(p.LastSeen)}
 		if !p.Online {
 			v.Offline = discovery.OfflineSince(p)

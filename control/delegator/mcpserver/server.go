@@ -337,7 +337,7 @@ func (s *server) request(in delegateArgs, peer chosenPeer) (delegator.ExportRequ
 		dir = filepath.Join(cwd, dir)
 	}
 	return delegator.ExportRequest{
-		Dir: dir, Peer: peer.URL, PeerAgentID: peer.AgentID, PeerName: peer.Name, PeerKey: peer.Key, PeerChoice: peer.why, CallChain: s.opts.CallChain, PlainHTTP: s.opts.PlainHTTP,
+		Dir: dir, Peer: peer.URL, PeerAgentID: peer.AgentID, PeerName: peer.Name, PeerKey: peer.Key, PeerChoice: peer.why, PeerFallbacks: peer.fallbacks, CallChain: s.opts.CallChain, PlainHTTP: s.opts.PlainHTTP,
 		Prompt: in.Prompt, Description: strings.TrimSpace(in.Description),
 		TTL: time.Duration(in.TTLSeconds) * time.Second, Access: in.AccessMode,
 		Transport: s.opts.Transport, Token: s.opts.Token, Dialect: s.opts.Dialect,
