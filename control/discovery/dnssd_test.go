@@ -141,7 +141,9 @@ func TestDNSSDRecordsAreBounded(t *testing.T) {
 		"_awcp._tcp.executors.ns.svc.cluster.test. 5 IN SRV 0 50 10200 e-0.executors.ns.svc.cluster.test.",
 		"e-0.executors.ns.svc.cluster.test. 5 IN A 192.0.2.8",
 	)
+	z.mu.Lock()
 	z.truncateTXT = true
+	z.mu.Unlock()
 	b := &Browser{DNSServer: z.addr}
 	b.init()
 	ps, err := b.browseDNS(context.Background(), "fleet.test")
