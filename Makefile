@@ -69,11 +69,11 @@ install: build
 	install -D -m 0755 $(BIN)/awcp-ctl $(DESTDIR)$(PREFIX)/bin/awcp-ctl
 	install -D -m 0755 $(BIN)/awcp-fs $(DESTDIR)$(PREFIX)/bin/awcp-fs
 	install -d -m 0755 $(DESTDIR)/etc/systemd/system $(DESTDIR)/etc/systemd/user $(DESTDIR)$(PREFIX)/share/awcp
-	sed 's|/usr/local|$(PREFIX)|g' dist/systemd/awcp-fs.service > $(DESTDIR)/etc/systemd/system/awcp-fs.service
-	sed 's|/usr/local|$(PREFIX)|g' dist/systemd/awcp-ctl.service > $(DESTDIR)/etc/systemd/user/awcp-ctl.service
+	sed 's|/usr/local|$(PREFIX)|g' deploy/systemd/awcp-fs.service > $(DESTDIR)/etc/systemd/system/awcp-fs.service
+	sed 's|/usr/local|$(PREFIX)|g' deploy/systemd/awcp-ctl.service > $(DESTDIR)/etc/systemd/user/awcp-ctl.service
 	chmod 0644 $(DESTDIR)/etc/systemd/system/awcp-fs.service $(DESTDIR)/etc/systemd/user/awcp-ctl.service
-	install -m 0644 dist/awcp-fs.toml dist/awcp-ctl.toml $(DESTDIR)$(PREFIX)/share/awcp/
-	[ -e $(DESTDIR)/etc/awcp/awcp-fs.toml ] || install -D -m 0600 dist/awcp-fs.toml $(DESTDIR)/etc/awcp/awcp-fs.toml
+	install -m 0644 deploy/awcp-fs.toml deploy/awcp-ctl.toml $(DESTDIR)$(PREFIX)/share/awcp/
+	[ -e $(DESTDIR)/etc/awcp/awcp-fs.toml ] || install -D -m 0600 deploy/awcp-fs.toml $(DESTDIR)/etc/awcp/awcp-fs.toml
 
 clean:
 	rm -rf $(BIN)

@@ -49,8 +49,8 @@ func TestServiceFiles(t *testing.T) {
 	}
 	root := repoRoot(t)
 	units := map[string]string{
-		"awcp-fs.service":  filepath.Join(root, "dist/systemd/awcp-fs.service"),
-		"awcp-ctl.service": filepath.Join(root, "dist/systemd/awcp-ctl.service"),
+		"awcp-fs.service":  filepath.Join(root, "deploy/systemd/awcp-fs.service"),
+		"awcp-ctl.service": filepath.Join(root, "deploy/systemd/awcp-ctl.service"),
 	}
 	// systemd checks that ExecStart's program exists: the built one
 	// stands in for the installed one.
@@ -82,7 +82,7 @@ func TestServiceFiles(t *testing.T) {
 		t.Fatalf("awcp-fs.service runs %v", fsArgs)
 	}
 	state := filepath.Join(t.TempDir(), "state")
-	fs := exec.Command(filepath.Join(binDir, "awcp-fs"), "serve", "--config", filepath.Join(root, "dist/awcp-fs.toml"),
+	fs := exec.Command(filepath.Join(binDir, "awcp-fs"), "serve", "--config", filepath.Join(root, "deploy/awcp-fs.toml"),
 		"--state-dir", state, "--work-root", filepath.Join(state, "work"), "--listen", "127.0.0.1:0",
 		"--metrics-listen", freeAddr(t), "--agent-cmd", "true")
 	var fsLog strings.Builder
@@ -102,7 +102,7 @@ func TestServiceFiles(t *testing.T) {
 	}
 
 	// Without an agent, the example says exactly what is missing.
-	r, _ := exec.Command(filepath.Join(binDir, "awcp-fs"), "serve", "--config", filepath.Join(root, "dist/awcp-fs.toml"),
+	r, _ := exec.Command(filepath.Join(binDir, "awcp-fs"), "serve", "--config", filepath.Join(root, "deploy/awcp-fs.toml"),
 		"--state-dir", state, "--work-root", filepath.Join(state, "work")).CombinedOutput()
 	if !strings.Contains(string(r), "an agent is required") {
 		t.Errorf("the example without an agent: %s", r)
@@ -113,13 +113,13 @@ func TestServiceFiles(t *testing.T) {
 		t.Fatalf("awcp-ctl.service runs %v", ctlArgs)
 	}
 	c := newCtl(t)
-	_, stop := c.serve("--config", filepath.Join(root, "dist/awcp-ctl.toml"), "--ssh-listen", "127.0.0.1:0", "--metrics-listen", freeAddr(t))
+	_, stop := c.serve("--config", filepath.Join(root, "deploy/awcp-ctl.toml"), "--ssh-listen", "127.0.0.1:0", "--metrics-listen", freeAddr(t))
 	stop()
 	// The same file serves the other commands: a setting of serve's or
 	// export's is theirs, not an error.
 	for _, args := range [][]string{{"status"}, {"peers", "--browse-window", "100ms"}, {"prune"}} {
-		if r := c.run(append([]string{"--config", filepath.Join(root, "dist/awcp-ctl.toml")}, args...)...); r.code != 0 {
-			t.Errorf("awcp-ctl --config dist/awcp-ctl.toml %v: exit %d\n%s", args, r.code, r.stderr)
+		if r := c.run(append([]string{"--config", filepath.Join(root, "deploy/awcp-ctl.toml")}, args...)...); r.code != 0 {
+			t.Errorf("awcp-ctl --config deploy/awcp-ctl.toml %v: exit %d\n%s", args, r.code, r.stderr)
 		}
 	}
 
