@@ -66,5 +66,14 @@ func readAuthorizedKeys(path string) ([]string, error) {
 		}
 		keys = append(keys, control.IdentityKeyText(pub))
 	}
-	return keys, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, clikit.UsageError("--authorized-delegators %s: %v", path, err)
+	}
+	if len(keys) == 0 {
+		// Served with no key and no token, the executor would take
+		// delegations from anyone: a file left empty (a Secret not filled
+		// in) must not open it.
+		return nil, clikit.UsageError("--authorized-delegators %s holds no key: add the delegators' keys (`awcp-ctl peers self` prints one), or drop the flag", path)
+	}
+	return keys, nil
 }

@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // recordingRelay forwards every connection to target and keeps every byte
@@ -174,5 +177,22 @@ func TestPeersSpeakTLSPinnedToTheirKeys(t *testing.T) {
 		if r.code == 0 || !strings.Contains(r.stderr, "AUTH_FAILED") {
 			t.Fatalf("a delegator of another key, %v: exit %d\n%s", extra, r.code, r.stderr)
 		}
+	}
+}
+
+// An authorized-delegators file that holds no key (a Secret left empty)
+// would serve the executor open to anyone: awcp-fs refuses to start.
+func TestEmptyAuthorizedDelegatorsRefused(t *testing.T) {
+	empty := filepath.Join(t.TempDir(), "authorized")
+	if err := os.WriteFile(empty, []byte("# keys go here\n\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a serve that started is killed
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "awcp-fs"), "serve", "--state-dir", t.TempDir(), "--work-root", t.TempDir(), "--listen", "0.0.0.0:0",
+		"--agent-cmd", "true", "--authorized-delegators", empty)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "holds no key") {
+		t.Fatalf("awcp-fs serve with an empty --authorized-delegators: %v\n%s", err, out)
 	}
 }
