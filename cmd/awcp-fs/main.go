@@ -262,6 +262,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 	}
 	if reg != nil {
 		reg.CountDelegations("executor", store.AssignmentCensus)
+		reg.CountSlots(c.Int("max-concurrent"), store.ActiveAssignments)
 		stop, err := clikit.ServeMetrics(ctx, reg, c.String("metrics-listen"), log)
 		if err != nil {
 			return err

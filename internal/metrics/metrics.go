@@ -130,6 +130,36 @@ func (r *Registry) CountDelegations(kind string, count func() (map[[2]string]int
 	})
 }
 
+// CountSlots publishes awcp_executor_slots{kind="max"|"free"}: how many
+// delegations the executor takes at once, and how many more it would take
+// now (max less active), read at each scrape — what a fleet's scheduler
+// and its operator watch.
+func (r *Registry) CountSlots(max int, active func() (int, error)) {
+	r.reg.MustRegister(&slotsCollector{
+		desc:   prometheus.NewDesc("awcp_executor_slots", "Delegation slots of this executor: max, and free now.", []string{"kind"}, nil),
+		max:    max,
+		active: active,
+	})
+}
+
+type slotsCollector struct {
+	desc   *prometheus.Desc
+	max    int
+	active func() (int, error)
+}
+
+func (c *slotsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *slotsCollector) Collect(ch chan<- prometheus.Metric) {
+	n, err := c.active()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(c.max), "max")
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(max(c.max-n, 0)), "free")
+}
+
 type censusCollector struct {
 	desc  *prometheus.Desc
 	count func() (map[[2]string]int, error) // by {state, transport}

@@ -33,6 +33,7 @@ func recordOneOfEach(r *Registry) {
 	r.AgentExited("completed")
 	r.LeaseExpired()
 	r.Archive("workspace_sent", 1<<20)
+	r.CountSlots(5, func() (int, error) { return 2, nil })
 }
 
 // The dashboard in docs/ asks only for metrics the daemons have: a

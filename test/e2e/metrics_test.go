@@ -138,6 +138,8 @@ func TestMetrics(t *testing.T) {
 		{"executor", exe, "awcp_delegations", []string{`state="completed"`, `transport="sshfs"`}, 1},
 		{"executor", exe, "awcp_delegations", []string{`state="completed"`, `transport="archive"`}, 1},
 		{"executor", exe, "awcp_admissions_refused_total", []string{`code="AUTH_FAILED"`}, 1},
+		{"executor", exe, "awcp_executor_slots", []string{`kind="max"`}, 5},
+		{"executor", exe, "awcp_executor_slots", []string{`kind="free"`}, 5}, // all ended
 		{"executor", exe, "awcp_agent_exits_total", []string{`outcome="completed"`}, 2},
 		{"executor", exe, "awcp_fuse_operations_total", []string{`op="create"`}, 1},
 		{"executor", exe, "awcp_fuse_operations_total", []string{`op="write"`}, 1},
