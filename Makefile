@@ -9,11 +9,13 @@ LDFLAGS := -X github.com/awcp/awcp/cmd/internal/clikit.Version=$(VERSION)
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/awcp-ctl ./cmd/awcp-fs
 
-# Everything: unit tests with the race detector, then the end-to-end suite
+# Everything: unit tests with the race detector, the Kubernetes manifests
+# against the API types (a module of its own), then the end-to-end suite
 # against the built binaries.
 test: build
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 10m $$($(GO) list ./... | grep -v /test/e2e)
+	cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -count=1 ./...
 	AWCP_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 10m ./test/e2e/...
 
 unit:
