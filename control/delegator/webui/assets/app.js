@@ -1,0 +1,407 @@
+// awcp-ctl ui. Everything shown here came from an executor or the
+// network: it is written as text (text nodes), never as HTML.
+"use strict";
+
+const csrf = document.querySelector('meta[name="csrf"]').content;
+const main = document.getElementById("main");
+let rows = [];          // the delegations, as the stream last sent them
+let filter = "all";     // of the list
+let shownRev = "";      // the rev of the delegation shown, if one is
+let following = true;   // the output view sticks to its end
+
+// el makes an element: attrs are properties (on… are listeners), children
+// strings (as text) or nodes.
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (k === "class") e.className = v;
+    else if (k.startsWith("aria-") || k.startsWith("data-") || k === "role" || k === "for") e.setAttribute(k, v);
+    else e[k] = v;
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    e.append(typeof c === "string" || typeof c === "number" ? document.createTextNode(String(c)) : c);
+  }
+  return e;
+}
+
+function toast(msg) {
+  const t = document.getElementById("toast");
+  t.textContent = msg;
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => { t.textContent = ""; }, 8000);
+}
+
+async function api(path, body) {
+  const opts = body === undefined ? {} : {
+    method: "POST", body: JSON.stringify(body),
+    headers: { "Content-Type": "application/json", "X-AWCP-CSRF": csrf },
+  };
+  const resp = await fetch(path, opts);
+  const data = await resp.json().catch(() => ({}));
+  if (!resp.ok) {
+    const e = new Error((data.code ? data.code + ": " : "") + (data.error || resp.statusText) + (data.hint ? " (" + data.hint + ")" : ""));
+    e.data = data;
+    throw e;
+  }
+  return data;
+}
+
+function when(t) {
+  if (!t || t.startsWith("0001")) return "";
+  return new Date(t).toLocaleTimeString();
+}
+
+function elapsed(r) {
+  const from = new Date(r.createdAt), to = r.ended && r.endedAt ? new Date(r.endedAt) : new Date();
+  let s = Math.max(0, Math.round((to - from) / 1000));
+  const h = Math.floor(s / 3600); s -= h * 3600;
+  const m = Math.floor(s / 60); s -= m * 60;
+  return (h ? h + "h" : "") + (h || m ? m + "m" : "") + s + "s";
+}
+
+function stateText(r) {
+  let s = r.state;
+  if (r.awaiting) s = "awaiting " + r.awaiting;
+  if (r.staged) s += " (staged: " + r.staged + ")";
+  return s;
+}
+
+// ---- the list ----
+
+const filters = {
+  all: () => true,
+  active: r => !r.ended,
+  ended: r => r.ended,
+  awaiting: r => !!r.awaiting || r.staged === "pending",
+};
+
+function renderList() {
+  const shown = rows.filter(filters[filter]);
+  const bar = el("div", { class: "filters", role: "toolbar", "aria-label": "filter" },
+    Object.keys(filters).map(f => el("button", {
+      "aria-pressed": String(f === filter), "data-filter": f,
+      onclick: () => { filter = f; renderList(); },
+    }, f)));
+  const table = el("table", { id: "delegations" },
+    el("thead", {}, el("tr", {}, ["delegation", "state", "executor", "transport", "access", "elapsed", "last output"].map(
+      (h, i) => el("th", { scope: "col", class: i >= 5 ? "wide" : "" }, h)))),
+    el("tbody", {}, shown.map(r => el("tr", { class: (r.ended ? "ended" : "") + (r.awaiting ? " awaiting" : ""), "data-id": r.id },
+      el("td", {}, el("a", { href: "#/d/" + encodeURIComponent(r.id) }, r.id.slice(0, 8)), " ", el("span", { class: "muted" }, r.dir)),
+      el("td", { class: "state" }, stateText(r), r.channel ? el("div", { class: "muted" }, "executor " + r.channel) : null),
+      el("td", {}, r.executor, r.group ? el("div", {}, el("a", { href: "#/g/" + encodeURIComponent(r.group) }, "attempts " + r.group.slice(0, 8))) : null),
+      el("td", {}, r.transport),
+      el("td", {}, r.access),
+      el("td", { class: "wide" }, elapsed(r)),
+      el("td", { class: "wide mono" }, r.progress || ""),
+    ))));
+  const empty = shown.length ? null : el("p", { class: "muted" }, "no delegations here");
+  main.replaceChildren(el("h2", {}, "Delegations"), bar, el("div", { class: "scroll" }, table), empty);
+}
+
+// ---- one delegation ----
+
+async function showDelegation(id) {
+  let d;
+  try {
+    d = await api("/api/delegations/" + encodeURIComponent(id));
+  } catch (e) {
+    main.replaceChildren(el("h2", {}, "Delegation " + id), el("p", {}, e.message));
+    return;
+  }
+  shownRev = d.rev;
+  const parts = [
+    el("h2", {}, "Delegation " + d.id),
+    el("dl", { class: "kv" },
+      el("dt", {}, "state"), el("dd", { class: "state", id: "state" }, stateText(d)),
+      d.channel ? [el("dt", {}, "executor side"), el("dd", {}, d.channel)] : null,
+      el("dt", {}, "executor"), el("dd", {}, d.executor + " (" + d.peer + ")"),
+      el("dt", {}, "directory"), el("dd", { class: "mono" }, d.dir),
+      el("dt", {}, "transport"), el("dd", {}, d.transport + ", " + d.access),
+      el("dt", {}, "elapsed"), el("dd", {}, elapsed(d)),
+      el("dt", {}, "prompt"), el("dd", {}, el("pre", {}, d.prompt)),
+      d.group ? [el("dt", {}, "attempts"), el("dd", {}, el("a", { href: "#/g/" + encodeURIComponent(d.group) }, "compare the group's attempts"))] : null,
+    ),
+  ];
+  parts.push(...asks(d));
+  if (d.failure) parts.push(el("div", { class: "card" }, el("strong", {}, "error " + d.failure.code + ": "), d.failure.message,
+    d.failure.hint ? el("div", {}, "hint: " + d.failure.hint) : null));
+  if (d.summary) parts.push(el("h3", {}, "Summary"), el("pre", { id: "summary" }, d.summary));
+  if (d.notes && d.notes.length) parts.push(el("h3", {}, "Notes"), el("ul", {}, d.notes.map(n => el("li", {}, n))));
+  if (d.changes && d.changes.length) parts.push(el("h3", {}, "Changes"), el("ul", { class: "mono" }, d.changes.map(c => el("li", {}, c))));
+  if (d.staged) parts.push(el("h3", {}, "Review"), el("div", { id: "review" }, el("button", { onclick: () => showReview(d) }, "Show the staged result")));
+  parts.push(el("h3", {}, "Output"), output(d));
+  parts.push(el("h3", {}, "Events"), el("div", { class: "scroll" }, el("table", {},
+    el("thead", {}, el("tr", {}, ["at", "from", "to", "event", "note"].map(h => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, d.events.map(e => el("tr", {}, el("td", {}, when(e.at)), el("td", {}, e.from), el("td", {}, e.to), el("td", {}, e.event), el("td", {}, e.note || "")))))));
+  parts.push(el("h3", {}, "Audit log"), el("div", { id: "audit" }, auditForm(d.id)));
+  const open = document.getElementById("review");
+  const keep = open && open.dataset.open === d.id ? open : null;
+  main.replaceChildren(...parts);
+  if (keep) showReview(d);
+}
+
+// asks are the permission requests and the question awaiting an answer.
+function asks(d) {
+  const out = [];
+  for (const p of d.permissions || []) {
+    if (p.outcome !== "pending") continue;
+    out.push(el("div", { class: "card ask", role: "group", "aria-label": "permission request " + p.requestId },
+      el("strong", {}, "The agent asks permission (" + p.requestId + "): "), p.title,
+      p.askedBy ? el("div", { class: "muted" }, "asked by " + p.askedBy) : null,
+      el("div", { class: "actions" }, (p.options || []).map(o => el("button", {
+        class: o.kind && o.kind.startsWith("allow") ? "primary" : "", "data-option": o.optionId,
+        onclick: async ev => {
+          ev.target.disabled = true;
+          try {
+            await api("/api/delegations/" + encodeURIComponent(d.id) + "/permit", { request: p.requestId, option: o.optionId });
+            toast("answered " + p.requestId + ": " + o.name);
+          } catch (e) { toast(e.message); ev.target.disabled = false; }
+        },
+      }, o.name + " (" + o.kind + ")")))));
+  }
+  if (d.session && d.awaiting === "the next prompt") {
+    const input = el("input", { type: "text", id: "say", "aria-label": "your answer or next prompt", size: 50 });
+    out.push(el("div", { class: "card ask" }, el("strong", {}, "The session awaits your next prompt."),
+      d.turns && d.turns.length ? el("pre", {}, d.turns[d.turns.length - 1].reply || "") : null,
+      el("form", { class: "actions", onsubmit: async ev => {
+        ev.preventDefault();
+        try { await api("/api/delegations/" + encodeURIComponent(d.id) + "/say", { text: input.value }); toast("sent"); }
+        catch (e) { toast(e.message); }
+      } }, input, el("button", { type: "submit", class: "primary" }, "Send"))));
+  }
+  return out;
+}
+
+function output(d) {
+  const box = el("div", { class: "output mono", id: "output", tabindex: "0", "aria-label": "the agent's output" },
+    d.outputDropped ? el("div", { class: "muted" }, d.outputDropped + " earlier lines dropped") : null,
+    (d.output || []).map(l => el("div", {}, el("span", { class: "muted" }, when(l.at) + " "), l.text)));
+  box.addEventListener("scroll", () => { following = box.scrollTop + box.clientHeight >= box.scrollHeight - 4; });
+  requestAnimationFrame(() => { if (following) box.scrollTop = box.scrollHeight; });
+  return box;
+}
+
+function auditForm(id) {
+  const kind = el("select", { "aria-label": "operation" }, ["", "read", "write", "create", "mkdir", "remove", "rename", "setattr", "open", "list"].map(k => el("option", { value: k }, k || "any operation")));
+  const path = el("input", { type: "text", "aria-label": "path contains", placeholder: "path contains" });
+  const list = el("div", {});
+  const load = async ev => {
+    if (ev) ev.preventDefault();
+    try {
+      const q = new URLSearchParams({ kind: kind.value, path: path.value });
+      const a = await api("/api/delegations/" + encodeURIComponent(id) + "/audit?" + q);
+      const s = a.summary;
+      list.replaceChildren(
+        s ? el("p", {}, s.filesRead + " files read, " + s.filesWritten + " written, " + s.created + " created, " + s.deleted + " deleted, " + s.refused + " refused") : el("p", { class: "muted" }, "no audit log (an archive's result is its diff)"),
+        el("div", { class: "scroll" }, el("table", {}, el("tbody", {}, (a.operations || []).map(o => el("tr", {},
+          el("td", {}, when(o.at)), el("td", { class: o.refused ? "refused" : "" }, o.kind), el("td", { class: "mono" }, o.path + (o.to ? " → " + o.to : "")),
+          el("td", {}, o.bytes ? o.bytes + " bytes" : ""), el("td", {}, o.err || "")))))),
+        a.truncated ? el("p", { class: "muted" }, "more operations than shown: awcp-ctl audit " + id + " has them all") : null);
+    } catch (e) { list.replaceChildren(el("p", {}, e.message)); }
+  };
+  return el("div", {}, el("form", { class: "actions", onsubmit: load }, kind, path, el("button", { type: "submit" }, "Show the audit log (refusals first)")), list);
+}
+
+// ---- review ----
+
+let sideBySide = false;
+
+async function showReview(d) {
+  const box = document.getElementById("review");
+  box.dataset.open = d.id;
+  let res;
+  try {
+    res = await api("/api/delegations/" + encodeURIComponent(d.id) + "/result");
+  } catch (e) { box.replaceChildren(el("p", {}, e.message)); return; }
+  const files = res.files || [];
+  const perFile = splitDiff(res.diff || "");
+  const diffs = el("div", { id: "diffs" });
+  const draw = () => diffs.replaceChildren(...perFile.map(f => fileDiff(f)));
+  const branch = el("input", { type: "text", "aria-label": "branch name", placeholder: "new branch name" });
+  const report = el("div", { id: "applied" });
+  const act = async (what, body) => {
+    try {
+      const out = await api("/api/delegations/" + encodeURIComponent(d.id) + "/" + what, body);
+      report.replaceChildren(appliedText(out));
+    } catch (e) { report.replaceChildren(el("p", {}, e.message)); }
+  };
+  box.replaceChildren(
+    el("p", {}, "Result " + res.state + " for " + res.dir + (res.branch ? "; recorded on branch " + res.branch : "")),
+    el("ul", { class: "files", "aria-label": "changed files" }, files.map((f, i) => el("li", {},
+      el("button", { onclick: () => { const t = document.getElementById("diff-" + i); if (t) { t.scrollIntoView(); t.focus(); } } },
+        f.status + " " + f.path), " ",
+      el("span", { class: "muted" }, f.binary ? "binary, " + f.old_size + " → " + f.new_size + " bytes" : "+" + (f.added || 0) + " −" + (f.removed || 0))))),
+    el("div", { class: "actions" },
+      el("label", {}, el("input", { type: "checkbox", checked: sideBySide, onchange: ev => { sideBySide = ev.target.checked; draw(); } }), " side by side"),
+      res.state === "pending" ? [
+        el("button", { class: "primary", id: "apply", onclick: () => act("apply", {}) }, "Apply to " + res.dir),
+        branch, el("button", { onclick: () => act("apply", { branch: branch.value }) }, "Apply to a branch"),
+        el("button", { id: "discard", onclick: () => act("discard", {}) }, "Discard"),
+      ] : null),
+    report,
+    res.diffCut ? el("p", { class: "muted" }, "the diff is cut: awcp-ctl diff " + d.id + " has it all") : null,
+    diffs);
+  draw();
+}
+
+function appliedText(out) {
+  if (out.discarded && !out.applied) return el("p", {}, "discarded");
+  const a = out.applied || {};
+  if (a.branch) return el("p", {}, "recorded on branch " + a.branch + " (commit " + (a.commit || "").slice(0, 12) + "); your working tree is as it was");
+  const r = a.report || {};
+  const list = (label, xs) => xs && xs.length ? el("li", {}, label + ": " + xs.join(", ")) : null;
+  return el("div", {}, el("p", {}, (r.conflicts && r.conflicts.length) ? "applied, with conflicts:" : "applied:"),
+    el("ul", {}, list("created", r.created), list("modified", r.modified), list("deleted", r.deleted), list("merged", r.merged),
+      list("CONFLICTS (yours kept; theirs beside, .awcp-*)", r.conflicts), list("left out", r.ignored)),
+    out.discarded && out.discarded.length ? el("p", {}, "the group's other attempts were discarded: " + out.discarded.join(" ")) : null);
+}
+
+// splitDiff cuts a unified diff into its files.
+function splitDiff(text) {
+  const files = [];
+  for (const line of text.split("\n")) {
+    if (line.startsWith("diff --git ") || !files.length) files.push({ head: line, lines: [] });
+    else files[files.length - 1].lines.push(line);
+  }
+  return files.filter(f => f.head);
+}
+
+function lineClass(l) {
+  if (l.startsWith("+++") || l.startsWith("---")) return "l muted";
+  if (l.startsWith("+")) return "l add";
+  if (l.startsWith("-")) return "l del";
+  if (l.startsWith("@@")) return "l hunk";
+  return "l";
+}
+
+function fileDiff(f) {
+  const i = document.querySelectorAll(".diff").length;
+  let body;
+  if (!sideBySide) {
+    body = f.lines.map(l => el("div", { class: lineClass(l) }, l));
+  } else {
+    // Left the old lines, right the new: removals and additions of a
+    // run side by side, context on both.
+    body = [];
+    let dels = [], adds = [];
+    const flush = () => {
+      for (let k = 0; k < Math.max(dels.length, adds.length); k++) {
+        body.push(el("div", { class: dels[k] !== undefined ? "l del" : "l" }, dels[k] ?? ""), el("div", { class: adds[k] !== undefined ? "l add" : "l" }, adds[k] ?? ""));
+      }
+      dels = []; adds = [];
+    };
+    for (const l of f.lines) {
+      if (l.startsWith("+++") || l.startsWith("---")) continue;
+      if (l.startsWith("-")) dels.push(l);
+      else if (l.startsWith("+")) adds.push(l);
+      else { flush(); body.push(el("div", { class: lineClass(l) }, l), el("div", { class: lineClass(l) }, l)); }
+    }
+    flush();
+    body = [el("div", { class: "sbs" }, body)];
+  }
+  return el("div", { class: "diff mono", id: "diff-" + i, tabindex: "-1" }, el("div", { class: "file" }, f.head.replace(/^diff --git /, "")), body);
+}
+
+// ---- attempts ----
+
+async function showGroup(group) {
+  let attempts;
+  try { attempts = await api("/api/groups/" + encodeURIComponent(group)); }
+  catch (e) { main.replaceChildren(el("h2", {}, "Attempts"), el("p", {}, e.message)); return; }
+  const report = el("div", { id: "applied" });
+  main.replaceChildren(el("h2", {}, "Attempts of " + group), report, el("div", { class: "attempts" }, attempts.map(a => el("section", { class: "card", "aria-label": "attempt " + a.delegationId },
+    el("h3", {}, el("a", { href: "#/d/" + encodeURIComponent(a.delegationId) }, a.executor)),
+    el("dl", { class: "kv" },
+      el("dt", {}, "state"), el("dd", { class: "state" }, a.state),
+      el("dt", {}, "changed"), el("dd", {}, a.result ? a.result : a.files + " files, +" + a.linesAdded + " −" + a.linesRemoved + " lines"),
+      el("dt", {}, "took"), el("dd", {}, Math.round(a.took / 1e9) + "s"),
+      el("dt", {}, "check"), el("dd", {}, a.check ? (a.check.passed ? "passed" : "FAILED (exit " + a.check.exit + ")") : "not run (awcp-ctl compare " + group + " --check CMD)")),
+    a.summary ? el("pre", {}, a.summary) : null,
+    a.result ? null : el("button", { class: "primary", onclick: async () => {
+      try { report.replaceChildren(appliedText(await api("/api/delegations/" + encodeURIComponent(a.delegationId) + "/apply", {}))); }
+      catch (e) { report.replaceChildren(el("p", {}, e.message)); }
+    } }, "Apply this one")))));
+}
+
+// ---- peers ----
+
+async function showPeers() {
+  let peers;
+  try { peers = await api("/api/peers"); }
+  catch (e) { main.replaceChildren(el("h2", {}, "Peers"), el("p", {}, e.message)); return; }
+  const dialog = el("dialog", { id: "trust-dialog" });
+  main.replaceChildren(el("h2", {}, "Peers"), dialog, peers.length ? el("div", { class: "scroll" }, el("table", { id: "peers" },
+    el("thead", {}, el("tr", {}, ["name", "agent id", "state", "trust", "found by", "slots", ""].map(h => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, peers.map(p => el("tr", {},
+      el("td", {}, p.name), el("td", { class: "mono" }, p.agentId),
+      el("td", {}, p.online ? "online at " + p.url : "offline: " + p.offline),
+      el("td", {}, p.impostor ? "trusted; IMPOSTOR SEEN: " + p.impostor : p.keyChanged ? "KEY CHANGED (trusted " + p.trustedFingerprint + ")" : p.trusted ? "trusted" : "not trusted"),
+      el("td", {}, p.foundBy || "-"),
+      el("td", {}, p.freeSlots !== undefined ? p.freeSlots + "/" + p.maxSlots + " free" : ""),
+      el("td", {}, !p.trusted && p.key ? el("button", { onclick: () => askTrust(dialog, p) }, "Trust…") : null)))))) :
+    el("p", { class: "muted" }, "no executors found yet (awcp-ctl peers browses the network)"));
+}
+
+function askTrust(dialog, p) {
+  dialog.replaceChildren(
+    el("h3", {}, "Trust " + p.name + "?"),
+    el("p", {}, "Compare this fingerprint with what `awcp-fs id` prints on the executor. Trust it only if they are the same."),
+    el("dl", { class: "kv" }, el("dt", {}, "agent id"), el("dd", { class: "mono" }, p.agentId),
+      el("dt", {}, "address"), el("dd", { class: "mono" }, p.url),
+      el("dt", {}, "fingerprint"), el("dd", { class: "mono", id: "fingerprint" }, p.fingerprint)),
+    el("div", { class: "actions" },
+      el("button", { class: "primary", onclick: async () => {
+        try { await api("/api/peers/" + encodeURIComponent(p.agentId) + "/trust", { key: p.key }); dialog.close(); toast("trusted " + p.name); showPeers(); }
+        catch (e) { toast(e.message); }
+      } }, "They match: trust this key"),
+      el("button", { onclick: () => dialog.close() }, "Cancel")));
+  dialog.showModal();
+}
+
+// ---- routing and the stream ----
+
+function route() {
+  const h = location.hash || "#/";
+  shownRev = "";
+  for (const a of document.querySelectorAll("nav a")) a.removeAttribute("aria-current");
+  let m;
+  if ((m = h.match(/^#\/d\/(.+)$/))) { following = true; showDelegation(decodeURIComponent(m[1])); }
+  else if ((m = h.match(/^#\/g\/(.+)$/))) showGroup(decodeURIComponent(m[1]));
+  else if (h === "#/peers") { document.getElementById("nav-peers").setAttribute("aria-current", "page"); showPeers(); }
+  else { document.getElementById("nav-delegations").setAttribute("aria-current", "page"); renderList(); }
+}
+
+function connect() {
+  const live = document.getElementById("live");
+  const es = new EventSource("/api/stream");
+  es.addEventListener("delegations", ev => {
+    rows = JSON.parse(ev.data);
+    live.textContent = "live · " + new Date().toLocaleTimeString();
+    const h = location.hash || "#/";
+    if (h === "#/" || h === "#") renderList();
+    const m = h.match(/^#\/d\/(.+)$/);
+    if (m) {
+      const r = rows.find(x => x.id === decodeURIComponent(m[1]));
+      if (r && r.rev !== shownRev) showDelegation(r.id);
+    }
+  });
+  es.onerror = () => { live.textContent = "reconnecting…"; };
+}
+
+window.addEventListener("hashchange", route);
+document.addEventListener("keydown", ev => {
+  // g then d / p: the two top views, as a keyboard user expects of a
+  // dashboard; never while typing.
+  if (ev.target.matches("input, textarea, select")) return;
+  if (ev.key === "g") { connect.g = Date.now(); return; }
+  if (connect.g && Date.now() - connect.g < 1500) {
+    if (ev.key === "d") location.hash = "#/";
+    if (ev.key === "p") location.hash = "#/peers";
+    connect.g = 0;
+  }
+});
+route();
+connect();

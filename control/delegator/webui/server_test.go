@@ -1,0 +1,140 @@
+package webui
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/lease"
+)
+
+// start serves a page over a real store and delegator, with known tokens.
+func start(t *testing.T) *Server {
+	t.Helper()
+	store, err := lease.Open(filepath.Join(t.TempDir(), "delegator.db"), lease.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	archiveT := &delegator.ArchiveDelegator{Blobs: store, StagingDir: t.TempDir(), ResultDir: t.TempDir()}
+	dlg, err := delegator.New(delegator.Options{Store: store, StagedDir: t.TempDir(), SpoolDir: t.TempDir(),
+		Transports: map[string]control.DelegatorTransport{control.TransportArchive: archiveT}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := Start(ctx, "127.0.0.1:0", Options{Store: store, Delegator: dlg, Token: "the-token", CSRF: "the-csrf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); s.Wait() })
+	return s
+}
+
+// do sends a request; set adds headers (Host is the request's host).
+func do(t *testing.T, method, u string, set map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, u, strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range set {
+		if k == "Host" {
+			req.Host = v
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(body)
+}
+
+// No token, a wrong one and the right one, as a query, a cookie and a
+// bearer: only the right one is let in, and the first visit trades it
+// for a cookie and takes it out of the address.
+func TestTokenIsChecked(t *testing.T) {
+	s := start(t)
+	o := s.Origin()
+	for _, c := range []struct {
+		name, path string
+		set        map[string]string
+		want       int
+	}{
+		{"no token", "/api/delegations", nil, http.StatusUnauthorized},
+		{"no token, the page", "/", nil, http.StatusUnauthorized},
+		{"no token, the script", "/app.js", nil, http.StatusUnauthorized},
+		{"wrong token in the URL", "/?token=the-tokem", nil, http.StatusUnauthorized},
+		{"wrong cookie", "/api/delegations", map[string]string{"Cookie": cookieName + "=nope"}, http.StatusUnauthorized},
+		{"wrong bearer", "/api/delegations", map[string]string{"Authorization": "Bearer nope"}, http.StatusUnauthorized},
+		{"the token as a query of the API", "/api/delegations?token=the-token", nil, http.StatusUnauthorized},
+		{"right cookie", "/api/delegations", map[string]string{"Cookie": cookieName + "=the-token"}, http.StatusOK},
+		{"right bearer", "/api/delegations", map[string]string{"Authorization": "Bearer the-token"}, http.StatusOK},
+		{"right cookie, rebound host", "/api/delegations", map[string]string{"Cookie": cookieName + "=the-token", "Host": "evil.example" + strings.TrimPrefix(o, "http://127.0.0.1")}, http.StatusMisdirectedRequest},
+	} {
+		resp, body := do(t, http.MethodGet, o+c.path, c.set)
+		if resp.StatusCode != c.want {
+			t.Errorf("%s: HTTP %d, want %d: %s", c.name, resp.StatusCode, c.want, body)
+		}
+		if c.want != http.StatusOK && strings.Contains(body, "[") {
+			t.Errorf("%s: the refusal carries data: %s", c.name, body)
+		}
+	}
+	resp, _ := do(t, http.MethodGet, s.URL(), nil)
+	cookie := resp.Header.Get("Set-Cookie")
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" ||
+		!strings.Contains(cookie, cookieName+"=the-token") || !strings.Contains(cookie, "HttpOnly") || !strings.Contains(cookie, "SameSite=Strict") {
+		t.Fatalf("the first visit: HTTP %d, Location %q, Set-Cookie %q", resp.StatusCode, resp.Header.Get("Location"), cookie)
+	}
+	resp, body := do(t, http.MethodGet, o+"/", map[string]string{"Cookie": cookieName + "=the-token"})
+	csp := resp.Header.Get("Content-Security-Policy")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `content="the-csrf"`) || !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
+		t.Fatalf("the page: HTTP %d, CSP %q", resp.StatusCode, csp)
+	}
+}
+
+// A change needs the token, the page's own Origin and the CSRF token:
+// each missing or wrong is refused before anything is done.
+func TestChangesComeFromThePageOnly(t *testing.T) {
+	s := start(t)
+	o := s.Origin()
+	u := o + "/api/delegations/no-such-id/discard"
+	auth := cookieName + "=the-token"
+	for _, c := range []struct {
+		name string
+		set  map[string]string
+		want int
+	}{
+		{"no token", map[string]string{"Origin": o, "X-AWCP-CSRF": "the-csrf"}, http.StatusUnauthorized},
+		{"wrong token", map[string]string{"Cookie": cookieName + "=x", "Origin": o, "X-AWCP-CSRF": "the-csrf"}, http.StatusUnauthorized},
+		{"no Origin", map[string]string{"Cookie": auth, "X-AWCP-CSRF": "the-csrf"}, http.StatusForbidden},
+		{"another Origin", map[string]string{"Cookie": auth, "Origin": "http://evil.example", "X-AWCP-CSRF": "the-csrf"}, http.StatusForbidden},
+		{"null Origin", map[string]string{"Cookie": auth, "Origin": "null", "X-AWCP-CSRF": "the-csrf"}, http.StatusForbidden},
+		{"no CSRF token", map[string]string{"Cookie": auth, "Origin": o}, http.StatusForbidden},
+		{"wrong CSRF token", map[string]string{"Cookie": auth, "Origin": o, "X-AWCP-CSRF": "the-csrg"}, http.StatusForbidden},
+		{"all right (no such delegation)", map[string]string{"Cookie": auth, "Origin": o, "X-AWCP-CSRF": "the-csrf"}, http.StatusNotFound},
+	} {
+		if resp, body := do(t, http.MethodPost, u, c.set); resp.StatusCode != c.want {
+			t.Errorf("%s: HTTP %d, want %d: %s", c.name, resp.StatusCode, c.want, body)
+		}
+	}
+}
+
+// The page is for this machine: any other address is refused.
+func TestListensOnLoopbackOnly(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:0", "localhost:0"} {
+		if _, err := Start(context.Background(), addr, Options{Store: &lease.Store{}, Delegator: &delegator.Delegator{}}); err == nil || !strings.Contains(err.Error(), "loopback") {
+			t.Errorf("--listen %s: %v", addr, err)
+		}
+	}
+}
