@@ -290,14 +290,23 @@ func startDaemon(c *cli.Context, e *env) (*delegator.LocalClient, error) {
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
+	var gone time.Time // when ours exited
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		if cl, ok := delegator.DialLocal(e.socket()); ok {
-			fmt.Fprintf(c.App.ErrWriter, "awcp: started the daemon (pid %d, log %s)\n", cmd.Process.Pid, logf.Name())
+			if gone.IsZero() {
+				fmt.Fprintf(c.App.ErrWriter, "awcp: started the daemon (pid %d, log %s)\n", cmd.Process.Pid, logf.Name())
+			}
 			return cl, nil
+		}
+		if !gone.IsZero() && time.Since(gone) > 3*time.Second {
+			return nil, fmt.Errorf("the daemon exited at start; see %s", logf.Name())
 		}
 		select {
 		case <-exited:
-			return nil, fmt.Errorf("the daemon exited at start; see %s", logf.Name())
+			// One daemon serves a state dir: a command started beside
+			// this one may have started it first, and ours gave way.
+			// That one answers soon, or none does.
+			gone, exited = time.Now(), nil
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

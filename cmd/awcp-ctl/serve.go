@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -25,6 +27,18 @@ func serveCommand(ctx context.Context) *cli.Command {
 			e, err := openEnvAs(c, true)
 			if err != nil {
 				return err
+			}
+			// One daemon a state dir, held by a lock for its life: two
+			// commands that start one at the same moment both find no
+			// socket answering, and the second must give way, not take
+			// the socket over.
+			lock, err := os.OpenFile(filepath.Join(e.state, "daemon.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+			if err != nil {
+				return err
+			}
+			defer lock.Close()
+			if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+				return fmt.Errorf("a daemon already serves %s", e.state)
 			}
 			if _, running := delegator.DialLocal(e.socket()); running {
 				return fmt.Errorf("a daemon already serves %s", e.state)

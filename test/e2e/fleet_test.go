@@ -79,7 +79,8 @@ func (n *node) identityKey(t *testing.T) string {
 // published in a real DNS server (dnsmasq) by DNS-SD records. One browse
 // finds all ten; after trust, ten delegations started at once with --peer
 // dns:DOMAIN run one on each (an executor that declines for want of a
-// slot passes the delegation on to the next); one killed is shown offline
+// slot passes the delegation on to the next; half of them say --peer
+// auto with the domain browsed beside mDNS); one killed is shown offline
 // and not chosen; impostors published beside them — one with a trusted
 // agent's id and another key, one whose TXT claims an id its manifest
 // does not name — are never invited. A Kubernetes-style name (SRV records
@@ -171,9 +172,15 @@ func TestDNSFleet(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := d.ctl(t, append([]string{"export", t.TempDir(), "--peer", "dns:" + domain, "--prompt", "run", "--transport", "archive", "--background"}, browse...)...)
+			// Half name the domain; half say auto, the domain browsed
+			// beside mDNS (as a config file's dns = [...] does).
+			peer := []string{"--peer", "dns:" + domain}
+			if i%2 == 1 {
+				peer = []string{"--peer", "auto", "--dns", domain}
+			}
+			r := d.ctl(t, append(append([]string{"export", t.TempDir(), "--prompt", "run", "--transport", "archive", "--background"}, peer...), browse...)...)
 			if r.code != 0 {
-				t.Errorf("export %d --peer dns:%s: exit %d\n%s", i, domain, r.code, r.stderr)
+				t.Errorf("export %d %v: exit %d\n%s", i, peer, r.code, r.stderr)
 				return
 			}
 			ids[i] = strings.TrimSpace(r.stdout)

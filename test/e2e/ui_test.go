@@ -1,0 +1,227 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// uiPage is `awcp-ctl ui` of c, running, and a headless Chromium on it.
+type uiPage struct {
+	url    string // with the token
+	origin string
+	ctx    context.Context // the browser's tab
+	shots  string          // where screenshots go
+}
+
+// startUI starts `awcp-ctl ui` in c and a headless Chromium (Debian's
+// chromium; .ci/run installs it) that has opened the printed URL.
+func startUI(t *testing.T, c *ctl) *uiPage {
+	t.Helper()
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("the page's tests need Debian's chromium (.ci/run installs it)")
+	}
+	cmd := c.command("ui", "--listen", "127.0.0.1:0", "--browse-interval", "1h")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb strings.Builder
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("awcp-ctl ui:\n%s", errb.String())
+		}
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "http://127.0.0.1:") {
+		t.Fatalf("awcp-ctl ui printed %q, %v\n%s", line, err, errb.String())
+	}
+	p := &uiPage{url: strings.TrimSpace(line)}
+	p.origin, _, _ = strings.Cut(p.url, "/?")
+	p.shots = os.Getenv("AWCP_ARTIFACTS")
+	if p.shots == "" {
+		p.shots = filepath.Join(os.TempDir(), "awcp-e2e-artifacts")
+	}
+	if err := os.MkdirAll(p.shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1280, 900), chromedp.Flag("disable-gpu", true))...)
+	tab, cancelTab := chromedp.NewContext(alloc)
+	t.Cleanup(func() { cancelTab(); cancelAlloc() })
+	p.ctx = tab
+	p.do(t, chromedp.Navigate(p.url))
+	// The token went into a cookie and out of the address.
+	if loc := p.eval(t, `location.href`); loc != p.origin+"/" {
+		t.Fatalf("after the first visit the page is at %s", loc)
+	}
+	// Any alert (a script the agent slipped in) is recorded.
+	p.eval(t, `window.__alerts = 0; window.alert = () => { window.__alerts++; }; window.__loaded = 1; "ok"`)
+	return p
+}
+
+func (p *uiPage) do(t *testing.T, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 60*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+}
+
+func (p *uiPage) eval(t *testing.T, js string) string {
+	t.Helper()
+	v, err := chromedp.Run(p.ctx, chromedp.Evaluate[any](js))
+	if err != nil {
+		t.Fatalf("browser: %s: %v", js, err)
+	}
+	return fmt.Sprint(v)
+}
+
+// waitFor waits until js is truthy in the page, within d.
+func (p *uiPage) waitFor(t *testing.T, what, js string, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, d+5*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](js, chromedp.WithPollingTimeout(d), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		body, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		t.Fatalf("the page did not show %s within %s: %v\npage:\n%s", what, d, err, body)
+	}
+}
+
+func (p *uiPage) screenshot(t *testing.T, name string) {
+	t.Helper()
+	png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(90))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	f := filepath.Join(p.shots, name)
+	if err := os.WriteFile(f, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", f)
+}
+
+// jsString is s as a JavaScript string literal.
+func jsString(s string) string { return fmt.Sprintf("%q", s) }
+
+// TestUIInABrowser: `awcp-ctl ui` in a real browser (headless Chromium).
+// A running delegation is listed within 2 s of its start and its state
+// changes without a reload; a staged result's diff shows the agent's
+// line, and a file named `<img src=x onerror=alert(1)>.txt` holding HTML
+// is shown as text; a cross-origin page's POST, with the browser's cookie,
+// is refused; clicking Apply changes the file on disk; a permission
+// request answered from the page reaches the agent. Screenshots are kept.
+func TestUIInABrowser(t *testing.T) {
+	const evil = `<img src=x onerror=alert(1)>.txt`
+	x := startExecutor(t, `sleep 2; printf 'hello from the agent\n' > greeting.txt; printf '<b>bold</b><script>alert(2)</script>\n' > '`+evil+`'`)
+	c := newCtl(t)
+	p := startUI(t, c)
+	ws := t.TempDir()
+
+	r := c.run("export", ws, "--peer", x.url, "--prompt", "greet", "--snapshot", "staged", "--transport", "archive", "--background")
+	started := time.Now()
+	if r.code != 0 {
+		t.Fatalf("export: %d\n%s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	row := `document.querySelector('tr[data-id=` + jsString(id) + `]')`
+	p.waitFor(t, "the new delegation", row, 2*time.Second)
+	t.Logf("listed %s after %s", id, time.Since(started).Round(time.Millisecond))
+	p.waitFor(t, "the delegation completed, without a reload", row+` && `+row+`.querySelector('.state').textContent.startsWith('completed') && window.__loaded === 1`, 60*time.Second)
+	p.screenshot(t, "ui-delegations.png")
+
+	// Review: the diff, the evil name as text.
+	p.do(t, chromedp.Click(chromedp.CSS(`a[href="#/d/`+id+`"]`)))
+	p.waitFor(t, "the delegation's page", `document.querySelector('#review button')`, 5*time.Second)
+	p.do(t, chromedp.Click(chromedp.CSS(`#review button`)))
+	p.waitFor(t, "the agent's line in the diff", `document.querySelector('#diffs') && document.querySelector('#diffs').textContent.includes('+hello from the agent')`, 10*time.Second)
+	if got := p.eval(t, `[document.querySelectorAll('img, b, script:not([src])').length, window.__alerts, document.body.textContent.includes(`+jsString(evil)+`), document.body.textContent.includes('+<b>bold</b><script>alert(2)</script>')].join(' ')`); got != "0 0 true true" {
+		t.Fatalf("the agent's names and lines are not shown as text (elements made, alerts, name shown, content shown): %s", got)
+	}
+	p.screenshot(t, "ui-review.png")
+
+	// A page of another origin on this machine (same site: the cookie
+	// goes with its request) posts an apply: refused.
+	evilSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `<!doctype html><script>fetch(%q, {method: "POST", mode: "no-cors", credentials: "include", body: "{}"}).then(() => { document.title = "sent" }, () => { document.title = "sent" })</script>`,
+			p.origin+"/api/delegations/"+id+"/apply")
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go evilSrv.Serve(ln)
+	defer evilSrv.Close()
+	p.do(t, chromedp.Navigate("http://"+ln.Addr().String()+"/"))
+	p.waitFor(t, "the other origin's post", `document.title === "sent"`, 10*time.Second)
+	if _, err := os.Stat(filepath.Join(ws, "greeting.txt")); err == nil {
+		t.Fatal("a cross-origin POST applied the result")
+	}
+	if s := c.run("status", id); !strings.Contains(s.stdout, "pending review") {
+		t.Fatalf("after the cross-origin POST the result is not pending:\n%s", s.stdout)
+	}
+	// Without the token, and with a wrong one: refused.
+	for _, h := range []string{"", "Bearer wrong-token"} {
+		req, _ := http.NewRequest(http.MethodGet, p.origin+"/api/delegations", nil)
+		if h != "" {
+			req.Header.Set("Authorization", h)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("GET /api/delegations with %q: HTTP %d", h, resp.StatusCode)
+		}
+	}
+
+	// Apply from the page.
+	p.do(t, chromedp.Navigate(p.origin+"/#/d/"+id))
+	p.waitFor(t, "the review button", `document.querySelector('#review button')`, 5*time.Second)
+	p.do(t, chromedp.Click(chromedp.CSS(`#review button`)))
+	p.waitFor(t, "the apply button", `document.querySelector('#apply')`, 10*time.Second)
+	p.do(t, chromedp.Click(chromedp.CSS(`#apply`)))
+	p.waitFor(t, "the apply's report", `document.querySelector('#applied') && document.querySelector('#applied').textContent.includes('greeting.txt')`, 20*time.Second)
+	if b, err := os.ReadFile(filepath.Join(ws, "greeting.txt")); err != nil || string(b) != "hello from the agent\n" {
+		t.Fatalf("after Apply, greeting.txt = %q, %v", b, err)
+	}
+
+	// A permission request, answered from the page.
+	ax := acpExecutor(t, "--permission", "forward")
+	dir := sampleWorkspace(t)
+	r = c.run("export", dir, "--peer", ax.url, "--prompt", "work on it", "--background")
+	if r.code != 0 {
+		t.Fatalf("export to the ACP agent: %d\n%s", r.code, r.stderr)
+	}
+	id2 := strings.TrimSpace(r.stdout)
+	p.do(t, chromedp.Navigate(p.origin+"/#/d/"+id2))
+	p.waitFor(t, "the permission request", `document.querySelector('button[data-option="allow"]')`, 30*time.Second)
+	p.screenshot(t, "ui-permission.png")
+	p.do(t, chromedp.Click(chromedp.CSS(`button[data-option="allow"]`)))
+	done := c.run("output", id2, "--block", "--timeout", "60s")
+	if done.code != 0 || !strings.Contains(done.stdout, "permission: allow") || !strings.Contains(done.stdout, "decided by delegator (user: awcp-ctl ui by ") {
+		t.Fatalf("the agent did not get the page's answer: exit %d\n%s%s", done.code, done.stdout, done.stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "docs/notes.md")); err != nil || !strings.HasPrefix(string(b), "notes from") {
+		t.Fatalf("docs/notes.md after the page's allow: %q %v", b, err)
+	}
+}
