@@ -67,6 +67,11 @@ func startUI(t *testing.T, c *ctl) *uiPage {
 	tab, cancelTab := chromedp.NewContext(alloc)
 	t.Cleanup(func() { cancelTab(); cancelAlloc() })
 	p.ctx = tab
+	// The first action on the tab's own context starts the browser (one
+	// on a context with a timeout would stop it with the timeout).
+	if err := chromedp.Do(tab); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
 	p.do(t, chromedp.Navigate(p.url))
 	// The token went into a cookie and out of the address.
 	if loc := p.eval(t, `location.href`); loc != p.origin+"/" {
@@ -108,7 +113,7 @@ func (p *uiPage) waitFor(t *testing.T, what, js string, d time.Duration) {
 
 func (p *uiPage) screenshot(t *testing.T, name string) {
 	t.Helper()
-	png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100)) // quality 100 is a PNG
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}
@@ -153,8 +158,8 @@ func TestUIInABrowser(t *testing.T) {
 	p.waitFor(t, "the delegation's page", `document.querySelector('#review button')`, 5*time.Second)
 	p.do(t, chromedp.Click(chromedp.CSS(`#review button`)))
 	p.waitFor(t, "the agent's line in the diff", `document.querySelector('#diffs') && document.querySelector('#diffs').textContent.includes('+hello from the agent')`, 10*time.Second)
-	if got := p.eval(t, `[document.querySelectorAll('img, b, script:not([src])').length, window.__alerts, document.body.textContent.includes(`+jsString(evil)+`), document.body.textContent.includes('+<b>bold</b><script>alert(2)</script>')].join(' ')`); got != "0 0 true true" {
-		t.Fatalf("the agent's names and lines are not shown as text (elements made, alerts, name shown, content shown): %s", got)
+	if got := p.eval(t, `[document.querySelectorAll('img, b, script:not([src])').length, window.__alerts, document.body.textContent.includes(`+jsString(evil)+`), document.body.textContent.includes('+<b>bold</b><script>alert(2)</script>'), document.body.innerText.split('\n').includes('null')].join(' ')`); got != "0 0 true true false" {
+		t.Fatalf("the agent's names and lines are not shown as text (elements made, alerts, name shown, content shown, a stray null): %s", got)
 	}
 	p.screenshot(t, "ui-review.png")
 
@@ -224,4 +229,51 @@ func TestUIInABrowser(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, "docs/notes.md")); err != nil || !strings.HasPrefix(string(b), "notes from") {
 		t.Fatalf("docs/notes.md after the page's allow: %q %v", b, err)
 	}
+
+	// Attempts side by side: two executors set x differently; "Apply this
+	// one" on the second applies it and discards the first.
+	var peers []string
+	for _, v := range []string{"2", "3"} {
+		ex := startExecutor(t, `sed -i 's/^x = 1$/x = `+v+`/' calc.txt; echo "x is `+v+`"`, "--transports", "archive")
+		peers = append(peers, "--peer", ex.url)
+	}
+	calc := t.TempDir()
+	writeFiles(t, calc, map[string]string{"calc.txt": "a\nx = 1\nz\n"})
+	r = c.run(append([]string{"export", calc, "--prompt", "set x", "--transport", "archive", "--background"}, peers...)...)
+	group := strings.TrimSpace(r.stdout)
+	if r.code != 0 || !strings.HasPrefix(group, "grp-") {
+		t.Fatalf("export to two peers: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	p.do(t, chromedp.Navigate(p.origin+"/#/"))
+	p.waitFor(t, "the group's link", `document.querySelector('a[href="#/g/`+group+`"]')`, 10*time.Second)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if s := c.run("status", "--json"); strings.Count(s.stdout, `"completed"`) >= 4 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the attempts did not complete:\n%s", s.stdout)
+		}
+	}
+	p.do(t, chromedp.Click(chromedp.CSS(`a[href="#/g/`+group+`"]`)))
+	p.waitFor(t, "two attempts side by side", `document.querySelectorAll('.attempts section').length === 2 && document.querySelectorAll('.attempts section button').length === 2`, 10*time.Second)
+	p.screenshot(t, "ui-attempts.png")
+	third := p.eval(t, `[...document.querySelectorAll('.attempts section')].findIndex(s => s.textContent.includes('x is 3'))`)
+	if third != "0" && third != "1" {
+		t.Fatalf("no attempt says x is 3 (%s)", third)
+	}
+	p.do(t, chromedp.Click(chromedp.CSS(`.attempts section:nth-of-type(`+map[string]string{"0": "1", "1": "2"}[third]+`) button`)))
+	p.waitFor(t, "the attempt applied", `document.querySelector('#applied').textContent.includes('calc.txt')`, 20*time.Second)
+	if b, _ := os.ReadFile(filepath.Join(calc, "calc.txt")); string(b) != "a\nx = 3\nz\n" {
+		t.Fatalf("after Apply this one, calc.txt = %q", b)
+	}
+	if s := c.run("status"); !strings.Contains(s.stdout, "(staged, applied)") || !strings.Contains(s.stdout, "(staged, discarded)") {
+		t.Fatalf("after Apply this one, the attempts are not applied and discarded:\n%s", s.stdout)
+	}
+
+	// Narrow: nothing wider than a phone's screen; the keyboard reaches
+	// the views (g p: peers).
+	p.do(t, chromedp.EmulateViewport(380, 800), chromedp.Navigate(p.origin+"/#/"))
+	p.waitFor(t, "the list at 380 px", `document.querySelector('#delegations') && document.documentElement.scrollWidth <= 380`, 10*time.Second)
+	p.screenshot(t, "ui-narrow.png")
+	p.do(t, chromedp.KeyEvent("g"), chromedp.KeyEvent("p"))
+	p.waitFor(t, "the peers page from the keyboard", `location.hash === "#/peers" && document.querySelector('h2').textContent === "Peers"`, 5*time.Second)
 }

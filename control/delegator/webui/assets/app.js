@@ -27,6 +27,12 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+// put replaces node's children with kids, leaving out the empty ones
+// (the DOM's own replaceChildren would write null as text).
+function put(node, ...kids) {
+  node.replaceChildren(...kids.flat().filter(k => k !== null && k !== undefined && k !== false));
+}
+
 function toast(msg) {
   const t = document.getElementById("toast");
   t.textContent = msg;
@@ -89,16 +95,16 @@ function renderList() {
     el("thead", {}, el("tr", {}, ["delegation", "state", "executor", "transport", "access", "elapsed", "last output"].map(
       (h, i) => el("th", { scope: "col", class: i >= 5 ? "wide" : "" }, h)))),
     el("tbody", {}, shown.map(r => el("tr", { class: (r.ended ? "ended" : "") + (r.awaiting ? " awaiting" : ""), "data-id": r.id },
-      el("td", {}, el("a", { href: "#/d/" + encodeURIComponent(r.id) }, r.id.slice(0, 8)), " ", el("span", { class: "muted" }, r.dir)),
-      el("td", { class: "state" }, stateText(r), r.channel ? el("div", { class: "muted" }, "executor " + r.channel) : null),
-      el("td", {}, r.executor, r.group ? el("div", {}, el("a", { href: "#/g/" + encodeURIComponent(r.group) }, "attempts " + r.group.slice(0, 8))) : null),
-      el("td", {}, r.transport),
-      el("td", {}, r.access),
-      el("td", { class: "wide" }, elapsed(r)),
-      el("td", { class: "wide mono" }, r.progress || ""),
+      el("td", { "data-label": "delegation" }, el("a", { href: "#/d/" + encodeURIComponent(r.id) }, r.id.slice(0, 8)), " ", el("span", { class: "muted" }, r.dir)),
+      el("td", { class: "state", "data-label": "state" }, stateText(r), r.channel ? el("div", { class: "muted" }, "executor " + r.channel) : null),
+      el("td", { "data-label": "executor" }, r.executor, r.group ? el("div", {}, el("a", { href: "#/g/" + encodeURIComponent(r.group) }, "attempts " + r.group.slice(0, 8))) : null),
+      el("td", { "data-label": "transport" }, r.transport),
+      el("td", { "data-label": "access" }, r.access),
+      el("td", { class: "wide", "data-label": "elapsed" }, elapsed(r)),
+      el("td", { class: "wide mono", "data-label": "last output" }, r.progress || ""),
     ))));
   const empty = shown.length ? null : el("p", { class: "muted" }, "no delegations here");
-  main.replaceChildren(el("h2", {}, "Delegations"), bar, el("div", { class: "scroll" }, table), empty);
+  put(main, el("h2", {}, "Delegations"), bar, el("div", { class: "scroll" }, table), empty);
 }
 
 // ---- one delegation ----
@@ -108,7 +114,7 @@ async function showDelegation(id) {
   try {
     d = await api("/api/delegations/" + encodeURIComponent(id));
   } catch (e) {
-    main.replaceChildren(el("h2", {}, "Delegation " + id), el("p", {}, e.message));
+    put(main, el("h2", {}, "Delegation " + id), el("p", {}, e.message));
     return;
   }
   shownRev = d.rev;
@@ -117,7 +123,7 @@ async function showDelegation(id) {
     el("dl", { class: "kv" },
       el("dt", {}, "state"), el("dd", { class: "state", id: "state" }, stateText(d)),
       d.channel ? [el("dt", {}, "executor side"), el("dd", {}, d.channel)] : null,
-      el("dt", {}, "executor"), el("dd", {}, d.executor + " (" + d.peer + ")"),
+      el("dt", {}, "executor"), el("dd", {}, d.executor === d.peer ? d.peer : d.executor + " (" + d.peer + ")"),
       el("dt", {}, "directory"), el("dd", { class: "mono" }, d.dir),
       el("dt", {}, "transport"), el("dd", {}, d.transport + ", " + d.access),
       el("dt", {}, "elapsed"), el("dd", {}, elapsed(d)),
@@ -139,7 +145,7 @@ async function showDelegation(id) {
   parts.push(el("h3", {}, "Audit log"), el("div", { id: "audit" }, auditForm(d.id)));
   const open = document.getElementById("review");
   const keep = open && open.dataset.open === d.id ? open : null;
-  main.replaceChildren(...parts);
+  put(main, ...parts);
   if (keep) showReview(d);
 }
 
@@ -194,13 +200,13 @@ function auditForm(id) {
       const q = new URLSearchParams({ kind: kind.value, path: path.value });
       const a = await api("/api/delegations/" + encodeURIComponent(id) + "/audit?" + q);
       const s = a.summary;
-      list.replaceChildren(
+      put(list, 
         s ? el("p", {}, s.filesRead + " files read, " + s.filesWritten + " written, " + s.created + " created, " + s.deleted + " deleted, " + s.refused + " refused") : el("p", { class: "muted" }, "no audit log (an archive's result is its diff)"),
         el("div", { class: "scroll" }, el("table", {}, el("tbody", {}, (a.operations || []).map(o => el("tr", {},
           el("td", {}, when(o.at)), el("td", { class: o.refused ? "refused" : "" }, o.kind), el("td", { class: "mono" }, o.path + (o.to ? " → " + o.to : "")),
           el("td", {}, o.bytes ? o.bytes + " bytes" : ""), el("td", {}, o.err || "")))))),
         a.truncated ? el("p", { class: "muted" }, "more operations than shown: awcp-ctl audit " + id + " has them all") : null);
-    } catch (e) { list.replaceChildren(el("p", {}, e.message)); }
+    } catch (e) { put(list, el("p", {}, e.message)); }
   };
   return el("div", {}, el("form", { class: "actions", onsubmit: load }, kind, path, el("button", { type: "submit" }, "Show the audit log (refusals first)")), list);
 }
@@ -215,20 +221,20 @@ async function showReview(d) {
   let res;
   try {
     res = await api("/api/delegations/" + encodeURIComponent(d.id) + "/result");
-  } catch (e) { box.replaceChildren(el("p", {}, e.message)); return; }
+  } catch (e) { put(box, el("p", {}, e.message)); return; }
   const files = res.files || [];
   const perFile = splitDiff(res.diff || "");
   const diffs = el("div", { id: "diffs" });
-  const draw = () => diffs.replaceChildren(...perFile.map(f => fileDiff(f)));
+  const draw = () => put(diffs, ...perFile.map(f => fileDiff(f)));
   const branch = el("input", { type: "text", "aria-label": "branch name", placeholder: "new branch name" });
   const report = el("div", { id: "applied" });
   const act = async (what, body) => {
     try {
       const out = await api("/api/delegations/" + encodeURIComponent(d.id) + "/" + what, body);
-      report.replaceChildren(appliedText(out));
-    } catch (e) { report.replaceChildren(el("p", {}, e.message)); }
+      put(report, appliedText(out));
+    } catch (e) { put(report, el("p", {}, e.message)); }
   };
-  box.replaceChildren(
+  put(box, 
     el("p", {}, "Result " + res.state + " for " + res.dir + (res.branch ? "; recorded on branch " + res.branch : "")),
     el("ul", { class: "files", "aria-label": "changed files" }, files.map((f, i) => el("li", {},
       el("button", { onclick: () => { const t = document.getElementById("diff-" + i); if (t) { t.scrollIntoView(); t.focus(); } } },
@@ -310,9 +316,9 @@ function fileDiff(f) {
 async function showGroup(group) {
   let attempts;
   try { attempts = await api("/api/groups/" + encodeURIComponent(group)); }
-  catch (e) { main.replaceChildren(el("h2", {}, "Attempts"), el("p", {}, e.message)); return; }
+  catch (e) { put(main, el("h2", {}, "Attempts"), el("p", {}, e.message)); return; }
   const report = el("div", { id: "applied" });
-  main.replaceChildren(el("h2", {}, "Attempts of " + group), report, el("div", { class: "attempts" }, attempts.map(a => el("section", { class: "card", "aria-label": "attempt " + a.delegationId },
+  put(main, el("h2", {}, "Attempts of " + group), report, el("div", { class: "attempts" }, attempts.map(a => el("section", { class: "card", "aria-label": "attempt " + a.delegationId },
     el("h3", {}, el("a", { href: "#/d/" + encodeURIComponent(a.delegationId) }, a.executor)),
     el("dl", { class: "kv" },
       el("dt", {}, "state"), el("dd", { class: "state" }, a.state),
@@ -321,8 +327,8 @@ async function showGroup(group) {
       el("dt", {}, "check"), el("dd", {}, a.check ? (a.check.passed ? "passed" : "FAILED (exit " + a.check.exit + ")") : "not run (awcp-ctl compare " + group + " --check CMD)")),
     a.summary ? el("pre", {}, a.summary) : null,
     a.result ? null : el("button", { class: "primary", onclick: async () => {
-      try { report.replaceChildren(appliedText(await api("/api/delegations/" + encodeURIComponent(a.delegationId) + "/apply", {}))); }
-      catch (e) { report.replaceChildren(el("p", {}, e.message)); }
+      try { put(report, appliedText(await api("/api/delegations/" + encodeURIComponent(a.delegationId) + "/apply", {}))); }
+      catch (e) { put(report, el("p", {}, e.message)); }
     } }, "Apply this one")))));
 }
 
@@ -331,9 +337,9 @@ async function showGroup(group) {
 async function showPeers() {
   let peers;
   try { peers = await api("/api/peers"); }
-  catch (e) { main.replaceChildren(el("h2", {}, "Peers"), el("p", {}, e.message)); return; }
+  catch (e) { put(main, el("h2", {}, "Peers"), el("p", {}, e.message)); return; }
   const dialog = el("dialog", { id: "trust-dialog" });
-  main.replaceChildren(el("h2", {}, "Peers"), dialog, peers.length ? el("div", { class: "scroll" }, el("table", { id: "peers" },
+  put(main, el("h2", {}, "Peers"), dialog, peers.length ? el("div", { class: "scroll" }, el("table", { id: "peers" },
     el("thead", {}, el("tr", {}, ["name", "agent id", "state", "trust", "found by", "slots", ""].map(h => el("th", { scope: "col" }, h)))),
     el("tbody", {}, peers.map(p => el("tr", {},
       el("td", {}, p.name), el("td", { class: "mono" }, p.agentId),
@@ -346,7 +352,7 @@ async function showPeers() {
 }
 
 function askTrust(dialog, p) {
-  dialog.replaceChildren(
+  put(dialog, 
     el("h3", {}, "Trust " + p.name + "?"),
     el("p", {}, "Compare this fingerprint with what `awcp-fs id` prints on the executor. Trust it only if they are the same."),
     el("dl", { class: "kv" }, el("dt", {}, "agent id"), el("dd", { class: "mono" }, p.agentId),
