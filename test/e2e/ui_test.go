@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,8 @@ import (
 type uiPage struct {
 	url    string // with the token
 	origin string
+	token  string
+	csrf   string // what /api/session gives the page
 	ctx    context.Context // the browser's tab
 	shots  string          // where screenshots go
 }
@@ -54,7 +57,7 @@ func startUI(t *testing.T, c *ctl) *uiPage {
 		t.Fatalf("awcp-ctl ui printed %q, %v\n%s", line, err, errb.String())
 	}
 	p := &uiPage{url: strings.TrimSpace(line)}
-	p.origin, _, _ = strings.Cut(p.url, "/?")
+	p.origin, p.token, _ = strings.Cut(p.url, "/#token=")
 	p.shots = os.Getenv("AWCP_ARTIFACTS")
 	if p.shots == "" {
 		p.shots = filepath.Join(os.TempDir(), "awcp-e2e-artifacts")
@@ -73,9 +76,14 @@ func startUI(t *testing.T, c *ctl) *uiPage {
 		t.Fatalf("start chromium: %v", err)
 	}
 	p.do(t, chromedp.Navigate(p.url))
-	// The token went into a cookie and out of the address.
-	if loc := p.eval(t, `location.href`); loc != p.origin+"/" {
+	// The token went into the origin's storage and out of the address.
+	if loc := p.eval(t, `location.href`); loc != p.origin+"/#/" {
 		t.Fatalf("after the first visit the page is at %s", loc)
+	}
+	p.waitFor(t, "the page's CSRF token", `csrf !== ""`, 5*time.Second)
+	p.csrf = p.eval(t, `csrf`)
+	if p.csrf == "" {
+		t.Fatal("the page has no CSRF token")
 	}
 	// Any alert (a script the agent slipped in) is recorded.
 	p.eval(t, `window.__alerts = 0; window.alert = () => { window.__alerts++; }; window.__loaded = 1; "ok"`)
@@ -131,8 +139,8 @@ func jsString(s string) string { return fmt.Sprintf("%q", s) }
 // A running delegation is listed within 2 s of its start and its state
 // changes without a reload; a staged result's diff shows the agent's
 // line, and a file named `<img src=x onerror=alert(1)>.txt` holding HTML
-// is shown as text; a cross-origin page's POST, with the browser's cookie,
-// is refused; clicking Apply changes the file on disk; a permission
+// is shown as text; a page of another origin on this machine gets nothing
+// of the token and its POST is refused; clicking Apply changes the file on disk; a permission
 // request answered from the page reaches the agent. Screenshots are kept.
 func TestUIInABrowser(t *testing.T) {
 	const evil = `<img src=x onerror=alert(1)>.txt`
@@ -163,11 +171,24 @@ func TestUIInABrowser(t *testing.T) {
 	}
 	p.screenshot(t, "ui-review.png")
 
-	// A page of another origin on this machine (same site: the cookie
-	// goes with its request) posts an apply: refused.
+	// A page of another origin on this machine posts an apply: refused.
+	// And the browser gave it nothing of the token (a cookie for
+	// 127.0.0.1 would have gone to every port).
+	var seen strings.Builder
+	var seenMu sync.Mutex
 	evilSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, `<!doctype html><script>fetch(%q, {method: "POST", mode: "no-cors", credentials: "include", body: "{}"}).then(() => { document.title = "sent" }, () => { document.title = "sent" })</script>`,
-			p.origin+"/api/delegations/"+id+"/apply")
+		seenMu.Lock()
+		fmt.Fprintf(&seen, "%s %v\n", r.URL, r.Header)
+		seenMu.Unlock()
+		// Two tries: a plain cross-origin POST with whatever the browser
+		// attaches, and one that even holds the token and the CSRF token
+		// (as if they had leaked): the second's preflight is refused.
+		target := p.origin + "/api/delegations/" + id + "/apply"
+		fmt.Fprintf(w, `<!doctype html><script>
+const done = () => { document.title = (document.title || "") + "sent;" };
+fetch(%q, {method: "POST", mode: "no-cors", credentials: "include", body: "{}"}).then(done, done);
+fetch(%q, {method: "POST", credentials: "include", headers: {"Authorization": "Bearer " + %q, "X-AWCP-CSRF": %q, "Content-Type": "application/json"}, body: "{}"}).then(done, done);
+</script>`, target, target, p.token, p.csrf)
 	})}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -176,10 +197,15 @@ func TestUIInABrowser(t *testing.T) {
 	go evilSrv.Serve(ln)
 	defer evilSrv.Close()
 	p.do(t, chromedp.Navigate("http://"+ln.Addr().String()+"/"))
-	p.waitFor(t, "the other origin's post", `document.title === "sent"`, 10*time.Second)
+	p.waitFor(t, "the other origin's posts", `document.title === "sent;sent;"`, 10*time.Second)
 	if _, err := os.Stat(filepath.Join(ws, "greeting.txt")); err == nil {
 		t.Fatal("a cross-origin POST applied the result")
 	}
+	seenMu.Lock()
+	if got := seen.String(); strings.Contains(got, p.token) {
+		t.Fatalf("the other origin's server was sent the token:\n%s", got)
+	}
+	seenMu.Unlock()
 	if s := c.run("status", id); !strings.Contains(s.stdout, "pending review") {
 		t.Fatalf("after the cross-origin POST the result is not pending:\n%s", s.stdout)
 	}

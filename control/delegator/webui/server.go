@@ -10,12 +10,16 @@
 // inline script, so a name like `<img src=x onerror=…>` is only a name.
 //
 // Who may use it: the holder of the run's token. The URL printed at start
-// carries it once; the first visit turns it into a cookie (HttpOnly,
-// SameSite=Strict) and drops it from the address bar. Every request
-// checks the token; one that changes anything also checks that it comes
-// from the page itself (Origin, and a CSRF token the page sends in a
-// header), and every request checks the Host (a DNS name rebound to
-// 127.0.0.1 is not this page).
+// carries it in its fragment, which a browser never sends anywhere; the
+// page keeps it in its origin's storage and sends it as a bearer token
+// with every request for data or action. Not a cookie: a browser sends a
+// cookie for 127.0.0.1 to every port of 127.0.0.1, so any local web server
+// the browser visits would receive it; storage is bound to the origin,
+// port included. The page's own code (HTML, script, style) holds nothing
+// secret and is served to anyone who reaches the port. A request that
+// changes anything must also come from the page itself (Origin, and a
+// CSRF token the page reads with its token), and every request's Host must
+// be the page's address (a DNS name rebound to 127.0.0.1 is not this page).
 package webui
 
 import (
@@ -94,8 +98,6 @@ type Server struct {
 	done   chan error // the serving's end
 }
 
-const cookieName = "awcp_ui"
-
 // Start serves the page on addr, a loopback address, until ctx ends;
 // Wait returns once it has stopped.
 func Start(ctx context.Context, addr string, opts Options) (*Server, error) {
@@ -146,8 +148,9 @@ func listen(addr string) (net.Listener, error) {
 	return net.Listen("tcp", addr)
 }
 
-// URL is where a browser opens the page: the token in the query, once.
-func (s *Server) URL() string { return s.origin + "/?token=" + s.opts.Token }
+// URL is where a browser opens the page: the token in the fragment, which
+// the browser keeps to itself.
+func (s *Server) URL() string { return s.origin + "/#token=" + s.opts.Token }
 
 // Origin is the page's own origin, http://127.0.0.1:PORT.
 func (s *Server) Origin() string { return s.origin }
@@ -187,17 +190,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusMisdirectedRequest, "this page answers at "+s.origin+" only")
 		return
 	}
-	if q := r.URL.Query().Get("token"); q != "" && r.Method == http.MethodGet && r.URL.Path == "/" {
-		if !s.tokenIs(q) {
-			httpError(w, http.StatusUnauthorized, "wrong token: open the URL `awcp-ctl ui` printed")
-			return
-		}
-		http.SetCookie(w, &http.Cookie{Name: cookieName, Value: s.opts.Token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
-		http.Redirect(w, r, "/", http.StatusSeeOther) // the token leaves the address bar and the history
+	if !strings.HasPrefix(r.URL.Path, "/api/") {
+		s.mux.ServeHTTP(w, r) // the page's code: nothing secret in it
 		return
 	}
 	if !s.admitted(r) {
-		httpError(w, http.StatusUnauthorized, "no token: open the URL `awcp-ctl ui` printed")
+		httpError(w, http.StatusUnauthorized, "no token, or a wrong one: open the URL `awcp-ctl ui` printed")
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -218,15 +216,10 @@ func (s *Server) tokenIs(t string) bool {
 	return subtle.ConstantTimeCompare([]byte(t), []byte(s.opts.Token)) == 1
 }
 
-// admitted: the cookie, or the token as a bearer (scripts, tests).
+// admitted: the run's token as a bearer.
 func (s *Server) admitted(r *http.Request) bool {
-	if c, err := r.Cookie(cookieName); err == nil && s.tokenIs(c.Value) {
-		return true
-	}
-	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && s.tokenIs(b) {
-		return true
-	}
-	return false
+	b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && s.tokenIs(b)
 }
 
 func (s *Server) routes() {
@@ -235,6 +228,9 @@ func (s *Server) routes() {
 	s.mux.Handle("GET /app.js", files)
 	s.mux.Handle("GET /app.css", files)
 	s.mux.HandleFunc("GET /{$}", s.index)
+	s.mux.HandleFunc("GET /api/session", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"csrf": s.opts.CSRF})
+	})
 	s.mux.HandleFunc("GET /api/delegations", s.listDelegations)
 	s.mux.HandleFunc("GET /api/stream", s.stream)
 	s.mux.HandleFunc("GET /api/delegations/{id}", s.oneDelegation)
@@ -249,7 +245,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /api/peers/{id}/trust", s.trust)
 }
 
-// index is the page, with this run's CSRF token in it for the script.
+// index is the page.
 func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 	page, err := assets.ReadFile("assets/index.html")
 	if err != nil {
@@ -257,7 +253,7 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Write([]byte(strings.Replace(string(page), "{{CSRF}}", s.opts.CSRF, 1)))
+	w.Write(page)
 }
 
 // httpError answers with a JSON error the page shows as text.

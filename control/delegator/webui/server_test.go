@@ -60,9 +60,9 @@ func do(t *testing.T, method, u string, set map[string]string) (*http.Response, 
 	return resp, string(body)
 }
 
-// No token, a wrong one and the right one, as a query, a cookie and a
-// bearer: only the right one is let in, and the first visit trades it
-// for a cookie and takes it out of the address.
+// No token, a wrong one and the right one: only the right one, as a
+// bearer, reads anything; a token in a query or a cookie is none. The
+// page's code is served to anyone, and holds nothing secret.
 func TestTokenIsChecked(t *testing.T) {
 	s := start(t)
 	o := s.Origin()
@@ -72,34 +72,41 @@ func TestTokenIsChecked(t *testing.T) {
 		want       int
 	}{
 		{"no token", "/api/delegations", nil, http.StatusUnauthorized},
-		{"no token, the page", "/", nil, http.StatusUnauthorized},
-		{"no token, the script", "/app.js", nil, http.StatusUnauthorized},
-		{"wrong token in the URL", "/?token=the-tokem", nil, http.StatusUnauthorized},
-		{"wrong cookie", "/api/delegations", map[string]string{"Cookie": cookieName + "=nope"}, http.StatusUnauthorized},
+		{"no token, the stream", "/api/stream", nil, http.StatusUnauthorized},
+		{"no token, the CSRF token", "/api/session", nil, http.StatusUnauthorized},
 		{"wrong bearer", "/api/delegations", map[string]string{"Authorization": "Bearer nope"}, http.StatusUnauthorized},
-		{"the token as a query of the API", "/api/delegations?token=the-token", nil, http.StatusUnauthorized},
-		{"right cookie", "/api/delegations", map[string]string{"Cookie": cookieName + "=the-token"}, http.StatusOK},
+		{"the token's prefix", "/api/delegations", map[string]string{"Authorization": "Bearer the-toke"}, http.StatusUnauthorized},
+		{"not a bearer", "/api/delegations", map[string]string{"Authorization": "the-token"}, http.StatusUnauthorized},
+		{"the token as a query", "/api/delegations?token=the-token", nil, http.StatusUnauthorized},
+		{"the token as a cookie", "/api/delegations", map[string]string{"Cookie": "awcp_ui=the-token"}, http.StatusUnauthorized},
 		{"right bearer", "/api/delegations", map[string]string{"Authorization": "Bearer the-token"}, http.StatusOK},
-		{"right cookie, rebound host", "/api/delegations", map[string]string{"Cookie": cookieName + "=the-token", "Host": "evil.example" + strings.TrimPrefix(o, "http://127.0.0.1")}, http.StatusMisdirectedRequest},
+		{"right bearer, rebound host", "/api/delegations", map[string]string{"Authorization": "Bearer the-token", "Host": "evil.example" + strings.TrimPrefix(o, "http://127.0.0.1")}, http.StatusMisdirectedRequest},
+		{"the page, rebound host", "/", map[string]string{"Host": "evil.example" + strings.TrimPrefix(o, "http://127.0.0.1")}, http.StatusMisdirectedRequest},
+		{"the page", "/", nil, http.StatusOK},
+		{"the script", "/app.js", nil, http.StatusOK},
+		{"anything else", "/etc/passwd", nil, http.StatusNotFound},
 	} {
 		resp, body := do(t, http.MethodGet, o+c.path, c.set)
 		if resp.StatusCode != c.want {
 			t.Errorf("%s: HTTP %d, want %d: %s", c.name, resp.StatusCode, c.want, body)
 		}
-		if c.want != http.StatusOK && strings.Contains(body, "[") {
-			t.Errorf("%s: the refusal carries data: %s", c.name, body)
+		if c.want != http.StatusOK && strings.Contains(body, "the-csrf") {
+			t.Errorf("%s: the refusal carries the CSRF token", c.name)
+		}
+		if resp.Header.Get("Set-Cookie") != "" {
+			t.Errorf("%s: a cookie was set", c.name)
 		}
 	}
-	resp, _ := do(t, http.MethodGet, s.URL(), nil)
-	cookie := resp.Header.Get("Set-Cookie")
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" ||
-		!strings.Contains(cookie, cookieName+"=the-token") || !strings.Contains(cookie, "HttpOnly") || !strings.Contains(cookie, "SameSite=Strict") {
-		t.Fatalf("the first visit: HTTP %d, Location %q, Set-Cookie %q", resp.StatusCode, resp.Header.Get("Location"), cookie)
-	}
-	resp, body := do(t, http.MethodGet, o+"/", map[string]string{"Cookie": cookieName + "=the-token"})
+	resp, body := do(t, http.MethodGet, o+"/", nil)
 	csp := resp.Header.Get("Content-Security-Policy")
-	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `content="the-csrf"`) || !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
-		t.Fatalf("the page: HTTP %d, CSP %q", resp.StatusCode, csp)
+	if strings.Contains(body, "the-token") || strings.Contains(body, "the-csrf") || !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
+		t.Fatalf("the page holds a secret, or its CSP allows inline script: CSP %q", csp)
+	}
+	if _, body := do(t, http.MethodGet, o+"/api/session", map[string]string{"Authorization": "Bearer the-token"}); !strings.Contains(body, `"the-csrf"`) {
+		t.Fatalf("the session does not give the CSRF token: %s", body)
+	}
+	if !strings.HasSuffix(s.URL(), "/#token=the-token") {
+		t.Fatalf("the URL %s does not carry the token in its fragment", s.URL())
 	}
 }
 
@@ -109,20 +116,20 @@ func TestChangesComeFromThePageOnly(t *testing.T) {
 	s := start(t)
 	o := s.Origin()
 	u := o + "/api/delegations/no-such-id/discard"
-	auth := cookieName + "=the-token"
+	auth := "Bearer the-token"
 	for _, c := range []struct {
 		name string
 		set  map[string]string
 		want int
 	}{
 		{"no token", map[string]string{"Origin": o, "X-AWCP-CSRF": "the-csrf"}, http.StatusUnauthorized},
-		{"wrong token", map[string]string{"Cookie": cookieName + "=x", "Origin": o, "X-AWCP-CSRF": "the-csrf"}, http.StatusUnauthorized},
-		{"no Origin", map[string]string{"Cookie": auth, "X-AWCP-CSRF": "the-csrf"}, http.StatusForbidden},
-		{"another Origin", map[string]string{"Cookie": auth, "Origin": "http://evil.example", "X-AWCP-CSRF": "the-csrf"}, http.StatusForbidden},
-		{"null Origin", map[string]string{"Cookie": auth, "Origin": "null", "X-AWCP-CSRF": "the-csrf"}, http.StatusForbidden},
-		{"no CSRF token", map[string]string{"Cookie": auth, "Origin": o}, http.StatusForbidden},
-		{"wrong CSRF token", map[string]string{"Cookie": auth, "Origin": o, "X-AWCP-CSRF": "the-csrg"}, http.StatusForbidden},
-		{"all right (no such delegation)", map[string]string{"Cookie": auth, "Origin": o, "X-AWCP-CSRF": "the-csrf"}, http.StatusNotFound},
+		{"wrong token", map[string]string{"Authorization": "Bearer x", "Origin": o, "X-AWCP-CSRF": "the-csrf"}, http.StatusUnauthorized},
+		{"no Origin", map[string]string{"Authorization": auth, "X-AWCP-CSRF": "the-csrf"}, http.StatusForbidden},
+		{"another Origin", map[string]string{"Authorization": auth, "Origin": "http://evil.example", "X-AWCP-CSRF": "the-csrf"}, http.StatusForbidden},
+		{"null Origin", map[string]string{"Authorization": auth, "Origin": "null", "X-AWCP-CSRF": "the-csrf"}, http.StatusForbidden},
+		{"no CSRF token", map[string]string{"Authorization": auth, "Origin": o}, http.StatusForbidden},
+		{"wrong CSRF token", map[string]string{"Authorization": auth, "Origin": o, "X-AWCP-CSRF": "the-csrg"}, http.StatusForbidden},
+		{"all right (no such delegation)", map[string]string{"Authorization": auth, "Origin": o, "X-AWCP-CSRF": "the-csrf"}, http.StatusNotFound},
 	} {
 		if resp, body := do(t, http.MethodPost, u, c.set); resp.StatusCode != c.want {
 			t.Errorf("%s: HTTP %d, want %d: %s", c.name, resp.StatusCode, c.want, body)

@@ -2,7 +2,20 @@
 // network: it is written as text (text nodes), never as HTML.
 "use strict";
 
-const csrf = document.querySelector('meta[name="csrf"]').content;
+// The run's token: from the URL's fragment the first time (a browser
+// sends a fragment nowhere), then from this origin's storage (bound to
+// the port, unlike a cookie). It goes as a bearer token with every
+// request for data; changes also carry the CSRF token /api/session gives.
+const tokenKey = "awcp-ui-token";
+{
+  const m = location.hash.match(/^#token=([A-Za-z0-9_-]+)$/);
+  if (m) {
+    localStorage.setItem(tokenKey, m[1]);
+    history.replaceState(null, "", location.pathname + "#/");
+  }
+}
+const token = localStorage.getItem(tokenKey) || "";
+let csrf = "";
 const main = document.getElementById("main");
 let rows = [];          // the delegations, as the stream last sent them
 let filter = "all";     // of the list
@@ -41,11 +54,12 @@ function toast(msg) {
 }
 
 async function api(path, body) {
-  const opts = body === undefined ? {} : {
+  const opts = body === undefined ? { headers: { Authorization: "Bearer " + token } } : {
     method: "POST", body: JSON.stringify(body),
-    headers: { "Content-Type": "application/json", "X-AWCP-CSRF": csrf },
+    headers: { Authorization: "Bearer " + token, "Content-Type": "application/json", "X-AWCP-CSRF": csrf },
   };
   const resp = await fetch(path, opts);
+  if (resp.status === 401) unauthorized();
   const data = await resp.json().catch(() => ({}));
   if (!resp.ok) {
     const e = new Error((data.code ? data.code + ": " : "") + (data.error || resp.statusText) + (data.hint ? " (" + data.hint + ")" : ""));
@@ -380,34 +394,67 @@ function route() {
   else { document.getElementById("nav-delegations").setAttribute("aria-current", "page"); renderList(); }
 }
 
-function connect() {
+function unauthorized() {
+  document.getElementById("live").textContent = "no access";
+  put(main, el("h2", {}, "No access"), el("p", {}, "This page needs the URL `awcp-ctl ui` printed (with its token): open that URL. A token of an earlier run no longer works."));
+}
+
+// connect follows the server-sent events of /api/stream, read with fetch
+// (an EventSource cannot send the token), and reconnects when cut.
+async function connect() {
   const live = document.getElementById("live");
-  const es = new EventSource("/api/stream");
-  es.addEventListener("delegations", ev => {
-    rows = JSON.parse(ev.data);
-    live.textContent = "live · " + new Date().toLocaleTimeString();
-    const h = location.hash || "#/";
-    if (h === "#/" || h === "#") renderList();
-    const m = h.match(/^#\/d\/(.+)$/);
-    if (m) {
-      const r = rows.find(x => x.id === decodeURIComponent(m[1]));
-      if (r && r.rev !== shownRev) showDelegation(r.id);
-    }
-  });
-  es.onerror = () => { live.textContent = "reconnecting…"; };
+  for (;;) {
+    try {
+      const resp = await fetch("/api/stream", { headers: { Authorization: "Bearer " + token } });
+      if (resp.status === 401) { unauthorized(); return; }
+      const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let cut;
+        while ((cut = buf.indexOf("\n\n")) >= 0) {
+          const msg = buf.slice(0, cut);
+          buf = buf.slice(cut + 2);
+          const data = msg.split("\n").filter(l => l.startsWith("data: ")).map(l => l.slice(6)).join("\n");
+          if (msg.includes("event: delegations") && data) onDelegations(JSON.parse(data));
+        }
+      }
+    } catch (e) { /* cut: try again */ }
+    live.textContent = "reconnecting…";
+    await new Promise(r => setTimeout(r, 1000));
+  }
+}
+
+function onDelegations(list) {
+  rows = list;
+  document.getElementById("live").textContent = "live · " + new Date().toLocaleTimeString();
+  const h = location.hash || "#/";
+  if (h === "#/" || h === "#") renderList();
+  const m = h.match(/^#\/d\/(.+)$/);
+  if (m) {
+    const r = rows.find(x => x.id === decodeURIComponent(m[1]));
+    if (r && r.rev !== shownRev) showDelegation(r.id);
+  }
 }
 
 window.addEventListener("hashchange", route);
+let gAt = 0; // when g was pressed
 document.addEventListener("keydown", ev => {
   // g then d / p: the two top views, as a keyboard user expects of a
   // dashboard; never while typing.
   if (ev.target.matches("input, textarea, select")) return;
-  if (ev.key === "g") { connect.g = Date.now(); return; }
-  if (connect.g && Date.now() - connect.g < 1500) {
+  if (ev.key === "g") { gAt = Date.now(); return; }
+  if (gAt && Date.now() - gAt < 1500) {
     if (ev.key === "d") location.hash = "#/";
     if (ev.key === "p") location.hash = "#/peers";
-    connect.g = 0;
+    gAt = 0;
   }
 });
-route();
-connect();
+(async () => {
+  if (!token) { unauthorized(); return; }
+  try { csrf = (await api("/api/session")).csrf; } catch (e) { return; }
+  route();
+  connect();
+})();
