@@ -22,7 +22,7 @@ type uiPage struct {
 	url    string // with the token
 	origin string
 	token  string
-	csrf   string // what /api/session gives the page
+	csrf   string          // what /api/session gives the page
 	ctx    context.Context // the browser's tab
 	shots  string          // where screenshots go
 }
