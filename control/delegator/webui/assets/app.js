@@ -250,10 +250,7 @@ async function showReview(d) {
   };
   put(box, 
     el("p", {}, "Result " + res.state + " for " + res.dir + (res.branch ? "; recorded on branch " + res.branch : "")),
-    el("ul", { class: "files", "aria-label": "changed files" }, files.map((f, i) => el("li", {},
-      el("button", { onclick: () => { const t = document.getElementById("diff-" + i); if (t) { t.scrollIntoView(); t.focus(); } } },
-        f.status + " " + f.path), " ",
-      el("span", { class: "muted" }, f.binary ? "binary, " + f.old_size + " → " + f.new_size + " bytes" : "+" + (f.added || 0) + " −" + (f.removed || 0))))),
+    fileTree(files),
     el("div", { class: "actions" },
       el("label", {}, el("input", { type: "checkbox", checked: sideBySide, onchange: ev => { sideBySide = ev.target.checked; draw(); } }), " side by side"),
       res.state === "pending" ? [
@@ -265,6 +262,26 @@ async function showReview(d) {
     res.diffCut ? el("p", { class: "muted" }, "the diff is cut: awcp-ctl diff " + d.id + " has it all") : null,
     diffs);
   draw();
+}
+
+// fileTree lists the changed files under their directories; each jumps
+// to its diff.
+function fileTree(files) {
+  const items = [];
+  let dir = null;
+  files.forEach((f, i) => {
+    const cut = f.path.lastIndexOf("/");
+    const d = cut < 0 ? "" : f.path.slice(0, cut + 1);
+    if (d !== dir) {
+      dir = d;
+      if (d) items.push(el("li", { class: "muted" }, d));
+    }
+    items.push(el("li", { class: d ? "in" : "" },
+      el("button", { onclick: () => { const t = document.getElementById("diff-" + i); if (t) { t.scrollIntoView(); t.focus(); } } },
+        f.status + " " + f.path.slice(d.length)), " ",
+      el("span", { class: "muted" }, f.binary ? "binary, " + (f.old_size || 0) + " → " + (f.new_size || 0) + " bytes" : "+" + (f.added || 0) + " −" + (f.removed || 0))));
+  });
+  return el("ul", { class: "files", "aria-label": "changed files" }, items);
 }
 
 function appliedText(out) {
