@@ -149,9 +149,9 @@ func (m *Invite) validate() error {
 	}
 	if m.Requirements != nil {
 		switch m.Requirements.Transport {
-		case "", TransportSSHFS, TransportArchive:
+		case "", TransportSSHFS, TransportArchive, TransportGit:
 		default:
-			return fieldErr("requirements.transport", "must be \"sshfs\" or \"archive\", not %q", m.Requirements.Transport)
+			return fieldErr("requirements.transport", "must be \"sshfs\", \"archive\" or \"git\", not %q", m.Requirements.Transport)
 		}
 	}
 	if m.Auth != nil {
@@ -240,7 +240,7 @@ func (w *WorkDirInfo) validate(at string) error {
 		if w.Checksum == "" {
 			return fieldErr(at+".checksum", "is required")
 		}
-	case TransportSSHFS:
+	case TransportSSHFS, TransportGit: // git: the same SSH endpoint and credential
 		switch {
 		case w.Endpoint == nil:
 			return fieldErr(at+".endpoint", "is required")
@@ -260,7 +260,7 @@ func (w *WorkDirInfo) validate(at string) error {
 			return fieldErr(at+".credential.certificate", "is required")
 		}
 	default:
-		return fieldErr(at+".transport", "must be \"sshfs\" or \"archive\", not %q", w.Transport)
+		return fieldErr(at+".transport", "must be \"sshfs\", \"archive\" or \"git\", not %q", w.Transport)
 	}
 	return nil
 }

@@ -70,6 +70,10 @@ const HostKeyOption = "hostKey"
 const (
 	TransportSSHFS   = "sshfs"
 	TransportArchive = "archive"
+	// TransportGit is ours: the export view as a repository the executor
+	// clones and pushes its result to, over the delegation's SSH
+	// connection (control/delegator/git.go).
+	TransportGit = "git"
 )
 
 // Event types of spec §3.4.

@@ -34,6 +34,9 @@ type Export struct {
 	// Stage, if set, takes every change instead of Dir, which is then
 	// only read (staged.go): the delegation's result waits for review.
 	Stage *stage.Area
+	// Git, if set, lends a repository instead of Dir (git.go): the
+	// delegation's sessions are git's, and SFTP is refused.
+	Git *GitExport
 }
 
 // Locator is the exportLocator of delegation id's directory, as START
@@ -79,9 +82,10 @@ type Server struct {
 // revoked).
 type grant struct {
 	Export
-	until   time.Time
-	written *atomic.Int64 // bytes written by all its sessions (Policy.MaxWriteBytes)
-	made    *madeSet      // what its sessions made (Policy.NoDelete)
+	until       time.Time
+	written     *atomic.Int64 // bytes written by all its sessions (Policy.MaxWriteBytes; a git push's)
+	made        *madeSet      // what its sessions made (Policy.NoDelete)
+	gitSessions *atomic.Int32 // its git sessions running
 }
 
 // New builds a Server. It lends nothing until Grant is called.
@@ -115,7 +119,8 @@ func New(opts Options) (*Server, error) {
 		},
 		SessionRequestCallback: func(_ ssh.Session, typ string) bool { return typ == "subsystem" },
 		PtyCallback:            func(ssh.Context, ssh.Pty) bool { return false },
-		SubsystemHandlers:      map[string]ssh.SubsystemHandler{"sftp": s.serveSFTP},
+		SubsystemHandlers: map[string]ssh.SubsystemHandler{"sftp": s.serveSFTP,
+			SubsystemGitUpload: s.serveGit(false), SubsystemGitReceive: s.serveGit(true)},
 		// x/crypto/ssh would read the socket 16 KiB at a time (bufconn).
 		// A reverse connection is bound to the delegation it was opened
 		// for (ServeTunnel).
@@ -182,8 +187,8 @@ func (s *Server) serveSFTP(sess ssh.Session) {
 	id := sess.User()
 	conn, _ := sess.Context().Value(ssh.ContextKeyConn).(gossh.Conn)
 	exp, live := s.live(id)
-	if !live || conn == nil {
-		sess.Exit(1)
+	if !live || conn == nil || exp.Git != nil {
+		sess.Exit(1) // a git transport's delegation is lent its repository alone
 		return
 	}
 	share, ok := s.track(id, conn)
@@ -299,11 +304,11 @@ func (s *Server) Revoke(id string) {
 func (s *Server) Grant(id string, exp Export, until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	written, made := new(atomic.Int64), newMadeSet()
+	written, made, gits := new(atomic.Int64), newMadeSet(), new(atomic.Int32)
 	if old, ok := s.grants[id]; ok {
-		written, made = old.written, old.made
+		written, made, gits = old.written, old.made, old.gitSessions
 	}
-	s.grants[id] = grant{Export: exp, until: until, written: written, made: made}
+	s.grants[id] = grant{Export: exp, until: until, written: written, made: made, gitSessions: gits}
 }
 
 // Granted lists the delegations lent to now: what a caller that learns of

@@ -102,6 +102,7 @@ func (e *env) delegator(progress func(string, *control.Event)) (*delegator.Deleg
 	transports := map[string]control.DelegatorTransport{control.TransportArchive: archiveT}
 	if e.sshfs != nil {
 		transports[control.TransportSSHFS] = e.sshfs
+		transports[control.TransportGit] = &delegator.GitDelegator{Live: e.sshfs, Archive: archiveT, RepoDir: filepath.Join(e.state, "git")}
 	}
 	return delegator.New(delegator.Options{
 		Store:           e.store,
@@ -150,7 +151,7 @@ func (e *env) liveMount(ctx context.Context, c *cli.Context, transport string, w
 	switch {
 	case err == nil:
 		return wait, nil
-	case transport == control.TransportSSHFS || transport == delegator.TransportSSHFSReverse:
+	case transport == control.TransportSSHFS || transport == delegator.TransportSSHFSReverse || transport == control.TransportGit:
 		return nil, err
 	}
 	warn(err)

@@ -39,7 +39,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Flags:     clikit.CommonFlags(),
-		Commands:  []*cli.Command{serveCommand(ctx), statusCommand(), mountCommand(ctx), umountCommand(), doctorCommand(ctx), idCommand(), clikit.CompletionCommand()},
+		Commands:  []*cli.Command{serveCommand(ctx), statusCommand(), mountCommand(ctx), umountCommand(), doctorCommand(ctx), idCommand(), gitBridgeCommand(), clikit.CompletionCommand()},
 		// Commands and flags for the shells' completion (`completion`).
 		EnableBashCompletion: true,
 	}
@@ -87,8 +87,8 @@ func serveCommand(ctx context.Context) *cli.Command {
 				Usage: "accept plain HTTP beside TLS, for delegators that speak nothing else (the reference implementation): their token, workspace and session travel in clear"},
 			clikit.DurationFlag("retention", time.Hour, "how long a finished delegation's events stay available", "AWCP_RETENTION"),
 			clikit.DurationFlag("start-timeout", 2*time.Minute, "how long an accepted INVITE waits for START", "AWCP_START_TIMEOUT"),
-			&cli.StringSliceFlag{Name: "transports", EnvVars: []string{"AWCP_TRANSPORTS"}, Value: cli.NewStringSlice("sshfs", "archive"),
-				Usage: "transports offered, preferred first: sshfs (live mount) and/or archive"},
+			&cli.StringSliceFlag{Name: "transports", EnvVars: []string{"AWCP_TRANSPORTS"}, Value: cli.NewStringSlice("sshfs", "archive", "git"),
+				Usage: "transports offered, preferred first: sshfs (live mount), archive, git (a clone on this disk; needs git)"},
 			clikit.BytesFlag("max-workspace-bytes", 1<<30, "most bytes an archive workspace may expand to, e.g. 500M or 2G (zip bombs stop here)", "AWCP_MAX_WORKSPACE_BYTES"),
 			clikit.DurationFlag("keepalive", 15*time.Second, "interval of SSE keep-alive comments", "AWCP_KEEPALIVE"),
 			clikit.DurationFlag("reconnect-bound", 30*time.Second, "how long a call on a live mount waits for an unreachable delegator, from the call, before it fails with EIO", "AWCP_RECONNECT_BOUND"),
@@ -159,17 +159,20 @@ func serve(ctx context.Context, c *cli.Context) error {
 	for _, name := range c.StringSlice("transports") {
 		offered[name] = true
 	}
+	hostKeys := &executor.SSHFSExecutor{Logger: log, KnownHosts: c.String("known-hosts"), InsecureAcceptHostKey: c.Bool("insecure-accept-host-key")}
 	for _, name := range c.StringSlice("transports") {
 		switch name {
 		case control.TransportSSHFS:
 			transports = append(transports, &executor.SSHFSExecutor{Logger: log, ReconnectBound: clikit.Duration(c, "reconnect-bound"), Metrics: mountMetrics,
 				KnownHosts: c.String("known-hosts"), InsecureAcceptHostKey: c.Bool("insecure-accept-host-key")})
+		case control.TransportGit:
+			transports = append(transports, &executor.GitExecutor{Live: hostKeys, Logger: log})
 		case control.TransportArchive:
 			transports = append(transports, &executor.ArchiveExecutor{
 				Limits: archive.Limits{MaxBytes: clikit.Bytes(c, "max-workspace-bytes")},
 			})
 		default:
-			return clikit.UsageError("--transports takes sshfs and/or archive, not %q", name)
+			return clikit.UsageError("--transports takes sshfs, archive and/or git, not %q", name)
 		}
 	}
 	if !offered[control.TransportSSHFS] {
@@ -397,4 +400,22 @@ func loopbackOnly(listen string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// gitBridgeCommand is what git runs, on the executor, as its upload-pack
+// or receive-pack for the git transport: it joins git's stdin and stdout
+// to the delegation's SSH session through the daemon's socket
+// (executor.GitExecutor). Not for people.
+func gitBridgeCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "git-bridge",
+		Hidden:    true,
+		ArgsUsage: "SOCKET upload|receive [PATH]",
+		Action: func(c *cli.Context) error {
+			if c.Args().Len() < 2 {
+				return clikit.UsageError("git-bridge takes a socket and a verb")
+			}
+			return executor.RunGitBridge(c.Args().Get(0), c.Args().Get(1), os.Stdin, os.Stdout)
+		},
+	}
 }

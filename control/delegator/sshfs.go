@@ -63,9 +63,10 @@ type SSHFSDelegator struct {
 	// listener serves them all.
 	faces *faces
 
-	mu      sync.Mutex             // guards keepers and areas
-	keepers map[string]*keeper     // of the delegations lent in reverse
-	areas   map[string]*stage.Area // staging areas of staged delegations, one each
+	mu      sync.Mutex                 // guards keepers, areas and repos
+	keepers map[string]*keeper         // of the delegations lent in reverse
+	areas   map[string]*stage.Area     // staging areas of staged delegations, one each
+	repos   map[string]*sshd.GitExport // what the git transport lends instead of a directory (git.go)
 	running sync.WaitGroup         // the keepers
 }
 
@@ -178,6 +179,14 @@ func (t *SSHFSDelegator) Resume(ctx context.Context, d control.Lent) {
 // sessions share.
 func (t *SSHFSDelegator) grant(d control.Lent) error {
 	exp := sshd.Export{Dir: d.LocalDir, ReadOnly: d.AccessMode != control.AccessRW, Policy: wire.ExportPolicy(d.Policy)}
+	t.mu.Lock()
+	repo := t.repos[d.ID]
+	t.mu.Unlock()
+	if repo != nil {
+		// The git transport's delegation is lent its repository alone.
+		t.Server.Grant(d.ID, sshd.Export{Git: repo, ReadOnly: exp.ReadOnly}, d.ExpiresAt)
+		return nil
+	}
 	if (d.Snapshot == lease.SnapshotStaged || d.Snapshot == lease.SnapshotDiscard) && !exp.ReadOnly {
 		area, err := t.area(d)
 		if err != nil {
@@ -229,6 +238,7 @@ func (t *SSHFSDelegator) Cleanup(_ context.Context, d control.Lent) error {
 	t.mu.Lock()
 	area := t.areas[d.ID]
 	delete(t.areas, d.ID) // its sessions are closed; the area stays on disk
+	delete(t.repos, d.ID)
 	t.mu.Unlock()
 	if area != nil {
 		area.Close()

@@ -1,0 +1,420 @@
+package delegator
+
+import (
+	"archive/zip"
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/sshd"
+)
+
+// GitDelegator is the delegator side of the git transport: the export
+// view (what the archive would send, hide patterns applied) becomes the
+// one commit of a bare repository of this delegator's own — never the
+// owner's, so no object of a hidden path or of the owner's history exists
+// in it to be fetched — lent over the embedded SSH server to the
+// delegation's certificate alone (sshd/git.go). The executor clones it,
+// runs its agent on its own disk, and pushes what the agent did to
+// refs/heads/result; that is applied three-way as an archive's result is.
+type GitDelegator struct {
+	Live    *SSHFSDelegator   // the SSH server, the certificates, reverse connections
+	Archive *ArchiveDelegator // the export view, and the three-way apply of the result
+	// RepoDir holds the lent repositories, one a delegation.
+	RepoDir string
+}
+
+var _ control.DelegatorTransport = (*GitDelegator)(nil)
+
+// Name implements control.DelegatorTransport.
+func (*GitDelegator) Name() string { return control.TransportGit }
+
+func (t *GitDelegator) repo(id string) string { return filepath.Join(t.RepoDir, id+".git") }
+
+// The lent repository's branches: the export view, and what the executor
+// pushes back.
+const (
+	gitBaseRef   = "refs/heads/awcp"
+	gitResultRef = "refs/heads/result"
+)
+
+// Prepare packs the export view as the archive transport does (its
+// manifest is the base of the three-way apply), commits it into a new
+// bare repository, and lends that repository to the delegation.
+func (t *GitDelegator) Prepare(ctx context.Context, d control.Lent) (*control.WorkDirInfo, error) {
+	if _, err := exec.LookPath("git"); err != nil {
+		return nil, control.Errorf(control.CodeDepMissing, "the git transport needs git on this machine").WithHint("install git, or use --transport archive")
+	}
+	if _, err := t.Archive.Prepare(ctx, d); err != nil {
+		return nil, err
+	}
+	repo := t.repo(d.ID)
+	if err := t.commitView(ctx, t.Archive.packedFile(d.ID), repo, d.Dialect == control.DialectHead); err != nil {
+		os.RemoveAll(repo)
+		return nil, control.Errorf(control.CodeWorkspaceInvalid, "cannot make the repository to lend: %v", err)
+	}
+	t.Live.mu.Lock()
+	if t.Live.repos == nil {
+		t.Live.repos = map[string]*sshd.GitExport{}
+	}
+	t.Live.repos[d.ID] = &sshd.GitExport{Repo: repo, MaxReceive: d.Policy.MaxWriteBytes}
+	t.Live.mu.Unlock()
+	info, err := t.Live.Prepare(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	info.Transport, info.ExportLocator = control.TransportGit, sshd.Locator(d.ID)
+	return info, nil
+}
+
+// git runs git on the lent repository: no configuration but its own, no
+// hooks.
+func git(ctx context.Context, repo string, stdin io.Reader, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "git", append([]string{"--git-dir=" + repo, "-c", "core.hooksPath=/dev/null"}, args...)...)
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "LC_ALL=C",
+		"GIT_AUTHOR_NAME=awcp", "GIT_AUTHOR_EMAIL=awcp@localhost", "GIT_COMMITTER_NAME=awcp", "GIT_COMMITTER_EMAIL=awcp@localhost")
+	cmd.Stdin = stdin
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("git %s: %v: %s", args[0], err, strings.TrimSpace(errb.String()))
+	}
+	return out.Bytes(), nil
+}
+
+// commitView makes repo, a bare repository whose gitBaseRef is one commit,
+// without a parent, of the files in the ZIP packed (under the head
+// dialect's folder when inFolder).
+func (t *GitDelegator) commitView(ctx context.Context, packed, repo string, inFolder bool) error {
+	if err := os.MkdirAll(t.RepoDir, 0o700); err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, "git", "init", "-q", "--bare", repo).CombinedOutput(); err != nil {
+		return fmt.Errorf("git init: %v: %s", err, out)
+	}
+	zr, err := zip.OpenReader(packed)
+	if err != nil {
+		return err
+	}
+	defer zr.Close()
+	// git fast-import, fed from the ZIP as it is read: nothing of the
+	// view is written anywhere but into the repository's objects.
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := git(ctx, repo, pr, "fast-import", "--quiet", "--done")
+		pr.CloseWithError(err)
+		done <- err
+	}()
+	err = writeImport(pw, zr, inFolder)
+	pw.CloseWithError(err)
+	if ierr := <-done; err == nil {
+		err = ierr
+	}
+	if err != nil {
+		return err
+	}
+	_, err = git(ctx, repo, nil, "symbolic-ref", "HEAD", gitBaseRef)
+	return err
+}
+
+// writeImport writes a fast-import stream of one commit of zr's files.
+func writeImport(w io.Writer, zr *zip.ReadCloser, inFolder bool) error {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	msg := "the lent directory (awcp export view)\n"
+	fmt.Fprintf(bw, "commit %s\ncommitter awcp <awcp@localhost> 0 +0000\ndata %d\n%s", gitBaseRef, len(msg), msg)
+	for _, f := range zr.File {
+		name := f.Name
+		if inFolder {
+			rest, ok := strings.CutPrefix(name, control.ResourceWorkspace+"/")
+			if !ok {
+				continue
+			}
+			name = rest
+		}
+		mode := f.Mode()
+		if mode.IsDir() || name == "" || strings.HasSuffix(name, "/") {
+			continue
+		}
+		gitMode := "100644"
+		switch {
+		case mode&os.ModeSymlink != 0:
+			gitMode = "120000"
+		case mode&0o111 != 0:
+			gitMode = "100755"
+		case !mode.IsRegular():
+			continue
+		}
+		rc, err := f.Open()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(bw, "M %s inline %s\ndata %d\n", gitMode, cQuote(name), f.UncompressedSize64)
+		n, err := io.Copy(bw, rc)
+		rc.Close()
+		if err != nil {
+			return err
+		}
+		if uint64(n) != f.UncompressedSize64 {
+			return fmt.Errorf("%s: %d bytes, its header says %d", name, n, f.UncompressedSize64)
+		}
+		bw.WriteString("\n")
+	}
+	bw.WriteString("done\n")
+	return bw.Flush()
+}
+
+// Finish reads what the executor pushed to gitResultRef, packs its tree
+// (bounded as an archive's extraction is) as an archive result, and
+// applies that three-way against the export view: the owner's edits made
+// meanwhile stay, and a path both changed is a conflict.
+func (t *GitDelegator) Finish(ctx context.Context, d control.Lent, ev *control.Event) (*archive.Report, error) {
+	if d.AccessMode != control.AccessRW {
+		return &archive.Report{}, nil
+	}
+	repo := t.repo(d.ID)
+	sha, err := git(ctx, repo, nil, "rev-parse", "--verify", "-q", gitResultRef+"^{commit}")
+	if err != nil {
+		return nil, control.Errorf(control.CodeTaskFailed, "the executor pushed no result to the lent repository: nothing in the directory was changed").
+			WithHint("the executor's changes, if any, did not come back; check its log")
+	}
+	result := strings.TrimSpace(string(sha))
+	if err := t.withinLimits(ctx, repo, result); err != nil {
+		return nil, err
+	}
+	packed := filepath.Join(t.RepoDir, d.ID+".result.zip")
+	defer os.Remove(packed)
+	if err := t.zipResult(ctx, repo, result, packed, d); err != nil {
+		return nil, fmt.Errorf("pack the result: %w", err)
+	}
+	done := *ev
+	done.ResultFile, done.ResultChecksum, done.ResultErr = packed, "", nil
+	return t.Archive.Finish(ctx, d, &done)
+}
+
+// zipResult writes commit's tree as an archive result ZIP: its files and
+// symlinks as they are in git (no checkout: no attribute of the tree
+// converts a byte), a directory entry for each of their parents, and the
+// base's empty directories, which git cannot carry (never deleted for
+// that). The paths are the executor's, checked again by the apply.
+func (t *GitDelegator) zipResult(ctx context.Context, repo, commit, out string, d control.Lent) error {
+	listing, err := git(ctx, repo, nil, "ls-tree", "-r", "-z", "--full-tree", commit)
+	if err != nil {
+		return err
+	}
+	type entry struct{ mode, sha, path string }
+	var entries []entry
+	for _, rec := range bytes.Split(listing, []byte{0}) {
+		meta, path, ok := strings.Cut(string(rec), "\t")
+		f := strings.Fields(meta)
+		if !ok || len(f) != 3 || f[1] != "blob" {
+			continue // a submodule's commit: nothing to carry
+		}
+		entries = append(entries, entry{f[0], f[2], path})
+	}
+	prefix := ""
+	if d.Dialect == control.DialectHead {
+		prefix = control.ResourceWorkspace + "/"
+	}
+	f, err := os.OpenFile(out, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	zw := zip.NewWriter(f)
+	dirs := map[string]bool{}
+	addDir := func(dir string) error {
+		for ; dir != "." && dir != "" && !dirs[dir]; dir = filepath.Dir(dir) {
+			dirs[dir] = true
+			hdr := &zip.FileHeader{Name: prefix + dir + "/", Method: zip.Store}
+			hdr.SetMode(os.ModeDir | 0o755)
+			if _, err := zw.CreateHeader(hdr); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if prefix != "" {
+		hdr := &zip.FileHeader{Name: prefix, Method: zip.Store}
+		hdr.SetMode(os.ModeDir | 0o755)
+		if _, err := zw.CreateHeader(hdr); err != nil {
+			return err
+		}
+	}
+	if base, err := t.baseManifest(d.ID); err == nil {
+		for _, p := range emptyDirs(base) {
+			if err := addDir(p); err != nil {
+				return err
+			}
+		}
+	}
+	cat := exec.CommandContext(ctx, "git", "--git-dir="+repo, "cat-file", "--batch")
+	cat.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
+	in, err := cat.StdinPipe()
+	if err != nil {
+		return err
+	}
+	outp, err := cat.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cat.Start(); err != nil {
+		return err
+	}
+	defer cat.Wait()
+	go func() {
+		for _, e := range entries {
+			fmt.Fprintln(in, e.sha)
+		}
+		in.Close()
+	}()
+	r := bufio.NewReader(outp)
+	for _, e := range entries {
+		head, err := r.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		h := strings.Fields(head)
+		if len(h) != 3 || h[0] != e.sha || h[1] != "blob" {
+			return fmt.Errorf("%s: unexpected object %q", e.path, strings.TrimSpace(head))
+		}
+		size, err := strconv.ParseInt(h[2], 10, 64)
+		if err != nil {
+			return err
+		}
+		if err := addDir(filepath.Dir(e.path)); err != nil {
+			return err
+		}
+		hdr := &zip.FileHeader{Name: prefix + e.path, Method: zip.Deflate}
+		switch e.mode {
+		case "120000":
+			hdr.Method = zip.Store
+			hdr.SetMode(os.ModeSymlink | 0o777)
+		case "100755":
+			hdr.SetMode(0o755)
+		default:
+			hdr.SetMode(0o644)
+		}
+		w, err := zw.CreateHeader(hdr)
+		if err != nil {
+			return err
+		}
+		if _, err := io.CopyN(w, r, size); err != nil {
+			return err
+		}
+		if _, err := r.Discard(1); err != nil { // the newline after each object
+			return err
+		}
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// emptyDirs are m's directories with nothing in them.
+func emptyDirs(m archive.Manifest) []string {
+	parents := map[string]bool{}
+	for p := range m {
+		for d := filepath.Dir(p); d != "." && d != "/"; d = filepath.Dir(d) {
+			parents[d] = true
+		}
+	}
+	var out []string
+	for p, e := range m {
+		if e.Kind == archive.KindDir && !parents[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// baseManifest is what was lent to delegation id (the archive's record).
+func (t *GitDelegator) baseManifest(id string) (archive.Manifest, error) {
+	raw, err := t.Archive.Blobs.Blob(manifestKey(id))
+	if err != nil {
+		return nil, err
+	}
+	var m archive.Manifest
+	return m, json.Unmarshal(raw, &m)
+}
+
+// withinLimits refuses a result whose tree is past what an archive's
+// extraction takes: a push is bounded in bytes, but objects compress.
+func (t *GitDelegator) withinLimits(ctx context.Context, repo, commit string) error {
+	out, err := git(ctx, repo, nil, "ls-tree", "-r", "-l", "-z", commit)
+	if err != nil {
+		return err
+	}
+	lim := t.Archive.Limits
+	if lim.MaxBytes <= 0 {
+		lim.MaxBytes = 1 << 30
+	}
+	if lim.MaxEntries <= 0 {
+		lim.MaxEntries = 100_000
+	}
+	var total int64
+	entries := 0
+	for _, line := range bytes.Split(out, []byte{0}) {
+		fields := strings.Fields(string(line))
+		if len(fields) < 4 {
+			continue
+		}
+		entries++
+		if n, err := strconv.ParseInt(fields[3], 10, 64); err == nil {
+			total += n
+		}
+	}
+	if entries > lim.MaxEntries || total > lim.MaxBytes {
+		return control.Errorf(control.CodeTaskFailed, "the executor's result holds %d files, %d bytes: past what is taken (%d files, %d bytes); nothing was applied", entries, total, lim.MaxEntries, lim.MaxBytes)
+	}
+	return nil
+}
+
+// Cleanup removes the lent repository and revokes the grant.
+func (t *GitDelegator) Cleanup(ctx context.Context, d control.Lent) error {
+	err := t.Live.Cleanup(ctx, d)
+	os.RemoveAll(t.repo(d.ID))
+	if aerr := t.Archive.Cleanup(ctx, d); err == nil {
+		err = aerr
+	}
+	return err
+}
+
+// cQuote is path as fast-import reads it: as it is, unless it must be
+// C-quoted (a leading quote, a newline, a control byte or a backslash),
+// then quoted with octal escapes.
+func cQuote(path string) string {
+	needs := strings.HasPrefix(path, `"`)
+	for i := 0; i < len(path) && !needs; i++ {
+		needs = path[i] < 0x20 || path[i] == 0x7f || path[i] == '\\'
+	}
+	if !needs {
+		return path
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(path); i++ {
+		switch c := path[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c == 0x7f:
+			fmt.Fprintf(&b, "\\%03o", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}

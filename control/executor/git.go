@@ -1,0 +1,472 @@
+package executor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/awcp/awcp/control"
+	awcpfs "github.com/awcp/awcp/fs"
+	"github.com/awcp/awcp/sshd"
+)
+
+// GitExecutor is the executor side of the git transport: the work dir is
+// a clone, on this machine's disk, of the repository the delegator lends
+// over the delegation's SSH connection; at the end, what the agent did —
+// its own commits, and what it left uncommitted as one last commit — is
+// pushed back over the same connection to the delegation's result branch.
+//
+// git runs here as this daemon, so it never runs in the agent's
+// repository with the agent's configuration or hooks (a filter, an
+// fsmonitor, a hook there would be a command of the agent's choosing run
+// as the daemon): the push is made from a repository of the daemon's own,
+// into which the agent's objects are copied as plain files and its work
+// tree is added under this daemon's configuration alone.
+type GitExecutor struct {
+	// Live checks the delegator's host key as the live mount does.
+	Live *SSHFSExecutor
+	// Bridge is the command git runs to reach the delegation's session:
+	// this program's `git-bridge`. Default: os.Executable() git-bridge.
+	Bridge []string
+	// Logger default slog.Default().
+	Logger *slog.Logger
+
+	mu    sync.Mutex
+	lends map[string]*gitLend
+}
+
+// gitLend is a delegation's connection and what its clone started from.
+type gitLend struct {
+	client *gossh.Client
+	base   string // the commit cloned
+}
+
+var _ control.ExecutorTransport = (*GitExecutor)(nil)
+
+// Name implements control.ExecutorTransport.
+func (*GitExecutor) Name() string { return control.TransportGit }
+
+// Available reports DEP_MISSING without git.
+func (t *GitExecutor) Available() error {
+	if _, err := exec.LookPath("git"); err != nil {
+		return control.Errorf(control.CodeDepMissing, "the executor has no git").WithHint("install git on the executor, or use another transport")
+	}
+	return nil
+}
+
+func (t *GitExecutor) logger() *slog.Logger {
+	if t.Logger != nil {
+		return t.Logger
+	}
+	return slog.Default()
+}
+
+// gitEnv is the environment of every git run here: no system or user
+// configuration, no prompt.
+func gitEnv() []string {
+	return []string{"PATH=" + os.Getenv("PATH"), "HOME=/nonexistent", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_TERMINAL_PROMPT=0", "LC_ALL=C"}
+}
+
+// Setup connects to the delegator and clones the lent repository into
+// the work dir, then hands it to the agent's user.
+func (t *GitExecutor) Setup(ctx context.Context, p control.SetupParams) error {
+	if len(p.Resources) > 0 {
+		return control.Errorf(control.CodeSetupFailed, "the git transport lends one directory, not an environment").WithHint("use the archive transport")
+	}
+	if p.Info.Options[control.ConnectOption] == control.ConnectReverse {
+		return control.Errorf(control.CodeDepMissing, "the git transport does not take reverse connections yet").
+			WithHint("use --transport live-reverse or archive when the executor cannot reach the delegator")
+	}
+	client, err := t.dial(ctx, p.Info)
+	if err != nil {
+		return err
+	}
+	lend := &gitLend{client: client}
+	t.mu.Lock()
+	if t.lends == nil {
+		t.lends = map[string]*gitLend{}
+	}
+	t.lends[p.ID] = lend
+	t.mu.Unlock()
+	fail := func(err error) error {
+		t.drop(p.ID)
+		return err
+	}
+	err = t.overSession(ctx, client, func(bridge string) error {
+		_, err := runGit(ctx, "", nil, "-c", "protocol.file.allow=always", "clone", "-q", "--no-hardlinks", "-u", bridge+" upload", "file:///awcp", p.WorkDir)
+		return err
+	})
+	if err != nil {
+		return fail(&control.ProtocolError{Code: control.CodeSetupFailed, Message: "cannot clone the lent repository: " + StripPaths(err, p.WorkDir), Err: err})
+	}
+	head, err := runGit(ctx, "", nil, "--git-dir="+filepath.Join(p.WorkDir, ".git"), "rev-parse", "HEAD")
+	if err != nil {
+		return fail(&control.ProtocolError{Code: control.CodeSetupFailed, Message: "the clone has no commit", Err: err})
+	}
+	lend.base = strings.TrimSpace(string(head))
+	if p.Agent != nil {
+		if err := chownTree(p.WorkDir, *p.Agent); err != nil {
+			return fail(fmt.Errorf("hand the clone to the agent's user: %w", err))
+		}
+	}
+	t.logger().Info("git transport: cloned", "delegation", p.ID, "base", lend.base)
+	return nil
+}
+
+// dial opens the SSH connection to the delegator, pinning its host key.
+func (t *GitExecutor) dial(ctx context.Context, info *control.WorkDirInfo) (*gossh.Client, error) {
+	if info.Endpoint == nil || info.Credential == nil {
+		return nil, control.Errorf(control.CodeSetupFailed, "START's workDir has no endpoint or credential")
+	}
+	hostKey, check, err := t.Live.hostKeyCheck(info)
+	if err != nil {
+		return nil, err
+	}
+	if hostKey != nil {
+		check = gossh.FixedHostKey(hostKey)
+	}
+	signer, err := awcpfs.CertSigner(info.Credential.PrivateKey, info.Credential.Certificate)
+	if err != nil {
+		return nil, control.Errorf(control.CodeSetupFailed, "invalid workDir.credential: %v", err)
+	}
+	addr := net.JoinHostPort(info.Endpoint.Host, strconv.Itoa(info.Endpoint.Port))
+	d := net.Dialer{Timeout: 15 * time.Second}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, &control.ProtocolError{Code: control.CodeSetupFailed, Message: "cannot reach the delegator's SSH server: " + err.Error(), Err: err}
+	}
+	cc, chans, reqs, err := gossh.NewClientConn(conn, addr, &gossh.ClientConfig{User: info.Endpoint.User,
+		Auth: []gossh.AuthMethod{gossh.PublicKeys(signer)}, HostKeyCallback: check, Timeout: 15 * time.Second})
+	if err != nil {
+		conn.Close()
+		return nil, &control.ProtocolError{Code: control.CodeSetupFailed, Message: "SSH to the delegator: " + err.Error(), Err: err}
+	}
+	return gossh.NewClient(cc, chans, reqs), nil
+}
+
+// overSession lets run's git reach the delegation's session: it listens
+// on a socket in a directory of this daemon's alone, and each connection
+// the bridge makes to it (`awcp-fs git-bridge SOCKET VERB`) is joined to a
+// subsystem of the SSH connection. bridge is the command for git's -u or
+// --receive-pack, without its verb.
+func (t *GitExecutor) overSession(ctx context.Context, client *gossh.Client, run func(bridge string) error) error {
+	dir, err := os.MkdirTemp("", "awcp-git-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "s")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	defer func() { ln.Close(); wg.Wait() }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); defer c.Close(); t.join(client, c) }()
+		}
+	}()
+	bridge := t.Bridge
+	if len(bridge) == 0 {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		bridge = []string{self, "git-bridge"}
+	}
+	var cmd []string
+	for _, a := range append(bridge, sock) {
+		cmd = append(cmd, shellQuote(a))
+	}
+	return run(strings.Join(cmd, " "))
+}
+
+// join runs the subsystem the bridge asks for (its first line: upload or
+// receive) with the bridge's connection as its stdin and stdout.
+func (t *GitExecutor) join(client *gossh.Client, c net.Conn) {
+	r := bufio.NewReader(c)
+	verb, err := r.ReadString('\n')
+	if err != nil {
+		return
+	}
+	name := sshd.SubsystemGitUpload
+	if strings.TrimSpace(verb) == "receive" {
+		name = sshd.SubsystemGitReceive
+	}
+	sess, err := client.NewSession()
+	if err != nil {
+		t.logger().Warn("git transport: session", "err", err)
+		return
+	}
+	defer sess.Close()
+	// A subsystem session is not started as a command is: its pipes are
+	// copied here.
+	in, err := sess.StdinPipe()
+	if err != nil {
+		return
+	}
+	out, err := sess.StdoutPipe()
+	if err != nil {
+		return
+	}
+	errOut, err := sess.StderrPipe()
+	if err != nil {
+		return
+	}
+	if err := sess.RequestSubsystem(name); err != nil {
+		t.logger().Warn("git transport: subsystem", "name", name, "err", err)
+		return
+	}
+	go func() {
+		io.Copy(in, r)
+		in.Close()
+	}()
+	var stderr bytes.Buffer
+	copied := make(chan struct{})
+	go func() { defer close(copied); io.Copy(&stderr, io.LimitReader(errOut, 64<<10)) }()
+	io.Copy(c, out)
+	<-copied
+	if stderr.Len() > 0 {
+		t.logger().Info("git transport: the delegator's git said", "name", name, "stderr", strings.TrimSpace(stderr.String()))
+	}
+}
+
+// RunGitBridge is `awcp-fs git-bridge SOCKET VERB`: what git runs as its
+// upload-pack or receive-pack, joining its stdin and stdout to the
+// executor's session through SOCKET.
+func RunGitBridge(sock, verb string, stdin io.Reader, stdout io.Writer) error {
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := fmt.Fprintf(c, "%s\n", verb); err != nil {
+		return err
+	}
+	go func() {
+		io.Copy(c, stdin)
+		c.(*net.UnixConn).CloseWrite()
+	}()
+	_, err = io.Copy(stdout, c)
+	return err
+}
+
+// Teardown pushes what the agent did to the delegation's result branch:
+// its commits that descend from the clone, and its work tree, as one last
+// commit where it differs from its HEAD. It writes no archive result.
+func (t *GitExecutor) Teardown(ctx context.Context, id, workDir string, result io.Writer) (bool, error) {
+	t.mu.Lock()
+	lend := t.lends[id]
+	t.mu.Unlock()
+	if lend == nil {
+		return false, nil
+	}
+	defer t.drop(id)
+	if result == nil {
+		return false, nil // read-only, or nothing to send back
+	}
+	own, err := os.MkdirTemp("", "awcp-git-result-")
+	if err != nil {
+		return false, err
+	}
+	defer os.RemoveAll(own)
+	repo := filepath.Join(own, "repo.git")
+	if _, err := runGit(ctx, "", nil, "init", "-q", "--bare", repo); err != nil {
+		return false, err
+	}
+	head, err := copyAgentObjects(workDir, repo)
+	if err != nil {
+		t.logger().Info("git transport: the agent's history is not taken", "delegation", id, "err", err)
+	}
+	g := func(args ...string) (string, error) {
+		out, err := runGit(ctx, "", []string{"GIT_INDEX_FILE=" + filepath.Join(own, "index"), "GIT_WORK_TREE=" + workDir},
+			append([]string{"--git-dir=" + repo}, args...)...)
+		return strings.TrimSpace(string(out)), err
+	}
+	// The agent's HEAD counts if it is a commit that descends from the
+	// clone; otherwise its work tree goes on the clone's commit.
+	parent := lend.base
+	if head != "" {
+		if _, err := g("merge-base", "--is-ancestor", lend.base, head); err == nil {
+			parent = head
+		} else {
+			t.logger().Info("git transport: the agent's HEAD does not descend from the clone; its work tree alone is sent", "delegation", id, "head", head)
+		}
+	}
+	if _, err := g("cat-file", "-e", parent+"^{commit}"); err != nil {
+		return false, fmt.Errorf("the clone's commit is gone from the agent's repository: %w", err)
+	}
+	if _, err := g("read-tree", parent); err != nil {
+		return false, err
+	}
+	if _, err := g("add", "-A", "--", "."); err != nil {
+		return false, fmt.Errorf("take the work tree: %w", err)
+	}
+	tree, err := g("write-tree")
+	if err != nil {
+		return false, err
+	}
+	final := parent
+	if was, _ := g("rev-parse", parent+"^{tree}"); was != tree {
+		out, err := runGit(ctx, "", []string{"GIT_AUTHOR_NAME=awcp-agent", "GIT_AUTHOR_EMAIL=agent@awcp.invalid",
+			"GIT_COMMITTER_NAME=awcp-agent", "GIT_COMMITTER_EMAIL=agent@awcp.invalid"},
+			"--git-dir="+repo, "commit-tree", tree, "-p", parent, "-m", "awcp: what the agent left uncommitted at the end of delegation "+id)
+		if err != nil {
+			return false, err
+		}
+		final = strings.TrimSpace(string(out))
+	}
+	err = t.overSession(ctx, lend.client, func(bridge string) error {
+		_, err := runGit(ctx, "", nil, "--git-dir="+repo, "push", "-q", "--receive-pack="+bridge+" receive", "file:///awcp", final+":refs/heads/result")
+		return err
+	})
+	if err != nil {
+		return false, &control.ProtocolError{Code: control.CodeTaskFailed, Message: "the result could not be pushed to the delegator: " + StripPaths(err, workDir), Err: err}
+	}
+	t.logger().Info("git transport: result pushed", "delegation", id, "commit", final)
+	return false, nil
+}
+
+// drop closes delegation id's connection.
+func (t *GitExecutor) drop(id string) {
+	t.mu.Lock()
+	lend := t.lends[id]
+	delete(t.lends, id)
+	t.mu.Unlock()
+	if lend != nil {
+		lend.client.Close()
+	}
+}
+
+// runGit runs git with gitEnv and extra, in dir ("" is this process's).
+func runGit(ctx context.Context, dir string, extra []string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "git", append([]string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"}, args...)...)
+	cmd.Dir, cmd.Env = dir, append(gitEnv(), extra...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		verb := args[0]
+		for i := 0; i < len(args); i++ {
+			if args[i] == "-c" {
+				i++
+				continue
+			}
+			if !strings.HasPrefix(args[i], "-") {
+				verb = args[i]
+				break
+			}
+		}
+		return nil, fmt.Errorf("git %s: %v: %s", verb, err, strings.TrimSpace(errb.String()))
+	}
+	return out.Bytes(), nil
+}
+
+var objectName = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
+
+// copyAgentObjects copies the agent's repository's objects into repo, as
+// plain files read through os.Root (no link followed, nothing but regular
+// files), and returns its HEAD commit ("" if it has none that reads).
+func copyAgentObjects(workDir, repo string) (string, error) {
+	root, err := os.OpenRoot(filepath.Join(workDir, ".git"))
+	if err != nil {
+		return "", err
+	}
+	defer root.Close()
+	err = fs.WalkDir(root.FS(), "objects", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !d.Type().IsRegular() || strings.HasPrefix(p, "objects/info") {
+			return nil
+		}
+		src, err := root.OpenFile(p, os.O_RDONLY|syscallNoFollowNonblock, 0)
+		if err != nil {
+			return nil
+		}
+		defer src.Close()
+		if fi, err := src.Stat(); err != nil || !fi.Mode().IsRegular() {
+			return nil
+		}
+		dst := filepath.Join(repo, p)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+			return err
+		}
+		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o400)
+		if err != nil {
+			return nil // there already: objects are named by content
+		}
+		_, err = io.Copy(out, src)
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return readHead(root)
+}
+
+// readHead resolves the agent's HEAD to an object name, reading HEAD and
+// the ref it names (loose or packed) as text.
+func readHead(root *os.Root) (string, error) {
+	read := func(name string) string {
+		f, err := root.Open(name)
+		if err != nil {
+			return ""
+		}
+		defer f.Close()
+		b, _ := io.ReadAll(io.LimitReader(f, 64<<10))
+		return strings.TrimSpace(string(b))
+	}
+	head := read("HEAD")
+	ref, symbolic := strings.CutPrefix(head, "ref: ")
+	if !symbolic {
+		if objectName.MatchString(head) {
+			return head, nil
+		}
+		return "", errors.New("HEAD names no commit")
+	}
+	if !strings.HasPrefix(ref, "refs/") || strings.Contains(ref, "..") {
+		return "", fmt.Errorf("HEAD names %q", ref)
+	}
+	if sha := read(ref); objectName.MatchString(sha) {
+		return sha, nil
+	}
+	for _, line := range strings.Split(read("packed-refs"), "\n") {
+		if sha, name, ok := strings.Cut(line, " "); ok && name == ref && objectName.MatchString(sha) {
+			return sha, nil
+		}
+	}
+	return "", fmt.Errorf("%s names no commit", ref)
+}
+
+// shellQuote is s as one word of sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// syscallNoFollowNonblock: an object file that is a link is not followed,
+// and one that is a FIFO does not block the open.
+const syscallNoFollowNonblock = syscall.O_NOFOLLOW | syscall.O_NONBLOCK

@@ -1,0 +1,87 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// gitAgent commits twice, leaves a change uncommitted, and reports how
+// many of the objects its clone received hold the owner's hidden secret
+// (every object: git cat-file --batch-all-objects), and its work dir.
+const gitAgent = `set -e
+echo "line one" >> notes.txt; git add notes.txt; git commit -qm "first"
+echo "line two" >> notes.txt; git commit -qam "second"
+echo "left uncommitted" > loose.txt
+echo "secret objects: $(git cat-file --batch-all-objects --batch | grep -c hunter2 || true)"
+echo "hidden file: $(ls -a | grep -c '^.env$' || true)"
+echo "workdir: $PWD"`
+
+// TestGitTransport: --transport git. The agent works on a clone on the
+// executor's disk, commits twice and leaves a change uncommitted; the
+// owner gets all three applied; the hidden .env is in no object the
+// executor received; the clone is gone at the end; a result over
+// --max-write-bytes is refused whole.
+func TestGitTransport(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatal("the git transport's test needs git")
+	}
+	x := startExecutor(t, gitAgent, "--transports", "git")
+	c := newCtl(t)
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"notes.txt": "line zero\n", ".env": "PASSWORD=hunter2\n", "src/main.c": "int main(void) { return 0; }\n"})
+
+	r := c.run("export", ws, "--peer", x.url, "--prompt", "work", "--transport", "git", "--ssh-listen", "127.0.0.1:0")
+	if r.code != 0 {
+		t.Fatalf("export --transport git: exit %d\n%s%s\nexecutor:\n%s", r.code, r.stdout, r.stderr, x.log)
+	}
+	for _, want := range []string{"secret objects: 0", "hidden file: 0"} {
+		if !strings.Contains(r.stdout+r.stderr, want) {
+			t.Errorf("the agent's report lacks %q:\n%s%s", want, r.stdout, r.stderr)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "notes.txt")); string(b) != "line zero\nline one\nline two\n" {
+		t.Errorf("notes.txt = %q: the agent's two commits are not applied", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "loose.txt")); string(b) != "left uncommitted\n" {
+		t.Errorf("loose.txt = %q: the uncommitted change is not applied", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, ".env")); string(b) != "PASSWORD=hunter2\n" {
+		t.Errorf(".env = %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "src/main.c")); string(b) != "int main(void) { return 0; }\n" {
+		t.Errorf("src/main.c = %q", b)
+	}
+	waitWorkRootEmpty(t, x)
+	storesAgree(t, c, x)
+	if left, _ := filepath.Glob(filepath.Join(c.state, "git", "*")); len(left) > 0 {
+		t.Errorf("the delegator kept %v", left)
+	}
+
+	// The scan can see the secret: lent without the hide defaults, the
+	// agent finds it in the objects it received.
+	ws1 := t.TempDir()
+	writeFiles(t, ws1, map[string]string{"notes.txt": "line zero\n", ".env": "PASSWORD=hunter2\n"})
+	r = c.run("export", ws1, "--peer", x.url, "--prompt", "work", "--transport", "git", "--ssh-listen", "127.0.0.1:0", "--no-hide-defaults")
+	if r.code != 0 || !strings.Contains(r.stdout+r.stderr, "secret objects: 1") {
+		t.Errorf("lent with .env, the agent's scan does not find it: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// A result past --max-write-bytes is refused whole: nothing applied.
+	big := startExecutor(t, `head -c 300000 /dev/urandom > blob.bin; echo "small" > small.txt`, "--transports", "git")
+	ws2 := t.TempDir()
+	writeFiles(t, ws2, map[string]string{"keep.txt": "as it was\n"})
+	r = c.run("export", ws2, "--peer", big.url, "--prompt", "write a lot", "--transport", "git", "--ssh-listen", "127.0.0.1:0", "--max-write-bytes", "64K")
+	if r.code == 0 {
+		t.Fatalf("a result over --max-write-bytes was taken:\n%s%s", r.stdout, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(ws2, "small.txt")); err == nil {
+		t.Errorf("part of a refused result was applied")
+	}
+	if _, err := os.Stat(filepath.Join(ws2, "blob.bin")); err == nil {
+		t.Errorf("a result over --max-write-bytes was applied")
+	}
+	waitWorkRootEmpty(t, big)
+}
