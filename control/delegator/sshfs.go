@@ -67,7 +67,7 @@ type SSHFSDelegator struct {
 	keepers map[string]*keeper         // of the delegations lent in reverse
 	areas   map[string]*stage.Area     // staging areas of staged delegations, one each
 	repos   map[string]*sshd.GitExport // what the git transport lends instead of a directory (git.go)
-	running sync.WaitGroup         // the keepers
+	running sync.WaitGroup             // the keepers
 }
 
 func (t *SSHFSDelegator) logger() *slog.Logger {
