@@ -85,3 +85,44 @@ func TestGitTransport(t *testing.T) {
 	}
 	waitWorkRootEmpty(t, big)
 }
+
+// The agent's clone is its own: whatever it sets in its repository —
+// hooks, an fsmonitor, a clean filter for every path — after its last
+// commit runs nothing when the executor takes its result, and nothing of
+// its .git comes back; its work is taken all the same.
+func TestGitTransportAgentRepoRunsNothing(t *testing.T) {
+	markers := t.TempDir()
+	agent := `set -e
+echo "work" > work.txt; git add work.txt; git commit -qm work
+git config core.fsmonitor "touch ` + markers + `/fsmonitor-ran"
+git config filter.evil.clean "touch ` + markers + `/filter-ran; cat"
+git config core.hooksPath .git/hooks
+echo "* filter=evil" > .gitattributes
+for h in pre-commit post-commit pre-push reference-transaction post-index-change; do
+  printf '#!/bin/sh\ntouch ` + markers + `/hook-%s-ran\n' $h > .git/hooks/$h; chmod +x .git/hooks/$h
+done
+echo "after" > after.txt`
+	x := startExecutor(t, agent, "--transports", "git")
+	c := newCtl(t)
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"readme.txt": "hello\n"})
+	r := c.run("export", ws, "--peer", x.url, "--prompt", "work", "--transport", "git", "--ssh-listen", "127.0.0.1:0")
+	if r.code != 0 {
+		t.Fatalf("export: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if ran, _ := os.ReadDir(markers); len(ran) > 0 {
+		var names []string
+		for _, e := range ran {
+			names = append(names, e.Name())
+		}
+		t.Errorf("the agent's repository ran commands as the executor: %v", names)
+	}
+	for f, want := range map[string]string{"work.txt": "work\n", "after.txt": "after\n", ".gitattributes": "* filter=evil\n"} {
+		if b, _ := os.ReadFile(filepath.Join(ws, f)); string(b) != want {
+			t.Errorf("%s = %q, want %q", f, b, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ws, ".git")); err == nil {
+		t.Errorf("the agent's .git came back")
+	}
+}
