@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // gitAgent commits twice, leaves a change uncommitted, and reports how
@@ -124,5 +125,48 @@ echo "after" > after.txt`
 	}
 	if _, err := os.Stat(filepath.Join(ws, ".git")); err == nil {
 		t.Errorf("the agent's .git came back")
+	}
+}
+
+// Cancelled mid-run and expired mid-run, a git delegation leaves nothing
+// on either side: no clone, no lent repository, nothing applied.
+func TestGitTransportEndsCleanly(t *testing.T) {
+	x := startExecutor(t, `echo "half" > half.txt; git add half.txt; git commit -qm half; sleep 60`, "--transports", "git")
+	c := newCtl(t)
+	c.serve()
+	for _, how := range []string{"cancel", "expiry"} {
+		ws := t.TempDir()
+		writeFiles(t, ws, map[string]string{"readme.txt": "hello\n"})
+		args := []string{"export", ws, "--peer", x.url, "--prompt", "work", "--transport", "git", "--background"}
+		if how == "expiry" {
+			args = append(args, "--ttl", "3s")
+		}
+		r := c.run(args...)
+		if r.code != 0 {
+			t.Fatalf("%s: export: exit %d\n%s", how, r.code, r.stderr)
+		}
+		id := strings.TrimSpace(r.stdout)
+		c.waitState(id, "running")
+		if how == "cancel" {
+			if r := c.run("cancel", id); r.code != 0 {
+				t.Fatalf("cancel: exit %d\n%s", r.code, r.stderr)
+			}
+			c.waitState(id, "cancelled")
+		} else {
+			c.waitState(id, "expired")
+		}
+		waitWorkRootEmpty(t, x)
+		if _, err := os.Stat(filepath.Join(ws, "half.txt")); err == nil {
+			t.Errorf("%s: the agent's commit was applied", how)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			left, _ := filepath.Glob(filepath.Join(c.state, "git", "*"))
+			if len(left) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the delegator kept %v", how, left)
+			}
+		}
 	}
 }
