@@ -159,14 +159,16 @@ func serve(ctx context.Context, c *cli.Context) error {
 	for _, name := range c.StringSlice("transports") {
 		offered[name] = true
 	}
-	hostKeys := &executor.SSHFSExecutor{Logger: log, KnownHosts: c.String("known-hosts"), InsecureAcceptHostKey: c.Bool("insecure-accept-host-key")}
+	// The live mount's executor, offered or not, also checks host keys and
+	// holds the reverse connections' slots for the git transport.
+	live := &executor.SSHFSExecutor{Logger: log, ReconnectBound: clikit.Duration(c, "reconnect-bound"), Metrics: mountMetrics,
+		KnownHosts: c.String("known-hosts"), InsecureAcceptHostKey: c.Bool("insecure-accept-host-key")}
 	for _, name := range c.StringSlice("transports") {
 		switch name {
 		case control.TransportSSHFS:
-			transports = append(transports, &executor.SSHFSExecutor{Logger: log, ReconnectBound: clikit.Duration(c, "reconnect-bound"), Metrics: mountMetrics,
-				KnownHosts: c.String("known-hosts"), InsecureAcceptHostKey: c.Bool("insecure-accept-host-key")})
+			transports = append(transports, live)
 		case control.TransportGit:
-			transports = append(transports, &executor.GitExecutor{Live: hostKeys, Logger: log})
+			transports = append(transports, &executor.GitExecutor{Live: live, Logger: log})
 		case control.TransportArchive:
 			transports = append(transports, &executor.ArchiveExecutor{
 				Limits: archive.Limits{MaxBytes: clikit.Bytes(c, "max-workspace-bytes")},
@@ -178,7 +180,8 @@ func serve(ctx context.Context, c *cli.Context) error {
 	if !offered[control.TransportSSHFS] {
 		// Still known, so that INVITEs asking for it get DEP_MISSING and
 		// a delegator on auto falls back.
-		transports = append(transports, &executor.SSHFSExecutor{Disabled: true})
+		live.Disabled = true
+		transports = append(transports, live)
 	}
 	var worker executor.Worker
 	var sessions executor.SessionRunner // an ACP agent also serves editors' sessions

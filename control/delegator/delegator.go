@@ -487,8 +487,13 @@ func (d *Delegator) handshake(ctx context.Context, del *lease.Delegation) (*stre
 		inv.RetentionMs = &ms
 		inv.Environment = &control.Environment{Resources: []control.Resource{{Name: control.ResourceWorkspace, Type: "fs", Mode: del.AccessMode}}}
 	}
-	if del.Transport == control.TransportSSHFS && del.AutoTransport && del.Connect == "" {
+	// The live mount on auto, and the git transport, go in reverse when
+	// the executor cannot reach this machine's SSH port.
+	if (del.Transport == control.TransportSSHFS && del.AutoTransport || del.Transport == control.TransportGit) && del.Connect == "" {
 		if connect, note := d.reachBack(ctx, del); connect != "" {
+			if del.Transport == control.TransportGit {
+				note = strings.Replace(strings.TrimPrefix(note, "transport auto: "), "the live mount runs in reverse", "the git transport runs in reverse", 1)
+			}
 			if _, err := d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
 				del.Connect = connect
 				del.Notes = append(del.Notes, note)

@@ -52,10 +52,13 @@ type GitExecutor struct {
 	lends map[string]*gitLend
 }
 
-// gitLend is a delegation's connection and what its clone started from.
+// gitLend is how a delegation reaches its delegator, and what its clone
+// started from. Each use (the clone, the push) opens a connection of its
+// own: one held while the agent works would be closed as idle.
 type gitLend struct {
-	client *gossh.Client
-	base   string // the commit cloned
+	info *control.WorkDirInfo
+	slot *TunnelSlot // the reverse connections' slot; nil: the executor dials
+	base string      // the commit cloned
 }
 
 var _ control.ExecutorTransport = (*GitExecutor)(nil)
@@ -91,15 +94,19 @@ func (t *GitExecutor) Setup(ctx context.Context, p control.SetupParams) error {
 	if len(p.Resources) > 0 {
 		return control.Errorf(control.CodeSetupFailed, "the git transport lends one directory, not an environment").WithHint("use the archive transport")
 	}
+	lend := &gitLend{info: p.Info}
 	if p.Info.Options[control.ConnectOption] == control.ConnectReverse {
-		return control.Errorf(control.CodeDepMissing, "the git transport does not take reverse connections yet").
-			WithHint("use --transport live-reverse or archive when the executor cannot reach the delegator")
+		// The delegator cannot be reached: it opens the connections to
+		// this executor's endpoint, as for a reverse live mount.
+		hostKey, _, err := t.Live.hostKeyCheck(p.Info)
+		if err != nil {
+			return err
+		}
+		if hostKey == nil {
+			return control.Errorf(control.CodeSetupFailed, "a reverse connection needs workDir.hostKey")
+		}
+		lend.slot = t.Live.openSlot(p.ID, hostKey)
 	}
-	client, err := t.dial(ctx, p.Info)
-	if err != nil {
-		return err
-	}
-	lend := &gitLend{client: client}
 	t.mu.Lock()
 	if t.lends == nil {
 		t.lends = map[string]*gitLend{}
@@ -110,7 +117,7 @@ func (t *GitExecutor) Setup(ctx context.Context, p control.SetupParams) error {
 		t.drop(p.ID)
 		return err
 	}
-	err = t.overSession(ctx, client, func(bridge string) error {
+	err := t.overSession(ctx, lend, func(bridge string) error {
 		_, err := runGit(ctx, "", nil, "-c", "protocol.file.allow=always", "clone", "-q", "--no-hardlinks", "-u", bridge+" upload", "file:///awcp", p.WorkDir)
 		return err
 	})
@@ -131,8 +138,10 @@ func (t *GitExecutor) Setup(ctx context.Context, p control.SetupParams) error {
 	return nil
 }
 
-// dial opens the SSH connection to the delegator, pinning its host key.
-func (t *GitExecutor) dial(ctx context.Context, info *control.WorkDirInfo) (*gossh.Client, error) {
+// connect opens an SSH connection to the delegator for lend, pinning its
+// host key: dialled, or taken from the delegator's reverse connections.
+func (t *GitExecutor) connect(ctx context.Context, lend *gitLend) (*gossh.Client, error) {
+	info := lend.info
 	if info.Endpoint == nil || info.Credential == nil {
 		return nil, control.Errorf(control.CodeSetupFailed, "START's workDir has no endpoint or credential")
 	}
@@ -148,8 +157,15 @@ func (t *GitExecutor) dial(ctx context.Context, info *control.WorkDirInfo) (*gos
 		return nil, control.Errorf(control.CodeSetupFailed, "invalid workDir.credential: %v", err)
 	}
 	addr := net.JoinHostPort(info.Endpoint.Host, strconv.Itoa(info.Endpoint.Port))
-	d := net.Dialer{Timeout: 15 * time.Second}
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	var conn net.Conn
+	if lend.slot != nil {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		conn, err = lend.slot.take(wctx)
+		cancel()
+	} else {
+		d := net.Dialer{Timeout: 15 * time.Second}
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, &control.ProtocolError{Code: control.CodeSetupFailed, Message: "cannot reach the delegator's SSH server: " + err.Error(), Err: err}
 	}
@@ -167,7 +183,12 @@ func (t *GitExecutor) dial(ctx context.Context, info *control.WorkDirInfo) (*gos
 // the bridge makes to it (`awcp-fs git-bridge SOCKET VERB`) is joined to a
 // subsystem of the SSH connection. bridge is the command for git's -u or
 // --receive-pack, without its verb.
-func (t *GitExecutor) overSession(ctx context.Context, client *gossh.Client, run func(bridge string) error) error {
+func (t *GitExecutor) overSession(ctx context.Context, lend *gitLend, run func(bridge string) error) error {
+	client, err := t.connect(ctx, lend)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
 	dir, err := os.MkdirTemp("", "awcp-git-")
 	if err != nil {
 		return err
@@ -342,7 +363,7 @@ func (t *GitExecutor) Teardown(ctx context.Context, id, workDir string, result i
 		}
 		final = strings.TrimSpace(string(out))
 	}
-	err = t.overSession(ctx, lend.client, func(bridge string) error {
+	err = t.overSession(ctx, lend, func(bridge string) error {
 		_, err := runGit(ctx, "", nil, "--git-dir="+repo, "push", "-q", "--receive-pack="+bridge+" receive", "file:///awcp", final+":refs/heads/result")
 		return err
 	})
@@ -359,8 +380,8 @@ func (t *GitExecutor) drop(id string) {
 	lend := t.lends[id]
 	delete(t.lends, id)
 	t.mu.Unlock()
-	if lend != nil {
-		lend.client.Close()
+	if lend != nil && lend.slot != nil {
+		t.Live.closeTunnel(id)
 	}
 }
 
@@ -470,3 +491,11 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 // syscallNoFollowNonblock: an object file that is a link is not followed,
 // and one that is a FIFO does not block the open.
 const syscallNoFollowNonblock = syscall.O_NOFOLLOW | syscall.O_NONBLOCK
+
+var _ TunnelHost = (*GitExecutor)(nil)
+
+// TunnelSlot implements TunnelHost: the slots are the live mount's.
+func (t *GitExecutor) TunnelSlot(id string) (*TunnelSlot, bool) { return t.Live.TunnelSlot(id) }
+
+// SlotReady implements TunnelHost.
+func (t *GitExecutor) SlotReady(id string) <-chan struct{} { return t.Live.SlotReady(id) }

@@ -197,18 +197,7 @@ func (t *SSHFSExecutor) mount(p control.SetupParams, debug, served bool) (_ *awc
 			// The tunnel's proof is checked against the pinned key.
 			return nil, control.Errorf(control.CodeSetupFailed, "a reverse live mount needs workDir.hostKey")
 		}
-		slot := newTunnelSlot(hostKey)
-		t.mu.Lock()
-		if t.tunnels == nil {
-			t.tunnels = map[string]*TunnelSlot{}
-		}
-		t.tunnels[p.ID] = slot
-		if ch, ok := t.ready[p.ID]; ok {
-			close(ch)
-			delete(t.ready, p.ID)
-		}
-		t.mu.Unlock()
-		dial = slot.take
+		dial = t.openSlot(p.ID, hostKey).take
 		defer func() {
 			if err != nil {
 				t.closeTunnel(p.ID)
@@ -250,6 +239,23 @@ func (t *SSHFSExecutor) mount(p control.SetupParams, debug, served bool) (_ *awc
 		return nil, &control.ProtocolError{Code: control.CodeSetupFailed, Message: "cannot mount the delegator's workspace: " + StripPaths(err, p.WorkDir), Err: err}
 	}
 	return m, nil
+}
+
+// openSlot makes delegation id's slot for the reverse connections the
+// delegator opens, and wakes a request that waits for it (SlotReady).
+func (t *SSHFSExecutor) openSlot(id string, hostKey gossh.PublicKey) *TunnelSlot {
+	slot := newTunnelSlot(hostKey)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.tunnels == nil {
+		t.tunnels = map[string]*TunnelSlot{}
+	}
+	t.tunnels[id] = slot
+	if ch, ok := t.ready[id]; ok {
+		close(ch)
+		delete(t.ready, id)
+	}
+	return slot
 }
 
 // TunnelSlot implements TunnelHost.

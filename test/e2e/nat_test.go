@@ -278,3 +278,32 @@ func TestLANReverseLiveMountSurvivesACut(t *testing.T) {
 	}
 	x.nothingLeft(t, d)
 }
+
+// TestLANGitTransportBehindNAT: a delegator behind NAT lends a directory
+// over the git transport to an executor on the LAN, which cannot open a
+// connection to it: the delegator finds that out, opens the connections
+// itself, and the clone and the push go over them.
+func TestLANGitTransportBehindNAT(t *testing.T) {
+	l := newLAN(t)
+	x := l.add("x", 2)
+	x.serve(t, `echo "from behind" > nat.txt; git add nat.txt; git commit -qm nat; echo loose > loose.txt`, "--transports", "git")
+	d := l.addBehindNAT("d", 9)
+	l.route(x, l.nodes["d-nat"])
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"readme.txt": "hello\n"})
+	r := d.ctl(t, "export", ws, "--peer", "http://"+x.ip+":10200", "--transport", "git", "--prompt", "p", "--ssh-listen", d.ip+":2222")
+	if r.code != 0 {
+		t.Fatalf("export --transport git behind NAT: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "cannot reach this machine's SSH port") {
+		t.Errorf("the delegator did not say it went reverse:\n%s", r.stderr)
+	}
+	for f, want := range map[string]string{"nat.txt": "from behind\n", "loose.txt": "loose\n"} {
+		if b, _ := os.ReadFile(filepath.Join(ws, f)); string(b) != want {
+			t.Errorf("%s = %q, want %q", f, b, want)
+		}
+	}
+	if left, _ := os.ReadDir(x.work); len(left) > 0 {
+		t.Errorf("the executor kept %v", left)
+	}
+}
