@@ -186,10 +186,6 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 			return nil, control.Errorf(control.CodeDepMissing, "the git transport needs this delegator's SSH server, which does not run here").
 				WithHint("run it from awcp-ctl export or the awcp-ctl serve daemon, or use --transport archive")
 		}
-		if req.Snapshot == lease.SnapshotStaged || req.Snapshot == lease.SnapshotDiscard {
-			return nil, control.Errorf(control.CodeWorkspaceInvalid, "--transport git applies its result as it comes: --snapshot %s is not offered with it yet", req.Snapshot).
-				WithHint("use --snapshot auto with git, or --transport archive or live for a staged review")
-		}
 	case control.TransportSSHFS, TransportSSHFSReverse:
 		if d.opts.Transports[control.TransportSSHFS] == nil {
 			return nil, control.Errorf(control.CodeDepMissing, "the sshfs transport is not available in this build").

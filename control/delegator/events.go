@@ -281,7 +281,17 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 		var staged func(*lease.Delegation)
 		if kept && del.AccessMode == control.AccessRW {
 			rep = &archive.Report{}
-			staged, ferr = d.finishStaged(del, ev)
+			if p, ok := tr.(resultPacker); ok && ev.ResultFile == "" {
+				// The git transport's result is its push: packed as an
+				// archive's result, then kept as one.
+				var drop func()
+				if drop, ferr = p.PackResult(ctx, lent(del), ev); ferr == nil {
+					defer drop()
+				}
+			}
+			if ferr == nil {
+				staged, ferr = d.finishStaged(del, ev)
+			}
 		} else {
 			rep, ferr = tr.Finish(ctx, lent(del), ev)
 		}

@@ -182,23 +182,12 @@ func (t *GitDelegator) Finish(ctx context.Context, d control.Lent, ev *control.E
 	if d.AccessMode != control.AccessRW {
 		return &archive.Report{}, nil
 	}
-	repo := t.repo(d.ID)
-	sha, err := git(ctx, repo, nil, "rev-parse", "--verify", "-q", gitResultRef+"^{commit}")
+	done := *ev
+	drop, err := t.PackResult(ctx, d, &done)
 	if err != nil {
-		return nil, control.Errorf(control.CodeTaskFailed, "the executor pushed no result to the lent repository: nothing in the directory was changed").
-			WithHint("the executor's changes, if any, did not come back; check its log")
-	}
-	result := strings.TrimSpace(string(sha))
-	if err := t.withinLimits(ctx, repo, result); err != nil {
 		return nil, err
 	}
-	packed := filepath.Join(t.RepoDir, d.ID+".result.zip")
-	defer os.Remove(packed)
-	if err := t.zipResult(ctx, repo, result, packed, d); err != nil {
-		return nil, fmt.Errorf("pack the result: %w", err)
-	}
-	done := *ev
-	done.ResultFile, done.ResultChecksum, done.ResultErr = packed, "", nil
+	defer drop()
 	return t.Archive.Finish(ctx, d, &done)
 }
 
@@ -347,6 +336,35 @@ func (t *GitDelegator) baseManifest(id string) (archive.Manifest, error) {
 	}
 	var m archive.Manifest
 	return m, json.Unmarshal(raw, &m)
+}
+
+// resultPacker is a transport whose result the delegator packs itself as
+// an archive result (the git transport's push), for a staged review.
+type resultPacker interface {
+	PackResult(ctx context.Context, d control.Lent, ev *control.Event) (drop func(), err error)
+}
+
+var _ resultPacker = (*GitDelegator)(nil)
+
+// PackResult packs what the executor pushed as ev.ResultFile; drop removes
+// the file.
+func (t *GitDelegator) PackResult(ctx context.Context, d control.Lent, ev *control.Event) (func(), error) {
+	repo := t.repo(d.ID)
+	sha, err := git(ctx, repo, nil, "rev-parse", "--verify", "-q", gitResultRef+"^{commit}")
+	if err != nil {
+		return nil, control.Errorf(control.CodeTaskFailed, "the executor pushed no result to the lent repository: nothing was applied or kept").WithHint("the executor's changes, if any, did not come back; check its log")
+	}
+	result := strings.TrimSpace(string(sha))
+	if err := t.withinLimits(ctx, repo, result); err != nil {
+		return nil, err
+	}
+	packed := filepath.Join(t.RepoDir, d.ID+".result.zip")
+	if err := t.zipResult(ctx, repo, result, packed, d); err != nil {
+		os.Remove(packed)
+		return nil, fmt.Errorf("pack the result: %w", err)
+	}
+	ev.ResultFile, ev.ResultChecksum, ev.ResultErr = packed, "", nil
+	return func() { os.Remove(packed) }, nil
 }
 
 // withinLimits refuses a result whose tree is past what an archive's

@@ -49,6 +49,13 @@ func (d *Delegator) snapshotMode(req ExportRequest) (string, error) {
 	return mode, nil
 }
 
+// zipped says whether transport's result comes as a ZIP against the base
+// sent (the archive's; the git transport's, packed from its push), not
+// as a live mount's staging area.
+func zipped(transport string) bool {
+	return transport == control.TransportArchive || transport == control.TransportGit
+}
+
 // stagedDir is where delegation id's staged result is kept.
 func (d *Delegator) stagedDir(id string) string { return filepath.Join(d.opts.StagedDir, id) }
 
@@ -108,7 +115,7 @@ func (d *Delegator) finishStaged(del *lease.Delegation, ev *control.Event) (func
 		}, nil // the result file goes with the event; the area at the clean-up
 	}
 	until := d.store.Now().Add(d.retention())
-	if del.Transport != control.TransportArchive {
+	if !zipped(del.Transport) {
 		live := lease.StagedSnapshot{ID: lease.LiveSnapshot, Summary: ev.Summary, Highlights: ev.Highlights,
 			Recommended: true, Bytes: dirBytes(filepath.Join(del.Staged.Dir, "upper")), Status: lease.StagedPending, At: d.store.Now()}
 		return func(rec *lease.Delegation) {
@@ -282,7 +289,7 @@ func (d *Delegator) OpenResult(id, snap string) (*review.Result, *lease.Delegati
 		return nil, del, control.Errorf(control.CodeNotFound, "delegation %s's staged result was applied already", id).
 			WithHint(fmt.Sprintf("`awcp-ctl status %s` shows what it changed", id))
 	}
-	if del.Transport != control.TransportArchive {
+	if !zipped(del.Transport) {
 		r, err := review.FromArea(del.Staged.Dir, hider(del.Policy))
 		return r, del, err
 	}
@@ -425,7 +432,7 @@ func (d *Delegator) DiscardResult(id, snap string) error {
 	if del.Staged == nil {
 		return control.Errorf(control.CodeNotFound, "delegation %s has no staged result (its snapshot mode is %s)", id, orAuto(del.SnapshotMode))
 	}
-	if !del.State.Terminal() && del.Transport != control.TransportArchive {
+	if !del.State.Terminal() && !zipped(del.Transport) {
 		return control.Errorf(control.CodeDeclined, "delegation %s is still %s: its agent writes to the staged result", id, del.State).
 			WithHint(fmt.Sprintf("`awcp-ctl cancel %s` first", id))
 	}

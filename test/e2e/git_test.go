@@ -170,3 +170,38 @@ func TestGitTransportEndsCleanly(t *testing.T) {
 		}
 	}
 }
+
+// --snapshot staged with git: the result waits for review; diff shows the
+// agent's committed and uncommitted lines, and apply brings them in.
+func TestGitTransportStaged(t *testing.T) {
+	x := startExecutor(t, gitAgent, "--transports", "git")
+	c := newCtl(t)
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"notes.txt": "line zero\n", ".env": "PASSWORD=hunter2\n"})
+	r := c.run("export", ws, "--peer", x.url, "--prompt", "work", "--transport", "git", "--snapshot", "staged", "--ssh-listen", "127.0.0.1:0")
+	if r.code != 0 {
+		t.Fatalf("export --snapshot staged: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "notes.txt")); string(b) != "line zero\n" {
+		t.Fatalf("a staged result changed the directory: notes.txt = %q", b)
+	}
+	id := c.only().ID
+	d := c.run("diff", id)
+	for _, want := range []string{"+line one", "+line two", "+left uncommitted"} {
+		if !strings.Contains(d.stdout, want) {
+			t.Errorf("diff lacks %q:\n%s%s", want, d.stdout, d.stderr)
+		}
+	}
+	if strings.Contains(d.stdout, "hunter2") || strings.Contains(d.stdout, ".env") {
+		t.Errorf("the diff shows the hidden .env:\n%s", d.stdout)
+	}
+	if a := c.run("apply", id); a.code != 0 {
+		t.Fatalf("apply: exit %d\n%s%s", a.code, a.stdout, a.stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "notes.txt")); string(b) != "line zero\nline one\nline two\n" {
+		t.Errorf("after apply notes.txt = %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "loose.txt")); string(b) != "left uncommitted\n" {
+		t.Errorf("after apply loose.txt = %q", b)
+	}
+}
