@@ -68,7 +68,10 @@ func (s *Server) serveGit(receive bool) ssh.SubsystemHandler {
 				return
 			}
 			verb = "receive-pack"
-			args = append(args, "-c", "receive.fsckObjects=true", "-c", "receive.denyDeletes=true", "-c", "receive.unpackLimit=0")
+			// Only the result branch takes a push: every other ref is
+			// hidden, which refuses an update of it.
+			args = append(args, "-c", "receive.fsckObjects=true", "-c", "receive.denyDeletes=true", "-c", "receive.unpackLimit=0",
+				"-c", "receive.hideRefs=refs/", "-c", "receive.hideRefs=!refs/heads/result")
 			if g.Git.MaxReceive > 0 {
 				left := g.Git.MaxReceive - g.written.Load()
 				if left <= 0 {

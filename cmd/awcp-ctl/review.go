@@ -86,6 +86,9 @@ func applyCommand(ctx context.Context) *cli.Command {
 			}
 			if c.Bool("json") {
 				printJSON(c.App.Writer, out)
+			} else if out.Branch != "" && out.Commits > 0 {
+				fmt.Fprintf(c.App.Writer, "recorded on branch %s: the agent's %d commit(s) on top of your HEAD, the last %s; your working tree is as it was\n",
+					out.Branch, out.Commits, shortCommit(out.Commit))
 			} else if out.Branch != "" {
 				fmt.Fprintf(c.App.Writer, "recorded on branch %s (commit %s); your working tree is as it was\n", out.Branch, shortCommit(out.Commit))
 			} else {

@@ -11,11 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/lease"
 	"github.com/awcp/awcp/sshd"
 )
 
@@ -55,6 +57,7 @@ func (t *GitDelegator) Prepare(ctx context.Context, d control.Lent) (*control.Wo
 	if _, err := exec.LookPath("git"); err != nil {
 		return nil, control.Errorf(control.CodeDepMissing, "the git transport needs git on this machine").WithHint("install git, or use --transport archive")
 	}
+	d = gitView(d)
 	if _, err := t.Archive.Prepare(ctx, d); err != nil {
 		return nil, err
 	}
@@ -75,6 +78,14 @@ func (t *GitDelegator) Prepare(ctx context.Context, d control.Lent) (*control.Wo
 	}
 	info.Transport, info.ExportLocator = control.TransportGit, sshd.Locator(d.ID)
 	return info, nil
+}
+
+// gitView is d as the git transport lends it: never the owner's own .git
+// (the clone has its own; the owner's history, and any object of a hidden
+// path in it, stays here), whatever the hide patterns say.
+func gitView(d control.Lent) control.Lent {
+	d.Policy.Hide = append(slices.Clip(d.Policy.Hide), ".git")
+	return d
 }
 
 // git runs git on the lent repository: no configuration but its own, no
@@ -124,8 +135,16 @@ func (t *GitDelegator) commitView(ctx context.Context, packed, repo string, inFo
 	if err != nil {
 		return err
 	}
-	_, err = git(ctx, repo, nil, "symbolic-ref", "HEAD", gitBaseRef)
-	return err
+	if _, err := git(ctx, repo, nil, "symbolic-ref", "HEAD", gitBaseRef); err != nil {
+		return err
+	}
+	// The base as a file, which no push can move (the ref is hidden from
+	// pushes too: sshd/git.go).
+	base, err := git(ctx, repo, nil, "rev-parse", gitBaseRef)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(repo, baseFile), base, 0o600)
 }
 
 // writeImport writes a fast-import stream of one commit of zr's files.
@@ -182,6 +201,7 @@ func (t *GitDelegator) Finish(ctx context.Context, d control.Lent, ev *control.E
 	if d.AccessMode != control.AccessRW {
 		return &archive.Report{}, nil
 	}
+	d = gitView(d)
 	done := *ev
 	drop, err := t.PackResult(ctx, d, &done)
 	if err != nil {
@@ -399,10 +419,22 @@ func (t *GitDelegator) withinLimits(ctx context.Context, repo, commit string) er
 	return nil
 }
 
-// Cleanup removes the lent repository and revokes the grant.
+// Cleanup revokes the grant and removes the lent repository — or, for a
+// staged result, keeps it with the result (its commits go on a branch
+// with `apply --branch`; it goes with the staged result).
 func (t *GitDelegator) Cleanup(ctx context.Context, d control.Lent) error {
 	err := t.Live.Cleanup(ctx, d)
-	os.RemoveAll(t.repo(d.ID))
+	repo := t.repo(d.ID)
+	if d.Snapshot == lease.SnapshotStaged && d.StagedDir != "" && d.AccessMode == control.AccessRW {
+		if _, serr := os.Stat(d.StagedDir); serr == nil {
+			if rerr := os.Rename(repo, filepath.Join(d.StagedDir, keptRepo)); rerr == nil {
+				repo = ""
+			}
+		}
+	}
+	if repo != "" {
+		os.RemoveAll(repo)
+	}
 	if aerr := t.Archive.Cleanup(ctx, d); err == nil {
 		err = aerr
 	}

@@ -331,6 +331,9 @@ type Applied struct {
 	Report   *archive.Report `json:"report,omitempty"` // applied to the directory
 	Branch   string          `json:"branch,omitempty"` // or recorded on this branch
 	Commit   string          `json:"commit,omitempty"`
+	// Commits is how many commits the branch got: the git transport's
+	// keep the agent's own.
+	Commits int `json:"commits,omitempty"`
 }
 
 // stagedApplying marks a result being applied: a second apply meanwhile
@@ -374,7 +377,12 @@ func (d *Delegator) ApplyResult(ctx context.Context, id, snap, branch string, al
 	if branch != "" {
 		msg := fmt.Sprintf("%s\n\nThe executor's result of delegation %s (awcp), snapshot %s.\n", firstLine(orDefault(del.Summary, del.Description), 72), id, chosen)
 		out.Branch = branch
-		out.Commit, err = r.Branch(ctx, del.LocalDir, branch, msg)
+		if repo := filepath.Join(del.Staged.Dir, keptRepo); del.Transport == control.TransportGit && exists(repo) {
+			// The git transport's: the agent's own commits, replayed.
+			out.Commit, out.Commits, err = branchFromCommits(ctx, repo, del.LocalDir, branch, hider(gitView(lent(del)).Policy))
+		} else {
+			out.Commit, err = r.Branch(ctx, del.LocalDir, branch, msg)
+		}
 	} else {
 		out.Report, err = r.Apply(del.LocalDir, ".awcp-"+shortID(id), allowGitControl)
 	}

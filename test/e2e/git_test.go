@@ -205,3 +205,64 @@ func TestGitTransportStaged(t *testing.T) {
 		t.Errorf("after apply loose.txt = %q", b)
 	}
 }
+
+// apply --branch of a git result keeps the agent's own commits: its two,
+// then the one of what it left uncommitted, replayed on top of the owner's
+// HEAD with their messages; the working tree stays as it was, and a path
+// the export hides is in none of them.
+func TestGitTransportBranchKeepsCommits(t *testing.T) {
+	agent := `set -e
+echo "history: $(git rev-list --count HEAD)"
+echo "line one" >> notes.txt; echo "PASSWORD=the-agents" > .env; git add notes.txt .env; git commit -qm "first: one line"
+echo "line two" >> notes.txt; git commit -qam "second: another"
+echo "left uncommitted" > loose.txt`
+	x := startExecutor(t, agent, "--transports", "git")
+	c := newCtl(t)
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"notes.txt": "line zero\n", ".env": "PASSWORD=hunter2\n"})
+	gitIn := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = ws
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=owner", "GIT_AUTHOR_EMAIL=o@x", "GIT_COMMITTER_NAME=owner", "GIT_COMMITTER_EMAIL=o@x")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	gitIn("init", "-q")
+	gitIn("add", "notes.txt")
+	gitIn("commit", "-qm", "the owner's")
+	head := gitIn("rev-parse", "HEAD")
+	r := c.run("export", ws, "--peer", x.url, "--prompt", "work", "--transport", "git", "--snapshot", "staged", "--ssh-listen", "127.0.0.1:0")
+	if r.code != 0 {
+		t.Fatalf("export: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stdout+r.stderr, "history: 1") {
+		t.Errorf("the agent's clone holds more than the export view's commit (the owner's history?):\n%s%s", r.stdout, r.stderr)
+	}
+	id := c.only().ID
+	a := c.run("apply", id, "--branch", "agent-work")
+	if a.code != 0 || !strings.Contains(a.stdout, "the agent's 3 commit(s) on top of your HEAD") {
+		t.Fatalf("apply --branch: exit %d\n%s%s", a.code, a.stdout, a.stderr)
+	}
+	if got := gitIn("log", "--format=%s", head+"..agent-work"); got != "awcp: what the agent left uncommitted at the end of delegation "+id+"\nsecond: another\nfirst: one line" {
+		t.Errorf("the branch's commits:\n%s", got)
+	}
+	if got := gitIn("show", "agent-work:notes.txt"); got != "line zero\nline one\nline two" {
+		t.Errorf("notes.txt on the branch: %q", got)
+	}
+	if got := gitIn("show", "agent-work:loose.txt"); got != "left uncommitted" {
+		t.Errorf("loose.txt on the branch: %q", got)
+	}
+	if got := gitIn("log", "--format=%H", "agent-work", "--", ".env"); got != "" {
+		t.Errorf("a commit of the branch touches the hidden .env: %s", got)
+	}
+	if gitIn("rev-parse", "HEAD") != head || gitIn("status", "--porcelain", "notes.txt") != "" {
+		t.Errorf("HEAD or the working tree moved")
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, ".env")); string(b) != "PASSWORD=hunter2\n" {
+		t.Errorf(".env = %q", b)
+	}
+}

@@ -1,0 +1,197 @@
+package delegator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/awcp/awcp/control/delegator/review"
+	"github.com/awcp/awcp/internal/untrusted"
+)
+
+// keptRepo is where a staged git delegation's lent repository is kept
+// for `apply --branch` (Cleanup moves it there), and baseFile where it
+// records the export view's commit.
+const (
+	keptRepo = "repo.git"
+	baseFile = "awcp-base"
+)
+
+// maxReplayed bounds the agent's commits replayed onto a branch.
+const maxReplayed = 1000
+
+// branchFromCommits records the agent's own commits of the lent repository
+// repo (base..result, first parents, oldest first) on a new branch name of
+// the git work tree holding dir: each one replayed onto the branch checked
+// out (HEAD) with its message and author, as the paths it changed were in
+// it — as Result.Branch records one result, commit by commit. Paths under
+// .git, and the paths hide says, are left out of every commit. The
+// working tree, the index and HEAD are left as they are. It returns the
+// last commit and how many were replayed.
+//
+// Everything of repo is the executor's: objects are copied as data
+// (cat-file, then hash-object into the owner's repository), names go to
+// git NUL-terminated, messages and authors are escaped.
+func branchFromCommits(ctx context.Context, repo, dir, name string, hide func(string) bool) (string, int, error) {
+	lent := func(args ...string) ([]byte, error) { return git(ctx, repo, nil, args...) }
+	rawBase, err := os.ReadFile(filepath.Join(repo, baseFile))
+	if err != nil {
+		return "", 0, fmt.Errorf("the lent repository's base is unknown: %w", err)
+	}
+	base := strings.TrimSpace(string(rawBase))
+	out, err := lent("rev-list", "--first-parent", "--reverse", base+".."+gitResultRef)
+	if err != nil {
+		return "", 0, err
+	}
+	commits := strings.Fields(string(out))
+	if len(commits) == 0 {
+		return "", 0, errors.New("the agent's result holds no commit")
+	}
+	if len(commits) > maxReplayed {
+		return "", 0, fmt.Errorf("the agent's result holds %d commits, more than %d", len(commits), maxReplayed)
+	}
+	own := ownerGit{ctx: ctx, dir: dir}
+	top, err := own.run(nil, "rev-parse", "--show-toplevel")
+	if err != nil {
+		return "", 0, fmt.Errorf("%s is not in a git work tree: %w", dir, err)
+	}
+	if _, err := own.run(nil, "check-ref-format", "--branch", name); err != nil {
+		return "", 0, fmt.Errorf("%q is not a branch name git takes", name)
+	}
+	if _, err := own.run(nil, "rev-parse", "--verify", "--quiet", "refs/heads/"+name); err == nil {
+		return "", 0, fmt.Errorf("%s: %w", name, review.ErrBranchExists)
+	}
+	tip, err := own.run(nil, "rev-parse", "--verify", "HEAD^{commit}")
+	if err != nil {
+		return "", 0, fmt.Errorf("the work tree has no commit to branch from: %w", err)
+	}
+	absDir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", 0, err
+	}
+	prefix, err := filepath.Rel(top, absDir)
+	if err != nil || strings.HasPrefix(prefix, "..") {
+		return "", 0, fmt.Errorf("%s is outside its work tree %s", dir, top)
+	}
+	prefix = filepath.ToSlash(prefix)
+	index, err := os.CreateTemp("", "awcp-index-")
+	if err != nil {
+		return "", 0, err
+	}
+	index.Close()
+	os.Remove(index.Name())
+	defer os.Remove(index.Name())
+	own.env = []string{"GIT_INDEX_FILE=" + index.Name()}
+	for _, c := range commits {
+		if _, err := own.run(nil, "read-tree", tip); err != nil {
+			return "", 0, err
+		}
+		changes, err := lent("diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", c+"^", c)
+		if err != nil {
+			return "", 0, err
+		}
+		var info bytes.Buffer
+		fields := bytes.Split(changes, []byte{0})
+		for i := 0; i+1 < len(fields); i += 2 {
+			// :oldmode newmode oldsha newsha status, then the path.
+			meta, p := strings.Fields(strings.TrimPrefix(string(fields[i]), ":")), string(fields[i+1])
+			if len(meta) != 5 || untrusted.UnderGit(p) || hide != nil && hide(p) || strings.HasPrefix(meta[1], "160") {
+				continue
+			}
+			at := path.Join(prefix, p)
+			if meta[4] == "D" {
+				fmt.Fprintf(&info, "0 %s\t%s\x00", strings.Repeat("0", len(tip)), at)
+				continue
+			}
+			blob, err := lent("cat-file", "blob", meta[3])
+			if err != nil {
+				return "", 0, err
+			}
+			sum, err := own.run(bytes.NewReader(blob), "hash-object", "-w", "--stdin")
+			if err != nil {
+				return "", 0, err
+			}
+			fmt.Fprintf(&info, "%s %s\t%s\x00", meta[1], sum, at)
+		}
+		if info.Len() > 0 {
+			if _, err := own.run(&info, "update-index", "-z", "--index-info"); err != nil {
+				return "", 0, err
+			}
+		}
+		tree, err := own.run(nil, "write-tree")
+		if err != nil {
+			return "", 0, err
+		}
+		meta, err := lent("log", "-1", "--format=%an%x00%ae%x00%aI%x00%B", c)
+		if err != nil {
+			return "", 0, err
+		}
+		parts := strings.SplitN(string(meta), "\x00", 4)
+		if len(parts) != 4 {
+			return "", 0, fmt.Errorf("commit %s: unreadable", c)
+		}
+		env := []string{"GIT_AUTHOR_NAME=" + oneField(parts[0]), "GIT_AUTHOR_EMAIL=" + oneField(parts[1]), "GIT_AUTHOR_DATE=" + oneField(parts[2])}
+		if _, err := own.run(nil, "var", "GIT_COMMITTER_IDENT"); err != nil {
+			env = append(env, "GIT_COMMITTER_NAME=awcp", "GIT_COMMITTER_EMAIL=awcp@localhost")
+		}
+		msg := untrusted.Text(strings.TrimSpace(parts[3])) + "\n"
+		next, err := own.with(env).run(strings.NewReader(msg), "commit-tree", tree, "-p", tip)
+		if err != nil {
+			return "", 0, err
+		}
+		tip = next
+	}
+	if _, err := own.run(nil, "update-ref", "refs/heads/"+name, tip, ""); err != nil {
+		return "", 0, fmt.Errorf("%s: %w", name, review.ErrBranchExists)
+	}
+	return tip, len(commits), nil
+}
+
+// oneField is an author field of the executor's, with nothing git or a
+// terminal would read as structure: no control bytes, no angle brackets.
+func oneField(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == '<' || r == '>' {
+			return -1
+		}
+		return r
+	}, s)
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}
+
+// ownerGit runs git in the owner's directory.
+type ownerGit struct {
+	ctx context.Context
+	dir string
+	env []string
+}
+
+func (g ownerGit) with(env []string) ownerGit {
+	g.env = append(append([]string(nil), g.env...), env...)
+	return g
+}
+
+func (g ownerGit) run(stdin io.Reader, args ...string) (string, error) {
+	cmd := exec.CommandContext(g.ctx, "git", args...)
+	cmd.Dir = g.dir
+	cmd.Env = append(os.Environ(), g.env...)
+	if stdin != nil {
+		cmd.Stdin = stdin
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("git %s: %v: %s", args[0], err, strings.TrimSpace(errb.String()))
+	}
+	return strings.TrimSpace(out.String()), nil
+}
