@@ -82,4 +82,7 @@ type Lent struct {
 	// area takes its changes.
 	Snapshot  string
 	StagedDir string
+	// GitHistory is how many commits of LocalDir's branch the git
+	// transport lends beneath the export view (lease.Delegation's).
+	GitHistory int
 }

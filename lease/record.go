@@ -124,6 +124,9 @@ type Delegation struct {
 	// dns:DOMAIN), invited in turn while the one invited declines for want
 	// of a free slot; each is trusted as the first was.
 	PeerFallbacks []PeerRef `json:"peerFallbacks,omitempty"`
+	// GitHistory is how many commits of the directory's branch the git
+	// transport lends under the export view (--git-history); 0: none.
+	GitHistory int `json:"gitHistory,omitempty"`
 	// Channel is how the executor's side stands as this delegator last
 	// saw it (channel.go); nil before START. It means nothing once the
 	// lease has ended, and is not shown then.

@@ -31,7 +31,9 @@ func policyFlags() []cli.Flag {
 			Usage: "let the executor change what git runs or obeys in your repositories (.git/config, .git/hooks, .git/info, …): read-only to it unless given; it can commit either way"},
 		&cli.BoolFlag{Name: "lend-hidden-history", EnvVars: []string{"AWCP_LEND_HIDDEN_HISTORY"},
 			Usage: "lend a .git whose index or history holds a path the hide patterns keep back (its content is in .git/objects, readable by the agent): refused unless given"},
-		clikit.BytesFlag("max-write-bytes", 0, "bound what the executor writes over the live mount, e.g. 500M (K, M, G: powers of 1024)", "AWCP_MAX_WRITE_BYTES"),
+		clikit.BytesFlag("max-write-bytes", 0, "bound what the executor writes over the live mount (the git transport: what it pushes), e.g. 500M (K, M, G: powers of 1024)", "AWCP_MAX_WRITE_BYTES"),
+		&cli.IntFlag{Name: "git-history", EnvVars: []string{"AWCP_GIT_HISTORY"},
+			Usage: "with --transport git: lend the last `N` commits of the directory's branch beneath the export view (refused if a hidden path is in any of them); default none"},
 		&cli.StringFlag{Name: "snapshot", EnvVars: []string{"AWCP_SNAPSHOT"}, Value: lease.SnapshotAuto,
 			Usage: "what becomes of the result: auto (applied as it comes; over a live mount, written in place), staged (your directory is not touched: review it with awcp-ctl diff, then apply or discard) or discard"},
 	}, admissionFlags()...)

@@ -86,7 +86,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 				Dir: c.Args().First(), Peer: peers[0], Prompt: c.String("prompt"),
 				Description: c.String("description"), TTL: clikit.Duration(c, "ttl"), Access: c.String("access"),
 				Transport: transportOf(c), Token: token, Dialect: c.String("dialect"),
-				Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"), NoDelete: c.Bool("no-delete"), AllowGitControl: c.Bool("allow-git-control"), PlainHTTP: c.Bool("plain-http"), PeerKey: c.String("peer-key"), LendHiddenHistory: c.Bool("lend-hidden-history"),
+				Hide: c.StringSlice("hide"), NoHideDefaults: c.Bool("no-hide-defaults"), NoDelete: c.Bool("no-delete"), AllowGitControl: c.Bool("allow-git-control"), PlainHTTP: c.Bool("plain-http"), PeerKey: c.String("peer-key"), LendHiddenHistory: c.Bool("lend-hidden-history"), GitHistory: c.Int("git-history"),
 				Limits: admissionLimits(c), Snapshot: c.String("snapshot"),
 			}
 			req.MaxWriteBytes = clikit.Bytes(c, "max-write-bytes")

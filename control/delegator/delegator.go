@@ -230,6 +230,14 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 	if note := hiddenNote(stats); note != "" {
 		notes = append(notes, note)
 	}
+	if req.GitHistory != 0 {
+		if req.Transport != control.TransportGit {
+			return nil, control.Errorf(control.CodeWorkspaceInvalid, "--git-history goes with --transport git")
+		}
+		if err := admitLentHistory(context.Background(), phys, req.GitHistory, policy.Hide); err != nil {
+			return nil, err
+		}
+	}
 	// The archive carries no .git; a live mount lends it, objects and all.
 	if req.Transport == control.TransportSSHFS && !req.LendHiddenHistory {
 		note, err := admitGitHistory(context.Background(), phys, stats.Repos, policy.Hide)
@@ -260,7 +268,7 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 		AutoTransport: auto, Connect: connect, Policy: policy,
 		CallChain: chain, PeerAgentID: req.PeerAgentID, PeerName: req.PeerName, PeerKey: req.PeerKey, PlainHTTP: req.PlainHTTP, PeerFallbacks: req.PeerFallbacks,
 		Limits:       [3]int64{req.Limits.MaxTotalBytes, req.Limits.MaxFileCount, req.Limits.MaxFileBytes},
-		SnapshotMode: mode, Group: req.Group,
+		SnapshotMode: mode, Group: req.Group, GitHistory: req.GitHistory,
 	}
 	if mode != lease.SnapshotAuto {
 		// Discarded too: a live mount's changes must go somewhere that
@@ -327,7 +335,8 @@ func (d *Delegator) transport(del *lease.Delegation) control.DelegatorTransport 
 func lent(del *lease.Delegation) control.Lent {
 	return control.Lent{ID: del.ID, LocalDir: del.LocalDir, AccessMode: del.AccessMode, ExpiresAt: del.ExpiresAt, Peer: del.Peer,
 		Dialect: del.Dialect, Policy: del.Policy, Reverse: del.Connect == control.ConnectReverse, Token: del.Token,
-		PeerAgentID: del.PeerAgentID, PeerKey: del.PeerKey, PlainHTTP: del.PlainHTTP, Snapshot: del.SnapshotMode, StagedDir: stagedDirOf(del)}
+		PeerAgentID: del.PeerAgentID, PeerKey: del.PeerKey, PlainHTTP: del.PlainHTTP, Snapshot: del.SnapshotMode, StagedDir: stagedDirOf(del),
+		GitHistory: del.GitHistory}
 }
 
 // stagedDirOf is where del's staged result is kept; "" if it is not.

@@ -62,7 +62,7 @@ func (t *GitDelegator) Prepare(ctx context.Context, d control.Lent) (*control.Wo
 		return nil, err
 	}
 	repo := t.repo(d.ID)
-	if err := t.commitView(ctx, t.Archive.packedFile(d.ID), repo, d.Dialect == control.DialectHead); err != nil {
+	if err := t.commitView(ctx, t.Archive.packedFile(d.ID), repo, d); err != nil {
 		os.RemoveAll(repo)
 		return nil, control.Errorf(control.CodeWorkspaceInvalid, "cannot make the repository to lend: %v", err)
 	}
@@ -103,16 +103,31 @@ func git(ctx context.Context, repo string, stdin io.Reader, args ...string) ([]b
 	return out.Bytes(), nil
 }
 
-// commitView makes repo, a bare repository whose gitBaseRef is one commit,
-// without a parent, of the files in the ZIP packed (under the head
-// dialect's folder when inFolder).
-func (t *GitDelegator) commitView(ctx context.Context, packed, repo string, inFolder bool) error {
+// commitView makes repo, a bare repository whose gitBaseRef is one commit
+// of the files in the ZIP packed (under the head dialect's folder for its
+// dialect): without a parent, or with d.GitHistory, on top of the last
+// commits of the directory's branch, fetched shallow (their paths were
+// checked at admission: admitLentHistory).
+func (t *GitDelegator) commitView(ctx context.Context, packed, repo string, d control.Lent) error {
 	if err := os.MkdirAll(t.RepoDir, 0o700); err != nil {
 		return err
 	}
 	if out, err := exec.CommandContext(ctx, "git", "init", "-q", "--bare", repo).CombinedOutput(); err != nil {
 		return fmt.Errorf("git init: %v: %s", err, out)
 	}
+	parent := ""
+	if d.GitHistory > 0 {
+		if _, err := git(ctx, repo, nil, "-c", "protocol.file.allow=always", "fetch", "-q", "--depth="+strconv.Itoa(d.GitHistory),
+			"file://"+d.LocalDir, "HEAD"); err != nil {
+			return fmt.Errorf("take the branch's last %d commits: %w", d.GitHistory, err)
+		}
+		head, err := git(ctx, repo, nil, "rev-parse", "FETCH_HEAD")
+		if err != nil {
+			return err
+		}
+		parent = strings.TrimSpace(string(head))
+	}
+	inFolder := d.Dialect == control.DialectHead
 	zr, err := zip.OpenReader(packed)
 	if err != nil {
 		return err
@@ -127,7 +142,7 @@ func (t *GitDelegator) commitView(ctx context.Context, packed, repo string, inFo
 		pr.CloseWithError(err)
 		done <- err
 	}()
-	err = writeImport(pw, zr, inFolder)
+	err = writeImport(pw, zr, inFolder, parent)
 	pw.CloseWithError(err)
 	if ierr := <-done; err == nil {
 		err = ierr
@@ -147,11 +162,16 @@ func (t *GitDelegator) commitView(ctx context.Context, packed, repo string, inFo
 	return os.WriteFile(filepath.Join(repo, baseFile), base, 0o600)
 }
 
-// writeImport writes a fast-import stream of one commit of zr's files.
-func writeImport(w io.Writer, zr *zip.ReadCloser, inFolder bool) error {
+// writeImport writes a fast-import stream of one commit of zr's files,
+// on parent if there is one.
+func writeImport(w io.Writer, zr *zip.ReadCloser, inFolder bool, parent string) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	msg := "the lent directory (awcp export view)\n"
 	fmt.Fprintf(bw, "commit %s\ncommitter awcp <awcp@localhost> 0 +0000\ndata %d\n%s", gitBaseRef, len(msg), msg)
+	if parent != "" {
+		// On the branch's last commit, with the view's files alone.
+		fmt.Fprintf(bw, "from %s\ndeleteall\n", parent)
+	}
 	for _, f := range zr.File {
 		name := f.Name
 		if inFolder {

@@ -9,10 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/internal/untrusted"
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
@@ -181,4 +185,49 @@ func admitGitHistory(ctx context.Context, dir string, repos []string, hide []str
 		}
 	}
 	return "", nil
+}
+
+// maxLentHistory bounds --git-history.
+const maxLentHistory = 10_000
+
+// admitLentHistory checks what --git-history n would lend of dir's
+// branch: dir is its work tree's top (the history's trees are the whole
+// repository's), and no path hide keeps back is in the tree of any of its
+// last n commits (their objects all go to the executor). A refusal names
+// the path and the commit.
+func admitLentHistory(ctx context.Context, dir string, n int, hide []string) error {
+	if n < 0 || n > maxLentHistory {
+		return control.Errorf(control.CodeWorkspaceInvalid, "--git-history takes 1 to %d commits, not %d", maxLentHistory, n)
+	}
+	g := func(args ...string) ([]byte, error) {
+		cmd := exec.CommandContext(ctx, "git", args...)
+		cmd.Dir = dir
+		return cmd.Output()
+	}
+	top, err := g("rev-parse", "--show-toplevel")
+	if err != nil {
+		return control.Errorf(control.CodeWorkspaceInvalid, "--git-history: %s is not in a git work tree", dir)
+	}
+	if real, _ := filepath.EvalSymlinks(strings.TrimSpace(string(top))); real != dir {
+		return control.Errorf(control.CodeWorkspaceInvalid, "--git-history: %s is not the top of its work tree (%s): the history's trees hold the whole repository", dir, strings.TrimSpace(string(top))).
+			WithHint("lend the work tree's top, or leave --git-history out")
+	}
+	commits, err := g("rev-list", "--max-count="+strconv.Itoa(n), "HEAD")
+	if err != nil {
+		return control.Errorf(control.CodeWorkspaceInvalid, "--git-history: the branch has no commit")
+	}
+	matcher := wire.NewMatcher(append(slices.Clip(hide), ".git"))
+	for _, c := range strings.Fields(string(commits)) {
+		paths, err := g("ls-tree", "-r", "-z", "--name-only", "--full-tree", c)
+		if err != nil {
+			return err
+		}
+		for _, p := range strings.Split(string(paths), "\x00") {
+			if p != "" && matcher.Hidden(p) {
+				return control.Errorf(control.CodeWorkspaceInvalid, "--git-history %d: commit %.12s holds %s, which the export hides: its content would go to the executor", n, c, untrusted.Name(p)).
+					WithHint("lend fewer commits (--git-history), or leave it out: the export view alone is lent then")
+			}
+		}
+	}
+	return nil
 }

@@ -57,6 +57,10 @@ type ExportRequest struct {
 	// LendHiddenHistory lends a .git whose index or history holds a
 	// hidden path; admission refuses one otherwise.
 	LendHiddenHistory bool `json:"lendHiddenHistory,omitempty"`
+	// GitHistory, with the git transport, lends the last GitHistory
+	// commits of the directory's current branch under the export view's
+	// commit; refused if a hidden path is in any of them.
+	GitHistory int `json:"gitHistory,omitempty"`
 
 	// Snapshot is what becomes of the result: auto (the default: applied
 	// as it comes, or written in place over a live mount), staged (kept

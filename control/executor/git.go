@@ -448,6 +448,23 @@ func copyAgentObjects(workDir, repo string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// A clone of lent history is shallow: its boundary goes along, or
+	// git would look for the parents beyond it.
+	if f, err := root.OpenFile("shallow", os.O_RDONLY|syscallNoFollowNonblock, 0); err == nil {
+		b, _ := io.ReadAll(io.LimitReader(f, 1<<20))
+		f.Close()
+		var keep []string
+		for _, line := range strings.Fields(string(b)) {
+			if objectName.MatchString(line) {
+				keep = append(keep, line)
+			}
+		}
+		if len(keep) > 0 {
+			if err := os.WriteFile(filepath.Join(repo, "shallow"), []byte(strings.Join(keep, "\n")+"\n"), 0o600); err != nil {
+				return "", err
+			}
+		}
+	}
 	return readHead(root)
 }
 

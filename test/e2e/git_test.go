@@ -266,3 +266,49 @@ echo "left uncommitted" > loose.txt`
 		t.Errorf(".env = %q", b)
 	}
 }
+
+// --git-history N lends the branch's last N commits beneath the export
+// view, and nothing older; a hidden path in any of them refuses it, naming
+// the path and the commit.
+func TestGitTransportHistory(t *testing.T) {
+	x := startExecutor(t, `echo "commits: $(git rev-list --count HEAD)"; echo "log: $(git log --format=%s | tr '\n' ,)"; git cat-file -e $(cat first.sha) 2>/dev/null && echo "first: present" || echo "first: absent"`, "--transports", "git")
+	c := newCtl(t)
+	ws := t.TempDir()
+	gitIn := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = ws
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=owner", "GIT_AUTHOR_EMAIL=o@x", "GIT_COMMITTER_NAME=owner", "GIT_COMMITTER_EMAIL=o@x")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	gitIn("init", "-q")
+	writeFiles(t, ws, map[string]string{"a.txt": "1\n", ".env": "PASSWORD=hunter2\n"})
+	gitIn("add", "a.txt", ".env")
+	gitIn("commit", "-qm", "c1 with the secret")
+	first := gitIn("rev-parse", "HEAD")
+	gitIn("rm", "-q", "--cached", ".env")
+	gitIn("commit", "-qm", "c2 without it")
+	writeFiles(t, ws, map[string]string{"a.txt": "3\n", "first.sha": first + "\n"})
+	gitIn("add", "a.txt", "first.sha")
+	gitIn("commit", "-qm", "c3")
+	writeFiles(t, ws, map[string]string{"a.txt": "uncommitted\n"})
+
+	r := c.run("export", ws, "--peer", x.url, "--prompt", "look", "--transport", "git", "--git-history", "3", "--ssh-listen", "127.0.0.1:0")
+	if r.code == 0 || !strings.Contains(r.stderr, "holds .env, which the export hides") || !strings.Contains(r.stderr, first[:12]) {
+		t.Fatalf("--git-history 3 over a commit holding .env: exit %d\n%s", r.code, r.stderr)
+	}
+	r = c.run("export", ws, "--peer", x.url, "--prompt", "look", "--transport", "git", "--git-history", "2", "--ssh-listen", "127.0.0.1:0")
+	if r.code != 0 {
+		t.Fatalf("--git-history 2: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	out := r.stdout + r.stderr
+	for _, want := range []string{"commits: 3", "log: the lent directory (awcp export view),c3,c2 without it,", "first: absent"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the agent's clone: lacks %q\n%s", want, out)
+		}
+	}
+}
