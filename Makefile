@@ -37,7 +37,9 @@ soak: build
 # them), the control plane's INVITE → running latency, the
 # archive round trip of a 50 MB workspace, then the filesystem workloads on local disk, a go-fuse loopback, sshfs and an awcp
 # mount, dbench's file-server load on the same four, then the live mount staged against auto,
-# then a large tree (scale.sh: SCALE_DIRS, default 24000) (root; BENCH_ROUNDS=1 for a quick run).
+# then a large tree (scale.sh: SCALE_DIRS, default 24000), then a build of a
+# generated C project on local disk, the live mount and the git transport
+# (build.sh) (root; BENCH_ROUNDS=1 for a quick run).
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./archive/ ./lease/ ./sshd/ ./control/...
 	$(GO) test -run '^$$' -bench DelegatorChangeSeen ./fs/
@@ -50,6 +52,7 @@ bench: build
 	BIN=$(BIN) bash test/bench/fs.sh
 	BIN=$(BIN) bash test/bench/staged.sh
 	BIN=$(BIN) bash test/bench/scale.sh
+	BIN=$(BIN) bash test/bench/build.sh
 
 demo: build
 	BIN=$(BIN) sh test/e2e/demo/run.sh

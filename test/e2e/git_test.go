@@ -312,3 +312,46 @@ func TestGitTransportHistory(t *testing.T) {
 		}
 	}
 }
+
+// Attempts over git: each attempt its own lent repository and result
+// branch; compare counts each one's lines, and applying one (with its
+// agent's commit) discards the other.
+func TestGitTransportAttempts(t *testing.T) {
+	var peers []string
+	for _, v := range []string{"2", "3"} {
+		x := startExecutor(t, `sed -i 's/^x = 1$/x = `+v+`/' calc.txt; git commit -qam "x is `+v+`"; echo "x is `+v+`"`, "--transports", "git")
+		peers = append(peers, "--peer", x.url)
+	}
+	c := newCtl(t)
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"calc.txt": "a\nx = 1\nz\n"})
+	r := c.run(append([]string{"export", ws, "--prompt", "set x", "--transport", "git", "--ssh-listen", "127.0.0.1:0"}, peers...)...)
+	if r.code != 0 {
+		t.Fatalf("export to two peers over git: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if strings.Count(r.stdout, "+1 -1") != 2 {
+		t.Errorf("the comparison does not show two one-line changes:\n%s", r.stdout)
+	}
+	var chosen string
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if strings.Contains(line, "x is 3") {
+			chosen = strings.Fields(line)[0]
+		}
+	}
+	if chosen == "" {
+		t.Fatalf("no attempt says x is 3:\n%s", r.stdout)
+	}
+	if a := c.run("apply", chosen); a.code != 0 {
+		t.Fatalf("apply %s: exit %d\n%s%s", chosen, a.code, a.stdout, a.stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "calc.txt")); string(b) != "a\nx = 3\nz\n" {
+		t.Errorf("calc.txt after apply: %q", b)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if left, _ := filepath.Glob(filepath.Join(c.state, "git", "*")); len(left) == 0 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the delegator kept %v", left)
+		}
+	}
+}
