@@ -11,6 +11,8 @@ import (
 
 	"github.com/gliderlabs/ssh"
 	gossh "golang.org/x/crypto/ssh"
+
+	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
 // The git transport: instead of the directory, a delegation is lent a
@@ -19,8 +21,8 @@ import (
 // same certificate-authenticated server. Nothing else is served to such a
 // delegation: no SFTP, no other path.
 const (
-	SubsystemGitUpload  = "awcp-git-upload-pack"
-	SubsystemGitReceive = "awcp-git-receive-pack"
+	SubsystemGitUpload  = wire.SubsystemGitUpload
+	SubsystemGitReceive = wire.SubsystemGitReceive
 )
 
 // GitExport is a repository lent to a delegation (Export.Git).

@@ -24,7 +24,7 @@ import (
 
 	"github.com/awcp/awcp/control"
 	awcpfs "github.com/awcp/awcp/fs"
-	"github.com/awcp/awcp/sshd"
+	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
 // GitExecutor is the executor side of the git transport: the work dir is
@@ -236,9 +236,9 @@ func (t *GitExecutor) join(client *gossh.Client, c net.Conn) {
 	if err != nil {
 		return
 	}
-	name := sshd.SubsystemGitUpload
+	name := wire.SubsystemGitUpload
 	if strings.TrimSpace(verb) == "receive" {
-		name = sshd.SubsystemGitReceive
+		name = wire.SubsystemGitReceive
 	}
 	sess, err := client.NewSession()
 	if err != nil {

@@ -191,3 +191,11 @@ func (d *Decoder) Bytes() []byte { return d.Take(int(d.U32())) }
 
 // Str is a length-prefixed string.
 func (d *Decoder) Str() string { return string(d.Bytes()) }
+
+// The SSH subsystems our server serves beside "sftp": the git transport's
+// upload-pack and receive-pack (sshd/git.go), which the executor asks for
+// by these names.
+const (
+	SubsystemGitUpload  = "awcp-git-upload-pack"
+	SubsystemGitReceive = "awcp-git-receive-pack"
+)
