@@ -58,29 +58,10 @@ func branchFromCommits(ctx context.Context, repo, dir, name string, hide func(st
 		return "", 0, fmt.Errorf("the agent's result holds %d commits, more than %d", len(commits), maxReplayed)
 	}
 	own := ownerGit{ctx: ctx, dir: dir}
-	top, err := own.run(nil, "rev-parse", "--show-toplevel")
-	if err != nil {
-		return "", 0, fmt.Errorf("%s is not in a git work tree: %w", dir, err)
-	}
-	if _, err := own.run(nil, "check-ref-format", "--branch", name); err != nil {
-		return "", 0, fmt.Errorf("%q is not a branch name git takes", name)
-	}
-	if _, err := own.run(nil, "rev-parse", "--verify", "--quiet", "refs/heads/"+name); err == nil {
-		return "", 0, fmt.Errorf("%s: %w", name, review.ErrBranchExists)
-	}
-	tip, err := own.run(nil, "rev-parse", "--verify", "HEAD^{commit}")
-	if err != nil {
-		return "", 0, fmt.Errorf("the work tree has no commit to branch from: %w", err)
-	}
-	absDir, err := filepath.EvalSymlinks(dir)
+	tip, prefix, err := review.NewBranch(ctx, dir, name)
 	if err != nil {
 		return "", 0, err
 	}
-	prefix, err := filepath.Rel(top, absDir)
-	if err != nil || strings.HasPrefix(prefix, "..") {
-		return "", 0, fmt.Errorf("%s is outside its work tree %s", dir, top)
-	}
-	prefix = filepath.ToSlash(prefix)
 	index, err := os.CreateTemp("", "awcp-index-")
 	if err != nil {
 		return "", 0, err

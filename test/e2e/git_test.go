@@ -220,17 +220,7 @@ echo "left uncommitted" > loose.txt`
 	c := newCtl(t)
 	ws := t.TempDir()
 	writeFiles(t, ws, map[string]string{"notes.txt": "line zero\n", ".env": "PASSWORD=hunter2\n"})
-	gitIn := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command("git", args...)
-		cmd.Dir = ws
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=owner", "GIT_AUTHOR_EMAIL=o@x", "GIT_COMMITTER_NAME=owner", "GIT_COMMITTER_EMAIL=o@x")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	gitIn := ownerGit(t, ws)
 	gitIn("init", "-q")
 	gitIn("add", "notes.txt")
 	gitIn("commit", "-qm", "the owner's")
@@ -274,17 +264,7 @@ func TestGitTransportHistory(t *testing.T) {
 	x := startExecutor(t, `echo "commits: $(git rev-list --count HEAD)"; echo "log: $(git log --format=%s | tr '\n' ,)"; git cat-file -e $(cat first.sha) 2>/dev/null && echo "first: present" || echo "first: absent"`, "--transports", "git")
 	c := newCtl(t)
 	ws := t.TempDir()
-	gitIn := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command("git", args...)
-		cmd.Dir = ws
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=owner", "GIT_AUTHOR_EMAIL=o@x", "GIT_COMMITTER_NAME=owner", "GIT_COMMITTER_EMAIL=o@x")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	gitIn := ownerGit(t, ws)
 	gitIn("init", "-q")
 	writeFiles(t, ws, map[string]string{"a.txt": "1\n", ".env": "PASSWORD=hunter2\n"})
 	gitIn("add", "a.txt", ".env")
@@ -353,5 +333,21 @@ func TestGitTransportAttempts(t *testing.T) {
 		} else if time.Now().After(deadline) {
 			t.Fatalf("the delegator kept %v", left)
 		}
+	}
+}
+
+// ownerGit runs git in the owner's directory ws, as the owner, and
+// returns its output.
+func ownerGit(t *testing.T, ws string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = ws
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=owner", "GIT_AUTHOR_EMAIL=o@x", "GIT_COMMITTER_NAME=owner", "GIT_COMMITTER_EMAIL=o@x")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
 	}
 }

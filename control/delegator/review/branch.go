@@ -35,29 +35,10 @@ var ErrBranchExists = errors.New("the branch exists already")
 func (r *Result) Branch(ctx context.Context, dir, name, message string) (string, error) {
 	message = untrusted.Text(message)
 	g := gitIn{ctx: ctx, dir: dir}
-	top, err := g.run(nil, "rev-parse", "--show-toplevel")
-	if err != nil {
-		return "", fmt.Errorf("%s is not in a git work tree: %w", dir, err)
-	}
-	if _, err := g.run(nil, "check-ref-format", "--branch", name); err != nil {
-		return "", fmt.Errorf("%q is not a branch name git takes", name)
-	}
-	if _, err := g.run(nil, "rev-parse", "--verify", "--quiet", "refs/heads/"+name); err == nil {
-		return "", fmt.Errorf("%s: %w", name, ErrBranchExists)
-	}
-	head, err := g.run(nil, "rev-parse", "--verify", "HEAD^{commit}")
-	if err != nil {
-		return "", fmt.Errorf("the work tree has no commit to branch from: %w", err)
-	}
-	absDir, err := filepath.EvalSymlinks(dir)
+	head, prefix, err := NewBranch(ctx, dir, name)
 	if err != nil {
 		return "", err
 	}
-	prefix, err := filepath.Rel(top, absDir)
-	if err != nil || strings.HasPrefix(prefix, "..") {
-		return "", fmt.Errorf("%s is outside its work tree %s", dir, top)
-	}
-	prefix = filepath.ToSlash(prefix)
 
 	index, err := os.CreateTemp("", "awcp-index-")
 	if err != nil {
@@ -129,6 +110,36 @@ func (r *Result) Branch(ctx context.Context, dir, name, message string) (string,
 		return "", fmt.Errorf("%s: %w", name, ErrBranchExists)
 	}
 	return commit, nil
+}
+
+// NewBranch checks that name can be made a new branch of the git work
+// tree holding dir, and returns the commit it starts from (HEAD) and dir's
+// path in the work tree ("." at its top), slash-separated.
+func NewBranch(ctx context.Context, dir, name string) (head, prefix string, err error) {
+	g := gitIn{ctx: ctx, dir: dir}
+	top, err := g.run(nil, "rev-parse", "--show-toplevel")
+	if err != nil {
+		return "", "", fmt.Errorf("%s is not in a git work tree: %w", dir, err)
+	}
+	if _, err := g.run(nil, "check-ref-format", "--branch", name); err != nil {
+		return "", "", fmt.Errorf("%q is not a branch name git takes", name)
+	}
+	if _, err := g.run(nil, "rev-parse", "--verify", "--quiet", "refs/heads/"+name); err == nil {
+		return "", "", fmt.Errorf("%s: %w", name, ErrBranchExists)
+	}
+	head, err = g.run(nil, "rev-parse", "--verify", "HEAD^{commit}")
+	if err != nil {
+		return "", "", fmt.Errorf("the work tree has no commit to branch from: %w", err)
+	}
+	absDir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", "", err
+	}
+	prefix, err = filepath.Rel(top, absDir)
+	if err != nil || strings.HasPrefix(prefix, "..") {
+		return "", "", fmt.Errorf("%s is outside its work tree %s", dir, top)
+	}
+	return head, filepath.ToSlash(prefix), nil
 }
 
 // gitIn runs git in a directory.
