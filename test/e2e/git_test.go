@@ -351,3 +351,28 @@ func ownerGit(t *testing.T, ws string) func(args ...string) string {
 		return strings.TrimSpace(string(out))
 	}
 }
+
+// Scopes over git: each executor's clone holds the whole directory, and
+// what it changes outside its scope does not come in.
+func TestGitTransportScopes(t *testing.T) {
+	agent := func(mine, other string) string {
+		return `echo "` + mine + `" > ` + mine + `/out.txt; echo intruder > ` + other + `/intrude.txt; git add -A; git commit -qm "both"`
+	}
+	xa := startExecutor(t, agent("a", "b"), "--transports", "git")
+	xb := startExecutor(t, agent("b", "a"), "--transports", "git")
+	c := newCtl(t)
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"a/keep.txt": "a\n", "b/keep.txt": "b\n"})
+	r := c.run("export", ws, "--prompt", "split", "--transport", "git", "--scope", "a="+xa.url, "--scope", "b="+xb.url, "--ssh-listen", "127.0.0.1:0")
+	if r.code != 0 {
+		t.Fatalf("export with two scopes over git: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, s := range []string{"a", "b"} {
+		if b, _ := os.ReadFile(filepath.Join(ws, s, "out.txt")); string(b) != s+"\n" {
+			t.Errorf("%s/out.txt: %q", s, b)
+		}
+		if _, err := os.Stat(filepath.Join(ws, s, "intrude.txt")); err == nil {
+			t.Errorf("the other scope's agent wrote %s/intrude.txt", s)
+		}
+	}
+}
