@@ -240,7 +240,18 @@ func (w *WorkDirInfo) validate(at string) error {
 		if w.Checksum == "" {
 			return fieldErr(at+".checksum", "is required")
 		}
-	case TransportSSHFS, TransportGit: // git: the same SSH endpoint and credential
+	case TransportGit:
+		if w.RepoURL != "" { // the reference's: its remote
+			switch {
+			case w.BaseBranch == "":
+				return fieldErr(at+".baseBranch", "is required with repoUrl")
+			case w.Auth != nil && w.Auth.Type != "token" && w.Auth.Type != "ssh" && w.Auth.Type != "none":
+				return fieldErr(at+".auth.type", "must be token, ssh or none")
+			}
+			return nil
+		}
+		fallthrough // awcp's: the same SSH endpoint and credential as the live mount
+	case TransportSSHFS:
 		switch {
 		case w.Endpoint == nil:
 			return fieldErr(at+".endpoint", "is required")

@@ -258,6 +258,15 @@ type WorkDirInfo struct {
 	HostKey string            `json:"hostKey,omitempty"`
 	Options map[string]string `json:"options,omitempty"`
 
+	// git, the reference implementation's (its GitTransportHandle): a
+	// remote of a third party the executor clones from and pushes a branch
+	// to, with that remote's credential. awcp's own git transport sends
+	// none of these (its repository is the delegator's, over SSH).
+	RepoURL    string   `json:"repoUrl,omitempty"`
+	BaseBranch string   `json:"baseBranch,omitempty"`
+	BaseCommit string   `json:"baseCommit,omitempty"`
+	Auth       *GitAuth `json:"auth,omitempty"`
+
 	// archive
 	WorkspaceBase64 string `json:"workspaceBase64,omitempty"`
 	Checksum        string `json:"checksum,omitempty"`
@@ -269,6 +278,14 @@ type WorkDirInfo struct {
 	// Received is workspaceBase64 as the executor's reader decoded it into
 	// WorkspaceFile: its checksum, or why it is unusable.
 	Received *Spooled `json:"-"`
+}
+
+// GitAuth is the reference's GitCredential: type token, ssh or none.
+// Secret.
+type GitAuth struct {
+	Type       string `json:"type"`
+	Token      string `json:"token,omitempty"`
+	PrivateKey string `json:"privateKey,omitempty"`
 }
 
 // Start is spec §4.4. On the wire its WorkDir is the member workDir

@@ -87,6 +87,8 @@ func serveCommand(ctx context.Context) *cli.Command {
 				Usage: "accept plain HTTP beside TLS, for delegators that speak nothing else (the reference implementation): their token, workspace and session travel in clear"},
 			clikit.DurationFlag("retention", time.Hour, "how long a finished delegation's events stay available", "AWCP_RETENTION"),
 			clikit.DurationFlag("start-timeout", 2*time.Minute, "how long an accepted INVITE waits for START", "AWCP_START_TIMEOUT"),
+			&cli.StringSliceFlag{Name: "git-remote-allow", EnvVars: []string{"AWCP_GIT_REMOTE_ALLOW"},
+				Usage: "a URL prefix of the git remotes a delegator of the reference implementation may name for its git transport (repeatable); none is taken otherwise"},
 			&cli.StringSliceFlag{Name: "transports", EnvVars: []string{"AWCP_TRANSPORTS"}, Value: cli.NewStringSlice("sshfs", "archive", "git"),
 				Usage: "transports offered, preferred first: sshfs (live mount), archive, git (a clone on this disk; needs git)"},
 			clikit.BytesFlag("max-workspace-bytes", 1<<30, "most bytes an archive workspace may expand to, e.g. 500M or 2G (zip bombs stop here)", "AWCP_MAX_WORKSPACE_BYTES"),
@@ -168,7 +170,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 		case control.TransportSSHFS:
 			transports = append(transports, live)
 		case control.TransportGit:
-			transports = append(transports, &executor.GitExecutor{Live: live, Logger: log})
+			transports = append(transports, &executor.GitExecutor{Live: live, Logger: log, AllowRemotes: c.StringSlice("git-remote-allow")})
 		case control.TransportArchive:
 			transports = append(transports, &executor.ArchiveExecutor{
 				Limits: archive.Limits{MaxBytes: clikit.Bytes(c, "max-workspace-bytes")},

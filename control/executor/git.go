@@ -45,6 +45,9 @@ type GitExecutor struct {
 	// Bridge is the command git runs to reach the delegation's session:
 	// this program's `git-bridge`. Default: os.Executable() git-bridge.
 	Bridge []string
+	// AllowRemotes are the URL prefixes of the remotes a START of the
+	// reference's git transport may name (gitremote.go); none: refused.
+	AllowRemotes []string
 	// Logger default slog.Default().
 	Logger *slog.Logger
 
@@ -59,6 +62,12 @@ type gitLend struct {
 	info *control.WorkDirInfo
 	slot *TunnelSlot // the reverse connections' slot; nil: the executor dials
 	base string      // the commit cloned
+	// remote, for the reference's git transport: the remote pushed to,
+	// the environment that authenticates to it, and the commit its
+	// delegator started from (gitremote.go).
+	remote, baseCommit string
+	auth               []string
+	dir                string // where the clone is, when not the work dir (a head environment's resource)
 }
 
 var _ control.ExecutorTransport = (*GitExecutor)(nil)
@@ -91,6 +100,9 @@ func gitEnv() []string {
 // Setup connects to the delegator and clones the lent repository into
 // the work dir, then hands it to the agent's user.
 func (t *GitExecutor) Setup(ctx context.Context, p control.SetupParams) error {
+	if p.Info.RepoURL != "" {
+		return t.setupRemote(ctx, p) // the reference's: a remote of its choosing
+	}
 	if len(p.Resources) > 0 {
 		return control.Errorf(control.CodeSetupFailed, "the git transport lends one directory, not an environment").WithHint("use the archive transport")
 	}
@@ -312,6 +324,9 @@ func (t *GitExecutor) Teardown(ctx context.Context, id, workDir string, result i
 	if result == nil {
 		return false, nil // read-only, or nothing to send back
 	}
+	if lend.dir != "" {
+		workDir = lend.dir
+	}
 	own, err := os.MkdirTemp("", "awcp-git-result-")
 	if err != nil {
 		return false, err
@@ -362,6 +377,9 @@ func (t *GitExecutor) Teardown(ctx context.Context, id, workDir string, result i
 			return false, err
 		}
 		final = strings.TrimSpace(string(out))
+	}
+	if lend.remote != "" {
+		return true, t.pushRemote(ctx, id, repo, final, lend, result)
 	}
 	err = t.overSession(ctx, lend, func(bridge string) error {
 		_, err := runGit(ctx, "", nil, "--git-dir="+repo, "push", "-q", "--receive-pack="+bridge+" receive", "file:///awcp", final+":refs/heads/result")

@@ -444,9 +444,22 @@ func (e *Executor) writeEvent(w io.Writer, id string, ev lease.StoredEvent, carr
 		strings.NewReader(fmt.Sprintf("id: %d\ndata: ", ev.Seq)),
 		bytes.NewReader(data[:len(data)-1]),
 		strings.NewReader(`,"`+carrier+`":"`),
-		control.NewBase64Reader(f),
+		e.carried(id, f),
 		strings.NewReader("\"}\n\n")))
 	return err
+}
+
+// carried is the result file f as its event's member carries it: base64
+// — but for a delegation over the reference's git transport, whose
+// snapshotBase64 holds its snapshot's JSON as it is (its delegator parses
+// it so), escaped as a JSON string.
+func (e *Executor) carried(id string, f *os.File) io.Reader {
+	if a, err := e.store.Assignment(id); err == nil && a.Transport == control.TransportGit {
+		raw, _ := io.ReadAll(io.LimitReader(f, 1<<20))
+		quoted, _ := json.Marshal(string(raw))
+		return bytes.NewReader(quoted[1 : len(quoted)-1])
+	}
+	return control.NewBase64Reader(f)
 }
 
 func (e *Executor) handleResult(w http.ResponseWriter, r *http.Request) {
@@ -506,7 +519,7 @@ func (e *Executor) handleResult(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	io.Copy(w, io.MultiReader(bytes.NewReader(data[:len(data)-1]),
-		strings.NewReader(`,"snapshotBase64":"`), control.NewBase64Reader(f), strings.NewReader(`"}`)))
+		strings.NewReader(`,"snapshotBase64":"`), e.carried(id, f), strings.NewReader(`"}`)))
 }
 
 // handleAck is the head dialect's "the result is in": the executor need
