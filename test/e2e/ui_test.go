@@ -108,6 +108,24 @@ func (p *uiPage) eval(t *testing.T, js string) string {
 	return fmt.Sprint(v)
 }
 
+// click clicks the element sel selects, as a mouse does. The page
+// re-renders what it shows when the stream says something changed: a
+// node found may be replaced before the click lands, and is found again.
+func (p *uiPage) click(t *testing.T, sel string) {
+	t.Helper()
+	var err error
+	for range 5 {
+		ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+		err = chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel)))
+		cancel()
+		if err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("click %s: %v", sel, err)
+}
+
 // waitFor waits until js is truthy in the page, within d.
 func (p *uiPage) waitFor(t *testing.T, what, js string, d time.Duration) {
 	t.Helper()
@@ -162,9 +180,9 @@ func TestUIInABrowser(t *testing.T) {
 	p.screenshot(t, "ui-delegations.png")
 
 	// Review: the diff, the evil name as text.
-	p.do(t, chromedp.Click(chromedp.CSS(`a[href="#/d/`+id+`"]`)))
+	p.click(t, `a[href="#/d/`+id+`"]`)
 	p.waitFor(t, "the delegation's page", `document.querySelector('#review button')`, 5*time.Second)
-	p.do(t, chromedp.Click(chromedp.CSS(`#review button`)))
+	p.click(t, `#review button`)
 	p.waitFor(t, "the agent's line in the diff", `document.querySelector('#diffs') && document.querySelector('#diffs').textContent.includes('+hello from the agent')`, 10*time.Second)
 	if got := p.eval(t, `[document.querySelectorAll('img, b, script:not([src])').length, window.__alerts, document.body.textContent.includes(`+jsString(evil)+`), document.body.textContent.includes('+<b>bold</b><script>alert(2)</script>'), document.body.innerText.split('\n').includes('null')].join(' ')`); got != "0 0 true true false" {
 		t.Fatalf("the agent's names and lines are not shown as text (elements made, alerts, name shown, content shown, a stray null): %s", got)
@@ -228,9 +246,9 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Authorization": "B
 	// Apply from the page.
 	p.do(t, chromedp.Navigate(p.origin+"/#/d/"+id))
 	p.waitFor(t, "the review button", `document.querySelector('#review button')`, 5*time.Second)
-	p.do(t, chromedp.Click(chromedp.CSS(`#review button`)))
+	p.click(t, `#review button`)
 	p.waitFor(t, "the apply button", `document.querySelector('#apply')`, 10*time.Second)
-	p.do(t, chromedp.Click(chromedp.CSS(`#apply`)))
+	p.click(t, `#apply`)
 	p.waitFor(t, "the apply's report", `document.querySelector('#applied') && document.querySelector('#applied').textContent.includes('greeting.txt')`, 20*time.Second)
 	if b, err := os.ReadFile(filepath.Join(ws, "greeting.txt")); err != nil || string(b) != "hello from the agent\n" {
 		t.Fatalf("after Apply, greeting.txt = %q, %v", b, err)
@@ -247,7 +265,7 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Authorization": "B
 	p.do(t, chromedp.Navigate(p.origin+"/#/d/"+id2))
 	p.waitFor(t, "the permission request", `document.querySelector('button[data-option="allow"]')`, 30*time.Second)
 	p.screenshot(t, "ui-permission.png")
-	p.do(t, chromedp.Click(chromedp.CSS(`button[data-option="allow"]`)))
+	p.click(t, `button[data-option="allow"]`)
 	done := c.run("output", id2, "--block", "--timeout", "60s")
 	if done.code != 0 || !strings.Contains(done.stdout, "permission: allow") || !strings.Contains(done.stdout, "decided by delegator (user: awcp-ctl ui by ") {
 		t.Fatalf("the agent did not get the page's answer: exit %d\n%s%s", done.code, done.stdout, done.stderr)
@@ -279,14 +297,14 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Authorization": "B
 			t.Fatalf("the attempts did not complete:\n%s", s.stdout)
 		}
 	}
-	p.do(t, chromedp.Click(chromedp.CSS(`a[href="#/g/`+group+`"]`)))
+	p.click(t, `a[href="#/g/`+group+`"]`)
 	p.waitFor(t, "two attempts side by side", `document.querySelectorAll('.attempts section').length === 2 && document.querySelectorAll('.attempts section button').length === 2`, 10*time.Second)
 	p.screenshot(t, "ui-attempts.png")
 	third := p.eval(t, `[...document.querySelectorAll('.attempts section')].findIndex(s => s.textContent.includes('x is 3'))`)
 	if third != "0" && third != "1" {
 		t.Fatalf("no attempt says x is 3 (%s)", third)
 	}
-	p.do(t, chromedp.Click(chromedp.CSS(`.attempts section:nth-of-type(`+map[string]string{"0": "1", "1": "2"}[third]+`) button`)))
+	p.click(t, `.attempts section:nth-of-type(`+map[string]string{"0": "1", "1": "2"}[third]+`) button`)
 	p.waitFor(t, "the attempt applied", `document.querySelector('#applied').textContent.includes('calc.txt')`, 20*time.Second)
 	if b, _ := os.ReadFile(filepath.Join(calc, "calc.txt")); string(b) != "a\nx = 3\nz\n" {
 		t.Fatalf("after Apply this one, calc.txt = %q", b)

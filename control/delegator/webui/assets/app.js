@@ -123,14 +123,21 @@ function renderList() {
 
 // ---- one delegation ----
 
+let loading = ""; // the delegation whose page is being fetched
+
 async function showDelegation(id) {
+  if (loading === id) return; // one fetch at a time: the stream may ask again meanwhile
+  loading = id;
   let d;
   try {
     d = await api("/api/delegations/" + encodeURIComponent(id));
   } catch (e) {
     put(main, el("h2", {}, "Delegation " + id), el("p", {}, e.message));
     return;
+  } finally {
+    loading = "";
   }
+  if (!location.hash.startsWith("#/d/" + encodeURIComponent(id))) return; // left meanwhile
   shownRev = d.rev;
   const parts = [
     el("h2", {}, "Delegation " + d.id),
