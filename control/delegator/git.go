@@ -488,3 +488,32 @@ func cQuote(path string) string {
 	b.WriteByte('"')
 	return b.String()
 }
+
+var (
+	_ control.Renewer = (*GitDelegator)(nil)
+	_ resumer         = (*GitDelegator)(nil)
+)
+
+// Renew moves the repository's grant to the lease's new end and issues a
+// certificate valid until then: the push at the end needs one.
+func (t *GitDelegator) Renew(ctx context.Context, d control.Lent) (*control.Credential, error) {
+	return t.Live.Renew(ctx, d)
+}
+
+// Resume lends the repository again to a delegation followed anew (this
+// process restarted while it ran): a grant lives in the server's memory,
+// the repository on disk.
+func (t *GitDelegator) Resume(ctx context.Context, d control.Lent) {
+	repo := t.repo(d.ID)
+	if _, err := os.Stat(repo); err != nil {
+		t.Live.logger().Warn("git transport not resumed: its repository is gone", "delegation", d.ID)
+		return
+	}
+	t.Live.mu.Lock()
+	if t.Live.repos == nil {
+		t.Live.repos = map[string]*sshd.GitExport{}
+	}
+	t.Live.repos[d.ID] = &sshd.GitExport{Repo: repo, MaxReceive: d.Policy.MaxWriteBytes}
+	t.Live.mu.Unlock()
+	t.Live.Resume(ctx, d)
+}

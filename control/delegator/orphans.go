@@ -108,15 +108,17 @@ func (d *Delegator) Orphans() ([]*lease.Delegation, error) {
 }
 
 // Adoptable reports whether a daemon can follow orphan del: anything but
-// a live mount the executor dials, once START named the dead process's
-// SSH server (the daemon's listens elsewhere; the mount cannot follow),
-// and but a session, whose channel ended with the process that held it.
+// a live mount or a git transport the executor dials, once START named the
+// dead process's SSH server (the daemon's listens elsewhere; the mount, or
+// the push at the end, cannot follow), and but a session, whose channel
+// ended with the process that held it.
 func Adoptable(del *lease.Delegation) bool {
 	if del.OwnerDaemon {
 		return true
 	}
 	started := del.State != lease.Created && del.State != lease.Invited && del.State != lease.Accepted
-	return del.Session == "" && (del.Transport != control.TransportSSHFS || del.Connect == control.ConnectReverse || !started)
+	overSSH := del.Transport == control.TransportSSHFS || del.Transport == control.TransportGit
+	return del.Session == "" && (!overSSH || del.Connect == control.ConnectReverse || !started)
 }
 
 // EndOrphan ends orphan del, saying which process left it: the executor

@@ -534,3 +534,20 @@ func (t *GitExecutor) TunnelSlot(id string) (*TunnelSlot, bool) { return t.Live.
 
 // SlotReady implements TunnelHost.
 func (t *GitExecutor) SlotReady(id string) <-chan struct{} { return t.Live.SlotReady(id) }
+
+var _ control.CredentialTaker = (*GitExecutor)(nil)
+
+// TakeCredential implements control.CredentialTaker: a renewed lease's
+// certificate, for the push at the end.
+func (t *GitExecutor) TakeCredential(id string, c *control.Credential) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lend := t.lends[id]
+	if lend == nil || c == nil {
+		return nil
+	}
+	info := *lend.info
+	info.Credential = c
+	lend.info = &info
+	return nil
+}
