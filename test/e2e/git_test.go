@@ -376,3 +376,27 @@ func TestGitTransportScopes(t *testing.T) {
 		}
 	}
 }
+
+// The daemon holding a git delegation is restarted while the agent works,
+// on the same SSH port: the repository is lent again, and the push at the
+// end comes in.
+func TestGitTransportSurvivesADaemonRestart(t *testing.T) {
+	x := startExecutor(t, `sleep 4; echo "after the restart" > late.txt`, "--transports", "git")
+	c := newCtl(t)
+	sshAddr := freeAddr(t)
+	_, stop := c.serve("--ssh-listen", sshAddr)
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"readme.txt": "hello\n"})
+	r := c.run("export", ws, "--peer", x.url, "--prompt", "work", "--transport", "git", "--background")
+	if r.code != 0 {
+		t.Fatalf("export: exit %d\n%s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	c.waitState(id, "running")
+	stop()
+	log, _ := c.serve("--ssh-listen", sshAddr)
+	d := c.waitStateWithin(id, "completed", 30*time.Second)
+	if b, _ := os.ReadFile(filepath.Join(ws, "late.txt")); string(b) != "after the restart\n" {
+		t.Fatalf("late.txt = %q (state %s)\ndaemon:\n%s", b, d.State, log.String())
+	}
+}
