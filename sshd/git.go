@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"strconv"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 	"github.com/gliderlabs/ssh"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/awcp/awcp/internal/gitrun"
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
@@ -87,7 +87,7 @@ func (s *Server) serveGit(receive bool) ssh.SubsystemHandler {
 		cmd := exec.CommandContext(sess.Context(), "git", append(args, verb, g.Git.Repo)...)
 		// Neither the system's nor a user's configuration: the run is the
 		// server's, on its own repository.
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "HOME=/nonexistent", "LC_ALL=C"}
+		cmd.Env = gitrun.Env()
 		var in io.Reader = sess
 		if receive {
 			in = &countingReader{r: sess, n: g.written, max: g.Git.MaxReceive}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/delegator/review"
+	"github.com/awcp/awcp/internal/gitrun"
 	"github.com/awcp/awcp/lease"
 	"github.com/awcp/awcp/sshd"
 )
@@ -44,11 +46,25 @@ func (*GitDelegator) Name() string { return control.TransportGit }
 func (t *GitDelegator) repo(id string) string { return filepath.Join(t.RepoDir, id+".git") }
 
 // The lent repository's branches: the export view, and what the executor
-// pushes back.
+// pushes back; baseFile, in it, records the view's commit (no push moves
+// a file), and keptRepo is where a staged delegation's repository waits
+// with its result for `apply --branch` (Cleanup moves it there).
 const (
 	gitBaseRef   = "refs/heads/awcp"
 	gitResultRef = "refs/heads/result"
+	baseFile     = "awcp-base"
+	keptRepo     = "repo.git"
 )
+
+// branchFromRepo records the agent's commits of the kept repository repo
+// on a new branch name of dir's work tree (review.BranchFromCommits).
+func branchFromRepo(ctx context.Context, repo, dir, name string, hide func(string) bool) (string, int, error) {
+	base, err := os.ReadFile(filepath.Join(repo, baseFile))
+	if err != nil {
+		return "", 0, fmt.Errorf("the lent repository's base is unknown: %w", err)
+	}
+	return review.BranchFromCommits(ctx, repo, strings.TrimSpace(string(base)), gitResultRef, dir, name, hide)
+}
 
 // Prepare packs the export view as the archive transport does (its
 // manifest is the base of the three-way apply), commits it into a new
@@ -88,19 +104,11 @@ func gitView(d control.Lent) control.Lent {
 	return d
 }
 
-// git runs git on the lent repository: no configuration but its own, no
-// hooks.
+// git runs git on the lent repository (gitrun: nothing of this machine's
+// configuration, no hooks); commits it makes are awcp's.
 func git(ctx context.Context, repo string, stdin io.Reader, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, "git", append([]string{"--git-dir=" + repo, "-c", "core.hooksPath=/dev/null"}, args...)...)
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "LC_ALL=C",
-		"GIT_AUTHOR_NAME=awcp", "GIT_AUTHOR_EMAIL=awcp@localhost", "GIT_COMMITTER_NAME=awcp", "GIT_COMMITTER_EMAIL=awcp@localhost")
-	cmd.Stdin = stdin
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("git %s: %v: %s", args[0], err, strings.TrimSpace(errb.String()))
-	}
-	return out.Bytes(), nil
+	return gitrun.Run(ctx, "", []string{"GIT_AUTHOR_NAME=awcp", "GIT_AUTHOR_EMAIL=awcp@localhost", "GIT_COMMITTER_NAME=awcp", "GIT_COMMITTER_EMAIL=awcp@localhost"},
+		stdin, append([]string{"--git-dir=" + repo}, args...)...)
 }
 
 // commitView makes repo, a bare repository whose gitBaseRef is one commit
@@ -112,8 +120,8 @@ func (t *GitDelegator) commitView(ctx context.Context, packed, repo string, d co
 	if err := os.MkdirAll(t.RepoDir, 0o700); err != nil {
 		return err
 	}
-	if out, err := exec.CommandContext(ctx, "git", "init", "-q", "--bare", repo).CombinedOutput(); err != nil {
-		return fmt.Errorf("git init: %v: %s", err, out)
+	if _, err := gitrun.Run(ctx, "", nil, nil, "init", "-q", "--bare", repo); err != nil {
+		return err
 	}
 	parent := ""
 	if d.GitHistory > 0 {
@@ -288,7 +296,7 @@ func (t *GitDelegator) zipResult(ctx context.Context, repo, commit, out string, 
 		}
 	}
 	cat := exec.CommandContext(ctx, "git", "--git-dir="+repo, "cat-file", "--batch")
-	cat.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
+	cat.Env = gitrun.Env()
 	in, err := cat.StdinPipe()
 	if err != nil {
 		return err

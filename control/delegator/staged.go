@@ -379,7 +379,7 @@ func (d *Delegator) ApplyResult(ctx context.Context, id, snap, branch string, al
 		out.Branch = branch
 		if repo := filepath.Join(del.Staged.Dir, keptRepo); del.Transport == control.TransportGit && exists(repo) {
 			// The git transport's: the agent's own commits, replayed.
-			out.Commit, out.Commits, err = branchFromCommits(ctx, repo, del.LocalDir, branch, hider(gitView(lent(del)).Policy))
+			out.Commit, out.Commits, err = branchFromRepo(ctx, repo, del.LocalDir, branch, hider(gitView(lent(del)).Policy))
 		} else {
 			out.Commit, err = r.Branch(ctx, del.LocalDir, branch, msg)
 		}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/awcp/awcp/control"
 	awcpfs "github.com/awcp/awcp/fs"
+	"github.com/awcp/awcp/internal/gitrun"
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
@@ -90,13 +91,6 @@ func (t *GitExecutor) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// gitEnv is the environment of every git run here: no system or user
-// configuration, no prompt.
-func gitEnv() []string {
-	return []string{"PATH=" + os.Getenv("PATH"), "HOME=/nonexistent", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
-		"GIT_TERMINAL_PROMPT=0", "LC_ALL=C"}
-}
-
 // Setup connects to the delegator and clones the lent repository into
 // the work dir, then hands it to the agent's user.
 func (t *GitExecutor) Setup(ctx context.Context, p control.SetupParams) error {
@@ -130,13 +124,13 @@ func (t *GitExecutor) Setup(ctx context.Context, p control.SetupParams) error {
 		return err
 	}
 	err := t.overSession(ctx, lend, func(bridge string) error {
-		_, err := runGit(ctx, "", nil, "-c", "protocol.file.allow=always", "clone", "-q", "--no-hardlinks", "-u", bridge+" upload", "file:///awcp", p.WorkDir)
+		_, err := gitrun.Run(ctx, "", nil, nil, "-c", "protocol.file.allow=always", "clone", "-q", "--no-hardlinks", "-u", bridge+" upload", "file:///awcp", p.WorkDir)
 		return err
 	})
 	if err != nil {
 		return fail(&control.ProtocolError{Code: control.CodeSetupFailed, Message: "cannot clone the lent repository: " + StripPaths(err, p.WorkDir), Err: err})
 	}
-	head, err := runGit(ctx, "", nil, "--git-dir="+filepath.Join(p.WorkDir, ".git"), "rev-parse", "HEAD")
+	head, err := gitrun.Run(ctx, "", nil, nil, "--git-dir="+filepath.Join(p.WorkDir, ".git"), "rev-parse", "HEAD")
 	if err != nil {
 		return fail(&control.ProtocolError{Code: control.CodeSetupFailed, Message: "the clone has no commit", Err: err})
 	}
@@ -333,7 +327,7 @@ func (t *GitExecutor) Teardown(ctx context.Context, id, workDir string, result i
 	}
 	defer os.RemoveAll(own)
 	repo := filepath.Join(own, "repo.git")
-	if _, err := runGit(ctx, "", nil, "init", "-q", "--bare", repo); err != nil {
+	if _, err := gitrun.Run(ctx, "", nil, nil, "init", "-q", "--bare", repo); err != nil {
 		return false, err
 	}
 	head, err := copyAgentObjects(workDir, repo)
@@ -341,7 +335,7 @@ func (t *GitExecutor) Teardown(ctx context.Context, id, workDir string, result i
 		t.logger().Info("git transport: the agent's history is not taken", "delegation", id, "err", err)
 	}
 	g := func(args ...string) (string, error) {
-		out, err := runGit(ctx, "", []string{"GIT_INDEX_FILE=" + filepath.Join(own, "index"), "GIT_WORK_TREE=" + workDir},
+		out, err := gitrun.Run(ctx, "", []string{"GIT_INDEX_FILE=" + filepath.Join(own, "index"), "GIT_WORK_TREE=" + workDir}, nil,
 			append([]string{"--git-dir=" + repo}, args...)...)
 		return strings.TrimSpace(string(out)), err
 	}
@@ -370,8 +364,8 @@ func (t *GitExecutor) Teardown(ctx context.Context, id, workDir string, result i
 	}
 	final := parent
 	if was, _ := g("rev-parse", parent+"^{tree}"); was != tree {
-		out, err := runGit(ctx, "", []string{"GIT_AUTHOR_NAME=awcp-agent", "GIT_AUTHOR_EMAIL=agent@awcp.invalid",
-			"GIT_COMMITTER_NAME=awcp-agent", "GIT_COMMITTER_EMAIL=agent@awcp.invalid"},
+		out, err := gitrun.Run(ctx, "", []string{"GIT_AUTHOR_NAME=awcp-agent", "GIT_AUTHOR_EMAIL=agent@awcp.invalid",
+			"GIT_COMMITTER_NAME=awcp-agent", "GIT_COMMITTER_EMAIL=agent@awcp.invalid"}, nil,
 			"--git-dir="+repo, "commit-tree", tree, "-p", parent, "-m", "awcp: what the agent left uncommitted at the end of delegation "+id)
 		if err != nil {
 			return false, err
@@ -382,7 +376,7 @@ func (t *GitExecutor) Teardown(ctx context.Context, id, workDir string, result i
 		return true, t.pushRemote(ctx, id, repo, final, lend, result)
 	}
 	err = t.overSession(ctx, lend, func(bridge string) error {
-		_, err := runGit(ctx, "", nil, "--git-dir="+repo, "push", "-q", "--receive-pack="+bridge+" receive", "file:///awcp", final+":refs/heads/result")
+		_, err := gitrun.Run(ctx, "", nil, nil, "--git-dir="+repo, "push", "-q", "--receive-pack="+bridge+" receive", "file:///awcp", final+":refs/heads/result")
 		return err
 	})
 	if err != nil {
@@ -401,29 +395,6 @@ func (t *GitExecutor) drop(id string) {
 	if lend != nil && lend.slot != nil {
 		t.Live.closeTunnel(id)
 	}
-}
-
-// runGit runs git with gitEnv and extra, in dir ("" is this process's).
-func runGit(ctx context.Context, dir string, extra []string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, "git", append([]string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"}, args...)...)
-	cmd.Dir, cmd.Env = dir, append(gitEnv(), extra...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		verb := args[0]
-		for i := 0; i < len(args); i++ {
-			if args[i] == "-c" {
-				i++
-				continue
-			}
-			if !strings.HasPrefix(args[i], "-") {
-				verb = args[i]
-				break
-			}
-		}
-		return nil, fmt.Errorf("git %s: %v: %s", verb, err, strings.TrimSpace(errb.String()))
-	}
-	return out.Bytes(), nil
 }
 
 var objectName = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/internal/gitrun"
 )
 
 // The reference implementation's git transport: its START names a remote
@@ -69,10 +70,10 @@ func (t *GitExecutor) setupRemote(ctx context.Context, p control.SetupParams) er
 	default:
 		return control.Errorf(control.CodeSetupFailed, "the git transport lends one repository; the INVITE named %d resources", len(p.Resources))
 	}
-	if _, err := runGit(ctx, "", auth, "clone", "-q", "--branch", info.BaseBranch, "--single-branch", "--", info.RepoURL, dir); err != nil {
+	if _, err := gitrun.Run(ctx, "", auth, nil, "clone", "-q", "--branch", info.BaseBranch, "--single-branch", "--", info.RepoURL, dir); err != nil {
 		return &control.ProtocolError{Code: control.CodeSetupFailed, Message: "cannot clone the delegator's remote: " + StripPaths(err, p.WorkDir), Err: err}
 	}
-	head, err := runGit(ctx, "", nil, "--git-dir="+filepath.Join(dir, ".git"), "rev-parse", "HEAD")
+	head, err := gitrun.Run(ctx, "", nil, nil, "--git-dir="+filepath.Join(dir, ".git"), "rev-parse", "HEAD")
 	if err != nil {
 		return &control.ProtocolError{Code: control.CodeSetupFailed, Message: "the clone has no commit", Err: err}
 	}
@@ -108,11 +109,11 @@ type remoteSnapshot struct {
 // to the remote's branch awcp/{id}, and writes the snapshot naming it.
 func (t *GitExecutor) pushRemote(ctx context.Context, id, repo, final string, lend *gitLend, result io.Writer) error {
 	branch := "awcp/" + id
-	if _, err := runGit(ctx, "", lend.auth, "--git-dir="+repo, "push", "-q", "--", lend.remote, final+":refs/heads/"+branch); err != nil {
+	if _, err := gitrun.Run(ctx, "", lend.auth, nil, "--git-dir="+repo, "push", "-q", "--", lend.remote, final+":refs/heads/"+branch); err != nil {
 		return &control.ProtocolError{Code: control.CodeTaskFailed, Message: "the result could not be pushed to the delegator's remote: " + err.Error(), Err: err}
 	}
 	changed := []string{}
-	if out, err := runGit(ctx, "", nil, "--git-dir="+repo, "diff", "--name-only", "-z", lend.baseCommit, final); err == nil {
+	if out, err := gitrun.Run(ctx, "", nil, nil, "--git-dir="+repo, "diff", "--name-only", "-z", lend.baseCommit, final); err == nil {
 		for _, p := range strings.Split(string(out), "\x00") {
 			if p != "" {
 				changed = append(changed, p)

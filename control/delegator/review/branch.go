@@ -35,7 +35,7 @@ var ErrBranchExists = errors.New("the branch exists already")
 func (r *Result) Branch(ctx context.Context, dir, name, message string) (string, error) {
 	message = untrusted.Text(message)
 	g := gitIn{ctx: ctx, dir: dir}
-	head, prefix, err := NewBranch(ctx, dir, name)
+	head, prefix, err := newBranch(ctx, dir, name)
 	if err != nil {
 		return "", err
 	}
@@ -112,10 +112,10 @@ func (r *Result) Branch(ctx context.Context, dir, name, message string) (string,
 	return commit, nil
 }
 
-// NewBranch checks that name can be made a new branch of the git work
+// newBranch checks that name can be made a new branch of the git work
 // tree holding dir, and returns the commit it starts from (HEAD) and dir's
 // path in the work tree ("." at its top), slash-separated.
-func NewBranch(ctx context.Context, dir, name string) (head, prefix string, err error) {
+func newBranch(ctx context.Context, dir, name string) (head, prefix string, err error) {
 	g := gitIn{ctx: ctx, dir: dir}
 	top, err := g.run(nil, "rev-parse", "--show-toplevel")
 	if err != nil {
