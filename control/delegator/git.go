@@ -82,12 +82,7 @@ func (t *GitDelegator) Prepare(ctx context.Context, d control.Lent) (*control.Wo
 		os.RemoveAll(repo)
 		return nil, control.Errorf(control.CodeWorkspaceInvalid, "cannot make the repository to lend: %v", err)
 	}
-	t.Live.mu.Lock()
-	if t.Live.repos == nil {
-		t.Live.repos = map[string]*sshd.GitExport{}
-	}
-	t.Live.repos[d.ID] = &sshd.GitExport{Repo: repo, MaxReceive: d.Policy.MaxWriteBytes}
-	t.Live.mu.Unlock()
+	t.lendRepo(d)
 	info, err := t.Live.Prepare(ctx, d)
 	if err != nil {
 		return nil, err
@@ -239,26 +234,12 @@ func (t *GitDelegator) Finish(ctx context.Context, d control.Lent, ev *control.E
 	return t.Archive.Finish(ctx, d, &done)
 }
 
-// zipResult writes commit's tree as an archive result ZIP: its files and
+// zipResult writes a result tree's entries as an archive result ZIP: its files and
 // symlinks as they are in git (no checkout: no attribute of the tree
 // converts a byte), a directory entry for each of their parents, and the
 // base's empty directories, which git cannot carry (never deleted for
 // that). The paths are the executor's, checked again by the apply.
-func (t *GitDelegator) zipResult(ctx context.Context, repo, commit, out string, d control.Lent) error {
-	listing, err := git(ctx, repo, nil, "ls-tree", "-r", "-z", "--full-tree", commit)
-	if err != nil {
-		return err
-	}
-	type entry struct{ mode, sha, path string }
-	var entries []entry
-	for _, rec := range bytes.Split(listing, []byte{0}) {
-		meta, path, ok := strings.Cut(string(rec), "\t")
-		f := strings.Fields(meta)
-		if !ok || len(f) != 3 || f[1] != "blob" {
-			continue // a submodule's commit: nothing to carry
-		}
-		entries = append(entries, entry{f[0], f[2], path})
-	}
+func (t *GitDelegator) zipResult(ctx context.Context, repo string, entries []treeEntry, out string, d control.Lent) error {
 	prefix := ""
 	if d.Dialect == control.DialectHead {
 		prefix = control.ResourceWorkspace + "/"
@@ -295,26 +276,39 @@ func (t *GitDelegator) zipResult(ctx context.Context, repo, commit, out string, 
 			}
 		}
 	}
-	cat := exec.CommandContext(ctx, "git", "--git-dir="+repo, "cat-file", "--batch")
+	// One cat-file for every blob. Returning early kills it (the context)
+	// before it is waited for, and the feeder, whose pipe then breaks, is
+	// waited for too: neither is left blocked on the other.
+	catCtx, stop := context.WithCancel(ctx)
+	cat := exec.CommandContext(catCtx, "git", "--git-dir="+repo, "cat-file", "--batch")
 	cat.Env = gitrun.Env()
 	in, err := cat.StdinPipe()
 	if err != nil {
+		stop()
 		return err
 	}
 	outp, err := cat.StdoutPipe()
 	if err != nil {
+		stop()
 		return err
 	}
 	if err := cat.Start(); err != nil {
+		stop()
 		return err
 	}
-	defer cat.Wait()
+	fed := make(chan struct{})
 	go func() {
+		defer close(fed)
+		bw := bufio.NewWriter(in)
 		for _, e := range entries {
-			fmt.Fprintln(in, e.sha)
+			if _, err := fmt.Fprintln(bw, e.sha); err != nil {
+				break
+			}
 		}
+		bw.Flush()
 		in.Close()
 	}()
+	defer func() { stop(); <-fed; cat.Wait() }()
 	r := bufio.NewReader(outp)
 	for _, e := range entries {
 		head, err := r.ReadString('\n')
@@ -402,12 +396,12 @@ func (t *GitDelegator) PackResult(ctx context.Context, d control.Lent, ev *contr
 	if err != nil {
 		return nil, control.Errorf(control.CodeTaskFailed, "the executor pushed no result to the lent repository: nothing was applied or kept").WithHint("the executor's changes, if any, did not come back; check its log")
 	}
-	result := strings.TrimSpace(string(sha))
-	if err := t.withinLimits(ctx, repo, result); err != nil {
+	entries, err := t.resultTree(ctx, repo, strings.TrimSpace(string(sha)))
+	if err != nil {
 		return nil, err
 	}
 	packed := filepath.Join(t.RepoDir, d.ID+".result.zip")
-	if err := t.zipResult(ctx, repo, result, packed, d); err != nil {
+	if err := t.zipResult(ctx, repo, entries, packed, d); err != nil {
 		os.Remove(packed)
 		return nil, fmt.Errorf("pack the result: %w", err)
 	}
@@ -415,12 +409,19 @@ func (t *GitDelegator) PackResult(ctx context.Context, d control.Lent, ev *contr
 	return func() { os.Remove(packed) }, nil
 }
 
-// withinLimits refuses a result whose tree is past what an archive's
+// treeEntry is a blob of a result's tree, as ls-tree -l lists it.
+type treeEntry struct {
+	mode, sha, path string
+	size            int64
+}
+
+// resultTree lists commit's blobs, refusing a tree past what an archive's
 // extraction takes: a push is bounded in bytes, but objects compress.
-func (t *GitDelegator) withinLimits(ctx context.Context, repo, commit string) error {
-	out, err := git(ctx, repo, nil, "ls-tree", "-r", "-l", "-z", commit)
+// Submodules' commits carry nothing and are left out.
+func (t *GitDelegator) resultTree(ctx context.Context, repo, commit string) ([]treeEntry, error) {
+	out, err := git(ctx, repo, nil, "ls-tree", "-r", "-l", "-z", "--full-tree", commit)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	lim := t.Archive.Limits
 	if lim.MaxBytes <= 0 {
@@ -429,22 +430,26 @@ func (t *GitDelegator) withinLimits(ctx context.Context, repo, commit string) er
 	if lim.MaxEntries <= 0 {
 		lim.MaxEntries = 100_000
 	}
+	var entries []treeEntry
 	var total int64
-	entries := 0
-	for _, line := range bytes.Split(out, []byte{0}) {
-		fields := strings.Fields(string(line))
-		if len(fields) < 4 {
+	for _, rec := range bytes.Split(out, []byte{0}) {
+		// mode type object size, a tab, the path.
+		meta, path, ok := strings.Cut(string(rec), "\t")
+		f := strings.Fields(meta)
+		if !ok || len(f) != 4 || f[1] != "blob" {
 			continue
 		}
-		entries++
-		if n, err := strconv.ParseInt(fields[3], 10, 64); err == nil {
-			total += n
+		size, err := strconv.ParseInt(f[3], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: size %q", path, f[3])
 		}
+		entries = append(entries, treeEntry{mode: f[0], sha: f[2], path: path, size: size})
+		total += size
 	}
-	if entries > lim.MaxEntries || total > lim.MaxBytes {
-		return control.Errorf(control.CodeTaskFailed, "the executor's result holds %d files, %d bytes: past what is taken (%d files, %d bytes); nothing was applied", entries, total, lim.MaxEntries, lim.MaxBytes)
+	if len(entries) > lim.MaxEntries || total > lim.MaxBytes {
+		return nil, control.Errorf(control.CodeTaskFailed, "the executor's result holds %d files, %d bytes: past what is taken (%d files, %d bytes); nothing was applied", len(entries), total, lim.MaxEntries, lim.MaxBytes)
 	}
-	return nil
+	return entries, nil
 }
 
 // Cleanup revokes the grant and removes the lent repository — or, for a
@@ -517,11 +522,17 @@ func (t *GitDelegator) Resume(ctx context.Context, d control.Lent) {
 		t.Live.logger().Warn("git transport not resumed: its repository is gone", "delegation", d.ID)
 		return
 	}
+	t.lendRepo(d)
+	t.Live.Resume(ctx, d)
+}
+
+// lendRepo has the SSH server lend d's repository instead of its
+// directory, from its next grant on (SSHFSDelegator.grant).
+func (t *GitDelegator) lendRepo(d control.Lent) {
 	t.Live.mu.Lock()
+	defer t.Live.mu.Unlock()
 	if t.Live.repos == nil {
 		t.Live.repos = map[string]*sshd.GitExport{}
 	}
-	t.Live.repos[d.ID] = &sshd.GitExport{Repo: repo, MaxReceive: d.Policy.MaxWriteBytes}
-	t.Live.mu.Unlock()
-	t.Live.Resume(ctx, d)
+	t.Live.repos[d.ID] = &sshd.GitExport{Repo: t.repo(d.ID), MaxReceive: d.Policy.MaxWriteBytes}
 }

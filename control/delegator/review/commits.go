@@ -30,7 +30,9 @@ const maxReplayed = 1000
 // (cat-file, then hash-object into the owner's repository), names go to
 // git NUL-terminated, messages and authors are escaped.
 func BranchFromCommits(ctx context.Context, repo, base, result, dir, name string, hide func(string) bool) (string, int, error) {
-	lent := func(args ...string) ([]byte, error) { return gitrun.Run(ctx, "", nil, nil, append([]string{"--git-dir=" + repo}, args...)...) }
+	lent := func(args ...string) ([]byte, error) {
+		return gitrun.Run(ctx, "", nil, nil, append([]string{"--git-dir=" + repo}, args...)...)
+	}
 	out, err := lent("rev-list", "--first-parent", "--reverse", base+".."+result)
 	if err != nil {
 		return "", 0, err
