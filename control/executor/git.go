@@ -270,14 +270,22 @@ func (t *GitExecutor) join(client *gossh.Client, c net.Conn) {
 		t.logger().Warn("git transport: subsystem", "name", name, "err", err)
 		return
 	}
+	fed := make(chan struct{})
 	go func() {
+		defer close(fed)
 		io.Copy(in, r)
 		in.Close()
 	}()
 	var stderr bytes.Buffer
 	copied := make(chan struct{})
-	go func() { defer close(copied); io.Copy(&stderr, io.LimitReader(errOut, 64<<10)) }()
+	go func() {
+		defer close(copied)
+		io.Copy(&stderr, io.LimitReader(errOut, 64<<10))
+		io.Copy(io.Discard, errOut) // past what is kept: read, so the session never stalls on it
+	}()
 	io.Copy(c, out)
+	c.Close() // ends the feeder's read of a bridge that did not end its own
+	<-fed
 	<-copied
 	if stderr.Len() > 0 {
 		t.logger().Info("git transport: the delegator's git said", "name", name, "stderr", strings.TrimSpace(stderr.String()))

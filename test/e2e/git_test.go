@@ -57,9 +57,7 @@ func TestGitTransport(t *testing.T) {
 	}
 	waitWorkRootEmpty(t, x)
 	storesAgree(t, c, x)
-	if left, _ := filepath.Glob(filepath.Join(c.state, "git", "*")); len(left) > 0 {
-		t.Errorf("the delegator kept %v", left)
-	}
+	noLentRepos(t, c)
 
 	// The scan can see the secret: lent without the hide defaults, the
 	// agent finds it in the objects it received.
@@ -159,15 +157,7 @@ func TestGitTransportEndsCleanly(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(ws, "half.txt")); err == nil {
 			t.Errorf("%s: the agent's commit was applied", how)
 		}
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			left, _ := filepath.Glob(filepath.Join(c.state, "git", "*"))
-			if len(left) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the delegator kept %v", how, left)
-			}
-		}
+		noLentRepos(t, c)
 	}
 }
 
@@ -327,13 +317,7 @@ func TestGitTransportAttempts(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(ws, "calc.txt")); string(b) != "a\nx = 3\nz\n" {
 		t.Errorf("calc.txt after apply: %q", b)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if left, _ := filepath.Glob(filepath.Join(c.state, "git", "*")); len(left) == 0 {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the delegator kept %v", left)
-		}
-	}
+	noLentRepos(t, c)
 }
 
 // ownerGit runs git in the owner's directory ws, as the owner, and
@@ -398,5 +382,20 @@ func TestGitTransportSurvivesADaemonRestart(t *testing.T) {
 	d := c.waitStateWithin(id, "completed", 30*time.Second)
 	if b, _ := os.ReadFile(filepath.Join(ws, "late.txt")); string(b) != "after the restart\n" {
 		t.Fatalf("late.txt = %q (state %s)\ndaemon:\n%s", b, d.State, log.String())
+	}
+}
+
+// noLentRepos waits (10 s at most) until c's delegator keeps no lent
+// repository: its clean-up may follow the delegation's end.
+func noLentRepos(t *testing.T, c *ctl) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		left, _ := filepath.Glob(filepath.Join(c.state, "git", "*"))
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the delegator kept %v", left)
+		}
 	}
 }

@@ -58,41 +58,29 @@ func TestDeadExportDoesNotKeepItsDirectory(t *testing.T) {
 		}
 	})
 
-	t.Run("a daemon ends a git transport it cannot serve", func(t *testing.T) {
-		x := startExecutor(t, `sleep 3; echo late > late.txt`, "--transports", "git")
-		c := newCtl(t)
-		c.serve("--ssh-listen", "127.0.0.1:0")
-		ws := sampleWorkspace(t)
-		first := c.start("export", ws, "--peer", x.url, "--prompt", "wait", "--transport", "git", "--ssh-listen", "127.0.0.1:0")
-		d := c.waitState("", "running")
-		first.Process.Kill()
-		first.Wait()
-		c.waitStateWithin(d.ID, "cancelled", 30*time.Second)
-		waitWorkRootEmptyWithin(t, x, 20*time.Second)
-		if _, err := os.Stat(filepath.Join(ws, "late.txt")); err == nil {
-			t.Errorf("a result came in after its delegator died")
-		}
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if left, _ := filepath.Glob(filepath.Join(c.state, "git", "*")); len(left) == 0 {
-				break
-			} else if time.Now().After(deadline) {
-				t.Fatalf("the lent repository was kept: %v", left)
+	// A live mount or a git transport the executor dials names the dead
+	// export's SSH port: the daemon cannot serve it, and ends it.
+	for _, over := range []struct{ transport, agent, flag, value string }{
+		{"sshfs", orphanAgent, "--reconnect-bound", "3s"},
+		{"git", `sleep 3; echo late > late.txt`, "--transports", "git"},
+	} {
+		t.Run("a daemon ends a "+over.transport+" delegation it cannot serve", func(t *testing.T) {
+			x := startExecutor(t, over.agent, over.flag, over.value)
+			c := newCtl(t)
+			c.serve("--ssh-listen", "127.0.0.1:0")
+			ws := sampleWorkspace(t)
+			first := c.start("export", ws, "--peer", x.url, "--prompt", "wait", "--transport", over.transport, "--ssh-listen", "127.0.0.1:0")
+			d := c.waitState("", "running")
+			first.Process.Kill()
+			first.Wait()
+			c.waitStateWithin(d.ID, "cancelled", 30*time.Second)
+			waitWorkRootEmptyWithin(t, x, 20*time.Second)
+			if _, err := os.Stat(filepath.Join(ws, "late.txt")); err == nil {
+				t.Errorf("a result came in after its delegator died")
 			}
-		}
-	})
-
-	t.Run("a daemon ends a live mount it cannot serve", func(t *testing.T) {
-		x := startExecutor(t, orphanAgent, "--reconnect-bound", "3s")
-		c := newCtl(t)
-		c.serve("--ssh-listen", "127.0.0.1:0")
-		ws := sampleWorkspace(t)
-		first := c.start("export", ws, "--peer", x.url, "--prompt", "wait", "--transport", "sshfs", "--ssh-listen", "127.0.0.1:0")
-		d := c.waitState("", "running")
-		first.Process.Kill()
-		first.Wait()
-		c.waitStateWithin(d.ID, "cancelled", 30*time.Second)
-		waitWorkRootEmptyWithin(t, x, 20*time.Second)
-	})
+			noLentRepos(t, c)
+		})
+	}
 }
 
 // An export whose output is a pipe closed early (`| head`) goes on to the
