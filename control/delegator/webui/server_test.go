@@ -15,6 +15,12 @@ import (
 
 // start serves a page over a real store and delegator, with known tokens.
 func start(t *testing.T) *Server {
+	s, _ := startWith(t)
+	return s
+}
+
+// startWith is start, and the store it reads.
+func startWith(t *testing.T) (*Server, *lease.Store) {
 	t.Helper()
 	store, err := lease.Open(filepath.Join(t.TempDir(), "delegator.db"), lease.Options{})
 	if err != nil {
@@ -33,7 +39,7 @@ func start(t *testing.T) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); s.Wait() })
-	return s
+	return s, store
 }
 
 // do sends a request; set adds headers (Host is the request's host).
@@ -143,5 +149,42 @@ func TestListensOnLoopbackOnly(t *testing.T) {
 		if _, err := Start(context.Background(), addr, Options{Store: &lease.Store{}, Delegator: &delegator.Delegator{}}); err == nil || !strings.Contains(err.Error(), "loopback") {
 			t.Errorf("--listen %s: %v", addr, err)
 		}
+	}
+}
+
+// What the page is sent of a delegation never holds the executor's token
+// (or its permission requests' raw tool calls): the list, one delegation,
+// and the stream are tried with a record that has both.
+func TestPageNeverGetsTheExecutorsToken(t *testing.T) {
+	s, store := startWith(t)
+	d := &lease.Delegation{Lease: lease.Lease{ID: "dlg_tokenheld", State: lease.Created, AccessMode: "rw", Transport: "archive"},
+		Peer: "http://x:1", LocalDir: t.TempDir(), Prompt: "p", Token: "the-executors-secret",
+		Permissions: []lease.Permission{{RequestID: "perm-1", Title: "t", Outcome: "pending", ToolCall: []byte(`{"rawInput":"tool-call-secret"}`)}}}
+	if err := store.CreateDelegation(d); err != nil {
+		t.Fatal(err)
+	}
+	auth := map[string]string{"Authorization": "Bearer the-token"}
+	for _, path := range []string{"/api/delegations", "/api/delegations/dlg_tokenheld"} {
+		resp, body := do(t, http.MethodGet, s.Origin()+path, auth)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(body, "dlg_tokenheld") {
+			t.Fatalf("%s: HTTP %d: %s", path, resp.StatusCode, body)
+		}
+		for _, secret := range []string{"the-executors-secret", "tool-call-secret"} {
+			if strings.Contains(body, secret) {
+				t.Errorf("%s sends %s: %s", path, secret, body)
+			}
+		}
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, s.Origin()+"/api/stream", nil)
+	req.Header.Set("Authorization", "Bearer the-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 64<<10)
+	n, _ := io.ReadAtLeast(resp.Body, buf, 1)
+	if first := string(buf[:n]); !strings.Contains(first, "dlg_tokenheld") || strings.Contains(first, "the-executors-secret") {
+		t.Errorf("the stream's first event: %s", first)
 	}
 }
