@@ -106,23 +106,12 @@ func (e *env) resolvePeer(ctx context.Context, c *cli.Context, req *delegator.Ex
 	if err != nil {
 		return control.Errorf(control.CodeDeclined, "--peer %s: %v", req.Peer, err)
 	}
-	if discovery.Chooses(req.Peer) {
-		// The others auto would take, in its order: invited in turn while
-		// one declines for want of a free slot (many delegations started
-		// at once all see the same free slots).
-		ranked, _ := discovery.Ranked(discovery.Among(b.Peers(), req.Peer), want)
-		for _, q := range ranked {
-			if q.AgentID != p.AgentID && len(req.PeerFallbacks) < maxFallbacks {
-				req.PeerFallbacks = append(req.PeerFallbacks, lease.PeerRef{URL: q.URL, AgentID: q.AgentID, Name: q.Name, Key: q.TrustedKey})
-			}
-		}
+	for _, q := range discovery.Fallbacks(b.Peers(), req.Peer, want, p.AgentID) {
+		req.PeerFallbacks = append(req.PeerFallbacks, lease.PeerRef{URL: q.URL, AgentID: q.AgentID, Name: q.Name, Key: q.TrustedKey})
 	}
 	req.Peer, req.PeerAgentID, req.PeerName, req.PeerChoice, req.PeerKey = p.URL, p.AgentID, p.Name, why, p.TrustedKey
 	return nil
 }
-
-// maxFallbacks bounds how many executors one delegation invites in turn.
-const maxFallbacks = 16
 
 // callChain is the chain this process was started in, if an executor
 // started it ($AWCP_CALL_CHAIN).

@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -158,5 +159,40 @@ func TestDNSSDRecordsAreBounded(t *testing.T) {
 	if ps, err := b.browseDNS(context.Background(), "executors.ns.svc.cluster.test"); err != nil || len(ps) != 1 ||
 		ps[0].AgentID != "" || ps[0].URL != "https://192.0.2.8:10200" || ps[0].Name != "e-0.executors.ns.svc.cluster.test" {
 		t.Fatalf("the SRV-only name: %v, %v", ps, err)
+	}
+}
+
+// A delegation auto chose carries auto's next choices, best first, never
+// the chosen one, one that is full or offline, or one under another
+// domain; an executor named by the user has none.
+func TestFallbacks(t *testing.T) {
+	a := executorPeer("alpha", idA, true, 3, "archive")
+	b := executorPeer("bravo", idB, true, 1, "archive")
+	full := executorPeer("charlie", idC, true, 0, "archive")
+	gone := executorPeer("delta", idD, false, 5, "archive")
+	b.Via, a.Via = ViaDNS("fleet.test"), ViaDNS("fleet.test")
+	peers := []Peer{a, b, full, gone}
+	names := func(ps []Peer) (out []string) {
+		for _, p := range ps {
+			out = append(out, p.Name)
+		}
+		return out
+	}
+	if got := names(Fallbacks(peers, Auto, Want{}, idA)); strings.Join(got, ",") != "bravo" {
+		t.Errorf("auto after alpha: %v", got)
+	}
+	if got := names(Fallbacks(peers, "dns:fleet.test", Want{}, idB)); strings.Join(got, ",") != "alpha" {
+		t.Errorf("dns:fleet.test after bravo: %v", got)
+	}
+	if got := Fallbacks(peers, "alpha", Want{}, idA); got != nil {
+		t.Errorf("a named executor has fallbacks: %v", names(got))
+	}
+	var many []Peer
+	for i := range MaxFallbacks + 5 {
+		id := fmt.Sprintf("eeeeeeee-0000-4000-8000-%012d", i)
+		many = append(many, executorPeer(fmt.Sprintf("e%02d", i), id, true, 1, "archive"))
+	}
+	if got := Fallbacks(many, Auto, Want{}, many[0].AgentID); len(got) != MaxFallbacks {
+		t.Errorf("%d fallbacks, want the bound %d", len(got), MaxFallbacks)
 	}
 }

@@ -113,8 +113,21 @@ func Among(peers []Peer, arg string) []Peer {
 	return slices.DeleteFunc(slices.Clone(peers), func(p Peer) bool { return p.Via != ViaDNS(d) })
 }
 
-// Ranked are the executors auto would choose among for want, best first.
-func Ranked(peers []Peer, want Want) ([]Peer, error) { return ranked(peers, want) }
+// MaxFallbacks bounds how many executors one delegation invites in turn.
+const MaxFallbacks = 16
+
+// Fallbacks are the executors auto would take after chosen for arg (auto
+// or dns:DOMAIN; none for an arg naming one), best first, at most
+// MaxFallbacks: invited in turn while one declines for want of a free
+// slot (many delegations started at once all see the same free slots).
+func Fallbacks(peers []Peer, arg string, want Want, chosen string) []Peer {
+	if !Chooses(arg) {
+		return nil
+	}
+	fit, _ := ranked(Among(peers, arg), want)
+	fit = slices.DeleteFunc(fit, func(p Peer) bool { return p.AgentID == chosen })
+	return fit[:min(len(fit), MaxFallbacks)]
+}
 
 // choose picks, among the online executors that can take the delegation
 // now, the one with the live mount (when the transport is auto or sshfs)

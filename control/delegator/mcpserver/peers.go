@@ -205,19 +205,11 @@ func (s *server) discover(ctx context.Context, arg, access string) (chosenPeer, 
 			WithHint("the peers tool lists the executors found")
 	}
 	c := chosenPeer{URL: p.URL, AgentID: p.AgentID, Name: p.Name, Key: p.TrustedKey, why: why}
-	if discovery.Chooses(arg) {
-		ranked, _ := discovery.Ranked(discovery.Among(s.opts.Finder.Peers(), arg), want)
-		for _, q := range ranked {
-			if q.AgentID != p.AgentID && len(c.fallbacks) < maxFallbacks {
-				c.fallbacks = append(c.fallbacks, lease.PeerRef{URL: q.URL, AgentID: q.AgentID, Name: q.Name, Key: q.TrustedKey})
-			}
-		}
+	for _, q := range discovery.Fallbacks(s.opts.Finder.Peers(), arg, want, p.AgentID) {
+		c.fallbacks = append(c.fallbacks, lease.PeerRef{URL: q.URL, AgentID: q.AgentID, Name: q.Name, Key: q.TrustedKey})
 	}
 	return c, nil
 }
-
-// maxFallbacks bounds how many executors one delegation invites in turn.
-const maxFallbacks = 16
 
 type peersArgs struct{}
 
