@@ -22,7 +22,7 @@ import (
 func (l *lan) addBehindNAT(name string, i int) *node {
 	l.t.Helper()
 	if _, err := exec.LookPath("nft"); err != nil {
-		l.t.Skip("the NAT tests need nftables' nft (apt-get install nftables)")
+		l.t.Fatal("the NAT tests need nftables' nft (.ci/run installs it)")
 	}
 	router := l.add(name+"-nat", i)
 	dir := l.t.TempDir()
