@@ -46,7 +46,7 @@ type node struct {
 	log   *bytes.Buffer
 }
 
-// newLAN builds the namespaces, or skips where that cannot be done (not
+// newLAN builds the namespaces, or fails where that cannot be done (not
 // root, no iproute2): the tests need real multicast between hosts.
 func newLAN(t *testing.T) *lan {
 	t.Helper()
