@@ -405,6 +405,11 @@ func (t *GitExecutor) drop(id string) {
 	}
 }
 
+// maxAgentObjects bounds what of the agent's object files is copied: past
+// it, its history is not taken, and its work tree goes on the clone's
+// commit (what the delegator takes is bounded again, by the push's bound).
+const maxAgentObjects = 2 << 30
+
 var objectName = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
 
 // copyAgentObjects copies the agent's repository's objects into repo, as
@@ -416,6 +421,7 @@ func copyAgentObjects(workDir, repo string) (string, error) {
 		return "", err
 	}
 	defer root.Close()
+	var copied int64
 	err = fs.WalkDir(root.FS(), "objects", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !d.Type().IsRegular() || strings.HasPrefix(p, "objects/info") {
 			return nil
@@ -436,9 +442,12 @@ func copyAgentObjects(workDir, repo string) (string, error) {
 		if err != nil {
 			return nil // there already: objects are named by content
 		}
-		_, err = io.Copy(out, src)
+		n, err := io.Copy(out, io.LimitReader(src, maxAgentObjects-copied+1))
 		if cerr := out.Close(); err == nil {
 			err = cerr
+		}
+		if copied += n; err == nil && copied > maxAgentObjects {
+			err = fmt.Errorf("its objects are past %d bytes", int64(maxAgentObjects))
 		}
 		return err
 	})

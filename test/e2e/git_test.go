@@ -86,9 +86,11 @@ func TestGitTransport(t *testing.T) {
 }
 
 // The agent's clone is its own: whatever it sets in its repository —
-// hooks, an fsmonitor, a clean filter for every path — after its last
-// commit runs nothing when the executor takes its result, and nothing of
-// its .git comes back; its work is taken all the same.
+// hooks, an fsmonitor, a clean filter for every path, a FIFO among its
+// objects, links to a file it cannot read as a pack and as HEAD — after
+// its last commit runs nothing, blocks nothing and reads nothing outside
+// when the executor takes its result, and nothing of its .git comes back;
+// its work tree is taken all the same.
 func TestGitTransportAgentRepoRunsNothing(t *testing.T) {
 	markers := t.TempDir()
 	agent := `set -e
@@ -100,7 +102,11 @@ echo "* filter=evil" > .gitattributes
 for h in pre-commit post-commit pre-push reference-transaction post-index-change; do
   printf '#!/bin/sh\ntouch ` + markers + `/hook-%s-ran\n' $h > .git/hooks/$h; chmod +x .git/hooks/$h
 done
-echo "after" > after.txt`
+echo "after" > after.txt
+mkfifo .git/objects/fifo
+secret=/etc/$(echo shadow) # not a word of the command: the sandbox grants the files a command names
+ln -s "$secret" .git/objects/pack/pack-0000000000000000000000000000000000000000.pack
+rm -f .git/HEAD; ln -s "$secret" .git/HEAD`
 	x := startExecutor(t, agent, "--transports", "git")
 	c := newCtl(t)
 	ws := t.TempDir()
