@@ -29,8 +29,10 @@ type kernelRoot struct {
 	// name in it (base), or each file opened to stat (base ""), by the
 	// descriptor the kernel resolved: the export's policy checks the real
 	// path there, so a symlinked parent swapped in after a check of the
-	// request's path changes nothing.
-	guard func(fd int, base, change string) error
+	// request's path changes nothing. at is the descriptor's path
+	// relative to the root where the kernel's walk followed no symlink
+	// (plain), "" where it must be read back from the descriptor.
+	guard func(fd int, at, base, change string) error
 }
 
 func newKernelRoot(root *os.Root) *kernelRoot {
@@ -55,8 +57,23 @@ func (b *kernelRoot) Close() error {
 	return nil
 }
 
-func (b *kernelRoot) openat2(name string, flags int, perm fs.FileMode) (int, error) {
-	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS}
+// openat2 opens name beneath the root. plain reports that the kernel's
+// walk followed no symlink (RESOLVE_NO_SYMLINKS, tried first): the
+// descriptor's path is then name itself, and the policy need not read it
+// back from /proc/self/fd, which costs twice the open. A walk that meets
+// a symlink is refused at once (ELOOP, nothing made) and walked again
+// following it, as before.
+func (b *kernelRoot) openat2(name string, flags int, perm fs.FileMode) (fd int, plain bool, err error) {
+	fd, err = b.openHow(name, flags, perm, unix.RESOLVE_NO_SYMLINKS)
+	if !errors.Is(err, unix.ELOOP) {
+		return fd, err == nil, err
+	}
+	fd, err = b.openHow(name, flags, perm, 0)
+	return fd, false, err
+}
+
+func (b *kernelRoot) openHow(name string, flags int, perm fs.FileMode, resolve uint64) (int, error) {
+	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS | resolve}
 	if flags&unix.O_CREAT != 0 {
 		how.Mode = uint64(perm.Perm()) // openat2 refuses a mode without O_CREAT
 	}
@@ -80,14 +97,22 @@ var errEscape = errors.New("path escapes from the delegated directory")
 
 // OpenFile opens name inside the directory.
 func (b *kernelRoot) OpenFile(name string, flags int, perm fs.FileMode) (*os.File, error) {
+	f, _, err := b.openFile(name, flags, perm)
+	return f, err
+}
+
+// openFile is OpenFile, and whether the kernel's walk to the file
+// followed no symlink (openat2's plain): its path is then name.
+func (b *kernelRoot) openFile(name string, flags int, perm fs.FileMode) (*os.File, bool, error) {
 	if !b.ok {
-		return b.root.OpenFile(name, flags, perm)
+		f, err := b.root.OpenFile(name, flags, perm)
+		return f, false, err
 	}
-	fd, err := b.openat2(name, flags, perm)
+	fd, plain, err := b.openat2(name, flags, perm)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return os.NewFile(uintptr(fd), name), nil
+	return os.NewFile(uintptr(fd), name), plain, nil
 }
 
 // Lstat is lstat inside the directory: a final symlink is not followed.
@@ -107,13 +132,17 @@ func (b *kernelRoot) Stat(name string) (fs.FileInfo, error) {
 }
 
 func (b *kernelRoot) stat(name string, extra int) (fs.FileInfo, error) {
-	fd, err := b.openat2(name, unix.O_PATH|extra, 0)
+	fd, plain, err := b.openat2(name, unix.O_PATH|extra, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
 	if b.guard != nil {
-		if err := b.guard(fd, "", ""); err != nil {
+		at := ""
+		if plain {
+			at = name
+		}
+		if err := b.guard(fd, at, "", ""); err != nil {
 			return nil, err
 		}
 	}
@@ -178,15 +207,20 @@ func splitName(name string) (dir, base string, ok bool) {
 }
 
 // parent opens the directory that holds name beneath the root — one
-// openat2 however deep name is — and returns it with name's last element.
+// openat2 however deep name is — and returns it with name's last element
+// and, where the walk followed no symlink, the directory's path relative
+// to the root (at; "" where it must be read back).
 // ok is false where openat2 is missing or name is the root itself.
-func (b *kernelRoot) parent(name string) (fd int, base string, ok bool, err error) {
+func (b *kernelRoot) parent(name string) (fd int, at, base string, ok bool, err error) {
 	dir, base, ok := splitName(name)
 	if !b.ok || !ok {
-		return -1, "", false, nil
+		return -1, "", "", false, nil
 	}
-	fd, err = b.openat2(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
-	return fd, base, true, err
+	fd, plain, err := b.openat2(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if plain {
+		at = path.Clean(dir)
+	}
+	return fd, at, base, true, err
 }
 
 // dirOf is parent where openat2 is missing too: the directory is then
@@ -194,11 +228,11 @@ func (b *kernelRoot) parent(name string) (fd int, base string, ok bool, err erro
 // name's last element and the descriptor's release. Its callers name or
 // move name (symlink, rename, link): the guard is asked as for a change.
 func (b *kernelRoot) dirOf(name string) (int, string, func(), error) {
-	if fd, base, ok, err := b.parent(name); ok {
+	if fd, at, base, ok, err := b.parent(name); ok {
 		if err != nil {
 			return -1, "", nil, err
 		}
-		if err := b.guarded(fd, base, "link"); err != nil {
+		if err := b.guarded(fd, at, base, "link"); err != nil {
 			unix.Close(fd)
 			return -1, "", nil, err
 		}
@@ -212,27 +246,28 @@ func (b *kernelRoot) dirOf(name string) (int, string, func(), error) {
 	if err != nil {
 		return -1, "", nil, err
 	}
-	if err := b.guarded(int(f.Fd()), base, "link"); err != nil {
+	if err := b.guarded(int(f.Fd()), "", base, "link"); err != nil {
 		f.Close()
 		return -1, "", nil, err
 	}
 	return int(f.Fd()), base, func() { f.Close() }, nil
 }
 
-// guarded asks the guard, if any, about base in directory fd, which
-// change (the guard's: "mkdir", "remove", "link") is about to change.
-func (b *kernelRoot) guarded(fd int, base, change string) error {
+// guarded asks the guard, if any, about base in directory fd (whose path
+// is at, if known), which change (the guard's: "mkdir", "remove", "link")
+// is about to change.
+func (b *kernelRoot) guarded(fd int, at, base, change string) error {
 	if b.guard == nil {
 		return nil
 	}
-	return b.guard(fd, base, change)
+	return b.guard(fd, at, base, change)
 }
 
 // inParent runs op (named what, for errors) on the directory that holds
 // name and name's last element, so op acts on the last element itself,
 // never following it. Where parent cannot, it runs fallback instead.
 func (b *kernelRoot) inParent(what, name string, op func(dirfd int, base string) error, fallback func() error) error {
-	fd, base, ok, err := b.parent(name)
+	fd, at, base, ok, err := b.parent(name)
 	if !ok {
 		return fallback()
 	}
@@ -240,7 +275,7 @@ func (b *kernelRoot) inParent(what, name string, op func(dirfd int, base string)
 		return err
 	}
 	defer unix.Close(fd)
-	if err := b.guarded(fd, base, what); err != nil {
+	if err := b.guarded(fd, at, base, what); err != nil {
 		return err
 	}
 	err = op(fd, base)
@@ -300,26 +335,27 @@ func (b *kernelRoot) Mkdir(name string, perm fs.FileMode) error {
 // perm, which the process umask would otherwise cut: the executor's tool
 // asked for perm (its own umask already applied). To know whether the file
 // is new, it tries an exclusive create first.
-func (b *kernelRoot) OpenCreating(name string, flags int, perm fs.FileMode) (*os.File, error) {
+// plain is openFile's.
+func (b *kernelRoot) OpenCreating(name string, flags int, perm fs.FileMode) (f *os.File, plain bool, err error) {
 	perm = perm.Perm()
 	if flags&os.O_CREATE == 0 || !umaskCuts(perm) {
-		return b.OpenFile(name, flags, perm)
+		return b.openFile(name, flags, perm)
 	}
 	for {
-		f, err := b.OpenFile(name, flags|os.O_EXCL, perm)
+		f, plain, err := b.openFile(name, flags|os.O_EXCL, perm)
 		if err == nil {
 			if err := f.Chmod(perm); err != nil {
 				f.Close()
-				return nil, err
+				return nil, false, err
 			}
-			return f, nil
+			return f, plain, nil
 		}
 		if flags&os.O_EXCL != 0 || !errors.Is(err, fs.ErrExist) {
-			return nil, err
+			return nil, false, err
 		}
-		f, err = b.OpenFile(name, flags&^os.O_CREATE, perm)
+		f, plain, err = b.openFile(name, flags&^os.O_CREATE, perm)
 		if !errors.Is(err, fs.ErrNotExist) {
-			return f, err
+			return f, plain, err
 		}
 		// Removed between the two: create it after all.
 	}
@@ -349,10 +385,11 @@ var processUmask = sync.OnceValue(func() fs.FileMode {
 // parentFd opens directory dir beneath the root for its path (O_PATH),
 // through openat2 only: ok is false where it is missing. No guard: the
 // caller asks about what it finds.
-func (b *kernelRoot) parentFd(dir string) (fd int, ok bool, err error) {
+// plain is openat2's: dir is then the descriptor's path.
+func (b *kernelRoot) parentFd(dir string) (fd int, plain, ok bool, err error) {
 	if !b.ok {
-		return -1, false, nil
+		return -1, false, false, nil
 	}
-	fd, err = b.openat2(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
-	return fd, true, err
+	fd, plain, err = b.openat2(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	return fd, plain, true, err
 }

@@ -155,14 +155,17 @@ func writes(typ byte, r reader) bool {
 // ProtectGit, one of git's control paths. The paths are the kernel's, of
 // the very directory the change's call acts in: no symlink swapped in
 // after the request was checked changes what is refused.
-func (s *sftpServer) guardAt(fd int, base, change string) error {
-	abs, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
-	if err != nil {
-		return errHidden // cannot tell: refuse
-	}
-	rel, ok := s.realRel(abs)
-	if !ok {
-		return errEscape
+func (s *sftpServer) guardAt(fd int, at, base, change string) error {
+	rel := at
+	if rel == "" {
+		abs, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+		if err != nil {
+			return errHidden // cannot tell: refuse
+		}
+		var ok bool
+		if rel, ok = s.realRel(abs); !ok {
+			return errEscape
+		}
 	}
 	if base != "" {
 		rel = joinRel(rel, base)
@@ -209,11 +212,14 @@ func (s *sftpServer) realName(name string) string {
 	if !ok || dir == "." || s.rootReal == "" {
 		return name
 	}
-	fd, ok, err := s.fast.parentFd(dir)
+	fd, plain, ok, err := s.fast.parentFd(dir)
 	if !ok || err != nil {
 		return name
 	}
 	defer unix.Close(fd)
+	if plain { // no symlink on the way: the kernel's path is name's
+		return name
+	}
 	abs, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
 	if err != nil {
 		return name
@@ -270,7 +276,12 @@ func requestPaths(typ byte, r *reader) (string, []string) {
 // opened is the real path of f, just opened by the path name, and whether
 // it is hidden: the request named a path that is not hidden, but the
 // kernel resolved it (inside the root, through a symlink) to one that is.
-func (s *sftpServer) opened(f *os.File, name string) (real string, hidden bool) {
+// plain is that the kernel's walk followed no symlink (kernelRoot's
+// openFile): its path is then name, not read back.
+func (s *sftpServer) opened(f *os.File, name string, plain bool) (real string, hidden bool) {
+	if plain {
+		return name, s.hidden(name)
+	}
 	abs, err := fdPath(f)
 	if err != nil {
 		return name, s.hide != nil // cannot tell: refuse

@@ -39,12 +39,12 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 	// directory swapped after the check reaches nothing of git's.
 	pinned := ""
 	if f == nil && s.guardsChanges() {
-		pf, err := s.fast.OpenFile(name, unix.O_PATH, 0)
+		pf, plain, err := s.fast.openFile(name, unix.O_PATH, 0)
 		if err != nil {
 			return err
 		}
 		defer pf.Close()
-		if real, _ := s.opened(pf, name); s.changeRefused(OpSetattr, real) != nil {
+		if real, _ := s.opened(pf, name, plain); s.changeRefused(OpSetattr, real) != nil {
 			return s.changeRefused(OpSetattr, real)
 		}
 		pinned = "/proc/self/fd/" + strconv.Itoa(int(pf.Fd()))

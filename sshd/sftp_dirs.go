@@ -65,7 +65,7 @@ func (s *sftpServer) openDir(name string, decodeErr error) (*os.File, string, er
 	real := name
 	if err == nil {
 		var hidden bool
-		if real, hidden = s.opened(f, name); hidden {
+		if real, hidden = s.opened(f, name, false); hidden {
 			err = errHidden
 		}
 	}

@@ -177,6 +177,7 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 	// which costs a second open only where the file was there already.
 	creating := flags&os.O_CREATE != 0
 	var f *os.File
+	var plain bool // the kernel's walk followed no symlink: f's path is name
 	var err error
 	if creating && flags&os.O_EXCL == 0 && (s.audit != nil || checked || s.policy.MaxWriteBytes > 0) {
 		// A file is only ever made with O_EXCL, so that what this open
@@ -185,18 +186,18 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 		// tried again — else a file made by the second open would be
 		// taken for the owner's, and not removed when refused.
 		for range 8 {
-			f, err = s.fast.OpenCreating(name, flags|os.O_EXCL, perm)
+			f, plain, err = s.fast.OpenCreating(name, flags|os.O_EXCL, perm)
 			if !errors.Is(err, fs.ErrExist) {
 				break
 			}
-			f, err = s.fast.OpenCreating(name, flags&^os.O_CREATE, perm)
+			f, plain, err = s.fast.OpenCreating(name, flags&^os.O_CREATE, perm)
 			if !errors.Is(err, fs.ErrNotExist) {
 				creating = false
 				break
 			}
 		}
 	} else {
-		f, err = s.fast.OpenCreating(name, flags, perm)
+		f, plain, err = s.fast.OpenCreating(name, flags, perm)
 	}
 	if err != nil {
 		if writing && s.audit != nil {
@@ -212,7 +213,7 @@ func (s *sftpServer) openFile(r *reader) (*handle, fs.FileInfo, error) {
 	real := name
 	if err == nil {
 		var hidden bool
-		if real, hidden = s.opened(f, name); hidden {
+		if real, hidden = s.opened(f, name, plain); hidden {
 			s.recordReal(Op{Kind: OpOpen, Path: real, Err: errHidden.Error(), Refused: true})
 			err = errHidden
 		} else if writing && s.guardsChanges() {

@@ -9,6 +9,8 @@
 # start) and return (the agent's end to the delegation's end, the push and
 # the three-way apply) are shown apart, and in its total.
 #
+# Writes $BENCH_OUT/build.tsv (default ./bin/bench).
+#
 # Env: BIN (the binaries, default ./bin), BENCH_ROUNDS (default 3),
 # BUILD_FILES (sources, default 1000). Needs gcc, make and git; root for
 # the live mount.
@@ -123,6 +125,9 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 
 med() { local v=(); for r in $(seq "$ROUNDS"); do v+=("${R[$1.$2.$r]:-0}"); done; median "${v[@]}"; }
 printf '\n%-10s %8s %8s %8s %8s %10s %8s %8s %10s %10s\n' target full incr status grep "work (s)" setup return total "vs local"
 lw=0
+OUT=${BENCH_OUT:-$ROOT/bin/bench}
+mkdir -p "$OUT"
+printf 'target\twork_s\ttotal_s\twork_vs_local\n' >"$OUT/build.tsv"
 for target in local live git; do
 	f=$(med $target full); i=$(med $target incr); s=$(med $target status); g=$(med $target grep)
 	w=$(awk -v a="$f" -v b="$i" -v c="$s" -v d="$g" 'BEGIN { printf "%.2f", a+b+c+d }')
@@ -131,6 +136,7 @@ for target in local live git; do
 	tot=$(awk -v a="$w" -v b="$su" -v c="$re" 'BEGIN { printf "%.2f", a+b+c }')
 	ratio=$(awk -v a="$w" -v b="$lw" 'BEGIN { printf "%.2fx", a/b }')
 	printf '%-10s %8s %8s %8s %8s %10s %8s %8s %10s %10s\n' "$target" "$f" "$i" "$s" "$g" "$w" "$su" "$re" "$tot" "$ratio"
+	printf '%s\t%s\t%s\t%s\n' "$target" "$w" "$tot" "${ratio%x}" >>"$OUT/build.tsv"
 done
 echo "(work: the agent's own time; setup: START to the agent's start — the git transport's clone; return: the agent's end to the"
 echo " delegation's end — the push and the three-way apply; vs local: the work's ratio to local disk; goal for git: ≤ 1.20x)"

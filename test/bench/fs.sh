@@ -106,6 +106,8 @@ sshfs -F "$B/ssh/ssh_config" -o reconnect,ServerAliveInterval=15,ServerAliveCoun
 pids+=($!)
 
 # --- awcp: a real delegation of src, live-mounted on the executor ---
+# --allow-git-control: git_workflow makes a repository in the mount, whose
+# .git/config and hooks a delegation otherwise keeps read-only to the agent.
 AWCP_PORT=$(free_port)
 "$BIN/awcp-fs" serve --state-dir "$B/exec" --work-root "$B/work" --listen "127.0.0.1:$AWCP_PORT" --sandbox-allow "$B/run:rw" \
 	--max-ttl 24h --agent-cmd "echo \"\$AWCP_WORKDIR\" > '$B/run/workdir'; exec sleep 100000" >"$B/run/awcp-fs.log" 2>&1 &
@@ -116,8 +118,8 @@ CTL_PID=$!
 pids+=($CTL_PID)
 wait_for 10 test -S "$B/ctl/ctl.sock"
 wait_for 10 grep -q listening "$B/run/awcp-fs.log"
-AWCP_ID=$("$BIN/awcp-ctl" --state-dir "$B/ctl" export "$B/src" --peer "http://127.0.0.1:$AWCP_PORT" \
-	--transport sshfs --ttl 12h --background --prompt "benchmark mount: the agent waits")
+AWCP_ID=$("$BIN/awcp-ctl" --state-dir "$B/ctl" export "$B/src" --peer "https://127.0.0.1:$AWCP_PORT" --peer-key "$("$BIN/awcp-fs" id --state-dir "$B/exec" | head -1)" \
+	--transport sshfs --ttl 12h --background --allow-git-control --prompt "benchmark mount: the agent waits")
 wait_for 20 test -s "$B/run/workdir" || { echo "bench: the delegation did not start" >&2; cat "$B/run/"*.log >&2; exit 1; }
 AWCP_MNT=$(cat "$B/run/workdir")
 for m in "$B/mnt-loop" "$B/mnt-sshfs" "$AWCP_MNT"; do

@@ -87,7 +87,7 @@ find "$B/src" >/dev/null
 FIND_LOCAL=$(since "$t0")
 drop
 t0=$(now)
-AWCP_ID=$("$BIN/awcp-ctl" --state-dir "$B/ctl" export "$B/src" --peer "http://127.0.0.1:$PORT" \
+AWCP_ID=$("$BIN/awcp-ctl" --state-dir "$B/ctl" export "$B/src" --peer "https://127.0.0.1:$PORT" --peer-key "$("$BIN/awcp-fs" id --state-dir "$B/exec" | head -1)" \
 	--transport sshfs --ttl 12h --background --prompt "scale: the agent waits")
 wait_for 120 test -s "$B/run/workdir" || { echo "bench: the delegation did not start" >&2; cat "$B/run/"*.log >&2; exit 1; }
 RUNNING=$(since "$t0")

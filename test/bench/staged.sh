@@ -57,7 +57,7 @@ wait_for 10 grep -q listening "$B/run/awcp-fs.log"
 IDS=""
 declare -A MNT
 for mode in auto staged; do
-	IDS="$IDS $("$BIN/awcp-ctl" --state-dir "$B/ctl" export "$B/$mode" --peer "http://127.0.0.1:$PORT" \
+	IDS="$IDS $("$BIN/awcp-ctl" --state-dir "$B/ctl" export "$B/$mode" --peer "https://127.0.0.1:$PORT" --peer-key "$("$BIN/awcp-fs" id --state-dir "$B/exec" | head -1)" \
 		--transport sshfs --ttl 12h --background --snapshot "$mode" --prompt "$mode")"
 	wait_for 20 test -s "$B/run/$mode" || { echo "bench: the $mode delegation did not start" >&2; cat "$B/run/"*.log >&2; exit 1; }
 	MNT[$mode]=$(cat "$B/run/$mode")

@@ -9,6 +9,8 @@
 #                                 read workload (root); -F skips fio
 #   workloads.sh -m FILE...       the median of each row over result files
 #
+# WORKLOADS_QUICK=1 runs smaller ones (make bench-quick).
+#
 # The fixtures (a tree of source-like files and its tarball, a random
 # file) are made once in $WORKLOADS_CACHE (default /tmp/awcp-workloads).
 set -uo pipefail
@@ -46,9 +48,15 @@ command -v fio >/dev/null || FIO=0
 
 CACHE=${WORKLOADS_CACHE:-/tmp/awcp-workloads}
 TREE_DIRS=20 TREE_FILES=100 # 2,000 files of 1–9 KiB
-SEQ_MB=256
+SEQ_MB=256 FIO_SECONDS=5 TAG=""
+if [ "${WORKLOADS_QUICK:-0}" = 1 ]; then
+	# make bench-quick: the same workloads, a quarter of the files and
+	# bytes, fio for 2 s; its own fixtures, and ratios of its own.
+	TREE_DIRS=5 SEQ_MB=64 FIO_SECONDS=2 TAG=-quick
+fi
 mkdir -p "$CACHE"
-if [ ! -f "$CACHE/tree.tar" ]; then
+TAR=$CACHE/tree$TAG.tar RANDOM_FILE=$CACHE/random$TAG
+if [ ! -f "$TAR" ]; then
 	echo "# workloads: making the fixtures in $CACHE (once)" >&2
 	rm -rf "$CACHE/tree"
 	for ((d = 0; d < TREE_DIRS; d++)); do
@@ -63,10 +71,10 @@ if [ ! -f "$CACHE/tree.tar" ]; then
 			} >"$CACHE/tree/pkg$d/f$f.go"
 		done
 	done
-	tar -C "$CACHE" -cf "$CACHE/tree.tar.tmp" tree && mv "$CACHE/tree.tar.tmp" "$CACHE/tree.tar"
+	tar -C "$CACHE" -cf "$TAR.tmp" tree && mv "$TAR.tmp" "$TAR"
 	rm -rf "$CACHE/tree"
 fi
-[ -f "$CACHE/random" ] || head -c $((SEQ_MB << 20)) /dev/urandom >"$CACHE/random"
+[ -f "$RANDOM_FILE" ] || head -c $((SEQ_MB << 20)) /dev/urandom >"$RANDOM_FILE"
 HITS=$((TREE_DIRS * TREE_FILES / 10))
 LOG=$CACHE/workloads.log # what a failed workload said
 
@@ -93,18 +101,18 @@ run() {
 	fi
 }
 
-seq_write() { dd if="$CACHE/random" of=seq.bin bs=1M conv=fsync status=none; }
+seq_write() { dd if="$RANDOM_FILE" of=seq.bin bs=1M conv=fsync status=none; }
 seq_read() { dd if=seq.bin of=/dev/null bs=1M status=none; }
 small_create() {
 	local block d f
 	block=$(head -c 4095 /dev/zero | tr '\0' 's')
-	for ((d = 0; d < 20; d++)); do
+	for ((d = 0; d < TREE_DIRS; d++)); do
 		mkdir -p small/d$d || return 1
 		for ((f = 0; f < 100; f++)); do printf '%s\n' "$block" >small/d$d/f$f || return 1; done
 	done
 }
-stat_walk() { [ "$(find small -type f | wc -l)" = 2000 ] && ls -lR small >/dev/null; }
-untar() { tar --no-same-owner -xf "$CACHE/tree.tar"; }
+stat_walk() { [ "$(find small -type f | wc -l)" = $((TREE_DIRS * 100)) ] && ls -lR small >/dev/null; }
+untar() { tar --no-same-owner -xf "$TAR"; }
 grep_tree() { [ "$(grep -r somestring tree | wc -l)" = "$HITS" ]; }
 git_workflow() {
 	(
@@ -124,7 +132,7 @@ fio_iops() {
 	[ "$1" = randwrite ] && field=49
 	mkdir -p fio &&
 		fio --name=bench --filename=fio/file --size=64M --bs=4k --rw="$1" --direct="$2" \
-			--ioengine=psync --time_based --runtime=5 --minimal 2>>"$LOG" | awk -F';' -v f="$field" '{ print $f }'
+			--ioengine=psync --time_based --runtime="$FIO_SECONDS" --minimal 2>>"$LOG" | awk -F';' -v f="$field" '{ print $f }'
 }
 
 echo "# workloads dir=$TARGET warm=$WARM fio=$FIO date=$(date -u +%FT%TZ)"
