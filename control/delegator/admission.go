@@ -10,7 +10,6 @@ import (
 
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 
-	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
 )
 
@@ -113,53 +112,7 @@ func Admit(dir string, lim AdmissionLimits, hide []string) (string, WorkspaceSta
 		return "", st, control.Errorf(control.CodeWorkspaceInvalid, "workspace %s is not a directory", dir).
 			WithHint("delegate the directory that contains it")
 	}
-	hidden := wire.NewMatcher(hide)
-	var largest int64
-	var largestName string
-	err = filepath.WalkDir(phys, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p != phys && hidden != nil {
-			if rel, err := filepath.Rel(phys, p); err == nil && hidden.Hidden(filepath.ToSlash(rel)) {
-				if st.HiddenCount++; len(st.Hidden) < maxHiddenListed {
-					st.Hidden = append(st.Hidden, filepath.ToSlash(rel))
-				}
-				if d.IsDir() {
-					return fs.SkipDir
-				}
-				return nil
-			}
-		}
-		if d.IsDir() {
-			if p != phys && d.Name() == ".git" {
-				rel, _ := filepath.Rel(phys, filepath.Dir(p))
-				if rel == "." {
-					rel = ""
-				}
-				st.Repos = append(st.Repos, filepath.ToSlash(rel))
-			}
-			if p != phys && archive.Skip(d.Name()) {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		st.Files++
-		if d.Type().IsRegular() {
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			st.Bytes += fi.Size()
-			if fi.Size() > largest {
-				largest, largestName = fi.Size(), p
-			}
-		}
-		if st.Files > lim.MaxFileCount || st.Bytes > lim.MaxTotalBytes {
-			return fs.SkipAll // obviously too large: no need to count on
-		}
-		return nil
-	})
+	st, largestName, largest, err := admitWalk(phys, wire.NewMatcher(hide), lim)
 	if err != nil {
 		return "", st, control.Errorf(control.CodeWorkspaceInvalid, "cannot read the workspace: %v", rootCause(err)).
 			WithHint("make sure every file in it is readable")
@@ -172,8 +125,7 @@ func Admit(dir string, lim AdmissionLimits, hide []string) (string, WorkspaceSta
 		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "Workspace exceeds size limits: more than %s > %s", HumanBytes(st.Bytes), HumanBytes(lim.MaxTotalBytes)).
 			WithHint(limitsHint("Consider selecting a smaller subdirectory or excluding large files"))
 	case largest > lim.MaxFileBytes:
-		rel, _ := filepath.Rel(phys, largestName)
-		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "File %s is too large: %s > %s", rel, HumanBytes(largest), HumanBytes(lim.MaxFileBytes)).
+		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "File %s is too large: %s > %s", largestName, HumanBytes(largest), HumanBytes(lim.MaxFileBytes)).
 			WithHint(limitsHint("Consider excluding large binary files"))
 	}
 	return phys, st, nil

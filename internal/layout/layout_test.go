@@ -59,6 +59,7 @@ var allowed = map[string][]string{
 	"cmd/awcp-fs":                   {"archive", "cmd/internal/clikit", "control", "control/discovery", "control/executor/acp", "control/executor/agent", "control/executor", "fs", "internal/metrics", "internal/sandbox", "lease"},
 	"test/bench/control":            nil,
 	"test/bench/loopmount":          nil,
+	"test/bench/ops":                nil,
 	"test/e2e":                      nil,
 }
 
