@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
@@ -54,7 +57,11 @@ func (s *sftpServer) openDir(name string, decodeErr error) (*os.File, string, er
 	if err := s.handleRoom(); err != nil {
 		return nil, "", err
 	}
-	f, err := s.root.Open(name)
+	// One openat2 beneath the root, however deep (os.Root's Open
+	// walks a component at a time); its path not read back where the
+	// walk followed no symlink. O_DIRECTORY: a FIFO named is refused,
+	// never opened (an open for reading would wait for a writer).
+	f, plain, err := s.fast.openFile(name, os.O_RDONLY|syscall.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, "", err
 	}
@@ -65,7 +72,7 @@ func (s *sftpServer) openDir(name string, decodeErr error) (*os.File, string, er
 	real := name
 	if err == nil {
 		var hidden bool
-		if real, hidden = s.opened(f, name, false); hidden {
+		if real, hidden = s.opened(f, name, plain); hidden {
 			err = errHidden
 		}
 	}
@@ -88,7 +95,7 @@ func (s *sftpServer) readdir(id uint32, r *reader) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.listed {
-		if h.entries, err = h.f.ReadDir(-1); err != nil {
+		if h.entries, err = readDirAt(h.f, -1); err != nil {
 			s.errStatus(id, err)
 			return
 		}
@@ -113,9 +120,9 @@ func (s *sftpServer) list(id uint32, r *reader) {
 		s.errStatus(id, err)
 		return
 	}
-	s.record(Op{Kind: OpList, Path: name})
+	s.recordReal(Op{Kind: OpList, Path: name}) // openDir's path is the kernel's
 	defer f.Close()
-	ents, err := f.ReadDir(wire.ListMax + 1)
+	ents, err := readDirAt(f, wire.ListMax+1)
 	if err != nil && !errors.Is(err, io.EOF) { // EOF: empty
 		s.errStatus(id, err)
 		return
@@ -128,6 +135,39 @@ func (s *sftpServer) list(id uint32, r *reader) {
 	sortByName(ents)
 	s.names(id, infosOf(ents), noLongName)
 }
+
+// readDirAt reads up to n entries (n <= 0: all) of the directory open
+// at f, each with its attributes read by the directory's descriptor
+// (fstatat), never by a path: os.File's entries of a directory opened by
+// openat2 would lstat parent+"/"+name, a name relative to nothing here.
+// An entry gone meanwhile is left out.
+func readDirAt(f *os.File, n int) ([]fs.DirEntry, error) {
+	ents, err := f.ReadDir(n)
+	fd := int(f.Fd())
+	out := ents[:0]
+	for _, e := range ents {
+		var st unix.Stat_t
+		if unix.Fstatat(fd, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			continue
+		}
+		// The kernel's struct stat both ways (what putAttrs reads from
+		// Sys(), as os's entries hold it): the sizes are checked below.
+		out = append(out, statEntry{&statInfo{name: e.Name(), st: *(*syscall.Stat_t)(unsafe.Pointer(&st))}})
+	}
+	return out, err
+}
+
+// These fail to compile where x/sys's and syscall's struct stat differ in size.
+var _ [unsafe.Sizeof(unix.Stat_t{}) - unsafe.Sizeof(syscall.Stat_t{})]struct{}
+var _ [unsafe.Sizeof(syscall.Stat_t{}) - unsafe.Sizeof(unix.Stat_t{})]struct{}
+
+// statEntry is a directory entry whose attributes were read with it.
+type statEntry struct{ info *statInfo }
+
+func (e statEntry) Name() string               { return e.info.name }
+func (e statEntry) IsDir() bool                { return e.info.IsDir() }
+func (e statEntry) Type() fs.FileMode          { return e.info.Mode().Type() }
+func (e statEntry) Info() (fs.FileInfo, error) { return e.info, nil }
 
 // infosOf is the attributes of ents, read without following links; an
 // entry removed meanwhile is left out.

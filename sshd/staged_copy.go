@@ -281,7 +281,7 @@ func (v *stagedView) listing(name string) (f *os.File, real string, ents []fs.Di
 		return nil, "", nil, uerr // a file in upper, or hidden
 	}
 	if uerr == nil {
-		if ents, err = uf.ReadDir(-1); err != nil {
+		if ents, err = readDirAt(uf, -1); err != nil {
 			uf.Close()
 			return nil, "", nil, err
 		}
@@ -303,7 +303,7 @@ func (v *stagedView) listing(name string) (f *os.File, real string, ents []fs.Di
 		}
 		return f, real, ents, nil
 	}
-	owner, err := lf.ReadDir(-1)
+	owner, err := readDirAt(lf, -1)
 	if err != nil {
 		lf.Close()
 		if f != nil {

@@ -96,7 +96,7 @@ func TestAdmissionWalksSideBySideAndCountsAsInOrder(t *testing.T) {
 	write(t, filepath.Join(root, "a-c"), 1) // '-' sorts before '/' as a string, after "a" as a name
 	write(t, filepath.Join(root, ".env"), 1)
 	write(t, filepath.Join(root, "secrets", "deep", "inside.txt"), 100) // a hidden directory: not entered
-	for _, repo := range []string{"", "p03/q3", "a"} {
+	for _, repo := range []string{"", "p03/q3", "a", ".config/tool"} {
 		write(t, filepath.Join(root, repo, ".git", "HEAD"), 20) // not counted: .git is not entered
 	}
 	write(t, filepath.Join(root, "node_modules", "m", "index.js"), 1000)   // not entered
@@ -105,7 +105,7 @@ func TestAdmissionWalksSideBySideAndCountsAsInOrder(t *testing.T) {
 	}
 	hide := []string{".env", "*.pem", "secrets"}
 	want := serialAdmission(t, root, hide)
-	if want.HiddenCount <= maxHiddenListed || len(want.Repos) != 3 {
+	if want.HiddenCount <= maxHiddenListed || len(want.Repos) != 4 {
 		t.Fatalf("the tree is not what the test means: %+v", want)
 	}
 	for range 10 {
