@@ -2,10 +2,19 @@
 // loopback file system, until it is interrupted: make bench's measure of
 // what FUSE alone costs, with no network and no SFTP.
 //
-//	loopmount MOUNTPOINT DIR
+//	loopmount [-passthrough] MOUNTPOINT DIR
+//
+// By default every read and write goes through this process, as through
+// any FUSE server that serves data from elsewhere. With -passthrough, the
+// kernel reads and writes the backing files itself (FUSE passthrough,
+// Linux 6.9+, as root), which go-fuse's loopback does wherever it can: a
+// local file system's speed, not FUSE's, and no baseline for a mount whose
+// data is on another machine.
 package main
 
 import (
+	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -17,20 +26,33 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: loopmount MOUNTPOINT DIR")
+	passthrough := flag.Bool("passthrough", false, "let the kernel read and write the backing files (FUSE passthrough)")
+	flag.Parse()
+	if flag.NArg() != 2 {
+		fmt.Fprintln(os.Stderr, "usage: loopmount [-passthrough] MOUNTPOINT DIR")
 		os.Exit(2)
 	}
-	root, err := fs.NewLoopbackRoot(os.Args[2])
-	if err != nil {
+	var st syscall.Stat_t
+	if err := syscall.Stat(flag.Arg(1), &st); err != nil {
 		fmt.Fprintln(os.Stderr, "loopmount:", err)
 		os.Exit(1)
 	}
+	root := &fs.LoopbackRoot{Path: flag.Arg(1), Dev: uint64(st.Dev)}
+	if !*passthrough {
+		root.NewNode = func(r *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
+			return &userNode{fs.LoopbackNode{RootData: r}}
+		}
+	}
+	var rootNode fs.InodeEmbedder = &fs.LoopbackNode{RootData: root}
+	if !*passthrough {
+		rootNode = &userNode{fs.LoopbackNode{RootData: root}}
+	}
+	root.RootNode = rootNode
 	// Entries and attributes kept 1 s, as the awcp mount keeps them by
 	// default; mount(2) directly as root.
 	second := time.Second
-	server, err := fs.Mount(os.Args[1], root, &fs.Options{EntryTimeout: &second, AttrTimeout: &second,
-		MountOptions: fuse.MountOptions{FsName: os.Args[2], Name: "loopmount", DirectMount: true}})
+	server, err := fs.Mount(flag.Arg(0), rootNode, &fs.Options{EntryTimeout: &second, AttrTimeout: &second,
+		MountOptions: fuse.MountOptions{FsName: flag.Arg(1), Name: "loopmount", DirectMount: true}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loopmount:", err)
 		os.Exit(1)
@@ -40,3 +62,32 @@ func main() {
 	go func() { <-stop; server.Unmount() }()
 	server.Wait()
 }
+
+// userNode is a loopback node whose files are served by this process.
+type userNode struct{ fs.LoopbackNode }
+
+var (
+	_ fs.NodeOpener  = (*userNode)(nil)
+	_ fs.NodeCreater = (*userNode)(nil)
+)
+
+func (n *userNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	f, fl, errno := n.LoopbackNode.Open(ctx, flags)
+	if lf, ok := f.(*fs.LoopbackFile); ok {
+		f = &userFile{lf}
+	}
+	return f, fl, errno
+}
+
+func (n *userNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ch, f, fl, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
+	if lf, ok := f.(*fs.LoopbackFile); ok {
+		f = &userFile{lf}
+	}
+	return ch, f, fl, errno
+}
+
+// userFile is a loopback file that declines passthrough.
+type userFile struct{ *fs.LoopbackFile }
+
+func (*userFile) PassthroughFd() (int, bool) { return -1, false }
