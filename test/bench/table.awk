@@ -5,9 +5,10 @@
 BEGIN {
 	split("local goloop sshfs awcp", label, " ")
 	# Speed-up over sshfs each workload must reach (issue 5; issue 30
-	# raised four of them to 2.5x).
-	want["small_create"] = 2.5; want["untar"] = 2.5; want["grep_tree"] = 2
-	want["git_workflow"] = 2.5; want["rm_tree"] = 2.5; want["seq_read"] = 2
+	# raised four of them to 2.5x, issue 59 set three at 2x, as
+	# summary.sh holds them).
+	want["small_create"] = 2; want["untar"] = 2; want["grep_tree"] = 2
+	want["git_workflow"] = 2; want["rm_tree"] = 2.5; want["seq_read"] = 2
 	# Issue 30: every workload within 1.5x of the go-fuse loopback; warm,
 	# grep_tree and stat_walk at or below it; 9,000 O_DIRECT 4k random
 	# reads a second; a change on the delegator's side seen within 50 ms.
