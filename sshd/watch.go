@@ -2,17 +2,17 @@ package sshd
 
 import (
 	"errors"
-	"io/fs"
 	"os"
 	"path"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/awcp/awcp/internal/treewalk"
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
@@ -81,10 +81,10 @@ const maxWatchPaths = 512
 // source is what tells the watcher of changes: fanotify, or inotify where
 // fanotify cannot watch the export.
 type source interface {
-	// add watches the directory f, whose file system st describes; the
+	// add watches the directory open at fd, whose file system st describes; the
 	// key it returns names it in events (the same key for the same
 	// directory, whatever its name).
-	add(f *os.File, st *unix.Statfs_t) (key string, err error)
+	add(fd int, st *unix.Statfs_t) (key string, err error)
 	// remove ends the watch named key, where the source can.
 	remove(key string)
 	// read waits for events; it fails once the source is closed.
@@ -173,7 +173,7 @@ func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
 	var src source
 	maxDirs := maxWatchDirs
 	if fan, err := newFanotify(); preferFanotify && err == nil {
-		if _, err := fan.add(top, &st); err == nil {
+		if _, err := fan.add(int(top.Fd()), &st); err == nil {
 			src = fan
 			if preferWholeFS && fan.markFilesystem(top, &st) == nil {
 				maxDirs = maxWatchDirsWhole
@@ -213,66 +213,58 @@ func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
 // real is the kernel's path of p, relative to the export.
 func (w *watcher) real(p string) string { return path.Join(w.realRoot, p) }
 
-// addTree watches dir and every directory below it, opened through the
-// root (so never outside it). complete is false if a directory could not
-// be watched; ok, if there were too many.
+// addTree watches dir and every directory below it, opened beneath the
+// root (so never outside it) and read side by side (treewalk). complete
+// is false if a directory could not be watched; ok, if there were too
+// many.
 func (w *watcher) addTree(dir string) (complete, ok bool) {
-	complete = true
-	queue := []string{dir}
-	for len(queue) > 0 {
-		d := queue[0]
-		queue = queue[1:]
-		f, err := w.root.Open(d)
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-			continue // gone meanwhile: its parent's event says so
-		}
-		if err == nil {
-			err = w.addDir(f, d)
-		}
-		if err != nil {
+	top, err := w.root.Open(".")
+	if err != nil {
+		return false, true
+	}
+	defer top.Close()
+	var failed, tooMany atomic.Bool
+	var queued atomic.Int64 // directories found, watched or to be: bounded as the watch is
+	treewalk.WalkAt(int(top.Fd()), w.realRoot, dir, func(d string, fd int, ents []os.DirEntry) ([]string, error) {
+		// Once per page of d's entries: watching d again is a no-op.
+		if err := w.addDir(fd, d); err != nil {
 			// A directory not watched is a directory whose changes go
 			// unreported.
-			complete = false
-			if f != nil {
-				f.Close()
+			failed.Store(true)
+			return nil, nil
+		}
+		var sub []string
+		for _, e := range ents {
+			if e.IsDir() && !w.hidden(path.Join(d, e.Name())) {
+				sub = append(sub, path.Join(d, e.Name()))
 			}
-			continue
 		}
 		w.dirsMu.Lock()
 		n := len(w.dirs)
 		w.dirsMu.Unlock()
-		if n > w.maxDirs {
-			f.Close()
-			return false, false
+		if n > w.maxDirs || queued.Add(int64(len(sub))) > int64(w.maxDirs) {
+			tooMany.Store(true)
+			return nil, treewalk.SkipAll
 		}
-		// A page of entries at a time: only the directories are kept.
-		for {
-			ents, err := f.ReadDir(1024)
-			for _, e := range ents {
-				if e.IsDir() && !w.hidden(path.Join(d, e.Name())) {
-					queue = append(queue, path.Join(d, e.Name()))
-				}
-			}
-			if err != nil || len(queue) > w.maxDirs {
-				break
-			}
-		}
-		f.Close()
+		return sub, nil
+	})
+	if tooMany.Load() {
+		return false, false
 	}
-	return complete, true
+	return !failed.Load(), true
 }
 
-// addDir watches f, the directory d, unless it is of a file system
-// whose changes the watch would not all see.
-func (w *watcher) addDir(f *os.File, d string) error {
+// addDir watches the directory d, open at fd, unless it is of a file
+// system whose changes the watch would not all see.
+func (w *watcher) addDir(fd int, d string) error {
 	var st unix.Statfs_t
-	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+	if err := unix.Fstatfs(fd, &st); err != nil {
 		return err
 	}
 	if !localFS[int64(st.Type)] {
 		return errNotLocal
 	}
-	key, err := w.src.add(f, &st)
+	key, err := w.src.add(fd, &st)
 	if err != nil {
 		return err
 	}
@@ -291,7 +283,7 @@ func (w *watcher) made(d string) {
 		return // gone already: its removal is an event
 	}
 	defer f.Close()
-	if err := w.addDir(f, d); err != nil {
+	if err := w.addDir(int(f.Fd()), d); err != nil {
 		w.lose()
 	}
 }
@@ -399,7 +391,7 @@ func (w *watcher) watchedAs(p string) (string, bool) {
 	err = unix.Fstatfs(int(f.Fd()), &st)
 	var key string
 	if err == nil {
-		key, err = w.src.add(f, &st) // the same key if watched already
+		key, err = w.src.add(int(f.Fd()), &st) // the same key if watched already
 	}
 	f.Close()
 	if err != nil {

@@ -32,10 +32,10 @@ func newInotify() (*inotify, error) {
 const inotifyMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_MODIFY |
 	unix.IN_ATTRIB | unix.IN_CLOSE_WRITE | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
 
-func (in *inotify) add(f *os.File, _ *unix.Statfs_t) (string, error) {
+func (in *inotify) add(fd int, _ *unix.Statfs_t) (string, error) {
 	// The descriptor's magic link names exactly the directory the root
 	// resolved. A directory watched already gets its watch back.
-	wd, err := unix.InotifyAddWatch(in.fd, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), inotifyMask)
+	wd, err := unix.InotifyAddWatch(in.fd, "/proc/self/fd/"+strconv.Itoa(fd), inotifyMask)
 	if err != nil {
 		return "", err
 	}
@@ -119,10 +119,10 @@ const fanotifyMask = unix.FAN_CREATE | unix.FAN_DELETE | unix.FAN_MOVED_FROM | u
 	unix.FAN_MODIFY | unix.FAN_ATTRIB | unix.FAN_CLOSE_WRITE | unix.FAN_DELETE_SELF |
 	unix.FAN_ONDIR | unix.FAN_EVENT_ON_CHILD
 
-func (fa *fanotify) add(f *os.File, st *unix.Statfs_t) (string, error) {
+func (fa *fanotify) add(fd int, st *unix.Statfs_t) (string, error) {
 	// The key is what events carry: the file system's id, then the file
 	// handle's type and bytes.
-	h, _, err := unix.NameToHandleAt(int(f.Fd()), "", unix.AT_EMPTY_PATH)
+	h, _, err := unix.NameToHandleAt(fd, "", unix.AT_EMPTY_PATH)
 	if err != nil {
 		return "", err
 	}
@@ -141,7 +141,7 @@ func (fa *fanotify) add(f *os.File, st *unix.Statfs_t) (string, error) {
 	if n >= maxFanotifyMarks {
 		return "", errTooManyMarks
 	}
-	if err := unix.FanotifyMark(fa.fd, unix.FAN_MARK_ADD|unix.FAN_MARK_ONLYDIR, fanotifyMask, int(f.Fd()), ""); err != nil {
+	if err := unix.FanotifyMark(fa.fd, unix.FAN_MARK_ADD|unix.FAN_MARK_ONLYDIR, fanotifyMask, fd, ""); err != nil {
 		return "", err
 	}
 	fa.mu.Lock()

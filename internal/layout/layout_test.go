@@ -37,7 +37,7 @@ var allowed = map[string][]string{
 	"archive":                {"internal/confine", "internal/merge3", "internal/treewalk"},
 	"fs/sftpc":               {"sshd/sftpwire"},
 	"fs":                     {"fs/sftpc", "sshd/sftpwire", "internal/bufconn", "internal/cloexec", "internal/mountinfo", "internal/untrusted"},
-	"sshd":                   {"archive", "sshd/sftpwire", "internal/confine", "internal/bufconn", "internal/stage", "internal/untrusted", "internal/gitrun"},
+	"sshd":                   {"archive", "sshd/sftpwire", "internal/confine", "internal/bufconn", "internal/stage", "internal/untrusted", "internal/gitrun", "internal/treewalk"},
 	"sshd/sshdtest":          {"sshd"},
 	"control/executor/agent": {"lease"},
 	"control/executor/acp":   {"control", "control/executor/agent", "lease"},

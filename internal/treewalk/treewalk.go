@@ -13,6 +13,7 @@ package treewalk
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -21,12 +22,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Visit is called once for each directory read: rel is its path relative
-// to the root ("." for the root), dirfd its descriptor (valid during the
-// call, for *at system calls on its entries), ents its entries in no
-// particular order. It returns the subdirectories to read next (paths
-// relative to the root). It is called from several goroutines at once.
-// Returning SkipAll ends the walk without an error.
+// Visit is called for each page of a directory's entries (up to PageSize,
+// in no particular order), the pages of one directory in turn, and once
+// for a directory with none: rel is its path relative to the root ("."
+// for the root), dirfd its descriptor (valid during the call, for *at
+// system calls on its entries). It returns the subdirectories to read
+// next (paths relative to the root). It is called from several goroutines
+// at once. Returning SkipAll ends the walk without an error.
 type Visit func(rel string, dirfd int, ents []os.DirEntry) (descend []string, err error)
 
 // SkipAll, returned by a Visit, ends the walk; Walk then returns nil.
@@ -34,6 +36,10 @@ var SkipAll = errors.New("treewalk: skip everything")
 
 // Workers is how many directories Walk reads at once.
 const Workers = 8
+
+// PageSize is the most entries of one directory held at once: a directory
+// of millions of names costs a page's memory, not theirs.
+const PageSize = 1024
 
 // Walk reads the tree at root, calling visit for each directory from
 // Workers goroutines, and returns the first error (from visit, or
@@ -45,7 +51,13 @@ func Walk(root string, visit Visit) error {
 		return &os.PathError{Op: "open", Path: root, Err: err}
 	}
 	defer unix.Close(rootfd)
-	w := &walker{root: root, rootfd: rootfd, visit: visit, queue: []string{"."}}
+	return WalkAt(rootfd, root, ".", visit)
+}
+
+// WalkAt is Walk of the tree beneath the directory open at rootfd (named
+// root in errors), from its directory start (relative to it) down.
+func WalkAt(rootfd int, root, start string, visit Visit) error {
+	w := &walker{root: root, rootfd: rootfd, visit: visit, queue: []string{path.Clean(start)}}
 	w.wake = sync.NewCond(&w.mu)
 	var wg sync.WaitGroup
 	for range Workers {
@@ -123,9 +135,22 @@ func (w *walker) read(dir string) ([]string, error) {
 	}
 	f := os.NewFile(uintptr(fd), full)
 	defer f.Close()
-	ents, err := f.ReadDir(-1)
-	if err != nil {
-		return nil, err
+	rel := path.Clean(dir)
+	var descend []string
+	for first := true; ; first = false {
+		ents, err := f.ReadDir(PageSize)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return descend, &os.PathError{Op: "readdir", Path: full, Err: err}
+		}
+		if len(ents) > 0 || first {
+			more, verr := w.visit(rel, fd, ents)
+			descend = append(descend, more...)
+			if verr != nil {
+				return descend, verr
+			}
+		}
+		if len(ents) == 0 {
+			return descend, nil
+		}
 	}
-	return w.visit(path.Clean(dir), fd, ents)
 }

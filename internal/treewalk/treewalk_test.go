@@ -130,3 +130,47 @@ func TestStops(t *testing.T) {
 		t.Error("a missing root: no error")
 	}
 }
+
+// TestPages: a directory of more than PageSize names is handed over a page
+// at a time, every name once; an empty one is visited once.
+func TestPages(t *testing.T) {
+	root := t.TempDir()
+	wide := filepath.Join(root, "wide")
+	os.Mkdir(wide, 0o755)
+	os.Mkdir(filepath.Join(root, "empty"), 0o755)
+	const n = 2*PageSize + 100
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(wide, fmt.Sprint("f", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	visits := map[string]int{}
+	names := map[string]bool{}
+	err := Walk(root, func(rel string, _ int, ents []os.DirEntry) ([]string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		visits[rel]++
+		if len(ents) > PageSize {
+			t.Errorf("%s: a page of %d", rel, len(ents))
+		}
+		var sub []string
+		for _, e := range ents {
+			if e.IsDir() {
+				sub = append(sub, path.Join(rel, e.Name()))
+			} else if rel == "wide" {
+				if names[e.Name()] {
+					t.Errorf("%s handed over twice", e.Name())
+				}
+				names[e.Name()] = true
+			}
+		}
+		return sub, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if visits["wide"] != 3 || len(names) != n || visits["empty"] != 1 || visits["."] != 1 {
+		t.Fatalf("visits %v, %d names", visits, len(names))
+	}
+}
