@@ -196,6 +196,25 @@ func ScanHiding(dir string, hide func(rel string) bool) (Manifest, error) {
 	return m, nil
 }
 
+// ScanMeta is Scan without reading contents: a file's Hash is its mtime and
+// size. It tells changes apart cheaply where reading is expensive (through
+// a network mount), at the price of missing a rewrite that kept both.
+func ScanMeta(dir string) (Manifest, error) {
+	m := Manifest{}
+	_, _, err := walk(dir, nil, func(rel string, info fs.FileInfo, target string, _ func() (*os.File, error)) error {
+		e := entryOf(info, target)
+		if e.Kind == KindFile {
+			e.Hash = fmt.Sprintf("mtime:%d", info.ModTime().UnixNano())
+		}
+		m[rel] = e
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scan workspace: %w", err)
+	}
+	return m, nil
+}
+
 // Packed is a workspace as a ZIP.
 type Packed struct {
 	Zip      []byte

@@ -34,7 +34,7 @@ var allowed = map[string][]string{
 	"internal/metrics":       {"internal/httpserve"},
 	"sshd/sftpwire":          {},
 	"lease":                  {},
-	"archive":                {"internal/confine", "internal/merge3", "internal/treewalk"},
+	"archive":                {"internal/confine", "internal/merge3"},
 	"fs/sftpc":               {"sshd/sftpwire"},
 	"fs":                     {"fs/sftpc", "sshd/sftpwire", "internal/bufconn", "internal/cloexec", "internal/mountinfo", "internal/untrusted"},
 	"sshd":                   {"archive", "sshd/sftpwire", "internal/confine", "internal/bufconn", "internal/stage", "internal/untrusted", "internal/gitrun", "internal/treewalk"},
