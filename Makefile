@@ -45,8 +45,10 @@ soak: build
 # two runs with test/bench/summary.sh DIR_A DIR_B). Root.
 BENCH_OUT ?= $(BIN)/bench
 export BENCH_OUT
+# The build measured, for summary.sh's table.
+BENCH_STAMP = mkdir -p $(BENCH_OUT) && $(BIN)/awcp-ctl --version | awk '{ print $$NF }' >$(BENCH_OUT)/version
 bench: build
-	mkdir -p $(BENCH_OUT) && $(BIN)/awcp-ctl --version | awk '{ print $$NF }' >$(BENCH_OUT)/version
+	$(BENCH_STAMP)
 	$(GO) test -run '^$$' -bench . -benchmem ./archive/ ./lease/ ./sshd/ ./control/...
 	$(GO) test -run '^$$' -bench DelegatorChangeSeen ./fs/
 	$(GO) test -run '^$$' -bench ListingsHeld -benchtime 3x ./fs/
@@ -67,7 +69,7 @@ bench: build
 # the requests' CPU; a tree of 3,000 directories. CI runs it on every
 # change and prints the ratios; a goal missed fails nothing.
 bench-quick: build
-	mkdir -p $(BENCH_OUT) && $(BIN)/awcp-ctl --version | awk '{ print $$NF }' >$(BENCH_OUT)/version
+	$(BENCH_STAMP)
 	BIN=$(BIN) BENCH_ROUNDS=3 BENCH_WARM=0 BENCH_DBENCH=0 WORKLOADS_QUICK=1 bash test/bench/fs.sh
 	BIN=$(BIN) BENCH_BASE=none OPS_N=500 OPS_ROUNDS=3 bash test/bench/ops.sh
 	BIN=$(BIN) SCALE_DIRS=3000 SCALE_WIDE=5000 bash test/bench/scale.sh

@@ -12,7 +12,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/awcp/awcp/internal/merge3"
@@ -432,10 +431,28 @@ func union(a, b Manifest) []string {
 
 // sortPaths orders paths so that a directory comes right before its
 // contents ("a", "a/b", "a.txt"), which plain string order does not do.
-func sortPaths(ps []string) {
-	sort.Slice(ps, func(i, j int) bool {
-		return strings.ReplaceAll(ps[i], "/", "\x00") < strings.ReplaceAll(ps[j], "/", "\x00")
-	})
+func sortPaths(ps []string) { slices.SortFunc(ps, ComparePaths) }
+
+// ComparePaths orders slash-separated paths as a walk in name order meets
+// them: by their names one by one ("a/b" before "a-c", which a plain
+// string order puts first: '-' < '/').
+func ComparePaths(a, b string) int {
+	for {
+		an, arest, amore := strings.Cut(a, "/")
+		bn, brest, bmore := strings.Cut(b, "/")
+		if c := strings.Compare(an, bn); c != 0 {
+			return c
+		}
+		switch {
+		case !amore && !bmore:
+			return 0
+		case !amore:
+			return -1
+		case !bmore:
+			return 1
+		}
+		a, b = arest, brest
+	}
 }
 
 // EntryAt is the entry at p in root as a manifest has it, read now (a

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -365,5 +366,16 @@ func TestHiddenPathsStayOut(t *testing.T) {
 	}
 	if !reflect.DeepEqual(rep.Ignored, []string{".env (hidden)"}) || len(rep.Deleted) != 0 {
 		t.Fatalf("report %+v", rep)
+	}
+}
+
+// TestComparePathsIsAWalksOrder: paths compare name by name, so that a
+// directory's contents come right after it.
+func TestComparePathsIsAWalksOrder(t *testing.T) {
+	got := []string{"a.txt", "a-c", "a/b/c", "b", "a", "a/b", "", "a/b-", ".env"}
+	slices.SortFunc(got, ComparePaths)
+	want := []string{"", ".env", "a", "a/b", "a/b/c", "a/b-", "a-c", "a.txt", "b"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("sorted %q, want %q", got, want)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -42,7 +41,7 @@ func admitWalk(phys string, hidden *wire.Matcher, lim AdmissionLimits) (st Works
 		st.HiddenCount += c.hiddenCount
 		st.Hidden = append(st.Hidden, c.hidden...)
 		if len(st.Hidden) > 4*maxHiddenListed { // the first ones kept, the list bounded
-			slices.SortFunc(st.Hidden, byComponents)
+			slices.SortFunc(st.Hidden, archive.ComparePaths)
 			st.Hidden = st.Hidden[:maxHiddenListed]
 		}
 		if c.repo {
@@ -53,7 +52,7 @@ func admitWalk(phys string, hidden *wire.Matcher, lim AdmissionLimits) (st Works
 			st.Repos = append(st.Repos, repo)
 		}
 		if c.largestName != "" && (largestName == "" || c.largest > largest ||
-			(c.largest == largest && byComponents(c.largestName, largestName) < 0)) {
+			(c.largest == largest && archive.ComparePaths(c.largestName, largestName) < 0)) {
 			largest, largestName = c.largest, c.largestName
 		}
 		if st.Files > lim.MaxFileCount || st.Bytes > lim.MaxTotalBytes {
@@ -62,9 +61,9 @@ func admitWalk(phys string, hidden *wire.Matcher, lim AdmissionLimits) (st Works
 		return c.dirs, nil
 	})
 	slices.SortFunc(st.Repos, func(a, b string) int { // as a walk in name order meets their .git
-		return byComponents(path.Join(a, ".git"), path.Join(b, ".git"))
+		return archive.ComparePaths(path.Join(a, ".git"), path.Join(b, ".git"))
 	})
-	slices.SortFunc(st.Hidden, byComponents)
+	slices.SortFunc(st.Hidden, archive.ComparePaths)
 	st.Hidden = st.Hidden[:min(len(st.Hidden), maxHiddenListed)]
 	return st, largestName, largest, err
 }
@@ -108,31 +107,9 @@ func (c *dirCount) count(root, dir string, fd int, ents []os.DirEntry, hidden *w
 			return &os.PathError{Op: "lstat", Path: filepath.Join(root, dir, e.Name()), Err: err}
 		}
 		c.bytes += st.Size
-		if c.largestName == "" || st.Size > c.largest || (st.Size == c.largest && byComponents(rel, c.largestName) < 0) {
+		if c.largestName == "" || st.Size > c.largest || (st.Size == c.largest && archive.ComparePaths(rel, c.largestName) < 0) {
 			c.largest, c.largestName = st.Size, rel
 		}
 	}
 	return nil
-}
-
-// byComponents orders paths as a walk in name order meets them: by their
-// names one by one ("a/b" before "a-c", which a plain string order puts
-// first: '-' < '/').
-func byComponents(a, b string) int {
-	for {
-		an, arest, amore := strings.Cut(a, "/")
-		bn, brest, bmore := strings.Cut(b, "/")
-		if c := strings.Compare(an, bn); c != 0 {
-			return c
-		}
-		switch {
-		case !amore && !bmore:
-			return 0
-		case !amore:
-			return -1
-		case !bmore:
-			return 1
-		}
-		a, b = arest, brest
-	}
 }

@@ -220,7 +220,7 @@ for mode in "${MODES[@]}"; do
 	echo "== $mode: the page cache $([ "$mode" = warm ] && echo "never dropped (workloads.sh -C)" || echo "dropped before the read workloads")"
 	awk -v mode="$mode" -v tick="$TICK" -v rounds="$ROUNDS" \
 		-v ctl_cpu="${CTL_CPU[$mode]}" -v exec_cpu="${EXEC_CPU[$mode]}" -v ctl_rss="$(hwm $CTL_PID)" -v exec_rss="$(hwm $EXEC_PID)" \
-		-v tsv="$tsv" -f "$ROOT/test/bench/table.awk" \
+		-v tsv="$tsv" -v goals="$ROOT/test/bench/goals.tsv" -f "$ROOT/test/bench/goals.awk" -f "$ROOT/test/bench/table.awk" \
 		"$B/results/local.$mode.txt" "$B/results/goloop.$mode.txt" "$B/results/sshfs.$mode.txt" "$B/results/awcp.$mode.txt"
 done
 cp "$B"/results/*.txt "$OUT/" 2>/dev/null || true

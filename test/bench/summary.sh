@@ -10,7 +10,8 @@
 #                           writes DIR/summary.tsv
 #   summary.sh DIR_A DIR_B  two runs side by side (their summary.tsv)
 #
-# A goal missed is reported, never an exit status: this is a report.
+# The goals are test/bench/goals.tsv's, as the filesystem table's are. A
+# goal missed is reported, never an exit status: this is a report.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 
@@ -30,6 +31,14 @@ if [ $# -eq 2 ]; then
 	exit 0
 fi
 
+# goaled PROGRAM FILE...: awk on TSV with goals.awk's goal(), meets() and
+# row(KEY, VALUE, GOAL), a line of summary.tsv.
+goaled() {
+	local prog=$1
+	shift
+	awk -F'\t' -v goals="$ROOT/test/bench/goals.tsv" -f "$ROOT/test/bench/goals.awk" -f <(printf '%s\n' "$prog") "$@"
+}
+
 DIR=${1:-$ROOT/bin/bench}
 [ -d "$DIR" ] || { echo "summary: no bench results in $DIR" >&2; exit 2; }
 BUILD=$(cat "$DIR/version" 2>/dev/null || echo unknown)
@@ -41,52 +50,46 @@ BUILD=$(cat "$DIR/version" 2>/dev/null || echo unknown)
 		f=$DIR/fs.tsv
 		[ "$mode" = warm ] && f=$DIR/fs-warm.tsv
 		[ -f "$f" ] || continue
-		awk -F'\t' -v mode="$mode" '
-			BEGIN {
-				# The goals of issue 59 (and 30, for the rest): x loopback at most,
-				# vs sshfs at least. Warm runs are held to the loopback only.
-				lo["seq_read"] = 1.5; lo["seq_write"] = 1.5; lo["small_create"] = 1.5; lo["untar"] = 1.5
-				lo["git_workflow"] = 1.5; lo["stat_walk"] = 1.5; lo["grep_tree"] = 1.5; lo["rm_tree"] = 1.5
-				if (mode == "cold") { ss["small_create"] = 2; ss["untar"] = 2; ss["git_workflow"] = 2; ss["seq_read"] = 2 }
-			}
-			NR == 1 || $1 ~ /^(cost|notify_)/ { next }
+		goaled '
+			NR == 1 || $1 == "cost" { next }
+			$1 ~ /^notify_/ { row($1 "." mode, $5, goal($1, mode, "value")); next }
 			{
 				w = $1 "." mode
-				if ($1 == "fio_randread_direct_iops" && mode == "cold") printf "%s\t%s\t%s\n", w, $5, ">= 9000"
+				if ((g = goal($1, mode, "value")) != "") row(w, $5, g)
 				if ($5 == "FAIL") { $7 = $8 = "FAIL" } # the workload failed on awcp: said, not left out
-				if ($7 != "-") printf "%s.x_loopback\t%s\t%s\n", w, $7, ($1 in lo) ? "<= " lo[$1] : ""
-				if ($8 != "-") printf "%s.vs_sshfs\t%s\t%s\n", w, $8, ($1 in ss) ? ">= " ss[$1] : ""
-			}' "$f"
+				if ($7 != "-") row(w ".x_loopback", $7, goal($1, mode, "x_loopback"))
+				if ($8 != "-") row(w ".vs_sshfs", $8, goal($1, mode, "vs_sshfs"))
+			}' mode="$mode" "$f"
 	done
 	# dbench.tsv: metric local goloop sshfs awcp
-	[ -f "$DIR/dbench.tsv" ] && awk -F'\t' '$1 == "throughput_mb_s" && $5 > 0 && $3 > 0 && $4 > 0 {
-		printf "dbench.x_loopback\t%.2f\t%s\n", $3 / $5, "<= 1.5"
-		printf "dbench.vs_sshfs\t%.2f\t%s\n", $5 / $4, ">= 2"
+	[ -f "$DIR/dbench.tsv" ] && goaled '$1 == "throughput_mb_s" && $5 > 0 && $3 > 0 && $4 > 0 {
+		row("dbench.x_loopback", sprintf("%.2f", $3 / $5), goal("dbench", "*", "x_loopback"))
+		row("dbench.vs_sshfs", sprintf("%.2f", $5 / $4), goal("dbench", "*", "vs_sshfs"))
 	}' "$DIR/dbench.tsv"
 	# scale.tsv: metric goloop awcp
-	[ -f "$DIR/scale.tsv" ] && awk -F'\t' '
-		$1 == "walk_cold" && $2 > 0 { printf "scale.walk_cold.x_loopback\t%.2f\t%s\n", $3 / $2, "<= 1.2" }
-		$1 == "walk_cold_printf" && $2 > 0 { printf "scale.walk_cold_printf.x_loopback\t%.2f\t%s\n", $3 / $2, "<= 1.2" }
-		$1 == "export_to_start_s" && $2 > 0 { printf "scale.export_to_start.x_find\t%.2f\t%s\n", $3 / $2, "<= 1.5" }' "$DIR/scale.tsv"
+	[ -f "$DIR/scale.tsv" ] && goaled '
+		($1 == "walk_cold" || $1 == "walk_cold_printf") && $2 > 0 {
+			row("scale." $1 ".x_loopback", sprintf("%.2f", $3 / $2), goal("scale." $1, "*", "x_loopback"))
+		}
+		$1 == "export_to_start_s" && $2 > 0 { row("scale.export_to_start.x_find", sprintf("%.2f", $3 / $2), goal("scale.export_to_start", "*", "x_find")) }' "$DIR/scale.tsv"
 	# ops.tsv: op build delegator_us executor_us total_us wall_us total_vs_first
 	[ -f "$DIR/ops.tsv" ] && awk -F'\t' 'NR > 1 {
 		printf "ops.%s.%s.cpu_us\t%s\t\n", $1, $2, $5
 		if ($7 != "-" && $7 != "1.00") printf "ops.%s.%s.x_first\t%s\t\n", $1, $2, $7
 	}' "$DIR/ops.tsv"
 	# build.tsv: target work_s total_s vs_local
-	[ -f "$DIR/build.tsv" ] && awk -F'\t' 'NR > 1 && $1 != "local" { printf "build.%s.x_local\t%s\t%s\n", $1, $4, ($1 == "git") ? "<= 1.2" : "" }' "$DIR/build.tsv"
+	[ -f "$DIR/build.tsv" ] && goaled 'NR > 1 && $1 != "local" { row("build." $1 ".x_local", $4, goal("build." $1, "*", "x_local")) }' "$DIR/build.tsv"
 	true
 } >"$DIR/summary.tsv"
 
 echo
 echo "== summary of $DIR (build $BUILD): ratios of medians of interleaved rounds"
-awk -F'\t' '
+goaled '
 	/^#/ { next }
-	function met(v, g,   op, x) {
+	function met(v, g) {
 		if (g == "") return ""
-		split(g, p, " "); op = p[1]; x = p[2] + 0
 		if (v == "" || v == "-" || v == "FAIL") return "no result"
-		return ((op == "<=" && v + 0 <= x) || (op == ">=" && v + 0 >= x)) ? "met" : "MISSED"
+		return meets(v, g) ? "met" : "MISSED"
 	}
 	{ m = met($2, $3); if (m == "MISSED") missed++; printf "%-42s %10s  %-8s %s\n", $1, $2, $3, m }
 	END { printf "goals missed: %d  (x_loopback: times slower than FUSE alone, lower is better; vs_sshfs: times faster than sshfs, higher is better)\n", missed }' "$DIR/summary.tsv"

@@ -1,22 +1,9 @@
 # table.awk: the fs bench table from four workloads.sh result files, in the
 # order local, goloop, sshfs, awcp. Prints the table with the ratios and the
 # issue's targets, and writes it as TSV to the file in -v tsv.
-# Also -v mode (cold or warm), tick, rounds, ctl_cpu, exec_cpu (clock ticks), ctl_rss, exec_rss (KiB).
-BEGIN {
-	split("local goloop sshfs awcp", label, " ")
-	# Speed-up over sshfs each workload must reach (issue 5; issue 30
-	# raised four of them to 2.5x, issue 59 set three at 2x, as
-	# summary.sh holds them).
-	want["small_create"] = 2; want["untar"] = 2; want["grep_tree"] = 2
-	want["git_workflow"] = 2; want["rm_tree"] = 2.5; want["seq_read"] = 2
-	# Issue 30: every workload within 1.5x of the go-fuse loopback; warm,
-	# grep_tree and stat_walk at or below it; 9,000 O_DIRECT 4k random
-	# reads a second; a change on the delegator's side seen within 50 ms.
-	loop_max = 1.5
-	if (mode == "warm") { warm_max["grep_tree"] = 1; warm_max["stat_walk"] = 1 }
-	min_iops["fio_randread_direct_iops"] = 9000
-	max_ms["notify_new_worst_ms"] = 50; max_ms["notify_rewrite_worst_ms"] = 50
-}
+# Also -v mode (cold or warm), tick, rounds, ctl_cpu, exec_cpu (clock ticks), ctl_rss, exec_rss (KiB),
+# and goals (goals.tsv, read by goals.awk, which is loaded with it).
+BEGIN { split("local goloop sshfs awcp", label, " ") }
 FNR == 1 { f++ }
 /^#/ || NF < 2 { next }
 {
@@ -41,29 +28,26 @@ END {
 		l = num(val[1, w]); g = num(val[2, w]); s = num(val[3, w]); a = num(val[4, w])
 		xl = slower(w, a, l); xg = slower(w, a, g); sp = slower(w, s, a)
 		target = ""
-		if (w in max_ms) {
-			# Not a workload: how long a change made on the source side
-			# takes to show through the mount (worst of the probes).
-			if (a < 0) target = "no result"
-			else if (a <= max_ms[w]) target = sprintf("ok (<=%g ms)", max_ms[w])
-			else { target = sprintf("MISSED: %g ms, want <=%g ms", a, max_ms[w]); misses++ }
-		} else {
-			need = (w in want) ? want[w] : 1
+		latency = w ~ /_ms$/ # not a workload: how long a change made on the source side takes to show through the mount
+		if (!latency) {
+			g = goal(w, mode, "vs_sshfs")
 			if (sp < 0) target = "no result"
-			else if (sp > need) target = sprintf("ok (>%gx)", need)
-			else { target = sprintf("MISSED: %.2fx of %gx", sp, need); misses++ }
-			most = (w in warm_max) ? warm_max[w] : loop_max
+			else if (meets(sp, g)) target = sprintf("ok (%sx)", g)
+			else { target = sprintf("MISSED: %.2fx, want %sx", sp, g); misses++ }
+			g = goal(w, mode, "x_loopback")
 			if (xg >= 0) {
-				if (xg <= most) target = target sprintf(", ok (<=%gx goloop)", most)
-				else { target = target sprintf(", MISSED: %.2fx goloop, want <=%gx", xg, most); misses++ }
-			}
-			if ((w in min_iops) && a >= 0) {
-				if (a >= min_iops[w]) target = target sprintf(", ok (>=%g)", min_iops[w])
-				else { target = target sprintf(", MISSED: %g, want >=%g", a, min_iops[w]); misses++ }
+				if (meets(xg, g)) target = target sprintf(", ok (%sx goloop)", g)
+				else { target = target sprintf(", MISSED: %.2fx goloop, want %sx", xg, g); misses++ }
 			}
 		}
+		if ((g = goal(w, mode, "value")) != "") {
+			sep = (target == "") ? "" : ", "
+			if (a < 0) target = target sep "no result"
+			else if (meets(a, g)) target = target sep sprintf("ok (%s)", g)
+			else { target = target sep sprintf("MISSED: %g, want %s", a, g); misses++ }
+		}
 		unit = (w ~ /_iops$/) ? "(iops)" : (w ~ /_ms$/) ? "" : "(s)"
-		if (w in max_ms) xl = xg = sp = -1 # a latency, not a workload: no ratios
+		if (latency) xl = xg = sp = -1 # a latency, not a workload: no ratios
 		printf "%-26s %9s %9s %9s %9s  %8s %8s %8sx  %s\n", w " " unit, val[1, w], val[2, w], val[3, w], val[4, w],
 			fmt(xl), fmt(xg), fmt(sp), target
 		printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", w, val[1, w], val[2, w], val[3, w], val[4, w],
