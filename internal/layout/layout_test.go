@@ -58,6 +58,7 @@ var allowed = map[string][]string{
 	"cmd/internal/clikit":           {"internal/cloexec", "internal/metrics", "internal/untrusted"},
 	"cmd/awcp-ctl":                  {"cmd/internal/clikit", "control", "control/delegator", "control/delegator/gateway", "control/delegator/mcpserver", "control/delegator/turns", "control/delegator/webui", "control/discovery", "internal/metrics", "internal/sandbox", "lease"},
 	"cmd/awcp-fs":                   {"archive", "cmd/internal/clikit", "control", "control/discovery", "control/executor/acp", "control/executor/agent", "control/executor", "fs", "internal/metrics", "internal/sandbox", "lease"},
+	"test/bench/benchd":             nil,
 	"test/bench/control":            nil,
 	"test/bench/loopmount":          nil,
 	"test/bench/ops":                nil,

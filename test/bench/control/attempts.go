@@ -21,7 +21,7 @@ func attempts(bin, dir string, n int) error {
 	if err != nil {
 		return err
 	}
-	defer d.stop()
+	defer d.Stop()
 	ws := filepath.Join(dir, "ws")
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		return err
@@ -29,23 +29,23 @@ func attempts(bin, dir string, n int) error {
 	for i := range 100 {
 		os.WriteFile(filepath.Join(ws, fmt.Sprintf("f%03d.txt", i)), []byte("content\n"), 0o644)
 	}
-	peer := "http://" + d.peer[len("https://"):]
-	if _, err := d.run("status"); err != nil { // the daemon answers
+	peer := "http://" + d.Peer[len("https://"):]
+	if _, err := d.Run("status"); err != nil { // the daemon answers
 		return err
 	}
 	time.Sleep(300 * time.Millisecond)
-	idle := procStat(d.ctl.Process.Pid)
+	idle := procStat(d.Ctl.Process.Pid)
 	args := []string{"export", ws, "--plain-http", "--prompt", "attempt", "--transport", "archive", "--background"}
 	for range n {
 		args = append(args, "--peer", peer)
 	}
 	t0 := time.Now()
-	if _, err := d.run(args...); err != nil {
+	if _, err := d.Run(args...); err != nil {
 		return err
 	}
 	var allRunning time.Duration
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		out, err := d.run("status", "--json")
+		out, err := d.Run("status", "--json")
 		if err != nil {
 			return err
 		}
@@ -67,7 +67,7 @@ func attempts(bin, dir string, n int) error {
 			return fmt.Errorf("attempts: %d of %d running after 2 minutes", running, n)
 		}
 	}
-	busy := procStat(d.ctl.Process.Pid)
+	busy := procStat(d.Ctl.Process.Pid)
 	os.WriteFile(gate, nil, 0o644)
 	fmt.Printf("attempts: %d started together: all running %v after the command; the delegator's RSS %d KiB idle, %d KiB with them (%d KiB each)\n",
 		n, allRunning.Round(time.Millisecond), idle.rss>>10, busy.rss>>10, (busy.rss-idle.rss)>>10/int64(n))

@@ -23,6 +23,7 @@ import (
 	awcpfs "github.com/awcp/awcp/fs"
 	"github.com/awcp/awcp/lease"
 	wire "github.com/awcp/awcp/sshd/sftpwire"
+	"github.com/awcp/awcp/test/bench/benchd"
 )
 
 // flood is the attack of issue 24 on a real `awcp-ctl serve`: whoever holds
@@ -49,8 +50,8 @@ func flood(bin, dir string, reads int) error {
 	if err := ctl.Start(); err != nil {
 		return err
 	}
-	d := &daemons{bin: bin, state: state, ctl: ctl}
-	defer d.stop()
+	d := &daemons{&benchd.Daemons{Bin: bin, State: state, Ctl: ctl}}
+	defer d.Stop()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if _, err := os.Stat(filepath.Join(state, "ctl.sock")); err == nil {
 			break
@@ -59,11 +60,11 @@ func flood(bin, dir string, reads int) error {
 			return errors.New("awcp-ctl serve did not start")
 		}
 	}
-	idb, err := d.run("export", ws, "--peer", peer, "--transport", "sshfs", "--background", "--prompt", "flood")
+	idb, err := d.Run("export", ws, "--peer", peer, "--plain-http", "--transport", "sshfs", "--background", "--prompt", "flood") // the executor in this process serves plain HTTP
 	if err != nil {
 		return err
 	}
-	defer d.run("cancel", strings.TrimSpace(string(idb)))
+	defer d.Run("cancel", strings.TrimSpace(string(idb)))
 	var info *control.WorkDirInfo
 	select {
 	case info = <-creds:

@@ -32,20 +32,19 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/awcp/awcp/test/bench/benchd"
 )
 
 func main() {
@@ -86,91 +85,32 @@ func main() {
 	}
 }
 
-// daemons is a pair of real daemons under one directory.
-type daemons struct {
-	bin, state, peer string
-	exe, ctl         *exec.Cmd
-}
+// daemons is benchd's pair, with this bench's runs of them.
+type daemons struct{ *benchd.Daemons }
 
-// start runs awcp-fs serve (whose agent is agentCmd) and awcp-ctl serve,
-// each with its extra flags, if any (executor's first).
+// start runs the daemons (benchd.Start), the executor's extra flags first,
+// then the delegator's.
 func start(bin, dir, agentCmd string, extra ...[]string) (*daemons, error) {
 	extra = append(extra, nil, nil)
-	d := &daemons{bin: bin, state: filepath.Join(dir, "ctl")}
-	d.exe = exec.Command(filepath.Join(bin, "awcp-fs"), append([]string{"serve", "--state-dir", filepath.Join(dir, "exec"),
-		"--work-root", filepath.Join(dir, "work"), "--listen", "127.0.0.1:0", "--agent-cmd", agentCmd}, extra[0]...)...)
-	out, err := d.exe.StdoutPipe()
+	d, err := benchd.Start(bin, dir, agentCmd, extra[0], extra[1])
 	if err != nil {
 		return nil, err
 	}
-	if err := d.exe.Start(); err != nil {
-		return nil, err
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		d.stop()
-		return nil, fmt.Errorf("awcp-fs did not start: %w", err)
-	}
-	_, d.peer, _ = strings.Cut(strings.TrimSpace(line), "listening on ")
-	d.peer, _, _ = strings.Cut(d.peer, ",") // then its identity
-
-	d.ctl = exec.Command(filepath.Join(bin, "awcp-ctl"), append([]string{"serve", "--state-dir", d.state, "--ssh-listen", "127.0.0.1:0"}, extra[1]...)...)
-	if err := d.ctl.Start(); err != nil {
-		d.stop()
-		return nil, err
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(filepath.Join(d.state, "ctl.sock")); err == nil {
-			return d, nil
-		}
-		if time.Now().After(deadline) {
-			d.stop()
-			return nil, errors.New("awcp-ctl serve did not start")
-		}
-	}
-}
-
-// run is an awcp-ctl command against the daemon.
-func (d *daemons) run(args ...string) ([]byte, error) {
-	cmd := exec.Command(filepath.Join(d.bin, "awcp-ctl"), append([]string{"--state-dir", d.state}, args...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return out, fmt.Errorf("awcp-ctl %s: %w: %s", args[0], err, strings.TrimSpace(stderr.String()))
-	}
-	return out, nil
+	return &daemons{d}, nil
 }
 
 // delegate exports ws in the background and waits for the end; it returns
 // the delegation's transition times.
 func (d *daemons) delegate(ws, transport, prompt string) (map[string]time.Time, error) {
-	idb, err := d.run("export", ws, "--peer", d.peer, "--transport", transport, "--background", "--prompt", prompt)
+	idb, err := d.Run(append(append([]string{"export", ws}, d.PeerArgs()...), "--transport", transport, "--background", "--prompt", prompt)...)
 	if err != nil {
 		return nil, err
 	}
 	id := strings.TrimSpace(string(idb))
-	if _, err := d.run("output", id, "--block", "--timeout", "5m"); err != nil {
+	if _, err := d.Run("output", id, "--block", "--timeout", "5m"); err != nil {
 		return nil, fmt.Errorf("delegation %s did not complete: %w", id, err)
 	}
 	return d.transitions(id)
-}
-
-func (d *daemons) stop() {
-	for _, c := range []*exec.Cmd{d.ctl, d.exe} {
-		if c == nil || c.Process == nil {
-			continue
-		}
-		c.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { c.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			c.Process.Kill()
-			<-done
-		}
-	}
 }
 
 func latency(bin, dir string, n int) error {
@@ -185,7 +125,7 @@ func latency(bin, dir string, n int) error {
 	if err != nil {
 		return err
 	}
-	defer d.stop()
+	defer d.Stop()
 	var lat []time.Duration
 	for i := range n {
 		at, err := d.delegate(ws, "sshfs", fmt.Sprint("latency ", i))
@@ -216,15 +156,15 @@ func archiveRoundTrip(bin, dir string, mb, files int) error {
 	if err != nil {
 		return err
 	}
-	defer d.stop()
-	ctl0, exe0 := procStat(d.ctl.Process.Pid), procStat(d.exe.Process.Pid)
+	defer d.Stop()
+	ctl0, exe0 := procStat(d.Ctl.Process.Pid), procStat(d.Exe.Process.Pid)
 	t0 := time.Now()
 	at, err := d.delegate(ws, "archive", "archive round trip")
 	if err != nil {
 		return err
 	}
 	took := time.Since(t0)
-	ctl1, exe1 := procStat(d.ctl.Process.Pid), procStat(d.exe.Process.Pid)
+	ctl1, exe1 := procStat(d.Ctl.Process.Pid), procStat(d.Exe.Process.Pid)
 	if b, err := os.ReadFile(filepath.Join(ws, "added")); err != nil || string(b) != "new\n" {
 		return fmt.Errorf("the result was not applied: added = %q, %v", b, err)
 	}

@@ -33,7 +33,7 @@ func many(bin, dir string, n int) error {
 	if err != nil {
 		return err
 	}
-	defer d.stop()
+	defer d.Stop()
 	var ws []string
 	for i := range n {
 		w := filepath.Join(dir, fmt.Sprintf("ws%02d", i))
@@ -124,8 +124,8 @@ func manyRound(d *daemons, ws []string, gate string, metrics [2]string) ([]map[s
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			out, err := d.run("export", ws[i], "--peer", d.peer, "--transport", "sshfs", "--background", "--ttl", "30m",
-				"--prompt", fmt.Sprint("walk ", i))
+			out, err := d.Run(append(append([]string{"export", ws[i]}, d.PeerArgs()...), "--transport", "sshfs", "--background", "--ttl", "30m",
+				"--prompt", fmt.Sprint("walk ", i))...)
 			ids[i], errs[i] = strings.TrimSpace(string(out)), err
 		})
 	}
@@ -139,7 +139,7 @@ func manyRound(d *daemons, ws []string, gate string, metrics [2]string) ([]map[s
 			break
 		}
 		if time.Now().After(deadline) {
-			st, _ := d.run("status")
+			st, _ := d.Run("status")
 			return nil, [2]sample{}, fmt.Errorf("only %d of %d agents walked their trees:\n%s", len(walked), n, st)
 		}
 	}
@@ -148,8 +148,8 @@ func manyRound(d *daemons, ws []string, gate string, metrics [2]string) ([]map[s
 	os.WriteFile(gate, nil, 0o644)
 	var ats []map[string]time.Time
 	for _, id := range ids {
-		if _, err := d.run("output", id, "--block", "--timeout", "2m"); err != nil {
-			out, _ := d.run("status", id, "--json")
+		if _, err := d.Run("output", id, "--block", "--timeout", "2m"); err != nil {
+			out, _ := d.Run("status", id, "--json")
 			return nil, busy, fmt.Errorf("delegation %s did not complete: %w\n%s", id, err, out)
 		}
 		at, err := d.transitions(id)
@@ -205,7 +205,7 @@ func freeAddr() string {
 
 // transitions are delegation id's transition times, by state reached.
 func (d *daemons) transitions(id string) (map[string]time.Time, error) {
-	raw, err := d.run("status", id, "--json")
+	raw, err := d.Run("status", id, "--json")
 	if err != nil {
 		return nil, err
 	}

@@ -3,8 +3,8 @@ package main
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,13 +17,17 @@ import (
 // prints when the executor cut them off (target: each within 60 s of being
 // served; those past the cap wait their turn) and how much its RSS grew.
 func trickle(bin, dir string, clients int) error {
-	d, err := start(bin, dir, "true")
+	d, err := start(bin, dir, "true", []string{"--plain-http"}) // the body trickles in HTTP itself, not in a TLS handshake
 	if err != nil {
 		return err
 	}
-	defer d.stop()
-	addr := strings.TrimPrefix(d.peer, "http://")
-	pid := d.exe.Process.Pid
+	defer d.Stop()
+	u, err := url.Parse(d.Peer)
+	if err != nil {
+		return err
+	}
+	addr := u.Host // plain HTTP beside TLS on the same port
+	pid := d.Exe.Process.Pid
 	before := procStat(pid).rss
 	start := time.Now()
 	var (
@@ -68,6 +72,9 @@ func trickle(bin, dir string, clients int) error {
 		case <-time.After(500 * time.Millisecond):
 			peak = max(peak, procStat(pid).rss)
 		}
+	}
+	if len(cuts) < clients {
+		return fmt.Errorf("trickle: %d of %d clients could not connect to %s", clients-len(cuts), clients, addr)
 	}
 	slices.Sort(cuts)
 	served := min(clients, httpserve.MaxConns) // the rest wait for a free connection

@@ -29,15 +29,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/awcp/awcp/test/bench/benchd"
 )
 
 type binFlag []string
@@ -115,11 +115,11 @@ func run(bins []string, n, rounds int, out string) error {
 
 // delegation is one build's delegation of a scratch directory, mounted.
 type delegation struct {
-	name, bin, dir string
-	ctl, exec      *exec.Cmd
-	id, mnt        string
-	ctlIdle        float64 // ns of CPU a second while idle
-	execIdle       float64
+	*benchd.Daemons
+	name, dir string
+	id, mnt   string
+	ctlIdle   float64 // ns of CPU a second while idle
+	execIdle  float64
 }
 
 func start(name, bin string) (*delegation, error) {
@@ -131,52 +131,24 @@ func start(name, bin string) (*delegation, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &delegation{name: name, bin: bin, dir: dir}
+	d := &delegation{name: name, dir: dir}
 	for _, sub := range []string{"src", "run", "work"} {
 		if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
 			return d, err
 		}
 	}
-	port, err := freePort()
+	fsExtra := []string{"--max-ttl", "24h"}
+	if benchd.Has(bin, "awcp-fs", []string{"serve", "--help"}, "--sandbox-allow") {
+		fsExtra = append(fsExtra, "--sandbox-allow", filepath.Join(dir, "run")+":rw")
+	}
+	agent := fmt.Sprintf(`echo "$AWCP_WORKDIR" > '%s/run/workdir'; exec sleep 100000`, dir)
+	if d.Daemons, err = benchd.Start(bin, dir, agent, fsExtra, nil); err != nil {
+		return d, err
+	}
+	id, err := d.Run(append(append([]string{"export", filepath.Join(dir, "src")}, d.PeerArgs()...),
+		"--transport", "sshfs", "--ttl", "12h", "--background", "--prompt", "ops bench: the agent waits")...)
 	if err != nil {
 		return d, err
-	}
-	fsArgs := []string{"serve", "--state-dir", filepath.Join(dir, "exec"), "--work-root", filepath.Join(dir, "work"),
-		"--listen", "127.0.0.1:" + port, "--max-ttl", "24h",
-		"--agent-cmd", fmt.Sprintf(`echo "$AWCP_WORKDIR" > '%s/run/workdir'; exec sleep 100000`, dir)}
-	if helps(filepath.Join(bin, "awcp-fs"), []string{"serve", "--help"}, "--sandbox-allow") {
-		fsArgs = append(fsArgs, "--sandbox-allow", filepath.Join(dir, "run")+":rw")
-	}
-	if d.exec, err = daemon(filepath.Join(bin, "awcp-fs"), filepath.Join(dir, "run", "awcp-fs.log"), fsArgs...); err != nil {
-		return d, err
-	}
-	if d.ctl, err = daemon(filepath.Join(bin, "awcp-ctl"), filepath.Join(dir, "run", "awcp-ctl.log"),
-		"--state-dir", filepath.Join(dir, "ctl"), "serve", "--ssh-listen", "127.0.0.1:0"); err != nil {
-		return d, err
-	}
-	if err := waitFor(10*time.Second, func() bool {
-		_, err := os.Stat(filepath.Join(dir, "ctl", "ctl.sock"))
-		log, _ := os.ReadFile(filepath.Join(dir, "run", "awcp-fs.log"))
-		return err == nil && bytes.Contains(log, []byte("listening"))
-	}); err != nil {
-		return d, fmt.Errorf("the daemons did not start: %w", err)
-	}
-	args := []string{"--state-dir", filepath.Join(dir, "ctl"), "export", filepath.Join(dir, "src"),
-		"--transport", "sshfs", "--ttl", "12h", "--background", "--prompt", "ops bench: the agent waits"}
-	if helps(filepath.Join(bin, "awcp-ctl"), []string{"export", "--help"}, "--peer-key") {
-		// The executor's key pinned, over TLS, as a user runs it.
-		key, err := exec.Command(filepath.Join(bin, "awcp-fs"), "id", "--state-dir", filepath.Join(dir, "exec")).Output()
-		if err != nil {
-			return d, fmt.Errorf("awcp-fs id: %w", err)
-		}
-		first, _, _ := strings.Cut(string(key), "\n")
-		args = append(args, "--peer", "https://127.0.0.1:"+port, "--peer-key", first)
-	} else {
-		args = append(args, "--peer", "http://127.0.0.1:"+port) // a build from before plain HTTP was refused
-	}
-	id, err := exec.Command(filepath.Join(bin, "awcp-ctl"), args...).Output()
-	if err != nil {
-		return d, fmt.Errorf("export: %w", err)
 	}
 	d.id = strings.TrimSpace(string(id))
 	if err := waitFor(30*time.Second, func() bool {
@@ -184,14 +156,14 @@ func start(name, bin string) (*delegation, error) {
 		d.mnt = strings.TrimSpace(string(b))
 		return d.mnt != ""
 	}); err != nil {
-		return d, fmt.Errorf("the delegation did not start: %w (logs in %s/run)", err, dir)
+		return d, fmt.Errorf("the delegation did not start: %w", err)
 	}
 	// Idle CPU: timers, keep-alives, the watch.
 	time.Sleep(time.Second)
-	c0, e0 := cpuNS(d.ctl.Process.Pid), cpuNS(d.exec.Process.Pid)
+	c0, e0 := cpuNS(d.Ctl.Process.Pid), cpuNS(d.Exe.Process.Pid)
 	time.Sleep(2 * time.Second)
-	d.ctlIdle = float64(cpuNS(d.ctl.Process.Pid)-c0) / 2
-	d.execIdle = float64(cpuNS(d.exec.Process.Pid)-e0) / 2
+	d.ctlIdle = float64(cpuNS(d.Ctl.Process.Pid)-c0) / 2
+	d.execIdle = float64(cpuNS(d.Exe.Process.Pid)-e0) / 2
 	return d, nil
 }
 
@@ -276,7 +248,7 @@ func (d *delegation) round(r, n int) (map[string]sample, error) {
 	got := map[string]sample{}
 	for _, op := range ops {
 		do := batch[op]
-		c0, e0 := cpuNS(d.ctl.Process.Pid), cpuNS(d.exec.Process.Pid)
+		c0, e0 := cpuNS(d.Ctl.Process.Pid), cpuNS(d.Exe.Process.Pid)
 		t0 := time.Now()
 		for i := range n {
 			if err := do(i); err != nil {
@@ -286,8 +258,8 @@ func (d *delegation) round(r, n int) (map[string]sample, error) {
 		wall := time.Since(t0)
 		time.Sleep(300 * time.Millisecond) // what went out behind the caller, answered
 		idle := time.Since(t0).Seconds()
-		c := float64(cpuNS(d.ctl.Process.Pid)-c0) - d.ctlIdle*idle
-		e := float64(cpuNS(d.exec.Process.Pid)-e0) - d.execIdle*idle
+		c := float64(cpuNS(d.Ctl.Process.Pid)-c0) - d.ctlIdle*idle
+		e := float64(cpuNS(d.Exe.Process.Pid)-e0) - d.execIdle*idle
 		got[op] = sample{ctl: max(c, 0) / float64(n) / 1e3, exec: max(e, 0) / float64(n) / 1e3,
 			wall: float64(wall.Nanoseconds()) / float64(n) / 1e3}
 	}
@@ -295,21 +267,11 @@ func (d *delegation) round(r, n int) (map[string]sample, error) {
 }
 
 func (d *delegation) stop() {
-	if d.id != "" {
-		exec.Command(filepath.Join(d.bin, "awcp-ctl"), "--state-dir", filepath.Join(d.dir, "ctl"), "cancel", d.id).Run()
-	}
-	for _, c := range []*exec.Cmd{d.ctl, d.exec} {
-		if c != nil && c.Process != nil {
-			c.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { c.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				c.Process.Kill()
-				<-done
-			}
+	if d.Daemons != nil {
+		if d.id != "" {
+			d.Run("cancel", d.id)
 		}
+		d.Stop()
 	}
 	if mounted(d.dir) {
 		fmt.Fprintf(os.Stderr, "ops: a mount is left under %s; not removing it\n", d.dir)
@@ -383,32 +345,6 @@ func cpuNS(pid int) int64 {
 		}
 	}
 	return sum
-}
-
-func daemon(path, log string, args ...string) (*exec.Cmd, error) {
-	f, err := os.Create(log)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	c := exec.Command(path, args...)
-	c.Stdout, c.Stderr = f, f
-	return c, c.Start()
-}
-
-func helps(path string, args []string, flag string) bool {
-	b, _ := exec.Command(path, args...).CombinedOutput()
-	return bytes.Contains(b, []byte(flag))
-}
-
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	_, port, err := net.SplitHostPort(l.Addr().String())
-	return port, err
 }
 
 func waitFor(limit time.Duration, ok func() bool) error {

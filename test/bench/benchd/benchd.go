@@ -1,0 +1,120 @@
+// Package benchd runs a real `awcp-fs serve` and `awcp-ctl serve` under one
+// directory for the benchmarks (test/bench/control, test/bench/ops), and
+// reaches the executor as a user does: over TLS, its key pinned. A build
+// from before the executor refused plain HTTP (it has no --peer-key) is
+// reached as it was then, so that older commits can be measured beside
+// this one.
+package benchd
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Daemons is a pair of real daemons under one directory.
+type Daemons struct {
+	Bin   string // the directory of awcp-ctl and awcp-fs
+	State string // awcp-ctl's state directory
+	Peer  string // the executor's URL
+	Key   string // its identity key, pinned; "" for a build with no --peer-key
+	Exe   *exec.Cmd
+	Ctl   *exec.Cmd
+}
+
+// Start runs awcp-fs serve (whose agent is agentCmd) with fsExtra flags
+// and awcp-ctl serve with ctlExtra, their state in dir.
+func Start(bin, dir, agentCmd string, fsExtra, ctlExtra []string) (*Daemons, error) {
+	d := &Daemons{Bin: bin, State: filepath.Join(dir, "ctl")}
+	d.Exe = exec.Command(filepath.Join(bin, "awcp-fs"), append([]string{"serve", "--state-dir", filepath.Join(dir, "exec"),
+		"--work-root", filepath.Join(dir, "work"), "--listen", "127.0.0.1:0", "--agent-cmd", agentCmd}, fsExtra...)...)
+	out, err := d.Exe.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Exe.Start(); err != nil {
+		return nil, err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		d.Stop()
+		return nil, fmt.Errorf("awcp-fs did not start: %w", err)
+	}
+	_, d.Peer, _ = strings.Cut(strings.TrimSpace(line), "listening on ")
+	d.Peer, _, _ = strings.Cut(d.Peer, ",") // then its identity
+	if Has(bin, "awcp-ctl", []string{"export", "--help"}, "--peer-key") {
+		key, err := exec.Command(filepath.Join(bin, "awcp-fs"), "id", "--state-dir", filepath.Join(dir, "exec")).Output()
+		if err != nil {
+			d.Stop()
+			return nil, fmt.Errorf("awcp-fs id: %w", err)
+		}
+		d.Key, _, _ = strings.Cut(string(key), "\n")
+	}
+
+	d.Ctl = exec.Command(filepath.Join(bin, "awcp-ctl"), append([]string{"serve", "--state-dir", d.State, "--ssh-listen", "127.0.0.1:0"}, ctlExtra...)...)
+	if err := d.Ctl.Start(); err != nil {
+		d.Stop()
+		return nil, err
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(d.State, "ctl.sock")); err == nil {
+			return d, nil
+		}
+		if time.Now().After(deadline) {
+			d.Stop()
+			return nil, errors.New("awcp-ctl serve did not start")
+		}
+	}
+}
+
+// PeerArgs are the flags of an export to the executor.
+func (d *Daemons) PeerArgs() []string {
+	if d.Key == "" {
+		return []string{"--peer", d.Peer}
+	}
+	return []string{"--peer", d.Peer, "--peer-key", d.Key}
+}
+
+// Run is an awcp-ctl command against the daemon; its output.
+func (d *Daemons) Run(args ...string) ([]byte, error) {
+	cmd := exec.Command(filepath.Join(d.Bin, "awcp-ctl"), append([]string{"--state-dir", d.State}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("awcp-ctl %s: %w: %s", args[0], err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// Stop ends both daemons (SIGTERM, then SIGKILL after 10 s) and waits.
+func (d *Daemons) Stop() {
+	for _, c := range []*exec.Cmd{d.Ctl, d.Exe} {
+		if c == nil || c.Process == nil {
+			continue
+		}
+		c.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { c.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			c.Process.Kill()
+			<-done
+		}
+	}
+}
+
+// Has reports whether `bin/prog args...` (a --help) mentions flag: what an
+// older build lacks.
+func Has(bin, prog string, args []string, flag string) bool {
+	b, _ := exec.Command(filepath.Join(bin, prog), args...).CombinedOutput()
+	return bytes.Contains(b, []byte(flag))
+}
