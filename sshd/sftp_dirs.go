@@ -122,7 +122,7 @@ func (s *sftpServer) list(id uint32, r *reader) {
 	}
 	s.recordReal(Op{Kind: OpList, Path: name}) // openDir's path is the kernel's
 	defer f.Close()
-	ents, err := readDirAt(f, wire.ListMax+1)
+	ents, err := f.ReadDir(wire.ListMax + 1) // stated below, once known not too many
 	if err != nil && !errors.Is(err, io.EOF) { // EOF: empty
 		s.errStatus(id, err)
 		return
@@ -131,7 +131,7 @@ func (s *sftpServer) list(id uint32, r *reader) {
 		s.status(id, wire.Failure, "too many entries for "+wire.List)
 		return
 	}
-	ents = s.visible(name, ents)
+	ents = withAttrs(f, s.visible(name, ents)) // a hidden entry is not even stated
 	sortByName(ents)
 	s.names(id, infosOf(ents), noLongName)
 }
@@ -143,6 +143,12 @@ func (s *sftpServer) list(id uint32, r *reader) {
 // An entry gone meanwhile is left out.
 func readDirAt(f *os.File, n int) ([]fs.DirEntry, error) {
 	ents, err := f.ReadDir(n)
+	return withAttrs(f, ents), err
+}
+
+// withAttrs is ents, entries of the directory open at f, each with its
+// attributes read by f's descriptor; an entry gone meanwhile is left out.
+func withAttrs(f *os.File, ents []fs.DirEntry) []fs.DirEntry {
 	fd := int(f.Fd())
 	out := ents[:0]
 	for _, e := range ents {
@@ -154,7 +160,7 @@ func readDirAt(f *os.File, n int) ([]fs.DirEntry, error) {
 		// Sys(), as os's entries hold it): the sizes are checked below.
 		out = append(out, statEntry{&statInfo{name: e.Name(), st: *(*syscall.Stat_t)(unsafe.Pointer(&st))}})
 	}
-	return out, err
+	return out
 }
 
 // These fail to compile where x/sys's and syscall's struct stat differ in size.
