@@ -122,7 +122,7 @@ func (s *sftpServer) list(id uint32, r *reader) {
 	}
 	s.recordReal(Op{Kind: OpList, Path: name}) // openDir's path is the kernel's
 	defer f.Close()
-	ents, err := f.ReadDir(wire.ListMax + 1) // stated below, once known not too many
+	ents, err := f.ReadDir(wire.ListMax + 1)   // stated below, once known not too many
 	if err != nil && !errors.Is(err, io.EOF) { // EOF: empty
 		s.errStatus(id, err)
 		return
