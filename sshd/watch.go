@@ -225,7 +225,7 @@ func (w *watcher) addTree(dir string) (complete, ok bool) {
 	defer top.Close()
 	var failed, tooMany atomic.Bool
 	var queued atomic.Int64 // directories found, watched or to be: bounded as the watch is
-	treewalk.WalkAt(int(top.Fd()), w.realRoot, dir, func(d string, fd int, ents []os.DirEntry) ([]string, error) {
+	err = treewalk.WalkAt(int(top.Fd()), w.realRoot, dir, func(d string, fd int, ents []os.DirEntry) ([]string, error) {
 		// Once per page of d's entries: watching d again is a no-op.
 		if err := w.addDir(fd, d); err != nil {
 			// A directory not watched is a directory whose changes go
@@ -250,6 +250,9 @@ func (w *watcher) addTree(dir string) (complete, ok bool) {
 	})
 	if tooMany.Load() {
 		return false, false
+	}
+	if err != nil { // a directory unreadable: the walk stopped, what is below it unwatched
+		return false, true
 	}
 	return !failed.Load(), true
 }
