@@ -67,15 +67,17 @@ bench: build
 # The same table from smaller runs (a few minutes): the filesystem
 # workloads at a quarter of their size, 3 interleaved rounds, cold only;
 # the requests' CPU; a tree of 3,000 directories; the control plane's
-# latency, an archive round trip and delegations at once, each small
-# (test/bench/control: it too had stopped running unseen). CI runs it on every
+# latency and delegations at once, each small (test/bench/control: it too
+# had stopped running unseen; its archive round trip is left out, whose
+# peak-memory target is a multiple of the workspace, meaningless for a
+# small one). CI runs it on every
 # change and prints the ratios; a goal missed fails nothing.
 bench-quick: build
 	$(BENCH_STAMP)
 	BIN=$(BIN) BENCH_ROUNDS=3 BENCH_WARM=0 BENCH_DBENCH=0 WORKLOADS_QUICK=1 bash test/bench/fs.sh
 	BIN=$(BIN) BENCH_BASE=none OPS_N=500 OPS_ROUNDS=3 bash test/bench/ops.sh
 	BIN=$(BIN) SCALE_DIRS=3000 SCALE_WIDE=5000 bash test/bench/scale.sh
-	$(GO) run ./test/bench/control -bin $(BIN) -n 10 -archive-mb 5 -archive-files 500 -flood-reads 0 -trickle-clients 0 -many 3 -attempts 3
+	$(GO) run ./test/bench/control -bin $(BIN) -n 10 -archive-mb 0 -flood-reads 0 -trickle-clients 0 -many 3 -attempts 3
 	bash test/bench/summary.sh $(BENCH_OUT)
 
 demo: build
