@@ -440,6 +440,7 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 		return 0, h.node.errno(ctx, "write", h.node.rpath(), err)
 	}
 	h.node.changes.Add(1)
+	h.node.logChange()
 	h.node.mu.Lock()
 	h.node.whole = false // a partly written page is not whole in the kernel
 	h.node.prefetched, h.node.fetches = false, 0

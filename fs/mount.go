@@ -191,7 +191,8 @@ type filesystem struct {
 	statfs statfsCache
 
 	refused  refusals // a read-only mount's refused writes (readonly.go)
-	readOnly bool     // Options.ReadOnly
+	changed  changeLog
+	readOnly bool // Options.ReadOnly
 
 	// owner is 1 + the uid the delegator gives the files this mount
 	// makes — its user's — once one was made; 0 before.

@@ -34,6 +34,9 @@ type node struct {
 	// n's listing under (dirHandle), 0 if it keeps none; forgetEntries
 	// clears it.
 	kernelListed atomic.Uint64
+	// logged is whether n's change was logged under its present name
+	// (changeLog).
+	logged atomic.Bool
 
 	// mu guards every field below it, and is never held across a call to
 	// the server (a lookup's Lstat, a create's open) or into go-fuse's

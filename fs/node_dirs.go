@@ -213,7 +213,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if np != nil {
 		replaced = np.childNode(newName)
 	}
-	defer n.fsys.changing(n, np, n.childNode(name), replaced)()
+	moved := n.childNode(name)
+	defer n.fsys.changing(n, np, moved, replaced)()
 	from := n.child(name)
 	to := path.Join("/"+newParent.EmbeddedInode().Path(nil), newName)
 	switch {
@@ -229,6 +230,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	err := n.fsys.at(ctx).PosixRename(from, to)
 	if err == nil {
+		moved.loggedAs(n.fsys, to)
 		n.unnamed(name)
 		if np != nil {
 			np.named(newName)
@@ -264,7 +266,10 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 		return nil, n.errno(ctx, "symlink", p, err)
 	}
 	n.named(name)
-	return n.newChild(ctx, s, name, a, out), 0
+	child := n.newChild(ctx, s, name, a, out)
+	cn, _ := child.Operations().(*node)
+	cn.loggedAs(n.fsys, p)
+	return child, 0
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
@@ -290,6 +295,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, n.errno(ctx, "link", p, err)
 	}
 	n.named(name)
+	n.fsys.changed.add(p) // the node keeps its first name's flag
 	n.fsys.fillAttr(a, &out.Attr)
 	n.fsys.setEntryTimeouts(out, s)
 	// The same inode under a second name, as the kernel expects of link(2).

@@ -77,6 +77,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if err != nil {
 		return n.errno(ctx, "setattr", p, err)
 	}
+	if set.Flags&(sftpc.AttrSize|sftpc.AttrPermissions) != 0 || mok {
+		n.logChange()
+	}
 	n.fsys.fillAttr(a, &out.Attr)
 	n.observe(&out.Attr)
 	n.told(&out.Attr)
@@ -186,6 +189,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, n.errno(ctx, "open", p, err)
 	}
+	if flags&syscall.O_TRUNC != 0 {
+		n.logChange()
+	}
 	var fuseFlags uint32
 	if keep {
 		fuseFlags = fuse.FOPEN_KEEP_CACHE
@@ -232,6 +238,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	n.fsys.learnOwner(a)
 	child := n.newChild(ctx, s, name, a, out)
 	cn := child.Operations().(*node)
+	cn.loggedAs(n.fsys, p)
 	if flags&syscall.O_TRUNC != 0 {
 		cn.changes.Add(1)
 	}
@@ -294,6 +301,7 @@ func (n *node) createBehind(ctx context.Context, s uint64, name string, flags, p
 	// ctime) are made up here, so they are kept only the configured time.
 	out.SetAttrTimeout(n.fsys.attr)
 	cn := child.Operations().(*node)
+	cn.loggedAs(n.fsys, p)
 	if flags&syscall.O_TRUNC != 0 {
 		cn.changes.Add(1)
 	}

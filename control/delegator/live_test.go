@@ -165,6 +165,60 @@ func TestLiveDelegationCompletesAndRevokes(t *testing.T) {
 	}
 }
 
+// The highlights of a live mount's task come from what the mount logged,
+// not from a walk of the tree before and after: they name each kind of
+// change the agent made, the files of a directory it renamed, and nothing
+// the owner changed meanwhile, nor a path that would reach a file only
+// through a symlink the agent put where a directory was.
+func TestLiveHighlightsAreWhatTheAgentChanged(t *testing.T) {
+	f := newLiveFixture(t, `set -e
+while [ ! -e ready ]; do sleep 0.02; done
+echo new > new.txt
+echo more >> a.txt
+chmod 600 mode.txt
+touch -d 2001-01-01 touch.txt
+mv old moved
+echo t > tmp.txt; rm tmp.txt
+ln -s a.txt link
+ln keep.txt hard
+mkdir sub other; echo x > sub/f; echo y > other/f
+rm -r sub; ln -s other sub
+echo ok`)
+	for name, body := range map[string]string{"keep.txt": "k", "mode.txt": "m", "touch.txt": "t", "owner.txt": "o", "old/x.txt": "x", "old/y.txt": "y"} {
+		os.MkdirAll(filepath.Dir(filepath.Join(f.dir, name)), 0o755)
+		if err := os.WriteFile(filepath.Join(f.dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), PeerKey: f.exec.Key(), Prompt: "change things"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *lease.Delegation, 1)
+	go func() { end, _ := f.dlg.Run(context.Background(), d.ID); done <- end }()
+	f.waitRunning(t, d.ID)
+	// The owner's own work while the agent runs: not the agent's.
+	if err := os.WriteFile(filepath.Join(f.dir, "owner.txt"), []byte("owner's edit"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.dir, "ready"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var end *lease.Delegation
+	select {
+	case end = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the task never ended")
+	}
+	if end == nil || end.State != lease.Completed {
+		t.Fatalf("%+v", end)
+	}
+	want := []string{"a.txt", "hard", "link", "mode.txt", "moved/x.txt", "moved/y.txt", "new.txt", "other/f", "sub", "touch.txt"}
+	if !slices.Equal(end.Highlights, want) {
+		t.Fatalf("highlights %q, want %q", end.Highlights, want)
+	}
+}
+
 func TestLiveDelegationCancelRevokes(t *testing.T) {
 	f := newLiveFixture(t, `while :; do cat a.txt >/dev/null; sleep 0.05; done`)
 	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), PeerKey: f.exec.Key(), Prompt: "loop"})

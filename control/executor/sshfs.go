@@ -164,6 +164,18 @@ func (t *SSHFSExecutor) Refused(id string) *control.MountRefused {
 	return nil
 }
 
+// Changed is what was changed through delegation id's mount (changeLogger).
+func (t *SSHFSExecutor) Changed(id string) (paths []string, complete, ok bool) {
+	t.mu.Lock()
+	m := t.mounts[id]
+	t.mu.Unlock()
+	if m == nil {
+		return nil, false, false
+	}
+	paths, complete = m.Changed()
+	return paths, complete, true
+}
+
 // lentTo is the agent's user, as the mount takes it.
 func lentTo(u *control.LocalUser) *awcpfs.Owner {
 	if u == nil {

@@ -322,7 +322,7 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		}
 	}()
 	log := e.log.With("delegation", a.ID)
-	before, err := highlightScan(a.Transport)(agentDir(a))
+	before, err := e.highlightsBefore(a)
 	if err != nil {
 		log.Warn("scan work dir before the task", "err", err)
 	}
@@ -441,25 +441,12 @@ type refusalCounter interface {
 	Refused(id string) *control.MountRefused
 }
 
-// highlightScan is how a task's work dir is scanned for its highlights,
-// before and after the task. On a live mount, by size, mode and mtime:
-// hashing would read every file twice more over the network, and a task's
-// writes always move the mtime. An archive's copy is on this machine's
-// disk: there by content, so that a file rewritten the same (sed -i that
-// matched nothing, a formatter with nothing to do) is not reported as
-// changed — as the delegator's apply does not report it either.
-func highlightScan(transport string) func(dir string) (archive.Manifest, error) {
-	if transport == control.TransportArchive {
-		return archive.Scan
-	}
-	return archive.ScanMeta
-}
-
 // doneEvent collects the result and returns the events that end the
 // task: done, and before it in the head dialect the snapshot that holds
 // the result (nil if there is none).
 func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before archive.Manifest, summary string, extra func(*control.Event)) (snapshot, done []byte, err error) {
-	after, err := highlightScan(a.Transport)(agentDir(a))
+	// Before the teardown: that ends the mount, and its log with it.
+	highlights, after, err := e.highlights(a, before)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -478,7 +465,7 @@ func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before ar
 	}
 	// A result is not part of the stored event: the event stream appends
 	// it from the file (see handleEvents).
-	ev := &control.Event{DelegationID: a.ID, Type: control.EventDone, Summary: summary, Highlights: archive.Changed(before, after)}
+	ev := &control.Event{DelegationID: a.ID, Type: control.EventDone, Summary: summary, Highlights: highlights}
 	extra(ev)
 	if a.Dialect != control.DialectHead || checksum == "" {
 		ev.ResultChecksum = checksum
@@ -486,6 +473,11 @@ func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before ar
 	}
 	// The head dialect's result is a snapshot of the environment, named
 	// in done. The checksum rides along as in our done (an extension).
+	if after == nil { // a mount's log, which counts no files
+		if after, err = highlightScan(a.Transport)(agentDir(a)); err != nil {
+			return nil, nil, err
+		}
+	}
 	snapID := "snap_" + checksum[:12]
 	recommended := true
 	snapshot = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventSnapshot, SnapshotID: snapID, Summary: summary,

@@ -11,7 +11,9 @@
 #   - listing the wide directory (ls -f, then ls -l for the stats), cold
 #     and warm, both ways;
 #   - a change the owner makes in the deepest directory, as seen through the
-#     mount (the exact watch), worst of 10.
+#     mount (the exact watch), worst of 10;
+#   - the agent's end (it writes one file and exits) to the delegation
+#     done: the executor's highlights and the mount's end.
 # Prints a table and writes $BENCH_OUT/scale.tsv.
 #
 # Env: BIN (default ./bin), BENCH_OUT (default ./bin/bench), SCALE_DIRS,
@@ -73,7 +75,8 @@ pids+=($!)
 
 PORT=$(free_port)
 "$BIN/awcp-fs" serve --state-dir "$B/exec" --work-root "$B/work" --listen "127.0.0.1:$PORT" --max-ttl 24h \
-	--sandbox-allow "$B/run:rw" --agent-cmd "echo \"\$AWCP_WORKDIR\" > '$B/run/workdir'; exec sleep 100000" >"$B/run/awcp-fs.log" 2>&1 &
+	--sandbox-allow "$B/run:rw" --agent-cmd "echo \"\$AWCP_WORKDIR\" > '$B/run/workdir'; while [ ! -e '$B/run/finish' ]; do sleep 0.02; done; echo made > result.txt" \
+	>"$B/run/awcp-fs.log" 2>&1 &
 pids+=($!)
 "$BIN/awcp-ctl" --state-dir "$B/ctl" serve --ssh-listen 127.0.0.1:0 --max-files 2000000 >"$B/run/awcp-ctl.log" 2>&1 &
 pids+=($!)
@@ -142,6 +145,18 @@ PY
 )
 CTL_RSS=$(awk '/^VmRSS/ { printf "%d", $2 / 1024 }' "/proc/${pids[2]}/status")
 
+# The agent's end to the delegation's: the agent writes a file and exits.
+state() { "$BIN/awcp-ctl" --state-dir "$B/ctl" status "$AWCP_ID" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["state"])'; }
+t0=$(now)
+touch "$B/run/finish"
+until [ "$(state)" = completed ]; do
+	[ "$(awk -v a="$t0" -v b="$(now)" 'BEGIN { print (b - a > 120) }')" = 0 ] || { echo "bench: the delegation did not end" >&2; cat "$B/run/"*.log >&2; exit 1; }
+	sleep 0.02
+done
+DONE=$(since "$t0")
+[ "$(cat "$B/src/result.txt")" = made ] || { echo "bench: the agent's file is not in the tree" >&2; exit 1; }
+AWCP_ID="" # ended: nothing to cancel
+
 echo
 echo "== scale: $DIRS directories, $ENTRIES entries in all, a directory of $WIDE (seconds unless said)"
 {
@@ -152,6 +167,7 @@ echo "== scale: $DIRS directories, $ENTRIES entries in all, a directory of $WIDE
 	printf "%-26s %10s %10s\n" "export→START (admission)" "find $FIND_LOCAL" "$ADMIT"
 	printf "%-26s %21s\n" "export→running" "$RUNNING"
 	printf "%-26s %21s\n" "owner's change seen, worst" "${SEEN} ms"
+	printf "%-26s %21s\n" "agent's end→done" "$DONE"
 	printf "%-26s %21s\n" "delegator RSS after" "${CTL_RSS} MiB"
 } | tee "$B/run/table.txt"
 {
@@ -160,4 +176,5 @@ echo "== scale: $DIRS directories, $ENTRIES entries in all, a directory of $WIDE
 	echo -e "export_to_start_s\t$FIND_LOCAL\t$ADMIT"
 	echo -e "export_to_running_s\t\t$RUNNING"
 	echo -e "change_seen_worst_ms\t\t$SEEN"
+	echo -e "end_to_done_s\t\t$DONE"
 } >"$OUT/scale.tsv"

@@ -1,0 +1,179 @@
+package executor
+
+import (
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/internal/treewalk"
+	"github.com/awcp/awcp/lease"
+)
+
+// maxHighlights bounds the files a done event names: a list is for a
+// person (or a model) to read, and a task that made a hundred thousand
+// files (a dependency install) would otherwise fill the event to its
+// bound. The rest are left out.
+const maxHighlights = 10000
+
+// changeLogger is a transport whose mounts log what was changed through
+// them (SSHFSExecutor): a task's highlights are then read from the log
+// instead of from a walk of the whole tree before and after the task.
+type changeLogger interface {
+	// Changed is delegation id's log (awcpfs.Mount.Changed); ok is false
+	// where no mount of it runs in this process.
+	Changed(id string) (paths []string, complete, ok bool)
+}
+
+// changeLog is what was changed through a's mount, where its transport
+// logs that (changeLogger); logs is false where it does not.
+func (e *Executor) changeLog(a *lease.Assignment) (paths []string, complete, logs bool) {
+	if l, ok := e.transport(a.Transport).(changeLogger); ok {
+		return l.Changed(a.ID)
+	}
+	return nil, false, false
+}
+
+// highlightScan is how a task's work dir is scanned for its highlights,
+// before and after the task. On a live mount, by size, mode and mtime:
+// hashing would read every file twice more over the network, and a task's
+// writes always move the mtime. An archive's copy is on this machine's
+// disk: there by content, so that a file rewritten the same (sed -i that
+// matched nothing, a formatter with nothing to do) is not reported as
+// changed — as the delegator's apply does not report it either.
+func highlightScan(transport string) func(dir string) (archive.Manifest, error) {
+	if transport == control.TransportArchive {
+		return archive.Scan
+	}
+	return archive.ScanMeta
+}
+
+// highlightsBefore is what a's highlights are told against: a scan of its
+// work dir, or nothing where its mount logs what was changed through it.
+func (e *Executor) highlightsBefore(a *lease.Assignment) (archive.Manifest, error) {
+	if _, _, logs := e.changeLog(a); logs {
+		return nil, nil
+	}
+	return highlightScan(a.Transport)(agentDir(a))
+}
+
+// highlights is what a's task created or changed, at most maxHighlights,
+// and the scan after the task it was told from (nil where it was the
+// mount's log).
+func (e *Executor) highlights(a *lease.Assignment, before archive.Manifest) ([]string, archive.Manifest, error) {
+	var (
+		after archive.Manifest
+		paths []string
+		err   error
+	)
+	if logged, complete, logs := e.changeLog(a); logs {
+		if paths, err = loggedHighlights(agentDir(a), logged); err != nil {
+			return nil, nil, err
+		}
+		if !complete {
+			e.log.Info("the task changed more files than its mount logs; its highlights name some of them", "delegation", a.ID)
+		}
+	} else {
+		if after, err = highlightScan(a.Transport)(agentDir(a)); err != nil {
+			return nil, nil, err
+		}
+		paths = archive.Changed(before, after)
+	}
+	if len(paths) > maxHighlights {
+		paths = paths[:maxHighlights]
+	}
+	return paths, after, nil
+}
+
+// loggedHighlights turns a mount's change log into a task's highlights:
+// the logged paths that are still there and not directories, and every
+// file beneath a logged directory (one renamed into place: its files are
+// all new at their paths, as a scan before and after would have found).
+// dir is the mount's root. Each path is resolved by the kernel beneath it
+// following no symlink: the agent may have put one where a logged
+// directory was, pointing out of the workspace.
+func loggedHighlights(dir string, logged []string) ([]string, error) {
+	root, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(root)
+	slices.SortFunc(logged, archive.ComparePaths)
+	var (
+		mu  sync.Mutex // guards out and seen: a directory's walk reads side by side
+		out []string
+	)
+	seen := map[string]bool{}
+	add := func(p string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(out) >= maxHighlights {
+			return false
+		}
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+		return true
+	}
+	for _, p := range logged {
+		isDir, ok := kindBeneath(root, p)
+		switch {
+		case !ok:
+			continue // gone, or no longer reachable without a symlink
+		case !isDir:
+			if !add(p) {
+				return sorted(out), nil
+			}
+			continue
+		}
+		err := treewalk.WalkAt(root, dir, p, func(rel string, _ int, ents []os.DirEntry) ([]string, error) {
+			var descend []string
+			for _, e := range ents {
+				name := path.Join(rel, e.Name())
+				if e.IsDir() {
+					descend = append(descend, name)
+				} else if !add(name) {
+					return nil, treewalk.SkipAll
+				}
+			}
+			return descend, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return sorted(out), nil
+}
+
+func sorted(paths []string) []string {
+	slices.SortFunc(paths, archive.ComparePaths)
+	return paths
+}
+
+// kindBeneath reports whether p (relative to the directory open at root)
+// is a directory; ok is false where it is not there, or is reached only
+// through a symlink.
+func kindBeneath(root int, p string) (isDir, ok bool) {
+	parent, base := filepath.Split(p)
+	at := root
+	if parent != "" {
+		fd, err := unix.Openat2(root, parent, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS})
+		if err != nil {
+			return false, false
+		}
+		defer unix.Close(fd)
+		at = fd
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(at, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return false, false
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR, true
+}
