@@ -71,7 +71,12 @@ BUILD=$(cat "$DIR/version" 2>/dev/null || echo unknown)
 		($1 == "walk_cold" || $1 == "walk_cold_printf") && $2 > 0 {
 			row("scale." $1 ".x_loopback", sprintf("%.2f", $3 / $2), goal("scale." $1, "*", "x_loopback"))
 		}
-		$1 == "export_to_start_s" && $2 > 0 { row("scale.export_to_start.x_find", sprintf("%.2f", $3 / $2), goal("scale.export_to_start", "*", "x_find")) }' "$DIR/scale.tsv"
+		$1 == "export_to_start_s" && $2 > 0 {
+			find_s = $2
+			row("scale.export_to_start.x_find", sprintf("%.2f", $3 / $2), goal("scale.export_to_start", "*", "x_find"))
+		}
+		$1 == "export_to_running_s" && find_s > 0 { row("scale.export_to_running.x_find", sprintf("%.2f", $3 / find_s), goal("scale.export_to_running", "*", "x_find")) }
+		$1 == "end_to_done_s" { row("scale.end_to_done_s", $3, goal("scale.end_to_done_s", "*", "value")) }' "$DIR/scale.tsv"
 	# ops.tsv: op build delegator_us executor_us total_us wall_us total_vs_first
 	[ -f "$DIR/ops.tsv" ] && awk -F'\t' 'NR > 1 {
 		printf "ops.%s.%s.cpu_us\t%s\t\n", $1, $2, $5
