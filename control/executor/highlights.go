@@ -30,13 +30,10 @@ type changeLogger interface {
 	Changed(id string) (paths []string, complete, ok bool)
 }
 
-// changeLog is what was changed through a's mount, where its transport
-// logs that (changeLogger); logs is false where it does not.
-func (e *Executor) changeLog(a *lease.Assignment) (paths []string, complete, logs bool) {
-	if l, ok := e.transport(a.Transport).(changeLogger); ok {
-		return l.Changed(a.ID)
-	}
-	return nil, false, false
+// changeLog is a's transport as a changeLogger; nil if it logs nothing.
+func (e *Executor) changeLog(a *lease.Assignment) changeLogger {
+	l, _ := e.transport(a.Transport).(changeLogger)
+	return l
 }
 
 // highlightScan is how a task's work dir is scanned for its highlights,
@@ -56,7 +53,7 @@ func highlightScan(transport string) func(dir string) (archive.Manifest, error) 
 // highlightsBefore is what a's highlights are told against: a scan of its
 // work dir, or nothing where its mount logs what was changed through it.
 func (e *Executor) highlightsBefore(a *lease.Assignment) (archive.Manifest, error) {
-	if _, _, logs := e.changeLog(a); logs {
+	if e.changeLog(a) != nil {
 		return nil, nil
 	}
 	return highlightScan(a.Transport)(agentDir(a))
@@ -71,12 +68,19 @@ func (e *Executor) highlights(a *lease.Assignment, before archive.Manifest) ([]s
 		paths []string
 		err   error
 	)
-	if logged, complete, logs := e.changeLog(a); logs {
+	if l := e.changeLog(a); l != nil {
+		logged, complete, ok := l.Changed(a.ID)
+		switch {
+		case !ok:
+			// No mount of a's here (it was a previous run's): nothing
+			// to tell the agent's work by, and a scan with nothing to
+			// compare would name every file.
+			e.log.Warn("no change log of the task's mount; its result names no highlights", "delegation", a.ID)
+		case !complete:
+			e.log.Info("the task changed more files than its mount logs; its highlights name some of them", "delegation", a.ID)
+		}
 		if paths, err = loggedHighlights(agentDir(a), logged); err != nil {
 			return nil, nil, err
-		}
-		if !complete {
-			e.log.Info("the task changed more files than its mount logs; its highlights name some of them", "delegation", a.ID)
 		}
 	} else {
 		if after, err = highlightScan(a.Transport)(agentDir(a)); err != nil {
