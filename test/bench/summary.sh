@@ -52,6 +52,7 @@ BUILD=$(cat "$DIR/version" 2>/dev/null || echo unknown)
 		[ -f "$f" ] || continue
 		goaled '
 			NR == 1 || $1 == "cost" { next }
+			$1 == "mb_s" { row($2 "." mode ".mb_s", $6, ""); row($2 "." mode ".loopback_mb_s", $4, ""); next }
 			$1 ~ /^notify_/ { row($1 "." mode, $5, goal($1, mode, "value")); next }
 			{
 				w = $1 "." mode

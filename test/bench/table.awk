@@ -5,6 +5,7 @@
 # and goals (goals.tsv, read by goals.awk, which is loaded with it).
 BEGIN { split("local goloop sshfs awcp", label, " ") }
 FNR == 1 { f++ }
+/^# workloads / { for (i = 2; i <= NF; i++) if ($i ~ /^seq_mb=/) seq_mb = substr($i, 8) + 0 }
 /^#/ || NF < 2 { next }
 {
 	if (!(($1) in seen)) { seen[$1] = 1; order[++n] = $1 }
@@ -53,6 +54,22 @@ END {
 		printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", w, val[1, w], val[2, w], val[3, w], val[4, w],
 			fmt(xl), fmt(xg), fmt(sp), target > tsv
 	}
+	# The sequential workloads as throughput, which is how a large file's
+	# speed is usually told.
+	for (i = 1; i <= n && seq_mb > 0; i++) {
+		w = order[i]
+		if (w != "seq_read" && w != "seq_write") continue
+		printf "\n%-26s", w " (MB/s)"
+		line = "mb_s\t" w
+		for (k = 1; k <= 4; k++) {
+			t = num(val[k, w])
+			v = (t > 0) ? sprintf("%.0f", seq_mb * 1.048576 / t) : "-"
+			printf " %9s", v
+			line = line "\t" v
+		}
+		print line > tsv
+	}
+	printf "\n"
 	printf "\nx local / x goloop: awcp's slowdown against them (higher is worse); vs sshfs: awcp's speed-up (higher is better).\n"
 	printf "medians of %d interleaved round(s); targets missed: %d\n", rounds, misses
 	printf "awcp cost over the awcp runs: delegator (awcp-ctl serve: SSH/SFTP server) %.1f s CPU, peak RSS %.1f MiB;",

@@ -17,7 +17,8 @@ set -uo pipefail
 
 if [ "${1:-}" = -m ]; then
 	shift
-	awk '/^#/ || NF < 2 { next }
+	awk '/^# workloads / { if (!hdr++) print; next } # the settings, once
+	     /^#/ || NF < 2 { next }
 	     !($1 in seen) { seen[$1] = 1; order[++n] = $1 }
 	     $2 == "FAIL" { bad[$1]++; next }
 	     { vals[$1] = vals[$1] " " $2 }
@@ -138,7 +139,7 @@ fio_iops() {
 			--ioengine=psync --time_based --runtime="$FIO_SECONDS" --minimal 2>>"$LOG" | awk -F';' -v f="$field" '{ print $f }'
 }
 
-echo "# workloads dir=$TARGET warm=$WARM fio=$FIO date=$(date -u +%FT%TZ)"
+echo "# workloads dir=$TARGET warm=$WARM fio=$FIO seq_mb=$SEQ_MB date=$(date -u +%FT%TZ)"
 run seq_write seq_write
 drop
 run seq_read seq_read
