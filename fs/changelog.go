@@ -3,6 +3,7 @@ package fs
 import (
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // changeLog is what was changed through the mount: the paths of the files
@@ -64,9 +65,11 @@ func (m *Mount) Changed() (paths []string, complete bool) {
 }
 
 // logChange logs n's path, unless n was logged under its present name
-// already: the check a write makes is one atomic load.
+// already (the check a write makes is one atomic load), or n is a
+// directory: a directory touched or chmodded is no change of the files in
+// it, which its reader would take it for.
 func (n *node) logChange() {
-	if n.logged.Load() {
+	if n.logged.Load() || n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR {
 		return
 	}
 	n.logged.Store(true)

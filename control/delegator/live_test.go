@@ -183,8 +183,9 @@ ln -s a.txt link
 ln keep.txt hard
 mkdir sub other; echo x > sub/f; echo y > other/f
 rm -r sub; ln -s other sub
+chmod 700 same; touch same
 echo ok`)
-	for name, body := range map[string]string{"keep.txt": "k", "mode.txt": "m", "touch.txt": "t", "owner.txt": "o", "old/x.txt": "x", "old/y.txt": "y"} {
+	for name, body := range map[string]string{"keep.txt": "k", "mode.txt": "m", "touch.txt": "t", "owner.txt": "o", "old/x.txt": "x", "old/y.txt": "y", "same/z.txt": "z"} {
 		os.MkdirAll(filepath.Dir(filepath.Join(f.dir, name)), 0o755)
 		if err := os.WriteFile(filepath.Join(f.dir, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
