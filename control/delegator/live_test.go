@@ -168,8 +168,9 @@ func TestLiveDelegationCompletesAndRevokes(t *testing.T) {
 // The highlights of a live mount's task come from what the mount logged,
 // not from a walk of the tree before and after: they name each kind of
 // change the agent made, the files of a directory it renamed, and nothing
-// the owner changed meanwhile, nor a path that would reach a file only
-// through a symlink the agent put where a directory was.
+// the owner changed meanwhile, nor the files of a directory it only
+// chmodded and touched, nor a path that would reach a file only through a
+// symlink the agent put where a directory was.
 func TestLiveHighlightsAreWhatTheAgentChanged(t *testing.T) {
 	f := newLiveFixture(t, `set -e
 while [ ! -e ready ]; do sleep 0.02; done
