@@ -77,6 +77,7 @@ bench-quick: build
 	# Every Go benchmark once: one that no longer runs fails here.
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./archive/ ./lease/ ./sshd/ ./control/... ./fs/ ./internal/sandbox/ ./internal/stage/
 	BIN=$(BIN) BENCH_ROUNDS=3 BENCH_WARM=0 BENCH_DBENCH=0 WORKLOADS_QUICK=1 bash test/bench/fs.sh
+	BIN=$(BIN) BENCH_ROUNDS=1 WORKLOADS_QUICK=1 bash test/bench/staged.sh
 	BIN=$(BIN) BENCH_BASE=none OPS_N=500 OPS_ROUNDS=3 bash test/bench/ops.sh
 	BIN=$(BIN) SCALE_DIRS=3000 SCALE_WIDE=5000 bash test/bench/scale.sh
 	$(GO) run ./test/bench/control -bin $(BIN) -n 10 -archive-mb 0 -flood-reads 0 -trickle-clients 0 -many 3 -attempts 3

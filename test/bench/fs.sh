@@ -224,6 +224,13 @@ for mode in "${MODES[@]}"; do
 		"$B/results/local.$mode.txt" "$B/results/goloop.$mode.txt" "$B/results/sshfs.$mode.txt" "$B/results/awcp.$mode.txt"
 done
 cp "$B"/results/*.txt "$OUT/" 2>/dev/null || true
+# A workload that failed is a benchmark that no longer runs: said, and
+# make bench fails.
+if grep -l ' FAIL$' "$B"/results/*.txt >&2; then
+	echo "bench: a workload failed on the targets above; what it said:" >&2
+	tail -20 "$WORKLOADS_CACHE/workloads.log" >&2
+	exit 1
+fi
 
 # A file-server workload nobody here wrote: dbench's NetBench load (a
 # Windows file server's clients: creates, finds, renames, statfs, flushes)
