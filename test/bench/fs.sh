@@ -226,7 +226,7 @@ done
 cp "$B"/results/*.txt "$OUT/" 2>/dev/null || true
 # A workload that failed in every round is a benchmark that no longer
 # runs: said, and make bench fails.
-failed=$(grep -l ' FAIL$' "$B"/results/*.cold.txt "$B"/results/*.warm.txt 2>/dev/null)
+failed=$(grep -l ' FAIL$' "$B"/results/*.cold.txt "$B"/results/*.warm.txt 2>/dev/null || true)
 if [ -n "$failed" ]; then
 	echo "bench: a workload failed in every round, in $(echo $failed | xargs -n1 basename | tr '\n' ' '); what it said:" >&2
 	tail -20 "$WORKLOADS_CACHE/workloads.log" >&2
