@@ -52,7 +52,41 @@ func TestMain(m *testing.M) {
 		}
 		binDir = tmp
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if left := daemonsLeft(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "e2e: daemons of the tests still run after them (a test let one go):\n  %s\n", strings.Join(left, "\n  "))
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// daemonsLeft lists the `awcp-ctl serve` and `awcp-fs serve` processes of
+// this run's binaries whose state dir is a test's: each test ends its
+// own, and one left running holds ports, mounts and namespaces after its
+// test is gone. They are named, not killed: another run may own them.
+func daemonsLeft() []string {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var left []string
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) < 2 || args[1] != "serve" ||
+			(args[0] != filepath.Join(binDir, "awcp-ctl") && args[0] != filepath.Join(binDir, "awcp-fs")) {
+			continue
+		}
+		for i, a := range args {
+			if a == "--state-dir" && i+1 < len(args) && strings.HasPrefix(args[i+1], filepath.Join(os.TempDir(), "Test")) {
+				left = append(left, filepath.Base(filepath.Dir(p))+": "+strings.Join(args, " "))
+				break
+			}
+		}
+	}
+	return left
 }
 
 // executor is a running `awcp-fs serve`.
@@ -345,7 +379,7 @@ func (c *ctl) serve(args ...string) (log *strings.Builder, stop func()) {
 }
 
 // stopDaemon ends an `awcp-ctl serve` a background export started.
-func (c *ctl) stopDaemon() { c.signalDaemon(syscall.SIGTERM) }
+func (c *ctl) stopDaemon() { endDaemons(c.state) }
 
 // stopDaemonHard kills the daemon as a crash would.
 func (c *ctl) stopDaemonHard() {
@@ -354,8 +388,28 @@ func (c *ctl) stopDaemonHard() {
 	}
 }
 
-func (c *ctl) signalDaemon(sig syscall.Signal) int {
-	out, _ := exec.Command("pgrep", "-f", "awcp-ctl serve --state-dir "+c.state).Output()
+func (c *ctl) signalDaemon(sig syscall.Signal) int { return signalDaemons(c.state, sig) }
+
+// endDaemons ends the `awcp-ctl serve` of state dir state, if one runs
+// (a background export starts it detached, so nothing else waits for it),
+// and waits until it has: a daemon outliving its test kept running with
+// its state dir removed beneath it. SIGTERM, then SIGKILL after 10 s.
+func endDaemons(state string) {
+	if signalDaemons(state, syscall.SIGTERM) == 0 {
+		return
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if signalDaemons(state, 0) == 0 {
+			return
+		}
+	}
+	signalDaemons(state, syscall.SIGKILL)
+}
+
+// signalDaemons sends sig to each `awcp-ctl serve` of state dir state and
+// returns how many there were.
+func signalDaemons(state string, sig syscall.Signal) int {
+	out, _ := exec.Command("pgrep", "-f", "awcp-ctl serve --state-dir "+state).Output()
 	n := 0
 	for _, f := range strings.Fields(string(out)) {
 		if pid, err := strconv.Atoi(f); err == nil {

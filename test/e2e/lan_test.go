@@ -103,6 +103,9 @@ func (l *lan) add(name string, i int) *node {
 	l.ip("-n", n.ns, "addr", "add", n.ip+"/24", "dev", veth)
 	l.ip("-n", n.ns, "route", "add", "224.0.0.0/4", "dev", veth)
 	l.nodes[name] = n
+	// Before the namespaces go (cleanups run last first): a background
+	// export in n starts a daemon of its own there.
+	l.t.Cleanup(func() { endDaemons(n.state) })
 	return n
 }
 
