@@ -9,7 +9,6 @@ package benchd
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -30,22 +29,23 @@ type Daemons struct {
 }
 
 // Start runs awcp-fs serve (whose agent is agentCmd) with fsExtra flags
-// and awcp-ctl serve with ctlExtra, their state in dir.
+// and awcp-ctl serve with ctlExtra, their state in dir. Each daemon logs
+// to dir/awcp-fs.log and dir/awcp-ctl.log.
 func Start(bin, dir, agentCmd string, fsExtra, ctlExtra []string) (*Daemons, error) {
 	d := &Daemons{Bin: bin, State: filepath.Join(dir, "ctl")}
 	d.Exe = exec.Command(filepath.Join(bin, "awcp-fs"), append([]string{"serve", "--state-dir", filepath.Join(dir, "exec"),
 		"--work-root", filepath.Join(dir, "work"), "--listen", "127.0.0.1:0", "--agent-cmd", agentCmd}, fsExtra...)...)
-	out, err := d.Exe.StdoutPipe()
+	out, err := d.Exe.StdoutPipe() // one line: where it listens
 	if err != nil {
 		return nil, err
 	}
-	if err := d.Exe.Start(); err != nil {
+	if err := startLogged(d.Exe, filepath.Join(dir, "awcp-fs.log")); err != nil {
 		return nil, err
 	}
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		d.Stop()
-		return nil, fmt.Errorf("awcp-fs did not start: %w", err)
+		return nil, fmt.Errorf("awcp-fs did not start (see %s): %w", filepath.Join(dir, "awcp-fs.log"), err)
 	}
 	_, d.Peer, _ = strings.Cut(strings.TrimSpace(line), "listening on ")
 	d.Peer, _, _ = strings.Cut(d.Peer, ",") // then its identity
@@ -57,10 +57,22 @@ func Start(bin, dir, agentCmd string, fsExtra, ctlExtra []string) (*Daemons, err
 		}
 		d.Key, _, _ = strings.Cut(string(key), "\n")
 	}
-
-	d.Ctl = exec.Command(filepath.Join(bin, "awcp-ctl"), append([]string{"serve", "--state-dir", d.State, "--ssh-listen", "127.0.0.1:0"}, ctlExtra...)...)
-	if err := d.Ctl.Start(); err != nil {
+	ctl, err := StartCtl(bin, dir, ctlExtra)
+	if err != nil {
 		d.Stop()
+		return nil, err
+	}
+	d.Ctl = ctl.Ctl
+	return d, nil
+}
+
+// StartCtl runs awcp-ctl serve alone with extra flags, its state in
+// dir/ctl, logging to dir/awcp-ctl.log, and waits until it answers.
+func StartCtl(bin, dir string, extra []string) (*Daemons, error) {
+	d := &Daemons{Bin: bin, State: filepath.Join(dir, "ctl")}
+	d.Ctl = exec.Command(filepath.Join(bin, "awcp-ctl"), append([]string{"serve", "--state-dir", d.State, "--ssh-listen", "127.0.0.1:0"}, extra...)...)
+	log := filepath.Join(dir, "awcp-ctl.log")
+	if err := startLogged(d.Ctl, log); err != nil {
 		return nil, err
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -69,9 +81,24 @@ func Start(bin, dir, agentCmd string, fsExtra, ctlExtra []string) (*Daemons, err
 		}
 		if time.Now().After(deadline) {
 			d.Stop()
-			return nil, errors.New("awcp-ctl serve did not start")
+			return nil, fmt.Errorf("awcp-ctl serve did not start (see %s)", log)
 		}
 	}
+}
+
+// startLogged starts c with its stderr (its log) in the file log: what a
+// bench that fails points to.
+func startLogged(c *exec.Cmd, log string) error {
+	if err := os.MkdirAll(filepath.Dir(log), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(log)
+	if err != nil {
+		return err
+	}
+	defer f.Close() // the child has its own descriptor
+	c.Stderr = f
+	return c.Start()
 }
 
 // PeerArgs are the flags of an export to the executor.

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -45,21 +44,12 @@ func flood(bin, dir string, reads int) error {
 		return err
 	}
 	defer stopExec()
-	state := filepath.Join(dir, "ctl")
-	ctl := exec.Command(filepath.Join(bin, "awcp-ctl"), "serve", "--state-dir", state, "--ssh-listen", "127.0.0.1:0")
-	if err := ctl.Start(); err != nil {
+	ctl, err := benchd.StartCtl(bin, dir, nil)
+	if err != nil {
 		return err
 	}
-	d := &daemons{&benchd.Daemons{Bin: bin, State: state, Ctl: ctl}}
+	d := &daemons{ctl}
 	defer d.Stop()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(filepath.Join(state, "ctl.sock")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return errors.New("awcp-ctl serve did not start")
-		}
-	}
 	idb, err := d.Run("export", ws, "--peer", peer, "--plain-http", "--transport", "sshfs", "--background", "--prompt", "flood") // the executor in this process serves plain HTTP
 	if err != nil {
 		return err
@@ -74,7 +64,7 @@ func flood(bin, dir string, reads int) error {
 	// Twice, on a fresh connection each: the second shows whether what
 	// the first left in the process (pages the Go runtime keeps for
 	// reuse) is reused or added to.
-	pid := ctl.Process.Pid
+	pid := d.Ctl.Process.Pid
 	before := procStat(pid).rss
 	fmt.Printf("flood, %d pipelined READs of 1 MiB never read, on awcp-ctl serve (RSS %d MiB before):", reads, before>>20)
 	var growth int64

@@ -156,7 +156,7 @@ func start(name, bin string) (*delegation, error) {
 		d.mnt = strings.TrimSpace(string(b))
 		return d.mnt != ""
 	}); err != nil {
-		return d, fmt.Errorf("the delegation did not start: %w", err)
+		return d, fmt.Errorf("the delegation did not start: %w (the daemons' logs are in %s)", err, dir)
 	}
 	// Idle CPU: timers, keep-alives, the watch.
 	time.Sleep(time.Second)
