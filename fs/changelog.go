@@ -19,13 +19,18 @@ import (
 type changeLog struct {
 	mu    sync.Mutex
 	paths map[string]struct{}
+	bytes int  // the names' length, all told
 	full  bool // a path was left out for want of room
 }
 
-// maxLogged bounds the log's memory. A task that changes more files
-// than that (an npm install in the workspace) is reported by the first
-// maxLogged.
-const maxLogged = 10000
+// maxLogged and maxLoggedBytes bound the log's memory: a path may be
+// 4 KiB long, and ten thousand of those would be 40 MiB a mount. A task
+// that changes more files than that (an npm install in the workspace) is
+// reported by the first ones.
+const (
+	maxLogged      = 10000
+	maxLoggedBytes = 4 << 20
+)
 
 // add logs remote path p (rooted at the mount's root).
 func (l *changeLog) add(p string) {
@@ -38,7 +43,7 @@ func (l *changeLog) add(p string) {
 	if _, ok := l.paths[p]; ok {
 		return
 	}
-	if len(l.paths) >= maxLogged {
+	if len(l.paths) >= maxLogged || l.bytes+len(p) > maxLoggedBytes {
 		l.full = true
 		return
 	}
@@ -46,6 +51,7 @@ func (l *changeLog) add(p string) {
 		l.paths = map[string]struct{}{}
 	}
 	l.paths[p] = struct{}{}
+	l.bytes += len(p)
 }
 
 // Changed returns the paths created or changed through the mount, relative

@@ -2,6 +2,8 @@ package fs
 
 import (
 	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -33,4 +35,37 @@ func TestChangeLogIsBoundedAndSaysSo(t *testing.T) {
 			t.Fatal("a path past the bound was kept")
 		}
 	}
+}
+
+// Long names fill the log by their bytes before their count.
+func TestChangeLogIsBoundedInBytes(t *testing.T) {
+	var l changeLog
+	long := strings.Repeat("n", 4000)
+	for i := range maxLogged {
+		l.add(fmt.Sprintf("/%s/%d", long, i))
+	}
+	if !l.full || l.bytes > maxLoggedBytes || len(l.paths) >= maxLogged {
+		t.Fatalf("%d paths of %d bytes in all, full %v; want at most %d bytes", len(l.paths), l.bytes, l.full, maxLoggedBytes)
+	}
+}
+
+// BenchmarkChangeLogHeld: what a mount's change log holds at its bound,
+// the worst case (names of 4 KiB): make bench's figure for maxLoggedBytes.
+func BenchmarkChangeLogHeld(b *testing.B) {
+	long := strings.Repeat("n", 4000)
+	var held uint64
+	for range b.N {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		l := &changeLog{}
+		for i := range 2 * maxLogged {
+			l.add(fmt.Sprintf("/%s/%d", long, i))
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		held = after.HeapAlloc - min(before.HeapAlloc, after.HeapAlloc)
+		runtime.KeepAlive(l)
+	}
+	b.ReportMetric(float64(held)/(1<<20), "MiB-held")
 }

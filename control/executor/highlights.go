@@ -15,11 +15,26 @@ import (
 	"github.com/awcp/awcp/lease"
 )
 
-// maxHighlights bounds the files a done event names: a list is for a
-// person (or a model) to read, and a task that made a hundred thousand
-// files (a dependency install) would otherwise fill the event to its
-// bound. The rest are left out.
-const maxHighlights = 10000
+// maxHighlights and maxHighlightBytes bound the files a done event
+// names: a list is for a person (or a model) to read, and a task that made
+// a hundred thousand files (a dependency install), or ten thousand of long
+// names, would otherwise fill the event past its bound
+// (control.MaxEventBytes). The rest are left out.
+const (
+	maxHighlights     = 10000
+	maxHighlightBytes = 4 << 20
+)
+
+// capped is paths cut to maxHighlights names and maxHighlightBytes.
+func capped(paths []string) []string {
+	size := 0
+	for i, p := range paths {
+		if size += len(p); i == maxHighlights || size > maxHighlightBytes {
+			return paths[:i]
+		}
+	}
+	return paths
+}
 
 // changeLogger is a transport whose mounts log what was changed through
 // them (SSHFSExecutor): a task's highlights are then read from the log
@@ -88,10 +103,7 @@ func (e *Executor) highlights(a *lease.Assignment, before archive.Manifest) ([]s
 		}
 		paths = archive.Changed(before, after)
 	}
-	if len(paths) > maxHighlights {
-		paths = paths[:maxHighlights]
-	}
-	return paths, after, nil
+	return capped(paths), after, nil
 }
 
 // loggedHighlights turns a mount's change log into a task's highlights:
@@ -109,19 +121,20 @@ func loggedHighlights(dir string, logged []string) ([]string, error) {
 	defer unix.Close(root)
 	slices.SortFunc(logged, archive.ComparePaths)
 	var (
-		mu  sync.Mutex // guards out and seen: a directory's walk reads side by side
-		out []string
+		mu   sync.Mutex // guards out, size and seen: a directory's walk reads side by side
+		out  []string
+		size int
 	)
 	seen := map[string]bool{}
 	add := func(p string) bool {
 		mu.Lock()
 		defer mu.Unlock()
-		if len(out) >= maxHighlights {
+		if len(out) >= maxHighlights || size+len(p) > maxHighlightBytes {
 			return false
 		}
 		if !seen[p] {
 			seen[p] = true
-			out = append(out, p)
+			out, size = append(out, p), size+len(p)
 		}
 		return true
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -54,5 +55,30 @@ func TestLoggedHighlightsAreBoundedAndStayBeneath(t *testing.T) {
 		if p == "big/deeper" || p == "big" {
 			t.Fatalf("a directory named: %q", p)
 		}
+	}
+}
+
+// The cut list is within both bounds, and no shorter than they make it.
+func TestCappedHighlights(t *testing.T) {
+	var many, long []string
+	for i := range maxHighlights + 10 {
+		many = append(many, fmt.Sprint("f", i))
+	}
+	for i := range 2000 {
+		long = append(long, fmt.Sprintf("%04d%s", i, strings.Repeat("n", 4000)))
+	}
+	if got := capped(many); len(got) != maxHighlights {
+		t.Errorf("%d names kept of %d, want %d", len(got), len(many), maxHighlights)
+	}
+	got := capped(long)
+	size := 0
+	for _, p := range got {
+		size += len(p)
+	}
+	if size > maxHighlightBytes || size+len(long[len(got)]) <= maxHighlightBytes {
+		t.Errorf("%d names of %d bytes in all kept, want as many as fit in %d", len(got), size, maxHighlightBytes)
+	}
+	if few := many[:3]; !slices.Equal(capped(few), few) {
+		t.Errorf("a short list was cut: %v", capped(few))
 	}
 }
