@@ -51,8 +51,7 @@ func admitWalk(phys string, hidden *wire.Matcher, lim AdmissionLimits) (st Works
 			}
 			st.Repos = append(st.Repos, repo)
 		}
-		if c.largestName != "" && (largestName == "" || c.largest > largest ||
-			(c.largest == largest && archive.ComparePaths(c.largestName, largestName) < 0)) {
+		if c.largestName != "" && larger(c.largest, c.largestName, largest, largestName) {
 			largest, largestName = c.largest, c.largestName
 		}
 		if st.Files > lim.MaxFileCount || st.Bytes > lim.MaxTotalBytes {
@@ -66,6 +65,14 @@ func admitWalk(phys string, hidden *wire.Matcher, lim AdmissionLimits) (st Works
 	slices.SortFunc(st.Hidden, archive.ComparePaths)
 	st.Hidden = st.Hidden[:min(len(st.Hidden), maxHiddenListed)]
 	return st, largestName, largest, err
+}
+
+// larger reports whether file name of size comes before the largest so
+// far (thanSize, thanName; "" if none): larger, or as large and first in
+// a walk's order, so that the file named does not depend on which
+// goroutine met it.
+func larger(size int64, name string, thanSize int64, thanName string) bool {
+	return thanName == "" || size > thanSize || (size == thanSize && archive.ComparePaths(name, thanName) < 0)
 }
 
 // dirCount is what one directory holds.
@@ -107,7 +114,7 @@ func (c *dirCount) count(root, dir string, fd int, ents []os.DirEntry, hidden *w
 			return &os.PathError{Op: "lstat", Path: filepath.Join(root, dir, e.Name()), Err: err}
 		}
 		c.bytes += st.Size
-		if c.largestName == "" || st.Size > c.largest || (st.Size == c.largest && archive.ComparePaths(rel, c.largestName) < 0) {
+		if larger(st.Size, rel, c.largest, c.largestName) {
 			c.largest, c.largestName = st.Size, rel
 		}
 	}

@@ -38,14 +38,12 @@ func main() {
 		os.Exit(1)
 	}
 	root := &fs.LoopbackRoot{Path: flag.Arg(1), Dev: uint64(st.Dev)}
+	var rootNode fs.InodeEmbedder = &fs.LoopbackNode{RootData: root}
 	if !*passthrough {
 		root.NewNode = func(r *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
 			return &userNode{fs.LoopbackNode{RootData: r}}
 		}
-	}
-	var rootNode fs.InodeEmbedder = &fs.LoopbackNode{RootData: root}
-	if !*passthrough {
-		rootNode = &userNode{fs.LoopbackNode{RootData: root}}
+		rootNode = root.NewNode(root, nil, "", &st)
 	}
 	root.RootNode = rootNode
 	// Entries and attributes kept 1 s, as the awcp mount keeps them by
