@@ -145,14 +145,12 @@ PY
 )
 CTL_RSS=$(awk '/^VmRSS/ { printf "%d", $2 / 1024 }' "/proc/${pids[2]}/status")
 
-# The agent's end to the delegation's: the agent writes a file and exits.
-state() { "$BIN/awcp-ctl" --state-dir "$B/ctl" status "$AWCP_ID" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["state"])'; }
+# The agent's end to the delegation's: the agent writes a file and exits;
+# `output --block` returns as the delegation ends (0: completed).
 t0=$(now)
 touch "$B/run/finish"
-until [ "$(state)" = completed ]; do
-	[ "$(awk -v a="$t0" -v b="$(now)" 'BEGIN { print (b - a > 120) }')" = 0 ] || { echo "bench: the delegation did not end" >&2; cat "$B/run/"*.log >&2; exit 1; }
-	sleep 0.02
-done
+"$BIN/awcp-ctl" --state-dir "$B/ctl" output "$AWCP_ID" --block --timeout 2m >/dev/null ||
+	{ echo "bench: the delegation did not complete" >&2; cat "$B/run/"*.log >&2; exit 1; }
 DONE=$(since "$t0")
 [ "$(cat "$B/src/result.txt")" = made ] || { echo "bench: the agent's file is not in the tree" >&2; exit 1; }
 AWCP_ID="" # ended: nothing to cancel

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,7 +30,7 @@ func attempts(bin, dir string, n int) error {
 	for i := range 100 {
 		os.WriteFile(filepath.Join(ws, fmt.Sprintf("f%03d.txt", i)), []byte("content\n"), 0o644)
 	}
-	peer := "http://" + d.Peer[len("https://"):]
+	peer := strings.Replace(d.Peer, "https://", "http://", 1)
 	if _, err := d.Run("status"); err != nil { // the daemon answers
 		return err
 	}
