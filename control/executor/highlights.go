@@ -74,36 +74,30 @@ func (e *Executor) highlightsBefore(a *lease.Assignment) (archive.Manifest, erro
 	return highlightScan(a.Transport)(agentDir(a))
 }
 
-// highlights is what a's task created or changed, at most maxHighlights,
-// and the scan after the task it was told from (nil where it was the
-// mount's log).
+// highlights is what a's task created or changed (capped), and the scan
+// after the task it was told from (nil where it was the mount's log).
 func (e *Executor) highlights(a *lease.Assignment, before archive.Manifest) ([]string, archive.Manifest, error) {
-	var (
-		after archive.Manifest
-		paths []string
-		err   error
-	)
-	if l := e.changeLog(a); l != nil {
-		logged, complete, ok := l.Changed(a.ID)
-		switch {
-		case !ok:
-			// No mount of a's here (it was a previous run's): nothing
-			// to tell the agent's work by, and a scan with nothing to
-			// compare would name every file.
-			e.log.Warn("no change log of the task's mount; its result names no highlights", "delegation", a.ID)
-		case !complete:
-			e.log.Info("the task changed more files than its mount logs; its highlights name some of them", "delegation", a.ID)
-		}
-		if paths, err = loggedHighlights(agentDir(a), logged); err != nil {
+	l := e.changeLog(a)
+	if l == nil {
+		after, err := highlightScan(a.Transport)(agentDir(a))
+		if err != nil {
 			return nil, nil, err
 		}
-	} else {
-		if after, err = highlightScan(a.Transport)(agentDir(a)); err != nil {
-			return nil, nil, err
-		}
-		paths = archive.Changed(before, after)
+		return capped(archive.Changed(before, after)), after, nil
 	}
-	return capped(paths), after, nil
+	logged, complete, ok := l.Changed(a.ID)
+	if !ok {
+		// No mount of a's here (it was a previous run's): nothing to
+		// tell the agent's work by, nor a work dir to read, and a scan
+		// with nothing to compare would name every file.
+		e.log.Warn("no change log of the task's mount; its result names no highlights", "delegation", a.ID)
+		return nil, nil, nil
+	}
+	if !complete {
+		e.log.Info("the task changed more files than its mount logs; its highlights name some of them", "delegation", a.ID)
+	}
+	paths, err := loggedHighlights(agentDir(a), logged)
+	return capped(paths), nil, err
 }
 
 // loggedHighlights turns a mount's change log into a task's highlights:
