@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control/delegator"
-	"github.com/awcp/awcp/internal/sandbox"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -45,7 +43,7 @@ func exportAttempts(ctx context.Context, c *cli.Context, e *env, base delegator.
 	if err != nil {
 		return err
 	}
-	return printCompare(c, dlg, base.Group, "", 0)
+	return printCompare(c, dlg, base.Group, nil)
 }
 
 // runGroup hands reqs, named by names, to the daemon as group, saying
@@ -108,8 +106,10 @@ func compareCommand(ctx context.Context) *cli.Command {
 		Usage:     "show the attempts of a group side by side: state, summary, files and lines changed, time; --check runs a command on each",
 		ArgsUsage: "GROUP",
 		Flags: append(clikit.CommonFlags(),
-			&cli.StringFlag{Name: "check", Usage: "a command (sh -c) run on each attempt's result — a copy of your directory with its changes, confined as an executor's agent is — that passes or fails it (your tests, say)"},
+			&cli.StringFlag{Name: "check", Usage: "a command (sh -c) that passes or fails each attempt's result (your tests, say); it runs the executor's code, so it runs as an executor's agent does: on a copy of what was lent with the attempt's changes, in a sandbox with no network, none of your environment and nothing else of your machine"},
 			clikit.DurationFlag("check-timeout", 10*time.Minute, "how long each check may run"),
+			&cli.StringSliceFlag{Name: "check-env", Usage: "a variable of your environment the check is given (repeatable); it gets only PATH, LANG and a HOME of its own otherwise"},
+			clikit.BytesFlag("check-memory", 4<<30, "how much memory each process of a check may use (its data)"),
 			&cli.BoolFlag{Name: "json", Usage: "print the comparison as JSON"},
 		),
 		Action: func(c *cli.Context) error {
@@ -135,24 +135,29 @@ func compareCommand(ctx context.Context) *cli.Command {
 			if err != nil {
 				return err
 			}
-			return printCompare(c, dlg, group, c.String("check"), clikit.Duration(c, "check-timeout"))
+			var check *delegator.CheckOptions
+			if c.String("check") != "" {
+				check = &delegator.CheckOptions{Command: c.String("check"), Timeout: clikit.Duration(c, "check-timeout"),
+					Env: c.StringSlice("check-env"), MaxMemory: uint64(clikit.Bytes(c, "check-memory"))}
+			}
+			return printCompare(c, dlg, group, check)
 		},
 	}
 }
 
 // printCompare prints group's attempts, checked with check if given.
-func printCompare(c *cli.Context, dlg *delegator.Delegator, group, check string, timeout time.Duration) error {
+func printCompare(c *cli.Context, dlg *delegator.Delegator, group string, check *delegator.CheckOptions) error {
 	attempts, err := dlg.CompareGroup(group)
 	if err != nil {
 		return err
 	}
-	if check != "" {
+	if check != nil {
 		for i := range attempts {
 			a := &attempts[i]
 			if a.Result != "" {
 				continue // nothing to check
 			}
-			a.Check, err = dlg.CheckAttempt(c.Context, a.ID, check, timeout, confineCheck)
+			a.Check, err = dlg.CheckAttempt(c.Context, a.ID, *check)
 			if err != nil {
 				return fmt.Errorf("check %s: %w", a.ID, err)
 			}
@@ -165,7 +170,7 @@ func printCompare(c *cli.Context, dlg *delegator.Delegator, group, check string,
 	fmt.Fprintf(w, "attempts group %s\n", group)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	head := "ID\tEXECUTOR\tSTATE\tFILES\tLINES\tTOOK"
-	if check != "" {
+	if check != nil {
 		head += "\tCHECK"
 	}
 	fmt.Fprintln(tw, head+"\tSUMMARY")
@@ -175,7 +180,7 @@ func printCompare(c *cli.Context, dlg *delegator.Delegator, group, check string,
 			files, lines = "-", "-"
 		}
 		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", a.ID, clikit.Printable(a.Executor), a.State, files, lines, a.Took)
-		if check != "" {
+		if check != nil {
 			verdict := "-"
 			if a.Check != nil {
 				verdict = "pass"
@@ -194,38 +199,6 @@ func printCompare(c *cli.Context, dlg *delegator.Delegator, group, check string,
 	tw.Flush()
 	fmt.Fprintf(w, "apply one: awcp-ctl apply ID (the others are discarded; --keep keeps them); diff one: awcp-ctl diff ID\n")
 	return nil
-}
-
-// checkUID is the uid a check command runs as, where the sandbox gives
-// it a user of its own: below the uids an executor on this machine gives
-// its agents (control/executor's AgentUIDBase and its probe's, one less).
-const checkUID = 1_999_999_998
-
-// confineCheck confines a check command as an executor confines its
-// agent: Landlock, and where this runs as root a root and a user of its
-// own; it writes in dir (the copy and its temporary files) only.
-func confineCheck(cmd *exec.Cmd, dir string) error {
-	if sandbox.ABI() == 0 {
-		return nil // no Landlock here: the check runs as the owner's command
-	}
-	tmp := filepath.Join(dir, "tmp")
-	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		return err
-	}
-	p := sandbox.Policy{RW: []string{dir}, RO: slices.Clone(sandbox.System), Devices: sandbox.Devices, Isolated: sandbox.CanIsolate()}
-	cmd.Env = append(cmd.Env, "TMPDIR="+tmp, "HOME="+tmp, "XDG_CACHE_HOME="+filepath.Join(tmp, "cache"))
-	if p.Isolated {
-		p.User = &sandbox.User{UID: checkUID, GID: checkUID, Home: tmp}
-		if err := filepath.Walk(dir, func(path string, _ os.FileInfo, err error) error {
-			if err != nil {
-				return err
-			}
-			return os.Lchown(path, checkUID, checkUID)
-		}); err != nil {
-			return err
-		}
-	}
-	return p.Wrap(cmd)
 }
 
 // exportScopes splits base's task among executors by scope: each of

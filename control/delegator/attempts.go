@@ -1,17 +1,10 @@
 package delegator
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"io"
-	"io/fs"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -22,9 +15,9 @@ import (
 
 // Attempts: one task lent to several executors at once, each delegation
 // staged (the owner's tree untouched), a group by name. They are compared
-// side by side (CompareGroup), checked by the owner's command on a copy of
-// the tree with each one's changes (CheckAttempt), and one is applied, the
-// others discarded (DiscardAttemptsBut).
+// side by side (CompareGroup), checked by the owner's command on a copy
+// of the lent view with each one's changes (CheckAttempt, check.go), and
+// one is applied, the others discarded (DiscardAttemptsBut).
 
 // GroupPrefix starts every group's name.
 const GroupPrefix = "grp-"
@@ -124,56 +117,6 @@ func resultWhy(err error) string {
 	return err.Error()
 }
 
-// CheckAttempt runs the owner's check command on attempt id's result: in
-// a scratch copy of the lent directory, the attempt's changes applied,
-// through confine (the same kind of sandbox the executor's agents run
-// in: what it runs is the executor's code). The copy is removed after.
-func (d *Delegator) CheckAttempt(ctx context.Context, id, command string, timeout time.Duration, confine func(cmd *exec.Cmd, dir string) error) (*Check, error) {
-	r, del, err := d.OpenResult(id, "")
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	scratch, err := os.MkdirTemp("", "awcp-check-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(scratch)
-	tree := filepath.Join(scratch, "tree")
-	if err := copyTree(del.LocalDir, tree); err != nil {
-		return nil, fmt.Errorf("copy %s for the check: %w", del.LocalDir, err)
-	}
-	if _, err := r.Apply(tree, ".awcp-check", false); err != nil {
-		return nil, fmt.Errorf("apply the attempt to the copy: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
-	cmd.Dir = tree
-	cmd.Env = append(os.Environ(), "AWCP_ATTEMPT="+id)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.WaitDelay = 2 * time.Second
-	if confine != nil {
-		if err := confine(cmd, scratch); err != nil {
-			return nil, err
-		}
-	}
-	err = cmd.Run()
-	c := &Check{Passed: err == nil, Output: lastLines(out.String(), 5)}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		c.Exit = ee.ExitCode()
-	case ctx.Err() != nil:
-		c.Exit, c.Output = -1, fmt.Sprintf("timed out after %s", timeout)
-	default:
-		return nil, fmt.Errorf("run the check: %w", err)
-	}
-	return c, nil
-}
-
 // DiscardAttemptsBut discards the staged results of keep's group but
 // keep's own; it returns those it discarded.
 func (d *Delegator) DiscardAttemptsBut(keep string) ([]string, error) {
@@ -202,48 +145,6 @@ func (d *Delegator) DiscardAttemptsBut(keep string) ([]string, error) {
 		gone = append(gone, m.ID)
 	}
 	return gone, nil
-}
-
-// copyTree copies the directory src to dst: directories, regular files
-// and symlinks, with their modes; other files are left out.
-func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		to := filepath.Join(dst, rel)
-		info, err := e.Info()
-		if err != nil {
-			return err
-		}
-		switch {
-		case e.IsDir():
-			return os.MkdirAll(to, info.Mode().Perm()|0o700)
-		case e.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(target, to)
-		case e.Type().IsRegular():
-			in, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			defer in.Close()
-			out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, info.Mode().Perm())
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(out, in)
-			if cerr := out.Close(); err == nil {
-				err = cerr
-			}
-			return err
-		}
-		return nil
-	})
 }
 
 // lastLines is s's last n lines.

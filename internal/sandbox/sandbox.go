@@ -77,6 +77,18 @@ type Policy struct {
 	// PID and IPC namespaces of its own. It needs CAP_SYS_ADMIN (the
 	// executor running as root).
 	Isolated bool `json:"isolated,omitempty"`
+	// UserNS builds that root without privilege: in a user namespace of
+	// the command's own, where it is root over nothing of the host's (its
+	// uid 0 is the caller's uid, its capabilities end at the namespace).
+	// For a caller that is not root; with Isolated, and without User.
+	UserNS bool `json:"userns,omitempty"`
+	// NoNet gives the command a network namespace of its own: a loopback
+	// and nothing else — no route out, no host port, no abstract socket
+	// of the host's. It needs Isolated.
+	NoNet bool `json:"noNet,omitempty"`
+	// MaxMemory, if not 0, bounds each process's data (RLIMIT_DATA: its
+	// heap and writable mappings), in bytes.
+	MaxMemory uint64 `json:"maxMemory,omitempty"`
 	// User, if set, is who the command runs as; it needs root.
 	User *User `json:"user,omitempty"`
 	// Yours are those of RO and RW (the operator's grants) that the
@@ -155,6 +167,12 @@ func Describe(p *Policy) string {
 	if p.Isolated {
 		s += ", a root of its own"
 	}
+	if p.UserNS {
+		s += " (in a user namespace)"
+	}
+	if p.NoNet {
+		s += ", no network"
+	}
 	if p.User != nil {
 		s += fmt.Sprintf(", uid %d", p.User.UID)
 	}
@@ -186,7 +204,19 @@ func (p Policy) Wrap(cmd *exec.Cmd) error {
 		if cmd.SysProcAttr == nil {
 			cmd.SysProcAttr = &syscall.SysProcAttr{}
 		}
-		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC
+		sys := cmd.SysProcAttr
+		sys.Cloneflags |= syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWIPC
+		if p.NoNet {
+			sys.Cloneflags |= syscall.CLONE_NEWNET
+		}
+		if p.UserNS {
+			// The caller's ids as the namespace's root: the helper may
+			// then mount and pivot there, and nowhere else.
+			sys.Cloneflags |= syscall.CLONE_NEWUSER
+			sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+			sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+			sys.GidMappingsEnableSetgroups = false
+		}
 	}
 	return nil
 }
@@ -219,15 +249,35 @@ func helper(raw string) (int, error) {
 	if p.User != nil && !p.Isolated {
 		return 0, errors.New("a user of its own needs a root of its own")
 	}
+	if (p.NoNet || p.UserNS) && !p.Isolated {
+		return 0, errors.New("a network or user namespace of its own needs a root of its own")
+	}
+	if p.UserNS && p.User != nil {
+		return 0, errors.New("a user namespace of its own has no other user to run as")
+	}
+	if p.NoNet {
+		if err := loopbackUp(); err != nil {
+			return 0, fmt.Errorf("a network of its own: %w", err)
+		}
+	}
 	if p.Isolated {
 		if err := p.buildRoot(); err != nil {
 			return 0, fmt.Errorf("a root of its own: %w", err)
+		}
+	}
+	if p.MaxMemory > 0 {
+		lim := &unix.Rlimit{Cur: p.MaxMemory, Max: p.MaxMemory}
+		if err := unix.Setrlimit(unix.RLIMIT_DATA, lim); err != nil {
+			return 0, fmt.Errorf("bound its memory: %w", err)
 		}
 	}
 	if err := dropCapabilities(); err != nil {
 		return 0, err
 	}
 	if err := p.restrict(); err != nil {
+		return 0, err
+	}
+	if err := refuseSetid(); err != nil {
 		return 0, err
 	}
 	// Signals for the command: the executor signals the whole group, but

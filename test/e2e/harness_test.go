@@ -220,6 +220,11 @@ type ctl struct {
 	t     *testing.T
 	state string
 	tls   bool // no AWCP_PLAIN_HTTP in its environment
+	// as, if set, is the user awcp-ctl runs as (not root), and env what
+	// it is given beside the state dir.
+	as  *syscall.Credential
+	bin string // its awcp-ctl, where that user can reach it
+	env []string
 }
 
 func newCtl(t *testing.T) *ctl {
@@ -234,8 +239,15 @@ type result struct {
 }
 
 func (c *ctl) command(args ...string) *exec.Cmd {
-	cmd := exec.Command(filepath.Join(binDir, "awcp-ctl"), args...)
-	cmd.Env = append(os.Environ(), "AWCP_STATE_DIR="+c.state)
+	bin := filepath.Join(binDir, "awcp-ctl")
+	if c.bin != "" {
+		bin = c.bin
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(append(os.Environ(), c.env...), "AWCP_STATE_DIR="+c.state)
+	if c.as != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.as}
+	}
 	if !c.tls {
 		cmd.Env = append(cmd.Env, "AWCP_PLAIN_HTTP=1")
 	}
