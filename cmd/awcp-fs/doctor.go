@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -137,7 +138,38 @@ func checkSandbox(l *clikit.Checklist, c *cli.Context, state string) {
 	if len(grants) > 0 {
 		l.Info("sandbox writes", "the work dir, its temp dir, "+strings.Join(grants, " "))
 	}
+	for _, g := range grants {
+		if warning := rwGrantWarning(g, p.Isolated); warning != "" {
+			l.Info("sandbox grant", "WARNING: "+warning)
+		}
+	}
 	checkAgentConfined(l, c, p, work)
+}
+
+// rwGrantWarning says what a read-write grant of dir hands every agent
+// where dir is root's or the daemon's user's: what they write there is
+// that user's (idmapped, with a root of its own; as the daemon's uid
+// without), so a program or configuration kept there is theirs to
+// change. No set-id bit (the sandbox refuses it). "" for another owner's.
+func rwGrantWarning(dir string, idmapped bool) string {
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return ""
+	}
+	owner := ""
+	switch {
+	case st.Uid == 0:
+		owner = "root"
+	case int(st.Uid) == os.Geteuid():
+		owner = "this daemon's user"
+	default:
+		return ""
+	}
+	how := "as this daemon's uid"
+	if idmapped {
+		how = "as " + owner + " (the grant is bound idmapped)"
+	}
+	return fmt.Sprintf("%s:rw is %s's: every agent writes there %s, and can change any program, script or configuration kept there that %s or a later agent runs (never a set-id file: the sandbox refuses it); grant :rw only what is the agents' own, such as ~/.claude", dir, owner, how, owner)
 }
 
 // checkAgentConfined starts the configured agent the way serve will, in

@@ -58,6 +58,13 @@ func TestDoctor(t *testing.T) {
 	if line := doctorLine(r.stdout, "sandbox"); r.code != 1 || !strings.HasPrefix(line, "FAIL") || !strings.Contains(line, "reached the state dir") {
 		t.Errorf("awcp-fs doctor with the state dir granted: exit %d, %q", r.code, line)
 	}
+	// A read-write grant of a directory of root's: doctor says that every
+	// agent writes there as root.
+	tools := t.TempDir()
+	r = fsDoctor(append(good, "--sandbox-allow", tools+":rw")...)
+	if line := doctorLine(r.stdout, "sandbox grant"); !strings.Contains(line, tools+":rw is root's") || !strings.Contains(line, "set-id") {
+		t.Errorf("awcp-fs doctor with a root-owned :rw grant: %q\n%s", line, r.stdout)
+	}
 	// The work root is not there yet: doctor says so, not that it is
 	// writable (issue 42.14).
 	if line := doctorLine(r.stdout, "work root"); !strings.Contains(line, "does not exist yet") {
