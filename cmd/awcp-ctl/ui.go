@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"html"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 
 	"github.com/urfave/cli/v2"
@@ -20,11 +23,14 @@ func uiCommand(ctx context.Context) *cli.Command {
 		Name:  "ui",
 		Usage: "a page in your browser: delegations live, one delegation's output and audit, review and apply, attempts side by side, permissions, peers",
 		Description: "Serves on loopback and prints a URL holding a token of this run: open it (or pass --open).\n" +
-			"The first visit trades the token for a cookie; a request without it is refused, and one\n" +
-			"that changes anything must come from the page itself. Ctrl-C stops it.",
+			"The token is in the URL's fragment, which the browser never sends: the page keeps it in its\n" +
+			"origin's storage (not a cookie, which every port of 127.0.0.1 would get) and sends it with each\n" +
+			"request; one without it is refused, and one that changes anything must also come from the\n" +
+			"page itself. --open hands the browser a file of yours (0600, in the state dir) that leads to\n" +
+			"the page, never the URL: a command line is readable by every local user. Ctrl-C stops it.",
 		Flags: append(append(clikit.CommonFlags(),
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:0", Usage: "loopback address to serve on (a free port by default)", EnvVars: []string{"AWCP_UI_LISTEN"}},
-			&cli.BoolFlag{Name: "open", Usage: "open the page in the desktop's browser (xdg-open)"},
+			&cli.BoolFlag{Name: "open", Usage: "open the page in the desktop's browser (xdg-open, given a file of yours that leads there: the token is never on a command line)"},
 		), browseFlags()...),
 		Action: func(c *cli.Context) error {
 			e, err := openEnv(c)
@@ -54,11 +60,45 @@ func uiCommand(ctx context.Context) *cli.Command {
 			fmt.Fprintln(c.App.Writer, srv.URL())
 			fmt.Fprintln(c.App.ErrWriter, "awcp: the page is served on loopback until Ctrl-C; the URL above holds its token: keep it to yourself")
 			if c.Bool("open") {
-				if err := exec.Command("xdg-open", srv.URL()).Start(); err != nil {
+				file, err := openPage(e.state, srv.URL())
+				if err != nil {
 					fmt.Fprintf(c.App.ErrWriter, "awcp: --open: %v; open the URL above yourself\n", err)
+				} else {
+					defer os.Remove(file)
 				}
 			}
 			return srv.Wait()
 		},
 	}
+}
+
+// openPage has the desktop's browser open url through a file that only
+// this user may read (0600, in the state dir), which leads to it: the
+// browser, and xdg-open, keep their arguments in /proc/PID/cmdline for
+// every local user to read, and the token must not be there (Jupyter's
+// way). It returns the file, removed when the page stops.
+func openPage(state, url string) (string, error) {
+	file := filepath.Join(state, fmt.Sprintf("ui-%d.html", os.Getpid()))
+	u := html.EscapeString(url)
+	page := `<!doctype html>
+<html><head><meta charset="utf-8"><meta http-equiv="refresh" content="0;url=` + u + `"><title>awcp</title></head>
+<body><p>Opening <a href="` + u + `">the awcp page</a>…</p></body></html>
+`
+	os.Remove(file) // a previous run's, with another token
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", err
+	}
+	_, err = f.WriteString(page)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = exec.Command("xdg-open", file).Start()
+	}
+	if err != nil {
+		os.Remove(file)
+		return "", err
+	}
+	return file, nil
 }

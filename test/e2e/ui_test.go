@@ -31,11 +31,30 @@ type uiPage struct {
 // chromium; .ci/run installs it) that has opened the printed URL.
 func startUI(t *testing.T, c *ctl) *uiPage {
 	t.Helper()
+	return startUIVia(t, c, false)
+}
+
+// startUIVia is startUI; with open, `ui --open` is run, with an xdg-open
+// that records what it was given, and the browser opens that.
+func startUIVia(t *testing.T, c *ctl, open bool) *uiPage {
+	t.Helper()
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatal("the page's tests need Debian's chromium (.ci/run installs it)")
 	}
-	cmd := c.command("ui", "--listen", "127.0.0.1:0", "--browse-interval", "1h")
+	args := []string{"ui", "--listen", "127.0.0.1:0", "--browse-interval", "1h"}
+	var opened string // what xdg-open was given, one argument a line
+	if open {
+		bin := t.TempDir()
+		opened = filepath.Join(bin, "opened")
+		xdgOpen := "#!/bin/sh\nfor a in \"$0\" \"$@\"; do echo \"$a\"; done > " + opened + ".tmp && mv " + opened + ".tmp " + opened + "\n"
+		if err := os.WriteFile(filepath.Join(bin, "xdg-open"), []byte(xdgOpen), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--open")
+		c.env = append(c.env, "PATH="+bin+":"+os.Getenv("PATH"))
+	}
+	cmd := c.command(args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +94,34 @@ func startUI(t *testing.T, c *ctl) *uiPage {
 	if err := chromedp.Do(tab); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
-	p.do(t, chromedp.Navigate(p.url))
+	visit := p.url
+	if open {
+		// xdg-open was given a file of the user's only, which leads to
+		// the page: the token is on no command line.
+		waitFor(t, opened)
+		b, _ := os.ReadFile(opened)
+		argv := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if strings.Contains(string(b), p.token) || len(argv) != 2 {
+			t.Fatalf("xdg-open's command line: %q (the token is %s)", argv, p.token)
+		}
+		fi, err := os.Stat(argv[1])
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("the file --open hands the browser: %v %v", fi, err)
+		}
+		visit = "file://" + argv[1]
+	}
+	p.do(t, chromedp.Navigate(visit))
+	for deadline := time.Now().Add(10 * time.Second); open; time.Sleep(50 * time.Millisecond) {
+		// The file leads on: its document, then the page's, each
+		// replacing the other's context while it is asked.
+		loc, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](`location.protocol === "http:" && document.readyState === "complete" ? location.href : ""`))
+		if err == nil && loc != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the file --open gave did not lead to the page: %q %v", loc, err)
+		}
+	}
 	// The token went into the origin's storage and out of the address.
 	if loc := p.eval(t, `location.href`); loc != p.origin+"/#/" {
 		t.Fatalf("after the first visit the page is at %s", loc)
@@ -152,6 +198,19 @@ func (p *uiPage) screenshot(t *testing.T, name string) {
 
 // jsString is s as a JavaScript string literal.
 func jsString(s string) string { return fmt.Sprintf("%q", s) }
+
+// TestUIOpenKeepsTheTokenOffCommandLines: `awcp-ctl ui --open` hands
+// xdg-open (and so the browser, whose /proc/PID/cmdline every local user
+// reads for its whole life) a file only its user may read, never the
+// URL with the token; the browser, opening that file, lands on the page
+// with its session (startUIVia checks each step).
+func TestUIOpenKeepsTheTokenOffCommandLines(t *testing.T) {
+	c := newCtl(t)
+	p := startUIVia(t, c, true)
+	if got := p.eval(t, `location.href`); got != p.origin+"/#/" {
+		t.Fatalf("the browser is at %s", got)
+	}
+}
 
 // TestUIInABrowser: `awcp-ctl ui` in a real browser (headless Chromium).
 // A running delegation is listed within 2 s of its start and its state
