@@ -23,8 +23,8 @@ var ErrBranchExists = errors.New("the branch exists already")
 // work tree holding dir, whose parent is the branch checked out (HEAD):
 // HEAD's tree with each changed path as the executor left it. The working
 // tree, the index and HEAD are left as they are; the owner reviews the
-// branch as a pull request. Paths under .git are left out. It returns the
-// commit.
+// branch as a pull request. Paths under .git, and symlinks leading out of
+// the lent directory, are left out. It returns the commit.
 //
 // Names and the message are the executor's: each entry goes to git
 // NUL-terminated (a newline in a name cannot add an entry of its own
@@ -77,6 +77,9 @@ func (r *Result) Branch(ctx context.Context, dir, name, message string) (string,
 			}
 			fmt.Fprintf(&info, "%s %s\t%s\x00", gitMode(a), sum, at)
 		case inRes && a.Kind == archive.KindSymlink:
+			if !archive.LinkStaysInside(p, a.Hash) {
+				continue // a link out: never recorded (the apply's rule)
+			}
 			sum, err := g.run(strings.NewReader(a.Hash), "hash-object", "-w", "--stdin")
 			if err != nil {
 				return "", err

@@ -9,6 +9,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/internal/gitrun"
 	"github.com/awcp/awcp/internal/untrusted"
 )
@@ -22,7 +23,8 @@ const maxReplayed = 1000
 // replayed onto the branch checked out (HEAD) with its message and author,
 // as the paths it changed were in it — as Branch records one result,
 // commit by commit. Paths under .git, and the paths hide says, are left
-// out of every commit. The working tree, the index and HEAD are left as
+// out of every commit, as are symlinks leading out of the lent directory
+// (archive.LinkStaysInside: the rule of every apply). The working tree, the index and HEAD are left as
 // they are. It returns the last commit and how many were replayed.
 //
 // Everything of repo is the executor's: it is read with nothing of this
@@ -80,6 +82,12 @@ func BranchFromCommits(ctx context.Context, repo, base, result, dir, name string
 			blob, err := lent("cat-file", "blob", meta[3])
 			if err != nil {
 				return "", 0, err
+			}
+			if meta[1] == "120000" && !archive.LinkStaysInside(p, string(blob)) {
+				// A link leading out of the lent directory, which a
+				// checkout of the branch would make: the archive apply's
+				// rule, the change left out.
+				continue
 			}
 			sum, err := own.run(bytes.NewReader(blob), "hash-object", "-w", "--stdin")
 			if err != nil {

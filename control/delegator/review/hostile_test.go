@@ -110,3 +110,47 @@ func TestHostileResultBranchesSafely(t *testing.T) {
 		t.Errorf("the commit message carries the executor's control bytes: %q", msg)
 	}
 }
+
+// apply --branch of the git transport's commits: the agent commits
+// symlinks leading out of the lent directory — absolute, climbing, through
+// a directory of its own, beside links that stay inside — which a checkout
+// of the branch would make in the owner's repository. Those leading out
+// are left out of the replayed commits; those inside are kept.
+func TestBranchFromCommitsLeavesLinksOut(t *testing.T) {
+	owner := t.TempDir()
+	work := filepath.Join(owner, "repo")
+	write(t, filepath.Join(work, "a.txt"), "one\n")
+	git(t, work, "init", "-q", "-b", "main")
+	git(t, work, "add", ".")
+	git(t, work, "commit", "-qm", "base")
+	base := git(t, work, "rev-parse", "HEAD")
+
+	agent := filepath.Join(t.TempDir(), "lent")
+	git(t, owner, "clone", "-q", work, agent)
+	links := map[string]string{
+		"abs":        "/etc/passwd",
+		"up":         "../outside",
+		"sub/climb":  "../../outside",
+		"sub/deeper": "../sub/../../x",
+		"in":         "a.txt",
+		"sub/back":   "../a.txt",
+	}
+	for name, target := range links {
+		os.MkdirAll(filepath.Dir(filepath.Join(agent, name)), 0o755)
+		if err := os.Symlink(target, filepath.Join(agent, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git(t, agent, "add", "-A")
+	git(t, agent, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-qm", "links")
+	result := git(t, agent, "rev-parse", "HEAD")
+
+	tip, n, err := BranchFromCommits(context.Background(), filepath.Join(agent, ".git"), base, result, work, "awcp/links", nil)
+	if err != nil || n != 1 {
+		t.Fatalf("BranchFromCommits: %v (%d commits)", err, n)
+	}
+	files := strings.Split(strings.TrimSuffix(git(t, work, "ls-tree", "-r", "-z", "--name-only", tip), "\x00"), "\x00")
+	if want := []string{"a.txt", "in", "sub/back"}; !slices.Equal(files, want) {
+		t.Errorf("the branch holds %q, want %q: a link leading out was replayed", files, want)
+	}
+}
