@@ -93,7 +93,7 @@ func doctor(ctx context.Context, c *cli.Context) error {
 // checkSandbox says what will confine the agents, and checks it does: a
 // confined shell must not list the state dir.
 func checkSandbox(l *clikit.Checklist, c *cli.Context, state string) {
-	p, err := sandboxPolicy(c, c.String("agent-cmd")+" "+c.String("agent-acp"))
+	p, err := sandboxPolicy(c, c.String("agent-cmd"), c.String("agent-acp"))
 	switch {
 	case err != nil:
 		l.Fail("sandbox", err.Error(), "run on a kernel with Landlock ABI 6 (Linux 6.12+), or drop --sandbox strict")
@@ -140,7 +140,7 @@ func checkSandbox(l *clikit.Checklist, c *cli.Context, state string) {
 	}
 	for _, g := range grants {
 		if warning := rwGrantWarning(g, p.Isolated); warning != "" {
-			l.Info("sandbox grant", "WARNING: "+warning)
+			l.Info("sandbox grant", warning)
 		}
 	}
 	checkAgentConfined(l, c, p, work)

@@ -202,7 +202,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 		yes, exec := true, c.Bool("allow-exec")
 		profile = &control.SandboxProfile{CwdOnly: &yes, AllowNetwork: &yes, AllowExec: &exec}
 	}
-	confine, err := sandboxPolicy(c, c.String("agent-cmd")+" "+c.String("agent-acp"))
+	confine, err := sandboxPolicy(c, c.String("agent-cmd"), c.String("agent-acp"))
 	if err != nil {
 		return err
 	}

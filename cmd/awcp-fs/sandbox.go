@@ -4,10 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -30,8 +27,8 @@ func sandboxFlags() []cli.Flag {
 }
 
 // sandboxPolicy is the agents' sandbox as the flags say, nil for off;
-// agentCmd's own files (a script it names) are readable.
-func sandboxPolicy(c *cli.Context, agentCmd string) (*sandbox.Policy, error) {
+// what each of agentCmds runs is readable (sandbox.CommandGrants).
+func sandboxPolicy(c *cli.Context, agentCmds ...string) (*sandbox.Policy, error) {
 	if v := c.String("agent-cache"); v != "delegator" && v != "off" {
 		return nil, clikit.UsageError("--agent-cache must be delegator or off, not %q", v)
 	}
@@ -48,10 +45,14 @@ func sandboxPolicy(c *cli.Context, agentCmd string) (*sandbox.Policy, error) {
 	}
 	p := &sandbox.Policy{RO: append([]string{}, sandbox.System...), Devices: sandbox.Devices, Strict: mode == "strict",
 		Isolated: sandbox.CanIsolate()}
-	p.RO = append(p.RO, commandFiles(agentCmd)...)
-	// What the operator lends the agents is theirs to use, whichever uid
-	// each one runs as.
-	p.Yours = append(p.Yours, commandFiles(agentCmd)...)
+	// What the agent command runs (its program and interpreter, each as
+	// the tree it loads from), read-only; and what the operator lends the
+	// agents is theirs to use, whichever uid each one runs as.
+	for _, cmd := range agentCmds {
+		runs := sandbox.CommandGrants(cmd)
+		p.RO = append(p.RO, runs...)
+		p.Yours = append(p.Yours, runs...)
+	}
 	for _, v := range c.StringSlice("sandbox-allow") {
 		path, rw, err := sandbox.ParseAllow(v)
 		if err != nil {
@@ -78,30 +79,4 @@ func sandboxPolicy(c *cli.Context, agentCmd string) (*sandbox.Policy, error) {
 		p.ConnectPorts = append(p.ConnectPorts, uint16(port))
 	}
 	return p, nil
-}
-
-// commandFiles are the files an agent command names: its program, found
-// on PATH, and the files it names by path (a script) — those files only,
-// never their directories (a script in /tmp or a home directory would
-// open all of it); what a script loads beside it is granted with
-// --sandbox-allow.
-func commandFiles(command string) []string {
-	var out []string
-	for _, w := range strings.Fields(command) {
-		w = strings.Trim(w, `'"`)
-		if !strings.Contains(w, "/") {
-			if p, err := exec.LookPath(w); err == nil {
-				w = p
-			} else {
-				continue
-			}
-		}
-		if abs, err := filepath.Abs(w); err == nil {
-			out = append(out, abs)
-			if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
-				out = append(out, real)
-			}
-		}
-	}
-	return out
 }
