@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -12,14 +13,24 @@ import (
 )
 
 // TestSandboxedAgentSaysWhatItNeeds: an ACP agent whose modules live
-// outside the system's paths (node_modules in a directory of the
-// operator's) cannot start in the sandbox until they are granted. doctor
+// outside the system's paths and outside its own package (a workspace of
+// a monorepo, its dependencies hoisted to the node_modules above it)
+// cannot start in the sandbox until they are granted: the sandbox grants
+// what the command runs (the agent's package), not the trees above it. doctor
 // starts it in the sandbox and says so, with what it wrote to stderr and
 // the grant to make; once granted, doctor sees it answer initialize. An
 // editor's session/new on the ungranted executor fails with the agent's
 // own words and the same hint — not "the channel closed".
 func TestSandboxedAgentSaysWhatItNeeds(t *testing.T) {
-	modules, script := sessionAgentScript(t)
+	modules, hoisted := sessionAgentScript(t)
+	script := filepath.Join(modules, "agent", filepath.Base(hoisted))
+	os.MkdirAll(filepath.Dir(script), 0o755)
+	if err := os.Rename(hoisted, script); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(modules, "agent", "package.json"), []byte(`{"name":"agent","private":true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	agentCmd := "exec node '" + script + "'"
 	doctor := func(extra ...string) (int, string) {
 		args := append([]string{"doctor", "--state-dir", filepath.Join(t.TempDir(), "s"), "--agent-acp", agentCmd}, extra...)
