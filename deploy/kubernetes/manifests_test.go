@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -299,4 +300,46 @@ func mergeLabels(set labels.Set, k, v string) map[string]string {
 		out[a] = b
 	}
 	return out
+}
+
+// Every egress rule names where it may go, and none of the HTTPS or SSH
+// ones reaches the cluster's own ranges, the nodes' or the cloud's
+// metadata endpoint: a rule with no `to:` lets an agent reach every
+// service of the cluster on that port.
+func TestEgressLeavesTheClusterOnly(t *testing.T) {
+	m := load(t)
+	if len(m.policies) != 1 {
+		t.Fatalf("%d NetworkPolicies, want 1", len(m.policies))
+	}
+	inside := []string{"10.96.0.1", "10.244.1.7", "172.17.0.2", "192.168.1.10", "169.254.169.254", "100.64.0.5", "127.0.0.1", "fd00::1", "fe80::1"}
+	for _, rule := range m.policies[0].Spec.Egress {
+		if len(rule.To) == 0 {
+			t.Errorf("an egress rule (ports %v) has no `to:`: it reaches everything", rule.Ports)
+			continue
+		}
+		for _, peer := range rule.To {
+			if peer.IPBlock == nil {
+				continue
+			}
+			_, block, err := net.ParseCIDR(peer.IPBlock.CIDR)
+			if err != nil {
+				t.Fatalf("ipBlock %q: %v", peer.IPBlock.CIDR, err)
+			}
+			for _, addr := range inside {
+				ip := net.ParseIP(addr)
+				if !block.Contains(ip) {
+					continue
+				}
+				excepted := false
+				for _, ex := range peer.IPBlock.Except {
+					if _, n, err := net.ParseCIDR(ex); err == nil && n.Contains(ip) {
+						excepted = true
+					}
+				}
+				if !excepted {
+					t.Errorf("egress on %v reaches %s (ipBlock %s)", rule.Ports, addr, peer.IPBlock.CIDR)
+				}
+			}
+		}
+	}
 }
