@@ -245,7 +245,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 		PermissionTimeout:    clikit.Duration(c, "permission-timeout"),
 		Store:                store,
 		StateDir:             state,
-		NoAgentCaches:        c.String("agent-cache") == "off",
+		NoAgentCaches:        c.String("agent-cache") != "delegator",
 		Transports:           transports,
 		MaxConcurrent:        c.Int("max-concurrent"),
 		MaxTTL:               clikit.Duration(c, "max-ttl"),

@@ -20,7 +20,7 @@ func sandboxFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "sandbox-allow", EnvVars: []string{"AWCP_SANDBOX_ALLOW"},
 			Usage: "a path the agents may reach beyond their work dir and the system, PATH[:ro|rw] (repeatable; read-only unless :rw), e.g. ~/.claude:rw"},
 		&cli.StringFlag{Name: "agent-cache", EnvVars: []string{"AWCP_AGENT_CACHE"}, Value: "delegator",
-			Usage: "the agents' build caches (Go, npm, pip, XDG): delegator (kept across delegations, one per delegator key) or off (every agent starts cold)"},
+			Usage: "the agents' build caches (Go, npm, pip, XDG): delegator (kept across a delegator's delegations, one per delegator key: what one of its agents leaves there, the next one's build takes on trust) or delegation (each agent starts cold with a cache of its own, removed with it; off says the same)"},
 		&cli.StringSliceFlag{Name: "sandbox-net", EnvVars: []string{"AWCP_SANDBOX_NET"},
 			Usage: "restrict the agents' network to TCP connections to these ports (repeatable, e.g. 443); default: not restricted"},
 	}
@@ -29,8 +29,8 @@ func sandboxFlags() []cli.Flag {
 // sandboxPolicy is the agents' sandbox as the flags say, nil for off;
 // what each of agentCmds runs is readable (sandbox.CommandGrants).
 func sandboxPolicy(c *cli.Context, agentCmds ...string) (*sandbox.Policy, error) {
-	if v := c.String("agent-cache"); v != "delegator" && v != "off" {
-		return nil, clikit.UsageError("--agent-cache must be delegator or off, not %q", v)
+	if v := c.String("agent-cache"); v != "delegator" && v != "delegation" && v != "off" {
+		return nil, clikit.UsageError("--agent-cache must be delegator or delegation (or off, the same), not %q", v)
 	}
 	mode := c.String("sandbox")
 	switch mode {

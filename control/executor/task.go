@@ -616,13 +616,15 @@ func confine(at *agent.Task, base sandbox.Policy, user *control.LocalUser, cache
 	at.SummaryFile = filepath.Join(tmp, "summary")
 	at.Env = append(at.Env, "TMPDIR="+tmp)
 	if cache == "" {
-		at.Env = append(at.Env, "XDG_CACHE_HOME="+filepath.Join(tmp, "cache"))
+		// A cache of its own, in its temporary directory: it starts cold
+		// and leaves nothing for the next agent.
+		cache = filepath.Join(tmp, "cache")
 	} else {
 		p.RW = append(p.RW, cache)
 		p.Yours = append(slices.Clone(p.Yours), cache)
-		for _, c := range cacheEnv {
-			at.Env = append(at.Env, c.name+"="+filepath.Join(cache, c.sub))
-		}
+	}
+	for _, c := range cacheEnv {
+		at.Env = append(at.Env, c.name+"="+filepath.Join(cache, c.sub))
 	}
 	home, _ := os.UserHomeDir()
 	if user != nil || home == "" || !(slices.Contains(p.RO, home) || slices.Contains(p.RW, home)) {
