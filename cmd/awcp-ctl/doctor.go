@@ -17,6 +17,7 @@ import (
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/control/discovery"
+	"github.com/awcp/awcp/internal/sandbox"
 )
 
 // maxClockSkew is the most the delegator's and the executor's clocks may
@@ -68,6 +69,8 @@ func doctor(ctx context.Context, c *cli.Context) error {
 	} else {
 		l.OK("ssh port", "a free port is taken for each run (--ssh-listen "+sshListen+"); behind a firewall, fix one, e.g. --ssh-listen :2222")
 	}
+
+	checkForeignSandbox(l)
 
 	peer := c.String("peer")
 	if peer == "" {
@@ -189,4 +192,22 @@ func greet(ln net.Listener) {
 func hostOf(addr string) string {
 	host, _, _ := net.SplitHostPort(addr)
 	return host
+}
+
+// checkForeignSandbox says whether compare --check can run here: the
+// executor's code runs on this machine only in a sandbox of its own
+// (sandbox.ForeignCode), which is built and tried.
+func checkForeignSandbox(l *clikit.Checklist) {
+	dir, err := os.MkdirTemp("", "awcp-doctor-check-")
+	if err != nil {
+		l.Info("check sandbox", "not checked: "+err.Error())
+		return
+	}
+	defer os.RemoveAll(dir)
+	p, err := sandbox.ForeignCode(dir, 0)
+	if err != nil {
+		l.Info("check sandbox", "WARNING: compare --check is refused here: "+err.Error())
+		return
+	}
+	l.OK("check sandbox", "compare --check runs the executor's code in "+sandbox.Describe(p))
 }
