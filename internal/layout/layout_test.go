@@ -47,7 +47,7 @@ var allowed = map[string][]string{
 	// and neither role's package imports the other's.
 	"control":                       {"archive", "internal/untrusted", "lease"},
 	"control/discovery":             {"control"},
-	"control/delegator":             {"archive", "control", "control/delegator/review", "internal/httpserve", "internal/stage", "internal/untrusted", "lease", "sshd", "sshd/sftpwire", "internal/gitrun", "internal/treewalk"},
+	"control/delegator":             {"archive", "control", "control/delegator/review", "internal/httpserve", "internal/sandbox", "internal/stage", "internal/untrusted", "lease", "sshd", "sshd/sftpwire", "internal/gitrun", "internal/treewalk"},
 	"control/executor":              {"archive", "control", "control/executor/agent", "fs", "internal/httpserve", "internal/mountinfo", "internal/sandbox", "lease", "sshd/sftpwire", "internal/gitrun", "internal/treewalk"},
 	"control/executor/executortest": {"control", "control/executor", "internal/httpserve", "lease"},
 	"control/delegator/mcpserver":   {"control", "control/delegator", "control/discovery", "lease"},
