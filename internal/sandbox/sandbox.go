@@ -43,8 +43,10 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -280,6 +282,14 @@ func helper(raw string) (int, error) {
 	if err := refuseSetid(); err != nil {
 		return 0, err
 	}
+	// What the command leaves behind is this process's to end: orphans
+	// (a daemonized child, one that left the process group with setsid)
+	// are reparented here, not to init, and are killed once the command
+	// ends (endDescendants). In a root of its own the PID namespace ends
+	// them all anyway.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return 0, fmt.Errorf("subreaper: %w", err)
+	}
 	// Signals for the command: the executor signals the whole group, but
 	// as PID 1 of a namespace this process gets only those it handles.
 	sigs := make(chan os.Signal, 8)
@@ -311,13 +321,82 @@ func helper(raw string) (int, error) {
 		if pid != proc.Pid {
 			continue
 		}
+		code := 0
 		switch {
 		case ws.Exited():
-			return ws.ExitStatus(), nil
+			code = ws.ExitStatus()
 		case ws.Signaled():
-			return 128 + int(ws.Signal()), nil
+			code = 128 + int(ws.Signal())
+		default:
+			continue
+		}
+		endDescendants()
+		return code, nil
+	}
+}
+
+// endDescendants kills every process still descended from this one and
+// reaps it: as a subreaper, each orphan of the command's became its
+// child. It goes on until none is left alive, so that one forking
+// meanwhile is caught, for a second at most (one stuck in the kernel is
+// left to die, and to init to reap).
+func endDescendants() {
+	self := os.Getpid()
+	for range 100 {
+		left := descendants(self)
+		if len(left) == 0 {
+			return
+		}
+		for _, pid := range left {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(10 * time.Millisecond)
+		for {
+			if pid, err := syscall.Wait4(-1, nil, syscall.WNOHANG, nil); pid <= 0 || err != nil {
+				break
+			}
 		}
 	}
+}
+
+// descendants are the processes below pid, as /proc says now.
+func descendants(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces and parentheses.
+		rest := string(stat)
+		if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+			rest = rest[i+1:]
+		}
+		var state string
+		var ppid int
+		if _, err := fmt.Sscan(rest, &state, &ppid); err == nil && state != "Z" { // a zombie is dead already
+			children[ppid] = append(children[ppid], child)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
 }
 
 // dropCapabilities empties the capability bounding set, so that the
