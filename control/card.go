@@ -153,6 +153,10 @@ type ManifestAWCP struct {
 	// methods), once the executor has asked it.
 	Sessions []string        `json:"sessions,omitempty"`
 	ACPAgent json.RawMessage `json:"acp_agent,omitempty"`
+	// ACPAgentError is why the agent did not answer the executor's
+	// initialize (its own words from stderr, where it wrote any): an
+	// editor's gateway says so at once, where it would wait for ACPAgent.
+	ACPAgentError string `json:"acp_agent_error,omitempty"`
 }
 
 // CapabilityDelegation is the manifest capability of an AWCP executor.

@@ -147,6 +147,11 @@ type Delegation struct {
 	SessionDriven bool   `json:"sessionDriven,omitempty"`
 	SessionClose  bool   `json:"sessionClose,omitempty"`
 	Turns         []Turn `json:"turns,omitempty"`
+	// SessionFailure, set by a driven session's driver, is why its
+	// session failed — the agent's session did not open, or a turn ended
+	// in the agent's error — and makes its end a failure, not a
+	// completion, whatever the executor's done says.
+	SessionFailure *Failure `json:"sessionFailure,omitempty"`
 	// SessionChannel and SessionEvents are the session's channel and what
 	// became of it (seed 002), as the gateway saw them.
 	SessionChannel *SessionChannel `json:"sessionChannel,omitempty"`

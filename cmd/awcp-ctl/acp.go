@@ -89,6 +89,12 @@ func acpCommand(ctx context.Context) *cli.Command {
 						return nil, fmt.Errorf("the executor at %s holds no ACP sessions (is it started with --agent-acp?)", req.Peer)
 					case len(m.AWCP.ACPAgent) > 0:
 						return m.AWCP.ACPAgent, nil
+					case m.AWCP.ACPAgentError != "":
+						why := m.AWCP.ACPAgentError // the executor's: bounded, and no control byte
+						if len(why) > 2048 {
+							why = why[:2048] + "…"
+						}
+						return nil, fmt.Errorf("%w: %s", gateway.ErrAgentFailed, clikit.PrintableText(why))
 					}
 					// It has not asked its agent yet (it just started).
 					select {

@@ -187,7 +187,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 	}
 	var worker executor.Worker
 	var sessions executor.SessionRunner // an ACP agent also serves editors' sessions
-	var probe func(context.Context, string, func(*exec.Cmd) error) (json.RawMessage, error)
+	var probe func(context.Context, string, func(*exec.Cmd) error) (json.RawMessage, string, error)
 	var profile *control.SandboxProfile
 	switch cmd, acpCmd := c.String("agent-cmd"), c.String("agent-acp"); {
 	case cmd != "" && acpCmd != "":
@@ -196,7 +196,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 		return clikit.UsageError("an agent is required: --agent-cmd CMD, or --agent-acp CMD for an ACP agent")
 	case acpCmd != "":
 		w := acp.Worker{Command: acpCmd, AllowExec: c.Bool("allow-exec"), Logger: log}
-		worker, sessions, probe = w, w, w.Probe
+		worker, sessions, probe = w, w, w.ProbeStderr
 		// What the ACP client enforces: its file and terminal callbacks
 		// stay in the work dir, and terminal/create follows --allow-exec.
 		yes, exec := true, c.Bool("allow-exec")
@@ -320,7 +320,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 
 // probeACPAgent asks the ACP agent for its initialize answer, in a scratch
 // directory, and gives it to the executor's manifest.
-func probeACPAgent(ctx context.Context, probe func(context.Context, string, func(*exec.Cmd) error) (json.RawMessage, error),
+func probeACPAgent(ctx context.Context, probe func(context.Context, string, func(*exec.Cmd) error) (json.RawMessage, string, error),
 	confine *sandbox.Policy, ex *executor.Executor, log *slog.Logger) {
 	scratch, err := os.MkdirTemp("", "awcp-acp-probe-")
 	if err != nil {
@@ -338,9 +338,14 @@ func probeACPAgent(ctx context.Context, probe func(context.Context, string, func
 		}
 		wrap = p.Wrap
 	}
-	init, err := probe(ctx, scratch, wrap)
+	init, stderr, err := probe(ctx, scratch, wrap)
 	if err != nil {
-		log.Warn("the ACP agent did not answer initialize; editors' gateways will not see its capabilities", "err", err)
+		log.Warn("the ACP agent did not answer initialize; editors' gateways say so", "err", err, "stderr", stderr)
+		why := err.Error()
+		if line := control.TellingLine(stderr); line != "" {
+			why += "; its stderr: " + line
+		}
+		ex.SetACPAgentError(why)
 		return
 	}
 	ex.SetACPAgent(init)

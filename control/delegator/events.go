@@ -308,6 +308,16 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 				del.Failure = failure
 				return nil
 			})
+		} else if failed := sessionFailure(d.store, id); failed != nil {
+			// A driven session whose agent failed (its session did not
+			// open, a turn ended in its error) ends failed: the
+			// executor's done says only that the session is over.
+			_, err = d.store.FireDelegation(id, lease.ReceiveError, "session failed: "+failed.Message, func(del *lease.Delegation) error {
+				del.LastEventID = seq
+				del.Failure = failed
+				del.Summary, del.AgentStderr = ev.Summary, ev.AgentStderr
+				return nil
+			})
 		} else {
 			_, err = d.store.FireDelegation(id, lease.ReceiveDone, "done received", func(del *lease.Delegation) error {
 				del.LastEventID = seq
@@ -510,4 +520,14 @@ func decidedHow(decidedBy string) string {
 		return "task-end"
 	}
 	return ""
+}
+
+// sessionFailure is why driven session id failed, as its driver recorded
+// it; nil if it did not (or is no driven session).
+func sessionFailure(store *lease.Store, id string) *lease.Failure {
+	del, err := store.Delegation(id)
+	if err != nil || !del.SessionDriven {
+		return nil
+	}
+	return del.SessionFailure
 }

@@ -232,7 +232,8 @@ type Executor struct {
 	// their reverse mount waits (tunnel.go): one each.
 	tunnelWaits map[string]bool
 
-	acpAgent json.RawMessage // the ACP agent's initialize answer (session.go); guarded by mu
+	acpAgent      json.RawMessage // the ACP agent's initialize answer (session.go); guarded by mu
+	acpAgentError string          // or why it gave none; guarded by mu
 
 	wg sync.WaitGroup // task goroutines
 

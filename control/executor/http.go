@@ -688,6 +688,7 @@ func (e *Executor) handleManifest(w http.ResponseWriter, r *http.Request) {
 			IdentityKey:   control.IdentityPublic(e.opts.IdentityKey),
 			Sessions:      e.sessionProtocols(),
 			ACPAgent:      e.acpAgentInit(),
+			ACPAgentError: e.acpAgentFailure(),
 		},
 	})
 }

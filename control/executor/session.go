@@ -42,6 +42,20 @@ func (e *Executor) acpAgentInit() json.RawMessage {
 	return e.acpAgent
 }
 
+// SetACPAgentError records why the ACP agent did not answer initialize,
+// for the manifest (awcp.acp_agent_error).
+func (e *Executor) SetACPAgentError(why string) {
+	e.mu.Lock()
+	e.acpAgentError = why
+	e.mu.Unlock()
+}
+
+func (e *Executor) acpAgentFailure() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.acpAgentError
+}
+
 // sessionProtocols is what the manifest offers.
 func (e *Executor) sessionProtocols() []string {
 	if e.opts.Sessions == nil {

@@ -554,8 +554,9 @@ func (e *Executor) progress(id string, u agent.Update) []byte {
 // path looks like (ENOENT, a module or package not found).
 var deniedLine = regexp.MustCompile(`(?i)permission denied|eacces|eperm|operation not permitted|status 126|no such file|enoent|cannot find (module|package)|module not found|not found`)
 
-// deniedPath is an absolute path on such a line.
-var deniedPath = regexp.MustCompile(`/[^\s:'"()\[\],]+`)
+// deniedPath is an absolute path on such a line: one that starts a word
+// (not the "/claude-agent-sdk" of a package name "@anthropic-ai/claude-agent-sdk").
+var deniedPath = regexp.MustCompile(`(?:^|[\s'"(\[=])(/[^\s:'"()\[\],]+)`)
 
 // sandboxHint is the hint of a failed agent whose output says something
 // was refused while the sandbox was on: the paths it names, and how to
@@ -571,7 +572,8 @@ func sandboxHint(confine *sandbox.Policy, output string) string {
 			continue
 		}
 		denied = true
-		for _, p := range deniedPath.FindAllString(line, -1) {
+		for _, m := range deniedPath.FindAllStringSubmatch(line, -1) {
+			p := m[1]
 			if !slices.Contains(paths, p) && len(paths) < 5 {
 				paths = append(paths, p)
 			}

@@ -322,6 +322,30 @@ func TestSessionOutlivesItsLease(t *testing.T) {
 	waitWorkRootEmpty(t, x)
 }
 
+// TestSessionWhoseAgentFailsFails: a session whose agent answers the
+// prompt with its error (auth_required, as a real agent without
+// credentials does) is a failure everywhere: export --session new exits 1
+// with the agent's words as text (not its JSON), the delegation ends
+// failed (status), and output says so with exit 1.
+func TestSessionWhoseAgentFailsFails(t *testing.T) {
+	x := sessionAgentExecutor(t)
+	c := newCtl(t)
+	ws := sampleWorkspace(t)
+	r := c.run("export", ws, "--peer", x.url, "--prompt", "fail-auth", "--session", "new")
+	out := r.stdout + r.stderr
+	if r.code != 1 || !strings.Contains(out, "Authentication required") || strings.Contains(out, `{"code"`) {
+		t.Fatalf("export --session new to an agent that fails: exit %d, want 1 with its words as text\n%s", r.code, out)
+	}
+	d := c.only()
+	if d.State != "error" || d.Failure == nil || d.Failure.Code != "TASK_FAILED" {
+		t.Errorf("the failed session's delegation: %+v", d)
+	}
+	o := c.run("output", d.ID)
+	if o.code != 1 || !strings.Contains(o.stdout+o.stderr, "Authentication required") {
+		t.Errorf("output of the failed session: exit %d\n%s%s", o.code, o.stdout, o.stderr)
+	}
+}
+
 // TestSessionToATaskExecutor: `export --session new` to an executor whose
 // agent runs tasks, not sessions, fails at once with DEP_MISSING and its
 // hint — no fall back to the archive (which would not hold a session

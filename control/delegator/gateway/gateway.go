@@ -21,8 +21,6 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,7 +60,8 @@ type Gateway struct {
 	IdleTTL time.Duration
 	// AgentInit, if set, fetches the remote agent's answer to initialize
 	// (the executor's manifest has it): the editor's initialize is
-	// answered with it.
+	// answered with it — or refused, where its error wraps ErrAgentFailed
+	// (the executor says its agent gave none).
 	AgentInit func(ctx context.Context) (json.RawMessage, error)
 	// Started, if set, is told each session's delegation id.
 	Started func(sessionID, delegationID string)
@@ -181,7 +180,15 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 			g.mu.Lock()
 			g.init, g.caps = init, capabilities(init)
 			g.mu.Unlock()
-			g.editor.Write(&control.RPCMessage{ID: m.ID, Result: g.initializeResult(ctx)})
+			res, err := g.initializeResult(ctx)
+			if err != nil {
+				// The executor knows its agent does not start: said now,
+				// in the agent's words, not at session/new after a wait.
+				g.editor.Write(control.RPCErrorResponse(m.ID, -32603, err.Error(),
+					map[string]any{"hint": "the executor's operator runs `awcp-fs doctor` with the same --agent-acp: it starts the agent as serve does and says what it needs"}))
+				continue
+			}
+			g.editor.Write(&control.RPCMessage{ID: m.ID, Result: res})
 		case m.IsRequest() && m.Method == "session/new":
 			g.wg.Add(1)
 			go func() { defer g.wg.Done(); g.newSession(ctx, runCtx, m) }()
@@ -268,7 +275,7 @@ func (g *Gateway) cancelRequest(m *control.RPCMessage) {
 // the remote agent's own answer, where the executor has it, less what the
 // gateway does not carry (loading a session, the editor's MCP servers);
 // else what any ACP agent takes (text prompts).
-func (g *Gateway) initializeResult(ctx context.Context) json.RawMessage {
+func (g *Gateway) initializeResult(ctx context.Context) (json.RawMessage, error) {
 	res := map[string]any{
 		"protocolVersion":   1,
 		"agentCapabilities": map[string]any{"promptCapabilities": map[string]any{"image": false, "audio": false, "embeddedContext": false}},
@@ -281,6 +288,8 @@ func (g *Gateway) initializeResult(ctx context.Context) json.RawMessage {
 		cancel()
 		var remote map[string]any
 		switch {
+		case errors.Is(err, ErrAgentFailed):
+			return nil, err
 		case err != nil:
 			g.Logger.Warn("the remote agent's capabilities are unknown; answering initialize with the least", "err", err)
 		case json.Unmarshal(raw, &remote) == nil && remote != nil:
@@ -299,8 +308,12 @@ func (g *Gateway) initializeResult(ctx context.Context) json.RawMessage {
 	caps["sessionCapabilities"] = map[string]any{"resume": map[string]any{}, "close": map[string]any{}}
 	caps["mcpCapabilities"] = map[string]any{"http": false, "sse": false}
 	raw, _ := json.Marshal(res)
-	return raw
+	return raw, nil
 }
+
+// ErrAgentFailed is what AgentInit's error wraps where the executor says
+// its agent did not answer initialize: initialize is answered with it.
+var ErrAgentFailed = errors.New("the executor's ACP agent did not start")
 
 // sessionOf is the open session params name (sessionId), or nil.
 func (g *Gateway) sessionOf(params json.RawMessage) *session {
@@ -335,7 +348,7 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 			data = map[string]any{"code": pe.Code, "hint": pe.Hint}
 			if del.AgentStderr != "" {
 				data["agentStderr"] = del.AgentStderr
-				pe.Message += "; the agent's stderr: " + tellingLine(del.AgentStderr)
+				pe.Message += "; the agent's stderr: " + control.TellingLine(del.AgentStderr)
 			}
 		}
 		g.editor.Write(control.RPCErrorResponse(m.ID, -32603, pe.Code+": "+pe.Message, data))
@@ -612,16 +625,3 @@ func endedWith(ended <-chan *lease.Delegation) *lease.Delegation {
 	}
 }
 
-// tellingLine is the line of an agent's stderr that says most: the first
-// that names an error, else the last that is not empty.
-func tellingLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	for _, l := range lines {
-		if errorLine.MatchString(l) {
-			return strings.TrimSpace(l)
-		}
-	}
-	return strings.TrimSpace(lines[len(lines)-1])
-}
-
-var errorLine = regexp.MustCompile(`(?i)error|denied|cannot|not found|no such`)

@@ -126,7 +126,9 @@ func (dr *Driver) converse(ctx context.Context, conn *acpsdk.ClientSideConnectio
 	}
 	sess, err := conn.NewSession(ctx, acpsdk.NewSessionRequest{Cwd: del.LocalDir, McpServers: []acpsdk.McpServer{}})
 	if err != nil {
-		dr.failQueued(del.ID, "the session did not open: "+rpcMessage(err))
+		why := "the agent's session did not open: " + rpcMessage(err)
+		dr.failQueued(del.ID, why)
+		dr.failSession(del.ID, why)
 		return nil // the delegation says why it failed
 	}
 	c.session = sess.SessionId
@@ -188,9 +190,14 @@ func (dr *Driver) turn(ctx context.Context, conn *acpsdk.ClientSideConnection, c
 		x.Reply, x.EndedAt = lease.KeepReply(reply), dr.Store.Now()
 		switch {
 		case err != nil:
-			x.State, x.Error = lease.TurnFailed, err.Error()
+			x.State, x.Error = lease.TurnFailed, rpcMessage(err)
 			if expired {
 				x.Error = "the session ended before the turn did (session_expired)"
+			} else if ctx.Err() == nil {
+				// The agent answered the prompt with an error (no
+				// credentials, a crash): the session has failed, and
+				// ends so, in the agent's words.
+				failSession(d, fmt.Sprintf("turn %d failed: %s", t.N, x.Error))
 			}
 		case resp.StopReason == acpsdk.StopReasonCancelled:
 			x.State, x.StopReason = lease.TurnCancelled, string(resp.StopReason)
@@ -221,6 +228,20 @@ func (dr *Driver) watchClose(ctx context.Context, conn *acpsdk.ClientSideConnect
 			return
 		}
 	}
+}
+
+// failSession records why session id failed and asks for its close: its
+// delegation then ends failed, with why (lease.Delegation.SessionFailure).
+func (dr *Driver) failSession(id, why string) {
+	dr.update(id, func(d *lease.Delegation) { failSession(d, why) })
+}
+
+func failSession(d *lease.Delegation, why string) {
+	if d.SessionFailure == nil {
+		d.SessionFailure = &lease.Failure{Code: control.CodeTaskFailed, Message: why,
+			Hint: "the agent's own words; `awcp-ctl output ID` shows what else it said, and `awcp-fs doctor` on the executor starts it as serve does"}
+	}
+	d.SessionClose = true
 }
 
 // failQueued ends the queued turn of a session that did not open.

@@ -3,7 +3,8 @@
 // writes turn-N.txt (fs/write_text_file) and direct-N.txt (on its own, into
 // the mount), asks permission, and says what it saw and how many turns its
 // process has had. A prompt saying "hang" waits for session/cancel and ends
-// the turn cancelled.
+// the turn cancelled; one saying "fail-auth" is answered with ACP's
+// auth_required error, as a real agent without credentials answers.
 import * as acp from "@agentclientprotocol/sdk";
 import { Readable, Writable } from "node:stream";
 import { writeFileSync } from "node:fs";
@@ -47,6 +48,10 @@ app.onRequest(acp.methods.agent.session.prompt, async ({ params, client }) => {
     await new Promise((r) => setTimeout(r, 3000));
     await say(`slow turn ${s.turns} done`);
     return { stopReason: "end_turn" };
+  }
+  if (text.includes("fail-auth")) {
+    await say("checking credentials");
+    throw acp.RequestError.authRequired(undefined, "no API key: set ANTHROPIC_API_KEY");
   }
   if (text.includes("hang")) {
     await say("hanging until cancelled");
