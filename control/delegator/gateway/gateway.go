@@ -624,4 +624,3 @@ func endedWith(ended <-chan *lease.Delegation) *lease.Delegation {
 		return nil
 	}
 }
-
