@@ -104,3 +104,40 @@ func mustJSON(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
 }
+
+// TestBrokenAgentIsSaidAtInitialize: an executor whose ACP agent dies at
+// start (no credentials, say) knows it at once; an editor's initialize
+// through `awcp-ctl acp` is answered with the agent's own words within
+// a couple of seconds, not after a wait for capabilities that will never
+// come.
+func TestBrokenAgentIsSaidAtInitialize(t *testing.T) {
+	x := startExecutor(t, "", "--agent-acp", `sh -c 'echo "Error: no API key: set GEMINI_API_KEY" >&2; exit 1'`)
+	c := newCtl(t)
+	cmd := c.command("acp", "--peer", x.url, "--transport", "archive")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	started := time.Now()
+	io.WriteString(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}`+"\n")
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	took := time.Since(started)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Error *struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	json.Unmarshal([]byte(line), &m)
+	if m.Error == nil || !strings.Contains(m.Error.Message, "no API key: set GEMINI_API_KEY") {
+		t.Fatalf("initialize with a broken agent: %s", line)
+	}
+	if took > 3*time.Second {
+		t.Errorf("initialize took %s to say the agent is broken", took)
+	}
+}
