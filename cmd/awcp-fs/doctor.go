@@ -182,7 +182,14 @@ func checkAgentConfined(l *clikit.Checklist, c *cli.Context, p *sandbox.Policy, 
 	if line := c.String("agent-acp"); line != "" {
 		ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
 		defer cancel()
-		init, stderr, err := acp.Worker{Command: line}.ProbeStderr(ctx, work, p.Wrap)
+		// As serve starts it: its fresh HOME, temporary dir and caches.
+		task, cleanup, err := executor.ProbeTask(p, work, c.String("name"))
+		if err != nil {
+			l.Fail("agent in sandbox", err.Error(), "")
+			return
+		}
+		defer cleanup()
+		init, stderr, err := acp.Worker{Command: line}.ProbeStderr(ctx, task)
 		if err != nil {
 			msg := "the ACP agent did not answer initialize in its sandbox: " + err.Error()
 			if stderr != "" {

@@ -10,9 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 	"github.com/awcp/awcp/control/discovery"
 	"github.com/awcp/awcp/control/executor"
 	"github.com/awcp/awcp/control/executor/acp"
+	"github.com/awcp/awcp/control/executor/agent"
 	awcpfs "github.com/awcp/awcp/fs"
 	"github.com/awcp/awcp/internal/metrics"
 	"github.com/awcp/awcp/internal/sandbox"
@@ -187,7 +186,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 	}
 	var worker executor.Worker
 	var sessions executor.SessionRunner // an ACP agent also serves editors' sessions
-	var probe func(context.Context, string, func(*exec.Cmd) error) (json.RawMessage, string, error)
+	var probe func(context.Context, agent.Task) (json.RawMessage, string, error)
 	var profile *control.SandboxProfile
 	switch cmd, acpCmd := c.String("agent-cmd"), c.String("agent-acp"); {
 	case cmd != "" && acpCmd != "":
@@ -305,7 +304,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 		probed := make(chan struct{})
 		go func() {
 			defer close(probed)
-			probeACPAgent(pctx, probe, confine, exec, log)
+			probeACPAgent(pctx, probe, confine, c.String("name"), exec, log)
 		}()
 		defer func() { stopProbe(); <-probed }()
 	}
@@ -318,27 +317,24 @@ func serve(ctx context.Context, c *cli.Context) error {
 	return exec.Serve(ctx, ln)
 }
 
-// probeACPAgent asks the ACP agent for its initialize answer, in a scratch
-// directory, and gives it to the executor's manifest.
-func probeACPAgent(ctx context.Context, probe func(context.Context, string, func(*exec.Cmd) error) (json.RawMessage, string, error),
-	confine *sandbox.Policy, ex *executor.Executor, log *slog.Logger) {
+// probeACPAgent asks the ACP agent for its initialize answer, started as
+// a session's agent is (executor.ProbeTask), in a scratch directory, and
+// gives it to the executor's manifest — or why it gave none.
+func probeACPAgent(ctx context.Context, probe func(context.Context, agent.Task) (json.RawMessage, string, error),
+	confine *sandbox.Policy, name string, ex *executor.Executor, log *slog.Logger) {
 	scratch, err := os.MkdirTemp("", "awcp-acp-probe-")
 	if err != nil {
 		log.Warn("ACP agent not probed", "err", err)
 		return
 	}
 	defer os.RemoveAll(scratch)
-	var wrap func(*exec.Cmd) error // in the agents' sandbox, with the scratch dir its own
-	if confine != nil {
-		p := *confine
-		p.RW = append(slices.Clone(p.RW), scratch)
-		if p.Isolated { // as an agent's user, as a session's agent will run
-			p.User = &sandbox.User{UID: executor.ProbeUID, GID: executor.ProbeUID, Home: scratch}
-			os.Chown(scratch, executor.ProbeUID, executor.ProbeUID)
-		}
-		wrap = p.Wrap
+	t, cleanup, err := executor.ProbeTask(confine, scratch, name)
+	if err != nil {
+		log.Warn("ACP agent not probed", "err", err)
+		return
 	}
-	init, stderr, err := probe(ctx, scratch, wrap)
+	defer cleanup()
+	init, stderr, err := probe(ctx, t)
 	if err != nil {
 		log.Warn("the ACP agent did not answer initialize; editors' gateways say so", "err", err, "stderr", stderr)
 		why := err.Error()

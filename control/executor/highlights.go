@@ -174,8 +174,7 @@ func kindBeneath(root int, p string) (isDir, ok bool) {
 	parent, base := filepath.Split(p)
 	at := root
 	if parent != "" {
-		fd, err := unix.Openat2(root, parent, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS})
+		fd, err := treewalk.OpenBeneath(root, parent, unix.O_PATH|unix.O_DIRECTORY)
 		if err != nil {
 			return false, false
 		}

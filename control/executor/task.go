@@ -646,19 +646,60 @@ func confine(at *agent.Task, base sandbox.Policy, user *control.LocalUser, cache
 		if err := os.WriteFile(filepath.Join(home, ".gitconfig"), []byte(gitconfig), 0o600); err != nil {
 			return fail(err)
 		}
+		if err := linkHomeGrants(home, p); err != nil {
+			return fail(err)
+		}
 		at.Env = append(at.Env, "HOME="+home)
 	}
 	if user != nil {
 		p.User = &sandbox.User{UID: user.UID, GID: user.GID, Home: home}
 		at.Owner = &agent.Owner{UID: int(user.UID), GID: int(user.GID)}
-		for _, d := range []string{tmp, home, filepath.Join(home, ".gitconfig")} {
-			if err := os.Lchown(d, int(user.UID), int(user.GID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fail(err)
+		// Its temporary directory and all it holds (the home, its
+		// .gitconfig and the links to the grants) are the agent's.
+		if err := filepath.WalkDir(tmp, func(d string, _ fs.DirEntry, err error) error {
+			if err != nil {
+				return err
 			}
+			return os.Lchown(d, int(user.UID), int(user.GID))
+		}); err != nil {
+			return fail(err)
 		}
 	}
 	at.Confine = p.Wrap
 	return &p, tmp, nil
+}
+
+// linkHomeGrants makes the operator's grants that lie in the daemon's
+// home (--sandbox-allow ~/.claude:rw, ~/.gemini, a ~/.codex/auth.json)
+// show at the same place in the agent's fresh home, as symlinks to where
+// the sandbox binds them: an agent finds its credentials at ~/.claude
+// whatever HOME it has. A grant inside another is covered by it.
+func linkHomeGrants(home string, p sandbox.Policy) error {
+	daemonHome, err := os.UserHomeDir()
+	if err != nil || daemonHome == "" || daemonHome == "/" {
+		return nil
+	}
+	grants := append(slices.Clone(p.RW), p.RO...)
+	slices.Sort(grants)
+	var linked []string
+	for _, g := range grants {
+		rel, err := filepath.Rel(daemonHome, g)
+		if err != nil || rel == "." || !filepath.IsLocal(rel) || rel == ".gitconfig" {
+			continue
+		}
+		if slices.ContainsFunc(linked, func(l string) bool { return strings.HasPrefix(g, l+"/") }) {
+			continue
+		}
+		at := filepath.Join(home, rel)
+		if err := os.MkdirAll(filepath.Dir(at), 0o700); err != nil {
+			return err
+		}
+		if err := os.Symlink(g, at); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		linked = append(linked, g)
+	}
+	return nil
 }
 
 // snapshotMetadata is a snapshot event's metadata as the reference's

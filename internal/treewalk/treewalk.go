@@ -116,16 +116,7 @@ func (w *walker) work() {
 
 // read opens dir beneath the root and hands its entries to visit.
 func (w *walker) read(dir string) ([]string, error) {
-	how := unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS}
-	var fd int
-	var err error
-	for {
-		fd, err = unix.Openat2(w.rootfd, dir, &how)
-		if err != unix.EAGAIN && err != unix.EINTR { // EAGAIN: a rename raced the walk
-			break
-		}
-	}
+	fd, err := OpenBeneath(w.rootfd, dir, unix.O_RDONLY|unix.O_DIRECTORY)
 	full := filepath.Join(w.root, dir)
 	switch {
 	case err == unix.ENOENT || err == unix.ENOTDIR || err == unix.ELOOP:

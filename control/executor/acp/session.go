@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -610,21 +609,25 @@ func call[Req, Resp any](ctx context.Context, params json.RawMessage, fn func(co
 	return fn(ctx, req)
 }
 
-// Probe starts the agent in a scratch directory, initializes it as a
-// session's relay would, and returns its answer (capabilities, info, auth
-// methods): what an editor's gateway tells the editor before any session
-// exists. The agent is stopped at once. confine, if set, confines it as
-// a task's agent is (agent.Task.Confine).
-func (w Worker) Probe(ctx context.Context, scratch string, confine func(*exec.Cmd) error) (json.RawMessage, error) {
-	init, _, err := w.ProbeStderr(ctx, scratch, confine)
+// Probe starts the agent as t says (its work directory, environment and
+// sandbox: executor.ProbeTask's, as a session's agent is started),
+// initializes it as a session's relay would, and returns its answer
+// (capabilities, info, auth methods): what an editor's gateway tells the
+// editor before any session exists. The agent is stopped at once.
+func (w Worker) Probe(ctx context.Context, t agent.Task) (json.RawMessage, error) {
+	init, _, err := w.ProbeStderr(ctx, t)
 	return init, err
 }
 
 // ProbeStderr is Probe, with the end of what the agent wrote to stderr
 // meanwhile: why it did not answer, where it did not.
-func (w Worker) ProbeStderr(ctx context.Context, scratch string, confine func(*exec.Cmd) error) (_ json.RawMessage, stderrTail string, _ error) {
+func (w Worker) ProbeStderr(ctx context.Context, t agent.Task) (_ json.RawMessage, stderrTail string, _ error) {
 	w = w.withDefaults()
-	proc, err := agent.Start(agent.Task{DelegationID: "probe", WorkDir: scratch, AccessMode: "ro", Confine: confine}, w.Command, nil)
+	if t.DelegationID == "" {
+		t.DelegationID = "probe"
+	}
+	t.AccessMode = "ro"
+	proc, err := agent.Start(t, w.Command, nil)
 	if err != nil {
 		return nil, "", fmt.Errorf("ACP agent: %w", err)
 	}
