@@ -141,3 +141,76 @@ func TestBrokenAgentIsSaidAtInitialize(t *testing.T) {
 		t.Errorf("initialize took %s to say the agent is broken", took)
 	}
 }
+
+// TestAgentFindsItsCredentialsAsServeStartsIt: an agent that keeps its
+// login in its HOME (~/.fakeagent, as Claude Code keeps ~/.claude) finds
+// it under serve once the operator grants it — each delegation's agent
+// has a fresh HOME, where the grant shows at the same place — and doctor
+// starts it the same way, so that what passes doctor works under serve.
+// The editor's initialize through `awcp-ctl acp` gets the agent's own
+// name and auth methods.
+func TestAgentFindsItsCredentialsAsServeStartsIt(t *testing.T) {
+	daemonHome := t.TempDir()
+	t.Setenv("HOME", daemonHome)
+	writeFiles(t, daemonHome, map[string]string{".fakeagent/token": "tok-123\n"})
+	src, err := os.ReadFile(filepath.Join("testdata", "home_agent.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "home_agent.py")
+	if err := os.WriteFile(script, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	agentCmd := "/usr/bin/python3 " + script
+	grant := filepath.Join(daemonHome, ".fakeagent") + ":rw"
+	doctor := func(extra ...string) (int, string) {
+		args := append([]string{"doctor", "--state-dir", filepath.Join(t.TempDir(), "s"), "--agent-acp", agentCmd}, extra...)
+		out, err := exec.Command(filepath.Join(binDir, "awcp-fs"), args...).CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		return code, string(out)
+	}
+	if code, out := doctor(); code != 1 || !strings.Contains(out, "not logged in") {
+		t.Errorf("doctor without the login granted: exit %d\n%s", code, out)
+	}
+	if code, out := doctor("--sandbox-allow", grant); code != 0 || !strings.Contains(doctorLine(out, "agent in sandbox"), "(home-agent tok-123)") {
+		t.Errorf("doctor with the login granted: exit %d\n%s", code, out)
+	}
+
+	x := startExecutor(t, "", "--agent-acp", agentCmd, "--sandbox-allow", grant)
+	c := newCtl(t)
+	cmd := c.command("acp", "--peer", x.url, "--transport", "archive")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	io.WriteString(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}`+"\n")
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Result struct {
+			AgentInfo   struct{ Name, Version string } `json:"agentInfo"`
+			AuthMethods []struct{ ID string }          `json:"authMethods"`
+		} `json:"result"`
+	}
+	json.Unmarshal([]byte(line), &m)
+	if m.Result.AgentInfo.Name != "home-agent" || m.Result.AgentInfo.Version != "tok-123" || len(m.Result.AuthMethods) != 1 || m.Result.AuthMethods[0].ID != "fake-login" {
+		t.Errorf("the editor's initialize under serve: %s", line)
+	}
+
+	// A delegation's session: the agent, in a HOME of its own, finds its
+	// login there.
+	ws := sampleWorkspace(t)
+	r := c.run("export", ws, "--peer", x.url, "--prompt", "who are you", "--session", "new", "--transport", "archive")
+	if r.code != 0 || !strings.Contains(r.stdout, "logged in as tok-123") || strings.Contains(r.stdout, "HOME "+daemonHome+"\n") {
+		t.Errorf("a session's agent under serve: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	c.run("close", strings.Fields(r.stderr[strings.Index(r.stderr, "session ")+len("session "):])[0])
+}
