@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -213,4 +214,112 @@ func TestAgentFindsItsCredentialsAsServeStartsIt(t *testing.T) {
 		t.Errorf("a session's agent under serve: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	c.run("close", strings.Fields(r.stderr[strings.Index(r.stderr, "session ")+len("session "):])[0])
+}
+
+// TestAuthenticateRunsOnTheExecutor: the editor's authenticate, through
+// `awcp-ctl acp`, reaches the executor's agent — the method runs there,
+// with the executor's credentials, before the session opens — and one
+// the agent cannot run headless fails session/new in the agent's words,
+// saying where it ran.
+func TestAuthenticateRunsOnTheExecutor(t *testing.T) {
+	daemonHome := t.TempDir()
+	t.Setenv("HOME", daemonHome)
+	writeFiles(t, daemonHome, map[string]string{".fakeagent/token": "tok-9\n"})
+	src, err := os.ReadFile(filepath.Join("testdata", "home_agent.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "home_agent.py")
+	os.WriteFile(script, src, 0o644)
+	x := startExecutor(t, "", "--agent-acp", "/usr/bin/python3 "+script, "--sandbox-allow", filepath.Join(daemonHome, ".fakeagent"))
+	c := newCtl(t)
+	ws := sampleWorkspace(t)
+	ed := startEditor(t, c, x)
+	ed.call(t, "1", "initialize", `{"protocolVersion":1,"clientCapabilities":{}}`)
+	if a := ed.call(t, "2", "authenticate", `{"methodId":"fake-login"}`); a["error"] != nil {
+		t.Fatalf("authenticate: %v", a)
+	}
+	opened := ed.call(t, "3", "session/new", `{"cwd":"`+ws+`","mcpServers":[]}`)
+	res, _ := opened["result"].(map[string]any)
+	sid, _ := res["sessionId"].(string)
+	if sid == "" {
+		t.Fatalf("session/new: %v", opened)
+	}
+	ed.call(t, "4", "session/prompt", `{"sessionId":"`+sid+`","prompt":[{"type":"text","text":"hi"}]}`)
+	if said := ed.said(); !strings.Contains(said, "logged in as tok-9") || !strings.Contains(said, "authenticated fake-login") {
+		t.Errorf("the agent did not run the editor's authenticate: %q", said)
+	}
+
+	if a := ed.call(t, "5", "authenticate", `{"methodId":"oauth-personal"}`); a["error"] != nil {
+		t.Fatalf("authenticate: %v", a)
+	}
+	refused := ed.call(t, "6", "session/new", `{"cwd":"`+sampleWorkspace(t)+`","mcpServers":[]}`)
+	e, _ := json.Marshal(refused["error"])
+	if refused["error"] == nil || !strings.Contains(string(e), "oauth-personal needs a browser") || !strings.Contains(string(e), "ran on the executor") {
+		t.Errorf("a method the executor's agent cannot run: %s", e)
+	}
+}
+
+// editor is an ACP editor speaking to `awcp-ctl acp` line by line.
+type editor struct {
+	stdin io.WriteCloser
+	lines chan string
+	mu    sync.Mutex
+	text  strings.Builder // the agent's message chunks
+}
+
+func startEditor(t *testing.T, c *ctl, x *executor) *editor {
+	t.Helper()
+	cmd := c.command("acp", "--peer", x.url, "--transport", "archive")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ed := &editor{stdin: stdin, lines: make(chan string, 64)}
+	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			ed.lines <- sc.Text()
+		}
+		close(ed.lines)
+	}()
+	return ed
+}
+
+// call sends a request and returns its answer, gathering what the agent
+// says meanwhile.
+func (ed *editor) call(t *testing.T, id, method, params string) map[string]any {
+	t.Helper()
+	io.WriteString(ed.stdin, `{"jsonrpc":"2.0","id":`+id+`,"method":"`+method+`","params":`+params+"}\n")
+	deadline := time.After(60 * time.Second)
+	for {
+		select {
+		case l, ok := <-ed.lines:
+			if !ok {
+				t.Fatalf("awcp-ctl acp closed before answering %s", method)
+			}
+			var m map[string]any
+			json.Unmarshal([]byte(l), &m)
+			if string(mustJSON(m["id"])) == id {
+				return m
+			}
+			if m["method"] == "session/update" {
+				ed.mu.Lock()
+				ed.text.WriteString(l)
+				ed.mu.Unlock()
+			}
+		case <-deadline:
+			t.Fatalf("no answer to %s", method)
+		}
+	}
+}
+
+func (ed *editor) said() string {
+	ed.mu.Lock()
+	defer ed.mu.Unlock()
+	return ed.text.String()
 }

@@ -78,6 +78,7 @@ type Gateway struct {
 	closing  bool                // the editor is gone: no session opens
 	init     json.RawMessage     // the editor's initialize params, for each channel
 	caps     []string            // what the editor declared in them (capabilities)
+	auth     json.RawMessage     // the editor's last authenticate params, for each channel
 	sessions map[string]*session // by the agent's session id
 	pending  map[string]pending  // the editor's requests in flight, by our id toward a channel
 	asked    map[string]pending  // the agent's callbacks in flight, by our id toward the editor
@@ -189,6 +190,25 @@ func (g *Gateway) fromEditor(ctx, runCtx context.Context) error {
 				continue
 			}
 			g.editor.Write(&control.RPCMessage{ID: m.ID, Result: res})
+		case m.IsRequest() && m.Method == "authenticate":
+			// The agent runs on the executor, one process a session:
+			// the method the editor chose is run there, with the
+			// executor's credentials, as each session's channel opens,
+			// before its session/new, which fails in the agent's words
+			// if it does (newSession). Nothing of the editor's is sent
+			// but the method's id.
+			var p struct {
+				MethodID string `json:"methodId"`
+			}
+			if err := json.Unmarshal(m.Params, &p); err != nil || p.MethodID == "" {
+				g.editor.Write(control.RPCErrorResponse(m.ID, -32602, "Invalid params", "authenticate needs a methodId"))
+				continue
+			}
+			params, _ := json.Marshal(p)
+			g.mu.Lock()
+			g.auth = params
+			g.mu.Unlock()
+			g.editor.Write(&control.RPCMessage{ID: m.ID, Result: json.RawMessage(`{}`)})
 		case m.IsRequest() && m.Method == "session/new":
 			g.wg.Add(1)
 			go func() { defer g.wg.Done(); g.newSession(ctx, runCtx, m) }()
@@ -393,7 +413,7 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 	// The editor's initialize, then its session/new, on the channel: the
 	// executor answers initialize with the agent's own answer.
 	g.mu.Lock()
-	init := g.init
+	init, auth := g.init, g.auth
 	g.mu.Unlock()
 	if init == nil {
 		init = json.RawMessage(`{"protocolVersion":1,"clientCapabilities":{}}`)
@@ -426,7 +446,14 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 		}
 	}
 	answer, err := call(`"gw-init"`, "initialize", init)
-	if err == nil {
+	if err == nil && auth != nil {
+		// The editor's authenticate, run by this session's agent on the
+		// executor; its refusal is session/new's, in its words.
+		if answer, err = call(`"gw-auth"`, "authenticate", auth); err == nil && answer != nil && len(answer.Error) > 0 {
+			answer.Error = onExecutor(answer.Error)
+		}
+	}
+	if err == nil && (answer == nil || len(answer.Error) == 0) {
 		answer, err = call(`"gw-new"`, "session/new", m.Params)
 	}
 	if err != nil || answer == nil || len(answer.Error) > 0 {
@@ -462,6 +489,19 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 		ID: "ch-" + shortID(del.ID) + "-" + s.id, Transport: control.SessionUpgrade, PeerRole: "executor", Capabilities: capabilities(init),
 		SessionID: s.id, AgentSessionID: differs(s.agentID, s.id)})
 	g.hold(s)
+}
+
+// onExecutor is an agent's refusal of authenticate, saying where it ran:
+// its code and message kept, what the executor's operator does added.
+func onExecutor(rpcErr json.RawMessage) json.RawMessage {
+	var e map[string]any
+	if json.Unmarshal(rpcErr, &e) != nil {
+		return rpcErr
+	}
+	msg, _ := e["message"].(string)
+	e["message"] = msg + " (authenticate ran on the executor, with its credentials: its operator logs the agent in there, or gives it an API key; see docs/agents.md)"
+	out, _ := json.Marshal(e)
+	return out
 }
 
 // register adds s to the open sessions, under the editor's id for it (the

@@ -2,10 +2,13 @@
 # credentials from a directory in its HOME (~/.fakeagent/token) and
 # refuses to start without them: at initialize it says so on stderr and
 # exits. With them, it answers initialize, naming itself and where it
-# found them, and a session's prompt with the token and its HOME.
+# found them, and a session's prompt with the token, its HOME and the
+# method `authenticate` last ran (fake-login succeeds; any other needs a
+# browser and fails).
 import json, os, sys
 
 home = os.environ.get("HOME", "")
+authenticated = "no"  # the method authenticate last ran, in this process
 token_file = os.path.join(home, ".fakeagent", "token")
 
 def send(msg):
@@ -28,12 +31,19 @@ for line in sys.stdin:
         send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": 1, "agentCapabilities": {},
               "agentInfo": {"name": "home-agent", "version": token},
               "authMethods": [{"id": "fake-login", "name": "Log in", "description": "reads ~/.fakeagent/token"}]}})
+    elif method == "authenticate":
+        how = (msg.get("params") or {}).get("methodId")
+        if how == "fake-login":
+            authenticated = how
+            send({"jsonrpc": "2.0", "id": mid, "result": {}})
+        else:
+            send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32000, "message": "%s needs a browser, and there is none here" % how}})
     elif method == "session/new":
         send({"jsonrpc": "2.0", "id": mid, "result": {"sessionId": "home-1"}})
     elif method == "session/prompt":
         with open(token_file) as f:
             token = f.readline().strip()
-        text = "logged in as %s, HOME %s" % (token, home)
+        text = "logged in as %s, HOME %s, authenticated %s" % (token, home, authenticated)
         send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "home-1",
               "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}}})
         send({"jsonrpc": "2.0", "id": mid, "result": {"stopReason": "end_turn"}})
