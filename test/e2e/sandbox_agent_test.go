@@ -234,7 +234,7 @@ func TestAuthenticateRunsOnTheExecutor(t *testing.T) {
 	x := startExecutor(t, "", "--agent-acp", "/usr/bin/python3 "+script, "--sandbox-allow", filepath.Join(daemonHome, ".fakeagent"))
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
-	ed := startEditor(t, c, x)
+	ed := startEditor(t, c, x, "archive")
 	ed.call(t, "1", "initialize", `{"protocolVersion":1,"clientCapabilities":{}}`)
 	if a := ed.call(t, "2", "authenticate", `{"methodId":"fake-login"}`); a["error"] != nil {
 		t.Fatalf("authenticate: %v", a)
@@ -268,9 +268,9 @@ type editor struct {
 	text  strings.Builder // the agent's message chunks
 }
 
-func startEditor(t *testing.T, c *ctl, x *executor) *editor {
+func startEditor(t *testing.T, c *ctl, x *executor, transport string) *editor {
 	t.Helper()
-	cmd := c.command("acp", "--peer", x.url, "--transport", "archive")
+	cmd := c.command("acp", "--peer", x.url, "--transport", transport)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = io.Discard

@@ -63,6 +63,9 @@ type Gateway struct {
 	// answered with it — or refused, where its error wraps ErrAgentFailed
 	// (the executor says its agent gave none).
 	AgentInit func(ctx context.Context) (json.RawMessage, error)
+	// AuthTimeout bounds the editor's authenticate on the executor
+	// (default AuthTimeout).
+	AuthTimeout time.Duration
 	// Started, if set, is told each session's delegation id.
 	Started func(sessionID, delegationID string)
 	// Channel, if set, records a session's channel events (seed 002):
@@ -448,8 +451,20 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 	answer, err := call(`"gw-init"`, "initialize", init)
 	if err == nil && auth != nil {
 		// The editor's authenticate, run by this session's agent on the
-		// executor; its refusal is session/new's, in its words.
-		if answer, err = call(`"gw-auth"`, "authenticate", auth); err == nil && answer != nil && len(answer.Error) > 0 {
+		// executor; its refusal is session/new's, in its words. A method
+		// that waits for a browser or a person there never ends: the
+		// channel is closed after AuthTimeout, and that said.
+		var timedOut atomic.Bool
+		timer := time.AfterFunc(g.authTimeout(), func() { timedOut.Store(true); link.Close() })
+		answer, err = call(`"gw-auth"`, "authenticate", auth)
+		timer.Stop()
+		switch {
+		case timedOut.Load():
+			link.Close()
+			g.editor.Write(control.RPCErrorResponse(m.ID, -32603, fmt.Sprintf("the agent's authenticate (%s) did not end within %s on the executor: a login that needs a browser or a person cannot run there", authMethod(auth), g.authTimeout()),
+				map[string]any{"hint": "the executor's operator logs the agent in on the executor, or gives it an API key (docs/agents.md); then authenticate with a method that needs neither"}))
+			return
+		case err == nil && answer != nil && len(answer.Error) > 0:
 			answer.Error = onExecutor(answer.Error)
 		}
 	}
@@ -489,6 +504,26 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 		ID: "ch-" + shortID(del.ID) + "-" + s.id, Transport: control.SessionUpgrade, PeerRole: "executor", Capabilities: capabilities(init),
 		SessionID: s.id, AgentSessionID: differs(s.agentID, s.id)})
 	g.hold(s)
+}
+
+// AuthTimeout is how long an editor's authenticate may take on the
+// executor, by default.
+const AuthTimeout = 30 * time.Second
+
+func (g *Gateway) authTimeout() time.Duration {
+	if g.AuthTimeout > 0 {
+		return g.AuthTimeout
+	}
+	return AuthTimeout
+}
+
+// authMethod is the method authenticate's params name.
+func authMethod(params json.RawMessage) string {
+	var p struct {
+		MethodID string `json:"methodId"`
+	}
+	json.Unmarshal(params, &p)
+	return p.MethodID
 }
 
 // onExecutor is an agent's refusal of authenticate, saying where it ran:
