@@ -338,7 +338,7 @@ func probeACPAgent(ctx context.Context, probe func(context.Context, agent.Task) 
 	if err != nil {
 		log.Warn("the ACP agent did not answer initialize; editors' gateways say so", "err", err, "stderr", stderr)
 		why := err.Error()
-		if line := control.TellingLine(stderr); line != "" {
+		if line := lease.TellingLine(stderr); line != "" {
 			why += "; its stderr: " + line
 		}
 		ex.SetACPAgentError(why)

@@ -152,3 +152,64 @@ func firstLineWith(s, sub string) string {
 	}
 	return ""
 }
+
+// The hosts' own CLIs, pinned, from the npm registry.
+var hostPackages = []string{"@anthropic-ai/claude-code@2.1.332", "@openai/codex@0.171.0", "@google/gemini-cli@0.61.0", "node@22.23.3"}
+
+// TestHostsAndHeadlessCLIs: Claude Code, Gemini CLI and Codex as the
+// delegator's host — each adds `awcp-ctl mcp` as docs/agents.md says, and
+// the two whose CLI checks a server offline (Claude Code's `mcp list`,
+// Gemini CLI's in a trusted folder) report it connected; Codex's `mcp
+// list` only lists it, enabled — and the headless CLIs as an executor's
+// --agent-cmd: with no credentials, the delegation fails in the CLI's own
+// words (Claude Code's "Not logged in" is on its stdout).
+func TestHostsAndHeadlessCLIs(t *testing.T) {
+	modules := nodeModules(t, hostPackages...)
+	home := t.TempDir()
+	project := filepath.Join(home, "project")
+	os.MkdirAll(project, 0o755)
+	t.Setenv("HOME", home)
+	t.Setenv("PATH", binDir+":"+filepath.Join(modules, "node_modules", ".bin")+":"+os.Getenv("PATH"))
+	x := startExecutor(t, "echo hi")
+	c := newCtl(t)
+	t.Setenv("AWCP_STATE_DIR", c.state) // what the hosts start inherits it
+	t.Setenv("AWCP_PLAIN_HTTP", "1")
+	run := func(name string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir = project
+		cmd.Stdin = nil
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+		return string(out)
+	}
+	run("claude", "mcp", "add", "awcp", "--", "awcp-ctl", "mcp", "--peer", x.url)
+	if out := run("claude", "mcp", "list"); !strings.Contains(out, "awcp: awcp-ctl mcp --peer "+x.url+" - ✔ Connected") {
+		t.Errorf("claude mcp list:\n%s", out)
+	}
+	run("gemini", "mcp", "add", "--scope", "user", "awcp", "awcp-ctl", "mcp", "--peer", x.url)
+	// Gemini CLI runs no MCP server of a folder it does not trust: the
+	// user trusts the project (its own prompt writes this file).
+	writeFiles(t, home, map[string]string{".gemini/trustedFolders.json": `{"` + project + `": "TRUST_FOLDER"}`})
+	if out := run("gemini", "mcp", "list"); !strings.Contains(out, "awcp: awcp-ctl mcp --peer "+x.url+" (stdio) - Connected") {
+		t.Errorf("gemini mcp list:\n%s", out)
+	}
+	run("codex", "mcp", "add", "awcp", "--", "awcp-ctl", "mcp", "--peer", x.url)
+	if out := run("codex", "mcp", "list"); !strings.Contains(out, "awcp") || !strings.Contains(out, "enabled") {
+		t.Errorf("codex mcp list:\n%s", out)
+	}
+
+	for cli, words := range map[string]string{
+		`claude -p "$AWCP_PROMPT"`: "Not logged in",
+		`gemini -p "$AWCP_PROMPT"`: "GEMINI_API_KEY",
+	} {
+		x := startExecutor(t, cli)
+		ws := sampleWorkspace(t)
+		r := c.run("export", ws, "--peer", x.url, "--prompt", "say hello", "--transport", "archive")
+		if out := r.stdout + r.stderr; r.code != 1 || !strings.Contains(firstLineWith(out, "error TASK_FAILED"), words) {
+			t.Errorf("--agent-cmd %s with no credentials: exit %d, want 1 saying %q\n%s", cli, r.code, words, out)
+		}
+	}
+}

@@ -371,7 +371,7 @@ func (g *Gateway) newSession(ctx, runCtx context.Context, m *control.RPCMessage)
 			data = map[string]any{"code": pe.Code, "hint": pe.Hint}
 			if del.AgentStderr != "" {
 				data["agentStderr"] = del.AgentStderr
-				pe.Message += "; the agent's stderr: " + control.TellingLine(del.AgentStderr)
+				pe.Message += "; the agent's stderr: " + lease.TellingLine(del.AgentStderr)
 			}
 		}
 		g.editor.Write(control.RPCErrorResponse(m.ID, -32603, pe.Code+": "+pe.Message, data))

@@ -65,8 +65,16 @@ func (s Shell) Run(ctx context.Context, t Task, h Hooks) (*Result, error) {
 	res, err := Run(ctx, t, opts)
 	if err == nil && res.ExitCode != 0 {
 		res.Failed = fmt.Sprintf("the agent exited with status %d", res.ExitCode)
-		if res.StderrTail != "" {
-			res.Failed += ": " + res.StderrTail
+		// Its own words: the line of its stderr that says most, or,
+		// where it wrote none (claude -p says "Not logged in" on
+		// stdout), its last line of output. All of its stderr goes with
+		// the failure besides (AgentStderr).
+		words := lease.TellingLine(res.StderrTail)
+		if words == "" {
+			words = lease.TellingLine(res.Summary)
+		}
+		if words != "" {
+			res.Failed += ": " + words
 		}
 	}
 	return res, err
