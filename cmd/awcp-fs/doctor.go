@@ -134,6 +134,17 @@ func checkSandbox(l *clikit.Checklist, c *cli.Context, state string) {
 		return
 	}
 	l.OK("sandbox", sandbox.Describe(p)+": agents write in their work dir and a temp dir of their own only; checked")
+	for _, line := range []string{c.String("agent-cmd"), c.String("agent-acp")} {
+		if line == "" {
+			continue
+		}
+		r := sandbox.ResolveCommand(line)
+		what := strings.Join(r.Chain, "; ")
+		if len(r.Grants) > 0 {
+			what += "; granted read-only: " + strings.Join(r.Grants, " ")
+		}
+		l.Info("agent runs", what)
+	}
 	l.Info("sandbox reads", strings.Join(p.RO, " "))
 	if len(grants) > 0 {
 		l.Info("sandbox writes", "the work dir, its temp dir, "+strings.Join(grants, " "))

@@ -26,27 +26,47 @@ var interpreters = []string{"node", "nodejs", "deno", "bun", "python", "python3"
 
 // CommandGrants are the files and trees command runs that the sandbox
 // would not show: read-only grants for them.
-func CommandGrants(command string) []string {
+func CommandGrants(command string) []string { return ResolveCommand(command).Grants }
+
+// Resolved is what an agent command runs, as ResolveCommand found it.
+type Resolved struct {
+	// Chain is how it was found, for doctor: each step "name → real path".
+	Chain []string
+	// Grants are the trees it loads from that the sandbox would not show.
+	Grants []string
+}
+
+// ResolveCommand finds what command runs (the package comment above).
+func ResolveCommand(command string) Resolved {
+	var r Resolved
 	words := strings.Fields(command)
 	for len(words) > 0 && (strings.Contains(words[0], "=") || words[0] == "exec" || words[0] == "env") {
 		words = words[1:] // VAR=value, exec, env: the program follows
 	}
 	if len(words) == 0 {
-		return nil
+		return r
 	}
-	var grants []string
+	within := func(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
 	add := func(p string) {
-		if p != "" && !slices.Contains(grants, p) && !underSystem(p) {
-			grants = append(grants, p)
+		if p == "" || underSystem(p) || slices.ContainsFunc(r.Grants, func(g string) bool { return within(p, g) }) {
+			return // shown already
 		}
+		r.Grants = slices.DeleteFunc(r.Grants, func(g string) bool { return within(g, p) })
+		r.Grants = append(r.Grants, p)
 	}
-	prog := resolveProgram(trimQuotes(words[0]))
+	name := trimQuotes(words[0])
+	prog := resolveProgram(name)
 	if prog == "" {
-		return nil
+		r.Chain = append(r.Chain, name+": not found on PATH")
+		return r
 	}
+	r.Chain = append(r.Chain, name+" → "+prog)
 	add(loadRoot(prog))
 	// A script: its #! interpreter's install.
 	if interp := shebang(prog); interp != "" {
+		if real := resolveProgram(interp); real != "" {
+			r.Chain = append(r.Chain, "#! "+interp+" → "+real)
+		}
 		add(installRoot(interp))
 	}
 	// An interpreter given a script: the script's tree.
@@ -58,12 +78,13 @@ func CommandGrants(command string) []string {
 				continue
 			}
 			if script := resolveFile(w); script != "" {
+				r.Chain = append(r.Chain, "script "+w+" → "+script)
 				add(loadRoot(script))
 			}
 			break
 		}
 	}
-	return grants
+	return r
 }
 
 // isInterpreter reports whether the program at path (or named so) is one
