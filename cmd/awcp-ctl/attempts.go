@@ -234,6 +234,15 @@ func exportScopes(ctx context.Context, c *cli.Context, e *env, base delegator.Ex
 	for scope := range tasks {
 		fmt.Fprintf(c.App.ErrWriter, "awcp: --scope-prompt %s: no --scope %s=PEER: not used\n", scope, scope)
 	}
+	// All of them admitted before any starts: one started would change
+	// the directory the refused one was to share.
+	var paths []string
+	for _, r := range reqs {
+		paths = append(paths, r.Scope)
+	}
+	if err := delegator.AdmitScopes(base.Dir, paths); err != nil {
+		return fail(c, err)
+	}
 	if done, err := runGroup(ctx, c, e, base.Group, reqs, names); !done || err != nil {
 		return err
 	}

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/lease"
 )
 
 // AdmissionLimits are the admission checks of spec §3.1/§6.2. A zero field
@@ -148,4 +150,30 @@ func HumanBytes(n int64) string {
 		return fmt.Sprintf("%dKB", n>>10)
 	}
 	return fmt.Sprintf("%dB", n)
+}
+
+// AdmitScopes checks the scopes of one task split among executors, all
+// of them before any is started: each a directory under dir, given
+// relative to it, and no two overlapping (one would hold the other's
+// files, and be refused as busy once the first had started and changed
+// dir). The error names the pair.
+func AdmitScopes(dir string, scopes []string) error {
+	clean := make([]string, len(scopes))
+	for i, sc := range scopes {
+		s := path.Clean(filepath.ToSlash(sc))
+		if path.IsAbs(s) || s == "." || s == ".." || strings.HasPrefix(s, "../") {
+			return control.Errorf(control.CodeWorkspaceInvalid, "scope %q: a directory under the one lent, given relative to it", sc)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, filepath.FromSlash(s))); err != nil || !fi.IsDir() {
+			return control.Errorf(control.CodeWorkspaceInvalid, "scope %q: no such directory in %s", sc, dir)
+		}
+		for j, prev := range clean[:i] {
+			if lease.Overlaps(prev, s) {
+				return control.Errorf(control.CodeWorkspaceInvalid, "scopes %q and %q overlap: each part of the directory is one executor's", scopes[j], sc).
+					WithHint("give scopes none of which holds another; nothing was started")
+			}
+		}
+		clean[i] = s
+	}
+	return nil
 }

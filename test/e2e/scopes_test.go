@@ -80,3 +80,29 @@ func TestScopesSplitATask(t *testing.T) {
 		t.Errorf("the waiting export did not say what it waited for:\n%s", waiter.stderr.String())
 	}
 }
+
+// TestOverlappingScopesStartNothing: scopes of one command that overlap
+// (a and a/sub), or one that is no directory, refuse the whole command
+// before anything starts: no delegation, no agent run, the directory
+// byte-identical.
+func TestOverlappingScopesStartNothing(t *testing.T) {
+	x := startExecutor(t, `echo ran > ran.txt`)
+	c := newCtl(t)
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"a/sub/keep.txt": "k\n", "b/keep.txt": "b\n"})
+	before := tree(t, ws)
+	for _, scopes := range [][]string{{"a=" + x.url, "a/sub=" + x.url}, {"a/sub=" + x.url, "a/=" + x.url}, {"b=" + x.url, "missing=" + x.url}} {
+		args := []string{"export", ws, "--prompt", "split", "--transport", "archive"}
+		for _, s := range scopes {
+			args = append(args, "--scope", s)
+		}
+		r := c.run(args...)
+		if r.code == 0 || !strings.Contains(r.stderr, "WORKSPACE_INVALID") {
+			t.Errorf("export --scope %v: exit %d, want a refusal\n%s%s", scopes, r.code, r.stdout, r.stderr)
+		}
+		if ds := c.status(); len(ds) != 0 {
+			t.Fatalf("export --scope %v started %d delegations before refusing", scopes, len(ds))
+		}
+	}
+	sameTree(t, ws, before)
+}

@@ -58,8 +58,17 @@ func (s *server) delegateScopes(ctx context.Context, req *mcp.CallToolRequest, i
 		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "scopes write in place, each in its own part of the workspace: snapshot_mode must be auto")
 	}
 	members := make([]member, len(in.Scopes))
+	paths := make([]string, len(in.Scopes))
 	for i, sc := range in.Scopes {
 		members[i] = member{peer: sc.Peer, scope: sc.Path, prompt: sc.Prompt}
+		paths[i] = sc.Path
+	}
+	dir, err := s.workspaceDir(in)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if err := delegator.AdmitScopes(dir, paths); err != nil {
+		return Outcome{}, err // all admitted before any starts
 	}
 	return s.startGroup(ctx, req, in, access, members, "delegate_output with each delegation_id shows it")
 }

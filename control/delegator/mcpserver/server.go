@@ -322,19 +322,29 @@ func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in dele
 	return o, nil
 }
 
-// request is the export delegate's arguments ask of peer.
-func (s *server) request(in delegateArgs, peer chosenPeer) (delegator.ExportRequest, error) {
+// workspaceDir is the directory delegate's arguments lend: workspace_dir,
+// relative to cwd (the call's, or the server's).
+func (s *server) workspaceDir(in delegateArgs) (string, error) {
 	cwd := in.Cwd
 	if cwd == "" {
 		cwd = s.opts.Cwd
 	} else if !filepath.IsAbs(cwd) {
-		return delegator.ExportRequest{}, control.Errorf(control.CodeWorkspaceInvalid, "cwd must be an absolute path, not %q", in.Cwd)
+		return "", control.Errorf(control.CodeWorkspaceInvalid, "cwd must be an absolute path, not %q", in.Cwd)
 	}
 	dir := in.WorkspaceDir
 	if dir == "" {
 		dir = cwd
 	} else if !filepath.IsAbs(dir) {
 		dir = filepath.Join(cwd, dir)
+	}
+	return dir, nil
+}
+
+// request is the export delegate's arguments ask of peer.
+func (s *server) request(in delegateArgs, peer chosenPeer) (delegator.ExportRequest, error) {
+	dir, err := s.workspaceDir(in)
+	if err != nil {
+		return delegator.ExportRequest{}, err
 	}
 	return delegator.ExportRequest{
 		Dir: dir, Peer: peer.URL, PeerAgentID: peer.AgentID, PeerName: peer.Name, PeerKey: peer.Key, PeerChoice: peer.why, PeerFallbacks: peer.fallbacks, CallChain: s.opts.CallChain, PlainHTTP: s.opts.PlainHTTP,
