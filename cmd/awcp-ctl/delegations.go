@@ -443,8 +443,8 @@ func indent(s string) string { return "  " + strings.ReplaceAll(strings.TrimSpac
 func statusCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "status",
-		Usage:     "list delegations, or show one",
-		ArgsUsage: "[ID]",
+		Usage:     "list delegations, or show one, or a group's (grp-…: attempts or scopes)",
+		ArgsUsage: "[ID|GROUP]",
 		Flags: append(clikit.CommonFlags(),
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 			&cli.BoolFlag{Name: "active", Usage: "only the delegations that have not ended"},
@@ -454,6 +454,9 @@ func statusCommand() *cli.Command {
 			e, err := openEnv(c)
 			if err != nil {
 				return err
+			}
+			if arg := c.Args().First(); strings.HasPrefix(arg, delegator.GroupPrefix) {
+				return printGroup(c, e, arg)
 			}
 			if c.Args().Len() > 0 {
 				d, err := e.resolve(c.Args().First())
@@ -493,7 +496,7 @@ func statusCommand() *cli.Command {
 // executor (its name, or its URL), the transport and access in words.
 func printTable(w io.Writer, ds []*lease.Delegation) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tEXECUTOR\tTRANSPORT\tACCESS\tCREATED\tDIRECTORY")
+	fmt.Fprintln(tw, "ID\tSTATE\tGROUP\tEXECUTOR\tTRANSPORT\tACCESS\tCREATED\tDIRECTORY")
 	for _, d := range ds {
 		state := string(d.State)
 		if d.Awaiting() {
@@ -530,7 +533,11 @@ func printTable(w io.Writer, ds []*lease.Delegation) {
 		if d.AccessMode == control.AccessRO {
 			access = "read-only"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, state, clikit.Printable(executor), transport, access,
+		group := d.Group
+		if group == "" {
+			group = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, state, group, clikit.Printable(executor), transport, access,
 			d.CreatedAt.Local().Format(time.DateTime), d.LocalDir)
 	}
 	tw.Flush()
@@ -656,4 +663,28 @@ func transportOf(c *cli.Context) string {
 	default:
 		return t
 	}
+}
+
+// printGroup shows group: its state (running while a member runs, then
+// how its members ended) and its members, as the list shows them.
+func printGroup(c *cli.Context, e *env, group string) error {
+	dlg, err := e.delegator(nil)
+	if err != nil {
+		return err
+	}
+	members, err := dlg.GroupMembers(group)
+	if err != nil {
+		return fail(c, err)
+	}
+	state := delegator.GroupState(members)
+	if c.Bool("json") {
+		views := make([]view, 0, len(members))
+		for _, d := range members {
+			views = append(views, redact(d))
+		}
+		return printJSON(c.App.Writer, map[string]any{"group": group, "state": state, "members": views})
+	}
+	fmt.Fprintf(c.App.Writer, "group %s %s, %d members\n", group, state, len(members))
+	printTable(c.App.Writer, members)
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -71,6 +72,25 @@ func (d *Delegator) GroupMembers(group string) ([]*lease.Delegation, error) {
 	}
 	slices.SortFunc(out, func(a, b *lease.Delegation) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, nil
+}
+
+// GroupState is how a group stands: "running" while any member has not
+// ended, then how its members ended ("ended: 2 completed, 1 error").
+func GroupState(members []*lease.Delegation) string {
+	counts := map[lease.State]int{}
+	for _, d := range members {
+		if !d.State.Terminal() {
+			return "running"
+		}
+		counts[d.State]++
+	}
+	var parts []string
+	for _, st := range lease.States {
+		if n := counts[st]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	return "ended: " + strings.Join(parts, ", ")
 }
 
 // CompareGroup is group's attempts side by side.

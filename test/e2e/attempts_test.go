@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -44,6 +45,22 @@ func TestAttemptsComparedAndOneApplied(t *testing.T) {
 	group := m[1]
 	if strings.Count(r.stdout, "+1 -1") != 3 {
 		t.Errorf("export's comparison does not show three one-line changes:\n%s", r.stdout)
+	}
+
+	// status shows the group: its state and members, and the list a
+	// group column.
+	if r := c.run("status", group); r.code != 0 || !strings.Contains(r.stdout, "group "+group+" ended: 3 completed, 3 members") || strings.Count(r.stdout, group) != 4 {
+		t.Errorf("status %s: exit %d\n%s%s", group, r.code, r.stdout, r.stderr)
+	}
+	var g struct {
+		State   string       `json:"state"`
+		Members []delegation `json:"members"`
+	}
+	if r := c.run("status", group, "--json"); json.Unmarshal([]byte(r.stdout), &g) != nil || len(g.Members) != 3 || g.State != "ended: 3 completed" {
+		t.Errorf("status %s --json: %s", group, r.stdout)
+	}
+	if r := c.run("status"); !strings.Contains(r.stdout, "GROUP") || strings.Count(r.stdout, group) != 3 {
+		t.Errorf("status lists no group column:\n%s", r.stdout)
 	}
 
 	r = c.run("compare", group, "--check", `grep -q '^x = [0-9]$' calc.txt`)
