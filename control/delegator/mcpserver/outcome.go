@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,6 +40,7 @@ type Outcome struct {
 	Group        string       `json:"group,omitempty" jsonschema:"the attempts group (delegate with peers): delegate_compare takes it"`
 	Attempts     []string     `json:"attempts,omitempty" jsonschema:"the group's delegations, one per executor (per attempt, or per scope)"`
 	Error        *Failure     `json:"error,omitempty"`
+	lent         bool         // START went out: the executor was given the workspace
 }
 
 // Session is a session delegation's last turn (seed 003 §5.5): while
@@ -117,6 +119,7 @@ func failureOf(err error) *Failure {
 
 func outcomeOf(d *lease.Delegation) Outcome {
 	o := Outcome{
+		lent:         slices.ContainsFunc(d.Transitions, func(t lease.Transition) bool { return t.To == lease.Started }),
 		DelegationID: d.ID, State: string(d.State), Description: d.Description,
 		WorkspaceDir: d.LocalDir, PeerURL: d.Peer, Transport: d.Transport, AccessMode: d.AccessMode,
 		CreatedAt: stamp(d.CreatedAt), Summary: d.Summary,
@@ -196,7 +199,12 @@ func (o Outcome) text() string {
 	var b strings.Builder
 	if o.DelegationID != "" {
 		fmt.Fprintf(&b, "delegation %s: %s\n", o.DelegationID, o.State)
-		fmt.Fprintf(&b, "workspace %s lent to %s (%s, %s)\n", o.WorkspaceDir, o.PeerURL, o.Transport, o.AccessMode)
+		// "lent" only once it was: a delegation refused at INVITE never was.
+		verb := "lent to"
+		if !o.lent {
+			verb = "not lent to"
+		}
+		fmt.Fprintf(&b, "workspace %s %s %s (%s, %s)\n", o.WorkspaceDir, verb, o.PeerURL, o.Transport, o.AccessMode)
 	}
 	if o.Summary != "" {
 		fmt.Fprintf(&b, "summary:\n%s\n", indent(o.Summary))

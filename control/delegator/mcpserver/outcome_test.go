@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -25,5 +26,44 @@ func TestFailedSessionIsAnError(t *testing.T) {
 	o := outcomeOf(d)
 	if !o.failed() || o.State != "error" || !strings.Contains(o.text(), "Authentication required") {
 		t.Errorf("a failed session: failed %v, state %s:\n%s", o.failed(), o.State, o.text())
+	}
+}
+
+// Every tool says what it does to the host deciding whether to ask the
+// user: the readers read only, apply, cancel and discard are destructive.
+func TestToolsAreAnnotated(t *testing.T) {
+	cs := connect(t, Options{})
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnly := map[string]bool{"delegate_output": true, "delegate_status": true, "peers": true, "delegate_snapshots": true, "delegate_compare": true}
+	destructive := map[string]bool{"delegate_cancel": true, "delegate_apply_snapshot": true, "delegate_discard_snapshot": true, "delegate_close_session": true}
+	for _, tool := range tools.Tools {
+		a := tool.Annotations
+		switch {
+		case a == nil:
+			t.Errorf("%s has no annotations", tool.Name)
+		case a.ReadOnlyHint != readOnly[tool.Name]:
+			t.Errorf("%s: readOnlyHint %v", tool.Name, a.ReadOnlyHint)
+		case !a.ReadOnlyHint && (a.DestructiveHint == nil || *a.DestructiveHint != destructive[tool.Name]):
+			t.Errorf("%s: destructiveHint %v", tool.Name, a.DestructiveHint)
+		}
+	}
+}
+
+// A delegation refused before START was never lent: its outcome does not
+// say it was.
+func TestRefusedIsNotLent(t *testing.T) {
+	d := &lease.Delegation{Peer: "https://127.0.0.1:1"}
+	d.ID, d.State = "d2", lease.Error
+	d.Transitions = []lease.Transition{{To: lease.Invited}, {To: lease.Error}}
+	d.Failure = &lease.Failure{Code: "DECLINED", Message: "no"}
+	if text := outcomeOf(d).text(); !strings.Contains(text, "not lent to https://127.0.0.1:1") {
+		t.Errorf("a refused delegation's outcome:\n%s", text)
+	}
+	d.Transitions = append(d.Transitions[:1], lease.Transition{To: lease.Started}, lease.Transition{To: lease.Error})
+	if text := outcomeOf(d).text(); strings.Contains(text, "not lent") {
+		t.Errorf("a started delegation's outcome:\n%s", text)
 	}
 }

@@ -164,6 +164,7 @@ func New(opts Options) (*mcp.Server, error) {
 	err := errors.Join(
 		addTool(srv, &mcp.Tool{
 			Name:        "delegate",
+			Annotations: changes(false, false),
 			Title:       "Delegate a task on a local directory",
 			Description: delegateDescription(opts.Peers, opts.Finder != nil),
 		}, s.delegate, map[string]schemaHint{
@@ -175,6 +176,7 @@ func New(opts Options) (*mcp.Server, error) {
 		}),
 		addTool(srv, &mcp.Tool{
 			Name:        "delegate_output",
+			Annotations: readOnly(false),
 			Title:       "A delegation's result",
 			Description: "How a delegation stands or ended: state, summary and highlighted files, or the error code, message and hint. With block it waits up to timeout seconds for the end (a session: until its agent awaits).",
 		}, s.output, map[string]schemaHint{
@@ -183,6 +185,7 @@ func New(opts Options) (*mcp.Server, error) {
 		}),
 		addTool(srv, &mcp.Tool{
 			Name:        "delegate_cancel",
+			Annotations: changes(true, true),
 			Title:       "Cancel delegations",
 			Description: "Cancel one delegation (delegation_id) or every live one (all: true; all wins when both are given). The executor stops its agent and every access to the workspace is closed.",
 		}, s.cancel, map[string]schemaHint{
@@ -190,26 +193,30 @@ func New(opts Options) (*mcp.Server, error) {
 		}),
 		addTool(srv, &mcp.Tool{
 			Name:        "delegate_status",
+			Annotations: readOnly(false),
 			Title:       "List delegations",
 			Description: "The delegations made from this machine, newest last, with their states; or one, given delegation_id.",
 		}, s.status, nil),
 		addTool(srv, &mcp.Tool{
-			Name:  "peers",
-			Title: "List executors",
+			Name:        "peers",
+			Annotations: readOnly(true),
+			Title:       "List executors",
 			Description: "The executors this server knows: those configured, and those found on the local network " +
 				"(mDNS, when discovery is on) with whether each is online, when it was last seen, and what it offers " +
 				"(transports, live mount, free slots). Pass one's name or agent id to delegate as peer_url.",
 		}, s.peers, nil),
 		addTool(srv, &mcp.Tool{
-			Name:  "delegate_permission",
-			Title: "Answer the executor agent's permission request",
+			Name:        "delegate_permission",
+			Annotations: changes(false, true),
+			Title:       "Answer the executor agent's permission request",
 			Description: "An executor run with --permission forward asks before its agent's sensitive tool calls; " +
 				"delegate_output lists the pending requests (permissions with outcome pending) and their options. " +
 				"Answer with one option_id; unanswered requests are cancelled after the executor's timeout.",
 		}, s.permit, nil),
 		addTool(srv, &mcp.Tool{
-			Name:  "delegate_answer",
-			Title: "Answer a session's remote agent",
+			Name:        "delegate_answer",
+			Annotations: changes(false, false),
+			Title:       "Answer a session's remote agent",
 			Description: "A session (delegate with session: true) is awaiting when its agent asks for a permission " +
 				"(answer with option_id) or has ended its turn, often with a question (answer with text: it is the next turn). " +
 				"Without background the call waits until the agent awaits again or the session ends.",
@@ -218,6 +225,7 @@ func New(opts Options) (*mcp.Server, error) {
 		}),
 		addTool(srv, &mcp.Tool{
 			Name:        "delegate_close_session",
+			Annotations: changes(true, true),
 			Title:       "Close a session",
 			Description: "End a session: the remote agent's session closes, the lease ends and every access to the workspace is closed.",
 		}, s.closeSession, nil),
@@ -627,4 +635,19 @@ func agentLine(text string) string {
 		}
 	}
 	return "agent: " + text
+}
+
+// readOnly are the annotations of a tool that changes nothing: hosts call
+// it without asking. Its world is this machine's delegations, or, open,
+// the executors on the network too (peers asks them).
+func readOnly(open bool) *mcp.ToolAnnotations {
+	return &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(open)}
+}
+
+// changes are the annotations of a tool that changes something:
+// destructive where it overwrites or ends what was there (apply, cancel),
+// idempotent where a second call with the same arguments changes nothing
+// more. It reaches an executor, another machine: an open world.
+func changes(destructive, idempotent bool) *mcp.ToolAnnotations {
+	return &mcp.ToolAnnotations{DestructiveHint: ptr(destructive), IdempotentHint: idempotent, OpenWorldHint: ptr(true)}
 }

@@ -41,32 +41,37 @@ func (s *server) addSnapshotTools(srv *mcp.Server) error {
 	}
 	return errors.Join(
 		addTool(srv, &mcp.Tool{
-			Name:  "delegate_snapshots",
-			Title: "A delegation's staged results",
+			Name:        "delegate_snapshots",
+			Annotations: readOnly(false),
+			Title:       "A delegation's staged results",
 			Description: "The results a delegation made with snapshot_mode: staged keeps for review (nothing of them is in the workspace yet): " +
 				"each snapshot's id, summary, status (pending, applied, discarded), whether the executor recommends it, its size, " +
 				"and the files it changes (A added, M modified, D deleted, with line counts). Then delegate_apply_snapshot or delegate_discard_snapshot.",
 		}, s.snapshots, nil),
 		addTool(srv, &mcp.Tool{
-			Name:  "delegate_apply_snapshot",
-			Title: "Apply a staged result",
+			Name:        "delegate_apply_snapshot",
+			Annotations: changes(true, false),
+			Title:       "Apply a staged result",
 			Description: "Apply a staged snapshot to the workspace, three-way against the base it was made from: files the user changed " +
 				"meanwhile keep the user's version (the executor's is saved beside it, and named in conflicts). Only after the delegation ended.",
 		}, s.applySnapshot, nil),
 		addTool(srv, &mcp.Tool{
-			Name:  "delegate_compare",
-			Title: "Compare attempts",
+			Name:        "delegate_compare",
+			Annotations: readOnly(false),
+			Title:       "Compare attempts",
 			Description: "The attempts of a group (delegate with peers) side by side: each one's delegation_id, executor, state, " +
 				"files and lines changed, time and summary. Then delegate_apply_snapshot with the chosen delegation_id (the others are discarded).",
 		}, s.compare, nil),
 		addTool(srv, &mcp.Tool{
 			Name:        "delegate_discard_snapshot",
+			Annotations: changes(true, true),
 			Title:       "Discard a staged result",
 			Description: "Drop a staged snapshot without applying it: the workspace stays as it is, and the snapshot cannot be applied afterwards.",
 		}, s.discardSnapshot, nil),
 		addTool(srv, &mcp.Tool{
-			Name:  "delegate_recover",
-			Title: "Re-attach to a delegation",
+			Name:        "delegate_recover",
+			Annotations: changes(false, true),
+			Title:       "Re-attach to a delegation",
 			Description: "After this MCP server restarted: take back a delegation the previous one followed, so that its events are " +
 				"followed and its result applied (or staged) again; a delegation that ended meanwhile is reported as it ended.",
 		}, s.recoverDelegation, nil),
