@@ -282,7 +282,13 @@ func startDaemon(c *cli.Context, e *env) (*delegator.LocalClient, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(self, "serve", "--state-dir", e.state, "--log-level", "info")
+	// It goes by itself once its delegations have ended (AWCP_DAEMON_IDLE:
+	// how long after; 1m by default); `awcp-ctl serve` keeps one.
+	idle := os.Getenv("AWCP_DAEMON_IDLE")
+	if idle == "" {
+		idle = "1m"
+	}
+	cmd := exec.Command(self, "serve", "--state-dir", e.state, "--log-level", "info", "--exit-when-idle", idle)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -294,7 +300,7 @@ func startDaemon(c *cli.Context, e *env) (*delegator.LocalClient, error) {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		if cl, ok := delegator.DialLocal(e.socket()); ok {
 			if gone.IsZero() {
-				fmt.Fprintf(c.App.ErrWriter, "awcp: started the daemon (pid %d, log %s)\n", cmd.Process.Pid, logf.Name())
+				fmt.Fprintf(c.App.ErrWriter, "awcp: started the daemon (pid %d, log %s); it stops %s after its last delegation ends (`awcp-ctl serve` keeps one running)\n", cmd.Process.Pid, logf.Name(), idle)
 			}
 			return cl, nil
 		}

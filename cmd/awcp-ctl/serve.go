@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -14,13 +15,16 @@ import (
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/internal/metrics"
+	"github.com/awcp/awcp/lease"
 )
 
 func serveCommand(ctx context.Context) *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the delegator daemon: leases, expiry, background delegations, the local API",
-		Flags: append(append(append(clikit.DaemonFlags(), sshFlags()...), clikit.MetricsListenFlag(), idleTTLFlag()), admissionFlags()...),
+		Flags: append(append(append(clikit.DaemonFlags(), sshFlags()...), clikit.MetricsListenFlag(), idleTTLFlag(),
+			clikit.DurationFlag("exit-when-idle", 0, "exit once no delegation has been live, and no command has asked anything, for this long (the daemon a command starts: 1m); 0: never")),
+			admissionFlags()...),
 		Action: func(c *cli.Context) error {
 			ctx, stop := context.WithCancel(ctx) // ends on a signal, or `awcp-ctl stop`
 			defer stop()
@@ -69,6 +73,10 @@ func serveCommand(ctx context.Context) *cli.Command {
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() { defer wg.Done(); dlg.RunScheduler(ctx) }()
+			if idle := clikit.Duration(c, "exit-when-idle"); idle > 0 {
+				wg.Add(1)
+				go func() { defer wg.Done(); exitWhenIdle(ctx, e, srv, idle, stop) }()
+			}
 			e.log.Info("daemon serving", "socket", e.socket())
 			err = srv.Serve(ctx, e.socket())
 			wg.Wait()
@@ -105,5 +113,33 @@ func stopCommand() *cli.Command {
 			}
 			return fmt.Errorf("the daemon of %s was asked to stop and still runs after 30s", state)
 		},
+	}
+}
+
+// exitWhenIdle calls stop once no delegation of the store has been live,
+// and srv has taken no request, for idle: the daemon a command started
+// for it goes once its work is done, where it would run on unseen.
+func exitWhenIdle(ctx context.Context, e *env, srv *delegator.LocalServer, idle time.Duration, stop func()) {
+	tick := min(idle/4, 5*time.Second)
+	busySince := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(tick):
+		}
+		ds, err := e.store.Delegations()
+		if err != nil || slices.ContainsFunc(ds, func(d *lease.Delegation) bool { return !d.State.Terminal() }) {
+			busySince = time.Now()
+			continue
+		}
+		if last := srv.LastRequest(); last.After(busySince) {
+			busySince = last
+		}
+		if time.Since(busySince) >= idle {
+			e.log.Info("no delegation live for a while: the daemon exits (--exit-when-idle)", "idle", idle)
+			stop()
+			return
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/awcp/awcp/control"
@@ -30,6 +31,18 @@ type LocalServer struct {
 	// it such sessions are refused.
 	Drive func(ctx context.Context, id string) error
 	wg    sync.WaitGroup // delegations started through the API
+	// lastRequest is when the API last took a request (unix nanoseconds):
+	// a daemon that exits when idle does not exit under a command that
+	// has just asked it for something.
+	lastRequest atomic.Int64
+}
+
+// LastRequest is when the API last took a request; zero before any.
+func (s *LocalServer) LastRequest() time.Time {
+	if n := s.lastRequest.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // Serve accepts on the unix socket at path until ctx is done, then waits for
@@ -78,7 +91,10 @@ func (s *LocalServer) Serve(ctx context.Context, path string) error {
 			httpserve.WriteJSON(w, http.StatusOK, map[string]bool{"ok": true})
 		}
 	})
-	srv := httpserve.NewServer(mux)
+	srv := httpserve.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.lastRequest.Store(time.Now().UnixNano())
+		mux.ServeHTTP(w, r)
+	}))
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.takeOverOrphans(ctx, 2*time.Second) }()
 	errc := make(chan error, 1)

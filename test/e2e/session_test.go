@@ -363,3 +363,31 @@ func TestSessionToATaskExecutor(t *testing.T) {
 		t.Errorf("it fell back, or shows JSON-RPC:\n%s", out)
 	}
 }
+
+// TestStartedDaemonGoesWhenIdle: `export --session new` starts a daemon
+// to hold the session, says so and when it stops, and that daemon exits
+// by itself once its last delegation has ended (here after 2 s idle:
+// AWCP_DAEMON_IDLE), where it ran on unseen.
+func TestStartedDaemonGoesWhenIdle(t *testing.T) {
+	x := sessionAgentExecutor(t)
+	c := newCtl(t)
+	c.env = append(c.env, "AWCP_DAEMON_IDLE=2s")
+	ws := sampleWorkspace(t)
+	r := c.run("export", ws, "--peer", x.url, "--prompt", "slow", "--session", "new")
+	if !strings.Contains(r.stderr, "awcp: started the daemon") || !strings.Contains(r.stderr, "it stops 2s after its last delegation ends") {
+		t.Fatalf("export --session new did not say it started a daemon, and when it stops:\n%s", r.stderr)
+	}
+	id := c.only().ID
+	time.Sleep(4 * time.Second) // the session is live: the daemon stays
+	if c.signalDaemon(0) == 0 {
+		t.Fatal("the daemon exited while its session was live")
+	}
+	if r := c.run("close", id); r.code != 0 {
+		t.Fatalf("close: exit %d\n%s", r.code, r.stderr)
+	}
+	for deadline := time.Now().Add(20 * time.Second); c.signalDaemon(0) != 0; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon still runs 20 s after its last delegation ended")
+		}
+	}
+}
