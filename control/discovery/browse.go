@@ -227,6 +227,7 @@ func (b *Browser) Round(ctx context.Context) error {
 		seen = append(seen, ps...)
 		qerr = errors.Join(qerr, err)
 	}
+	seen = append(seen, b.trustedByURL(seen)...)
 	now := time.Now()
 	var wg sync.WaitGroup
 	for _, p := range seen {
@@ -239,8 +240,8 @@ func (b *Browser) Round(ctx context.Context) error {
 	b.mu.Lock()
 	for _, p := range seen {
 		if p.Via != ViaMDNS && p.Manifest == nil {
-			// Listed in DNS, which says nothing of whether it runs: an
-			// executor is online when it answers.
+			// Listed in DNS, or trusted by its URL, which say nothing
+			// of whether it runs: an executor is online when it answers.
 			b.unreachable(p)
 			continue
 		}
@@ -256,6 +257,25 @@ func (b *Browser) Round(ctx context.Context) error {
 	b.notifyLocked()
 	b.mu.Unlock()
 	return qerr
+}
+
+// trustedByURL are the executors trusted by their URL (`awcp-ctl peers
+// trust URL`: found by nothing) that seen does not hold: each round asks
+// them where they are, as it asks those DNS lists, so that one that
+// answers is online — the same notion of online as doctor's and
+// export's, which reach it there.
+func (b *Browser) trustedByURL(seen []*Peer) []*Peer {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []*Peer
+	for _, p := range b.peers {
+		if p.Via != "" || p.URL == "" || p.TrustedKey == "" ||
+			slices.ContainsFunc(seen, func(s *Peer) bool { return s.AgentID == p.AgentID }) {
+			continue
+		}
+		out = append(out, &Peer{AgentID: p.AgentID, Name: p.Name, URL: p.URL})
+	}
+	return out
 }
 
 // queryMDNS asks the link once and returns the executors that answered.

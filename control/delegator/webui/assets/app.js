@@ -378,10 +378,10 @@ async function showPeers() {
   catch (e) { put(main, el("h2", {}, "Peers"), el("p", {}, e.message)); return; }
   const dialog = el("dialog", { id: "trust-dialog" });
   put(main, el("h2", {}, "Peers"), dialog, peers.length ? el("div", { class: "scroll" }, el("table", { id: "peers" },
-    el("thead", {}, el("tr", {}, ["name", "agent id", "state", "trust", "found by", "slots", ""].map(h => el("th", { scope: "col" }, h)))),
+    el("thead", {}, el("tr", {}, ["name", "agent id", "address", "state", "trust", "found by", "slots", ""].map(h => el("th", { scope: "col" }, h)))),
     el("tbody", {}, peers.map(p => el("tr", {},
-      el("td", {}, p.name), el("td", { class: "mono" }, p.agentId),
-      el("td", {}, p.online ? "online at " + p.url : "offline: " + p.offline),
+      el("td", {}, p.name), el("td", { class: "mono" }, p.agentId), el("td", { class: "mono" }, p.url || "-"),
+      el("td", {}, p.online ? "online" : "offline: " + p.offline),
       el("td", {}, p.impostor ? "trusted; IMPOSTOR SEEN: " + p.impostor : p.keyChanged ? "KEY CHANGED (trusted " + p.trustedFingerprint + ")" : p.trusted ? "trusted" : "not trusted"),
       el("td", {}, p.foundBy || "-"),
       el("td", {}, p.freeSlots !== undefined ? p.freeSlots + "/" + p.maxSlots + " free" : ""),
