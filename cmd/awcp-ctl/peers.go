@@ -57,8 +57,8 @@ func isURL(peer string) bool { return strings.Contains(peer, "://") }
 
 // resolvePeer turns req's peer, when it is not a URL, into the URL of an
 // executor found on the network, and says which and why.
-// choosePeers are the agent ids of the n executors auto chooses for n
-// attempts at req (discovery.ChooseN).
+// choosePeers are the URLs of the n executors auto (or dns:DOMAIN)
+// chooses for n attempts at req (discovery.ChooseN).
 func (e *env) choosePeers(ctx context.Context, c *cli.Context, req delegator.ExportRequest, n int) ([]string, error) {
 	b := e.browser(c, req.Peer)
 	if err := b.Round(ctx); err != nil {
@@ -71,11 +71,14 @@ func (e *env) choosePeers(ctx context.Context, c *cli.Context, req delegator.Exp
 	if err != nil {
 		return nil, control.Errorf(control.CodeDeclined, "--attempts %d: %v", n, err)
 	}
-	ids := make([]string, len(chosen))
+	// Their URLs, whose trusted keys the book holds: each is reached
+	// where this round found it, not looked up again by id (which would
+	// browse mDNS, and find nothing where DNS found them).
+	urls := make([]string, len(chosen))
 	for i, p := range chosen {
-		ids[i] = p.AgentID
+		urls[i] = p.URL
 	}
-	return ids, nil
+	return urls, nil
 }
 
 func (e *env) resolvePeer(ctx context.Context, c *cli.Context, req *delegator.ExportRequest) error {

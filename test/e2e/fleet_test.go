@@ -245,6 +245,14 @@ func TestDNSFleet(t *testing.T) {
 		t.Errorf("peers does not show e3's impostor:\n%s%s", r.stdout, r.stderr)
 	}
 
+	// The docs' attempts across the fleet: dns:DOMAIN alone, no --dns
+	// (this node has no multicast route, so mDNS cannot even bind: the
+	// executors chosen from DNS must not be looked up there again).
+	r = d.ctl(t, append([]string{"export", t.TempDir(), "--peer", "dns:" + domain, "--attempts", "2", "--prompt", "run", "--transport", "archive"}, browse...)...)
+	if r.code != 0 || !strings.Contains(r.stderr, "attempt 1: delegation") || !strings.Contains(r.stderr, "attempt 2: delegation") {
+		t.Errorf("export --peer dns:%s --attempts 2: exit %d\n%s%s", domain, r.code, r.stdout, r.stderr)
+	}
+
 	// e0, auto's first choice among equals (by name), is killed: it is
 	// shown offline and the next delegation goes elsewhere.
 	fleet[0].stop(t, syscall.SIGKILL)
