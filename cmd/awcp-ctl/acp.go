@@ -23,10 +23,10 @@ func acpCommand(ctx context.Context) *cli.Command {
 		Name:  "acp",
 		Usage: "be an editor's ACP agent: each session lends its directory to the peer's ACP agent, for as many turns as the editor sends",
 		Description: "Stdout carries only ACP; logs go to stderr or --log-file. Configure it as the editor's agent\n" +
-			"command, e.g. Zed's agent_servers: {\"command\": \"awcp-ctl\", \"args\": [\"acp\", \"--peer\", \"http://builder:10200\"]}.",
+			"command, e.g. Zed's agent_servers: {\"command\": \"awcp-ctl\", \"args\": [\"acp\", \"--peer\", \"https://builder:10200\"]}.",
 		Flags: append(append(clikit.CommonFlags(),
 			&cli.StringFlag{Name: "peer", EnvVars: []string{"AWCP_PEER"}, Required: true,
-				Usage: "the executor, started with --agent-acp: its URL (http://host:10200), or the name or agent id of one found on this network"},
+				Usage: "the executor, started with --agent-acp: its URL (https://host:10200), or the name or agent id of one found on this network"},
 			clikit.DurationFlag("ttl", 8*time.Hour, "longest life of each session's lease (the executor's --max-ttl may cap it)", "AWCP_TTL"),
 			idleTTLFlag(),
 			&cli.StringFlag{Name: "access", EnvVars: []string{"AWCP_ACCESS"}, Value: "rw", Usage: "rw or ro"},

@@ -78,7 +78,7 @@ func doctor(ctx context.Context, c *cli.Context) error {
 		return l.Result()
 	}
 	if !isURL(peer) {
-		return clikit.UsageError("--peer takes the executor's URL here (http://host:port); `awcp-ctl peers` lists those on this network")
+		return clikit.UsageError("--peer takes the executor's URL here (https://host:port); `awcp-ctl peers` lists those on this network")
 	}
 	token, err := clikit.PeerToken(c)
 	if err != nil {

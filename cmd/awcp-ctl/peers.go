@@ -93,13 +93,13 @@ func (e *env) resolvePeer(ctx context.Context, c *cli.Context, req *delegator.Ex
 	// host:port, as ssh and rsync take it, is an address, not a name.
 	if host, port, err := net.SplitHostPort(req.Peer); err == nil && host != "" {
 		if _, err := strconv.Atoi(port); err == nil {
-			return clikit.UsageError("--peer %s is an address: give it as a URL, --peer http://%s", req.Peer, req.Peer)
+			return clikit.UsageError("--peer %s is an address: give it as a URL, --peer https://%s (trusted first: awcp-ctl peers trust https://%s)", req.Peer, req.Peer, req.Peer)
 		}
 	}
 	b := e.browser(c, req.Peer)
 	if err := b.Round(ctx); err != nil {
 		return control.Errorf(control.CodeDeclined, "cannot look for executors: %v", err).
-			WithHint("give the executor's URL with --peer http://host:port")
+			WithHint("give the executor's URL with --peer https://host:port (first `awcp-ctl peers trust https://host:port`)")
 	}
 	if err := b.Save(); err != nil {
 		e.log.Warn("peer book", "err", err)

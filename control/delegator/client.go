@@ -25,7 +25,7 @@ import (
 
 // PeerClient talks to one executor.
 type PeerClient struct {
-	// BaseURL is the executor's base, e.g. http://host:10200. A URL ending
+	// BaseURL is the executor's base, e.g. https://host:10200. A URL ending
 	// in /awcp (the message endpoint) is accepted too.
 	BaseURL string
 	// Token, if set, is sent in INVITE's auth and as a bearer token. Secret.

@@ -27,7 +27,7 @@ type Peer struct {
 	AgentID string `json:"agentId"`
 	Name    string `json:"name"`
 	Version string `json:"version,omitempty"`
-	// URL is where it answers: http://address:port of its advertisement.
+	// URL is where it answers: https://address:port of its advertisement.
 	URL       string    `json:"url"`
 	Online    bool      `json:"online"`
 	FirstSeen time.Time `json:"firstSeen"`
@@ -287,7 +287,7 @@ func (b *Browser) queryMDNS(ctx context.Context) ([]*Peer, error) {
 	})
 	close(entries)
 	if qerr != nil && strings.Contains(qerr.Error(), "failed to bind") {
-		qerr = fmt.Errorf("%w: no network interface here takes IPv4 multicast (discovery needs one: a default route, or `ip route add 224.0.0.0/4 dev IFACE`); or name the executor by its URL, --peer http://HOST:10200, or browse DNS with --dns DOMAIN", qerr)
+		qerr = fmt.Errorf("%w: no network interface here takes IPv4 multicast (discovery needs one: a default route, or `ip route add 224.0.0.0/4 dev IFACE`); or name the executor by its URL, --peer https://HOST:10200, or browse DNS with --dns DOMAIN", qerr)
 	}
 	nets, err := hostNets()
 	if err != nil {

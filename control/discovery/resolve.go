@@ -258,7 +258,7 @@ func notTrusted(p Peer) error {
 	key := p.Key()
 	switch {
 	case key == "":
-		return fmt.Errorf("executor %s (%s) shows no identity key, so it cannot prove who it is: give its URL with --peer http://host:port if you trust that address", p.Name, p.AgentID)
+		return fmt.Errorf("executor %s (%s) shows no identity key, so it cannot prove who it is: give its URL with --peer https://host:port if you trust that address", p.Name, p.AgentID)
 	case p.TrustedKey == "":
 		return fmt.Errorf("executor %s (%s) is not trusted yet; its key is %s: check that `awcp-fs serve` on it logs that identity, then run `awcp-ctl peers trust %s`",
 			p.Name, p.AgentID, control.Fingerprint(key), p.AgentID)

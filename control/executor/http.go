@@ -606,13 +606,18 @@ func (e *Executor) usableTransports() []string {
 	return names
 }
 
-// baseURL is this executor as the request reached it.
+// baseURL is this executor as the request reached it: https:// over TLS,
+// http:// only where the request came in plain (--plain-http), so that
+// the endpoints a manifest or card advertises work as written.
 func baseURL(r *http.Request) string {
 	host := r.Host
 	if host == "" {
 		host = net.JoinHostPort("127.0.0.1", "10200")
 	}
-	return "http://" + host
+	if _, overTLS := httpserve.PeerTLS(r); r.TLS == nil && !overTLS {
+		return "http://" + host
+	}
+	return "https://" + host
 }
 
 func (e *Executor) handleCard(w http.ResponseWriter, r *http.Request) {

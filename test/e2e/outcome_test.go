@@ -113,7 +113,7 @@ func TestPeersWithoutMulticastSaysWhy(t *testing.T) {
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
 	cmd := exec.Command("ip", "netns", "exec", ns, filepath.Join(binDir, "awcp-ctl"), "--state-dir", t.TempDir(), "peers", "--browse-window", "300ms")
 	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "no network interface here takes IPv4 multicast") || !strings.Contains(string(out), "--peer http://HOST:10200") {
+	if err == nil || !strings.Contains(string(out), "no network interface here takes IPv4 multicast") || !strings.Contains(string(out), "--peer https://HOST:10200") {
 		t.Fatalf("peers without multicast: %v\n%s", err, out)
 	}
 }

@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"crypto/tls"
+	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -29,4 +32,28 @@ func TestPeerTrustedByURLIsOnline(t *testing.T) {
 		t.Errorf("a trusted executor that stopped: %q", line)
 	}
 	x.start(t, x.addr) // for the cleanup's stop
+}
+
+// TestManifestSaysHTTPS: an executor speaking TLS only advertises its
+// endpoints as https://, which work as written (it said http://, which
+// it refuses), and one also taking plain HTTP says http:// to a plain
+// request.
+func TestManifestSaysHTTPS(t *testing.T) {
+	x := startTLSExecutor(t, "true")
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // the test reads what is advertised, not who
+	var m struct{ Endpoints map[string]string }
+	resp, err := client.Get("https://" + x.addr + "/manifest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&m)
+	resp.Body.Close()
+	if m.Endpoints["awcp"] != "https://"+x.addr+"/awcp" {
+		t.Fatalf("the TLS executor's manifest advertises %v", m.Endpoints)
+	}
+	resp, err = client.Get(m.Endpoints["status"])
+	if err != nil {
+		t.Fatalf("the advertised status endpoint does not answer as written: %v", err)
+	}
+	resp.Body.Close()
 }

@@ -111,7 +111,7 @@ func TestNestedExportDoesNotResendTheParentsTask(t *testing.T) {
 func TestPeerAsHostPortSuggestsTheURL(t *testing.T) {
 	c := newCtl(t)
 	r := c.run("export", t.TempDir(), "--peer", "127.0.0.1:10250", "--prompt", "p")
-	if r.code != 2 || !strings.Contains(r.stderr, "--peer http://127.0.0.1:10250") {
+	if r.code != 2 || !strings.Contains(r.stderr, "--peer https://127.0.0.1:10250") {
 		t.Fatalf("--peer 127.0.0.1:10250: exit %d\n%s", r.code, r.stderr)
 	}
 	h := c.run("export", "--help")

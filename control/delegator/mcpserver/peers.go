@@ -70,7 +70,7 @@ func describePeers(peers []Peer, discovering bool) string {
 			"delegation now, preferring a live mount)."
 	}
 	if len(peers) == 0 {
-		return "No executors are configured: pass peer_url (an `awcp-fs serve` URL such as http://host:10200)."
+		return "No executors are configured: pass peer_url (an `awcp-fs serve` URL such as https://host:10200)."
 	}
 	var b strings.Builder
 	b.WriteString("Executors (pass one's URL as peer_url")
@@ -174,7 +174,7 @@ func (s *server) pickPeer(ctx context.Context, arg, access string) (chosenPeer, 
 		}
 		if s.opts.Finder == nil {
 			return chosenPeer{}, control.Errorf(control.CodeDeclined, "peer_url %q is neither a URL nor the name of a listed executor", arg).
-				WithHint("pass an executor URL such as http://host:10200")
+				WithHint("pass an executor URL such as https://host:10200")
 		}
 		return s.discover(ctx, arg, access)
 	}
@@ -185,7 +185,7 @@ func (s *server) pickPeer(ctx context.Context, arg, access string) (chosenPeer, 
 		return s.discover(ctx, discovery.Auto, access)
 	case len(peers) == 0:
 		return chosenPeer{}, control.Errorf(control.CodeDeclined, "no executor given and none configured").
-			WithHint("pass peer_url, the URL of an `awcp-fs serve` (e.g. http://host:10200)")
+			WithHint("pass peer_url, the URL of an `awcp-fs serve` (e.g. https://host:10200)")
 	}
 	urls := make([]string, len(peers))
 	for i, p := range peers {
