@@ -21,6 +21,7 @@ import (
 	"github.com/awcp/awcp/control"
 
 	"github.com/awcp/awcp/control/executor"
+	"github.com/awcp/awcp/internal/sandbox"
 	"github.com/awcp/awcp/control/executor/executortest"
 	"github.com/awcp/awcp/sshd"
 	"github.com/awcp/awcp/sshd/sshdtest"
@@ -254,4 +255,29 @@ func captured(t *testing.T, name, id string) string {
 		t.Fatalf("the captured messages: %v", err)
 	}
 	return strings.NewReplacer("dlg_head0001", id, "dlg_seed0001", id).Replace(string(b))
+}
+
+// The reference's head delegator's archive (a workspace/ folder whose
+// directory has no entry of its own in the ZIP) runs under the default
+// sandbox — a root and a user of its own — as under none: the agent is
+// in its resource folder and its change comes back (it failed once:
+// "a root of its own: bind …/workspace: permission denied").
+func TestHeadArchiveUnderTheSandbox(t *testing.T) {
+	p := &sandbox.Policy{RO: slices.Clone(sandbox.System), Devices: sandbox.Devices, Isolated: sandbox.CanIsolate()}
+	x := executortest.New(t, `echo changed >> hello.txt; pwd > where.txt`, func(o *executor.Options) { o.Confine = p })
+	id := "dlg_head0003"
+	_, events := headDelegator(t, x, id, "start-head.json")
+	last := events[len(events)-1]
+	if last["type"] != "done" {
+		t.Fatalf("the head delegation under the sandbox ended %v", last)
+	}
+	var snap map[string]any
+	for _, ev := range events {
+		if ev["type"] == "snapshot" {
+			snap = ev
+		}
+	}
+	if files := unzipString(t, snap["snapshotBase64"].(string)); files["workspace/hello.txt"] != "hi\nchanged\n" {
+		t.Errorf("the agent's change did not come back: %v", files)
+	}
 }
