@@ -17,6 +17,15 @@ type Transition struct {
 	Note  string    `json:"note,omitempty"`
 }
 
+// CheckVerdict is how the owner's check command did on a result.
+type CheckVerdict struct {
+	Command string    `json:"command"`
+	Passed  bool      `json:"passed"`
+	Exit    int       `json:"exit"`
+	Output  string    `json:"output,omitempty"` // its last lines
+	At      time.Time `json:"at"`
+}
+
 // Failure is how a lease that ended badly ended: a spec error code with its
 // message and hint.
 type Failure struct {
@@ -147,6 +156,9 @@ type Delegation struct {
 	SessionDriven bool   `json:"sessionDriven,omitempty"`
 	SessionClose  bool   `json:"sessionClose,omitempty"`
 	Turns         []Turn `json:"turns,omitempty"`
+	// Check is the last verdict of the owner's check command on this
+	// attempt's result (compare --check), kept for compare and the page.
+	Check *CheckVerdict `json:"check,omitempty"`
 	// SessionFailure, set by a driven session's driver, is why its
 	// session failed — the agent's session did not open, or a turn ended
 	// in the agent's error — and makes its end a failure, not a

@@ -170,7 +170,9 @@ func printCompare(c *cli.Context, dlg *delegator.Delegator, group string, check 
 	fmt.Fprintf(w, "attempts group %s\n", group)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	head := "ID\tEXECUTOR\tSTATE\tFILES\tLINES\tTOOK"
-	if check != nil {
+	// A check run now, or kept from an earlier compare --check.
+	checked := check != nil || slices.ContainsFunc(attempts, func(a delegator.Attempt) bool { return a.Check != nil })
+	if checked {
 		head += "\tCHECK"
 	}
 	fmt.Fprintln(tw, head+"\tSUMMARY")
@@ -180,7 +182,7 @@ func printCompare(c *cli.Context, dlg *delegator.Delegator, group string, check 
 			files, lines = "-", "-"
 		}
 		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", a.ID, clikit.Printable(a.Executor), a.State, files, lines, a.Took)
-		if check != nil {
+		if checked {
 			verdict := "-"
 			if a.Check != nil {
 				verdict = "pass"

@@ -496,7 +496,7 @@ func statusCommand() *cli.Command {
 // executor (its name, or its URL), the transport and access in words.
 func printTable(w io.Writer, ds []*lease.Delegation) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tGROUP\tEXECUTOR\tTRANSPORT\tACCESS\tCREATED\tDIRECTORY")
+	fmt.Fprintln(tw, "ID\tSTATE\tGROUP\tEXECUTOR\tTRANSPORT\tACCESS\tCREATED\tDIRECTORY\tTASK")
 	for _, d := range ds {
 		state := string(d.State)
 		if d.Awaiting() {
@@ -537,8 +537,11 @@ func printTable(w io.Writer, ds []*lease.Delegation) {
 		if group == "" {
 			group = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, state, group, clikit.Printable(executor), transport, access,
-			d.CreatedAt.Local().Format(time.DateTime), d.LocalDir)
+		if f := d.Failure; f != nil && d.State.Terminal() && d.State != lease.Completed {
+			state += " (" + f.Code + ")" // the reason's code; status ID says the rest
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, state, group, clikit.Printable(executor), transport, access,
+			d.CreatedAt.Local().Format(time.DateTime), d.LocalDir, clikit.Printable(delegator.TaskLine(d)))
 	}
 	tw.Flush()
 }

@@ -74,6 +74,16 @@ func (d *Delegator) GroupMembers(group string) ([]*lease.Delegation, error) {
 	return out, nil
 }
 
+// TaskLine is what a person recognises delegation d by: its
+// description, or else its prompt's first line, at most 80 characters.
+func TaskLine(d *lease.Delegation) string {
+	t := strings.TrimSpace(d.Description)
+	if t == "" {
+		t = strings.TrimSpace(d.Prompt)
+	}
+	return firstLine(t, 80)
+}
+
 // GroupState is how a group stands: "running" while any member has not
 // ended, then how its members ended ("ended: 2 completed, 1 error").
 func GroupState(members []*lease.Delegation) string {
@@ -102,6 +112,9 @@ func (d *Delegator) CompareGroup(group string) ([]Attempt, error) {
 	out := make([]Attempt, 0, len(members))
 	for _, del := range members {
 		a := Attempt{ID: del.ID, Executor: orDefault(del.PeerName, del.Peer), State: string(del.State), Summary: firstLine(del.Summary, 72)}
+		if v := del.Check; v != nil { // the last compare --check's verdict
+			a.Check = &Check{Passed: v.Passed, Exit: v.Exit, Output: v.Output}
+		}
 		if del.State.Terminal() {
 			a.Took = del.EndedAt.Sub(del.CreatedAt).Round(time.Second / 10)
 		} else {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/internal/sandbox"
+	"github.com/awcp/awcp/lease"
 )
 
 // CheckOptions say how CheckAttempt runs the owner's check.
@@ -87,6 +88,13 @@ func (d *Delegator) CheckAttempt(ctx context.Context, id string, opts CheckOptio
 		c.Exit = ee.ExitCode()
 	default:
 		return nil, fmt.Errorf("run the check: %w", err)
+	}
+	// Kept with the attempt: compare shows it again, and the page.
+	if _, err := d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
+		del.Check = &lease.CheckVerdict{Command: opts.Command, Passed: c.Passed, Exit: c.Exit, Output: c.Output, At: d.store.Now()}
+		return nil
+	}); err != nil {
+		d.log.Warn("keep the check's verdict", "delegation", id, "err", err)
 	}
 	return c, nil
 }

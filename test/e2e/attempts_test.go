@@ -86,6 +86,10 @@ func TestAttemptsComparedAndOneApplied(t *testing.T) {
 		}
 	}
 	sameTree(t, ws, before)
+	// The verdicts are kept: compare without --check shows them again.
+	if r := c.run("compare", group); strings.Count(r.stdout, " pass ") != 2 || strings.Count(r.stdout, " FAIL (exit 1) ") != 1 {
+		t.Errorf("compare after compare --check does not show the verdicts:\n%s", r.stdout)
+	}
 
 	r = c.run("apply", chosen)
 	if r.code != 0 || !strings.Contains(r.stderr, "discarded the other attempts of "+group) {

@@ -356,8 +356,27 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Authorization": "B
 			t.Fatalf("the attempts did not complete:\n%s", s.stdout)
 		}
 	}
+	// The list names each by its task, the prompt's first line.
+	if got := p.eval(t, `document.querySelector('tr[data-id] a[href^="#/d/"]').textContent`); got != "set x" {
+		t.Errorf("the list names a delegation %q, not by its task", got)
+	}
+	// A delegation that failed says why in the list (and status the
+	// reason's code).
+	c.run("export", t.TempDir(), "--peer", "http://127.0.0.1:1", "--prompt", "an unreachable task", "--transport", "archive")
+	p.waitFor(t, "the failed delegation's reason", `[...document.querySelectorAll('tr[data-id]')].some(r => r.textContent.includes('an unreachable task') && r.querySelector('.reason') && r.querySelector('.reason').textContent.includes(':'))`, 10*time.Second)
+	if s := c.run("status"); !strings.Contains(firstLineWith(s.stdout, "an unreachable task"), "error (") {
+		t.Errorf("status shows no reason code for the failed delegation:\n%s", s.stdout)
+	}
+	// A check run from the command line is the page's to show.
+	if r := c.run("compare", group, "--check", `grep -q '^x = 2$' calc.txt`); r.code != 0 {
+		t.Fatalf("compare --check: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	p.click(t, `a[href="#/g/`+group+`"]`)
 	p.waitFor(t, "two attempts side by side", `document.querySelectorAll('.attempts section').length === 2 && document.querySelectorAll('.attempts section button').length === 2`, 10*time.Second)
+	if got := p.eval(t, `document.querySelector('.attempts').textContent`); !strings.Contains(got, "1 file,") || strings.Contains(got, "1 files") ||
+		!strings.Contains(got, "passed") || !strings.Contains(got, "FAILED (exit 1)") || strings.Contains(got, "not run") {
+		t.Errorf("the attempts view (one file changed each; the check run before): %s", got)
+	}
 	p.screenshot(t, "ui-attempts.png")
 	third := p.eval(t, `[...document.querySelectorAll('.attempts section')].findIndex(s => s.textContent.includes('x is 3'))`)
 	if third != "0" && third != "1" {

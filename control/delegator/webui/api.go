@@ -30,6 +30,11 @@ type Row struct {
 	Transport string    `json:"transport"`
 	Access    string    `json:"access"`
 	Dir       string    `json:"dir"`
+	// Task is what a person recognises a delegation by: its description,
+	// or its prompt's first line.
+	Task string `json:"task,omitempty"`
+	// Reason is why it failed (code: message), for one that did.
+	Reason    string    `json:"reason,omitempty"`
 	Group     string    `json:"group,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	EndedAt   time.Time `json:"endedAt,omitzero"`
@@ -45,6 +50,10 @@ func rowOf(d *lease.Delegation) Row {
 		Dir: d.LocalDir, Group: d.Group, CreatedAt: d.CreatedAt, EndedAt: d.EndedAt, Ended: d.State.Terminal()}
 	if d.PeerName != "" {
 		r.Executor = d.PeerName
+	}
+	r.Task = delegator.TaskLine(d)
+	if f := d.Failure; f != nil && d.State.Terminal() && d.State != lease.Completed {
+		r.Reason = f.Code + ": " + f.Message
 	}
 	if d.Transport == control.TransportSSHFS {
 		r.Transport = "live mount"

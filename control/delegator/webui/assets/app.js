@@ -109,8 +109,10 @@ function renderList() {
     el("thead", {}, el("tr", {}, ["delegation", "state", "executor", "transport", "access", "elapsed", "last output"].map(
       (h, i) => el("th", { scope: "col", class: i >= 5 ? "wide" : "" }, h)))),
     el("tbody", {}, shown.map(r => el("tr", { class: (r.ended ? "ended" : "") + (r.awaiting ? " awaiting" : ""), "data-id": r.id },
-      el("td", { "data-label": "delegation" }, el("a", { href: "#/d/" + encodeURIComponent(r.id) }, r.id.slice(0, 8)), " ", el("span", { class: "muted" }, r.dir)),
-      el("td", { class: "state", "data-label": "state" }, stateText(r), r.channel ? el("div", { class: "muted" }, "executor " + r.channel) : null),
+      el("td", { "data-label": "delegation" }, el("a", { href: "#/d/" + encodeURIComponent(r.id) }, r.task || r.id.slice(0, 8)),
+        el("div", { class: "muted" }, r.id.slice(0, 8) + " " + r.dir)),
+      el("td", { class: "state", "data-label": "state" }, stateText(r), r.channel ? el("div", { class: "muted" }, "executor " + r.channel) : null,
+        r.reason ? el("div", { class: "reason" }, r.reason) : null),
       el("td", { "data-label": "executor" }, r.executor, r.group ? el("div", {}, el("a", { href: "#/g/" + encodeURIComponent(r.group) }, "attempts " + r.group.slice(0, 8))) : null),
       el("td", { "data-label": "transport" }, r.transport),
       el("td", { "data-label": "access" }, r.access),
@@ -351,6 +353,17 @@ function fileDiff(f) {
 
 // ---- attempts ----
 
+// plural is n things: "1 file", "3 files".
+function plural(n, thing) { return n + " " + thing + (n === 1 ? "" : "s"); }
+
+// duration is ns nanoseconds as the command line says them: 100ms, 4.2s, 3m5s.
+function duration(ns) {
+  const ms = Math.round(ns / 1e6);
+  if (ms < 1000) return ms + "ms";
+  if (ms < 60000) return (Math.round(ms / 100) / 10) + "s";
+  return Math.floor(ms / 60000) + "m" + Math.round((ms % 60000) / 1000) + "s";
+}
+
 async function showGroup(group) {
   let attempts;
   try { attempts = await api("/api/groups/" + encodeURIComponent(group)); }
@@ -360,8 +373,8 @@ async function showGroup(group) {
     el("h3", {}, el("a", { href: "#/d/" + encodeURIComponent(a.delegationId) }, a.executor)),
     el("dl", { class: "kv" },
       el("dt", {}, "state"), el("dd", { class: "state" }, a.state),
-      el("dt", {}, "changed"), el("dd", {}, a.result ? a.result : a.files + " files, +" + a.linesAdded + " −" + a.linesRemoved + " lines"),
-      el("dt", {}, "took"), el("dd", {}, Math.round(a.took / 1e9) + "s"),
+      el("dt", {}, "changed"), el("dd", {}, a.result ? a.result : plural(a.files, "file") + ", +" + a.linesAdded + " −" + a.linesRemoved + " lines"),
+      el("dt", {}, "took"), el("dd", {}, duration(a.took)),
       el("dt", {}, "check"), el("dd", {}, a.check ? (a.check.passed ? "passed" : "FAILED (exit " + a.check.exit + ")") : "not run (awcp-ctl compare " + group + " --check CMD)")),
     a.summary ? el("pre", {}, a.summary) : null,
     a.result ? null : el("button", { class: "primary", onclick: async () => {
