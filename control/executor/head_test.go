@@ -21,8 +21,8 @@ import (
 	"github.com/awcp/awcp/control"
 
 	"github.com/awcp/awcp/control/executor"
-	"github.com/awcp/awcp/internal/sandbox"
 	"github.com/awcp/awcp/control/executor/executortest"
+	"github.com/awcp/awcp/internal/sandbox"
 	"github.com/awcp/awcp/sshd"
 	"github.com/awcp/awcp/sshd/sshdtest"
 	"golang.org/x/crypto/ssh/knownhosts"

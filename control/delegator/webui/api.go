@@ -21,15 +21,15 @@ import (
 // Row is one delegation in the list. Never the record itself: it holds
 // the executor's token.
 type Row struct {
-	ID        string    `json:"id"`
-	State     string    `json:"state"`
-	Channel   string    `json:"channel,omitempty"` // the executor's side, where it is not simply running
-	Awaiting  string    `json:"awaiting,omitempty"`
-	Staged    string    `json:"staged,omitempty"` // the review state of a staged result
-	Executor  string    `json:"executor"`
-	Transport string    `json:"transport"`
-	Access    string    `json:"access"`
-	Dir       string    `json:"dir"`
+	ID        string `json:"id"`
+	State     string `json:"state"`
+	Channel   string `json:"channel,omitempty"` // the executor's side, where it is not simply running
+	Awaiting  string `json:"awaiting,omitempty"`
+	Staged    string `json:"staged,omitempty"` // the review state of a staged result
+	Executor  string `json:"executor"`
+	Transport string `json:"transport"`
+	Access    string `json:"access"`
+	Dir       string `json:"dir"`
 	// Task is what a person recognises a delegation by: its description,
 	// or its prompt's first line.
 	Task string `json:"task,omitempty"`
