@@ -240,8 +240,7 @@ func TestUIInABrowser(t *testing.T) {
 
 	// Review: the diff, the evil name as text.
 	p.click(t, `a[href="#/d/`+id+`"]`)
-	p.waitFor(t, "the delegation's page", `document.querySelector('#review button')`, 5*time.Second)
-	p.click(t, `#review button`)
+	// The staged result waiting for review is shown at once, no click.
 	p.waitFor(t, "the agent's line in the diff", `document.querySelector('#diffs') && document.querySelector('#diffs').textContent.includes('+hello from the agent')`, 10*time.Second)
 	if got := p.eval(t, `[document.querySelectorAll('img, b, script:not([src])').length, window.__alerts, document.body.textContent.includes(`+jsString(evil)+`), document.body.textContent.includes('+<b>bold</b><script>alert(2)</script>'), document.body.innerText.split('\n').includes('null')].join(' ')`); got != "0 0 true true false" {
 		t.Fatalf("the agent's names and lines are not shown as text (elements made, alerts, name shown, content shown, a stray null): %s", got)
@@ -304,8 +303,6 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Authorization": "B
 
 	// Apply from the page.
 	p.do(t, chromedp.Navigate(p.origin+"/#/d/"+id))
-	p.waitFor(t, "the review button", `document.querySelector('#review button')`, 5*time.Second)
-	p.click(t, `#review button`)
 	p.waitFor(t, "the apply button", `document.querySelector('#apply')`, 10*time.Second)
 	p.click(t, `#apply`)
 	p.waitFor(t, "the apply's report", `document.querySelector('#applied') && document.querySelector('#applied').textContent.includes('greeting.txt')`, 20*time.Second)

@@ -169,7 +169,8 @@ async function showDelegation(id) {
   const open = document.getElementById("review");
   const keep = open && open.dataset.open === d.id ? open : null;
   put(main, ...parts);
-  if (keep) showReview(d);
+  // A result that waits for review is what the page is opened for: shown.
+  if (keep || (d.ended && d.staged === "pending")) showReview(d);
 }
 
 // asks are the permission requests and the question awaiting an answer.
