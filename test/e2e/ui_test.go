@@ -393,6 +393,11 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Authorization": "B
 	p.do(t, chromedp.EmulateViewport(380, 800), chromedp.Navigate(p.origin+"/#/"))
 	p.waitFor(t, "the list at 380 px", `document.querySelector('#delegations') && document.documentElement.scrollWidth <= 380`, 10*time.Second)
 	p.screenshot(t, "ui-narrow.png")
+	// One delegation's page too: its events table does not scroll
+	// sideways (each event a card, as the list's rows).
+	p.do(t, chromedp.Navigate(p.origin+"/#/d/"+id))
+	p.waitFor(t, "a delegation's events at 380 px", `document.querySelector('#events') && document.querySelector('#events').closest('.scroll').scrollWidth <= document.querySelector('#events').closest('.scroll').clientWidth`, 10*time.Second)
+	p.do(t, chromedp.Navigate(p.origin+"/#/"))
 	p.do(t, chromedp.KeyEvent("g"), chromedp.KeyEvent("p"))
 	p.waitFor(t, "the peers page from the keyboard", `location.hash === "#/peers" && document.querySelector('h2').textContent === "Peers"`, 5*time.Second)
 }

@@ -162,9 +162,10 @@ async function showDelegation(id) {
   if (d.changes && d.changes.length) parts.push(el("h3", {}, "Changes"), el("ul", { class: "mono" }, d.changes.map(c => el("li", {}, c))));
   if (d.staged) parts.push(el("h3", {}, "Review"), el("div", { id: "review" }, el("button", { onclick: () => showReview(d) }, "Show the staged result")));
   parts.push(el("h3", {}, "Output"), output(d));
-  parts.push(el("h3", {}, "Events"), el("div", { class: "scroll" }, el("table", {},
+  parts.push(el("h3", {}, "Events"), el("div", { class: "scroll" }, el("table", { id: "events" },
     el("thead", {}, el("tr", {}, ["at", "from", "to", "event", "note"].map(h => el("th", { scope: "col" }, h)))),
-    el("tbody", {}, d.events.map(e => el("tr", {}, el("td", {}, when(e.at)), el("td", {}, e.from), el("td", {}, e.to), el("td", {}, e.event), el("td", {}, e.note || "")))))));
+    el("tbody", {}, d.events.map(e => el("tr", {}, el("td", { "data-label": "at" }, when(e.at)), el("td", { "data-label": "from" }, e.from),
+      el("td", { "data-label": "to" }, e.to), el("td", { "data-label": "event" }, e.event), el("td", { "data-label": "note" }, e.note || "")))))));
   parts.push(el("h3", {}, "Audit log"), el("div", { id: "audit" }, auditForm(d.id)));
   const open = document.getElementById("review");
   const keep = open && open.dataset.open === d.id ? open : null;
