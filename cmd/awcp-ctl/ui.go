@@ -7,11 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/awcp/awcp/cmd/internal/clikit"
+	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/control/delegator/webui"
 )
 
@@ -20,8 +22,9 @@ import (
 // the same delegator.
 func uiCommand(ctx context.Context) *cli.Command {
 	return &cli.Command{
-		Name:  "ui",
-		Usage: "a page in your browser: delegations live, one delegation's output and audit, review and apply, attempts side by side, permissions, peers",
+		Name:      "ui",
+		ArgsUsage: "[ID]",
+		Usage:     "a page in your browser: delegations live, one delegation's output and audit, review and apply, attempts side by side, permissions, peers",
 		Description: "Serves on loopback and prints a URL holding a token of this run: open it (or pass --open).\n" +
 			"The token is in the URL's fragment, which the browser never sends: the page keeps it in its\n" +
 			"origin's storage (not a cookie, which every port of 127.0.0.1 would get) and sends it with each\n" +
@@ -30,7 +33,7 @@ func uiCommand(ctx context.Context) *cli.Command {
 			"the page, never the URL: a command line is readable by every local user. Ctrl-C stops it.",
 		Flags: append(append(clikit.CommonFlags(),
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:0", Usage: "loopback address to serve on (a free port by default)", EnvVars: []string{"AWCP_UI_LISTEN"}},
-			&cli.BoolFlag{Name: "open", Usage: "open the page in the desktop's browser (xdg-open, given a file of yours that leads there: the token is never on a command line)"},
+			&cli.BoolFlag{Name: "open", Usage: "open the page in the desktop's browser (xdg-open, given a file of yours that leads there: the token is never on a command line); with ID (a delegation or a group), at its view"},
 		), browseFlags()...),
 		Action: func(c *cli.Context) error {
 			e, err := openEnv(c)
@@ -60,7 +63,21 @@ func uiCommand(ctx context.Context) *cli.Command {
 			fmt.Fprintln(c.App.Writer, srv.URL())
 			fmt.Fprintln(c.App.ErrWriter, "awcp: the page is served on loopback until Ctrl-C; the URL above holds its token: keep it to yourself")
 			if c.Bool("open") {
-				file, err := openPage(e.state, srv.URL())
+				url := srv.URL()
+				if arg := c.Args().First(); arg != "" {
+					// The view of one delegation or group, with the
+					// token, in one URL.
+					route := "/g/" + arg
+					if !strings.HasPrefix(arg, delegator.GroupPrefix) {
+						d, err := e.resolve(arg)
+						if err != nil {
+							return err
+						}
+						route = "/d/" + d.ID
+					}
+					url += "&to=" + route
+				}
+				file, err := openPage(e.state, url)
 				if err != nil {
 					fmt.Fprintf(c.App.ErrWriter, "awcp: --open: %v; open the URL above yourself\n", err)
 				} else {

@@ -31,12 +31,12 @@ type uiPage struct {
 // chromium; .ci/run installs it) that has opened the printed URL.
 func startUI(t *testing.T, c *ctl) *uiPage {
 	t.Helper()
-	return startUIVia(t, c, false)
+	return startUIVia(t, c, false, "")
 }
 
-// startUIVia is startUI; with open, `ui --open` is run, with an xdg-open
-// that records what it was given, and the browser opens that.
-func startUIVia(t *testing.T, c *ctl, open bool) *uiPage {
+// startUIVia is startUI; with open, `ui --open [at]` is run, with an
+// xdg-open that records what it was given, and the browser opens that.
+func startUIVia(t *testing.T, c *ctl, open bool, at string) *uiPage {
 	t.Helper()
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
@@ -52,6 +52,9 @@ func startUIVia(t *testing.T, c *ctl, open bool) *uiPage {
 			t.Fatal(err)
 		}
 		args = append(args, "--open")
+		if at != "" {
+			args = append(args, at)
+		}
 		c.env = append(c.env, "PATH="+bin+":"+os.Getenv("PATH"))
 	}
 	cmd := c.command(args...)
@@ -123,7 +126,11 @@ func startUIVia(t *testing.T, c *ctl, open bool) *uiPage {
 		}
 	}
 	// The token went into the origin's storage and out of the address.
-	if loc := p.eval(t, `location.href`); loc != p.origin+"/#/" {
+	want := p.origin + "/#/"
+	if at != "" {
+		want = p.origin + "/#/d/" + at
+	}
+	if loc := p.eval(t, `location.href`); loc != want {
 		t.Fatalf("after the first visit the page is at %s", loc)
 	}
 	p.waitFor(t, "the page's CSRF token", `csrf !== ""`, 5*time.Second)
@@ -206,10 +213,20 @@ func jsString(s string) string { return fmt.Sprintf("%q", s) }
 // with its session (startUIVia checks each step).
 func TestUIOpenKeepsTheTokenOffCommandLines(t *testing.T) {
 	c := newCtl(t)
-	p := startUIVia(t, c, true)
+	p := startUIVia(t, c, true, "")
 	if got := p.eval(t, `location.href`); got != p.origin+"/#/" {
 		t.Fatalf("the browser is at %s", got)
 	}
+	// `ui --open ID`: a browser with no token of this run opens one
+	// delegation's view, the token and the route in one URL.
+	x := startExecutor(t, "echo hi")
+	r := c.run("export", t.TempDir(), "--peer", x.url, "--prompt", "a task to look at", "--transport", "archive")
+	id := c.only().ID
+	if r.code != 0 {
+		t.Fatalf("export: exit %d\n%s", r.code, r.stderr)
+	}
+	q := startUIVia(t, c, true, id)
+	q.waitFor(t, "the delegation's own view", `document.body.textContent.includes("a task to look at") && !document.body.textContent.includes("No access")`, 10*time.Second)
 }
 
 // TestUIInABrowser: `awcp-ctl ui` in a real browser (headless Chromium).

@@ -8,10 +8,12 @@
 // request for data; changes also carry the CSRF token /api/session gives.
 const tokenKey = "awcp-ui-token";
 {
-  const m = location.hash.match(/^#token=([A-Za-z0-9_-]+)$/);
+  // #token=T, or #token=T&to=/d/ID: the token and the view to open, in
+  // one URL (`awcp-ctl ui --open ID`), for a browser that has no token.
+  const m = location.hash.match(/^#token=([A-Za-z0-9_-]+)(?:&to=(\/[A-Za-z0-9_\/-]*))?$/);
   if (m) {
     localStorage.setItem(tokenKey, m[1]);
-    history.replaceState(null, "", location.pathname + "#/");
+    history.replaceState(null, "", location.pathname + "#" + (m[2] || "/"));
   }
 }
 const token = localStorage.getItem(tokenKey) || "";
@@ -435,7 +437,7 @@ function route() {
 
 function unauthorized() {
   document.getElementById("live").textContent = "no access";
-  put(main, el("h2", {}, "No access"), el("p", {}, "This page needs the URL `awcp-ctl ui` printed (with its token): open that URL. A token of an earlier run no longer works."));
+  put(main, el("h2", {}, "No access"), el("p", {}, "This page needs the URL `awcp-ctl ui` printed (with its token): open that URL, or this view with `awcp-ctl ui --open ID` (the delegation's id, or a group's). A token of an earlier run no longer works."));
 }
 
 // connect follows the server-sent events of /api/stream, read with fetch
