@@ -113,30 +113,13 @@ func mustJSON(v any) []byte {
 // come.
 func TestBrokenAgentIsSaidAtInitialize(t *testing.T) {
 	x := startExecutor(t, "", "--agent-acp", `sh -c 'echo "Error: no API key: set GEMINI_API_KEY" >&2; exit 1'`)
-	c := newCtl(t)
-	cmd := c.command("acp", "--peer", x.url, "--transport", "archive")
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { stdin.Close(); cmd.Wait() }()
+	ed := startEditor(t, newCtl(t), x, "archive")
 	started := time.Now()
-	io.WriteString(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}`+"\n")
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	m := ed.call(t, "1", "initialize", `{"protocolVersion":1,"clientCapabilities":{}}`)
 	took := time.Since(started)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m struct {
-		Error *struct {
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	json.Unmarshal([]byte(line), &m)
-	if m.Error == nil || !strings.Contains(m.Error.Message, "no API key: set GEMINI_API_KEY") {
-		t.Fatalf("initialize with a broken agent: %s", line)
+	e, _ := json.Marshal(m["error"])
+	if m["error"] == nil || !strings.Contains(string(e), "no API key: set GEMINI_API_KEY") {
+		t.Fatalf("initialize with a broken agent: %v", m)
 	}
 	if took > 3*time.Second {
 		t.Errorf("initialize took %s to say the agent is broken", took)
@@ -182,26 +165,15 @@ func TestAgentFindsItsCredentialsAsServeStartsIt(t *testing.T) {
 
 	x := startExecutor(t, "", "--agent-acp", agentCmd, "--sandbox-allow", grant)
 	c := newCtl(t)
-	cmd := c.command("acp", "--peer", x.url, "--transport", "archive")
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { stdin.Close(); cmd.Wait() }()
-	io.WriteString(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}`+"\n")
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
+	init, _ := json.Marshal(startEditor(t, c, x, "archive").call(t, "1", "initialize", `{"protocolVersion":1,"clientCapabilities":{}}`))
 	var m struct {
 		Result struct {
 			AgentInfo   struct{ Name, Version string } `json:"agentInfo"`
 			AuthMethods []struct{ ID string }          `json:"authMethods"`
 		} `json:"result"`
 	}
-	json.Unmarshal([]byte(line), &m)
+	json.Unmarshal(init, &m)
+	line := string(init)
 	if m.Result.AgentInfo.Name != "home-agent" || m.Result.AgentInfo.Version != "tok-123" || len(m.Result.AuthMethods) != 1 || m.Result.AuthMethods[0].ID != "fake-login" {
 		t.Errorf("the editor's initialize under serve: %s", line)
 	}
