@@ -66,6 +66,18 @@ func (t *ArchiveExecutor) Setup(_ context.Context, p control.SetupParams) error 
 		if err := chownTree(workDir, *p.Agent); err != nil {
 			return fmt.Errorf("give the workspace to the agent's user: %w", err)
 		}
+		if len(p.Resources) > 0 {
+			// A head environment's root is not the agent's: it works in
+			// a resource folder, bound in its sandbox at its place. Left
+			// the daemon's, the root stays passable where an operator's
+			// idmapped grant holds the work root — through which an
+			// inode of the agent's has no owner, and a 0700 one (the
+			// reference's archives carry their folder's mode) stopped
+			// the sandbox binding the folder: "permission denied".
+			if err := os.Lchown(workDir, os.Geteuid(), os.Getegid()); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

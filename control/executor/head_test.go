@@ -3,10 +3,13 @@ package executor_test
 import (
 	"archive/zip"
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -34,6 +37,12 @@ import (
 // bodies. It returns the ACCEPT and the events, read as raw SSE.
 func headDelegator(t *testing.T, x *executortest.Fixture, id, start string) (accept map[string]any, events []map[string]any) {
 	t.Helper()
+	return headDelegatorStart(t, x, id, captured(t, start, id))
+}
+
+// headDelegatorStart is headDelegator with START's body given.
+func headDelegatorStart(t *testing.T, x *executortest.Fixture, id, start string) (accept map[string]any, events []map[string]any) {
+	t.Helper()
 	post := func(body string) map[string]any {
 		resp, err := http.Post(x.Srv.URL+"/awcp", "application/json", strings.NewReader(body))
 		if err != nil {
@@ -53,7 +62,7 @@ func headDelegator(t *testing.T, x *executortest.Fixture, id, start string) (acc
 		t.Fatal(err)
 	}
 	defer stream.Body.Close()
-	if ok := post(captured(t, start, id)); ok["ok"] != true {
+	if ok := post(start); ok["ok"] != true {
 		t.Fatalf("START answered %v", ok)
 	}
 	err = control.ReadSSE(stream.Body, t.TempDir(), 0, func(_ uint64, data []byte, result control.Spooled) (bool, error) {
@@ -257,27 +266,82 @@ func captured(t *testing.T, name, id string) string {
 	return strings.NewReplacer("dlg_head0001", id, "dlg_seed0001", id).Replace(string(b))
 }
 
-// The reference's head delegator's archive (a workspace/ folder whose
-// directory has no entry of its own in the ZIP) runs under the default
-// sandbox — a root and a user of its own — as under none: the agent is
-// in its resource folder and its change comes back (it failed once:
-// "a root of its own: bind …/workspace: permission denied").
+// The reference's head delegator's archive runs under the default
+// sandbox — a root and a user of its own — as under none, the agent in
+// its resource folder, its change coming back: the captured START (its
+// folder with no entry of its own), and one as the reference packs a
+// folder of mode 0700 (archiver's glob stores "workspace/" with its
+// mode) while the operator's idmapped grant holds the work root, as the
+// interop suite grants its temporary directories. That one failed: "a
+// root of its own: bind …/workspace: permission denied" — through the
+// grant, the environment's root was the agent's, an owner the mapping
+// does not know, and its 0700 stopped root.
 func TestHeadArchiveUnderTheSandbox(t *testing.T) {
-	p := &sandbox.Policy{RO: slices.Clone(sandbox.System), Devices: sandbox.Devices, Isolated: sandbox.CanIsolate()}
-	x := executortest.New(t, `echo changed >> hello.txt; pwd > where.txt`, func(o *executor.Options) { o.Confine = p })
-	id := "dlg_head0003"
-	_, events := headDelegator(t, x, id, "start-head.json")
-	last := events[len(events)-1]
-	if last["type"] != "done" {
-		t.Fatalf("the head delegation under the sandbox ended %v", last)
+	if !sandbox.CanIsolate() {
+		t.Fatal("not root: the agent's user and its idmapped grant cannot be tested here")
 	}
-	var snap map[string]any
-	for _, ev := range events {
-		if ev["type"] == "snapshot" {
-			snap = ev
+	for _, tc := range []struct{ name, start string }{{"captured", "captured"}, {"0700 folder, granted work root", "0700"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var x *executortest.Fixture
+			x = executortest.New(t, `echo changed >> hello.txt; pwd > where.txt`, func(o *executor.Options) {
+				p := &sandbox.Policy{RO: slices.Clone(sandbox.System), Devices: sandbox.Devices, Isolated: true}
+				if tc.start == "0700" {
+					grant := filepath.Dir(o.WorkRoot)
+					p.RW, p.Yours = []string{grant}, []string{grant}
+				}
+				o.Confine = p
+			})
+			id := "dlg_head0003"
+			start := captured(t, "start-head.json", id)
+			if tc.start == "0700" {
+				start = headStartWith(t, start, map[string]string{"workspace/": "", "workspace/hello.txt": "hi\n"}, 0o700)
+			}
+			_, events := headDelegatorStart(t, x, id, start)
+			last := events[len(events)-1]
+			if last["type"] != "done" {
+				t.Fatalf("the head delegation under the sandbox ended %v", last)
+			}
+			var snap map[string]any
+			for _, ev := range events {
+				if ev["type"] == "snapshot" {
+					snap = ev
+				}
+			}
+			if files := unzipString(t, snap["snapshotBase64"].(string)); files["workspace/hello.txt"] != "hi\nchanged\n" {
+				t.Errorf("the agent's change did not come back: %v", files)
+			}
+		})
+	}
+}
+
+// headStartWith is START with its archive replaced by one of files (a
+// name ending in / is a directory, of mode dirMode), as the reference
+// packs one.
+func headStartWith(t *testing.T, start string, files map[string]string, dirMode os.FileMode) string {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	names := slices.Sorted(maps.Keys(files))
+	for _, name := range names {
+		hdr := &zip.FileHeader{Name: name, Method: zip.Deflate}
+		if strings.HasSuffix(name, "/") {
+			hdr.SetMode(os.ModeDir | dirMode)
+		} else {
+			hdr.SetMode(0o644)
 		}
+		w, err := zw.CreateHeader(hdr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(w, files[name])
 	}
-	if files := unzipString(t, snap["snapshotBase64"].(string)); files["workspace/hello.txt"] != "hi\nchanged\n" {
-		t.Errorf("the agent's change did not come back: %v", files)
-	}
+	zw.Close()
+	var m map[string]any
+	json.Unmarshal([]byte(start), &m)
+	th := m["transportHandle"].(map[string]any)
+	th["workspaceBase64"] = base64.StdEncoding.EncodeToString(buf.Bytes())
+	sum := sha256.Sum256(buf.Bytes())
+	th["checksum"] = hex.EncodeToString(sum[:])
+	out, _ := json.Marshal(m)
+	return string(out)
 }
