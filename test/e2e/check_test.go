@@ -212,6 +212,30 @@ func checkAsOwner(t *testing.T, asRoot bool) {
 	if left, _ := filepath.Glob(filepath.Join(os.TempDir(), "awcp-check-*", "tree")); len(left) > 0 {
 		t.Errorf("the checks' copies were left: %v", left)
 	}
+	if asRoot {
+		return
+	}
+
+	// Where no sandbox can be had — this owner may make no user
+	// namespace (noUserNSEnv) — the check is refused with the reason,
+	// and never run with less.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(base, "e2e-wrapper")
+	if err := copyFile(self, wrapper, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(home, "check-ran")
+	refused := &ctl{t: t, state: c.state, as: c.as, bin: wrapper, env: append(c.env, noUserNSEnv+"=1")}
+	r = refused.run(append([]string{c.bin}, "compare", group, "--check", "touch "+marker)...)
+	if r.code == 0 || !strings.Contains(r.stderr, "no sandbox for the executor's code here") || !strings.Contains(r.stderr, "user namespace") {
+		t.Errorf("compare --check where no user namespace can be made: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the check ran though no sandbox could be had")
+	}
 }
 
 // chownTree gives dir and everything in it to uid and gid.

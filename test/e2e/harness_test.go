@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(advertiseEnv); spec != "" {
 		os.Exit(advertiseAsAttacker(spec)) // this binary re-run in a namespace (lan_test.go)
 	}
+	if os.Getenv(noUserNSEnv) != "" {
+		os.Exit(execWithoutUserNS()) // this binary as a wrapper (nouserns_test.go)
+	}
 	if journal := os.Getenv(soakAgentEnv); journal != "" {
 		os.Exit(soakAgent(journal)) // this binary as the soak's agent (soak_test.go)
 	}
