@@ -333,3 +333,13 @@ type PeerRef struct {
 	Name    string `json:"name,omitempty"`
 	Key     string `json:"key"`
 }
+
+// Failed is why d failed, once it has ended other than completed; nil
+// while it runs or if it completed (a Failure may have been recorded on
+// the way and overcome: a fallback, a retried peer).
+func (d *Delegation) Failed() *Failure {
+	if d.Failure == nil || d.State == Completed {
+		return nil
+	}
+	return d.Failure
+}

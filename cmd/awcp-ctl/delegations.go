@@ -358,7 +358,7 @@ func report(c *cli.Context, d *lease.Delegation) error {
 			}
 		}
 	}
-	if f := d.Failure; f != nil && d.State != lease.Completed {
+	if f := d.Failed(); f != nil {
 		fmt.Fprintf(c.App.ErrWriter, "error %s: %s\n", clikit.Printable(f.Code), clikit.PrintableText(f.Message))
 		if len(f.CallChain) > 0 {
 			fmt.Fprintf(c.App.ErrWriter, "call chain: %s\n", control.FormatCallChain(f.CallChain))
@@ -537,7 +537,7 @@ func printTable(w io.Writer, ds []*lease.Delegation) {
 		if group == "" {
 			group = "-"
 		}
-		if f := d.Failure; f != nil && d.State.Terminal() && d.State != lease.Completed {
+		if f := d.Failed(); f != nil && d.State.Terminal() {
 			state += " (" + f.Code + ")" // the reason's code; status ID says the rest
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, state, group, clikit.Printable(executor), transport, access,

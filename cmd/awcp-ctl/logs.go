@@ -66,7 +66,7 @@ func logsCommand(ctx context.Context) *cli.Command {
 					fmt.Fprintf(c.App.ErrWriter, "awcp: delegation %s %s\n", d.ID, d.State)
 				}
 			}
-			if f := d.Failure; f != nil && d.State != lease.Completed {
+			if f := d.Failed(); f != nil {
 				fmt.Fprintf(c.App.ErrWriter, "error %s: %s\n", clikit.Printable(f.Code), clikit.PrintableText(f.Message))
 			}
 			return exitFor(d)

@@ -167,7 +167,7 @@ func outcomeOf(d *lease.Delegation) Outcome {
 			o.Notes = append(o.Notes, "the result is staged, the workspace untouched: review it with delegate_snapshots, then delegate_apply_snapshot or delegate_discard_snapshot")
 		}
 	}
-	if f := d.Failure; f != nil && d.State != lease.Completed {
+	if f := d.Failed(); f != nil {
 		o.Error = &Failure{Code: f.Code, Message: f.Message, Hint: f.Hint}
 	}
 	return o

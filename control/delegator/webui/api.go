@@ -52,7 +52,7 @@ func rowOf(d *lease.Delegation) Row {
 		r.Executor = d.PeerName
 	}
 	r.Task = delegator.TaskLine(d)
-	if f := d.Failure; f != nil && d.State.Terminal() && d.State != lease.Completed {
+	if f := d.Failed(); f != nil && d.State.Terminal() {
 		r.Reason = f.Code + ": " + f.Message
 	}
 	if d.Transport == control.TransportSSHFS {
