@@ -267,12 +267,6 @@ func helper(raw string) (int, error) {
 			return 0, fmt.Errorf("a root of its own: %w", err)
 		}
 	}
-	if p.MaxMemory > 0 {
-		lim := &unix.Rlimit{Cur: p.MaxMemory, Max: p.MaxMemory}
-		if err := unix.Setrlimit(unix.RLIMIT_DATA, lim); err != nil {
-			return 0, fmt.Errorf("bound its memory: %w", err)
-		}
-	}
 	if err := dropCapabilities(); err != nil {
 		return 0, err
 	}
@@ -298,7 +292,17 @@ func helper(raw string) (int, error) {
 	if p.User != nil {
 		attr.Sys = p.User.credential()
 	}
-	proc, err := os.StartProcess(p.Path, os.Args, attr)
+	path, argv := p.Path, os.Args
+	if p.MaxMemory > 0 {
+		// The bound is the command's, not this process's: a Go runtime's
+		// own reservations count in RLIMIT_DATA (a 64 MiB heap arena, a
+		// race detector's shadow), and this process set to it could not
+		// go on. The system's shell sets it, hard and soft, then becomes
+		// the command.
+		path = "/bin/sh"
+		argv = append([]string{path, "-c", fmt.Sprintf(`ulimit -d %d && exec "$0" "$@"`, p.MaxMemory>>10), p.Path}, os.Args[1:]...)
+	}
+	proc, err := os.StartProcess(path, argv, attr)
 	if err != nil {
 		return 127, fmt.Errorf("start %s: %w", p.Path, err)
 	}
