@@ -11,6 +11,7 @@ import (
 
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/internal/sandbox"
+	"github.com/awcp/awcp/internal/tail"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -69,7 +70,7 @@ func (d *Delegator) CheckAttempt(ctx context.Context, id string, opts CheckOptio
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", opts.Command)
 	cmd.Dir = tree
 	cmd.Env = checkEnv(opts.Env, home, tmp, id)
-	out := &tailBuffer{max: checkOutputMax}
+	out := &tail.Buffer{Max: checkOutputMax}
 	cmd.Stdout, cmd.Stderr = out, out
 	// The helper is PID 1 of the check's namespace: killing it ends
 	// everything the check started.
@@ -116,30 +117,4 @@ func checkEnv(names []string, home, tmp, id string) []string {
 		}
 	}
 	return env
-}
-
-// tailBuffer keeps the last max bytes written to it (about: it keeps
-// between max and twice max until read).
-type tailBuffer struct {
-	max int
-	buf []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	n := len(p)
-	if len(p) > t.max {
-		p = p[len(p)-t.max:]
-	}
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > 2*t.max {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
-	}
-	return n, nil
-}
-
-func (t *tailBuffer) String() string {
-	if len(t.buf) > t.max {
-		return string(t.buf[len(t.buf)-t.max:])
-	}
-	return string(t.buf)
 }

@@ -27,6 +27,7 @@ var allowed = map[string][]string{
 	"internal/linediff":      {},
 	"internal/gitrun":        {},
 	"internal/treewalk":      {},
+	"internal/tail":          {},
 	"internal/merge3":        {"internal/linediff"},
 	"internal/layout":        {},
 	"internal/mountinfo":     {},
@@ -39,15 +40,15 @@ var allowed = map[string][]string{
 	"fs":                     {"fs/sftpc", "sshd/sftpwire", "internal/bufconn", "internal/cloexec", "internal/mountinfo", "internal/untrusted"},
 	"sshd":                   {"archive", "sshd/sftpwire", "internal/confine", "internal/bufconn", "internal/stage", "internal/untrusted", "internal/gitrun", "internal/treewalk"},
 	"sshd/sshdtest":          {"sshd"},
-	"control/executor/agent": {"lease"},
-	"control/executor/acp":   {"control", "control/executor/agent", "lease"},
+	"control/executor/agent": {"internal/tail", "lease"},
+	"control/executor/acp":   {"control", "control/executor/agent", "internal/tail", "lease"},
 	// control is what both roles share: no role's logic, and neither
 	// half of the live mount. The SSH server (sshd) is reached only from
 	// control/delegator, the FUSE mount (fs) only from control/executor,
 	// and neither role's package imports the other's.
 	"control":                       {"archive", "internal/untrusted", "lease"},
 	"control/discovery":             {"control"},
-	"control/delegator":             {"archive", "control", "control/delegator/review", "internal/httpserve", "internal/sandbox", "internal/stage", "internal/untrusted", "lease", "sshd", "sshd/sftpwire", "internal/gitrun", "internal/treewalk"},
+	"control/delegator":             {"archive", "control", "control/delegator/review", "internal/httpserve", "internal/sandbox", "internal/stage", "internal/tail", "internal/untrusted", "lease", "sshd", "sshd/sftpwire", "internal/gitrun", "internal/treewalk"},
 	"control/executor":              {"archive", "control", "control/executor/agent", "fs", "internal/httpserve", "internal/mountinfo", "internal/sandbox", "lease", "sshd/sftpwire", "internal/gitrun", "internal/treewalk"},
 	"control/executor/executortest": {"control", "control/executor", "internal/httpserve", "lease"},
 	"control/delegator/mcpserver":   {"control", "control/delegator", "control/discovery", "lease"},

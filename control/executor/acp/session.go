@@ -17,6 +17,7 @@ import (
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/executor/agent"
+	"github.com/awcp/awcp/internal/tail"
 )
 
 // A session delegation (docs/acp-sessions.md) lends a directory for an
@@ -64,7 +65,7 @@ func (w Worker) Session(ctx context.Context, t agent.Task, h agent.Hooks, channe
 	if h.Started != nil {
 		h.Started(proc.Pgid)
 	}
-	stderr := &agent.Tail{Max: stderrTailBytes}
+	stderr := &tail.Buffer{Max: stderrTailBytes}
 	stderrDone := make(chan struct{})
 	go func() {
 		defer close(stderrDone)
@@ -631,7 +632,7 @@ func (w Worker) ProbeStderr(ctx context.Context, t agent.Task) (_ json.RawMessag
 	if err != nil {
 		return nil, "", fmt.Errorf("ACP agent: %w", err)
 	}
-	stderr := &agent.Tail{Max: stderrTailBytes}
+	stderr := &tail.Buffer{Max: stderrTailBytes}
 	drained := make(chan struct{})
 	go func() { defer close(drained); io.Copy(stderr, proc.Stderr) }() // ends with the pipe
 	stop := func() {

@@ -12,7 +12,7 @@ import (
 
 	acpsdk "github.com/coder/acp-go-sdk"
 
-	"github.com/awcp/awcp/control/executor/agent"
+	"github.com/awcp/awcp/internal/tail"
 )
 
 // defaultOutputLimit bounds a terminal's kept output when the agent sets
@@ -22,7 +22,7 @@ const defaultOutputLimit = 16 << 20
 // terminal is a command the agent runs through terminal/create.
 type terminal struct {
 	cmd  *exec.Cmd
-	out  *agent.Tail
+	out  *tail.Buffer
 	done chan struct{} // closed once the command exited and status is set
 	// status is how the command ended; written before done is closed.
 	status acpsdk.TerminalExitStatus
@@ -78,7 +78,7 @@ func (c *client) CreateTerminal(_ context.Context, p acpsdk.CreateTerminalReques
 	for _, e := range p.Env {
 		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
 	}
-	out := &agent.Tail{Max: limit}
+	out := &tail.Buffer{Max: limit}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// A child left behind holding the output open must not keep the exit

@@ -34,6 +34,7 @@ import (
 	acpsdk "github.com/coder/acp-go-sdk"
 
 	"github.com/awcp/awcp/control/executor/agent"
+	"github.com/awcp/awcp/internal/tail"
 )
 
 // Worker runs an ACP agent for each task. It is a executor.Worker.
@@ -86,7 +87,7 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 		h.Started(proc.Pgid)
 	}
 
-	stderr := &agent.Tail{Max: stderrTailBytes}
+	stderr := &tail.Buffer{Max: stderrTailBytes}
 	stderrDone := make(chan struct{})
 	go func() {
 		defer close(stderrDone)

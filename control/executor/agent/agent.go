@@ -19,7 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unicode/utf8"
+
+	"github.com/awcp/awcp/internal/tail"
 )
 
 // Task is what the agent is asked to do.
@@ -136,7 +137,7 @@ func Run(ctx context.Context, t Task, opts Options) (*Result, error) {
 	if opts.Started != nil {
 		opts.Started(proc.Pgid)
 	}
-	stderr := &Tail{Max: stderrTailBytes}
+	stderr := &tail.Buffer{Max: stderrTailBytes}
 
 	// The killer owns the group's end: on ctx done it stops the group. It
 	// stops when the run is over.
@@ -224,41 +225,6 @@ func readSummary(path string) string {
 	defer f.Close()
 	b, _ := io.ReadAll(io.LimitReader(f, summaryMaxBytes))
 	return strings.TrimSpace(string(b))
-}
-
-// Tail keeps the last Max bytes written to it, from the start of a UTF-8
-// character; it is safe for concurrent use.
-type Tail struct {
-	Max       int
-	mu        sync.Mutex // guards buf and truncated
-	buf       bytes.Buffer
-	truncated bool
-}
-
-func (b *Tail) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.Write(p)
-	if extra := b.buf.Len() - b.Max; extra > 0 {
-		b.buf.Next(extra)
-		for b.buf.Len() > 0 && !utf8.RuneStart(b.buf.Bytes()[0]) {
-			b.buf.Next(1)
-		}
-		b.truncated = true
-	}
-	return len(p), nil
-}
-
-func (b *Tail) String() string {
-	s, _ := b.Snapshot()
-	return s
-}
-
-// Snapshot returns what is kept and whether anything was dropped.
-func (b *Tail) Snapshot() (string, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String(), b.truncated
 }
 
 // GroupAlive reports whether process group pgid has a member that is not a
