@@ -47,10 +47,9 @@ func TestRealAgents(t *testing.T) {
 	}
 	for _, a := range realAgents {
 		t.Run(strings.Fields(a.command)[0], func(t *testing.T) {
-			out, err := exec.Command(filepath.Join(binDir, "awcp-fs"), "doctor", "--state-dir", filepath.Join(t.TempDir(), "s"),
-				"--agent-acp", a.command).CombinedOutput()
-			if line := doctorLine(string(out), "agent in sandbox"); err != nil || !strings.HasPrefix(line, "OK") || !strings.Contains(line, a.name) {
-				t.Fatalf("awcp-fs doctor --agent-acp %q: %v\n%s", a.command, err, out)
+			code, out := runFSDoctor(t, "--agent-acp", a.command)
+			if line := doctorLine(out, "agent in sandbox"); code != 0 || !strings.HasPrefix(line, "OK") || !strings.Contains(line, a.name) {
+				t.Fatalf("awcp-fs doctor --agent-acp %q: exit %d\n%s", a.command, code, out)
 			}
 
 			x := startExecutor(t, "", "--agent-acp", a.command)

@@ -34,13 +34,7 @@ func TestSandboxedAgentSaysWhatItNeeds(t *testing.T) {
 	}
 	agentCmd := "exec node '" + script + "'"
 	doctor := func(extra ...string) (int, string) {
-		args := append([]string{"doctor", "--state-dir", filepath.Join(t.TempDir(), "s"), "--agent-acp", agentCmd}, extra...)
-		out, err := exec.Command(filepath.Join(binDir, "awcp-fs"), args...).CombinedOutput()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		}
-		return code, string(out)
+		return runFSDoctor(t, append([]string{"--agent-acp", agentCmd}, extra...)...)
 	}
 	code, out := doctor()
 	line := doctorLine(out, "agent in sandbox")
@@ -134,27 +128,10 @@ func TestBrokenAgentIsSaidAtInitialize(t *testing.T) {
 // The editor's initialize through `awcp-ctl acp` gets the agent's own
 // name and auth methods.
 func TestAgentFindsItsCredentialsAsServeStartsIt(t *testing.T) {
-	daemonHome := t.TempDir()
-	t.Setenv("HOME", daemonHome)
-	writeFiles(t, daemonHome, map[string]string{".fakeagent/token": "tok-123\n"})
-	src, err := os.ReadFile(filepath.Join("testdata", "home_agent.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(t.TempDir(), "home_agent.py")
-	if err := os.WriteFile(script, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	agentCmd := "/usr/bin/python3 " + script
+	daemonHome, agentCmd := homeAgent(t, "tok-123")
 	grant := filepath.Join(daemonHome, ".fakeagent") + ":rw"
 	doctor := func(extra ...string) (int, string) {
-		args := append([]string{"doctor", "--state-dir", filepath.Join(t.TempDir(), "s"), "--agent-acp", agentCmd}, extra...)
-		out, err := exec.Command(filepath.Join(binDir, "awcp-fs"), args...).CombinedOutput()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		}
-		return code, string(out)
+		return runFSDoctor(t, append([]string{"--agent-acp", agentCmd}, extra...)...)
 	}
 	if code, out := doctor(); code != 1 || !strings.Contains(out, "not logged in") {
 		t.Errorf("doctor without the login granted: exit %d\n%s", code, out)
@@ -194,16 +171,8 @@ func TestAgentFindsItsCredentialsAsServeStartsIt(t *testing.T) {
 // the agent cannot run headless fails session/new in the agent's words,
 // saying where it ran.
 func TestAuthenticateRunsOnTheExecutor(t *testing.T) {
-	daemonHome := t.TempDir()
-	t.Setenv("HOME", daemonHome)
-	writeFiles(t, daemonHome, map[string]string{".fakeagent/token": "tok-9\n"})
-	src, err := os.ReadFile(filepath.Join("testdata", "home_agent.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(t.TempDir(), "home_agent.py")
-	os.WriteFile(script, src, 0o644)
-	x := startExecutor(t, "", "--agent-acp", "/usr/bin/python3 "+script, "--sandbox-allow", filepath.Join(daemonHome, ".fakeagent"))
+	daemonHome, agentCmd := homeAgent(t, "tok-9")
+	x := startExecutor(t, "", "--agent-acp", agentCmd, "--sandbox-allow", filepath.Join(daemonHome, ".fakeagent"))
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
 	ed := startEditor(t, c, x, "archive")
@@ -230,6 +199,38 @@ func TestAuthenticateRunsOnTheExecutor(t *testing.T) {
 	if refused["error"] == nil || !strings.Contains(string(e), "oauth-personal needs a browser") || !strings.Contains(string(e), "ran on the executor") {
 		t.Errorf("a method the executor's agent cannot run: %s", e)
 	}
+}
+
+// homeAgent is testdata/home_agent.py, the agent command that starts it
+// (/usr/bin/python3: a version manager's shim would need its own grants),
+// and a daemon's HOME holding its login, token, set for the test.
+func homeAgent(t *testing.T, token string) (daemonHome, agentCmd string) {
+	t.Helper()
+	daemonHome = t.TempDir()
+	t.Setenv("HOME", daemonHome)
+	writeFiles(t, daemonHome, map[string]string{".fakeagent/token": token + "\n"})
+	src, err := os.ReadFile(filepath.Join("testdata", "home_agent.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "home_agent.py")
+	if err := os.WriteFile(script, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return daemonHome, "/usr/bin/python3 " + script
+}
+
+// runFSDoctor runs awcp-fs doctor with a state dir of its own and args,
+// and returns its exit code and output.
+func runFSDoctor(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	args = append([]string{"doctor", "--state-dir", filepath.Join(t.TempDir(), "s")}, args...)
+	out, err := exec.Command(filepath.Join(binDir, "awcp-fs"), args...).CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	return code, string(out)
 }
 
 // editor is an ACP editor speaking to `awcp-ctl acp` line by line.
