@@ -29,6 +29,7 @@ func acpCommand(ctx context.Context) *cli.Command {
 				Usage: "the executor, started with --agent-acp: its URL (https://host:10200), or the name or agent id of one found on this network"},
 			clikit.DurationFlag("ttl", 8*time.Hour, "longest life of each session's lease (the executor's --max-ttl may cap it)", "AWCP_TTL"),
 			idleTTLFlag(),
+			clikit.DurationFlag("auth-timeout", gateway.AuthTimeout, "how long the editor's authenticate may take on the executor, where the agent runs it before each session opens (a login that waits for a browser never ends there)"),
 			&cli.StringFlag{Name: "access", EnvVars: []string{"AWCP_ACCESS"}, Value: "rw", Usage: "rw or ro"},
 			&cli.StringFlag{Name: "transport", EnvVars: []string{"AWCP_TRANSPORT"}, Value: "auto", Usage: "auto, live (a live mount; sshfs on the wire), live-reverse (sshfs-reverse) or archive"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"AWCP_TOKEN"}, Usage: "credential the executor requires"},
@@ -104,7 +105,7 @@ func acpCommand(ctx context.Context) *cli.Command {
 					}
 				}
 			}
-			g := &gateway.Gateway{Delegator: dlg, Request: req, Version: clikit.Version, Logger: e.log, AgentInit: agentInit, IdleTTL: clikit.Duration(c, "idle-ttl"),
+			g := &gateway.Gateway{Delegator: dlg, Request: req, Version: clikit.Version, Logger: e.log, AgentInit: agentInit, IdleTTL: clikit.Duration(c, "idle-ttl"), AuthTimeout: clikit.Duration(c, "auth-timeout"),
 				Started: func(session, id string) { e.log.Info("session lent", "session", session, "delegation", id) },
 				Channel: dlg.RecordChannel}
 			// The editor's pipe is the sessions' life; a signal to the

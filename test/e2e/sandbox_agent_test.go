@@ -199,6 +199,21 @@ func TestAuthenticateRunsOnTheExecutor(t *testing.T) {
 	if refused["error"] == nil || !strings.Contains(string(e), "oauth-personal needs a browser") || !strings.Contains(string(e), "ran on the executor") {
 		t.Errorf("a method the executor's agent cannot run: %s", e)
 	}
+
+	// One that never answers (a login waiting for a browser) is cut off
+	// at --auth-timeout, and session/new says so.
+	slow := startEditorWith(t, c, x, "archive", "--auth-timeout", "2s")
+	slow.call(t, "1", "initialize", `{"protocolVersion":1,"clientCapabilities":{}}`)
+	slow.call(t, "2", "authenticate", `{"methodId":"hang-login"}`)
+	started := time.Now()
+	cut := slow.call(t, "3", "session/new", `{"cwd":"`+sampleWorkspace(t)+`","mcpServers":[]}`)
+	e, _ = json.Marshal(cut["error"])
+	if cut["error"] == nil || !strings.Contains(string(e), "did not end within 2s on the executor") {
+		t.Errorf("an authenticate that never ends: %s", e)
+	}
+	if took := time.Since(started); took > 15*time.Second {
+		t.Errorf("the cut-off took %s", took)
+	}
 }
 
 // homeAgent is testdata/home_agent.py, the agent command that starts it
@@ -243,7 +258,13 @@ type editor struct {
 
 func startEditor(t *testing.T, c *ctl, x *executor, transport string) *editor {
 	t.Helper()
-	cmd := c.command("acp", "--peer", x.url, "--transport", transport)
+	return startEditorWith(t, c, x, transport)
+}
+
+// startEditorWith is startEditor with more flags of awcp-ctl acp.
+func startEditorWith(t *testing.T, c *ctl, x *executor, transport string, flags ...string) *editor {
+	t.Helper()
+	cmd := c.command(append([]string{"acp", "--peer", x.url, "--transport", transport}, flags...)...)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = io.Discard

@@ -3,8 +3,9 @@
 # refuses to start without them: at initialize it says so on stderr and
 # exits. With them, it answers initialize, naming itself and where it
 # found them, and a session's prompt with the token, its HOME and the
-# method `authenticate` last ran (fake-login succeeds; any other needs a
-# browser and fails).
+# method `authenticate` last ran (fake-login succeeds; hang-login never
+# answers, as a login waiting for a browser; any other needs a browser and
+# fails).
 import json, os, sys
 
 home = os.environ.get("HOME", "")
@@ -33,6 +34,8 @@ for line in sys.stdin:
               "authMethods": [{"id": "fake-login", "name": "Log in", "description": "reads ~/.fakeagent/token"}]}})
     elif method == "authenticate":
         how = (msg.get("params") or {}).get("methodId")
+        if how == "hang-login":
+            continue  # waits for a browser that never comes: no answer
         if how == "fake-login":
             authenticated = how
             send({"jsonrpc": "2.0", "id": mid, "result": {}})
