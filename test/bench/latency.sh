@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# make bench, the network part: an agent's work on a lent repository of
+# about 2,000 small files, across a link that adds a round trip (2, 20 and
+# 60 ms by default) — where users are, a laptop lending to a cloud region.
+# This kernel has no netem: test/bench/delaylink joins two TUN devices and
+# holds each packet for half the round trip; one end is in a network
+# namespace of its own, where the executor (awcp-fs serve) and sshfs run,
+# the other on this machine, with the delegator (awcp-ctl serve), the lent
+# directory and OpenSSH for sshfs. The workloads (cold and warm git status,
+# cold and warm grep -r, 500 small files created by a shell, an untar of
+# 500, a 64 MiB read, 50 compiles) run on local disk, on the live mount
+# (run by the agent, timing itself), on the git transport's clone (the
+# same) and on sshfs (from this machine, through the mount its client
+# made in the namespace), BENCH_ROUNDS rounds, each on a fresh copy.
+#
+# Writes $BENCH_OUT/latency.tsv: rtt_ms, target, workload, seconds
+# (median), and prints a table per round trip with the issue's goals.
+#
+# Env: BIN, BENCH_ROUNDS (default 1), BENCH_OUT, LAT_RTTS (default
+# "2 20 60"), LAT_TARGETS (default "local live git sshfs"), LAT_FILES
+# (sources, default 1000: 2,000 files with their headers), LAT_CAP
+# (seconds a workload may take on sshfs before it is cut off and shown as
+# ≥ that, default 120). Root; removes its namespace and devices on exit.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=${BIN:-$ROOT/bin}
+ROUNDS=${BENCH_ROUNDS:-1}
+RTTS=${LAT_RTTS:-2 20 60}
+TARGETS=${LAT_TARGETS:-local live git sshfs}
+N=${LAT_FILES:-1000}
+CAP=${LAT_CAP:-120}
+OUT=${BENCH_OUT:-$ROOT/bin/bench}
+NS=awcplat$$
+[ "$(id -u)" = 0 ] || { echo "bench latency: needs root (a network namespace, TUN devices, mounts)" >&2; exit 2; }
+for tool in gcc git tar nsenter ip sshfs /usr/sbin/sshd; do
+	command -v "$tool" >/dev/null || { echo "bench latency: needs $tool" >&2; exit 2; }
+done
+
+B=$(mktemp -d /tmp/awcp-latency.XXXXXX)
+mkdir -p "$B"/{run,ssh,sshfs,lent} "$OUT"
+chmod 700 "$B/ssh"
+pids=()
+stop_all() {
+	set +e
+	fusermount3 -u -z "$B/sshfs" 2>/dev/null
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+	pids=()
+	[ -f "$B/ssh/sshd.pid" ] && kill "$(cat "$B/ssh/sshd.pid")" 2>/dev/null && rm -f "$B/ssh/sshd.pid"
+	ip netns del "$NS" 2>/dev/null
+	sleep 0.3
+}
+cleanup() {
+	stop_all
+	grep -q " $B/" /proc/self/mountinfo && echo "bench latency: mounts left under $B" >&2
+	rm -rf "$B"
+}
+trap cleanup EXIT INT TERM
+wait_for() { local n=$(($1 * 10)); shift; until "$@" >/dev/null 2>&1; do n=$((n - 1)); [ $n -gt 0 ] || return 1; sleep 0.1; done; }
+in_ns() { nsenter --net="/run/netns/$NS" "$@"; } # the namespace's network, this machine's mounts
+
+(cd "$ROOT" && go build -o "$B/run/delaylink" ./test/bench/delaylink)
+
+# --- the repository: N sources, N headers, a Makefile; an untracked 64 MiB file ---
+T=$B/template
+mkdir -p "$T/src" "$T/include" "$T/data"
+echo "#define SHARED_VALUE 7" >"$T/include/shared.h"
+for i in $(seq -f %04g 1 "$N"); do
+	printf '#ifndef F%s_H\n#define F%s_H\nint f%s(int x);\n#endif\n' "$i" "$i" "$i" >"$T/include/f$i.h"
+	printf '#include "shared.h"\n#include "f%s.h"\n/* needle%s */\nint f%s(int x) {\n\tint y = x * SHARED_VALUE;\n\tfor (int k = 0; k < 8; k++)\n\t\ty = (y << 1) ^ (k + %d);\n\treturn y;\n}\n' \
+		"$i" "$i" "$i" "$((10#$i))" >"$T/src/f$i.c"
+done
+printf '*.o\n' >"$T/.gitignore"
+(cd "$T" && git init -q && git add -A && git -c user.name=bench -c user.email=b@x commit -qm project)
+head -c $((64 << 20)) /dev/urandom >"$T/data/big.bin"
+mkdir -p "$B/run/t500/d"
+for i in $(seq 500); do echo "file $i" >"$B/run/t500/d/f$i.txt"; done
+tar -C "$B/run/t500" -cf "$B/run/t500.tar" d
+
+# --- the workloads, as the agent runs them in its workspace ---
+cat >"$B/run/work.sh" <<'EOF'
+#!/bin/bash
+# Each workload's seconds on a line "LAT name=seconds"; one cut off after
+# LAT_TIMEOUT seconds (0: never) shows as that.
+t() { date +%s.%N; }
+step() {
+	local s e
+	s=$(t)
+	timeout "${LAT_TIMEOUT:-0}" bash -c "$2" >/dev/null || { echo "LAT $1=${LAT_TIMEOUT:-0} (failed or cut off)"; return; }
+	e=$(t)
+	awk -v n="$1" -v s="$s" -v e="$e" 'BEGIN { printf "LAT %s=%.3f\n", n, e-s }'
+}
+step status_cold 'git status --porcelain'
+step status_warm 'git status --porcelain'
+step grep_cold 'grep -r needle0007 src include'
+step grep_warm 'grep -r needle0007 src include'
+step create 'mkdir new && for i in $(seq 500); do echo "x $i" >new/f$i; done'
+step untar "mkdir untar && tar -xf '@TAR@' -C untar"
+step cat64 'cat data/big.bin'
+step cc50 'mkdir -p obj && for i in $(seq -f %04g 1 50); do cc -O1 -Iinclude -c src/f$i.c -o obj/f$i.o; done'
+EOF
+sed -i "s|@TAR@|$B/run/t500.tar|" "$B/run/work.sh"
+chmod +x "$B/run/work.sh"
+
+# --- the link, the two daemons, OpenSSH and sshfs, for one round trip ---
+start_link() { # RTT_MS
+	ip netns add "$NS"
+	"$B/run/delaylink" -rtt "${1}ms" -a "awl$$a" -b "awl$$b" >"$B/run/delaylink.log" 2>&1 &
+	pids+=($!)
+	wait_for 5 grep -q ready "$B/run/delaylink.log"
+	ip link set "awl$$b" netns "$NS"
+	ip addr add 10.231.0.1/30 dev "awl$$a" && ip link set "awl$$a" up
+	ip -n "$NS" addr add 10.231.0.2/30 dev "awl$$b" && ip -n "$NS" link set "awl$$b" up && ip -n "$NS" link set lo up
+
+	PORT=10200
+	in_ns "$BIN/awcp-fs" serve --state-dir "$B/exec" --work-root "$B/work" --listen "10.231.0.2:$PORT" --plain-http \
+		--sandbox-allow "$B/run" --max-ttl 2h --agent-cmd "bash '$B/run/work.sh' 2>&1" >"$B/run/awcp-fs.log" 2>&1 &
+	pids+=($!)
+	"$BIN/awcp-ctl" --state-dir "$B/ctl" serve >"$B/run/awcp-ctl.log" 2>&1 &
+	pids+=($!)
+	wait_for 10 test -S "$B/ctl/ctl.sock"
+	wait_for 10 grep -q listening "$B/run/awcp-fs.log"
+
+	case " $TARGETS " in *" sshfs "*) start_sshfs ;; esac
+}
+start_sshfs() {
+	[ -f "$B/ssh/host" ] || {
+		ssh-keygen -q -t ed25519 -N '' -f "$B/ssh/host"
+		ssh-keygen -q -t ed25519 -N '' -f "$B/ssh/client"
+		cp "$B/ssh/client.pub" "$B/ssh/authorized_keys" && chmod 600 "$B/ssh/authorized_keys"
+	}
+	cat >"$B/ssh/sshd_config" <<EOF
+Port 2222
+ListenAddress 10.231.0.1
+HostKey $B/ssh/host
+PidFile $B/ssh/sshd.pid
+AuthorizedKeysFile $B/ssh/authorized_keys
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+PermitRootLogin prohibit-password
+StrictModes no
+UseDNS no
+Subsystem sftp internal-sftp
+EOF
+	mkdir -p /run/sshd
+	/usr/sbin/sshd -f "$B/ssh/sshd_config" -E "$B/ssh/sshd.log"
+	wait_for 5 test -s "$B/ssh/sshd.pid"
+	in_ns sshfs -o IdentityFile="$B/ssh/client",IdentitiesOnly=yes,StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,BatchMode=yes,Port=2222 \
+		"root@10.231.0.1:$B/lent" "$B/sshfs"
+	wait_for 10 grep -q " $B/sshfs " /proc/self/mountinfo
+}
+
+fresh() { rm -rf "$B/lent/p"; mkdir -p "$B/lent"; cp -a "$T" "$B/lent/p"; }
+declare -A R
+run_target() { # TARGET → LAT lines
+	fresh
+	case $1 in
+	local) (cd "$B/lent/p" && bash "$B/run/work.sh") ;;
+	sshfs) (cd "$B/sshfs/p" && LAT_TIMEOUT=$CAP bash "$B/run/work.sh") ;;
+	live | git)
+		local id
+		id=$("$BIN/awcp-ctl" --state-dir "$B/ctl" export "$B/lent/p" --peer "http://10.231.0.2:$PORT" --plain-http \
+			--transport "$1" --ttl 1h --background --prompt "work")
+		"$BIN/awcp-ctl" --state-dir "$B/ctl" output "$id" --block --timeout 1h >/dev/null 2>&1 && "$BIN/awcp-ctl" --state-dir "$B/ctl" logs "$id" 2>&1 | sed -n 's/.*LAT /LAT /p' || {
+			echo "bench latency: the $1 delegation failed" >&2
+			"$BIN/awcp-ctl" --state-dir "$B/ctl" status "$id" >&2
+			exit 1
+		} ;;
+	esac
+}
+
+WORKLOADS="status_cold status_warm grep_cold grep_warm create untar cat64 cc50"
+median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2 }'; }
+printf 'rtt_ms\ttarget\tworkload\tseconds\n' >"$OUT/latency.tsv"
+for rtt in $RTTS; do
+	start_link "$rtt"
+	echo "bench latency: ${rtt} ms round trip, $ROUNDS round(s) of $TARGETS"
+	for r in $(seq "$ROUNDS"); do
+		for t in $TARGETS; do
+			s=$(date +%s)
+			lines=$(run_target "$t")
+			for w in $WORKLOADS; do
+				v=$(echo "$lines" | sed -n "s/^LAT $w=//p" | tail -n 1)
+				v=${v%% *}
+				R[$rtt.$t.$w.$r]=${v:-$CAP}
+			done
+			echo "bench latency:   round $r $t $(($(date +%s) - s)) s"
+		done
+	done
+	printf '\n%-12s' "at ${rtt} ms"
+	for t in $TARGETS; do printf ' %9s' "$t"; done
+	printf '\n'
+	for w in $WORKLOADS; do
+		printf '%-12s' "$w"
+		for t in $TARGETS; do
+			v=(); for r in $(seq "$ROUNDS"); do v+=("${R[$rtt.$t.$w.$r]}"); done
+			m=$(median "${v[@]}")
+			printf ' %9.3f' "$m"
+			printf '%s\t%s\t%s\t%s\n' "$rtt" "$t" "$w" "$m" >>"$OUT/latency.tsv"
+		done
+		printf '\n'
+	done
+	stop_all
+done
+echo "(seconds, medians; sshfs cut off at ${CAP} s. Goals at 20 ms: live status_cold ≤ 2, status_warm ≤ 0.1, grep_warm ≤ 0.3,"
+echo " create ≤ 1, untar ≤ 1.5, cat64 ≥ 80% of the link, cc50 ≤ 1.5× local; git ≤ max(2× local, local + 0.1) each)"
