@@ -75,7 +75,10 @@ func (n *node) listingNow(ctx context.Context) (*listing, error) {
 	if l, ok := n.cachedListing(); ok {
 		return l, nil
 	}
-	l, ok := n.fromAhead()
+	l, ok := n.fromWarm()
+	if !ok {
+		l, ok = n.fromAhead()
+	}
 	if !ok {
 		var err error
 		if l, err = n.list(ctx); err != nil {

@@ -183,6 +183,9 @@ type filesystem struct {
 	// forgets counts the nodes the kernel forgot.
 	dirsAhead *listAhead
 	forgets   atomic.Uint64
+	// warm is the tree fetched ahead of the agent (warm.go).
+	warm      *warmStore
+	warmStart sync.Once
 	ahead     readAhead
 
 	// freed counts the requests that may free space (remove, rmdir,
@@ -244,6 +247,7 @@ func (f *filesystem) changing(ns ...*node) func() {
 			if n == nil {
 				continue
 			}
+			f.warm.void(n.rpath())
 			n.stamp(v)
 			if _, parent := n.Parent(); parent != nil {
 				if pn, ok := parent.Operations().(*node); ok {
@@ -471,7 +475,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	fsys := &filesystem{conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout, prefetch: newPrefetcher(), dirsAhead: newListAhead(),
+	fsys := &filesystem{conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout, prefetch: newPrefetcher(), dirsAhead: newListAhead(), warm: newWarmStore(),
 		lentTo: opts.LentTo, readOnly: opts.ReadOnly}
 	root := &node{fsys: fsys}
 	// Negative entries are cached as long as positive ones: tools probe

@@ -323,6 +323,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	}
 	l := n.keptListing()
 	if l == nil {
+		l, _ = n.fromWarm()
+	}
+	if l == nil {
 		l, _ = n.fromAhead()
 	}
 	if l != nil {

@@ -68,6 +68,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	answered := n.fsys.changing(n, n.childNode(name)) // its link count, if linked elsewhere
 	n.openDeferredChild(ctx, name)
 	p := n.child(name)
+	n.fsys.warm.voidTree(p) // a file made under the name later is not this one
 	if n.removeBehind(ctx, name, p, false, answered) {
 		return 0
 	}
@@ -83,6 +84,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	defer n.fsys.freed.Add(1)
 	answered := n.fsys.changing(n)
 	p := n.child(name)
+	n.fsys.warm.voidTree(p)
 	if n.removeBehind(ctx, name, p, true, answered) {
 		return 0
 	}
@@ -214,9 +216,17 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		replaced = np.childNode(newName)
 	}
 	moved := n.childNode(name)
-	defer n.fsys.changing(n, np, moved, replaced)()
 	from := n.child(name)
 	to := path.Join("/"+newParent.EmbeddedInode().Path(nil), newName)
+	answered := n.fsys.changing(n, np, moved, replaced)
+	// What was fetched ahead under either name is of the tree before.
+	n.fsys.warm.voidTree(from)
+	n.fsys.warm.voidTree(to)
+	defer func() {
+		answered()
+		n.fsys.warm.voidTree(from)
+		n.fsys.warm.voidTree(to)
+	}()
 	switch {
 	case flags&renameExchange != 0:
 		return syscall.EINVAL // SFTP cannot swap atomically

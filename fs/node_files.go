@@ -161,6 +161,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// a file the mount wrote), what was read ahead of a reader going
 		// through the directory is used all the same.
 		if !whole {
+			if h, _ := n.openWarm(int(flags), kernelSize); h != nil {
+				return h, fuse.FOPEN_KEEP_CACHE | noFlush, 0
+			}
 			if h, _ := n.openAhead(ctx, int(flags), kernelSize); h != nil {
 				return h, fuse.FOPEN_KEEP_CACHE | noFlush, 0
 			}
@@ -174,6 +177,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// brings the file's start along (one round trip, not two, for
 		// the small files grep and git read whole), unless it was read
 		// ahead (no round trip at all).
+		if h, fuseFlags := n.openWarm(int(flags), kernelSize); h != nil {
+			return h, fuseFlags, 0
+		}
 		if h, fuseFlags := n.openAhead(ctx, int(flags), kernelSize); h != nil {
 			return h, fuseFlags, 0
 		}

@@ -103,6 +103,7 @@ func (m *Mount) watchConn(ctx context.Context, root *fs.Inode, client *sftpc.Cli
 			m.fsys.watchedGen.Store(gen)
 			if ch.Exact {
 				m.fsys.exactGen.Store(gen)
+				m.fsys.startWarmUp(gen)
 			}
 			continue
 		}
@@ -227,7 +228,13 @@ func find(root *fs.Inode, p string) (parent *fs.Inode, name string, in *fs.Inode
 // attributes and pages — of a directory, those of everything below it the
 // kernel knows too.
 func (f *filesystem) changedThere(root *fs.Inode, p string) {
+	// What was fetched ahead is voided before and after the count moves:
+	// a page kept before the second is voided by it, one kept after is
+	// refused for the count (warmStore.keep), and a take that read the
+	// count before it moved finds nothing after the first.
+	f.warm.void("/" + strings.TrimPrefix(p, "/"))
 	f.invalidated.Add(1) // before: an answer read from now on may be stale
+	f.warm.void("/" + strings.TrimPrefix(p, "/"))
 	f.dirsAhead.drop()
 	parent, name, in := find(root, p)
 	if parent != nil {
@@ -259,7 +266,9 @@ func (f *filesystem) forgetEntries(in *fs.Inode) {
 // mount's own caches and the kernel's pages, and its entries if entries.
 func (f *filesystem) dropAll(root *fs.Inode, entries bool) {
 	f.conn.metrics.CacheDropped()
+	f.warm.drop()
 	f.invalidated.Add(1)
+	f.warm.drop()
 	f.dirsAhead.drop()
 	f.drop(root, true, entries)
 	if entries {

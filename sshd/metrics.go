@@ -43,6 +43,7 @@ var extensionNames = map[string]string{
 	wire.OpenRead:              "open-read",
 	wire.OpenNamed:             "open-named",
 	wire.List:                  "list",
+	wire.ListRead:              "list-read",
 	wire.Policy:                "policy",
 }
 

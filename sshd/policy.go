@@ -266,7 +266,7 @@ func requestPaths(typ byte, r *reader) (string, []string) {
 		case wire.OpenNamed:
 			r.Str() // the handle
 			return OpOpen, []string{r.Str()}
-		case wire.List:
+		case wire.List, wire.ListRead:
 			return OpList, []string{r.Str()}
 		}
 	}

@@ -40,6 +40,7 @@ var extensions = [][2]string{
 	{wire.OpenNamed, "1"},
 	{wire.RmdirInOrder, "1"},
 	{wire.List, "1"},
+	{wire.ListRead, "1"},
 	{wire.Watch, "1"},
 }
 
@@ -661,6 +662,8 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 		s.openNamed(id, r)
 	case wire.List:
 		s.list(id, r)
+	case wire.ListRead:
+		s.listRead(id, r)
 	case "statvfs@openssh.com":
 		s.rel(r.Str()) // every path is on the same file system
 		var st syscall.Statfs_t

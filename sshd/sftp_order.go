@@ -45,6 +45,14 @@ func answerBound(pkt []byte) int {
 		switch r.Str() {
 		case wire.List:
 			return wire.ListMax * nameBound
+		case wire.ListRead:
+			r.Str()
+			r.U32()
+			r.U32()
+			if n := r.U32(); r.Err == nil {
+				return small + min(int(n), listReadBudget)
+			}
+			return small + listReadBudget
 		case wire.OpenRead:
 			r.Str()
 			r.U32()

@@ -122,6 +122,10 @@ func (v *stagedView) extended(id uint32, pkt []byte, r *reader) {
 		v.open(id, pkt, r)
 	case wire.List:
 		v.list(id, v.name(r), r.Err)
+	case wire.ListRead:
+		// Pages of a merged listing, with contents from either layer:
+		// not served; the client walks the plain way.
+		v.lower.status(id, wire.OpUnsupported, "extension unsupported on a staged export")
 	default: // fsync, statvfs, write barriers: handles and the owner's file system
 		v.lower.handle(pkt)
 	}

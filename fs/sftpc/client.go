@@ -121,6 +121,7 @@ type Client struct {
 	openNamed    bool              // the server announced wire.OpenNamed
 	rmdirInOrder bool              // the server announced wire.RmdirInOrder
 	list         bool              // the server announced wire.List
+	listRead     bool              // the server announced wire.ListRead
 	watch        bool              // the server announced wire.Watch
 	policy       wire.ExportPolicy // the server announced wire.Policy: what it may refuse
 	hide         *wire.Matcher     // policy.Hide, ready
@@ -202,6 +203,8 @@ func (c *Client) handshake() error {
 			c.rmdirInOrder = true
 		case wire.List:
 			c.list = true
+		case wire.ListRead:
+			c.listRead = true
 		case wire.Watch:
 			c.watch = true
 		case wire.Policy:

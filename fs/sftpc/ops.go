@@ -1,6 +1,7 @@
 package sftpc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -245,6 +246,60 @@ func (c *Client) StartList(p string) *Call {
 // "." and "..". A directory of more than wire.ListMax entries is a
 // FAILURE: ReadDir lists it.
 func (c *Client) ListResult(call *Call) ([]Entry, error) { return call.names() }
+
+// PageEntry is an entry of a directory's page (StartListRead), with the
+// file's contents where it is a small regular file the server sent whole.
+type PageEntry struct {
+	Entry
+	Data    []byte
+	HasData bool
+}
+
+// StartListRead asks for a page of directory p's entries from the
+// start'th on, with the contents of its regular files of up to small
+// bytes, in an answer of at most budget bytes (wire.ListRead); nil where
+// the server does not serve it. ListReadResult takes its answer.
+func (c *Client) StartListRead(p string, start, small, budget int) *Call {
+	if !c.listRead {
+		return nil
+	}
+	return c.start(wire.Extended, nil, func(e *encoder) {
+		e.Str(wire.ListRead)
+		e.Str(c.at(p))
+		e.U32(uint32(start))
+		e.U32(uint32(small))
+		e.U32(uint32(min(budget, MaxData)))
+	})
+}
+
+// ListReadResult is the page a StartListRead call was answered with, and
+// how many entries the directory holds in all.
+func (c *Client) ListReadResult(call *Call) (total int, page []PageEntry, err error) {
+	typ, d, err := call.wait()
+	if err != nil {
+		return 0, nil, err
+	}
+	if typ != wire.ExtendedReply {
+		return 0, nil, statusOf(typ, d)
+	}
+	total = int(d.U32())
+	n := d.U32()
+	if int(n) > len(d.B)/10 { // a name, flags and a byte at least
+		return 0, nil, errBadReply
+	}
+	page = make([]PageEntry, 0, n)
+	for ; n > 0; n-- {
+		e := PageEntry{Entry: Entry{Name: d.Str(), Attrs: wire.DecodeAttrs(&d)}}
+		if flag := d.Take(1); len(flag) == 1 && flag[0] == 1 {
+			e.Data, e.HasData = bytes.Clone(d.Bytes()), true
+		}
+		page = append(page, e)
+	}
+	if d.Err != nil {
+		return 0, nil, d.Err
+	}
+	return total, page, nil
+}
 
 // File is an open remote file.
 type File struct {

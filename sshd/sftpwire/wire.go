@@ -52,6 +52,22 @@ const RmdirInOrder = "rmdir-in-order@awcp"
 // the client lists it the plain way.
 const List = "list@awcp"
 
+// ListRead is our extension, announced in VERSION: a page of a
+// directory's entries in name order, with their attributes and the whole
+// contents of its small regular files, in one round trip — what a walk of
+// the tree (git status, grep -r, a build) will ask of the directory,
+// fetched before it asks. The request is the directory's path, then three
+// uint32: the index of the first entry wanted, the size up to which a
+// regular file comes with its contents (the server may lower it), and the
+// answer's size the client takes (the server may lower it). The
+// EXTENDED_REPLY holds a uint32 count of the directory's entries, a uint32
+// count of those in this page, and for each: its name (string), its ATTRS,
+// and a byte, 1 followed by its contents (string) or 0. ATTRS of a file
+// with contents are its descriptor's, stated after they were read. A page
+// holds at least one entry unless none is left; the client asks for the
+// next from the index after the last.
+const ListRead = "list-read@awcp"
+
 // Watch is our extension, announced in VERSION: the server tells the
 // client which paths of the export changed other than by the session's
 // own requests. The request has no body; it is answered once something

@@ -1,0 +1,395 @@
+package fs
+
+import (
+	"context"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/awcp/awcp/fs/sftpc"
+)
+
+// Across a real network a round trip costs milliseconds, and an agent's
+// first walk of the tree (git status, grep -r, a build) costs one for
+// each directory it lists, each file it looks up before its directory is
+// listed, and each small file it reads: a minute at 20 ms for a
+// repository of 2,000 files. So once the delegator's watch is exact, the
+// mount fetches the tree ahead of the agent (warmUp): every directory's
+// listing and the contents of its small files, a page of up to a MiB in
+// one round trip (sftpwire.ListRead), several pages in flight. The walk
+// then finds its directories listed and its files' contents at hand.
+//
+// What is fetched is kept until used once (a listing becomes the node's
+// own, contents go to the kernel's page cache at the file's open) or
+// until it may be stale, path by path (void): the watch reports a change
+// there, or the mount changes it itself. A page answered while either
+// happened is not kept. The store is bounded (warmEntries, warmBytes);
+// past the bounds the walk stops, and the rest of the tree is read as
+// before, when asked for.
+
+const (
+	warmSmall    = headSize  // the largest file whose contents are fetched
+	warmPage     = 960 << 10 // the most one page's answer holds
+	warmInFlight = 8         // pages asked for at once
+	warmEntries  = 1 << 17   // entries of listings kept at most
+	warmBytes    = 64 << 20  // file contents kept at most
+)
+
+// warmStore is what warmUp fetched and nothing used yet, by the remote
+// path of each directory.
+type warmStore struct {
+	held atomic.Int64 // len(dirs): the fast way out while empty
+
+	mu      sync.Mutex // guards the fields below; never held across a request
+	gen     uint64     // the exact watch's connection it was fetched under
+	dirs    map[string]*warmDir
+	entries int // in the listings kept
+	bytes   int // of the contents kept
+	// usedDirs and usedFiles count what was taken (tests).
+	usedDirs, usedFiles int
+}
+
+// warmDir is one directory's listing and its small files' contents, as
+// fetched: entries is nil once taken or voided, files loses each file
+// taken or voided.
+type warmDir struct {
+	entries []sftpc.Entry
+	files   map[string]sftpc.Opened // by name
+	bytes   int
+}
+
+func newWarmStore() *warmStore { return &warmStore{dirs: map[string]*warmDir{}} }
+
+// keep stores d, directory p as fetched while the mount's change count
+// was at and its stamp s, unless something may have changed since (the
+// check is made under the lock that void takes, after the count or the
+// stamp moved); it reports whether the store has room for more.
+func (w *warmStore) keep(f *filesystem, p string, d *warmDir, at, s, gen uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if f.changes.Load() != at || f.stamp() != s || f.exactNow() != gen {
+		return true // voided on arrival: the walk goes on
+	}
+	if w.entries+len(d.entries) > warmEntries || w.bytes+d.bytes > warmBytes {
+		return false
+	}
+	if w.gen != gen {
+		w.clear()
+		w.gen = gen
+	}
+	w.dropDir(p)
+	w.dirs[p] = d
+	w.entries += len(d.entries)
+	w.bytes += d.bytes
+	w.held.Store(int64(len(w.dirs)))
+	return true
+}
+
+// takeDir is the listing of p fetched ahead, if any: it is kept no longer.
+func (w *warmStore) takeDir(p string, gen uint64) ([]sftpc.Entry, bool) {
+	if w.held.Load() == 0 {
+		return nil, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.dirs[p]
+	if d == nil || d.entries == nil || w.gen != gen {
+		return nil, false
+	}
+	ents := d.entries
+	w.forgetListing(p, d)
+	w.usedDirs++
+	return ents, true
+}
+
+// takeFile is the contents of p fetched ahead, if any: they are kept no
+// longer.
+func (w *warmStore) takeFile(p string, gen uint64) (sftpc.Opened, bool) {
+	if w.held.Load() == 0 {
+		return sftpc.Opened{}, false
+	}
+	dir, name := splitPath(p)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.dirs[dir]
+	if d == nil || w.gen != gen {
+		return sftpc.Opened{}, false
+	}
+	o, ok := d.files[name]
+	if !ok {
+		return sftpc.Opened{}, false
+	}
+	w.forgetFile(dir, d, name)
+	w.usedFiles++
+	return o, true
+}
+
+// void forgets what is kept of p — its contents, or its listing — and
+// the listing of the directory holding it, which no longer says what p
+// is: p changed.
+func (w *warmStore) void(p string) {
+	if w.held.Load() == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.voidLocked(p)
+}
+
+func (w *warmStore) voidLocked(p string) {
+	dir, name := splitPath(p)
+	if d := w.dirs[dir]; d != nil {
+		w.forgetFile(dir, d, name)
+		w.forgetListing(dir, d)
+	}
+	if d := w.dirs[p]; d != nil {
+		w.forgetListing(p, d)
+	}
+}
+
+// voidTree is void, and where p was a directory, forgets everything
+// kept below it too: p was moved, removed or replaced, and what is kept
+// of its old contents must not be found under its name again.
+func (w *warmStore) voidTree(p string) {
+	if w.held.Load() == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.voidLocked(p)
+	if _, known := w.dirs[p]; !known && p != "/" {
+		return
+	}
+	prefix := strings.TrimSuffix(p, "/") + "/"
+	for q := range w.dirs {
+		if q == p || strings.HasPrefix(q, prefix) {
+			w.dropDir(q)
+		}
+	}
+}
+
+func (w *warmStore) forgetListing(p string, d *warmDir) {
+	w.entries -= len(d.entries)
+	d.entries = nil
+	w.tidy(p, d)
+}
+
+func (w *warmStore) forgetFile(dir string, d *warmDir, name string) {
+	if o, ok := d.files[name]; ok {
+		delete(d.files, name)
+		d.bytes -= len(o.Head)
+		w.bytes -= len(o.Head)
+		w.tidy(dir, d)
+	}
+}
+
+// tidy drops d, directory p's, once nothing of it is left.
+func (w *warmStore) tidy(p string, d *warmDir) {
+	if d.entries == nil && len(d.files) == 0 {
+		delete(w.dirs, p)
+		w.held.Store(int64(len(w.dirs)))
+	}
+}
+
+func (w *warmStore) dropDir(p string) {
+	if d := w.dirs[p]; d != nil {
+		w.entries -= len(d.entries)
+		w.bytes -= d.bytes
+		delete(w.dirs, p)
+		w.held.Store(int64(len(w.dirs)))
+	}
+}
+
+func (w *warmStore) clear() {
+	clear(w.dirs)
+	w.entries, w.bytes = 0, 0
+	w.held.Store(0)
+}
+
+// drop forgets everything: the watch overflowed, or the connection ended.
+func (w *warmStore) drop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.clear()
+}
+
+// used is how many listings and files fetched ahead were used.
+func (w *warmStore) used() (dirs, files int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.usedDirs, w.usedFiles
+}
+
+// splitPath is remote path p's directory and name ("/" and "" for the
+// root).
+func splitPath(p string) (dir, name string) {
+	i := strings.LastIndexByte(p, '/')
+	if i < 0 {
+		return "/", p
+	}
+	dir, name = p[:i], p[i+1:]
+	if dir == "" {
+		dir = "/"
+	}
+	return dir, name
+}
+
+// fromWarm is n's listing fetched ahead, kept as n's own, if there is
+// one. The stamps are read before the store is: a change reported after
+// them voids the store's entry, or moves them past what the listing is
+// kept under (then only for the configured timeouts).
+func (n *node) fromWarm() (*listing, bool) {
+	f := n.fsys
+	gen := f.exactNow()
+	if gen == 0 {
+		return nil, false
+	}
+	s, at := f.stamp(), f.changes.Load()
+	ents, ok := f.warm.takeDir(n.rpath(), gen)
+	if !ok {
+		return nil, false
+	}
+	n.knowNames(entryNames(ents), s)
+	return n.keepListing(ents, at, s), true
+}
+
+// openWarm is a read-only open of n answered from the contents fetched
+// ahead, nil if there are none; kernelSize is the file's size as the
+// kernel has it. The contents go to the kernel's page cache with the
+// open; a read they do not answer opens the file on the delegator.
+func (n *node) openWarm(flags int, kernelSize uint64) (*fileHandle, uint32) {
+	f := n.fsys
+	gen := f.exactNow()
+	if gen == 0 {
+		return nil, 0
+	}
+	changes := n.changes.Load()
+	o, ok := f.warm.takeFile(n.rpath(), gen)
+	if !ok {
+		return nil, 0
+	}
+	h := n.deferredHandle(flags)
+	return h, n.openedWith(h, o, changes, kernelSize)
+}
+
+// warmUp fetches the tree ahead of the agent, on connection gen while its
+// watch is exact, until the store is full, the walk is done, or ctx ends.
+func (f *filesystem) warmUp(ctx context.Context, gen uint64) {
+	client, live := f.conn.liveAt()
+	if client == nil || live != gen {
+		return
+	}
+	var (
+		mu      sync.Mutex
+		queue   = []string{"/"}
+		pending = 1 // directories queued or being fetched
+		full    bool
+		wake    = make(chan struct{}, warmInFlight)
+		wg      sync.WaitGroup
+	)
+	next := func() (string, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		for len(queue) == 0 && pending > 0 && !full && ctx.Err() == nil {
+			mu.Unlock()
+			select {
+			case <-wake:
+			case <-ctx.Done():
+			}
+			mu.Lock()
+		}
+		if len(queue) == 0 || full || ctx.Err() != nil {
+			return "", false
+		}
+		p := queue[0]
+		queue = queue[1:]
+		return p, true
+	}
+	finished := func(subdirs []string, room bool) {
+		mu.Lock()
+		queue = append(queue, subdirs...)
+		pending += len(subdirs) - 1
+		full = full || !room
+		mu.Unlock()
+		for range warmInFlight { // every worker looks again
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	for range warmInFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				p, ok := next()
+				if !ok {
+					return
+				}
+				d, at, s, gen, subdirs, ok := f.fetchDir(client, p)
+				room := true
+				if ok {
+					room = f.warm.keep(f, p, d, at, s, gen)
+				}
+				finished(subdirs, room)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// fetchDir fetches directory p's pages; ok is false where the server
+// refused, or the connection ended. d is kept (warmStore.keep) only if
+// nothing changed since the stamps returned with it were read.
+func (f *filesystem) fetchDir(client *sftpc.Client, p string) (d *warmDir, at, s, gen uint64, subdirs []string, ok bool) {
+	d = &warmDir{files: map[string]sftpc.Opened{}}
+	at, s, gen = f.changes.Load(), f.stamp(), f.exactNow()
+	if gen == 0 {
+		return nil, 0, 0, 0, nil, false
+	}
+	for start := 0; ; {
+		call := client.StartListRead(p, start, warmSmall, warmPage)
+		if call == nil {
+			return nil, 0, 0, 0, nil, false
+		}
+		total, page, err := client.ListReadResult(call)
+		if err != nil {
+			return nil, 0, 0, 0, nil, false
+		}
+		for _, e := range page {
+			d.entries = append(d.entries, e.Entry)
+			child := path.Join(p, e.Name)
+			switch {
+			case e.Attrs.Mode&syscall.S_IFMT == syscall.S_IFDIR:
+				if !f.hidden(child) {
+					subdirs = append(subdirs, child)
+				}
+			case e.HasData:
+				d.files[e.Name] = sftpc.Opened{Attrs: e.Attrs, Head: e.Data, EOF: true}
+				d.bytes += len(e.Data)
+			}
+		}
+		start += len(page)
+		if len(page) == 0 || start >= total {
+			if d.entries == nil {
+				d.entries = []sftpc.Entry{} // an empty directory's listing is kept too
+			}
+			return d, at, s, gen, subdirs, true
+		}
+	}
+}
+
+// startWarmUp fetches the tree ahead once, on the first connection whose
+// watch is exact; the mount's close ends it (prefetcher.stop).
+func (f *filesystem) startWarmUp(gen uint64) {
+	f.warmStart.Do(func() {
+		f.prefetch.wg.Add(1)
+		go func() {
+			defer f.prefetch.wg.Done()
+			f.warmUp(f.prefetch.ctx, gen)
+		}()
+	})
+}
