@@ -184,7 +184,7 @@ type filesystem struct {
 	dirsAhead *listAhead
 	forgets   atomic.Uint64
 	// warm is the tree fetched ahead of the agent (warm.go).
-	warm      *warmStore
+	warm      warmStore
 	warmStart sync.Once
 	ahead     readAhead
 
@@ -475,7 +475,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	fsys := &filesystem{conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout, prefetch: newPrefetcher(), dirsAhead: newListAhead(), warm: newWarmStore(),
+	fsys := &filesystem{conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout, prefetch: newPrefetcher(), dirsAhead: newListAhead(),
 		lentTo: opts.LentTo, readOnly: opts.ReadOnly}
 	root := &node{fsys: fsys}
 	// Negative entries are cached as long as positive ones: tools probe

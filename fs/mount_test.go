@@ -104,8 +104,8 @@ func newMountWith(t testing.TB, ro bool, tweak func(*Options)) *mountFixture {
 	return newMountOf(t, sshd.Export{ReadOnly: ro}, tweak)
 }
 
-// newMountOf mounts a new directory lent as exp says (its Dir is set
-// here), with the mount's options changed by tweak.
+// newMountOf mounts the directory lent as exp says (a new one unless its
+// Dir is set), with the mount's options changed by tweak.
 func newMountOf(t testing.TB, exp sshd.Export, tweak func(*Options)) *mountFixture {
 	t.Helper()
 	ro := exp.ReadOnly
@@ -120,7 +120,10 @@ func newMountOf(t testing.TB, exp sshd.Export, tweak func(*Options)) *mountFixtu
 	if err := os.MkdirAll(mnt, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	f := &mountFixture{dir: t.TempDir(), mnt: mnt, auth: auth, ro: ro}
+	f := &mountFixture{dir: exp.Dir, mnt: mnt, auth: auth, ro: ro}
+	if f.dir == "" {
+		f.dir = t.TempDir()
+	}
 	const id = mountID
 	log := slog.New(slog.DiscardHandler)
 	f.served = metrics.New()

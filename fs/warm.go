@@ -47,8 +47,9 @@ type warmStore struct {
 	dirs    map[string]*warmDir
 	entries int // in the listings kept
 	bytes   int // of the contents kept
-	// usedDirs and usedFiles count what was taken (tests).
-	usedDirs, usedFiles int
+	// fetched counts the directories kept; usedDirs and usedFiles what
+	// was taken (tests).
+	fetched, usedDirs, usedFiles int
 }
 
 // warmDir is one directory's listing and its small files' contents, as
@@ -59,8 +60,6 @@ type warmDir struct {
 	files   map[string]sftpc.Opened // by name
 	bytes   int
 }
-
-func newWarmStore() *warmStore { return &warmStore{dirs: map[string]*warmDir{}} }
 
 // keep stores d, directory p as fetched while the mount's change count
 // was at and its stamp s, unless something may have changed since (the
@@ -75,12 +74,13 @@ func (w *warmStore) keep(f *filesystem, p string, d *warmDir, at, s, gen uint64)
 	if w.entries+len(d.entries) > warmEntries || w.bytes+d.bytes > warmBytes {
 		return false
 	}
-	if w.gen != gen {
+	if w.gen != gen || w.dirs == nil {
 		w.clear()
 		w.gen = gen
 	}
 	w.dropDir(p)
 	w.dirs[p] = d
+	w.fetched++
 	w.entries += len(d.entries)
 	w.bytes += d.bytes
 	w.held.Store(int64(len(w.dirs)))
@@ -102,6 +102,33 @@ func (w *warmStore) takeDir(p string, gen uint64) ([]sftpc.Entry, bool) {
 	w.forgetListing(p, d)
 	w.usedDirs++
 	return ents, true
+}
+
+// holdsListing reports whether p's listing was fetched ahead and is kept.
+func (w *warmStore) holdsListing(p string) bool {
+	if w.held.Load() == 0 {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.dirs[p]
+	return d != nil && d.entries != nil
+}
+
+// holdsFile reports whether p's contents were fetched ahead and are kept.
+func (w *warmStore) holdsFile(p string) bool {
+	if w.held.Load() == 0 {
+		return false
+	}
+	dir, name := splitPath(p)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.dirs[dir]
+	if d == nil {
+		return false
+	}
+	_, ok := d.files[name]
+	return ok
 }
 
 // takeFile is the contents of p fetched ahead, if any: they are kept no
@@ -203,6 +230,9 @@ func (w *warmStore) dropDir(p string) {
 }
 
 func (w *warmStore) clear() {
+	if w.dirs == nil {
+		w.dirs = map[string]*warmDir{}
+	}
 	clear(w.dirs)
 	w.entries, w.bytes = 0, 0
 	w.held.Store(0)
@@ -215,11 +245,12 @@ func (w *warmStore) drop() {
 	w.clear()
 }
 
-// used is how many listings and files fetched ahead were used.
-func (w *warmStore) used() (dirs, files int) {
+// counts is how many directories were fetched ahead, and how many
+// listings and files fetched were used.
+func (w *warmStore) counts() (fetched, dirs, files int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.usedDirs, w.usedFiles
+	return w.fetched, w.usedDirs, w.usedFiles
 }
 
 // splitPath is remote path p's directory and name ("/" and "" for the

@@ -1,0 +1,159 @@
+package fs
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/awcp/awcp/sshd"
+)
+
+// TestTreeFetchedAheadOfTheWalk: once the watch is exact, the mount
+// fetches the lent tree — listings and small files' contents — before
+// anyone asks, so a walk that reads every file (git status, grep -r)
+// asks the delegator for nothing but what was too large to fetch. And
+// nothing fetched ahead outlives a change: the owner's rewrite, new file,
+// removal and swapped directory, and the mount's own write, each show at
+// once.
+func TestTreeFetchedAheadOfTheWalk(t *testing.T) {
+	dir := t.TempDir()
+	owner(t, dir, `for d in $(seq 0 9); do mkdir -p d$d/sub; for i in $(seq 30); do echo "file $d/$i" > d$d/f$i; done; echo deep > d$d/sub/x; done
+		head -c 100000 /dev/urandom > d0/big`)
+	f := newMountOf(t, sshd.Export{Dir: dir}, nil)
+	waitExact(t, f)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if fetched, _, _ := f.mount.fsys.warm.counts(); fetched == 21 {
+			break
+		}
+		if time.Now().After(deadline) {
+			fetched, _, _ := f.mount.fsys.warm.counts()
+			t.Fatalf("%d directories fetched ahead after 5 s, want 21", fetched)
+		}
+	}
+
+	asked := func() map[string]float64 {
+		m := map[string]float64{}
+		for _, op := range []string{"lstat", "list", "open", "open-read", "read", "opendir", "readdir"} {
+			m[op] = f.served.Sum("awcp_sftp_request_seconds", map[string]string{"op": op})
+		}
+		return m
+	}
+	before := asked()
+	files := 0
+	err := filepath.WalkDir(f.mnt, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		got, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		want, err := os.ReadFile(filepath.Join(dir, strings.TrimPrefix(p, f.mnt)))
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(got, want) {
+			return fmt.Errorf("%s: read %d bytes through the mount that differ from the owner's %d", p, len(got), len(want))
+		}
+		files++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files != 311 {
+		t.Fatalf("walked %d files, want 311", files)
+	}
+	after := asked()
+	for op, n := range after {
+		extra := n - before[op]
+		allowed := 0.0
+		switch op {
+		case "open-read", "read":
+			allowed = 2 // the 100 kB file, too large to fetch: its open, and a read past its start
+		case "lstat":
+			allowed = 1 // the walk's stat of the mount's root
+		}
+		if extra > allowed {
+			t.Errorf("the walk asked the delegator %v %s requests, want %v at most", extra, op, allowed)
+		}
+	}
+	_, dirs, used := f.mount.fsys.warm.counts()
+	t.Logf("a walk of 21 directories and 311 files: %d listings and %d files fetched ahead were used", dirs, used)
+}
+
+// TestFetchedAheadNeverStale: what the mount fetched ahead and nobody
+// used yet is voided by every change — the owner's rewrite, new file,
+// removal and directory swapped for another, and the mount's own
+// writes — so the first read after each shows the change.
+func TestFetchedAheadNeverStale(t *testing.T) {
+	dir := t.TempDir()
+	owner(t, dir, `for d in a b c d e; do mkdir $d; for i in 1 2 3; do echo "old $d$i" > $d/f$i; done; done`)
+	f := newMountOf(t, sshd.Export{Dir: dir}, nil)
+	waitExact(t, f)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if fetched, _, _ := f.mount.fsys.warm.counts(); fetched == 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the tree was not fetched ahead within 5 s")
+		}
+	}
+	// The owner's changes, the watch's reports of them given time to
+	// arrive (the coherence the mount keeps: within 50 ms).
+	owner(t, dir, `echo "new a1" > a/f1; echo "made b4" > b/f4; rm c/f2; mv d d.old; mkdir d; echo "new d1" > d/f1`)
+	time.Sleep(50 * time.Millisecond)
+	// The mount's own: a file rewritten, and a directory renamed away
+	// and another made in its name.
+	if err := os.WriteFile(filepath.Join(f.mnt, "e", "f1"), []byte("ours e1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(f.mnt, "a"), filepath.Join(f.mnt, "a.old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(f.mnt, "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	read := func(p string) string {
+		b, err := os.ReadFile(filepath.Join(f.mnt, p))
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return string(b)
+	}
+	for p, want := range map[string]string{
+		"a.old/f1": "new a1\n", "a.old/f2": "old a2\n", "b/f4": "made b4\n", "b/f1": "old b1\n",
+		"d/f1": "new d1\n", "d.old/f1": "old d1\n", "e/f1": "ours e1\n", "e/f2": "old e2\n",
+	} {
+		if got := read(p); got != want {
+			t.Errorf("%s reads %q, want %q", p, got, want)
+		}
+	}
+	for _, p := range []string{"c/f2", "d/f2", "a/f1"} {
+		if _, err := os.Stat(filepath.Join(f.mnt, p)); err == nil {
+			t.Errorf("%s is there through the mount; the owner's side has none", p)
+		}
+	}
+	names := func(p string) string {
+		ents, err := os.ReadDir(filepath.Join(f.mnt, p))
+		if err != nil {
+			return err.Error()
+		}
+		var s []string
+		for _, e := range ents {
+			s = append(s, e.Name())
+		}
+		return strings.Join(s, " ")
+	}
+	for p, want := range map[string]string{"b": "f1 f2 f3 f4", "c": "f1 f3", "d": "f1", "a": "", "": "a a.old b c d d.old e"} {
+		if got := names(p); got != want {
+			t.Errorf("%q lists %q, want %q", p, got, want)
+		}
+	}
+}
