@@ -41,7 +41,9 @@ soak: build
 # then a large tree (scale.sh: SCALE_DIRS, default 24000), then a build of a
 # generated C project on local disk, the live mount and the git transport
 # (build.sh), then the CPU each daemon spends per request against the
-# commit before the last round's security work (ops.sh: BENCH_BASE), and
+# commit before the last round's security work (ops.sh: BENCH_BASE), then
+# an agent's work across a link that adds 2, 20 and 60 ms round trips, on
+# local disk, the live mount, the git transport and sshfs (latency.sh), and
 # last one table of ratios to the loopback and sshfs (summary.sh; compare
 # two runs with test/bench/summary.sh DIR_A DIR_B). Root.
 BENCH_OUT ?= $(BIN)/bench
@@ -66,6 +68,7 @@ bench: build
 	BIN=$(BIN) bash test/bench/scale.sh
 	BIN=$(BIN) bash test/bench/build.sh
 	BIN=$(BIN) bash test/bench/ops.sh
+	BIN=$(BIN) bash test/bench/latency.sh
 	bash test/bench/summary.sh $(BENCH_OUT)
 
 # The same table from smaller runs (a few minutes): every Go benchmark
@@ -73,7 +76,8 @@ bench: build
 # workloads at a quarter of their size, 3 interleaved rounds, cold only,
 # and one round on a staged and an auto delegation; the requests' CPU; a
 # tree of 3,000 directories; the control plane's latency and delegations
-# at once, each small (test/bench/control: it too
+# at once, each small; an agent's work across a 20 ms round trip on local
+# disk, the live mount and the git transport (test/bench/control: it too
 # had stopped running unseen; its archive round trip is left out, whose
 # peak-memory target is a multiple of the workspace, meaningless for a
 # small one). CI runs it on every change and prints the ratios; a goal
@@ -86,6 +90,7 @@ bench-quick: build
 	BIN=$(BIN) BENCH_BASE=none OPS_N=500 OPS_ROUNDS=3 bash test/bench/ops.sh
 	BIN=$(BIN) SCALE_DIRS=3000 SCALE_WIDE=5000 bash test/bench/scale.sh
 	$(GO) run ./test/bench/control -bin $(BIN) -n 10 -archive-mb 0 -flood-reads 0 -trickle-clients 0 -many 3 -attempts 3
+	BIN=$(BIN) LAT_RTTS=20 LAT_TARGETS="local live git" bash test/bench/latency.sh
 	bash test/bench/summary.sh $(BENCH_OUT)
 
 demo: build

@@ -224,6 +224,21 @@ func TestTheirChangeRightAfterOurs(t *testing.T) {
 }
 
 // waitExact waits until the mount's watch is exact.
+// landed waits for the owner's file at p to hold want: close(2) on the
+// mount does not wait for the file's writes to reach the delegator, they
+// land within a round trip or so.
+func landed(t testing.TB, p, want string) {
+	t.Helper()
+	var got []byte
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		if got, err = os.ReadFile(p); err == nil && string(got) == want {
+			return
+		}
+	}
+	t.Fatalf("on the delegator's side %s holds %q (%v) 5 s after its close, want %q", p, got, err, want)
+}
+
 func waitExact(t testing.TB, f *mountFixture) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); !f.mount.fsys.exact(); time.Sleep(5 * time.Millisecond) {

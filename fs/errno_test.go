@@ -73,6 +73,7 @@ func TestMadeFileTimesAreTheRealOnes(t *testing.T) {
 		if err := os.WriteFile(name, make([]byte, size), 0o644); err != nil {
 			t.Fatal(err)
 		}
+		landed(t, filepath.Join(f.dir, filepath.Base(name)), string(make([]byte, size)))
 		first, err := os.Stat(name)
 		if err != nil {
 			t.Fatal(err)

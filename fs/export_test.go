@@ -69,9 +69,7 @@ func TestMountsExactlyTheExportOfAPlainServer(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(mnt, "sub", "new.txt"), []byte("made\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(ws, "sub", "new.txt")); string(b) != "made\n" {
-		t.Fatalf("the write landed elsewhere: ws/sub/new.txt = %q", b)
-	}
+	landed(t, filepath.Join(ws, "sub", "new.txt"), "made\n")
 }
 
 // A locator that is empty, missing or not a directory is refused: the

@@ -120,7 +120,9 @@ func (n *node) writer() *fileHandle {
 	return nil
 }
 
-// otherWriters are n's handles open for writing but h.
+// otherWriters are n's handles open for writing but h, and those closed
+// whose writes may still be on the wire (closing): a request another
+// handle orders behind its own writes alone must not overtake them.
 func (n *node) otherWriters(h *fileHandle) []*fileHandle {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -129,6 +131,9 @@ func (n *node) otherWriters(h *fileHandle) []*fileHandle {
 		if w != h {
 			hs = append(hs, w)
 		}
+	}
+	for w := range n.closing {
+		hs = append(hs, w)
 	}
 	return hs
 }
@@ -461,41 +466,80 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 }
 
 // failed keeps the first error of a write sent behind for the handle's
-// next write, flush or fsync.
+// next write, flush or fsync, and for the file's next open or fsync
+// through any handle: the handle may be closed by now (close(2) does not
+// wait for its writes). The mount's log says it at once.
 func (h *fileHandle) failed(err error) {
 	h.mu.Lock()
-	if h.werr == nil {
+	first := h.werr == nil
+	if first {
 		h.werr = err
 	}
 	h.mu.Unlock()
+	if !first {
+		return
+	}
+	n := h.node
+	n.mu.Lock()
+	if n.lateErr == nil {
+		n.lateErr = err
+	}
+	n.mu.Unlock()
+	n.fsys.log.Warn("fs: a write sent behind failed; the file's next open or fsync reports it", "path", n.rpath(), "err", err)
 }
 
 // takeErr returns and forgets the handle's write error: it is reported
-// once.
+// once, here or at the file's next open.
 func (h *fileHandle) takeErr() error {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	err := h.werr
 	h.werr = nil
+	h.mu.Unlock()
+	if err != nil {
+		h.node.mu.Lock()
+		if h.node.lateErr == err {
+			h.node.lateErr = nil
+		}
+		h.node.mu.Unlock()
+	}
 	return err
 }
 
-// Flush waits for the handle's writes (and those sent before them) and
-// reports their error: close(2) returns it. It may run several times.
+// takeLateErr returns and forgets the error of a write to n sent behind
+// whose handle did not report it (failed): it is reported once.
+func (n *node) takeLateErr() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	err := n.lateErr
+	n.lateErr = nil
+	return err
+}
+
+// Flush reports an error of the handle's writes already answered, and
+// does not wait for those still on the wire: close(2) costs no round trip
+// (across a network, two for each file a shell writes: bash closes its
+// redirection twice). A write that fails later is reported by the file's
+// next open or fsync, through any handle (failed), as a local file system
+// reports a write-back error at fsync; the mount's log says it, and the
+// delegator's audit log records the refused or failed request. It may run
+// several times.
 func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {
-	if err := h.node.fsys.conn.writes.settleHandles(ctx, h); err != nil {
-		return h.node.errno(ctx, "flush", h.node.rpath(), err)
-	}
 	if err := h.takeErr(); err != nil {
 		return h.node.errno(ctx, "write", h.node.rpath(), err)
 	}
 	return 0
 }
 
+// Fsync waits for the handle's writes (and those sent before them), has
+// the delegator sync the file, and reports a write's error: this
+// handle's, or one sent behind through a handle closed since.
 func (h *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	err := h.withFile(ctx, func(f *sftpc.File) error { return f.Sync() })
 	if werr := h.takeErr(); werr != nil {
 		err = werr
+	}
+	if lerr := h.node.takeLateErr(); lerr != nil && err == nil {
+		err = lerr
 	}
 	if err != nil {
 		return h.node.errno(ctx, "fsync", h.node.rpath(), err)
@@ -530,7 +574,13 @@ func (h *fileHandle) setstat(ctx context.Context, set sftpc.Attrs) (sftpc.Attrs,
 func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 	fsys := h.node.fsys
 	h.node.mu.Lock()
-	delete(h.node.writers, h)
+	if _, wrote := h.node.writers[h]; wrote {
+		delete(h.node.writers, h)
+		if h.node.closing == nil {
+			h.node.closing = map[*fileHandle]struct{}{}
+		}
+		h.node.closing[h] = struct{}{}
+	}
 	h.node.mu.Unlock()
 	h.mu.Lock()
 	f := h.f
@@ -550,6 +600,9 @@ func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 		// cut off by a lost connection is sent again on a handle
 		// re-opened on the next one — which is then the one to close.
 		fsys.conn.writes.settleHandles(context.Background(), h)
+		h.node.mu.Lock()
+		delete(h.node.closing, h)
+		h.node.mu.Unlock()
 		h.mu.Lock()
 		f := h.f // re-opened, perhaps, by a re-sent write
 		h.mu.Unlock()

@@ -186,6 +186,7 @@ type filesystem struct {
 	// warm is the tree fetched ahead of the agent (warm.go).
 	warm      warmStore
 	warmStart sync.Once
+	warmed    chan struct{} // closed once the tree was fetched ahead, or the walk gave up
 	ahead     readAhead
 
 	// freed counts the requests that may free space (remove, rmdir,
@@ -475,7 +476,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	fsys := &filesystem{conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout, prefetch: newPrefetcher(), dirsAhead: newListAhead(),
+	fsys := &filesystem{conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout, prefetch: newPrefetcher(), dirsAhead: newListAhead(), warmed: make(chan struct{}),
 		lentTo: opts.LentTo, readOnly: opts.ReadOnly}
 	root := &node{fsys: fsys}
 	// Negative entries are cached as long as positive ones: tools probe

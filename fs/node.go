@@ -73,8 +73,12 @@ type node struct {
 	uid, mode uint32
 	// deferred are the handles whose remote open waits for a first read.
 	deferred map[*fileHandle]struct{}
-	// writers are the handles open for writing, until released.
-	writers map[*fileHandle]struct{}
+	// writers are the handles open for writing, until released; closing
+	// those released whose writes are not settled yet.
+	writers, closing map[*fileHandle]struct{}
+	// lateErr is the error of a write sent behind to n that its handle
+	// did not report, until reported (fileHandle.failed).
+	lateErr error
 	// names is what n, a directory, holds as far as this mount knows —
 	// from a listing, or from having made it empty — until namesUntil (an
 	// entry timeout later). Until then a lookup of any other name is

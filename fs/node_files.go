@@ -131,6 +131,9 @@ func (n *node) openedWith(h *fileHandle, o sftpc.Opened, changes, kernelSize uin
 const noFlush = fuse.FOPEN_NOFLUSH
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if err := n.takeLateErr(); err != nil {
+		return nil, 0, n.errno(ctx, "write", n.rpath(), err)
+	}
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
 		if errno := n.fsys.refuseWrite("open for writing of", n); errno != 0 {
 			return nil, 0, errno
@@ -274,7 +277,9 @@ func (n *node) createBehind(ctx context.Context, s uint64, name string, flags, p
 	n.mu.Lock()
 	uid, gid, known := n.childUID, n.childGID, n.ownerKnown
 	n.mu.Unlock()
-	if !known || flags&(syscall.O_EXCL|syscall.O_TRUNC) == 0 || perm&^0o777 != 0 || !n.absent(name) {
+	// A name too long for the delegator's file system must fail at the
+	// open, where the caller looks for it, not at a later fsync.
+	if !known || flags&(syscall.O_EXCL|syscall.O_TRUNC) == 0 || perm&^0o777 != 0 || len(name) > 255 || !n.absent(name) {
 		return nil, nil
 	}
 	// The server refuses a hidden name, and one of git's control paths

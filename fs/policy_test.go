@@ -46,14 +46,15 @@ func (l *opLog) has(s string) bool {
 // happens in the directory, and the server records each refusal.
 func TestPolicyRefusalsReachTheAgent(t *testing.T) {
 	log := &opLog{}
-	f := newMountOf(t, sshd.Export{Audit: log, Policy: wire.ExportPolicy{
-		Hide: []string{".env", "*.pem", "secrets"}, NoDelete: true, MaxWriteBytes: 1 << 20}}, nil)
+	dir := t.TempDir() // the owner's files, there before it is lent
 	for name, content := range map[string]string{".env": "SECRET=1\n", "a.txt": "a\n", "keep.txt": "keep\n", "k.pem": "KEY\n", "secrets/x": "x\n"} {
-		os.MkdirAll(filepath.Join(f.dir, filepath.Dir(name)), 0o755)
-		if err := os.WriteFile(filepath.Join(f.dir, name), []byte(content), 0o644); err != nil {
+		os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	f := newMountOf(t, sshd.Export{Dir: dir, Audit: log, Policy: wire.ExportPolicy{
+		Hide: []string{".env", "*.pem", "secrets"}, NoDelete: true, MaxWriteBytes: 1 << 20}}, nil)
 	mnt := f.mnt
 	denied := func(what string, err error) {
 		t.Helper()
@@ -99,11 +100,13 @@ func TestPolicyRefusalsReachTheAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// close(2) does not wait for the writes: fsync reports their error.
 	_, werr := big.Write(make([]byte, 2<<20))
+	serr := big.Sync()
 	cerr := big.Close()
-	if werr == nil && cerr == nil {
+	if werr == nil && serr == nil && cerr == nil {
 		t.Errorf("2 MiB written past a 1 MiB bound without an error")
-	} else if err := errors.Join(werr, cerr); !errors.Is(err, syscall.EDQUOT) {
+	} else if err := errors.Join(werr, serr, cerr); !errors.Is(err, syscall.EDQUOT) {
 		t.Errorf("the write past the bound failed with %v, want EDQUOT (a quota, as a local file system says)", err)
 	}
 

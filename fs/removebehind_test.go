@@ -164,9 +164,7 @@ func TestCreateAfterRemoveBehind(t *testing.T) {
 			if err := errors.Join(werr, fd.Close()); err != nil {
 				t.Fatalf("%s, round %d: %v", dir, i, err)
 			}
-			if b, err := os.ReadFile(filepath.Join(f.dir, dir, "again")); string(b) != want {
-				t.Fatalf("%s, round %d: on the delegator's side %q, %v", dir, i, b, err)
-			}
+			landed(t, filepath.Join(f.dir, dir, "again"), want)
 			if err := os.Remove(p); err != nil {
 				t.Fatalf("%s, round %d: %v", dir, i, err)
 			}

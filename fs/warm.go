@@ -413,6 +413,13 @@ func (f *filesystem) fetchDir(client *sftpc.Client, p string) (d *warmDir, at, s
 	}
 }
 
+// Warmed is closed once the mount has fetched the lent tree ahead of the
+// agent (or given up: the store is full, the connection ended); it stays
+// open where nothing is fetched ahead (no exact watch). An executor may
+// start its agent once it is closed, or a little while after the mount
+// whatever happens: the walk goes on beside the agent.
+func (m *Mount) Warmed() <-chan struct{} { return m.fsys.warmed }
+
 // startWarmUp fetches the tree ahead once, on the first connection whose
 // watch is exact; the mount's close ends it (prefetcher.stop).
 func (f *filesystem) startWarmUp(gen uint64) {
@@ -420,6 +427,7 @@ func (f *filesystem) startWarmUp(gen uint64) {
 		f.prefetch.wg.Add(1)
 		go func() {
 			defer f.prefetch.wg.Done()
+			defer close(f.warmed)
 			f.warmUp(f.prefetch.ctx, gen)
 		}()
 	})
