@@ -239,6 +239,20 @@ func landed(t testing.TB, p, want string) {
 	t.Fatalf("on the delegator's side %s holds %q (%v) 5 s after its close, want %q", p, got, err, want)
 }
 
+// landedWith waits for the owner's file at p to be as ok says, for 5 s
+// at most (landed's reasons); what it last saw is returned either way.
+func landedWith(t testing.TB, p string, ok func(os.FileInfo) bool) os.FileInfo {
+	t.Helper()
+	var fi os.FileInfo
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		var err error
+		if fi, err = os.Stat(p); err == nil && ok(fi) {
+			return fi
+		}
+	}
+	return fi
+}
+
 func waitExact(t testing.TB, f *mountFixture) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); !f.mount.fsys.exact(); time.Sleep(5 * time.Millisecond) {

@@ -46,7 +46,26 @@ type fileHandle struct {
 	creating bool
 	perm     uint32
 	openErr  error
+	// made is the file's attributes as this handle created it behind,
+	// its size moved by the handle's writes (end: the end of the
+	// furthest); ok while nothing but this handle changed it, so that a
+	// setattr of its times or mode can be answered here (setattrBehind).
+	// mu guards them.
+	made    sftpc.Attrs
+	madeOK  bool
+	end     uint64
+	// written is the whole file as this handle wrote it, while it is
+	// the file's one writer, made it empty (created it, or truncated it
+	// at its open) and wrote no more than shadowMax: a read through the
+	// handle is answered from it without waiting for the writes to
+	// settle (an assembler reads back what it wrote, a round trip a read
+	// across a network). writtenOK says it is kept. mu guards them.
+	written   []byte
+	writtenOK bool
 }
+
+// shadowMax is the most of a file a handle keeps as written.
+const shadowMax = 1 << 20
 
 // headRead is the start of a file, read along with its open (OpenRead). It
 // answers the first read at offset 0, if nothing was written to the file
@@ -398,6 +417,9 @@ func pflags(flags int) uint32 {
 }
 
 func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if n, ok := h.fromWritten(dest, off); ok {
+		return fuse.ReadResultData(dest[:n]), 0
+	}
 	had, whole := h.fromHead(dest, off)
 	if whole {
 		h.readWhole(off, had, len(dest))
@@ -457,6 +479,19 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 	// The kernel reuses data once Write returns; the copy is also what a
 	// lost connection's write is sent again from.
 	kept := keep(data)
+	h.mu.Lock()
+	h.end = max(h.end, uint64(off)+uint64(len(data)))
+	if h.writtenOK {
+		if end := off + int64(len(data)); off < 0 || end > shadowMax {
+			h.written, h.writtenOK = nil, false
+		} else {
+			if int(end) > len(h.written) {
+				h.written = append(h.written, make([]byte, int(end)-len(h.written))...)
+			}
+			copy(h.written[off:], data)
+		}
+	}
+	h.mu.Unlock()
 	if upto := wb.queue(h, gen, f.StartWriteBehind(kept, off), kept, off); upto != 0 {
 		if err := wb.settleTo(ctx, upto); err != nil {
 			return 0, h.node.errno(ctx, "write", h.node.rpath(), err)
@@ -609,4 +644,87 @@ func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 		f.Close()
 	}()
 	return 0
+}
+
+// setattrBehind sets the times or the mode of a file this handle created
+// behind without waiting for the delegator: the FSETSTAT follows the
+// handle's open and writes on the wire (the server keeps it behind them:
+// wire.WriteBarrier), and the attributes answered are made here, from
+// those it was created with, its writes and set. tar sets each file's
+// mtime (futimens) before closing it: a round trip a file, which this
+// spares. Its error is kept as a write's is (failed). It applies only
+// while nothing else changed the file: no other handle writes it, its
+// size was not set, and the handle's writes went out on the live
+// connection; ok is false where it does not.
+func (h *fileHandle) setattrBehind(set sftpc.Attrs, mtimeSet bool) (a sftpc.Attrs, ok bool) {
+	if set.Flags&^(sftpc.AttrTimes|sftpc.AttrPermissions) != 0 || set.Mode&^0o777 != 0 {
+		return a, false
+	}
+	n := h.node
+	n.mu.Lock()
+	alone := len(n.writers) == 1 && len(n.closing) == 0
+	n.mu.Unlock()
+	client, live := n.fsys.conn.liveAt()
+	h.mu.Lock()
+	f, gen := h.f, h.gen
+	a, ok = h.made, h.madeOK && alone && f != nil && client != nil && gen == live && f.WriteBarrier()
+	h.mu.Unlock()
+	if !ok {
+		return a, false
+	}
+	now := time.Now()
+	if set.Flags&sftpc.AttrTimes != 0 {
+		a.Atime, a.Mtime, a.MtimeNsec = set.Atime, set.Mtime, 0
+	}
+	if set.Flags&sftpc.AttrPermissions != 0 {
+		a.Mode = syscall.S_IFREG | set.Mode
+	}
+	a.Ctime, a.CtimeNsec = uint64(now.Unix()), uint32(now.Nanosecond())
+	wb := &n.fsys.conn.writes
+	h.mu.Lock()
+	a.Size = h.end
+	h.made = a
+	h.mu.Unlock()
+	if upto := wb.queueSetstat(h, gen, f.StartSetstat(set), set); upto != 0 {
+		wb.settleTo(context.Background(), upto)
+	}
+	if set.Flags&sftpc.AttrPermissions != 0 || mtimeSet {
+		n.logChange()
+	}
+	return a, true
+}
+
+// fromWritten answers a read at off from what the handle wrote (written),
+// if it keeps that and is still the file's one writer.
+func (h *fileHandle) fromWritten(dest []byte, off int64) (int, bool) {
+	n := h.node
+	n.mu.Lock()
+	_, writer := n.writers[h]
+	alone := writer && len(n.writers) == 1 && len(n.closing) == 0
+	n.mu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.writtenOK || !alone || off < 0 {
+		return 0, false
+	}
+	if off >= int64(len(h.written)) {
+		return 0, true
+	}
+	return copy(dest, h.written[off:]), true
+}
+
+// forgetWritten drops what n's writers keep as written: the file was
+// changed other than through them (a truncation, the owner's change).
+func (n *node) forgetWritten() {
+	n.mu.Lock()
+	hs := make([]*fileHandle, 0, len(n.writers))
+	for h := range n.writers {
+		hs = append(hs, h)
+	}
+	n.mu.Unlock()
+	for _, h := range hs {
+		h.mu.Lock()
+		h.written, h.writtenOK, h.madeOK = nil, false, false
+		h.mu.Unlock()
+	}
 }

@@ -526,13 +526,8 @@ func TestCreateBehind(t *testing.T) {
 			t.Fatalf("close %s: %v", name, err)
 		}
 		on := filepath.Join(f.dir, "made", name)
-		if b, _ := os.ReadFile(on); string(b) != "content "+name {
-			t.Fatalf("%s on the delegator's side holds %q", name, b)
-		}
-		want, err := os.Stat(on)
-		if err != nil {
-			t.Fatal(err)
-		}
+		landed(t, on, "content "+name)
+		want := landedWith(t, on, func(fi os.FileInfo) bool { return fi.ModTime().Equal(stamp) })
 		got, err := os.Stat(filepath.Join(d, name))
 		if err != nil {
 			t.Fatal(err)
@@ -961,9 +956,12 @@ func TestWriteBehindOrder(t *testing.T) {
 		if err := fd.Close(); err != nil {
 			t.Fatalf("close: %v", err)
 		}
-		fi, err := os.Stat(filepath.Join(f.dir, name))
-		if err != nil {
-			t.Fatal(err)
+		// close(2) does not wait: the SETSTAT lands after the writes,
+		// and the mtime, once it is past, stays so.
+		fi := landedWith(t, filepath.Join(f.dir, name), func(fi os.FileInfo) bool { return fi.ModTime().Equal(past) })
+		time.Sleep(50 * time.Millisecond)
+		if fi, err := os.Stat(filepath.Join(f.dir, name)); err != nil || !fi.ModTime().Equal(past) {
+			t.Fatalf("round %d: the delegator's mtime is %v (%v) after it was set, want %s: a write landed after the SETSTAT", round, fi, err, past)
 		}
 		if !fi.ModTime().Equal(past) {
 			t.Fatalf("round %d: the delegator's mtime is %s, want %s: a write landed after the SETSTAT", round, fi.ModTime(), past)

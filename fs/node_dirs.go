@@ -69,6 +69,9 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	n.openDeferredChild(ctx, name)
 	p := n.child(name)
 	n.fsys.warm.voidTree(p) // a file made under the name later is not this one
+	if cn := n.childNode(name); cn != nil {
+		cn.forgetWritten() // its link count moves: the delegator says what it is
+	}
 	if n.removeBehind(ctx, name, p, false, answered) {
 		return 0
 	}
@@ -294,6 +297,9 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	tn, _ := target.EmbeddedInode().Operations().(*node)
 	defer n.fsys.changing(n, tn)() // tn: its link count
+	if tn != nil {
+		tn.forgetWritten()
+	}
 	s := n.fsys.stamp()
 	p := n.child(name)
 	from := "/" + target.EmbeddedInode().Path(nil)

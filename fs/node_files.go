@@ -24,6 +24,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if size, ok := in.GetSize(); ok {
 		set.Flags |= sftpc.AttrSize
 		set.Size = size
+		n.forgetWritten()
 		n.changes.Add(1)
 		defer n.fsys.freed.Add(1) // a truncation frees space (statfs)
 	}
@@ -70,6 +71,16 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		h = n.writer()
 	}
 	if h != nil {
+		if a, ok := h.setattrBehind(set, mok); ok {
+			n.fsys.fillAttr(a, &out.Attr)
+			n.observe(&out.Attr)
+			n.told(&out.Attr)
+			out.SetTimeout(n.fsys.attr) // made up here, as at the create
+			return 0
+		}
+		h.mu.Lock()
+		h.madeOK = false // the delegator's attributes from now on
+		h.mu.Unlock()
 		a, err = h.setstat(ctx, set)
 	} else {
 		a, err = n.fsys.at(ctx).Setstat(p, set)
@@ -254,7 +265,13 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	cn.mu.Lock()
 	cn.opened = cn.seen // the kernel's pages are this file's: it is being made
 	cn.mu.Unlock()
-	return child, cn.newHandle(f, int(flags)), 0, 0
+	h := cn.newHandle(f, int(flags))
+	if a.Size == 0 {
+		h.mu.Lock()
+		h.writtenOK = true // empty as made (or truncated) by this open
+		h.mu.Unlock()
+	}
+	return child, h, 0, 0
 }
 
 // createBehind creates file name without waiting for the delegator: the
@@ -305,9 +322,11 @@ func (n *node) createBehind(ctx context.Context, s uint64, name string, flags, p
 	f, call := client.StartOpenNamed(p, pflags(int(flags)|syscall.O_CREAT), perm, made)
 	n.named(name)
 	sec := uint32(made.Unix())
-	child := n.newChild(ctx, s, name, sftpc.Attrs{Mode: syscall.S_IFREG | perm, UID: uid, GID: gid,
+	madeAttrs := sftpc.Attrs{Flags: sftpc.AttrSize | sftpc.AttrUIDGID | sftpc.AttrPermissions | sftpc.AttrTimes,
+		Mode: syscall.S_IFREG | perm, UID: uid, GID: gid,
 		Atime: sec, Mtime: sec, MtimeNsec: uint32(made.Nanosecond()),
-		Ctime: uint64(sec), CtimeNsec: uint32(made.Nanosecond()), HasTimes: true, Nlink: 1, HasNlink: true}, out)
+		Ctime: uint64(sec), CtimeNsec: uint32(made.Nanosecond()), HasTimes: true, Nlink: 1, HasNlink: true}
+	child := n.newChild(ctx, s, name, madeAttrs, out)
 	// The entry is kept as any other; the rest of the attributes (the
 	// ctime) are made up here, so they are kept only the configured time.
 	out.SetAttrTimeout(n.fsys.attr)
@@ -322,6 +341,8 @@ func (n *node) createBehind(ctx context.Context, s uint64, name string, flags, p
 	h := cn.newHandle(f, int(flags))
 	h.mu.Lock()
 	h.gen, h.open, h.creating, h.perm = gen, call, true, perm
+	h.made, h.madeOK = madeAttrs, true
+	h.writtenOK = true // made empty here
 	h.mu.Unlock()
 	n.fsys.conn.writes.queueOpen(h, gen, call)
 	return child, h

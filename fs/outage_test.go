@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"runtime"
 	"errors"
 	"os"
 	"path/filepath"
@@ -99,7 +100,8 @@ func TestUnmountEndsRequestsHeldOnTheMount(t *testing.T) {
 	select {
 	case <-unmounted:
 	case <-time.After(10 * time.Second):
-		t.Fatal("Unmount has not returned after 10 s")
+		buf := make([]byte, 1<<20)
+		t.Fatalf("Unmount has not returned after 10 s; the goroutines:\n%s", buf[:runtime.Stack(buf, true)])
 	}
 	select {
 	case err := <-held:

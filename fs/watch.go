@@ -256,6 +256,7 @@ func (f *filesystem) forgetEntries(in *fs.Inode) {
 		return
 	}
 	n.forgetNames()
+	n.forgetWritten()
 	n.mu.Lock()
 	n.opened, n.whole, n.prefetched, n.fetches = version{}, false, false, 0
 	n.mu.Unlock()

@@ -49,6 +49,7 @@ type pendingWrite struct {
 	open bool
 	gen  uint64
 	rm   *removal
+	set  *sftpc.Attrs // an FSETSTAT sent behind: what it sets
 }
 
 // maxBehind bounds the data in flight; a write beyond it settles first.
@@ -88,6 +89,12 @@ func release(data []byte) {
 // are the likeliest answered already, and the wire never runs dry.
 func (w *writeBehind) queue(h *fileHandle, gen uint64, call *sftpc.Call, data []byte, off int64) (settleTo uint64) {
 	return w.add(&pendingWrite{call: call, h: h, off: off, data: data, gen: gen})
+}
+
+// queueSetstat adds an FSETSTAT of set on h sent behind (setattrBehind),
+// on connection gen.
+func (w *writeBehind) queueSetstat(h *fileHandle, gen uint64, call *sftpc.Call, set sftpc.Attrs) (settleTo uint64) {
+	return w.add(&pendingWrite{call: call, h: h, gen: gen, set: &set})
 }
 
 // queueOpen adds the open of a file created behind, sent on connection
@@ -320,6 +327,8 @@ func finish(ctx context.Context, batch []*pendingWrite) {
 				err = p.h.reopen(ctx, p.gen)
 			}
 			err = p.h.created(err)
+		} else if err != nil && connErr(err) && p.set != nil {
+			err = p.h.withFileNow(ctx, func(f *sftpc.File) error { return f.StartSetstat(*p.set).Err() })
 		} else if err != nil && connErr(err) {
 			err = p.h.withFileNow(ctx, func(f *sftpc.File) error {
 				_, err := f.WriteAt(p.data, p.off)

@@ -61,6 +61,7 @@ var allowed = map[string][]string{
 	"cmd/awcp-fs":                   {"archive", "cmd/internal/clikit", "control", "control/discovery", "control/executor/acp", "control/executor/agent", "control/executor", "fs", "internal/metrics", "internal/sandbox", "lease"},
 	"test/bench/benchd":             nil,
 	"test/bench/control":            nil,
+	"test/bench/delaylink":          nil,
 	"test/bench/loopmount":          nil,
 	"test/bench/ops":                nil,
 	"test/e2e":                      nil,
