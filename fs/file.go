@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -51,9 +52,9 @@ type fileHandle struct {
 	// furthest); ok while nothing but this handle changed it, so that a
 	// setattr of its times or mode can be answered here (setattrBehind).
 	// mu guards them.
-	made    sftpc.Attrs
-	madeOK  bool
-	end     uint64
+	made   sftpc.Attrs
+	madeOK bool
+	end    uint64
 	// written is the whole file as this handle wrote it, while it is
 	// the file's one writer, made it empty (created it, or truncated it
 	// at its open) and wrote no more than shadowMax: a read through the
@@ -62,6 +63,10 @@ type fileHandle struct {
 	// across a network). writtenOK says it is kept. mu guards them.
 	written   []byte
 	writtenOK bool
+
+	// path is the file's path on the delegator when last known
+	// (remotePath).
+	path atomic.Pointer[string]
 }
 
 // shadowMax is the most of a file a handle keeps as written.
@@ -116,7 +121,14 @@ var (
 )
 
 func (n *node) newHandle(f *sftpc.File, flags int) *fileHandle {
+	return n.newHandleAt(f, flags, n.rpath())
+}
+
+// newHandleAt is newHandle of a node at remote path p: one just made,
+// which the kernel links into the tree only once the create returns.
+func (n *node) newHandleAt(f *sftpc.File, flags int, p string) *fileHandle {
 	h := &fileHandle{node: n, f: f, flags: flags}
+	h.path.Store(&p)
 	h.gen = n.fsys.conn.generation()
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
 		n.mu.Lock()
@@ -210,7 +222,7 @@ func (h *fileHandle) file(ctx context.Context) (*sftpc.File, uint64, error) {
 	if h.flags&syscall.O_ACCMODE == syscall.O_RDONLY {
 		changes := h.node.changes.Load()
 		var o sftpc.Opened
-		f, o, err = client.OpenRead(h.node.rpath(), reopenFlags(h.flags), 0, headSize)
+		f, o, err = client.OpenRead(h.remotePath(), reopenFlags(h.flags), 0, headSize)
 		if err == nil && o.Attrs.Flags != 0 {
 			var a fuse.Attr
 			h.node.fsys.fillAttr(o.Attrs, &a)
@@ -218,7 +230,7 @@ func (h *fileHandle) file(ctx context.Context) (*sftpc.File, uint64, error) {
 			head = headRead{data: o.Head, eof: o.EOF, changes: changes, version: versionOf(&a), ok: true}
 		}
 	} else {
-		f, err = client.OpenFile(h.node.rpath(), reopenFlags(h.flags), 0)
+		f, err = client.OpenFile(h.remotePath(), reopenFlags(h.flags), 0)
 	}
 	if err != nil {
 		return nil, gen, err // gen: the connection that failed, if it did
@@ -337,7 +349,7 @@ func (h *fileHandle) reopen(ctx context.Context, stale uint64) error {
 	if h.creating { // the create may not have been run
 		pf, perm = pf|sftpc.OpenCreate, h.perm
 	}
-	f, err := client.OpenFile(h.node.rpath(), pf, perm)
+	f, err := client.OpenFile(h.remotePath(), pf, perm)
 	if err != nil {
 		return err
 	}
@@ -727,4 +739,18 @@ func (n *node) forgetWritten() {
 		h.written, h.writtenOK, h.madeOK = nil, false, false
 		h.mu.Unlock()
 	}
+}
+
+// remotePath is the file's path on the delegator: its node's, followed
+// through renames, while the kernel knows the node; once it forgot it
+// (a closed file whose writes still settle, the kernel's entries dropped
+// at a reconnection), the last path known — never the path of a node
+// taken out of the tree, which is the export's root.
+func (h *fileHandle) remotePath() string {
+	if _, parent := h.node.Parent(); parent != nil || h.node.IsRoot() {
+		p := h.node.rpath()
+		h.path.Store(&p)
+		return p
+	}
+	return *h.path.Load()
 }

@@ -265,7 +265,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	cn.mu.Lock()
 	cn.opened = cn.seen // the kernel's pages are this file's: it is being made
 	cn.mu.Unlock()
-	h := cn.newHandle(f, int(flags))
+	h := cn.newHandleAt(f, int(flags), p)
 	if a.Size == 0 {
 		h.mu.Lock()
 		h.writtenOK = true // empty as made (or truncated) by this open
@@ -338,7 +338,7 @@ func (n *node) createBehind(ctx context.Context, s uint64, name string, flags, p
 	cn.mu.Lock()
 	cn.opened = cn.seen // the kernel's pages are this file's: it is being made
 	cn.mu.Unlock()
-	h := cn.newHandle(f, int(flags))
+	h := cn.newHandleAt(f, int(flags), p)
 	h.mu.Lock()
 	h.gen, h.open, h.creating, h.perm = gen, call, true, perm
 	h.made, h.madeOK = madeAttrs, true

@@ -1,10 +1,10 @@
 package fs
 
 import (
-	"runtime"
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
