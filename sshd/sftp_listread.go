@@ -68,10 +68,14 @@ func (s *sftpServer) listRead(id uint32, r *reader) {
 		}
 		info := &statInfo{name: e.Name(), st: syscallStat(&st)}
 		need := 4 + len(e.Name()) + attrsRoom + 1
-		withData := st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size <= int64(small) && len(b)+need+4+int(st.Size) <= budget
-		if count > 0 && len(b)+need > budget {
-			break
+		carried := st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size <= int64(small)
+		if carried {
+			need += 4 + int(st.Size)
 		}
+		if count > 0 && len(b)+need > budget {
+			break // the next page starts with it, contents and all
+		}
+		withData := carried && len(b)+need <= budget
 		var data []byte
 		if withData {
 			if data, info = s.readSmall(dirFd, e.Name(), &st); data != nil {

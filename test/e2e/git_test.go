@@ -9,10 +9,14 @@ import (
 	"time"
 )
 
-// gitAgent commits twice, leaves a change uncommitted, and reports how
-// many of the objects its clone received hold the owner's hidden secret
-// (every object: git cat-file --batch-all-objects), and its work dir.
+// gitAgent reports how many files its clone's index holds stat data of
+// that does not match (git diff-files compares it and reads nothing: each
+// one a file its first git status would read whole), commits twice,
+// leaves a change uncommitted, and reports how many of the objects its
+// clone received hold the owner's hidden secret (every object: git
+// cat-file --batch-all-objects), and its work dir.
 const gitAgent = `set -e
+echo "stale index entries: $(git diff-files --name-only | wc -l)"
 echo "line one" >> notes.txt; git add notes.txt; git commit -qm "first"
 echo "line two" >> notes.txt; git commit -qam "second"
 echo "left uncommitted" > loose.txt
@@ -21,7 +25,8 @@ echo "hidden file: $(ls -a | grep -c '^.env$' || true)"
 echo "workdir: $PWD"`
 
 // TestGitTransport: --transport git. The agent works on a clone on the
-// executor's disk, commits twice and leaves a change uncommitted; the
+// executor's disk, whose index matches its work tree as handed to the
+// agent (its first git status reads no file), commits twice and leaves a change uncommitted; the
 // owner gets all three applied; the hidden .env is in no object the
 // executor received; the clone is gone at the end; a result over
 // --max-write-bytes is refused whole.
@@ -38,7 +43,7 @@ func TestGitTransport(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("export --transport git: exit %d\n%s%s\nexecutor:\n%s", r.code, r.stdout, r.stderr, x.log)
 	}
-	for _, want := range []string{"secret objects: 0", "hidden file: 0"} {
+	for _, want := range []string{"stale index entries: 0", "secret objects: 0", "hidden file: 0"} {
 		if !strings.Contains(r.stdout+r.stderr, want) {
 			t.Errorf("the agent's report lacks %q:\n%s%s", want, r.stdout, r.stderr)
 		}
