@@ -67,6 +67,9 @@ type fileHandle struct {
 	// path is the file's path on the delegator when last known
 	// (remotePath).
 	path atomic.Pointer[string]
+	// closed is closed once the handle's writes are settled and its
+	// remote file closed, after its release (awaitClosing).
+	closed chan struct{}
 }
 
 // shadowMax is the most of a file a handle keeps as written.
@@ -127,7 +130,7 @@ func (n *node) newHandle(f *sftpc.File, flags int) *fileHandle {
 // newHandleAt is newHandle of a node at remote path p: one just made,
 // which the kernel links into the tree only once the create returns.
 func (n *node) newHandleAt(f *sftpc.File, flags int, p string) *fileHandle {
-	h := &fileHandle{node: n, f: f, flags: flags}
+	h := &fileHandle{node: n, f: f, flags: flags, closed: make(chan struct{})}
 	h.path.Store(&p)
 	h.gen = n.fsys.conn.generation()
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
@@ -173,7 +176,7 @@ func (n *node) otherWriters(h *fileHandle) []*fileHandle {
 // first call that needs it. The node keeps it until then: an unlink or a
 // rename over the file opens it first, so the file stays readable.
 func (n *node) deferredHandle(flags int) *fileHandle {
-	h := &fileHandle{node: n, flags: flags}
+	h := &fileHandle{node: n, flags: flags, closed: make(chan struct{})}
 	n.mu.Lock()
 	if n.deferred == nil {
 		n.deferred = map[*fileHandle]struct{}{}
@@ -647,13 +650,14 @@ func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 		// cut off by a lost connection is sent again on a handle
 		// re-opened on the next one — which is then the one to close.
 		fsys.conn.writes.settleHandles(context.Background(), h)
-		h.node.mu.Lock()
-		delete(h.node.closing, h)
-		h.node.mu.Unlock()
 		h.mu.Lock()
 		f := h.f // re-opened, perhaps, by a re-sent write
 		h.mu.Unlock()
 		f.Close()
+		h.node.mu.Lock()
+		delete(h.node.closing, h)
+		h.node.mu.Unlock()
+		close(h.closed)
 	}()
 	return 0
 }
@@ -723,6 +727,27 @@ func (h *fileHandle) fromWritten(dest []byte, off int64) (int, bool) {
 		return 0, true
 	}
 	return copy(dest, h.written[off:]), true
+}
+
+// awaitClosing waits for n's handles released with writes on the wire
+// to be settled and closed on the delegator: a file removed while the
+// delegator still holds it open keeps its space there until the close
+// (statfs would not show it freed), and the remove must not overtake its
+// writes' answers either.
+func (n *node) awaitClosing(ctx context.Context) {
+	n.mu.Lock()
+	hs := make([]*fileHandle, 0, len(n.closing))
+	for h := range n.closing {
+		hs = append(hs, h)
+	}
+	n.mu.Unlock()
+	for _, h := range hs {
+		select {
+		case <-h.closed:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // forgetWritten drops what n's writers keep as written: the file was
