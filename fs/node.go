@@ -69,8 +69,9 @@ type node struct {
 	// atime is the access time last reported, what a change of the mtime
 	// alone sends again (v3 sets both); 0 if none was.
 	atime uint32
-	// uid and mode are the owner and mode last reported (removeBehind).
-	uid, mode uint32
+	// uid, gid and mode are the owner and mode last reported, as the
+	// kernel was told them (removeBehind, Access).
+	uid, gid, mode uint32
 	// deferred are the handles whose remote open waits for a first read.
 	deferred map[*fileHandle]struct{}
 	// writers are the handles open for writing, until released; closing
@@ -251,7 +252,7 @@ func (n *node) observe(a *fuse.Attr) {
 	n.linked = linkedElsewhere(a)
 	n.seen = versionOf(a)
 	n.atime = uint32(a.Atime)
-	n.uid, n.mode = a.Owner.Uid, a.Mode
+	n.uid, n.gid, n.mode = a.Owner.Uid, a.Owner.Gid, a.Mode
 	n.mu.Unlock()
 }
 
