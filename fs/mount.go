@@ -593,7 +593,22 @@ func (m *Mount) Unmount() error {
 		// up to the reconnect bound) rather than leave them in doubt.
 		m.fsys.prefetch.stop() // stores no more; its read ends with the connection
 		m.conn.writes.settle(context.Background())
-		m.fsys.closing.Wait()
+		// The closes of files released since (close(2) does not wait
+		// for them) are sent once their writes are settled; a delegator
+		// that does not answer them is not waited for past the grace:
+		// ending the connection ends them.
+		closed := make(chan struct{})
+		go func() {
+			m.fsys.closing.Wait()
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-time.After(unmountGrace):
+			m.log.Warn("fs: the delegator does not answer the closes of files; ending the connection", "mountpoint", m.Mountpoint)
+			m.conn.close()
+			<-closed
+		}
 		if m.stopWatch != nil {
 			m.watchMu.Lock()
 			m.watchDone = true
