@@ -618,6 +618,7 @@ func (m *Mount) Unmount() error {
 		}
 		m.conn.close()
 		m.fsys.prefetch.wait()
+		m.fsys.warm.drop() // its share of the process's bound back
 		m.unmountErr = err
 	})
 	return m.unmountErr

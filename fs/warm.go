@@ -25,7 +25,8 @@ import (
 // own, contents go to the kernel's page cache at the file's open) or
 // until it may be stale, path by path (void): the watch reports a change
 // there, or the mount changes it itself. A page answered while either
-// happened is not kept. The store is bounded (warmEntries, warmBytes);
+// happened is not kept. The store is bounded (warmEntries, warmBytes, and
+// warmProcessBytes for all the process's mounts);
 // past the bounds the walk stops, and the rest of the tree is read as
 // before, when asked for.
 
@@ -33,9 +34,15 @@ const (
 	warmSmall    = headSize  // the largest file whose contents are fetched
 	warmPage     = 960 << 10 // the most one page's answer holds
 	warmInFlight = 8         // pages asked for at once
-	warmEntries  = 1 << 17   // entries of listings kept at most
-	warmBytes    = 64 << 20  // file contents kept at most
+	warmEntries  = 1 << 16   // entries of listings kept at most (some 150 bytes each)
+	warmBytes    = 32 << 20  // file contents kept at most
+	// warmProcessBytes bounds the contents kept by all the process's
+	// mounts together: an executor runs several delegations.
+	warmProcessBytes = 128 << 20
 )
+
+// warmHeld is the contents kept by the process's mounts (warmProcessBytes).
+var warmHeld atomic.Int64
 
 // warmStore is what warmUp fetched and nothing used yet, by the remote
 // path of each directory.
@@ -71,7 +78,8 @@ func (w *warmStore) keep(f *filesystem, p string, d *warmDir, at, s, gen uint64)
 	if f.changes.Load() != at || f.stamp() != s || f.exactNow() != gen {
 		return true // voided on arrival: the walk goes on
 	}
-	if w.entries+len(d.entries) > warmEntries || w.bytes+d.bytes > warmBytes {
+	if w.entries+len(d.entries) > warmEntries || w.bytes+d.bytes > warmBytes ||
+		warmHeld.Load()+int64(d.bytes) > warmProcessBytes {
 		return false
 	}
 	if w.gen != gen || w.dirs == nil {
@@ -83,6 +91,7 @@ func (w *warmStore) keep(f *filesystem, p string, d *warmDir, at, s, gen uint64)
 	w.fetched++
 	w.entries += len(d.entries)
 	w.bytes += d.bytes
+	warmHeld.Add(int64(d.bytes))
 	w.held.Store(int64(len(w.dirs)))
 	return true
 }
@@ -208,6 +217,7 @@ func (w *warmStore) forgetFile(dir string, d *warmDir, name string) {
 		delete(d.files, name)
 		d.bytes -= len(o.Head)
 		w.bytes -= len(o.Head)
+		warmHeld.Add(-int64(len(o.Head)))
 		w.tidy(dir, d)
 	}
 }
@@ -224,6 +234,7 @@ func (w *warmStore) dropDir(p string) {
 	if d := w.dirs[p]; d != nil {
 		w.entries -= len(d.entries)
 		w.bytes -= d.bytes
+		warmHeld.Add(-int64(d.bytes))
 		delete(w.dirs, p)
 		w.held.Store(int64(len(w.dirs)))
 	}
@@ -234,6 +245,7 @@ func (w *warmStore) clear() {
 		w.dirs = map[string]*warmDir{}
 	}
 	clear(w.dirs)
+	warmHeld.Add(-int64(w.bytes))
 	w.entries, w.bytes = 0, 0
 	w.held.Store(0)
 }

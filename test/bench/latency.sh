@@ -123,6 +123,28 @@ start_link() { # RTT_MS
 
 	case " $TARGETS " in *" sshfs "*) start_sshfs ;; esac
 }
+
+# link_mb_s: what the link carries, 64 MiB over one TCP connection from
+# this machine to the namespace (the direction of a read on the mount).
+link_mb_s() {
+	in_ns python3 - <<'PY' &
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("10.231.0.2", 2223)); s.listen(1)
+c, _ = s.accept(); n = 0; t0 = time.monotonic()
+while True:
+    b = c.recv(1 << 20)
+    if not b: break
+    n += len(b)
+print("%.1f" % (n / (time.monotonic() - t0) / 1e6), file=open("/tmp/awcp-link-mbs", "w"))
+PY
+	local srv=$!
+	sleep 0.5
+	python3 -c 'import socket; s = socket.create_connection(("10.231.0.2", 2223)); s.sendall(b"\0" * (64 << 20)); s.close()'
+	wait "$srv"
+	cat /tmp/awcp-link-mbs && rm -f /tmp/awcp-link-mbs
+}
+
 start_sshfs() {
 	[ -f "$B/ssh/host" ] || {
 		ssh-keygen -q -t ed25519 -N '' -f "$B/ssh/host"
@@ -175,7 +197,9 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 
 printf 'rtt_ms\ttarget\tworkload\tseconds\n' >"$OUT/latency.tsv"
 for rtt in $RTTS; do
 	start_link "$rtt"
-	echo "bench latency: ${rtt} ms round trip, $ROUNDS round(s) of $TARGETS"
+	LINK=$(link_mb_s)
+	echo "bench latency: ${rtt} ms round trip (the link carries $LINK MB/s), $ROUNDS round(s) of $TARGETS"
+	printf '%s\tlink\tmb_s\t%s\n' "$rtt" "$LINK" >>"$OUT/latency.tsv"
 	for r in $(seq "$ROUNDS"); do
 		for t in $TARGETS; do
 			s=$(date +%s)
@@ -200,6 +224,12 @@ for rtt in $RTTS; do
 			printf '%s\t%s\t%s\t%s\n' "$rtt" "$t" "$w" "$m" >>"$OUT/latency.tsv"
 		done
 		printf '\n'
+	done
+	for t in $TARGETS; do
+		v=(); for r in $(seq "$ROUNDS"); do v+=("${R[$rtt.$t.cat64.$r]}"); done
+		m=$(median "${v[@]}")
+		printf '%-12s %s: %.0f MB/s, %.0f%% of the link\n' "cat64" "$t" "$(awk -v s="$m" 'BEGIN { print 67.108864 / s }')" \
+			"$(awk -v s="$m" -v l="$LINK" 'BEGIN { print 100 * 67.108864 / s / l }')"
 	done
 	stop_all
 done
