@@ -630,6 +630,12 @@ func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 			h.node.closing = map[*fileHandle]struct{}{}
 		}
 		h.node.closing[h] = struct{}{}
+		fsys.closingMu.Lock()
+		if fsys.closingSet == nil {
+			fsys.closingSet = map[*fileHandle]struct{}{}
+		}
+		fsys.closingSet[h] = struct{}{}
+		fsys.closingMu.Unlock()
 	}
 	h.node.mu.Unlock()
 	h.mu.Lock()
@@ -657,6 +663,9 @@ func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 		h.node.mu.Lock()
 		delete(h.node.closing, h)
 		h.node.mu.Unlock()
+		fsys.closingMu.Lock()
+		delete(fsys.closingSet, h)
+		fsys.closingMu.Unlock()
 		close(h.closed)
 	}()
 	return 0
@@ -729,18 +738,17 @@ func (h *fileHandle) fromWritten(dest []byte, off int64) (int, bool) {
 	return copy(dest, h.written[off:]), true
 }
 
-// awaitClosing waits for n's handles released with writes on the wire
-// to be settled and closed on the delegator: a file removed while the
-// delegator still holds it open keeps its space there until the close
-// (statfs would not show it freed), and the remove must not overtake its
-// writes' answers either.
-func (n *node) awaitClosing(ctx context.Context) {
-	n.mu.Lock()
-	hs := make([]*fileHandle, 0, len(n.closing))
-	for h := range n.closing {
+// awaitClosing waits for the handles released with writes on the wire
+// to be settled and closed on the delegator, or for ctx: a file removed
+// while the delegator still holds it open keeps its space there until the
+// close, and statfs after a remove must show it freed.
+func (f *filesystem) awaitClosing(ctx context.Context) {
+	f.closingMu.Lock()
+	hs := make([]*fileHandle, 0, len(f.closingSet))
+	for h := range f.closingSet {
 		hs = append(hs, h)
 	}
-	n.mu.Unlock()
+	f.closingMu.Unlock()
 	for _, h := range hs {
 		select {
 		case <-h.closed:

@@ -171,6 +171,10 @@ type filesystem struct {
 	invalidated atomic.Uint64
 
 	closing sync.WaitGroup // remote handles being closed in the background
+	// closingSet is the handles released with writes perhaps on the wire,
+	// until closed on the delegator (awaitClosing).
+	closingMu  sync.Mutex
+	closingSet map[*fileHandle]struct{}
 
 	// changes moves before and after every request of this mount that
 	// changes the tree (a write: before and after it is queued). A

@@ -495,6 +495,9 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	freed := f.freed.Load()
 	st, ok := f.statfs.get(freed)
 	if !ok {
+		// A file removed while its close was still on the way holds its
+		// space on the delegator until the close lands.
+		f.awaitClosing(ctx)
 		asked := time.Now()
 		var err error
 		if st, err = f.at(ctx).StatVFS("/"); err != nil {

@@ -71,7 +71,6 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	n.fsys.warm.voidTree(p) // a file made under the name later is not this one
 	if cn := n.childNode(name); cn != nil {
 		cn.forgetWritten() // its link count moves: the delegator says what it is
-		cn.awaitClosing(ctx)
 	}
 	if n.removeBehind(ctx, name, p, false, answered) {
 		return 0
