@@ -285,6 +285,15 @@ func (n *node) rpath() string { return "/" + n.Path(nil) }
 
 func (n *node) child(name string) string { return path.Join(n.rpath(), name) }
 
+// orphaned reports whether the kernel has taken n out of the tree (the
+// file was removed, or its entry forgotten): it has no path any more, and
+// rpath would name the export's root. A request by path must not be sent
+// for it.
+func (n *node) orphaned() bool {
+	_, parent := n.Parent()
+	return parent == nil && !n.IsRoot()
+}
+
 func (n *node) errno(ctx context.Context, op, p string, err error) syscall.Errno {
 	return toErrno(ctx, n.fsys.log, op, p, err)
 }
@@ -447,6 +456,9 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	if a, ok := n.keptAttrs(); ok {
 		out.Attr = a
 		return 0
+	}
+	if n.orphaned() {
+		return syscall.ENOENT // its open handles are asked above
 	}
 	at := n.fsys.changes.Load()
 	p := n.rpath()

@@ -41,7 +41,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		n.mu.Lock()
 		set.Atime, set.Mtime = n.atime, uint32(n.seen.mtime)
 		n.mu.Unlock()
-		if !mok || (!aok && set.Atime == 0) {
+		if (!mok || (!aok && set.Atime == 0)) && !n.orphaned() {
 			a, err := n.fsys.at(ctx).Lstat(p)
 			if err != nil {
 				return n.errno(ctx, "utimens", p, err)
@@ -82,6 +82,8 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		h.madeOK = false // the delegator's attributes from now on
 		h.mu.Unlock()
 		a, err = h.setstat(ctx, set)
+	} else if n.orphaned() {
+		return syscall.ENOENT // removed, and no handle to set it through
 	} else {
 		a, err = n.fsys.at(ctx).Setstat(p, set)
 	}
@@ -183,6 +185,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			}
 		}
 		return n.deferredHandle(int(flags)), fuse.FOPEN_KEEP_CACHE | noFlush, 0
+	}
+	if n.orphaned() {
+		return nil, 0, syscall.ENOENT
 	}
 	p := n.rpath()
 	pf := pflags(int(flags) &^ (syscall.O_CREAT | syscall.O_EXCL))
