@@ -3,7 +3,9 @@ package fs
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -744,10 +746,7 @@ func (h *fileHandle) fromWritten(dest []byte, off int64) (int, bool) {
 // close, and statfs after a remove must show it freed.
 func (f *filesystem) awaitClosing(ctx context.Context) {
 	f.closingMu.Lock()
-	hs := make([]*fileHandle, 0, len(f.closingSet))
-	for h := range f.closingSet {
-		hs = append(hs, h)
-	}
+	hs := slices.Collect(maps.Keys(f.closingSet))
 	f.closingMu.Unlock()
 	for _, h := range hs {
 		select {
@@ -762,10 +761,7 @@ func (f *filesystem) awaitClosing(ctx context.Context) {
 // changed other than through them (a truncation, the owner's change).
 func (n *node) forgetWritten() {
 	n.mu.Lock()
-	hs := make([]*fileHandle, 0, len(n.writers))
-	for h := range n.writers {
-		hs = append(hs, h)
-	}
+	hs := slices.Collect(maps.Keys(n.writers))
 	n.mu.Unlock()
 	for _, h := range hs {
 		h.mu.Lock()

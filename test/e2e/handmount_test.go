@@ -78,8 +78,16 @@ func TestMountByHand(t *testing.T) {
 				t.Fatalf("read: %q %v", b, err)
 			}
 			os.WriteFile(filepath.Join(mnt, end+".txt"), []byte(end), 0o644)
-			if b, _ := os.ReadFile(filepath.Join(dir, end+".txt")); string(b) != end {
-				t.Fatalf("write did not reach the delegator: %q", b)
+			// close(2) does not wait for the write: it lands a round
+			// trip or so later.
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				b, _ := os.ReadFile(filepath.Join(dir, end+".txt"))
+				if string(b) == end {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("write did not reach the delegator: %q", b)
+				}
 			}
 			if end == "SIGINT" {
 				cmd.Process.Signal(syscall.SIGINT)
