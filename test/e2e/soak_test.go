@@ -80,10 +80,16 @@ func soakAgent(journal string) int {
 		name := "f" + strconv.Itoa(rng.IntN(40))
 		p := filepath.Join("tree", name)
 		switch op := rng.IntN(10); {
-		case op < 4: // create or rewrite
+		case op < 4: // create or rewrite, fsync, close: close(2) does not wait for the writes, fsync does
 			n := 1 + rng.IntN(8192)
 			record("? %s", name)
-			if os.WriteFile(p, soakContent(name, seq, n), 0o644) == nil {
+			f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+			if err != nil {
+				continue
+			}
+			_, werr := f.Write(soakContent(name, seq, n))
+			serr := f.Sync()
+			if errors.Join(werr, serr, f.Close()) == nil {
 				record("put %s %d %d", name, seq, n)
 			}
 		case op < 7: // append, fsync, close
