@@ -32,9 +32,12 @@ CAP=${LAT_CAP:-120}
 OUT=${BENCH_OUT:-$ROOT/bin/bench}
 NS=awcplat$$
 [ "$(id -u)" = 0 ] || { echo "bench latency: needs root (a network namespace, TUN devices, mounts)" >&2; exit 2; }
-for tool in gcc git tar nsenter ip sshfs /usr/sbin/sshd; do
+tools="gcc git tar nsenter ip python3"
+case " $TARGETS " in *" sshfs "*) tools="$tools sshfs /usr/sbin/sshd" ;; esac
+for tool in $tools; do
 	command -v "$tool" >/dev/null || { echo "bench latency: needs $tool" >&2; exit 2; }
 done
+[ -c /dev/net/tun ] || { echo "bench latency: needs /dev/net/tun (the delayed link's devices)" >&2; exit 2; }
 
 B=$(mktemp -d /tmp/awcp-latency.XXXXXX)
 mkdir -p "$B"/{run,ssh,sshfs,lent} "$OUT"
