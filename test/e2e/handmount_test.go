@@ -78,16 +78,8 @@ func TestMountByHand(t *testing.T) {
 				t.Fatalf("read: %q %v", b, err)
 			}
 			os.WriteFile(filepath.Join(mnt, end+".txt"), []byte(end), 0o644)
-			// close(2) does not wait for the write: it lands a round
-			// trip or so later.
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-				b, _ := os.ReadFile(filepath.Join(dir, end+".txt"))
-				if string(b) == end {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("write did not reach the delegator: %q", b)
-				}
+			if b := landed(filepath.Join(dir, end+".txt"), end); b != end {
+				t.Fatalf("write did not reach the delegator: %q", b)
 			}
 			if end == "SIGINT" {
 				cmd.Process.Signal(syscall.SIGINT)
@@ -151,7 +143,7 @@ func TestLendByHand(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(mnt, "by-hand.txt"), []byte("hand\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(ws, "by-hand.txt")); string(b) != "hand\n" {
+	if b := landed(filepath.Join(ws, "by-hand.txt"), "hand\n"); b != "hand\n" {
 		t.Fatalf("the write did not reach the lent directory: %q", b)
 	}
 	if d := c.status(); len(d) != 1 || d[0].State != "running" {
@@ -177,4 +169,17 @@ func TestLendByHand(t *testing.T) {
 	if d := c.status(); len(d) != 1 || d[0].State != "cancelled" {
 		t.Errorf("status after Ctrl-C: %+v", d)
 	}
+}
+
+// landed is what the file at p holds once it holds want, or 5 s on:
+// close(2) on a live mount does not wait for the file's writes, which
+// land on the delegator's side a round trip or so later.
+func landed(p, want string) string {
+	var b []byte
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if b, _ = os.ReadFile(p); string(b) == want {
+			break
+		}
+	}
+	return string(b)
 }
