@@ -116,7 +116,8 @@ start_link() { # RTT_MS
 	ip -n "$NS" addr add 10.231.0.2/30 dev "awl$$b" && ip -n "$NS" link set "awl$$b" up && ip -n "$NS" link set lo up
 
 	PORT=10200
-	in_ns "$BIN/awcp-fs" serve --state-dir "$B/exec" --work-root "$B/work" --listen "10.231.0.2:$PORT" --plain-http \
+	# nsenter itself, not the function: it becomes awcp-fs, whose pid $! is
+	nsenter --net="/run/netns/$NS" "$BIN/awcp-fs" serve --state-dir "$B/exec" --work-root "$B/work" --listen "10.231.0.2:$PORT" --plain-http \
 		--sandbox-allow "$B/run" --max-ttl 2h --agent-cmd "bash '$B/run/work.sh' 2>&1" >"$B/run/awcp-fs.log" 2>&1 &
 	pids+=($!)
 	"$BIN/awcp-ctl" --state-dir "$B/ctl" serve >"$B/run/awcp-ctl.log" 2>&1 &
@@ -206,7 +207,7 @@ for rtt in $RTTS; do
 	for r in $(seq "$ROUNDS"); do
 		for t in $TARGETS; do
 			s=$(date +%s)
-			lines=$(run_target "$t")
+			lines=$(run_target "$t") || exit 1
 			for w in $WORKLOADS; do
 				v=$(echo "$lines" | sed -n "s/^LAT $w=//p" | tail -n 1)
 				v=${v%% *}
