@@ -122,8 +122,8 @@ start_link() { # RTT_MS
 	pids+=($!)
 	"$BIN/awcp-ctl" --state-dir "$B/ctl" serve >"$B/run/awcp-ctl.log" 2>&1 &
 	pids+=($!)
-	wait_for 10 test -S "$B/ctl/ctl.sock"
-	wait_for 10 grep -q listening "$B/run/awcp-fs.log"
+	wait_for 10 test -S "$B/ctl/ctl.sock" || { echo "bench latency: awcp-ctl serve did not start" >&2; cat "$B/run/awcp-ctl.log" >&2; exit 1; }
+	wait_for 10 grep -q listening "$B/run/awcp-fs.log" || { echo "bench latency: awcp-fs serve did not start" >&2; cat "$B/run/awcp-fs.log" >&2; exit 1; }
 
 	case " $TARGETS " in *" sshfs "*) start_sshfs ;; esac
 }
@@ -171,10 +171,10 @@ Subsystem sftp internal-sftp
 EOF
 	mkdir -p /run/sshd
 	/usr/sbin/sshd -f "$B/ssh/sshd_config" -E "$B/ssh/sshd.log"
-	wait_for 5 test -s "$B/ssh/sshd.pid"
+	wait_for 5 test -s "$B/ssh/sshd.pid" || { echo "bench latency: OpenSSH did not start:" >&2; cat "$B/ssh/sshd.log" >&2; exit 1; }
 	in_ns sshfs -o IdentityFile="$B/ssh/client",IdentitiesOnly=yes,StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,BatchMode=yes,Port=2222 \
 		"root@10.231.0.1:$B/lent" "$B/sshfs"
-	wait_for 10 grep -q " $B/sshfs " /proc/self/mountinfo
+	wait_for 10 grep -q " $B/sshfs " /proc/self/mountinfo || { echo "bench latency: sshfs did not mount" >&2; exit 1; }
 }
 
 fresh() { rm -rf "$B/lent/p"; mkdir -p "$B/lent"; cp -a "$T" "$B/lent/p"; }
