@@ -252,7 +252,7 @@ func (f *filesystem) changing(ns ...*node) func() {
 			if n == nil {
 				continue
 			}
-			f.warm.void(n.rpath())
+			f.warm.voidNode(n)
 			n.stamp(v)
 			if _, parent := n.Parent(); parent != nil {
 				if pn, ok := parent.Operations().(*node); ok {

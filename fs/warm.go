@@ -174,6 +174,14 @@ func (w *warmStore) void(p string) {
 	w.voidLocked(p)
 }
 
+// voidNode is void of n's path, which is not worked out while nothing is
+// kept: the mount's every change, each write included, comes here.
+func (w *warmStore) voidNode(n *node) {
+	if w.held.Load() != 0 {
+		w.void(n.rpath())
+	}
+}
+
 func (w *warmStore) voidLocked(p string) {
 	dir, name := splitPath(p)
 	if d := w.dirs[dir]; d != nil {
@@ -194,8 +202,9 @@ func (w *warmStore) voidTree(p string) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	_, known := w.dirs[p] // before voidLocked, which may drop p's entry
 	w.voidLocked(p)
-	if _, known := w.dirs[p]; !known && p != "/" {
+	if !known && p != "/" {
 		return
 	}
 	prefix := strings.TrimSuffix(p, "/") + "/"

@@ -231,10 +231,13 @@ func (f *filesystem) changedThere(root *fs.Inode, p string) {
 	// What was fetched ahead is voided before and after the count moves:
 	// a page kept before the second is voided by it, one kept after is
 	// refused for the count (warmStore.keep), and a take that read the
-	// count before it moved finds nothing after the first.
-	f.warm.void("/" + strings.TrimPrefix(p, "/"))
+	// count before it moved finds nothing after the first. A directory
+	// named goes with all below it: it may have been moved, or another
+	// moved into its name.
+	rp := "/" + strings.TrimPrefix(p, "/")
+	f.warm.voidTree(rp)
 	f.invalidated.Add(1) // before: an answer read from now on may be stale
-	f.warm.void("/" + strings.TrimPrefix(p, "/"))
+	f.warm.voidTree(rp)
 	f.dirsAhead.drop()
 	parent, name, in := find(root, p)
 	if parent != nil {
