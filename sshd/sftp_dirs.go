@@ -152,15 +152,23 @@ func withAttrs(f *os.File, ents []fs.DirEntry) []fs.DirEntry {
 	fd := int(f.Fd())
 	out := ents[:0]
 	for _, e := range ents {
-		var st unix.Stat_t
-		if unix.Fstatat(fd, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
-			continue
+		if info, ok := statAt(fd, e.Name()); ok {
+			out = append(out, statEntry{info})
 		}
-		// The kernel's struct stat both ways (what putAttrs reads from
-		// Sys(), as os's entries hold it): the sizes are checked below.
-		out = append(out, statEntry{&statInfo{name: e.Name(), st: *(*syscall.Stat_t)(unsafe.Pointer(&st))}})
 	}
 	return out
+}
+
+// statAt is what fstatat says of name in the directory open at dirFd, not
+// following a link; ok is false if it is gone.
+func statAt(dirFd int, name string) (*statInfo, bool) {
+	var st unix.Stat_t
+	if unix.Fstatat(dirFd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		return nil, false
+	}
+	// The kernel's struct stat both ways (what putAttrs reads from
+	// Sys(), as os's entries hold it): the sizes are checked below.
+	return &statInfo{name: name, st: *(*syscall.Stat_t)(unsafe.Pointer(&st))}, true
 }
 
 // These fail to compile where x/sys's and syscall's struct stat differ in size.

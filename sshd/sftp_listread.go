@@ -3,9 +3,8 @@ package sshd
 import (
 	"errors"
 	"io"
-	"io/fs"
+	"os"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -62,23 +61,21 @@ func (s *sftpServer) listRead(id uint32, r *reader) {
 	dirFd := int(f.Fd())
 	count := 0
 	for _, e := range ents[start:] {
-		var st unix.Stat_t
-		if unix.Fstatat(dirFd, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		info, ok := statAt(dirFd, e.Name())
+		if !ok {
 			continue // gone meanwhile
 		}
-		info := &statInfo{name: e.Name(), st: syscallStat(&st)}
 		need := 4 + len(e.Name()) + attrsRoom + 1
-		carried := st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size <= int64(small)
+		carried := info.Mode().IsRegular() && info.Size() <= int64(small)
 		if carried {
-			need += 4 + int(st.Size)
+			need += 4 + int(info.Size())
 		}
 		if count > 0 && len(b)+need > budget {
 			break // the next page starts with it, contents and all
 		}
-		withData := carried && len(b)+need <= budget
 		var data []byte
-		if withData {
-			if data, info = s.readSmall(dirFd, e.Name(), &st); data != nil {
+		if carried && len(b)+need <= budget {
+			if data, info = readSmall(dirFd, info); data != nil {
 				s.recordReal(Op{Kind: OpRead, Path: joinRel(name, e.Name()), Bytes: int64(len(data))})
 			}
 		}
@@ -97,52 +94,33 @@ func (s *sftpServer) listRead(id uint32, r *reader) {
 	s.send(b)
 }
 
-// readSmall is the whole contents of name, a regular file of at most
-// listReadSmall bytes in the directory open at dirFd that the listing
-// stated as st, with what its descriptor says of it after the read; nil
-// if it is no longer that file, grew, or cannot be read. Its access time
-// is left alone where the server may (readUntouched's reasons).
-func (s *sftpServer) readSmall(dirFd int, name string, st *unix.Stat_t) ([]byte, *statInfo) {
-	listed := &statInfo{name: name, st: syscallStat(st)}
-	fd, err := unix.Openat(dirFd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOATIME, 0)
-	if errors.Is(err, unix.EPERM) { // O_NOATIME on a file not the server's
-		fd, err = unix.Openat(dirFd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	}
+// readSmall is the whole contents of listed, a regular file of at most
+// listReadSmall bytes in the directory open at dirFd, with what its
+// descriptor says of it after the read; nil and listed if it is no longer
+// that file (same device and inode), grew, or cannot be read. Opened by
+// its name beside the directory, never through a link, and without
+// waiting on a FIFO swapped in; its access time is left alone where the
+// server may (readUntouched).
+func readSmall(dirFd int, listed *statInfo) ([]byte, *statInfo) {
+	fd, err := unix.Openat(dirFd, listed.name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, listed
 	}
-	defer unix.Close(fd)
-	data := make([]byte, st.Size+1) // one more: a file that grew is seen to
-	n, err := io.ReadFull(fdReader(fd), data)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+	f := os.NewFile(uintptr(fd), listed.name)
+	defer f.Close()
+	data := make([]byte, listed.st.Size+1) // one more: a file that grew is seen to
+	n, err := readUntouched(f, data)
+	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, listed
 	}
-	var after unix.Stat_t
-	if unix.Fstat(fd, &after) != nil || after.Mode&unix.S_IFMT != unix.S_IFREG || after.Ino != st.Ino ||
-		after.Dev != st.Dev || after.Size != int64(n) || n > listReadSmall {
+	fi, err := f.Stat()
+	if err != nil {
 		return nil, listed
 	}
-	return data[:n], &statInfo{name: name, st: syscallStat(&after)}
-}
-
-// fdReader reads a descriptor.
-type fdReader int
-
-func (r fdReader) Read(p []byte) (int, error) {
-	n, err := unix.Read(int(r), p)
-	if n == 0 && err == nil && len(p) > 0 {
-		return 0, io.EOF
+	after, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || !fi.Mode().IsRegular() || after.Ino != listed.st.Ino || after.Dev != listed.st.Dev ||
+		after.Size != int64(n) || n > listReadSmall {
+		return nil, listed
 	}
-	if n < 0 {
-		n = 0
-	}
-	return n, err
+	return data[:n], &statInfo{name: listed.name, st: *after}
 }
-
-// syscallStat is st as the syscall package's struct, which statInfo holds
-// (the two are the same in memory: checked in sftp_dirs.go).
-func syscallStat(st *unix.Stat_t) syscall.Stat_t {
-	return *(*syscall.Stat_t)(unsafe.Pointer(st))
-}
-
-var _ fs.FileInfo = (*statInfo)(nil)
