@@ -112,7 +112,7 @@ func (r *readAhead) opening(dir *node, name string) *aheadHead {
 			for i := max(r.next, pos+1); i < min(len(l.entries), pos+1+aheadFiles); i++ {
 				e := l.entries[i]
 				if e.Attrs.Mode&syscall.S_IFMT != syscall.S_IFREG || e.Attrs.Size > headSize || r.heads[e.Name] != nil ||
-					fsys.warm.holdsFile(dir.child(e.Name)) {
+					fsys.warm.hasFile(dir.child(e.Name), fsys.exactNow()) {
 					continue
 				}
 				h := &aheadHead{done: make(chan struct{}), at: at, until: until}

@@ -184,7 +184,7 @@ func (n *node) readAhead(l *listing, from int) {
 			continue
 		}
 		p := n.child(e.Name)
-		if f.dirsAhead.has(p) || f.warm.holdsListing(p) || f.hidden(p) {
+		if f.dirsAhead.has(p) || f.warm.has(p, f.exactNow()) || f.hidden(p) {
 			continue
 		}
 		paths = append(paths, p)

@@ -66,16 +66,20 @@ type warmDir struct {
 	entries []sftpc.Entry
 	files   map[string]sftpc.Opened // by name
 	bytes   int
+	// at, stamp and gen are the mount's change count, its stamp and the
+	// exact watch's connection when it was asked for (keep).
+	at, stamp, gen uint64
 }
 
-// keep stores d, directory p as fetched while the mount's change count
-// was at and its stamp s, unless something may have changed since (the
+// keep stores d, directory p as fetched, unless something may have
+// changed since it was asked for (d's stamps; the
 // check is made under the lock that void takes, after the count or the
 // stamp moved); it reports whether the store has room for more.
-func (w *warmStore) keep(f *filesystem, p string, d *warmDir, at, s, gen uint64) bool {
+func (w *warmStore) keep(f *filesystem, p string, d *warmDir) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if f.changes.Load() != at || f.stamp() != s || f.exactNow() != gen {
+	gen := d.gen
+	if f.changes.Load() != d.at || f.stamp() != d.stamp || f.exactNow() != gen {
 		return true // voided on arrival: the walk goes on
 	}
 	if w.entries+len(d.entries) > warmEntries || w.bytes+d.bytes > warmBytes ||
@@ -96,8 +100,9 @@ func (w *warmStore) keep(f *filesystem, p string, d *warmDir, at, s, gen uint64)
 	return true
 }
 
-// takeDir is the listing of p fetched ahead, if any: it is kept no longer.
-func (w *warmStore) takeDir(p string, gen uint64) ([]sftpc.Entry, bool) {
+// listing is the listing of p fetched ahead under connection gen, if
+// any; taken, it is kept no longer.
+func (w *warmStore) listing(p string, gen uint64, take bool) ([]sftpc.Entry, bool) {
 	if w.held.Load() == 0 {
 		return nil, false
 	}
@@ -108,41 +113,21 @@ func (w *warmStore) takeDir(p string, gen uint64) ([]sftpc.Entry, bool) {
 		return nil, false
 	}
 	ents := d.entries
-	w.forgetListing(p, d)
-	w.usedDirs++
+	if take {
+		w.forgetListing(p, d)
+		w.usedDirs++
+	}
 	return ents, true
 }
 
-// holdsListing reports whether p's listing was fetched ahead and is kept.
-func (w *warmStore) holdsListing(p string) bool {
-	if w.held.Load() == 0 {
-		return false
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	d := w.dirs[p]
-	return d != nil && d.entries != nil
-}
+// has and hasFile report whether p's listing, or its contents, are kept
+// (the walk's own read-ahead then asks for it no more).
+func (w *warmStore) has(p string, gen uint64) bool     { _, ok := w.listing(p, gen, false); return ok }
+func (w *warmStore) hasFile(p string, gen uint64) bool { _, ok := w.file(p, gen, false); return ok }
 
-// holdsFile reports whether p's contents were fetched ahead and are kept.
-func (w *warmStore) holdsFile(p string) bool {
-	if w.held.Load() == 0 {
-		return false
-	}
-	dir, name := splitPath(p)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	d := w.dirs[dir]
-	if d == nil {
-		return false
-	}
-	_, ok := d.files[name]
-	return ok
-}
-
-// takeFile is the contents of p fetched ahead, if any: they are kept no
-// longer.
-func (w *warmStore) takeFile(p string, gen uint64) (sftpc.Opened, bool) {
+// file is the contents of p fetched ahead under connection gen, if any;
+// taken, they are kept no longer.
+func (w *warmStore) file(p string, gen uint64, take bool) (sftpc.Opened, bool) {
 	if w.held.Load() == 0 {
 		return sftpc.Opened{}, false
 	}
@@ -154,12 +139,11 @@ func (w *warmStore) takeFile(p string, gen uint64) (sftpc.Opened, bool) {
 		return sftpc.Opened{}, false
 	}
 	o, ok := d.files[name]
-	if !ok {
-		return sftpc.Opened{}, false
+	if ok && take {
+		w.forgetFile(dir, d, name)
+		w.usedFiles++
 	}
-	w.forgetFile(dir, d, name)
-	w.usedFiles++
-	return o, true
+	return o, ok
 }
 
 // void forgets what is kept of p — its contents, or its listing — and
@@ -299,7 +283,7 @@ func (n *node) fromWarm() (*listing, bool) {
 		return nil, false
 	}
 	s, at := f.stamp(), f.changes.Load()
-	ents, ok := f.warm.takeDir(n.rpath(), gen)
+	ents, ok := f.warm.listing(n.rpath(), gen, true)
 	if !ok {
 		return nil, false
 	}
@@ -318,7 +302,7 @@ func (n *node) openWarm(flags int, kernelSize uint64) (*fileHandle, uint32) {
 		return nil, 0
 	}
 	changes := n.changes.Load()
-	o, ok := f.warm.takeFile(n.rpath(), gen)
+	o, ok := f.warm.file(n.rpath(), gen, true)
 	if !ok {
 		return nil, 0
 	}
@@ -381,10 +365,10 @@ func (f *filesystem) warmUp(ctx context.Context, gen uint64) {
 				if !ok {
 					return
 				}
-				d, at, s, gen, subdirs, ok := f.fetchDir(client, p)
+				d, subdirs, ok := f.fetchDir(client, p)
 				room := true
 				if ok {
-					room = f.warm.keep(f, p, d, at, s, gen)
+					room = f.warm.keep(f, p, d)
 				}
 				finished(subdirs, room)
 			}
@@ -395,21 +379,21 @@ func (f *filesystem) warmUp(ctx context.Context, gen uint64) {
 
 // fetchDir fetches directory p's pages; ok is false where the server
 // refused, or the connection ended. d is kept (warmStore.keep) only if
-// nothing changed since the stamps returned with it were read.
-func (f *filesystem) fetchDir(client *sftpc.Client, p string) (d *warmDir, at, s, gen uint64, subdirs []string, ok bool) {
+// nothing changed since the stamps it carries were read.
+func (f *filesystem) fetchDir(client *sftpc.Client, p string) (d *warmDir, subdirs []string, ok bool) {
 	d = &warmDir{files: map[string]sftpc.Opened{}}
-	at, s, gen = f.changes.Load(), f.stamp(), f.exactNow()
-	if gen == 0 {
-		return nil, 0, 0, 0, nil, false
+	d.at, d.stamp, d.gen = f.changes.Load(), f.stamp(), f.exactNow()
+	if d.gen == 0 {
+		return nil, nil, false
 	}
 	for start := 0; ; {
 		call := client.StartListRead(p, start, warmSmall, warmPage)
 		if call == nil {
-			return nil, 0, 0, 0, nil, false
+			return nil, nil, false
 		}
 		total, page, err := client.ListReadResult(call)
 		if err != nil {
-			return nil, 0, 0, 0, nil, false
+			return nil, nil, false
 		}
 		for _, e := range page {
 			d.entries = append(d.entries, e.Entry)
@@ -429,7 +413,7 @@ func (f *filesystem) fetchDir(client *sftpc.Client, p string) (d *warmDir, at, s
 			if d.entries == nil {
 				d.entries = []sftpc.Entry{} // an empty directory's listing is kept too
 			}
-			return d, at, s, gen, subdirs, true
+			return d, subdirs, true
 		}
 	}
 }
