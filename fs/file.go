@@ -29,6 +29,7 @@ type fileHandle struct {
 	flags int // the open flags, for re-opening
 
 	mu       sync.Mutex  // guards f, gen, released and werr; held across a re-open (reopen)
+	behind   sync.Mutex  // held while an FSETSTAT is queued behind the writes, and by Release
 	f        *sftpc.File // nil while the open is deferred
 	gen      uint64      // the connection f belongs to
 	released bool        // a deferred open that comes after Release is closed at once
@@ -54,9 +55,12 @@ type fileHandle struct {
 	// furthest); ok while nothing but this handle changed it, so that a
 	// setattr of its times or mode can be answered here (setattrBehind).
 	// mu guards them.
-	made   sftpc.Attrs
-	madeOK bool
-	end    uint64
+	// wroteSince: the handle wrote since made's times were last set on
+	// the delegator (attrsBehind).
+	made       sftpc.Attrs
+	madeOK     bool
+	end        uint64
+	wroteSince bool
 	// written is the whole file as this handle wrote it, while it is
 	// the file's one writer, made it empty (created it, or truncated it
 	// at its open) and wrote no more than shadowMax: a read through the
@@ -271,6 +275,14 @@ func (n *node) openDeferred(ctx context.Context) {
 		hs = append(hs, h)
 	}
 	n.mu.Unlock()
+	if len(hs) == 0 {
+		return
+	}
+	// A file created behind may not be there yet: its open and writes
+	// go first (an open by path is not kept behind them on the wire).
+	if err := n.fsys.conn.writes.settleHandles(ctx, n.otherWriters(nil)...); err != nil {
+		n.fsys.log.Debug("open a deferred handle", "path", n.rpath(), "err", err)
+	}
 	for _, h := range hs {
 		if _, _, err := h.file(ctx); err != nil {
 			n.fsys.log.Debug("open a deferred handle", "path", n.rpath(), "err", err)
@@ -498,6 +510,7 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 	kept := keep(data)
 	h.mu.Lock()
 	h.end = max(h.end, uint64(off)+uint64(len(data)))
+	h.wroteSince = true
 	if h.writtenOK {
 		if end := off + int64(len(data)); off < 0 || end > shadowMax {
 			h.written, h.writtenOK = nil, false
@@ -625,6 +638,7 @@ func (h *fileHandle) setstat(ctx context.Context, set sftpc.Attrs) (sftpc.Attrs,
 // hold up the caller. Unmount waits for these closes.
 func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 	fsys := h.node.fsys
+	h.behind.Lock() // an FSETSTAT being queued behind goes before the close
 	h.node.mu.Lock()
 	if _, wrote := h.node.writers[h]; wrote {
 		delete(h.node.writers, h)
@@ -640,6 +654,7 @@ func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 		fsys.closingMu.Unlock()
 	}
 	h.node.mu.Unlock()
+	h.behind.Unlock()
 	h.mu.Lock()
 	f := h.f
 	h.released = true
@@ -687,38 +702,90 @@ func (h *fileHandle) setattrBehind(set sftpc.Attrs, mtimeSet bool) (a sftpc.Attr
 	if set.Flags&^(sftpc.AttrTimes|sftpc.AttrPermissions) != 0 || set.Mode&^0o777 != 0 {
 		return a, false
 	}
-	n := h.node
-	n.mu.Lock()
-	alone := len(n.writers) == 1 && len(n.closing) == 0
-	n.mu.Unlock()
-	client, live := n.fsys.conn.liveAt()
-	h.mu.Lock()
-	f, gen := h.f, h.gen
-	a, ok = h.made, h.madeOK && alone && f != nil && client != nil && gen == live && f.WriteBarrier()
-	h.mu.Unlock()
+	// Queued before Release takes the handle off the writers, the
+	// FSETSTAT is among the writes its close waits for.
+	h.behind.Lock()
+	f, gen, a, ok := h.madeHere()
 	if !ok {
+		h.behind.Unlock()
 		return a, false
 	}
 	now := time.Now()
 	if set.Flags&sftpc.AttrTimes != 0 {
 		a.Atime, a.Mtime, a.MtimeNsec = set.Atime, set.Mtime, 0
+		if set.HasTimes {
+			a.MtimeNsec = set.MtimeNsec
+		}
 	}
 	if set.Flags&sftpc.AttrPermissions != 0 {
 		a.Mode = syscall.S_IFREG | set.Mode
 	}
 	a.Ctime, a.CtimeNsec = uint64(now.Unix()), uint32(now.Nanosecond())
-	wb := &n.fsys.conn.writes
+	wb := &h.node.fsys.conn.writes
 	h.mu.Lock()
 	a.Size = h.end
 	h.made = a
+	// Set after every write sent so far: the file keeps these times.
+	h.wroteSince = false
 	h.mu.Unlock()
-	if upto := wb.queueSetstat(h, gen, f.StartSetstat(set), set); upto != 0 {
+	upto := wb.queueSetstat(h, gen, f.StartSetstat(set), set)
+	h.behind.Unlock()
+	if upto != 0 {
 		wb.settleTo(context.Background(), upto)
 	}
 	if set.Flags&sftpc.AttrPermissions != 0 || mtimeSet {
-		n.logChange()
+		h.node.logChange()
 	}
 	return a, true
+}
+
+// madeHere is the file h created behind as h made it (made), with the
+// file and connection its requests go out on; ok only while the
+// attributes known here are the file's: nothing but h changed it (it is
+// the file's one writer, no other's writes are on the wire, its size
+// was not set), and its writes went out on the live connection of a
+// server that keeps an FSETSTAT behind them.
+func (h *fileHandle) madeHere() (f *sftpc.File, gen uint64, a sftpc.Attrs, ok bool) {
+	n := h.node
+	n.mu.Lock()
+	alone := len(n.writers) == 1 && len(n.closing) == 0
+	if _, writer := n.writers[h]; !writer {
+		alone = false
+	}
+	n.mu.Unlock()
+	client, live := n.fsys.conn.liveAt()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f, gen, a = h.f, h.gen, h.made
+	a.Size = h.end
+	ok = h.madeOK && alone && f != nil && client != nil && gen == live && f.WriteBarrier()
+	return f, gen, a, ok
+}
+
+// attrsBehind answers a GETATTR of a file this handle created behind
+// and is still writing, without waiting for its writes: the kernel asks
+// after every write it sent (its attributes are void then) as soon as a
+// read goes past the size it knew — an assembler writes its object file
+// and reads it back, a round trip a read across a network. The size is
+// the handle's furthest write's end. Written to since its times were
+// last set, the file is given a modification time of now, and an
+// FSETSTAT of it goes out behind the writes (setattrBehind), so that
+// what the kernel is told now is what a stat says once they landed. ok
+// is false where it does not apply (madeHere).
+func (h *fileHandle) attrsBehind() (sftpc.Attrs, bool) {
+	_, _, a, ok := h.madeHere()
+	if !ok {
+		return a, false
+	}
+	h.mu.Lock()
+	wrote := h.wroteSince
+	h.mu.Unlock()
+	if !wrote {
+		return a, true
+	}
+	now := time.Now()
+	return h.setattrBehind(sftpc.Attrs{Flags: sftpc.AttrTimes, Atime: a.Atime,
+		Mtime: uint32(now.Unix()), MtimeNsec: uint32(now.Nanosecond()), HasTimes: true}, false)
 }
 
 // fromWritten answers a read at off from what the handle wrote (written),

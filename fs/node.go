@@ -443,6 +443,14 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		// After the answer: an invalidation meanwhile shortens it.
 		out.SetTimeout(n.fsys.attrFor(s, &out.Attr))
 	}()
+	if h := n.writer(); h != nil {
+		if a, ok := h.attrsBehind(); ok {
+			n.fsys.fillAttr(a, &out.Attr)
+			n.observe(&out.Attr)
+			n.told(&out.Attr)
+			return 0
+		}
+	}
 	if h, ok := f.(*fileHandle); ok {
 		a, err := h.stat(ctx)
 		if err != nil {

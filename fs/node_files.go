@@ -50,6 +50,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		}
 		if mok {
 			set.Mtime = uint32(mtime.Unix())
+			set.MtimeNsec, set.HasTimes = uint32(mtime.Nanosecond()), true
 		}
 		if aok {
 			set.Atime = uint32(atime.Unix())

@@ -108,9 +108,16 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 		}
 	}
 	if a.Flags&wire.AttrACModTime != 0 {
+		// times@awcp's mtime nanoseconds are honoured: a client that told
+		// its kernel a file's mtime sets that very one.
 		at, mt := time.Unix(int64(a.Atime), 0), time.Unix(int64(a.Mtime), 0)
+		if a.HasTimes && a.MtimeNsec < 1e9 {
+			mt = time.Unix(int64(a.Mtime), int64(a.MtimeNsec))
+		}
 		var err error
 		switch {
+		case f != nil && a.HasTimes:
+			err = setTimes(f, a)
 		case f != nil:
 			err = futimes(f, at, mt)
 		case pinned != "":

@@ -641,3 +641,42 @@ func TestConnectionLost(t *testing.T) {
 		t.Fatalf("after: %v", err)
 	}
 }
+
+// TestTimesToTheNanosecond: a SETSTAT or FSETSTAT that carries times@awcp
+// sets the modification time to its nanosecond (the mount tells its
+// kernel such a time before the delegator sets it); one without sets whole
+// seconds, as version 3 says.
+func TestTimesToTheNanosecond(t *testing.T) {
+	dir, _, c := session(t)
+	if err := os.WriteFile(filepath.Join(dir, "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := uint32(time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC).Unix())
+	f, err := c.OpenFile("/f", sftpc.OpenWrite, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i, set := range []func(a sftpc.Attrs) error{
+		func(a sftpc.Attrs) error { return c.StartSetstat("/f", a).Err() },
+		func(a sftpc.Attrs) error { return f.StartSetstat(a).Err() },
+	} {
+		nsec := uint32(123456789 + i)
+		if err := set(sftpc.Attrs{Flags: sftpc.AttrTimes, Atime: base, Mtime: base + 1, MtimeNsec: nsec, HasTimes: true}); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(filepath.Join(dir, "f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := time.Unix(int64(base+1), int64(nsec)); !fi.ModTime().Equal(want) {
+			t.Errorf("set %d: mtime %v, want %v", i, fi.ModTime(), want)
+		}
+		if err := set(sftpc.Attrs{Flags: sftpc.AttrTimes, Atime: base, Mtime: base + 2, MtimeNsec: nsec}); err != nil {
+			t.Fatal(err)
+		}
+		if fi, _ = os.Stat(filepath.Join(dir, "f")); !fi.ModTime().Equal(time.Unix(int64(base+2), 0)) {
+			t.Errorf("set %d without times@awcp: mtime %v, want whole seconds", i, fi.ModTime())
+		}
+	}
+}

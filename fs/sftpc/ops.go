@@ -26,8 +26,13 @@ type Attrs = wire.FileAttrs
 
 // settable is what a request may set of a: size, permission bits, times.
 func settable(a Attrs) *Attrs {
-	return &Attrs{Flags: a.Flags & (AttrSize | AttrPermissions | AttrTimes), Size: a.Size, Mode: a.Mode & 0o7777,
+	s := &Attrs{Flags: a.Flags & (AttrSize | AttrPermissions | AttrTimes), Size: a.Size, Mode: a.Mode & 0o7777,
 		Atime: a.Atime, Mtime: a.Mtime}
+	if a.HasTimes && a.Flags&AttrTimes != 0 {
+		// Our server sets the mtime to the nanosecond; others ignore it.
+		s.MtimeNsec, s.HasTimes = a.MtimeNsec, true
+	}
+	return s
 }
 
 func (c *Client) path(typ byte, p string) *Call {
