@@ -125,7 +125,8 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 // out of the kernel's cache, so that it shows again and its directory's
 // rmdir fails with ENOTEMPTY (removal.settled). Writes and opens in flight
 // are settled first: a file created behind must exist before its REMOVE
-// runs. It reports false where it does not apply.
+// runs — unless the server keeps the REMOVE behind the file's create
+// (settleBeforeRemove). It reports false where it does not apply.
 func (n *node) removeBehind(ctx context.Context, name, p string, dir bool, answered func()) bool {
 	n.mu.Lock()
 	uid, mode := n.uid, n.mode
@@ -139,13 +140,13 @@ func (n *node) removeBehind(ctx context.Context, name, p string, dir bool, answe
 		}
 	}
 	w := &n.fsys.conn.writes
-	if err := w.settleFor(ctx); err != nil {
-		return false
-	}
 	client, gen := n.fsys.conn.liveAt()
 	// A remove the server may refuse waits for its answer: the refusal
 	// must reach the caller.
 	if client == nil || (dir && !client.RmdirsInOrder()) || client.Policy().NoDelete || refusesGit(client, p) {
+		return false
+	}
+	if err := w.settleBeforeRemove(ctx, n.childNode(name), client, gen); err != nil {
 		return false
 	}
 	n.unnamed(name)

@@ -223,3 +223,51 @@ func TestReaderOfAFileCreatedBehindAcrossASlowLink(t *testing.T) {
 		}
 	}
 }
+
+// TestLockFilesAcrossASlowLink: git makes index.lock, and drops or renames
+// it, at every command; a build makes and removes temporary files. Made
+// behind and removed behind, neither waiting for the other's answer, they
+// must still land in order: nothing is left on the delegator's side, and
+// the name can be made again at once.
+func TestLockFilesAcrossASlowLink(t *testing.T) {
+	f := newMountWith(t, false, func(o *Options) { o.Addr = slowLink(t, o.Addr, 40*time.Millisecond) })
+	waitExact(t, f)
+	if err := os.Mkdir(filepath.Join(f.mnt, "git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.mnt, "git", "HEAD"), []byte("ref\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lock := filepath.Join(f.mnt, "git", "index.lock")
+	for round := range 5 {
+		fd, err := os.OpenFile(lock, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		fd.Write([]byte("index"))
+		fd.Close()
+		if err := os.Remove(lock); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+	}
+	// The removes landed after their creates: the delegator's side has
+	// the directory as before.
+	if err := landedGone(t, filepath.Join(f.dir, "git", "index.lock")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(f.dir, "git", "HEAD")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// landedGone waits for p to be gone from the delegator's side, as a remove
+// sent behind lands.
+func landedGone(t testing.TB, p string) error {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+	}
+	return errors.New(p + " is still there")
+}

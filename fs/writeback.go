@@ -162,6 +162,26 @@ func (w *writeBehind) settleFor(ctx context.Context, paths ...string) error {
 	return w.settleTo(ctx, target)
 }
 
+// settleBeforeRemove settles what a REMOVE of file cn's path, sent
+// behind on connection gen of client, must not overtake: every write and
+// open in flight, unless the server runs a REMOVE after the named open of
+// its path sent before (sftpc's RemovesAfterOpens) — then only the writes
+// of cn's handles that went out on another connection, re-sent on this
+// one by settling. A file created behind and removed at once (git's
+// index.lock) then costs no round trip.
+func (w *writeBehind) settleBeforeRemove(ctx context.Context, cn *node, client *sftpc.Client, gen uint64) error {
+	if !client.RemovesAfterOpens() || cn == nil {
+		return w.settleFor(ctx)
+	}
+	var elsewhere []*fileHandle
+	for _, h := range cn.otherWriters(nil) {
+		if !w.wroteOn(h, gen) {
+			elsewhere = append(elsewhere, h)
+		}
+	}
+	return w.settleHandles(ctx, elsewhere...)
+}
+
 // settleRemoves returns once the removes of paths, and of what lies
 // beneath them, are settled; writes stay in flight.
 func (w *writeBehind) settleRemoves(ctx context.Context, paths ...string) error {

@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"testing"
 
 	wire "github.com/awcp/awcp/sshd/sftpwire"
@@ -126,5 +128,38 @@ func TestOpenNamedRefusals(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "first")); string(b) != "data" {
 		t.Fatalf("first holds %q", b)
+	}
+}
+
+// TestNamedOpensLeftBehindAreSwept: a client may name a new handle in every
+// open-named@awcp, and never close it (the open refused, or abandoned). The
+// read loop's order for such handles, and the path a REMOVE would wait on,
+// are dropped once nothing of theirs is in flight; those of open handles,
+// and of requests still running, stay.
+func TestNamedOpensLeftBehindAreSwept(t *testing.T) {
+	s := &sftpServer{handleTable: &handleTable{handles: map[string]*handle{"nopen": {}}}}
+	order := map[string]*handleOrder{}
+	opening := map[string]*sync.WaitGroup{}
+	for i := range orderSweepAt {
+		o := &handleOrder{path: "/f" + strconv.Itoa(i), opened: new(sync.WaitGroup)}
+		order["n"+strconv.Itoa(i)] = o
+		opening[o.path] = o.opened
+	}
+	order["nopen"] = &handleOrder{}
+	running := &handleOrder{path: "/running", opened: new(sync.WaitGroup)}
+	running.opened.Add(1)
+	done := running.track(running.opened)
+	order["nrunning"], opening["/running"] = running, running.opened
+	sweepOrder(s, order, opening)
+	if len(order) != 2 || order["nopen"] == nil || order["nrunning"] == nil {
+		t.Fatalf("after the sweep %d orders are kept, want the open handle's and the running one's", len(order))
+	}
+	if len(opening) != 1 || opening["/running"] == nil {
+		t.Fatalf("after the sweep %d named opens are kept for REMOVE, want the running one", len(opening))
+	}
+	done.Done()
+	sweepOrder(s, order, opening)
+	if len(order) != 1 || len(opening) != 0 {
+		t.Fatalf("once handled, %d orders and %d named opens are kept", len(order), len(opening))
 	}
 }

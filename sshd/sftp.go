@@ -39,6 +39,7 @@ var extensions = [][2]string{
 	{wire.OpenRead, "1"},
 	{wire.OpenNamed, "1"},
 	{wire.RmdirInOrder, "1"},
+	{wire.RemoveAfterOpen, "1"},
 	{wire.List, "1"},
 	{wire.ListRead, "1"},
 	{wire.Watch, "1"},
@@ -221,6 +222,10 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 	// not yet handled, which its RMDIR waits for (wire.RmdirInOrder). Only
 	// this loop touches the map.
 	emptying := emptyingMap{}
+	// opening holds, by path, the named open of it last sent, until its
+	// handle is closed: a REMOVE of the path waits for it
+	// (wire.RemoveAfterOpen). Only this loop touches it.
+	opening := map[string]*sync.WaitGroup{}
 	// Buffered: each read of an SSH channel may send a window adjustment
 	// (a packet and a syscall) once more than a few packets wait unread,
 	// which a burst of writes sent behind makes so; reading a header and a
@@ -302,7 +307,7 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 				o.writes = new(sync.WaitGroup)
 			}
 			o.writes.Add(1)
-			j.done, j.after = o.writes, o.barrier
+			j.done, j.after = o.track(o.writes), o.barrier
 		case pkt[0] == wire.Extended && string(key) == wire.OpenNamed:
 			// The open is the handle's first barrier: its writes and
 			// the rest wait for it. (A name used before waits for that
@@ -313,15 +318,28 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 			}
 			o := order[string(name)]
 			if o == nil {
+				// Named by the client: a name never closed (an open
+				// refused, a client that never closes) stays here
+				// until swept.
+				if len(order) >= orderSweepAt {
+					sweepOrder(s, order, opening)
+				}
 				o = &handleOrder{}
 				order[string(name)] = o
 			}
 			j.after, o.writes = o.writes, nil
 			o.barrier = new(sync.WaitGroup)
 			o.barrier.Add(1)
-			j.done = o.barrier
+			j.done = o.track(o.barrier)
+			if p, ok := stringAt(pkt, 9+len(key)+4+len(name)); ok {
+				o.path, o.opened = s.rel(string(p)), o.barrier
+				opening[o.path] = o.barrier
+			}
 		case pkt[0] == wire.Remove || pkt[0] == wire.Rmdir:
 			name := s.rel(string(key))
+			if pkt[0] == wire.Remove {
+				j.after = opening[name]
+			}
 			if pkt[0] == wire.Rmdir {
 				if in := emptying[name]; in != nil {
 					j.after = &in.wg
@@ -337,11 +355,14 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 			j.after, o.writes = o.writes, nil
 			if pkt[0] == wire.Close {
 				delete(order, string(key))
+				if o.path != "" && opening[o.path] == o.opened {
+					delete(opening, o.path)
+				}
 				break
 			}
 			o.barrier = new(sync.WaitGroup)
 			o.barrier.Add(1)
-			j.done = o.barrier
+			j.done = o.track(o.barrier)
 		}
 		queues[routeKey(pkt)%workers] <- j
 	}

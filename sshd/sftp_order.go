@@ -114,6 +114,51 @@ type completion interface{ Done() }
 type handleOrder struct {
 	writes  *sync.WaitGroup // the writes since the last barrier request
 	barrier *sync.WaitGroup // the last barrier request, until it is handled
+	// A named open's path and its barrier, which a REMOVE of the path
+	// waits for until the handle is closed (wire.RemoveAfterOpen).
+	path   string
+	opened *sync.WaitGroup
+	// pending counts its requests not yet handled (track): an entry
+	// with none, whose handle is not open, is swept (sweepOrder).
+	pending atomic.Int64
+}
+
+// track counts a request of o's until done marks it handled.
+func (o *handleOrder) track(done *sync.WaitGroup) completion {
+	o.pending.Add(1)
+	return trackedDone{done, o}
+}
+
+type trackedDone struct {
+	wg *sync.WaitGroup
+	o  *handleOrder
+}
+
+func (t trackedDone) Done() {
+	t.o.pending.Add(-1)
+	t.wg.Done()
+}
+
+// orderSweepAt is how many handles' orders the read loop keeps before it
+// sweeps those left behind: more than a session's open handles
+// (maxHandles), so that a sweep frees most of what it looks at.
+const orderSweepAt = 4 * maxHandles
+
+// sweepOrder drops the orders of handles that are not open and have no
+// request in flight — named opens refused or never closed — and the
+// named opens they hold for REMOVE (wire.RemoveAfterOpen). A client
+// naming a new handle in every request would otherwise grow the maps
+// without bound.
+func sweepOrder(s *sftpServer, order map[string]*handleOrder, opening map[string]*sync.WaitGroup) {
+	for k, o := range order {
+		if o.pending.Load() != 0 || s.has([]byte(k)) {
+			continue
+		}
+		delete(order, k)
+		if o.path != "" && opening[o.path] == o.opened {
+			delete(opening, o.path)
+		}
+	}
 }
 
 // firstString is the packet's first string (a handle or a path), after

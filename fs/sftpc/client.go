@@ -120,6 +120,7 @@ type Client struct {
 	openRead     bool              // the server announced wire.OpenRead
 	openNamed    bool              // the server announced wire.OpenNamed
 	rmdirInOrder bool              // the server announced wire.RmdirInOrder
+	rmAfterOpen  bool              // the server announced wire.RemoveAfterOpen
 	list         bool              // the server announced wire.List
 	listRead     bool              // the server announced wire.ListRead
 	watch        bool              // the server announced wire.Watch
@@ -201,6 +202,8 @@ func (c *Client) handshake() error {
 			c.openNamed = true
 		case wire.RmdirInOrder:
 			c.rmdirInOrder = true
+		case wire.RemoveAfterOpen:
+			c.rmAfterOpen = true
 		case wire.List:
 			c.list = true
 		case wire.ListRead:

@@ -680,3 +680,28 @@ func TestTimesToTheNanosecond(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoveAfterOpen: a file created by a named open and removed right
+// behind it, neither answered yet, is gone once both are: the REMOVE runs
+// after the open (remove-after-open@awcp), though the open runs by its
+// handle and the remove by its path. git makes and drops index.lock so at
+// every status.
+func TestRemoveAfterOpen(t *testing.T) {
+	dir, _, c := session(t)
+	if !c.RemovesAfterOpens() {
+		t.Fatal("our server does not announce remove-after-open@awcp")
+	}
+	for round := range 300 {
+		name := fmt.Sprintf("lock%d", round%7)
+		f, open := c.StartOpenNamed("/"+name, sftpc.OpenWrite|sftpc.OpenCreate|sftpc.OpenExcl, 0o644, time.Time{})
+		write := f.StartWrite([]byte("held"), 0)
+		rm := c.StartRemove("/" + name)
+		closed := f.StartClose()
+		if err := errors.Join(open.Err(), write.Err(), rm.Err(), closed.Err()); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("round %d: %s is still there (%v): the remove overtook the create", round, name, err)
+		}
+	}
+}

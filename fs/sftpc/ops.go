@@ -113,6 +113,10 @@ func (c *Client) RemoveDirectory(p string) error { return c.StartRemoveDirectory
 // of names in the directory sent before it (wire.RmdirInOrder).
 func (c *Client) RmdirsInOrder() bool { return c.rmdirInOrder }
 
+// RemovesAfterOpens reports whether the server runs a REMOVE of a path
+// after a named open of it sent before (wire.RemoveAfterOpen).
+func (c *Client) RemovesAfterOpens() bool { return c.rmAfterOpen }
+
 // PosixRename renames, replacing the target (posix-rename@openssh.com).
 func (c *Client) PosixRename(from, to string) error {
 	return c.extended("posix-rename@openssh.com", c.at(from), c.at(to)).Err()

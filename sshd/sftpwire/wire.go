@@ -44,6 +44,13 @@ const OpenNamed = "open-named@awcp"
 // without waiting for their answers first (rm -rf).
 const RmdirInOrder = "rmdir-in-order@awcp"
 
+// RemoveAfterOpen is our extension, announced in VERSION: REMOVE of a
+// path runs after an OpenNamed of that path sent before it has been
+// handled. The named open runs by its handle, not its path; with this, a
+// client that created a file behind may remove it without waiting for
+// the create's answer first (git's index.lock, a build's temporary files).
+const RemoveAfterOpen = "remove-after-open@awcp"
+
 // List is our extension, announced in VERSION: a directory's entries in
 // one round trip instead of OPENDIR, READDIR and CLOSE. The request is the
 // directory's path; the answer a NAME (as READDIR's, with empty long
