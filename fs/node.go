@@ -26,6 +26,9 @@ type node struct {
 	// changes counts the writes and truncations made through this mount:
 	// what a handle read at its open is stale once it moved.
 	changes atomic.Uint64
+	// warmVoided is the fetched-ahead store's count of directories kept,
+	// plus one, when n's path was last voided in it (warmStore.voidNode).
+	warmVoided atomic.Uint64
 	// changedAt is filesystem.changes at the start or the answer of the
 	// latest change made to n through this mount, whichever came last
 	// (filesystem.changing).
