@@ -271,3 +271,55 @@ func TestFloodOverManyConnectionsIsBounded(t *testing.T) {
 		t.Error(msg)
 	}
 }
+
+// A client that pipelines list-read@awcp requests, each answered with a
+// page of up to 1 MiB of a directory's entries and file contents, and
+// reads no answer, is bounded as a READ flood is: the answers are counted
+// against the connection's flow from the moment each request is read.
+func TestListReadFloodIsBounded(t *testing.T) {
+	f := newFixture(t)
+	dir, cred := f.lend(t, "dlg_listflood", false)
+	content := make([]byte, 60<<10)
+	for i := range content {
+		content[i] = byte(i)
+	}
+	for i := range 40 { // 2.4 MiB of small files: every page is full
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%02d", i)), content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := newFloodSession(t, f, "dlg_listflood", cred)
+	const pages = 300 // 300 MiB of answers, were they all held
+	before := heapInUse()
+	for i := range pages {
+		s.send(func(b *buf) {
+			b.Byte(wire.Extended)
+			b.U32(uint32(100 + i))
+			b.Str(wire.ListRead)
+			b.Str("/")
+			b.U32(0)
+			b.U32(64 << 10)
+			b.U32(maxReadLen)
+		})
+	}
+	var peak uint64
+	for range 20 {
+		time.Sleep(100 * time.Millisecond)
+		peak = max(peak, heapGrowth(before))
+		if peak > 64<<20 {
+			break
+		}
+	}
+	if peak > 48<<20 {
+		t.Fatalf("the server held %d MiB for %d unread pages of up to 1 MiB; want it bounded by its flow control", peak>>20, pages)
+	}
+	for i := range pages {
+		typ, body := s.reply()
+		if typ != wire.ExtendedReply {
+			t.Fatalf("answer %d: type %d", i, typ)
+		}
+		if len(body) < 512<<10 {
+			t.Fatalf("answer %d: %d bytes, want a full page", i, len(body))
+		}
+	}
+}
