@@ -58,6 +58,7 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./archive/ ./lease/ ./sshd/ ./control/...
 	$(GO) test -run '^$$' -bench DelegatorChangeSeen ./fs/
 	$(GO) test -run '^$$' -bench 'ListingsHeld|ChangeLogHeld' -benchtime 3x ./fs/
+	$(GO) test -run '^$$' -bench WarmStoreHeld -benchtime 1x ./fs/
 	$(GO) test -run '^$$' -bench PerRequestCost -benchtime 3000x ./fs/
 	$(GO) test -run '^$$' -bench ConfinedWork -benchtime 10x ./internal/sandbox/
 	$(GO) test -run '^$$' -bench AgentBuildCache -benchtime 2x ./internal/sandbox/

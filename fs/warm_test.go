@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -166,4 +167,51 @@ func waitFetched(t *testing.T, f *mountFixture, n int) {
 			t.Fatalf("%d directories fetched ahead after 5 s, want %d", fetched, n)
 		}
 	}
+}
+
+// BenchmarkWarmStoreHeld is what the tree fetched ahead holds for a lent
+// tree past its bounds (80,000 files of 600 bytes in 800 directories: more
+// entries than warmEntries, more contents than warmBytes): the entries and
+// bytes kept, which must stay within the bounds, and what the process's
+// heap grew by while they are kept (client and server are both in it).
+func BenchmarkWarmStoreHeld(b *testing.B) {
+	dir := b.TempDir()
+	small := make([]byte, 600)
+	for d := range 800 {
+		sub := filepath.Join(dir, fmt.Sprintf("d%d", d))
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		for i := range 100 {
+			if err := os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%d", i)), small, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for b.Loop() {
+		before := heapNow()
+		f := newMountOf(b, sshd.Export{Dir: dir}, nil)
+		select {
+		case <-f.mount.Warmed():
+		case <-time.After(time.Minute):
+			b.Fatal("the walk ahead did not end")
+		}
+		w := &f.mount.fsys.warm
+		w.mu.Lock()
+		entries, kept := w.entries, w.bytes
+		w.mu.Unlock()
+		if entries > warmEntries || kept > warmBytes {
+			b.Fatalf("%d entries and %d bytes kept, past the bounds (%d, %d)", entries, kept, warmEntries, warmBytes)
+		}
+		b.ReportMetric(float64(entries), "entries")
+		b.ReportMetric(float64(kept)/(1<<20), "contents-MiB")
+		b.ReportMetric(float64(heapNow()-min(before, heapNow()))/(1<<20), "heap-MiB")
+	}
+}
+
+func heapNow() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }

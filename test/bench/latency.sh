@@ -128,9 +128,18 @@ start_link() { # RTT_MS
 	case " $TARGETS " in *" sshfs "*) start_sshfs ;; esac
 }
 
-# link_mb_s: what the link carries, 64 MiB over one TCP connection from
-# this machine to the namespace (the direction of a read on the mount).
+# link_mb_s: what the link carries, the best of three sends of 64 MiB
+# over one TCP connection from this machine to the namespace (the
+# direction of a read on the mount): one send varied by a fifth.
 link_mb_s() {
+	local best=0 v
+	for _ in 1 2 3; do
+		v=$(link_send)
+		best=$(awk -v a="$best" -v b="$v" 'BEGIN { print (b > a) ? b : a }')
+	done
+	echo "$best"
+}
+link_send() {
 	in_ns python3 - <<'PY' &
 import socket, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
