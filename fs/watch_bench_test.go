@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/awcp/awcp/sshd/sshdtest"
 )
 
 // BenchmarkDelegatorChangeSeen is the time from a change on the
@@ -15,14 +17,14 @@ import (
 func BenchmarkDelegatorChangeSeen(b *testing.B) { changeSeen(b, 0) }
 
 // BenchmarkDelegatorChangeSeenAcrossASlowLink is the same across a link
-// of a 20 ms round trip (slowLink): issue 68's goal is a change seen
+// of a 20 ms round trip (sshdtest.SlowLink): issue 68's goal is a change seen
 // within 50 ms and one round trip.
 func BenchmarkDelegatorChangeSeenAcrossASlowLink(b *testing.B) { changeSeen(b, 20*time.Millisecond) }
 
 func changeSeen(b *testing.B, rtt time.Duration) {
 	f := newMountWith(b, false, func(o *Options) {
 		if rtt != 0 {
-			o.Addr = slowLink(b, o.Addr, rtt)
+			o.Addr = sshdtest.SlowLink(b, o.Addr, rtt)
 		}
 	})
 	onDelegator, inMount := filepath.Join(f.dir, "f"), filepath.Join(f.mnt, "f")

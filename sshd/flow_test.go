@@ -117,6 +117,20 @@ func heapGrowth(before uint64) uint64 {
 	return 0
 }
 
+// peakGrowth is the most the live heap grew since before, sampled for two
+// seconds (or until it passed 64 MiB), while a flood is held.
+func peakGrowth(before uint64) uint64 {
+	var peak uint64
+	for range 20 {
+		time.Sleep(100 * time.Millisecond)
+		peak = max(peak, heapGrowth(before))
+		if peak > 64<<20 {
+			break
+		}
+	}
+	return peak
+}
+
 // A client that pipelines READs of 1 MiB and reads no answer does not make
 // the server hold them all: it stops reading requests once its connection's
 // share is held (flow control), and once the client reads, every request is
@@ -137,14 +151,7 @@ func TestReadFloodIsBounded(t *testing.T) {
 	const reads = 400 // 400 MiB of answers, were they all held
 	before := heapInUse()
 	s.reads(h, reads)
-	var peak uint64
-	for range 20 {
-		time.Sleep(100 * time.Millisecond)
-		peak = max(peak, heapGrowth(before))
-		if peak > 64<<20 {
-			break
-		}
-	}
+	peak := peakGrowth(before)
 	if peak > 48<<20 {
 		t.Fatalf("the server held %d MiB for %d unread answers of 1 MiB; want it bounded by its flow control", peak>>20, reads)
 	}
@@ -302,14 +309,7 @@ func TestListReadFloodIsBounded(t *testing.T) {
 			b.U32(maxReadLen)
 		})
 	}
-	var peak uint64
-	for range 20 {
-		time.Sleep(100 * time.Millisecond)
-		peak = max(peak, heapGrowth(before))
-		if peak > 64<<20 {
-			break
-		}
-	}
+	peak := peakGrowth(before)
 	if peak > 48<<20 {
 		t.Fatalf("the server held %d MiB for %d unread pages of up to 1 MiB; want it bounded by its flow control", peak>>20, pages)
 	}
