@@ -28,8 +28,12 @@ type fileHandle struct {
 	node  *node
 	flags int // the open flags, for re-opening
 
-	mu       sync.Mutex  // guards f, gen, released and werr; held across a re-open (reopen)
-	behind   sync.Mutex  // held while an FSETSTAT is queued behind the writes, and by Release
+	mu sync.Mutex // guards f, gen, released and werr; held across a re-open (reopen)
+	// behind orders a setattr sent behind the writes (setattrBehind)
+	// against Release: one that found the handle still a writer is
+	// counted in queueing, which the close waits for.
+	behind   sync.Mutex
+	queueing sync.WaitGroup
 	f        *sftpc.File // nil while the open is deferred
 	gen      uint64      // the connection f belongs to
 	released bool        // a deferred open that comes after Release is closed at once
@@ -638,7 +642,7 @@ func (h *fileHandle) setstat(ctx context.Context, set sftpc.Attrs) (sftpc.Attrs,
 // hold up the caller. Unmount waits for these closes.
 func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 	fsys := h.node.fsys
-	h.behind.Lock() // an FSETSTAT being queued behind goes before the close
+	h.behind.Lock() // no setattr begins behind the writes after this
 	h.node.mu.Lock()
 	if _, wrote := h.node.writers[h]; wrote {
 		delete(h.node.writers, h)
@@ -668,6 +672,7 @@ func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 	fsys.closing.Add(1)
 	go func() {
 		defer fsys.closing.Done()
+		h.queueing.Wait() // a setattr begun behind them is among them
 		// The handle's writes are settled first: a server without the
 		// write barrier could run the CLOSE ahead of them, and a write
 		// cut off by a lost connection is sent again on a handle
@@ -702,14 +707,18 @@ func (h *fileHandle) setattrBehind(set sftpc.Attrs, mtimeSet bool) (a sftpc.Attr
 	if set.Flags&^(sftpc.AttrTimes|sftpc.AttrPermissions) != 0 || set.Mode&^0o777 != 0 {
 		return a, false
 	}
-	// Queued before Release takes the handle off the writers, the
+	// Begun before Release takes the handle off the writers, the
 	// FSETSTAT is among the writes its close waits for.
 	h.behind.Lock()
 	f, gen, a, ok := h.madeHere()
+	if ok {
+		h.queueing.Add(1)
+	}
+	h.behind.Unlock()
 	if !ok {
-		h.behind.Unlock()
 		return a, false
 	}
+	defer h.queueing.Done()
 	now := time.Now()
 	if set.Flags&sftpc.AttrTimes != 0 {
 		a.Atime, a.Mtime, a.MtimeNsec = set.Atime, set.Mtime, 0
@@ -729,7 +738,6 @@ func (h *fileHandle) setattrBehind(set sftpc.Attrs, mtimeSet bool) (a sftpc.Attr
 	h.wroteSince = false
 	h.mu.Unlock()
 	upto := wb.queueSetstat(h, gen, f.StartSetstat(set), set)
-	h.behind.Unlock()
 	if upto != 0 {
 		wb.settleTo(context.Background(), upto)
 	}
