@@ -15,52 +15,23 @@ type ReplyGate struct {
 	// Addr is where the proxy listens.
 	Addr string
 
+	proxy    *proxy
 	mu       sync.Mutex
 	open     chan struct{} // closed while replies pass
 	requests chan struct{} // closed while requests pass
-
-	connsMu sync.Mutex
-	conns   []net.Conn // both ends of every connection proxied
 }
 
 // NewReplyGate proxies to target until the test ends; replies pass until
 // Hold is called.
 func NewReplyGate(t testing.TB, target string) *ReplyGate {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &ReplyGate{Addr: ln.Addr().String(), open: make(chan struct{}), requests: make(chan struct{})}
+	g := &ReplyGate{open: make(chan struct{}), requests: make(chan struct{})}
 	close(g.open)
 	close(g.requests)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			g.connsMu.Lock()
-			g.conns = append(g.conns, c, s)
-			g.connsMu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); defer s.Close(); g.copy(s, c, &g.requests) }()
-			go func() { defer wg.Done(); defer c.Close(); g.copy(c, s, &g.open) }()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		g.Reset()
-		wg.Wait()
-	})
+	g.proxy = newProxy(t, target,
+		func(dst, src net.Conn) { defer dst.Close(); g.copy(dst, src, &g.requests) },
+		func(dst, src net.Conn) { defer dst.Close(); g.copy(dst, src, &g.open) })
+	g.Addr = g.proxy.addr
 	return g
 }
 
@@ -82,18 +53,7 @@ func (g *ReplyGate) copy(dst, src net.Conn, gate *chan struct{}) {
 }
 
 // Reset resets every connection open through the gate, at both ends.
-func (g *ReplyGate) Reset() {
-	g.connsMu.Lock()
-	conns := g.conns
-	g.conns = nil
-	g.connsMu.Unlock()
-	for _, c := range conns {
-		if tc, ok := c.(*net.TCPConn); ok {
-			tc.SetLinger(0) // a reset, not an orderly close
-		}
-		c.Close()
-	}
-}
+func (g *ReplyGate) Reset() { g.proxy.reset() }
 
 // Hold holds the replies back until the function it returns is called.
 func (g *ReplyGate) Hold() (release func()) {

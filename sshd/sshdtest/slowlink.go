@@ -2,7 +2,6 @@ package sshdtest
 
 import (
 	"net"
-	"sync"
 	"testing"
 	"time"
 )
@@ -14,48 +13,8 @@ import (
 // in microseconds. It returns the address to dial.
 func SlowLink(t testing.TB, addr string, rtt time.Duration) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	track := func(c net.Conn) {
-		mu.Lock()
-		conns = append(conns, c)
-		mu.Unlock()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			down, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", addr)
-			if err != nil {
-				down.Close()
-				continue
-			}
-			track(down)
-			track(up)
-			wg.Add(2)
-			go func() { defer wg.Done(); delayCopy(up, down, rtt/2) }()
-			go func() { defer wg.Done(); delayCopy(down, up, rtt/2) }()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return ln.Addr().String()
+	pump := func(dst, src net.Conn) { delayCopy(dst, src, rtt/2) }
+	return newProxy(t, addr, pump, pump).addr
 }
 
 // delayCopy copies src to dst, each chunk written d after it was read.
