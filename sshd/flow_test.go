@@ -323,3 +323,48 @@ func TestListReadFloodIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// A certificate holder naming a new handle in every open-named@awcp — each
+// refused (its directory is not there) and never closed — leaves the
+// server's ordering state bounded: the read loop keeps a handle's order
+// only while it is open or has a request in flight (sweepOrder), not one
+// entry per name ever sent.
+func TestNamedOpenFloodIsBounded(t *testing.T) {
+	f := newFixture(t)
+	_, cred := f.lend(t, "dlg_namedflood", false)
+	s := newFloodSession(t, f, "dlg_namedflood", cred)
+	const opens = 20_000
+	answered := make(chan error, 1)
+	go func() {
+		for i := range opens {
+			typ, _, err := s.tryReply()
+			if err == nil && typ != wire.Status {
+				err = fmt.Errorf("answer %d: type %d", i, typ)
+			}
+			if err != nil {
+				answered <- err
+				return
+			}
+		}
+		answered <- nil
+	}()
+	before := heapInUse()
+	for i := range opens {
+		s.send(func(b *buf) {
+			b.Byte(wire.Extended)
+			b.U32(uint32(i + 1))
+			b.Str(wire.OpenNamed)
+			b.Str(fmt.Sprintf("%s%d", wire.NamedPrefix, i))
+			b.Str(fmt.Sprintf("/missing/dir/f%d", i))
+			b.U32(wire.FlagWrite | wire.FlagCreat | wire.FlagExcl)
+			b.U32(0)
+		})
+	}
+	if err := <-answered; err != nil {
+		t.Fatal(err)
+	}
+	// 20,000 entries held were some 5.5 MiB; the sweep keeps 4,096 at most.
+	if grown := heapGrowth(before); grown > 3<<20 {
+		t.Fatalf("the server holds %d KiB more after %d refused named opens were answered; want the handles' order swept", grown>>10, opens)
+	}
+}
