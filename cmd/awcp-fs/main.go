@@ -205,6 +205,16 @@ func serve(ctx context.Context, c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if confine != nil && confine.Isolated {
+		// Built once now: where it cannot be, every delegation would
+		// fail its agent; a daemon that says so at once is not Ready.
+		// As a delegation's agent runs: a user of its own.
+		probe := *confine
+		probe.User = &sandbox.User{UID: executor.ProbeUID, GID: executor.ProbeUID}
+		if err := sandbox.Check(probe); err != nil {
+			return fmt.Errorf("the agents' sandbox cannot be built here: %w (see SECURITY.md; --sandbox off runs them unconfined)", err)
+		}
+	}
 	if confine != nil && profile == nil {
 		// ACCEPT says what confines the agent: writes in its work dir
 		// (and a temporary dir of its own) only.

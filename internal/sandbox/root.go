@@ -151,6 +151,10 @@ func (p Policy) buildRoot() error {
 		}
 	}
 	if err := unix.PivotRoot(scratch, scratch+oldRoot); err != nil {
+		if errors.Is(err, unix.EPERM) {
+			// Mounts were allowed just now: not the capability, a filter.
+			return fmt.Errorf("pivot to the scratch root: %w (a seccomp profile refuses pivot_root(2), as a container runtime's default one does: the executor's container needs one that allows it)", err)
+		}
 		return fmt.Errorf("pivot to the scratch root: %w", err)
 	}
 	if err := os.Chdir("/"); err != nil {

@@ -35,6 +35,7 @@
 package sandbox
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -267,7 +268,7 @@ func helper(raw string) (int, error) {
 			return 0, fmt.Errorf("a root of its own: %w", err)
 		}
 	}
-	if err := dropCapabilities(); err != nil {
+	if err := dropCapabilities(p.User != nil && p.User.UID != 0); err != nil {
 		return 0, err
 	}
 	if err := p.restrict(); err != nil {
@@ -408,15 +409,25 @@ func descendants(pid int) []int {
 // does not fence (loading a kernel module, reconfiguring the network,
 // raw devices) is not the agent's either. The bounding set is a thread's:
 // this runs in init, on the main thread, which starts the command.
-func dropCapabilities() error {
+//
+// Emptying it takes CAP_SETPCAP, which a root bounded to what the
+// sandbox needs lacks (the systemd unit's bounding set, a Kubernetes
+// pod's capabilities). A command that runs as a user of its own (notRoot)
+// needs no emptied set: every capability ends at its setuid away from
+// root, and no_new_privs (set before it starts, refuseSetid) keeps an exec
+// from gaining any. A command run as root does, and is refused.
+func dropCapabilities(notRoot bool) error {
 	const prCapbsetDrop = 24 // PR_CAPBSET_DROP
 	for c := uintptr(0); c < 64; c++ {
 		if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prCapbsetDrop, c, 0); errno != 0 {
 			if errno == syscall.EINVAL {
 				break // past the kernel's last capability
 			}
-			if errno == syscall.EPERM && os.Geteuid() != 0 {
-				return nil // none to drop: not root, and no CAP_SETPCAP
+			if errno == syscall.EPERM && (os.Geteuid() != 0 || notRoot) {
+				return nil // no CAP_SETPCAP, and none to keep from the command
+			}
+			if errno == syscall.EPERM {
+				return fmt.Errorf("drop capability %d: %w (the command would run as root with this process's capabilities: emptying its bounding set needs CAP_SETPCAP)", c, errno)
 			}
 			return fmt.Errorf("drop capability %d: %w", c, errno)
 		}
@@ -498,4 +509,29 @@ func ParseAllow(v string) (path string, rw bool, err error) {
 		return "", false, fmt.Errorf("--sandbox-allow %q: the path must be absolute", v)
 	}
 	return filepath.Clean(path), rw, nil
+}
+
+// Check builds p's sandbox around a command that does nothing, so that a
+// daemon on a machine where it cannot be built — a container whose
+// seccomp profile refuses pivot_root(2), a root bounded without what a
+// command run as root needs — says so when it starts, not at each task.
+func Check(p Policy) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", "exit 0")
+	cmd.Dir = "/"
+	if err := p.Wrap(cmd); err != nil {
+		return err
+	}
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		return nil
+	}
+	if why := strings.TrimSpace(strings.TrimPrefix(string(out), "awcp sandbox: ")); why != "" {
+		if len(why) > 1024 {
+			why = why[:1024]
+		}
+		return errors.New(why)
+	}
+	return err
 }

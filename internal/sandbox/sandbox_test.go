@@ -269,3 +269,51 @@ func TestParseAllow(t *testing.T) {
 		t.Error("a relative path was taken")
 	}
 }
+
+// An executor whose root is bounded to the capabilities the sandbox needs
+// — the systemd unit's CapabilityBoundingSet, a Kubernetes pod's — has no
+// CAP_SETPCAP to empty a command's bounding set with. A command that runs
+// as a user of its own still starts, and holds no capability; one that
+// would run as root is refused, saying why.
+func TestBoundedRootWithoutSetpcap(t *testing.T) {
+	if !CanIsolate() {
+		t.Fatal("not root: the root of its own cannot be tested here")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatal("setpriv (util-linux) starts the executor's stand-in without CAP_SETPCAP")
+	}
+	run := func(user *User) (string, error) {
+		work := t.TempDir()
+		p := &Policy{RW: []string{work}, RO: System, Devices: Devices, Isolated: true, User: user}
+		if user != nil {
+			os.Chown(work, int(user.UID), int(user.GID))
+		}
+		cmd := exec.Command("/bin/sh", "-c", `id -u; grep -E '^Cap(Inh|Prm|Eff|Amb):' /proc/self/status`)
+		cmd.Dir = work
+		if err := p.Wrap(cmd); err != nil {
+			t.Fatal(err)
+		}
+		// The helper started as the bounded daemon would be: the same
+		// namespaces, without CAP_SETPCAP in its bounding set.
+		cmd.Args = append([]string{setpriv, "--bounding-set=-setpcap", "--", cmd.Path}, cmd.Args[1:]...)
+		cmd.Path = setpriv
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+
+	out, err := run(&User{UID: 2_000_000_781, GID: 2_000_000_781})
+	if err != nil || !strings.HasPrefix(out, "2000000781\n") {
+		t.Fatalf("a user's command under a bounded root: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+		if !strings.HasSuffix(line, "0000000000000000") {
+			t.Errorf("the command holds a capability: %s", line)
+		}
+	}
+
+	out, err = run(nil)
+	if err == nil || !strings.Contains(out, "needs CAP_SETPCAP") {
+		t.Errorf("a root command under a bounded root: %v\n%s\nwant it refused, naming CAP_SETPCAP", err, out)
+	}
+}
