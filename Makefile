@@ -4,7 +4,7 @@ BIN     := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/awcp/awcp/cmd/internal/clikit.Version=$(VERSION)
 
-.PHONY: build test unit e2e race bench bench-quick demo demo-acp lint clean install soak
+.PHONY: build test unit e2e race bench bench-quick demo demo-acp lint clean install soak k8s-e2e
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/awcp-ctl ./cmd/awcp-fs
@@ -18,6 +18,14 @@ test: build
 	$(GO) test -race -count=1 -timeout 10m $$($(GO) list ./... | grep -v /test/e2e)
 	cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -count=1 ./...
 	AWCP_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 15m ./test/e2e/...
+
+# The fleet on a real single-node Kubernetes (deploy/kubernetes/e2e, a
+# module of its own): builds the cluster's components (kept in
+# /var/cache/awcp-k8s: about 15 minutes the first time, seconds after),
+# starts the cluster in a network namespace, applies deploy/kubernetes,
+# delegates into it, and takes it all down. Linux, root.
+k8s-e2e:
+	deploy/kubernetes/e2e/cluster.sh test
 
 unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/e2e)

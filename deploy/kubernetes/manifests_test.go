@@ -30,7 +30,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// manifests are the objects of every *.yaml here, by kind.
+// manifests are the objects of the manifests here, by kind.
 type manifests struct {
 	namespaces  []*corev1.Namespace
 	secrets     []*corev1.Secret
@@ -58,6 +58,10 @@ func decodeStrict(doc []byte) (any, error) {
 		obj = &appsv1.StatefulSet{}
 	case "networking.k8s.io/v1 NetworkPolicy":
 		obj = &networkingv1.NetworkPolicy{}
+	case "v1 ConfigMap":
+		obj = &corev1.ConfigMap{}
+	case "apps/v1 DaemonSet":
+		obj = &appsv1.DaemonSet{}
 	default:
 		return nil, fmt.Errorf("kind %q of apiVersion %q: not one this test knows", tm.Kind, tm.APIVersion)
 	}
@@ -78,14 +82,16 @@ func decodeStrict(doc []byte) (any, error) {
 	return obj, nil
 }
 
+// load decodes what kustomization.yaml applies (values.yaml aside: it is
+// the operator's settings, never sent) and the optional external.yaml.
 func load(t *testing.T) *manifests {
 	t.Helper()
-	files, err := filepath.Glob("*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests: %v", err)
-	}
+	files := append(kustomized(t), "external.yaml")
 	m := &manifests{}
 	for _, f := range files {
+		if f == "values.yaml" {
+			continue
+		}
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -340,6 +346,41 @@ func TestEgressLeavesTheClusterOnly(t *testing.T) {
 					t.Errorf("egress on %v reaches %s (ipBlock %s)", rule.Ports, addr, peer.IPBlock.CIDR)
 				}
 			}
+		}
+	}
+}
+
+// kustomized are the files kustomization.yaml names as its resources.
+func kustomized(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile("kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	if err := yaml.Unmarshal(data, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	if len(k.Resources) == 0 {
+		t.Fatal("kustomization.yaml names no resources")
+	}
+	return k.Resources
+}
+
+// Every manifest here is applied by kustomization.yaml (external.yaml
+// aside, an operator's choice): a file left out would not reach a
+// cluster, and its test here would prove nothing.
+func TestKustomizationNamesEveryManifest(t *testing.T) {
+	files, err := filepath.Glob("*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := kustomized(t)
+	for _, f := range files {
+		if f != "kustomization.yaml" && f != "external.yaml" && !slices.Contains(named, f) {
+			t.Errorf("%s is not among kustomization.yaml's resources", f)
 		}
 	}
 }
