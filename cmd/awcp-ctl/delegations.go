@@ -24,6 +24,7 @@ import (
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/control/delegator/lendarchive"
 	"github.com/awcp/awcp/control/discovery"
 	"github.com/awcp/awcp/internal/metrics"
 	"github.com/awcp/awcp/lease"
@@ -94,7 +95,7 @@ func (e *env) socket() string { return filepath.Join(e.state, "ctl.sock") }
 
 func (e *env) delegator(progress func(string, *control.Event)) (*delegator.Delegator, error) {
 	staging := filepath.Join(e.state, "staging")
-	archiveT := &delegator.ArchiveDelegator{Blobs: e.store, StagingDir: staging, ResultDir: filepath.Join(e.state, "results")}
+	archiveT := &lendarchive.Transport{Blobs: e.store, StagingDir: staging, ResultDir: filepath.Join(e.state, "results")}
 	var m delegator.Metrics
 	if e.metrics != nil {
 		archiveT.Metrics, m = e.metrics, e.metrics

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/delegator/lendarchive"
 	"github.com/awcp/awcp/control/executor/executortest"
 	"github.com/awcp/awcp/lease"
 )
@@ -210,7 +211,7 @@ func newArchiveDelegator(t testing.TB, wrap func(control.DelegatorTransport) con
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tr control.DelegatorTransport = &ArchiveDelegator{Blobs: store,
+	var tr control.DelegatorTransport = &lendarchive.Transport{Blobs: store,
 		StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")}
 	if wrap != nil {
 		tr = wrap(tr)

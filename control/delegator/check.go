@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/awcp/awcp/archive"
+	"github.com/awcp/awcp/control/delegator/lending"
 	"github.com/awcp/awcp/internal/sandbox"
 	"github.com/awcp/awcp/internal/tail"
 	"github.com/awcp/awcp/lease"
@@ -50,7 +51,7 @@ func (d *Delegator) CheckAttempt(ctx context.Context, id string, opts CheckOptio
 	}
 	defer os.RemoveAll(scratch)
 	tree, home, tmp := filepath.Join(scratch, "tree"), filepath.Join(scratch, "home"), filepath.Join(scratch, "tmp")
-	if err := archive.CopyView(del.LocalDir, tree, hider(del.Policy)); err != nil {
+	if err := archive.CopyView(del.LocalDir, tree, lending.Hider(del.Policy)); err != nil {
 		return nil, err
 	}
 	if _, err := r.Apply(tree, ".awcp-check", false); err != nil {

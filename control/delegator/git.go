@@ -17,6 +17,7 @@ import (
 
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/delegator/lendarchive"
 	"github.com/awcp/awcp/control/delegator/review"
 	"github.com/awcp/awcp/internal/gitrun"
 	"github.com/awcp/awcp/lease"
@@ -32,8 +33,8 @@ import (
 // runs its agent on its own disk, and pushes what the agent did to
 // refs/heads/result; that is applied three-way as an archive's result is.
 type GitDelegator struct {
-	Live    *SSHFSDelegator   // the SSH server, the certificates, reverse connections
-	Archive *ArchiveDelegator // the export view, and the three-way apply of the result
+	Live    *SSHFSDelegator        // the SSH server, the certificates, reverse connections
+	Archive *lendarchive.Transport // the export view, and the three-way apply of the result
 	// RepoDir holds the lent repositories, one a delegation.
 	RepoDir string
 }
@@ -74,11 +75,12 @@ func (t *GitDelegator) Prepare(ctx context.Context, d control.Lent) (*control.Wo
 		return nil, control.Errorf(control.CodeDepMissing, "the git transport needs git on this machine").WithHint("install git, or use --transport archive")
 	}
 	d = gitView(d)
-	if _, err := t.Archive.Prepare(ctx, d); err != nil {
+	packed, err := t.Archive.Prepare(ctx, d)
+	if err != nil {
 		return nil, err
 	}
 	repo := t.repo(d.ID)
-	if err := t.commitView(ctx, t.Archive.packedFile(d.ID), repo, d); err != nil {
+	if err := t.commitView(ctx, packed.WorkspaceFile, repo, d); err != nil {
 		os.RemoveAll(repo)
 		return nil, control.Errorf(control.CodeWorkspaceInvalid, "cannot make the repository to lend: %v", err)
 	}
@@ -372,7 +374,7 @@ func emptyDirs(m archive.Manifest) []string {
 
 // baseManifest is what was lent to delegation id (the archive's record).
 func (t *GitDelegator) baseManifest(id string) (archive.Manifest, error) {
-	raw, err := t.Archive.Blobs.Blob(manifestKey(id))
+	raw, err := t.Archive.Blobs.Blob(lendarchive.ManifestKey(id))
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/delegator/lendarchive"
 	"github.com/awcp/awcp/internal/gitrun"
 	"github.com/awcp/awcp/lease"
 )
@@ -26,7 +27,7 @@ func TestGitResultBoundedAfterCompression(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	tr := &GitDelegator{RepoDir: dir, Archive: &ArchiveDelegator{Blobs: store, Limits: archive.Limits{MaxBytes: 1 << 20, MaxEntries: 10}}}
+	tr := &GitDelegator{RepoDir: dir, Archive: &lendarchive.Transport{Blobs: store, Limits: archive.Limits{MaxBytes: 1 << 20, MaxEntries: 10}}}
 	id := "dlg_gitbomb"
 	repo := tr.repo(id)
 	run := func(stdin string, args ...string) string {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/delegator/lendarchive"
 	"github.com/awcp/awcp/control/executor/executortest"
 	"github.com/awcp/awcp/lease"
 )
@@ -92,7 +93,7 @@ func newAutoDelegator(t *testing.T) *Delegator {
 	}
 	dlg, err := New(Options{Store: store, Logger: slog.New(slog.DiscardHandler),
 		Transports: map[string]control.DelegatorTransport{
-			control.TransportArchive: &ArchiveDelegator{Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
+			control.TransportArchive: &lendarchive.Transport{Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
 			control.TransportSSHFS:   noMount{},
 		}})
 	if err != nil {

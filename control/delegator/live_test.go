@@ -20,6 +20,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/awcp/awcp/control/delegator/lendarchive"
 	awcpfs "github.com/awcp/awcp/fs"
 	"github.com/awcp/awcp/internal/mountinfo"
 
@@ -93,7 +94,7 @@ func newLiveFixture(t *testing.T, agentCmd string) *liveFixture {
 	rec := &recordingTransport{SSHFSDelegator: &delegator.SSHFSDelegator{Issuer: auth, Server: srv, Host: "127.0.0.1", Port: addr.Port,
 		Audit: audit, Logger: log}}
 	dlg, err := delegator.New(delegator.Options{Store: store, Logger: log, Transports: map[string]control.DelegatorTransport{
-		control.TransportArchive: &delegator.ArchiveDelegator{Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
+		control.TransportArchive: &lendarchive.Transport{Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
 		control.TransportSSHFS:   rec,
 	}})
 	if err != nil {

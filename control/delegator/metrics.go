@@ -10,15 +10,7 @@ type Metrics interface {
 	LeaseExpired()
 }
 
-// ArchiveMetrics receives the sizes of the archive transport's archives:
-// a workspace sent ("workspace_sent") or a result received
-// ("result_received").
-type ArchiveMetrics interface {
-	Archive(direction string, n int64)
-}
-
 type noMetrics struct{}
 
-func (noMetrics) Refused(string)        {}
-func (noMetrics) LeaseExpired()         {}
-func (noMetrics) Archive(string, int64) {}
+func (noMetrics) Refused(string) {}
+func (noMetrics) LeaseExpired()  {}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/delegator/lending"
 	"github.com/awcp/awcp/control/delegator/review"
 	"github.com/awcp/awcp/lease"
 )
@@ -75,7 +76,7 @@ func (d *Delegator) stageSnapshot(del *lease.Delegation, ev *control.Event) (kee
 	sum := sha256.Sum256([]byte(id))
 	name := "snapshot-" + hex.EncodeToString(sum[:8]) + ".zip"
 	os.Remove(filepath.Join(del.Staged.Dir, name))
-	if err := linkOrCopy(ev.ResultFile, filepath.Join(del.Staged.Dir, name)); err != nil {
+	if err := lending.LinkOrCopy(ev.ResultFile, filepath.Join(del.Staged.Dir, name)); err != nil {
 		d.log.Warn("keep a staged snapshot", "delegation", del.ID, "err", err)
 		return nil, func() {}
 	}
@@ -126,7 +127,7 @@ func (d *Delegator) finishStaged(del *lease.Delegation, ev *control.Event) (func
 			rec.Staged.Snapshots = []lease.StagedSnapshot{live}
 		}, nil
 	}
-	if _, err := os.Stat(filepath.Join(del.Staged.Dir, "base.zip")); err != nil {
+	if _, err := os.Stat(filepath.Join(del.Staged.Dir, lending.SentArchive)); err != nil {
 		return nil, fmt.Errorf("what was sent is not kept for the review: %w", err)
 	}
 	var result *lease.StagedSnapshot
@@ -138,7 +139,7 @@ func (d *Delegator) finishStaged(del *lease.Delegation, ev *control.Event) (func
 		if ev.ResultChecksum != "" && !strings.EqualFold(ev.ResultSum, ev.ResultChecksum) {
 			return nil, fmt.Errorf("the result's SHA-256 is %s, not the resultChecksum the executor sent (%s): not kept", ev.ResultSum, ev.ResultChecksum)
 		}
-		if err := linkOrCopy(ev.ResultFile, filepath.Join(del.Staged.Dir, "result.zip")); err != nil {
+		if err := lending.LinkOrCopy(ev.ResultFile, filepath.Join(del.Staged.Dir, "result.zip")); err != nil {
 			return nil, fmt.Errorf("keep the result: %w", err)
 		}
 		result = &lease.StagedSnapshot{ID: "result", File: "result.zip", Summary: ev.Summary, Highlights: ev.Highlights,
@@ -233,21 +234,6 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// keepBase keeps the archive sent (packed) and its manifest in dir,
-// where the review reads them.
-func keepBase(packed string, manifest []byte, dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "manifest.json"), manifest, 0o600); err != nil {
-		return err
-	}
-	return linkOrCopy(packed, filepath.Join(dir, "base.zip"))
-}
-
-// linkOrCopy makes dst hold src's bytes: a hard link where it can.
-func linkOrCopy(src, dst string) error { return placePrivate(src, dst, os.Link) }
-
 func fileSize(p string) int64 {
 	fi, err := os.Stat(p)
 	if err != nil {
@@ -290,7 +276,7 @@ func (d *Delegator) OpenResult(id, snap string) (*review.Result, *lease.Delegati
 			WithHint(fmt.Sprintf("`awcp-ctl status %s` shows what it changed", id))
 	}
 	if !zipped(del.Transport) {
-		r, err := review.FromArea(del.Staged.Dir, hider(del.Policy))
+		r, err := review.FromArea(del.Staged.Dir, lending.Hider(del.Policy))
 		return r, del, err
 	}
 	s := del.Staged.Find(snap)
@@ -301,7 +287,7 @@ func (d *Delegator) OpenResult(id, snap string) (*review.Result, *lease.Delegati
 		}
 		return nil, del, control.Errorf(control.CodeNotFound, "delegation %s has no snapshot %s", id, snap)
 	}
-	raw, err := os.ReadFile(filepath.Join(del.Staged.Dir, "manifest.json"))
+	raw, err := os.ReadFile(filepath.Join(del.Staged.Dir, lending.SentManifest))
 	if err != nil {
 		return nil, del, fmt.Errorf("what was sent is not kept: %w", err)
 	}
@@ -313,8 +299,8 @@ func (d *Delegator) OpenResult(id, snap string) (*review.Result, *lease.Delegati
 	if del.Dialect == control.DialectHead {
 		folder = control.ResourceWorkspace
 	}
-	r, err := review.FromArchive(filepath.Join(del.Staged.Dir, "base.zip"), filepath.Join(del.Staged.Dir, s.File), base, folder,
-		d.opts.SpoolDir, archive.Limits{}, hider(del.Policy))
+	r, err := review.FromArchive(filepath.Join(del.Staged.Dir, lending.SentArchive), filepath.Join(del.Staged.Dir, s.File), base, folder,
+		d.opts.SpoolDir, archive.Limits{}, lending.Hider(del.Policy))
 	return r, del, err
 }
 
@@ -379,12 +365,12 @@ func (d *Delegator) ApplyResult(ctx context.Context, id, snap, branch string, al
 		out.Branch = branch
 		if repo := filepath.Join(del.Staged.Dir, keptRepo); del.Transport == control.TransportGit && exists(repo) {
 			// The git transport's: the agent's own commits, replayed.
-			out.Commit, out.Commits, err = branchFromRepo(ctx, repo, del.LocalDir, branch, hider(gitView(lent(del)).Policy))
+			out.Commit, out.Commits, err = branchFromRepo(ctx, repo, del.LocalDir, branch, lending.Hider(gitView(lent(del)).Policy))
 		} else {
 			out.Commit, err = r.Branch(ctx, del.LocalDir, branch, msg)
 		}
 	} else {
-		out.Report, err = r.Apply(del.LocalDir, ".awcp-"+shortID(id), allowGitControl)
+		out.Report, err = r.Apply(del.LocalDir, ".awcp-"+lending.ShortID(id), allowGitControl)
 	}
 	_, uerr := d.store.UpdateDelegation(id, func(rec *lease.Delegation) error {
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/control/delegator/lendarchive"
 	"github.com/awcp/awcp/control/executor"
 	"github.com/awcp/awcp/control/executor/agent"
 	"github.com/awcp/awcp/control/executor/executortest"
@@ -89,7 +90,7 @@ func connect(t *testing.T, opts Options, client ...*mcp.ClientOptions) *mcp.Clie
 		}
 		dlg, err := delegator.New(delegator.Options{
 			Store: store, StagedDir: filepath.Join(state, "staged"),
-			Transports: map[string]control.DelegatorTransport{control.TransportArchive: &delegator.ArchiveDelegator{
+			Transports: map[string]control.DelegatorTransport{control.TransportArchive: &lendarchive.Transport{
 				Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")}},
 			Logger: slog.New(slog.DiscardHandler),
 		})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/control/delegator/lendarchive"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -27,7 +28,7 @@ func startWith(t *testing.T) (*Server, *lease.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	archiveT := &delegator.ArchiveDelegator{Blobs: store, StagingDir: t.TempDir(), ResultDir: t.TempDir()}
+	archiveT := &lendarchive.Transport{Blobs: store, StagingDir: t.TempDir(), ResultDir: t.TempDir()}
 	dlg, err := delegator.New(delegator.Options{Store: store, StagedDir: t.TempDir(), SpoolDir: t.TempDir(),
 		Transports: map[string]control.DelegatorTransport{control.TransportArchive: archiveT}})
 	if err != nil {

@@ -1,4 +1,8 @@
-package delegator
+// Package lendarchive is the delegator's side of the archive transport:
+// the lent directory packed into a ZIP that START carries, and the result
+// the executor sends back applied three-way against what was sent (or
+// kept for a staged review).
+package lendarchive
 
 import (
 	"context"
@@ -13,11 +17,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	wire "github.com/awcp/awcp/sshd/sftpwire"
-
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
-	"github.com/awcp/awcp/internal/untrusted"
+	"github.com/awcp/awcp/control/delegator/lending"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -28,8 +30,8 @@ type BlobStore interface {
 	DeleteBlob(key string) error
 }
 
-// ArchiveDelegator is the delegator side of the archive transport.
-type ArchiveDelegator struct {
+// Transport is the delegator side of the archive transport.
+type Transport struct {
 	// Blobs keeps the manifest of what was sent until the result is
 	// applied, across restarts. Required.
 	Blobs BlobStore
@@ -43,10 +45,10 @@ type ArchiveDelegator struct {
 	Limits archive.Limits
 	// Metrics receives the sizes of the archives sent and received.
 	// Default: none.
-	Metrics ArchiveMetrics
+	Metrics Metrics
 }
 
-func (t *ArchiveDelegator) metrics() ArchiveMetrics {
+func (t *Transport) metrics() Metrics {
 	if t.Metrics == nil {
 		return noMetrics{}
 	}
@@ -54,17 +56,19 @@ func (t *ArchiveDelegator) metrics() ArchiveMetrics {
 }
 
 // Name implements DelegatorTransport.
-func (*ArchiveDelegator) Name() string { return control.TransportArchive }
+func (*Transport) Name() string { return control.TransportArchive }
 
-func manifestKey(id string) string { return "archive-base/" + id }
+// ManifestKey is the blob holding the manifest of what was sent for
+// delegation id (the git transport's export view is one too).
+func ManifestKey(id string) string { return "archive-base/" + id }
 
-func (t *ArchiveDelegator) packedFile(id string) string {
+func (t *Transport) packedFile(id string) string {
 	return filepath.Join(t.StagingDir, id+".zip")
 }
 
 // Prepare packs the directory into a file in the staging directory, which
 // START streams from, and remembers what it sent.
-func (t *ArchiveDelegator) Prepare(_ context.Context, d control.Lent) (*control.WorkDirInfo, error) {
+func (t *Transport) Prepare(_ context.Context, d control.Lent) (*control.WorkDirInfo, error) {
 	if err := os.MkdirAll(t.StagingDir, 0o700); err != nil {
 		return nil, err
 	}
@@ -79,7 +83,7 @@ func (t *ArchiveDelegator) Prepare(_ context.Context, d control.Lent) (*control.
 	if d.Dialect == control.DialectHead {
 		folder = control.ResourceWorkspace // the head dialect's archive holds a folder per resource
 	}
-	p, err := archive.PackWith(io.MultiWriter(f, sum), d.LocalDir, archive.PackOptions{Folder: folder, Hide: hider(d.Policy)})
+	p, err := archive.PackWith(io.MultiWriter(f, sum), d.LocalDir, archive.PackOptions{Folder: folder, Hide: lending.Hider(d.Policy)})
 	if err == nil {
 		err = f.Close()
 	}
@@ -94,13 +98,13 @@ func (t *ArchiveDelegator) Prepare(_ context.Context, d control.Lent) (*control.
 	if err != nil {
 		return nil, err
 	}
-	if err := t.Blobs.PutBlob(manifestKey(d.ID), m); err != nil {
+	if err := t.Blobs.PutBlob(ManifestKey(d.ID), m); err != nil {
 		return nil, fmt.Errorf("remember what was sent: %w", err)
 	}
 	if d.Snapshot == lease.SnapshotStaged && d.StagedDir != "" {
 		// The review diffs and applies against what was sent: kept
 		// with the result, after START has removed its copy.
-		if err := keepBase(name, m, d.StagedDir); err != nil {
+		if err := lending.KeepSent(name, m, d.StagedDir); err != nil {
 			return nil, fmt.Errorf("keep what was sent for the review: %w", err)
 		}
 	}
@@ -115,7 +119,7 @@ func (t *ArchiveDelegator) Prepare(_ context.Context, d control.Lent) (*control.
 // resultBase64) so that the directory ends as the executor left it. A ro
 // delegation changes nothing; a rw one whose done event has no result (or
 // one whose SHA-256 is not its resultChecksum) fails, changing nothing.
-func (t *ArchiveDelegator) Finish(_ context.Context, d control.Lent, ev *control.Event) (*archive.Report, error) {
+func (t *Transport) Finish(_ context.Context, d control.Lent, ev *control.Event) (*archive.Report, error) {
 	if d.AccessMode != control.AccessRW {
 		return &archive.Report{}, nil
 	}
@@ -144,11 +148,11 @@ func (t *ArchiveDelegator) Finish(_ context.Context, d control.Lent, ev *control
 	t.metrics().Archive("result_received", fi.Size())
 	if ev.ResultChecksum != "" && !strings.EqualFold(ev.ResultSum, ev.ResultChecksum) {
 		kept := filepath.Join(t.ResultDir, d.ID+".zip")
-		keepFile(ev.ResultFile, kept)
+		lending.KeepFile(ev.ResultFile, kept)
 		return nil, fmt.Errorf("the result's SHA-256 is %s, not the resultChecksum the executor sent (%s): nothing was applied; the result is kept in %s",
 			ev.ResultSum, ev.ResultChecksum, kept)
 	}
-	raw, err := t.Blobs.Blob(manifestKey(d.ID))
+	raw, err := t.Blobs.Blob(ManifestKey(d.ID))
 	if err != nil {
 		return nil, fmt.Errorf("what was sent is unknown: %w", err)
 	}
@@ -158,18 +162,18 @@ func (t *ArchiveDelegator) Finish(_ context.Context, d control.Lent, ev *control
 	}
 	opts := archive.ApplyOptions{
 		StagingDir:     t.StagingDir,
-		ConflictSuffix: ".awcp-" + shortID(d.ID),
+		ConflictSuffix: ".awcp-" + lending.ShortID(d.ID),
 		Limits:         t.Limits,
-		Hide:           hider(d.Policy),
+		Hide:           lending.Hider(d.Policy),
 	}
-	opts.Protected = protected(d.Policy)
+	opts.Protected = lending.Protected(d.Policy)
 	if d.Dialect == control.DialectHead {
 		opts.Folder = control.ResourceWorkspace
 	}
 	rep, err := archive.ApplyFrom(d.LocalDir, base, f, fi.Size(), opts)
 	if err != nil {
 		kept := filepath.Join(t.ResultDir, d.ID+".zip")
-		if werr := keepFile(ev.ResultFile, kept); werr != nil {
+		if werr := lending.KeepFile(ev.ResultFile, kept); werr != nil {
 			return nil, fmt.Errorf("apply the result: %w (and it could not be kept: %v)", err, werr)
 		}
 		return nil, fmt.Errorf("apply the result: %w; the result is kept in %s", err, kept)
@@ -178,85 +182,22 @@ func (t *ArchiveDelegator) Finish(_ context.Context, d control.Lent, ev *control
 }
 
 // Cleanup forgets what was sent.
-func (t *ArchiveDelegator) Cleanup(_ context.Context, d control.Lent) error {
+func (t *Transport) Cleanup(_ context.Context, d control.Lent) error {
 	if err := os.Remove(t.packedFile(d.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return t.Blobs.DeleteBlob(manifestKey(d.ID))
+	return t.Blobs.DeleteBlob(ManifestKey(d.ID))
 }
 
-func shortID(id string) string {
-	id = strings.TrimPrefix(id, "dlg_")
-	if len(id) > 8 {
-		id = id[:8]
-	}
-	return id
+var _ control.DelegatorTransport = (*Transport)(nil)
+
+// Metrics receives the sizes of the archive transport's archives: a
+// workspace sent ("workspace_sent") or a result received
+// ("result_received").
+type Metrics interface {
+	Archive(direction string, n int64)
 }
 
-// keepFile moves file to path, in a private directory, copying it if it is
-// on another filesystem.
-func keepFile(file, path string) error { return placePrivate(file, path, os.Rename) }
+type noMetrics struct{}
 
-// placePrivate makes dst, in a private directory, hold src's bytes: by
-// fast (a rename, a hard link) where it can, else by a copy.
-func placePrivate(src, dst string, fast func(src, dst string) error) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-		return err
-	}
-	if fast(src, dst) == nil {
-		return nil
-	}
-	return copyPrivate(src, dst)
-}
-
-// copyPrivate copies src to dst, a new file of mode 600; nothing of dst
-// is left if it fails.
-func copyPrivate(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(dst)
-	}
-	return err
-}
-
-var _ control.DelegatorTransport = (*ArchiveDelegator)(nil)
-
-// hider is the archive's test of a hidden path under policy; nil if it
-// hides nothing.
-func hider(policy lease.ExportPolicy) func(rel string) bool {
-	if len(policy.Hide) == 0 {
-		return nil
-	}
-	return wire.NewMatcher(policy.Hide).Hidden
-}
-
-// protected is what of a result the policy keeps the executor from
-// writing, and why: git's control paths (ProtectGit), what lies outside
-// the write scope (the directories above the scope are passed through,
-// not written); nil if nothing.
-func protected(p lease.ExportPolicy) func(rel string) string {
-	if !p.ProtectGit && p.WriteScope == "" {
-		return nil
-	}
-	return func(rel string) string {
-		switch {
-		case p.ProtectGit && untrusted.GitControlled(rel):
-			return "git control: not written for the executor"
-		case p.WriteScope != "" && !wire.Within(rel, p.WriteScope) && !wire.Within(p.WriteScope, rel):
-			return "outside the write scope " + p.WriteScope
-		}
-		return ""
-	}
-}
+func (noMetrics) Archive(string, int64) {}
