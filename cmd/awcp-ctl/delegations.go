@@ -25,6 +25,7 @@ import (
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/control/delegator/lendarchive"
+	"github.com/awcp/awcp/control/delegator/lendlive"
 	"github.com/awcp/awcp/control/discovery"
 	"github.com/awcp/awcp/internal/metrics"
 	"github.com/awcp/awcp/lease"
@@ -40,7 +41,7 @@ type env struct {
 	identity        ed25519.PrivateKey // this delegator's (discovery.IdentityKey): its TLS certificate
 	store           *lease.Store
 	log             *slog.Logger
-	sshfs           *delegator.SSHFSDelegator                // set while this process runs the SSH server
+	sshfs           *lendlive.Transport                      // set while this process runs the SSH server
 	metrics         *metrics.Registry                        // the daemon's, with --metrics-listen; nil: none
 	transfer        func(id, what string, done, total int64) // draws archive transfers; nil: none
 	admission       delegator.AdmissionLimits                // the daemon's defaults (serve --max-files …); zero: the transports'
@@ -184,7 +185,7 @@ func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err er
 		// One export, one executor: the SSH port is opened on the
 		// address facing it only, not on every network of this machine.
 		if u, err := url.Parse(c.String("peer")); err == nil && u.Hostname() != "" {
-			listen = net.JoinHostPort(delegator.AdvertiseHost(u.Hostname()), "0")
+			listen = net.JoinHostPort(lendlive.AdvertiseHost(u.Hostname()), "0")
 		}
 	}
 	perAddress := false
@@ -198,17 +199,18 @@ func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err er
 		e.log.Warn("the SSH server for live mounts listens on every address of this machine (" + listen +
 			"): only certificates this delegator issued get in, but anyone who reaches it can knock; without --ssh-listen it opens on the address facing each executor only")
 	}
-	opts := delegator.SSHOptions{StateDir: e.state, Store: e.store, PerAddress: perAddress,
+	audit := &delegator.AuditLog{Store: e.store, MaxRecords: records, Retention: clikit.Duration(c, "audit-retention"), Logger: e.log}
+	opts := lendlive.SSHOptions{StateDir: e.state, Store: e.store, PerAddress: perAddress,
 		Listen: listen, AdvertiseHost: host, AdvertisePort: port, Logger: e.log,
-		AuditRecords: records, NoAudit: records == 0, AuditRetention: clikit.Duration(c, "audit-retention")}
+		Audit: audit, NoAudit: records == 0}
 	if e.metrics != nil {
 		opts.Metrics = e.metrics
 	}
-	lender, wait, err := delegator.StartSSH(ctx, opts)
+	lender, wait, err := lendlive.StartSSH(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	lender.Identity = e.identity
+	lender.Tunnels = delegator.Tunnels{Identity: e.identity}
 	e.sshfs = lender
 	return wait, nil
 }

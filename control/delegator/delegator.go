@@ -421,7 +421,7 @@ func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, erro
 
 // resumer is a transport that keeps something of a running delegation in
 // this process's memory, to set up again when the delegation is followed
-// anew (SSHFSDelegator's grant).
+// anew (the live mount's grant, lendlive).
 type resumer interface {
 	Resume(ctx context.Context, d control.Lent)
 }

@@ -49,7 +49,7 @@ func (d *Delegator) cleanup(ctx context.Context, del *lease.Delegation) {
 }
 
 // auditor is a transport that records what the executor does: the live
-// mount's SSHFSDelegator.
+// mount (lendlive.Transport).
 type auditor interface {
 	EndAudit(id string) *lease.AuditSummary
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator/lendarchive"
+	"github.com/awcp/awcp/control/delegator/lendlive"
 	"github.com/awcp/awcp/control/delegator/review"
 	"github.com/awcp/awcp/internal/gitrun"
 	"github.com/awcp/awcp/lease"
@@ -33,7 +34,7 @@ import (
 // runs its agent on its own disk, and pushes what the agent did to
 // refs/heads/result; that is applied three-way as an archive's result is.
 type GitDelegator struct {
-	Live    *SSHFSDelegator        // the SSH server, the certificates, reverse connections
+	Live    *lendlive.Transport    // the SSH server, the certificates, reverse connections
 	Archive *lendarchive.Transport // the export view, and the three-way apply of the result
 	// RepoDir holds the lent repositories, one a delegation.
 	RepoDir string
@@ -521,7 +522,7 @@ func (t *GitDelegator) Renew(ctx context.Context, d control.Lent) (*control.Cred
 func (t *GitDelegator) Resume(ctx context.Context, d control.Lent) {
 	repo := t.repo(d.ID)
 	if _, err := os.Stat(repo); err != nil {
-		t.Live.logger().Warn("git transport not resumed: its repository is gone", "delegation", d.ID)
+		t.Live.Log().Warn("git transport not resumed: its repository is gone", "delegation", d.ID)
 		return
 	}
 	t.lendRepo(d)
@@ -529,12 +530,7 @@ func (t *GitDelegator) Resume(ctx context.Context, d control.Lent) {
 }
 
 // lendRepo has the SSH server lend d's repository instead of its
-// directory, from its next grant on (SSHFSDelegator.grant).
+// directory, from its next grant on (lendlive.Transport.grant).
 func (t *GitDelegator) lendRepo(d control.Lent) {
-	t.Live.mu.Lock()
-	defer t.Live.mu.Unlock()
-	if t.Live.repos == nil {
-		t.Live.repos = map[string]*sshd.GitExport{}
-	}
-	t.Live.repos[d.ID] = &sshd.GitExport{Repo: t.repo(d.ID), MaxReceive: d.Policy.MaxWriteBytes}
+	t.Live.LendRepo(d.ID, &sshd.GitExport{Repo: t.repo(d.ID), MaxReceive: d.Policy.MaxWriteBytes})
 }

@@ -21,6 +21,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/awcp/awcp/control/delegator/lendarchive"
+	"github.com/awcp/awcp/control/delegator/lendlive"
 	awcpfs "github.com/awcp/awcp/fs"
 	"github.com/awcp/awcp/internal/mountinfo"
 
@@ -36,13 +37,13 @@ import (
 // recordingTransport keeps what Prepare handed out, so the test can try
 // the credential after the lease.
 type recordingTransport struct {
-	*delegator.SSHFSDelegator
+	*lendlive.Transport
 	mu   sync.Mutex
 	last *control.WorkDirInfo
 }
 
 func (r *recordingTransport) Prepare(ctx context.Context, d control.Lent) (*control.WorkDirInfo, error) {
-	info, err := r.SSHFSDelegator.Prepare(ctx, d)
+	info, err := r.Transport.Prepare(ctx, d)
 	r.mu.Lock()
 	r.last = info
 	r.mu.Unlock()
@@ -91,8 +92,8 @@ func newLiveFixture(t *testing.T, agentCmd string) *liveFixture {
 	audited := make(chan struct{})
 	go func() { defer close(audited); audit.Run(ctx) }()
 	t.Cleanup(func() { stop(); <-audited })
-	rec := &recordingTransport{SSHFSDelegator: &delegator.SSHFSDelegator{Issuer: auth, Server: srv, Host: "127.0.0.1", Port: addr.Port,
-		Audit: audit, Logger: log}}
+	rec := &recordingTransport{Transport: &lendlive.Transport{Issuer: auth, Server: srv, Host: "127.0.0.1", Port: addr.Port,
+		Audit: audit, Logger: log, Tunnels: delegator.Tunnels{}}}
 	dlg, err := delegator.New(delegator.Options{Store: store, Logger: log, Transports: map[string]control.DelegatorTransport{
 		control.TransportArchive: &lendarchive.Transport{Blobs: store, StagingDir: filepath.Join(state, "staging"), ResultDir: filepath.Join(state, "results")},
 		control.TransportSSHFS:   rec,
@@ -259,7 +260,7 @@ func TestGrantOfLeaseEndedElsewhereIsRevoked(t *testing.T) {
 	watch, stopWatch := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); delegator.WatchGrants(watch, f.store, f.srv, 50*time.Millisecond) }()
+	go func() { defer wg.Done(); lendlive.WatchGrants(watch, f.store, f.srv, 50*time.Millisecond) }()
 	defer func() { stopWatch(); wg.Wait() }()
 	d, err := f.dlg.Create(delegator.ExportRequest{Dir: f.dir, Peer: f.exec.URL(), PeerKey: f.exec.Key(), Prompt: "wait"})
 	if err != nil {
@@ -410,7 +411,7 @@ func TestExecutorHostKeyChecks(t *testing.T) {
 func TestDelegatorSendsHostKeyInItsOwnField(t *testing.T) {
 	l := sshdtest.Lend(t, "dlg_other", t.TempDir())
 	auth := l.Authority
-	tr := &delegator.SSHFSDelegator{Issuer: auth, Server: l.Server, Host: "127.0.0.1", Port: 2222}
+	tr := &lendlive.Transport{Issuer: auth, Server: l.Server, Host: "127.0.0.1", Port: 2222}
 	info, err := tr.Prepare(t.Context(), control.Lent{ID: "dlg_x", ExpiresAt: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@
 package lending
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -115,3 +116,7 @@ func KeepSent(packed string, manifest []byte, dir string) error {
 	}
 	return LinkOrCopy(packed, filepath.Join(dir, SentArchive))
 }
+
+// ErrTunnelNotYet is the executor's answer to a reverse live mount's
+// parked connection while no mount of the delegation waits for one.
+var ErrTunnelNotYet = errors.New("the executor has no reverse mount waiting for this delegation yet")

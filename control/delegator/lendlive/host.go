@@ -1,4 +1,4 @@
-package delegator
+package lendlive
 
 import (
 	"context"
@@ -43,11 +43,9 @@ type SSHOptions struct {
 	// this machine's address towards each of them and the listening port.
 	AdvertiseHost string
 	AdvertisePort int
-	// AuditRecords is how many operations of a delegation its audit log
-	// keeps (DefaultMaxAuditRecords if 0); AuditRetention how long the log
-	// of an ended delegation is kept (30 days if 0).
-	AuditRecords   int
-	AuditRetention time.Duration
+	// Audit, if set, keeps each delegation's audit log
+	// (delegator.AuditLog), run beside the server.
+	Audit Auditor
 	// NoAudit records nothing: no audit log, no summary.
 	NoAudit bool
 	// PerAddress opens, for each delegation, a listener on the address
@@ -64,7 +62,7 @@ type SSHOptions struct {
 // grants whose lease another process ended and the audit log's writer,
 // and returns the live mount's delegator transport on it. wait returns
 // once all three have stopped.
-func StartSSH(ctx context.Context, o SSHOptions) (_ *SSHFSDelegator, wait func(), err error) {
+func StartSSH(ctx context.Context, o SSHOptions) (_ *Transport, wait func(), err error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -85,10 +83,9 @@ func StartSSH(ctx context.Context, o SSHOptions) (_ *SSHFSDelegator, wait func()
 	if err != nil {
 		return nil, nil, fmt.Errorf("the SSH server cannot listen on %s: %w", o.Listen, err)
 	}
-	t := &SSHFSDelegator{Issuer: auth, Server: srv, Host: o.AdvertiseHost, Port: ln.Addr().(*net.TCPAddr).Port, Logger: o.Logger}
-	audit := &AuditLog{Store: o.Store, MaxRecords: o.AuditRecords, Retention: o.AuditRetention, Logger: o.Logger}
-	if !o.NoAudit {
-		t.Audit = audit
+	t := &Transport{Issuer: auth, Server: srv, Host: o.AdvertiseHost, Port: ln.Addr().(*net.TCPAddr).Port, Logger: o.Logger}
+	if !o.NoAudit && o.Audit != nil {
+		t.Audit = o.Audit
 	}
 	if o.AdvertisePort != 0 {
 		t.Port = o.AdvertisePort
@@ -98,7 +95,12 @@ func StartSSH(ctx context.Context, o SSHOptions) (_ *SSHFSDelegator, wait func()
 	}
 	var wg sync.WaitGroup
 	wg.Add(3)
-	go func() { defer wg.Done(); audit.Run(ctx) }()
+	go func() {
+		defer wg.Done()
+		if o.Audit != nil {
+			o.Audit.Run(ctx)
+		}
+	}()
 	go func() {
 		defer wg.Done()
 		if err := srv.Serve(ctx, ln); err != nil {

@@ -1,4 +1,4 @@
-package delegator
+package lendlive
 
 import (
 	"bufio"

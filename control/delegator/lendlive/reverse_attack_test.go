@@ -1,4 +1,4 @@
-package delegator
+package lendlive
 
 import (
 	"context"
@@ -89,7 +89,7 @@ func againstSilentExecutor(t testing.TB, d time.Duration) (opened, peak int64) {
 		}
 		mu.Unlock()
 	}()
-	tr := &SSHFSDelegator{Issuer: auth, Server: srv, Port: 1, Logger: slog.New(slog.DiscardHandler)}
+	tr := &Transport{Issuer: auth, Server: srv, Port: 1, Logger: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithCancel(context.Background())
 	lent := control.Lent{ID: "dlg_silent", Peer: exec.URL, Reverse: true, LocalDir: t.TempDir(), ExpiresAt: time.Now().Add(time.Hour)}
 	srv.Grant(lent.ID, sshd.Export{Dir: lent.LocalDir}, lent.ExpiresAt)

@@ -1,8 +1,12 @@
-package delegator
+// Package lendlive is the delegator's side of the live mount: the embedded
+// SSH server (host.go) that lends each delegation's directory, under a
+// certificate of its own, until its lease ends; the listeners facing each
+// executor (faces.go); and the reverse live mount's connections, parked
+// at the executor (reverse.go).
+package lendlive
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,10 +42,25 @@ type Lender interface {
 	Revoke(id string)
 }
 
-// SSHFSDelegator is the delegator side of the live mount: a certificate per
+// Auditor records each delegation's operations on the SSH server and sums
+// them up at its end; delegator.AuditLog.
+type Auditor interface {
+	For(id string) sshd.Recorder
+	End(id string) *lease.AuditSummary
+	Run(ctx context.Context)
+}
+
+// Tunnels opens a reverse live mount's connections to the executor,
+// parked there until its mount takes one (delegator.Tunnels): proof is
+// signed by the SSH server's host key.
+type Tunnels interface {
+	OpenTunnel(ctx context.Context, d control.Lent, proof string) (net.Conn, error)
+}
+
+// Transport is the delegator side of the live mount: a certificate per
 // delegation for the embedded SSH server, which is granted the directory
 // until the lease ends, and revoked when it ends sooner.
-type SSHFSDelegator struct {
+type Transport struct {
 	Issuer CertIssuer // required
 	Server Lender     // required
 	// Host is the address executors dial. Default: the local end of the
@@ -51,10 +70,10 @@ type SSHFSDelegator struct {
 	Port int
 	// Audit, if set, records every operation of each delegation's
 	// sessions.
-	Audit *AuditLog
-	// Identity is the delegator's identity key, its TLS certificate on a
-	// reverse mount's connections to the executor.
-	Identity ed25519.PrivateKey
+	Audit Auditor
+	// Tunnels opens a reverse mount's connections to the executor.
+	// Required for the reverse live mount.
+	Tunnels Tunnels
 	// Logger default slog.Default().
 	Logger *slog.Logger
 
@@ -66,11 +85,26 @@ type SSHFSDelegator struct {
 	mu      sync.Mutex                 // guards keepers, areas and repos
 	keepers map[string]*keeper         // of the delegations lent in reverse
 	areas   map[string]*stage.Area     // staging areas of staged delegations, one each
-	repos   map[string]*sshd.GitExport // what the git transport lends instead of a directory (git.go)
+	repos   map[string]*sshd.GitExport // what the git transport lends instead of a directory (LendRepo)
 	running sync.WaitGroup             // the keepers
 }
 
-func (t *SSHFSDelegator) logger() *slog.Logger {
+// LendRepo has the SSH server lend repo, a git repository, instead of
+// delegation id's directory, from its next grant on (the git transport's
+// way: the repository is what it lends).
+func (t *Transport) LendRepo(id string, repo *sshd.GitExport) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.repos == nil {
+		t.repos = map[string]*sshd.GitExport{}
+	}
+	t.repos[id] = repo
+}
+
+// Log is where the transport logs (Logger, or slog's default).
+func (t *Transport) Log() *slog.Logger { return t.logger() }
+
+func (t *Transport) logger() *slog.Logger {
 	if t.Logger != nil {
 		return t.Logger
 	}
@@ -80,7 +114,7 @@ func (t *SSHFSDelegator) logger() *slog.Logger {
 // SSHPortFor is the port the executor at peer (a URL) dials for
 // delegation id: that of the listener facing it, opened now and held for
 // id (until its Cleanup) where each address has its own.
-func (t *SSHFSDelegator) SSHPortFor(peer, id string) (int, error) {
+func (t *Transport) SSHPortFor(peer, id string) (int, error) {
 	if t.faces == nil || t.Host != "" {
 		return t.Port, nil
 	}
@@ -89,7 +123,7 @@ func (t *SSHFSDelegator) SSHPortFor(peer, id string) (int, error) {
 
 // hostFor is the address the executor at peer (a URL) dials: Host, or the
 // local end of the route towards it.
-func (t *SSHFSDelegator) hostFor(peer string) string {
+func (t *Transport) hostFor(peer string) string {
 	if t.Host != "" {
 		return t.Host
 	}
@@ -101,22 +135,22 @@ func (t *SSHFSDelegator) hostFor(peer string) string {
 
 // portFor is the port delegation d's executor dials: that of the listener
 // facing it, held for d, where each address has its own.
-func (t *SSHFSDelegator) portFor(d control.Lent) (int, error) {
+func (t *Transport) portFor(d control.Lent) (int, error) {
 	if t.faces == nil || t.Host != "" || d.Reverse {
 		return t.Port, nil
 	}
 	return t.faces.open(t.hostFor(d.Peer), d.ID)
 }
 
-var _ control.DelegatorTransport = (*SSHFSDelegator)(nil)
+var _ control.DelegatorTransport = (*Transport)(nil)
 
 // Name implements control.DelegatorTransport.
-func (*SSHFSDelegator) Name() string { return control.TransportSSHFS }
+func (*Transport) Name() string { return control.TransportSSHFS }
 
 // Prepare issues the certificate and grants the directory to it. The
 // export locator is a logical name: the real path never leaves this
 // machine.
-func (t *SSHFSDelegator) Prepare(ctx context.Context, d control.Lent) (*control.WorkDirInfo, error) {
+func (t *Transport) Prepare(ctx context.Context, d control.Lent) (*control.WorkDirInfo, error) {
 	cred, err := t.Issuer.Issue(d.ID, d.ExpiresAt)
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate: %w", err)
@@ -159,7 +193,7 @@ func (t *SSHFSDelegator) Prepare(ctx context.Context, d control.Lent) (*control.
 
 // Resume grants the directory again to a delegation followed anew (this
 // process restarted while it ran): a grant lives in the server's memory.
-func (t *SSHFSDelegator) Resume(ctx context.Context, d control.Lent) {
+func (t *Transport) Resume(ctx context.Context, d control.Lent) {
 	if err := t.grant(d); err != nil {
 		t.logger().Warn("live mount not resumed", "delegation", d.ID, "err", err)
 		return
@@ -177,7 +211,7 @@ func (t *SSHFSDelegator) Resume(ctx context.Context, d control.Lent) {
 // grant lends d's directory to its certificate until the lease's end; a
 // staged delegation's changes go to its staging area, which all its
 // sessions share.
-func (t *SSHFSDelegator) grant(d control.Lent) error {
+func (t *Transport) grant(d control.Lent) error {
 	exp := sshd.Export{Dir: d.LocalDir, ReadOnly: d.AccessMode != control.AccessRW, Policy: wire.ExportPolicy(d.Policy)}
 	t.mu.Lock()
 	repo := t.repos[d.ID]
@@ -203,7 +237,7 @@ func (t *SSHFSDelegator) grant(d control.Lent) error {
 }
 
 // area is d's staging area, opened once per process.
-func (t *SSHFSDelegator) area(d control.Lent) (*stage.Area, error) {
+func (t *Transport) area(d control.Lent) (*stage.Area, error) {
 	if d.StagedDir == "" {
 		return nil, errors.New("no place to keep a staged result")
 	}
@@ -224,12 +258,12 @@ func (t *SSHFSDelegator) area(d control.Lent) (*stage.Area, error) {
 }
 
 // Finish has nothing to bring back: every write already happened in place.
-func (*SSHFSDelegator) Finish(context.Context, control.Lent, *control.Event) (*archive.Report, error) {
+func (*Transport) Finish(context.Context, control.Lent, *control.Event) (*archive.Report, error) {
 	return &archive.Report{}, nil
 }
 
 // Cleanup revokes the grant: the delegation's connections close now.
-func (t *SSHFSDelegator) Cleanup(_ context.Context, d control.Lent) error {
+func (t *Transport) Cleanup(_ context.Context, d control.Lent) error {
 	t.stopKeeping(d.ID)
 	t.Server.Revoke(d.ID)
 	if t.faces != nil {
@@ -249,7 +283,7 @@ func (t *SSHFSDelegator) Cleanup(_ context.Context, d control.Lent) error {
 // EndAudit returns what delegation id's sessions did, its audit log
 // written, once they are revoked (Cleanup); nil if there is no audit log
 // or it was ended already.
-func (t *SSHFSDelegator) EndAudit(id string) *lease.AuditSummary {
+func (t *Transport) EndAudit(id string) *lease.AuditSummary {
 	if t.Audit == nil {
 		return nil
 	}
@@ -302,12 +336,12 @@ func AdvertiseHost(peerHost string) string {
 	return host
 }
 
-var _ control.Renewer = (*SSHFSDelegator)(nil)
+var _ control.Renewer = (*Transport)(nil)
 
 // Renew moves d's grant to its new end and issues a certificate valid
 // until then: the old one ends with the old lease, and a mount that
 // connects again after that needs the new one.
-func (t *SSHFSDelegator) Renew(_ context.Context, d control.Lent) (*control.Credential, error) {
+func (t *Transport) Renew(_ context.Context, d control.Lent) (*control.Credential, error) {
 	cred, err := t.Issuer.Issue(d.ID, d.ExpiresAt)
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate: %w", err)
