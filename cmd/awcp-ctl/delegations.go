@@ -25,6 +25,7 @@ import (
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/control/delegator/lendarchive"
+	"github.com/awcp/awcp/control/delegator/lendgit"
 	"github.com/awcp/awcp/control/delegator/lendlive"
 	"github.com/awcp/awcp/control/discovery"
 	"github.com/awcp/awcp/internal/metrics"
@@ -104,7 +105,7 @@ func (e *env) delegator(progress func(string, *control.Event)) (*delegator.Deleg
 	transports := map[string]control.DelegatorTransport{control.TransportArchive: archiveT}
 	if e.sshfs != nil {
 		transports[control.TransportSSHFS] = e.sshfs
-		transports[control.TransportGit] = &delegator.GitDelegator{Live: e.sshfs, Archive: archiveT, RepoDir: filepath.Join(e.state, "git")}
+		transports[control.TransportGit] = &lendgit.Transport{Live: e.sshfs, Archive: archiveT, RepoDir: filepath.Join(e.state, "git")}
 	}
 	return delegator.New(delegator.Options{
 		Store:           e.store,

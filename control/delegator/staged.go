@@ -311,6 +311,19 @@ func orAuto(mode string) string {
 	return mode
 }
 
+// branchReplayer is a transport whose staged result can be its agent's
+// own commits, replayed on a new branch of the directory (the git
+// transport's); ok is false where it kept none.
+type branchReplayer interface {
+	ReplayBranch(ctx context.Context, d control.Lent, stagedDir, branch string) (commit string, commits int, ok bool, err error)
+}
+
+// resultPacker is a transport whose result the delegator packs itself as
+// an archive result (the git transport's push), for a staged review.
+type resultPacker interface {
+	PackResult(ctx context.Context, d control.Lent, ev *control.Event) (drop func(), err error)
+}
+
 // Applied is what ApplyResult did.
 type Applied struct {
 	Snapshot string          `json:"snapshot"`
@@ -363,10 +376,12 @@ func (d *Delegator) ApplyResult(ctx context.Context, id, snap, branch string, al
 	if branch != "" {
 		msg := fmt.Sprintf("%s\n\nThe executor's result of delegation %s (awcp), snapshot %s.\n", firstLine(orDefault(del.Summary, del.Description), 72), id, chosen)
 		out.Branch = branch
-		if repo := filepath.Join(del.Staged.Dir, keptRepo); del.Transport == control.TransportGit && exists(repo) {
+		replayed := false
+		if br, ok := d.transport(del).(branchReplayer); ok {
 			// The git transport's: the agent's own commits, replayed.
-			out.Commit, out.Commits, err = branchFromRepo(ctx, repo, del.LocalDir, branch, lending.Hider(gitView(lent(del)).Policy))
-		} else {
+			out.Commit, out.Commits, replayed, err = br.ReplayBranch(ctx, lent(del), del.Staged.Dir, branch)
+		}
+		if !replayed && err == nil {
 			out.Commit, err = r.Branch(ctx, del.LocalDir, branch, msg)
 		}
 	} else {

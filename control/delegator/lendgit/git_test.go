@@ -1,4 +1,4 @@
-package delegator
+package lendgit
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func TestGitResultBoundedAfterCompression(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	tr := &GitDelegator{RepoDir: dir, Archive: &lendarchive.Transport{Blobs: store, Limits: archive.Limits{MaxBytes: 1 << 20, MaxEntries: 10}}}
+	tr := &Transport{RepoDir: dir, Archive: &lendarchive.Transport{Blobs: store, Limits: archive.Limits{MaxBytes: 1 << 20, MaxEntries: 10}}}
 	id := "dlg_gitbomb"
 	repo := tr.repo(id)
 	run := func(stdin string, args ...string) string {

@@ -1,4 +1,9 @@
-package delegator
+// Package lendgit is the delegator's side of the git transport: the
+// export view committed into a bare repository of the delegator's own,
+// lent over the live mount's SSH server (lendlive) for the executor to
+// clone and push back to; what it pushes is applied three-way as the
+// archive transport's result is (lendarchive), or replayed on a branch.
+package lendgit
 
 import (
 	"archive/zip"
@@ -18,6 +23,7 @@ import (
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator/lendarchive"
+	"github.com/awcp/awcp/control/delegator/lending"
 	"github.com/awcp/awcp/control/delegator/lendlive"
 	"github.com/awcp/awcp/control/delegator/review"
 	"github.com/awcp/awcp/internal/gitrun"
@@ -25,7 +31,7 @@ import (
 	"github.com/awcp/awcp/sshd"
 )
 
-// GitDelegator is the delegator side of the git transport: the export
+// Transport is the delegator side of the git transport: the export
 // view (what the archive would send, hide patterns applied) becomes the
 // one commit of a bare repository of this delegator's own — never the
 // owner's, so no object of a hidden path or of the owner's history exists
@@ -33,19 +39,19 @@ import (
 // delegation's certificate alone (sshd/git.go). The executor clones it,
 // runs its agent on its own disk, and pushes what the agent did to
 // refs/heads/result; that is applied three-way as an archive's result is.
-type GitDelegator struct {
+type Transport struct {
 	Live    *lendlive.Transport    // the SSH server, the certificates, reverse connections
 	Archive *lendarchive.Transport // the export view, and the three-way apply of the result
 	// RepoDir holds the lent repositories, one a delegation.
 	RepoDir string
 }
 
-var _ control.DelegatorTransport = (*GitDelegator)(nil)
+var _ control.DelegatorTransport = (*Transport)(nil)
 
 // Name implements control.DelegatorTransport.
-func (*GitDelegator) Name() string { return control.TransportGit }
+func (*Transport) Name() string { return control.TransportGit }
 
-func (t *GitDelegator) repo(id string) string { return filepath.Join(t.RepoDir, id+".git") }
+func (t *Transport) repo(id string) string { return filepath.Join(t.RepoDir, id+".git") }
 
 // The lent repository's branches: the export view, and what the executor
 // pushes back; baseFile, in it, records the view's commit (no push moves
@@ -57,6 +63,18 @@ const (
 	baseFile     = "awcp-base"
 	keptRepo     = "repo.git"
 )
+
+// ReplayBranch records, on a new branch of d's directory, the agent's own
+// commits from the repository a staged delegation kept in stagedDir; ok
+// is false where none was kept (the result is then applied as a diff).
+func (t *Transport) ReplayBranch(ctx context.Context, d control.Lent, stagedDir, branch string) (commit string, commits int, ok bool, err error) {
+	repo := filepath.Join(stagedDir, keptRepo)
+	if _, err := os.Stat(repo); err != nil {
+		return "", 0, false, nil
+	}
+	commit, commits, err = branchFromRepo(ctx, repo, d.LocalDir, branch, lending.Hider(gitView(d).Policy))
+	return commit, commits, true, err
+}
 
 // branchFromRepo records the agent's commits of the kept repository repo
 // on a new branch name of dir's work tree (review.BranchFromCommits).
@@ -71,7 +89,7 @@ func branchFromRepo(ctx context.Context, repo, dir, name string, hide func(strin
 // Prepare packs the export view as the archive transport does (its
 // manifest is the base of the three-way apply), commits it into a new
 // bare repository, and lends that repository to the delegation.
-func (t *GitDelegator) Prepare(ctx context.Context, d control.Lent) (*control.WorkDirInfo, error) {
+func (t *Transport) Prepare(ctx context.Context, d control.Lent) (*control.WorkDirInfo, error) {
 	if _, err := exec.LookPath("git"); err != nil {
 		return nil, control.Errorf(control.CodeDepMissing, "the git transport needs git on this machine").WithHint("install git, or use --transport archive")
 	}
@@ -114,7 +132,7 @@ func git(ctx context.Context, repo string, stdin io.Reader, args ...string) ([]b
 // dialect): without a parent, or with d.GitHistory, on top of the last
 // commits of the directory's branch, fetched shallow (their paths were
 // checked at admission: admitLentHistory).
-func (t *GitDelegator) commitView(ctx context.Context, packed, repo string, d control.Lent) error {
+func (t *Transport) commitView(ctx context.Context, packed, repo string, d control.Lent) error {
 	if err := os.MkdirAll(t.RepoDir, 0o700); err != nil {
 		return err
 	}
@@ -223,7 +241,7 @@ func writeImport(w io.Writer, zr *zip.ReadCloser, inFolder bool, parent string) 
 // (bounded as an archive's extraction is) as an archive result, and
 // applies that three-way against the export view: the owner's edits made
 // meanwhile stay, and a path both changed is a conflict.
-func (t *GitDelegator) Finish(ctx context.Context, d control.Lent, ev *control.Event) (*archive.Report, error) {
+func (t *Transport) Finish(ctx context.Context, d control.Lent, ev *control.Event) (*archive.Report, error) {
 	if d.AccessMode != control.AccessRW {
 		return &archive.Report{}, nil
 	}
@@ -242,7 +260,7 @@ func (t *GitDelegator) Finish(ctx context.Context, d control.Lent, ev *control.E
 // converts a byte), a directory entry for each of their parents, and the
 // base's empty directories, which git cannot carry (never deleted for
 // that). The paths are the executor's, checked again by the apply.
-func (t *GitDelegator) zipResult(ctx context.Context, repo string, entries []treeEntry, out string, d control.Lent) error {
+func (t *Transport) zipResult(ctx context.Context, repo string, entries []treeEntry, out string, d control.Lent) error {
 	prefix := ""
 	if d.Dialect == control.DialectHead {
 		prefix = control.ResourceWorkspace + "/"
@@ -374,7 +392,7 @@ func emptyDirs(m archive.Manifest) []string {
 }
 
 // baseManifest is what was lent to delegation id (the archive's record).
-func (t *GitDelegator) baseManifest(id string) (archive.Manifest, error) {
+func (t *Transport) baseManifest(id string) (archive.Manifest, error) {
 	raw, err := t.Archive.Blobs.Blob(lendarchive.ManifestKey(id))
 	if err != nil {
 		return nil, err
@@ -383,17 +401,9 @@ func (t *GitDelegator) baseManifest(id string) (archive.Manifest, error) {
 	return m, json.Unmarshal(raw, &m)
 }
 
-// resultPacker is a transport whose result the delegator packs itself as
-// an archive result (the git transport's push), for a staged review.
-type resultPacker interface {
-	PackResult(ctx context.Context, d control.Lent, ev *control.Event) (drop func(), err error)
-}
-
-var _ resultPacker = (*GitDelegator)(nil)
-
 // PackResult packs what the executor pushed as ev.ResultFile; drop removes
 // the file.
-func (t *GitDelegator) PackResult(ctx context.Context, d control.Lent, ev *control.Event) (func(), error) {
+func (t *Transport) PackResult(ctx context.Context, d control.Lent, ev *control.Event) (func(), error) {
 	repo := t.repo(d.ID)
 	sha, err := git(ctx, repo, nil, "rev-parse", "--verify", "-q", gitResultRef+"^{commit}")
 	if err != nil {
@@ -421,7 +431,7 @@ type treeEntry struct {
 // resultTree lists commit's blobs, refusing a tree past what an archive's
 // extraction takes: a push is bounded in bytes, but objects compress.
 // Submodules' commits carry nothing and are left out.
-func (t *GitDelegator) resultTree(ctx context.Context, repo, commit string) ([]treeEntry, error) {
+func (t *Transport) resultTree(ctx context.Context, repo, commit string) ([]treeEntry, error) {
 	out, err := git(ctx, repo, nil, "ls-tree", "-r", "-l", "-z", "--full-tree", commit)
 	if err != nil {
 		return nil, err
@@ -458,7 +468,7 @@ func (t *GitDelegator) resultTree(ctx context.Context, repo, commit string) ([]t
 // Cleanup revokes the grant and removes the lent repository — or, for a
 // staged result, keeps it with the result (its commits go on a branch
 // with `apply --branch`; it goes with the staged result).
-func (t *GitDelegator) Cleanup(ctx context.Context, d control.Lent) error {
+func (t *Transport) Cleanup(ctx context.Context, d control.Lent) error {
 	err := t.Live.Cleanup(ctx, d)
 	repo := t.repo(d.ID)
 	if d.Snapshot == lease.SnapshotStaged && d.StagedDir != "" && d.AccessMode == control.AccessRW {
@@ -505,21 +515,18 @@ func cQuote(path string) string {
 	return b.String()
 }
 
-var (
-	_ control.Renewer = (*GitDelegator)(nil)
-	_ resumer         = (*GitDelegator)(nil)
-)
+var _ control.Renewer = (*Transport)(nil)
 
 // Renew moves the repository's grant to the lease's new end and issues a
 // certificate valid until then: the push at the end needs one.
-func (t *GitDelegator) Renew(ctx context.Context, d control.Lent) (*control.Credential, error) {
+func (t *Transport) Renew(ctx context.Context, d control.Lent) (*control.Credential, error) {
 	return t.Live.Renew(ctx, d)
 }
 
 // Resume lends the repository again to a delegation followed anew (this
 // process restarted while it ran): a grant lives in the server's memory,
 // the repository on disk.
-func (t *GitDelegator) Resume(ctx context.Context, d control.Lent) {
+func (t *Transport) Resume(ctx context.Context, d control.Lent) {
 	repo := t.repo(d.ID)
 	if _, err := os.Stat(repo); err != nil {
 		t.Live.Log().Warn("git transport not resumed: its repository is gone", "delegation", d.ID)
@@ -531,6 +538,6 @@ func (t *GitDelegator) Resume(ctx context.Context, d control.Lent) {
 
 // lendRepo has the SSH server lend d's repository instead of its
 // directory, from its next grant on (lendlive.Transport.grant).
-func (t *GitDelegator) lendRepo(d control.Lent) {
+func (t *Transport) lendRepo(d control.Lent) {
 	t.Live.LendRepo(d.ID, &sshd.GitExport{Repo: t.repo(d.ID), MaxReceive: d.Policy.MaxWriteBytes})
 }
