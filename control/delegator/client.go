@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/lease"
 )
 
 // PeerClient talks to one executor.
@@ -654,4 +655,16 @@ func (c *PeerClient) Renew(ctx context.Context, id string, req control.RenewRequ
 		return time.Time{}, fmt.Errorf("the executor's renewed lease: %w", err)
 	}
 	return at, nil
+}
+
+// peer is the client of delegation del's executor: pinned to its key,
+// with this delegator's identity as its certificate.
+func (d *Delegator) peer(del *lease.Delegation) *PeerClient {
+	c := &PeerClient{BaseURL: del.Peer, Token: del.Token, HTTP: d.opts.HTTP, SpoolDir: d.opts.SpoolDir,
+		MaxResultBytes: d.opts.MaxResultBytes, AgentID: del.PeerAgentID, Key: del.PeerKey, PlainHTTP: del.PlainHTTP, Identity: d.opts.Identity}
+	if d.opts.Transfer != nil {
+		id := del.ID
+		c.Transfer = func(what string, done, total int64) { d.opts.Transfer(id, what, done, total) }
+	}
+	return c
 }

@@ -317,46 +317,14 @@ func (d *Delegator) due() ([]lease.Due, error) {
 	return out, err
 }
 
-func (d *Delegator) peer(del *lease.Delegation) *PeerClient {
-	c := &PeerClient{BaseURL: del.Peer, Token: del.Token, HTTP: d.opts.HTTP, SpoolDir: d.opts.SpoolDir,
-		MaxResultBytes: d.opts.MaxResultBytes, AgentID: del.PeerAgentID, Key: del.PeerKey, PlainHTTP: del.PlainHTTP, Identity: d.opts.Identity}
-	if d.opts.Transfer != nil {
-		id := del.ID
-		c.Transfer = func(what string, done, total int64) { d.opts.Transfer(id, what, done, total) }
-	}
-	return c
-}
-
 func (d *Delegator) transport(del *lease.Delegation) control.DelegatorTransport {
 	return d.opts.Transports[del.Transport]
-}
-
-func lent(del *lease.Delegation) control.Lent {
-	return control.Lent{ID: del.ID, LocalDir: del.LocalDir, AccessMode: del.AccessMode, ExpiresAt: del.ExpiresAt, Peer: del.Peer,
-		Dialect: del.Dialect, Policy: del.Policy, Reverse: del.Connect == control.ConnectReverse, Token: del.Token,
-		PeerAgentID: del.PeerAgentID, PeerKey: del.PeerKey, PlainHTTP: del.PlainHTTP, Snapshot: del.SnapshotMode, StagedDir: stagedDirOf(del),
-		GitHistory: del.GitHistory}
-}
-
-// stagedDirOf is where del's staged result is kept; "" if it is not.
-func stagedDirOf(del *lease.Delegation) string {
-	if del.Staged == nil {
-		return ""
-	}
-	return del.Staged.Dir
 }
 
 // EventNote is the type of the events Options.Progress gets for what
 // this delegator itself has to say of a delegation as it happens (a
 // transport chosen or fallen back from); never an executor's.
 const EventNote = "note"
-
-// note tells Options.Progress what this delegator did for delegation id.
-func (d *Delegator) note(id, msg string) {
-	if d.opts.Progress != nil {
-		d.opts.Progress(id, &control.Event{DelegationID: id, Type: EventNote, Message: msg})
-	}
-}
 
 // Run drives delegation id until it ends or ctx is done, and returns the
 // final record. If ctx ends first the delegation is left as it is, for a

@@ -71,3 +71,10 @@ func (d *Delegator) storeProgress(id string) {
 		d.log.Debug("store progress", "delegation", id, "err", err)
 	}
 }
+
+// note tells Options.Progress what this delegator did for delegation id.
+func (d *Delegator) note(id, msg string) {
+	if d.opts.Progress != nil {
+		d.opts.Progress(id, &control.Event{DelegationID: id, Type: EventNote, Message: msg})
+	}
+}
