@@ -72,7 +72,7 @@ const (
 	TransportArchive = "archive"
 	// TransportGit is ours: the export view as a repository the executor
 	// clones and pushes its result to, over the delegation's SSH
-	// connection (control/delegator/git.go).
+	// connection (control/delegator/lendgit).
 	TransportGit = "git"
 )
 
