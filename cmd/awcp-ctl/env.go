@@ -104,6 +104,7 @@ func (e *env) delegator(progress func(string, *control.Event)) (*delegator.Deleg
 	return delegator.New(delegator.Options{
 		Store:           e.store,
 		Transports:      transports,
+		Replayers:       map[string]delegator.BranchReplayer{control.TransportGit: lendgit.Replayer{}},
 		SpoolDir:        staging,
 		Progress:        progress,
 		ReconnectBound:  e.reconnectBound,

@@ -27,6 +27,11 @@ type Options struct {
 	Store *lease.Store
 	// Transports by wire name. Required: at least archive.
 	Transports map[string]control.DelegatorTransport
+	// Replayers, by transport name, record a staged result's own commits
+	// on a new branch for `apply --branch` (the git transport's): no
+	// transport need run for that. Default: none (the result is applied
+	// to the branch as one commit).
+	Replayers map[string]BranchReplayer
 	// Admission limits; zero fields take the spec's defaults.
 	Admission AdmissionLimits
 	// HTTP is the client for executors. Default http.DefaultClient.

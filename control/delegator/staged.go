@@ -311,10 +311,10 @@ func orAuto(mode string) string {
 	return mode
 }
 
-// branchReplayer is a transport whose staged result can be its agent's
-// own commits, replayed on a new branch of the directory (the git
-// transport's); ok is false where it kept none.
-type branchReplayer interface {
+// BranchReplayer replays a staged result's own commits — its agent's, kept
+// by its transport — on a new branch of the directory (the git
+// transport's: lendgit.Replayer); ok is false where none were kept.
+type BranchReplayer interface {
 	ReplayBranch(ctx context.Context, d control.Lent, stagedDir, branch string) (commit string, commits int, ok bool, err error)
 }
 
@@ -377,7 +377,7 @@ func (d *Delegator) ApplyResult(ctx context.Context, id, snap, branch string, al
 		msg := fmt.Sprintf("%s\n\nThe executor's result of delegation %s (awcp), snapshot %s.\n", firstLine(orDefault(del.Summary, del.Description), 72), id, chosen)
 		out.Branch = branch
 		replayed := false
-		if br, ok := d.transport(del).(branchReplayer); ok {
+		if br, ok := d.opts.Replayers[del.Transport]; ok {
 			// The git transport's: the agent's own commits, replayed.
 			out.Commit, out.Commits, replayed, err = br.ReplayBranch(ctx, lent(del), del.Staged.Dir, branch)
 		}

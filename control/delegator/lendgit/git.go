@@ -64,10 +64,15 @@ const (
 	keptRepo     = "repo.git"
 )
 
+// Replayer replays what the git transport kept of a staged delegation
+// (delegator.BranchReplayer): it needs no SSH server, and `apply
+// --branch` runs where none does.
+type Replayer struct{}
+
 // ReplayBranch records, on a new branch of d's directory, the agent's own
 // commits from the repository a staged delegation kept in stagedDir; ok
 // is false where none was kept (the result is then applied as a diff).
-func (t *Transport) ReplayBranch(ctx context.Context, d control.Lent, stagedDir, branch string) (commit string, commits int, ok bool, err error) {
+func (Replayer) ReplayBranch(ctx context.Context, d control.Lent, stagedDir, branch string) (commit string, commits int, ok bool, err error) {
 	repo := filepath.Join(stagedDir, keptRepo)
 	if _, err := os.Stat(repo); err != nil {
 		return "", 0, false, nil
