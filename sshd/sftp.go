@@ -218,6 +218,10 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 	// order holds, by handle, the writes sent since its last barrier request
 	// and that request (wire.WriteBarrier). Only this loop touches it.
 	order := map[string]*handleOrder{}
+	// sweepAt is the size of order that next sweeps it: twice what the
+	// last sweep kept, so that entries it cannot drop (open handles,
+	// requests in flight) do not make every new name a sweep of them all.
+	sweepAt := orderSweepAt
 	// emptying holds, by directory, the REMOVEs and RMDIRs of names in it
 	// not yet handled, which its RMDIR waits for (wire.RmdirInOrder). Only
 	// this loop touches the map.
@@ -321,8 +325,9 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 				// Named by the client: a name never closed (an open
 				// refused, a client that never closes) stays here
 				// until swept.
-				if len(order) >= orderSweepAt {
+				if len(order) >= sweepAt {
 					sweepOrder(s, order, opening)
+					sweepAt = max(orderSweepAt, 2*len(order))
 				}
 				o = &handleOrder{}
 				order[string(name)] = o
