@@ -19,6 +19,10 @@ type Op struct {
 	// Replaced says a rename's new name held something it replaced (a
 	// file rewritten as sed -i and editors do: modified, not added).
 	Replaced bool `json:"replaced,omitempty"`
+	// Ahead says a read sent the file with its directory's listing
+	// (list-read@awcp), the mount fetching ahead of the agent: its
+	// contents reached the executor, whether or not the agent opened it.
+	Ahead bool `json:"ahead,omitempty"`
 }
 
 // Kinds of Op.

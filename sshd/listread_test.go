@@ -39,7 +39,8 @@ func TestListReadPagesWhatAnOpenCouldRead(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c := sessionOn(t, f, "dlg_listread", Export{Dir: dir, Policy: wire.ExportPolicy{Hide: []string{".env", "secrets"}}})
+	rec := &memRecorder{}
+	c := sessionOn(t, f, "dlg_listread", Export{Dir: dir, Policy: wire.ExportPolicy{Hide: []string{".env", "secrets"}}, Audit: rec})
 
 	var names []string
 	data := map[string]string{}
@@ -91,6 +92,15 @@ func TestListReadPagesWhatAnOpenCouldRead(t *testing.T) {
 		if _, ok := data[name]; ok {
 			t.Errorf("%s came with contents", name)
 		}
+	}
+
+	// What went with the listing is in the audit log as read, marked as
+	// fetched ahead: the contents reached the executor, asked for or not.
+	if op, ok := rec.find(OpRead, "a.txt"); !ok || !op.Ahead || op.Bytes != 2 {
+		t.Errorf("a.txt's contents, sent with the listing, are logged as %+v (found %v), want a read of 2 bytes marked ahead", op, ok)
+	}
+	if _, ok := rec.find(OpRead, "big"); ok {
+		t.Errorf("big, whose contents were not sent, is logged as read")
 	}
 
 	for _, p := range []string{"/secrets", "/a.txt", "/missing"} {

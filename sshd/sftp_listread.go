@@ -30,7 +30,8 @@ const (
 // checked against the policy (openDir), and hidden names are left out of
 // its listing, so nothing read here lies outside what an OPEN could read.
 // What is read is recorded in the audit log as a read, as the mount
-// reading it ahead of the agent is still the executor reading it.
+// reading it ahead of the agent is still the executor reading it, marked
+// as fetched ahead (Op.Ahead): the agent may never have opened it.
 func (s *sftpServer) listRead(id uint32, r *reader) {
 	p := s.rel(r.Str())
 	start, small, budget := int(r.U32()), int(r.U32()), int(r.U32())
@@ -76,7 +77,7 @@ func (s *sftpServer) listRead(id uint32, r *reader) {
 		var data []byte
 		if carried && len(b)+need <= budget {
 			if data, info = readSmall(dirFd, info); data != nil {
-				s.recordReal(Op{Kind: OpRead, Path: joinRel(name, e.Name()), Bytes: int64(len(data))})
+				s.recordReal(Op{Kind: OpRead, Path: joinRel(name, e.Name()), Bytes: int64(len(data)), Ahead: true})
 			}
 		}
 		b = growBuf(b, need+4+len(data))

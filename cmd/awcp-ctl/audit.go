@@ -75,6 +75,9 @@ func auditLine(op delegator.Op) string {
 	if op.Bytes > 0 {
 		fmt.Fprintf(&b, "  %d bytes", op.Bytes)
 	}
+	if op.Ahead {
+		b.WriteString("  (fetched ahead with its directory)")
+	}
 	switch {
 	case op.Refused:
 		fmt.Fprintf(&b, "  REFUSED: %s", clikit.Printable(op.Err))

@@ -230,7 +230,7 @@ function auditForm(id) {
       put(list, 
         s ? el("p", {}, s.filesRead + " files read, " + s.filesWritten + " written, " + s.created + " created, " + s.deleted + " deleted, " + s.refused + " refused") : el("p", { class: "muted" }, "no audit log (an archive's result is its diff)"),
         el("div", { class: "scroll" }, el("table", {}, el("tbody", {}, (a.operations || []).map(o => el("tr", {},
-          el("td", {}, when(o.at)), el("td", { class: o.refused ? "refused" : "" }, o.kind), el("td", { class: "mono" }, o.path + (o.to ? " → " + o.to : "")),
+          el("td", {}, when(o.at)), el("td", { class: o.refused ? "refused" : "" }, o.kind), el("td", { class: "mono" }, o.path + (o.to ? " → " + o.to : "") + (o.ahead ? " (fetched ahead)" : "")),
           el("td", {}, o.bytes ? o.bytes + " bytes" : ""), el("td", {}, o.err || "")))))),
         a.truncated ? el("p", { class: "muted" }, "more operations than shown: awcp-ctl audit " + id + " has them all") : null);
     } catch (e) { put(list, el("p", {}, e.message)); }
