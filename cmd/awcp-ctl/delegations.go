@@ -30,6 +30,13 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// view is a delegation as shown to the user: no secret in it.
+type view struct {
+	*lease.Delegation
+	Token      string `json:"token,omitempty"`
+	SessionKey string `json:"sessionKey,omitempty"`
+}
+
 func redact(d *lease.Delegation) view { return view{Delegation: d} }
 
 // report prints how a delegation stands or ended: the result to stdout, a

@@ -247,10 +247,3 @@ func (e *env) resolve(arg string) (*lease.Delegation, error) {
 	}
 	return d, err
 }
-
-// view is a delegation as shown to the user: no secret in it.
-type view struct {
-	*lease.Delegation
-	Token      string `json:"token,omitempty"`
-	SessionKey string `json:"sessionKey,omitempty"`
-}

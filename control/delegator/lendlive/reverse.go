@@ -92,7 +92,7 @@ const (
 // tunnel parks connections at the executor, one at a time, and serves
 // each the executor takes, until ctx ends; then it closes them all.
 func (t *Transport) tunnel(ctx context.Context, d control.Lent, srv TunnelServer) {
-	log := t.logger().With("delegation", d.ID)
+	log := t.Log().With("delegation", d.ID)
 	var serving sync.WaitGroup // the connections taken: they close with ctx
 	defer serving.Wait()
 	backoff := tunnelRetryMin

@@ -102,9 +102,7 @@ func (t *Transport) LendRepo(id string, repo *sshd.GitExport) {
 }
 
 // Log is where the transport logs (Logger, or slog's default).
-func (t *Transport) Log() *slog.Logger { return t.logger() }
-
-func (t *Transport) logger() *slog.Logger {
+func (t *Transport) Log() *slog.Logger {
 	if t.Logger != nil {
 		return t.Logger
 	}
@@ -195,15 +193,15 @@ func (t *Transport) Prepare(ctx context.Context, d control.Lent) (*control.WorkD
 // process restarted while it ran): a grant lives in the server's memory.
 func (t *Transport) Resume(ctx context.Context, d control.Lent) {
 	if err := t.grant(d); err != nil {
-		t.logger().Warn("live mount not resumed", "delegation", d.ID, "err", err)
+		t.Log().Warn("live mount not resumed", "delegation", d.ID, "err", err)
 		return
 	}
 	if _, err := t.portFor(d); err != nil {
-		t.logger().Warn("live mount not resumed", "delegation", d.ID, "err", err)
+		t.Log().Warn("live mount not resumed", "delegation", d.ID, "err", err)
 	}
 	if d.Reverse {
 		if err := t.keep(ctx, d); err != nil {
-			t.logger().Warn("reverse live mount not resumed", "delegation", d.ID, "err", err)
+			t.Log().Warn("reverse live mount not resumed", "delegation", d.ID, "err", err)
 		}
 	}
 }
