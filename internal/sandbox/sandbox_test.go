@@ -317,3 +317,18 @@ func TestBoundedRootWithoutSetpcap(t *testing.T) {
 		t.Errorf("a root command under a bounded root: %v\n%s\nwant it refused, naming CAP_SETPCAP", err, out)
 	}
 }
+
+// Check builds a policy's sandbox around nothing: nil where it can be
+// built, and the helper's own words where it cannot.
+func TestCheck(t *testing.T) {
+	if !CanIsolate() {
+		t.Fatal("not root: the root of its own cannot be tested here")
+	}
+	if err := Check(Policy{RO: System, Devices: Devices, Isolated: true, User: &User{UID: 2_000_000_782, GID: 2_000_000_782}}); err != nil {
+		t.Fatalf("a sandbox this machine can build: %v", err)
+	}
+	err := Check(Policy{RO: System, User: &User{UID: 2_000_000_782, GID: 2_000_000_782}})
+	if err == nil || err.Error() != "a user of its own needs a root of its own" {
+		t.Fatalf("a sandbox that cannot be built: %v, want the helper's reason alone", err)
+	}
+}
