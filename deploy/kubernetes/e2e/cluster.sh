@@ -229,7 +229,7 @@ CT
   for i in pause awcp-fs; do ctr_ images import "$WORK/images/$i.tar" > /dev/null || return 1; done
 }
 
-node() {
+kubelet_up() {
   for k in $SYSCTLS; do echo "$k=$(sysctl -n $k)"; done > "$WORK/sysctl.orig"
   # What the kubelet makes outside its root dir: noted so down removes only that.
   [ -e /var/lib/kubelet ] || touch "$WORK/made-var-lib-kubelet"
@@ -284,7 +284,7 @@ up() {
   down quiet
   mkdir -p "$S" "$L" "$PIDS"
   local t; t=$(date +%s)
-  pki && network && control_plane && container_runtime && node && cluster_dns || { log "the cluster did not come up; logs in $L"; return 1; }
+  pki && network && control_plane && container_runtime && kubelet_up && cluster_dns || { log "the cluster did not come up; logs in $L"; return 1; }
   cat > "$WORK/env" <<ENV
 AWCP_K8S_KUBECTL=$KB/kubectl
 KUBECONFIG=$C/admin.kubeconfig

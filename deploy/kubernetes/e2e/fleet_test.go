@@ -192,6 +192,64 @@ func TestFleetOnARealCluster(t *testing.T) {
 	}
 
 	deletedUnderADelegation(t, c, d, executors, pods)
+	refusedUnderTheDefaultSeccomp(t, c)
+}
+
+// An executor in a container under the runtime's default seccomp profile
+// (which refuses pivot_root(2)) cannot build its agents' sandbox: awcp-fs
+// says so and exits, so such a pod is never Ready, rather than failing
+// each delegation it takes.
+func refusedUnderTheDefaultSeccomp(t *testing.T, c *cluster) {
+	pod := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: awcp-default-seccomp, namespace: awcp}
+spec:
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  containers:
+    - name: awcp-fs
+      image: %s
+      imagePullPolicy: IfNotPresent
+      args: [serve, --listen=0.0.0.0:10200, --state-dir=/tmp/state, --work-root=/tmp/work,
+             --authorized-delegators=/etc/awcp/authorized-delegators, --agent-cmd=true]
+      resources:
+        requests: {cpu: 50m, memory: 64Mi}
+        limits: {memory: 256Mi, smarter-devices/fuse: "1"}
+      securityContext:
+        capabilities:
+          drop: ["ALL"]
+          add: ["SYS_ADMIN", "SETUID", "SETGID", "CHOWN", "DAC_OVERRIDE", "FOWNER"]
+        allowPrivilegeEscalation: false
+        readOnlyRootFilesystem: true
+        appArmorProfile: {type: Unconfined}
+        seccompProfile: {type: RuntimeDefault}
+      volumeMounts:
+        - {name: tmp, mountPath: /tmp}
+        - {name: auth, mountPath: /etc/awcp, readOnly: true}
+  volumes:
+    - name: tmp
+      emptyDir: {}
+    - name: auth
+      secret: {secretName: awcp-executor, items: [{key: authorized-delegators, path: authorized-delegators}]}
+`, c.image)
+	f := filepath.Join(t.TempDir(), "pod.yaml")
+	if err := os.WriteFile(f, []byte(pod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.mustKubectl(t, "apply", "-f", f)
+	waitFor(t, "the executor under the default seccomp profile to exit", 2*time.Minute, func() (bool, string) {
+		phase, err := c.kubectl("-n", "awcp", "get", "pod", "awcp-default-seccomp", "-o", "jsonpath={.status.phase}")
+		return err == nil && (phase == "Failed" || phase == "Succeeded"), phase
+	})
+	logs := c.mustKubectl(t, "-n", "awcp", "logs", "awcp-default-seccomp")
+	if !strings.Contains(logs, "the agents' sandbox cannot be built here") || !strings.Contains(logs, "seccomp profile refuses pivot_root") {
+		t.Errorf("awcp-fs under the default seccomp profile did not refuse to serve, saying why:\n%s", logs)
+	}
+	if ready := c.mustKubectl(t, "-n", "awcp", "get", "pod", "awcp-default-seccomp", "-o",
+		`jsonpath={.status.conditions[?(@.type=="Ready")].status}`); ready == "True" {
+		t.Errorf("the pod was Ready")
+	}
+	t.Logf("under the default seccomp profile: %s", strings.TrimSpace(logs))
 }
 
 // A pod deleted under a running delegation: the delegation ends with a
@@ -271,18 +329,19 @@ func (d *delegator) peers(t *testing.T) []peer {
 // export runs one delegation to the fleet in the foreground and returns its row.
 func (d *delegator) export(t *testing.T, transport, prompt string) delegation {
 	t.Helper()
-	before := d.status(t)
-	r := d.ctl(t, append([]string{"export", t.TempDir(), "--peer", "dns:" + serviceDomain, "--transport", transport, "--prompt", prompt}, d.browse...)...)
-	if r.code != 0 {
-		t.Fatalf("export --transport %s: exit %d\n%s%s", transport, r.code, r.stdout, r.stderr)
+	return d.exportTo(t, append([]string{"--peer", "dns:" + serviceDomain, "--transport", transport, "--prompt", prompt}, d.browse...)...)
+}
+
+// exportTo runs `awcp-ctl export --json` of a fresh directory with args
+// and returns the delegation it printed.
+func (d *delegator) exportTo(t *testing.T, args ...string) delegation {
+	t.Helper()
+	r := d.ctl(t, append([]string{"export", t.TempDir(), "--json"}, args...)...)
+	var x delegation
+	if err := jsonUnmarshal(r.stdout, &x); r.code != 0 || err != nil {
+		t.Fatalf("export %v: exit %d (%v)\n%s%s", args, r.code, err, r.stdout, r.stderr)
 	}
-	for id, x := range d.status(t) {
-		if _, old := before[id]; !old {
-			return x
-		}
-	}
-	t.Fatalf("export --transport %s left no delegation in status", transport)
-	return delegation{}
+	return x
 }
 
 // checkRan: x completed, on a pod of the fleet, and the agent's file came
@@ -310,17 +369,9 @@ func compareStartup(t *testing.T, c *cluster, d *delegator, pod peer, podKey, de
 	median := func(url, key string) (time.Duration, []time.Duration) {
 		var all []time.Duration
 		for range 3 {
-			before := d.status(t)
 			start := time.Now()
-			r := d.ctl(t, "export", t.TempDir(), "--peer", url, "--peer-key", key, "--transport", "live", "--prompt", "quick")
-			if r.code != 0 {
-				t.Fatalf("export to %s: exit %d\n%s", url, r.code, r.stderr)
-			}
-			for id, x := range d.status(t) {
-				if _, old := before[id]; !old {
-					all = append(all, x.reached("running").Sub(start))
-				}
-			}
+			x := d.exportTo(t, "--peer", url, "--peer-key", key, "--transport", "live", "--prompt", "quick")
+			all = append(all, x.reached("running").Sub(start))
 		}
 		sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 		return all[len(all)/2], all
