@@ -55,16 +55,13 @@ func BenchmarkChangeLogHeld(b *testing.B) {
 	long := strings.Repeat("n", 4000)
 	var held uint64
 	for range b.N {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
+		before := heapNow()
 		l := &changeLog{}
 		for i := range 2 * maxLogged {
 			l.add(fmt.Sprintf("/%s/%d", long, i))
 		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		held = after.HeapAlloc - min(before.HeapAlloc, after.HeapAlloc)
+		after := heapNow()
+		held = after - min(before, after)
 		runtime.KeepAlive(l)
 	}
 	b.ReportMetric(float64(held)/(1<<20), "MiB-held")

@@ -71,9 +71,7 @@ func BenchmarkListingsHeld(b *testing.B) {
 		for i := range nodes {
 			nodes[i] = &node{fsys: fsys}
 		}
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
+		before := heapNow()
 		for i, n := range nodes {
 			ents := make([]sftpc.Entry, 4)
 			for j := range ents {
@@ -81,10 +79,9 @@ func BenchmarkListingsHeld(b *testing.B) {
 			}
 			n.keepListing(ents, 0, 0)
 		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(fsys.listings.entries), "heap-B/entry")
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "heap-MiB")
+		grown := heapNow() - before
+		b.ReportMetric(float64(grown)/float64(fsys.listings.entries), "heap-B/entry")
+		b.ReportMetric(float64(grown)/(1<<20), "heap-MiB")
 		runtime.KeepAlive(nodes)
 	}
 }

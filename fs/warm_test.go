@@ -209,6 +209,7 @@ func BenchmarkWarmStoreHeld(b *testing.B) {
 	}
 }
 
+// heapNow is the heap in use once garbage is collected.
 func heapNow() uint64 {
 	runtime.GC()
 	var m runtime.MemStats
