@@ -124,23 +124,35 @@ func parseIdentity(out string) (key, agentID string) {
 	return key, agentID
 }
 
-// dumpOnFailure writes what explains a failure: the pods as the cluster
-// sees them, their logs, and the delegator daemon's.
+// dumpOnFailure writes what explains a failure — the pods as the cluster
+// sees them, their logs, and the delegator daemon's — to files beside the
+// cluster's own logs, and names them: printed here, they would push the
+// failure itself out of the tail a CI log shows.
 func (c *cluster) dumpOnFailure(t *testing.T, daemonLog *lockedBuffer) {
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
 		}
+		dir := filepath.Join(c.logs, "failure-"+time.Now().UTC().Format("20060102T150405"))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Logf("keeping what explains the failure: %v", err)
+			return
+		}
+		var b strings.Builder
 		for _, args := range [][]string{
 			{"-n", "awcp", "get", "pods,pvc,endpointslices", "-o", "wide"},
 			{"-n", "awcp", "describe", "pods"},
-			{"-n", "awcp", "logs", "-l", "app.kubernetes.io/name=awcp-executor", "--tail", "60", "--prefix"},
+			{"-n", "awcp", "logs", "-l", "app.kubernetes.io/name=awcp-executor", "--tail", "200", "--prefix"},
 		} {
 			out, err := c.kubectl(args...)
-			t.Logf("kubectl %s:\n%s%v", strings.Join(args, " "), out, err)
+			fmt.Fprintf(&b, "$ kubectl %s\n%s%v\n\n", strings.Join(args, " "), out, err)
 		}
-		t.Logf("the delegator's daemon:\n%s", daemonLog.String())
-		t.Logf("the cluster's own logs are in %s", c.logs)
+		for name, text := range map[string]string{"cluster.txt": b.String(), "delegator-daemon.log": daemonLog.String()} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+				t.Logf("keeping %s: %v", name, err)
+			}
+		}
+		t.Logf("the pods, their logs and the delegator daemon's are in %s; the cluster's own logs in %s", dir, c.logs)
 	})
 }
 
@@ -326,7 +338,12 @@ func localExecutor(t *testing.T, c *cluster, delegatorKey string) loopbackExecut
 		serve.Process.Signal(syscall.SIGTERM)
 		serve.Wait()
 		if t.Failed() {
-			t.Logf("the loopback executor:\n%s", log.String())
+			f := filepath.Join(c.logs, "loopback-executor.log")
+			if err := os.WriteFile(f, []byte(log.String()), 0o644); err != nil {
+				t.Logf("keeping the loopback executor's log: %v", err)
+			} else {
+				t.Logf("the loopback executor's log is %s", f)
+			}
 		}
 	})
 	waitFor(t, "the loopback executor", 15*time.Second, func() (bool, string) {
