@@ -45,6 +45,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 			mcpCommand(ctx),
 			acpCommand(ctx),
 			peersCommand(ctx),
+			skillsCommand(ctx),
 			uiCommand(ctx),
 			doctorCommand(ctx),
 			clikit.CompletionCommand(),

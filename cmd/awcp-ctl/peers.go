@@ -19,6 +19,7 @@ import (
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
 	"github.com/awcp/awcp/control/discovery"
+	"github.com/awcp/awcp/control/skills"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -133,10 +134,11 @@ func peersCommand(ctx context.Context) *cli.Command {
 		Description: "Executors advertise themselves with `awcp-fs serve --advertise`. Those found before and\n" +
 			"not answering now are listed offline, with when they were last seen. Linux and macOS\n" +
 			"answer alike; the query is IPv4 multicast on the default interface.",
-		Subcommands: []*cli.Command{trustCommand(ctx), selfCommand()},
+		Subcommands: []*cli.Command{trustCommand(ctx), untrustCommand(), selfCommand()},
 		Flags: append(append(clikit.CommonFlags(),
 			&cli.BoolFlag{Name: "watch", Usage: "keep looking, and print each change as it happens"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON: the list, or with --watch one change per line"},
+			&cli.StringFlag{Name: "skills", Usage: "with --watch: keep an Agent Skill per trusted executor in `DIR` as they come and go (awcp-ctl skills sync)"},
 		), browseFlags()...),
 		Action: func(c *cli.Context) error {
 			e, err := openEnv(c)
@@ -144,6 +146,9 @@ func peersCommand(ctx context.Context) *cli.Command {
 				return err
 			}
 			b := e.browser(c)
+			if c.IsSet("skills") && !c.Bool("watch") {
+				return fmt.Errorf("--skills keeps skills in sync while watching: give --watch too, or run awcp-ctl skills sync --dir DIR once")
+			}
 			if !c.Bool("watch") {
 				err := b.Round(ctx)
 				if serr := b.Save(); serr != nil {
@@ -182,10 +187,27 @@ func watchPeers(ctx context.Context, c *cli.Context, b *discovery.Browser) error
 			return err
 		}
 	}
+	var skillsDir string
+	if c.IsSet("skills") {
+		var err error
+		if skillsDir, err = filepath.Abs(c.String("skills")); err != nil {
+			return err
+		}
+	}
 	last := map[string]string{}
 	for {
 		changed := b.Changed()
-		for _, p := range b.Peers() {
+		peers := b.Peers()
+		if skillsDir != "" {
+			// Each change is one sync: what did not change is not
+			// rewritten, so this costs a read of each skill.
+			rep, err := skills.Sync(skillsDir, peers)
+			if err != nil {
+				return err
+			}
+			printSkills(w, skillsDir, rep, false)
+		}
+		for _, p := range peers {
 			key := peerState(p)
 			if last[p.AgentID] == key {
 				continue
@@ -305,6 +327,31 @@ func selfCommand() *cli.Command {
 			}
 			pub := control.IdentityPublic(e.identity)
 			fmt.Fprintf(c.App.Writer, "%s\nfingerprint %s\nagent id %s\n", pub, control.Fingerprint(pub), e.agentID)
+			return nil
+		},
+	}
+}
+
+// untrustCommand is `peers untrust ID`: the user's trust taken back.
+func untrustCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "untrust",
+		Usage:     "take back the trust in an executor's key: it is chosen no more, and a delegation naming it is refused",
+		ArgsUsage: "NAME|AGENT-ID",
+		Flags:     clikit.CommonFlags(),
+		Action: func(c *cli.Context) error {
+			if c.Args().Len() != 1 {
+				return clikit.UsageError("peers untrust takes one executor: a name or an agent id (or its first 8 characters)")
+			}
+			e, err := openEnv(c)
+			if err != nil {
+				return err
+			}
+			p, err := e.browser(c).Untrust(c.Args().First())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.Writer, "no longer trusted: %s (%s), key %s\n", clikit.Printable(p.Name), p.AgentID, control.Fingerprint(p.TrustedKey))
 			return nil
 		},
 	}

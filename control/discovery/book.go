@@ -74,6 +74,13 @@ func (b *Browser) save() error {
 	if werr == nil {
 		werr = os.Rename(tmp.Name(), b.Book)
 	}
+	if werr == nil {
+		if fi, err := os.Stat(b.Book); err == nil {
+			b.mu.Lock()
+			b.book = fi
+			b.mu.Unlock()
+		}
+	}
 	if werr != nil {
 		os.Remove(tmp.Name())
 		b.mu.Lock()
@@ -86,3 +93,56 @@ func (b *Browser) save() error {
 
 // Save writes the book now.
 func (b *Browser) Save() error { b.init(); return b.save() }
+
+// rereadTrust takes up the trust the book says, if another process wrote
+// the book since this browser last read or wrote it: a long-lived browser
+// (peers --watch, the daemon) then neither chooses an executor the user
+// stopped trusting (`peers untrust`) nor writes that trust back, and sees
+// one the user trusted since. The book's word on trust wins; what this
+// browser saw of the network stays its own.
+func (b *Browser) rereadTrust() {
+	if b.Book == "" {
+		return
+	}
+	fi, err := os.Stat(b.Book)
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	same := b.book != nil && os.SameFile(fi, b.book) && fi.ModTime().Equal(b.book.ModTime()) && fi.Size() == b.book.Size()
+	b.mu.Unlock()
+	if same {
+		return
+	}
+	known, err := readBook(b.Book)
+	if err != nil {
+		b.Logger.Warn("peer book unreadable; trust as it was", "book", b.Book, "err", err)
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.book = fi
+	inBook := map[string]*Peer{}
+	for _, p := range known {
+		inBook[p.AgentID] = p
+	}
+	changed := false
+	for id, cur := range b.peers {
+		key := ""
+		if p, ok := inBook[id]; ok {
+			key = p.TrustedKey
+		}
+		if cur.TrustedKey != key {
+			cur.TrustedKey, changed = key, true
+		}
+	}
+	for id, p := range inBook {
+		if _, ok := b.peers[id]; !ok && p.TrustedKey != "" && len(b.peers) < MaxPeers {
+			p.Online = false
+			b.peers[id], changed = p, true
+		}
+	}
+	if changed {
+		b.notifyLocked()
+	}
+}

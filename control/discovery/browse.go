@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,6 +107,10 @@ type Browser struct {
 	changed chan struct{} // closed and replaced after every round and change
 	dirty   bool          // a peer came, went or moved since the book was saved
 	saved   time.Time     // when the book was last written
+	// book is the book file as this browser last read or wrote it: one
+	// changed since was written by another process (a trust given or
+	// taken back), whose trust the next round takes up.
+	book os.FileInfo
 }
 
 func (b *Browser) init() {
@@ -129,6 +134,7 @@ func (b *Browser) init() {
 	b.peers = map[string]*Peer{}
 	b.changed = make(chan struct{})
 	if b.Book != "" {
+		b.book, _ = os.Stat(b.Book)
 		known, err := readBook(b.Book)
 		if err != nil {
 			b.Logger.Warn("peer book unreadable; starting a new one", "book", b.Book, "err", err)
@@ -213,6 +219,7 @@ func (b *Browser) Run(ctx context.Context) error {
 // and marks offline those silent too long.
 func (b *Browser) Round(ctx context.Context) error {
 	b.init()
+	b.rereadTrust()
 	var seen []*Peer
 	var qerr error
 	if !b.NoMDNS {
@@ -644,6 +651,30 @@ func (b *Browser) Trust(id, key string) (Peer, error) {
 	p.TrustedKey, p.Impostor = key, ""
 	b.dirty = true
 	out := *p
+	b.mu.Unlock()
+	return out, b.save()
+}
+
+// Untrust takes back the trust in agent id's key (`awcp-ctl peers
+// untrust`): it is never chosen again, and a connection to it is refused,
+// until the user trusts a key again. It returns the peer as it was.
+func (b *Browser) Untrust(id string) (Peer, error) {
+	b.init()
+	b.mu.Lock()
+	id, err := b.idFor(id)
+	if err != nil {
+		b.mu.Unlock()
+		return Peer{}, err
+	}
+	p, ok := b.peers[id]
+	if !ok || p.TrustedKey == "" {
+		b.mu.Unlock()
+		return Peer{}, fmt.Errorf("executor %s is not trusted", id)
+	}
+	out := *p
+	p.TrustedKey = ""
+	b.dirty = true
+	b.notifyLocked()
 	b.mu.Unlock()
 	return out, b.save()
 }

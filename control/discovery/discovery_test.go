@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"fmt"
@@ -350,5 +351,50 @@ func TestChooseN(t *testing.T) {
 	}
 	if _, err := ChooseN(peers, Want{Transport: "auto"}, 3); err == nil || !strings.Contains(err.Error(), "3 attempts asked, and 2 trusted executor(s) online can take one") {
 		t.Errorf("three attempts of two: %v", err)
+	}
+}
+
+// Two browsers on one book, as `peers --watch` and `peers untrust` are: a
+// trust given or taken back by one is taken up by the other's next round,
+// and the other's saves do not write the old trust back.
+func TestTrustChangedByAnotherProcess(t *testing.T) {
+	book := filepath.Join(t.TempDir(), "book.json")
+	key := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIObwtLPffJZ9bWwA29BnIZVhfwK2Rgp19wVAfek6v0Bh"
+	id := "01234567-0000-4000-8000-000000000000"
+	quiet := slog.New(slog.DiscardHandler)
+	watcher := &Browser{Logger: quiet, Book: book, NoMDNS: true}
+	if err := watcher.Round(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	trusted := func() string {
+		for _, p := range watcher.Peers() {
+			if p.AgentID == id {
+				return p.TrustedKey
+			}
+		}
+		return ""
+	}
+	user := &Browser{Logger: quiet, Book: book, NoMDNS: true}
+	if _, err := user.Trust(id, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := watcher.Round(context.Background()); err != nil || trusted() != key {
+		t.Fatalf("the watcher did not take up a trust given elsewhere: %q %v", trusted(), err)
+	}
+	user = &Browser{Logger: quiet, Book: book, NoMDNS: true}
+	if _, err := user.Untrust(id[:8]); err != nil {
+		t.Fatal(err)
+	}
+	if err := watcher.Round(context.Background()); err != nil || trusted() != "" {
+		t.Fatalf("the watcher still trusts a key taken back elsewhere: %q %v", trusted(), err)
+	}
+	if err := watcher.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if ps, _ := readBook(book); len(ps) != 1 || ps[0].TrustedKey != "" {
+		t.Errorf("the watcher's save wrote the trust back: %+v", ps)
+	}
+	if _, err := (&Browser{Logger: quiet, Book: book}).Untrust(id); err == nil {
+		t.Errorf("untrusting an executor not trusted: no error")
 	}
 }

@@ -48,6 +48,7 @@ var allowed = map[string][]string{
 	// and neither role's package imports the other's.
 	"control":                       {"archive", "internal/untrusted", "lease"},
 	"control/discovery":             {"control"},
+	"control/skills":                {"control", "control/discovery", "internal/untrusted"},
 	"control/delegator":             {"archive", "control", "control/delegator/lending", "control/delegator/review", "internal/httpserve", "internal/sandbox", "internal/tail", "internal/untrusted", "lease", "sshd", "sshd/sftpwire", "internal/treewalk"},
 	"control/delegator/lending":     {"internal/untrusted", "lease", "sshd/sftpwire"},
 	"control/delegator/lendarchive": {"archive", "control", "control/delegator/lending", "lease"},
@@ -61,7 +62,7 @@ var allowed = map[string][]string{
 	"control/delegator/webui":       {"control", "control/delegator", "control/delegator/review", "control/discovery", "lease"},
 	"control/delegator/review":      {"archive", "internal/linediff", "internal/stage", "internal/untrusted", "internal/gitrun"},
 	"cmd/internal/clikit":           {"internal/cloexec", "internal/metrics", "internal/untrusted"},
-	"cmd/awcp-ctl":                  {"cmd/internal/clikit", "control", "control/delegator", "control/delegator/lendarchive", "control/delegator/lendgit", "control/delegator/lendlive", "control/delegator/gateway", "control/delegator/mcpserver", "control/delegator/turns", "control/delegator/webui", "control/discovery", "internal/metrics", "internal/sandbox", "lease"},
+	"cmd/awcp-ctl":                  {"cmd/internal/clikit", "control", "control/delegator", "control/skills", "control/delegator/lendarchive", "control/delegator/lendgit", "control/delegator/lendlive", "control/delegator/gateway", "control/delegator/mcpserver", "control/delegator/turns", "control/delegator/webui", "control/discovery", "internal/metrics", "internal/sandbox", "lease"},
 	"cmd/awcp-fs":                   {"archive", "cmd/internal/clikit", "control", "control/discovery", "control/executor/acp", "control/executor/agent", "control/executor", "fs", "internal/metrics", "internal/sandbox", "lease"},
 	"test/bench/benchd":             nil,
 	"test/bench/control":            nil,

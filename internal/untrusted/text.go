@@ -3,6 +3,7 @@ package untrusted
 import (
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -35,6 +36,38 @@ func Text(s string) string {
 		default:
 			b.WriteRune(r)
 		}
+	}
+	return b.String()
+}
+
+// Line is s as one line of prose bound for another reader than a
+// terminal — a file an agent reads (a skill), a quoted YAML or Markdown
+// line: every run of control characters, line or paragraph separators and
+// white space is one space; format characters (bidirectional overrides,
+// zero-width joiners and spaces, which make text read otherwise than it
+// is) and bytes that are not UTF-8 are dropped; the rest is cut at max
+// bytes, on a character's edge. What it returns cannot start a line of
+// its own wherever it is put.
+func Line(s string, max int) string {
+	var b strings.Builder
+	space := false
+	for _, r := range s {
+		switch {
+		case r == utf8.RuneError || unicode.Is(unicode.Cf, r):
+			continue
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || unicode.IsSpace(r) || r == '\u2028' || r == '\u2029':
+			space = true
+			continue
+		}
+		sep := space && b.Len() > 0
+		space = false
+		if n := b.Len() + utf8.RuneLen(r); n > max || sep && n+1 > max {
+			break
+		}
+		if sep {
+			b.WriteByte(' ')
+		}
+		b.WriteRune(r)
 	}
 	return b.String()
 }

@@ -71,3 +71,30 @@ func TestGitControlled(t *testing.T) {
 		t.Error("GitDir")
 	}
 }
+
+func TestLine(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"build box", 100, "build box"},
+		{"two\nlines\r\n\n# Heading", 100, "two lines # Heading"},
+		{"\x1b[2Jclear\tscreen", 100, "[2Jclear screen"},
+		{"left\u202eright\u200bzero", 100, "leftrightzero"},
+		{"para\u2029graph\u2028line\u0085next", 100, "para graph line next"},
+		{"bad\xffbyte", 100, "badbyte"},
+		{"  padded  ", 100, "padded"},
+		{"héllo wörld", 6, "héllo"},
+		{"ab cd", 3, "ab"},
+		{"日本語", 7, "日本"},
+	} {
+		got := Line(c.in, c.max)
+		if got != c.want {
+			t.Errorf("Line(%q, %d) = %q, want %q", c.in, c.max, got, c.want)
+		}
+		if len(got) > c.max || strings.ContainsAny(got, "\n\r") {
+			t.Errorf("Line(%q, %d) = %q: over its bound or several lines", c.in, c.max, got)
+		}
+	}
+}

@@ -99,6 +99,7 @@ type executor struct {
 	state    string // its state dir
 	workRoot string
 	args     []string // of awcp-fs, for a restart
+	bin      string   // the awcp-fs it runs, if not binDir's
 	cmd      *exec.Cmd
 	log      *bytes.Buffer
 }
@@ -162,7 +163,11 @@ func startExecutorTLS(t *testing.T, agentCmd string, tlsOnly bool, extra ...stri
 
 func (x *executor) start(t *testing.T, listen string) {
 	t.Helper()
-	x.cmd = exec.Command(filepath.Join(binDir, "awcp-fs"), append(x.args, "--listen", listen)...)
+	bin := x.bin
+	if bin == "" {
+		bin = filepath.Join(binDir, "awcp-fs")
+	}
+	x.cmd = exec.Command(bin, append(x.args, "--listen", listen)...)
 	x.cmd.Stderr = x.log
 	out, err := x.cmd.StdoutPipe()
 	if err != nil {
