@@ -80,6 +80,12 @@ type AgentCard struct {
 	DefaultOutputModes []string        `json:"defaultOutputModes"`
 	Skills             []CardSkill     `json:"skills"`
 	Extensions         []CardExtension `json:"extensions"`
+	// A2A's, where the executor has an A2A face: the protocol version
+	// and the transport URL speaks, and the security schemes it takes.
+	ProtocolVersion    string                `json:"protocolVersion,omitempty"`
+	PreferredTransport string                `json:"preferredTransport,omitempty"`
+	SecuritySchemes    map[string]any        `json:"securitySchemes,omitempty"`
+	Security           []map[string][]string `json:"security,omitempty"`
 }
 
 // CardSkill is one skill of an agent card (A2A AgentSkill).

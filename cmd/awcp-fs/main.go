@@ -21,6 +21,7 @@ import (
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/discovery"
 	"github.com/awcp/awcp/control/executor"
+	"github.com/awcp/awcp/control/executor/a2aface"
 	"github.com/awcp/awcp/control/executor/acp"
 	"github.com/awcp/awcp/control/executor/agent"
 	awcpfs "github.com/awcp/awcp/fs"
@@ -68,6 +69,8 @@ func serveCommand(ctx context.Context) *cli.Command {
 			&cli.StringFlag{Name: "permission", EnvVars: []string{"AWCP_PERMISSION"}, Value: executor.PermissionAuto,
 				Usage: "ACP permission requests: auto (first allow option), deny (first reject option) or forward (the delegator decides)"},
 			clikit.DurationFlag("permission-timeout", 5*time.Minute, "a forwarded permission request unanswered this long is cancelled", "AWCP_PERMISSION_TIMEOUT"),
+			&cli.BoolFlag{Name: "a2a", EnvVars: []string{"AWCP_A2A"}, Value: true,
+				Usage: "serve A2A (0.3, JSON-RPC) at /a2a beside AWCP: a task with its workspace as a ZIP file part is a delegation, under the same credentials, admission and sandbox"},
 			&cli.BoolFlag{Name: "allow-exec", EnvVars: []string{"AWCP_ALLOW_EXEC"}, Value: true,
 				Usage: "let ACP agents run commands through terminal/create (declared in ACCEPT's sandbox profile)"},
 			&cli.StringFlag{Name: "listen", EnvVars: []string{"AWCP_LISTEN"}, Value: "127.0.0.1:10200",
@@ -276,6 +279,9 @@ func serve(ctx context.Context, c *cli.Context) error {
 	})
 	if err != nil {
 		return clikit.UsageError("%v", err)
+	}
+	if c.Bool("a2a") {
+		exec.MountA2A(a2aface.Path, a2aface.New(ctx, exec, a2aface.Options{Logger: log, TTL: min(30*time.Minute, clikit.Duration(c, "max-ttl"))}))
 	}
 	if reg != nil {
 		reg.CountDelegations("executor", store.AssignmentCensus)

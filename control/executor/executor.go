@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -240,6 +241,16 @@ type Executor struct {
 	probes chan struct{} // slots of the reachability probes in flight (probe.go)
 
 	agentUsers agentUsers // the agents' uids (agentuser.go)
+
+	// a2a is the A2A face mounted (MountA2A), which the agent card
+	// declares; set before Serve.
+	a2a *mountedFace
+}
+
+// mountedFace is another face of the executor, served beside AWCP's.
+type mountedFace struct {
+	path    string
+	handler http.Handler
 }
 
 // task is one running agent.

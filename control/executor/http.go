@@ -40,6 +40,9 @@ func (e *Executor) Handler() http.Handler {
 	mux.HandleFunc("/.well-known/agent-card.json", e.method(http.MethodGet, e.handleCard))
 	mux.HandleFunc("/.well-known/agent.json", e.method(http.MethodGet, e.handleCard))
 	mux.HandleFunc("/manifest", e.method(http.MethodGet, e.handleManifest))
+	if e.a2a != nil {
+		mux.Handle(e.a2a.path, e.a2a.handler)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, control.NewError("", control.CodeDeclined, "no such endpoint: "+r.URL.Path, "see spec §7.4"))
 	})
@@ -635,18 +638,58 @@ func (e *Executor) handleCard(w http.ResponseWriter, r *http.Request) {
 	if sp := e.sessionProtocols(); len(sp) > 0 {
 		params["sessions"] = sp // docs/acp-sessions.md
 	}
+	base := baseURL(r)
+	params["endpoint"] = base + "/awcp"
+	if key := control.IdentityPublic(e.opts.IdentityKey); key != "" {
+		params["identityKey"] = key // what its TLS certificate proves
+	}
 	ext := control.CardExtension{URI: control.ExtensionURI, Required: false, Params: params}
-	httpserve.WriteJSON(w, http.StatusOK, control.AgentCard{
+	card := control.AgentCard{
 		Name:               e.opts.Name,
 		Description:        e.opts.Description,
-		URL:                baseURL(r) + "/awcp",
+		URL:                base + "/awcp",
 		Version:            e.opts.Version,
 		Capabilities:       map[string]any{"streaming": true, "extensions": []control.CardExtension{ext}},
 		DefaultInputModes:  []string{"text"},
 		DefaultOutputModes: []string{"text"},
 		Skills:             append([]control.CardSkill{}, e.opts.Skills...),
 		Extensions:         []control.CardExtension{ext},
-	})
+	}
+	if e.a2a != nil {
+		// A2A clients send to url by its preferred transport: the A2A
+		// face, which takes a workspace as a ZIP file part.
+		card.URL = base + e.a2a.path
+		card.ProtocolVersion = "0.3.0"
+		card.PreferredTransport = "JSONRPC"
+		card.DefaultInputModes = []string{"text/plain", "application/zip"}
+		card.DefaultOutputModes = []string{"text/plain", "application/octet-stream"}
+		card.Skills = append([]control.CardSkill{{ID: control.CapabilityDelegation, Name: "Work on a workspace",
+			Description: "Send the task as text and the directory as a ZIP file part: the agent works on it, confined, and the changed files and the diff come back as artifacts.",
+			Tags:        []string{"awcp", "workspace", "coding"}}}, card.Skills...)
+		card.SecuritySchemes, card.Security = e.securitySchemes()
+	}
+	httpserve.WriteJSON(w, http.StatusOK, card)
+}
+
+// securitySchemes are the A2A security schemes the executor takes, and
+// its requirement: any one of them.
+func (e *Executor) securitySchemes() (map[string]any, []map[string][]string) {
+	schemes := map[string]any{}
+	var req []map[string][]string
+	if len(e.opts.Tokens) > 0 {
+		schemes["bearer"] = map[string]any{"type": "http", "scheme": "bearer",
+			"description": "the executor's token, as its operator gave it to you"}
+		req = append(req, map[string][]string{"bearer": {}})
+	}
+	if len(e.opts.AuthorizedDelegators) > 0 {
+		schemes["identityKey"] = map[string]any{"type": "mutualTLS",
+			"description": "a TLS client certificate of an Ed25519 identity key the operator authorized (awcp-ctl peers self prints one)"}
+		req = append(req, map[string][]string{"identityKey": {}})
+	}
+	if len(schemes) == 0 {
+		return nil, nil
+	}
+	return schemes, req
 }
 
 // handleManifest answers GET /manifest, what LAN discovery reads of each

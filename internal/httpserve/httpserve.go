@@ -153,6 +153,15 @@ func (w *closeIfUnread) Write(p []byte) (int, error) {
 	return w.ResponseWriter.Write(p)
 }
 
+// Flush is the writer beneath's: a handler that streams by asserting
+// http.Flusher (the A2A SDK's SSE) finds it here.
+func (w *closeIfUnread) Flush() {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	http.NewResponseController(w.ResponseWriter).Flush()
+}
+
 // Unwrap gives http.ResponseController the writer beneath (deadlines,
 // flushes, the hijack of the reverse mount's upgrade).
 func (w *closeIfUnread) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,0 +1,367 @@
+package a2aface
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/a2aproject/a2a-go/a2asrv"
+	"github.com/a2aproject/a2a-go/a2asrv/eventqueue"
+
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/executor"
+)
+
+// Metadata keys the face reads from a client's message and writes on its
+// tasks' events.
+const (
+	MetaDelegationID = "awcp.delegationId" // the delegation a task is
+	MetaEventSeq     = "awcp.eventSeq"     // the delegation's event an update is
+	MetaTTLSeconds   = "awcp.ttlSeconds"   // a message's lease, asked
+	MetaAccessMode   = "awcp.accessMode"   // a message's access mode, asked: rw or ro
+	MetaSHA256       = "sha256"            // a file part's checksum (hex), checked if given
+	MetaRequestID    = "awcp.requestId"    // the permission request an input-required is
+)
+
+// agent is the face's a2asrv.AgentExecutor: a message is a delegation.
+type agent struct{ f *Face }
+
+// Execute starts a delegation for a new task, or for a task waiting on a
+// permission gives the client's answer and goes on; then it follows the
+// delegation's events to the client until it ends or asks again.
+func (a *agent) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eventqueue.Queue) error {
+	f := a.f
+	c, ok := callerFrom(ctx)
+	if !ok {
+		return errors.New("a2a: a request without its caller") // ServeHTTP sets it on every request
+	}
+	if rc.StoredTask != nil {
+		t := f.tasks.lent(rc.TaskID)
+		if t == nil {
+			return q.Write(ctx, final(rc, a2a.TaskStateFailed, "this executor has no delegation for the task"))
+		}
+		return a.resume(ctx, rc, q, c, t)
+	}
+	if err := q.Write(ctx, a2a.NewSubmittedTask(rc, rc.Message)); err != nil {
+		return err
+	}
+	t, pe := a.delegate(ctx, rc, c)
+	if pe != nil {
+		f.log.Info("A2A task refused", "task", rc.TaskID, "code", pe.Code, "reason", pe.Message)
+		state := a2a.TaskStateRejected
+		if pe.Code == control.CodeSetupFailed || pe.Code == control.CodeStartExpired {
+			state = a2a.TaskStateFailed
+		}
+		return q.Write(ctx, final(rc, state, failureText(pe.Code, pe.Message, pe.Hint)))
+	}
+	f.log.Info("A2A task started", "task", rc.TaskID, "context", rc.ContextID, "delegation", t.delegation, "peer", c.Peer)
+	return a.follow(ctx, rc, q, c, t)
+}
+
+// delegate starts the delegation rc's message asks for.
+func (a *agent) delegate(ctx context.Context, rc *a2asrv.RequestContext, c executor.Caller) (*lentTask, *control.ProtocolError) {
+	f := a.f
+	msg := rc.Message
+	var prompt []string
+	var ws *a2a.FilePart
+	for _, p := range msg.Parts {
+		switch p := p.(type) {
+		case a2a.TextPart:
+			prompt = append(prompt, p.Text)
+		case a2a.FilePart:
+			if ws != nil {
+				return nil, control.Errorf(control.CodeDeclined, "the message has two file parts; the workspace is one ZIP").
+					WithHint("send the directory as one ZIP file part")
+			}
+			ws = &p
+		case a2a.DataPart:
+			// Nothing to take from one: the task is the text.
+		}
+	}
+	text := strings.TrimSpace(strings.Join(prompt, "\n"))
+	if text == "" {
+		return nil, control.Errorf(control.CodeDeclined, "the message has no text: the task is its text parts").
+			WithHint("say the task in a text part")
+	}
+	zipB64 := emptyZip
+	var sum string
+	if ws != nil {
+		fb, ok := ws.File.(a2a.FileBytes)
+		if !ok {
+			return nil, control.Errorf(control.CodeDeclined, "the workspace is a URI; this executor fetches nothing a client names").
+				WithHint("send the ZIP's bytes in the file part")
+		}
+		if fb.MimeType != "" && fb.MimeType != "application/zip" && fb.MimeType != "application/x-zip-compressed" {
+			return nil, control.Errorf(control.CodeDeclined, "the workspace is %q; it must be a ZIP (application/zip)", fb.MimeType)
+		}
+		zipB64 = fb.Bytes
+		if s, ok := ws.Metadata[MetaSHA256].(string); ok {
+			sum = s
+		}
+	}
+	sp, err := f.exec.NewSpool()
+	if err != nil {
+		return nil, control.Errorf(control.CodeSetupFailed, "the executor cannot store the workspace")
+	}
+	_, werr := sp.Write([]byte(zipB64))
+	got, ferr := sp.Finish()
+	if err := errors.Join(werr, ferr); err != nil {
+		sp.Discard()
+		return nil, control.Errorf(control.CodeSetupFailed, "the executor cannot store the workspace")
+	}
+	if got.Bad != nil {
+		sp.Discard()
+		return nil, control.Errorf(control.CodeDeclined, "the workspace's bytes are not base64: %v", got.Bad)
+	}
+	if sum != "" && !strings.EqualFold(sum, got.Sum) {
+		sp.Discard()
+		return nil, control.Errorf(control.CodeSetupFailed, "workspace checksum mismatch: got %s, the file part says %s", got.Sum, sum).
+			WithHint("the archive was damaged in transit; send it again")
+	}
+	ttl := f.opts.TTL
+	if s, ok := number(msg.Metadata[MetaTTLSeconds]); ok && s > 0 {
+		ttl = time.Duration(s) * time.Second
+	}
+	mode := control.AccessRW
+	if m, ok := msg.Metadata[MetaAccessMode].(string); ok && m == control.AccessRO {
+		mode = control.AccessRO
+	}
+	first, _, _ := strings.Cut(text, "\n")
+	inv := &control.Invite{
+		BaseMessage: control.BaseMessage{DelegationID: control.NewDelegationID()},
+		Task:        control.Task{Description: clip(first, 200), Prompt: text},
+		Lease:       control.InviteLease{TTLSeconds: int64(ttl / time.Second), AccessMode: mode},
+		Workspace:   &control.Workspace{ExportName: "workspace"},
+	}
+	t := &lentTask{delegation: inv.DelegationID, caller: c, workspace: got.File}
+	f.tasks.lend(rc.TaskID, t)
+	if pe := f.exec.DelegateArchive(ctx, c, inv, got); pe != nil {
+		t.end()
+		return nil, pe
+	}
+	return t, nil
+}
+
+// resume gives the client's answer to the permission its task waits on,
+// then follows the delegation on from where the task was left: no event
+// is given twice.
+func (a *agent) resume(ctx context.Context, rc *a2asrv.RequestContext, q eventqueue.Queue, c executor.Caller, t *lentTask) error {
+	if !t.mayTouch(c) {
+		return q.Write(ctx, final(rc, a2a.TaskStateFailed, "the task is another client's"))
+	}
+	t.mu.Lock()
+	pending := t.pending
+	t.mu.Unlock()
+	if pending == nil {
+		return q.Write(ctx, status(rc, a2a.TaskStateWorking, "the task asks nothing now; it goes on", nil, true))
+	}
+	choice := answerIn(rc.Message, pending)
+	if err := a.f.exec.Answer(c, t.delegation, pending.RequestID, choice); err != nil {
+		// Asked again, with why: the task still waits.
+		return q.Write(ctx, inputRequired(rc, pending, "that answer was not taken ("+err.Error()+"); "))
+	}
+	t.mu.Lock()
+	t.pending = nil
+	t.mu.Unlock()
+	return a.follow(ctx, rc, q, c, t)
+}
+
+// answerIn is the option a client's message chooses: a data part's
+// "optionId", or a text that is an option's id or name.
+func answerIn(m *a2a.Message, asked *control.Event) string {
+	for _, p := range m.Parts {
+		switch p := p.(type) {
+		case a2a.DataPart:
+			if id, ok := p.Data["optionId"].(string); ok {
+				return id
+			}
+		case a2a.TextPart:
+			text := strings.TrimSpace(p.Text)
+			for _, o := range asked.Options {
+				if strings.EqualFold(text, o.OptionID) || strings.EqualFold(text, o.Name) {
+					return o.OptionID
+				}
+			}
+			return text
+		}
+	}
+	return ""
+}
+
+// follow gives the delegation's events to the client as the task's, from
+// the task's cursor on, until the delegation ends or asks a permission.
+func (a *agent) follow(ctx context.Context, rc *a2asrv.RequestContext, q eventqueue.Queue, c executor.Caller, t *lentTask) error {
+	f := a.f
+	t.mu.Lock()
+	from := t.cursor
+	t.mu.Unlock()
+	errAsked := errors.New("asked")
+	err := f.exec.Follow(ctx, c, t.delegation, from, func(seq uint64, ev *control.Event) error {
+		var out a2a.Event
+		switch ev.Type {
+		case control.EventStatus:
+			text := ev.Message
+			if text == "" {
+				text = ev.Status
+			}
+			out = status(rc, a2a.TaskStateWorking, text, t.meta(seq), false)
+		case control.EventPermission:
+			switch ev.Outcome {
+			case control.PermissionPending:
+				t.mu.Lock()
+				t.cursor, t.pending = seq, ev
+				t.mu.Unlock()
+				if err := q.Write(ctx, inputRequired(rc, ev, "")); err != nil {
+					return err
+				}
+				return errAsked
+			default:
+				out = status(rc, a2a.TaskStateWorking, permissionText(ev), t.meta(seq), false)
+			}
+		case control.EventDone:
+			arts, err := f.artifacts(t)
+			if err != nil {
+				f.log.Warn("A2A result", "task", rc.TaskID, "delegation", t.delegation, "err", err)
+			}
+			for _, art := range arts {
+				ae := &a2a.TaskArtifactUpdateEvent{TaskID: rc.TaskID, ContextID: rc.ContextID, Artifact: art, LastChunk: true}
+				if err := q.Write(ctx, ae); err != nil {
+					return err
+				}
+			}
+			text := ev.Summary
+			if err != nil {
+				text += "\n(the result could not be sent as artifacts: " + err.Error() + ")"
+			}
+			out = status(rc, a2a.TaskStateCompleted, text, t.meta(seq), true)
+		case control.EventError:
+			state := a2a.TaskStateFailed
+			if ev.Code == control.CodeCancelled {
+				state = a2a.TaskStateCanceled
+			}
+			out = status(rc, state, failureText(ev.Code, ev.Message, ev.Hint), t.meta(seq), true)
+		default:
+			return nil // snapshot, channel: the AWCP face's alone
+		}
+		t.mu.Lock()
+		t.cursor = seq
+		t.mu.Unlock()
+		return q.Write(ctx, out)
+	})
+	switch {
+	case errors.Is(err, errAsked):
+		return nil
+	case err != nil && ctx.Err() != nil:
+		return nil // cancelled: Cancel wrote the task's end
+	case err != nil:
+		t.end()
+		return q.Write(ctx, final(rc, a2a.TaskStateFailed, "the executor lost the delegation: "+err.Error()))
+	}
+	t.end()
+	return nil
+}
+
+// Cancel ends the task's delegation, as the AWCP face's cancel does.
+func (a *agent) Cancel(ctx context.Context, rc *a2asrv.RequestContext, q eventqueue.Queue) error {
+	c, _ := callerFrom(ctx)
+	t := a.f.tasks.lent(rc.TaskID)
+	if t == nil {
+		return a2a.ErrTaskNotFound
+	}
+	if err := a.f.exec.Cancel(ctx, c, t.delegation); err != nil {
+		return fmt.Errorf("%w: %v", a2a.ErrTaskNotCancelable, err)
+	}
+	t.end()
+	a.f.log.Info("A2A task cancelled", "task", rc.TaskID, "delegation", t.delegation)
+	return q.Write(ctx, final(rc, a2a.TaskStateCanceled, "cancelled by the client: the delegation was ended"))
+}
+
+func (t *lentTask) meta(seq uint64) map[string]any {
+	return map[string]any{MetaDelegationID: t.delegation, MetaEventSeq: seq}
+}
+
+// status is a status update of the task.
+func status(rc *a2asrv.RequestContext, state a2a.TaskState, text string, meta map[string]any, last bool) *a2a.TaskStatusUpdateEvent {
+	var msg *a2a.Message
+	if text != "" {
+		msg = a2a.NewMessageForTask(a2a.MessageRoleAgent, rc, a2a.TextPart{Text: text})
+	}
+	ev := a2a.NewStatusUpdateEvent(rc, state, msg)
+	ev.Final, ev.Metadata = last, meta
+	return ev
+}
+
+func final(rc *a2asrv.RequestContext, state a2a.TaskState, text string) *a2a.TaskStatusUpdateEvent {
+	return status(rc, state, text, nil, true)
+}
+
+// inputRequired asks the client a permission the agent asks: its title,
+// its options (in text, and as data to answer with), and how to answer.
+func inputRequired(rc *a2asrv.RequestContext, ev *control.Event, before string) *a2a.TaskStatusUpdateEvent {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%sThe agent asks permission: %s. Answer with one of:", before, ev.Message)
+	options := make([]any, 0, len(ev.Options))
+	for _, o := range ev.Options {
+		fmt.Fprintf(&b, " %s (%s);", o.OptionID, o.Name)
+		options = append(options, map[string]any{"optionId": o.OptionID, "name": o.Name, "kind": o.Kind})
+	}
+	msg := a2a.NewMessageForTask(a2a.MessageRoleAgent, rc,
+		a2a.TextPart{Text: strings.TrimSuffix(b.String(), ";")},
+		a2a.DataPart{Data: map[string]any{"requestId": ev.RequestID, "title": ev.Message, "options": options}})
+	up := a2a.NewStatusUpdateEvent(rc, a2a.TaskStateInputRequired, msg)
+	up.Final = true
+	up.Metadata = map[string]any{MetaRequestID: ev.RequestID}
+	return up
+}
+
+func permissionText(ev *control.Event) string {
+	if ev.Outcome == control.PermissionSelected {
+		return fmt.Sprintf("permission %q: %s, by %s", ev.Message, ev.OptionID, ev.DecidedBy)
+	}
+	return fmt.Sprintf("permission %q: no option chosen (%s)", ev.Message, ev.DecidedBy)
+}
+
+func failureText(code, message, hint string) string {
+	text := code + ": " + message
+	if hint != "" {
+		text += " (" + hint + ")"
+	}
+	return text
+}
+
+// number is a JSON number of a message's metadata.
+func number(v any) (int64, bool) {
+	switch n := v.(type) {
+	case float64:
+		return int64(n), n == float64(int64(n))
+	case string:
+		i, err := strconv.ParseInt(n, 10, 64)
+		return i, err == nil
+	}
+	return 0, false
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// emptyZip is the workspace of a message without one: an empty directory.
+var emptyZip = func() string {
+	var b bytes.Buffer
+	zip.NewWriter(&b).Close()
+	return base64Std(b.Bytes())
+}()

@@ -1,0 +1,278 @@
+// Package a2aface is the executor's Agent2Agent face (seed 002, "remote
+// channels"): A2A 0.3's JSON-RPC binding, streaming included, at POST
+// /a2a, served by the official Go SDK (github.com/a2aproject/a2a-go). An
+// A2A client's message — the task in its text, the workspace as a ZIP in
+// a file part — becomes a delegation of the archive transport, admitted,
+// confined and bounded exactly as an AWCP one: the face authenticates by
+// the executor's own rules and starts the delegation through the same
+// admit and start (executor.DelegateArchive). The delegation's events
+// become the task's status updates; a permission the agent asks becomes
+// input-required, answered by the client's next message; its result
+// becomes artifacts: the changed files, and the diff as text.
+//
+// Both identities are kept: the A2A task id and context id are the
+// client's handle, the delegation id the executor's, and each task's
+// metadata names the other ("awcp.delegationId"). Task states are mapped,
+// never written over the delegation's own: the executor's store keeps the
+// delegation's record whatever the A2A side shows.
+package a2aface
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/a2aproject/a2a-go/a2asrv"
+
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/executor"
+	"github.com/awcp/awcp/internal/httpserve"
+	"github.com/awcp/awcp/internal/untrusted"
+)
+
+// Path is where the face answers.
+const Path = "/a2a"
+
+// ProtocolVersion is the A2A version the face speaks: a2a-go v0.3's.
+const ProtocolVersion = "0.3.0"
+
+// Executor is what the face asks of the executor (executor.Executor).
+type Executor interface {
+	Authenticate(r *http.Request) (executor.Caller, bool)
+	MaxBodyBytes() int64
+	NewSpool() (*control.SpoolFile, error)
+	DelegateArchive(ctx context.Context, c executor.Caller, inv *control.Invite, ws control.Spooled) *control.ProtocolError
+	Follow(ctx context.Context, c executor.Caller, id string, after uint64, fn func(seq uint64, ev *control.Event) error) error
+	ResultFile(id string) (*os.File, error)
+	Cancel(ctx context.Context, c executor.Caller, id string) error
+	Answer(c executor.Caller, id, requestID, optionID string) error
+}
+
+// Options configure a Face.
+type Options struct {
+	Logger *slog.Logger
+	// TTL is the lease of a task that does not ask for one
+	// (metadata "awcp.ttlSeconds"); the executor's own maximum caps it.
+	TTL time.Duration
+	// MaxBody bounds a request's body, its workspace included (its base64
+	// decoded into a file, but the SDK holds the message whole): default
+	// 64 MiB, and never past the executor's own bound.
+	MaxBody int64
+	// Bodies is how many bodies may be read at once: what the face holds
+	// in memory is at most Bodies × MaxBody (×2, decoded). Default 4.
+	Bodies int
+	// MaxArtifactBytes bounds the changed files sent back as file parts;
+	// past it they are listed, not sent. Default 16 MiB.
+	MaxArtifactBytes int64
+	// MaxTasks bounds the tasks remembered; the oldest ended ones are
+	// forgotten first. Default 1,000.
+	MaxTasks int
+}
+
+func (o Options) withDefaults(e Executor) Options {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.TTL <= 0 {
+		o.TTL = 30 * time.Minute
+	}
+	if o.MaxBody <= 0 {
+		o.MaxBody = 64 << 20
+	}
+	o.MaxBody = min(o.MaxBody, e.MaxBodyBytes())
+	if o.Bodies <= 0 {
+		o.Bodies = 4
+	}
+	if o.MaxArtifactBytes <= 0 {
+		o.MaxArtifactBytes = 16 << 20
+	}
+	if o.MaxTasks <= 0 {
+		o.MaxTasks = 1000
+	}
+	return o
+}
+
+// Face is the executor's A2A face: an http.Handler for Path.
+type Face struct {
+	exec    Executor
+	opts    Options
+	log     *slog.Logger
+	rpc     http.Handler
+	bodies  chan struct{}
+	tasks   *taskBook
+	baseCtx context.Context // the face's life: tasks' followers end with it
+}
+
+// New makes the face of e. ctx is its life: a task still followed when it
+// ends is left to the executor (which ends it as it ends itself).
+func New(ctx context.Context, e Executor, opts Options) *Face {
+	opts = opts.withDefaults(e)
+	f := &Face{exec: e, opts: opts, log: opts.Logger, bodies: make(chan struct{}, opts.Bodies),
+		tasks: newTaskBook(opts.MaxTasks), baseCtx: ctx}
+	handler := a2asrv.NewHandler(&agent{f: f},
+		a2asrv.WithTaskStore(f.tasks),
+		a2asrv.WithLogger(opts.Logger))
+	f.rpc = a2asrv.NewJSONRPCHandler(&owned{RequestHandler: handler, f: f})
+	return f
+}
+
+type callerKey struct{}
+
+// callerFrom is who sent the request ctx is of, as ServeHTTP authenticated it.
+func callerFrom(ctx context.Context) (executor.Caller, bool) {
+	c, ok := ctx.Value(callerKey{}).(executor.Caller)
+	return c, ok
+}
+
+// ServeHTTP authenticates before it reads anything, bounds and checks the
+// body (untrusted.JSONKeys: one message, one meaning), then hands it to
+// the SDK's JSON-RPC handler.
+func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		rpcError(w, http.StatusMethodNotAllowed, -32600, "A2A's JSON-RPC binding is POST "+Path)
+		return
+	}
+	c, ok := f.exec.Authenticate(r)
+	if !ok {
+		f.log.Info("A2A request refused: no valid credential", "peer", r.RemoteAddr, "delegator", control.Fingerprint(c.Key))
+		w.Header().Set("WWW-Authenticate", `Bearer realm="awcp"`)
+		rpcError(w, http.StatusUnauthorized, -32001, "missing or invalid bearer token, and no authorized client key (AUTH_FAILED)")
+		return
+	}
+	select {
+	case f.bodies <- struct{}{}:
+		defer func() { <-f.bodies }()
+	case <-time.After(2 * time.Second):
+		w.Header().Set("Retry-After", "5")
+		rpcError(w, http.StatusServiceUnavailable, -32603, "too many requests being read at once; retry")
+		return
+	}
+	paced := httpserve.LimitBody(w, r, f.opts.MaxBody, httpserve.DefaultBodyGrace)
+	body, err := io.ReadAll(paced)
+	paced.Finished(w, err)
+	switch {
+	case errors.As(err, new(*http.MaxBytesError)):
+		rpcError(w, http.StatusRequestEntityTooLarge, -32600,
+			fmt.Sprintf("message larger than this executor's A2A limit of %d bytes (WORKSPACE_TOO_LARGE): lend a smaller directory, or use AWCP's archive transport, which streams", f.opts.MaxBody))
+		return
+	case err != nil:
+		rpcError(w, http.StatusBadRequest, -32700, "cannot read the request body")
+		return
+	}
+	if err := untrusted.JSONKeys(body); err != nil {
+		rpcError(w, http.StatusBadRequest, -32700, "parse error: "+err.Error())
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	f.rpc.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+}
+
+// rpcError answers a request the SDK never sees with a JSON-RPC error.
+func rpcError(w http.ResponseWriter, status, code int, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": nil,
+		"error": map[string]any{"code": code, "message": message}})
+}
+
+// owned is the SDK's handler with each request about a task checked to
+// come from the client that made it: a task made by a client with a key
+// is its alone (as a delegation is its delegator's); push notifications,
+// which would have the executor call a URL a client names, are refused.
+type owned struct {
+	a2asrv.RequestHandler
+	f *Face
+}
+
+func (h *owned) mayTouch(ctx context.Context, id a2a.TaskID) error {
+	c, _ := callerFrom(ctx)
+	t := h.f.tasks.lent(id)
+	if t == nil || !t.mayTouch(c) {
+		return a2a.ErrTaskNotFound // another's task is not shown to exist
+	}
+	return nil
+}
+
+func (h *owned) OnGetTask(ctx context.Context, q *a2a.TaskQueryParams) (*a2a.Task, error) {
+	if q == nil {
+		return nil, a2a.ErrInvalidParams
+	}
+	if err := h.mayTouch(ctx, q.ID); err != nil {
+		return nil, err
+	}
+	return h.RequestHandler.OnGetTask(ctx, q)
+}
+
+func (h *owned) OnCancelTask(ctx context.Context, p *a2a.TaskIDParams) (*a2a.Task, error) {
+	if p == nil {
+		return nil, a2a.ErrInvalidParams
+	}
+	if err := h.mayTouch(ctx, p.ID); err != nil {
+		return nil, err
+	}
+	return h.RequestHandler.OnCancelTask(ctx, p)
+}
+
+func (h *owned) OnResubscribeToTask(ctx context.Context, p *a2a.TaskIDParams) iter.Seq2[a2a.Event, error] {
+	if p == nil {
+		return func(yield func(a2a.Event, error) bool) { yield(nil, a2a.ErrInvalidParams) }
+	}
+	if err := h.mayTouch(ctx, p.ID); err != nil {
+		return func(yield func(a2a.Event, error) bool) { yield(nil, err) }
+	}
+	return h.RequestHandler.OnResubscribeToTask(ctx, p)
+}
+
+func (h *owned) checkMessage(ctx context.Context, p *a2a.MessageSendParams) error {
+	if p == nil || p.Message == nil {
+		return a2a.ErrInvalidParams
+	}
+	if p.Config != nil && p.Config.PushConfig != nil {
+		return fmt.Errorf("%w: push notifications (this executor calls no URL a client names)", a2a.ErrPushNotificationNotSupported)
+	}
+	if p.Message.TaskID != "" {
+		return h.mayTouch(ctx, p.Message.TaskID)
+	}
+	return nil
+}
+
+func (h *owned) OnSendMessage(ctx context.Context, p *a2a.MessageSendParams) (a2a.SendMessageResult, error) {
+	if err := h.checkMessage(ctx, p); err != nil {
+		return nil, err
+	}
+	return h.RequestHandler.OnSendMessage(ctx, p)
+}
+
+func (h *owned) OnSendMessageStream(ctx context.Context, p *a2a.MessageSendParams) iter.Seq2[a2a.Event, error] {
+	if err := h.checkMessage(ctx, p); err != nil {
+		return func(yield func(a2a.Event, error) bool) { yield(nil, err) }
+	}
+	return h.RequestHandler.OnSendMessageStream(ctx, p)
+}
+
+func (h *owned) OnGetTaskPushConfig(context.Context, *a2a.GetTaskPushConfigParams) (*a2a.TaskPushConfig, error) {
+	return nil, a2a.ErrPushNotificationNotSupported
+}
+
+func (h *owned) OnListTaskPushConfig(context.Context, *a2a.ListTaskPushConfigParams) ([]*a2a.TaskPushConfig, error) {
+	return nil, a2a.ErrPushNotificationNotSupported
+}
+
+func (h *owned) OnSetTaskPushConfig(context.Context, *a2a.TaskPushConfig) (*a2a.TaskPushConfig, error) {
+	return nil, a2a.ErrPushNotificationNotSupported
+}
+
+func (h *owned) OnDeleteTaskPushConfig(context.Context, *a2a.DeleteTaskPushConfigParams) error {
+	return a2a.ErrPushNotificationNotSupported
+}
