@@ -1,0 +1,189 @@
+package a2aface_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/awcp/awcp/control/executor"
+	"github.com/awcp/awcp/control/executor/a2aface"
+	"github.com/awcp/awcp/control/executor/executortest"
+	"github.com/awcp/awcp/internal/httpserve"
+)
+
+const token = "face-token"
+
+func serveFace(t *testing.T, agent string, opts a2aface.Options) (*httptest.Server, *executortest.Fixture) {
+	t.Helper()
+	f := executortest.New(t, agent, func(o *executor.Options) { o.Tokens = []string{token} })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	opts.Logger = slog.New(slog.DiscardHandler)
+	srv := httptest.NewUnstartedServer(nil)
+	srv.Config = httpserve.NewServer(a2aface.New(ctx, f.Exec, opts))
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, f
+}
+
+type rpcReply struct {
+	Status int
+	Result struct {
+		Kind   string `json:"kind"`
+		Status struct {
+			State   string `json:"state"`
+			Message struct {
+				Parts []struct {
+					Text string `json:"text"`
+				} `json:"parts"`
+			} `json:"message"`
+		} `json:"status"`
+	} `json:"result"`
+	Error *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func (r rpcReply) text() string {
+	var b strings.Builder
+	for _, p := range r.Result.Status.Message.Parts {
+		b.WriteString(p.Text)
+	}
+	return b.String()
+}
+
+func post(t *testing.T, url, tok, body string) rpcReply {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+a2aface.Path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	r := rpcReply{Status: resp.StatusCode}
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatalf("reply %d %q: %v", resp.StatusCode, data, err)
+	}
+	return r
+}
+
+func zipB64(t *testing.T, files map[string]string) (string, string) {
+	t.Helper()
+	var b bytes.Buffer
+	z := zip.NewWriter(&b)
+	for n, c := range files {
+		w, err := z.Create(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte(c))
+	}
+	z.Close()
+	sum := sha256.Sum256(b.Bytes())
+	return base64.StdEncoding.EncodeToString(b.Bytes()), hex.EncodeToString(sum[:])
+}
+
+// send is message/send of text and a file part (raw JSON).
+func send(text, file string) string {
+	parts := `[{"kind":"text","text":` + quote(text) + `}`
+	if file != "" {
+		parts += `,` + file
+	}
+	parts += `]`
+	return `{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"kind":"message","messageId":"m1","role":"user","parts":` + parts + `}}}`
+}
+
+func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+func filePart(b64, mime, sum string) string {
+	meta := ""
+	if sum != "" {
+		meta = `,"metadata":{"sha256":"` + sum + `"}`
+	}
+	return `{"kind":"file","file":{"name":"ws.zip","mimeType":"` + mime + `","bytes":"` + b64 + `"}` + meta + `}`
+}
+
+// Whatever a client sends that is not a well-formed task is refused with
+// why, before any agent runs and with nothing left behind.
+func TestHostileMessages(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ran")
+	srv, f := serveFace(t, "touch "+marker+"; echo ran", a2aface.Options{MaxBody: 64 << 10})
+	good, sum := zipB64(t, map[string]string{"a.txt": "a\n"})
+	evil, evilSum := zipB64(t, map[string]string{"../escaped.txt": "out\n"})
+
+	for name, c := range map[string]struct {
+		tok, body   string
+		status      int
+		code        int
+		state, says string
+	}{
+		"no credential":     {"", send("x", filePart(good, "application/zip", sum)), 401, -32001, "", "AUTH_FAILED"},
+		"a wrong token":     {"wrong", send("x", filePart(good, "application/zip", sum)), 401, -32001, "", "AUTH_FAILED"},
+		"too large":         {token, send(strings.Repeat("x", 70<<10), ""), 413, -32600, "", "WORKSPACE_TOO_LARGE"},
+		"a key twice":       {token, `{"jsonrpc":"2.0","id":1,"id":2,"method":"tasks/get","params":{"id":"x"}}`, 400, -32700, "", "ambiguous"},
+		"push notification": {token, `{"jsonrpc":"2.0","id":1,"method":"tasks/pushNotificationConfig/set","params":{"taskId":"t","pushNotificationConfig":{"url":"http://169.254.169.254/"}}}`, 200, -32003, "", "push"},
+		"by URI":            {token, send("x", `{"kind":"file","file":{"name":"ws.zip","uri":"file:///etc/passwd"}}`), 200, 0, "rejected", "fetches nothing"},
+		"not a ZIP":         {token, send("x", filePart(good, "text/html", "")), 200, 0, "rejected", "must be a ZIP"},
+		"not base64":        {token, send("x", filePart("!!!not base64!!!", "application/zip", "")), 200, 0, "rejected", "not base64"},
+		"a wrong checksum":  {token, send("x", filePart(good, "application/zip", strings.Repeat("0", 64))), 200, 0, "failed", "checksum mismatch"},
+		"no text":           {token, send("   ", filePart(good, "application/zip", sum)), 200, 0, "rejected", "no text"},
+		"a path out":        {token, send("x", filePart(evil, "application/zip", evilSum)), 200, 0, "failed", "SETUP_FAILED"},
+		"another's task":    {token, `{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"no-such-task"}}`, 200, -32001, "", "not found"},
+	} {
+		r := post(t, srv.URL, c.tok, c.body)
+		got := r.text()
+		if r.Error != nil {
+			got = r.Error.Message
+		}
+		switch {
+		case r.Status != c.status:
+			t.Errorf("%s: HTTP %d, want %d (%s)", name, r.Status, c.status, got)
+		case c.code != 0 && (r.Error == nil || r.Error.Code != c.code):
+			t.Errorf("%s: error %+v, want code %d", name, r.Error, c.code)
+		case c.state != "" && r.Result.Status.State != c.state:
+			t.Errorf("%s: state %q (%s), want %s", name, r.Result.Status.State, got, c.state)
+		case !strings.Contains(strings.ToLower(got), strings.ToLower(c.says)):
+			t.Errorf("%s: %q does not say %q", name, got, c.says)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("an agent ran for a refused message")
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(f.Root), "escaped.txt")); err == nil {
+		t.Errorf("the ZIP wrote out of its work dir")
+	}
+	if ents, _ := os.ReadDir(f.Root); len(ents) != 0 {
+		t.Errorf("left in the work root: %v", ents)
+	}
+	incoming, _ := filepath.Glob(filepath.Join(f.State, "incoming", "*"))
+	if len(incoming) != 0 {
+		t.Errorf("workspaces left behind: %v", incoming)
+	}
+
+	// And a good one runs.
+	r := post(t, srv.URL, token, send("x", filePart(good, "application/zip", sum)))
+	if r.Result.Status.State != "completed" {
+		t.Fatalf("a good task: %+v", r)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("the agent did not run for a good task")
+	}
+}
