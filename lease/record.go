@@ -133,6 +133,14 @@ type Delegation struct {
 	// dns:DOMAIN), invited in turn while the one invited declines for want
 	// of a free slot; each is trusted as the first was.
 	PeerFallbacks []PeerRef `json:"peerFallbacks,omitempty"`
+	// PeerProtocol is what the peer speaks: "" for AWCP, PeerA2A for an
+	// A2A agent (--peer a2a:URL), which takes the workspace as a ZIP in a
+	// message and gives its result as artifacts.
+	PeerProtocol string `json:"peerProtocol,omitempty"`
+	// PeerTaskID and PeerContextID are an A2A peer's ids for the
+	// delegation's task: its handle, kept beside the delegation's own.
+	PeerTaskID    string `json:"peerTaskId,omitempty"`
+	PeerContextID string `json:"peerContextId,omitempty"`
 	// GitHistory is how many commits of the directory's branch the git
 	// transport lends under the export view (--git-history); 0: none.
 	GitHistory int `json:"gitHistory,omitempty"`
@@ -343,3 +351,6 @@ func (d *Delegation) Failed() *Failure {
 	}
 	return d.Failure
 }
+
+// PeerA2A is Delegation.PeerProtocol for an A2A agent.
+const PeerA2A = "a2a"

@@ -17,6 +17,7 @@ import (
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/delegator"
+	"github.com/awcp/awcp/control/delegator/a2apeer"
 	"github.com/awcp/awcp/control/delegator/lendarchive"
 	"github.com/awcp/awcp/control/delegator/lendgit"
 	"github.com/awcp/awcp/control/delegator/lendlive"
@@ -105,6 +106,7 @@ func (e *env) delegator(progress func(string, *control.Event)) (*delegator.Deleg
 		Store:           e.store,
 		Transports:      transports,
 		Replayers:       map[string]delegator.BranchReplayer{control.TransportGit: lendgit.Replayer{}},
+		A2A:             &a2apeer.Peer{Dir: filepath.Join(e.state, "a2a"), Logger: e.log},
 		SpoolDir:        staging,
 		Progress:        progress,
 		ReconnectBound:  e.reconnectBound,

@@ -83,6 +83,9 @@ func (e *env) choosePeers(ctx context.Context, c *cli.Context, req delegator.Exp
 }
 
 func (e *env) resolvePeer(ctx context.Context, c *cli.Context, req *delegator.ExportRequest) error {
+	if strings.HasPrefix(req.Peer, delegator.PeerPrefixA2A) {
+		return nil // an A2A agent, named by its URL; the delegator checks it
+	}
 	if isURL(req.Peer) {
 		// A URL the user trusted a key at (`peers trust URL`) is reached
 		// pinned to that key.

@@ -32,6 +32,9 @@ type Options struct {
 	// transport need run for that. Default: none (the result is applied
 	// to the branch as one commit).
 	Replayers map[string]BranchReplayer
+	// A2A speaks to A2A agents (--peer a2a:URL); nil: this process
+	// delegates to AWCP executors only.
+	A2A A2APeer
 	// Admission limits; zero fields take the spec's defaults.
 	Admission AdmissionLimits
 	// HTTP is the client for executors. Default http.DefaultClient.
@@ -167,6 +170,22 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 	}
 	var notes []string
 	auto, connect := false, ""
+	protocol := ""
+	if strings.HasPrefix(req.Peer, PeerPrefixA2A) {
+		u, err := a2aPeerURL(req.Peer, req.PlainHTTP)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case req.Session || req.Driven:
+			return nil, control.Errorf(control.CodeDeclined, "an A2A agent takes tasks, not ACP sessions").WithHint("delegate a task: --prompt TEXT")
+		case req.Transport != "" && req.Transport != "auto" && req.Transport != control.TransportArchive:
+			return nil, control.Errorf(control.CodeWorkspaceInvalid, "an A2A agent takes the workspace as a ZIP in its message: --transport %s cannot be", req.Transport).
+				WithHint("leave --transport out (auto), or say archive")
+		}
+		req.Peer, req.Transport, protocol = u, control.TransportArchive, lease.PeerA2A
+		notes = append(notes, "an A2A agent at "+u+": the task and the workspace (a ZIP) go in one message; its artifacts come back through the same review")
+	}
 	// live and live-reverse are what the transport is: a live mount. The
 	// wire name, sshfs, is the spec's (no sshfs program is used).
 	switch req.Transport {
@@ -272,7 +291,7 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 		AutoTransport: auto, Connect: connect, Policy: policy,
 		CallChain: chain, PeerAgentID: req.PeerAgentID, PeerName: req.PeerName, PeerKey: req.PeerKey, PlainHTTP: req.PlainHTTP, PeerFallbacks: req.PeerFallbacks,
 		Limits:       [3]int64{req.Limits.MaxTotalBytes, req.Limits.MaxFileCount, req.Limits.MaxFileBytes},
-		SnapshotMode: mode, Group: req.Group, GitHistory: req.GitHistory,
+		SnapshotMode: mode, Group: req.Group, GitHistory: req.GitHistory, PeerProtocol: protocol,
 	}
 	if mode != lease.SnapshotAuto {
 		// Discarded too: a live mount's changes must go somewhere that
@@ -357,7 +376,11 @@ func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, erro
 	var events *stream
 	switch del.State {
 	case lease.Created:
-		if events, err = d.handshake(ctx, del); err != nil {
+		handshake := d.handshake
+		if del.PeerProtocol == lease.PeerA2A {
+			handshake = d.handshakeA2A
+		}
+		if events, err = handshake(ctx, del); err != nil {
 			events.stop()
 			cur, gerr := d.store.Delegation(id)
 			if gerr == nil && cur.State.Terminal() {
@@ -475,7 +498,13 @@ func (d *Delegator) Permit(ctx context.Context, id, requestID, optionID, answere
 	if here, err := d.decideHere(id, requestID, optionID, answerer); here || err != nil {
 		return err
 	}
-	if err := d.peer(del).Permit(ctx, id, requestID, optionID); err != nil {
+	permit := d.peer(del).Permit
+	if del.PeerProtocol == lease.PeerA2A && d.opts.A2A != nil {
+		permit = func(ctx context.Context, _, requestID, optionID string) error {
+			return d.opts.A2A.Permit(ctx, del, requestID, optionID)
+		}
+	}
+	if err := permit(ctx, id, requestID, optionID); err != nil {
 		return err
 	}
 	d.store.UpdateDelegation(id, func(del *lease.Delegation) error {

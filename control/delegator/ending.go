@@ -16,12 +16,24 @@ import (
 func (d *Delegator) notifyPeer(del *lease.Delegation, m *control.Error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if del.PeerProtocol == lease.PeerA2A {
+		if d.opts.A2A == nil || del.PeerTaskID == "" {
+			return // nothing was sent, or nothing to name
+		}
+		if err := d.opts.A2A.Cancel(ctx, del); err != nil {
+			d.log.Debug("cancel the A2A task", "delegation", del.ID, "err", err)
+		}
+		return
+	}
 	if err := d.peer(del).SendError(ctx, m); err != nil {
 		d.log.Debug("tell executor", "delegation", del.ID, "err", err)
 	}
 }
 
 func (d *Delegator) cleanup(ctx context.Context, del *lease.Delegation) {
+	if del.PeerProtocol == lease.PeerA2A && d.opts.A2A != nil {
+		d.opts.A2A.Forget(del.ID)
+	}
 	t := d.transport(del)
 	if t == nil {
 		return

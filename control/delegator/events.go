@@ -47,8 +47,7 @@ func (d *Delegator) follow(ctx context.Context, id string, started <-chan struct
 		}
 		f.last = max(f.last, del.LastEventID)
 		resumed := f.last
-		pc := d.peer(del)
-		pc.Opened = func() {
+		opened := func() {
 			f.lastEvent.Store(time.Now().UnixNano())
 			if !f.awaySince.IsZero() || f.state() == lease.ChannelMissing {
 				d.log.Info("executor reachable again", "delegation", id, "resumed after event", resumed)
@@ -56,7 +55,18 @@ func (d *Delegator) follow(ctx context.Context, id string, started <-chan struct
 			}
 			f.awaySince = time.Time{}
 		}
-		err = pc.Events(ctx, id, f.last, func(seq uint64, ev *control.Event) error {
+		events := func(fn func(seq uint64, ev *control.Event) error) error {
+			pc := d.peer(del)
+			pc.Opened = opened
+			return pc.Events(ctx, id, f.last, fn)
+		}
+		if del.PeerProtocol == lease.PeerA2A && d.opts.A2A != nil {
+			events = func(fn func(seq uint64, ev *control.Event) error) error {
+				opened()
+				return d.opts.A2A.Follow(ctx, del, f.last, d.recordA2ATask(id), fn)
+			}
+		}
+		err = events(func(seq uint64, ev *control.Event) error {
 			backoff = 100 * time.Millisecond
 			if seq != 0 && seq <= f.last {
 				return nil // seen before a reconnect
@@ -79,6 +89,11 @@ func (d *Delegator) follow(ctx context.Context, id string, started <-chan struct
 		var away *unreachableError
 		var refused *streamRefused
 		switch {
+		case del.PeerProtocol == lease.PeerA2A && errors.As(err, &pe):
+			// An A2A peer's errors are its own: one it means ends the
+			// delegation (A2APeer.Follow), whatever its code.
+			d.fail(ctx, id, pe)
+			return
 		case !answered(started) && (errors.As(err, &refused) || errors.As(err, &away)):
 			// START is out: the executor may not know the task yet.
 			backoff = 100 * time.Millisecond

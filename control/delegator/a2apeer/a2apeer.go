@@ -1,0 +1,295 @@
+// Package a2apeer is the delegator's side of an A2A agent as a peer
+// (--peer a2a:URL; delegator.A2APeer): the task and the lent directory,
+// packed as the archive transport packs it, go in one message (a text
+// part and a ZIP file part) by the official Go SDK's client
+// (github.com/a2aproject/a2a-go, A2A 0.3, JSON-RPC); the task's states
+// become the delegation's events; its artifacts become a result ZIP,
+// built on what was sent, that the archive transport's review applies or
+// stages as it would an executor's. Nothing the agent sends touches the
+// directory except through that path.
+//
+// Everything the agent sends is hostile: its card may name another host
+// (refused: the token would go there), its words are bounded, its file
+// parts' names are checked here and again by the result's apply (hidden
+// paths, git's control files, links out), a file by URI is named and not
+// fetched, and what it sends at all is bounded (MaxResultBytes).
+package a2apeer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/a2aproject/a2a-go/a2aclient"
+	"github.com/a2aproject/a2a-go/a2aclient/agentcard"
+
+	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/lease"
+)
+
+// Peer speaks to A2A agents for a delegator.
+type Peer struct {
+	// Dir keeps each delegation's workspace ZIP while it runs.
+	Dir    string
+	Logger *slog.Logger
+	// MaxResultBytes bounds what an agent may send back (its answers'
+	// bodies, its files decoded). Default 256 MiB.
+	MaxResultBytes int64
+	// Poll is how often a task is asked for once its stream has ended
+	// (an agent waiting on input, or one that does not stream). Default 1 s.
+	Poll time.Duration
+	// Transport, if set, carries the requests (the tests' TLS roots).
+	Transport http.RoundTripper
+}
+
+func (p *Peer) log() *slog.Logger {
+	if p.Logger == nil {
+		return slog.Default()
+	}
+	return p.Logger
+}
+
+func (p *Peer) maxResult() int64 {
+	if p.MaxResultBytes <= 0 {
+		return 256 << 20
+	}
+	return p.MaxResultBytes
+}
+
+func (p *Peer) poll() time.Duration {
+	if p.Poll <= 0 {
+		return time.Second
+	}
+	return p.Poll
+}
+
+func (p *Peer) sentFile(id string) string { return filepath.Join(p.Dir, id+".zip") }
+
+// Keep is delegator.A2APeer's: the packed workspace moves into Dir.
+func (p *Peer) Keep(del *lease.Delegation, ws, sum string) error {
+	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Rename(ws, p.sentFile(del.ID)); err != nil {
+		return err
+	}
+	return os.WriteFile(p.sentFile(del.ID)+".sha256", []byte(sum), 0o600)
+}
+
+// Forget is delegator.A2APeer's.
+func (p *Peer) Forget(id string) {
+	os.Remove(p.sentFile(id))
+	os.Remove(p.sentFile(id) + ".sha256")
+	os.Remove(p.sentFile(id) + ".result")
+}
+
+// client is an A2A client for del's agent, from its card.
+func (p *Peer) client(ctx context.Context, del *lease.Delegation) (*a2aclient.Client, error) {
+	base := p.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	hc := &http.Client{Transport: &bounded{next: base, token: del.Token, max: p.maxResult()*4/3 + 1<<20}}
+	card, err := agentcard.NewResolver(hc).Resolve(ctx, del.Peer)
+	if err != nil {
+		return nil, fmt.Errorf("the agent card at %s: %w", del.Peer, err)
+	}
+	peer, _ := url.Parse(del.Peer)
+	at, err := url.Parse(card.URL)
+	if err != nil || !sameServer(peer, at) {
+		return nil, control.Errorf(control.CodeTaskFailed, "the agent card at %s sends tasks to %q, another place than the agent: refused (the token and the workspace would go there)", del.Peer, clip(card.URL, 200)).
+			WithHint("name the agent by the URL its card gives")
+	}
+	if card.PreferredTransport == "" {
+		// A2A 0.3: a card that names none prefers JSON-RPC (a2a-go's
+		// factory finds no transport otherwise: Gemini CLI's card).
+		card.PreferredTransport = a2a.TransportProtocolJSONRPC
+	}
+	c, err := a2aclient.NewFromCard(ctx, card, a2aclient.WithJSONRPCTransport(hc))
+	if err != nil {
+		return nil, control.Errorf(control.CodeTaskFailed, "the agent at %s speaks no A2A transport this delegator does (JSON-RPC): %v", del.Peer, err)
+	}
+	return c, nil
+}
+
+// sameServer says whether b is the server a is: the same scheme, port
+// and host — or, for an agent on this machine, a loopback name for a
+// loopback address (a card says localhost where the user said 127.0.0.1).
+func sameServer(a, b *url.URL) bool {
+	if a.Scheme != b.Scheme || a.Port() != b.Port() {
+		return false
+	}
+	if strings.EqualFold(a.Hostname(), b.Hostname()) {
+		return true
+	}
+	return loopback(a.Hostname()) && loopback(b.Hostname())
+}
+
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// bounded carries an agent's requests with the delegation's token, and
+// cuts any answer past max bytes.
+type bounded struct {
+	next  http.RoundTripper
+	token string
+	max   int64
+}
+
+func (b *bounded) RoundTrip(r *http.Request) (*http.Response, error) {
+	if b.token != "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+b.token)
+	}
+	resp, err := b.next.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		resp.Body.Close()
+		return nil, &refusedError{status: resp.Status, body: strings.TrimSpace(string(body))}
+	}
+	resp.Body = &limitedBody{r: resp.Body, left: b.max, max: b.max}
+	return resp, nil
+}
+
+// refusedError is an agent's refusal of the request's credential.
+type refusedError struct{ status, body string }
+
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("the agent refused the request (%s): %s", e.status, clip(e.body, 500))
+}
+
+type limitedBody struct {
+	r         io.ReadCloser
+	left, max int64
+}
+
+func (l *limitedBody) Read(b []byte) (int, error) {
+	if l.left <= 0 {
+		return 0, fmt.Errorf("the agent's answer is past the %d bytes it may be", l.max)
+	}
+	if int64(len(b)) > l.left {
+		b = b[:l.left]
+	}
+	n, err := l.r.Read(b)
+	l.left -= int64(n)
+	return n, err
+}
+
+func (l *limitedBody) Close() error { return l.r.Close() }
+
+// fatal makes err one that ends the delegation, in the agent's words.
+func fatal(err error) error {
+	var pe *control.ProtocolError
+	if errors.As(err, &pe) {
+		return pe
+	}
+	var refused *refusedError
+	if errors.As(err, &refused) {
+		return control.Errorf(control.CodeAuthFailed, "%s", refused.Error()).WithHint("give the agent's token with --token-file FILE")
+	}
+	return control.Errorf(control.CodeTaskFailed, "the A2A agent: %s", clip(err.Error(), 1000))
+}
+
+// message is del's task: its prompt as text, the workspace as a ZIP.
+func (p *Peer) message(del *lease.Delegation) (*a2a.Message, error) {
+	ws, err := os.ReadFile(p.sentFile(del.ID))
+	if err != nil {
+		return nil, fmt.Errorf("the workspace kept for the task: %w", err)
+	}
+	sum := sha256.Sum256(ws)
+	return a2a.NewMessage(a2a.MessageRoleUser,
+		a2a.TextPart{Text: del.Prompt},
+		a2a.FilePart{File: a2a.FileBytes{FileMeta: a2a.FileMeta{Name: "workspace.zip", MimeType: "application/zip"},
+			Bytes: base64.StdEncoding.EncodeToString(ws)},
+			Metadata: map[string]any{"sha256": hex.EncodeToString(sum[:])}}), nil
+}
+
+// Permit is delegator.A2APeer's: the answer is the task's next message,
+// sent without waiting; the follower sees the task go on.
+func (p *Peer) Permit(ctx context.Context, del *lease.Delegation, requestID, optionID string) error {
+	if del.PeerTaskID == "" {
+		return control.Errorf(control.CodeDeclined, "the A2A task has not been named yet")
+	}
+	c, err := p.client(ctx, del)
+	if err != nil {
+		return fatal(err)
+	}
+	defer c.Destroy()
+	m := a2a.NewMessage(a2a.MessageRoleUser,
+		a2a.DataPart{Data: map[string]any{"optionId": optionID, "requestId": requestID}},
+		a2a.TextPart{Text: optionID})
+	m.TaskID, m.ContextID = a2a.TaskID(del.PeerTaskID), del.PeerContextID
+	no := false
+	if _, err := c.SendMessage(ctx, &a2a.MessageSendParams{Message: m, Config: &a2a.MessageSendConfig{Blocking: &no}}); err != nil {
+		return fatal(err)
+	}
+	return nil
+}
+
+// Cancel is delegator.A2APeer's.
+func (p *Peer) Cancel(ctx context.Context, del *lease.Delegation) error {
+	c, err := p.client(ctx, del)
+	if err != nil {
+		return err
+	}
+	defer c.Destroy()
+	_, err = c.CancelTask(ctx, &a2a.TaskIDParams{ID: a2a.TaskID(del.PeerTaskID)})
+	return err
+}
+
+// clip cuts s at n bytes, on a character's edge.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// requestIDs an agent's permission request may have, as kept in the
+// delegation's record and named on `awcp-ctl permit`'s line.
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+
+// resultName is name, a file part's name, as a path of the result, or ""
+// if it cannot be one: absolute, climbing out, empty, or holding a
+// control character or a backslash.
+func resultName(name string) string {
+	if name == "" || len(name) > 4096 || strings.ContainsAny(name, "\\\x00") || path.IsAbs(name) {
+		return ""
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f {
+			return ""
+		}
+	}
+	clean := path.Clean(name)
+	if clean == "." || clean == ".." || strings.HasPrefix(clean, "../") {
+		return ""
+	}
+	return clean
+}
