@@ -28,7 +28,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 		ArgsUsage: "DIR",
 		Flags: append(append(clikit.CommonFlags(),
 			&cli.StringSliceFlag{Name: "peer", EnvVars: []string{"AWCP_PEER"},
-				Usage: "the executor (required): its URL (https://host:10200), or the name or agent id of one found on this network, or auto (awcp-ctl peers lists them); several: attempts at the task, one per executor, each staged, compared with awcp-ctl compare"},
+				Usage: "the executor (required): its URL (https://host:10200), or the name or agent id of one found on this network, or auto (awcp-ctl peers lists them), or a2a:URL for an A2A agent (the directory goes to it as a ZIP; docs/a2a.md); several: attempts at the task, one per executor, each staged, compared with awcp-ctl compare"},
 			// Not $AWCP_PROMPT: the executor gives its agent its own task
 			// there, and a nested export without --prompt would send the
 			// parent's task on.

@@ -250,7 +250,7 @@ type delegateArgs struct {
 	Description  string   `json:"description" jsonschema:"short task description, for logs and lists"`
 	Prompt       string   `json:"prompt" jsonschema:"the complete task for the executor's agent"`
 	WorkspaceDir string   `json:"workspace_dir,omitempty" jsonschema:"the local directory to lend; relative paths are resolved against cwd (default: cwd)"`
-	PeerURL      string   `json:"peer_url,omitempty" jsonschema:"the executor: its URL, the name of a listed executor, or (with discovery) the name or agent id of one on the network, or auto; default: the only configured one, or auto with discovery and none configured"`
+	PeerURL      string   `json:"peer_url,omitempty" jsonschema:"the executor: its URL, a2a:URL for an A2A agent (the workspace goes to it as a ZIP), the name of a listed executor, or (with discovery) the name or agent id of one on the network, or auto; default: the only configured one, or auto with discovery and none configured"`
 	Cwd          string   `json:"cwd,omitempty" jsonschema:"directory against which a relative workspace_dir is resolved (default: the server's working directory)"`
 	TTLSeconds   int64    `json:"ttl_seconds,omitempty" jsonschema:"length of the lease in seconds"`
 	AccessMode   string   `json:"access_mode,omitempty" jsonschema:"rw lets the executor change the directory; ro only read it"`
