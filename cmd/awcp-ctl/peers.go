@@ -166,14 +166,14 @@ func peersCommand(ctx context.Context) *cli.Command {
 				printPeers(c.App.Writer, e.agentID, b.Peers())
 				return nil
 			}
-			return watchPeers(ctx, c, b)
+			return watchPeers(ctx, c, e, b)
 		},
 	}
 }
 
 // watchPeers browses until ctx ends, printing each change of a peer's
 // state: online, offline (and how), or what it offers.
-func watchPeers(ctx context.Context, c *cli.Context, b *discovery.Browser) error {
+func watchPeers(ctx context.Context, c *cli.Context, e *env, b *discovery.Browser) error {
 	w := c.App.Writer
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
@@ -204,7 +204,11 @@ func watchPeers(ctx context.Context, c *cli.Context, b *discovery.Browser) error
 		if skillsDir != "" {
 			// Each change is one sync: what did not change is not
 			// rewritten, so this costs a read of each skill.
-			rep, err := skills.Sync(skillsDir, peers)
+			named, err := e.namedA2A(nil, nil)
+			if err != nil {
+				return err
+			}
+			rep, err := skills.Sync(skillsDir, peers, readCards(ctx, named)...)
 			if err != nil {
 				return err
 			}

@@ -75,7 +75,7 @@ type Report struct {
 // key changed, or the user took back the trust) or no longer known. A
 // skill whose text is unchanged is not written: its bytes and its time
 // stay as they were.
-func Sync(dir string, peers []discovery.Peer) (Report, error) {
+func Sync(dir string, peers []discovery.Peer, agents ...A2AAgent) (Report, error) {
 	var rep Report
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return rep, fmt.Errorf("skills directory: %w", err)
@@ -90,6 +90,10 @@ func Sync(dir string, peers []discovery.Peer) (Report, error) {
 			s := For(p)
 			want[s.Name] = s
 		}
+	}
+	for _, a := range agents {
+		s := ForA2A(a)
+		want[s.Name] = s
 	}
 	for _, name := range slices.Sorted(maps.Keys(want)) {
 		s := want[name]

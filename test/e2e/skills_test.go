@@ -202,6 +202,57 @@ func TestSkillsForTrustedExecutors(t *testing.T) {
 	if slices.Contains(c.peersTrusted(t), ids[1]) {
 		t.Errorf("the watch wrote back the trust taken from %s", ids[1])
 	}
+
+	// An A2A agent the user names (here an executor's A2A face): its skill
+	// validates and gives `export --peer a2a:URL`, which works as written;
+	// offline it says so; forgotten, it goes.
+	agent := startExecutor(t, `echo "by the a2a agent" > a2a.txt`, "--name", "a2a-box", "--transports", "archive")
+	a2aDir := filepath.Join(t.TempDir(), "a2a-skills")
+	r = c.run("skills", "sync", "--dir", a2aDir, "--a2a", agent.url, "--browse-window", "200ms")
+	var folder string
+	for id, f := range skillFolders(t, a2aDir) {
+		if id == "a2a:"+agent.url {
+			folder = f
+		}
+	}
+	if r.code != 0 || folder == "" {
+		t.Fatalf("skills sync --a2a: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	validateSkill(t, modules, folder)
+	text, _ = os.ReadFile(filepath.Join(folder, "SKILL.md"))
+	line := regexp.MustCompile(`(?m)^awcp-ctl export DIR .*$`).Find(text)
+	if line == nil || !bytes.Contains(line, []byte("--peer a2a:"+agent.url+" --plain-http")) {
+		t.Fatalf("the A2A skill's command: %q", line)
+	}
+	args = strings.Fields(strings.Replace(string(line), `"THE TASK, IN FULL"`, "TASK", 1))[1:]
+	work = t.TempDir()
+	for i, a := range args {
+		switch a {
+		case "DIR":
+			args[i] = work
+		case "TASK":
+			args[i] = "note it"
+		case "staged":
+			args[i] = "auto"
+		}
+	}
+	if r := c.run(args...); r.code != 0 {
+		t.Fatalf("the A2A skill's command %v: exit %d\n%s", args, r.code, r.stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(work, "a2a.txt")); string(b) != "by the a2a agent\n" {
+		t.Errorf("the A2A agent's work: %q", b)
+	}
+	agent.stop(t)
+	c.run("skills", "sync", "--dir", a2aDir, "--browse-window", "200ms")
+	if b, _ := os.ReadFile(filepath.Join(folder, "SKILL.md")); !bytes.Contains(b, []byte(`awcp-status: "offline"`)) {
+		t.Errorf("the A2A agent stopped; its skill:\n%s", b)
+	}
+	validateSkill(t, modules, folder)
+	agent.start(t, agent.addr) // for the cleanup's stop
+	c.run("skills", "sync", "--dir", a2aDir, "--drop-a2a", agent.url, "--browse-window", "200ms")
+	if _, err := os.Stat(filepath.Join(folder, "SKILL.md")); err == nil {
+		t.Errorf("a forgotten A2A agent's skill is still there")
+	}
 }
 
 // restart stops x and starts it again, at the same address and state,
