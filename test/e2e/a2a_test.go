@@ -276,6 +276,24 @@ func TestA2AGoClient(t *testing.T) {
 		return len(ents) == 0
 	})
 
+	// A task sent without waiting, followed by tasks/resubscribe while it
+	// runs, and cancelled meanwhile: the resubscribed stream ends with it.
+	no := false
+	res, err := client.SendMessage(ctx, &a2a.MessageSendParams{Message: taskMessage("hold again", ws, sum).Message,
+		Config: &a2a.MessageSendConfig{Blocking: &no}})
+	bg, ok := res.(*a2a.Task)
+	if err != nil || !ok {
+		t.Fatalf("message/send without waiting: %+v %v", res, err)
+	}
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		client.CancelTask(ctx, &a2a.TaskIDParams{ID: bg.ID})
+	}()
+	s3 := collect(t, client.ResubscribeToTask(ctx, &a2a.TaskIDParams{ID: bg.ID}), nil)
+	if s3.last == nil || s3.last.Status.State != a2a.TaskStateCanceled {
+		t.Errorf("tasks/resubscribe of a task cancelled meanwhile: %v %q", s3.states, statusText(s3.last))
+	}
+
 	// Refused before anything is read: a wrong token, none, a stranger's key.
 	for name, hc := range map[string]*http.Client{
 		"a wrong token":       a2aHTTP(t, key, "not-the-token", nil),
@@ -290,7 +308,7 @@ func TestA2AGoClient(t *testing.T) {
 	}
 	// The key the operator authorized, without a token.
 	c, _ := a2aClient(t, ctx, x.addr, a2aHTTP(t, key, "", trustedKey))
-	res, err := c.SendMessage(ctx, taskMessage("by key", ws, sum))
+	res, err = c.SendMessage(ctx, taskMessage("by key", ws, sum))
 	task, ok := res.(*a2a.Task)
 	if err != nil || !ok || task.Status.State != a2a.TaskStateCompleted {
 		t.Fatalf("an authorized key: %+v %v", res, err)
