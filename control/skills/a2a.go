@@ -124,4 +124,3 @@ func ForA2A(a A2AAgent) Skill {
 	}
 	return Skill{Name: skillName, AgentID: "a2a:" + a.URL, Content: b.Bytes()}
 }
-
