@@ -37,6 +37,10 @@ type agent struct{ f *Face }
 // delegation's events to the client until it ends or asks again.
 func (a *agent) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eventqueue.Queue) error {
 	f := a.f
+	// The SDK runs this detached from the request; it ends with the face.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(f.life, cancel)()
 	c, ok := callerFrom(ctx)
 	if !ok {
 		return errors.New("a2a: a request without its caller") // ServeHTTP sets it on every request

@@ -73,9 +73,11 @@ type Options struct {
 	// MaxArtifactBytes bounds the changed files sent back as file parts;
 	// past it they are listed, not sent. Default 16 MiB.
 	MaxArtifactBytes int64
-	// MaxTasks bounds the tasks remembered; the oldest ended ones are
-	// forgotten first. Default 1,000.
-	MaxTasks int
+	// MaxTasks bounds the tasks remembered, and MaxTaskBytes their
+	// records (their artifacts) together; past either the oldest ended
+	// ones are forgotten first. Defaults 1,000 and 256 MiB.
+	MaxTasks     int
+	MaxTaskBytes int64
 }
 
 func (o Options) withDefaults(e Executor) Options {
@@ -98,26 +100,29 @@ func (o Options) withDefaults(e Executor) Options {
 	if o.MaxTasks <= 0 {
 		o.MaxTasks = 1000
 	}
+	if o.MaxTaskBytes <= 0 {
+		o.MaxTaskBytes = 256 << 20
+	}
 	return o
 }
 
 // Face is the executor's A2A face: an http.Handler for Path.
 type Face struct {
-	exec    Executor
-	opts    Options
-	log     *slog.Logger
-	rpc     http.Handler
-	bodies  chan struct{}
-	tasks   *taskBook
-	baseCtx context.Context // the face's life: tasks' followers end with it
+	exec   Executor
+	opts   Options
+	log    *slog.Logger
+	rpc    http.Handler
+	bodies chan struct{}
+	tasks  *taskBook
+	life   context.Context // the face's: a task's follower ends with it
 }
 
 // New makes the face of e. ctx is its life: a task still followed when it
-// ends is left to the executor (which ends it as it ends itself).
+// ends is left to the executor, which ends its delegation as it stops.
 func New(ctx context.Context, e Executor, opts Options) *Face {
 	opts = opts.withDefaults(e)
 	f := &Face{exec: e, opts: opts, log: opts.Logger, bodies: make(chan struct{}, opts.Bodies),
-		tasks: newTaskBook(opts.MaxTasks), baseCtx: ctx}
+		tasks: newTaskBook(opts.MaxTasks, opts.MaxTaskBytes), life: ctx}
 	handler := a2asrv.NewHandler(&agent{f: f},
 		a2asrv.WithTaskStore(f.tasks),
 		a2asrv.WithLogger(opts.Logger))

@@ -38,15 +38,17 @@ func (t *lentTask) mayTouch(c executor.Caller) bool {
 // JSON so that what a caller changes is its own copy) and the face's, at
 // most max of them: past it the oldest ended ones are forgotten.
 type taskBook struct {
-	max   int
-	mu    sync.Mutex
-	order []a2a.TaskID // first saved first
-	saved map[a2a.TaskID][]byte
-	lents map[a2a.TaskID]*lentTask
+	max      int
+	maxBytes int64
+	mu       sync.Mutex
+	order    []a2a.TaskID // first saved first
+	saved    map[a2a.TaskID][]byte
+	bytes    int64 // of saved
+	lents    map[a2a.TaskID]*lentTask
 }
 
-func newTaskBook(max int) *taskBook {
-	return &taskBook{max: max, saved: map[a2a.TaskID][]byte{}, lents: map[a2a.TaskID]*lentTask{}}
+func newTaskBook(max int, maxBytes int64) *taskBook {
+	return &taskBook{max: max, maxBytes: maxBytes, saved: map[a2a.TaskID][]byte{}, lents: map[a2a.TaskID]*lentTask{}}
 }
 
 // Save is a2asrv.TaskStore's.
@@ -57,13 +59,19 @@ func (b *taskBook) Save(_ context.Context, t *a2a.Task) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, ok := b.saved[t.ID]; !ok {
-		if len(b.saved) >= b.max && !b.forgetOne() {
+	old, known := b.saved[t.ID]
+	if !known {
+		if len(b.saved) >= b.max && !b.forgetOne(t.ID) {
 			return fmt.Errorf("save task %s: %d tasks are running or waiting, the most this executor keeps", t.ID, b.max)
 		}
 		b.order = append(b.order, t.ID)
 	}
 	b.saved[t.ID] = data
+	b.bytes += int64(len(data) - len(old))
+	// The tasks' records (their artifacts) are bounded together: the
+	// oldest ended ones go first; one still going is never forgotten.
+	for b.bytes > b.maxBytes && b.forgetOne(t.ID) {
+	}
 	return nil
 }
 
@@ -82,11 +90,15 @@ func (b *taskBook) Get(_ context.Context, id a2a.TaskID) (*a2a.Task, error) {
 	return &t, nil
 }
 
-// forgetOne forgets the oldest task that has ended, or one the face never
-// lent (refused before it was); false if every task is still going.
+// forgetOne forgets the oldest task but keep that has ended, or one the
+// face never lent (refused before it was); false if every task is still
+// going.
 // Called with b.mu held.
-func (b *taskBook) forgetOne() bool {
+func (b *taskBook) forgetOne(keep a2a.TaskID) bool {
 	for i, id := range b.order {
+		if id == keep {
+			continue
+		}
 		t := b.lents[id]
 		if t != nil {
 			t.mu.Lock()
@@ -96,6 +108,7 @@ func (b *taskBook) forgetOne() bool {
 				continue
 			}
 		}
+		b.bytes -= int64(len(b.saved[id]))
 		delete(b.saved, id)
 		delete(b.lents, id)
 		b.order = append(b.order[:i], b.order[i+1:]...)
