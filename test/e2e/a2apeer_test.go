@@ -23,15 +23,7 @@ const geminiA2A = "@google/gemini-cli-a2a-server@0.25.2"
 // listens on. It is killed at the test's end.
 func startNode(t *testing.T, modules, script string, env []string, prefix ...string) string {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join("testdata", script))
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(modules, script)
-	if err := os.WriteFile(path, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return startListening(t, append(prefix, "node", path), env)
+	return startListening(t, append(prefix, "node", placeScript(t, modules, script)), env)
 }
 
 // startListening runs argv with env and waits for its "listening on

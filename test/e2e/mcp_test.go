@@ -64,9 +64,9 @@ func nodeModules(t *testing.T, pkgs ...string) string {
 	return dir
 }
 
-// runNode runs testdata/script inside modules (so that its imports resolve
-// there) with env, and decodes the one JSON object it prints.
-func runNode(t *testing.T, modules, script string, env []string, out any) {
+// placeScript copies testdata/script into modules, so that its imports
+// resolve there, and returns its path.
+func placeScript(t *testing.T, modules, script string) string {
 	t.Helper()
 	src, err := os.ReadFile(filepath.Join("testdata", script))
 	if err != nil {
@@ -76,7 +76,14 @@ func runNode(t *testing.T, modules, script string, env []string, out any) {
 	if err := os.WriteFile(path, src, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("node", path)
+	return path
+}
+
+// runNode runs testdata/script inside modules (so that its imports resolve
+// there) with env, and decodes the one JSON object it prints.
+func runNode(t *testing.T, modules, script string, env []string, out any) {
+	t.Helper()
+	cmd := exec.Command("node", placeScript(t, modules, script))
 	// The suite's executors are named by http:// URL (startExecutor).
 	cmd.Env = append(append(os.Environ(), "AWCP_PLAIN_HTTP=1"), env...)
 	var stdout, stderr bytes.Buffer
