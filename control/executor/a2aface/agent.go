@@ -52,11 +52,16 @@ func (a *agent) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eventq
 		}
 		return a.resume(ctx, rc, q, c, t)
 	}
+	// The task is the client's from its first event on: a client that
+	// sends without waiting asks about it at once (tasks/resubscribe).
+	t := &lentTask{caller: c}
+	f.tasks.lend(rc.TaskID, t)
 	if err := q.Write(ctx, a2a.NewSubmittedTask(rc, rc.Message)); err != nil {
+		t.end()
 		return err
 	}
-	t, pe := a.delegate(ctx, rc, c)
-	if pe != nil {
+	if pe := a.delegate(ctx, rc, c, t); pe != nil {
+		t.end()
 		f.log.Info("A2A task refused", "task", rc.TaskID, "code", pe.Code, "reason", pe.Message)
 		state := a2a.TaskStateRejected
 		if pe.Code == control.CodeSetupFailed || pe.Code == control.CodeStartExpired {
@@ -69,7 +74,7 @@ func (a *agent) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eventq
 }
 
 // delegate starts the delegation rc's message asks for.
-func (a *agent) delegate(ctx context.Context, rc *a2asrv.RequestContext, c executor.Caller) (*lentTask, *control.ProtocolError) {
+func (a *agent) delegate(ctx context.Context, rc *a2asrv.RequestContext, c executor.Caller, t *lentTask) *control.ProtocolError {
 	f := a.f
 	msg := rc.Message
 	var prompt []string
@@ -80,7 +85,7 @@ func (a *agent) delegate(ctx context.Context, rc *a2asrv.RequestContext, c execu
 			prompt = append(prompt, p.Text)
 		case a2a.FilePart:
 			if ws != nil {
-				return nil, control.Errorf(control.CodeDeclined, "the message has two file parts; the workspace is one ZIP").
+				return control.Errorf(control.CodeDeclined, "the message has two file parts; the workspace is one ZIP").
 					WithHint("send the directory as one ZIP file part")
 			}
 			ws = &p
@@ -90,7 +95,7 @@ func (a *agent) delegate(ctx context.Context, rc *a2asrv.RequestContext, c execu
 	}
 	text := strings.TrimSpace(strings.Join(prompt, "\n"))
 	if text == "" {
-		return nil, control.Errorf(control.CodeDeclined, "the message has no text: the task is its text parts").
+		return control.Errorf(control.CodeDeclined, "the message has no text: the task is its text parts").
 			WithHint("say the task in a text part")
 	}
 	zipB64 := emptyZip
@@ -98,11 +103,11 @@ func (a *agent) delegate(ctx context.Context, rc *a2asrv.RequestContext, c execu
 	if ws != nil {
 		fb, ok := ws.File.(a2a.FileBytes)
 		if !ok {
-			return nil, control.Errorf(control.CodeDeclined, "the workspace is a URI; this executor fetches nothing a client names").
+			return control.Errorf(control.CodeDeclined, "the workspace is a URI; this executor fetches nothing a client names").
 				WithHint("send the ZIP's bytes in the file part")
 		}
 		if fb.MimeType != "" && fb.MimeType != "application/zip" && fb.MimeType != "application/x-zip-compressed" {
-			return nil, control.Errorf(control.CodeDeclined, "the workspace is %q; it must be a ZIP (application/zip)", fb.MimeType)
+			return control.Errorf(control.CodeDeclined, "the workspace is %q; it must be a ZIP (application/zip)", fb.MimeType)
 		}
 		zipB64 = fb.Bytes
 		if s, ok := ws.Metadata[MetaSHA256].(string); ok {
@@ -111,21 +116,21 @@ func (a *agent) delegate(ctx context.Context, rc *a2asrv.RequestContext, c execu
 	}
 	sp, err := f.exec.NewSpool()
 	if err != nil {
-		return nil, control.Errorf(control.CodeSetupFailed, "the executor cannot store the workspace")
+		return control.Errorf(control.CodeSetupFailed, "the executor cannot store the workspace")
 	}
 	_, werr := sp.Write([]byte(zipB64))
 	got, ferr := sp.Finish()
 	if err := errors.Join(werr, ferr); err != nil {
 		sp.Discard()
-		return nil, control.Errorf(control.CodeSetupFailed, "the executor cannot store the workspace")
+		return control.Errorf(control.CodeSetupFailed, "the executor cannot store the workspace")
 	}
 	if got.Bad != nil {
 		sp.Discard()
-		return nil, control.Errorf(control.CodeDeclined, "the workspace's bytes are not base64: %v", got.Bad)
+		return control.Errorf(control.CodeDeclined, "the workspace's bytes are not base64: %v", got.Bad)
 	}
 	if sum != "" && !strings.EqualFold(sum, got.Sum) {
 		sp.Discard()
-		return nil, control.Errorf(control.CodeSetupFailed, "workspace checksum mismatch: got %s, the file part says %s", got.Sum, sum).
+		return control.Errorf(control.CodeSetupFailed, "workspace checksum mismatch: got %s, the file part says %s", got.Sum, sum).
 			WithHint("the archive was damaged in transit; send it again")
 	}
 	ttl := f.opts.TTL
@@ -143,13 +148,10 @@ func (a *agent) delegate(ctx context.Context, rc *a2asrv.RequestContext, c execu
 		Lease:       control.InviteLease{TTLSeconds: int64(ttl / time.Second), AccessMode: mode},
 		Workspace:   &control.Workspace{ExportName: "workspace"},
 	}
-	t := &lentTask{delegation: inv.DelegationID, caller: c, workspace: got.File}
-	f.tasks.lend(rc.TaskID, t)
-	if pe := f.exec.DelegateArchive(ctx, c, inv, got); pe != nil {
-		t.end()
-		return nil, pe
-	}
-	return t, nil
+	t.mu.Lock()
+	t.delegation, t.workspace = inv.DelegationID, got.File
+	t.mu.Unlock()
+	return f.exec.DelegateArchive(ctx, c, inv, got)
 }
 
 // resume gives the client's answer to the permission its task waits on,
@@ -204,7 +206,13 @@ func (a *agent) follow(ctx context.Context, rc *a2asrv.RequestContext, q eventqu
 	f := a.f
 	t.mu.Lock()
 	from := t.cursor
+	t.following = true
 	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		t.following = false
+		t.mu.Unlock()
+	}()
 	errAsked := errors.New("asked")
 	err := f.exec.Follow(ctx, c, t.delegation, from, func(seq uint64, ev *control.Event) error {
 		var out a2a.Event
@@ -278,11 +286,24 @@ func (a *agent) Cancel(ctx context.Context, rc *a2asrv.RequestContext, q eventqu
 	if t == nil {
 		return a2a.ErrTaskNotFound
 	}
-	if err := a.f.exec.Cancel(ctx, c, t.delegation); err != nil {
+	// Asked before the delegation is ended: an Execute following it now
+	// gives its end (the executor's CANCELLED, or the end it reached
+	// first), and may be done before Cancel is; two terminal events on
+	// one task would fail both.
+	t.mu.Lock()
+	followed, delegation := t.following, t.delegation
+	t.mu.Unlock()
+	if delegation == "" {
+		return fmt.Errorf("%w: its delegation is being started; cancel it again in a moment", a2a.ErrTaskNotCancelable)
+	}
+	if err := a.f.exec.Cancel(ctx, c, delegation); err != nil {
 		return fmt.Errorf("%w: %v", a2a.ErrTaskNotCancelable, err)
 	}
-	t.end()
 	a.f.log.Info("A2A task cancelled", "task", rc.TaskID, "delegation", t.delegation)
+	if followed {
+		return nil
+	}
+	t.end()
 	return q.Write(ctx, final(rc, a2a.TaskStateCanceled, "cancelled by the client: the delegation was ended"))
 }
 

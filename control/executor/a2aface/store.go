@@ -26,6 +26,9 @@ type lentTask struct {
 	cursor     uint64 // the last event given to the client
 	pending    *control.Event
 	ended      bool
+	// following says an Execute follows the delegation now: it, not
+	// Cancel, writes the task's end (one writer of a terminal event).
+	following bool
 }
 
 // mayTouch says whether c may see, steer or end the task: a task made by
