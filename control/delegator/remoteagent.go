@@ -20,9 +20,9 @@ const PeerPrefixA2A = "a2a:"
 // executor is asked through PeerClient. It is declared here and
 // implemented by a2apeer (Options.A2A), so the core imports no A2A SDK.
 type A2APeer interface {
-	// Keep takes the workspace ZIP packed for del (file ws, its SHA-256
-	// sum): it is sent with the task, and the result is built on it.
-	Keep(del *lease.Delegation, ws, sum string) error
+	// Keep takes the workspace ZIP packed for del (file ws): it is sent
+	// with the task, and the result is built on it.
+	Keep(del *lease.Delegation, ws string) error
 	// Follow sends del's task if it was not sent yet, then gives the
 	// task's events as the delegation's, numbered from after+1, until the
 	// task ends or ctx does; record keeps the agent's ids for the task
@@ -72,7 +72,7 @@ func (d *Delegator) handshakeA2A(ctx context.Context, del *lease.Delegation) (*s
 	if err != nil {
 		return nil, err
 	}
-	if err := d.opts.A2A.Keep(del, info.WorkspaceFile, info.Checksum); err != nil {
+	if err := d.opts.A2A.Keep(del, info.WorkspaceFile); err != nil {
 		return nil, fmt.Errorf("keep the workspace for the A2A agent: %w", err)
 	}
 	now := d.store.Now()

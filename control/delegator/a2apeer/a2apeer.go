@@ -81,20 +81,16 @@ func (p *Peer) poll() time.Duration {
 func (p *Peer) sentFile(id string) string { return filepath.Join(p.Dir, id+".zip") }
 
 // Keep is delegator.A2APeer's: the packed workspace moves into Dir.
-func (p *Peer) Keep(del *lease.Delegation, ws, sum string) error {
+func (p *Peer) Keep(del *lease.Delegation, ws string) error {
 	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
 		return err
 	}
-	if err := os.Rename(ws, p.sentFile(del.ID)); err != nil {
-		return err
-	}
-	return os.WriteFile(p.sentFile(del.ID)+".sha256", []byte(sum), 0o600)
+	return os.Rename(ws, p.sentFile(del.ID))
 }
 
 // Forget is delegator.A2APeer's.
 func (p *Peer) Forget(id string) {
 	os.Remove(p.sentFile(id))
-	os.Remove(p.sentFile(id) + ".sha256")
 	os.Remove(p.sentFile(id) + ".result")
 }
 
