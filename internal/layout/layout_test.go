@@ -50,7 +50,7 @@ var allowed = map[string][]string{
 	"control/discovery":             {"control"},
 	"control/skills":                {"control", "control/discovery", "internal/untrusted"},
 	"control/delegator":             {"archive", "control", "control/delegator/lending", "control/delegator/review", "internal/httpserve", "internal/sandbox", "internal/tail", "internal/untrusted", "lease", "sshd", "sshd/sftpwire", "internal/treewalk"},
-	"control/delegator/a2apeer":     {"control", "lease"},
+	"control/delegator/a2apeer":     {"control", "internal/untrusted", "lease"},
 	"control/delegator/lending":     {"internal/untrusted", "lease", "sshd/sftpwire"},
 	"control/delegator/lendarchive": {"archive", "control", "control/delegator/lending", "lease"},
 	"control/delegator/lendlive":    {"archive", "control", "control/delegator/lending", "internal/stage", "lease", "sshd", "sshd/sftpwire"},

@@ -71,3 +71,16 @@ func Line(s string, max int) string {
 	}
 	return b.String()
 }
+
+// Clip is s cut to at most max bytes on a character's edge, with "…" if
+// anything was cut: words of the other side kept in a record or a
+// message, bounded, without a broken character at the end.
+func Clip(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	for max > 0 && !utf8.RuneStart(s[max]) {
+		max--
+	}
+	return s[:max] + "…"
+}

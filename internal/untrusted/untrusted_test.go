@@ -98,3 +98,11 @@ func TestLine(t *testing.T) {
 		}
 	}
 }
+
+func TestClip(t *testing.T) {
+	for in, want := range map[string]string{"shor": "shor", "abcdefgh": "abcd…", "日本語": "日…", "ab日": "ab…"} {
+		if got := Clip(in, 4); got != want {
+			t.Errorf("Clip(%q, 4) = %q, want %q", in, got, want)
+		}
+	}
+}

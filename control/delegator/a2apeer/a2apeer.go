@@ -39,6 +39,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2aclient/agentcard"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/internal/untrusted"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -108,7 +109,7 @@ func (p *Peer) client(ctx context.Context, del *lease.Delegation) (*a2aclient.Cl
 	peer, _ := url.Parse(del.Peer)
 	at, err := url.Parse(card.URL)
 	if err != nil || !sameServer(peer, at) {
-		return nil, control.Errorf(control.CodeTaskFailed, "the agent card at %s sends tasks to %q, another place than the agent: refused (the token and the workspace would go there)", del.Peer, clip(card.URL, 200)).
+		return nil, control.Errorf(control.CodeTaskFailed, "the agent card at %s sends tasks to %q, another place than the agent: refused (the token and the workspace would go there)", del.Peer, untrusted.Clip(card.URL, 200)).
 			WithHint("name the agent by the URL its card gives")
 	}
 	if card.PreferredTransport == "" {
@@ -174,7 +175,7 @@ func (b *bounded) RoundTrip(r *http.Request) (*http.Response, error) {
 type refusedError struct{ status, body string }
 
 func (e *refusedError) Error() string {
-	return fmt.Sprintf("the agent refused the request (%s): %s", e.status, clip(e.body, 500))
+	return fmt.Sprintf("the agent refused the request (%s): %s", e.status, untrusted.Clip(e.body, 500))
 }
 
 type limitedBody struct {
@@ -206,7 +207,7 @@ func fatal(err error) error {
 	if errors.As(err, &refused) {
 		return control.Errorf(control.CodeAuthFailed, "%s", refused.Error()).WithHint("give the agent's token with --token-file FILE")
 	}
-	return control.Errorf(control.CodeTaskFailed, "the A2A agent: %s", clip(err.Error(), 1000))
+	return control.Errorf(control.CodeTaskFailed, "the A2A agent: %s", untrusted.Clip(err.Error(), 1000))
 }
 
 // message is del's task: its prompt as text, the workspace as a ZIP.
@@ -254,17 +255,6 @@ func (p *Peer) Cancel(ctx context.Context, del *lease.Delegation) error {
 	defer c.Destroy()
 	_, err = c.CancelTask(ctx, &a2a.TaskIDParams{ID: a2a.TaskID(del.PeerTaskID)})
 	return err
-}
-
-// clip cuts s at n bytes, on a character's edge.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n] + "…"
 }
 
 // requestIDs an agent's permission request may have, as kept in the

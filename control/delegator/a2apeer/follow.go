@@ -11,6 +11,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2aclient"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/internal/untrusted"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -121,7 +122,7 @@ func (f *follower) name(taskID a2a.TaskID, contextID string) error {
 		return nil
 	}
 	if !requestIDPattern.MatchString(string(taskID)) || len(contextID) > 128 {
-		return control.Errorf(control.CodeTaskFailed, "the A2A agent named its task %q: not an id", clip(string(taskID), 80))
+		return control.Errorf(control.CodeTaskFailed, "the A2A agent named its task %q: not an id", untrusted.Clip(string(taskID), 80))
 	}
 	f.del.PeerTaskID, f.del.PeerContextID = string(taskID), contextID
 	return f.record(string(taskID), contextID)
@@ -130,7 +131,7 @@ func (f *follower) name(taskID a2a.TaskID, contextID string) error {
 // status takes the task's status; task, if the whole task came with it,
 // holds its artifacts. done once the task ended.
 func (f *follower) status(ctx context.Context, st a2a.TaskStatus, task *a2a.Task) (bool, error) {
-	words := clip(textOf(st.Message), maxWords)
+	words := untrusted.Clip(textOf(st.Message), maxWords)
 	if f.asked != "" && st.State != a2a.TaskStateInputRequired {
 		// Answered (by awcp-ctl permit, here or in another process).
 		ev := &control.Event{Type: control.EventPermission, RequestID: f.asked, Outcome: control.PermissionSelected, DecidedBy: "delegator"}
@@ -213,7 +214,7 @@ func (f *follower) ask(m *a2a.Message, words string) error {
 				name, _ := om["name"].(string)
 				kind, _ := om["kind"].(string)
 				if requestIDPattern.MatchString(oid) && len(options) < maxOptions {
-					options = append(options, control.PermissionOption{OptionID: oid, Name: clip(name, 80), Kind: clip(kind, 40)})
+					options = append(options, control.PermissionOption{OptionID: oid, Name: untrusted.Clip(name, 80), Kind: untrusted.Clip(kind, 40)})
 				}
 			}
 		}
@@ -266,7 +267,7 @@ func (f *follower) noteError(meta map[string]any, m *a2a.Message) {
 	if words == "" {
 		words = fmt.Sprint(e)
 	}
-	f.failed = clip(words, maxWords)
+	f.failed = untrusted.Clip(words, maxWords)
 }
 
 // textOf is a message's text parts, joined.

@@ -17,6 +17,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/internal/untrusted"
 )
 
 // maxSummary bounds the words a result's summary keeps of the agent's.
@@ -40,7 +41,7 @@ func (f *follower) finish(ctx context.Context, task *a2a.Task) error {
 			switch p := part.(type) {
 			case a2a.TextPart:
 				if art.Name != "" {
-					summary = append(summary, "["+clip(art.Name, 80)+"]")
+					summary = append(summary, "["+untrusted.Clip(art.Name, 80)+"]")
 				}
 				summary = append(summary, p.Text)
 			case a2a.FilePart:
@@ -48,7 +49,7 @@ func (f *follower) finish(ctx context.Context, task *a2a.Task) error {
 				case a2a.FileBytes:
 					name := resultName(fc.Name)
 					if name == "" {
-						notes = append(notes, fmt.Sprintf("a file named %q: not a path in the directory, left out", clip(fc.Name, 120)))
+						notes = append(notes, fmt.Sprintf("a file named %q: not a path in the directory, left out", untrusted.Clip(fc.Name, 120)))
 						continue
 					}
 					data, err := base64.StdEncoding.DecodeString(fc.Bytes)
@@ -61,7 +62,7 @@ func (f *follower) finish(ctx context.Context, task *a2a.Task) error {
 					}
 					files[name] = data
 				case a2a.FileURI:
-					notes = append(notes, fmt.Sprintf("%s by URI (%s): not fetched", clip(fc.Name, 120), clip(fc.URI, 200)))
+					notes = append(notes, fmt.Sprintf("%s by URI (%s): not fetched", untrusted.Clip(fc.Name, 120), untrusted.Clip(fc.URI, 200)))
 				}
 			case a2a.DataPart:
 				list, _ := p.Data["removed"].([]any)
@@ -82,7 +83,7 @@ func (f *follower) finish(ctx context.Context, task *a2a.Task) error {
 	if text == "" {
 		text = "The A2A agent finished without a word."
 	}
-	done := &control.Event{Type: control.EventDone, Summary: clip(text, maxSummary)}
+	done := &control.Event{Type: control.EventDone, Summary: untrusted.Clip(text, maxSummary)}
 	if f.del.AccessMode == control.AccessRW {
 		out, sum, err := f.p.resultZip(f.del.ID, files, removed)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/executor"
+	"github.com/awcp/awcp/internal/untrusted"
 )
 
 // Metadata keys the face reads from a client's message and writes on its
@@ -144,7 +145,7 @@ func (a *agent) delegate(ctx context.Context, rc *a2asrv.RequestContext, c execu
 	first, _, _ := strings.Cut(text, "\n")
 	inv := &control.Invite{
 		BaseMessage: control.BaseMessage{DelegationID: control.NewDelegationID()},
-		Task:        control.Task{Description: clip(first, 200), Prompt: text},
+		Task:        control.Task{Description: untrusted.Clip(first, 200), Prompt: text},
 		Lease:       control.InviteLease{TTLSeconds: int64(ttl / time.Second), AccessMode: mode},
 		Workspace:   &control.Workspace{ExportName: "workspace"},
 	}
@@ -371,18 +372,6 @@ func number(v any) (int64, bool) {
 	}
 	return 0, false
 }
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // emptyZip is the workspace of a message without one: an empty directory.
 var emptyZip = func() string {
