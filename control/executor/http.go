@@ -104,12 +104,9 @@ func statusOf(code string) int {
 // request about delegation id comes from the delegator that made it
 // (mayTouch).
 func (e *Executor) authorized(w http.ResponseWriter, r *http.Request, id string) bool {
-	if !e.openToAll() && !e.keyAuthorized(r) {
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || !e.validToken(tok) {
-			e.refuseAuth(w, id, "missing or invalid bearer token, and no authorized delegator key")
-			return false
-		}
+	if _, ok := e.credentials(r); !ok {
+		e.refuseAuth(w, id, "missing or invalid bearer token, and no authorized delegator key")
+		return false
 	}
 	if id == "" {
 		return true
@@ -129,8 +126,11 @@ func (e *Executor) authorized(w http.ResponseWriter, r *http.Request, id string)
 // mayTouch reports whether r may watch, steer or end delegation a: it was
 // made over plain HTTP (the reference's dialect binds nothing), or r shows
 // the key of the delegator that made it.
-func mayTouch(a *lease.Assignment, r *http.Request) bool {
-	return a.DelegatorKey == "" || constantTimeEqual(delegatorKey(r), a.DelegatorKey)
+func mayTouch(a *lease.Assignment, r *http.Request) bool { return mayTouchKey(a, delegatorKey(r)) }
+
+// mayTouchKey is mayTouch for a client showing key.
+func mayTouchKey(a *lease.Assignment, key string) bool {
+	return a.DelegatorKey == "" || constantTimeEqual(key, a.DelegatorKey)
 }
 
 // delegatorKey is the identity key of the delegator that sent r, as its
@@ -173,9 +173,9 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 	// shown a token: only an INVITE, which carries its token in the body,
 	// can pass without one, and it is small. A wrong bearer token is
 	// refused before the body is read at all.
-	bearer, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	byKey := e.keyAuthorized(r)
-	trusted := e.openToAll() || byKey || (hasBearer && e.validToken(bearer))
+	_, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	caller, trusted := e.credentials(r)
+	byKey := caller.ByKey
 	if hasBearer && !trusted {
 		e.refuseAuth(w, "", "missing or invalid bearer token")
 		return

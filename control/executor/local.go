@@ -43,6 +43,17 @@ type Caller struct {
 // operator authorized (its TLS certificate), or a valid bearer token. A
 // refusal is counted with the AWCP face's.
 func (e *Executor) Authenticate(r *http.Request) (Caller, bool) {
+	c, ok := e.credentials(r)
+	if !ok {
+		e.opts.Metrics.Refused(control.CodeAuthFailed)
+	}
+	return c, ok
+}
+
+// credentials are who sent r, and whether they may send what needs a
+// credential: anyone to an executor open to all, else a delegator key the
+// operator authorized or a valid bearer token.
+func (e *Executor) credentials(r *http.Request) (Caller, bool) {
 	c := Caller{Peer: r.RemoteAddr, Key: delegatorKey(r), ByKey: e.keyAuthorized(r)}
 	if e.openToAll() || c.ByKey {
 		return c, true
@@ -51,8 +62,20 @@ func (e *Executor) Authenticate(r *http.Request) (Caller, bool) {
 		c.Token = tok
 		return c, true
 	}
-	e.opts.Metrics.Refused(control.CodeAuthFailed)
 	return c, false
+}
+
+// assignmentOf is delegation id, if c made it (or it binds no key, as
+// one made over plain HTTP): as a request about it is checked (mayTouch).
+func (e *Executor) assignmentOf(c Caller, id string) (*lease.Assignment, error) {
+	a, err := e.store.Assignment(id)
+	if err != nil {
+		return nil, fmt.Errorf("unknown delegation %s", id)
+	}
+	if !mayTouchKey(a, c.Key) {
+		return nil, fmt.Errorf("delegation %s was made by another delegator", id)
+	}
+	return a, nil
 }
 
 // MaxBodyBytes is the most a client with a valid credential may send in
@@ -105,12 +128,8 @@ func (e *Executor) DelegateArchive(ctx context.Context, c Caller, inv *control.I
 // fails, or ctx ends. The caller's own key must be the delegation's
 // (made by Caller c), as for GET /awcp/tasks/{id}/events.
 func (e *Executor) Follow(ctx context.Context, c Caller, id string, after uint64, fn func(seq uint64, ev *control.Event) error) error {
-	a, err := e.store.Assignment(id)
-	if err != nil {
-		return fmt.Errorf("delegation %s: %w", id, err)
-	}
-	if a.DelegatorKey != "" && !constantTimeEqual(a.DelegatorKey, c.Key) {
-		return fmt.Errorf("delegation %s was made by another delegator", id)
+	if _, err := e.assignmentOf(c, id); err != nil {
+		return err
 	}
 	const page = 64
 	for {
@@ -152,12 +171,9 @@ func (e *Executor) ResultFile(id string) (*os.File, error) {
 
 // Cancel ends delegation id for c as POST /awcp/cancel/{id} does.
 func (e *Executor) Cancel(ctx context.Context, c Caller, id string) error {
-	a, err := e.store.Assignment(id)
+	a, err := e.assignmentOf(c, id)
 	if err != nil {
-		return fmt.Errorf("unknown delegation %s", id)
-	}
-	if a.DelegatorKey != "" && !constantTimeEqual(a.DelegatorKey, c.Key) {
-		return fmt.Errorf("delegation %s was made by another delegator", id)
+		return err
 	}
 	if !a.Active() {
 		return nil
@@ -168,12 +184,8 @@ func (e *Executor) Cancel(ctx context.Context, c Caller, id string) error {
 // Answer gives the choice of c to the pending permission request
 // requestID of delegation id, as POST /awcp/tasks/{id}/permission does.
 func (e *Executor) Answer(c Caller, id, requestID, optionID string) error {
-	a, err := e.store.Assignment(id)
-	if err != nil {
-		return fmt.Errorf("unknown delegation %s", id)
-	}
-	if a.DelegatorKey != "" && !constantTimeEqual(a.DelegatorKey, c.Key) {
-		return fmt.Errorf("delegation %s was made by another delegator", id)
+	if _, err := e.assignmentOf(c, id); err != nil {
+		return err
 	}
 	return e.answer(id, requestID, optionID)
 }
