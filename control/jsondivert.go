@@ -41,7 +41,8 @@ var (
 )
 
 // diverter reads one JSON value and copies it to rest, except the string
-// member at path (path[i] lists the names a member may have at depth i):
+// member at path (path[i] lists the names a member may have at depth i,
+// "[]" standing for any item of an array):
 // its decoded content goes to the writer open returns, and rest holds ""
 // in its place. It checks only what it needs to find its way;
 // the caller decodes rest, which rejects anything else.
@@ -51,13 +52,20 @@ type diverter struct {
 	open  func() (io.Writer, error)
 	rest  bytes.Buffer
 	max   int
-	found bool // the member was diverted: a second one is kept
+	mark  string // what rest holds in the diverted string's place
+	found bool   // the member was diverted: a second one is kept
 }
 
 // Divert reads one JSON value from r; open is called only if the member
 // is there. max bounds the rest (without the diverted string).
 func Divert(r *bufio.Reader, path [][]string, max int, open func() (io.Writer, error)) (rest []byte, err error) {
-	d := &diverter{r: r, path: path, open: open, max: max}
+	return DivertMarked(r, path, max, "", open)
+}
+
+// DivertMarked is Divert with mark (JSON string content, unescaped) in
+// the diverted string's place, for a reader that refuses an empty one.
+func DivertMarked(r *bufio.Reader, path [][]string, max int, mark string, open func() (io.Writer, error)) (rest []byte, err error) {
+	d := &diverter{r: r, path: path, open: open, max: max, mark: mark}
 	if err := d.value(0, 0); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
@@ -107,7 +115,12 @@ func (d *diverter) value(depth, matched int) error {
 	case '{':
 		return d.object(depth, matched)
 	case '[':
-		return d.sequence(']', func() error { return d.value(depth+1, -1) })
+		// "[]" on the path leads on through every item of an array.
+		next := -1
+		if matched >= 0 && matched < len(d.path) && slices.Contains(d.path[matched], "[]") {
+			next = matched + 1
+		}
+		return d.sequence(']', func() error { return d.value(depth+1, next) })
 	case '"':
 		if matched == len(d.path) && !d.found {
 			return d.divertString()
@@ -236,7 +249,13 @@ func (d *diverter) divertString() error {
 	if err != nil {
 		return err
 	}
-	if err := d.keep('"', '"'); err != nil {
+	if err := d.keep('"'); err != nil {
+		return err
+	}
+	if err := d.keep([]byte(d.mark)...); err != nil {
+		return err
+	}
+	if err := d.keep('"'); err != nil {
 		return err
 	}
 	var esc []byte // an escape sequence under way, from its backslash

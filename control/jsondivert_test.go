@@ -58,6 +58,16 @@ func TestDivert(t *testing.T) {
 	if _, err := Divert(bufio.NewReader(strings.NewReader(`{"a":`)), path, 100, nil); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("cut short: %v", err)
 	}
+
+	// Through an array ("[]"): an A2A message's file part, the first only.
+	parts := [][]string{{"params"}, {"message"}, {"parts"}, {"[]"}, {"file"}, {"bytes"}}
+	in := `{"params":{"message":{"parts":[{"kind":"text","text":"go"},{"kind":"file","file":{"bytes":"QUJD"}},{"kind":"file","file":{"bytes":"RA=="}}]}},"bytes":"x"}`
+	var got bytes.Buffer
+	rest, err := Divert(bufio.NewReader(strings.NewReader(in)), parts, 1<<20, func() (io.Writer, error) { return &got, nil })
+	want := `{"params":{"message":{"parts":[{"kind":"text","text":"go"},{"kind":"file","file":{"bytes":""}},{"kind":"file","file":{"bytes":"RA=="}}]}},"bytes":"x"}`
+	if err != nil || string(rest) != want || got.String() != "QUJD" {
+		t.Errorf("through an array: %s %q %v", rest, got.String(), err)
+	}
 }
 
 func TestBase64Streams(t *testing.T) {

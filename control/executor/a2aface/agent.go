@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -46,7 +47,13 @@ func (a *agent) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eventq
 	if !ok {
 		return errors.New("a2a: a request without its caller") // ServeHTTP sets it on every request
 	}
+	// Taken before any event: a client that sends without waiting has its
+	// answer after the first, and its request's workspace must be ours by then.
+	ws := takeWorkspace(ctx)
 	if rc.StoredTask != nil {
+		if ws != nil {
+			ws.spool.Discard() // an answer carries no workspace
+		}
 		t := f.tasks.lent(rc.TaskID)
 		if t == nil {
 			return q.Write(ctx, final(rc, a2a.TaskStateFailed, "this executor has no delegation for the task"))
@@ -61,7 +68,7 @@ func (a *agent) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eventq
 		t.end()
 		return err
 	}
-	if pe := a.delegate(ctx, rc, c, t); pe != nil {
+	if pe := a.delegate(ctx, rc, c, t, ws); pe != nil {
 		t.end()
 		f.log.Info("A2A task refused", "task", rc.TaskID, "code", pe.Code, "reason", pe.Message)
 		state := a2a.TaskStateRejected
@@ -74,65 +81,70 @@ func (a *agent) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eventq
 	return a.follow(ctx, rc, q, c, t)
 }
 
-// delegate starts the delegation rc's message asks for.
-func (a *agent) delegate(ctx context.Context, rc *a2asrv.RequestContext, c executor.Caller, t *lentTask) *control.ProtocolError {
+// delegate starts the delegation rc's message asks for, with ws, its
+// workspace as ServeHTTP decoded it (nil if it sent none). ws is removed
+// if it is refused, else it is t's.
+func (a *agent) delegate(ctx context.Context, rc *a2asrv.RequestContext, c executor.Caller, t *lentTask, ws *workspace) *control.ProtocolError {
 	f := a.f
+	refuse := func(pe *control.ProtocolError) *control.ProtocolError {
+		if ws != nil {
+			ws.spool.Discard()
+		}
+		return pe
+	}
 	msg := rc.Message
 	var prompt []string
-	var ws *a2a.FilePart
+	var file *a2a.FilePart
 	for _, p := range msg.Parts {
 		switch p := p.(type) {
 		case a2a.TextPart:
 			prompt = append(prompt, p.Text)
 		case a2a.FilePart:
-			if ws != nil {
-				return control.Errorf(control.CodeDeclined, "the message has two file parts; the workspace is one ZIP").
-					WithHint("send the directory as one ZIP file part")
+			if file != nil {
+				return refuse(control.Errorf(control.CodeDeclined, "the message has two file parts; the workspace is one ZIP").
+					WithHint("send the directory as one ZIP file part"))
 			}
-			ws = &p
+			file = &p
 		case a2a.DataPart:
 			// Nothing to take from one: the task is the text.
 		}
 	}
 	text := strings.TrimSpace(strings.Join(prompt, "\n"))
 	if text == "" {
-		return control.Errorf(control.CodeDeclined, "the message has no text: the task is its text parts").
-			WithHint("say the task in a text part")
+		return refuse(control.Errorf(control.CodeDeclined, "the message has no text: the task is its text parts").
+			WithHint("say the task in a text part"))
 	}
-	zipB64 := emptyZip
 	var sum string
-	if ws != nil {
-		fb, ok := ws.File.(a2a.FileBytes)
-		if !ok {
-			return control.Errorf(control.CodeDeclined, "the workspace is a URI; this executor fetches nothing a client names").
-				WithHint("send the ZIP's bytes in the file part")
+	switch {
+	case file == nil:
+		if ws != nil {
+			ws.spool.Discard() // not a file part's: never the workspace
 		}
-		if fb.MimeType != "" && fb.MimeType != "application/zip" && fb.MimeType != "application/x-zip-compressed" {
-			return control.Errorf(control.CodeDeclined, "the workspace is %q; it must be a ZIP (application/zip)", fb.MimeType)
+		var err *control.ProtocolError
+		if ws, err = f.emptyWorkspace(); err != nil {
+			return err
 		}
-		zipB64 = fb.Bytes
-		if s, ok := ws.Metadata[MetaSHA256].(string); ok {
-			sum = s
+	default:
+		fb, ok := file.File.(a2a.FileBytes)
+		switch {
+		case !ok:
+			return refuse(control.Errorf(control.CodeDeclined, "the workspace is a URI; this executor fetches nothing a client names").
+				WithHint("send the ZIP's bytes in the file part"))
+		case fb.MimeType != "" && fb.MimeType != "application/zip" && fb.MimeType != "application/x-zip-compressed":
+			return refuse(control.Errorf(control.CodeDeclined, "the workspace is %q; it must be a ZIP (application/zip)", fb.MimeType))
+		case ws == nil:
+			return control.Errorf(control.CodeDeclined, "the file part holds no bytes").WithHint("send the ZIP's bytes in the file part")
 		}
+		sum, _ = file.Metadata[MetaSHA256].(string)
 	}
-	sp, err := f.exec.NewSpool()
-	if err != nil {
-		return control.Errorf(control.CodeSetupFailed, "the executor cannot store the workspace")
-	}
-	_, werr := sp.Write([]byte(zipB64))
-	got, ferr := sp.Finish()
-	if err := errors.Join(werr, ferr); err != nil {
-		sp.Discard()
-		return control.Errorf(control.CodeSetupFailed, "the executor cannot store the workspace")
-	}
-	if got.Bad != nil {
-		sp.Discard()
-		return control.Errorf(control.CodeDeclined, "the workspace's bytes are not base64: %v", got.Bad)
-	}
-	if sum != "" && !strings.EqualFold(sum, got.Sum) {
-		sp.Discard()
-		return control.Errorf(control.CodeSetupFailed, "workspace checksum mismatch: got %s, the file part says %s", got.Sum, sum).
-			WithHint("the archive was damaged in transit; send it again")
+	switch got := ws.got; {
+	case ws.err != nil:
+		return refuse(control.Errorf(control.CodeSetupFailed, "the executor cannot store the workspace"))
+	case got.Bad != nil:
+		return refuse(control.Errorf(control.CodeDeclined, "the workspace's bytes are not base64: %v", got.Bad))
+	case sum != "" && !strings.EqualFold(sum, got.Sum):
+		return refuse(control.Errorf(control.CodeSetupFailed, "workspace checksum mismatch: got %s, the file part says %s", got.Sum, sum).
+			WithHint("the archive was damaged in transit; send it again"))
 	}
 	ttl := f.opts.TTL
 	if s, ok := number(msg.Metadata[MetaTTLSeconds]); ok && s > 0 {
@@ -150,9 +162,25 @@ func (a *agent) delegate(ctx context.Context, rc *a2asrv.RequestContext, c execu
 		Workspace:   &control.Workspace{ExportName: "workspace"},
 	}
 	t.mu.Lock()
-	t.delegation, t.workspace = inv.DelegationID, got.File
+	t.delegation, t.workspace = inv.DelegationID, ws.got.File
 	t.mu.Unlock()
-	return f.exec.DelegateArchive(ctx, c, inv, got)
+	return f.exec.DelegateArchive(ctx, c, inv, ws.got)
+}
+
+// emptyWorkspace is the workspace of a message without one: an empty
+// directory's ZIP, in a file as a sent one is.
+func (f *Face) emptyWorkspace() (*workspace, *control.ProtocolError) {
+	sp, err := f.exec.NewSpool()
+	if err != nil {
+		return nil, control.Errorf(control.CodeSetupFailed, "the executor cannot store the workspace")
+	}
+	_, werr := io.WriteString(sp, emptyZip)
+	got, ferr := sp.Finish()
+	if errors.Join(werr, ferr) != nil {
+		sp.Discard()
+		return nil, control.Errorf(control.CodeSetupFailed, "the executor cannot store the workspace")
+	}
+	return &workspace{spool: sp, got: got}, nil
 }
 
 // resume gives the client's answer to the permission its task waits on,

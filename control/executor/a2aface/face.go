@@ -18,6 +18,7 @@
 package a2aface
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -28,6 +29,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/a2aproject/a2a-go/a2a"
@@ -63,12 +65,11 @@ type Options struct {
 	// TTL is the lease of a task that does not ask for one
 	// (metadata "awcp.ttlSeconds"); the executor's own maximum caps it.
 	TTL time.Duration
-	// MaxBody bounds a request's body, its workspace included (its base64
-	// decoded into a file, but the SDK holds the message whole): default
-	// 64 MiB, and never past the executor's own bound.
+	// MaxBody bounds a request's body, its workspace included (decoded
+	// into a file as it comes): default, and at most, the executor's own
+	// bound (Executor.MaxBodyBytes).
 	MaxBody int64
-	// Bodies is how many bodies may be read at once: what the face holds
-	// in memory is at most Bodies × MaxBody (×2, decoded). Default 4.
+	// Bodies is how many bodies may be read at once. Default 4.
 	Bodies int
 	// MaxArtifactBytes bounds the changed files sent back as file parts;
 	// past it they are listed, not sent. Default 16 MiB.
@@ -87,10 +88,9 @@ func (o Options) withDefaults(e Executor) Options {
 	if o.TTL <= 0 {
 		o.TTL = 30 * time.Minute
 	}
-	if o.MaxBody <= 0 {
-		o.MaxBody = 64 << 20
+	if o.MaxBody <= 0 || o.MaxBody > e.MaxBodyBytes() {
+		o.MaxBody = e.MaxBodyBytes()
 	}
-	o.MaxBody = min(o.MaxBody, e.MaxBodyBytes())
 	if o.Bodies <= 0 {
 		o.Bodies = 4
 	}
@@ -162,25 +162,86 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rpcError(w, http.StatusServiceUnavailable, -32603, "too many requests being read at once; retry")
 		return
 	}
+	// The workspace's base64 is decoded into a file as it arrives (as a
+	// START's is): what the face and the SDK hold of a message is the
+	// rest of it, at most control.MaxMessageBytes.
 	paced := httpserve.LimitBody(w, r, f.opts.MaxBody, httpserve.DefaultBodyGrace)
-	body, err := io.ReadAll(paced)
+	var spool *control.SpoolFile
+	rest, err := control.DivertMarked(bufio.NewReaderSize(paced, 64<<10), workspacePath, control.MaxMessageBytes, divertedMark, func() (io.Writer, error) {
+		var err error
+		spool, err = f.exec.NewSpool()
+		return spool, err
+	})
 	paced.Finished(w, err)
+	var ws *workspace
+	if spool != nil {
+		got, ferr := spool.Finish()
+		ws = &workspace{spool: spool, got: got, err: ferr}
+		// Unless an Execute took it, it goes with the request.
+		defer ws.drop()
+	}
+	var syntax *control.JSONSyntaxError
 	switch {
 	case errors.As(err, new(*http.MaxBytesError)):
 		rpcError(w, http.StatusRequestEntityTooLarge, -32600,
-			fmt.Sprintf("message larger than this executor's A2A limit of %d bytes (WORKSPACE_TOO_LARGE): lend a smaller directory, or use AWCP's archive transport, which streams", f.opts.MaxBody))
+			fmt.Sprintf("message larger than this executor's limit of %d bytes (WORKSPACE_TOO_LARGE): lend a smaller directory", f.opts.MaxBody))
+		return
+	case errors.Is(err, control.ErrRestTooLarge):
+		rpcError(w, http.StatusRequestEntityTooLarge, -32600,
+			fmt.Sprintf("message larger than %d bytes apart from its workspace's bytes: one file part, the ZIP, may be large", control.MaxMessageBytes))
+		return
+	case errors.As(err, &syntax):
+		rpcError(w, http.StatusBadRequest, -32700, "parse error: "+syntax.Error())
 		return
 	case err != nil:
 		rpcError(w, http.StatusBadRequest, -32700, "cannot read the request body")
 		return
 	}
-	if err := untrusted.JSONKeys(body); err != nil {
+	if err := untrusted.JSONKeys(rest); err != nil {
 		rpcError(w, http.StatusBadRequest, -32700, "parse error: "+err.Error())
 		return
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
-	f.rpc.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+	r.Body = io.NopCloser(bytes.NewReader(rest))
+	r.ContentLength = int64(len(rest))
+	ctx := context.WithValue(context.WithValue(r.Context(), callerKey{}, c), workspaceKey{}, ws)
+	f.rpc.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// divertedMark stands in the message the SDK reads for the bytes decoded
+// into a file (it refuses a file part with none): base64 of "awcp".
+const divertedMark = "YXdjcA=="
+
+// workspacePath is where a message's workspace is: the bytes of a file
+// part (the first; the agent refuses a second).
+var workspacePath = [][]string{{"params"}, {"message"}, {"parts"}, {"[]"}, {"file"}, {"bytes"}}
+
+// workspace is a message's workspace, decoded into a file as its body was
+// read; the Execute of its task takes it (take), else it is removed with
+// the request (drop).
+type workspace struct {
+	spool *control.SpoolFile
+	got   control.Spooled
+	err   error // the file could not be written
+	taken atomic.Bool
+}
+
+type workspaceKey struct{}
+
+// takeWorkspace is the workspace of the request ctx is of, now the
+// caller's to remove; nil if it sent none.
+func takeWorkspace(ctx context.Context) *workspace {
+	ws, _ := ctx.Value(workspaceKey{}).(*workspace)
+	if ws == nil || !ws.taken.CompareAndSwap(false, true) {
+		return nil
+	}
+	return ws
+}
+
+// drop removes the workspace unless it was taken.
+func (ws *workspace) drop() {
+	if ws.taken.CompareAndSwap(false, true) {
+		ws.spool.Discard()
+	}
 }
 
 // rpcError answers a request the SDK never sees with a JSON-RPC error.

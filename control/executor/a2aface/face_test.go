@@ -15,7 +15,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/awcp/awcp/control/executor"
 	"github.com/awcp/awcp/control/executor/a2aface"
@@ -25,14 +27,33 @@ import (
 
 const token = "face-token"
 
-func serveFace(t *testing.T, agent string, opts a2aface.Options) (*httptest.Server, *executortest.Fixture) {
+// faceRead counts the body bytes the face has taken, all requests of a
+// test together (the tests do not run in parallel).
+var faceRead atomic.Int64
+
+type counted struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (c *counted) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func serveFace(t testing.TB, agent string, opts a2aface.Options) (*httptest.Server, *executortest.Fixture) {
 	t.Helper()
 	f := executortest.New(t, agent, func(o *executor.Options) { o.Tokens = []string{token} })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	opts.Logger = slog.New(slog.DiscardHandler)
+	face := a2aface.New(ctx, f.Exec, opts)
 	srv := httptest.NewUnstartedServer(nil)
-	srv.Config = httpserve.NewServer(a2aface.New(ctx, f.Exec, opts))
+	srv.Config = httpserve.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = &counted{ReadCloser: r.Body, n: &faceRead}
+		face.ServeHTTP(w, r)
+	}))
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv, f
@@ -85,7 +106,7 @@ func post(t *testing.T, url, tok, body string) rpcReply {
 	return r
 }
 
-func zipB64(t *testing.T, files map[string]string) (string, string) {
+func zipB64(t testing.TB, files map[string]string) (string, string) {
 	t.Helper()
 	var b bytes.Buffer
 	z := zip.NewWriter(&b)
@@ -145,6 +166,7 @@ func TestHostileMessages(t *testing.T) {
 		"not base64":        {token, send("x", filePart("!!!not base64!!!", "application/zip", "")), 200, 0, "rejected", "not base64"},
 		"a wrong checksum":  {token, send("x", filePart(good, "application/zip", strings.Repeat("0", 64))), 200, 0, "failed", "checksum mismatch"},
 		"no text":           {token, send("   ", filePart(good, "application/zip", sum)), 200, 0, "rejected", "no text"},
+		"two file parts":    {token, send("x", filePart(good, "application/zip", sum)+","+filePart(good, "application/zip", sum)), 200, 0, "rejected", "two file parts"},
 		"a path out":        {token, send("x", filePart(evil, "application/zip", evilSum)), 200, 0, "failed", "SETUP_FAILED"},
 		"another's task":    {token, `{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"no-such-task"}}`, 200, -32001, "", "not found"},
 	} {
@@ -185,5 +207,59 @@ func TestHostileMessages(t *testing.T) {
 	}
 	if _, err := os.Stat(marker); err != nil {
 		t.Errorf("the agent did not run for a good task")
+	}
+}
+
+// endless is a body that never ends, counting what was taken of it.
+type endless struct{ n atomic.Int64 }
+
+func (e *endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'x'
+	}
+	e.n.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// A body that never ends: without a credential it is refused on its
+// headers, and none of it is read; with one it is read to the bound and
+// no further. The refusal closes the connection on the rest, so a client
+// still sending may see the reset rather than the status: what is
+// asserted is what the face took, and how soon it ended.
+func TestEndlessBodies(t *testing.T) {
+	const bound = 1 << 20
+	srv, _ := serveFace(t, "true", a2aface.Options{MaxBody: bound})
+	for name, c := range map[string]struct {
+		tok         string
+		status      int
+		least, most int64
+	}{
+		"no credential": {"", http.StatusUnauthorized, 0, 0},
+		"a wrong token": {"wrong", http.StatusUnauthorized, 0, 0},
+		"a valid token": {token, http.StatusRequestEntityTooLarge, bound, bound + 64<<10},
+	} {
+		faceRead.Store(0)
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+a2aface.Path, &endless{})
+		req.Header.Set("Content-Type", "application/json")
+		if c.tok != "" {
+			req.Header.Set("Authorization", "Bearer "+c.tok)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		start := time.Now()
+		resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+		timedOut := ctx.Err() != nil
+		cancel()
+		took := time.Since(start)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != c.status {
+				t.Errorf("%s: HTTP %d, want %d", name, resp.StatusCode, c.status)
+			}
+		} else if timedOut {
+			t.Errorf("%s: no end after %s: %v", name, took, err)
+		}
+		if read := faceRead.Load(); read < c.least || read > c.most || took > 5*time.Second {
+			t.Errorf("%s: the face read %d bytes, and it ended after %s; want %d to %d, at once", name, read, took, c.least, c.most)
+		}
 	}
 }
