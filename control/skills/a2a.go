@@ -104,5 +104,5 @@ func ForA2A(a A2AAgent) Skill {
 		}
 		writeSaid(&b, said, "its card")
 	}
-	return Skill{Name: skillName, AgentID: "a2a:" + a.URL, Content: b.Bytes()}
+	return Skill{Name: skillName, Content: b.Bytes()}
 }

@@ -55,7 +55,6 @@ const (
 // its SKILL.md.
 type Skill struct {
 	Name    string
-	AgentID string
 	Content []byte
 }
 
@@ -369,7 +368,7 @@ func For(p discovery.Peer) Skill {
 		}
 	}
 	writeSaid(&b, said, "its manifest")
-	return Skill{Name: NameFor(p), AgentID: p.AgentID, Content: b.Bytes()}
+	return Skill{Name: NameFor(p), Content: b.Bytes()}
 }
 
 // offered are what an agent offers (its manifest's capabilities, its
