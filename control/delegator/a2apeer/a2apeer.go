@@ -12,7 +12,7 @@
 // (refused: the token would go there), its words are bounded, its file
 // parts' names are checked here and again by the result's apply (hidden
 // paths, git's control files, links out), a file by URI is named and not
-// fetched, and what it sends at all is bounded (MaxResultBytes).
+// fetched, and what it sends at all is bounded (maxResult).
 package a2apeer
 
 import (
@@ -48,35 +48,22 @@ type Peer struct {
 	// Dir keeps each delegation's workspace ZIP while it runs.
 	Dir    string
 	Logger *slog.Logger
-	// MaxResultBytes bounds what an agent may send back (its answers'
-	// bodies, its files decoded). Default 256 MiB.
-	MaxResultBytes int64
-	// Poll is how often a task is asked for once its stream has ended
-	// (an agent waiting on input, or one that does not stream). Default 1 s.
-	Poll time.Duration
-	// Transport, if set, carries the requests (the tests' TLS roots).
-	Transport http.RoundTripper
 }
+
+const (
+	// maxResult bounds what an agent may send back: its answers' bodies
+	// (base64 and all), its files decoded.
+	maxResult = 256 << 20
+	// poll is how often a task is asked for once its stream has ended
+	// (an agent waiting on input, or one that does not stream).
+	poll = time.Second
+)
 
 func (p *Peer) log() *slog.Logger {
 	if p.Logger == nil {
 		return slog.Default()
 	}
 	return p.Logger
-}
-
-func (p *Peer) maxResult() int64 {
-	if p.MaxResultBytes <= 0 {
-		return 256 << 20
-	}
-	return p.MaxResultBytes
-}
-
-func (p *Peer) poll() time.Duration {
-	if p.Poll <= 0 {
-		return time.Second
-	}
-	return p.Poll
 }
 
 func (p *Peer) sentFile(id string) string { return filepath.Join(p.Dir, id+".zip") }
@@ -97,11 +84,7 @@ func (p *Peer) Forget(id string) {
 
 // client is an A2A client for del's agent, from its card.
 func (p *Peer) client(ctx context.Context, del *lease.Delegation) (*a2aclient.Client, error) {
-	base := p.Transport
-	if base == nil {
-		base = http.DefaultTransport
-	}
-	hc := &http.Client{Transport: &bounded{next: base, token: del.Token, max: p.maxResult()*4/3 + 1<<20}}
+	hc := &http.Client{Transport: &bounded{next: http.DefaultTransport, token: del.Token, max: maxResult*4/3 + 1<<20}}
 	card, err := agentcard.NewResolver(hc).Resolve(ctx, del.Peer)
 	if err != nil {
 		return nil, fmt.Errorf("the agent card at %s: %w", del.Peer, err)

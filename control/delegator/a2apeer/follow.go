@@ -35,7 +35,7 @@ type follower struct {
 }
 
 // Follow is delegator.A2APeer's: the task's stream while it lasts, then
-// the task asked for every Poll until it ends (an agent waiting on an
+// the task asked for every second until it ends (an agent waiting on an
 // answer, one whose stream broke, or one that does not stream).
 func (p *Peer) Follow(ctx context.Context, del *lease.Delegation, after uint64, record func(taskID, contextID string) error, fn func(seq uint64, ev *control.Event) error) error {
 	c, err := p.client(ctx, del)
@@ -89,7 +89,7 @@ func (p *Peer) Follow(ctx context.Context, del *lease.Delegation, after uint64, 
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(p.poll()):
+		case <-time.After(poll):
 		}
 	}
 }

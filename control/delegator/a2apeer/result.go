@@ -57,8 +57,8 @@ func (f *follower) finish(ctx context.Context, task *a2a.Task) error {
 						notes = append(notes, fmt.Sprintf("%s: not base64, left out", name))
 						continue
 					}
-					if size += int64(len(data)); size > f.p.maxResult() {
-						return control.Errorf(control.CodeTaskFailed, "the A2A agent's files are past the %d bytes a result may be: nothing was applied", f.p.maxResult())
+					if size += int64(len(data)); size > maxResult {
+						return control.Errorf(control.CodeTaskFailed, "the A2A agent's files are past the %d bytes a result may be: nothing was applied", maxResult)
 					}
 					files[name] = data
 				case a2a.FileURI:
