@@ -126,9 +126,7 @@ func (dr *Driver) converse(ctx context.Context, conn *acpsdk.ClientSideConnectio
 	}
 	sess, err := conn.NewSession(ctx, acpsdk.NewSessionRequest{Cwd: del.LocalDir, McpServers: []acpsdk.McpServer{}})
 	if err != nil {
-		why := "the agent's session did not open: " + rpcMessage(err)
-		dr.failQueued(del.ID, why)
-		dr.failSession(del.ID, why)
+		dr.failUnopened(del.ID, "the agent's session did not open: "+rpcMessage(err))
 		return nil // the delegation says why it failed
 	}
 	c.session = sess.SessionId
@@ -230,12 +228,8 @@ func (dr *Driver) watchClose(ctx context.Context, conn *acpsdk.ClientSideConnect
 	}
 }
 
-// failSession records why session id failed and asks for its close: its
+// failSession records why session d failed and asks for its close: its
 // delegation then ends failed, with why (lease.Delegation.SessionFailure).
-func (dr *Driver) failSession(id, why string) {
-	dr.update(id, func(d *lease.Delegation) { failSession(d, why) })
-}
-
 func failSession(d *lease.Delegation, why string) {
 	if d.SessionFailure == nil {
 		d.SessionFailure = &lease.Failure{Code: control.CodeTaskFailed, Message: why,
@@ -244,12 +238,15 @@ func failSession(d *lease.Delegation, why string) {
 	d.SessionClose = true
 }
 
-// failQueued ends the queued turn of a session that did not open.
-func (dr *Driver) failQueued(id, why string) {
+// failUnopened ends the queued turn of a session that did not open, and
+// the session, in one write: a reader between two would see a turn ended
+// and a session open, which awaits the next prompt (Awaiting), and say so.
+func (dr *Driver) failUnopened(id, why string) {
 	dr.update(id, func(d *lease.Delegation) {
 		if t := d.LastTurn(); t != nil && !t.Ended() {
 			t.State, t.Error, t.EndedAt = lease.TurnFailed, why, dr.Store.Now()
 		}
+		failSession(d, why)
 	})
 }
 
