@@ -305,10 +305,16 @@ type Assignment struct {
 	// later request about the delegation must come with that key: no
 	// other delegator — nor an agent on this machine — holding the token
 	// may watch, steer or end it.
-	DelegatorKey string    `json:"delegatorKey,omitempty"`
-	AcceptedAt   time.Time `json:"acceptedAt"`
-	StartBy      time.Time `json:"startBy"` // START must arrive before this
-	AgentPID     int       `json:"agentPid,omitempty"`
+	DelegatorKey string `json:"delegatorKey,omitempty"`
+	// DelegatorToken is, where the INVITE showed no key, the SHA-256 (hex)
+	// of the bearer token that admitted it: then every later request
+	// about the delegation must carry that token, so that one holder of a
+	// token from the executor's token file cannot watch, steer or end
+	// another's. "" where nothing admitted it (an executor open to all).
+	DelegatorToken string    `json:"delegatorToken,omitempty"`
+	AcceptedAt     time.Time `json:"acceptedAt"`
+	StartBy        time.Time `json:"startBy"` // START must arrive before this
+	AgentPID       int       `json:"agentPid,omitempty"`
 	// Session is the session protocol of a session delegation ("acp"),
 	// and SessionKey the key its channel must present. Secret.
 	Session    string `json:"session,omitempty"`

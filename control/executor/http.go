@@ -100,11 +100,12 @@ func statusOf(code string) int {
 	return http.StatusConflict
 }
 
-// authorized checks the bearer token of a non-INVITE request, and that a
-// request about delegation id comes from the delegator that made it
-// (mayTouch).
+// authorized checks the credentials of a non-INVITE request, and that a
+// request about delegation id comes from the client that made it
+// (Caller.mayTouch).
 func (e *Executor) authorized(w http.ResponseWriter, r *http.Request, id string) bool {
-	if _, ok := e.credentials(r); !ok {
+	c, ok := e.credentials(r)
+	if !ok {
 		e.refuseAuth(w, id, "missing or invalid bearer token, and no authorized delegator key")
 		return false
 	}
@@ -112,25 +113,15 @@ func (e *Executor) authorized(w http.ResponseWriter, r *http.Request, id string)
 		return true
 	}
 	a, err := e.store.Assignment(id)
-	if err != nil || mayTouch(a, r) {
+	if err != nil || c.mayTouch(a) {
 		return true // unknown: the handler says so
 	}
 	e.opts.Metrics.Refused(control.CodeAuthFailed)
 	e.log.Warn("refused a request about a delegation of another delegator's", "delegation", id, "path", r.URL.Path,
-		"peer", r.RemoteAddr, "delegator", control.Fingerprint(delegatorKey(r)))
+		"peer", r.RemoteAddr, "delegator", control.Fingerprint(c.Key))
 	writeError(w, http.StatusForbidden, control.NewError(id, control.CodeAuthFailed,
-		"delegation "+id+" was made by another delegator", "only the delegator whose INVITE made it, with its own key, may ask about it"))
+		"delegation "+id+" was made by another delegator", "only the delegator whose INVITE made it, with its own key or token, may ask about it"))
 	return false
-}
-
-// mayTouch reports whether r may watch, steer or end delegation a: it was
-// made over plain HTTP (the reference's dialect binds nothing), or r shows
-// the key of the delegator that made it.
-func mayTouch(a *lease.Assignment, r *http.Request) bool { return mayTouchKey(a, delegatorKey(r)) }
-
-// mayTouchKey is mayTouch for a client showing key.
-func mayTouchKey(a *lease.Assignment, key string) bool {
-	return a.DelegatorKey == "" || constantTimeEqual(key, a.DelegatorKey)
 }
 
 // delegatorKey is the identity key of the delegator that sent r, as its
@@ -546,7 +537,8 @@ func (e *Executor) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if !e.authorized(w, r, "") {
 		return
 	}
-	e.writeStatus(w, func(a *lease.Assignment) bool { return mayTouch(a, r) }, false)
+	c, _ := e.credentials(r)
+	e.writeStatus(w, c.mayTouch, false)
 }
 
 // OperatorHandler serves the executor's operator (`awcp-fs status`) on

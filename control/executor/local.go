@@ -2,6 +2,8 @@ package executor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -38,6 +40,44 @@ type Caller struct {
 	Token string
 }
 
+// mayTouch reports whether c may watch, steer or end delegation a: c
+// shows the key of the client that made it, or where that client showed
+// no key, the token that admitted it. A delegation nothing admitted (an
+// executor open to all; the reference's dialect binds nothing) is
+// anyone's who reaches the executor.
+func (c Caller) mayTouch(a *lease.Assignment) bool {
+	return madeBy(a.DelegatorKey, a.DelegatorToken, c)
+}
+
+// MayTouch reports whether c may see, steer or end what the client made
+// did: by made's key where it showed one, else by its token.
+func (c Caller) MayTouch(made Caller) bool {
+	return madeBy(made.Key, TokenDigest(made.Token), c)
+}
+
+// madeBy is the one rule of ownership: a thing made by a client showing
+// key (else a token of digest tokenDigest) is that client's alone.
+func madeBy(key, tokenDigest string, c Caller) bool {
+	switch {
+	case key != "":
+		return constantTimeEqual(c.Key, key)
+	case tokenDigest != "":
+		return c.Token != "" && constantTimeEqual(TokenDigest(c.Token), tokenDigest)
+	}
+	return true
+}
+
+// TokenDigest is what a delegation keeps of the token that admitted it
+// (lease.Assignment.DelegatorToken): its SHA-256, so that the store holds
+// no credential; "" for none.
+func TokenDigest(tok string) string {
+	if tok == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(sum[:])
+}
+
 // Authenticate checks r's credentials as POST /awcp does before it reads
 // a body: an executor open to all takes anyone; else a delegator key the
 // operator authorized (its TLS certificate), or a valid bearer token. A
@@ -65,14 +105,14 @@ func (e *Executor) credentials(r *http.Request) (Caller, bool) {
 	return c, false
 }
 
-// assignmentOf is delegation id, if c made it (or it binds no key, as
-// one made over plain HTTP): as a request about it is checked (mayTouch).
+// assignmentOf is delegation id, if c made it (or nothing bound it, as an
+// executor open to all): as a request about it is checked (mayTouch).
 func (e *Executor) assignmentOf(c Caller, id string) (*lease.Assignment, error) {
 	a, err := e.store.Assignment(id)
 	if err != nil {
 		return nil, fmt.Errorf("unknown delegation %s", id)
 	}
-	if !mayTouchKey(a, c.Key) {
+	if !c.mayTouch(a) {
 		return nil, fmt.Errorf("delegation %s was made by another delegator", id)
 	}
 	return a, nil

@@ -87,6 +87,9 @@ func (e *Executor) admit(inv *control.Invite, peer string, byKey bool, delegator
 		WorkDir: wd, Description: inv.Task.Description, Prompt: inv.Task.Prompt, Peer: peer, DelegatorKey: delegator,
 		StartBy: now.Add(e.opts.StartTimeout), CallChain: inv.CallChain,
 	}
+	if delegator == "" && inv.Auth != nil && e.validToken(inv.Auth.Credential) {
+		a.DelegatorToken = TokenDigest(inv.Auth.Credential)
+	}
 	if inv.Session != nil {
 		a.Session, a.SessionKey = inv.Session.Protocol, inv.Session.Key
 	}

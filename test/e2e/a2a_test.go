@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -115,6 +116,10 @@ func taskMessage(text, zipB64, sum string) *a2a.MessageSendParams {
 			Metadata: map[string]any{"sha256": sum}})}
 }
 
+// a2aMetaDelegation is the metadata key of a task's updates that names
+// its delegation.
+const a2aMetaDelegation = "awcp.delegationId"
+
 // streamed is what a task's stream gave.
 type streamed struct {
 	task      a2a.TaskID
@@ -141,7 +146,7 @@ func collect(t *testing.T, events func(func(a2a.Event, error) bool), onWorking f
 				s.states = append(s.states, ev.Status.State)
 			}
 			s.last = ev
-			if id, ok := ev.Metadata["awcp.delegationId"].(string); ok {
+			if id, ok := ev.Metadata[a2aMetaDelegation].(string); ok {
 				s.delegID = id
 			}
 			if ev.Status.State == a2a.TaskStateWorking && onWorking != nil {
@@ -397,10 +402,12 @@ func jsFiles(parts []map[string]any) map[string]string {
 // TestA2AJSClient: the official JavaScript SDK's client (its v0.3 layer,
 // as a v1.0 client talks to a 0.3 agent) gives our executor a task with
 // its workspace, streams it, gets the changed files and the diff, cancels
-// a second task and reads it back cancelled; a wrong token is refused.
+// a second task and reads it back cancelled; a wrong token is refused,
+// and a client holding another token of the executor's reads and cancels
+// nothing of the first's.
 func TestA2AJSClient(t *testing.T) {
-	const token = "a2a-js-token-7c2b"
-	x := startExecutor(t, a2aAgent, "--token-file", tokenFile(t, token), "--transports", "archive")
+	const token, other = "a2a-js-token-7c2b", "a2a-js-other-0d5a"
+	x := startExecutor(t, a2aAgent, "--token-file", tokenFile(t, token+"\n"+other), "--transports", "archive")
 	modules := nodeModules(t, a2aJS)
 	ws, sum := zipOf(t, map[string]string{"a.txt": "old a\n", "gone.txt": "to be removed\n"})
 	var out struct {
@@ -409,8 +416,14 @@ func TestA2AJSClient(t *testing.T) {
 		CancelState string `json:"cancelState"`
 		HeldState   string `json:"heldState"`
 		WrongToken  string `json:"wrongToken"`
+		OtherGet    string `json:"otherGet"`
+		OtherCancel string `json:"otherCancel"`
 	}
-	runNode(t, modules, "a2a_client.mjs", []string{"A2A_URL=" + x.url, "A2A_TOKEN=" + token, "A2A_ZIP=" + ws, "A2A_SUM=" + sum}, &out)
+	runNode(t, modules, "a2a_client.mjs", []string{"A2A_URL=" + x.url, "A2A_TOKEN=" + token, "A2A_OTHER_TOKEN=" + other,
+		"A2A_ZIP=" + ws, "A2A_SUM=" + sum}, &out)
+	if !strings.HasPrefix(out.OtherGet, "refused") || !strings.HasPrefix(out.OtherCancel, "refused") {
+		t.Errorf("another token's holder on the first client's tasks: get %q, cancel %q", out.OtherGet, out.OtherCancel)
+	}
 	if out.Done.LastState != "TASK_STATE_COMPLETED" || !slices.Contains(out.Done.States, "TASK_STATE_WORKING") {
 		t.Fatalf("the task: %+v", out.Done)
 	}
@@ -455,4 +468,113 @@ func TestA2AJSClientAnswersAPermission(t *testing.T) {
 	if files := jsFiles(out.Answered.Artifacts["changes"]); files["docs/notes.md"] != "notes from # Sample\n" {
 		t.Errorf("what the permission allowed: %q", files)
 	}
+}
+
+// TestA2ATokenHoldersKeepApart, as the attacker: B holds a token from the
+// same --token-file as A, and no client key (as a2a-go, @a2a-js/sdk and
+// Gemini CLI never show one). A's task, running and done, is not B's to
+// read, follow, cancel or answer on either face, and B's status lists
+// nothing of A's; A itself still can.
+func TestA2ATokenHoldersKeepApart(t *testing.T) {
+	const tokenA, tokenB = "a2a-holder-a-41f0", "a2a-holder-b-9c3e"
+	x := startTLSExecutor(t, a2aAgent, "--token-file", tokenFile(t, tokenA+"\n"+tokenB), "--transports", "archive")
+	key := x.key(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	hcA, hcB := a2aHTTP(t, key, tokenA, nil), a2aHTTP(t, key, tokenB, nil)
+	a, _ := a2aClient(t, ctx, x.addr, hcA)
+	b, _ := a2aClient(t, ctx, x.addr, hcB)
+
+	ws, sum := zipOf(t, map[string]string{"a.txt": "A's secret\n", "gone.txt": "x\n"})
+	done := collect(t, a.SendStreamingMessage(ctx, taskMessage("tidy the files", ws, sum)), nil)
+	if done.last == nil || done.last.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("A's task: %v", done.states)
+	}
+	probe := func(id a2a.TaskID, running string) {
+		// A's second task runs; B tries everything on both of A's tasks.
+		for _, task := range []a2a.TaskID{done.task, id} {
+			if got, err := b.GetTask(ctx, &a2a.TaskQueryParams{ID: task}); err == nil {
+				t.Errorf("B's tasks/get of A's task %s: %d artifacts, state %s", task, len(got.Artifacts), got.Status.State)
+			}
+			if got, err := b.CancelTask(ctx, &a2a.TaskIDParams{ID: task}); err == nil {
+				t.Errorf("B's tasks/cancel of A's task %s: %s", task, got.Status.State)
+			}
+			for ev, err := range b.ResubscribeToTask(ctx, &a2a.TaskIDParams{ID: task}) {
+				if err == nil {
+					t.Errorf("B's tasks/resubscribe of A's task %s gave %T", task, ev)
+				}
+				break
+			}
+			// The answer to a permission A's agent asked, sent as B.
+			answer := a2a.NewMessage(a2a.MessageRoleUser, a2a.DataPart{Data: map[string]any{"optionId": "allow"}})
+			answer.TaskID = task
+			_, err := b.SendMessage(ctx, &a2a.MessageSendParams{Message: answer})
+			if err == nil {
+				t.Errorf("B's message on A's task %s was taken", task)
+			}
+		}
+		// The AWCP face, with B's token, about A's delegations.
+		for _, dlg := range []string{done.delegID, running} {
+			for _, r := range []struct{ method, path string }{
+				{"GET", "/awcp/tasks/" + dlg + "/events"},
+				{"GET", "/awcp/tasks/" + dlg + "/result"},
+				{"POST", "/awcp/cancel/" + dlg},
+				{"POST", "/awcp/tasks/" + dlg + "/permission"},
+				{"POST", "/awcp/tasks/" + dlg + "/ack"},
+			} {
+				if code, body := awcpRequest(t, hcB, r.method, "https://"+x.addr+r.path); code != http.StatusForbidden {
+					t.Errorf("B's %s %s: %d %.200s", r.method, r.path, code, body)
+				}
+			}
+			if _, body := awcpRequest(t, hcB, "GET", "https://"+x.addr+"/awcp/status"); strings.Contains(body, dlg) {
+				t.Errorf("B's /awcp/status lists A's delegation %s: %.300s", dlg, body)
+			}
+			if _, body := awcpRequest(t, hcA, "GET", "https://"+x.addr+"/awcp/status"); !strings.Contains(body, dlg) {
+				t.Errorf("A's /awcp/status does not list its own delegation %s: %.300s", dlg, body)
+			}
+		}
+		if code, body := awcpRequest(t, hcA, "GET", "https://"+x.addr+"/awcp/tasks/"+done.delegID+"/events"); code != http.StatusOK || !strings.Contains(body, "resultBase64") {
+			t.Errorf("A's own events: %d %.200s", code, body)
+		}
+		if _, err := a.CancelTask(ctx, &a2a.TaskIDParams{ID: id}); err != nil {
+			t.Errorf("A cancels its own task: %v", err)
+		}
+	}
+	var last a2a.TaskState
+	probed := false
+	for ev, err := range a.SendStreamingMessage(ctx, taskMessage("hold on", ws, sum)) {
+		if err != nil {
+			t.Fatalf("A's second task's stream: %v", err)
+		}
+		if st, ok := ev.(*a2a.TaskStatusUpdateEvent); ok {
+			last = st.Status.State
+			if dlg, _ := st.Metadata[a2aMetaDelegation].(string); last == a2a.TaskStateWorking && dlg != "" && !probed {
+				probed = true
+				probe(st.TaskID, dlg)
+			}
+		}
+	}
+	if !probed || last != a2a.TaskStateCanceled {
+		t.Errorf("A's second task ended %s (tried while it ran: %v), not cancelled by A alone", last, probed)
+	}
+	if got, err := a.GetTask(ctx, &a2a.TaskQueryParams{ID: done.task}); err != nil || len(got.Artifacts) != 2 {
+		t.Errorf("A's own tasks/get: %+v %v", got, err)
+	}
+}
+
+// awcpRequest sends an empty request with hc, the answer's status and up
+// to 64 KiB of its body (an SSE stream is read for a second at most).
+func awcpRequest(t *testing.T, hc *http.Client, method, url string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, method, url, strings.NewReader("{}"))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return resp.StatusCode, string(data)
 }

@@ -32,9 +32,9 @@ type lentTask struct {
 }
 
 // mayTouch says whether c may see, steer or end the task: a task made by
-// a client with a key is that client's alone.
+// a client with a key, or else a token, is that client's alone.
 func (t *lentTask) mayTouch(c executor.Caller) bool {
-	return t.caller.Key == "" || t.caller.Key == c.Key
+	return c.MayTouch(t.caller)
 }
 
 // taskBook holds the tasks: the SDK's records (a2asrv.TaskStore, kept as

@@ -3,8 +3,10 @@
 // agent card at $A2A_URL, sends a task with the workspace ZIP ($A2A_ZIP,
 // base64; $A2A_SUM its SHA-256) and streams it to the end; sends a second
 // ("hold on"), cancels it once it works, and reads it back; answers a
-// permission if one is asked ($A2A_ANSWER); and tries a wrong token. It
-// prints one JSON object of what it saw.
+// permission if one is asked ($A2A_ANSWER); tries a wrong token; and, with
+// $A2A_OTHER_TOKEN (another valid token of the executor's), reads and
+// cancels the first task as that other client would. It prints one JSON
+// object of what it saw.
 import {
   ClientFactory,
   JsonRpcTransportFactory,
@@ -120,5 +122,18 @@ if (!process.env.A2A_ANSWER) {
   } catch (e) {
     out.wrongToken = String(e?.message ?? e);
   }
+}
+if (process.env.A2A_OTHER_TOKEN) {
+  const other = await clientFor(process.env.A2A_OTHER_TOKEN);
+  const tryAs = async (f) => {
+    try {
+      const t = await f();
+      return "taken: " + stateName(t?.status?.state) + ", " + (t?.artifacts?.length ?? 0) + " artifacts";
+    } catch (e) {
+      return "refused: " + String(e?.message ?? e);
+    }
+  };
+  out.otherGet = await tryAs(() => other.getTask({ id: out.done.taskId, tenant: "" }));
+  out.otherCancel = await tryAs(() => other.cancelTask({ id: out.held?.taskId ?? out.done.taskId, tenant: "", metadata: undefined }));
 }
 process.stdout.write(JSON.stringify(out));
