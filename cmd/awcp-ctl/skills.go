@@ -145,7 +145,7 @@ func (e *env) namedA2A(add, drop []string) ([]string, error) {
 // readCards reads the agent card of each A2A agent (a public document: a
 // plain http:// one is read too), at most 256 KiB and 3 s each.
 func readCards(ctx context.Context, urls []string) []skills.A2AAgent {
-	client := &http.Client{Timeout: 3 * time.Second}
+	client := &http.Client{Timeout: 3 * time.Second, CheckRedirect: control.SameServerRedirects}
 	out := make([]skills.A2AAgent, 0, len(urls))
 	for _, u := range urls {
 		a := skills.A2AAgent{URL: u}

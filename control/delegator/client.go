@@ -120,10 +120,13 @@ func (c *PeerClient) client() *http.Client {
 		return pinnedClient(c.Key, c.Identity, timeout)
 	}
 	if c.HTTP != nil {
-		return c.HTTP
+		return control.WithSameServerRedirects(c.HTTP)
 	}
-	return http.DefaultClient
+	return plainClient
 }
+
+// plainClient is the client of plain-HTTP executors (--plain-http).
+var plainClient = control.WithSameServerRedirects(nil)
 
 // tlsConfig is the TLS of a connection to the executor.
 func (c *PeerClient) tlsConfig() *tls.Config {
@@ -148,7 +151,7 @@ func pinnedClient(key string, own ed25519.PrivateKey, timeout time.Duration) *ht
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = control.PinnedClientConfig(key, ownCertificate(own))
 	tr.ForceAttemptHTTP2 = false
-	cl := &http.Client{Transport: tr, Timeout: timeout}
+	cl := &http.Client{Transport: tr, Timeout: timeout, CheckRedirect: control.SameServerRedirects}
 	pinnedClients.m[id] = cl
 	return cl
 }
@@ -156,7 +159,7 @@ func pinnedClient(key string, own ed25519.PrivateKey, timeout time.Duration) *ht
 // CloseIdleConnections closes the idle connections kept to executors,
 // plain and TLS.
 func CloseIdleConnections() {
-	http.DefaultClient.CloseIdleConnections()
+	plainClient.CloseIdleConnections()
 	pinnedClients.Lock()
 	defer pinnedClients.Unlock()
 	for _, cl := range pinnedClients.m {
@@ -241,6 +244,11 @@ func (c *PeerClient) do(ctx context.Context, method, path string, body any) (*ht
 		}
 		if uerr := c.untrustedKey(err); uerr != nil {
 			return nil, uerr
+		}
+		if errors.Is(err, control.ErrRedirectRefused) {
+			return nil, &control.ProtocolError{Code: control.CodeSetupFailed, Reason: control.ReasonUnreachable,
+				Message: shortNetError(err).Error(),
+				Hint:    "an executor answers at its own address; name the server it redirects to with --peer only if you trust it", Err: err}
 		}
 		// Not DECLINED: the executor refused nothing, it did not answer.
 		// The spec has no code for that; setting the delegation up

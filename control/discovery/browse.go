@@ -455,7 +455,7 @@ func ManifestClient(timeout time.Duration) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true}
 	tr.ForceAttemptHTTP2 = false
-	return &http.Client{Timeout: timeout, Transport: tr}
+	return &http.Client{Timeout: timeout, Transport: tr, CheckRedirect: control.SameServerRedirects}
 }
 
 // merge records p, seen at now. Called with b.mu held.

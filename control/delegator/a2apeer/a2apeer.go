@@ -84,7 +84,8 @@ func (p *Peer) Forget(id string) {
 
 // client is an A2A client for del's agent, from its card.
 func (p *Peer) client(ctx context.Context, del *lease.Delegation) (*a2aclient.Client, error) {
-	hc := &http.Client{Transport: &bounded{next: http.DefaultTransport, token: del.Token, max: maxResult*4/3 + 1<<20}}
+	hc := &http.Client{Transport: &bounded{next: http.DefaultTransport, token: del.Token, max: maxResult*4/3 + 1<<20},
+		CheckRedirect: control.SameServerRedirects}
 	card, err := agentcard.NewResolver(hc).Resolve(ctx, del.Peer)
 	if err != nil {
 		return nil, fmt.Errorf("the agent card at %s: %w", del.Peer, err)
