@@ -95,7 +95,7 @@ func report(c *cli.Context, d *lease.Delegation) error {
 		fmt.Fprintf(w, "result: %s\n", line)
 	}
 	for _, n := range d.Notes {
-		fmt.Fprintf(w, "note: %s\n", n)
+		fmt.Fprintf(w, "note: %s\n", clikit.PrintableText(n))
 	}
 	if r := d.MountRefused; r != nil {
 		fmt.Fprintf(w, "refused at the mount: %d writes of the agent (a read-only delegation): %s\n", r.Count, strings.Join(printables(r.Examples), "; "))

@@ -122,7 +122,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 				return fail(c, err)
 			}
 			if req.PeerChoice != "" {
-				fmt.Fprintf(c.App.ErrWriter, "awcp: --peer %s: %s (%s) at %s, %s\n", peers[0], req.PeerName, req.PeerAgentID, req.Peer, req.PeerChoice)
+				fmt.Fprintf(c.App.ErrWriter, "awcp: --peer %s: %s (%s) at %s, %s\n", peers[0], clikit.Printable(req.PeerName), clikit.Printable(req.PeerAgentID), req.Peer, req.PeerChoice)
 			}
 			if c.Bool("wait") {
 				if err := waitForHolder(ctx, c, e, req); err != nil {
@@ -193,7 +193,7 @@ func exportWait(ctx context.Context, c *cli.Context, e *env, req delegator.Expor
 		return fail(c, err)
 	}
 	for _, n := range d.Notes {
-		fmt.Fprintf(errw, "awcp: %s\n", n)
+		fmt.Fprintf(errw, "awcp: %s\n", clikit.PrintableText(n))
 	}
 	fmt.Fprintf(errw, "awcp: delegation %s: lending %s to %s\n", d.ID, d.LocalDir, d.Peer)
 

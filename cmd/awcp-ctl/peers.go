@@ -250,9 +250,9 @@ func peerState(p discovery.Peer) string {
 
 func peerLine(p discovery.Peer) string {
 	if !p.Online {
-		return fmt.Sprintf("%s (%s) %s", p.Name, p.AgentID, discovery.OfflineSince(p))
+		return fmt.Sprintf("%s (%s) %s", clikit.Printable(p.Name), clikit.Printable(p.AgentID), discovery.OfflineSince(p))
 	}
-	return fmt.Sprintf("%s (%s) at %s: %s", p.Name, p.AgentID, p.URL, offers(p))
+	return fmt.Sprintf("%s (%s) at %s: %s", clikit.Printable(p.Name), clikit.Printable(p.AgentID), clikit.Printable(p.URL), offers(p))
 }
 
 // offers says what a peer's manifest offers, in a few words.

@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/mdns"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/internal/untrusted"
 )
 
 // Peer is an executor found on the network, online or not.
@@ -363,14 +364,10 @@ func baseFrom(manifestURL, hostPort string) string {
 	return "https://" + hostPort
 }
 
-func printable(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return -1
-		}
-		return r
-	}, s)
-}
+func printable(s string) string { return untrusted.Line(s, maxPeerName) }
+
+// maxPeerName bounds a name an executor gives itself.
+const maxPeerName = 128
 
 func (b *Browser) fetchManifest(ctx context.Context, p *Peer) {
 	m, tlsKey, err := fetchManifest(ctx, b.HTTP, p.URL)

@@ -195,9 +195,9 @@ func TestBrowserIsBounded(t *testing.T) {
 	}
 	_, lan, _ := net.ParseCIDR("10.0.0.0/24")
 	e := &mdns.ServiceEntry{AddrV4: net.ParseIP("10.0.0.5").To4(), Port: 1,
-		InfoFields: []string{"agent_id=" + idA, "name=" + strings.Repeat("n", 300), "version=1\x1b[2J"}}
+		InfoFields: []string{"agent_id=" + idA, "name=" + strings.Repeat("n", 300), "version=1\x1b[2J\u202e"}}
 	p, ok := fromEntry(e, []*net.IPNet{lan})
-	if !ok || p.Name != idA || p.Version != "1[2J" {
+	if !ok || p.Name != idA || p.Version != "1 [2J" {
 		t.Fatalf("an answer with an oversized name and a control character: %+v", p)
 	}
 }

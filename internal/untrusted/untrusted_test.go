@@ -106,3 +106,20 @@ func TestClip(t *testing.T) {
 		}
 	}
 }
+
+// A name or text from the other machine reads as it is: a bidirectional
+// override or isolate is escaped wherever it is printed, and a name with
+// any format character (a zero-width space too) is quoted.
+func TestBidiControlsEscaped(t *testing.T) {
+	for _, s := range []string{"invoice\u202etxt.exe", "a\u2066b", "a\u200fb", "a\u061cb", "two\u200bnames"} {
+		if n := Name(s); !strings.HasPrefix(n, `"`) || strings.ContainsAny(n, "\u202e\u2066\u200f\u061c\u200b") {
+			t.Errorf("Name(%q) = %q", s, n)
+		}
+	}
+	if got := Text("ok \u202eexe.txt\u202c\nline 2 \U0001F468\u200d\U0001F4BB"); got != `ok \u202eexe.txt\u202c`+"\nline 2 \U0001F468\u200d\U0001F4BB" {
+		t.Errorf("Text: %q", got)
+	}
+	if Name("plain-name_1.txt") != "plain-name_1.txt" || Text("café\n") != "café\n" {
+		t.Errorf("plain text changed")
+	}
+}

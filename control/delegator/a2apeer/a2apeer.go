@@ -245,6 +245,11 @@ func (p *Peer) Cancel(ctx context.Context, del *lease.Delegation) error {
 // delegation's record and named on `awcp-ctl permit`'s line.
 var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
 
+// contextIDPattern is what an agent's context id may be: it is kept in
+// the record and shown to the user, so it is an id, nothing a terminal
+// would act on.
+var contextIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
 // resultName is name, a file part's name, as a path of the result, or ""
 // if it cannot be one: absolute, climbing out, empty, or holding a
 // control character or a backslash.

@@ -121,8 +121,11 @@ func (f *follower) name(taskID a2a.TaskID, contextID string) error {
 	if f.del.PeerTaskID != "" || taskID == "" {
 		return nil
 	}
-	if !requestIDPattern.MatchString(string(taskID)) || len(contextID) > 128 {
-		return control.Errorf(control.CodeTaskFailed, "the A2A agent named its task %q: not an id", untrusted.Clip(string(taskID), 80))
+	if !requestIDPattern.MatchString(string(taskID)) {
+		return control.Errorf(control.CodeTaskFailed, "the A2A agent named its task %s: not an id", untrusted.Name(untrusted.Clip(string(taskID), 80)))
+	}
+	if contextID != "" && !contextIDPattern.MatchString(contextID) {
+		return control.Errorf(control.CodeTaskFailed, "the A2A agent named its task's context %s: not an id", untrusted.Name(untrusted.Clip(contextID, 80)))
 	}
 	f.del.PeerTaskID, f.del.PeerContextID = string(taskID), contextID
 	return f.record(string(taskID), contextID)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -110,4 +111,79 @@ func TestDelegatorFollowsNoRedirectOffItsPeer(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(dir, "secret.txt")); string(b) != "the owner's words\n" {
 		t.Errorf("the lent directory changed: %q", b)
 	}
+}
+
+// scriptedAgent is an A2A agent (JSON-RPC, no streaming) that answers
+// every call with task: a JSON object, its words the test's.
+func scriptedAgent(t *testing.T, task string) *httptest.Server {
+	var self string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == http.MethodGet {
+			fmt.Fprintf(w, `{"name":"scripted","description":"d","url":%q,"version":"1","protocolVersion":"0.3.0",`+
+				`"preferredTransport":"JSONRPC","capabilities":{},"defaultInputModes":["text/plain"],`+
+				`"defaultOutputModes":["text/plain"],"skills":[]}`, self+"/a2a")
+			return
+		}
+		var call struct {
+			ID json.RawMessage `json:"id"`
+		}
+		json.NewDecoder(r.Body).Decode(&call)
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":%s}`, call.ID, task)
+	}))
+	self = srv.URL
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestA2AAgentWordsReachNoTerminalRaw, as a hostile A2A agent: escape
+// sequences (an OSC 8 link, a clear screen) in its context id are refused
+// where the id enters, and a right-to-left override or an escape in its
+// words reaches `export`, `status ID` and `output ID` escaped.
+func TestA2AAgentWordsReachNoTerminalRaw(t *testing.T) {
+	raw := func(s string) bool { return strings.ContainsAny(s, "\x1b\x07\u202e\u2066") }
+	status := func(ctx, words string) string {
+		b, _ := json.Marshal(map[string]any{"kind": "task", "id": "task-1", "contextId": ctx,
+			"status": map[string]any{"state": "completed", "message": map[string]any{"kind": "message", "messageId": "m", "role": "agent",
+				"parts": []any{map[string]any{"kind": "text", "text": words}}}}})
+		return string(b)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a\n"), 0o644)
+
+	t.Run("context id", func(t *testing.T) {
+		agent := scriptedAgent(t, status("\x1b]8;;https://evil.example/\x07click\x1b]8;;\x07\x1b[2J", "done"))
+		c := newCtl(t)
+		r := c.run("export", dir, "--peer", "a2a:"+agent.URL, "--plain-http", "--prompt", "p")
+		if raw(r.stdout + r.stderr) {
+			t.Errorf("export printed the agent's escapes raw: %q", r.stdout+r.stderr)
+		}
+		if r.code == 0 || !strings.Contains(r.stderr, "not an id") {
+			t.Errorf("export: exit %d, want the context id refused\n%s", r.code, r.stderr)
+		}
+		id := c.only().ID
+		for _, cmd := range [][]string{{"status", id}, {"output", id}} {
+			if r := c.run(cmd...); raw(r.stdout + r.stderr) {
+				t.Errorf("%s printed the agent's escapes raw: %q", cmd[0], r.stdout+r.stderr)
+			}
+		}
+	})
+	t.Run("words", func(t *testing.T) {
+		agent := scriptedAgent(t, status("ctx-1", "all fine \u202etxt.exe\u202c and \x1b[2J done"))
+		c := newCtl(t)
+		r := c.run("export", dir, "--peer", "a2a:"+agent.URL, "--plain-http", "--prompt", "p")
+		if raw(r.stdout + r.stderr) {
+			t.Errorf("export printed the agent's words raw: %q", r.stdout+r.stderr)
+		}
+		id := c.only().ID
+		for _, cmd := range [][]string{{"status", id}, {"output", id}} {
+			r := c.run(cmd...)
+			if raw(r.stdout + r.stderr) {
+				t.Errorf("%s printed the agent's words raw: %q", cmd[0], r.stdout+r.stderr)
+			}
+			if !strings.Contains(r.stdout+r.stderr, `\u202e`) {
+				t.Errorf("%s does not show the override escaped: %q", cmd[0], r.stdout+r.stderr)
+			}
+		}
+	})
 }
