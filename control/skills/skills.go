@@ -20,8 +20,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
+	"io"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,6 +30,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/discovery"
@@ -79,7 +82,18 @@ func Sync(dir string, peers []discovery.Peer, agents ...A2AAgent) (Report, error
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return rep, fmt.Errorf("skills directory: %w", err)
 	}
-	ours, err := made(dir)
+	// Everything below is done relative to the directory's descriptor and
+	// each skill folder's, opened without following a link: a folder
+	// swapped for a link to the user's own skill (by whoever can write
+	// the skills directory, an agent granted ~/.claude:rw among them)
+	// is not followed, and a folder is acted on only after its SKILL.md,
+	// read through the very descriptor acted on, says this package made it.
+	d, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return rep, fmt.Errorf("skills directory: %w", err)
+	}
+	defer d.Close()
+	ours, err := made(d)
 	if err != nil {
 		return rep, err
 	}
@@ -96,7 +110,7 @@ func Sync(dir string, peers []discovery.Peer, agents ...A2AAgent) (Report, error
 	}
 	for _, name := range slices.Sorted(maps.Keys(want)) {
 		s := want[name]
-		wrote, err := write(dir, s, ours[name] != "")
+		wrote, err := write(d, s, ours[name] != "")
 		switch {
 		case errors.Is(err, errNotOurs):
 			rep.Kept = append(rep.Kept, name)
@@ -112,20 +126,24 @@ func Sync(dir string, peers []discovery.Peer, agents ...A2AAgent) (Report, error
 		if _, keep := want[name]; keep {
 			continue
 		}
-		if err := remove(filepath.Join(dir, name)); err != nil {
+		switch err := remove(d, name); {
+		case errors.Is(err, errNotOurs):
+			rep.Kept = append(rep.Kept, name)
+		case err != nil:
 			return rep, err
+		default:
+			rep.Removed = append(rep.Removed, name)
 		}
-		rep.Removed = append(rep.Removed, name)
 	}
 	return rep, nil
 }
 
 var errNotOurs = errors.New("a folder of that name that awcp did not make")
 
-// made are the skill folders in dir that this package made, by name, with
+// made are the skill folders in d that this package made, by name, with
 // the agent id each is for.
-func made(dir string) (map[string]string, error) {
-	entries, err := os.ReadDir(dir)
+func made(d *os.File) (map[string]string, error) {
+	entries, err := d.ReadDir(-1)
 	if err != nil {
 		return nil, fmt.Errorf("skills directory: %w", err)
 	}
@@ -134,27 +152,52 @@ func made(dir string) (map[string]string, error) {
 		if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix) { // a symlink is not ours either
 			continue
 		}
-		if id := madeFor(filepath.Join(dir, e.Name(), File)); id != "" {
+		folder, err := openFolder(d, e.Name())
+		if err != nil {
+			continue
+		}
+		if id := madeFor(folder); id != "" {
 			ours[e.Name()] = id
 		}
+		folder.Close()
 	}
 	return ours, nil
 }
 
-// madeFor is the agent id of the skill at path if this package made it,
+// openFolder opens the folder name of d, not following a link.
+func openFolder(d *os.File, name string) (*os.File, error) {
+	fd, err := openat(d, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(d.Name(), name)), nil
+}
+
+// openat is unix.Openat relative to d, close-on-exec, retried on EINTR.
+func openat(d *os.File, name string, flags int, mode uint32) (int, error) {
+	for {
+		fd, err := unix.Openat(int(d.Fd()), name, flags|unix.O_CLOEXEC, mode)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
+
+// madeFor is the agent id of the skill in folder if this package made it,
 // else "". It reads the front matter only, at most a few KiB, and only a
 // regular file.
-func madeFor(path string) string {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+func madeFor(folder *os.File) string {
+	fd, err := openat(folder, File, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return ""
 	}
+	f := os.NewFile(uintptr(fd), File)
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		return ""
 	}
 	head := make([]byte, 8<<10)
-	n, _ := f.Read(head)
+	n, _ := io.ReadFull(f, head)
 	front, ok := frontMatter(head[:n])
 	if !ok || !bytes.Contains(front, []byte("\n  generated-by: "+strconv.Quote(Maker)+"\n")) {
 		return ""
@@ -181,47 +224,111 @@ func frontMatter(b []byte) ([]byte, bool) {
 	return rest[:end+1], true
 }
 
-// write puts s in dir, unless its folder holds that text already; ours
+// write puts s in d, unless its folder holds that text already; ours
 // says the folder, if there, is one this package made.
-func write(dir string, s Skill, ours bool) (bool, error) {
-	folder := filepath.Join(dir, s.Name)
-	path := filepath.Join(folder, File)
-	if fi, err := os.Lstat(folder); err == nil {
-		if !ours || !fi.IsDir() {
+func write(d *os.File, s Skill, ours bool) (bool, error) {
+	folder, err := openFolder(d, s.Name)
+	switch {
+	case err == nil:
+		defer folder.Close()
+		if !ours || madeFor(folder) == "" {
 			return false, errNotOurs
 		}
-		if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, s.Content) {
+		if old, err := readAt(folder, File); err == nil && bytes.Equal(old, s.Content) {
 			return false, nil
 		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR):
+		return false, errNotOurs // a link, a file: not a folder this package made
+	case !errors.Is(err, unix.ENOENT):
 		return false, fmt.Errorf("skill %s: %w", s.Name, err)
-	} else if err := os.Mkdir(folder, 0o755); err != nil {
-		return false, fmt.Errorf("skill %s: %w", s.Name, err)
+	default:
+		if err := unix.Mkdirat(int(d.Fd()), s.Name, 0o755); err != nil {
+			return false, fmt.Errorf("skill %s: %w", s.Name, err)
+		}
+		if folder, err = openFolder(d, s.Name); err != nil {
+			return false, fmt.Errorf("skill %s: %w", s.Name, err)
+		}
+		defer folder.Close()
 	}
-	tmp, err := os.CreateTemp(folder, ".SKILL.md.*")
-	if err != nil {
-		return false, fmt.Errorf("skill %s: %w", s.Name, err)
-	}
-	_, werr := tmp.Write(s.Content)
-	if err := errors.Join(werr, tmp.Chmod(0o644), tmp.Close()); err != nil {
-		os.Remove(tmp.Name())
-		return false, fmt.Errorf("skill %s: %w", s.Name, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
+	if err := replaceAt(folder, File, s.Content); err != nil {
 		return false, fmt.Errorf("skill %s: %w", s.Name, err)
 	}
 	return true, nil
 }
 
-// remove takes away a skill folder this package made: its SKILL.md, then
-// the folder if nothing else is in it (what the user put there stays).
-func remove(folder string) error {
-	if err := os.Remove(filepath.Join(folder, File)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove skill %s: %w", filepath.Base(folder), err)
+// readAt reads the regular file name of folder, not following a link.
+func readAt(folder *os.File, name string) ([]byte, error) {
+	fd, err := openat(folder, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
 	}
-	if err := os.Remove(folder); err != nil && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
-		return fmt.Errorf("remove skill %s: %w", filepath.Base(folder), err)
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, errors.New("not a regular file")
+	}
+	return io.ReadAll(io.LimitReader(f, maxSkillBytes))
+}
+
+// maxSkillBytes bounds what is read of a SKILL.md to compare it.
+const maxSkillBytes = 1 << 20
+
+// replaceAt makes name in folder hold content, by a new file renamed over
+// it: a reader sees the old text or the new, never part of one.
+func replaceAt(folder *os.File, name string, content []byte) error {
+	var tmp string
+	var fd int
+	for range 100 {
+		tmp = fmt.Sprintf(".%s.%d", name, rand.Uint32())
+		var err error
+		fd, err = openat(folder, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o644)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EEXIST) {
+			return err
+		}
+		tmp = ""
+	}
+	if tmp == "" {
+		return errors.New("no free temporary name")
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	_, werr := f.Write(content)
+	if err := errors.Join(werr, f.Chmod(0o644), f.Close()); err != nil {
+		unix.Unlinkat(int(folder.Fd()), tmp, 0)
+		return err
+	}
+	if err := unix.Renameat(int(folder.Fd()), tmp, int(folder.Fd()), name); err != nil {
+		unix.Unlinkat(int(folder.Fd()), tmp, 0)
+		return err
+	}
+	return nil
+}
+
+// remove takes away skill folder name of d if this package made it: its
+// SKILL.md, then the folder if nothing else is in it (what the user put
+// there stays).
+func remove(d *os.File, name string) error {
+	folder, err := openFolder(d, name)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return errNotOurs // a link or a file now: left alone
+	}
+	defer folder.Close()
+	if madeFor(folder) == "" {
+		return errNotOurs
+	}
+	if err := unix.Unlinkat(int(folder.Fd()), File, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("remove skill %s: %w", name, err)
+	}
+	// By name, but only an empty folder goes: whatever is there now, no
+	// file of anyone's is lost.
+	if err := unix.Unlinkat(int(d.Fd()), name, unix.AT_REMOVEDIR); err != nil &&
+		!errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
+		return fmt.Errorf("remove skill %s: %w", name, err)
 	}
 	return nil
 }

@@ -2,9 +2,11 @@ package skills
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -77,16 +79,21 @@ func TestHostileManifest(t *testing.T) {
 	}
 }
 
-func writeOne(t *testing.T, s Skill) string {
+// writeOne writes s in a folder of its own, and opens the folder.
+func writeOne(t *testing.T, s Skill) *os.File {
 	dir := filepath.Join(t.TempDir(), s.Name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f := filepath.Join(dir, File)
-	if err := os.WriteFile(f, s.Content, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, File), s.Content, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return f
+	folder, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { folder.Close() })
+	return folder
 }
 
 func TestSync(t *testing.T) {
@@ -198,6 +205,82 @@ func TestSymlinkIsNotOurs(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(elsewhere, File)); !bytes.Equal(got, s.Content) {
 		t.Errorf("written through a symlink")
+	}
+}
+
+// TestSwappedFolderIsNotFollowed, as whoever can write the skills
+// directory (an agent granted ~/.claude:rw): while skills sync runs, again
+// and again, an awcp folder is swapped for a link to the user's own skill
+// folder and back. The user's SKILL.md is never removed or rewritten, and
+// no temporary file of ours is left in the user's folder.
+func TestSwappedFolderIsNotFollowed(t *testing.T) {
+	dir := t.TempDir()
+	mine := filepath.Join(dir, "my-skill")
+	os.Mkdir(mine, 0o755)
+	users := []byte("---\nname: my-skill\ndescription: the user's own\n---\nmine\n")
+	if err := os.WriteFile(filepath.Join(mine, File), users, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := peer("aaaaaaaa-0000-0000-0000-000000000001", "alpha", "v1", true)
+	b := peer("bbbbbbbb-0000-0000-0000-000000000002", "beta", "v1", true)
+	names := []string{For(a).Name, For(b).Name}
+	rounds := 300
+	if testing.Short() {
+		rounds = 60
+	}
+	for i := range rounds {
+		// Both skills there, then a round that rewrites one (a new
+		// version) and removes the other (its executor gone), with both
+		// folders swapped for links meanwhile.
+		a.Manifest.Version = fmt.Sprint("v", i)
+		if _, err := Sync(dir, []discovery.Peer{a, b}); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, name := range names {
+					folder := filepath.Join(dir, name)
+					aside := folder + ".aside"
+					if os.Rename(folder, aside) == nil {
+						os.Symlink(mine, folder)
+						if n%2 == 0 {
+							runtime.Gosched()
+						}
+						os.Remove(folder)
+						os.Rename(aside, folder)
+					}
+				}
+			}
+		}()
+		a.Manifest.Version = fmt.Sprint("w", i)
+		Sync(dir, []discovery.Peer{a})
+		close(stop)
+		<-done
+		if got, err := os.ReadFile(filepath.Join(mine, File)); err != nil || !bytes.Equal(got, users) {
+			t.Fatalf("round %d: the user's SKILL.md is %q, %v", i, got, err)
+		}
+		if ents, _ := os.ReadDir(mine); len(ents) != 1 {
+			t.Fatalf("round %d: the user's folder holds %v", i, ents)
+		}
+		// Whatever a swap left: links and asides go, for the next round.
+		for _, name := range names {
+			folder := filepath.Join(dir, name)
+			if fi, err := os.Lstat(folder); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+				os.Remove(folder)
+			}
+			if _, err := os.Lstat(folder + ".aside"); err == nil {
+				os.RemoveAll(folder)
+				os.Rename(folder+".aside", folder)
+			}
+		}
 	}
 }
 
