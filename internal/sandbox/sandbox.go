@@ -268,6 +268,9 @@ func helper(raw string) (int, error) {
 			return 0, fmt.Errorf("a root of its own: %w", err)
 		}
 	}
+	if err := joinOwnKeyring(); err != nil {
+		return 0, err
+	}
 	if err := dropCapabilities(p.User != nil && p.User.UID != 0); err != nil {
 		return 0, err
 	}

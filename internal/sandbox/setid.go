@@ -44,6 +44,15 @@ var modeCalls = append([]modeArg{
 // unseenCalls are the calls whose mode the filter cannot read.
 var unseenCalls = []uint32{unix.SYS_OPENAT2, unix.SYS_IO_URING_SETUP}
 
+// keyCalls are the kernel keyrings' calls, refused outright (as Docker's
+// default profile refuses them): the keys the executor's process holds
+// in its session keyring, and those a uid's user keyring keeps from one
+// process of that uid to the next — one delegation's agent to another's,
+// where both run as the same agent uid — are no confined command's to
+// read, search or leave. The helper also joins a new, anonymous session
+// keyring before the command starts (joinOwnKeyring).
+var keyCalls = []uint32{unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY, unix.SYS_KEYCTL}
+
 // seccomp_data's layout: nr, arch, instruction pointer, then the six
 // arguments of 8 bytes each (their low word first on the little-endian
 // architectures this builds for).
@@ -82,6 +91,9 @@ func setidFilter() []unix.SockFilter {
 	for _, nr := range unseenCalls {
 		prog = append(prog, jump(jeq, nr, 0, 1), enosys)
 	}
+	for _, nr := range keyCalls {
+		prog = append(prog, jump(jeq, nr, 0, 1), eperm)
+	}
 	// Each call that sets a mode: if it is this one, its mode argument's
 	// low word is tested for a set-id bit (and the call answered either
 	// way); if not, on to the next, nr still loaded.
@@ -95,6 +107,19 @@ func setidFilter() []unix.SockFilter {
 		)
 	}
 	return append(prog, allow)
+}
+
+// joinOwnKeyring makes this thread's session keyring a new, anonymous
+// one, which the command inherits in place of the executor's: whatever
+// the executor's session holds is not the command's by possession.
+// Where the executor's own seccomp profile refuses keyctl(2) already (a
+// container runtime's default), no process of it has a keyring to give.
+func joinOwnKeyring() error {
+	_, _, errno := unix.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0)
+	if errno != 0 && errno != unix.ENOSYS && errno != unix.EPERM {
+		return fmt.Errorf("a session keyring of its own: %w", errno)
+	}
+	return nil
 }
 
 // refuseSetid installs setidFilter on this thread, which starts the

@@ -7,11 +7,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // checkProbes is what an executor's agent plants as the owner's check
@@ -34,14 +38,44 @@ nc -z -w 2 127.0.0.1 "$OWNER_PORT" 2>/dev/null && leak tcp
 echo x > "/dev/shm/$SHM_MARK" 2>/dev/null # seen, or not, on the host's side
 ls /dev/shm/ 2>/dev/null | grep -q owner-shm && leak shm-read
 ls /tmp 2>/dev/null | grep -q owner-tmp && leak tmp
+/usr/bin/python3 -c "$KEYRING_PROBE" 2>/dev/null | grep -q owner-keyring-secret && leak keyring
 echo "probes:${leaks:- none}"
 `
+
+// keyringProbe finds the key the owner's session holds ("owner-key", in
+// the session keyring the owner's processes inherit) and prints it.
+const keyringProbe = `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+nr = int(os.environ.get("NR_KEYCTL", "250"))
+key = libc.syscall(nr, 10, -3, b"user", b"owner-key", 0)
+buf = ctypes.create_string_buffer(128)
+if key >= 0 and libc.syscall(nr, 11, key, buf, 128) >= 0:
+    print(buf.value.decode())`
+
+// ownerKeyring gives this thread — locked to the test's goroutine, and
+// ended with it — a session keyring of its own holding "owner-key", as a
+// developer's session holds keys: every process the test starts from it,
+// the owner's daemon among them, inherits it.
+func ownerKeyring(t *testing.T) {
+	runtime.LockOSThread() // never unlocked: the thread ends with the test
+	if _, _, errno := unix.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); errno != 0 {
+		t.Fatalf("a session keyring for the owner: %v", errno)
+	}
+	typ, desc, secret := []byte("user\x00"), []byte("owner-key\x00"), []byte("owner-keyring-secret")
+	session := int64(unix.KEY_SPEC_SESSION_KEYRING)
+	if _, _, errno := unix.RawSyscall6(unix.SYS_ADD_KEY, uintptr(unsafe.Pointer(&typ[0])), uintptr(unsafe.Pointer(&desc[0])),
+		uintptr(unsafe.Pointer(&secret[0])), uintptr(len(secret)), uintptr(session), 0); errno != 0 {
+		t.Fatalf("the owner's key: %v", errno)
+	}
+}
 
 // TestCheckRunsAsTheExecutorsAgent is the attacker of compare --check:
 // of three attempts at one task, two are honest (one passes the owner's
 // go test, one fails it) and one (EVIL) rewrites the check's script to
 // reach everything of the owner's it can: an exported secret, the hidden
-// .env and the credential in .git/config, ~/.ssh, awcp-ctl's own socket
+// .env and the credential in .git/config, ~/.ssh, a key in the owner's
+// session keyring, awcp-ctl's own socket
 // (which would lend it the home directory), the owner's ssh-agent, a
 // loopback port, the host's /dev/shm and /tmp. The owner's side runs
 // twice, as root and as an unprivileged user (whose sandbox is built in
@@ -59,6 +93,7 @@ func TestCheckRunsAsTheExecutorsAgent(t *testing.T) {
 }
 
 func checkAsOwner(t *testing.T, asRoot bool) {
+	ownerKeyring(t)
 	// The owner: a home, a state dir, a workspace, all theirs.
 	base, err := os.MkdirTemp("", "awcp-check-owner-")
 	if err != nil {
@@ -131,14 +166,15 @@ func checkAsOwner(t *testing.T, asRoot bool) {
 
 	// The probes run by the owner as they are: every one reaches its
 	// target, or the refusals below would prove nothing.
-	probeEnv := []string{"OWNER_HOME=" + home, "OWNER_STATE=" + c.state, "OWNER_AGENT=" + agentSock, "OWNER_PORT=" + port, "SHM_MARK=" + mark}
+	probeEnv := []string{"OWNER_HOME=" + home, "OWNER_STATE=" + c.state, "OWNER_AGENT=" + agentSock, "OWNER_PORT=" + port, "SHM_MARK=" + mark,
+		"KEYRING_PROBE=" + keyringProbe, fmt.Sprint("NR_KEYCTL=", unix.SYS_KEYCTL)}
 	c.serve()
 	free := exec.Command("/bin/sh", "-c", checkProbes)
 	free.Dir = ws
 	free.Env = append(append(os.Environ(), c.env...), probeEnv...)
 	free.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
 	out, err := free.CombinedOutput()
-	if want := "probes: env ssh-agent-env dotenv git-config ssh-key ctl.sock ssh-agent tcp shm-read tmp\n"; err != nil || string(out) != want {
+	if want := "probes: env ssh-agent-env dotenv git-config ssh-key ctl.sock ssh-agent tcp shm-read tmp keyring\n"; err != nil || string(out) != want {
 		t.Fatalf("unconfined, the probes should reach everything: %v\n%s\nwant %s", err, out, want)
 	}
 	if _, err := os.Stat("/dev/shm/" + mark); err != nil || reached.Load() == 0 {
@@ -149,7 +185,8 @@ func checkAsOwner(t *testing.T, asRoot bool) {
 
 	// EVIL's agent writes the probes, with the owner's places in them,
 	// as the check; the honest ones fix the code or break it further.
-	evil := "export OWNER_HOME=" + home + " OWNER_STATE=" + c.state + " OWNER_AGENT=" + agentSock + " OWNER_PORT=" + port + " SHM_MARK=" + mark + "\n" + checkProbes
+	evil := "export OWNER_HOME=" + home + " OWNER_STATE=" + c.state + " OWNER_AGENT=" + agentSock + " OWNER_PORT=" + port + " SHM_MARK=" + mark +
+		fmt.Sprint(" NR_KEYCTL=", unix.SYS_KEYCTL) + "\nKEYRING_PROBE='" + keyringProbe + "'\n" + checkProbes
 	agents := []string{
 		`sed -i 's/a - b/a + b/' calc.go; echo "fixed Add"`,
 		`sed -i 's/a - b/a * b/' calc.go; echo "multiplied"`,
