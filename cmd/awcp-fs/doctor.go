@@ -94,7 +94,11 @@ func doctor(ctx context.Context, c *cli.Context) error {
 // confined shell must not list the state dir.
 func checkSandbox(l *clikit.Checklist, c *cli.Context, state string) {
 	p, err := sandboxPolicy(c, c.String("agent-cmd"), c.String("agent-acp"))
+	var setid *sandbox.SetidError
 	switch {
+	case errors.As(err, &setid):
+		l.Fail("sandbox grant", err.Error(), setid.Hint())
+		return
 	case err != nil:
 		l.Fail("sandbox", err.Error(), "run on a kernel with Landlock ABI 6 (Linux 6.12+), or drop --sandbox strict")
 		return

@@ -65,6 +65,13 @@ func sandboxPolicy(c *cli.Context, agentCmds ...string) (*sandbox.Policy, error)
 		}
 		p.Yours = append(p.Yours, path)
 		if rw {
+			if err := sandbox.SetidInGrant(path); err != nil {
+				var se *sandbox.SetidError
+				if errors.As(err, &se) {
+					return nil, fmt.Errorf("--sandbox-allow %s: %w; %s", v, err, se.Hint())
+				}
+				return nil, fmt.Errorf("--sandbox-allow %s: %w", v, err)
+			}
 			p.RW = append(p.RW, path)
 		} else {
 			p.RO = append(p.RO, path)
