@@ -273,7 +273,7 @@ func offers(p discovery.Peer) string {
 		auth = ", token required"
 	}
 	return fmt.Sprintf("%s; %s; %s; %d/%d free; ttl ≤ %s%s", strings.Join(a.Transports, ","), mount,
-		strings.Join(a.AccessModes, ","), a.FreeSlots, a.MaxConcurrent, time.Duration(a.MaxTTLSeconds)*time.Second, auth)
+		strings.Join(a.AccessModes, ","), a.FreeSlots, a.MaxConcurrent, control.Seconds(a.MaxTTLSeconds), auth)
 }
 
 func printPeers(w io.Writer, self string, peers []discovery.Peer) {

@@ -309,7 +309,7 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 	d.own(del) // from now: a Run of this process follows it
 	// A provisional end, so that a handshake the executor never answers
 	// expires too; ACCEPT sets the granted one.
-	del.ExpiresAt = d.store.Now().Add(time.Duration(del.TTLSeconds) * time.Second)
+	del.ExpiresAt = d.store.Now().Add(control.Seconds(del.TTLSeconds))
 	var busy *lease.DirBusyError
 	if err := d.store.CreateDelegation(del); errors.As(err, &busy) {
 		return nil, control.Errorf(control.CodeDeclined, "%s", busy.Error()).

@@ -204,17 +204,17 @@ func (d *Delegator) recordAccept(id, want string, acc *control.Accept) (*lease.D
 				del.AccessMode = c.AcceptedAccessMode
 			}
 			if c.MaxTTLSeconds > 0 && c.MaxTTLSeconds < del.TTLSeconds {
-				capped := time.Duration(c.MaxTTLSeconds) * time.Second
+				capped := control.Seconds(c.MaxTTLSeconds)
 				if del.Session != "" {
 					// Not a limit a session meets: its lease is renewed.
 					del.Notes = append(del.Notes, fmt.Sprintf("the executor's leases last %s at most: the session's is renewed for as long as it is in use", capped))
 				} else {
-					del.Notes = append(del.Notes, fmt.Sprintf("the executor capped the lease at %s (%s asked)", capped, time.Duration(del.TTLSeconds)*time.Second))
+					del.Notes = append(del.Notes, fmt.Sprintf("the executor capped the lease at %s (%s asked)", capped, control.Seconds(del.TTLSeconds)))
 				}
 				del.TTLSeconds = c.MaxTTLSeconds
 			}
 		}
-		del.ExpiresAt = now.Add(time.Duration(del.TTLSeconds) * time.Second)
+		del.ExpiresAt = now.Add(control.Seconds(del.TTLSeconds))
 		return nil
 	})
 	if err != nil {

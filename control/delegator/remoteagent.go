@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/lease"
@@ -77,7 +76,7 @@ func (d *Delegator) handshakeA2A(ctx context.Context, del *lease.Delegation) (*s
 	}
 	now := d.store.Now()
 	if _, err := d.store.FireDelegation(id, lease.ReceiveAccept, "A2A: an agent takes its task as it is sent", func(del *lease.Delegation) error {
-		del.ExpiresAt = now.Add(time.Duration(del.TTLSeconds) * time.Second)
+		del.ExpiresAt = now.Add(control.Seconds(del.TTLSeconds))
 		return nil
 	}); err != nil {
 		return nil, err

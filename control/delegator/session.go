@@ -250,7 +250,7 @@ func (d *Delegator) RenewSession(ctx context.Context, id string) (time.Time, err
 	if del.Session == "" || del.State != lease.Running {
 		return del.ExpiresAt, fmt.Errorf("delegation %s is not a running session (%s)", id, del.State)
 	}
-	ttl := time.Duration(del.TTLSeconds) * time.Second
+	ttl := control.Seconds(del.TTLSeconds)
 	now := d.store.Now()
 	if del.ExpiresAt.Sub(now) > ttl/2 {
 		return del.ExpiresAt, nil

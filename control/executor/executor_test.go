@@ -11,6 +11,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -603,5 +604,27 @@ func getJSON(t *testing.T, url string, v any) {
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A lease of more seconds than a Duration holds, asked in an INVITE, is
+// the executor's longest, not one that wrapped into the past.
+func TestHugeTTLIsCapped(t *testing.T) {
+	f := executortest.New(t, "true", func(o *executor.Options) { o.MaxTTL = time.Hour })
+	for i, ttl := range []int64{1e10, math.MaxInt64, 9223372037} {
+		id := control.NewDelegationID()
+		inv := invite(id)
+		inv.Lease.TTLSeconds = ttl
+		var acc control.Accept
+		if err := f.Post(context.Background(), inv, &acc); err != nil {
+			t.Fatalf("INVITE %d with ttlSeconds %d: %v", i, ttl, err)
+		}
+		if got := acc.ExecutorConstraints.MaxTTLSeconds; got != 3600 {
+			t.Errorf("ttlSeconds %d: the ACCEPT caps at %d", ttl, got)
+		}
+		a, err := f.Store.Assignment(id)
+		if err != nil || a.TTLSeconds != 3600 {
+			t.Errorf("ttlSeconds %d: the assignment's lease is %d s (%v)", ttl, a.TTLSeconds, err)
+		}
 	}
 }

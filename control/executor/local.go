@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/lease"
@@ -144,11 +143,11 @@ func (e *Executor) DelegateArchive(ctx context.Context, c Caller, inv *control.I
 		e.opts.Metrics.Refused(pe.Code)
 		return pe
 	}
-	ttl := time.Duration(inv.Lease.TTLSeconds) * time.Second
+	ttl := control.Seconds(inv.Lease.TTLSeconds)
 	mode := inv.Lease.AccessMode
 	if ec := acc.ExecutorConstraints; ec != nil {
 		if ec.MaxTTLSeconds > 0 {
-			ttl = min(ttl, time.Duration(ec.MaxTTLSeconds)*time.Second)
+			ttl = min(ttl, control.Seconds(ec.MaxTTLSeconds))
 		}
 		if ec.AcceptedAccessMode != "" {
 			mode = ec.AcceptedAccessMode

@@ -195,7 +195,7 @@ func (e *Executor) handleRenew(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	now := e.store.Now()
-	granted := now.Add(min(time.Duration(req.TTLSeconds)*time.Second, e.opts.MaxTTL))
+	granted := now.Add(min(control.Seconds(req.TTLSeconds), e.opts.MaxTTL))
 	a, err = e.store.UpdateAssignment(id, func(a *lease.Assignment) error {
 		if a.State != lease.Running {
 			return fmt.Errorf("the session is no longer running (%s)", a.State)

@@ -74,7 +74,7 @@ func (e *Executor) admit(inv *control.Invite, peer string, byKey bool, delegator
 				WithHint("allowed: " + fmt.Sprint(e.opts.AccessModes))
 		}
 	}
-	ttl := min(time.Duration(inv.Lease.TTLSeconds)*time.Second, e.opts.MaxTTL)
+	ttl := min(control.Seconds(inv.Lease.TTLSeconds), e.opts.MaxTTL)
 
 	wd := e.workDir(inv.DelegationID)
 	if err := checkWorkDir(wd); err != nil {
@@ -187,7 +187,7 @@ func (e *Executor) start(ctx context.Context, st *control.Start) *control.Protoc
 		return e.refuseStart(ctx, id, lease.SendError, control.AsProtocolError(err, control.CodeDepMissing))
 	}
 	// The executor's own caps win over what START says.
-	expiresAt = minTime(expiresAt, a.AcceptedAt.Add(time.Duration(a.TTLSeconds)*time.Second+time.Minute), now.Add(e.opts.MaxTTL))
+	expiresAt = minTime(expiresAt, a.AcceptedAt.Add(control.Seconds(a.TTLSeconds)+time.Minute), now.Add(e.opts.MaxTTL))
 	mode := a.AccessMode
 	if st.Lease.AccessMode == control.AccessRO {
 		mode = control.AccessRO

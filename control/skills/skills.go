@@ -29,7 +29,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -459,7 +458,7 @@ func For(p discovery.Peer) Skill {
 			fmt.Fprintf(&b, "- At most %d delegations at once\n", a.MaxConcurrent)
 		}
 		if a.MaxTTLSeconds > 0 {
-			fmt.Fprintf(&b, "- Leases of up to %s\n", time.Duration(a.MaxTTLSeconds)*time.Second)
+			fmt.Fprintf(&b, "- Leases of up to %s\n", control.Seconds(a.MaxTTLSeconds))
 		}
 		if s := known(a.Sessions, "acp"); len(s) > 0 {
 			b.WriteString("- Sessions: follow-up turns with its ACP agent (`awcp-ctl export DIR --session new …`, then `awcp-ctl answer ID TEXT`)\n")

@@ -357,7 +357,7 @@ func (s *server) request(in delegateArgs, peer chosenPeer) (delegator.ExportRequ
 	return delegator.ExportRequest{
 		Dir: dir, Peer: peer.URL, PeerAgentID: peer.AgentID, PeerName: peer.Name, PeerKey: peer.Key, PeerChoice: peer.why, PeerFallbacks: peer.fallbacks, CallChain: s.opts.CallChain, PlainHTTP: s.opts.PlainHTTP,
 		Prompt: in.Prompt, Description: strings.TrimSpace(in.Description),
-		TTL: time.Duration(in.TTLSeconds) * time.Second, Access: in.AccessMode,
+		TTL: control.Seconds(in.TTLSeconds), Access: in.AccessMode,
 		Transport: s.opts.Transport, Token: s.opts.Token, Dialect: s.opts.Dialect,
 		Hide: s.opts.Hide, NoHideDefaults: s.opts.NoHideDefaults, NoDelete: s.opts.NoDelete, AllowGitControl: s.opts.AllowGitControl, LendHiddenHistory: s.opts.LendHiddenHistory, MaxWriteBytes: s.opts.MaxWriteBytes, Limits: s.opts.Limits,
 		Driven: in.Session, Snapshot: orDefault(in.SnapshotMode, s.opts.SnapshotMode),

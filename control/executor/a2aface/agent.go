@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -146,9 +147,10 @@ func (a *agent) delegate(ctx context.Context, rc *a2asrv.RequestContext, c execu
 		return refuse(control.Errorf(control.CodeSetupFailed, "workspace checksum mismatch: got %s, the file part says %s", got.Sum, sum).
 			WithHint("the archive was damaged in transit; send it again"))
 	}
-	ttl := f.opts.TTL
+	// Seconds as asked; admit caps them at the executor's longest lease.
+	ttlSeconds := max(int64(f.opts.TTL/time.Second), 1)
 	if s, ok := number(msg.Metadata[MetaTTLSeconds]); ok && s > 0 {
-		ttl = time.Duration(s) * time.Second
+		ttlSeconds = s
 	}
 	mode := control.AccessRW
 	if m, ok := msg.Metadata[MetaAccessMode].(string); ok && m == control.AccessRO {
@@ -158,7 +160,7 @@ func (a *agent) delegate(ctx context.Context, rc *a2asrv.RequestContext, c execu
 	inv := &control.Invite{
 		BaseMessage: control.BaseMessage{DelegationID: control.NewDelegationID()},
 		Task:        control.Task{Description: untrusted.Clip(first, 200), Prompt: text},
-		Lease:       control.InviteLease{TTLSeconds: int64(ttl / time.Second), AccessMode: mode},
+		Lease:       control.InviteLease{TTLSeconds: ttlSeconds, AccessMode: mode},
 		Workspace:   &control.Workspace{ExportName: "workspace"},
 	}
 	t.mu.Lock()
@@ -393,6 +395,10 @@ func failureText(code, message, hint string) string {
 func number(v any) (int64, bool) {
 	switch n := v.(type) {
 	case float64:
+		// Past 2^63 a float64 has no int64 (1e19 would wrap): refused.
+		if n >= math.MaxInt64 || n <= math.MinInt64 {
+			return 0, false
+		}
 		return int64(n), n == float64(int64(n))
 	case string:
 		i, err := strconv.ParseInt(n, 10, 64)

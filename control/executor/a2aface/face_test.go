@@ -263,3 +263,26 @@ func TestEndlessBodies(t *testing.T) {
 		}
 	}
 }
+
+// A task's lease asked in more seconds than a Duration holds (as a number
+// or a string) is the executor's longest, not one that ended in 1759.
+func TestHugeTTLOnTheA2AFace(t *testing.T) {
+	srv, f := serveFace(t, "echo done", a2aface.Options{})
+	good, sum := zipB64(t, map[string]string{"a.txt": "a\n"})
+	for _, ttl := range []string{`1e10`, `"10000000000"`, `9.3e18`, `1e300`} {
+		msg := strings.Replace(send("work", filePart(good, "application/zip", sum)), `"role":"user"`,
+			`"role":"user","metadata":{"awcp.ttlSeconds":`+ttl+`}`, 1)
+		if r := post(t, srv.URL, token, msg); r.Error != nil || r.Result.Status.State != "completed" {
+			t.Errorf("ttlSeconds %s: %+v", ttl, r)
+		}
+	}
+	as, err := f.Store.Assignments()
+	if err != nil || len(as) != 4 {
+		t.Fatalf("assignments: %d, %v", len(as), err)
+	}
+	for _, a := range as {
+		if a.TTLSeconds <= 0 || a.TTLSeconds > 3600 || !a.ExpiresAt.After(a.AcceptedAt) {
+			t.Errorf("a lease of %d s, expiring %v (accepted %v)", a.TTLSeconds, a.ExpiresAt, a.AcceptedAt)
+		}
+	}
+}
