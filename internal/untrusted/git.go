@@ -29,8 +29,14 @@ import "strings"
 // A bare repository the agent makes under another name (HEAD, objects,
 // refs and config in a directory) is obeyed where git's
 // safe.bareRepository is "all", its default: see SECURITY.md.
+//
+// Names are compared without case: on a case-insensitive file system
+// (every Mac's APFS by default, ext4's casefold directories) `.GIT/Config`
+// is `.git/config`, and a rule that matched only the one spelling would
+// let the other through. On a case-sensitive one the rule then covers a
+// few names git never reads, which costs nothing.
 func GitControlled(rel string) bool {
-	parts := strings.Split(strings.Trim(rel, "/"), "/")
+	parts := strings.Split(Fold(strings.Trim(rel, "/")), "/")
 	for i, p := range parts {
 		if p != ".git" {
 			continue
@@ -57,7 +63,7 @@ func GitControlled(rel string) bool {
 // GitDir reports whether rel is a `.git` entry (of any repository of the
 // tree): the one controlled path a directory may be made at.
 func GitDir(rel string) bool {
-	rel = strings.Trim(rel, "/")
+	rel = Fold(strings.Trim(rel, "/"))
 	return rel == ".git" || strings.HasSuffix(rel, "/.git")
 }
 
@@ -65,7 +71,7 @@ func GitDir(rel string) bool {
 // what `diff` shows by name, not by content.
 func UnderGit(rel string) bool {
 	for _, p := range strings.Split(rel, "/") {
-		if p == ".git" {
+		if strings.EqualFold(p, ".git") {
 			return true
 		}
 	}

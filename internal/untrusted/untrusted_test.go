@@ -123,3 +123,22 @@ func TestBidiControlsEscaped(t *testing.T) {
 		t.Errorf("plain text changed")
 	}
 }
+
+// On a case-insensitive file system (a Mac's, ext4's casefold) every
+// spelling of a controlled path is that path: each is controlled.
+func TestGitControlledWithoutCase(t *testing.T) {
+	for _, rel := range []string{".GIT/config", ".Git/Config", "sub/.GIT/HOOKS/pre-commit", ".git/INFO/attributes",
+		".GIT/objects/INFO/Alternates", ".GIT", "a/.gIt/CommonDir"} {
+		if !GitControlled(rel) {
+			t.Errorf("%s is not controlled", rel)
+		}
+	}
+	for _, rel := range []string{".GIT/refs/heads/main", ".Git/OBJECTS/ab/cdef", "GIT/config", ".gitconfig"} {
+		if GitControlled(rel) {
+			t.Errorf("%s is controlled", rel)
+		}
+	}
+	if !GitDir("a/.GIT") || !UnderGit("x/.Git/index") {
+		t.Errorf(".GIT is not a git dir")
+	}
+}

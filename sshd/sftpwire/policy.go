@@ -5,6 +5,9 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/awcp/awcp/internal/untrusted"
 )
 
 // Policy is our extension, announced in VERSION when the export refuses
@@ -147,7 +150,8 @@ const (
 )
 
 func newNamePattern(glob string) namePattern {
-	const meta = `*?[\`
+	const meta = `*?[\\`
+	glob = untrusted.Fold(glob)
 	switch {
 	case !strings.ContainsAny(glob, meta):
 		return namePattern{glob: glob, kind: patExact, text: glob}
@@ -159,17 +163,37 @@ func newNamePattern(glob string) namePattern {
 	return namePattern{glob: glob, kind: patGlob}
 }
 
+// match compares without case: on a case-insensitive file system (a
+// Mac's APFS, ext4's casefold directories) `.ENV` opens `.env`, so a
+// pattern hides every spelling of the names it matches. The pattern is
+// folded once; a name is folded only where it is not plain ASCII (the
+// common case costs no allocation).
 func (p namePattern) match(name string) bool {
 	switch p.kind {
 	case patExact:
-		return name == p.text
+		return strings.EqualFold(name, p.text)
 	case patPrefix:
-		return strings.HasPrefix(name, p.text)
+		if ascii(name) {
+			return len(name) >= len(p.text) && strings.EqualFold(name[:len(p.text)], p.text)
+		}
+		return strings.HasPrefix(untrusted.Fold(name), p.text)
 	case patSuffix:
-		return strings.HasSuffix(name, p.text)
+		if ascii(name) {
+			return len(name) >= len(p.text) && strings.EqualFold(name[len(name)-len(p.text):], p.text)
+		}
+		return strings.HasSuffix(untrusted.Fold(name), p.text)
 	}
-	ok, _ := path.Match(p.glob, name)
+	ok, _ := path.Match(p.glob, untrusted.Fold(name))
 	return ok
+}
+
+func ascii(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // NewMatcher prepares patterns; nil if there are none.

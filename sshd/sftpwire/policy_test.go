@@ -1,6 +1,7 @@
 package sftpwire
 
 import (
+	"github.com/awcp/awcp/internal/untrusted"
 	"path"
 	"reflect"
 	"testing"
@@ -62,17 +63,34 @@ func TestPolicyEncoding(t *testing.T) {
 }
 
 // TestNamePatternsMatchAsPathMatch: the shapes matched without path.Match
-// match exactly what path.Match does.
+// match exactly what path.Match does, on names folded.
 func TestNamePatternsMatchAsPathMatch(t *testing.T) {
 	globs := append([]string{"*", "**", "a*", "*a", "*.", ".*", "a*b", "[ab]*", `\*x`, "x\\", "[", "?x", "id_rsa*", "*.pem", ".env.*", ".env"}, DefaultHide...)
-	names := []string{"", "a", "b", "ab", "ba", "a.", ".a", "*x", "xx", "x", "id_rsa", "id_rsa.pub", "key.pem", ".pem", "pem", ".env", ".env.local", ".envrc", "[", "a*b"}
+	names := []string{"", "a", "b", "ab", "ba", "a.", ".a", "*x", "xx", "x", "id_rsa", "id_rsa.pub", "key.pem", ".pem", "pem", ".env", ".env.local", ".envrc", "[", "a*b",
+		"A", "AB", ".ENV", ".Env.Local", "ID_RSA.pub", "Key.PEM", "\u212Aey.pem", "é.pem", "É.PEM"}
 	for _, g := range globs {
 		p := newNamePattern(g)
 		for _, n := range names {
-			want, _ := path.Match(g, n)
+			want, _ := path.Match(untrusted.Fold(g), untrusted.Fold(n))
 			if got := p.match(n); got != want {
 				t.Errorf("%q against %q: %v, path.Match says %v", g, n, got, want)
 			}
+		}
+	}
+}
+
+// On a case-insensitive file system `.ENV` opens `.env`: every spelling
+// of a hidden name is hidden, at any depth, by each pattern shape.
+func TestHiddenWithoutCase(t *testing.T) {
+	m := NewMatcher(append([]string{".git", "secrets/*.json", "Private*"}, DefaultHide...))
+	for _, rel := range []string{".ENV", "sub/.Env.Local", "ID_RSA", "keys/server.PEM", ".GIT/config", "a/SECRETS/Db.JSON", "private-notes", "PRIVATE.txt", "x/\u212Aey.pem"} {
+		if !m.Hidden(rel) {
+			t.Errorf("%s is not hidden", rel)
+		}
+	}
+	for _, rel := range []string{"ENVIRONMENT.md", "src/main.go", "Secrets.md", "README"} {
+		if m.Hidden(rel) {
+			t.Errorf("%s is hidden", rel)
 		}
 	}
 }
