@@ -1,10 +1,11 @@
 package sftpwire
 
 import (
-	"github.com/awcp/awcp/internal/untrusted"
 	"path"
 	"reflect"
 	"testing"
+
+	"github.com/awcp/awcp/internal/untrusted"
 )
 
 func TestHidden(t *testing.T) {
