@@ -33,7 +33,7 @@ var allowed = map[string][]string{
 	"internal/mountinfo":     {},
 	"internal/httpserve":     {},
 	"internal/metrics":       {"internal/httpserve"},
-	"sshd/sftpwire":          {},
+	"sshd/sftpwire":          {"internal/untrusted"},
 	"lease":                  {},
 	"archive":                {"internal/confine", "internal/merge3"},
 	"fs/sftpc":               {"sshd/sftpwire"},
@@ -47,7 +47,7 @@ var allowed = map[string][]string{
 	// control/delegator, the FUSE mount (fs) only from control/executor,
 	// and neither role's package imports the other's.
 	"control":                       {"archive", "internal/untrusted", "lease"},
-	"control/discovery":             {"control"},
+	"control/discovery":             {"control", "internal/untrusted"},
 	"control/skills":                {"control", "control/discovery", "internal/untrusted"},
 	"control/delegator":             {"archive", "control", "control/delegator/lending", "control/delegator/review", "internal/httpserve", "internal/sandbox", "internal/tail", "internal/untrusted", "lease", "sshd", "sshd/sftpwire", "internal/treewalk"},
 	"control/delegator/a2apeer":     {"control", "internal/untrusted", "lease"},
