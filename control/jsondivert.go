@@ -54,6 +54,12 @@ type diverter struct {
 	max   int
 	mark  string // what rest holds in the diverted string's place
 	found bool   // the member was diverted: a second one is kept
+	// DivertEach's: every string member match says yes to (given the
+	// object keys that lead to it, arrays passed through) goes to the
+	// writer openEach returns, its mark in rest.
+	match    func(keys []string) bool
+	openEach func() (io.Writer, string, error)
+	keys     []string
 }
 
 // Divert reads one JSON value from r; open is called only if the member
@@ -67,6 +73,22 @@ func Divert(r *bufio.Reader, path [][]string, max int, open func() (io.Writer, e
 func DivertMarked(r *bufio.Reader, path [][]string, max int, mark string, open func() (io.Writer, error)) (rest []byte, err error) {
 	d := &diverter{r: r, path: path, open: open, max: max, mark: mark}
 	if err := d.value(0, 0); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return d.rest.Bytes(), nil
+}
+
+// DivertEach reads one JSON value from r, diverting every string member
+// match says yes to — each decoded into the writer of its own openEach
+// gives, which also names the mark rest holds in its place — and
+// copying the rest, at most max bytes, to rest. For answers that carry
+// many files (an A2A task's file parts), none of them held in memory.
+func DivertEach(r *bufio.Reader, max int, match func(keys []string) bool, openEach func() (io.Writer, string, error)) (rest []byte, err error) {
+	d := &diverter{r: r, max: max, match: match, openEach: openEach, found: true}
+	if err := d.value(0, -1); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
@@ -125,6 +147,14 @@ func (d *diverter) value(depth, matched int) error {
 		if matched == len(d.path) && !d.found {
 			return d.divertString()
 		}
+		if d.match != nil && d.match(d.keys) {
+			w, mark, err := d.openEach()
+			if err != nil {
+				return err
+			}
+			d.mark = mark
+			return d.divertTo(w)
+		}
 		_, err := d.copyString()
 		return err
 	}
@@ -166,7 +196,13 @@ func (d *diverter) object(depth, matched int) error {
 		if matched >= 0 && matched < len(d.path) && slices.Contains(d.path[matched], key) {
 			next = matched + 1
 		}
-		return d.value(depth+1, next)
+		if d.match == nil {
+			return d.value(depth+1, next)
+		}
+		d.keys = append(d.keys, key)
+		err = d.value(depth+1, next)
+		d.keys = d.keys[:len(d.keys)-1]
+		return err
 	})
 }
 
@@ -243,12 +279,18 @@ func (d *diverter) copyString() (string, error) {
 // divertString writes the string's decoded content to the opened writer,
 // in runs between escapes, and keeps "" in rest.
 func (d *diverter) divertString() error {
-	d.r.ReadByte()
 	d.found = true
 	w, err := d.open()
 	if err != nil {
 		return err
 	}
+	return d.divertTo(w)
+}
+
+// divertTo writes the string's decoded content to w, and keeps d.mark in
+// rest in its place.
+func (d *diverter) divertTo(w io.Writer) error {
+	d.r.ReadByte()
 	if err := d.keep('"'); err != nil {
 		return err
 	}

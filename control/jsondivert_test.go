@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -147,5 +148,30 @@ func TestReadSSEDivertsTheResult(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(spool); len(left) != 0 {
 		t.Fatalf("spool files left after a cut stream: %v", left)
+	}
+}
+
+// DivertEach takes every matching string out, each to a writer of its
+// own with its mark in rest, at any depth and through arrays; the rest
+// reads as it was.
+func TestDivertEach(t *testing.T) {
+	in := `{"a":{"file":{"bytes":"b25l","name":"x"}},"list":[{"file":{"bytes":"dH\u0077by"}},{"file":{"bytes":7}},{"bytes":"kept"}],"file":"kept too"}`
+	var got []*bytes.Buffer
+	rest, err := DivertEach(bufio.NewReader(strings.NewReader(in)), 1<<10,
+		func(keys []string) bool { return len(keys) >= 2 && keys[len(keys)-2] == "file" && keys[len(keys)-1] == "bytes" },
+		func() (io.Writer, string, error) {
+			got = append(got, new(bytes.Buffer))
+			return got[len(got)-1], fmt.Sprint("mark-", len(got)), nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"a":{"file":{"bytes":"mark-1","name":"x"}},"list":[{"file":{"bytes":"mark-2"}},{"file":{"bytes":7}},{"bytes":"kept"}],"file":"kept too"}`
+	if string(rest) != want || len(got) != 2 || got[0].String() != "b25l" || got[1].String() != "dHwby" {
+		t.Errorf("rest %s, diverted %q", rest, got)
+	}
+	if _, err := DivertEach(bufio.NewReader(strings.NewReader(`{"x":"`+strings.Repeat("y", 2000)+`"}`)), 1<<10,
+		func([]string) bool { return false }, nil); !errors.Is(err, ErrRestTooLarge) {
+		t.Errorf("a rest past its bound: %v", err)
 	}
 }

@@ -18,7 +18,7 @@ package a2apeer
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -82,9 +82,21 @@ func (p *Peer) Forget(id string) {
 	os.Remove(p.sentFile(id) + ".result")
 }
 
-// client is an A2A client for del's agent, from its card.
-func (p *Peer) client(ctx context.Context, del *lease.Delegation) (*a2aclient.Client, error) {
-	hc := &http.Client{Transport: &bounded{next: http.DefaultTransport, token: del.Token, max: maxResult*4/3 + 1<<20},
+// client is an A2A client for del's agent, from its card, and the spools
+// its answers' files go to: the caller's to close.
+func (p *Peer) client(ctx context.Context, del *lease.Delegation) (*a2aclient.Client, *spools, error) {
+	sp := newSpools(p.Dir)
+	c, err := p.clientSpooling(ctx, del, sp)
+	if err != nil {
+		sp.close()
+		return nil, nil, err
+	}
+	return c, sp, nil
+}
+
+func (p *Peer) clientSpooling(ctx context.Context, del *lease.Delegation, sp *spools) (*a2aclient.Client, error) {
+	hc := &http.Client{Transport: &bounded{next: http.DefaultTransport, token: del.Token, max: maxResult*4/3 + 1<<20,
+		workspace: p.sentFile(del.ID), spools: sp},
 		CheckRedirect: control.SameServerRedirects}
 	card, err := agentcard.NewResolver(hc).Resolve(ctx, del.Peer)
 	if err != nil {
@@ -129,18 +141,26 @@ func loopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// bounded carries an agent's requests with the delegation's token, and
-// cuts any answer past max bytes.
+// bounded carries an agent's requests with the delegation's token and,
+// in a task's message, the workspace streamed from its file; it cuts any
+// answer past max bytes, and takes the files of a JSON answer apart into
+// spools (spool.go).
 type bounded struct {
-	next  http.RoundTripper
-	token string
-	max   int64
+	next      http.RoundTripper
+	token     string
+	max       int64
+	workspace string // the ZIP sent with the task
+	spools    *spools
 }
 
 func (b *bounded) RoundTrip(r *http.Request) (*http.Response, error) {
 	if b.token != "" {
 		r = r.Clone(r.Context())
 		r.Header.Set("Authorization", "Bearer "+b.token)
+	}
+	r, err := spliceWorkspace(r, b.workspace)
+	if err != nil {
+		return nil, err
 	}
 	resp, err := b.next.RoundTrip(r)
 	if err != nil {
@@ -151,7 +171,20 @@ func (b *bounded) RoundTrip(r *http.Request) (*http.Response, error) {
 		resp.Body.Close()
 		return nil, &refusedError{status: resp.Status, body: strings.TrimSpace(string(body))}
 	}
-	resp.Body = &limitedBody{r: resp.Body, left: b.max, max: b.max}
+	body := &limitedBody{r: resp.Body, left: b.max, max: b.max}
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || strings.HasPrefix(ct, "text/event-stream") {
+		// A stream's events the SDK reads a line at a time, each at
+		// most 64 KiB (bufio.Scanner's bound): nothing large is held.
+		resp.Body = body
+		return resp, nil
+	}
+	rest, err := b.spools.divert(body, maxResult*4/3+4)
+	resp.Body.Close()
+	if err != nil {
+		return nil, fmt.Errorf("the agent's answer: %w", err)
+	}
+	resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(rest)), int64(len(rest))
+	resp.Header.Del("Content-Length")
 	return resp, nil
 }
 
@@ -194,18 +227,24 @@ func fatal(err error) error {
 	return control.Errorf(control.CodeTaskFailed, "the A2A agent: %s", untrusted.Clip(err.Error(), 1000))
 }
 
-// message is del's task: its prompt as text, the workspace as a ZIP.
+// message is del's task: its prompt as text, the workspace as a ZIP —
+// its bytes a mark the transport replaces with them as it sends
+// (spliceWorkspace).
 func (p *Peer) message(del *lease.Delegation) (*a2a.Message, error) {
-	ws, err := os.ReadFile(p.sentFile(del.ID))
+	f, err := os.Open(p.sentFile(del.ID))
 	if err != nil {
 		return nil, fmt.Errorf("the workspace kept for the task: %w", err)
 	}
-	sum := sha256.Sum256(ws)
+	defer f.Close()
+	sum := sha256.New()
+	if _, err := io.Copy(sum, f); err != nil {
+		return nil, fmt.Errorf("the workspace kept for the task: %w", err)
+	}
 	return a2a.NewMessage(a2a.MessageRoleUser,
 		a2a.TextPart{Text: del.Prompt},
 		a2a.FilePart{File: a2a.FileBytes{FileMeta: a2a.FileMeta{Name: "workspace.zip", MimeType: "application/zip"},
-			Bytes: base64.StdEncoding.EncodeToString(ws)},
-			Metadata: map[string]any{"sha256": hex.EncodeToString(sum[:])}}), nil
+			Bytes: workspaceMark},
+			Metadata: map[string]any{"sha256": hex.EncodeToString(sum.Sum(nil))}}), nil
 }
 
 // Permit is delegator.A2APeer's: the answer is the task's next message,
@@ -214,10 +253,11 @@ func (p *Peer) Permit(ctx context.Context, del *lease.Delegation, requestID, opt
 	if del.PeerTaskID == "" {
 		return control.Errorf(control.CodeDeclined, "the A2A task has not been named yet")
 	}
-	c, err := p.client(ctx, del)
+	c, sp, err := p.client(ctx, del)
 	if err != nil {
 		return fatal(err)
 	}
+	defer sp.close()
 	defer c.Destroy()
 	m := a2a.NewMessage(a2a.MessageRoleUser,
 		a2a.DataPart{Data: map[string]any{"optionId": optionID, "requestId": requestID}},
@@ -232,10 +272,11 @@ func (p *Peer) Permit(ctx context.Context, del *lease.Delegation, requestID, opt
 
 // Cancel is delegator.A2APeer's.
 func (p *Peer) Cancel(ctx context.Context, del *lease.Delegation) error {
-	c, err := p.client(ctx, del)
+	c, sp, err := p.client(ctx, del)
 	if err != nil {
 		return err
 	}
+	defer sp.close()
 	defer c.Destroy()
 	_, err = c.CancelTask(ctx, &a2a.TaskIDParams{ID: a2a.TaskID(del.PeerTaskID)})
 	return err

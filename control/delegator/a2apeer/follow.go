@@ -26,6 +26,7 @@ type follower struct {
 	p       *Peer
 	del     *lease.Delegation
 	c       *a2aclient.Client
+	spools  *spools // the files of the client's answers
 	record  func(taskID, contextID string) error
 	emit    func(ev *control.Event) error
 	running bool
@@ -38,16 +39,17 @@ type follower struct {
 // the task asked for every second until it ends (an agent waiting on an
 // answer, one whose stream broke, or one that does not stream).
 func (p *Peer) Follow(ctx context.Context, del *lease.Delegation, after uint64, record func(taskID, contextID string) error, fn func(seq uint64, ev *control.Event) error) error {
-	c, err := p.client(ctx, del)
+	c, sp, err := p.client(ctx, del)
 	if err != nil {
 		if del.PeerTaskID == "" {
 			return fatal(err) // never reached: nothing was sent
 		}
 		return err // reached before: it may answer again
 	}
+	defer sp.close()
 	defer c.Destroy()
 	seq := after
-	f := &follower{p: p, del: del, c: c, record: record, running: del.State == lease.Running,
+	f := &follower{p: p, del: del, c: c, spools: sp, record: record, running: del.State == lease.Running,
 		emit: func(ev *control.Event) error { seq++; ev.DelegationID = del.ID; return fn(seq, ev) }}
 	if del.PeerTaskID == "" {
 		msg, err := p.message(del)
@@ -86,6 +88,7 @@ func (p *Peer) Follow(ctx context.Context, del *lease.Delegation, after uint64, 
 		if err != nil || done {
 			return err
 		}
+		sp.close() // the files of a task not ended yet: asked again
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

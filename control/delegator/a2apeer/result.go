@@ -4,7 +4,6 @@ import (
 	"archive/zip"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -29,7 +28,12 @@ const maxSummary = 16 << 10
 // words (the status message, its text parts) as the summary.
 func (f *follower) finish(ctx context.Context, task *a2a.Task) error {
 	summary := []string{textOf(task.Status.Message)}
-	files := map[string][]byte{}
+	files := map[string]string{} // name → the file its bytes were decoded into
+	defer func() {
+		for _, file := range files {
+			os.Remove(file)
+		}
+	}()
 	removed := map[string]bool{}
 	var notes []string
 	var size int64
@@ -47,20 +51,33 @@ func (f *follower) finish(ctx context.Context, task *a2a.Task) error {
 			case a2a.FilePart:
 				switch fc := p.File.(type) {
 				case a2a.FileBytes:
+					got, err := f.fileBytes(fc.Bytes)
+					if err != nil {
+						return fmt.Errorf("a file the agent sent: %w", err)
+					}
 					name := resultName(fc.Name)
 					if name == "" {
+						os.Remove(got.File)
 						notes = append(notes, fmt.Sprintf("a file named %q: not a path in the directory, left out", untrusted.Clip(fc.Name, 120)))
 						continue
 					}
-					data, err := base64.StdEncoding.DecodeString(fc.Bytes)
-					if err != nil {
+					if got.Bad != nil {
+						os.Remove(got.File)
 						notes = append(notes, fmt.Sprintf("%s: not base64, left out", name))
 						continue
 					}
-					if size += int64(len(data)); size > maxResult {
+					fi, err := os.Stat(got.File)
+					if err != nil {
+						return fmt.Errorf("a file the agent sent: %w", err)
+					}
+					if size += fi.Size(); size > maxResult {
+						os.Remove(got.File)
 						return control.Errorf(control.CodeTaskFailed, "the A2A agent's files are past the %d bytes a result may be: nothing was applied", maxResult)
 					}
-					files[name] = data
+					if old, ok := files[name]; ok {
+						os.Remove(old)
+					}
+					files[name] = got.File
 				case a2a.FileURI:
 					notes = append(notes, fmt.Sprintf("%s by URI (%s): not fetched", untrusted.Clip(fc.Name, 120), untrusted.Clip(fc.URI, 200)))
 				}
@@ -101,10 +118,29 @@ func (f *follower) finish(ctx context.Context, task *a2a.Task) error {
 	return f.emit(done)
 }
 
+// fileBytes is the file a file part's bytes were decoded into: spooled as
+// the answer was read (b is its mark), or, for a part that came in a
+// stream's event (small: the SDK reads at most 64 KiB a line), decoded
+// now. The file is the caller's to remove.
+func (f *follower) fileBytes(b string) (control.Spooled, error) {
+	if got, ok := f.spools.take(b); ok {
+		return got, nil
+	}
+	sp, err := control.NewSpoolFile(f.p.Dir, 0)
+	if err != nil {
+		return control.Spooled{}, err
+	}
+	if _, err := io.WriteString(sp, b); err != nil {
+		sp.Discard()
+		return control.Spooled{}, err
+	}
+	return sp.Finish()
+}
+
 // resultZip writes the result: every entry of the workspace sent that the
 // agent neither changed nor removed, then its files. It returns the file
 // and its SHA-256 (hex).
-func (p *Peer) resultZip(id string, files map[string][]byte, removed map[string]bool) (string, string, error) {
+func (p *Peer) resultZip(id string, files map[string]string, removed map[string]bool) (string, string, error) {
 	sent, err := zip.OpenReader(p.sentFile(id))
 	if err != nil {
 		return "", "", fmt.Errorf("the workspace sent: %w", err)
@@ -140,7 +176,7 @@ func (p *Peer) resultZip(id string, files map[string][]byte, removed map[string]
 			if err != nil {
 				return err
 			}
-			if _, err := w.Write(files[n]); err != nil {
+			if err := copyFile(w, files[n]); err != nil {
 				return err
 			}
 		}
@@ -154,4 +190,15 @@ func (p *Peer) resultZip(id string, files map[string][]byte, removed map[string]
 		return "", "", err
 	}
 	return name, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// copyFile writes the content of file to w.
+func copyFile(w io.Writer, file string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(w, f)
+	return err
 }

@@ -1,0 +1,181 @@
+package a2apeer
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/awcp/awcp/control"
+)
+
+// Neither the workspace sent nor the files an agent sends back are held
+// in memory: a task's message carries a mark where the workspace's base64
+// belongs, which the transport replaces with the ZIP's base64 streamed
+// from its file as the request is sent; and every file part of an answer
+// (a JSON-RPC answer, read before the SDK sees it) is decoded into a file
+// of its own as it arrives, a mark left in its place for the follower to
+// take (spools). The SDK decodes what is left: words and names.
+
+// maxRest bounds what an answer may hold outside its file parts.
+const maxRest = 32 << 20
+
+// workspaceMark is what a task's message holds where the workspace's
+// base64 goes.
+const workspaceMark = "awcp-workspace-base64"
+
+// spoolMarkPrefix begins the mark of a file part spooled.
+const spoolMarkPrefix = "awcp-spool:"
+
+// spools are the file parts of one client's answers, by mark.
+type spools struct {
+	dir   string
+	mu    sync.Mutex
+	n     int
+	files map[string]control.Spooled
+}
+
+func newSpools(dir string) *spools { return &spools{dir: dir, files: map[string]control.Spooled{}} }
+
+// take gives the file spooled under mark, which is then the caller's to
+// remove; ok false if mark is none of this client's.
+func (s *spools) take(mark string) (control.Spooled, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.files[mark]
+	delete(s.files, mark)
+	return f, ok
+}
+
+// close removes every file not taken: those of answers the follower has
+// done with (a task polled that had not ended yet), or all at the end.
+func (s *spools) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for m, f := range s.files {
+		os.Remove(f.File)
+		delete(s.files, m)
+	}
+}
+
+// isFileBytes says whether the string at keys is a file part's content
+// (A2A 0.3: {"kind":"file","file":{"name":…,"bytes":"<base64>"}}), at
+// any depth: a task's artifacts, its history, a status message.
+func isFileBytes(keys []string) bool {
+	n := len(keys)
+	return n >= 2 && keys[n-2] == "file" && keys[n-1] == "bytes"
+}
+
+// divert reads a JSON answer of body, each file part into a spool (at
+// most max bytes of base64 in all), and returns the rest.
+func (s *spools) divert(body io.Reader, max int64) ([]byte, error) {
+	type pending struct {
+		f    *control.SpoolFile
+		mark string
+	}
+	var got []pending
+	var taken int64
+	rest, err := control.DivertEach(bufio.NewReaderSize(body, 64<<10), maxRest, isFileBytes, func() (io.Writer, string, error) {
+		s.mu.Lock()
+		s.n++
+		mark := fmt.Sprintf("%s%d", spoolMarkPrefix, s.n)
+		s.mu.Unlock()
+		left := max - taken
+		if left <= 0 {
+			return nil, "", fmt.Errorf("the agent's files are past the %d bytes a result may be", maxResult)
+		}
+		f, err := control.NewSpoolFile(s.dir, left)
+		if err != nil {
+			return nil, "", err
+		}
+		got = append(got, pending{f, mark})
+		return countingWriter{f, &taken}, mark, nil
+	})
+	for _, p := range got {
+		sp, ferr := p.f.Finish()
+		if err != nil || ferr != nil {
+			os.Remove(sp.File)
+			err = firstError(err, ferr)
+			continue
+		}
+		s.mu.Lock()
+		s.files[p.mark] = sp
+		s.mu.Unlock()
+	}
+	if err != nil {
+		for _, p := range got {
+			if f, ok := s.take(p.mark); ok {
+				os.Remove(f.File)
+			}
+		}
+		return nil, err
+	}
+	return rest, nil
+}
+
+func firstError(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+type countingWriter struct {
+	w io.Writer
+	n *int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	*c.n += int64(n)
+	return n, err
+}
+
+// spliceWorkspace makes r's body, if it holds the workspace's mark as a
+// JSON string, send the base64 of the ZIP at file in its place, read as
+// it is sent.
+func spliceWorkspace(r *http.Request, file string) (*http.Request, error) {
+	if r.Body == nil || r.GetBody == nil {
+		return r, nil
+	}
+	msg, err := io.ReadAll(io.LimitReader(r.Body, maxRest))
+	r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	before, after, found := bytes.Cut(msg, []byte(`"`+workspaceMark+`"`))
+	if !found {
+		r = r.Clone(r.Context())
+		r.Body = io.NopCloser(bytes.NewReader(msg))
+		return r, nil
+	}
+	fi, err := os.Stat(file)
+	if err != nil {
+		return nil, fmt.Errorf("the workspace kept for the task: %w", err)
+	}
+	body := func() (io.ReadCloser, error) {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, fmt.Errorf("the workspace kept for the task: %w", err)
+		}
+		return readCloser{io.MultiReader(bytes.NewReader(before), strings.NewReader(`"`),
+			control.NewBase64Reader(f), strings.NewReader(`"`), bytes.NewReader(after)), f}, nil
+	}
+	r = r.Clone(r.Context())
+	if r.Body, err = body(); err != nil {
+		return nil, err
+	}
+	r.GetBody = body
+	r.ContentLength = int64(len(before)+len(after)+2) + int64(base64.StdEncoding.EncodedLen(int(fi.Size())))
+	return r, nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
