@@ -158,7 +158,9 @@ func TestDivertEach(t *testing.T) {
 	in := `{"a":{"file":{"bytes":"b25l","name":"x"}},"list":[{"file":{"bytes":"dH\u0077by"}},{"file":{"bytes":7}},{"bytes":"kept"}],"file":"kept too"}`
 	var got []*bytes.Buffer
 	rest, err := DivertEach(bufio.NewReader(strings.NewReader(in)), 1<<10,
-		func(keys []string) bool { return len(keys) >= 2 && keys[len(keys)-2] == "file" && keys[len(keys)-1] == "bytes" },
+		func(keys []string) bool {
+			return len(keys) >= 2 && keys[len(keys)-2] == "file" && keys[len(keys)-1] == "bytes"
+		},
 		func() (io.Writer, string, error) {
 			got = append(got, new(bytes.Buffer))
 			return got[len(got)-1], fmt.Sprint("mark-", len(got)), nil

@@ -16,9 +16,9 @@
 package a2apeer
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
-	"bytes"
 	"encoding/hex"
 	"errors"
 	"fmt"

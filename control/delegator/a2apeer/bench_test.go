@@ -163,4 +163,3 @@ func copyZip(b *testing.B, from, to string) {
 	defer out.Close()
 	io.Copy(out, in)
 }
-
