@@ -384,3 +384,89 @@ func TestKustomizationNamesEveryManifest(t *testing.T) {
 		}
 	}
 }
+
+// The executor's container runs under its own seccomp profile, which its
+// init container installs from the ConfigMap kustomize makes of
+// seccomp-executor.json: refusals by default, what the agents' roots need
+// allowed (pivot_root, mount, unshare, the new mount API, Landlock,
+// seccomp), and what a container has no use for — the kernel keyrings
+// first — not.
+func TestExecutorSeccompProfile(t *testing.T) {
+	data, err := os.ReadFile("seccomp-executor.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prof struct {
+		DefaultAction string `json:"defaultAction"`
+		ArchMap       []struct {
+			Architecture     string   `json:"architecture"`
+			SubArchitectures []string `json:"subArchitectures"`
+		} `json:"archMap"`
+		Syscalls []struct {
+			Names  []string `json:"names"`
+			Action string   `json:"action"`
+		} `json:"syscalls"`
+	}
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(data, &prof); err != nil {
+		t.Fatalf("seccomp-executor.json: %v", err)
+	}
+	if prof.DefaultAction != "SCMP_ACT_ERRNO" || len(prof.Syscalls) != 1 || prof.Syscalls[0].Action != "SCMP_ACT_ALLOW" {
+		t.Fatalf("the profile is not an allow list refusing the rest: %s, %d rules", prof.DefaultAction, len(prof.Syscalls))
+	}
+	for _, a := range prof.ArchMap {
+		if len(a.SubArchitectures) > 0 {
+			t.Errorf("%s lets %v through too: another ABI's calls bypass the names", a.Architecture, a.SubArchitectures)
+		}
+	}
+	allowed := prof.Syscalls[0].Names
+	for _, need := range []string{"pivot_root", "mount", "umount2", "unshare", "mount_setattr", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount",
+		"landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self", "seccomp", "prctl", "capset", "setuid", "setgid", "clone", "clone3",
+		"execve", "openat", "openat2", "read", "write", "epoll_pwait", "futex", "inotify_init1", "fanotify_init"} {
+		if !slices.Contains(allowed, need) {
+			t.Errorf("%s is refused: the executor needs it", need)
+		}
+	}
+	for _, never := range []string{"add_key", "request_key", "keyctl", "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
+		"reboot", "bpf", "perf_event_open", "open_by_handle_at", "userfaultfd", "swapon", "settimeofday", "clock_settime", "io_uring_setup",
+		"process_vm_writev", "sethostname"} {
+		if slices.Contains(allowed, never) {
+			t.Errorf("%s is allowed", never)
+		}
+	}
+	if !slices.IsSorted(allowed) || len(slices.Compact(slices.Clone(allowed))) != len(allowed) {
+		t.Errorf("the names are not sorted and unique")
+	}
+
+	m := load(t)
+	spec := m.statefulSet[0].Spec.Template.Spec
+	var fs, init *corev1.Container
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == "awcp-fs" {
+			fs = &spec.Containers[i]
+		}
+	}
+	for i := range spec.InitContainers {
+		if spec.InitContainers[i].Name == "seccomp-profile" {
+			init = &spec.InitContainers[i]
+		}
+	}
+	if fs == nil || init == nil {
+		t.Fatalf("the StatefulSet has no awcp-fs container or no seccomp-profile init container")
+	}
+	sp := fs.SecurityContext.SeccompProfile
+	if sp == nil || sp.Type != corev1.SeccompProfileTypeLocalhost || sp.LocalhostProfile == nil || *sp.LocalhostProfile != "awcp/executor.json" {
+		t.Errorf("awcp-fs's seccomp profile: %+v", sp)
+	}
+	var hostDir string
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			hostDir = v.HostPath.Path
+		}
+	}
+	if hostDir != "/var/lib/kubelet/seccomp/awcp" {
+		t.Errorf("the profile is installed in %q, not the kubelet's seccomp/awcp", hostDir)
+	}
+	if !strings.Contains(strings.Join(init.Command, " "), "/seccomp/executor.json") {
+		t.Errorf("the init container does not install executor.json: %v", init.Command)
+	}
+}

@@ -253,6 +253,10 @@ tlsCertFile: $P/kubelet.crt
 tlsPrivateKeyFile: $P/kubelet.key
 evictionHard: {"memory.available": "200Mi", "nodefs.available": "5%", "imagefs.available": "5%"}
 KC
+  # Localhost seccomp profiles are read from the kubelet's root dir; the
+  # manifests install theirs where a kubelet's root usually is.
+  mkdir -p /var/lib/kubelet/seccomp "$S/kubelet"
+  ln -sfn /var/lib/kubelet/seccomp "$S/kubelet/seccomp"
   run kubelet nice -n 5 "$KB/kubelet" --config="$C/kubelet.yaml" --kubeconfig="$C/kubelet.kubeconfig" \
     --root-dir="$S/kubelet" --hostname-override=$NODE --node-ip=$NODE_IP -v=2
   waitfor "node $NODE" 180 sh -c "'$KB/kubectl' --kubeconfig '$C/admin.kubeconfig' get node $NODE -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True" || return 1
@@ -348,6 +352,8 @@ down() {
   ip link del awk8s-host 2>/dev/null
   rm -f /var/lib/kubelet/device-plugins/kubelet.sock /var/lib/kubelet/device-plugins/awcp-fuse.sock \
     /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
+  rm -f /var/lib/kubelet/seccomp/awcp/executor.json
+  rmdir /var/lib/kubelet/seccomp/awcp /var/lib/kubelet/seccomp 2>/dev/null
   if [ -f "$WORK/made-var-lib-kubelet" ]; then
     rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins /var/lib/kubelet 2>/dev/null
     rm -f "$WORK/made-var-lib-kubelet"

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -89,6 +90,18 @@ func TestFleetOnARealCluster(t *testing.T) {
 	}
 	if out, _ := c.kubectl("get", "values.awcp.dev", "-A"); strings.Contains(out, "awcp-values") {
 		t.Errorf("the local-config Values object was sent to the cluster")
+	}
+	// Each executor runs under the profile shipped (installed by the init
+	// container), a seccomp filter in force: not Unconfined.
+	for i := range replicas {
+		pod := fmt.Sprintf("awcp-executor-%d", i)
+		if prof := c.mustKubectl(t, "-n", "awcp", "get", "pod", pod, "-o",
+			"jsonpath={.spec.containers[0].securityContext.seccompProfile.localhostProfile}"); prof != "awcp/executor.json" {
+			t.Errorf("%s's seccomp profile: %q", pod, prof)
+		}
+		if status := c.mustKubectl(t, "-n", "awcp", "exec", pod, "-c", "awcp-fs", "--", "cat", "/proc/1/status"); !regexp.MustCompile(`(?m)^Seccomp:\s+2$`).MatchString(status) {
+			t.Errorf("%s's awcp-fs runs without a seccomp filter:\n%s", pod, status)
+		}
 	}
 
 	// Each pod's identity, as its operator reads it.
