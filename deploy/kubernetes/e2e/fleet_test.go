@@ -433,6 +433,8 @@ func copyDir(t *testing.T, src, dst string) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests in %s: %v", src, err)
 	}
+	profiles, _ := filepath.Glob(filepath.Join(src, "seccomp-*.json")) // kustomize's ConfigMap of it
+	files = append(files, profiles...)
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
