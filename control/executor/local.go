@@ -48,8 +48,9 @@ func (c Caller) mayTouch(a *lease.Assignment) bool {
 	return madeBy(a.DelegatorKey, a.DelegatorToken, c)
 }
 
-// MayTouch reports whether c may see, steer or end what the client made
-// did: by made's key where it showed one, else by its token.
+// MayTouch reports whether c may see, steer or end what the caller made
+// created (an A2A task): by made's key where it showed one, else by its
+// token.
 func (c Caller) MayTouch(made Caller) bool {
 	return madeBy(made.Key, TokenDigest(made.Token), c)
 }
