@@ -67,7 +67,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 			&cli.StringFlag{Name: "agent-acp", EnvVars: []string{"AWCP_AGENT_ACP"},
 				Usage: "instead of --agent-cmd: an ACP agent's command (e.g. an ACP adapter of a coding agent), spoken to over its stdio"},
 			&cli.StringFlag{Name: "permission", EnvVars: []string{"AWCP_PERMISSION"}, Value: executor.PermissionAuto,
-				Usage: "ACP permission requests: auto (first allow option), deny (first reject option) or forward (the delegator decides)"},
+				Usage: "ACP permission requests: auto (allow, once where the agent offers it), deny (reject, once where offered) or forward (the delegator decides)"},
 			clikit.DurationFlag("permission-timeout", 5*time.Minute, "a forwarded permission request unanswered this long is cancelled", "AWCP_PERMISSION_TIMEOUT"),
 			&cli.BoolFlag{Name: "a2a", EnvVars: []string{"AWCP_A2A"}, Value: true,
 				Usage: "serve A2A (0.3, JSON-RPC) at /a2a beside AWCP: a task with its workspace as a ZIP file part is a delegation, under the same credentials, admission and sandbox"},

@@ -17,8 +17,8 @@ import (
 
 // Permission policies of an executor (Options.Permission).
 const (
-	PermissionAuto    = "auto"    // the first allow option
-	PermissionDeny    = "deny"    // the first reject option
+	PermissionAuto    = "auto"    // allow, once (allow_once, else the first allow option)
+	PermissionDeny    = "deny"    // reject, once (reject_once, else the first reject option)
 	PermissionForward = "forward" // the delegator decides
 )
 
@@ -43,9 +43,9 @@ func (e *Executor) decide(ctx context.Context, id string, t *task, req agent.Per
 	var d agent.Decision
 	switch e.opts.Permission {
 	case PermissionAuto:
-		d = agent.Decision{OptionID: firstOption(req.Options, "allow_"), By: DecidedByPolicyAuto}
+		d = agent.Decision{OptionID: onceOption(req.Options, "allow_"), By: DecidedByPolicyAuto}
 	case PermissionDeny:
-		d = agent.Decision{OptionID: firstOption(req.Options, "reject_"), By: DecidedByPolicyDeny}
+		d = agent.Decision{OptionID: onceOption(req.Options, "reject_"), By: DecidedByPolicyDeny}
 	case PermissionForward:
 		d = e.forward(ctx, id, t, req)
 	}
@@ -61,15 +61,23 @@ func (e *Executor) decide(ctx context.Context, id string, t *task, req agent.Per
 	return d
 }
 
-// firstOption is the id of the first option whose kind starts with prefix:
-// a policy never picks blindly the first option of all.
-func firstOption(opts []agent.PermissionOption, prefix string) string {
+// onceOption is the id of the option of kind prefix+"once" if the agent
+// offers one, else of the first whose kind starts with prefix: a policy
+// decides the one request it is asked, never the rest of the session
+// (an "always" answer is the agent's to keep, and Gemini CLI refuses it
+// outright in a folder it does not trust, failing the tool call), and
+// never picks blindly the first option of all.
+func onceOption(opts []agent.PermissionOption, prefix string) string {
+	first := ""
 	for _, o := range opts {
-		if strings.HasPrefix(o.Kind, prefix) {
+		switch {
+		case o.Kind == prefix+"once":
 			return o.OptionID
+		case first == "" && strings.HasPrefix(o.Kind, prefix):
+			first = o.OptionID
 		}
 	}
-	return ""
+	return first
 }
 
 // forward publishes the request as a pending permission event and waits

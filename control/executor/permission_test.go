@@ -13,9 +13,10 @@ import (
 	"github.com/awcp/awcp/lease"
 )
 
-// The policies pick by kind, never the first option blindly; with no
-// option of the kind wanted the request is cancelled, and the record says
-// why.
+// The policies pick by kind, once where the agent offers it (Gemini CLI
+// offers "always" first, and refuses it in a folder it does not trust),
+// never the first option blindly; with no option of the kind wanted the
+// request is cancelled, and the record says why.
 func TestPermissionPolicies(t *testing.T) {
 	opts := []agent.PermissionOption{
 		{OptionID: "no", Name: "No", Kind: "reject_once"},
@@ -23,12 +24,15 @@ func TestPermissionPolicies(t *testing.T) {
 		{OptionID: "yes", Name: "Yes", Kind: "allow_once"},
 	}
 	onlyReject := opts[:1]
+	noOnce := []agent.PermissionOption{{OptionID: "no", Kind: "reject_always"}, {OptionID: "always", Kind: "allow_always"}}
 	tests := []struct {
 		name, policy string
 		options      []agent.PermissionOption
 		want         agent.Decision
 	}{
-		{name: "auto takes the first allow", policy: PermissionAuto, options: opts, want: agent.Decision{OptionID: "always", By: DecidedByPolicyAuto}},
+		{name: "auto allows once", policy: PermissionAuto, options: opts, want: agent.Decision{OptionID: "yes", By: DecidedByPolicyAuto}},
+		{name: "auto without a once option takes the first allow", policy: PermissionAuto, options: noOnce, want: agent.Decision{OptionID: "always", By: DecidedByPolicyAuto}},
+		{name: "deny without a once option takes the first reject", policy: PermissionDeny, options: noOnce, want: agent.Decision{OptionID: "no", By: DecidedByPolicyDeny}},
 		{name: "deny takes the first reject", policy: PermissionDeny, options: opts, want: agent.Decision{OptionID: "no", By: DecidedByPolicyDeny}},
 		{name: "auto without an allow option", policy: PermissionAuto, options: onlyReject, want: agent.Decision{By: DecidedByPolicyAuto + ": no matching option"}},
 		{name: "forward times out", policy: PermissionForward, options: opts, want: agent.Decision{By: DecidedByTimeout}},
