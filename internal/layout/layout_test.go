@@ -41,7 +41,7 @@ var allowed = map[string][]string{
 	"sshd":                   {"archive", "sshd/sftpwire", "internal/confine", "internal/bufconn", "internal/stage", "internal/untrusted", "internal/gitrun", "internal/treewalk"},
 	"sshd/sshdtest":          {"sshd"},
 	"control/executor/agent": {"internal/tail", "lease"},
-	"control/executor/acp":   {"control", "control/executor/agent", "internal/tail", "lease"},
+	"control/executor/acp":   {"control", "control/executor/agent", "internal/tail", "internal/untrusted", "lease"},
 	// control is what both roles share: no role's logic, and neither
 	// half of the live mount. The SSH server (sshd) is reached only from
 	// control/delegator, the FUSE mount (fs) only from control/executor,

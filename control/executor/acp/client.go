@@ -17,6 +17,7 @@ import (
 	acpsdk "github.com/coder/acp-go-sdk"
 
 	"github.com/awcp/awcp/control/executor/agent"
+	"github.com/awcp/awcp/internal/untrusted"
 )
 
 // Error codes beyond JSON-RPC's that ACP defines.
@@ -42,6 +43,7 @@ type client struct {
 	message   strings.Builder   // the agent's text since its last tool call: the summary
 	pending   map[string]string // unfinished lines of the agent's text, by kind
 	toolTitle map[acpsdk.ToolCallId]string
+	failed    []string // the tool calls that failed, each its title and the agent's words
 	terms     map[string]*terminal
 	nextID    int
 }
@@ -110,7 +112,53 @@ func (c *client) session() (acpsdk.SessionId, bool) {
 func (c *client) summary() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return strings.TrimSpace(c.message.String())
+	s := strings.TrimSpace(c.message.String())
+	if len(c.failed) == 0 {
+		return s
+	}
+	// A turn that ends well after its tool calls failed (a write the
+	// agent was refused) did not do what its last words may say: the
+	// summary says which failed, in the agent's words, so that nobody
+	// reads "completed" as "done".
+	if s != "" {
+		s += "\n\n"
+	}
+	s += fmt.Sprintf("%d tool call(s) failed:", len(c.failed))
+	for _, f := range c.failed {
+		s += "\n- " + f
+	}
+	return s
+}
+
+// maxFailedShown and maxFailedWords bound the failed tool calls a summary
+// names, and the agent's words of each.
+const (
+	maxFailedShown = 8
+	maxFailedWords = 300
+)
+
+// toolFailed records that tool call id failed, with what its content says.
+func (c *client) toolFailed(id acpsdk.ToolCallId, content []acpsdk.ToolCallContent) {
+	var words []string
+	for _, tc := range content {
+		if tc.Content != nil && tc.Content.Content.Text != nil {
+			words = append(words, strings.TrimSpace(tc.Content.Content.Text.Text))
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.failed) >= maxFailedShown {
+		return
+	}
+	title := c.toolTitle[id]
+	if title == "" {
+		title = string(id)
+	}
+	line := untrusted.Line(title, 120)
+	if w := untrusted.Line(strings.Join(words, " "), maxFailedWords); w != "" {
+		line += ": " + w
+	}
+	c.failed = append(c.failed, line)
 }
 
 // releaseAll kills and frees every terminal and closes the work dir (it

@@ -341,3 +341,36 @@ func TestProtocolErrors(t *testing.T) {
 		t.Fatalf("a good request after the bad ones: id %v code %d", id, code)
 	}
 }
+
+// A turn whose tool calls failed says so after the agent's last words,
+// in the agent's words, one line each: a refused write is not read as
+// done (Gemini CLI's write_file, refused in a folder it does not trust).
+func TestFailedToolCallsInTheSummary(t *testing.T) {
+	c, err := newClient(context.Background(), agent.Task{WorkDir: workDir(t), AccessMode: "rw"}, false, agent.Hooks{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.releaseAll()
+	failed := acpsdk.ToolCallStatusFailed
+	completed := acpsdk.ToolCallStatusCompleted
+	text := func(s string) []acpsdk.ToolCallContent {
+		return []acpsdk.ToolCallContent{{Content: &acpsdk.ToolCallContentContent{Content: acpsdk.TextBlock(s)}}}
+	}
+	for _, u := range []acpsdk.SessionUpdate{
+		{ToolCall: &acpsdk.SessionUpdateToolCall{ToolCallId: "w1", Title: "WriteFile notes.txt"}},
+		{ToolCallUpdate: &acpsdk.SessionToolCallUpdate{ToolCallId: "w1", Status: &failed,
+			Content: text("Cannot enable privileged approval modes in an untrusted folder.\n\x1b[2J")}},
+		{ToolCall: &acpsdk.SessionUpdateToolCall{ToolCallId: "r1", Title: "ReadFile a.txt", Status: acpsdk.ToolCallStatusCompleted}},
+		{ToolCallUpdate: &acpsdk.SessionToolCallUpdate{ToolCallId: "r1", Status: &completed}},
+		{ToolCall: &acpsdk.SessionUpdateToolCall{ToolCallId: "s1", Title: "Shell make", Status: acpsdk.ToolCallStatusFailed}},
+		{AgentMessageChunk: &acpsdk.SessionUpdateAgentMessageChunk{Content: acpsdk.TextBlock("I wrote the notes.")}},
+	} {
+		if err := c.SessionUpdate(context.Background(), acpsdk.SessionNotification{SessionId: "s", Update: u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "I wrote the notes.\n\n2 tool call(s) failed:\n- WriteFile notes.txt: Cannot enable privileged approval modes in an untrusted folder. [2J\n- Shell make"
+	if got := c.summary(); got != want {
+		t.Errorf("summary:\n%q\nwant\n%q", got, want)
+	}
+}

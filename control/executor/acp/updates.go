@@ -41,6 +41,9 @@ func (c *client) SessionUpdate(_ context.Context, n acpsdk.SessionNotification) 
 		if tc.Kind != "" || tc.Status != "" {
 			msg += fmt.Sprintf(" (%s)", strings.Trim(string(tc.Kind)+", "+string(tc.Status), ", "))
 		}
+		if tc.Status == acpsdk.ToolCallStatusFailed {
+			c.toolFailed(tc.ToolCallId, tc.Content)
+		}
 		c.emit(agent.Update{Message: msg})
 	case u.ToolCallUpdate != nil:
 		tc := u.ToolCallUpdate
@@ -51,6 +54,9 @@ func (c *client) SessionUpdate(_ context.Context, n acpsdk.SessionNotification) 
 		title := c.toolTitle[tc.ToolCallId]
 		c.mu.Unlock()
 		if tc.Status != nil {
+			if *tc.Status == acpsdk.ToolCallStatusFailed {
+				c.toolFailed(tc.ToolCallId, tc.Content)
+			}
 			if title == "" {
 				title = string(tc.ToolCallId)
 			}
