@@ -171,6 +171,10 @@ func spliceWorkspace(r *http.Request, file string) (*http.Request, error) {
 		return nil, err
 	}
 	r.GetBody = body
+	// The agent sees the credential before the workspace is sent: one
+	// that refuses it answers before a byte of it goes (and the answer
+	// is read, not lost to a write on a connection the agent closed).
+	r.Header.Set("Expect", "100-continue")
 	r.ContentLength = int64(len(before)+len(after)+2) + int64(base64.StdEncoding.EncodedLen(int(fi.Size())))
 	return r, nil
 }
