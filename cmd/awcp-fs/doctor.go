@@ -37,7 +37,7 @@ func doctorCommand(ctx context.Context) *cli.Command {
 			&cli.StringFlag{Name: "agent-cmd", EnvVars: []string{"AWCP_AGENT_CMD"}, Usage: "the agent command serve is given"},
 			&cli.StringFlag{Name: "agent-acp", EnvVars: []string{"AWCP_AGENT_ACP"}, Usage: "the ACP agent serve is given"},
 			&cli.StringFlag{Name: "delegator", Usage: "a delegator's SSH server, host:port, to check this machine can reach (awcp-ctl doctor on the delegator checks the rest)"},
-		), sandboxFlags()...),
+		), append(sandboxFlags(), agentEnvFlags()...)...),
 		Action: func(c *cli.Context) error { return doctor(ctx, c) },
 	}
 }
@@ -158,7 +158,21 @@ func checkSandbox(l *clikit.Checklist, c *cli.Context, state string) {
 			l.Info("sandbox grant", warning)
 		}
 	}
-	checkAgentConfined(l, c, p, work)
+	env, unset, err := agentEnv(c)
+	switch {
+	case err != nil:
+		l.Fail("agent environment", err.Error(), "name variables with --agent-env NAME, or give a file of NAME=VALUE lines of mode 600 with --agent-env-file")
+	case len(unset) > 0:
+		l.Fail("agent environment", "--agent-env names what this environment does not set: "+strings.Join(unset, " "),
+			"set them where the daemon starts (an EnvironmentFile= of mode 600 with systemd), or drop the names")
+	default:
+		named := envNames(env)
+		if named == "" {
+			named = "nothing else (an agent that logs in with an API key gets none: --agent-env NAME)"
+		}
+		l.OK("agent environment", "PATH, the locale and TZ of this daemon's, a fresh HOME and TMPDIR, the task's AWCP_*; named: "+named)
+	}
+	checkAgentConfined(l, c, p, work, env)
 }
 
 // rwGrantWarning says what a read-write grant of dir hands every agent
@@ -192,13 +206,13 @@ func rwGrantWarning(dir string, idmapped bool) string {
 // task's command has its program found and executable in there — it is
 // not run, having no task. What the agent says on stderr is shown when
 // it fails: a path the sandbox refused it is named there.
-func checkAgentConfined(l *clikit.Checklist, c *cli.Context, p *sandbox.Policy, work string) {
+func checkAgentConfined(l *clikit.Checklist, c *cli.Context, p *sandbox.Policy, work string, env []string) {
 	const grant = "grant what it needs with --sandbox-allow PATH[:rw] (its install, its credentials), or run it with --sandbox off knowingly"
 	if line := c.String("agent-acp"); line != "" {
 		ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
 		defer cancel()
 		// As serve starts it: its fresh HOME, temporary dir and caches.
-		task, cleanup, err := executor.ProbeTask(p, work, c.String("name"))
+		task, cleanup, err := executor.ProbeTask(p, work, c.String("name"), env)
 		if err != nil {
 			l.Fail("agent in sandbox", err.Error(), "")
 			return

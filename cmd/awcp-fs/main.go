@@ -106,7 +106,7 @@ func serveCommand(ctx context.Context) *cli.Command {
 			&cli.GenericFlag{Name: "skill", EnvVars: []string{"AWCP_SKILL"}, Value: &repeated{},
 				Usage: `a skill for the agent card, "name: description" (repeatable)`},
 			clikit.MetricsListenFlag(),
-		), sandboxFlags()...),
+		), append(sandboxFlags(), agentEnvFlags()...)...),
 		Action: func(c *cli.Context) error { return serve(ctx, c) },
 	}
 }
@@ -208,6 +208,14 @@ func serve(ctx context.Context, c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	agentEnviron, unset, err := agentEnv(c)
+	if err != nil {
+		return err
+	}
+	if len(unset) > 0 {
+		log.Warn("--agent-env names variables this daemon's environment does not set: not passed", "names", strings.Join(unset, " "))
+	}
+	log.Info("agents' environment", "from this daemon", "PATH, the locale, TZ", "named", envNames(agentEnviron))
 	if confine != nil && confine.Isolated {
 		// Built once now: where it cannot be, every delegation would
 		// fail its agent; a daemon that says so at once is not Ready.
@@ -253,6 +261,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 		Sessions:             sessions,
 		Sandbox:              profile,
 		Confine:              confine,
+		AgentEnv:             agentEnviron,
 		Permission:           c.String("permission"),
 		PermissionTimeout:    clikit.Duration(c, "permission-timeout"),
 		Store:                store,
@@ -320,7 +329,7 @@ func serve(ctx context.Context, c *cli.Context) error {
 		probed := make(chan struct{})
 		go func() {
 			defer close(probed)
-			probeACPAgent(pctx, probe, confine, c.String("name"), exec, log)
+			probeACPAgent(pctx, probe, confine, c.String("name"), agentEnviron, exec, log)
 		}()
 		defer func() { stopProbe(); <-probed }()
 	}
@@ -337,14 +346,14 @@ func serve(ctx context.Context, c *cli.Context) error {
 // a session's agent is (executor.ProbeTask), in a scratch directory, and
 // gives it to the executor's manifest — or why it gave none.
 func probeACPAgent(ctx context.Context, probe func(context.Context, agent.Task) (json.RawMessage, string, error),
-	confine *sandbox.Policy, name string, ex *executor.Executor, log *slog.Logger) {
+	confine *sandbox.Policy, name string, env []string, ex *executor.Executor, log *slog.Logger) {
 	scratch, err := os.MkdirTemp("", "awcp-acp-probe-")
 	if err != nil {
 		log.Warn("ACP agent not probed", "err", err)
 		return
 	}
 	defer os.RemoveAll(scratch)
-	t, cleanup, err := executor.ProbeTask(confine, scratch, name)
+	t, cleanup, err := executor.ProbeTask(confine, scratch, name, env)
 	if err != nil {
 		log.Warn("ACP agent not probed", "err", err)
 		return

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"os"
+	"slices"
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/executor/agent"
@@ -16,8 +17,8 @@ import (
 // directory, fresh HOME (the operator's grants under the daemon's home
 // linked into it) and caches of its own that a delegation's agent gets
 // without a delegator's cache (confine). cleanup removes what it made.
-func ProbeTask(base *sandbox.Policy, work, executorName string) (t agent.Task, cleanup func(), err error) {
-	t = agent.Task{DelegationID: "probe", WorkDir: work, AccessMode: "ro"}
+func ProbeTask(base *sandbox.Policy, work, executorName string, env []string) (t agent.Task, cleanup func(), err error) {
+	t = agent.Task{DelegationID: "probe", WorkDir: work, AccessMode: "ro", Env: slices.Clone(env)}
 	if base == nil {
 		return t, func() {}, nil
 	}

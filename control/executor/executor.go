@@ -62,6 +62,10 @@ type Options struct {
 	// grants; each task adds its work directory and a temporary
 	// directory of its own. Nil: agents run unconfined (--sandbox off).
 	Confine *sandbox.Policy
+	// AgentEnv ("NAME=VALUE") is added to every agent's environment, which
+	// holds nothing else of the daemon's than agent.BaseEnv: what the
+	// operator named (--agent-env, --agent-env-file), an API key among it.
+	AgentEnv []string
 	// Sandbox is declared in ACCEPT. It must say what the worker enforces.
 	// Default: what a shell agent gets — exec and network, not confined.
 	Sandbox *control.SandboxProfile

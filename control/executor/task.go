@@ -339,9 +339,9 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	at := agent.Task{
 		DelegationID: a.ID, Prompt: a.Prompt, Description: a.Description,
 		WorkDir: agentDir(a), AccessMode: a.AccessMode, SummaryFile: e.summaryFile(a.ID),
-		// Set even when empty, so that a chain in the daemon's own
-		// environment is never inherited by an agent.
-		Env: []string{control.CallChainEnv + "=" + strings.Join(control.ExtendCallChain(a.CallChain, e.opts.AgentID), ",")},
+		// What the operator names, then the call chain: set even when
+		// empty, so that a chain the operator named never stands.
+		Env: append(slices.Clone(e.opts.AgentEnv), control.CallChainEnv+"="+strings.Join(control.ExtendCallChain(a.CallChain, e.opts.AgentID), ",")),
 	}
 	var confineErr error // the agent does not run unconfined by mistake
 	if base := e.opts.Confine; base != nil {

@@ -204,8 +204,8 @@ func TestACPPermissionTimeout(t *testing.T) {
 // cancelled; nothing is left on the executor.
 func TestACPCancelMidTurn(t *testing.T) {
 	markers := t.TempDir()
-	t.Setenv("ACP_MARKER_DIR", markers) // inherited by awcp-fs and its agent
-	x := acpExecutor(t)
+	t.Setenv("ACP_MARKER_DIR", markers) // awcp-fs's, named for its agent
+	x := acpExecutor(t, "--agent-env", "ACP_MARKER_DIR")
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
 	before := tree(t, dir)

@@ -12,7 +12,9 @@ import (
 // The executor's tokens stay its own: read from a --token-file (mode 600;
 // one others may read is refused), or from AWCP_TOKEN, they are not in
 // the environment of the agent it runs, whose output and files reach the
-// delegator. A daemon serving beyond loopback without a token says so
+// delegator; nor is anything else of the daemon's environment (a cloud
+// credential its supervisor set) but PATH, the locale and what the
+// operator names (--agent-env, --agent-env-file of mode 600). A daemon serving beyond loopback without a token says so
 // loudly; doctor fails a settings file holding a token that others may
 // read.
 func TestExecutorSecretsStayWithTheDaemon(t *testing.T) {
@@ -26,7 +28,19 @@ func TestExecutorSecretsStayWithTheDaemon(t *testing.T) {
 	os.Chmod(tokenFile, 0o600)
 
 	t.Setenv("AWCP_TOKEN", "env-secret-1717")
-	x := startExecutor(t, `env > agent-env.txt; echo "env has $(env | grep -c secret) secrets"`, "--token-file", tokenFile)
+	t.Setenv("CLOUD_ACCESS_KEY", "cloud-secret-9090") // the daemon's, never named
+	t.Setenv("NAMED_FOR_AGENTS", "named-value")
+	envFile := filepath.Join(dir, "agent.env")
+	os.WriteFile(envFile, []byte("# for the agents\nMODEL_API_KEY=\"from-the-file\"\n"), 0o644)
+	if r := runFS(t, "serve", "--agent-env-file", envFile, "--work-root", filepath.Join(dir, "w0"), "--agent-cmd", "true", "--state-dir", filepath.Join(dir, "s0")); r.code != 2 || !strings.Contains(r.stderr, "chmod 600") {
+		t.Fatalf("an agent env file others may read: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := runFS(t, "serve", "--agent-env", "HOME", "--work-root", filepath.Join(dir, "w0"), "--agent-cmd", "true", "--state-dir", filepath.Join(dir, "s0")); r.code != 2 || !strings.Contains(r.stderr, "fresh one") {
+		t.Fatalf("--agent-env HOME: exit %d\n%s", r.code, r.stderr)
+	}
+	os.Chmod(envFile, 0o600)
+	x := startExecutor(t, `env > agent-env.txt; echo "env has $(env | grep -c secret) secrets"`, "--token-file", tokenFile,
+		"--agent-env", "NAMED_FOR_AGENTS", "--agent-env-file", envFile)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
 	for _, token := range []string{"file-secret-4242", "env-secret-1717"} {
@@ -41,8 +55,13 @@ func TestExecutorSecretsStayWithTheDaemon(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(env), "secret-") || strings.Contains(string(env), "AWCP_TOKEN") {
-			t.Fatalf("the agent's environment holds the executor's token:\n%s", env)
+		if strings.Contains(string(env), "secret-") || strings.Contains(string(env), "AWCP_TOKEN") || strings.Contains(string(env), "CLOUD_ACCESS_KEY") {
+			t.Fatalf("the agent's environment holds the executor's token or another secret of the daemon's:\n%s", env)
+		}
+		for _, want := range []string{"NAMED_FOR_AGENTS=named-value\n", "MODEL_API_KEY=from-the-file\n", "PATH="} {
+			if !strings.Contains(string(env), want) {
+				t.Errorf("the agent's environment lacks %q:\n%s", want, env)
+			}
 		}
 	}
 

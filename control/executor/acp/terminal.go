@@ -3,7 +3,6 @@ package acp
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 
 	acpsdk "github.com/coder/acp-go-sdk"
 
+	"github.com/awcp/awcp/control/executor/agent"
 	"github.com/awcp/awcp/internal/tail"
 )
 
@@ -74,7 +74,7 @@ func (c *client) CreateTerminal(_ context.Context, p acpsdk.CreateTerminalReques
 	// fork, for the reason agent.Command gives.
 	cmd := exec.Command("/bin/sh", append([]string{"-c", `cd -- "$0" || exit 125; exec "$@"`, cwd, p.Command}, p.Args...)...)
 	cmd.Dir = "/"
-	cmd.Env = append(os.Environ(), c.task.Env...)
+	cmd.Env = append(agent.BaseEnv(), c.task.Env...)
 	for _, e := range p.Env {
 		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
 	}

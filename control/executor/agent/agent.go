@@ -34,8 +34,9 @@ type Task struct {
 	// outside WorkDir so it is not part of the result.
 	SummaryFile string
 	// Env is added to the environment of the agent and of every command
-	// it has run for it (ACP terminals), after the daemon's own: what the
-	// executor hands on, such as the call chain.
+	// it has run for it (ACP terminals), after what they keep of the
+	// daemon's (BaseEnv): what the executor hands on, such as the call
+	// chain, and what the operator names (--agent-env).
 	Env []string
 	// Confine, if set, confines a command of the task's — the agent, and
 	// every command it has run for it (ACP terminals) — before it starts
@@ -87,7 +88,7 @@ const (
 
 // Command is the agent's process for task t, not yet started: command run
 // by /bin/sh in the work dir, in a process group of its own, with the task
-// in its environment (after os.Environ, then t.Env) — never in a command line.
+// in its environment (after BaseEnv, then t.Env) — never in a command line.
 //
 // The shell enters the work dir itself: the child must not chdir into it
 // between fork and exec. When the work dir is a FUSE mount served by this
@@ -98,7 +99,7 @@ const (
 func Command(t Task, command string) *exec.Cmd {
 	cmd := exec.Command("/bin/sh", "-c", `cd -- "$AWCP_WORKDIR" || exit 125; exec /bin/sh -c "$AWCP_AGENT_CMD"`)
 	cmd.Dir = "/"
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(BaseEnv(),
 		"AWCP_AGENT_CMD="+command,
 		"AWCP_PROMPT="+t.Prompt,
 		"AWCP_DESCRIPTION="+t.Description,
