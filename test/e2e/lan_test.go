@@ -146,7 +146,8 @@ func (n *node) serve(t *testing.T, agent string, extra ...string) {
 	// The agents here delegate on as their host's agent — awcp-ctl from
 	// the test's binaries, with the host's state dir — and leave traces in
 	// the test's temporary dirs: their sandbox grants those.
-	extra = append(extra, "--sandbox-allow", binDir, "--sandbox-allow", filepath.Dir(t.TempDir())+":rw")
+	extra = append(extra, "--sandbox-allow", binDir, "--sandbox-allow", filepath.Dir(t.TempDir())+":rw",
+		"--agent-env", "AWCP_STATE_DIR", "--agent-env", "AWCP_BIN_DIR", "--agent-env", "AWCP_PLAIN_HTTP")
 	n.fs = n.command("awcp-fs", append([]string{"serve", "--work-root", n.work, "--listen", n.ip + ":10200",
 		"--agent-cmd", agent, "--name", n.name, "--advertise", "--log-level", "info"}, extra...)...)
 	n.fs.Stderr = n.log

@@ -36,15 +36,21 @@ func BaseEnv() []string {
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // ReservedEnv says why the operator may not name variable name for the
-// agents ("" if they may): the executor sets it for each agent itself.
+// agents ("" if they may): the executor sets it for each agent itself, or
+// it is the executor's secret. (An agent that delegates on, with the
+// host's awcp-ctl, may be given AWCP_STATE_DIR and its like.)
 func ReservedEnv(name string) string {
-	switch {
-	case !envName.MatchString(name):
-		return "not a variable's name"
-	case name == "HOME", name == "TMPDIR":
+	switch name {
+	case "HOME", "TMPDIR":
 		return "each agent has a fresh one of its own"
-	case strings.HasPrefix(name, "AWCP_"):
-		return "the executor's own: each agent's task sets those it gets"
+	case "AWCP_TOKEN":
+		return "the executor's own token is never an agent's"
+	case "AWCP_AGENT_CMD", "AWCP_PROMPT", "AWCP_DESCRIPTION", "AWCP_DELEGATION_ID", "AWCP_WORKDIR", "AWCP_ACCESS_MODE",
+		"AWCP_SUMMARY_FILE", "AWCP_CALL_CHAIN":
+		return "each agent's task sets it"
+	}
+	if !envName.MatchString(name) {
+		return "not a variable's name"
 	}
 	return ""
 }

@@ -41,7 +41,7 @@ func TestParseEnvFile(t *testing.T) {
 	if _, err := ParseEnvFile(f); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Errorf("a file others may read: %v", err)
 	}
-	for _, bad := range []string{"HOME=/root\n", "AWCP_TOKEN=x\n", "no equals sign\n", "1BAD=x\n"} {
+	for _, bad := range []string{"HOME=/root\n", "AWCP_TOKEN=x\n", "AWCP_PROMPT=x\n", "no equals sign\n", "1BAD=x\n"} {
 		os.WriteFile(f, []byte(bad), 0o600)
 		os.Chmod(f, 0o600)
 		if _, err := ParseEnvFile(f); err == nil {
