@@ -41,6 +41,7 @@ type client struct {
 	mu        sync.Mutex // guards the fields below
 	sid       acpsdk.SessionId
 	message   strings.Builder   // the agent's text since its last tool call: the summary
+	messageID string            // the message the last chunk of it belonged to, if the agent says
 	pending   map[string]string // unfinished lines of the agent's text, by kind
 	toolTitle map[acpsdk.ToolCallId]string
 	failed    []string // the tool calls that failed, each its title and the agent's words
@@ -128,6 +129,18 @@ func (c *client) summary() string {
 		s += "\n- " + f
 	}
 	return s
+}
+
+// newTurn marks the start of the session's next turn: the summary so far
+// is set apart from what the agent says in it by a blank line.
+func (c *client) newTurn() {
+	c.flush()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.message.Len() > 0 && !strings.HasSuffix(c.message.String(), "\n\n") {
+		c.message.WriteString("\n\n")
+	}
+	c.messageID = ""
 }
 
 // maxFailedShown and maxFailedWords bound the failed tool calls a summary

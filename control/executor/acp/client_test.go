@@ -374,3 +374,28 @@ func TestFailedToolCallsInTheSummary(t *testing.T) {
 		t.Errorf("summary:\n%q\nwant\n%q", got, want)
 	}
 }
+
+// The agent's messages, and a session's turns, are kept apart in the
+// summary: the words of one are not run on into the next's.
+func TestSummaryKeepsMessagesApart(t *testing.T) {
+	c, err := newClient(context.Background(), agent.Task{WorkDir: workDir(t), AccessMode: "rw"}, false, agent.Hooks{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.releaseAll()
+	say := func(id, text string) {
+		chunk := &acpsdk.SessionUpdateAgentMessageChunk{Content: acpsdk.TextBlock(text)}
+		if id != "" {
+			chunk.MessageId = acpsdk.Ptr(id)
+		}
+		c.SessionUpdate(context.Background(), acpsdk.SessionNotification{SessionId: "s", Update: acpsdk.SessionUpdate{AgentMessageChunk: chunk}})
+	}
+	say("m1", "checked the auto-mode-classifier-")
+	say("m1", "billing")
+	say("m2", "done: appended a line")
+	c.newTurn()
+	say("", "Stub title")
+	if got, want := c.summary(), "checked the auto-mode-classifier-billing\n\ndone: appended a line\n\nStub title"; got != want {
+		t.Errorf("summary %q, want %q", got, want)
+	}
+}

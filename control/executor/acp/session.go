@@ -367,6 +367,9 @@ func (r *relay) fromEditor() error {
 			m.Params, _ = json.Marshal(req)
 			r.forwardToAgent(m)
 		case m.IsRequest():
+			if m.Method == acpsdk.AgentMethodSessionPrompt {
+				r.c.newTurn()
+			}
 			m.Params = r.toAgentPath(m.Params)
 			r.forwardToAgent(m)
 		case m.IsNotification():

@@ -21,9 +21,22 @@ func (c *client) SessionUpdate(_ context.Context, n acpsdk.SessionNotification) 
 	switch {
 	case u.AgentMessageChunk != nil:
 		if t := u.AgentMessageChunk.Content.Text; t != nil {
+			id := u.AgentMessageChunk.MessageId
 			c.mu.Lock()
+			// Another message of the agent's begins (its messageId
+			// changed): its words are not run on into the last one's.
+			next := id != nil && c.messageID != "" && *id != c.messageID
+			if id != nil {
+				c.messageID = *id
+			}
+			if next && c.message.Len() > 0 {
+				c.message.WriteString("\n\n")
+			}
 			c.message.WriteString(t.Text)
 			c.mu.Unlock()
+			if next {
+				c.flush()
+			}
 			c.stream("agent", t.Text)
 		}
 	case u.AgentThoughtChunk != nil:
