@@ -41,7 +41,13 @@ func redact(d *lease.Delegation) view { return view{Delegation: d} }
 
 // report prints how a delegation stands or ended: the result to stdout, a
 // failure (code, message, hint) to stderr. It returns the exit error.
-func report(c *cli.Context, d *lease.Delegation) error {
+func report(c *cli.Context, d *lease.Delegation) error { return reportAs(c, d, false) }
+
+// reportFollowed is report after the agent's output was shown line by
+// line as it came (export, waiting): it is not repeated at the end.
+func reportFollowed(c *cli.Context, d *lease.Delegation) error { return reportAs(c, d, true) }
+
+func reportAs(c *cli.Context, d *lease.Delegation, outputShown bool) error {
 	if c.Bool("json") {
 		if err := printJSON(c.App.Writer, redact(d)); err != nil {
 			return err
@@ -122,7 +128,7 @@ func report(c *cli.Context, d *lease.Delegation) error {
 			fmt.Fprintf(w, "  %s  %s  %s\n", ev.At.Local().Format(time.TimeOnly), ev.Event, clikit.PrintableText(ev.Detail))
 		}
 	}
-	if n := len(d.Progress); n > 0 {
+	if n := len(d.Progress); n > 0 && !outputShown {
 		last := d.Progress[max(0, n-outputProgressLines):]
 		fmt.Fprintf(w, "agent output (last %d lines; all kept: awcp-ctl logs %s):\n", len(last), d.ID)
 		for _, l := range last {

@@ -222,7 +222,7 @@ func exportWait(ctx context.Context, c *cli.Context, e *env, req delegator.Expor
 	if err != nil {
 		return err
 	}
-	return report(c, d)
+	return reportFollowed(c, d)
 }
 
 // fail prints a spec error (code, message, hint) and exits 1.

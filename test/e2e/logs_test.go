@@ -90,3 +90,20 @@ func TestStopTheDaemon(t *testing.T) {
 	c.serve()
 	c.waitStateWithin(id, "completed", 30*time.Second)
 }
+
+// A waiting export shows the agent's lines once, as they come, and does
+// not print them again with the result; `output` still has them.
+func TestExportShowsTheAgentsLinesOnce(t *testing.T) {
+	x := startExecutor(t, `echo "first line"; echo "second line"; echo done`)
+	c := newCtl(t)
+	r := c.run("export", sampleWorkspace(t), "--peer", x.url, "--prompt", "talk", "--transport", "archive")
+	if r.code != 0 {
+		t.Fatalf("export: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if n := strings.Count(r.stdout+r.stderr, "| first line"); n != 1 || strings.Contains(r.stdout, "agent output") {
+		t.Errorf("the agent's output line is shown %d times:\n%s%s", n, r.stdout, r.stderr)
+	}
+	if o := c.run("output", c.only().ID); !strings.Contains(o.stdout, "  | first line\n") {
+		t.Errorf("output lacks the agent's lines:\n%s", o.stdout)
+	}
+}
