@@ -87,8 +87,11 @@ func reportAs(c *cli.Context, d *lease.Delegation, outputShown bool) error {
 			title = "changes applied to " + d.LocalDir
 		}
 		fmt.Fprintf(w, "%s:\n%s\n", title, indent(strings.Join(printableChanges(d.Changes), "\n")))
-	} else if d.State == lease.Completed && d.Transport == control.TransportArchive && d.AccessMode == control.AccessRW && d.Staged == nil {
-		fmt.Fprintln(w, "changes: none")
+	} else if d.State == lease.Completed && d.AccessMode == control.AccessRW && d.Staged == nil &&
+		(d.Transport == control.TransportArchive || d.Audit != nil) {
+		// Completed is the agent's word that its turn ended, not that it
+		// did the task: a run that was to write and wrote nothing says so.
+		fmt.Fprintf(w, "changes: none (the agent wrote nothing in %s)\n", d.LocalDir)
 	}
 	if len(d.Conflicts) > 0 {
 		fmt.Fprintf(w, "conflicts (local versions kept):\n%s\n", indent(strings.Join(printables(d.Conflicts), "\n")))

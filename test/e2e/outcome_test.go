@@ -117,3 +117,17 @@ func TestPeersWithoutMulticastSaysWhy(t *testing.T) {
 		t.Fatalf("peers without multicast: %v\n%s", err, out)
 	}
 }
+
+// "completed" is the agent's word that its turn ended: a read-write run
+// that wrote nothing says so beside it, on the live mount as on archive.
+func TestCompletedRunThatWroteNothingSaysSo(t *testing.T) {
+	x := startExecutor(t, `echo "I have updated the README as asked."`)
+	c := newCtl(t)
+	for _, tr := range []string{"sshfs", "archive"} {
+		ws := sampleWorkspace(t)
+		r := c.run("export", ws, "--peer", x.url, "--prompt", "update the README", "--transport", tr, "--ssh-listen", "127.0.0.1:0")
+		if r.code != 0 || !strings.Contains(r.stdout, "completed") || !strings.Contains(r.stdout, "changes: none (the agent wrote nothing in "+ws+")") {
+			t.Errorf("%s: a run that wrote nothing: exit %d\n%s%s", tr, r.code, r.stdout, r.stderr)
+		}
+	}
+}

@@ -201,7 +201,7 @@ func TestHostsAndHeadlessCLIs(t *testing.T) {
 	}
 
 	for cli, words := range map[string]string{
-		`claude -p "$AWCP_PROMPT"`: "Not logged in",
+		`claude -p --permission-mode acceptEdits "$AWCP_PROMPT"`: "Not logged in",
 		`gemini -p "$AWCP_PROMPT"`: "GEMINI_API_KEY",
 	} {
 		x := startExecutor(t, cli)
