@@ -17,3 +17,20 @@ func TestSandboxHintNamesWholePaths(t *testing.T) {
 		t.Errorf("hint: %q", hint)
 	}
 }
+
+// An agent that says it has no credentials is told what it lacks: its key
+// by --agent-env, or its login granted; not a guess at the sandbox.
+func TestCredentialHint(t *testing.T) {
+	for _, words := range [][2]string{
+		{"the ACP agent failed: session/prompt: Authentication required", "[session/create] phase=start\n[acp] debug"},
+		{"the agent exited 1", "Not logged in · Please run /login"},
+		{"the agent exited 1", "Error: no API key: set GEMINI_API_KEY\nENOENT: no such file /x"},
+	} {
+		if h := agentHint(&sandbox.Policy{}, words[0], words[1]); !strings.Contains(h, "--agent-env") || !strings.Contains(h, "--sandbox-allow ~/.claude:rw") {
+			t.Errorf("%q / %q: hint %q", words[0], words[1], h)
+		}
+	}
+	if h := agentHint(&sandbox.Policy{}, "the agent exited 1", "open(\"/etc/x\"): permission denied"); !strings.Contains(h, "sandbox may have refused it /etc/x") {
+		t.Errorf("a refusal's hint: %q", h)
+	}
+}

@@ -404,7 +404,7 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		e.opts.Metrics.AgentExited("failed")
 		ev = lease.SendError
 		final = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventError, Code: control.CodeTaskFailed, Message: res.Failed,
-			Hint: sandboxHint(e.opts.Confine, res.Failed+"\n"+res.StderrTail), AgentStderr: res.StderrTail, MountRefused: refused})
+			Hint: agentHint(e.opts.Confine, res.Failed, res.StderrTail), AgentStderr: res.StderrTail, MountRefused: refused})
 	default:
 		e.opts.Metrics.AgentExited("completed")
 		ev = lease.ReceiveDone
@@ -560,6 +560,23 @@ var deniedLine = regexp.MustCompile(`(?i)permission denied|eacces|eperm|operatio
 // deniedPath is an absolute path on such a line: one that starts a word
 // (not the "/claude-agent-sdk" of a package name "@anthropic-ai/claude-agent-sdk").
 var deniedPath = regexp.MustCompile(`(?:^|[\s'"(\[=])(/[^\s:'"()\[\],]+)`)
+
+// loginLine is a line of an agent's words that says it has no credential:
+// Claude Code's "Authentication required" and "Not logged in", Gemini
+// CLI's "GEMINI_API_KEY", a 401 from a model API.
+var loginLine = regexp.MustCompile(`(?i)auth(entication)? required|not logged in|/login|api[_ ]?key|unauthori[sz]ed|\b401\b|invalid x-api-key|credentials`)
+
+// agentHint is the hint of a failed agent: what it lacks where its words
+// say (credentials first, the sandbox's refusals after), "" where they say
+// nothing this executor's operator can act on.
+func agentHint(confine *sandbox.Policy, failed, stderr string) string {
+	if loginLine.MatchString(failed) || loginLine.MatchString(lease.TellingLine(stderr)) {
+		return "the agent has no credentials here: its operator passes its API key with awcp-fs serve --agent-env NAME " +
+			"(ANTHROPIC_API_KEY for Claude Code, GEMINI_API_KEY for Gemini CLI, OPENAI_API_KEY for Codex), " +
+			"or grants the login made as the daemon's user with --sandbox-allow ~/.claude:rw (~/.gemini, ~/.codex)"
+	}
+	return sandboxHint(confine, failed+"\n"+stderr)
+}
 
 // sandboxHint is the hint of a failed agent whose output says something
 // was refused while the sandbox was on: the paths it names, and how to

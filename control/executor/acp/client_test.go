@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -397,5 +398,18 @@ func TestSummaryKeepsMessagesApart(t *testing.T) {
 	say("", "Stub title")
 	if got, want := c.summary(), "checked the auto-mode-classifier-billing\n\ndone: appended a line\n\nStub title"; got != want {
 		t.Errorf("summary %q, want %q", got, want)
+	}
+}
+
+// An agent's refusal reads as its own words, one line: the step and its
+// message (and its data's), not the JSON-RPC error whole.
+func TestAgentWords(t *testing.T) {
+	err := fmt.Errorf("session/prompt: %w", &acpsdk.RequestError{Code: -32000, Message: "Authentication required",
+		Data: map[string]any{"details": "Invalid API key\n\x1b[2J· Please run /login"}})
+	if got := agentWords(err); got != "session/prompt: Authentication required: Invalid API key [2J· Please run /login" {
+		t.Errorf("agentWords: %q", got)
+	}
+	if got := agentWords(errors.New("initialize: peer connection closed")); got != "initialize: peer connection closed" {
+		t.Errorf("agentWords of a plain error: %q", got)
 	}
 }

@@ -35,6 +35,8 @@ import (
 
 	"github.com/awcp/awcp/control/executor/agent"
 	"github.com/awcp/awcp/internal/tail"
+	"github.com/awcp/awcp/internal/untrusted"
+	"github.com/awcp/awcp/lease"
 )
 
 // Worker runs an ACP agent for each task. It is a executor.Worker.
@@ -158,9 +160,15 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 	res := &agent.Result{ExitCode: proc.ExitCode(), StderrTail: strings.TrimSpace(stderr.String())}
 	switch {
 	case end.err != nil:
-		res.Failed = "the ACP agent failed: " + end.err.Error()
-		if res.StderrTail != "" {
-			res.Failed += "; stderr: " + res.StderrTail
+		// The agent's own words, one line: its stderr stays beside them
+		// (Result.StderrTail), not spliced in (an adapter's debug lines
+		// would bury them).
+		res.Failed = "the ACP agent failed: " + agentWords(end.err)
+		var said *acpsdk.RequestError
+		if line := lease.TellingLine(res.StderrTail); !errors.As(end.err, &said) && line != "" {
+			// It answered nothing (it died): its stderr's telling line
+			// is its word.
+			res.Failed += "; its stderr: " + line
 		}
 	case end.stop == acpsdk.StopReasonEndTurn:
 		res.Summary = c.summary()
@@ -176,4 +184,31 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 type turnEnd struct {
 	stop acpsdk.StopReason
 	err  error
+}
+
+// agentWords is what an ACP call's failure says, one line: the step
+// (initialize, session/prompt) and the agent's own message — and the
+// message of its data, where it gives one — rather than the JSON-RPC
+// error whole.
+func agentWords(err error) string {
+	var re *acpsdk.RequestError
+	if !errors.As(err, &re) {
+		return untrusted.Line(err.Error(), 1000)
+	}
+	step, _, _ := strings.Cut(err.Error(), ": ")
+	words := re.Message
+	if d, ok := re.Data.(map[string]any); ok {
+		for _, k := range []string{"message", "details", "error"} {
+			if s, ok := d[k].(string); ok && s != "" && s != words {
+				words += ": " + s
+				break
+			}
+		}
+	} else if s, ok := re.Data.(string); ok && s != "" && s != words {
+		words += ": " + s
+	}
+	if step == err.Error() || strings.HasPrefix(step, "{") {
+		return untrusted.Line(words, 1000)
+	}
+	return untrusted.Line(step+": "+words, 1000)
 }
