@@ -94,7 +94,13 @@ func followTurn(ctx context.Context, c *cli.Context, e *env, id string) error {
 		}
 	}
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, redact(d))
+		if err := printJSON(c.App.Writer, redact(d)); err != nil {
+			return err
+		}
+		if d.State.Terminal() {
+			return exitFor(d) // a session that failed to open, or ended, says so by its exit too
+		}
+		return nil
 	}
 	t := d.LastTurn()
 	if t != nil && t.Reply != "" {

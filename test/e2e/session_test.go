@@ -391,3 +391,14 @@ func TestStartedDaemonGoesWhenIdle(t *testing.T) {
 		}
 	}
 }
+
+// A session that fails to open fails export --session new --json too:
+// exit 1 beside the record that says error, not 0.
+func TestSessionThatFailsToOpenFailsInJSON(t *testing.T) {
+	x := startExecutor(t, "", "--agent-acp", `sh -c 'echo "Error: no API key" >&2; exit 1'`)
+	c := newCtl(t)
+	r := c.run("export", sampleWorkspace(t), "--peer", x.url, "--prompt", "hi", "--session", "new", "--json")
+	if r.code != 1 || !strings.Contains(r.stdout, `"state": "error"`) {
+		t.Errorf("export --session new --json of a session that failed: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
