@@ -21,8 +21,13 @@ import (
 	"github.com/awcp/awcp/lease"
 )
 
-// exitPending is output's exit code for a delegation that has not ended.
-const exitPending = 3
+// Exit codes of a delegation that has not ended: exitPending when it runs
+// or a session awaits its next prompt, exitAwaitsPermission when its agent
+// waits on a permission decision (export --session, answer, output).
+const (
+	exitPending          = 3
+	exitAwaitsPermission = 5
+)
 
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
@@ -205,6 +210,8 @@ func exitFor(d *lease.Delegation) error {
 	switch {
 	case d.State == lease.Completed:
 		return nil
+	case !d.State.Terminal() && d.PendingPermission() != nil:
+		return clikit.Exit(exitAwaitsPermission)
 	case !d.State.Terminal():
 		return clikit.Exit(exitPending)
 	}

@@ -97,10 +97,7 @@ func followTurn(ctx context.Context, c *cli.Context, e *env, id string) error {
 		if err := printJSON(c.App.Writer, redact(d)); err != nil {
 			return err
 		}
-		if d.State.Terminal() {
-			return exitFor(d) // a session that failed to open, or ended, says so by its exit too
-		}
-		return nil
+		return exitFor(d) // what it awaits, or that it failed to open or ended, by its exit too
 	}
 	t := d.LastTurn()
 	if t != nil && t.Reply != "" {
@@ -118,7 +115,8 @@ func followTurn(ctx context.Context, c *cli.Context, e *env, id string) error {
 	default:
 		fmt.Fprintf(c.App.ErrWriter, "awcp: session %s awaits your next prompt: awcp-ctl answer %s TEXT; awcp-ctl close %s ends it\n", d.ID, d.ID, d.ID)
 	}
-	return nil
+	// Not 0: the session has not ended; a script tells what it awaits.
+	return exitFor(d)
 }
 
 // lastLine is the last of d's progress lines, or nil.

@@ -140,7 +140,7 @@ func TestACPAgentForwardPolicy(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if out.code != 3 || !strings.Contains(out.stdout, "options: reject (reject_once), allow (allow_once)") ||
+	if out.code != 5 || !strings.Contains(out.stdout, "options: reject (reject_once), allow (allow_once)") ||
 		!strings.Contains(out.stdout, "awcp-ctl permit "+id+" perm-1 OPTION") {
 		t.Fatalf("output of a waiting delegation (exit %d):\n%s", out.code, out.stdout)
 	}

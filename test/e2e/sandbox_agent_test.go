@@ -159,7 +159,7 @@ func TestAgentFindsItsCredentialsAsServeStartsIt(t *testing.T) {
 	// login there.
 	ws := sampleWorkspace(t)
 	r := c.run("export", ws, "--peer", x.url, "--prompt", "who are you", "--session", "new", "--transport", "archive")
-	if r.code != 0 || !strings.Contains(r.stdout, "logged in as tok-123") || strings.Contains(r.stdout, "HOME "+daemonHome+"\n") {
+	if r.code != 3 || !strings.Contains(r.stdout, "logged in as tok-123") || strings.Contains(r.stdout, "HOME "+daemonHome+"\n") {
 		t.Errorf("a session's agent under serve: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	c.run("close", strings.Fields(r.stderr[strings.Index(r.stderr, "session ")+len("session "):])[0])

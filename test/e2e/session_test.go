@@ -176,14 +176,19 @@ func TestSessionFromTheCommandLine(t *testing.T) {
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
 	writeFiles(t, ws, map[string]string{"notes.txt": "on disk\n"})
-	must := func(r result, what string) result {
-		t.Helper()
-		if r.code != 0 {
-			t.Fatalf("%s: exit %d\n%s%s", what, r.code, r.stdout, r.stderr)
+	// A session that awaits is not ended: 5 while it awaits a permission
+	// decision, 3 its next prompt; 0 once it completed.
+	awaits := func(code int) func(r result, what string) result {
+		return func(r result, what string) result {
+			t.Helper()
+			if r.code != code {
+				t.Fatalf("%s: exit %d, want %d\n%s%s", what, r.code, code, r.stdout, r.stderr)
+			}
+			return r
 		}
-		return r
 	}
-	r := must(c.run("export", ws, "--peer", x.url, "--prompt", "first", "--session", "new"), "export --session new")
+	permission, prompt, must := awaits(5), awaits(3), awaits(0)
+	r := permission(c.run("export", ws, "--peer", x.url, "--prompt", "first", "--session", "new"), "export --session new")
 	m := regexp.MustCompile(`session (\S+) awaits a permission decision \(perm-1\): Edit main\.go`).FindStringSubmatch(r.stderr)
 	if m == nil {
 		t.Fatalf("export --session new did not stop at the permission:\n%s", r.stderr)
@@ -205,10 +210,10 @@ func TestSessionFromTheCommandLine(t *testing.T) {
 			t.Errorf("turn %s did not end awaiting the next prompt:\n%s", turn, r.stderr)
 		}
 	}
-	replied(must(c.run("answer", id[:8], "--option", "allow"), "answer --option"), "1", "first", "allow")
+	replied(prompt(c.run("answer", id[:8], "--option", "allow"), "answer --option"), "1", "first", "allow")
 
 	// A turn while none awaits an answer: refused, nothing queued.
-	r = must(c.run("export", "--session", id, "--prompt", "second"), "export --session ID")
+	r = permission(c.run("export", "--session", id, "--prompt", "second"), "export --session ID")
 	if !strings.Contains(r.stderr, "awaits a permission decision (perm-2)") {
 		t.Fatalf("the second turn did not stop at its permission:\n%s", r.stderr)
 	}
@@ -228,11 +233,11 @@ func TestSessionFromTheCommandLine(t *testing.T) {
 		!strings.Contains(r.stdout, "second; read") || !strings.Contains(r.stdout, "permission reject") {
 		t.Errorf("output of the session after turn 2: exit %d\n%s", r.code, r.stdout)
 	}
-	r = must(c.run("answer", id, "third"), "answer TEXT")
+	r = permission(c.run("answer", id, "third"), "answer TEXT")
 	if !strings.Contains(r.stderr, "(perm-3)") {
 		t.Fatalf("the third turn did not stop at its permission:\n%s", r.stderr)
 	}
-	replied(must(c.run("answer", id, "--option", "allow"), "answer --option"), "3", "third", "allow")
+	replied(prompt(c.run("answer", id, "--option", "allow"), "answer --option"), "3", "third", "allow")
 
 	// A turn that hangs is cancelled alone (cancel --turn): the session
 	// stays open for the next.
@@ -287,7 +292,7 @@ func TestSessionOutlivesItsLease(t *testing.T) {
 		t.Fatalf("export --session new: exit %d\n%s", r.code, r.stderr)
 	}
 	id := m[1]
-	if r := c.run("answer", id, "--option", "allow"); r.code != 0 || !strings.Contains(r.stdout, "turn 1 of process") {
+	if r := c.run("answer", id, "--option", "allow"); r.code != 3 || !strings.Contains(r.stdout, "turn 1 of process") {
 		t.Fatalf("turn 1: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	time.Sleep(10 * time.Second)
@@ -303,13 +308,13 @@ func TestSessionOutlivesItsLease(t *testing.T) {
 		t.Fatalf("cut the mount's connection: %v\n%s", err, out)
 	}
 	r = c.run("answer", id, "second")
-	if r.code != 0 || !strings.Contains(r.stderr, "awaits a permission decision (perm-2)") {
+	if r.code != 5 || !strings.Contains(r.stderr, "awaits a permission decision (perm-2)") {
 		t.Fatalf("turn 2 after the first lease's end: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if _, err := os.Stat(filepath.Join(ws, "direct-2.txt")); err != nil {
 		t.Errorf("the agent's write of turn 2 did not reach the workspace: %v", err)
 	}
-	if r := c.run("answer", id, "--option", "allow"); r.code != 0 || !strings.Contains(r.stdout, `turn 2 of process`) || !strings.Contains(r.stdout, `read "on disk\n"`) {
+	if r := c.run("answer", id, "--option", "allow"); r.code != 3 || !strings.Contains(r.stdout, `turn 2 of process`) || !strings.Contains(r.stdout, `read "on disk\n"`) {
 		t.Fatalf("turn 2's reply: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = c.run("status", id, "--json")

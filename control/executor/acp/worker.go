@@ -165,10 +165,10 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 		// would bury them).
 		res.Failed = "the ACP agent failed: " + agentWords(end.err)
 		var said *acpsdk.RequestError
-		if line := lease.TellingLine(res.StderrTail); !errors.As(end.err, &said) && line != "" {
-			// It answered nothing (it died): its stderr's telling line
-			// is its word.
-			res.Failed += "; its stderr: " + line
+		if line := lease.TellingLine(res.StderrTail); line != "" && (!errors.As(end.err, &said) || said.Code == -32603) {
+			// It answered nothing of its own (it died: the SDK's
+			// internal error): its stderr's telling line is its word.
+			res.Failed += "; its stderr: " + untrusted.Line(line, 1000)
 		}
 	case end.stop == acpsdk.StopReasonEndTurn:
 		res.Summary = c.summary()
