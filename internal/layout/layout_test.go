@@ -33,6 +33,7 @@ var allowed = map[string][]string{
 	"internal/mountinfo":     {},
 	"internal/httpserve":     {},
 	"internal/metrics":       {"internal/httpserve"},
+	"internal/heappeak":      {},
 	"sshd/sftpwire":          {"internal/untrusted"},
 	"lease":                  {},
 	"archive":                {"internal/confine", "internal/merge3"},

@@ -11,12 +11,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/internal/heappeak"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -57,36 +56,6 @@ func bigAgent(b *testing.B, files, each int, got *atomic.Int64) *httptest.Server
 	return srv
 }
 
-// heapPeak samples the heap in use until stop is called, and gives its
-// peak growth over what it was at the start, in MiB.
-func heapPeak() (stop func() float64) {
-	runtime.GC()
-	var before runtime.MemStats
-	runtime.ReadMemStats(&before)
-	var peak atomic.Uint64
-	done, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		var m runtime.MemStats
-		for {
-			runtime.ReadMemStats(&m)
-			if m.HeapInuse > peak.Load() {
-				peak.Store(m.HeapInuse)
-			}
-			select {
-			case <-done:
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
-		}
-	}()
-	return func() float64 {
-		close(done)
-		<-sampled
-		return float64(peak.Load()-min(peak.Load(), before.HeapInuse)) / (1 << 20)
-	}
-}
-
 // BenchmarkA2AHeld is what the delegator holds while it sends an A2A
 // agent a workspace of 100 MiB and takes back an answer of 250 MiB of
 // files (10 of 25 MiB), building the result from them: the peak of the
@@ -121,7 +90,7 @@ func BenchmarkA2AHeld(b *testing.B) {
 		if err := p.Keep(del, ws); err != nil {
 			b.Fatal(err)
 		}
-		stop := heapPeak()
+		stop := heappeak.Start()
 		var done *control.Event
 		err := p.Follow(context.Background(), del, 0, func(string, string) error { return nil }, func(_ uint64, ev *control.Event) error {
 			if ev.Type == control.EventDone || ev.Type == control.EventError {

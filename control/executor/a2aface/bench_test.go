@@ -3,14 +3,12 @@ package a2aface_test
 import (
 	"crypto/rand"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/awcp/awcp/control/executor/a2aface"
+	"github.com/awcp/awcp/internal/heappeak"
 )
 
 // BenchmarkBodiesHeld is what the face holds while clients send it the
@@ -30,27 +28,7 @@ func BenchmarkBodiesHeld(b *testing.B) {
 	if len(msg) > maxBody {
 		b.Fatalf("the message is %d bytes, past the bound", len(msg))
 	}
-	runtime.GC()
-	var before runtime.MemStats
-	runtime.ReadMemStats(&before)
-	var peak atomic.Uint64
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		var m runtime.MemStats
-		for {
-			runtime.ReadMemStats(&m)
-			if m.HeapInuse > peak.Load() {
-				peak.Store(m.HeapInuse)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
-		}
-	}()
+	stop := heappeak.Start()
 	b.ResetTimer()
 	for range b.N {
 		var wg sync.WaitGroup
@@ -68,9 +46,6 @@ func BenchmarkBodiesHeld(b *testing.B) {
 		wg.Wait()
 	}
 	b.StopTimer()
-	close(stop)
-	<-sampled
-	grew := float64(peak.Load()-min(peak.Load(), before.HeapInuse)) / (1 << 20)
-	b.ReportMetric(grew, "peak-heap-growth-MiB")
+	b.ReportMetric(stop(), "peak-heap-growth-MiB")
 	b.ReportMetric(float64(clients*len(msg))/(1<<20), "sent-MiB")
 }
