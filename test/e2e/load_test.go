@@ -64,18 +64,25 @@ func TestConcurrentDelegations(t *testing.T) {
 	}
 	noMountsLeft(t, x)
 	waitWorkRootEmpty(t, x)
+	// Each judged by the count that ended the wait, not a second reading:
+	// asking for the goroutines is itself a request, whose connection's
+	// goroutine a second reading may catch.
 	deadline := time.Now().Add(10 * time.Second)
-	for openFDs(t, pid) > fdsBefore && time.Now().Before(deadline) {
+	after := openFDs(t, pid)
+	for after > fdsBefore && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
+		after = openFDs(t, pid)
 	}
-	if after := openFDs(t, pid); after > fdsBefore {
+	if after > fdsBefore {
 		t.Errorf("executor descriptors: %d before, %d after", fdsBefore, after)
 	}
 	deadline = time.Now().Add(10 * time.Second)
-	for goroutines(t, x) > goroutinesBefore && time.Now().Before(deadline) {
+	after = goroutines(t, x)
+	for after > goroutinesBefore && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
+		after = goroutines(t, x)
 	}
-	if after := goroutines(t, x); after > goroutinesBefore {
+	if after > goroutinesBefore {
 		t.Errorf("executor goroutines: %d before, %d after", goroutinesBefore, after)
 		// The Go runtime writes every goroutine's stack to the log shown
 		// below, and exits.
