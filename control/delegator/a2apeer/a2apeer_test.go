@@ -1,7 +1,13 @@
 package a2apeer
 
 import (
+	"encoding/base64"
+	"io"
+	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -37,5 +43,27 @@ func TestSameServer(t *testing.T) {
 		if got := sameServer(u(c.a), u(c.b)); got != c.same {
 			t.Errorf("sameServer(%s, %s) = %v", c.a, c.b, got)
 		}
+	}
+}
+
+// The workspace's base64 goes where the message's mark is, streamed from
+// its file, and nowhere else: not into a prompt that reads like a mark.
+func TestSpliceWorkspace(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "ws.zip")
+	os.WriteFile(file, []byte("the zip's bytes"), 0o600)
+	body := `{"parts":[{"text":"awcp-workspace-base64"},{"text":"` + workspaceMark[:len(workspaceMark)-1] + `"},{"file":{"bytes":"` + workspaceMark + `"}}]}`
+	r, _ := http.NewRequest(http.MethodPost, "http://agent.example/a2a", strings.NewReader(body))
+	r, err := spliceWorkspace(r, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(r.Body)
+	want := strings.Replace(body, `"`+workspaceMark+`"`, `"`+base64.StdEncoding.EncodeToString([]byte("the zip's bytes"))+`"`, 1)
+	if string(got) != want || r.ContentLength != int64(len(want)) || r.Header.Get("Expect") != "100-continue" {
+		t.Errorf("spliced %q (length %d), want %q", got, r.ContentLength, want)
+	}
+	again, _ := r.GetBody()
+	if b, _ := io.ReadAll(again); string(b) != want {
+		t.Errorf("GetBody gave %q", b)
 	}
 }

@@ -3,7 +3,9 @@ package a2apeer
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -26,8 +28,12 @@ import (
 const maxRest = 32 << 20
 
 // workspaceMark is what a task's message holds where the workspace's
-// base64 goes.
-const workspaceMark = "awcp-workspace-base64"
+// base64 goes: random, so that no prompt can be it.
+var workspaceMark = func() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return "awcp-workspace-base64-" + hex.EncodeToString(b)
+}()
 
 // spoolMarkPrefix begins the mark of a file part spooled.
 const spoolMarkPrefix = "awcp-spool:"
@@ -148,12 +154,13 @@ func spliceWorkspace(r *http.Request, file string) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	before, after, found := bytes.Cut(msg, []byte(`"`+workspaceMark+`"`))
-	if !found {
+	at := bytes.LastIndex(msg, []byte(`"`+workspaceMark+`"`))
+	if at < 0 {
 		r = r.Clone(r.Context())
 		r.Body = io.NopCloser(bytes.NewReader(msg))
 		return r, nil
 	}
+	before, after := msg[:at], msg[at+len(workspaceMark)+2:]
 	fi, err := os.Stat(file)
 	if err != nil {
 		return nil, fmt.Errorf("the workspace kept for the task: %w", err)
