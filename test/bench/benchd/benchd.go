@@ -98,7 +98,22 @@ func startLogged(c *exec.Cmd, log string) error {
 	}
 	defer f.Close() // the child has its own descriptor
 	c.Stderr = f
+	c.Env = daemonEnv()
 	return c.Start()
+}
+
+// daemonEnv is the daemons' environment: the bench's, without the
+// GODEBUG the bench itself may run with (ops.sh turns off preemption by
+// signal in its own process), so that the daemons measured run as they
+// are shipped.
+func daemonEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GODEBUG=") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // PeerArgs are the flags of an export to the executor.
@@ -112,6 +127,7 @@ func (d *Daemons) PeerArgs() []string {
 // Run is an awcp-ctl command against the daemon; its output.
 func (d *Daemons) Run(args ...string) ([]byte, error) {
 	cmd := exec.Command(filepath.Join(d.Bin, "awcp-ctl"), append([]string{"--state-dir", d.State}, args...)...)
+	cmd.Env = daemonEnv()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
