@@ -40,14 +40,20 @@ func SetidInGrant(dir string) error {
 			}
 			return nil // unreadable to the daemon: not shown to an agent either
 		}
-		var st syscall.Stat_t
-		if syscall.Lstat(path, &st) != nil {
+		if !d.IsDir() && !d.Type().IsRegular() {
+			return nil // a link, a device, a socket: no stat needed
+		}
+		info, err := d.Info() // the walk's own lstat, not a second one
+		if err != nil {
 			return nil
 		}
-		if d.IsDir() && st.Dev != root.Dev {
+		st, ok := info.Sys().(*syscall.Stat_t)
+		switch {
+		case !ok:
+			return nil
+		case d.IsDir() && st.Dev != root.Dev:
 			return filepath.SkipDir // a mount beneath the grant: not in it
-		}
-		if st.Mode&syscall.S_IFMT != syscall.S_IFREG || !setid(st.Mode) {
+		case d.IsDir() || !setid(st.Mode):
 			return nil
 		}
 		n++

@@ -84,28 +84,24 @@ func (p *Peer) Forget(id string) {
 
 // client is an A2A client for del's agent, from its card, and the spools
 // its answers' files go to: the caller's to close.
-func (p *Peer) client(ctx context.Context, del *lease.Delegation) (*a2aclient.Client, *spools, error) {
+func (p *Peer) client(ctx context.Context, del *lease.Delegation) (_ *a2aclient.Client, _ *spools, err error) {
 	sp := newSpools(p.Dir)
-	c, err := p.clientSpooling(ctx, del, sp)
-	if err != nil {
-		sp.close()
-		return nil, nil, err
-	}
-	return c, sp, nil
-}
-
-func (p *Peer) clientSpooling(ctx context.Context, del *lease.Delegation, sp *spools) (*a2aclient.Client, error) {
+	defer func() {
+		if err != nil {
+			sp.close()
+		}
+	}()
 	hc := &http.Client{Transport: &bounded{next: http.DefaultTransport, token: del.Token, max: maxResult*4/3 + 1<<20,
 		workspace: p.sentFile(del.ID), spools: sp},
 		CheckRedirect: control.SameServerRedirects}
 	card, err := agentcard.NewResolver(hc).Resolve(ctx, del.Peer)
 	if err != nil {
-		return nil, fmt.Errorf("the agent card at %s: %w", del.Peer, err)
+		return nil, nil, fmt.Errorf("the agent card at %s: %w", del.Peer, err)
 	}
 	peer, _ := url.Parse(del.Peer)
 	at, err := url.Parse(card.URL)
 	if err != nil || !sameServer(peer, at) {
-		return nil, control.Errorf(control.CodeTaskFailed, "the agent card at %s sends tasks to %q, another place than the agent: refused (the token and the workspace would go there)", del.Peer, untrusted.Clip(card.URL, 200)).
+		return nil, nil, control.Errorf(control.CodeTaskFailed, "the agent card at %s sends tasks to %q, another place than the agent: refused (the token and the workspace would go there)", del.Peer, untrusted.Clip(card.URL, 200)).
 			WithHint("name the agent by the URL its card gives")
 	}
 	if card.PreferredTransport == "" {
@@ -115,9 +111,9 @@ func (p *Peer) clientSpooling(ctx context.Context, del *lease.Delegation, sp *sp
 	}
 	c, err := a2aclient.NewFromCard(ctx, card, a2aclient.WithJSONRPCTransport(hc))
 	if err != nil {
-		return nil, control.Errorf(control.CodeTaskFailed, "the agent at %s speaks no A2A transport this delegator does (JSON-RPC): %v", del.Peer, err)
+		return nil, nil, control.Errorf(control.CodeTaskFailed, "the agent at %s speaks no A2A transport this delegator does (JSON-RPC): %v", del.Peer, err)
 	}
-	return c, nil
+	return c, sp, nil
 }
 
 // sameServer says whether b is the server a is: the same scheme, port
