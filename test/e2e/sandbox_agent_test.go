@@ -254,6 +254,10 @@ type editor struct {
 	lines chan string
 	mu    sync.Mutex
 	text  strings.Builder // the agent's message chunks
+	// permitted are the options it chose for the agent's permission
+	// requests, in order.
+	permitted []string
+	wrote     []string // the paths the agent wrote through the editor
 }
 
 func startEditor(t *testing.T, c *ctl, x *executor, transport string) *editor {
@@ -301,6 +305,14 @@ func (ed *editor) call(t *testing.T, id, method, params string) map[string]any {
 			if string(mustJSON(m["id"])) == id {
 				return m
 			}
+			switch m["method"] {
+			case "session/request_permission":
+				ed.permit(t, m)
+				continue
+			case "fs/read_text_file", "fs/write_text_file":
+				ed.serveFile(m)
+				continue
+			}
 			if m["method"] == "session/update" {
 				ed.mu.Lock()
 				ed.text.WriteString(l)
@@ -310,6 +322,57 @@ func (ed *editor) call(t *testing.T, id, method, params string) map[string]any {
 			t.Fatalf("no answer to %s", method)
 		}
 	}
+}
+
+// permit answers an agent's permission request as a person at the
+// editor would: allow, once where offered.
+func (ed *editor) permit(t *testing.T, req map[string]any) {
+	t.Helper()
+	var p struct {
+		Options []struct {
+			OptionID string `json:"optionId"`
+			Kind     string `json:"kind"`
+		} `json:"options"`
+	}
+	json.Unmarshal(mustJSON(req["params"]), &p)
+	chosen := ""
+	for _, o := range p.Options {
+		if o.Kind == "allow_once" || (chosen == "" && strings.HasPrefix(o.Kind, "allow")) {
+			chosen = o.OptionID
+		}
+	}
+	ed.mu.Lock()
+	ed.permitted = append(ed.permitted, chosen)
+	ed.mu.Unlock()
+	io.WriteString(ed.stdin, `{"jsonrpc":"2.0","id":`+string(mustJSON(req["id"]))+`,"result":{"outcome":{"outcome":"selected","optionId":`+string(mustJSON(chosen))+`}}}`+"\n")
+}
+
+// serveFile answers the agent's fs/read_text_file and fs/write_text_file
+// as an editor does, from and to its files (the editor's initialize
+// offers both).
+func (ed *editor) serveFile(req map[string]any) {
+	var p struct {
+		Path    string `json:"path"`
+		Content string `json:"content"`
+	}
+	json.Unmarshal(mustJSON(req["params"]), &p)
+	var result any = map[string]any{}
+	var err error
+	if req["method"] == "fs/write_text_file" {
+		err = os.WriteFile(p.Path, []byte(p.Content), 0o644)
+		ed.mu.Lock()
+		ed.wrote = append(ed.wrote, p.Path)
+		ed.mu.Unlock()
+	} else {
+		var b []byte
+		b, err = os.ReadFile(p.Path)
+		result = map[string]any{"content": string(b)}
+	}
+	reply := map[string]any{"jsonrpc": "2.0", "id": req["id"], "result": result}
+	if err != nil {
+		reply = map[string]any{"jsonrpc": "2.0", "id": req["id"], "error": map[string]any{"code": -32603, "message": err.Error()}}
+	}
+	ed.stdin.Write(append(mustJSON(reply), '\n'))
 }
 
 func (ed *editor) said() string {
