@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -282,5 +283,57 @@ func TestHeadlessCLIsEdit(t *testing.T) {
 	}
 	if errs := model.errors(); len(errs) > 0 {
 		t.Errorf("tool calls failed at the CLIs: %s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestAgentDelegatesToAgent: the loop people run, offline. Claude Code
+// (the claude CLI, print mode) is the user's agent, with awcp's MCP server
+// added as docs/agents.md says; its model (scripted) calls awcp's delegate
+// tool on the project; awcp lends the project to an executor whose agent
+// is Codex's ACP adapter, whose model (scripted too) edits the notes.
+// The owner's file holds Codex's edit, the delegation is completed, and
+// Claude Code's answer carries Codex's own final words back.
+func TestAgentDelegatesToAgent(t *testing.T) {
+	model := startScriptedModel(t, agentEdit)
+	a := setUpAgentsAtWork(t, model.url)
+	t.Setenv("PATH", binDir+":"+os.Getenv("PATH"))
+	x := startExecutor(t, "", append(a.serveFlags(), "--agent-acp", "codex-acp "+codexProvider(model.url))...)
+	c := newCtl(t)
+	t.Setenv("AWCP_STATE_DIR", c.state) // what Claude Code starts inherits it
+	t.Setenv("AWCP_PLAIN_HTTP", "1")
+	ws := notesWorkspace(t)
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command("claude", args...)
+		cmd.Dir = ws
+		cmd.Env = append(os.Environ(), "ANTHROPIC_BASE_URL="+model.url, "ANTHROPIC_API_KEY=sk-ant-scripted")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run("mcp", "add", "awcp", "--", "awcp-ctl", "mcp", "--peer", x.url); err != nil {
+		t.Fatalf("claude mcp add: %v\n%s", err, out)
+	}
+	started := time.Now()
+	out, err := run("-p", "--allowedTools", "mcp__awcp__delegate", "--", "Have the executor mark the notes reviewed.")
+	if err != nil {
+		t.Fatalf("claude -p: %v\n%s", err, out)
+	}
+	t.Logf("claude -p answered in %s: %s", time.Since(started).Round(time.Millisecond), strings.TrimSpace(out))
+	if !strings.Contains(out, "The executor's agent answered:") || !strings.Contains(out, agentEdit.final) {
+		t.Errorf("Claude Code's answer does not carry Codex's words:\n%s", out)
+	}
+	edited(t, ws, "claude → awcp → codex")
+	d := c.only()
+	if d.State != "completed" || !strings.Contains(d.Summary, agentEdit.final) {
+		t.Errorf("the delegation: %s, summary %q", d.State, d.Summary)
+	}
+	auditWrote(t, c, d.ID, "claude → awcp → codex")
+	a.nothingLeft(t, "claude → awcp → codex")
+	for _, p := range processesRunning(binDir) {
+		if strings.Contains(p, "awcp-ctl mcp") {
+			t.Errorf("awcp's MCP server outlived Claude Code: %s", p)
+		}
+	}
+	if errs := model.errors(); len(errs) > 0 {
+		t.Errorf("tool calls failed: %s", strings.Join(errs, "\n"))
 	}
 }

@@ -19,9 +19,13 @@ import (
 // Responses (Codex), each streamed as the agent asks — with one scripted
 // conversation: while the agent has sent no tool result it is asked to
 // make the edit with its own tools (Claude reads the file first, as its
-// Edit requires), then it is given the final words. Requests that offer
-// no edit tool (titles, classifiers, summaries) get a short text. No key
-// is checked; nothing leaves loopback.
+// Edit requires), then it is given the final words. A Claude Code that
+// has awcp's MCP server is the delegator's side instead: it fetches the
+// delegate tool (Claude Code defers MCP tools behind its ToolSearch),
+// lends its working directory with delegatedPrompt, and answers with the
+// tool's result. Requests that offer no edit tool (titles, classifiers,
+// summaries) get a short text. No key is checked; nothing leaves
+// loopback.
 type scriptedModel struct {
 	url  string
 	edit modelEdit
@@ -32,6 +36,10 @@ type scriptedModel struct {
 	// errors, or whose text says the tool failed.
 	toolErrors []string
 }
+
+// delegatedPrompt is the task a delegator's model gives awcp's delegate
+// tool.
+const delegatedPrompt = "Mark the notes reviewed."
 
 // modelEdit is the edit the model asks for: file, relative to the agent's
 // working directory, whose text old becomes new; then it says final.
@@ -153,16 +161,19 @@ func (m *scriptedModel) anthropic(w http.ResponseWriter, body []byte) {
 		}
 	}
 	json.Unmarshal(body, &req)
-	offers := false
+	offered := map[string]bool{}
 	for _, t := range req.Tools {
-		offers = offers || t.Name == "Edit"
+		offered[t.Name] = true
 	}
+	// answered holds the results of the tool calls made, by id.
+	answered := map[string]string{}
 	results := 0
 	for _, msg := range req.Messages {
 		var blocks []struct {
-			Type    string
-			IsError bool `json:"is_error"`
-			Content json.RawMessage
+			Type      string
+			ToolUseID string `json:"tool_use_id"`
+			IsError   bool   `json:"is_error"`
+			Content   json.RawMessage
 		}
 		if json.Unmarshal(msg.Content, &blocks) != nil {
 			continue
@@ -170,21 +181,37 @@ func (m *scriptedModel) anthropic(w http.ResponseWriter, body []byte) {
 		for _, b := range blocks {
 			if b.Type == "tool_result" {
 				results++
+				answered[b.ToolUseID] = string(b.Content)
 				if b.IsError {
 					m.noteToolError("claude: " + string(b.Content))
 				}
 			}
 		}
 	}
+	// awcp's MCP tool, as Claude Code names it; Claude Code lists an MCP
+	// server's tools by name only, to be fetched with its ToolSearch.
+	const delegate = "mcp__awcp__delegate"
+	lends := bytes.Contains(body, []byte(delegate))
 	file := path.Join(workingDir(body), m.edit.file)
 	var block map[string]any
 	switch {
-	case offers && results == 0:
+	case lends && answered["toolu_awcp_delegate"] != "":
+		block = map[string]any{"type": "text", "text": "The executor's agent answered: " + answered["toolu_awcp_delegate"]}
+	case lends && offered[delegate]:
+		// The delegator's side: the model lends its working directory
+		// to the executor's agent with the task.
+		block = map[string]any{"type": "tool_use", "id": "toolu_awcp_delegate", "name": delegate, "input": map[string]any{
+			"description": "review the notes", "prompt": delegatedPrompt, "workspace_dir": workingDir(body)}}
+	case lends && offered["ToolSearch"] && answered["toolu_awcp_search"] == "":
+		block = map[string]any{"type": "tool_use", "id": "toolu_awcp_search", "name": "ToolSearch", "input": map[string]any{"query": "select:" + delegate}}
+	case lends:
+		block = map[string]any{"type": "text", "text": "The delegate tool was not offered."}
+	case offered["Edit"] && results == 0:
 		block = map[string]any{"type": "tool_use", "id": "toolu_awcp_read", "name": "Read", "input": map[string]any{"file_path": file}}
-	case offers && results == 1:
+	case offered["Edit"] && results == 1:
 		block = map[string]any{"type": "tool_use", "id": "toolu_awcp_edit", "name": "Edit",
 			"input": map[string]any{"file_path": file, "old_string": m.edit.old, "new_string": m.edit.new}}
-	case offers:
+	case offered["Edit"]:
 		block = map[string]any{"type": "text", "text": m.edit.final}
 	default:
 		block = map[string]any{"type": "text", "text": "Scripted"}
