@@ -218,21 +218,35 @@ func checkAgentConfined(l *clikit.Checklist, c *cli.Context, p *sandbox.Policy, 
 			return
 		}
 		defer cleanup()
-		init, stderr, err := acp.Worker{Command: line}.ProbeStderr(ctx, task)
-		if err != nil {
-			msg := "the ACP agent did not answer initialize in its sandbox: " + err.Error()
-			if stderr != "" {
-				msg += "; its stderr ends:\n" + clikit.PrintableText(stderr)
-			}
-			l.Fail("agent in sandbox", msg, grant)
-			return
-		}
+		init, stderr, err := acp.Worker{Command: line}.ProbeSession(ctx, task)
 		var info struct {
 			AgentInfo struct{ Name, Version string } `json:"agentInfo"`
 		}
 		json.Unmarshal(init, &info)
-		l.OK("agent in sandbox", fmt.Sprintf("the ACP agent answered initialize in its sandbox (%s %s)",
-			clikit.Printable(info.AgentInfo.Name), clikit.Printable(info.AgentInfo.Version)))
+		answered := fmt.Sprintf("the ACP agent answered initialize in its sandbox (%s %s)",
+			clikit.Printable(info.AgentInfo.Name), clikit.Printable(info.AgentInfo.Version))
+		if err != nil {
+			words := acp.Words(err)
+			if !strings.HasPrefix(words, "session/new") {
+				msg := "the ACP agent did not answer initialize in its sandbox: " + words
+				if stderr != "" {
+					msg += "; its stderr ends:\n" + clikit.PrintableText(stderr)
+				}
+				l.Fail("agent in sandbox", msg, grant)
+				return
+			}
+			// It started; it would not open a session: its login, most
+			// often, which a delegation would meet at its first turn.
+			l.OK("agent in sandbox", answered)
+			hint := executor.LoginHint(words, stderr)
+			if hint == "" {
+				hint = grant
+			}
+			l.Fail("agent session", "the ACP agent refused to open a session: "+words, hint)
+			return
+		}
+		l.OK("agent in sandbox", answered)
+		l.OK("agent session", "the ACP agent opened a session (no prompt sent: an agent that checks its login only at a turn, as Claude Code's adapter does, is not checked)")
 	}
 	if line := c.String("agent-cmd"); line != "" {
 		prog := program(line)

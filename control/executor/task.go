@@ -570,12 +570,22 @@ var loginLine = regexp.MustCompile(`(?i)auth(entication)? required|not logged in
 // say (credentials first, the sandbox's refusals after), "" where they say
 // nothing this executor's operator can act on.
 func agentHint(confine *sandbox.Policy, failed, stderr string) string {
-	if loginLine.MatchString(failed) || loginLine.MatchString(lease.TellingLine(stderr)) {
-		return "the agent has no credentials here: its operator passes its API key with awcp-fs serve --agent-env NAME " +
-			"(ANTHROPIC_API_KEY for Claude Code, GEMINI_API_KEY for Gemini CLI, OPENAI_API_KEY for Codex), " +
-			"or grants the login made as the daemon's user with --sandbox-allow ~/.claude:rw (~/.gemini, ~/.codex)"
+	if h := LoginHint(failed, stderr); h != "" {
+		return h
 	}
 	return sandboxHint(confine, failed+"\n"+stderr)
+}
+
+// LoginHint is the hint of an agent whose words (failed, or the telling
+// line of its stderr) say it lacks a login: how its operator gives it
+// one. "" where they do not.
+func LoginHint(failed, stderr string) string {
+	if !loginLine.MatchString(failed) && !loginLine.MatchString(lease.TellingLine(stderr)) {
+		return ""
+	}
+	return "the agent has no credentials here: its operator passes its API key with awcp-fs serve --agent-env NAME " +
+		"(ANTHROPIC_API_KEY for Claude Code, GEMINI_API_KEY for Gemini CLI, OPENAI_API_KEY for Codex), " +
+		"or grants the login made as the daemon's user with --sandbox-allow ~/.claude:rw (~/.gemini, ~/.codex)"
 }
 
 // sandboxHint is the hint of a failed agent whose output says something

@@ -159,6 +159,13 @@ func TestRealAgentsEdit(t *testing.T) {
 	a := setUpAgentsAtWork(t, model.url)
 	for _, ag := range realAgentsAtWork(model.url) {
 		t.Run(ag.name, func(t *testing.T) {
+			t.Run("doctor", func(t *testing.T) {
+				// With its credentials named, doctor opens a session.
+				code, out := runFSDoctor(t, append(a.serveFlags(), "--agent-acp", ag.acp)...)
+				if line := doctorLine(out, "agent session"); code != 0 || !strings.HasPrefix(line, "OK") {
+					t.Errorf("awcp-fs doctor: exit %d\n%s", code, out)
+				}
+			})
 			t.Run("one-shot", func(t *testing.T) {
 				x := startExecutor(t, "", append(a.serveFlags(), "--agent-acp", ag.acp)...)
 				c := newCtl(t)

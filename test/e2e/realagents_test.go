@@ -20,10 +20,12 @@ var realAgents = []struct {
 	// authMethods: the agent offers auth methods at initialize (Claude's
 	// adapter offers none: its login is Claude Code's own, on disk).
 	authMethods bool
+	// checksLoginAtSession: without credentials, its session/new fails.
+	checksLoginAtSession bool
 }{
-	{"@agentclientprotocol/claude-agent-acp", "claude-agent-acp", false},
-	{"gemini-cli", "gemini --acp", true},
-	{"codex-acp", "codex-acp", true},
+	{"@agentclientprotocol/claude-agent-acp", "claude-agent-acp", false, false},
+	{"gemini-cli", "gemini --acp", true, true},
+	{"codex-acp", "codex-acp", true, true},
 }
 
 var realAgentPackages = []string{"@agentclientprotocol/claude-agent-acp@0.101.0", "@google/gemini-cli@0.61.0", "@zed-industries/codex-acp@0.16.0", "node@22.23.3"}
@@ -48,9 +50,21 @@ func TestRealAgents(t *testing.T) {
 	for _, a := range realAgents {
 		t.Run(strings.Fields(a.command)[0], func(t *testing.T) {
 			code, out := runFSDoctor(t, "--agent-acp", a.command)
-			if line := doctorLine(out, "agent in sandbox"); code != 0 || !strings.HasPrefix(line, "OK") || !strings.Contains(line, a.name) {
+			if line := doctorLine(out, "agent in sandbox"); !strings.HasPrefix(line, "OK") || !strings.Contains(line, a.name) {
 				t.Fatalf("awcp-fs doctor --agent-acp %q: exit %d\n%s", a.command, code, out)
 			}
+			// Doctor opens a session: an agent that checks its login
+			// there is found without one, in its words, with the way to
+			// give it one; Claude's adapter checks only at a turn.
+			session := doctorLine(out, "agent session")
+			if a.checksLoginAtSession {
+				if code != 1 || !strings.HasPrefix(session, "FAIL") || !strings.Contains(out, "--agent-env NAME") {
+					t.Errorf("doctor of %s without credentials: exit %d\n%s", a.command, code, out)
+				}
+			} else if code != 0 || !strings.HasPrefix(session, "OK") {
+				t.Errorf("doctor of %s: exit %d\n%s", a.command, code, out)
+			}
+			t.Logf("doctor: agent session: %s", session)
 
 			x := startExecutor(t, "", "--agent-acp", a.command)
 			c := newCtl(t)

@@ -403,13 +403,13 @@ func TestSummaryKeepsMessagesApart(t *testing.T) {
 
 // An agent's refusal reads as its own words, one line: the step and its
 // message (and its data's), not the JSON-RPC error whole.
-func TestAgentWords(t *testing.T) {
+func TestWords(t *testing.T) {
 	err := fmt.Errorf("session/prompt: %w", &acpsdk.RequestError{Code: -32000, Message: "Authentication required",
 		Data: map[string]any{"details": "Invalid API key\n\x1b[2J· Please run /login"}})
-	if got := agentWords(err); got != "session/prompt: Authentication required: Invalid API key [2J· Please run /login" {
+	if got := Words(err); got != "session/prompt: Authentication required: Invalid API key [2J· Please run /login" {
 		t.Errorf("agentWords: %q", got)
 	}
-	if got := agentWords(errors.New("initialize: peer connection closed")); got != "initialize: peer connection closed" {
+	if got := Words(errors.New("initialize: peer connection closed")); got != "initialize: peer connection closed" {
 		t.Errorf("agentWords of a plain error: %q", got)
 	}
 }

@@ -626,6 +626,10 @@ func (w Worker) Probe(ctx context.Context, t agent.Task) (json.RawMessage, error
 // ProbeStderr is Probe, with the end of what the agent wrote to stderr
 // meanwhile: why it did not answer, where it did not.
 func (w Worker) ProbeStderr(ctx context.Context, t agent.Task) (_ json.RawMessage, stderrTail string, _ error) {
+	return w.probe(ctx, t, false)
+}
+
+func (w Worker) probe(ctx context.Context, t agent.Task, openSession bool) (_ json.RawMessage, stderrTail string, _ error) {
 	w = w.withDefaults()
 	if t.DelegationID == "" {
 		t.DelegationID = "probe"
@@ -651,9 +655,64 @@ func (w Worker) ProbeStderr(ctx context.Context, t agent.Task) (_ json.RawMessag
 	}
 	r := &relay{log: w.Logger, agent: control.NewRPCConn(proc.Stdout, proc.Stdin), readOnly: true}
 	err = r.initialize(ctx, w.AllowExec)
+	if err == nil && openSession {
+		err = r.probeSession(ctx, t.WorkDir)
+	}
 	stop()
 	if err != nil {
-		return nil, strings.TrimSpace(stderr.String()), err
+		// r.agentInit is what it answered, if it got as far.
+		return r.agentInit, strings.TrimSpace(stderr.String()), err
 	}
 	return r.agentInit, "", nil
+}
+
+// ProbeSession is ProbeStderr, then a session opened in the task's work
+// dir and left unused: where an agent checks its login at session/new
+// (Gemini CLI and Codex say "API key is missing", "Authentication
+// required" there), a missing one is found before a delegation's prompt
+// is. Nothing is prompted, so nothing costs a model call.
+func (w Worker) ProbeSession(ctx context.Context, t agent.Task) (_ json.RawMessage, stderrTail string, _ error) {
+	return w.probe(ctx, t, true)
+}
+
+// probeSessionID is the id of a probe's own session/new.
+const probeSessionID = `"awcp-probe-session"`
+
+// probeSession opens a session in cwd. The agent's requests meanwhile are
+// refused (a probe has no editor) and its notifications dropped.
+func (r *relay) probeSession(ctx context.Context, cwd string) error {
+	params, _ := json.Marshal(acpsdk.NewSessionRequest{Cwd: cwd, McpServers: []acpsdk.McpServer{}})
+	if err := r.agent.Write(&control.RPCMessage{ID: json.RawMessage(probeSessionID), Method: acpsdk.AgentMethodSessionNew, Params: params}); err != nil {
+		return err
+	}
+	got := make(chan error, 1)
+	go func() {
+		for {
+			m, err := r.agent.Read()
+			switch {
+			case errors.Is(err, control.ErrNotRPC):
+				continue
+			case err != nil:
+				got <- err
+				return
+			case m.IsResponse() && string(m.ID) == probeSessionID:
+				if len(m.Error) > 0 {
+					var e acpsdk.RequestError
+					json.Unmarshal(m.Error, &e)
+					got <- fmt.Errorf("session/new: %w", &e)
+					return
+				}
+				got <- nil
+				return
+			case m.IsRequest():
+				r.agent.Write(&control.RPCMessage{ID: m.ID, Error: json.RawMessage(`{"code":-32601,"message":"awcp-fs doctor has no editor"}`)})
+			}
+		}
+	}()
+	select {
+	case err := <-got:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("session/new: no answer: %w", ctx.Err())
+	}
 }

@@ -163,7 +163,7 @@ func (w Worker) Run(ctx context.Context, t agent.Task, h agent.Hooks) (*agent.Re
 		// The agent's own words, one line: its stderr stays beside them
 		// (Result.StderrTail), not spliced in (an adapter's debug lines
 		// would bury them).
-		res.Failed = "the ACP agent failed: " + agentWords(end.err)
+		res.Failed = "the ACP agent failed: " + Words(end.err)
 		var said *acpsdk.RequestError
 		if line := lease.TellingLine(res.StderrTail); line != "" && (!errors.As(end.err, &said) || said.Code == -32603) {
 			// It answered nothing of its own (it died: the SDK's
@@ -186,11 +186,11 @@ type turnEnd struct {
 	err  error
 }
 
-// agentWords is what an ACP call's failure says, one line: the step
+// Words is what an ACP call's failure says, one line: the step
 // (initialize, session/prompt) and the agent's own message — and the
 // message of its data, where it gives one — rather than the JSON-RPC
 // error whole.
-func agentWords(err error) string {
+func Words(err error) string {
 	var re *acpsdk.RequestError
 	if !errors.As(err, &re) {
 		return untrusted.Line(err.Error(), 1000)
