@@ -215,8 +215,8 @@ func TestHostsAndHeadlessCLIs(t *testing.T) {
 	}
 
 	for cli, words := range map[string]string{
-		`claude -p --permission-mode acceptEdits "$AWCP_PROMPT"`: "Not logged in",
-		`gemini -p "$AWCP_PROMPT"`:                               "GEMINI_API_KEY",
+		headlessCLIs("")["claude"]: "Not logged in",
+		headlessCLIs("")["gemini"]: "GEMINI_API_KEY",
 	} {
 		x := startExecutor(t, cli)
 		ws := sampleWorkspace(t)
