@@ -1,24 +1,27 @@
-// Package cloexec keeps a process's descriptors from its children (Linux).
+// Package cloexec keeps a process's descriptors from its children.
 package cloexec
 
 import (
 	"os"
 	"strconv"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
-// All makes every descriptor above stderr close-on-exec: Linux 5.11's
-// close_range in one call, else a walk of /proc/self/fd. Go opens its own
+// All makes every descriptor above stderr close-on-exec. Go opens its own
 // descriptors close-on-exec, and what a child is meant to have is dup'ed
 // into it at fork, so this takes from children only what they were never
 // meant to inherit.
 func All() {
-	if unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
+	if closeRange() {
 		return
 	}
-	ents, err := os.ReadDir("/proc/self/fd")
+	walk(fdDir)
+}
+
+// walk marks close-on-exec each descriptor listed in dir (/proc/self/fd,
+// /dev/fd): the portable way, where the system has no call for it.
+func walk(dir string) {
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}

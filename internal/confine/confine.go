@@ -18,7 +18,8 @@
 // kernel resolves par to the root's parent. So is moving a directory up
 // that holds a link climbing out of it: CheckTree checks such a move.
 //
-// Linux only: the walks use *at system calls on directory descriptors.
+// The walks use *at system calls on directory descriptors (POSIX: Linux,
+// macOS, FreeBSD).
 package confine
 
 import (
@@ -29,6 +30,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/awcp/awcp/internal/openflag"
 )
 
 // ErrEscape is a symlink that would lead out of the root.
@@ -68,7 +71,7 @@ func RootOf(fd int) (Root, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return Root{}, fmt.Errorf("stat root: %w", err)
 	}
-	return Root{dev: st.Dev, ino: st.Ino}, nil
+	return Root{dev: uint64(st.Dev), ino: uint64(st.Ino)}, nil
 }
 
 // Of is the identity of root's directory.
@@ -121,10 +124,10 @@ func (r Root) Depth(fd int) (int, error) {
 		if err := unix.Fstat(cur, &st); err != nil {
 			return 0, err
 		}
-		if st.Dev == r.dev && st.Ino == r.ino {
+		if uint64(st.Dev) == r.dev && uint64(st.Ino) == r.ino {
 			return depth, nil
 		}
-		up, err := unix.Openat(cur, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		up, err := unix.Openat(cur, "..", openflag.Search|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return 0, err
 		}
@@ -168,7 +171,7 @@ func CheckTree(fd int, depth int) error {
 					return err
 				}
 			case os.ModeDir:
-				sub, err := unix.Openat(dfd, e.Name(), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+				sub, err := unix.Openat(dfd, e.Name(), openflag.Search|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 				if err != nil {
 					return err
 				}

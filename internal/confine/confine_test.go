@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/awcp/awcp/internal/openflag"
 )
 
 func TestLinkTarget(t *testing.T) {
@@ -42,7 +44,7 @@ func TestLinkTarget(t *testing.T) {
 
 func openDir(t *testing.T, p string) int {
 	t.Helper()
-	fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(p, openflag.Search|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package sandbox confines an executor's agent and everything it starts
 // with Landlock (Linux 5.13+; scoping needs ABI 6, Linux 6.12+): the
 // agent writes beneath its own work directory and temporary directory

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/awcp/awcp/internal/openflag"
 )
 
 // openByComponents, OpenBeneath's way where openat2 is refused, resolves
@@ -18,7 +20,7 @@ func TestOpenByComponentsResolvesAsOpenat2(t *testing.T) {
 	os.Symlink("a", filepath.Join(root, "link"))
 	os.Symlink("b", filepath.Join(root, "a/blink"))
 	os.Symlink("/etc", filepath.Join(root, "a/out"))
-	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY, 0)
+	dir, err := unix.Open(root, openflag.Search|unix.O_DIRECTORY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +31,7 @@ func TestOpenByComponentsResolvesAsOpenat2(t *testing.T) {
 		"..": false, "a/../..": false, "missing": false,
 	} {
 		for how, open := range map[string]func(int, string, int) (int, error){"openat2": OpenBeneath, "components": openByComponents} {
-			fd, err := open(dir, name, unix.O_PATH|unix.O_DIRECTORY)
+			fd, err := open(dir, name, openflag.Search|unix.O_DIRECTORY)
 			if err == nil {
 				unix.Close(fd)
 			}

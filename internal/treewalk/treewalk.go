@@ -20,6 +20,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/awcp/awcp/internal/openflag"
 )
 
 // Visit is called for each page of a directory's entries (up to PageSize,
@@ -46,7 +48,7 @@ const PageSize = 1024
 // reading a directory). A directory gone since it was listed is left out.
 // Walk returns once every goroutine has.
 func Walk(root string, visit Visit) error {
-	rootfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	rootfd, err := unix.Open(root, openflag.Search|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return &os.PathError{Op: "open", Path: root, Err: err}
 	}
