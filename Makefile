@@ -4,7 +4,7 @@ BIN     := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/awcp/awcp/cmd/internal/clikit.Version=$(VERSION)
 
-.PHONY: build test unit e2e race bench bench-quick demo demo-acp lint clean install soak k8s-e2e
+.PHONY: build test vet-laptop unit e2e race bench bench-quick demo demo-acp lint clean install soak k8s-e2e
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/awcp-ctl ./cmd/awcp-fs
@@ -13,7 +13,7 @@ build:
 # against the API types (a module of its own), then the end-to-end suite
 # against the built binaries (about 7 minutes here; its timeout leaves
 # room for a first run's npm installs of the real agents, 1.5 GB).
-test: build
+test: build vet-laptop
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 10m $$($(GO) list ./... | grep -v /test/e2e)
 	cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -count=1 ./...
@@ -107,6 +107,18 @@ demo: build
 
 demo-acp: build
 	BIN=$(BIN) sh test/e2e/demo/acp.sh
+
+# The delegator where people work: awcp-ctl and every package it is made
+# of, built and vetted (tests too) for macOS and FreeBSD, CGO off. Built
+# and vetted here, not run: no such machine is here.
+LAPTOPS = darwin/arm64 darwin/amd64 freebsd/amd64
+vet-laptop:
+	@set -e; pkgs=$$($(GO) list -deps ./cmd/awcp-ctl | grep '^github.com/awcp/awcp'); \
+	for t in $(LAPTOPS); do \
+		echo "awcp-ctl for $$t"; \
+		GOOS=$${t%/*} GOARCH=$${t#*/} CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/awcp-ctl; \
+		GOOS=$${t%/*} GOARCH=$${t#*/} CGO_ENABLED=0 $(GO) vet $$pkgs; \
+	done
 
 lint:
 	gofmt -l . | (! grep .)

@@ -7,6 +7,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/awcp/awcp/internal/openflag"
+
 	"github.com/awcp/awcp/internal/confine"
 )
 
@@ -80,7 +82,7 @@ func (s *sftpServer) rename(from, to string, noReplace bool) (replaced bool, _ e
 			replaced = unix.Fstatat(toFd, toBase, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
 			return unix.Renameat(fromFd, fromBase, toFd, toBase)
 		}
-		err := unix.Renameat2(fromFd, fromBase, toFd, toBase, unix.RENAME_NOREPLACE)
+		err := renameNoReplace(fromFd, fromBase, toFd, toBase)
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) { // a file system without it
 			var st unix.Stat_t
 			if unix.Fstatat(toFd, toBase, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
@@ -139,7 +141,7 @@ func (s *sftpServer) moving(what, from, to string, op func(fromFd int, fromBase 
 			return err
 		}
 		if toDepth < fromDepth {
-			dir, err := unix.Openat(fromFd, fromBase, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			dir, err := unix.Openat(fromFd, fromBase, openflag.Search|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			if err != nil {
 				return err
 			}

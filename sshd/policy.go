@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -158,7 +157,7 @@ func writes(typ byte, r reader) bool {
 func (s *sftpServer) guardAt(fd int, at, base, change string) error {
 	rel := at
 	if rel == "" {
-		abs, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+		abs, err := fdPathOf(fd)
 		if err != nil {
 			return errHidden // cannot tell: refuse
 		}
@@ -220,7 +219,7 @@ func (s *sftpServer) realName(name string) string {
 	if plain { // no symlink on the way: the kernel's path is name's
 		return name
 	}
-	abs, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	abs, err := fdPathOf(fd)
 	if err != nil {
 		return name
 	}
@@ -301,7 +300,7 @@ func fdPath(f *os.File) (string, error) {
 	}
 	var p string
 	var rerr error
-	if err := rc.Control(func(fd uintptr) { p, rerr = os.Readlink("/proc/self/fd/" + strconv.Itoa(int(fd))) }); err != nil {
+	if err := rc.Control(func(fd uintptr) { p, rerr = fdPathOf(int(fd)) }); err != nil {
 		return "", err
 	}
 	return p, rerr

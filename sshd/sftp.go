@@ -700,8 +700,9 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 		b := newBuf()
 		b.Byte(wire.ExtendedReply)
 		b.U32(id)
-		for _, v := range []uint64{uint64(st.Bsize), uint64(st.Frsize), st.Blocks, st.Bfree, st.Bavail,
-			st.Files, st.Ffree, st.Ffree, uint64(st.Fsid.X__val[0]), statvfsFlags(s.readOnly), uint64(st.Namelen)} {
+		frsize, fsid, namemax := statvfsRest(&st)
+		for _, v := range []uint64{uint64(st.Bsize), frsize, uint64(st.Blocks), uint64(st.Bfree), uint64(st.Bavail),
+			uint64(st.Files), uint64(st.Ffree), uint64(st.Ffree), fsid, statvfsFlags(s.readOnly), namemax} {
 			b.U64(v)
 		}
 		s.send(b)

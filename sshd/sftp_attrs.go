@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -38,8 +37,9 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 	// not obey — through its descriptor's /proc link: a symlinked
 	// directory swapped after the check reaches nothing of git's.
 	pinned := ""
+	byPath := f == nil
 	if f == nil && s.guardsChanges() {
-		pf, plain, err := s.fast.openFile(name, unix.O_PATH, 0)
+		pf, plain, err := s.fast.openFile(name, pinFlags(a.Flags&wire.AttrSize != 0), 0)
 		if err != nil {
 			return err
 		}
@@ -47,7 +47,11 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 		if real, _ := s.opened(pf, name, plain); s.changeRefused(OpSetattr, real) != nil {
 			return s.changeRefused(OpSetattr, real)
 		}
-		pinned = "/proc/self/fd/" + strconv.Itoa(int(pf.Fd()))
+		if procPins {
+			pinned = "/proc/self/fd/" + strconv.Itoa(int(pf.Fd()))
+		} else {
+			f = pf
+		}
 	}
 	if a.Flags&wire.AttrSize != 0 {
 		// The owner's file is not made shorter under NoDelete, and what
@@ -67,7 +71,7 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 		}
 		st, _ := fi.Sys().(*syscall.Stat_t)
 		real := name
-		if f == nil {
+		if byPath {
 			real = s.realName(name)
 		}
 		if st != nil {
@@ -151,20 +155,7 @@ func setTimes(f *os.File, a wire.FileAttrs) error {
 	if a.HasTimes {
 		ts[1].Nsec = int64(a.MtimeNsec)
 	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var errno syscall.Errno
-	if err := rc.Control(func(fd uintptr) {
-		_, _, errno = unix.Syscall6(unix.SYS_UTIMENSAT, fd, 0, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
-	}); err != nil {
-		return err
-	}
-	if errno != 0 {
-		return errno
-	}
-	return nil
+	return setFileTimes(f, ts)
 }
 
 func futimes(f *os.File, at, mt time.Time) error {
@@ -184,9 +175,10 @@ func statAttrs(fi fs.FileInfo) wire.FileAttrs {
 	a := wire.FileAttrs{Flags: wire.AttrSize | wire.AttrUIDGID | wire.AttrPermissions | wire.AttrACModTime,
 		Size: uint64(fi.Size()), Mode: modeBits(fi.Mode()), Atime: uint32(fi.ModTime().Unix()), Mtime: uint32(fi.ModTime().Unix())}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		a.UID, a.GID, a.Atime = st.Uid, st.Gid, uint32(st.Atim.Sec)
+		t := statTimes(st)
+		a.UID, a.GID, a.Atime = st.Uid, st.Gid, uint32(t.atime.Unix())
 		a.Nlink, a.HasNlink = uint32(st.Nlink), true
-		a.MtimeNsec, a.Ctime, a.CtimeNsec, a.HasTimes = uint32(st.Mtim.Nsec), uint64(st.Ctim.Sec), uint32(st.Ctim.Nsec), true
+		a.MtimeNsec, a.Ctime, a.CtimeNsec, a.HasTimes = uint32(t.mtime.Nanosecond()), uint64(t.ctime.Unix()), uint32(t.ctime.Nanosecond()), true
 	}
 	return a
 }

@@ -80,7 +80,7 @@ func readUntouched(f *os.File, b []byte) (int, error) {
 	var flags int
 	rc.Control(func(fd uintptr) {
 		if flags, err = unix.FcntlInt(fd, unix.F_GETFL, 0); err == nil {
-			_, err = unix.FcntlInt(fd, unix.F_SETFL, flags|unix.O_NOATIME)
+			_, err = unix.FcntlInt(fd, unix.F_SETFL, flags|noAtime)
 		}
 	})
 	if err == nil {
@@ -392,8 +392,6 @@ func (h *handle) wrote(n int) {
 	}
 	h.unsynced.Store(0)
 	if rc, err := h.f.SyscallConn(); err == nil {
-		rc.Control(func(fd uintptr) {
-			unix.SyncFileRange(int(fd), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
-		})
+		rc.Control(func(fd uintptr) { startWriteback(int(fd)) })
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"path"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -132,22 +131,8 @@ type watcher struct {
 	done chan struct{} // closed when the reader has ended
 }
 
-// localFS are the file systems whose changes the kernel's watches see
-// whoever makes them. On a network file system (NFS, SMB) or a FUSE one,
-// they see only this machine's own changes: a client told "nothing
-// changed" would keep stale caches, so such an export is not watched, nor
-// such a file system mounted inside one (and the watch is then not exact).
-var localFS = map[int64]bool{
-	0xEF53:     true, // ext2, ext3, ext4
-	0x58465342: true, // xfs
-	0x9123683E: true, // btrfs
-	0x01021994: true, // tmpfs
-	0x2FC12FC1: true, // zfs
-	0xF2F52010: true, // f2fs
-	0x794C7630: true, // overlayfs
-}
-
-// errNotLocal refuses to watch a directory of a file system not in localFS.
+// errNotLocal refuses to watch a directory of a file system whose
+// changes the watch would not all see (localFS).
 var errNotLocal = errors.New("not a local file system")
 
 // preferFanotify is false only where a test tries the inotify source,
@@ -164,32 +149,15 @@ func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
 	}
 	var st unix.Statfs_t
 	err = unix.Fstatfs(int(top.Fd()), &st)
-	if err != nil || !localFS[int64(st.Type)] {
+	if err != nil || !localFS(&st) {
 		top.Close()
 		return nil
 	}
-	// fanotify where it can mark this directory: some file systems have
-	// no file handles for it to name directories by.
-	var src source
-	maxDirs := maxWatchDirs
-	if fan, err := newFanotify(); preferFanotify && err == nil {
-		if _, err := fan.add(int(top.Fd()), &st); err == nil {
-			src = fan
-			if preferWholeFS && fan.markFilesystem(top, &st) == nil {
-				maxDirs = maxWatchDirsWhole
-			}
-		} else {
-			fan.close()
-		}
-	} else if err == nil {
-		fan.close()
-	}
-	realRoot, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(top.Fd())))
+	src, maxDirs, err := openSource(top, &st)
+	realRoot, _ := fdPathOf(int(top.Fd()))
 	top.Close()
-	if src == nil {
-		if src, err = newInotify(); err != nil {
-			return nil
-		}
+	if err != nil {
+		return nil
 	}
 	w := &watcher{src: src, root: root, hidden: hidden, dirs: map[string]string{},
 		pending: map[string]struct{}{}, own: map[string]*ownChange{}, ready: make(chan struct{}), done: make(chan struct{})}
@@ -265,7 +233,7 @@ func (w *watcher) addDir(fd int, d string) error {
 	if err := unix.Fstatfs(fd, &st); err != nil {
 		return err
 	}
-	if !localFS[int64(st.Type)] {
+	if !localFS(&st) {
 		return errNotLocal
 	}
 	key, err := w.src.add(fd, &st)

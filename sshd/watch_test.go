@@ -1,3 +1,5 @@
+//go:build linux
+
 package sshd
 
 import (
@@ -130,27 +132,6 @@ func TestWatchBounds(t *testing.T) {
 	if _, err := c.Watch(ctx); !errors.Is(err, sftpc.ErrNoWatch) {
 		t.Fatalf("an export of %d directories: %v, want it not watched", maxWatchDirs+2, err)
 	}
-}
-
-// sessionOn is an SFTP session of ours on exp, lent as id.
-func sessionOn(t *testing.T, f *fixture, id string, exp Export) *sftpc.Client {
-	t.Helper()
-	f.srv.Grant(id, exp, time.Now().Add(time.Hour))
-	cred, err := f.auth.Issue(id, time.Now().Add(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := f.dial(id, certSigner(t, cred))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	c, err := sftpc.Open(conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 // watching runs c's watch until the test ends; reported gathers what it

@@ -32,7 +32,7 @@ func newTransferBar(w io.Writer) *transferBar {
 	if !ok {
 		return nil
 	}
-	if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err != nil {
+	if _, err := unix.IoctlGetTermios(int(f.Fd()), getTermios); err != nil {
 		return nil
 	}
 	return &transferBar{w: w}

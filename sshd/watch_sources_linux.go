@@ -247,3 +247,42 @@ func dirAndName(info []byte) (dir, name string, ok bool) {
 	}
 	return "", "", false
 }
+
+// localMagic are the file systems whose changes the kernel's watches see
+// whoever makes them. On a network file system (NFS, SMB) or a FUSE one,
+// they see only this machine's own changes: a client told "nothing
+// changed" would keep stale caches, so such an export is not watched, nor
+// such a file system mounted inside one (and the watch is then not exact).
+var localMagic = map[int64]bool{
+	0xEF53:     true, // ext2, ext3, ext4
+	0x58465342: true, // xfs
+	0x9123683E: true, // btrfs
+	0x01021994: true, // tmpfs
+	0x2FC12FC1: true, // zfs
+	0xF2F52010: true, // f2fs
+	0x794C7630: true, // overlayfs
+}
+
+func localFS(st *unix.Statfs_t) bool { return localMagic[int64(st.Type)] }
+
+// openSource is fanotify where it can mark the directory open at top
+// (some file systems have no file handles for it to name directories
+// by), else inotify; and how many directories it may watch.
+func openSource(top *os.File, st *unix.Statfs_t) (source, int, error) {
+	if fan, err := newFanotify(); preferFanotify && err == nil {
+		if _, err := fan.add(int(top.Fd()), st); err == nil {
+			if preferWholeFS && fan.markFilesystem(top, st) == nil {
+				return fan, maxWatchDirsWhole, nil
+			}
+			return fan, maxWatchDirs, nil
+		}
+		fan.close()
+	} else if err == nil {
+		fan.close()
+	}
+	in, err := newInotify()
+	if err != nil {
+		return nil, 0, err
+	}
+	return in, maxWatchDirs, nil
+}
