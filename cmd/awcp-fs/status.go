@@ -18,6 +18,7 @@ import (
 	"github.com/awcp/awcp/cmd/internal/clikit"
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/executor"
+	"github.com/awcp/awcp/internal/peercred"
 )
 
 // The executor's operator reaches the running daemon over a unix socket in
@@ -39,6 +40,7 @@ func serveOperator(ctx context.Context, state string, ex *executor.Executor, log
 		ln.Close()
 		return nil, err
 	}
+	ln = peercred.SameUser(ln) // the kernel's word too, not the file's mode alone
 	srv := &http.Server{Handler: ex.OperatorHandler(), ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {

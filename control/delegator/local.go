@@ -16,10 +16,13 @@ import (
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/internal/httpserve"
+	"github.com/awcp/awcp/internal/peercred"
 )
 
 // The delegator daemon's local API, for the CLI: HTTP over a unix socket in
-// the state dir, mode 0600 in a 0700 directory, so no other user reaches it.
+// the state dir, mode 0600 in a 0700 directory, so no other user reaches it;
+// and a connection the kernel says another user made is closed unread
+// (internal/peercred).
 
 // LocalServer serves the local API of an `awcp-ctl serve` daemon.
 type LocalServer struct {
@@ -58,6 +61,7 @@ func (s *LocalServer) Serve(ctx context.Context, path string) error {
 		ln.Close()
 		return err
 	}
+	ln = peercred.SameUser(ln) // the kernel's word too, not the file's mode alone
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
 		httpserve.WriteJSON(w, http.StatusOK, map[string]any{"ok": true, "pid": os.Getpid()})

@@ -1,0 +1,12 @@
+package peercred
+
+import "golang.org/x/sys/unix"
+
+// peerUID is the effective uid the connecting process had at connect(2).
+func peerUID(fd int) (uint32, error) {
+	cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
+	if err != nil {
+		return 0, err
+	}
+	return cred.Uid, nil
+}
