@@ -165,6 +165,10 @@ func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
 	if w.attested {
 		w.grace = ownGraceAttested
 	}
+	if p, ok := src.(*pollSource); ok {
+		// It sees a change up to a period after it was made.
+		w.grace += p.every
+	}
 	complete, ok := w.addTree(".")
 	if !ok {
 		src.close()

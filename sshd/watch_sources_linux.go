@@ -265,10 +265,17 @@ var localMagic = map[int64]bool{
 
 func localFS(st *unix.Statfs_t) bool { return localMagic[int64(st.Type)] }
 
+// preferPoll is true only where a test tries the portable source, which
+// macOS and FreeBSD use, on Linux.
+var preferPoll = false
+
 // openSource is fanotify where it can mark the directory open at top
 // (some file systems have no file handles for it to name directories
 // by), else inotify; and how many directories it may watch.
 func openSource(top *os.File, st *unix.Statfs_t) (source, int, error) {
+	if preferPoll {
+		return newPollSource(pollEvery), maxWatchDirs, nil
+	}
 	if fan, err := newFanotify(); preferFanotify && err == nil {
 		if _, err := fan.add(int(top.Fd()), st); err == nil {
 			if preferWholeFS && fan.markFilesystem(top, st) == nil {

@@ -3,18 +3,23 @@
 package sshd
 
 import (
-	"errors"
 	"os"
 
 	"golang.org/x/sys/unix"
 )
 
-// errNoWatch: no exact watch is built here yet for macOS (FSEvents) or
-// FreeBSD (kqueue). The export is then not watched: the mount's client
-// keeps its caches for their time, as it does for any export its server
-// cannot watch.
-var errNoWatch = errors.New("no exact watch on this system yet")
+// localFS: the file systems whose every change the portable watch sees
+// by reading them (a network one would show only what its cache holds).
+func localFS(st *unix.Statfs_t) bool {
+	switch unix.ByteSliceToString(st.Fstypename[:]) {
+	case "apfs", "hfs", "ufs", "zfs", "tmpfs":
+		return true
+	}
+	return false
+}
 
-func localFS(*unix.Statfs_t) bool { return false }
-
-func openSource(*os.File, *unix.Statfs_t) (source, int, error) { return nil, 0, errNoWatch }
+// openSource is the portable source: FSEvents (macOS) and kqueue
+// (FreeBSD) are not spoken yet.
+func openSource(*os.File, *unix.Statfs_t) (source, int, error) {
+	return newPollSource(pollEvery), maxWatchDirs, nil
+}

@@ -32,6 +32,12 @@ func TestWatchReportsOthersChanges(t *testing.T) {
 			testWatchReportsOthersChanges(t, fan)
 		})
 	}
+	// The portable source, macOS's and FreeBSD's, polled each 40 ms.
+	t.Run("poll", func(t *testing.T) {
+		defer func(was bool, every time.Duration) { preferPoll, pollEvery = was, every }(preferPoll, pollEvery)
+		preferPoll, pollEvery = true, 40*time.Millisecond
+		testWatchReportsOthersChanges(t, false)
+	})
 }
 
 func testWatchReportsOthersChanges(t *testing.T, exact bool) {
