@@ -75,11 +75,12 @@ func doctor(ctx context.Context, c *cli.Context) error {
 		if line == "" {
 			line = acp
 		}
-		prog := program(line)
-		if path, err := exec.LookPath(prog); err != nil {
-			l.Fail("agent", prog+" is not found on PATH", "install it, or give its full path")
-		} else {
+		if msg, hint := notInstalled(line); msg != "" {
+			l.Fail("agent", msg, hint)
+		} else if path, err := exec.LookPath(program(line)); err == nil {
 			l.OK("agent", path)
+		} else {
+			l.Info("agent", "a shell command line: the programs it runs are looked up when it runs")
 		}
 	}
 
@@ -207,6 +208,11 @@ func rwGrantWarning(dir string, idmapped bool) string {
 // not run, having no task. What the agent says on stderr is shown when
 // it fails: a path the sandbox refused it is named there.
 func checkAgentConfined(l *clikit.Checklist, c *cli.Context, p *sandbox.Policy, work string, env []string) {
+	if msg, _ := notInstalled(c.String("agent-cmd") + c.String("agent-acp")); msg != "" {
+		// Said at "agent": not installed is not the sandbox's refusal.
+		l.Info("agent in sandbox", "not checked: the agent is not installed")
+		return
+	}
 	const grant = "grant what it needs with --sandbox-allow PATH[:rw] (its install, its credentials), or run it with --sandbox off knowingly"
 	if line := c.String("agent-acp"); line != "" {
 		ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
@@ -373,4 +379,17 @@ func program(line string) string {
 		}
 	}
 	return line
+}
+
+// notInstalled says of an agent command whose program is found nowhere
+// (sandbox.Resolved.Missing) that it is not installed, or misspelt, and
+// how to fix it; "" where it is found, or where the line is shell syntax
+// whose program only running it would tell.
+func notInstalled(line string) (msg, hint string) {
+	missing := sandbox.ResolveCommand(line).Missing
+	if missing == "" {
+		return "", ""
+	}
+	return fmt.Sprintf("the agent %s is not installed here: not found on PATH (%s)", missing, os.Getenv("PATH")),
+		"install it where this daemon's PATH finds it, or give its full path; the agent is given this PATH"
 }

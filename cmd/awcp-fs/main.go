@@ -204,6 +204,10 @@ func serve(ctx context.Context, c *cli.Context) error {
 		yes, exec := true, c.Bool("allow-exec")
 		profile = &control.SandboxProfile{CwdOnly: &yes, AllowNetwork: &yes, AllowExec: &exec}
 	}
+	if msg, hint := notInstalled(c.String("agent-cmd") + c.String("agent-acp")); msg != "" {
+		// Refused at start, not at the first delegation's status 127.
+		return clikit.UsageError("%s; %s", msg, hint)
+	}
 	confine, err := sandboxPolicy(c, c.String("agent-cmd"), c.String("agent-acp"))
 	if err != nil {
 		return err

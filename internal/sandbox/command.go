@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -36,6 +37,10 @@ type Resolved struct {
 	Chain []string
 	// Grants are the trees it loads from that the sandbox would not show.
 	Grants []string
+	// Missing is the program the command begins with where it is a plain
+	// name (no shell syntax, not a shell builtin or keyword) found on no
+	// directory of PATH, nor at its path: not installed, or misspelt.
+	Missing string
 }
 
 // ResolveCommand finds what command runs (the package comment above).
@@ -60,6 +65,11 @@ func ResolveCommand(command string) Resolved {
 	prog := resolveProgram(name)
 	if prog == "" {
 		r.Chain = append(r.Chain, name+": not found on PATH")
+		// A name is looked up on PATH and an absolute path is where it
+		// is; a relative path is the work dir's, known only when it runs.
+		if plainWord.MatchString(words[0]) && !shellWords[words[0]] && (!strings.Contains(name, "/") || filepath.IsAbs(name)) {
+			r.Missing = name
+		}
 		return r
 	}
 	r.Chain = append(r.Chain, name+" → "+prog)
@@ -87,6 +97,24 @@ func ResolveCommand(command string) Resolved {
 		}
 	}
 	return r
+}
+
+// plainWord is a command word with no shell syntax in it: the program
+// itself, as the shell would look it up.
+var plainWord = regexp.MustCompile(`^[A-Za-z0-9_./+@%,-]+$`)
+
+// shellWords are the shell's keywords and builtins (dash's and bash's):
+// a command beginning with one runs no program of that name.
+var shellWords = map[string]bool{}
+
+func init() {
+	for _, w := range strings.Fields(`if then else elif fi case esac for while until do done in function select time ! [[ ]] { }
+		alias bg bind break builtin caller cd command compgen complete continue declare dirs disown echo enable eval exec
+		exit export false fc fg getopts hash help history jobs kill let local logout mapfile popd printf pushd pwd read
+		readarray readonly return set shift shopt source suspend test times trap true type typeset ulimit umask unalias
+		unset wait . : [`) {
+		shellWords[w] = true
+	}
 }
 
 // isInterpreter reports whether the program at path (or named so) is one

@@ -85,3 +85,26 @@ func TestCommandGrantsWhatItRuns(t *testing.T) {
 		t.Error("node looked for the launcher's modules beside the link")
 	}
 }
+
+// TestResolveCommandSaysWhatIsMissing: a command beginning with a plain
+// name found on no directory of PATH, or an absolute path that is not
+// there, is missing; shell syntax, builtins, keywords and a path relative
+// to the work dir are not judged before they run.
+func TestResolveCommandSaysWhatIsMissing(t *testing.T) {
+	for cmd, missing := range map[string]string{
+		`claud -p "$AWCP_PROMPT"`:     "claud",
+		"FOO=1 exec no-such-agent":    "no-such-agent",
+		"/opt/nowhere/agent --acp":    "/opt/nowhere/agent",
+		"sh -c 'echo hi'":             "",
+		"./run-agent.sh":              "",
+		"echo hi > out.txt":           "",
+		"while :; do sleep 1; done":   "",
+		"n=0; while true; do :; done": "",
+		"$AGENT --go":                 "",
+		"cd sub && ./agent":           "",
+	} {
+		if got := ResolveCommand(cmd).Missing; got != missing {
+			t.Errorf("ResolveCommand(%q).Missing = %q, want %q", cmd, got, missing)
+		}
+	}
+}

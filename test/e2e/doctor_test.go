@@ -88,6 +88,11 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("awcp-fs doctor: %s: %q, want FAIL and the fix %q in\n%s", what, line, fix, r.stdout)
 		}
 	}
+	// Not installed is said as such, not as the sandbox's refusal.
+	if line := doctorLine(r.stdout, "agent"); !strings.Contains(line, "no-such-agent is not installed here: not found on PATH (") ||
+		strings.Contains(r.stdout, "--sandbox-allow") {
+		t.Errorf("awcp-fs doctor of an agent not installed blames the sandbox, or does not say so:\n%s", r.stdout)
+	}
 
 	// The delegator's doctor against a real executor, which needs a token.
 	x := startExecutor(t, "true", "--token", "secret")
@@ -120,5 +125,28 @@ func TestDoctor(t *testing.T) {
 	r = c.run("doctor", "--peer", "http://"+freeAddr(t))
 	if line := doctorLine(r.stdout, "executor reachable"); r.code != 1 || !strings.HasPrefix(line, "FAIL") {
 		t.Errorf("awcp-ctl doctor against no executor: exit %d\n%s", r.code, r.stdout)
+	}
+}
+
+// TestServeRefusesAnAgentNotInstalled: serve starts with no agent it
+// cannot find — a misspelt --agent-cmd or --agent-acp is refused at once
+// (exit 2), naming the program and the PATH searched, rather than at the
+// first delegation's "status 127" — and still starts with a command whose
+// program only running it would tell: a script of the work dir's, shell
+// syntax.
+func TestServeRefusesAnAgentNotInstalled(t *testing.T) {
+	dir := t.TempDir()
+	for _, flags := range [][]string{{"--agent-cmd", `claud -p "$AWCP_PROMPT"`}, {"--agent-acp", "claude-agent-ac"}, {"--agent-cmd", "/opt/nowhere/agent"}} {
+		r := runFS(t, append([]string{"serve", "--work-root", filepath.Join(dir, "w"), "--state-dir", filepath.Join(dir, "s"), "--listen", "127.0.0.1:0"}, flags...)...)
+		prog := strings.Fields(flags[1])[0]
+		if r.code != 2 || !strings.Contains(r.stderr, "the agent "+prog+" is not installed here: not found on PATH ("+os.Getenv("PATH")+")") {
+			t.Errorf("serve %v: exit %d\n%s", flags, r.code, r.stderr)
+		}
+	}
+	for _, cmd := range []string{"./run-agent.sh", `n=0; while [ $n -lt 1 ]; do n=1; done`, "echo hi"} {
+		x := startExecutor(t, cmd)
+		if x.url == "" {
+			t.Errorf("serve --agent-cmd %q did not start", cmd)
+		}
 	}
 }
