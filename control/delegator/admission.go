@@ -68,6 +68,9 @@ type WorkspaceStats struct {
 	// Repos are the git repositories lent (the directories holding a
 	// .git directory that is not hidden; "" for the workspace itself).
 	Repos []string
+	// Largest are its largest regular files, largest first (at most
+	// maxLargestNamed; of those counted, where the walk stopped early).
+	Largest []SizedFile
 }
 
 // maxHiddenListed is how many hidden paths admission names.
@@ -114,7 +117,7 @@ func Admit(dir string, lim AdmissionLimits, hide []string) (string, WorkspaceSta
 		return "", st, control.Errorf(control.CodeWorkspaceInvalid, "workspace %s is not a directory", dir).
 			WithHint("delegate the directory that contains it")
 	}
-	st, largestName, largest, err := admitWalk(phys, wire.NewMatcher(hide), lim)
+	st, err = admitWalk(phys, wire.NewMatcher(hide), lim)
 	if err != nil {
 		return "", st, control.Errorf(control.CodeWorkspaceInvalid, "cannot read the workspace: %v", rootCause(err)).
 			WithHint("make sure every file in it is readable")
@@ -124,13 +127,54 @@ func Admit(dir string, lim AdmissionLimits, hide []string) (string, WorkspaceSta
 		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "Workspace exceeds file count limit: more than %d files", lim.MaxFileCount).
 			WithHint(limitsHint("Consider excluding node_modules, build artifacts, or data directories, or selecting a smaller subdirectory"))
 	case st.Bytes > lim.MaxTotalBytes:
-		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "Workspace exceeds size limits: more than %s > %s", HumanBytes(st.Bytes), HumanBytes(lim.MaxTotalBytes)).
-			WithHint(limitsHint("Consider selecting a smaller subdirectory or excluding large files"))
-	case largest > lim.MaxFileBytes:
-		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "File %s is too large: %s > %s", largestName, HumanBytes(largest), HumanBytes(lim.MaxFileBytes)).
-			WithHint(limitsHint("Consider excluding large binary files"))
+		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "Workspace exceeds size limits: %s > %s; the largest files: %s",
+			HumanBytes(st.Bytes), HumanBytes(lim.MaxTotalBytes), largestList(st.Largest)).
+			WithHint(limitsHint(hideLargest(st.Largest, 0) + " keeps the largest out; or lend it live (--transport live), which sends only what the agent reads"))
+	case len(st.Largest) > 0 && st.Largest[0].Size > lim.MaxFileBytes:
+		f := st.Largest[0]
+		return "", st, control.Errorf(control.CodeWorkspaceTooLarge, "File %s is too large: %s > %s", f.Name, HumanBytes(f.Size), HumanBytes(lim.MaxFileBytes)).
+			WithHint(limitsHint(hideLargest(st.Largest, lim.MaxFileBytes) + " keeps it out; or lend it live (--transport live)"))
 	}
 	return phys, st, nil
+}
+
+// largestList names files with their sizes: "data.bin (80M), model.pt (30M)".
+func largestList(files []SizedFile) string {
+	s := make([]string, len(files))
+	for i, f := range files {
+		s[i] = fmt.Sprintf("%s (%s)", f.Name, HumanBytes(f.Size))
+	}
+	return strings.Join(s, ", ")
+}
+
+// hideLargest is the --hide flags that keep out files (those over
+// atLeast, where it is not 0), as the command line takes them.
+func hideLargest(files []SizedFile, atLeast int64) string {
+	var s []string
+	for _, f := range files {
+		if atLeast == 0 || f.Size > atLeast {
+			s = append(s, "--hide "+hideArg(f.Name))
+		}
+	}
+	return strings.Join(s, " ")
+}
+
+// hideArg is name as a --hide pattern (its pattern characters escaped)
+// that a shell passes on unchanged: quoted where it holds more than
+// letters, digits and ./_-.
+func hideArg(name string) string {
+	var pat strings.Builder
+	for _, r := range name {
+		if strings.ContainsRune(`*?[\`, r) {
+			pat.WriteByte('\\')
+		}
+		pat.WriteRune(r)
+	}
+	arg := pat.String()
+	if strings.Trim(arg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789./_-") == "" {
+		return arg
+	}
+	return "'" + strings.ReplaceAll(arg, "'", `'\''`) + "'"
 }
 
 func rootCause(err error) error {

@@ -150,4 +150,22 @@ func TestAdmissionLimitsNameTheFault(t *testing.T) {
 	if _, st, err := Admit(root, AdmissionLimits{}, nil); err != nil || st.Files != 41 {
 		t.Fatalf("within the limits: %+v, %v", st, err)
 	}
+
+	// Too large: the largest files named, with the --hide that keeps each
+	// out and the other ways on; the same five whichever goroutine met
+	// them (f39, f38… are 139, 138… bytes, f31 and d3/big.bin in d3 too).
+	write(t, filepath.Join(root, "d5", "we*ird name"), 4000)
+	for range 10 {
+		_, _, err := Admit(root, AdmissionLimits{MaxTotalBytes: 2000}, nil)
+		var pe *control.ProtocolError
+		if !errors.As(err, &pe) || !strings.HasSuffix(pe.Message, "; the largest files: d3/big.bin (4KB), d5/we*ird name (3KB), d7/f39 (139B), d6/f38 (138B), d5/f37 (137B)") ||
+			!strings.Contains(pe.Hint, `--hide d3/big.bin --hide 'd5/we\*ird name' --hide d7/f39 --hide d6/f38 --hide d5/f37 keeps the largest out; or lend it live (--transport live)`) {
+			t.Fatalf("size limit: %v\nhint: %s", err, pe.Hint)
+		}
+	}
+	_, _, err := Admit(root, AdmissionLimits{MaxFileBytes: 3000}, nil)
+	var pe *control.ProtocolError
+	if !errors.As(err, &pe) || !strings.Contains(pe.Hint, `--hide d3/big.bin --hide 'd5/we\*ird name' keeps it out`) {
+		t.Fatalf("file limit: %v\nhint: %s", err, pe.Hint)
+	}
 }

@@ -17,18 +17,18 @@ import (
 // admitWalk is admission's walk of the tree at phys, its directories read
 // side by side (treewalk: on a cold tree of 24,000 directories, 1.5 s
 // where one at a time took 2.5 s and a cold `find` 1.7 s): what it holds,
-// its largest regular file (relative to phys) and that file's size, and
-// the first error met. Paths hidden matches are counted apart and not
+// its largest regular files (st.Largest), and the first error met. Paths hidden matches are counted apart and not
 // entered; node_modules/ and .git/ are not entered either (a .git
 // directory names a repository); symlinks are counted as files and not
-// followed. The walk stops early once the files or bytes are past lim:
-// the count is then a lower bound.
+// followed. The walk stops early once the files are past lim: the count
+// is then a lower bound. Past the bytes it goes on (bounded by the files),
+// so that the largest files it names are the tree's.
 //
 // The stats do not depend on the order the directories were read in:
 // Repos and Hidden are in the order a walk in name order meets them
 // (Hidden, the first of them).
-func admitWalk(phys string, hidden *wire.Matcher, lim AdmissionLimits) (st WorkspaceStats, largestName string, largest int64, err error) {
-	var mu sync.Mutex // guards st, largest and largestName
+func admitWalk(phys string, hidden *wire.Matcher, lim AdmissionLimits) (st WorkspaceStats, err error) {
+	var mu sync.Mutex // guards st
 	err = treewalk.Walk(phys, func(dir string, fd int, ents []os.DirEntry) ([]string, error) {
 		var c dirCount
 		if err := c.count(phys, dir, fd, ents, hidden); err != nil {
@@ -51,10 +51,10 @@ func admitWalk(phys string, hidden *wire.Matcher, lim AdmissionLimits) (st Works
 			}
 			st.Repos = append(st.Repos, repo)
 		}
-		if c.largestName != "" && larger(c.largest, c.largestName, largest, largestName) {
-			largest, largestName = c.largest, c.largestName
+		for _, f := range c.largest {
+			st.Largest = offerLargest(st.Largest, f)
 		}
-		if st.Files > lim.MaxFileCount || st.Bytes > lim.MaxTotalBytes {
+		if st.Files > lim.MaxFileCount {
 			return nil, treewalk.SkipAll // obviously too large: no need to count on
 		}
 		return c.dirs, nil
@@ -64,7 +64,32 @@ func admitWalk(phys string, hidden *wire.Matcher, lim AdmissionLimits) (st Works
 	})
 	slices.SortFunc(st.Hidden, archive.ComparePaths)
 	st.Hidden = st.Hidden[:min(len(st.Hidden), maxHiddenListed)]
-	return st, largestName, largest, err
+	return st, err
+}
+
+// maxLargestNamed is how many of the largest files admission names.
+const maxLargestNamed = 5
+
+// SizedFile is a file of the workspace (relative to it) and its size.
+type SizedFile struct {
+	Name string
+	Size int64
+}
+
+// offerLargest is top with f among them if it is one of the
+// maxLargestNamed largest, largest first.
+func offerLargest(top []SizedFile, f SizedFile) []SizedFile {
+	i, _ := slices.BinarySearchFunc(top, f, func(a, b SizedFile) int {
+		if larger(a.Size, a.Name, b.Size, b.Name) {
+			return -1 // a comes before b
+		}
+		return 1
+	})
+	if i >= maxLargestNamed {
+		return top
+	}
+	top = slices.Insert(top, i, f)
+	return top[:min(len(top), maxLargestNamed)]
 }
 
 // larger reports whether file name of size comes before the largest so
@@ -83,8 +108,7 @@ type dirCount struct {
 	hidden      []string
 	hiddenCount int
 	repo        bool
-	largest     int64
-	largestName string
+	largest     []SizedFile // its largest files, largest first
 }
 
 // count counts the entries of dir (relative to root), open at fd.
@@ -114,9 +138,7 @@ func (c *dirCount) count(root, dir string, fd int, ents []os.DirEntry, hidden *w
 			return &os.PathError{Op: "lstat", Path: filepath.Join(root, dir, e.Name()), Err: err}
 		}
 		c.bytes += st.Size
-		if larger(st.Size, rel, c.largest, c.largestName) {
-			c.largest, c.largestName = st.Size, rel
-		}
+		c.largest = offerLargest(c.largest, SizedFile{rel, st.Size})
 	}
 	return nil
 }

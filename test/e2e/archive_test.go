@@ -124,7 +124,7 @@ func TestExportErrorCodes(t *testing.T) {
 		// The spec's limits are the archive's; a live mount copies nothing
 		// and takes far more (TestAdmissionFitsTheTransport).
 		r := failCase(t, c, dir, control.CodeWorkspaceTooLarge, "--peer", x.url, "--prompt", "p", "--transport", "archive")
-		if !strings.Contains(r.stderr, "Consider excluding large binary files") || !strings.Contains(r.stderr, "--max-file-bytes") {
+		if !strings.Contains(r.stderr, "File data.bin is too large") || !strings.Contains(r.stderr, "--hide data.bin keeps it out") || !strings.Contains(r.stderr, "--max-file-bytes") {
 			t.Fatalf("hint missing:\n%s", r.stderr)
 		}
 	})
@@ -138,7 +138,12 @@ func TestExportErrorCodes(t *testing.T) {
 		// node_modules does not count, so this alone would pass.
 		nm := filepath.Join(dir, "node_modules")
 		os.Mkdir(nm, 0o755)
-		failCase(t, c, dir, control.CodeWorkspaceTooLarge, "--peer", x.url, "--prompt", "p", "--transport", "archive")
+		r := failCase(t, c, dir, control.CodeWorkspaceTooLarge, "--peer", x.url, "--prompt", "p", "--transport", "archive")
+		// The culprits named, and how to keep them out.
+		if !strings.Contains(r.stderr, "the largest files: parta (40MB), partb (40MB), partc (40MB)") ||
+			!strings.Contains(r.stderr, "--hide parta --hide partb --hide partc keeps the largest out") {
+			t.Fatalf("the largest files are not named:\n%s", r.stderr)
+		}
 		// A limit of the export's own applies to a live mount too.
 		failCase(t, c, dir, control.CodeWorkspaceTooLarge, "--peer", x.url, "--prompt", "p", "--max-bytes", "100M")
 	})
