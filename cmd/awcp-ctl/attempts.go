@@ -245,6 +245,20 @@ func exportScopes(ctx context.Context, c *cli.Context, e *env, base delegator.Ex
 	if err := delegator.AdmitScopes(base.Dir, paths); err != nil {
 		return fail(c, err)
 	}
+	if c.Bool("wait") {
+		// Each scope waits for its area as a single export does, until a
+		// pass finds them all free at once.
+		for waited := true; waited; {
+			waited = false
+			for _, r := range reqs {
+				w, err := waitForHolder(ctx, c, e, r)
+				if err != nil {
+					return err
+				}
+				waited = waited || w
+			}
+		}
+	}
 	if done, err := runGroup(ctx, c, e, base.Group, reqs, names); !done || err != nil {
 		return err
 	}
@@ -280,10 +294,10 @@ func exportScopes(ctx context.Context, c *cli.Context, e *env, base delegator.Ex
 // waitForHolder waits while a live delegation that writes in place holds
 // what req would change (its directory, or its scope there), saying which
 // and how many wait before it (spec §6.5: a later task waits rather than
-// fails).
-func waitForHolder(ctx context.Context, c *cli.Context, e *env, req delegator.ExportRequest) error {
+// fails). waited reports that it had to.
+func waitForHolder(ctx context.Context, c *cli.Context, e *env, req delegator.ExportRequest) (waited bool, err error) {
 	if req.Access == "ro" || req.Snapshot == lease.SnapshotStaged || req.Snapshot == lease.SnapshotDiscard {
-		return nil // it writes nothing in place
+		return false, nil // it writes nothing in place
 	}
 	area := req.Dir
 	if req.Scope != "" {
@@ -294,18 +308,18 @@ func waitForHolder(ctx context.Context, c *cli.Context, e *env, req delegator.Ex
 	// waits for the same.
 	queue := filepath.Join(e.state, "waiting")
 	if err := os.MkdirAll(queue, 0o700); err != nil {
-		return err
+		return false, err
 	}
 	me := filepath.Join(queue, fmt.Sprintf("%020d-%d", time.Now().UnixNano(), os.Getpid()))
 	if err := os.WriteFile(me, []byte(area), 0o600); err != nil {
-		return err
+		return false, err
 	}
 	defer os.Remove(me)
 	said := ""
 	for {
 		ds, err := e.store.Delegations()
 		if err != nil {
-			return err
+			return false, err
 		}
 		holder := ""
 		for _, d := range ds {
@@ -316,7 +330,7 @@ func waitForHolder(ctx context.Context, c *cli.Context, e *env, req delegator.Ex
 		}
 		ahead := waitersAhead(queue, filepath.Base(me), area)
 		if holder == "" && ahead == 0 {
-			return nil
+			return said != "", nil
 		}
 		if now := fmt.Sprintf("%s %d", holder, ahead); now != said {
 			if holder == "" {
@@ -327,7 +341,7 @@ func waitForHolder(ctx context.Context, c *cli.Context, e *env, req delegator.Ex
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return true, ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
 	}

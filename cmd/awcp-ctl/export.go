@@ -125,7 +125,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 				fmt.Fprintf(c.App.ErrWriter, "awcp: --peer %s: %s (%s) at %s, %s\n", peers[0], clikit.Printable(req.PeerName), clikit.Printable(req.PeerAgentID), req.Peer, req.PeerChoice)
 			}
 			if c.Bool("wait") {
-				if err := waitForHolder(ctx, c, e, req); err != nil {
+				if _, err := waitForHolder(ctx, c, e, req); err != nil {
 					return err
 				}
 			}

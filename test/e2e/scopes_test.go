@@ -79,6 +79,31 @@ func TestScopesSplitATask(t *testing.T) {
 	if !strings.Contains(waiter.stderr.String(), "waiting: delegation "+first) {
 		t.Errorf("the waiting export did not say what it waited for:\n%s", waiter.stderr.String())
 	}
+
+	// --wait with one command's scopes (PATH=PEER), one of them held:
+	// the group waits too, then runs (spec §6.5), rather than failing.
+	os.Remove(filepath.Join(ws, "release"))
+	r = c.run("export", ws, "--prompt", "hold a again", "--peer", holder.url, "--scope", "a", "--background", "--ssh-listen", "127.0.0.1:0")
+	if r.code != 0 {
+		t.Fatalf("the second holding export: exit %d\n%s", r.code, r.stderr)
+	}
+	second := strings.TrimSpace(r.stdout)
+	c.waitState(second, "running")
+	group := c.start("export", ws, "--prompt", "both", "--scope", "a/sub="+xa.url, "--scope", "b="+xb.url, "--wait", "--ssh-listen", "127.0.0.1:0")
+	groupDone := make(chan error, 1)
+	go func() { groupDone <- group.Wait() }()
+	select {
+	case err := <-groupDone:
+		t.Fatalf("the group did not wait for a/, held: %v\n%s", err, group.stderr.String())
+	case <-time.After(time.Second):
+	}
+	os.WriteFile(filepath.Join(ws, "release"), nil, 0o644)
+	if err := <-groupDone; err != nil {
+		t.Fatalf("the waiting group: %v\n%s", err, group.stderr.String())
+	}
+	if !strings.Contains(group.stderr.String(), "waiting: delegation "+second) {
+		t.Errorf("the waiting group did not say what it waited for:\n%s", group.stderr.String())
+	}
 }
 
 // TestOverlappingScopesStartNothing: scopes of one command that overlap
