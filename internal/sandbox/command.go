@@ -74,6 +74,12 @@ func ResolveCommand(command string) Resolved {
 	}
 	r.Chain = append(r.Chain, name+" → "+prog)
 	add(loadRoot(prog))
+	// A version manager's shim runs the manager, which runs the version
+	// chosen: the manager's whole tree.
+	if root := managerRoot(prog); root != "" {
+		r.Chain = append(r.Chain, "shim of the version manager at "+root)
+		add(root)
+	}
 	// A script: its #! interpreter's install.
 	if interp := shebang(prog); interp != "" {
 		if real := resolveProgram(interp); real != "" {
@@ -97,6 +103,36 @@ func ResolveCommand(command string) Resolved {
 		}
 	}
 	return r
+}
+
+// managerRoot is the root of the version manager whose shim the program
+// at prog (a real path) is, or "": pyenv, rbenv, nodenv, asdf and mise
+// keep their shims in ROOT/shims (scripts that run the manager from ROOT),
+// and volta links its shims to ROOT/bin/volta-shim, which finds the tool
+// chosen under ROOT. Only a tree that is a manager's (it holds the
+// versions, installs or tools it chooses among, or the manager in
+// libexec) and not a home directory: a "shims" folder elsewhere grants
+// nothing more.
+func managerRoot(prog string) string {
+	dir := filepath.Dir(prog)
+	var root string
+	switch {
+	case filepath.Base(dir) == "shims":
+		root = filepath.Dir(dir)
+	case filepath.Base(prog) == "volta-shim" && filepath.Base(dir) == "bin":
+		root = filepath.Dir(dir)
+	default:
+		return ""
+	}
+	if home, _ := os.UserHomeDir(); root == "/" || root == home || root == "/root" || filepath.Dir(root) == "/home" {
+		return ""
+	}
+	for _, marker := range []string{"libexec", "versions", "installs", "tools"} {
+		if fi, err := os.Stat(filepath.Join(root, marker)); err == nil && fi.IsDir() {
+			return root
+		}
+	}
+	return ""
 }
 
 // plainWord is a command word with no shell syntax in it: the program

@@ -108,3 +108,59 @@ func TestResolveCommandSaysWhatIsMissing(t *testing.T) {
 		}
 	}
 }
+
+// TestVersionManagerShimRunsInTheSandbox: a command started through a
+// version manager's shim (pyenv's shape: ROOT/shims/python3, a script
+// that runs ROOT/libexec/pyenv, which runs the version chosen under
+// ROOT/versions) is granted the manager's tree, read-only, and runs in the
+// sandbox; before, only the shim was, and the manager was not found.
+func TestVersionManagerShimRunsInTheSandbox(t *testing.T) {
+	root := filepath.Join(t.TempDir(), ".pyenv")
+	files := map[string]string{
+		"shims/tool":              "#!/bin/sh\nexec \"" + root + "/libexec/pyenv\" exec tool \"$@\"\n",
+		"libexec/pyenv":           "#!/bin/sh\nshift; p=$1; shift; exec \"" + root + "/versions/3.11/bin/$p\" \"$@\"\n",
+		"versions/3.11/bin/tool":  "#!/bin/sh\necho \"tool 3.11 ran: $*\"\n",
+		"versions/3.11/lib/x.txt": "a file of the version\n",
+	}
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for d := filepath.Dir(root); d != "/"; d = filepath.Dir(d) {
+		os.Chmod(d, 0o755) // the agent's user passes through, as to a home's tools
+	}
+	t.Setenv("PATH", filepath.Join(root, "shims")+":"+os.Getenv("PATH"))
+	r := ResolveCommand("tool --version")
+	if !slices.Equal(r.Grants, []string{root}) || !slices.Contains(r.Chain, "shim of the version manager at "+root) {
+		t.Fatalf("ResolveCommand through a shim: grants %q, chain %q", r.Grants, r.Chain)
+	}
+	// A "shims" folder that is no manager's (in a home, say) grants no more
+	// than the program.
+	home := t.TempDir()
+	loose := filepath.Join(home, "shims", "loose-tool")
+	os.MkdirAll(filepath.Dir(loose), 0o755)
+	os.WriteFile(loose, []byte("#!/bin/sh\necho loose\n"), 0o755)
+	os.WriteFile(filepath.Join(home, ".netrc"), []byte("machine x password y\n"), 0o600)
+	if got := ResolveCommand(loose).Grants; !slices.Equal(got, []string{loose}) {
+		t.Errorf("a shims folder that is no manager's: grants %q, want the program alone", got)
+	}
+	if !CanIsolate() {
+		t.Fatal("not root: the root of its own cannot be tested here")
+	}
+	work := t.TempDir()
+	agent := &User{UID: 2_000_000_780, GID: 2_000_000_780, Home: work}
+	os.Chown(work, int(agent.UID), int(agent.GID))
+	p := &Policy{RW: []string{work}, RO: append(slices.Clone(System), r.Grants...), Devices: Devices, Isolated: true, User: agent, Yours: r.Grants}
+	cmd := exec.Command("/bin/sh", "-c", "tool --version")
+	cmd.Dir = work
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if err := p.Wrap(cmd); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil || string(out) != "tool 3.11 ran: --version\n" {
+		t.Errorf("the shim in its sandbox: %v\n%s", err, out)
+	}
+}
