@@ -407,3 +407,28 @@ func TestSessionThatFailsToOpenFailsInJSON(t *testing.T) {
 		t.Errorf("export --session new --json of a session that failed: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestSessionClosedWhileItAsks: a session closed while its agent awaits a
+// permission decision ends completed, and its record says what happened —
+// closed with that request unanswered — whatever the agent's last words.
+func TestSessionClosedWhileItAsks(t *testing.T) {
+	x := sessionAgentExecutor(t)
+	c := newCtl(t)
+	ws := sampleWorkspace(t)
+	writeFiles(t, ws, map[string]string{"notes.txt": "on disk\n"})
+	r := c.run("export", ws, "--peer", x.url, "--prompt", "first", "--session", "new")
+	m := regexp.MustCompile(`session (\S+) awaits a permission decision \(perm-1\): (Edit main\.go)`).FindStringSubmatch(r.stderr)
+	if r.code != 5 || m == nil {
+		t.Fatalf("export --session new: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := c.run("close", m[1]); r.code != 0 {
+		t.Fatalf("close: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	c.run("output", m[1], "--block", "--timeout", "60")
+	d := c.only()
+	st := c.run("status", d.ID).stdout
+	if d.State != "completed" || !strings.Contains(st, "note: closed while the agent awaited a permission decision, left unanswered: Edit main.go") {
+		t.Errorf("a session closed while it asked: %s\n%s", d.State, st)
+	}
+	waitWorkRootEmpty(t, x)
+}

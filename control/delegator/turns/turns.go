@@ -355,6 +355,12 @@ func (c *client) RequestPermission(ctx context.Context, p acpsdk.RequestPermissi
 		}
 		if d.State.Terminal() || d.SessionClose {
 			c.settle(reqID, "task-end")
+			if d.SessionClose {
+				// Its record says so: the agent did not just finish.
+				c.dr.update(c.id, func(d *lease.Delegation) {
+					d.Notes = append(d.Notes, "closed while the agent awaited a permission decision, left unanswered: "+perm.Title)
+				})
+			}
 			return cancelled, nil
 		}
 		select {
