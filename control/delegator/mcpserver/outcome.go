@@ -41,6 +41,7 @@ type Outcome struct {
 	Attempts     []string     `json:"attempts,omitempty" jsonschema:"the group's delegations, one per executor (per attempt, or per scope)"`
 	Error        *Failure     `json:"error,omitempty"`
 	lent         bool         // START went out: the executor was given the workspace
+	ended        bool         // the delegation is over
 }
 
 // Session is a session delegation's last turn (seed 003 §5.5): while
@@ -57,10 +58,35 @@ type Session struct {
 // Awaiting is what a session waits for: a permission decision (answer
 // with option_id) or its next prompt (answer with text).
 type Awaiting struct {
-	Kind      string `json:"kind" jsonschema:"permission or input"`
-	Question  string `json:"question" jsonschema:"the permission asked for, or the agent's last message"`
-	RequestID string `json:"request_id,omitempty"`
-	Options   string `json:"options,omitempty"`
+	Kind      string   `json:"kind" jsonschema:"permission or input"`
+	Question  string   `json:"question" jsonschema:"the permission asked for, or the agent's last message"`
+	RequestID string   `json:"request_id,omitempty"`
+	Options   []Choice `json:"options,omitempty" jsonschema:"the options a permission decision takes: answer with one's option_id"`
+}
+
+// Choice is one option of a permission request.
+type Choice struct {
+	OptionID string `json:"option_id"`
+	Name     string `json:"name,omitempty"`
+	Kind     string `json:"kind" jsonschema:"allow_once, allow_always, reject_once or reject_always"`
+}
+
+// choices are opts as the tools give them.
+func choices(opts []lease.PermissionOption) []Choice {
+	out := make([]Choice, len(opts))
+	for i, o := range opts {
+		out[i] = Choice{OptionID: o.OptionID, Name: o.Name, Kind: o.Kind}
+	}
+	return out
+}
+
+// choicesText is cs as a model reads them in text: "allow (allow_once), …".
+func choicesText(cs []Choice) string {
+	s := make([]string, len(cs))
+	for i, c := range cs {
+		s[i] = c.OptionID + " (" + c.Kind + ")"
+	}
+	return strings.Join(s, ", ")
 }
 
 // Audit is what the executor did in the directory lent (the live mount's
@@ -93,16 +119,16 @@ type Channel struct {
 
 // Permission is a permission request of the executor's agent.
 type Permission struct {
-	RequestID string `json:"request_id"`
-	Title     string `json:"title"`
-	Options   string `json:"options" jsonschema:"option ids with their kind, e.g. allow (allow_once), reject (reject_once)"`
-	Outcome   string `json:"outcome" jsonschema:"pending, selected or cancelled"`
-	OptionID  string `json:"option_id,omitempty"`
-	DecidedBy string `json:"decided_by,omitempty" jsonschema:"as the executor said it"`
-	AskedBy   string `json:"asked_by,omitempty"`
-	How       string `json:"how,omitempty" jsonschema:"user, policy, timeout or task-end"`
-	Answerer  string `json:"answerer,omitempty" jsonschema:"who answered from the delegator's side"`
-	Holds     string `json:"holds,omitempty" jsonschema:"how far the answer goes: this request, or the session (an always option)"`
+	RequestID string   `json:"request_id"`
+	Title     string   `json:"title"`
+	Options   []Choice `json:"options" jsonschema:"the options: answer with one's option_id"`
+	Outcome   string   `json:"outcome" jsonschema:"pending, selected or cancelled"`
+	OptionID  string   `json:"option_id,omitempty"`
+	DecidedBy string   `json:"decided_by,omitempty" jsonschema:"as the executor said it"`
+	AskedBy   string   `json:"asked_by,omitempty"`
+	How       string   `json:"how,omitempty" jsonschema:"user, policy, timeout or task-end"`
+	Answerer  string   `json:"answerer,omitempty" jsonschema:"who answered from the delegator's side"`
+	Holds     string   `json:"holds,omitempty" jsonschema:"how far the answer goes: this request, or the session (an always option)"`
 }
 
 // Failure is a spec error (§4.6): code, message and hint.
@@ -120,6 +146,7 @@ func failureOf(err error) *Failure {
 func outcomeOf(d *lease.Delegation) Outcome {
 	o := Outcome{
 		lent:         slices.ContainsFunc(d.Transitions, func(t lease.Transition) bool { return t.To == lease.Started }),
+		ended:        d.State.Terminal(),
 		DelegationID: d.ID, State: string(d.State), Description: d.Description,
 		WorkspaceDir: d.LocalDir, PeerURL: d.Peer, Transport: d.Transport, AccessMode: d.AccessMode,
 		CreatedAt: stamp(d.CreatedAt), Summary: d.Summary,
@@ -141,7 +168,7 @@ func outcomeOf(d *lease.Delegation) Outcome {
 	}
 	for _, p := range d.Permissions {
 		o.Permissions = append(o.Permissions, Permission{RequestID: p.RequestID, Title: p.Title,
-			Options: lease.Choices(p.Options), Outcome: p.Outcome, OptionID: p.OptionID, DecidedBy: p.DecidedBy,
+			Options: choices(p.Options), Outcome: p.Outcome, OptionID: p.OptionID, DecidedBy: p.DecidedBy,
 			AskedBy: p.AskedBy, How: p.How, Answerer: p.Answerer, Holds: p.Holds})
 	}
 	o.AgentStderr = d.AgentStderr
@@ -157,7 +184,7 @@ func outcomeOf(d *lease.Delegation) Outcome {
 			o.State = StateAwaiting
 			o.Session.Awaiting = &Awaiting{Kind: "input", Question: t.Reply}
 			if p := d.PendingPermission(); p != nil {
-				o.Session.Awaiting = &Awaiting{Kind: "permission", Question: p.Title, RequestID: p.RequestID, Options: lease.Choices(p.Options)}
+				o.Session.Awaiting = &Awaiting{Kind: "permission", Question: p.Title, RequestID: p.RequestID, Options: choices(p.Options)}
 			}
 		}
 	}
@@ -199,10 +226,14 @@ func (o Outcome) text() string {
 	var b strings.Builder
 	if o.DelegationID != "" {
 		fmt.Fprintf(&b, "delegation %s: %s\n", o.DelegationID, o.State)
-		// "lent" only once it was: a delegation refused at INVITE never was.
+		// "lent" only once it was: a delegation refused at INVITE never
+		// was; one returned at once (background) is on its way.
 		verb := "lent to"
-		if !o.lent {
+		switch {
+		case !o.lent && o.ended:
 			verb = "not lent to"
+		case !o.lent:
+			verb = "being lent to"
 		}
 		fmt.Fprintf(&b, "workspace %s %s %s (%s, %s)\n", o.WorkspaceDir, verb, o.PeerURL, o.Transport, o.AccessMode)
 	}
@@ -244,7 +275,7 @@ func (o Outcome) text() string {
 		switch a := ses.Awaiting; {
 		case a == nil:
 		case a.Kind == "permission":
-			fmt.Fprintf(&b, "AWAITING a permission decision (%s): %s; options: %s (answer with delegate_answer and option_id)\n", a.RequestID, a.Question, a.Options)
+			fmt.Fprintf(&b, "AWAITING a permission decision (%s): %s; options: %s (answer with delegate_answer and option_id)\n", a.RequestID, a.Question, choicesText(a.Options))
 		default:
 			b.WriteString("AWAITING the next prompt: answer with delegate_answer (or delegate with session_id); delegate_close_session ends the session\n")
 		}
@@ -256,7 +287,7 @@ func (o Outcome) text() string {
 		switch p.Outcome {
 		case control.PermissionPending:
 			fmt.Fprintf(&b, "permission %s PENDING: %s; options: %s (answer with delegate_permission)\n",
-				p.RequestID, p.Title, p.Options)
+				p.RequestID, p.Title, choicesText(p.Options))
 		default:
 			fmt.Fprintf(&b, "permission %s: %s: %s %s (by %s)\n", p.RequestID, p.Title, p.Outcome, p.OptionID, p.DecidedBy)
 		}

@@ -4,9 +4,11 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
+	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -67,5 +69,26 @@ func TestRefusedIsNotLent(t *testing.T) {
 	d.Transitions = append(d.Transitions[:1], lease.Transition{To: lease.Started}, lease.Transition{To: lease.Error})
 	if text := outcomeOf(d).text(); strings.Contains(text, "not lent") {
 		t.Errorf("a started delegation's outcome:\n%s", text)
+	}
+	// Returned at once (background: true), on its way: not a failure.
+	d.State, d.Failure, d.Transitions = lease.Invited, nil, []lease.Transition{{To: lease.Invited}}
+	if text := outcomeOf(d).text(); strings.Contains(text, "not lent") || !strings.Contains(text, "being lent to https://127.0.0.1:1") {
+		t.Errorf("a background delegation's first outcome:\n%s", text)
+	}
+}
+
+// A pending permission's options come as a list of objects a model picks
+// an option_id from, not one string to take apart.
+func TestPermissionOptionsAreAList(t *testing.T) {
+	d := &lease.Delegation{Peer: "https://127.0.0.1:1"}
+	d.ID, d.State = "d3", lease.Running
+	d.Permissions = []lease.Permission{{RequestID: "perm-1", Title: "Edit main.go", Outcome: control.PermissionPending,
+		Options: []lease.PermissionOption{{OptionID: "allow", Name: "Allow", Kind: "allow_once"}, {OptionID: "reject", Name: "Reject", Kind: "reject_once"}}}}
+	raw, _ := json.Marshal(outcomeOf(d))
+	if !strings.Contains(string(raw), `"options":[{"option_id":"allow","name":"Allow","kind":"allow_once"},{"option_id":"reject","name":"Reject","kind":"reject_once"}]`) {
+		t.Errorf("the structured outcome: %s", raw)
+	}
+	if text := outcomeOf(d).text(); !strings.Contains(text, "options: allow (allow_once), reject (reject_once)") {
+		t.Errorf("the text outcome:\n%s", text)
 	}
 }
