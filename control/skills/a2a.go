@@ -87,7 +87,7 @@ func ForA2A(a A2AAgent) Skill {
 	if u, err := url.Parse(a.URL); err == nil && u.Scheme == "http" {
 		peer += " --plain-http"
 	}
-	fmt.Fprintf(&b, "awcp-ctl export DIR %s --prompt \"THE TASK, IN FULL\" --snapshot staged\n```\n\n", peer)
+	writeHowTo(&b, peer)
 	b.WriteString("- `--snapshot staged` leaves the directory untouched: show the change with `awcp-ctl diff ID`, then\n" +
 		"  `awcp-ctl apply ID` or `awcp-ctl discard ID` as the user decides.\n" +
 		"- `--token-file FILE` gives the agent its token, if it asks for one.\n\n")

@@ -432,13 +432,12 @@ func For(p discovery.Peer) Skill {
 	if d, ok := strings.CutPrefix(p.Via, "dns:"); ok && d != "" {
 		peerArgs += " --dns " + shellWord(untrusted.Line(d, 253))
 	}
-	fmt.Fprintf(&b, "awcp-ctl export DIR %s --prompt \"THE TASK, IN FULL\" --snapshot staged\n```\n\n", peerArgs)
+	writeHowTo(&b, peerArgs)
 	b.WriteString("- `--snapshot staged` leaves the directory untouched: show the change with `awcp-ctl diff ID`, then\n" +
 		"  `awcp-ctl apply ID` or `awcp-ctl discard ID` as the user decides. Without it the result is applied as it comes.\n" +
 		"- `--access ro` lends the directory read-only; `--ttl 30m` bounds the lease; `--hide PATTERN` keeps\n" +
 		"  files back (secrets such as .env and *.pem are kept back by default).\n" +
-		"- `--background` returns at once with the delegation's id; `awcp-ctl logs ID` follows it and\n" +
-		"  `awcp-ctl cancel ID` ends it.\n\n")
+		"- `awcp-ctl logs ID` follows the agent's output; `awcp-ctl cancel ID` ends the delegation.\n\n")
 
 	b.WriteString("## What it offers\n\n")
 	fmt.Fprintf(&b, "- Agent id: `%s`; version %s\n", untrusted.Line(p.AgentID, 80), mdCode(untrusted.Line(m.Version, 80)))
@@ -501,6 +500,18 @@ func offered(caps []control.ManifestCapability) []string {
 
 // writeSaid writes what an agent says of itself (from: where it said it),
 // quoted, as its words and not instructions.
+// writeHowTo writes the commands that delegate to peerArgs, closing the
+// block they are in: in the background first, then the wait for the
+// result a call at a time, which a host's time limit on one command does
+// not cut off.
+func writeHowTo(b *bytes.Buffer, peerArgs string) {
+	fmt.Fprintf(b, "awcp-ctl export DIR %s --prompt \"THE TASK, IN FULL\" --snapshot staged --background\n", peerArgs)
+	b.WriteString("awcp-ctl output ID --block --timeout 300\n```\n\n")
+	b.WriteString("- The first prints the delegation's ID at once; the second waits for its result, five minutes a call\n" +
+		"  at most: exit 3 says it still runs (run it again), 5 that it awaits a permission decision\n" +
+		"  (`awcp-ctl permit ID REQUEST OPTION`), 0 that it completed, 1 that it failed.\n")
+}
+
 func writeSaid(b *bytes.Buffer, said, from string) {
 	if said == "" {
 		return

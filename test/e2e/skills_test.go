@@ -114,9 +114,7 @@ func TestSkillsForTrustedExecutors(t *testing.T) {
 			args[i] = "say who you are"
 		}
 	}
-	if r := c.run(append(args, "--json")...); r.code != 0 {
-		t.Fatalf("the skill's command %v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
-	}
+	followSkill(t, c, text, args)
 	if r := c.run("apply", c.only().ID); r.code != 0 {
 		t.Fatalf("apply the staged result: exit %d\n%s", r.code, r.stderr)
 	}
@@ -236,9 +234,7 @@ func TestSkillsForTrustedExecutors(t *testing.T) {
 			args[i] = "auto"
 		}
 	}
-	if r := c.run(args...); r.code != 0 {
-		t.Fatalf("the A2A skill's command %v: exit %d\n%s", args, r.code, r.stderr)
-	}
+	followSkill(t, c, text, args)
 	if b, _ := os.ReadFile(filepath.Join(work, "a2a.txt")); string(b) != "by the a2a agent\n" {
 		t.Errorf("the A2A agent's work: %q", b)
 	}
@@ -300,6 +296,33 @@ func waitUntil(t *testing.T, limit time.Duration, what string, ok func() bool) {
 	for deadline := time.Now().Add(limit); !ok(); time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("waited %s for %s", limit, what)
+		}
+	}
+}
+
+// followSkill runs a skill's two commands as a model following it would:
+// the export (args, its first), which prints the delegation's ID at once,
+// then the skill's wait for the result with that ID, until it says the
+// delegation completed.
+func followSkill(t *testing.T, c *ctl, text []byte, args []string) {
+	t.Helper()
+	r := c.run(args...)
+	id := strings.TrimSpace(r.stdout)
+	if r.code != 0 || id == "" {
+		t.Fatalf("the skill's export %v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+	}
+	wait := regexp.MustCompile(`(?m)^awcp-ctl output ID .*$`).Find(text)
+	if wait == nil {
+		t.Fatalf("the skill gives no command to wait for the result:\n%s", text)
+	}
+	waitArgs := strings.Fields(strings.Replace(string(wait), " ID ", " "+id+" ", 1))[1:]
+	for tries := 0; ; tries++ {
+		r := c.run(waitArgs...)
+		if r.code == 0 {
+			return
+		}
+		if r.code != 3 || tries == 5 {
+			t.Fatalf("the skill's wait %v: exit %d\n%s%s", waitArgs, r.code, r.stdout, r.stderr)
 		}
 	}
 }
