@@ -92,3 +92,18 @@ func TestPermissionOptionsAreAList(t *testing.T) {
 		t.Errorf("the text outcome:\n%s", text)
 	}
 }
+
+// The delegate tool's description lists what each executor's card offers
+// an MCP caller: not the A2A face's own skill (how an A2A client sends a
+// ZIP), and whether it takes sessions.
+func TestPeersDescribedForAnMCPCaller(t *testing.T) {
+	ext := control.CardExtension{URI: control.ExtensionURI, Params: map[string]any{"transports": []string{"sshfs"}, "sessions": []string{"acp"}}}
+	card := &control.AgentCard{Name: "box", Extensions: []control.CardExtension{ext},
+		Capabilities: map[string]any{"extensions": []control.CardExtension{ext}},
+		Skills: []control.CardSkill{{ID: control.CapabilityDelegation, Name: "Work on a workspace", Description: "Send the task as text and the directory as a ZIP file part"},
+			{ID: "cuda", Name: "cuda", Description: "CUDA kernels"}}}
+	desc := describePeers([]Peer{{URL: "https://box:10200", Card: card}}, false)
+	if strings.Contains(desc, "ZIP") || !strings.Contains(desc, "skill cuda: CUDA kernels") || !strings.Contains(desc, "sessions [acp]") {
+		t.Errorf("delegate's description of its peer:\n%s", desc)
+	}
+}

@@ -90,6 +90,9 @@ func describePeers(peers []Peer, discovering bool) string {
 		}
 		b.WriteString("\n")
 		for _, s := range c.Skills {
+			if s.ID == control.CapabilityDelegation {
+				continue // the A2A face's own skill: how an A2A client sends a ZIP, not how delegate lends
+			}
 			name := s.Name
 			if name == "" {
 				name = s.ID
@@ -106,7 +109,7 @@ func describePeers(peers []Peer, discovering bool) string {
 			continue
 		}
 		fmt.Fprintf(&b, "  AWCP: yes")
-		for _, k := range []string{"transports", "accessModes", "maxTtlSeconds", "maxConcurrent", "authRequired"} {
+		for _, k := range []string{"transports", "accessModes", "sessions", "maxTtlSeconds", "maxConcurrent", "authRequired"} {
 			if v, ok := ext.Params[k]; ok {
 				fmt.Fprintf(&b, "; %s %v", k, v)
 			}
