@@ -129,8 +129,11 @@ func TestVersionManagerShimRunsInTheSandbox(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for d := filepath.Dir(root); d != "/"; d = filepath.Dir(d) {
-		os.Chmod(d, 0o755) // the agent's user passes through, as to a home's tools
+	// The agent's user passes through to the manager, as to a home's
+	// tools: the test's own directories opened (never the temp dir
+	// itself, which others share).
+	for d := filepath.Dir(root); strings.HasPrefix(d, os.TempDir()+"/"); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
 	}
 	t.Setenv("PATH", filepath.Join(root, "shims")+":"+os.Getenv("PATH"))
 	r := ResolveCommand("tool --version")
