@@ -56,7 +56,11 @@ type mcpSessionTranscript struct {
 				StopReason string `json:"stop_reason"`
 				Reply      string `json:"reply"`
 				Awaiting   *struct {
-					Kind, Question, RequestID, Options string
+					Kind, Question, RequestID string
+					Options                   []struct {
+						OptionID string `json:"option_id"`
+						Kind     string `json:"kind"`
+					} `json:"options"`
 				} `json:"awaiting"`
 			} `json:"session"`
 			Error *struct{ Code, Message, Hint string } `json:"error"`
@@ -104,7 +108,7 @@ func TestSessionOverMCP(t *testing.T) {
 		ses := s.Result.Session
 		if s.IsError || s.Result.State != "awaiting" || ses == nil || ses.Turn != turn || ses.TurnState != "running" ||
 			ses.Awaiting == nil || ses.Awaiting.Kind != "permission" || ses.Awaiting.Question != "Edit main.go" ||
-			!strings.Contains(ses.Awaiting.Options, "allow (allow_once)") {
+			len(ses.Awaiting.Options) == 0 || ses.Awaiting.Options[0].OptionID != "allow" || ses.Awaiting.Options[0].Kind != "allow_once" {
 			t.Errorf("step %d should await a permission in turn %d:\n%s", i, turn, step(i))
 		}
 	}
