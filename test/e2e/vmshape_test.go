@@ -51,7 +51,7 @@ func TestExecutorInALinuxVMOnTheLaptop(t *testing.T) {
 	vm := exec.Command("ip", "netns", "exec", ns, "unshare", "--mount", "--pid", "--fork", "--mount-proc",
 		filepath.Join(binDir, "awcp-fs"), "serve", "--state-dir", state, "--work-root", work, "--agent-cmd", agent,
 		"--listen", "127.0.0.1:10200", "--plain-http", "--sandbox-allow", filepath.Dir(dir)+":rw")
-	var vmLog lockedBuffer
+	var vmLog lockedLog
 	vm.Stderr = &vmLog
 	vm.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // unshare and the executor it forks, signalled as one
 	out, err := vm.StdoutPipe()
@@ -182,22 +182,4 @@ func dialInNetns(ns, addr string) (net.Conn, error) {
 		return nil, err
 	}
 	return conn, derr
-}
-
-// lockedBuffer is a buffer written by a process and read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
