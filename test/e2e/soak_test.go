@@ -74,9 +74,19 @@ func soakAgent(journal string) int {
 			}
 		}
 	}()
-	os.Mkdir("tree", 0o755)
 	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 7))
+	treeMade := false
 	for seq := 0; !stopped(); seq++ {
+		// Made until it is: a mkdir the fault cut off (EIO while the
+		// executor restarts) left every later op with no tree to work in.
+		if !treeMade {
+			err := os.Mkdir("tree", 0o755)
+			treeMade = err == nil || errors.Is(err, fs.ErrExist)
+			if !treeMade {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+		}
 		name := "f" + strconv.Itoa(rng.IntN(40))
 		p := filepath.Join("tree", name)
 		switch op := rng.IntN(10); {
