@@ -4,7 +4,7 @@ BIN     := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/awcp/awcp/cmd/internal/clikit.Version=$(VERSION)
 
-.PHONY: build test vet-laptop unit e2e race bench bench-quick demo demo-acp lint clean install soak k8s-e2e
+.PHONY: build test test-portable cross release unit e2e race bench bench-quick demo demo-acp lint clean install soak k8s-e2e
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/awcp-ctl ./cmd/awcp-fs
@@ -13,7 +13,7 @@ build:
 # against the API types (a module of its own), then the end-to-end suite
 # against the built binaries (about 7 minutes here; its timeout leaves
 # room for a first run's npm installs of the real agents, 1.5 GB).
-test: build vet-laptop
+test: build cross
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 10m $$($(GO) list ./... | grep -v /test/e2e)
 	cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -count=1 ./...
@@ -26,6 +26,20 @@ test: build vet-laptop
 # delegates into it, and takes it all down. Linux, root.
 k8s-e2e:
 	deploy/kubernetes/e2e/cluster.sh test
+
+# The portable twins on Linux: the programs built with the server's root
+# walked a component at a time and by os.Root, and the polled watch with
+# a directory trigger shaped as kqueue's (as macOS and FreeBSD run them,
+# internal/portable), the server's unit tests
+# and the whole end-to-end suite against them. CI runs it after make test.
+# (LINUX_OWN: the tests of openat2 and of fanotify and inotify themselves,
+# which make test runs.)
+LINUX_OWN = TestBeneathConfines|TestWatchReportsOthersChanges/(fanotify|inotify)|TestWatchIsExact|TestWatchBoundedAgainstTheAgent|TestWatchWholeFileSystem
+test-portable:
+	$(GO) build -tags awcp_portable -ldflags '$(LDFLAGS)' -o $(BIN)/portable/ ./cmd/awcp-ctl ./cmd/awcp-fs
+	$(GO) test -tags awcp_portable -count=1 ./sshd/... ./internal/treewalk/... \
+		-skip '$(LINUX_OWN)'
+	AWCP_BIN_DIR=$(BIN)/portable $(GO) test -count=1 -timeout 15m ./test/e2e/...
 
 unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/e2e)
@@ -108,17 +122,36 @@ demo: build
 demo-acp: build
 	BIN=$(BIN) sh test/e2e/demo/acp.sh
 
-# The delegator where people work: awcp-ctl and every package it is made
-# of, built and vetted (tests too) for macOS and FreeBSD, CGO off. Built
-# and vetted here, not run: no such machine is here.
+# Every target, built and vetted (tests too), CGO off: awcp-ctl and every
+# package it is made of for macOS and FreeBSD — the delegator where people
+# work; built and vetted here, not run: no such machine is here — and
+# both programs for Linux on arm64.
 LAPTOPS = darwin/arm64 darwin/amd64 freebsd/amd64
-vet-laptop:
+cross:
 	@set -e; pkgs=$$($(GO) list -deps ./cmd/awcp-ctl | grep '^github.com/awcp/awcp'); \
 	for t in $(LAPTOPS); do \
 		echo "awcp-ctl for $$t"; \
 		GOOS=$${t%/*} GOARCH=$${t#*/} CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/awcp-ctl; \
 		GOOS=$${t%/*} GOARCH=$${t#*/} CGO_ENABLED=0 $(GO) vet $$pkgs; \
-	done
+	done; \
+	echo "awcp-ctl and awcp-fs for linux/arm64"; \
+	GOARCH=arm64 CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/awcp-ctl ./cmd/awcp-fs; \
+	GOARCH=arm64 CGO_ENABLED=0 $(GO) vet $$($(GO) list ./... | grep -v /test/e2e)
+
+# Static binaries for people to download: awcp-ctl for every target,
+# awcp-fs (the executor: FUSE, namespaces, Landlock) for Linux alone,
+# each named for its version and target, with SHA256SUMS beside them.
+RELEASE = linux/amd64 linux/arm64 darwin/arm64 darwin/amd64 freebsd/amd64
+release:
+	@set -e; out=$(BIN)/release/$(VERSION); rm -rf $$out; mkdir -p $$out; \
+	for t in $(RELEASE); do \
+		os=$${t%/*}; arch=$${t#*/}; progs=awcp-ctl; [ $$os = linux ] && progs="awcp-ctl awcp-fs"; \
+		for p in $$progs; do \
+			GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' \
+				-o $$out/$$p-$(VERSION)-$$os-$$arch ./cmd/$$p; \
+		done; \
+	done; \
+	cd $$out && sha256sum awcp-* > SHA256SUMS && cat SHA256SUMS
 
 lint:
 	gofmt -l . | (! grep .)

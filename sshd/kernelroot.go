@@ -8,10 +8,13 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/awcp/awcp/internal/openflag"
+	"github.com/awcp/awcp/internal/portable"
+	"github.com/awcp/awcp/internal/treewalk"
 )
 
 // kernelRoot resolves names inside one directory with openat2(RESOLVE_BENEATH):
@@ -42,7 +45,8 @@ func newKernelRoot(root *os.Root) *kernelRoot {
 		return b
 	}
 	b.dir = dir
-	b.ok = hasOpenat2(int(dir.Fd()))
+	// A portable build walks with os.Root, as macOS and FreeBSD do.
+	b.ok = !portable.Selected && hasOpenat2(int(dir.Fd()))
 	return b
 }
 
@@ -94,7 +98,7 @@ func (b *kernelRoot) openFile(name string, flags int, perm fs.FileMode) (*os.Fil
 // Lstat is lstat inside the directory: a final symlink is not followed.
 func (b *kernelRoot) Lstat(name string) (fs.FileInfo, error) {
 	if !b.ok {
-		return b.root.Lstat(name)
+		return b.statPortable(name, false)
 	}
 	return b.stat(name, unix.O_NOFOLLOW)
 }
@@ -102,9 +106,46 @@ func (b *kernelRoot) Lstat(name string) (fs.FileInfo, error) {
 // Stat follows a final symlink, as long as it stays inside.
 func (b *kernelRoot) Stat(name string) (fs.FileInfo, error) {
 	if !b.ok {
-		return b.root.Stat(name)
+		return b.statPortable(name, true)
 	}
 	return b.stat(name, 0)
+}
+
+// statPortable is stat without openat2: fstatat in the guarded directory
+// that holds name; a final symlink, followed, is opened through the
+// os.Root (never leaving it) and the guard asked about what it reached.
+func (b *kernelRoot) statPortable(name string, follow bool) (fs.FileInfo, error) {
+	fd, at, base, ok, err := b.parent(name)
+	if !ok {
+		return b.root.Lstat(name) // the root itself
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	if err := b.guarded(fd, at, base, ""); err != nil {
+		return nil, err
+	}
+	var ust unix.Stat_t
+	if err := unix.Fstatat(fd, base, &ust, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, &fs.PathError{Op: "lstat", Path: name, Err: err}
+	}
+	st := *(*syscall.Stat_t)(unsafe.Pointer(&ust)) // the same C struct (sameStat)
+	if !follow || st.Mode&syscall.S_IFMT != syscall.S_IFLNK {
+		return &statInfo{name: base, st: st}, nil
+	}
+	f, err := b.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := b.guarded(int(f.Fd()), "", "", ""); err != nil {
+		return nil, err
+	}
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: err}
+	}
+	return &statInfo{name: base, st: st}, nil
 }
 
 func (b *kernelRoot) stat(name string, extra int) (fs.FileInfo, error) {
@@ -128,6 +169,13 @@ func (b *kernelRoot) stat(name string, extra int) (fs.FileInfo, error) {
 	}
 	return &statInfo{name: path.Base(name), st: st}, nil
 }
+
+// sameStat: x/sys/unix's Stat_t and syscall's are the one C struct
+// stat(2) fills, on every system built for (a compile-time check).
+var (
+	_ [unsafe.Sizeof(syscall.Stat_t{}) - unsafe.Sizeof(unix.Stat_t{})]byte
+	_ [unsafe.Sizeof(unix.Stat_t{}) - unsafe.Sizeof(syscall.Stat_t{})]byte
+)
 
 // statInfo is an fs.FileInfo from a Stat_t.
 type statInfo struct {
@@ -186,17 +234,43 @@ func splitName(name string) (dir, base string, ok bool) {
 // openat2 however deep name is — and returns it with name's last element
 // and, where the walk followed no symlink, the directory's path relative
 // to the root (at; "" where it must be read back).
-// ok is false where openat2 is missing or name is the root itself.
+// ok is false where name is the root itself.
 func (b *kernelRoot) parent(name string) (fd int, at, base string, ok bool, err error) {
 	dir, base, ok := splitName(name)
-	if !b.ok || !ok {
+	if !ok {
 		return -1, "", "", false, nil
 	}
-	fd, plain, err := b.openat2(dir, openflag.Search|unix.O_DIRECTORY, 0)
+	fd, plain, err := b.dirBeneath(dir)
 	if plain {
 		at = path.Clean(dir)
 	}
 	return fd, at, base, true, err
+}
+
+// dirBeneath opens directory dir beneath the root to act in (the *at
+// calls) and stat. plain: the walk followed no symlink, so dir is the
+// descriptor's path. Without openat2 (macOS, FreeBSD, a portable build) a
+// walk a component at a time that follows none is tried first, then the
+// os.Root's, which follows symlinks that stay inside the root: what the
+// latter reaches is named by the path the kernel has for it (the guard
+// reads it back), as openat2's walk through a symlink is.
+func (b *kernelRoot) dirBeneath(dir string) (fd int, plain bool, err error) {
+	if b.ok {
+		return b.openat2(dir, openflag.Search|unix.O_DIRECTORY, 0)
+	}
+	if b.dir == nil {
+		return -1, false, &fs.PathError{Op: "open", Path: dir, Err: unix.EBADF}
+	}
+	if fd, err := treewalk.OpenBeneath(int(b.dir.Fd()), dir, openflag.Search|unix.O_DIRECTORY); err == nil {
+		return fd, true, nil
+	}
+	f, err := b.root.OpenFile(dir, openflag.Search|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return -1, false, err
+	}
+	defer f.Close()
+	fd, err = unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	return fd, false, err
 }
 
 // dirOf is parent where openat2 is missing too: the directory is then
@@ -351,14 +425,10 @@ var processUmask = sync.OnceValue(func() fs.FileMode {
 	return 0o777
 })
 
-// parentFd opens directory dir beneath the root for its path (O_PATH),
-// through openat2 only: ok is false where it is missing. No guard: the
-// caller asks about what it finds.
-// plain is openat2's: dir is then the descriptor's path.
+// parentFd opens directory dir beneath the root for its path
+// (dirBeneath). No guard: the caller asks about what it finds.
+// plain is dirBeneath's: dir is then the descriptor's path.
 func (b *kernelRoot) parentFd(dir string) (fd int, plain, ok bool, err error) {
-	if !b.ok {
-		return -1, false, false, nil
-	}
-	fd, plain, err = b.openat2(dir, openflag.Search|unix.O_DIRECTORY, 0)
+	fd, plain, err = b.dirBeneath(dir)
 	return fd, plain, true, err
 }

@@ -3,6 +3,7 @@ package sshd
 import (
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"strconv"
 	"sync"
@@ -12,22 +13,45 @@ import (
 )
 
 // poll: the portable source, for systems whose kernel watch awcp does not
-// speak yet (macOS, FreeBSD). It reads each watched directory again every
-// pollEvery and compares what it holds — each entry's inode, type, size,
-// modification and change times — with what it held the time before.
+// speak in full (macOS, FreeBSD). It reads each watched directory again
+// every pollEvery and compares what it holds — each entry's inode, type,
+// size, modification and change times — with what it held the time
+// before. Where a dirTrigger tells it at once which directories' entries
+// changed (kqueue), it compares those at once, and waits for the period
+// only for what the trigger does not see: writes into files.
 // What it cannot see: a change undone within one period, a write that
 // leaves size and both times as they were (a file system whose clock
 // ticks coarser than the writes); and it says nothing of who made a
 // change. Its cost grows with the entries watched: each period lists every
 // watched directory and stats every entry (maxPollEntries bound them).
 type pollSource struct {
-	every time.Duration
-	stop  chan struct{}
-	once  sync.Once
+	every    time.Duration
+	trig     dirTrigger // nil: the period alone
+	stop     chan struct{}
+	once     sync.Once
+	trigOnce sync.Once
+	due      time.Time // when every directory is compared next (read's own)
 
 	mu      sync.Mutex
 	dirs    map[string]*polledDir // by key: the directory's device and inode
 	entries int                   // held in all dirs' snapshots
+	reading bool                  // read began: it closes the trigger as it ends
+	closed  bool
+}
+
+// dirTrigger tells the portable source which of its directories' entries
+// changed — made, removed, renamed — as the kernel reports it (kqueue's
+// EVFILT_VNODE on a directory: NOTE_WRITE, with no name).
+type dirTrigger interface {
+	// add watches the directory open at fd (the source's own descriptor,
+	// open until remove) as key.
+	add(fd int, key string) error
+	remove(key string)
+	// wait returns the keys of directories that changed, or none once
+	// timeout passed or wake was called.
+	wait(timeout time.Duration) ([]string, error)
+	wake()
+	close() error
 }
 
 // pollEvery is how often the portable source looks; a variable for the
@@ -51,8 +75,9 @@ type polledEntry struct {
 	isDir        bool
 }
 
-func newPollSource(every time.Duration) *pollSource {
-	return &pollSource{every: every, stop: make(chan struct{}), dirs: map[string]*polledDir{}}
+func newPollSource(every time.Duration, trig dirTrigger) *pollSource {
+	return &pollSource{every: every, trig: trig, stop: make(chan struct{}), dirs: map[string]*polledDir{},
+		due: time.Now().Add(every)}
 }
 
 func (p *pollSource) add(fd int, _ *unix.Statfs_t) (string, error) {
@@ -87,6 +112,12 @@ func (p *pollSource) add(fd int, _ *unix.Statfs_t) (string, error) {
 		d.f.Close()
 		return "", errPollFull
 	}
+	if p.trig != nil {
+		if err := p.trig.add(int(d.f.Fd()), key); err != nil {
+			d.f.Close()
+			return "", err
+		}
+	}
 	p.dirs[key] = d
 	p.entries += len(d.entries)
 	return key, nil
@@ -98,6 +129,9 @@ func (p *pollSource) remove(key string) {
 	delete(p.dirs, key)
 	if d != nil {
 		p.entries -= len(d.entries)
+		if p.trig != nil {
+			p.trig.remove(key) // before its descriptor's number is free again
+		}
 	}
 	p.mu.Unlock()
 	if d != nil {
@@ -107,35 +141,92 @@ func (p *pollSource) remove(key string) {
 
 func (p *pollSource) attests() bool { return false }
 
+func (p *pollSource) closeTrig() {
+	p.trigOnce.Do(func() {
+		if p.trig != nil {
+			p.trig.close()
+		}
+	})
+}
+
 func (p *pollSource) close() error {
-	p.once.Do(func() { close(p.stop) })
+	p.once.Do(func() {
+		close(p.stop)
+		if p.trig != nil {
+			p.trig.wake()
+		}
+	})
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.reading {
+		// No reader waits on the trigger: it is closed here. (A reader
+		// closes it as it ends, never while it may wait on it.)
+		p.closeTrig()
+	}
+	p.closed = true
 	for key, d := range p.dirs {
+		if p.trig != nil {
+			p.trig.remove(key)
+		}
 		d.f.Close()
 		delete(p.dirs, key)
 	}
 	return nil
 }
 
-// read waits a period, then compares each watched directory with its last
-// snapshot. No lock is held while it lists: a directory added meanwhile is
-// compared next time; one removed meanwhile is skipped.
-func (p *pollSource) read() ([]event, error) {
+// read waits until the trigger names directories, or the period is out,
+// then compares those directories (every one, at the period) with their
+// last snapshots. No lock is held while it lists: a directory added
+// meanwhile is compared next time; one removed meanwhile is skipped.
+func (p *pollSource) read() (evs []event, err error) {
+	defer func() {
+		if err != nil {
+			p.closeTrig() // read is not called again once it failed
+		}
+	}()
+	p.mu.Lock()
+	p.reading = true
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return nil, io.EOF
+	}
 	for {
-		select {
-		case <-p.stop:
-			return nil, io.EOF
-		case <-time.After(p.every):
+		var named []string
+		if p.trig == nil {
+			select {
+			case <-p.stop:
+				return nil, io.EOF
+			case <-time.After(time.Until(p.due)):
+			}
+		} else {
+			keys, err := p.trig.wait(time.Until(p.due))
+			select {
+			case <-p.stop:
+				return nil, io.EOF
+			default:
+			}
+			if err != nil {
+				return nil, err
+			}
+			named = keys
+		}
+		all := !time.Now().Before(p.due)
+		if all {
+			p.due = time.Now().Add(p.every)
 		}
 		p.mu.Lock()
-		keys := make(map[string]*polledDir, len(p.dirs))
-		for k, d := range p.dirs {
-			keys[k] = d
+		look := make(map[string]*polledDir, len(named))
+		if all {
+			maps.Copy(look, p.dirs)
+		}
+		for _, k := range named {
+			if d, ok := p.dirs[k]; ok {
+				look[k] = d
+			}
 		}
 		p.mu.Unlock()
-		var evs []event
-		for key, d := range keys {
+		for key, d := range look {
 			evs = append(evs, p.compare(key, d)...)
 		}
 		if len(evs) > 0 {

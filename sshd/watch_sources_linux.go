@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/awcp/awcp/internal/portable"
 )
 
 // Both sources read their descriptor through a non-blocking os.File, so
@@ -266,15 +268,33 @@ var localMagic = map[int64]bool{
 func localFS(st *unix.Statfs_t) bool { return localMagic[int64(st.Type)] }
 
 // preferPoll is true only where a test tries the portable source, which
-// macOS and FreeBSD use, on Linux.
-var preferPoll = false
+// macOS and FreeBSD use, on Linux; pollTrigger, where it tries it with a
+// trigger shaped as kqueue's (kqueueTrigger).
+var (
+	preferPoll  = false
+	pollTrigger func() (dirTrigger, error)
+)
 
 // openSource is fanotify where it can mark the directory open at top
 // (some file systems have no file handles for it to name directories
 // by), else inotify; and how many directories it may watch.
 func openSource(top *os.File, st *unix.Statfs_t) (source, int, error) {
+	if portable.Selected {
+		trig, err := newInotifyDirTrigger()
+		if err != nil {
+			return nil, 0, err
+		}
+		return newPollSource(pollEvery, trig), maxWatchDirs, nil
+	}
 	if preferPoll {
-		return newPollSource(pollEvery), maxWatchDirs, nil
+		var trig dirTrigger
+		if pollTrigger != nil {
+			var err error
+			if trig, err = pollTrigger(); err != nil {
+				return nil, 0, err
+			}
+		}
+		return newPollSource(pollEvery, trig), maxWatchDirs, nil
 	}
 	if fan, err := newFanotify(); preferFanotify && err == nil {
 		if _, err := fan.add(int(top.Fd()), st); err == nil {

@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build darwin || freebsd
 
 package sshd
 
@@ -18,8 +18,12 @@ func localFS(st *unix.Statfs_t) bool {
 	return false
 }
 
-// openSource is the portable source: FSEvents (macOS) and kqueue
-// (FreeBSD) are not spoken yet.
+// openSource is the portable source, told at once of directories'
+// changes by kqueue (kqueueTrigger), polling alone where kqueue fails.
 func openSource(*os.File, *unix.Statfs_t) (source, int, error) {
-	return newPollSource(pollEvery), maxWatchDirs, nil
+	trig, err := newDirTrigger()
+	if err != nil {
+		trig = nil
+	}
+	return newPollSource(pollEvery, trig), maxWatchDirs, nil
 }

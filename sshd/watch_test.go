@@ -29,18 +29,20 @@ func TestWatchReportsOthersChanges(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			defer func(was bool) { preferFanotify = was }(preferFanotify)
 			preferFanotify = fan
-			testWatchReportsOthersChanges(t, fan)
+			testWatchReportsOthersChanges(t, fan, false)
 		})
 	}
 	// The portable source, macOS's and FreeBSD's, polled each 40 ms.
 	t.Run("poll", func(t *testing.T) {
 		defer func(was bool, every time.Duration) { preferPoll, pollEvery = was, every }(preferPoll, pollEvery)
 		preferPoll, pollEvery = true, 40*time.Millisecond
-		testWatchReportsOthersChanges(t, false)
+		testWatchReportsOthersChanges(t, false, false)
 	})
 }
 
-func testWatchReportsOthersChanges(t *testing.T, exact bool) {
+// late: the source sees a write into a file made a moment before only at
+// its directory's next look (kqueue's trigger).
+func testWatchReportsOthersChanges(t *testing.T, exact, late bool) {
 	f := newFixture(t)
 	dir := t.TempDir()
 	c := sessionOn(t, f, "dlg_watch", Export{Dir: dir, Policy: wire.ExportPolicy{Hide: []string{"*.key"}}})
@@ -66,7 +68,14 @@ func testWatchReportsOthersChanges(t *testing.T, exact bool) {
 	os.Rename(filepath.Join(dir, "sub"), filepath.Join(dir, "moved"))
 	time.Sleep(50 * time.Millisecond)
 	os.WriteFile(filepath.Join(dir, "moved", "after.txt"), nil, 0o644)
-	if got := collect(300 * time.Millisecond); !slices.Equal(got, []string{"moved", "moved/after.txt", "sub"}) {
+	got := collect(300 * time.Millisecond)
+	if late {
+		// The directory's next look finds deep.txt's contents, written
+		// after its creation raised the trigger: reported late, not lost
+		// (under the directory's old name or its new one).
+		got = slices.DeleteFunc(got, func(p string) bool { return p == "sub/deep.txt" || p == "moved/deep.txt" })
+	}
+	if !slices.Equal(got, []string{"moved", "moved/after.txt", "sub"}) {
 		t.Fatalf("after a directory's rename, reported %q", got)
 	}
 	outside := filepath.Join(t.TempDir(), "out")

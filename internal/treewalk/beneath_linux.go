@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/awcp/awcp/internal/portable"
 )
 
 // OpenBeneath opens name (relative, slash-separated) beneath the
@@ -14,6 +16,9 @@ import (
 // walks the name a component at a time with O_NOFOLLOW, refusing "..",
 // which resolves the same.
 func OpenBeneath(dirfd int, name string, flags int) (int, error) {
+	if portable.Selected {
+		return openByComponents(dirfd, name, flags)
+	}
 	for {
 		fd, err := unix.Openat2(dirfd, name, &unix.OpenHow{Flags: uint64(flags) | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS})

@@ -21,9 +21,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// Version is set at build time with -ldflags "-X ...clikit.Version=...".
-var Version = "dev"
-
 // DelegatorProcs is awcp-ctl's GOMAXPROCS. Its data plane, the SSH/SFTP
 // server, is a chain of short hand-offs between goroutines (socket → SSH
 // mux → SFTP worker → responder → socket); with more than one P each
