@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/awcp/awcp/internal/confine"
 	"github.com/awcp/awcp/internal/openflag"
 	"github.com/awcp/awcp/internal/portable"
 	"github.com/awcp/awcp/internal/treewalk"
@@ -176,6 +177,28 @@ var (
 	_ [unsafe.Sizeof(syscall.Stat_t{}) - unsafe.Sizeof(unix.Stat_t{})]byte
 	_ [unsafe.Sizeof(unix.Stat_t{}) - unsafe.Sizeof(syscall.Stat_t{})]byte
 )
+
+// Readlink reads the symlink name in its guarded directory (the guard
+// asked as for a read): a parent swapped after the request's check reads
+// nothing hidden.
+func (b *kernelRoot) Readlink(name string) (string, error) {
+	fd, at, base, ok, err := b.parent(name)
+	if !ok {
+		return b.root.Readlink(name) // the root itself: never a symlink
+	}
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(fd)
+	if err := b.guarded(fd, at, base, ""); err != nil {
+		return "", err
+	}
+	target, err := confine.Readlink(fd, base)
+	if err != nil {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
+	}
+	return target, nil
+}
 
 // statInfo is an fs.FileInfo from a Stat_t.
 type statInfo struct {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
@@ -124,5 +125,60 @@ func TestHiddenThroughRenamedOrSymlinkedParents(t *testing.T) {
 	}
 	if !inAws || !inSsh {
 		t.Errorf("refusals through links not recorded under .aws and .ssh: %q", rec.refused())
+	}
+}
+
+// TestHiddenThroughASwappedParent: the attacker flips a symlink x between
+// a directory of its own and .aws while it truncates and chmods
+// x/credentials, so that the check of the request's path and the call
+// that acts may see two different x; and reads a symlink in .aws the same
+// way. Each acts on the very file checked: the owner's credentials keep
+// their bytes, mode and times, and the hidden link's target is never read.
+func TestHiddenThroughASwappedParent(t *testing.T) {
+	f := newFixture(t)
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, ".aws"), 0o755)
+	os.WriteFile(filepath.Join(dir, ".aws", "credentials"), []byte("aws-secret"), 0o600)
+	os.MkdirAll(filepath.Join(dir, "mine"), 0o755)
+	os.WriteFile(filepath.Join(dir, "mine", "credentials"), []byte("decoy"), 0o600)
+	os.Symlink("profile-secret-name", filepath.Join(dir, ".aws", "link"))
+	os.Symlink("decoy", filepath.Join(dir, "mine", "link"))
+	cred := f.grant(t, "dlg_swap", Export{Dir: dir, Policy: wire.ExportPolicy{Hide: wire.DefaultHide}})
+	c := f.sftp(t, "dlg_swap", cred)
+	defer c.Close()
+
+	stop := make(chan struct{})
+	flipped := make(chan struct{})
+	go func() {
+		defer close(flipped)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			target := map[bool]string{true: "mine", false: ".aws"}[i%2 == 0]
+			tmp := filepath.Join(dir, "x.next")
+			os.Remove(tmp)
+			os.Symlink(target, tmp)
+			os.Rename(tmp, filepath.Join(dir, "x"))
+		}
+	}()
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		c.Truncate("x/credentials", 0)
+		c.Chmod("x/credentials", 0o666)
+		c.Chtimes("x/credentials", time.Unix(1, 0), time.Unix(1, 0))
+		if target, err := c.ReadLink("x/link"); err == nil && target != "decoy" {
+			t.Errorf("read a hidden symlink through the swapped parent: %q", target)
+		}
+	}
+	close(stop)
+	<-flipped
+	fi, err := os.Stat(filepath.Join(dir, ".aws", "credentials"))
+	b, _ := os.ReadFile(filepath.Join(dir, ".aws", "credentials"))
+	if err != nil || string(b) != "aws-secret" || fi.Mode().Perm() != 0o600 || fi.ModTime().Unix() == 1 {
+		t.Fatalf("the owner's credentials were changed through the swapped parent: %q, mode %v, mtime %v, %v",
+			b, fi.Mode().Perm(), fi.ModTime(), err)
 	}
 }

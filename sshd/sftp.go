@@ -588,7 +588,7 @@ func (s *sftpServer) handle(pkt []byte) {
 			s.errStatus(id, errBadMessage)
 			return
 		}
-		target, err := s.root.Readlink(name)
+		target, err := s.fast.Readlink(name)
 		if err != nil {
 			s.errStatus(id, err)
 			return

@@ -32,20 +32,25 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 	if err := s.writable(); err != nil {
 		return err
 	}
-	// Under ProtectGit a SETSTAT by path acts on the very file it was
-	// checked on — opened beneath the root, its kernel path one git does
-	// not obey — through its descriptor's /proc link: a symlinked
-	// directory swapped after the check reaches nothing of git's.
+	// A SETSTAT by path acts on the very file it was checked on — opened
+	// beneath the root, its kernel path neither hidden nor one git obeys
+	// — through its descriptor (its /proc link on Linux): a symlinked
+	// directory swapped in after the check reaches nothing hidden, nor
+	// anything of git's.
 	pinned := ""
 	byPath := f == nil
-	if f == nil && s.guardsChanges() {
+	if f == nil {
 		pf, plain, err := s.fast.openFile(name, pinFlags(a.Flags&wire.AttrSize != 0), 0)
 		if err != nil {
 			return err
 		}
 		defer pf.Close()
-		if real, _ := s.opened(pf, name, plain); s.changeRefused(OpSetattr, real) != nil {
-			return s.changeRefused(OpSetattr, real)
+		real, hidden := s.opened(pf, name, plain)
+		if hidden {
+			return &hiddenAt{real}
+		}
+		if err := s.changeRefused(OpSetattr, real); err != nil {
+			return err
 		}
 		if procPins {
 			pinned = "/proc/self/fd/" + strconv.Itoa(int(pf.Fd()))
@@ -58,13 +63,10 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 		// it grows by counts against the write limit.
 		var fi fs.FileInfo
 		var err error
-		switch {
-		case f != nil:
+		if f != nil {
 			fi, err = f.Stat()
-		case pinned != "":
+		} else {
 			fi, err = os.Stat(pinned)
-		default:
-			fi, err = s.fast.Stat(name)
 		}
 		if err != nil {
 			return err
@@ -83,13 +85,10 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 		if err := s.spend(grow); err != nil {
 			return err
 		}
-		switch {
-		case f != nil:
+		if f != nil {
 			err = f.Truncate(int64(a.Size))
-		case pinned != "":
+		} else {
 			err = os.Truncate(pinned, int64(a.Size))
-		default:
-			err = s.truncate(name, int64(a.Size))
 		}
 		if err != nil {
 			s.refund(grow)
@@ -99,13 +98,10 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 	if a.Flags&wire.AttrPermissions != 0 {
 		mode := fs.FileMode(a.Mode) & fs.ModePerm
 		var err error
-		switch {
-		case f != nil:
+		if f != nil {
 			err = f.Chmod(mode)
-		case pinned != "":
+		} else {
 			err = os.Chmod(pinned, mode)
-		default:
-			err = s.root.Chmod(name, mode)
 		}
 		if err != nil {
 			return err
@@ -124,10 +120,8 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 			err = setTimes(f, a)
 		case f != nil:
 			err = futimes(f, at, mt)
-		case pinned != "":
-			err = os.Chtimes(pinned, at, mt)
 		default:
-			err = s.root.Chtimes(name, at, mt)
+			err = os.Chtimes(pinned, at, mt)
 		}
 		if err != nil {
 			return err
@@ -135,15 +129,6 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 	}
 	// UIDGID is ignored: the session owns everything it creates.
 	return nil
-}
-
-func (s *sftpServer) truncate(name string, size int64) error {
-	f, err := s.root.OpenFile(name, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Truncate(size)
 }
 
 // setTimes sets f's access time to a's, in whole seconds, and its

@@ -33,9 +33,10 @@ func startWriteback(int) {}
 // truncate, read-only to change modes and times.
 const procPins = false
 
+// (Never blocking on a FIFO's open, nor taking a terminal.)
 func pinFlags(truncating bool) int {
 	if truncating {
-		return os.O_RDWR
+		return os.O_RDWR | unix.O_NONBLOCK | unix.O_NOCTTY
 	}
-	return os.O_RDONLY
+	return os.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY
 }
