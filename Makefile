@@ -4,7 +4,7 @@ BIN     := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/awcp/awcp/cmd/internal/clikit.Version=$(VERSION)
 
-.PHONY: build test test-portable cross release unit e2e race bench bench-quick demo demo-acp lint clean install soak k8s-e2e
+.PHONY: build test test-portable cross release install-launchd unit e2e race bench bench-quick demo demo-acp lint clean install soak k8s-e2e
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/awcp-ctl ./cmd/awcp-fs
@@ -172,6 +172,17 @@ install: build
 	chmod 0644 $(DESTDIR)/etc/systemd/system/awcp-fs.service $(DESTDIR)/etc/systemd/user/awcp-ctl.service
 	install -m 0644 deploy/awcp-fs.toml deploy/awcp-ctl.toml $(DESTDIR)$(PREFIX)/share/awcp/
 	[ -e $(DESTDIR)/etc/awcp/awcp-fs.toml ] || install -D -m 0600 deploy/awcp-fs.toml $(DESTDIR)/etc/awcp/awcp-fs.toml
+
+# The delegator as a launchd agent of the user's own (macOS): the plist in
+# ~/Library/LaunchAgents, the log directory, and the example settings in
+# ~/.config/awcp unless some are there already. Run as the user, after
+# the program is installed under PREFIX (docs/macos.md).
+install-launchd:
+	install -d -m 0755 $(HOME)/Library/LaunchAgents
+	install -d -m 0700 $(HOME)/Library/Logs/awcp $(HOME)/.config/awcp
+	sed -e 's|__PREFIX__|$(PREFIX)|g' -e 's|__HOME__|$(HOME)|g' deploy/launchd/dev.awcp.awcp-ctl.plist > $(HOME)/Library/LaunchAgents/dev.awcp.awcp-ctl.plist
+	chmod 0644 $(HOME)/Library/LaunchAgents/dev.awcp.awcp-ctl.plist
+	[ -e $(HOME)/.config/awcp/awcp-ctl.toml ] || install -m 0600 deploy/awcp-ctl.toml $(HOME)/.config/awcp/awcp-ctl.toml
 
 clean:
 	rm -rf $(BIN)

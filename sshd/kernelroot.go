@@ -86,14 +86,53 @@ func (b *kernelRoot) OpenFile(name string, flags int, perm fs.FileMode) (*os.Fil
 // followed no symlink (openat2's plain): its path is then name.
 func (b *kernelRoot) openFile(name string, flags int, perm fs.FileMode) (*os.File, bool, error) {
 	if !b.ok {
-		f, err := b.root.OpenFile(name, flags, perm)
-		return f, false, err
+		return b.openPortable(name, flags, perm)
 	}
 	fd, plain, err := b.openat2(name, flags, perm)
 	if err != nil {
 		return nil, false, err
 	}
 	return os.NewFile(uintptr(fd), name), plain, nil
+}
+
+// openPortable is openFile without openat2, walked as openat2's is: first
+// following no symlink (plain: name is the file's path), in the directory
+// that holds name, opened a component at a time; where that meets a
+// symlink, or fails at all, through the os.Root, which follows symlinks
+// that stay inside (what it opens is then named by the path the kernel
+// has for it). Where the kernel has no path to give (FreeBSD), a file
+// reached through a symlink is thus refused under a policy, and one
+// reached without is not.
+func (b *kernelRoot) openPortable(name string, flags int, perm fs.FileMode) (*os.File, bool, error) {
+	if dir, base, ok := splitName(name); ok {
+		if dfd, plain, err := b.dirBeneath(dir); err == nil {
+			fd := -1
+			if plain {
+				fd, err = unix.Openat(dfd, base, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(syscallMode(perm)))
+			}
+			unix.Close(dfd)
+			if fd >= 0 {
+				return os.NewFile(uintptr(fd), name), true, nil
+			}
+		}
+	}
+	f, err := b.root.OpenFile(name, flags, perm)
+	return f, false, err
+}
+
+// syscallMode is perm as open(2) takes it.
+func syscallMode(perm fs.FileMode) uint32 {
+	m := uint32(perm.Perm())
+	if perm&fs.ModeSetuid != 0 {
+		m |= syscall.S_ISUID
+	}
+	if perm&fs.ModeSetgid != 0 {
+		m |= syscall.S_ISGID
+	}
+	if perm&fs.ModeSticky != 0 {
+		m |= syscall.S_ISVTX
+	}
+	return m
 }
 
 // Lstat is lstat inside the directory: a final symlink is not followed.

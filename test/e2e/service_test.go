@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/xml"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,5 +155,127 @@ func TestServiceFiles(t *testing.T) {
 	install()
 	if b, _ := os.ReadFile(edited); string(b) != "# edited\n" {
 		t.Errorf("make install overwrote the edited settings: %q", b)
+	}
+}
+
+// plistDict is a launchd property list's top dictionary: each key with
+// its value as text (a string or an integer), an array's strings, or the
+// element name of a boolean (<true/>) or a nested dict ("dict").
+func plistDict(t *testing.T, file string) map[string][]string {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dec := xml.NewDecoder(f)
+	out := map[string][]string{}
+	var key string
+	depth := 0 // of <dict>
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s is not well-formed XML: %v", file, err)
+		}
+		switch el := tok.(type) {
+		case xml.StartElement:
+			switch el.Name.Local {
+			case "dict":
+				depth++
+				if depth == 2 {
+					out[key] = append(out[key], "dict")
+				}
+			case "key", "string", "integer":
+				var text string
+				if err := dec.DecodeElement(&text, &el); err != nil {
+					t.Fatal(err)
+				}
+				if depth != 1 {
+					continue
+				}
+				if el.Name.Local == "key" {
+					key = text
+				} else {
+					out[key] = append(out[key], text)
+				}
+			case "true", "false":
+				if depth == 1 {
+					out[key] = append(out[key], el.Name.Local)
+				}
+			}
+		case xml.EndElement:
+			if el.Name.Local == "dict" {
+				depth--
+			}
+		}
+	}
+	return out
+}
+
+// TestLaunchdAgent: `make install-launchd` (docs/macos.md) writes the
+// delegator's launchd agent for the user — the installed program's serve,
+// started at login and again after a failure, its log and settings where
+// the page says — and keeps settings already there. launchd is not here:
+// the file is checked as launchd reads it, not run.
+func TestLaunchdAgent(t *testing.T) {
+	root := repoRoot(t)
+	home := t.TempDir()
+	install := func() {
+		t.Helper()
+		cmd := exec.Command("make", "-s", "install-launchd", "HOME="+home, "PREFIX=/opt/awcp")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("make install-launchd: %v\n%s", err, out)
+		}
+	}
+	install()
+	plist := filepath.Join(home, "Library/LaunchAgents/dev.awcp.awcp-ctl.plist")
+	d := plistDict(t, plist)
+	want := map[string]string{
+		"Label":             "dev.awcp.awcp-ctl",
+		"ProgramArguments":  "/opt/awcp/bin/awcp-ctl serve",
+		"RunAtLoad":         "true",
+		"KeepAlive":         "dict",
+		"Umask":             "63",
+		"StandardErrorPath": filepath.Join(home, "Library/Logs/awcp/awcp-ctl.log"),
+	}
+	for k, v := range want {
+		if got := strings.Join(d[k], " "); got != v {
+			t.Errorf("the plist's %s is %q, want %q", k, got, v)
+		}
+	}
+	if b, _ := os.ReadFile(plist); strings.Contains(string(b), "__") {
+		t.Errorf("a placeholder is left in the plist:\n%s", b)
+	}
+	for path, mode := range map[string]os.FileMode{"Library/Logs/awcp": 0o700, ".config/awcp/awcp-ctl.toml": 0o600, "Library/LaunchAgents/dev.awcp.awcp-ctl.plist": 0o644} {
+		if fi, err := os.Stat(filepath.Join(home, path)); err != nil || fi.Mode().Perm() != mode {
+			t.Errorf("%s: %v, want mode %v", path, err, mode)
+		}
+	}
+	// What launchd runs reads those settings: serve, with no flag, takes
+	// ~/.config/awcp/awcp-ctl.toml — here with free ports, its metrics
+	// answering where they say.
+	settings := filepath.Join(home, ".config/awcp/awcp-ctl.toml")
+	b, _ := os.ReadFile(settings)
+	metrics := freeAddr(t)
+	text := strings.Replace(string(b), `ssh-listen = ":2222"`, `ssh-listen = "127.0.0.1:0"`, 1)
+	text = strings.Replace(text, `metrics-listen = "127.0.0.1:9465"`, `metrics-listen = "`+metrics+`"`, 1)
+	os.WriteFile(settings, []byte(text), 0o600)
+	c := newCtl(t)
+	c.env = append(c.env, "HOME="+home, "XDG_CONFIG_HOME=")
+	log, stop := c.serve()
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatalf("serve as launchd runs it did not read ~/.config/awcp/awcp-ctl.toml (no metrics at %s): %v\n%s", metrics, err, log)
+	}
+	resp.Body.Close()
+	stop()
+	edited := []byte(text)
+	install()
+	if b, _ := os.ReadFile(settings); string(b) != string(edited) {
+		t.Errorf("make install-launchd overwrote the settings")
 	}
 }
