@@ -3,6 +3,8 @@ package control
 import (
 	"errors"
 	"fmt"
+
+	"github.com/awcp/awcp/lease"
 )
 
 // The error codes of spec §4.6. They are the only codes put on the wire.
@@ -23,6 +25,13 @@ const (
 	// CodeNotFound is not a wire code: the CLI's and MCP tools' answer to
 	// a delegation id this delegator does not know.
 	CodeNotFound = "NOT_FOUND"
+
+	// CodeUsage is not a wire code either: the caller's own mistake — a
+	// flag, a URL, a key not trusted, an answer, a delegation in the wrong
+	// state for what was asked — found here, before anything went to an
+	// executor. DECLINED would blame the executor. The CLI exits 2 for it,
+	// as for bad flags; a delegation refused so is not listed.
+	CodeUsage = lease.UsageCode
 
 	// ReasonUnreachable is a SETUP_FAILED's reason (an extension) when the
 	// executor did not answer at all: connection refused, no route, timed

@@ -38,6 +38,17 @@ type Failure struct {
 	CallChain []string `json:"callChain,omitempty"`
 }
 
+// RefusedHere reports whether the lease was refused for the caller's own
+// mistake (control.CodeUsage: an executor's key not trusted, say) before
+// anything went to an executor: no delegation took place, so lists leave
+// it out; asked for by its id, it says why.
+func (l *Lease) RefusedHere() bool {
+	return l.State == Error && l.Failure != nil && l.Failure.Code == UsageCode
+}
+
+// UsageCode is control.CodeUsage (control imports this package).
+const UsageCode = "USAGE"
+
 // Lease is the part both sides keep about a delegation.
 type Lease struct {
 	ID          string       `json:"id"`

@@ -214,6 +214,8 @@ func exitFor(d *lease.Delegation) error {
 		return clikit.Exit(exitAwaitsPermission)
 	case !d.State.Terminal():
 		return clikit.Exit(exitPending)
+	case d.Failure != nil && d.Failure.Code == control.CodeUsage:
+		return clikit.Exit(clikit.ExitUsage) // the caller's own mistake, as a bad flag
 	}
 	return clikit.Failed()
 }
@@ -263,7 +265,7 @@ func statusCommand() *cli.Command {
 			}
 			states := c.StringSlice("state")
 			ds = slices.DeleteFunc(ds, func(d *lease.Delegation) bool {
-				return c.Bool("active") && d.State.Terminal() || len(states) > 0 && !slices.Contains(states, string(d.State))
+				return d.RefusedHere() || c.Bool("active") && d.State.Terminal() || len(states) > 0 && !slices.Contains(states, string(d.State))
 			})
 			if c.Bool("json") {
 				out := make([]view, 0, len(ds))
@@ -474,7 +476,7 @@ func cancelTurn(c *cli.Context, e *env) error {
 	_, err = e.store.UpdateDelegation(d.ID, func(d *lease.Delegation) error {
 		t := d.LastTurn()
 		if d.State.Terminal() || t == nil || t.Ended() {
-			return control.Errorf(control.CodeDeclined, "session %s has no turn running", d.ID)
+			return control.Errorf(control.CodeUsage, "session %s has no turn running", d.ID)
 		}
 		t.CancelAsked, n = true, t.N
 		return nil

@@ -225,7 +225,8 @@ func exportWait(ctx context.Context, c *cli.Context, e *env, req delegator.Expor
 	return reportFollowed(c, d)
 }
 
-// fail prints a spec error (code, message, hint) and exits 1.
+// fail prints a spec error (code, message, hint) and exits 1 — 2 for
+// the caller's own mistake (USAGE), as for a bad flag.
 func fail(c *cli.Context, err error) error {
 	var pe *control.ProtocolError
 	if !errors.As(err, &pe) {
@@ -240,6 +241,9 @@ func fail(c *cli.Context, err error) error {
 	}
 	if pe.Hint != "" {
 		fmt.Fprintf(c.App.ErrWriter, "hint: %s\n", pe.Hint)
+	}
+	if pe.Code == control.CodeUsage {
+		return clikit.Exit(clikit.ExitUsage)
 	}
 	return clikit.Failed()
 }

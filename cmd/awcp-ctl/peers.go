@@ -70,7 +70,7 @@ func (e *env) choosePeers(ctx context.Context, c *cli.Context, req delegator.Exp
 	}
 	chosen, err := discovery.ChooseN(discovery.Among(b.Peers(), req.Peer), discovery.Want{Transport: req.Transport, Access: req.Access, Self: e.agentID, Exclude: req.CallChain}, n)
 	if err != nil {
-		return nil, control.Errorf(control.CodeDeclined, "--attempts %d: %v", n, err)
+		return nil, control.Errorf(control.CodeUsage, "--attempts %d: %v", n, err)
 	}
 	// Their URLs, whose trusted keys the book holds: each is reached
 	// where this round found it, not looked up again by id (which would
@@ -111,7 +111,7 @@ func (e *env) resolvePeer(ctx context.Context, c *cli.Context, req *delegator.Ex
 	want := discovery.Want{Transport: req.Transport, Access: req.Access, Self: e.agentID, Exclude: req.CallChain}
 	p, why, err := discovery.Resolve(b.Peers(), req.Peer, want)
 	if err != nil {
-		return control.Errorf(control.CodeDeclined, "--peer %s: %v", req.Peer, err)
+		return control.Errorf(control.CodeUsage, "--peer %s: %v", req.Peer, err)
 	}
 	for _, q := range discovery.Fallbacks(b.Peers(), req.Peer, want, p.AgentID) {
 		req.PeerFallbacks = append(req.PeerFallbacks, lease.PeerRef{URL: q.URL, AgentID: q.AgentID, Name: q.Name, Key: q.TrustedKey})

@@ -153,13 +153,13 @@ func answerCommand(ctx context.Context) *cli.Command {
 			text, opt := c.Args().Get(1), c.String("option")
 			pending := d.PendingPermission()
 			if pending == nil && opt != "" {
-				return fail(c, control.Errorf(control.CodeDeclined, "session %s awaits no permission decision", d.ID).WithHint("answer with TEXT: it is the next turn"))
+				return fail(c, control.Errorf(control.CodeUsage, "session %s awaits no permission decision", d.ID).WithHint("answer with TEXT: it is the next turn"))
 			}
 			if pending == nil {
 				return say(ctx, c, e, d.ID, text)
 			}
 			if opt == "" {
-				return fail(c, control.Errorf(control.CodeDeclined, "session %s awaits a permission decision (%s): %s", d.ID, pending.RequestID, pending.Title).
+				return fail(c, control.Errorf(control.CodeUsage, "session %s awaits a permission decision (%s): %s", d.ID, pending.RequestID, pending.Title).
 					WithHint("answer with --option, one of "+lease.Choices(pending.Options)))
 			}
 			dlg, err := e.delegator(nil)

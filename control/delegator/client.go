@@ -106,7 +106,12 @@ func (c *PeerClient) secure() error {
 	if c.overTLS() || c.PlainHTTP {
 		return nil
 	}
-	return control.Errorf(control.CodeDeclined, "plain HTTP to %s would carry the token, the workspace and the session in clear; nothing was sent", c.base()).
+	return plainHTTPRefused(c.base())
+}
+
+// plainHTTPRefused refuses plain HTTP to base, which was not asked for.
+func plainHTTPRefused(base string) error {
+	return control.Errorf(control.CodeUsage, "plain HTTP to %s would carry the token, the workspace and the session in clear; nothing was sent", base).
 		WithHint("reach the executor over TLS: --peer https://HOST:PORT with its key (--peer-key, or `awcp-ctl peers trust`); " +
 			"for a peer that speaks only plain HTTP (the reference implementation), pass --plain-http")
 }
@@ -203,7 +208,7 @@ func (c *PeerClient) untrustedKey(err error) error {
 	if c.AgentID != "" {
 		trust += ", or `awcp-ctl peers trust " + c.AgentID + " --key '" + ue.Seen + "'`"
 	}
-	return control.Errorf(control.CodeDeclined, "executor %s: %v; nothing was sent to it", c.base(), ue).
+	return control.Errorf(control.CodeUsage, "executor %s: %v; nothing was sent to it", c.base(), ue).
 		WithHint("compare with the fingerprint `awcp-fs serve` logs at start (`awcp-fs id` prints it); if it is the executor's, " + trust + self)
 }
 
@@ -228,7 +233,7 @@ func (c *PeerClient) do(ctx context.Context, method, path string, body any) (*ht
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base()+path, rd)
 	if err != nil {
-		return nil, control.Errorf(control.CodeDeclined, "invalid executor URL %q: %v", c.BaseURL, err)
+		return nil, control.Errorf(control.CodeUsage, "invalid executor URL %q: %v", c.BaseURL, err)
 	}
 	if body != nil {
 		req.ContentLength = size

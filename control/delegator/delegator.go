@@ -151,22 +151,22 @@ func (d *Delegator) Create(req ExportRequest) (*lease.Delegation, error) {
 
 func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 	if req.Prompt == "" {
-		return nil, control.Errorf(control.CodeWorkspaceInvalid, "a prompt is required").WithHint("pass --prompt TEXT")
+		return nil, control.Errorf(control.CodeUsage, "a prompt is required").WithHint("pass --prompt TEXT")
 	}
 	if req.Peer == "" {
-		return nil, control.Errorf(control.CodeDeclined, "no executor given").WithHint("pass --peer URL of an `awcp-fs serve`")
+		return nil, control.Errorf(control.CodeUsage, "no executor given").WithHint("pass --peer URL of an `awcp-fs serve`")
 	}
 	if req.Access == "" {
 		req.Access = control.AccessRW
 	}
 	if req.Access != control.AccessRW && req.Access != control.AccessRO {
-		return nil, control.Errorf(control.CodeWorkspaceInvalid, "access must be rw or ro, not %q", req.Access)
+		return nil, control.Errorf(control.CodeUsage, "access must be rw or ro, not %q", req.Access)
 	}
 	if req.TTL <= 0 {
 		req.TTL = time.Hour
 	}
 	if req.TTL < time.Second {
-		return nil, control.Errorf(control.CodeWorkspaceInvalid, "ttl must be at least 1s")
+		return nil, control.Errorf(control.CodeUsage, "ttl must be at least 1s")
 	}
 	var notes []string
 	auto, connect := false, ""
@@ -178,13 +178,16 @@ func (d *Delegator) create(req ExportRequest) (*lease.Delegation, error) {
 		}
 		switch {
 		case req.Session || req.Driven:
-			return nil, control.Errorf(control.CodeDeclined, "an A2A agent takes tasks, not ACP sessions").WithHint("delegate a task: --prompt TEXT")
+			return nil, control.Errorf(control.CodeUsage, "an A2A agent takes tasks, not ACP sessions").WithHint("delegate a task: --prompt TEXT")
 		case req.Transport != "" && req.Transport != "auto" && req.Transport != control.TransportArchive:
-			return nil, control.Errorf(control.CodeWorkspaceInvalid, "an A2A agent takes the workspace as a ZIP in its message: --transport %s cannot be", req.Transport).
+			return nil, control.Errorf(control.CodeUsage, "an A2A agent takes the workspace as a ZIP in its message: --transport %s cannot be", req.Transport).
 				WithHint("leave --transport out (auto), or say archive")
 		}
 		req.Peer, req.Transport, protocol = u, control.TransportArchive, lease.PeerA2A
 		notes = append(notes, "an A2A agent at "+u+": the task and the workspace (a ZIP) go in one message; its artifacts come back through the same review")
+	}
+	if strings.HasPrefix(req.Peer, "http://") && !req.PlainHTTP && req.PeerKey == "" { // with a key it is TLS (PeerClient.base)
+		return nil, plainHTTPRefused(req.Peer) // before anything is recorded
 	}
 	// live and live-reverse are what the transport is: a live mount. The
 	// wire name, sshfs, is the spec's (no sshfs program is used).
@@ -492,7 +495,7 @@ func (d *Delegator) Permit(ctx context.Context, id, requestID, optionID, answere
 		return err
 	}
 	if del.State.Terminal() {
-		return control.Errorf(control.CodeDeclined, "delegation %s already ended (%s)", id, del.State)
+		return control.Errorf(control.CodeUsage, "delegation %s already ended (%s)", id, del.State)
 	}
 	// A driven session's requests wait in the record for their driver.
 	if here, err := d.decideHere(id, requestID, optionID, answerer); here || err != nil {

@@ -41,11 +41,11 @@ func a2aPeerURL(peer string, plain bool) (string, error) {
 	raw := strings.TrimPrefix(peer, PeerPrefixA2A)
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return "", control.Errorf(control.CodeWorkspaceInvalid, "--peer %s: not an agent's URL", peer).
+		return "", control.Errorf(control.CodeUsage, "--peer %s: not an agent's URL", peer).
 			WithHint("give the A2A agent's base URL: --peer a2a:https://host:port")
 	}
 	if u.Scheme == "http" && !plain {
-		return "", control.Errorf(control.CodeDeclined, "--peer %s is plain HTTP: the task and the workspace would travel in clear", peer).
+		return "", control.Errorf(control.CodeUsage, "--peer %s is plain HTTP: the task and the workspace would travel in clear", peer).
 			WithHint("use https://, or say --plain-http to accept it")
 	}
 	return raw, nil

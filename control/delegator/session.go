@@ -29,7 +29,7 @@ func (d *Delegator) openSession(ctx context.Context, id, received string) (net.C
 		return nil, err
 	}
 	if del.Session == "" {
-		return nil, control.Errorf(control.CodeDeclined, "delegation %s is a task, not a session", id)
+		return nil, control.Errorf(control.CodeUsage, "delegation %s is a task, not a session", id)
 	}
 	return d.peer(del).upgrade(ctx, "/awcp/tasks/"+id+"/acp", control.SessionUpgrade, map[string]string{
 		control.SessionKeyHeader: del.SessionKey, control.SessionReceivedHeader: received})
@@ -51,7 +51,7 @@ func (d *Delegator) FindSession(sessionID, dir string) (*lease.Delegation, error
 			continue
 		}
 		if del.OwnerPID != os.Getpid() && ownerAlive(del) {
-			return nil, control.Errorf(control.CodeDeclined, "session %s is held by a running gateway (pid %d)", sessionID, del.OwnerPID).
+			return nil, control.Errorf(control.CodeUsage, "session %s is held by a running gateway (pid %d)", sessionID, del.OwnerPID).
 				WithHint("a session is taken over only once its gateway has ended")
 		}
 		return del, nil
@@ -130,7 +130,7 @@ func (d *Delegator) AttachSession(ctx context.Context, id string, link *control.
 // the record. It returns the turn's number.
 func (d *Delegator) Say(id, prompt, by string) (int, error) {
 	if prompt == "" {
-		return 0, control.Errorf(control.CodeWorkspaceInvalid, "the prompt is empty").WithHint("say what the agent should do next")
+		return 0, control.Errorf(control.CodeUsage, "the prompt is empty").WithHint("say what the agent should do next")
 	}
 	var n int
 	_, err := d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
@@ -144,7 +144,7 @@ func (d *Delegator) Say(id, prompt, by string) (int, error) {
 			if p := del.PendingPermission(); p != nil {
 				hint = fmt.Sprintf("it waits for a permission decision: answer %s with one of %s", p.RequestID, lease.Choices(p.Options))
 			}
-			return control.Errorf(control.CodeDeclined, "%s", err.Error()).WithHint(hint)
+			return control.Errorf(control.CodeUsage, "%s", err.Error()).WithHint(hint)
 		}
 		return err
 	})
@@ -169,7 +169,7 @@ func (d *Delegator) EndSession(id string) error {
 func sessionOpen(del *lease.Delegation) error {
 	switch {
 	case !del.SessionDriven:
-		return control.Errorf(control.CodeDeclined, "delegation %s is not a session", del.ID).
+		return control.Errorf(control.CodeUsage, "delegation %s is not a session", del.ID).
 			WithHint("start one with a session: export --session new, or delegate with session: true")
 	case del.State.Terminal() || del.SessionClose:
 		pe := control.Errorf(control.CodeDeclined, "session_expired: session %s is over (its delegation is %s)", del.ID, del.State).
@@ -200,7 +200,7 @@ func (d *Delegator) decideHere(id, requestID, optionID, answerer string) (bool, 
 			}
 			found = true
 			if p.Outcome != control.PermissionPending {
-				return control.Errorf(control.CodeDeclined, "request %s was already decided (%s)", requestID, p.Outcome)
+				return control.Errorf(control.CodeUsage, "request %s was already decided (%s)", requestID, p.Outcome)
 			}
 			for _, o := range p.Options {
 				if o.OptionID == optionID {
@@ -211,7 +211,7 @@ func (d *Delegator) decideHere(id, requestID, optionID, answerer string) (bool, 
 					return nil
 				}
 			}
-			return control.Errorf(control.CodeDeclined, "request %s has no option %q", requestID, optionID).
+			return control.Errorf(control.CodeUsage, "request %s has no option %q", requestID, optionID).
 				WithHint("choose one of " + lease.Choices(p.Options))
 		}
 		return errUnchanged

@@ -37,8 +37,8 @@ func TestFindSessionOnlyOfAGoneGateway(t *testing.T) {
 	}
 	add("dlg_held", "s-held", live.Process.Pid, false)
 	var pe *control.ProtocolError
-	if _, err := dlg.FindSession("s-held", dir); !errors.As(err, &pe) || pe.Code != control.CodeDeclined {
-		t.Fatalf("a session a live gateway holds: %v, want DECLINED", err)
+	if _, err := dlg.FindSession("s-held", dir); !errors.As(err, &pe) || pe.Code != control.CodeUsage {
+		t.Fatalf("a session a live gateway holds: %v, want USAGE", err)
 	}
 	store.UpdateDelegation("dlg_held", func(d *lease.Delegation) error { d.State = lease.Completed; return nil })
 	add("dlg_gone", "s-gone", gone.Process.Pid, false)
@@ -54,8 +54,8 @@ func TestFindSessionOnlyOfAGoneGateway(t *testing.T) {
 	// container): whether it runs cannot be told from here, so it is
 	// held.
 	store.UpdateDelegation("dlg_gone", func(d *lease.Delegation) error { d.OwnerPIDNS = pidNamespace() + 1; return nil })
-	if _, err := dlg.FindSession("s-gone", dir); !errors.As(err, &pe) || pe.Code != control.CodeDeclined {
-		t.Fatalf("a session whose gateway is in another PID namespace: %v, want DECLINED", err)
+	if _, err := dlg.FindSession("s-gone", dir); !errors.As(err, &pe) || pe.Code != control.CodeUsage {
+		t.Fatalf("a session whose gateway is in another PID namespace: %v, want USAGE", err)
 	}
 	store.UpdateDelegation("dlg_gone", func(d *lease.Delegation) error { d.SessionDriven = true; return nil })
 	if _, err := dlg.FindSession("s-gone", dir); !errors.Is(err, lease.ErrNotFound) {

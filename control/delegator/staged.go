@@ -351,7 +351,7 @@ func (d *Delegator) ApplyResult(ctx context.Context, id, snap, branch string, al
 	}
 	defer r.Close()
 	if !del.State.Terminal() {
-		return nil, control.Errorf(control.CodeDeclined, "delegation %s is still %s: a staged result can be applied once the agent is done, and nothing applies it by itself", id, del.State).
+		return nil, control.Errorf(control.CodeUsage, "delegation %s is still %s: a staged result can be applied once the agent is done, and nothing applies it by itself", id, del.State).
 			WithHint(fmt.Sprintf("`awcp-ctl diff %s` shows it now; `awcp-ctl output %s --block` waits for the end, then apply", id, id))
 	}
 	chosen := lease.LiveSnapshot
@@ -365,7 +365,7 @@ func (d *Delegator) ApplyResult(ctx context.Context, id, snap, branch string, al
 			if rec.Staged != nil {
 				state = rec.Staged.State
 			}
-			return control.Errorf(control.CodeDeclined, "delegation %s's staged result is %s, not pending", id, state)
+			return control.Errorf(control.CodeUsage, "delegation %s's staged result is %s, not pending", id, state)
 		}
 		rec.Staged.State = stagedApplying
 		return nil
@@ -442,7 +442,7 @@ func (d *Delegator) DiscardResult(id, snap string) error {
 		return control.Errorf(control.CodeNotFound, "delegation %s has no staged result (its snapshot mode is %s)", id, orAuto(del.SnapshotMode))
 	}
 	if !del.State.Terminal() && !zipped(del.Transport) {
-		return control.Errorf(control.CodeDeclined, "delegation %s is still %s: its agent writes to the staged result", id, del.State).
+		return control.Errorf(control.CodeUsage, "delegation %s is still %s: its agent writes to the staged result", id, del.State).
 			WithHint(fmt.Sprintf("`awcp-ctl cancel %s` first", id))
 	}
 	var files []string
@@ -451,7 +451,7 @@ func (d *Delegator) DiscardResult(id, snap string) error {
 		files, whole = nil, false
 		st := rec.Staged
 		if st.State != lease.StagedPending {
-			return control.Errorf(control.CodeDeclined, "delegation %s's staged result is %s, not pending", id, st.State)
+			return control.Errorf(control.CodeUsage, "delegation %s's staged result is %s, not pending", id, st.State)
 		}
 		if snap != "" && snap != lease.LiveSnapshot {
 			s := st.Find(snap)

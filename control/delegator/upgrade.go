@@ -64,7 +64,7 @@ func (c *PeerClient) upgrade(ctx context.Context, path, protocol string, headers
 	}
 	u, err := url.Parse(c.base() + path)
 	if err != nil {
-		return nil, control.Errorf(control.CodeDeclined, "invalid executor URL %q: %v", c.BaseURL, err)
+		return nil, control.Errorf(control.CodeUsage, "invalid executor URL %q: %v", c.BaseURL, err)
 	}
 	addr := u.Host
 	if u.Port() == "" {

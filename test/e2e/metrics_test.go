@@ -129,7 +129,7 @@ func TestMetrics(t *testing.T) {
 	}{
 		{"delegator", dlg, "awcp_delegations", []string{`state="completed"`, `transport="sshfs"`}, 1},
 		{"delegator", dlg, "awcp_delegations", []string{`state="completed"`, `transport="archive"`}, 1},
-		{"delegator", dlg, "awcp_admissions_refused_total", []string{`code="WORKSPACE_INVALID"`}, 1},
+		{"delegator", dlg, "awcp_admissions_refused_total", []string{`code="USAGE"`}, 1},
 		{"delegator", dlg, "awcp_sftp_request_seconds_count", []string{`op="open"`}, 1},
 		{"delegator", dlg, "awcp_sftp_request_seconds_count", []string{`op="write"`}, 1},
 		{"delegator", dlg, "awcp_sftp_bytes_total", []string{`op="write"`}, float64(len("written\ninput\n"))},

@@ -103,6 +103,37 @@ func TestNewcomerErrors(t *testing.T) {
 	}
 }
 
+// TestLocalMistakesAreTheUsersOwn: what the user got wrong — plain HTTP
+// not asked for, a peer that is no agent's URL, an access mode, a
+// session asked of an A2A agent — is said as the user's (USAGE, exit 2,
+// as a bad flag), never as the executor's refusal (DECLINED), and no
+// delegation is listed for it: nothing was sent.
+func TestLocalMistakesAreTheUsersOwn(t *testing.T) {
+	c := newCtl(t)
+	c.tls = true // no AWCP_PLAIN_HTTP
+	ws := sampleWorkspace(t)
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--peer", "http://127.0.0.1:1", "--prompt", "x"}, "plain HTTP to http://127.0.0.1:1"},
+		{[]string{"--peer", "a2a:127.0.0.1:10201", "--prompt", "x"}, "not an agent's URL"},
+		{[]string{"--peer", "https://127.0.0.1:1", "--prompt", "x", "--access", "rwx"}, "access must be rw or ro"},
+		{[]string{"--peer", "a2a:https://127.0.0.1:1", "--session", "new", "--prompt", "x"}, "an A2A agent takes tasks, not ACP sessions"},
+	} {
+		r := c.run(append([]string{"export", ws}, tc.args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, "error USAGE: ") || !strings.Contains(r.stderr, tc.says) || strings.Contains(r.stderr, "DECLINED") {
+			t.Errorf("export %v: exit %d, want 2 and USAGE: %s\n%s", tc.args, r.code, tc.says, r.stderr)
+		}
+	}
+	if ds := c.status(); len(ds) != 0 {
+		t.Errorf("refused exports are listed: %+v", ds)
+	}
+	if r := c.run("status"); !strings.HasPrefix(r.stdout, "no delegations") {
+		t.Errorf("status after refused exports:\n%s", r.stdout)
+	}
+}
+
 // `peers` on a host where no interface takes multicast says what to do,
 // in a network namespace with nothing but loopback.
 func TestPeersWithoutMulticastSaysWhy(t *testing.T) {

@@ -132,8 +132,15 @@ func TestPeersSpeakTLSPinnedToTheirKeys(t *testing.T) {
 	// delegator was given, pinned to the real one.
 	impostor := startTLSExecutor(t, `echo pwned > pwned.txt`, "--transports", "archive")
 	r = c.run(append([]string{"export", ws, "--peer", impostor.url, "--peer-key", key, "--prompt", "p"}, tokenArgs...)...)
-	if r.code == 0 || !strings.Contains(r.stderr, "DECLINED") || !strings.Contains(r.stderr, "nothing was sent") {
-		t.Fatalf("export to an impostor: exit %d\n%s", r.code, r.stderr)
+	// The user's own to settle (which key to trust), not the executor's
+	// refusal: USAGE, exit 2, and no delegation listed.
+	if r.code != 2 || !strings.Contains(r.stderr, "error USAGE:") || !strings.Contains(r.stderr, "nothing was sent") {
+		t.Fatalf("export to an impostor: exit %d, want 2 and USAGE\n%s", r.code, r.stderr)
+	}
+	for _, d := range c.status() {
+		if d.Peer == impostor.url {
+			t.Errorf("the refused export to the impostor is listed: %+v", d)
+		}
 	}
 	if strings.Contains(impostor.log.String(), "INVITE") {
 		t.Fatalf("the impostor heard an INVITE:\n%s", impostor.log)

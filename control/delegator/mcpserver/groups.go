@@ -33,9 +33,9 @@ type member struct{ peer, scope, prompt string }
 func (s *server) delegateAttempts(ctx context.Context, req *mcp.CallToolRequest, in delegateArgs, access string) (Outcome, error) {
 	switch {
 	case in.Session || in.SessionID != "":
-		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "a session is held with one executor: give one peer")
+		return Outcome{}, control.Errorf(control.CodeUsage, "a session is held with one executor: give one peer")
 	case in.SnapshotMode != "" && in.SnapshotMode != lease.SnapshotStaged:
-		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "attempts are each kept for review: snapshot_mode must be staged, not %s", in.SnapshotMode)
+		return Outcome{}, control.Errorf(control.CodeUsage, "attempts are each kept for review: snapshot_mode must be staged, not %s", in.SnapshotMode)
 	case s.review == nil:
 		return Outcome{}, control.Errorf(control.CodeDeclined, "this server has no snapshot tools to compare and apply attempts with")
 	}
@@ -53,9 +53,9 @@ func (s *server) delegateAttempts(ctx context.Context, req *mcp.CallToolRequest,
 func (s *server) delegateScopes(ctx context.Context, req *mcp.CallToolRequest, in delegateArgs, access string) (Outcome, error) {
 	switch {
 	case in.Session || in.SessionID != "" || len(in.Peers) > 0:
-		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "scopes split one task among executors: no session, no peers beside them")
+		return Outcome{}, control.Errorf(control.CodeUsage, "scopes split one task among executors: no session, no peers beside them")
 	case in.SnapshotMode != "" && in.SnapshotMode != lease.SnapshotAuto:
-		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "scopes write in place, each in its own part of the workspace: snapshot_mode must be auto")
+		return Outcome{}, control.Errorf(control.CodeUsage, "scopes write in place, each in its own part of the workspace: snapshot_mode must be auto")
 	}
 	members := make([]member, len(in.Scopes))
 	paths := make([]string, len(in.Scopes))

@@ -176,7 +176,7 @@ func (s *server) pickPeer(ctx context.Context, arg, access string) (chosenPeer, 
 			return c, nil
 		}
 		if s.opts.Finder == nil {
-			return chosenPeer{}, control.Errorf(control.CodeDeclined, "peer_url %q is neither a URL nor the name of a listed executor", arg).
+			return chosenPeer{}, control.Errorf(control.CodeUsage, "peer_url %q is neither a URL nor the name of a listed executor", arg).
 				WithHint("pass an executor URL such as https://host:10200")
 		}
 		return s.discover(ctx, arg, access)
@@ -187,14 +187,14 @@ func (s *server) pickPeer(ctx context.Context, arg, access string) (chosenPeer, 
 	case len(peers) == 0 && s.opts.Finder != nil:
 		return s.discover(ctx, discovery.Auto, access)
 	case len(peers) == 0:
-		return chosenPeer{}, control.Errorf(control.CodeDeclined, "no executor given and none configured").
+		return chosenPeer{}, control.Errorf(control.CodeUsage, "no executor given and none configured").
 			WithHint("pass peer_url, the URL of an `awcp-fs serve` (e.g. https://host:10200)")
 	}
 	urls := make([]string, len(peers))
 	for i, p := range peers {
 		urls[i] = p.URL
 	}
-	return chosenPeer{}, control.Errorf(control.CodeDeclined, "several executors are configured and peer_url was not given").
+	return chosenPeer{}, control.Errorf(control.CodeUsage, "several executors are configured and peer_url was not given").
 		WithHint("choose one of " + strings.Join(urls, ", "))
 }
 
@@ -204,7 +204,7 @@ func (s *server) discover(ctx context.Context, arg, access string) (chosenPeer, 
 	want := discovery.Want{Transport: s.opts.Transport, Access: access, Self: s.opts.Self, Exclude: s.opts.CallChain}
 	p, why, err := s.opts.Finder.Lookup(lctx, arg, want)
 	if err != nil {
-		return chosenPeer{}, control.Errorf(control.CodeDeclined, "peer_url %s: %v", arg, err).
+		return chosenPeer{}, control.Errorf(control.CodeUsage, "peer_url %s: %v", arg, err).
 			WithHint("the peers tool lists the executors found")
 	}
 	c := chosenPeer{URL: p.URL, AgentID: p.AgentID, Name: p.Name, Key: p.TrustedKey, why: why}

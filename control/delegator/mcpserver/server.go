@@ -264,14 +264,14 @@ type delegateArgs struct {
 
 func (s *server) delegate(ctx context.Context, req *mcp.CallToolRequest, in delegateArgs) (Outcome, error) {
 	if strings.TrimSpace(in.Prompt) == "" {
-		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "prompt is required").
+		return Outcome{}, control.Errorf(control.CodeUsage, "prompt is required").
 			WithHint("give the executor's agent the complete task in prompt")
 	}
 	if in.SessionID != "" {
 		return s.nextTurn(ctx, req, in.SessionID, in.Prompt, in.Background)
 	}
 	if in.TTLSeconds < 0 {
-		return Outcome{}, control.Errorf(control.CodeWorkspaceInvalid, "ttl_seconds must be positive, not %d", in.TTLSeconds)
+		return Outcome{}, control.Errorf(control.CodeUsage, "ttl_seconds must be positive, not %d", in.TTLSeconds)
 	}
 	if in.TTLSeconds == 0 {
 		in.TTLSeconds = 3600
@@ -337,7 +337,7 @@ func (s *server) workspaceDir(in delegateArgs) (string, error) {
 	if cwd == "" {
 		cwd = s.opts.Cwd
 	} else if !filepath.IsAbs(cwd) {
-		return "", control.Errorf(control.CodeWorkspaceInvalid, "cwd must be an absolute path, not %q", in.Cwd)
+		return "", control.Errorf(control.CodeUsage, "cwd must be an absolute path, not %q", in.Cwd)
 	}
 	dir := in.WorkspaceDir
 	if dir == "" {
@@ -377,7 +377,7 @@ func (s *server) output(ctx context.Context, req *mcp.CallToolRequest, in output
 	}
 	if in.Block && !d.State.Terminal() && !d.Awaiting() {
 		if in.Timeout < 0 {
-			return Outcome{}, control.Errorf(control.CodeDeclined, "timeout must not be negative")
+			return Outcome{}, control.Errorf(control.CodeUsage, "timeout must not be negative")
 		}
 		timeout := 60 * time.Second
 		if in.Timeout > 0 {
@@ -439,12 +439,12 @@ func (s *server) cancel(ctx context.Context, _ *mcp.CallToolRequest, in cancelAr
 			return CancelResult{}, err
 		}
 		if d.State.Terminal() {
-			return CancelResult{}, control.Errorf(control.CodeDeclined, "delegation %s already ended (%s)", d.ID, d.State).
+			return CancelResult{}, control.Errorf(control.CodeUsage, "delegation %s already ended (%s)", d.ID, d.State).
 				WithHint("delegate_output shows how it ended")
 		}
 		ids = []string{d.ID}
 	default:
-		return CancelResult{}, control.Errorf(control.CodeDeclined, "nothing to cancel").
+		return CancelResult{}, control.Errorf(control.CodeUsage, "nothing to cancel").
 			WithHint("give delegation_id, or all: true")
 	}
 	var res CancelResult
@@ -476,7 +476,7 @@ func (s *server) permit(ctx context.Context, req *mcp.CallToolRequest, in permit
 		return Outcome{}, err
 	}
 	if in.RequestID == "" || in.OptionID == "" {
-		return Outcome{}, control.Errorf(control.CodeDeclined, "request_id and option_id are required").
+		return Outcome{}, control.Errorf(control.CodeUsage, "request_id and option_id are required").
 			WithHint("delegate_output lists the pending requests and their options")
 	}
 	if err := s.dlg.Permit(ctx, d.ID, in.RequestID, in.OptionID, answerer(req)); err != nil {
@@ -536,7 +536,7 @@ func (s *server) status(_ context.Context, _ *mcp.CallToolRequest, in statusArgs
 // find resolves a delegation_id argument, with spec-coded errors.
 func (s *server) find(arg string) (*lease.Delegation, error) {
 	if arg == "" {
-		return nil, control.Errorf(control.CodeDeclined, "delegation_id is required").
+		return nil, control.Errorf(control.CodeUsage, "delegation_id is required").
 			WithHint("delegate_status lists the delegations")
 	}
 	d, err := s.dlg.Find(arg)
@@ -546,7 +546,7 @@ func (s *server) find(arg string) (*lease.Delegation, error) {
 		return nil, control.Errorf(control.CodeNotFound, "no delegation %s", arg).
 			WithHint("delegate_status lists the delegations")
 	case errors.As(err, &amb):
-		return nil, control.Errorf(control.CodeDeclined, "%s", amb.Error()).WithHint("give more of the id")
+		return nil, control.Errorf(control.CodeUsage, "%s", amb.Error()).WithHint("give more of the id")
 	}
 	return d, err
 }

@@ -56,7 +56,7 @@ func (s *server) answer(ctx context.Context, req *mcp.CallToolRequest, in answer
 		return Outcome{}, err
 	}
 	if !d.SessionDriven {
-		return Outcome{}, control.Errorf(control.CodeDeclined, "delegation %s is not a session", d.ID).
+		return Outcome{}, control.Errorf(control.CodeUsage, "delegation %s is not a session", d.ID).
 			WithHint("a task's permission requests are answered with delegate_permission")
 	}
 	if p := d.PendingPermission(); p != nil {
@@ -65,7 +65,7 @@ func (s *server) answer(ctx context.Context, req *mcp.CallToolRequest, in answer
 			opt = optionNamed(p.Options, in.Answer)
 		}
 		if opt == "" {
-			return Outcome{}, control.Errorf(control.CodeDeclined, "the agent awaits a permission decision (%s): %s", p.RequestID, p.Title).
+			return Outcome{}, control.Errorf(control.CodeUsage, "the agent awaits a permission decision (%s): %s", p.RequestID, p.Title).
 				WithHint("answer with option_id, one of " + lease.Choices(p.Options))
 		}
 		if err := s.dlg.Permit(ctx, d.ID, p.RequestID, opt, answerer(req)); err != nil {
@@ -80,11 +80,11 @@ func (s *server) answer(ctx context.Context, req *mcp.CallToolRequest, in answer
 		return outcomeOf(d), nil
 	}
 	if in.OptionID != "" {
-		return Outcome{}, control.Errorf(control.CodeDeclined, "no permission request of session %s is pending", d.ID).
+		return Outcome{}, control.Errorf(control.CodeUsage, "no permission request of session %s is pending", d.ID).
 			WithHint("answer with text: it is the next turn")
 	}
 	if strings.TrimSpace(in.Answer) == "" {
-		return Outcome{}, control.Errorf(control.CodeDeclined, "answer is empty").WithHint("give the reply to the agent's question in answer")
+		return Outcome{}, control.Errorf(control.CodeUsage, "answer is empty").WithHint("give the reply to the agent's question in answer")
 	}
 	return s.nextTurn(ctx, req, d.ID, in.Answer, in.Background)
 }

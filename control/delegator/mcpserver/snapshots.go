@@ -310,7 +310,7 @@ func (s *server) recoverDelegation(ctx context.Context, _ *mcp.CallToolRequest, 
 		return Outcome{}, err
 	}
 	if in.PeerURL != "" && strings.TrimSuffix(in.PeerURL, "/") != strings.TrimSuffix(d.Peer, "/") {
-		return Outcome{}, control.Errorf(control.CodeDeclined, "delegation %s ran on %s, not %s", d.ID, d.Peer, in.PeerURL).
+		return Outcome{}, control.Errorf(control.CodeUsage, "delegation %s ran on %s, not %s", d.ID, d.Peer, in.PeerURL).
 			WithHint("leave peer_url out: the delegation's record names its executor")
 	}
 	d, note, err := s.review.Recover(ctx, d.ID)

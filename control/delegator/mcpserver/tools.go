@@ -91,7 +91,7 @@ func addTool[In any, Out result[Out]](srv *mcp.Server, tool *mcp.Tool,
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&args); err != nil {
-			o = o.refused(&Failure{Code: control.CodeWorkspaceInvalid, Message: "bad arguments: " + err.Error(),
+			o = o.refused(&Failure{Code: control.CodeUsage, Message: "bad arguments: " + err.Error(),
 				Hint: "see the tool's input schema"})
 		} else if o, err = h(ctx, req, args); err != nil {
 			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {

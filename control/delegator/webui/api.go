@@ -101,7 +101,9 @@ func (s *Server) rows() ([]Row, error) {
 	}
 	out := make([]Row, 0, len(ds))
 	for _, d := range ds {
-		out = append(out, rowOf(d))
+		if !d.RefusedHere() {
+			out = append(out, rowOf(d))
+		}
 	}
 	slices.SortFunc(out, func(a, b Row) int { return b.CreatedAt.Compare(a.CreatedAt) })
 	return out, nil
