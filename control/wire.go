@@ -95,6 +95,14 @@ const (
 	EventChannel = "channel"
 )
 
+// TurnEndedPrefix begins the progress message an executor sends when a
+// session's agent answered a turn ("turn ended: end_turn"), after every
+// progress line of that turn: a delegator that drives the session records
+// the turn's end only once it has them all, so the turn's story is told
+// in order (its last tool call and words, then its end). A delegator that
+// does not know it shows it as any progress line.
+const TurnEndedPrefix = "turn ended: "
+
 // Outcomes of a permission event.
 const (
 	PermissionPending   = "pending"   // forwarded: waits for POST /awcp/tasks/{id}/permission

@@ -80,14 +80,35 @@ type logPrinter struct {
 	w          io.Writer
 	timestamps bool
 	last       *lease.ProgressLine // the last line printed
+	// holdEnd, if set, is a turn's line prefix ("turn 2: "): the line
+	// that says how the turn ended is held (held), to be printed after
+	// the turn's reply and anything recorded after it — the end last.
+	holdEnd string
+	held    *lease.ProgressLine
 }
 
 func (p *logPrinter) print(d *lease.Delegation) {
 	for _, l := range lease.ProgressAfter(d.Progress, p.last) {
-		if p.timestamps {
-			fmt.Fprintf(p.w, "%s ", l.At.Local().Format(time.RFC3339))
-		}
-		fmt.Fprintln(p.w, clikit.PrintableText(strings.TrimRight(l.Text, "\r\n")))
 		p.last = &l
+		if p.holdEnd != "" && strings.HasPrefix(l.Text, p.holdEnd) && l.Text != p.holdEnd+"sent" {
+			p.held = &l
+			continue
+		}
+		p.line(l)
+	}
+}
+
+func (p *logPrinter) line(l lease.ProgressLine) {
+	if p.timestamps {
+		fmt.Fprintf(p.w, "%s ", l.At.Local().Format(time.RFC3339))
+	}
+	fmt.Fprintln(p.w, clikit.PrintableText(strings.TrimRight(l.Text, "\r\n")))
+}
+
+// flushHeld prints the held line of the turn's end, if any.
+func (p *logPrinter) flushHeld() {
+	if p.held != nil {
+		p.line(*p.held)
+		p.held = nil
 	}
 }

@@ -78,6 +78,11 @@ func followTurn(ctx context.Context, c *cli.Context, e *env, id string) error {
 		return err
 	}
 	p.last = lastLine(d) // what came before this turn was shown before
+	if t := d.LastTurn(); t != nil {
+		p.holdEnd = fmt.Sprintf("turn %d: ", t.N)
+	} else {
+		p.holdEnd = "turn 1: " // the session's first, not queued yet
+	}
 	for {
 		if d, err = e.store.Delegation(id); err != nil {
 			return err
@@ -94,6 +99,7 @@ func followTurn(ctx context.Context, c *cli.Context, e *env, id string) error {
 		}
 	}
 	if c.Bool("json") {
+		p.flushHeld()
 		if err := printJSON(c.App.Writer, redact(d)); err != nil {
 			return err
 		}
@@ -103,6 +109,7 @@ func followTurn(ctx context.Context, c *cli.Context, e *env, id string) error {
 	if t != nil && t.Reply != "" {
 		fmt.Fprintln(c.App.Writer, clikit.PrintableText(strings.TrimRight(t.Reply, "\n")))
 	}
+	p.flushHeld() // the turn's end after all it said and did
 	if t != nil && t.Error != "" {
 		fmt.Fprintf(c.App.ErrWriter, "awcp: turn %d failed: %s\n", t.N, clikit.PrintableText(t.Error))
 	}

@@ -220,6 +220,23 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 	if st := f.state(); st == lease.ChannelIdle || st == lease.ChannelMissing || st == lease.ChannelUnreachable {
 		f.backToLive() // it spoke
 	}
+	if ev.Type == control.EventStatus && ev.Status == control.StatusProgress && strings.HasPrefix(ev.Message, control.TurnEndedPrefix) {
+		// Every line before it, stored now; then the word that the turn
+		// ended, which the session's driver waits for to record its end.
+		d.storeProgress(id)
+		_, err := d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
+			if seq != 0 && seq <= del.LastEventID {
+				return errUnchanged
+			}
+			del.TurnEndsSeen++
+			del.LastEventID = seq
+			return nil
+		})
+		if errors.Is(err, errUnchanged) {
+			err = nil
+		}
+		return err
+	}
 	if ev.Type == control.EventStatus && ev.Status == control.StatusProgress {
 		d.holdProgress(id, seq, ev)
 		return nil // stored within progressEvery, not one write a line

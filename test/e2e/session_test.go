@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -224,10 +225,10 @@ func TestSessionFromTheCommandLine(t *testing.T) {
 	if r := c.run("status"); !strings.Contains(r.stdout, "awaiting (a permission: perm-2)") {
 		t.Errorf("status of a session awaiting a permission:\n%s", r.stdout)
 	}
-	if r := c.run("answer", id, "not now"); r.code != 1 || !strings.Contains(r.stderr, "awaits a permission decision") {
+	if r := c.run("answer", id, "not now"); r.code != 2 || !strings.Contains(r.stderr, "error USAGE: ") || !strings.Contains(r.stderr, "awaits a permission decision") {
 		t.Errorf("text for a pending permission: exit %d\n%s", r.code, r.stderr)
 	}
-	if r := c.run("export", "--session", id, "--prompt", "too soon"); r.code != 1 || !strings.Contains(r.stderr, "a turn is still running") {
+	if r := c.run("export", "--session", id, "--prompt", "too soon"); r.code != 2 || !strings.Contains(r.stderr, "error USAGE: ") || !strings.Contains(r.stderr, "a turn is still running") {
 		t.Errorf("a turn while one runs: exit %d\n%s", r.code, r.stderr)
 	}
 	must(c.run("permit", id, "perm-2", "reject"), "permit")
@@ -242,6 +243,24 @@ func TestSessionFromTheCommandLine(t *testing.T) {
 		t.Fatalf("the third turn did not stop at its permission:\n%s", r.stderr)
 	}
 	replied(prompt(c.run("answer", id, "--option", "allow"), "answer --option"), "3", "third", "allow")
+	// The story in order, stdout and stderr as a terminal shows them: the
+	// turn's last tool call, then its reply, then the turn's end.
+	r = permission(c.run("answer", id, "fourth"), "answer TEXT, turn 4")
+	if !strings.Contains(r.stderr, "(perm-4)") {
+		t.Fatalf("the fourth turn did not stop at its permission:\n%s", r.stderr)
+	}
+	var story bytes.Buffer
+	answer := c.command("answer", id, "--option", "allow")
+	answer.Stdout, answer.Stderr = &story, &story
+	answer.Run()
+	order := []string{"tool: Run the tests", "turn 4 of process", "turn 4: done end_turn", "awaits your next prompt"}
+	for i, at := 0, -1; i < len(order); i++ {
+		j := strings.Index(story.String(), order[i])
+		if j <= at {
+			t.Fatalf("the turn's story out of order (%q not after %q):\n%s", order[i], order[max(i-1, 0)], story.String())
+		}
+		at = j
+	}
 
 	// A turn that hangs is cancelled alone (cancel --turn): the session
 	// stays open for the next.
@@ -254,7 +273,7 @@ func TestSessionFromTheCommandLine(t *testing.T) {
 			t.Fatalf("the hanging turn never ran:\n%s", c.run("logs", id).stdout)
 		}
 	}
-	if r := c.run("cancel", id, "--turn"); r.code != 0 || !strings.Contains(r.stdout, "asked to cancel turn 4") {
+	if r := c.run("cancel", id, "--turn"); r.code != 0 || !strings.Contains(r.stdout, "asked to cancel turn 5") {
 		t.Fatalf("cancel --turn: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	hanging.Wait()

@@ -162,10 +162,12 @@ func (dr *Driver) converse(ctx context.Context, conn *acpsdk.ClientSideConnectio
 // turn sends turn t to the agent and records how it ended; it reports
 // whether the session is gone.
 func (dr *Driver) turn(ctx context.Context, conn *acpsdk.ClientSideConnection, c *client, id string, t lease.Turn) (expired bool) {
+	endsSeen := 0
 	dr.update(id, func(d *lease.Delegation) {
 		if x := d.Turn(t.N); x != nil {
 			x.State = lease.TurnRunning
 		}
+		endsSeen = d.TurnEndsSeen
 		d.AddProgress(lease.ProgressLine{At: dr.Store.Now(), Text: fmt.Sprintf("turn %d: sent", t.N)})
 	})
 	c.startTurn(t.N)
@@ -178,6 +180,9 @@ func (dr *Driver) turn(ctx context.Context, conn *acpsdk.ClientSideConnection, c
 	stop()
 	<-watched
 	reply := c.endTurn()
+	if err == nil {
+		dr.awaitTurnEnd(ctx, id, endsSeen)
+	}
 	var re *acpsdk.RequestError
 	expired = errors.As(err, &re) && re.Code == -32002
 	dr.update(id, func(d *lease.Delegation) {
@@ -205,6 +210,28 @@ func (dr *Driver) turn(ctx context.Context, conn *acpsdk.ClientSideConnection, c
 		d.AddProgress(lease.ProgressLine{At: x.EndedAt, Text: fmt.Sprintf("turn %d: %s %s", t.N, x.State, x.StopReason)})
 	})
 	return expired || ctx.Err() != nil
+}
+
+// turnEndWait bounds how long a turn's end waits for the executor's word
+// that the turn ended (an executor that never says it costs this a turn).
+const turnEndWait = 2 * time.Second
+
+// awaitTurnEnd waits until the executor's word that the turn ended has
+// come through the delegation's events (lease.Delegation.TurnEndsSeen past
+// before), with every progress line of the turn before it: the turn's end
+// is then recorded after them.
+func (dr *Driver) awaitTurnEnd(ctx context.Context, id string, before int) {
+	deadline := time.Now().Add(turnEndWait)
+	for time.Now().Before(deadline) {
+		if d, err := dr.Store.Delegation(id); err != nil || d.TurnEndsSeen > before || d.State.Terminal() {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // watchClose cancels running turn n when the record asks for the

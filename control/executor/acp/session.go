@@ -88,7 +88,7 @@ func (w Worker) Session(ctx context.Context, t agent.Task, h agent.Hooks, channe
 	}
 
 	r := &relay{c: c, log: log, agent: control.NewRPCConn(proc.Stdout, proc.Stdin), workDir: c.workDir, readOnly: c.readOnly,
-		toAgent: map[string]json.RawMessage{}, toEditor: map[string]json.RawMessage{}, asks: map[string]agent.PermissionRequest{}}
+		toAgent: map[string]json.RawMessage{}, prompts: map[string]bool{}, toEditor: map[string]json.RawMessage{}, asks: map[string]agent.PermissionRequest{}}
 	initCtx, cancelInit := context.WithTimeout(ctx, wait)
 	err = r.initialize(initCtx, w.AllowExec)
 	cancelInit()
@@ -214,6 +214,7 @@ type relay struct {
 	editorCwd  string                             // session/new's cwd: the work dir's name at the editor
 	next       int                                // our request ids
 	toAgent    map[string]json.RawMessage         // our id → the editor's, for requests sent to the agent
+	prompts    map[string]bool                    // our ids of the session/prompt requests among them
 	toEditor   map[string]json.RawMessage         // our id → the agent's, for callbacks sent to the editor
 	asks       map[string]agent.PermissionRequest // our id → a permission request sent to the editor
 }
@@ -443,6 +444,9 @@ func (r *relay) forwardToAgent(m *control.RPCMessage) {
 	id := r.newID()
 	r.mu.Lock()
 	r.toAgent[string(id)] = m.ID
+	if m.Method == acpsdk.AgentMethodSessionPrompt {
+		r.prompts[string(id)] = true
+	}
 	r.mu.Unlock()
 	m.ID = id
 	r.agent.Write(m)
@@ -488,10 +492,15 @@ func (r *relay) fromAgent() error {
 		case m.IsResponse():
 			r.mu.Lock()
 			orig, ok := r.toAgent[string(m.ID)]
+			prompt := r.prompts[string(m.ID)]
 			delete(r.toAgent, string(m.ID))
+			delete(r.prompts, string(m.ID))
 			r.mu.Unlock()
 			if !ok {
 				continue
+			}
+			if prompt {
+				r.turnEnded(m)
 			}
 			m.ID, m.Result = orig, r.toEditorPath(m.Result)
 			if err := r.link.Send(m); err != nil {
@@ -512,6 +521,18 @@ func (r *relay) fromAgent() error {
 			r.callback(m)
 		}
 	}
+}
+
+// turnEnded tells the delegator, after the turn's every progress line,
+// that the agent answered a turn (control.TurnEndedPrefix).
+func (r *relay) turnEnded(m *control.RPCMessage) {
+	r.c.flush()
+	stop := "error"
+	var resp acpsdk.PromptResponse
+	if m.Error == nil && json.Unmarshal(m.Result, &resp) == nil {
+		stop = string(resp.StopReason)
+	}
+	r.c.emit(agent.Update{Message: control.TurnEndedPrefix + stop})
 }
 
 // callback routes one of the agent's requests: to the editor, or served

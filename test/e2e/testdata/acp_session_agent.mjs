@@ -76,6 +76,10 @@ app.onRequest(acp.methods.agent.session.prompt, async ({ params, client }) => {
       { optionId: "reject", name: "Reject", kind: "reject_once" },
     ],
   });
+  await client.notify(acp.methods.client.session.update, {
+    sessionId,
+    update: { sessionUpdate: "tool_call", toolCallId: "test-" + n, title: "Run the tests", kind: "execute", status: "completed" },
+  });
   await say(`turn ${n} of process ${PROC}: ${text}; read ${JSON.stringify(read.content)}; outside ${outside}; permission ${perm.outcome.optionId ?? perm.outcome.outcome}`);
   return { stopReason: "end_turn" };
 });
