@@ -56,7 +56,7 @@ func exportCommand(ctx context.Context) *cli.Command {
 			}
 			if id := c.String("session"); id != "" && id != "new" {
 				if c.Args().Len() != 0 {
-					return clikit.UsageError("export --session ID continues a session: its directory is lent already")
+					return clikit.UsageError("export --session %s continues that session, in the directory it was lent: drop %s (see awcp-ctl status %s)", id, c.Args().First(), id)
 				}
 				e, err := openEnv(c)
 				if err != nil {

@@ -388,7 +388,7 @@ func trustCommand(ctx context.Context) *cli.Command {
 			if arg := c.Args().First(); isURL(arg) {
 				p, err := b.TrustAt(ctx, arg, c.String("key"))
 				if err != nil {
-					return err
+					return fail(c, err)
 				}
 				fmt.Fprintf(c.App.Writer, "trusted %s (%s) at %s: key %s\n", clikit.Printable(p.Name), p.AgentID, p.URL, control.Fingerprint(p.TrustedKey))
 				if c.String("key") == "" {

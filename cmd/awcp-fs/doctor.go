@@ -182,6 +182,9 @@ func checkSandbox(l *clikit.Checklist, c *cli.Context, state string) {
 // without), so a program or configuration kept there is theirs to
 // change. No set-id bit (the sandbox refuses it). "" for another owner's.
 func rwGrantWarning(dir string, idmapped bool) string {
+	if agentsOwn(dir) {
+		return "" // what docs/agents.md grants: the agents' own logins and settings
+	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(dir, &st); err != nil {
 		return ""
@@ -200,6 +203,26 @@ func rwGrantWarning(dir string, idmapped bool) string {
 		how = "as " + owner + " (the grant is bound idmapped)"
 	}
 	return fmt.Sprintf("%s:rw is %s's: every agent writes there %s, and can change any program, script or configuration kept there that %s or a later agent runs (never a set-id file: the sandbox refuses it); grant :rw only what is the agents' own, such as ~/.claude", dir, owner, how, owner)
+}
+
+// agentStateDirs are the agents' own directories in their user's home —
+// their logins, settings and sessions — that docs/agents.md grants :rw:
+// the agents keep nothing there that root runs.
+var agentStateDirs = []string{".claude", ".gemini", ".codex"}
+
+// agentsOwn reports whether dir is one of agentStateDirs in this user's
+// home.
+func agentsOwn(dir string) bool {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return false
+	}
+	for _, d := range agentStateDirs {
+		if filepath.Clean(dir) == filepath.Join(home, d) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkAgentConfined starts the configured agent the way serve will, in

@@ -685,12 +685,19 @@ func (b *Browser) Untrust(id string) (Peer, error) {
 func (b *Browser) TrustAt(ctx context.Context, base, key string) (Peer, error) {
 	b.init()
 	if !strings.HasPrefix(base, "https://") {
-		return Peer{}, fmt.Errorf("%s: a key is pinned for a TLS peer: give https://HOST:PORT", base)
+		return Peer{}, control.Errorf(control.CodeUsage, "%s: a key is pinned for a TLS peer", base).
+			WithHint("give the executor's https://HOST:PORT")
 	}
 	base = strings.TrimSuffix(base, "/")
 	m, tlsKey, err := fetchManifest(ctx, b.HTTP, base)
 	if err != nil {
-		return Peer{}, fmt.Errorf("%s: %w", base, err)
+		var oe *net.OpError
+		if errors.As(err, &oe) {
+			return Peer{}, control.Errorf(control.CodeSetupFailed, "cannot reach the executor at %s: %v", base, untrusted.Clip(oe.Error(), 300)).
+				WithHint("check the URL, and that `awcp-fs serve` runs there (`awcp-ctl doctor --peer " + base + "` checks both ways); nothing was pinned")
+		}
+		return Peer{}, control.Errorf(control.CodeSetupFailed, "%s did not answer as an awcp executor: %v", base, untrusted.Clip(err.Error(), 300)).
+			WithHint("is it the URL of an `awcp-fs serve`? nothing was pinned")
 	}
 	if tlsKey == "" {
 		return Peer{}, fmt.Errorf("%s showed no identity key", base)
@@ -701,7 +708,8 @@ func (b *Browser) TrustAt(ctx context.Context, base, key string) (Peer, error) {
 			return Peer{}, err
 		}
 		if control.IdentityKeyText(pub) != tlsKey {
-			return Peer{}, fmt.Errorf("the executor at %s shows key %s, not the one given (%s): nothing was pinned", base, control.Fingerprint(tlsKey), control.Fingerprint(key))
+			return Peer{}, control.Errorf(control.CodeUsage, "the executor at %s shows key %s, not the one given (%s): nothing was pinned", base, control.Fingerprint(tlsKey), control.Fingerprint(key)).
+				WithHint("compare with what `awcp-fs id` prints on the executor")
 		}
 	}
 	if m.AgentID == "" || !uuidForm.MatchString(m.AgentID) {

@@ -65,6 +65,16 @@ func TestDoctor(t *testing.T) {
 	if line := doctorLine(r.stdout, "sandbox grant"); !strings.Contains(line, tools+":rw is root's") || !strings.Contains(line, "set-id") {
 		t.Errorf("awcp-fs doctor with a root-owned :rw grant: %q\n%s", line, r.stdout)
 	}
+	// What docs/agents.md grants :rw — an agent's own logins and settings
+	// in its user's home (~/.gemini), root's too here — is not warned of.
+	home := t.TempDir()
+	os.Mkdir(filepath.Join(home, ".gemini"), 0o700)
+	cmd := exec.Command(filepath.Join(binDir, "awcp-fs"), append([]string{"doctor"}, append(good, "--sandbox-allow", "~/.gemini:rw")...)...)
+	cmd.Env = append(os.Environ(), "HOME="+home)
+	out, _ := cmd.Output()
+	if line := doctorLine(string(out), "sandbox grant"); line != "" || !strings.Contains(string(out), filepath.Join(home, ".gemini")) {
+		t.Errorf("awcp-fs doctor with ~/.gemini:rw, as docs/agents.md grants it, warns: %q\n%s", line, out)
+	}
 	// The work root is not there yet: doctor says so, not that it is
 	// writable (issue 42.14).
 	if line := doctorLine(r.stdout, "work root"); !strings.Contains(line, "does not exist yet") {

@@ -132,6 +132,20 @@ func TestLocalMistakesAreTheUsersOwn(t *testing.T) {
 	if r := c.run("status"); !strings.HasPrefix(r.stdout, "no delegations") {
 		t.Errorf("status after refused exports:\n%s", r.stdout)
 	}
+	// A session continued with a directory: what to drop, by name.
+	if r := c.run("export", ws, "--session", "0123abcd", "--prompt", "next"); r.code != 2 || !strings.Contains(r.stderr, "drop "+ws) {
+		t.Errorf("export DIR --session ID: exit %d\n%s", r.code, r.stderr)
+	}
+	// peers trust of an executor that is not there: the spec's words and
+	// what to check, not a Go error's.
+	r := c.run("peers", "trust", "https://127.0.0.1:1")
+	if r.code != 1 || !strings.Contains(r.stderr, "error SETUP_FAILED: cannot reach the executor at https://127.0.0.1:1") ||
+		!strings.Contains(r.stderr, "hint: ") || strings.Contains(r.stderr, `Get "`) {
+		t.Errorf("peers trust of a dead URL: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := c.run("peers", "trust", "http://127.0.0.1:1"); r.code != 2 || !strings.Contains(r.stderr, "error USAGE: ") {
+		t.Errorf("peers trust of an http:// URL: exit %d\n%s", r.code, r.stderr)
+	}
 }
 
 // `peers` on a host where no interface takes multicast says what to do,
