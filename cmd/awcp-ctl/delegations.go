@@ -435,19 +435,13 @@ func cancelCommand() *cli.Command {
 				}
 				ids = []string{d.ID}
 			}
-			daemon, viaDaemon := delegator.DialLocal(e.socket())
 			dlg, err := e.delegator(nil)
 			if err != nil {
 				return err
 			}
 			var failed bool
 			for _, id := range ids {
-				if viaDaemon {
-					err = daemon.Cancel(id)
-				} else {
-					_, err = dlg.Cancel(context.Background(), id)
-				}
-				if err != nil {
+				if err := cancelOne(e, dlg, id); err != nil {
 					failed = true
 					fmt.Fprintf(c.App.ErrWriter, "cancel %s: %v\n", id, err)
 					continue
@@ -460,6 +454,16 @@ func cancelCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// cancelOne cancels delegation id through the daemon that follows it,
+// where one runs (it then ends what it follows), else here.
+func cancelOne(e *env, dlg *delegator.Delegator, id string) error {
+	if daemon, ok := delegator.DialLocal(e.socket()); ok {
+		return daemon.Cancel(id)
+	}
+	_, err := dlg.Cancel(context.Background(), id)
+	return err
 }
 
 // cancelTurn asks the process driving session ID to cancel the turn that

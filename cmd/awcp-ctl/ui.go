@@ -45,7 +45,8 @@ func uiCommand(ctx context.Context) *cli.Command {
 				return err
 			}
 			b := e.browser(c)
-			srv, err := webui.Start(ctx, c.String("listen"), webui.Options{Store: e.store, Delegator: dlg, Peers: b, Answerer: "awcp-ctl ui by " + userName(), Logger: e.log})
+			srv, err := webui.Start(ctx, c.String("listen"), webui.Options{Store: e.store, Delegator: dlg, Peers: b,
+				Cancel: func(id string) error { return cancelOne(e, dlg, id) }, Answerer: "awcp-ctl ui by " + userName(), Logger: e.log})
 			if err != nil {
 				return fail(c, err)
 			}

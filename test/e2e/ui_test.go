@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -417,4 +418,95 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Authorization": "B
 	p.do(t, chromedp.Navigate(p.origin+"/#/"))
 	p.do(t, chromedp.KeyEvent("g"), chromedp.KeyEvent("p"))
 	p.waitFor(t, "the peers page from the keyboard", `location.hash === "#/peers" && document.querySelector('h2').textContent === "Peers"`, 5*time.Second)
+}
+
+// TestUIStopsAndClips: the page stops what runs — Cancel on a running
+// delegation, Close on a session — with the same rule as Apply (a page of
+// another origin cannot), and long text is two lines in the list, whole
+// after a click. The page marks an ended delegation alike in the list and
+// on its own page.
+func TestUIStopsAndClips(t *testing.T) {
+	long := strings.Repeat("the agent's long complaint on stderr, line after line; ", 40)
+	slow := startExecutor(t, `echo started; sleep 60`)
+	failing := startExecutor(t, `printf '%s\n' "`+long+`" >&2; exit 3`)
+	c := newCtl(t)
+	p := startUI(t, c)
+
+	// Cancel, from the delegation's page.
+	r := c.run("export", t.TempDir(), "--peer", slow.url, "--prompt", "a long task", "--transport", "archive", "--background")
+	if r.code != 0 {
+		t.Fatalf("export: %d\n%s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	c.waitState(id, "running")
+	p.do(t, chromedp.Navigate(p.origin+"/#/d/"+id))
+	p.waitFor(t, "the Cancel button", `document.querySelector('#cancel')`, 10*time.Second)
+	p.eval(t, `window.confirm = () => true; 1`)
+	p.click(t, `#cancel`)
+	p.waitFor(t, "the delegation cancelled, on its page", `document.querySelector('#state') && document.querySelector('#state').textContent.startsWith('cancelled') && !document.querySelector('#cancel')`, 30*time.Second)
+	if s := c.status(); len(s) != 1 || s[0].State != "cancelled" {
+		t.Fatalf("after the page's Cancel: %+v", s)
+	}
+	waitWorkRootEmpty(t, slow)
+	// Ended, it is marked ○ here as in the list.
+	if got := p.eval(t, `getComputedStyle(document.querySelector('#state'), '::before').content`); got != `"○ "` {
+		t.Errorf("an ended delegation's page marks its state %s, not as the list does", got)
+	}
+
+	// A failure's whole stderr: two lines in the list, whole after a click.
+	c.run("export", t.TempDir(), "--peer", failing.url, "--prompt", "a failing task", "--transport", "archive")
+	p.do(t, chromedp.Navigate(p.origin+"/#/"))
+	reason := `[...document.querySelectorAll('tr[data-id]')].find(r => r.textContent.includes('a failing task')).querySelector('.reason')`
+	p.waitFor(t, "the failed delegation's reason", `[...document.querySelectorAll('tr[data-id]')].some(r => r.textContent.includes('a failing task') && r.querySelector('.reason'))`, 30*time.Second)
+	lines := func() string {
+		return p.eval(t, `(() => { const e = `+reason+`; return Math.round(e.getBoundingClientRect().height / parseFloat(getComputedStyle(e).lineHeight)) + " " + e.textContent.includes("line after line; the agent's long complaint"); })()`)
+	}
+	if got := lines(); got != "2 true" {
+		t.Errorf("the reason's lines in the list, and the whole text in it: %s, want 2 true", got)
+	}
+	p.click(t, `tr[data-id] .reason`)
+	if got := p.eval(t, `(() => { const e = `+reason+`; return String(e.getBoundingClientRect().height / parseFloat(getComputedStyle(e).lineHeight) > 4) + " " + e.getAttribute('aria-expanded'); })()`); got != "true true" {
+		t.Errorf("after a click the reason is not whole: %s", got)
+	}
+	p.screenshot(t, "ui-clipped.png")
+
+	// Close, of a session that waits for a permission decision.
+	sx := sessionAgentExecutor(t)
+	ws := sampleWorkspace(t)
+	writeFiles(t, ws, map[string]string{"notes.txt": "on disk\n"})
+	r = c.run("export", ws, "--peer", sx.url, "--prompt", "first", "--session", "new")
+	m := regexp.MustCompile(`session (\S+) awaits a permission decision`).FindStringSubmatch(r.stderr)
+	if r.code != 5 || m == nil {
+		t.Fatalf("export --session new: exit %d\n%s", r.code, r.stderr)
+	}
+	sid := m[1]
+	p.do(t, chromedp.Navigate(p.origin+"/#/d/"+sid))
+	p.waitFor(t, "the Close session button", `document.querySelector('#close')`, 10*time.Second)
+	p.eval(t, `window.confirm = () => true; 1`)
+	p.click(t, `#close`)
+	p.waitFor(t, "the session closed, on its page", `document.querySelector('#state') && document.querySelector('#state').textContent.startsWith('completed')`, 60*time.Second)
+	if out := c.run("output", sid); !strings.Contains(out.stdout, "unanswered") {
+		t.Errorf("a session closed with a permission pending does not say so:\n%s", out.stdout)
+	}
+
+	// Another origin cannot cancel: its POST is refused as an apply's is.
+	r = c.run("export", t.TempDir(), "--peer", slow.url, "--prompt", "another long task", "--transport", "archive", "--background")
+	other := strings.TrimSpace(r.stdout)
+	c.waitState(other, "running")
+	req, _ := http.NewRequest(http.MethodPost, p.origin+"/api/delegations/"+other+"/cancel", strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer "+p.token)
+	req.Header.Set("Origin", "http://127.0.0.1:1")
+	req.Header.Set("X-AWCP-CSRF", p.csrf)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a cancel from another origin: HTTP %d", resp.StatusCode)
+	}
+	if s := c.run("status", other, "--json"); !strings.Contains(s.stdout, `"state": "running"`) {
+		t.Errorf("the other origin's cancel stopped the delegation:\n%s", s.stdout)
+	}
+	c.run("cancel", other)
 }

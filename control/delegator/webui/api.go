@@ -45,12 +45,19 @@ type Row struct {
 	Rev string `json:"rev"`
 }
 
+// ExecutorLabel names a delegation's executor alike everywhere on the
+// page: "name (URL)", or the URL where it has no other name.
+func ExecutorLabel(d *lease.Delegation) string {
+	if d.PeerName != "" && d.PeerName != d.Peer {
+		return d.PeerName + " (" + d.Peer + ")"
+	}
+	return d.Peer
+}
+
 func rowOf(d *lease.Delegation) Row {
 	r := Row{ID: d.ID, State: string(d.State), Executor: d.Peer, Transport: "archive", Access: "read-write",
 		Dir: d.LocalDir, Group: d.Group, CreatedAt: d.CreatedAt, EndedAt: d.EndedAt, Ended: d.State.Terminal()}
-	if d.PeerName != "" {
-		r.Executor = d.PeerName
-	}
+	r.Executor = ExecutorLabel(d)
 	r.Task = delegator.TaskLine(d)
 	if f := d.Failed(); f != nil && d.State.Terminal() {
 		r.Reason = f.Code + ": " + f.Message
@@ -347,6 +354,35 @@ func (s *Server) permit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"answered": a.Request, "option": a.Option})
+}
+
+// cancel ends a running delegation, as `awcp-ctl cancel` does.
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
+	d, err := s.opts.Store.Delegation(r.PathValue("id"))
+	if err != nil {
+		failed(w, err)
+		return
+	}
+	if d.State.Terminal() {
+		failed(w, control.Errorf(control.CodeUsage, "delegation %s already ended (%s)", d.ID, d.State))
+		return
+	}
+	if err := s.opts.Cancel(d.ID); err != nil {
+		failed(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"cancelled": d.ID})
+}
+
+// closeSession ends a session, as `awcp-ctl close` does: its agent's
+// session closes, then its delegation.
+func (s *Server) closeSession(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := s.opts.Delegator.EndSession(id); err != nil {
+		failed(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"closing": id})
 }
 
 type sayArgs struct {

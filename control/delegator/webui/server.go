@@ -65,6 +65,7 @@ type Delegator interface {
 	DiscardAttemptsBut(keep string) ([]string, error)
 	Permit(ctx context.Context, id, requestID, optionID, answerer string) error
 	Say(id, prompt, by string) (int, error)
+	EndSession(id string) error
 	CompareGroup(group string) ([]delegator.Attempt, error)
 }
 
@@ -82,6 +83,9 @@ type Options struct {
 	// Token admits a browser; CSRF is what the page sends with a change.
 	// Both are made at random when empty.
 	Token, CSRF string
+	// Cancel cancels a running delegation: through the daemon that
+	// follows it, where one runs, as `awcp-ctl cancel` does.
+	Cancel func(id string) error
 	// Answerer is who decides from this page, for the record
 	// ("awcp-ctl ui by USER").
 	Answerer string
@@ -101,8 +105,8 @@ type Server struct {
 // Start serves the page on addr, a loopback address, until ctx ends;
 // Wait returns once it has stopped.
 func Start(ctx context.Context, addr string, opts Options) (*Server, error) {
-	if opts.Store == nil || opts.Delegator == nil {
-		return nil, errors.New("webui: a store and a delegator are needed")
+	if opts.Store == nil || opts.Delegator == nil || opts.Cancel == nil {
+		return nil, errors.New("webui: a store, a delegator and a cancel are needed")
 	}
 	for _, s := range []*string{&opts.Token, &opts.CSRF} {
 		if *s == "" {
@@ -240,6 +244,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /api/delegations/{id}/discard", s.discard)
 	s.mux.HandleFunc("POST /api/delegations/{id}/permit", s.permit)
 	s.mux.HandleFunc("POST /api/delegations/{id}/say", s.say)
+	s.mux.HandleFunc("POST /api/delegations/{id}/cancel", s.cancel)
+	s.mux.HandleFunc("POST /api/delegations/{id}/close", s.closeSession)
 	s.mux.HandleFunc("GET /api/groups/{group}", s.group)
 	s.mux.HandleFunc("GET /api/peers", s.peers)
 	s.mux.HandleFunc("POST /api/peers/{id}/trust", s.trust)

@@ -35,7 +35,8 @@ func startWith(t *testing.T) (*Server, *lease.Store) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := Start(ctx, "127.0.0.1:0", Options{Store: store, Delegator: dlg, Token: "the-token", CSRF: "the-csrf"})
+	s, err := Start(ctx, "127.0.0.1:0", Options{Store: store, Delegator: dlg, Token: "the-token", CSRF: "the-csrf",
+		Cancel: func(id string) error { _, err := dlg.Cancel(ctx, id); return err }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestChangesComeFromThePageOnly(t *testing.T) {
 // The page is for this machine: any other address is refused.
 func TestListensOnLoopbackOnly(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:0", "localhost:0"} {
-		if _, err := Start(context.Background(), addr, Options{Store: &lease.Store{}, Delegator: &delegator.Delegator{}}); err == nil || !strings.Contains(err.Error(), "loopback") {
+		if _, err := Start(context.Background(), addr, Options{Store: &lease.Store{}, Delegator: &delegator.Delegator{}, Cancel: func(string) error { return nil }}); err == nil || !strings.Contains(err.Error(), "loopback") {
 			t.Errorf("--listen %s: %v", addr, err)
 		}
 	}
@@ -187,5 +188,20 @@ func TestPageNeverGetsTheExecutorsToken(t *testing.T) {
 	n, _ := io.ReadAtLeast(resp.Body, buf, 1)
 	if first := string(buf[:n]); !strings.Contains(first, "dlg_tokenheld") || strings.Contains(first, "the-executors-secret") {
 		t.Errorf("the stream's first event: %s", first)
+	}
+}
+
+// TestExecutorNamedAlike: the list and a delegation's page name its
+// executor the same way, "name (URL)" where it has a name.
+func TestExecutorNamedAlike(t *testing.T) {
+	for _, tc := range []struct{ name, peer, want string }{
+		{"", "https://10.0.0.2:10200", "https://10.0.0.2:10200"},
+		{"build-box", "https://10.0.0.2:10200", "build-box (https://10.0.0.2:10200)"},
+		{"https://10.0.0.2:10200", "https://10.0.0.2:10200", "https://10.0.0.2:10200"},
+	} {
+		d := &lease.Delegation{Lease: lease.Lease{ID: "d1"}, Peer: tc.peer, PeerName: tc.name}
+		if got := rowOf(d).Executor; got != tc.want {
+			t.Errorf("executor %q at %s is named %q, want %q", tc.name, tc.peer, got, tc.want)
+		}
 	}
 }

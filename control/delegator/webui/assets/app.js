@@ -84,6 +84,14 @@ function elapsed(r) {
   return (h ? h + "h" : "") + (h || m ? m + "m" : "") + s + "s";
 }
 
+// clip shows text in at most two lines; a click (or Enter) shows it
+// whole, and another clips it again.
+function clip(cls, text) {
+  const toggle = e => { e.preventDefault(); e.currentTarget.classList.toggle("open"); e.currentTarget.setAttribute("aria-expanded", String(e.currentTarget.classList.contains("open"))); };
+  return el("div", { class: "clip " + cls, tabindex: "0", role: "button", "aria-expanded": "false", title: "click for the whole text",
+    onclick: toggle, onkeydown: e => { if (e.key === "Enter") toggle(e); } }, text);
+}
+
 function stateText(r) {
   let s = r.state;
   if (r.awaiting) s = "awaiting " + r.awaiting;
@@ -114,12 +122,12 @@ function renderList() {
       el("td", { "data-label": "delegation" }, el("a", { href: "#/d/" + encodeURIComponent(r.id) }, r.task || r.id.slice(0, 8)),
         el("div", { class: "muted" }, r.id.slice(0, 8) + " " + r.dir)),
       el("td", { class: "state", "data-label": "state" }, stateText(r), r.channel ? el("div", { class: "muted" }, "executor " + r.channel) : null,
-        r.reason ? el("div", { class: "reason" }, r.reason) : null),
+        r.reason ? clip("reason", r.reason) : null),
       el("td", { "data-label": "executor" }, r.executor, r.group ? el("div", {}, el("a", { href: "#/g/" + encodeURIComponent(r.group) }, "attempts " + r.group.slice(0, 8))) : null),
       el("td", { "data-label": "transport" }, r.transport),
       el("td", { "data-label": "access" }, r.access),
       el("td", { class: "wide", "data-label": "elapsed" }, elapsed(r)),
-      el("td", { class: "wide mono", "data-label": "last output" }, r.progress || ""),
+      el("td", { class: "wide mono", "data-label": "last output" }, r.progress ? clip("last", r.progress) : ""),
     ))));
   const empty = shown.length ? null : el("p", { class: "muted" }, "no delegations here");
   put(main, el("h2", {}, "Delegations"), bar, el("div", { class: "scroll" }, table), empty);
@@ -146,9 +154,9 @@ async function showDelegation(id) {
   const parts = [
     el("h2", {}, "Delegation " + d.id),
     el("dl", { class: "kv" },
-      el("dt", {}, "state"), el("dd", { class: "state", id: "state" }, stateText(d)),
+      el("dt", {}, "state"), el("dd", { class: "state" + (d.ended ? " ended" : ""), id: "state" }, stateText(d)),
       d.channel ? [el("dt", {}, "executor side"), el("dd", {}, d.channel)] : null,
-      el("dt", {}, "executor"), el("dd", {}, d.executor === d.peer ? d.peer : d.executor + " (" + d.peer + ")"),
+      el("dt", {}, "executor"), el("dd", {}, d.executor),
       el("dt", {}, "directory"), el("dd", { class: "mono" }, d.dir),
       el("dt", {}, "transport"), el("dd", {}, d.transport + ", " + d.access),
       el("dt", {}, "elapsed"), el("dd", {}, elapsed(d)),
@@ -156,6 +164,9 @@ async function showDelegation(id) {
       d.group ? [el("dt", {}, "attempts"), el("dd", {}, el("a", { href: "#/g/" + encodeURIComponent(d.group) }, "compare the group's attempts"))] : null,
     ),
   ];
+  if (!d.ended) parts.push(el("div", { class: "actions" },
+    d.session ? el("button", { id: "close", onclick: ev => change(ev, d, "close", "Close the session? Its agent's session ends, then the lease.", "closing the session") }, "Close session") : null,
+    el("button", { id: "cancel", onclick: ev => change(ev, d, "cancel", "Cancel this delegation? The agent is stopped and every access closed.", "cancelled") }, "Cancel")));
   parts.push(...asks(d));
   if (d.failure) parts.push(el("div", { class: "card" }, el("strong", {}, "error " + d.failure.code + ": "), d.failure.message,
     d.failure.hint ? el("div", {}, "hint: " + d.failure.hint) : null));
@@ -174,6 +185,16 @@ async function showDelegation(id) {
   put(main, ...parts);
   // A result that waits for review is what the page is opened for: shown.
   if (keep || (d.ended && d.staged === "pending")) showReview(d);
+}
+
+// change posts a cancel or a close of delegation d, once confirmed.
+async function change(ev, d, what, question, done) {
+  if (!confirm(question)) return;
+  ev.target.disabled = true;
+  try {
+    await api("/api/delegations/" + encodeURIComponent(d.id) + "/" + what, {});
+    toast(done + ": " + d.id.slice(0, 8));
+  } catch (e) { toast(e.message); ev.target.disabled = false; }
 }
 
 // asks are the permission requests and the question awaiting an answer.
