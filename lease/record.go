@@ -172,13 +172,13 @@ type Delegation struct {
 	// SessionDriven says the session's turns come from the record
 	// (Turns, turns.go), not from an editor; SessionClose asks the
 	// process that drives it to close it.
-	SessionDriven bool   `json:"sessionDriven,omitempty"`
-	SessionClose  bool   `json:"sessionClose,omitempty"`
+	SessionDriven bool `json:"sessionDriven,omitempty"`
+	SessionClose  bool `json:"sessionClose,omitempty"`
 	// TurnEndsSeen counts the executor's word that a turn ended
 	// (control.TurnEndedPrefix), once every progress line before it is
 	// stored: a turn's end is recorded after them.
-	TurnEndsSeen int `json:"turnEndsSeen,omitempty"`
-	Turns         []Turn `json:"turns,omitempty"`
+	TurnEndsSeen int    `json:"turnEndsSeen,omitempty"`
+	Turns        []Turn `json:"turns,omitempty"`
 	// Check is the last verdict of the owner's check command on this
 	// attempt's result (compare --check), kept for compare and the page.
 	Check *CheckVerdict `json:"check,omitempty"`
