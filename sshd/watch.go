@@ -159,6 +159,12 @@ func newWatcher(root *os.Root, hidden func(string) bool) *watcher {
 	if err != nil {
 		return nil
 	}
+	return watchWith(src, maxDirs, root, realRoot, hidden)
+}
+
+// watchWith watches every directory under root, at the kernel's path
+// realRoot, with src; nil if there are too many.
+func watchWith(src source, maxDirs int, root *os.Root, realRoot string, hidden func(string) bool) *watcher {
 	w := &watcher{src: src, root: root, hidden: hidden, dirs: map[string]string{},
 		pending: map[string]struct{}{}, own: map[string]*ownChange{}, ready: make(chan struct{}), done: make(chan struct{})}
 	w.grace, w.attested, w.realRoot, w.maxDirs = ownGrace, src.attests(), realRoot, maxDirs
