@@ -108,7 +108,7 @@ func (b *kernelRoot) openPortable(name string, flags int, perm fs.FileMode) (*os
 		if dfd, plain, err := b.dirBeneath(dir); err == nil {
 			fd := -1
 			if plain {
-				fd, err = unix.Openat(dfd, base, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(syscallMode(perm)))
+				fd, err = unix.Openat(dfd, base, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm.Perm())) // as openHow
 			}
 			unix.Close(dfd)
 			if fd >= 0 {
@@ -118,21 +118,6 @@ func (b *kernelRoot) openPortable(name string, flags int, perm fs.FileMode) (*os
 	}
 	f, err := b.root.OpenFile(name, flags, perm)
 	return f, false, err
-}
-
-// syscallMode is perm as open(2) takes it.
-func syscallMode(perm fs.FileMode) uint32 {
-	m := uint32(perm.Perm())
-	if perm&fs.ModeSetuid != 0 {
-		m |= syscall.S_ISUID
-	}
-	if perm&fs.ModeSetgid != 0 {
-		m |= syscall.S_ISGID
-	}
-	if perm&fs.ModeSticky != 0 {
-		m |= syscall.S_ISVTX
-	}
-	return m
 }
 
 // Lstat is lstat inside the directory: a final symlink is not followed.
