@@ -111,7 +111,7 @@ func (e *env) resolvePeer(ctx context.Context, c *cli.Context, req *delegator.Ex
 	want := discovery.Want{Transport: req.Transport, Access: req.Access, Self: e.agentID, Exclude: req.CallChain}
 	p, why, err := discovery.Resolve(b.Peers(), req.Peer, want)
 	if err != nil {
-		return control.Errorf(control.CodeUsage, "--peer %s: %v", req.Peer, err)
+		return control.Errorf(control.CodeDeclined, "--peer %s: %v", req.Peer, err) // offline, circular, untrusted: not all the caller's mistake
 	}
 	for _, q := range discovery.Fallbacks(b.Peers(), req.Peer, want, p.AgentID) {
 		req.PeerFallbacks = append(req.PeerFallbacks, lease.PeerRef{URL: q.URL, AgentID: q.AgentID, Name: q.Name, Key: q.TrustedKey})
