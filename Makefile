@@ -4,7 +4,7 @@ BIN     := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/awcp/awcp/cmd/internal/clikit.Version=$(VERSION)
 
-.PHONY: build test test-portable cross release install-launchd unit e2e race bench bench-quick demo demo-acp lint clean install soak k8s-e2e
+.PHONY: build test test-short test-portable cross release install-launchd unit e2e race bench bench-quick demo demo-acp lint clean install soak k8s-e2e
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/awcp-ctl ./cmd/awcp-fs
@@ -40,6 +40,13 @@ test-portable:
 	$(GO) test -tags awcp_portable -count=1 ./sshd/... ./internal/treewalk/... \
 		-skip '$(LINUX_OWN)'
 	AWCP_BIN_DIR=$(BIN)/portable $(GO) test -count=1 -timeout 15m ./test/e2e/...
+
+# The loop while working: the unit tests without the race detector, and
+# the end-to-end tests that take under a second each (the others call
+# slow(t), which go test -short skips). make test runs everything.
+test-short: build
+	$(GO) test -short -count=1 $$($(GO) list ./... | grep -v /test/e2e)
+	AWCP_BIN_DIR=$(BIN) $(GO) test -short -count=1 -timeout 5m ./test/e2e/...
 
 unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/e2e)

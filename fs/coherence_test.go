@@ -21,6 +21,7 @@ import (
 // agent holds it open or opens it again: an agent that edits the file
 // must not write the stale text back over the owner's change.
 func TestSameSizeRewriteIsSeen(t *testing.T) {
+	slow(t)
 	for _, how := range []string{"reopen", "held open", "reopen, unwatched", "held open, unwatched"} {
 		t.Run(how, func(t *testing.T) {
 			// Unwatched, the mount drops the pages itself when it sees the
@@ -270,6 +271,7 @@ func waitExact(t testing.TB, f *mountFixture) {
 // mount, which asks the delegator nothing: not even to read ahead). What the owner
 // changes is still seen at once.
 func TestExactWatchKeepsCaches(t *testing.T) {
+	slow(t)
 	reg := metrics.New()
 	f := newMountWith(t, false, func(o *Options) { o.Metrics = reg })
 	waitExact(t, f)
@@ -350,6 +352,7 @@ func TestExactWatchKeepsCaches(t *testing.T) {
 // keeps it only as long as without the watch: the change is seen within
 // the attribute timeout, not an hour later.
 func TestLinkedElsewhereKeepsTimeouts(t *testing.T) {
+	slow(t)
 	f := newMount(t, false)
 	waitExact(t, f)
 	outside := filepath.Join(t.TempDir(), "x")
@@ -461,6 +464,7 @@ func TestReadAgainAsksNothing(t *testing.T) {
 // the file's bytes. A change the owner makes then is read as soon as
 // reported.
 func TestScatteredReadsFetchTheFile(t *testing.T) {
+	slow(t)
 	reg := metrics.New()
 	f := newMountWith(t, false, func(o *Options) { o.Metrics = reg })
 	waitExact(t, f)

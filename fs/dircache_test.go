@@ -16,6 +16,7 @@ import (
 // nothing, nor does a stat of it after (keepAttrs). Every change — each kind the mount can make, and each the
 // owner makes on the delegator's side — shows in the next listing.
 func TestKernelKeepsListings(t *testing.T) {
+	slow(t)
 	reg := metrics.New()
 	f := newMountWith(t, false, func(o *Options) { o.Metrics = reg })
 	waitExact(t, f)

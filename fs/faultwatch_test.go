@@ -14,6 +14,7 @@ import (
 // the kernel held it as absent: restarted, frozen, its connection reset.
 // (The soak's agent waited for ever for a file named stop.)
 func TestOwnersNewFileSeenAfterFaults(t *testing.T) {
+	slow(t)
 	for _, fault := range []string{"restart", "freeze", "reset", "made while down"} {
 		t.Run(fault, func(t *testing.T) {
 			var gate *sshdtest.ReplyGate

@@ -16,6 +16,7 @@ import (
 // never shows what changed since — on the owner's side, or through the
 // mount.
 func TestWalkReadsAhead(t *testing.T) {
+	slow(t)
 	f := newMountWith(t, false, nil)
 	waitExact(t, f)
 	owner(t, f.dir, `for a in $(seq 10); do for b in $(seq 20); do mkdir -p t$a/d$b && : > t$a/d$b/f; done; done`)

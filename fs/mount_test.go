@@ -194,6 +194,7 @@ func newMountOf(t testing.TB, exp sshd.Export, tweak func(*Options)) *mountFixtu
 // TestPosix runs go-fuse's posixtest suite against the mount. The cases
 // left out test what a network filesystem over SFTP v3 cannot carry.
 func TestPosix(t *testing.T) {
+	slow(t)
 	excluded := map[string]string{
 		"XAttr":               "SFTP v3 has no extended attributes",
 		"XAttrLarge":          "SFTP v3 has no extended attributes",
@@ -351,6 +352,7 @@ func TestRevokedLeaseFailsFast(t *testing.T) {
 // same address; calls made meanwhile stall instead of failing, and a file
 // open across the outage keeps working.
 func TestReconnect(t *testing.T) {
+	slow(t)
 	f := newMount(t, false)
 	fd, err := os.OpenFile(filepath.Join(f.mnt, "kept-open"), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -381,6 +383,7 @@ func TestReconnect(t *testing.T) {
 // TestReconnectBound: when the delegator stays away, calls fail with EIO
 // once the bound has passed, never hang.
 func TestReconnectBound(t *testing.T) {
+	slow(t)
 	f := newMount(t, false)
 	f.stopServer()
 	start := time.Now()
@@ -656,6 +659,7 @@ func TestCreateBehindAcrossReconnect(t *testing.T) {
 // without its watch, which would show them at once:
 // TestDelegatorChangesSeenAtOnce).
 func TestListingReused(t *testing.T) {
+	slow(t)
 	f := newMountWith(t, false, func(o *Options) { o.NoWatch = true })
 	if err := os.Mkdir(filepath.Join(f.dir, "d"), 0o755); err != nil {
 		t.Fatal(err)
@@ -777,6 +781,7 @@ func TestListedAttributesFollowOwnChanges(t *testing.T) {
 // shows as late as a cached attribute would, not later (here without the
 // delegator's watch, which would show it at once).
 func TestReadAheadInOrder(t *testing.T) {
+	slow(t)
 	f := newMountWith(t, false, func(o *Options) { o.NoWatch = true })
 	dir := filepath.Join(f.dir, "src")
 	os.Mkdir(dir, 0o755)
@@ -858,6 +863,7 @@ func TestReadAheadInOrder(t *testing.T) {
 // still shows once the attribute timeout has passed, never the pages of
 // before.
 func TestReadWholeFileCached(t *testing.T) {
+	slow(t)
 	f := newMount(t, false)
 	onDelegator, onMount := filepath.Join(f.dir, "small.go"), filepath.Join(f.mnt, "small.go")
 	mtime := time.Now().Add(-time.Hour)
@@ -944,6 +950,7 @@ func TestReadAheadWidened(t *testing.T) {
 // mtime to now. More than the 16 MiB kept in flight is written, so the
 // writer also waits for the oldest half on the way.
 func TestWriteBehindOrder(t *testing.T) {
+	slow(t)
 	f := newMount(t, false)
 	for round := range 3 {
 		name := fmt.Sprintf("behind%d.bin", round)
@@ -1012,5 +1019,15 @@ func TestOpenReadHead(t *testing.T) {
 		if err != nil || string(got) != change.want {
 			t.Fatalf("after %s through the mount, the handle opened before read %q (%v), want %q", change.name, got, err, change.want)
 		}
+	}
+}
+
+// slow marks a test that takes a second or more here: `make test-short`
+// (go test -short), the loop while working, leaves it out; `make test`
+// and CI run every test.
+func slow(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a second or more: make test runs it")
 	}
 }

@@ -20,6 +20,7 @@ import (
 // test` under -race once took 2 s more than an idle one. Once the
 // delegator answers again the mount works.
 func TestOutageBoundFromTheCall(t *testing.T) {
+	slow(t)
 	const bound = 6 * time.Second
 	var gate *sshdtest.ReplyGate
 	f := newMountWith(t, false, func(o *Options) {
@@ -73,6 +74,7 @@ func TestOutageBoundFromTheCall(t *testing.T) {
 // whose thread stat'ed its own mount at shutdown stayed a zombie until its
 // connection was aborted by hand.)
 func TestUnmountEndsRequestsHeldOnTheMount(t *testing.T) {
+	slow(t)
 	old := unmountGrace
 	unmountGrace = time.Second
 	t.Cleanup(func() { unmountGrace = old })

@@ -104,6 +104,7 @@ func TestAnAssemblersWritesAcrossASlowLink(t *testing.T) {
 // put off until needed, is made by path before the remove, and must not
 // overtake the create.
 func TestReaderOfAFileCreatedBehindAcrossASlowLink(t *testing.T) {
+	slow(t)
 	f := newMountWith(t, false, func(o *Options) { o.Addr = sshdtest.SlowLink(t, o.Addr, 40*time.Millisecond) })
 	waitExact(t, f)
 	if err := os.WriteFile(filepath.Join(f.mnt, "first"), nil, 0o644); err != nil {

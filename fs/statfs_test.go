@@ -12,6 +12,7 @@ import (
 // servers ask it many times a second — but space freed through the mount
 // shows in the next answer: a remove voids what was kept.
 func TestStatfsKeptBriefly(t *testing.T) {
+	slow(t)
 	f := newMount(t, false)
 	asked := func() float64 {
 		return f.served.Sum("awcp_sftp_request_seconds", map[string]string{"op": "statvfs"})

@@ -136,6 +136,7 @@ func peakGrowth(before uint64) uint64 {
 // share is held (flow control), and once the client reads, every request is
 // answered.
 func TestReadFloodIsBounded(t *testing.T) {
+	slow(t)
 	f := newFixture(t)
 	dir, cred := f.lend(t, "dlg_flood", false)
 	data := make([]byte, maxReadLen)
@@ -223,6 +224,7 @@ func sftpSessionStarts(t *testing.T, c *gossh.Client) bool {
 // once hold about what the process allows, not six connections' worth;
 // and once they read, all are answered.
 func TestFloodOverManyConnectionsIsBounded(t *testing.T) {
+	slow(t)
 	const processLimit = 24 << 20 // six connections could hold 96 MiB
 	saved := processBudget
 	processBudget = newBudget(processLimit)
@@ -284,6 +286,7 @@ func TestFloodOverManyConnectionsIsBounded(t *testing.T) {
 // reads no answer, is bounded as a READ flood is: the answers are counted
 // against the connection's flow from the moment each request is read.
 func TestListReadFloodIsBounded(t *testing.T) {
+	slow(t)
 	f := newFixture(t)
 	dir, cred := f.lend(t, "dlg_listflood", false)
 	content := make([]byte, 60<<10)
@@ -330,6 +333,7 @@ func TestListReadFloodIsBounded(t *testing.T) {
 // only while it is open or has a request in flight (sweepOrder), not one
 // entry per name ever sent.
 func TestNamedOpenFloodIsBounded(t *testing.T) {
+	slow(t)
 	f := newFixture(t)
 	_, cred := f.lend(t, "dlg_namedflood", false)
 	s := newFloodSession(t, f, "dlg_namedflood", cred)

@@ -35,6 +35,7 @@ func gitRepo(t *testing.T, dir string) {
 // (EACCES), nothing of it reaches the disk, and the owner's `git status`
 // runs nothing; writing objects, refs and the index (a commit) still works.
 func TestGitControlIsReadOnlyToTheExecutor(t *testing.T) {
+	slow(t)
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Fatal("git is not installed (.ci/run installs it)")
 	}

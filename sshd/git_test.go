@@ -19,6 +19,7 @@ import (
 // delegation's bound, not SFTP beside it, not another delegation's
 // repository, not a read-only delegation's push.
 func TestGitSubsystemsAsAnAttacker(t *testing.T) {
+	slow(t)
 	need(t, "ssh", "git")
 	f := newFixture(t)
 	repo := filepath.Join(t.TempDir(), "lent.git")

@@ -135,6 +135,7 @@ func TestHiddenThroughRenamedOrSymlinkedParents(t *testing.T) {
 // way. Each acts on the very file checked: the owner's credentials keep
 // their bytes, mode and times, and the hidden link's target is never read.
 func TestHiddenThroughASwappedParent(t *testing.T) {
+	slow(t)
 	f := newFixture(t)
 	dir := t.TempDir()
 	os.MkdirAll(filepath.Join(dir, ".aws"), 0o755)

@@ -18,6 +18,7 @@ import (
 // the rest when the handshake's deadline passes; the delegation's real
 // client, from another address, is served meanwhile.
 func TestUnauthenticatedConnectionsBounded(t *testing.T) {
+	slow(t)
 	old := handshakeTimeout
 	handshakeTimeout = 2 * time.Second
 	t.Cleanup(func() { handshakeTimeout = old })
@@ -114,6 +115,7 @@ func openFDs(t *testing.T) int {
 // are never read. Each is refused unread or answered at once, and the
 // heap does not grow past a few MiB.
 func TestLargeRequestsAndWatchFloodBounded(t *testing.T) {
+	slow(t)
 	f := newFixture(t)
 	dir, cred := f.lend(t, "dlg_mem", false)
 	s := newFloodSession(t, f, "dlg_mem", cred)

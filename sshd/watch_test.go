@@ -24,6 +24,7 @@ import (
 // directory made meanwhile too — and never a hidden path, nor what the
 // session itself changed.
 func TestWatchReportsOthersChanges(t *testing.T) {
+	slow(t)
 	for _, fan := range []bool{true, false} {
 		name := map[bool]string{true: "fanotify", false: "inotify"}[fan]
 		t.Run(name, func(t *testing.T) {
@@ -118,6 +119,7 @@ func watchClient(t *testing.T, f *fixture, id string) (string, *sftpc.Client) {
 // everything", not a longer list. An export of more than 8,192
 // directories is not watched at all (the client keeps its timeouts).
 func TestWatchBounds(t *testing.T) {
+	slow(t)
 	defer func(was bool) { preferWholeFS = was }(preferWholeFS)
 	preferWholeFS = false // a mark a directory, as a delegator not run as root has
 	f := newFixture(t)
@@ -227,6 +229,7 @@ func owner(t *testing.T, script, dir string) {
 // watched before its mkdir is answered; one the owner makes is reported
 // once watched, with what was made in it before.
 func TestWatchIsExact(t *testing.T) {
+	slow(t)
 	f := newFixture(t)
 	dir := t.TempDir()
 	a := sessionOn(t, f, "dlg_exact_a", Export{Dir: dir})
@@ -297,6 +300,7 @@ func TestWatchIsExact(t *testing.T) {
 // (maxFanotifyMarks) the watch says so — an overflow that is no longer
 // exact — and the client keeps its timeouts; the session goes on.
 func TestWatchBoundedAgainstTheAgent(t *testing.T) {
+	slow(t)
 	t.Run("a mark a directory", func(t *testing.T) {
 		defer func(was bool) { preferWholeFS = was }(preferWholeFS)
 		preferWholeFS = false
@@ -359,6 +363,7 @@ func watchBoundedAgainstTheAgent(t *testing.T, bound int) {
 // directory is reported, one beside the export on the same file system is
 // not.
 func TestWatchWholeFileSystem(t *testing.T) {
+	slow(t)
 	if os.Geteuid() != 0 {
 		t.Fatal("not root: a file system's fanotify mark needs CAP_SYS_ADMIN")
 	}

@@ -15,6 +15,7 @@ import (
 // file that changes no entry is not, until the period (the trigger's
 // stated limit: kqueue names no file).
 func TestWatchTriggeredByDirectories(t *testing.T) {
+	slow(t)
 	defer func(was bool, every time.Duration, trig func() (dirTrigger, error)) {
 		preferPoll, pollEvery, pollTrigger = was, every, trig
 	}(preferPoll, pollEvery, pollTrigger)

@@ -132,6 +132,7 @@ func (g *gatedTransport) Prepare(ctx context.Context, d control.Lent) (*control.
 // the executor has accepted but that has no START yet: the executor's
 // reservation is released at once.
 func TestEndWhileAccepted(t *testing.T) {
+	slow(t)
 	for _, how := range []string{"cancel", "expire"} {
 		t.Run(how, func(t *testing.T) {
 			x := executortest.New(t, `true`, nil)

@@ -99,6 +99,7 @@ func (o *outage) restore(target string) {
 // missing — without failing the delegation; a reconnection resumes after
 // the last event seen and records the events the executor no longer had.
 func TestChannelStates(t *testing.T) {
+	slow(t)
 	gates := t.TempDir()
 	agent := `echo start; sleep 1; echo after-quiet; ` +
 		`while [ ! -e ` + gates + `/lines ]; do sleep 0.05; done; i=0; while [ $i -lt 30 ]; do echo line$i; i=$((i+1)); done; ` +

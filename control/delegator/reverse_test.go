@@ -198,6 +198,7 @@ func TestTunnelEndpointRefusesWithoutProof(t *testing.T) {
 // as TCP keeps the connection; one that does not answer the header (the
 // reference's) is read for as long as it sends.
 func TestSilentEventStreamIsLost(t *testing.T) {
+	slow(t)
 	var answers atomic.Bool
 	answers.Store(true)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

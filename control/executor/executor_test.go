@@ -420,6 +420,7 @@ func TestExecutorCancelKillsAgent(t *testing.T) {
 }
 
 func TestExecutorExpiresRunningTask(t *testing.T) {
+	slow(t)
 	f := executortest.New(t, `sleep 60`, nil)
 	id := "dlg_expire"
 	pc := peer(f, "")
@@ -442,6 +443,7 @@ func TestExecutorExpiresRunningTask(t *testing.T) {
 }
 
 func TestExecutorStartTimeoutFreesSlot(t *testing.T) {
+	slow(t)
 	f := executortest.New(t, "true", func(o *executor.Options) { o.MaxConcurrent = 1; o.StartTimeout = 300 * time.Millisecond })
 	pc := peer(f, "")
 	if _, err := pc.Invite(context.Background(), invite("dlg_slow")); err != nil {
@@ -459,6 +461,7 @@ func TestExecutorStartTimeoutFreesSlot(t *testing.T) {
 }
 
 func TestExecutorKeepAliveAndRetention(t *testing.T) {
+	slow(t)
 	f := executortest.New(t, `sleep 0.5; echo late`, func(o *executor.Options) {
 		o.KeepAlive = 50 * time.Millisecond
 		o.Retention = 200 * time.Millisecond

@@ -13,6 +13,7 @@ import (
 // more; a logged path that is gone, or reached only through a symlink the
 // agent put in place of a directory, is not; a symlink itself is.
 func TestLoggedHighlightsAreBoundedAndStayBeneath(t *testing.T) {
+	slow(t)
 	dir := t.TempDir()
 	outside := t.TempDir()
 	must := func(err error) {

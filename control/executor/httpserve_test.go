@@ -78,6 +78,7 @@ func TestExecutorReadsLittleBeforeAuthentication(t *testing.T) {
 
 // A body that trickles in is cut off: its first MiB has bodyGrace.
 func TestExecutorCutsSlowBodies(t *testing.T) {
+	slow(t)
 	executor.SetBodyGrace(t, time.Second)
 	f := executortest.New(t, "true", nil)
 	c, err := net.Dial("tcp", strings.TrimPrefix(f.Srv.URL, "http://"))
@@ -173,6 +174,7 @@ func liveHeap() uint64 {
 // httpserve's closeUnread the wrong-token answers wait for the body and
 // the 256 held connections lock the owner out.
 func TestRefusedTricklersAreCutAtOnce(t *testing.T) {
+	slow(t)
 	executor.SetBodyGrace(t, 2*time.Second)
 	f := executortest.New(t, "true", func(o *executor.Options) { o.Tokens = []string{"s3cret"} })
 	addr := strings.TrimPrefix(f.Srv.URL, "http://")

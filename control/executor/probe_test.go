@@ -94,6 +94,7 @@ func TestProbeDialsOnlyTheCaller(t *testing.T) {
 // nothing holds a probe 3 s, four at most run at once and the rest are
 // refused at once, and a port that sends without end is read 256 bytes.
 func TestProbeIsBounded(t *testing.T) {
+	slow(t)
 	f := executortest.New(t, "true", nil)
 	ctx := context.Background()
 

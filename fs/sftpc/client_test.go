@@ -193,6 +193,7 @@ func TestWriteBarrier(t *testing.T) {
 // polling it); never a delay. The server's replies are held here, so the file's size on its
 // disk tells what was sent.
 func TestWritesBehindHeld(t *testing.T) {
+	slow(t)
 	var gate *sshdtest.ReplyGate
 	dir, _, c := sessionVia(t, func(addr string) string {
 		gate = sshdtest.NewReplyGate(t, addr)

@@ -23,6 +23,7 @@ import (
 // background too (its PID namespace). Run as root here (a user of its
 // own); the unprivileged path is e2e.TestCheckRunsAsTheExecutorsAgent's.
 func TestForeignCodeBounds(t *testing.T) {
+	slow(t)
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
 	p, err := ForeignCode(dir, 64<<20)

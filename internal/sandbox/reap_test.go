@@ -20,6 +20,7 @@ import (
 // wrapper. Unconfined, the same processes outlive the command: the end is
 // the sandbox's.
 func TestNothingOutlivesTheCommand(t *testing.T) {
+	slow(t)
 	if ABI() == 0 {
 		t.Fatal("this kernel has no Landlock: the sandbox cannot be tested here")
 	}

@@ -20,6 +20,7 @@ import (
 // is refused, and nothing in the grant carries the bit. Unconfined, the
 // same script leaves set-id files: the refusals are the sandbox's.
 func TestNoSetidThroughAGrant(t *testing.T) {
+	slow(t)
 	if !CanIsolate() {
 		t.Fatal("not root: the agent's idmapped grant cannot be tested here")
 	}

@@ -208,6 +208,7 @@ echo "changed by the agent" > a.txt; echo made > made.txt; rm -f gone.txt; echo 
 // token, no token, and a client key the operator never authorized are
 // refused before anything runs, and a key it did authorize is admitted.
 func TestA2AGoClient(t *testing.T) {
+	slow(t)
 	const token = "a2a-token-5e1d"
 	_, trustedKey, _ := ed25519.GenerateKey(rand.Reader)
 	_, strangerKey, _ := ed25519.GenerateKey(rand.Reader)
@@ -406,6 +407,7 @@ func jsFiles(parts []map[string]any) map[string]string {
 // and a client holding another token of the executor's reads and cancels
 // nothing of the first's.
 func TestA2AJSClient(t *testing.T) {
+	slow(t)
 	const token, other = "a2a-js-token-7c2b", "a2a-js-other-0d5a"
 	x := startExecutor(t, a2aAgent, "--token-file", tokenFile(t, token+"\n"+other), "--transports", "archive")
 	modules := nodeModules(t, a2aJS)
@@ -451,6 +453,7 @@ func TestA2AJSClient(t *testing.T) {
 // TestA2AJSClientAnswersAPermission: the input-required round trip with
 // the JavaScript SDK's client.
 func TestA2AJSClientAnswersAPermission(t *testing.T) {
+	slow(t)
 	x := acpExecutor(t, "--permission", "forward", "--transports", "archive")
 	modules := nodeModules(t, a2aJS)
 	ws, sum := zipOf(t, map[string]string{"README.md": "# Sample\n", "docs/.keep": ""})

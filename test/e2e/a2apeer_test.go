@@ -153,6 +153,7 @@ func TestExportToAnA2AExecutor(t *testing.T) {
 // through the executor's A2A face to this delegator, answered with
 // `awcp-ctl permit` from another process.
 func TestExportToAnA2AExecutorAsksPermission(t *testing.T) {
+	slow(t)
 	x := acpExecutor(t, "--permission", "forward", "--transports", "archive")
 	c := newCtl(t)
 	dir := t.TempDir()
@@ -233,6 +234,7 @@ func TestExportToAnA2AAgentOnTheJSSDK(t *testing.T) {
 // the agent's authentication error reaches the user in its words, as a
 // failed delegation.
 func TestExportToGeminiCLIA2AServer(t *testing.T) {
+	slow(t)
 	modules := nodeModules(t, geminiA2A)
 	l := newLAN(t)
 	n := l.add("gem", 2)

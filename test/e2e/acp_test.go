@@ -44,6 +44,7 @@ func (c *ctl) only() delegation {
 // The whole "work" turn of the test agent under the auto policy, on a live
 // mount: updates, confined file callbacks, terminals, the permission.
 func TestACPAgentAutoPolicy(t *testing.T) {
+	slow(t)
 	x := acpExecutor(t, "--permission", "auto")
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
@@ -96,6 +97,7 @@ func TestACPAgentAutoPolicy(t *testing.T) {
 // deny picks the first reject option; without --allow-exec the agent is
 // offered no terminal.
 func TestACPAgentDenyPolicy(t *testing.T) {
+	slow(t)
 	x := acpExecutor(t, "--permission", "deny", "--allow-exec=false")
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
@@ -121,6 +123,7 @@ func TestACPAgentDenyPolicy(t *testing.T) {
 // forward: the request waits for the delegator's user, who answers with
 // `awcp-ctl permit`.
 func TestACPAgentForwardPolicy(t *testing.T) {
+	slow(t)
 	x := acpExecutor(t, "--permission", "forward")
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
@@ -188,6 +191,7 @@ func TestACPAgentForwardPolicy(t *testing.T) {
 // A forwarded request nobody answers is cancelled at the timeout, and the
 // record says so.
 func TestACPPermissionTimeout(t *testing.T) {
+	slow(t)
 	x := acpExecutor(t, "--permission", "forward", "--permission-timeout", "1s")
 	c := newCtl(t)
 	r := c.run("export", sampleWorkspace(t), "--peer", x.url, "--prompt", "work on it")
@@ -227,6 +231,7 @@ func TestACPCancelMidTurn(t *testing.T) {
 // An agent that dies mid-turn fails the task with its stderr; one that
 // refuses fails it with the reason.
 func TestACPAgentCrashAndRefusal(t *testing.T) {
+	slow(t)
 	x := acpExecutor(t)
 	c := newCtl(t)
 	dir := sampleWorkspace(t)

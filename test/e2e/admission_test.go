@@ -14,6 +14,7 @@ import (
 // auto, facing an executor that cannot mount, does not fall back to an
 // archive of it.
 func TestAdmissionFitsTheTransport(t *testing.T) {
+	slow(t)
 	ws := filepath.Join(t.TempDir(), "big")
 	for d := range 120 {
 		dir := filepath.Join(ws, fmt.Sprintf("pkg%03d", d))

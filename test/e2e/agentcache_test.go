@@ -23,6 +23,7 @@ git init -q "$TMPDIR/r" && cd "$TMPDIR/r" && echo a > a && git add a && git comm
 // delegator's next agent finds what the first planted. A plain `git
 // commit` works in every agent: it has an identity.
 func TestAgentCachesAreTheDelegators(t *testing.T) {
+	slow(t)
 	x := startTLSExecutor(t, cacheAgent, "--transports", "archive")
 	a := newCtl(t)
 	a.tls = true

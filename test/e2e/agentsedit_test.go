@@ -155,6 +155,7 @@ func auditWrote(t *testing.T, c *ctl, id, how string) {
 // final words, the audit counts the write, and nothing of the agent is
 // left running.
 func TestRealAgentsEdit(t *testing.T) {
+	slow(t)
 	model := startScriptedModel(t, agentEdit)
 	a := setUpAgentsAtWork(t, model.url)
 	for _, ag := range realAgentsAtWork(model.url) {
@@ -268,6 +269,7 @@ func headlessCLIs(modelURL string) map[string]string {
 // in the owner's directory, over the live mount and as an archive, and the
 // delegation is completed with the CLI's final words.
 func TestHeadlessCLIsEdit(t *testing.T) {
+	slow(t)
 	model := startScriptedModel(t, agentEdit)
 	a := setUpAgentsAtWork(t, model.url)
 	for name, cli := range headlessCLIs(model.url) {
@@ -301,6 +303,7 @@ func TestHeadlessCLIsEdit(t *testing.T) {
 // The owner's file holds Codex's edit, the delegation is completed, and
 // Claude Code's answer carries Codex's own final words back.
 func TestAgentDelegatesToAgent(t *testing.T) {
+	slow(t)
 	model := startScriptedModel(t, agentEdit)
 	a := setUpAgentsAtWork(t, model.url)
 	t.Setenv("PATH", binDir+":"+os.Getenv("PATH"))

@@ -99,6 +99,7 @@ func failCase(t *testing.T, c *ctl, dir, code string, args ...string) result {
 }
 
 func TestExportErrorCodes(t *testing.T) {
+	slow(t)
 	x := startExecutor(t, `echo fine`)
 	tokenX := startExecutor(t, `echo fine`, "--token", "s3cret")
 	failing := startExecutor(t, `echo "compiling"; echo "main.go:3: undefined: foo" >&2; exit 2`)
@@ -270,6 +271,7 @@ func TestInterruptCancels(t *testing.T) {
 // TestLeaseExpiresMidTask: a 2 s lease ends a task that would run for a
 // minute, on both transports, within 2 s of its end.
 func TestLeaseExpiresMidTask(t *testing.T) {
+	slow(t)
 	for _, transport := range []string{"archive", "sshfs"} {
 		t.Run(transport, func(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "agent.pid")
@@ -427,6 +429,7 @@ func post(t *testing.T, base string, msg any, wantStatus int) map[string]any {
 // finishes while no delegator runs; a new daemon adopts the delegation,
 // resumes the event stream and applies the result.
 func TestDaemonCrashLosesNothing(t *testing.T) {
+	slow(t)
 	x := startExecutor(t, `sleep 1; echo "made while the delegator was down" > late.txt; echo finished`)
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
@@ -468,6 +471,7 @@ func TestDaemonCrashLosesNothing(t *testing.T) {
 // TestOverdueLeaseExpiresOnNextLook: a lease that runs out while no
 // delegator process runs is expired by the next command that opens the store.
 func TestOverdueLeaseExpiresOnNextLook(t *testing.T) {
+	slow(t)
 	x := startExecutor(t, `sleep 60`)
 	c := newCtl(t)
 	dir := sampleWorkspace(t)

@@ -18,6 +18,7 @@ import (
 // a passing one leaves the tree as the base plus exactly its change, and
 // the other attempts' staging areas are gone.
 func TestAttemptsComparedAndOneApplied(t *testing.T) {
+	slow(t)
 	agents := []string{
 		`sed -i 's/^x = 1$/x = 2/' calc.txt; echo "x is two"`,
 		`sed -i 's/^x = 1$/x = 3/' calc.txt; echo "x is three"`,
@@ -121,6 +122,7 @@ func TestAttemptsComparedAndOneApplied(t *testing.T) {
 // killed (SIGKILL) while its agent works; that attempt ends alone (its
 // lease runs out), the other completes, and is applied.
 func TestAttemptsOutliveAKilledExecutor(t *testing.T) {
+	slow(t)
 	ok := startExecutor(t, `sleep 1; sed -i 's/^x = 1$/x = 2/' calc.txt; echo done`, "--transports", "archive")
 	doomed := startExecutor(t, `sleep 60`, "--transports", "archive")
 	c := newCtl(t)

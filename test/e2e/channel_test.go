@@ -13,6 +13,7 @@ import (
 // since when. The executor, started again, fails the task it lost, and
 // the delegation ends with that.
 func TestExecutorAwayIsShownNotFailed(t *testing.T) {
+	slow(t)
 	x := startExecutor(t, `while :; do sleep 0.1; done`)
 	c := newCtl(t)
 	exp := c.start("export", sampleWorkspace(t), "--peer", x.url, "--prompt", "p", "--transport", "archive", "--reconnect-bound", "60s")

@@ -84,6 +84,7 @@ func ownerKeyring(t *testing.T) {
 // verdicts stand. The same probes run unconfined as the owner reach
 // every one of those: the refusals are the sandbox's.
 func TestCheckRunsAsTheExecutorsAgent(t *testing.T) {
+	slow(t)
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Fatal("go is needed on PATH: the honest check is a go test")
 	}

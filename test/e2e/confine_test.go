@@ -22,6 +22,7 @@ import (
 // executor has been unreachable for the reconnect bound, and a restarted
 // awcp-fs cleans up.
 func TestAgentInheritsNoDescriptorAndDeadExecutorFails(t *testing.T) {
+	slow(t)
 	pids := t.TempDir()
 	x := startExecutor(t, `echo $$ > `+pids+`/$AWCP_DELEGATION_ID; exec sleep 300`)
 	c := newCtl(t)

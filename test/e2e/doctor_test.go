@@ -27,6 +27,7 @@ func doctorLine(out, what string) string {
 // others can read, a missing agent, a token not given, an executor that
 // cannot reach this machine's SSH port.
 func TestDoctor(t *testing.T) {
+	slow(t)
 	fsDoctor := func(args ...string) result {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(binDir, "awcp-fs"), append([]string{"doctor"}, args...)...)

@@ -86,6 +86,7 @@ func (n *node) identityKey(t *testing.T) string {
 // does not name — are never invited. A Kubernetes-style name (SRV records
 // alone, no PTR or TXT) is browsed too.
 func TestDNSFleet(t *testing.T) {
+	slow(t)
 	l := newLAN(t)
 	d := l.add("d", 2)
 	const domain = "fleet.test"

@@ -51,6 +51,7 @@ type editorTranscript struct {
 // works; closing the gateway's stdin ends it, and the executor is left
 // with no mount and no work dir.
 func TestEditorSessionThroughTheGateway(t *testing.T) {
+	slow(t)
 	x := sessionAgentExecutor(t)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
@@ -173,6 +174,7 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 // editor; a further turn works; a session/resume of an unknown session
 // is session_expired. The delegation was not ended meanwhile.
 func TestEditorSessionOutlivesItsGateway(t *testing.T) {
+	slow(t)
 	x := sessionAgentExecutor(t)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)

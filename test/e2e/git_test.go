@@ -31,6 +31,7 @@ echo "workdir: $PWD"`
 // executor received; the clone is gone at the end; a result over
 // --max-write-bytes is refused whole.
 func TestGitTransport(t *testing.T) {
+	slow(t)
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Fatal("the git transport's test needs git")
 	}
@@ -140,6 +141,7 @@ rm -f .git/HEAD; ln -s "$secret" .git/HEAD`
 // Cancelled mid-run and expired mid-run, a git delegation leaves nothing
 // on either side: no clone, no lent repository, nothing applied.
 func TestGitTransportEndsCleanly(t *testing.T) {
+	slow(t)
 	x := startExecutor(t, `echo "half" > half.txt; git add half.txt; git commit -qm half; sleep 60`, "--transports", "git")
 	c := newCtl(t)
 	c.serve()
@@ -212,6 +214,7 @@ func TestGitTransportStaged(t *testing.T) {
 // HEAD with their messages; the working tree stays as it was, and a path
 // the export hides is in none of them.
 func TestGitTransportBranchKeepsCommits(t *testing.T) {
+	slow(t)
 	agent := `set -e
 echo "history: $(git rev-list --count HEAD)"
 echo "line one" >> notes.txt; echo "PASSWORD=the-agents" > .env; git add notes.txt .env; git commit -qm "first: one line"
@@ -298,6 +301,7 @@ func TestGitTransportHistory(t *testing.T) {
 // branch; compare counts each one's lines, and applying one (with its
 // agent's commit) discards the other.
 func TestGitTransportAttempts(t *testing.T) {
+	slow(t)
 	var peers []string
 	for _, v := range []string{"2", "3"} {
 		x := startExecutor(t, `sed -i 's/^x = 1$/x = `+v+`/' calc.txt; git commit -qam "x is `+v+`"; echo "x is `+v+`"`, "--transports", "git")
@@ -350,6 +354,7 @@ func ownerGit(t *testing.T, ws string) func(args ...string) string {
 // Scopes over git: each executor's clone holds the whole directory, and
 // what it changes outside its scope does not come in.
 func TestGitTransportScopes(t *testing.T) {
+	slow(t)
 	agent := func(mine, other string) string {
 		return `echo "` + mine + `" > ` + mine + `/out.txt; echo intruder > ` + other + `/intrude.txt; git add -A; git commit -qm "both"`
 	}
@@ -376,6 +381,7 @@ func TestGitTransportScopes(t *testing.T) {
 // on the same SSH port: the repository is lent again, and the push at the
 // end comes in.
 func TestGitTransportSurvivesADaemonRestart(t *testing.T) {
+	slow(t)
 	x := startExecutor(t, `sleep 4; echo "after the restart" > late.txt`, "--transports", "git")
 	c := newCtl(t)
 	sshAddr := freeAddr(t)

@@ -109,6 +109,7 @@ func TestMountByHand(t *testing.T) {
 // mounts it; writes land in the lent directory and are audited; Ctrl-C on
 // lend ends the lease, and the mount with it.
 func TestLendByHand(t *testing.T) {
+	slow(t)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
 	startFile := filepath.Join(t.TempDir(), "START.json")

@@ -289,6 +289,7 @@ func (w *watcher) await(t *testing.T, within time.Duration, what string, ok func
 // offline (withdrawn) at once, one killed is offline once silent, well
 // within the records' TTL; and neither is dropped from the list.
 func TestLANDiscovery(t *testing.T) {
+	slow(t)
 	l := newLAN(t)
 	d := l.add("d", 1)
 	b, c := l.add("b", 2), l.add("c", 3)
@@ -380,6 +381,7 @@ exit 0
 // is, by the delegator before it asks. A person at A may use A's own
 // executor; A's agent may not.
 func TestLANCallChain(t *testing.T) {
+	slow(t)
 	l := newLAN(t)
 	a, b, c := l.add("a", 1), l.add("b", 2), l.add("c", 3)
 	script := filepath.Join(t.TempDir(), "agent.sh")
@@ -451,6 +453,7 @@ func TestLANCallChain(t *testing.T) {
 // TestLANPeerAuto: --peer auto chooses, among the executors found, one
 // that can mount, and the delegation runs over a live mount between hosts.
 func TestLANPeerAuto(t *testing.T) {
+	slow(t)
 	l := newLAN(t)
 	d, b, c := l.add("d", 1), l.add("b", 2), l.add("c", 3)
 	b.serve(t, `echo from-auto > note.txt`)
@@ -482,6 +485,7 @@ func TestLANPeerAuto(t *testing.T) {
 // with its peers tool and delegates to one by name; started inside a
 // delegation whose chain holds that executor, it refuses.
 func TestLANMCP(t *testing.T) {
+	slow(t)
 	l := newLAN(t)
 	d, b := l.add("d", 1), l.add("b", 2)
 	b.serve(t, `echo by-mcp > note.txt`, "--transports", "archive")
@@ -603,6 +607,7 @@ func advertiseAsAttacker(spec string) int {
 // the same attacker's advertisement of its own address is heard, so the
 // attack did reach the delegator.
 func TestLANAdvertisementCannotAimTheBrowser(t *testing.T) {
+	slow(t)
 	l := newLAN(t)
 	d, x := l.add("d", 1), l.add("x", 9)
 	const decoy, aimed = "dec0dec0-0000-4000-8000-000000000001", "a1a1a1a1-0000-4000-8000-000000000002"
@@ -658,6 +663,7 @@ func TestLANAdvertisementCannotAimTheBrowser(t *testing.T) {
 // impostor never receives an INVITE (so never a token or a credential);
 // named by its own id, it is refused until the user trusts its key.
 func TestLANImpostorGetsNothing(t *testing.T) {
+	slow(t)
 	l := newLAN(t)
 	d, b, x := l.add("d", 1), l.add("b", 2), l.add("x", 9)
 	b.serve(t, `echo from-b > note.txt`, "--transports", "archive", "--token-file", tokenFileFor(t))

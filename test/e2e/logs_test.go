@@ -14,6 +14,7 @@ import (
 // with the delegation (exit 0 for completed); `output` and `status
 // --json` carry the lines too.
 func TestFollowABackgroundDelegation(t *testing.T) {
+	slow(t)
 	x := startExecutor(t, `for i in 1 2 3 4; do echo "step $i of 4"; sleep 0.7; done; echo "all done"`)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
@@ -66,6 +67,7 @@ func TestFollowABackgroundDelegation(t *testing.T) {
 // its delegation runs on at the executor, and the daemon started again
 // takes it over to its end.
 func TestStopTheDaemon(t *testing.T) {
+	slow(t)
 	x := startExecutor(t, `sleep 3; echo done > stopped.txt`)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)

@@ -176,6 +176,7 @@ func (tr *mcpTranscript) check(t *testing.T) {
 // TypeScript SDK's client, without a daemon: the delegations run in the MCP
 // server's process, live-mounted through its own SSH server.
 func TestMCPWithTypeScriptClient(t *testing.T) {
+	slow(t)
 	modules := nodeModules(t, mcpSDK)
 	x := startExecutor(t, greetingAgent, "--name", "greeter", "--skill", "greetings: writes greeting files")
 	c := newCtl(t)
@@ -305,6 +306,7 @@ func TestMCPWithTypeScriptClient(t *testing.T) {
 // With an `awcp-ctl serve` daemon running, the MCP server hands it the
 // delegations: they survive the MCP client.
 func TestMCPUsesTheDaemon(t *testing.T) {
+	slow(t)
 	modules := nodeModules(t, mcpSDK)
 	x := startExecutor(t, greetingAgent)
 	c := newCtl(t)

@@ -108,6 +108,7 @@ func goWorkspace(t *testing.T) string {
 }
 
 func TestLiveMountRoundTrip(t *testing.T) {
+	slow(t)
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Fatal("git is needed by this test (.ci/run installs it)")
 	}
@@ -262,6 +263,7 @@ func TestLiveMountSymlinkEscapes(t *testing.T) {
 }
 
 func TestLiveMountEndsOnCancelAndExpiry(t *testing.T) {
+	slow(t)
 	for _, how := range []string{"cancel", "expiry"} {
 		t.Run(how, func(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "agent.pid")
@@ -299,6 +301,7 @@ func TestLiveMountEndsOnCancelAndExpiry(t *testing.T) {
 // re-dials, the agent only stalls, and the delegation completes with all of
 // the agent's writes on disk.
 func TestDelegatorCrashMidMount(t *testing.T) {
+	slow(t)
 	for _, staged := range []bool{false, true} {
 		name := "auto"
 		if staged {
@@ -416,6 +419,7 @@ func TestExecutorCrashMidTask(t *testing.T) {
 // bound, and the executor tears the mount down at the lease's end at the
 // latest.
 func TestDelegatorGoneForGood(t *testing.T) {
+	slow(t)
 	pidFile := filepath.Join(t.TempDir(), "agent.pid")
 	x := startExecutor(t, `echo $$ > `+pidFile+`; while :; do ls >/dev/null 2>&1; sleep 0.1; done`)
 	c := newCtl(t)

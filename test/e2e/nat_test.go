@@ -77,6 +77,7 @@ func (l *lan) route(n, router *node) {
 // at the task's end and at the lease's expiry like a forward one, leaving
 // no mount, work dir or connection behind.
 func TestLANReverseLiveMount(t *testing.T) {
+	slow(t)
 	l := newLAN(t)
 	x := l.add("x", 2)
 	fails := filepath.Join(t.TempDir(), "fails")
@@ -202,6 +203,7 @@ func (x *node) nothingLeft(t *testing.T, peer *node) {
 // the reverse connections again and the agent's mount works, as a
 // forward mount would after the same cut.
 func TestLANReverseLiveMountSurvivesACut(t *testing.T) {
+	slow(t)
 	l := newLAN(t)
 	x := l.add("x", 2)
 	x.serve(t, `n=0; while :; do [ -e stop ] && break; n=$((n+1)); echo $n > count.txt 2>/dev/null; sleep 0.05; done; echo finished > result.txt`)

@@ -18,6 +18,7 @@ const orphanAgent = `case "$AWCP_PROMPT" in wait) echo waiting; sleep 60;; *) ec
 // serve (an archive delegation runs to its end, its result applied) and
 // ends the rest (a live mount whose SSH server died with the export).
 func TestDeadExportDoesNotKeepItsDirectory(t *testing.T) {
+	slow(t)
 	t.Run("no daemon: the next export ends it", func(t *testing.T) {
 		// The dead export's SSH server went with it: what the mount still
 		// owes it waits for it only this long.
@@ -86,6 +87,7 @@ func TestDeadExportDoesNotKeepItsDirectory(t *testing.T) {
 // An export whose output is a pipe closed early (`| head`) goes on to the
 // end of its delegation: SIGPIPE does not kill it.
 func TestExportOutlivesAClosedPipe(t *testing.T) {
+	slow(t)
 	x := startExecutor(t, `echo one; echo two; sleep 1; `+orphanAgent)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)

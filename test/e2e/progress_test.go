@@ -39,6 +39,7 @@ func openPTY(t *testing.T) (controller, term *os.File) {
 // workspace going out and the result coming back, redrawn in place; piped,
 // it shows neither.
 func TestExportProgressBar(t *testing.T) {
+	slow(t)
 	x := startExecutor(t, `head -c 3000000 /dev/urandom > result.bin`)
 	dir := t.TempDir()
 	big := make([]byte, 6<<20)

@@ -20,6 +20,7 @@ import (
 // machine. Every command must succeed, the agent's line must land in the
 // lent file, and nothing may stay mounted.
 func TestReadmeQuickStart(t *testing.T) {
+	slow(t)
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -198,6 +199,7 @@ func TestDemo(t *testing.T) {
 // second turn, and the close; the workspace holds both turns' writes, and
 // nothing of the demo is left behind.
 func TestDemoACP(t *testing.T) {
+	slow(t)
 	modules, _ := sessionAgentScript(t)
 	_, port, _ := strings.Cut(freeAddr(t), ":")
 	tmp := t.TempDir()

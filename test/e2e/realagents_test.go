@@ -41,6 +41,7 @@ var realAgentPackages = []string{"@agentclientprotocol/claude-agent-acp@0.101.0"
 // words; and `export --session new` fails (exit 1, state error) with the
 // agent's own auth error as text, within seconds.
 func TestRealAgents(t *testing.T) {
+	slow(t)
 	modules := nodeModules(t, realAgentPackages...)
 	bin := filepath.Join(modules, "node_modules", ".bin")
 	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
@@ -177,6 +178,7 @@ var hostPackages = []string{"@anthropic-ai/claude-code@2.1.332", "@openai/codex@
 // --agent-cmd: with no credentials, the delegation fails in the CLI's own
 // words (Claude Code's "Not logged in" is on its stdout).
 func TestHostsAndHeadlessCLIs(t *testing.T) {
+	slow(t)
 	modules := nodeModules(t, hostPackages...)
 	home := t.TempDir()
 	project := filepath.Join(home, "project")

@@ -23,6 +23,7 @@ import (
 // editor's session/new on the ungranted executor fails with the agent's
 // own words and the same hint — not "the channel closed".
 func TestSandboxedAgentSaysWhatItNeeds(t *testing.T) {
+	slow(t)
 	modules, hoisted := sessionAgentScript(t)
 	script := filepath.Join(modules, "agent", filepath.Base(hoisted))
 	os.MkdirAll(filepath.Dir(script), 0o755)
@@ -128,6 +129,7 @@ func TestBrokenAgentIsSaidAtInitialize(t *testing.T) {
 // The editor's initialize through `awcp-ctl acp` gets the agent's own
 // name and auth methods.
 func TestAgentFindsItsCredentialsAsServeStartsIt(t *testing.T) {
+	slow(t)
 	daemonHome, agentCmd := homeAgent(t, "tok-123")
 	grant := filepath.Join(daemonHome, ".fakeagent") + ":rw"
 	doctor := func(extra ...string) (int, string) {
@@ -171,6 +173,7 @@ func TestAgentFindsItsCredentialsAsServeStartsIt(t *testing.T) {
 // the agent cannot run headless fails session/new in the agent's words,
 // saying where it ran.
 func TestAuthenticateRunsOnTheExecutor(t *testing.T) {
+	slow(t)
 	daemonHome, agentCmd := homeAgent(t, "tok-9")
 	x := startExecutor(t, "", "--agent-acp", agentCmd, "--sandbox-allow", filepath.Join(daemonHome, ".fakeagent"))
 	c := newCtl(t)

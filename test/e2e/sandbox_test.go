@@ -30,6 +30,7 @@ import (
 // neither sees the first delegation in the executor's status nor reads
 // its events nor cancels it: a delegation is its delegator's alone.
 func TestAgentSandbox(t *testing.T) {
+	slow(t)
 	script, err := filepath.Abs(filepath.Join("testdata", "sandbox_agent.sh"))
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 // delegator's memory after admission's and the watch's walks, are logged;
 // `make bench` is where speed is judged.
 func TestLargeTreeWatched(t *testing.T) {
+	slow(t)
 	ws := filepath.Join(t.TempDir(), "monorepo")
 	deep := ws
 	for i := range 30 {

@@ -16,6 +16,7 @@ import (
 // A later export whose scope overlaps a running one waits with --wait,
 // and starts once that one ended.
 func TestScopesSplitATask(t *testing.T) {
+	slow(t)
 	agent := func(mine, other string) string {
 		return `date +%s.%N > ` + mine + `/start; printf '%s' "$AWCP_PROMPT" > ` + mine + `/prompt.txt; sleep 2; echo "` + mine + `" > ` + mine + `/out.txt; ` +
 			`echo intruder > ` + other + `/intrude.txt 2>/dev/null; date +%s.%N > ` + mine + `/end; echo "did ` + mine + `"`

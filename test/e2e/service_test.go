@@ -46,6 +46,7 @@ func execStart(t *testing.T, unit string) []string {
 // units and settings where the units look for them, keeping settings an
 // operator edited.
 func TestServiceFiles(t *testing.T) {
+	slow(t)
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
 		t.Fatal("systemd-analyze is needed by this test (.ci/run installs systemd)")

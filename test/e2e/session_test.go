@@ -80,6 +80,7 @@ type mcpSessionTranscript struct {
 // ends it, and a turn after that is session_expired. The executor is left
 // with nothing.
 func TestSessionOverMCP(t *testing.T) {
+	slow(t)
 	x := sessionAgentExecutor(t)
 	mcpModules := nodeModules(t, mcpSDK)
 	c := newCtl(t)
@@ -177,6 +178,7 @@ func TestSessionOverMCP(t *testing.T) {
 // `close` ends it — done, the executor left with nothing — and a turn
 // after that is refused as expired.
 func TestSessionFromTheCommandLine(t *testing.T) {
+	slow(t)
 	x := sessionAgentExecutor(t)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
@@ -305,6 +307,7 @@ func TestSessionFromTheCommandLine(t *testing.T) {
 // next turn still works in the mount: it connected again with the
 // renewed certificate. The record shows each renewal.
 func TestSessionOutlivesItsLease(t *testing.T) {
+	slow(t)
 	x := sessionAgentExecutor(t, "--max-ttl", "6s")
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
@@ -397,6 +400,7 @@ func TestSessionToATaskExecutor(t *testing.T) {
 // by itself once its last delegation has ended (here after 2 s idle:
 // AWCP_DAEMON_IDLE), where it ran on unseen.
 func TestStartedDaemonGoesWhenIdle(t *testing.T) {
+	slow(t)
 	x := sessionAgentExecutor(t)
 	c := newCtl(t)
 	c.env = append(c.env, "AWCP_DAEMON_IDLE=2s")
@@ -435,6 +439,7 @@ func TestSessionThatFailsToOpenFailsInJSON(t *testing.T) {
 // permission decision ends completed, and its record says what happened —
 // closed with that request unanswered — whatever the agent's last words.
 func TestSessionClosedWhileItAsks(t *testing.T) {
+	slow(t)
 	x := sessionAgentExecutor(t)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)

@@ -54,6 +54,7 @@ func skillFolders(t *testing.T, dir string) map[string]string {
 // loses its skill; the user's own skills are never touched; and `peers
 // --watch --skills` does the same as executors come and go.
 func TestSkillsForTrustedExecutors(t *testing.T) {
+	slow(t)
 	modules := nodeModules(t, skillsRef)
 	names := []string{"Build Box", "gpu-runner", "docs"}
 	var xs []*executor

@@ -325,6 +325,7 @@ func footprint(t *testing.T, metricsAddr string) executorFootprint {
 }
 
 func TestSoak(t *testing.T) {
+	slow(t)
 	if _, err := exec.LookPath("fio"); err != nil {
 		t.Fatal("the soak needs fio (.ci/run installs it)")
 	}

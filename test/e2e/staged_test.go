@@ -44,6 +44,7 @@ func stagedWorkspace(t *testing.T) string {
 // twice; a second delegation's discard leaves its directory as it was and
 // refuses a later apply.
 func TestStagedResult(t *testing.T) {
+	slow(t)
 	for _, transport := range []string{"sshfs", "archive"} {
 		t.Run(transport, func(t *testing.T) {
 			live := transport == "sshfs"
@@ -240,6 +241,7 @@ type snapshotsTranscript struct {
 // result, which then cannot be applied. The workspaces change only by the
 // apply.
 func TestSnapshotToolsOverMCP(t *testing.T) {
+	slow(t)
 	modules := nodeModules(t, mcpSDK)
 	release := filepath.Join(t.TempDir(), "release")
 	x := startExecutor(t, `case "$AWCP_PROMPT" in *wait*) while [ ! -e `+release+` ]; do sleep 0.1; done;; esac

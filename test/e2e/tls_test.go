@@ -97,6 +97,7 @@ func tokenFile(t *testing.T, token string) string {
 // key, without a token, while a stranger with no token or a wrong one is
 // refused.
 func TestPeersSpeakTLSPinnedToTheirKeys(t *testing.T) {
+	slow(t)
 	const token, secret, prompt = "tok-8c1f2e", "workspace-secret-5d7a", "prompt-words-93b2"
 	x := startTLSExecutor(t, `cat notes.txt > seen.txt; echo done`, "--token-file", tokenFile(t, token), "--transports", "archive")
 	key := x.key(t)

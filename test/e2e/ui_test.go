@@ -213,6 +213,7 @@ func jsString(s string) string { return fmt.Sprintf("%q", s) }
 // URL with the token; the browser, opening that file, lands on the page
 // with its session (startUIVia checks each step).
 func TestUIOpenKeepsTheTokenOffCommandLines(t *testing.T) {
+	slow(t)
 	c := newCtl(t)
 	p := startUIVia(t, c, true, "")
 	if got := p.eval(t, `location.href`); got != p.origin+"/#/" {
@@ -238,6 +239,7 @@ func TestUIOpenKeepsTheTokenOffCommandLines(t *testing.T) {
 // of the token and its POST is refused; clicking Apply changes the file on disk; a permission
 // request answered from the page reaches the agent. Screenshots are kept.
 func TestUIInABrowser(t *testing.T) {
+	slow(t)
 	const evil = `<img src=x onerror=alert(1)>.txt`
 	x := startExecutor(t, `sleep 2; printf 'hello from the agent\n' > greeting.txt; printf '<b>bold</b><script>alert(2)</script>\n' > '`+evil+`'`)
 	c := newCtl(t)
@@ -426,6 +428,7 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Authorization": "B
 // after a click. The page marks an ended delegation alike in the list and
 // on its own page.
 func TestUIStopsAndClips(t *testing.T) {
+	slow(t)
 	long := strings.Repeat("the agent's long complaint on stderr, line after line; ", 40)
 	slow := startExecutor(t, `echo started; sleep 60`)
 	failing := startExecutor(t, `printf '%s\n' "`+long+`" >&2; exit 3`)

@@ -20,6 +20,7 @@ import (
 // connections and backs off; it does not park connection after
 // connection (19,012 descriptors in 20 s before).
 func TestReverseKeeperBoundedAgainstASilentExecutor(t *testing.T) {
+	slow(t)
 	opened, peak := againstSilentExecutor(t, 5*time.Second)
 	if peak > maxTunnelServing+1 {
 		t.Errorf("%d connections to a silent executor were held at once, want at most %d", peak, maxTunnelServing+1)
