@@ -83,8 +83,13 @@ func (e *env) choosePeers(ctx context.Context, c *cli.Context, req delegator.Exp
 }
 
 func (e *env) resolvePeer(ctx context.Context, c *cli.Context, req *delegator.ExportRequest) error {
-	if strings.HasPrefix(req.Peer, delegator.PeerPrefixA2A) {
-		return nil // an A2A agent, named by its URL; the delegator checks it
+	if u, ok := strings.CutPrefix(req.Peer, delegator.PeerPrefixA2A); ok {
+		// An A2A agent, named by its URL; the delegator checks it. A key
+		// trusted at that URL pins it, as an executor's.
+		if req.PeerKey == "" && isURL(u) {
+			_, req.PeerKey = e.browser(c).KeyAt(u)
+		}
+		return nil
 	}
 	if isURL(req.Peer) {
 		// A URL the user trusted a key at (`peers trust URL`) is reached

@@ -290,3 +290,58 @@ func (l *lockedLog) String() string {
 	defer l.mu.Unlock()
 	return l.buf.String()
 }
+
+// TestA2APeerPinnedLikeAnyExecutor: `--peer a2a:https://…` to awcp's own
+// A2A face, which shows its identity key and no certificate a CA signed,
+// is reached pinned to that key — given with --peer-key, or trusted at the
+// URL with `peers trust` — as an executor is; an impostor at that URL with
+// another key hears nothing: no task, no workspace, no token.
+func TestA2APeerPinnedLikeAnyExecutor(t *testing.T) {
+	slow(t)
+	const token = "a2a-pinned-token-77c1"
+	x := startTLSExecutor(t, a2aAgent, "--token-file", tokenFile(t, token), "--transports", "archive")
+	key := x.key(t)
+	c := newCtl(t)
+	c.tls = true
+	export := func(dir string, extra ...string) result {
+		t.Helper()
+		return c.run(append([]string{"export", dir, "--token-file", tokenFile(t, token), "--prompt", "tidy"}, extra...)...)
+	}
+	workspace := func() string {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "a.txt"), []byte("old a\n"), 0o644)
+		return dir
+	}
+	// By --peer-key.
+	dir := workspace()
+	if r := export(dir, "--peer", "a2a:"+x.url, "--peer-key", key); r.code != 0 {
+		t.Fatalf("export to the A2A face over TLS with --peer-key: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "a.txt")); string(b) != "changed by the agent\n" {
+		t.Errorf("a.txt after the pinned A2A delegation: %q", b)
+	}
+	// By the key trusted at its URL.
+	if r := c.run("peers", "trust", x.url, "--key", key); r.code != 0 {
+		t.Fatalf("peers trust: exit %d\n%s", r.code, r.stderr)
+	}
+	dir = workspace()
+	if r := export(dir, "--peer", "a2a:"+x.url); r.code != 0 {
+		t.Fatalf("export to the A2A face trusted at its URL: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "a.txt")); string(b) != "changed by the agent\n" {
+		t.Errorf("a.txt after the trusted A2A delegation: %q", b)
+	}
+	// An impostor: another executor, the real one's key pinned.
+	impostor := startTLSExecutor(t, `echo pwned > pwned.txt`, "--transports", "archive")
+	dir = workspace()
+	r := export(dir, "--peer", "a2a:"+impostor.url, "--peer-key", key)
+	if r.code != 2 || !strings.Contains(r.stderr, "error USAGE: the agent shows key") || !strings.Contains(r.stderr, "nothing was sent") {
+		t.Fatalf("export to an impostor's A2A face: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if strings.Contains(impostor.log.String(), "a2a") && strings.Contains(impostor.log.String(), "task") {
+		t.Errorf("the impostor heard a task:\n%s", impostor.log)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pwned.txt")); err == nil {
+		t.Error("the impostor's agent ran on the workspace")
+	}
+}

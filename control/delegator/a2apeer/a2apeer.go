@@ -91,7 +91,7 @@ func (p *Peer) client(ctx context.Context, del *lease.Delegation) (_ *a2aclient.
 			sp.close()
 		}
 	}()
-	hc := &http.Client{Transport: &bounded{next: http.DefaultTransport, token: del.Token, max: maxResult*4/3 + 1<<20,
+	hc := &http.Client{Transport: &bounded{next: transportFor(del), token: del.Token, max: maxResult*4/3 + 1<<20,
 		workspace: p.sentFile(del.ID), spools: sp},
 		CheckRedirect: control.SameServerRedirects}
 	card, err := agentcard.NewResolver(hc).Resolve(ctx, del.Peer)
@@ -114,6 +114,20 @@ func (p *Peer) client(ctx context.Context, del *lease.Delegation) (_ *a2aclient.
 		return nil, nil, control.Errorf(control.CodeTaskFailed, "the agent at %s speaks no A2A transport this delegator does (JSON-RPC): %v", del.Peer, err)
 	}
 	return c, sp, nil
+}
+
+// transportFor is how del's agent is reached: pinned to its key where one
+// is given or trusted for its URL (--peer-key, `awcp-ctl peers trust`),
+// as an executor is — awcp's own A2A face shows its identity key, not a
+// certificate a CA signed; else the system's certificate authorities.
+func transportFor(del *lease.Delegation) http.RoundTripper {
+	if del.PeerKey == "" {
+		return http.DefaultTransport
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = control.PinnedClientConfig(del.PeerKey, nil)
+	tr.ForceAttemptHTTP2 = false
+	return tr
 }
 
 // sameServer says whether b is the server a is: the same scheme, port
@@ -215,6 +229,13 @@ func fatal(err error) error {
 	var pe *control.ProtocolError
 	if errors.As(err, &pe) {
 		return pe
+	}
+	var unpinned *control.UnpinnedError
+	if errors.As(err, &unpinned) {
+		// The key to trust is the user's to settle: nothing was sent.
+		return control.Errorf(control.CodeUsage, "the agent shows key %s, not the one trusted for it (%s); nothing was sent to it",
+			control.Fingerprint(unpinned.Seen), control.Fingerprint(unpinned.Pinned)).
+			WithHint("compare with what `awcp-fs id` prints there; if it is the agent's, run again with --peer-key '" + unpinned.Seen + "'")
 	}
 	var refused *refusedError
 	if errors.As(err, &refused) {
