@@ -141,6 +141,27 @@ func soakAgent(journal string) int {
 	return 0
 }
 
+// journalShowsWork reports whether the journal's complete lines show a
+// fio file and a tree operation finished.
+func journalShowsWork(journal string) bool {
+	b, _ := os.ReadFile(journal)
+	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+		b = b[:i+1]
+	} else {
+		return false
+	}
+	var fio, tree bool
+	for _, l := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(l, "fio "):
+			fio = true
+		case strings.HasPrefix(l, "put "), strings.HasPrefix(l, "app "), strings.HasPrefix(l, "mv "), strings.HasPrefix(l, "rm "), strings.HasPrefix(l, "absent "):
+			tree = true
+		}
+	}
+	return fio && tree
+}
+
 // soakFile is what the journal says of one name: its bytes, absent, or
 // unknown (an operation on it did not finish).
 type soakFile struct {
@@ -403,7 +424,19 @@ func TestSoak(t *testing.T) {
 		exp := c.start("export", ws, "--peer", x.url, "--prompt", "soak", "--ssh-listen", "127.0.0.1:0")
 		journal := filepath.Join(journalDir, c.waitState("", "running").ID)
 		waitFile(t, journal)
+		// Killed once the agent has shown it works — a fio file and a
+		// tree operation finished — not after a fixed time: fio's
+		// streams and the tree's fsyncs share the mount, and a slow
+		// machine may finish neither in the first seconds.
+		start := time.Now()
 		time.Sleep(min(duration/2, 10*time.Second))
+		for !journalShowsWork(journal) {
+			if time.Since(start) > 90*time.Second {
+				b, _ := os.ReadFile(journal)
+				t.Fatalf("the agent finished no fio file or no tree operation in 90 s; its journal:\n%s", b)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 		x.crash(t)
 		exp.Wait()
 		if exp.ProcessState.ExitCode() != 1 || !strings.Contains(exp.stderr.String(), "error TASK_FAILED") ||
