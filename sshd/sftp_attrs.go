@@ -38,14 +38,15 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 	// directory swapped in after the check reaches nothing hidden, nor
 	// anything of git's.
 	pinned := ""
-	byPath := f == nil
+	real := name // the kernel's path of the file acted on, where by path
 	if f == nil {
 		pf, plain, err := s.fast.openFile(name, pinFlags(a.Flags&wire.AttrSize != 0), 0)
 		if err != nil {
 			return err
 		}
 		defer pf.Close()
-		real, hidden := s.opened(pf, name, plain)
+		var hidden bool
+		real, hidden = s.opened(pf, name, plain)
 		if hidden {
 			return &hiddenAt{real}
 		}
@@ -72,10 +73,6 @@ func (s *sftpServer) setstat(name string, f *os.File, a wire.FileAttrs, decodeEr
 			return err
 		}
 		st, _ := fi.Sys().(*syscall.Stat_t)
-		real := name
-		if byPath {
-			real = s.realName(name)
-		}
 		if st != nil {
 			if err := s.shrinks(real, st, a.Size); err != nil {
 				return err
