@@ -11,13 +11,17 @@ build:
 
 # Everything: unit tests with the race detector, the Kubernetes manifests
 # against the API types (a module of its own), then the end-to-end suite
-# against the built binaries (about 7 minutes here; its timeout leaves
-# room for a first run's npm installs of the real agents, 1.5 GB).
+# against the built binaries; its timeout leaves room for a first run's
+# npm installs of the real agents, 1.5 GB. The e2e tests that share
+# nothing run E2E_PARALLEL at a time (parallel(t)), after those that must
+# run alone (alone(t, why)); see docs/testing.md.
+E2E_PARALLEL ?= 4
+E2E = $(GO) test -count=1 -timeout 15m -parallel $(E2E_PARALLEL) ./test/e2e/...
 test: build cross
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 10m $$($(GO) list ./... | grep -v /test/e2e)
 	cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -count=1 ./...
-	AWCP_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 15m ./test/e2e/...
+	AWCP_BIN_DIR=$(BIN) $(E2E)
 
 # The fleet on a real single-node Kubernetes (deploy/kubernetes/e2e, a
 # module of its own): builds the cluster's components (kept in
@@ -39,20 +43,20 @@ test-portable:
 	$(GO) build -tags awcp_portable -ldflags '$(LDFLAGS)' -o $(BIN)/portable/ ./cmd/awcp-ctl ./cmd/awcp-fs
 	$(GO) test -tags awcp_portable -count=1 ./sshd/... ./internal/treewalk/... \
 		-skip '$(LINUX_OWN)'
-	AWCP_BIN_DIR=$(BIN)/portable $(GO) test -count=1 -timeout 15m ./test/e2e/...
+	AWCP_BIN_DIR=$(BIN)/portable $(E2E)
 
 # The loop while working: the unit tests without the race detector, and
 # the end-to-end tests that take under a second each (the others call
 # slow(t), which go test -short skips). make test runs everything.
 test-short: build
 	$(GO) test -short -count=1 $$($(GO) list ./... | grep -v /test/e2e)
-	AWCP_BIN_DIR=$(BIN) $(GO) test -short -count=1 -timeout 5m ./test/e2e/...
+	AWCP_BIN_DIR=$(BIN) $(GO) test -short -count=1 -timeout 5m -parallel $(E2E_PARALLEL) ./test/e2e/...
 
 unit:
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/e2e)
 
 e2e: build
-	AWCP_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout 15m ./test/e2e/...
+	AWCP_BIN_DIR=$(BIN) $(GO) test -count=1 -v -timeout 15m -parallel $(E2E_PARALLEL) ./test/e2e/...
 
 # The chaos soak: an agent writes on the live mount (fio with crc32c, a
 # journalled tree) while the delegator is frozen, killed and restarted and

@@ -209,6 +209,7 @@ echo "changed by the agent" > a.txt; echo made > made.txt; rm -f gone.txt; echo 
 // refused before anything runs, and a key it did authorize is admitted.
 func TestA2AGoClient(t *testing.T) {
 	slow(t)
+	parallel(t)
 	const token = "a2a-token-5e1d"
 	_, trustedKey, _ := ed25519.GenerateKey(rand.Reader)
 	_, strangerKey, _ := ed25519.GenerateKey(rand.Reader)
@@ -334,6 +335,7 @@ func TestA2AGoClient(t *testing.T) {
 // where it was (nothing streamed twice) and completes with what the
 // permission allowed.
 func TestA2AInputRequired(t *testing.T) {
+	parallel(t)
 	x := acpExecutor(t, "--permission", "forward", "--transports", "archive")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -408,6 +410,7 @@ func jsFiles(parts []map[string]any) map[string]string {
 // nothing of the first's.
 func TestA2AJSClient(t *testing.T) {
 	slow(t)
+	parallel(t)
 	const token, other = "a2a-js-token-7c2b", "a2a-js-other-0d5a"
 	x := startExecutor(t, a2aAgent, "--token-file", tokenFile(t, token+"\n"+other), "--transports", "archive")
 	modules := nodeModules(t, a2aJS)
@@ -454,6 +457,7 @@ func TestA2AJSClient(t *testing.T) {
 // the JavaScript SDK's client.
 func TestA2AJSClientAnswersAPermission(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := acpExecutor(t, "--permission", "forward", "--transports", "archive")
 	modules := nodeModules(t, a2aJS)
 	ws, sum := zipOf(t, map[string]string{"README.md": "# Sample\n", "docs/.keep": ""})
@@ -479,6 +483,7 @@ func TestA2AJSClientAnswersAPermission(t *testing.T) {
 // read, follow, cancel or answer on either face, and B's status lists
 // nothing of A's; A itself still can.
 func TestA2ATokenHoldersKeepApart(t *testing.T) {
+	parallel(t)
 	const tokenA, tokenB = "a2a-holder-a-41f0", "a2a-holder-b-9c3e"
 	x := startTLSExecutor(t, a2aAgent, "--token-file", tokenFile(t, tokenA+"\n"+tokenB), "--transports", "archive")
 	key := x.key(t)

@@ -82,6 +82,7 @@ func tail(s string, n int) string {
 // by diff, then applied), both ids are kept in the record; a permission
 // the agent asks is answered with `awcp-ctl permit`, as for an AWCP peer.
 func TestExportToAnA2AExecutor(t *testing.T) {
+	parallel(t)
 	const token = "a2a-peer-token-1f3e"
 	x := startExecutor(t, a2aAgent, "--token-file", tokenFile(t, token), "--transports", "archive")
 	c := newCtl(t)
@@ -154,6 +155,7 @@ func TestExportToAnA2AExecutor(t *testing.T) {
 // `awcp-ctl permit` from another process.
 func TestExportToAnA2AExecutorAsksPermission(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := acpExecutor(t, "--permission", "forward", "--transports", "archive")
 	c := newCtl(t)
 	dir := t.TempDir()
@@ -188,6 +190,7 @@ func TestExportToAnA2AExecutorAsksPermission(t *testing.T) {
 // names out of the directory and the one by URI are not, and what it says
 // it removed goes; its failure reaches the user in its own words.
 func TestExportToAnA2AAgentOnTheJSSDK(t *testing.T) {
+	parallel(t)
 	const token = "js-agent-token-33a1"
 	modules := nodeModules(t, a2aJS, "express@5.1.0")
 	port := startNode(t, modules, "a2a_agent.mjs", []string{"A2A_TOKEN=" + token})
@@ -235,6 +238,7 @@ func TestExportToAnA2AAgentOnTheJSSDK(t *testing.T) {
 // failed delegation.
 func TestExportToGeminiCLIA2AServer(t *testing.T) {
 	slow(t)
+	parallel(t)
 	modules := nodeModules(t, geminiA2A)
 	l := newLAN(t)
 	n := l.add("gem", 2)
@@ -298,6 +302,7 @@ func (l *lockedLog) String() string {
 // another key hears nothing: no task, no workspace, no token.
 func TestA2APeerPinnedLikeAnyExecutor(t *testing.T) {
 	slow(t)
+	parallel(t)
 	const token = "a2a-pinned-token-77c1"
 	x := startTLSExecutor(t, a2aAgent, "--token-file", tokenFile(t, token), "--transports", "archive")
 	key := x.key(t)

@@ -45,6 +45,7 @@ func (c *ctl) only() delegation {
 // mount: updates, confined file callbacks, terminals, the permission.
 func TestACPAgentAutoPolicy(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := acpExecutor(t, "--permission", "auto")
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
@@ -98,6 +99,7 @@ func TestACPAgentAutoPolicy(t *testing.T) {
 // offered no terminal.
 func TestACPAgentDenyPolicy(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := acpExecutor(t, "--permission", "deny", "--allow-exec=false")
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
@@ -124,6 +126,7 @@ func TestACPAgentDenyPolicy(t *testing.T) {
 // `awcp-ctl permit`.
 func TestACPAgentForwardPolicy(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := acpExecutor(t, "--permission", "forward")
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
@@ -192,6 +195,7 @@ func TestACPAgentForwardPolicy(t *testing.T) {
 // record says so.
 func TestACPPermissionTimeout(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := acpExecutor(t, "--permission", "forward", "--permission-timeout", "1s")
 	c := newCtl(t)
 	r := c.run("export", sampleWorkspace(t), "--peer", x.url, "--prompt", "work on it")
@@ -207,6 +211,7 @@ func TestACPPermissionTimeout(t *testing.T) {
 // Cancel mid-turn: the agent hears session/cancel and ends its turn
 // cancelled; nothing is left on the executor.
 func TestACPCancelMidTurn(t *testing.T) {
+	alone(t, "sets the test process's environment (t.Setenv) for what it starts")
 	markers := t.TempDir()
 	t.Setenv("ACP_MARKER_DIR", markers) // awcp-fs's, named for its agent
 	x := acpExecutor(t, "--agent-env", "ACP_MARKER_DIR")
@@ -232,6 +237,7 @@ func TestACPCancelMidTurn(t *testing.T) {
 // refuses fails it with the reason.
 func TestACPAgentCrashAndRefusal(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := acpExecutor(t)
 	c := newCtl(t)
 	dir := sampleWorkspace(t)

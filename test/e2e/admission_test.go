@@ -15,6 +15,7 @@ import (
 // archive of it.
 func TestAdmissionFitsTheTransport(t *testing.T) {
 	slow(t)
+	parallel(t)
 	ws := filepath.Join(t.TempDir(), "big")
 	for d := range 120 {
 		dir := filepath.Join(ws, fmt.Sprintf("pkg%03d", d))

@@ -24,6 +24,7 @@ git init -q "$TMPDIR/r" && cd "$TMPDIR/r" && echo a > a && git add a && git comm
 // commit` works in every agent: it has an identity.
 func TestAgentCachesAreTheDelegators(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := startTLSExecutor(t, cacheAgent, "--transports", "archive")
 	a := newCtl(t)
 	a.tls = true

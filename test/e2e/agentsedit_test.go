@@ -156,6 +156,7 @@ func auditWrote(t *testing.T, c *ctl, id, how string) {
 // left running.
 func TestRealAgentsEdit(t *testing.T) {
 	slow(t)
+	alone(t, "sets HOME and PATH (t.Setenv) for the real agents' CLIs it starts")
 	model := startScriptedModel(t, agentEdit)
 	a := setUpAgentsAtWork(t, model.url)
 	for _, ag := range realAgentsAtWork(model.url) {
@@ -270,6 +271,7 @@ func headlessCLIs(modelURL string) map[string]string {
 // delegation is completed with the CLI's final words.
 func TestHeadlessCLIsEdit(t *testing.T) {
 	slow(t)
+	alone(t, "sets HOME and PATH (t.Setenv) for the real agents' CLIs it starts")
 	model := startScriptedModel(t, agentEdit)
 	a := setUpAgentsAtWork(t, model.url)
 	for name, cli := range headlessCLIs(model.url) {
@@ -304,6 +306,7 @@ func TestHeadlessCLIsEdit(t *testing.T) {
 // Claude Code's answer carries Codex's own final words back.
 func TestAgentDelegatesToAgent(t *testing.T) {
 	slow(t)
+	alone(t, "sets HOME and PATH (t.Setenv) for the real agents' CLIs it starts")
 	model := startScriptedModel(t, agentEdit)
 	a := setUpAgentsAtWork(t, model.url)
 	t.Setenv("PATH", binDir+":"+os.Getenv("PATH"))

@@ -32,6 +32,7 @@ chmod +x scripts/build.sh
 echo "Updated README, added docs/guide.md, removed src/old.go." > "$AWCP_SUMMARY_FILE"`
 
 func TestArchiveRoundTrip(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, editingAgent)
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
@@ -100,6 +101,7 @@ func failCase(t *testing.T, c *ctl, dir, code string, args ...string) result {
 
 func TestExportErrorCodes(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := startExecutor(t, `echo fine`)
 	tokenX := startExecutor(t, `echo fine`, "--token", "s3cret")
 	failing := startExecutor(t, `echo "compiling"; echo "main.go:3: undefined: foo" >&2; exit 2`)
@@ -195,6 +197,7 @@ func TestExportErrorCodes(t *testing.T) {
 }
 
 func TestMaxConcurrentDeclines(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, `sleep 30`, "--max-concurrent", "1")
 	c := newCtl(t)
 	first := sampleWorkspace(t)
@@ -224,6 +227,7 @@ func TestMaxConcurrentDeclines(t *testing.T) {
 }
 
 func TestCancelMidTask(t *testing.T) {
+	parallel(t)
 	for _, transport := range []string{"archive", "sshfs"} {
 		t.Run(transport, func(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "agent.pid")
@@ -250,6 +254,7 @@ func TestCancelMidTask(t *testing.T) {
 }
 
 func TestInterruptCancels(t *testing.T) {
+	parallel(t)
 	pidFile := filepath.Join(t.TempDir(), "agent.pid")
 	x := startExecutor(t, `echo $$ > `+pidFile+`; sleep 60`)
 	c := newCtl(t)
@@ -272,6 +277,7 @@ func TestInterruptCancels(t *testing.T) {
 // minute, on both transports, within 2 s of its end.
 func TestLeaseExpiresMidTask(t *testing.T) {
 	slow(t)
+	alone(t, "bounds a 2 s lease's expiry at 6 s of wall clock")
 	for _, transport := range []string{"archive", "sshfs"} {
 		t.Run(transport, func(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "agent.pid")
@@ -294,6 +300,7 @@ func TestLeaseExpiresMidTask(t *testing.T) {
 }
 
 func TestLocalChangeIsNotOverwritten(t *testing.T) {
+	parallel(t)
 	gate := filepath.Join(t.TempDir(), "gate")
 	x := startExecutor(t, `while [ ! -e `+gate+` ]; do sleep 0.05; done; echo executor > README.md; echo ok`)
 	c := newCtl(t)
@@ -321,6 +328,7 @@ func TestLocalChangeIsNotOverwritten(t *testing.T) {
 // TestMaliciousArchives speaks the wire protocol directly to a running
 // executor with archives our delegator would never make.
 func TestMaliciousArchives(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, `echo ran > ran.txt`, "--max-workspace-bytes", "10000000")
 	outside := filepath.Dir(x.workRoot)
 	before, _ := os.ReadDir(outside)
@@ -378,6 +386,7 @@ func TestMaliciousArchives(t *testing.T) {
 // TestStartExpiredAndWorkdirDenied covers the two codes only a foreign or
 // slow delegator can provoke.
 func TestStartExpiredAndWorkdirDenied(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, `true`)
 	invite := func(id string, status int) map[string]any {
 		return post(t, x.url, map[string]any{
@@ -430,6 +439,7 @@ func post(t *testing.T, base string, msg any, wantStatus int) map[string]any {
 // resumes the event stream and applies the result.
 func TestDaemonCrashLosesNothing(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := startExecutor(t, `sleep 1; echo "made while the delegator was down" > late.txt; echo finished`)
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
@@ -472,6 +482,7 @@ func TestDaemonCrashLosesNothing(t *testing.T) {
 // delegator process runs is expired by the next command that opens the store.
 func TestOverdueLeaseExpiresOnNextLook(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := startExecutor(t, `sleep 60`)
 	c := newCtl(t)
 	dir := sampleWorkspace(t)
@@ -495,6 +506,7 @@ func TestOverdueLeaseExpiresOnNextLook(t *testing.T) {
 // TestResultKeptWhenItCannotBeApplied: the workspace vanished while the
 // task ran; the executor's result is kept in the state dir, not lost.
 func TestResultKeptWhenItCannotBeApplied(t *testing.T) {
+	parallel(t)
 	gate := filepath.Join(t.TempDir(), "gate")
 	x := startExecutor(t, `while [ ! -e `+gate+` ]; do sleep 0.05; done; echo precious > work.txt`)
 	c := newCtl(t)

@@ -19,6 +19,7 @@ import (
 // the other attempts' staging areas are gone.
 func TestAttemptsComparedAndOneApplied(t *testing.T) {
 	slow(t)
+	parallel(t)
 	agents := []string{
 		`sed -i 's/^x = 1$/x = 2/' calc.txt; echo "x is two"`,
 		`sed -i 's/^x = 1$/x = 3/' calc.txt; echo "x is three"`,
@@ -123,6 +124,7 @@ func TestAttemptsComparedAndOneApplied(t *testing.T) {
 // lease runs out), the other completes, and is applied.
 func TestAttemptsOutliveAKilledExecutor(t *testing.T) {
 	slow(t)
+	parallel(t)
 	ok := startExecutor(t, `sleep 1; sed -i 's/^x = 1$/x = 2/' calc.txt; echo done`, "--transports", "archive")
 	doomed := startExecutor(t, `sleep 60`, "--transports", "archive")
 	c := newCtl(t)

@@ -10,6 +10,7 @@ import (
 // escape sequences. `awcp-ctl audit` prints each name on its own line,
 // quoted, and no escape reaches the terminal.
 func TestAuditNamesCannotForgeLines(t *testing.T) {
+	parallel(t)
 	forged := `12:00:00.000  read    credentials.json  40 bytes` // a name holds no /
 	x := startExecutor(t, `printf x > "$(printf 'a\n`+forged+`')"; printf y > "$(printf 'b\033[2J\033]0;pwned\007')"; echo done`)
 	c := newCtl(t)

@@ -14,6 +14,7 @@ import (
 // the delegation ends with that.
 func TestExecutorAwayIsShownNotFailed(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := startExecutor(t, `while :; do sleep 0.1; done`)
 	c := newCtl(t)
 	exp := c.start("export", sampleWorkspace(t), "--peer", x.url, "--prompt", "p", "--transport", "archive", "--reconnect-bound", "60s")

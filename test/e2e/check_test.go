@@ -85,11 +85,17 @@ func ownerKeyring(t *testing.T) {
 // every one of those: the refusals are the sandbox's.
 func TestCheckRunsAsTheExecutorsAgent(t *testing.T) {
 	slow(t)
+	parallel(t)
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Fatal("go is needed on PATH: the honest check is a go test")
 	}
 	for _, owner := range []string{"root", "unprivileged"} {
-		t.Run(owner, func(t *testing.T) { checkAsOwner(t, owner == "root") })
+		t.Run(owner, func(t *testing.T) {
+			// The two owners share nothing: homes, daemons, temporary
+			// dirs (TMPDIR, where the checks' copies go) of their own.
+			t.Parallel()
+			checkAsOwner(t, owner == "root")
+		})
 	}
 }
 
@@ -102,7 +108,7 @@ func checkAsOwner(t *testing.T, asRoot bool) {
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
 	os.Chmod(base, 0o755)
-	home, ws := filepath.Join(base, "home"), filepath.Join(base, "ws")
+	home, ws, tmp := filepath.Join(base, "home"), filepath.Join(base, "ws"), filepath.Join(base, "tmp")
 	c := &ctl{t: t, state: filepath.Join(home, ".awcp")}
 	t.Cleanup(c.stopDaemon)
 	uid, gid := 0, 0
@@ -126,6 +132,9 @@ func checkAsOwner(t *testing.T, asRoot bool) {
 	})
 	os.Chmod(filepath.Join(home, ".ssh/id_ed25519"), 0o600)
 	if err := os.MkdirAll(c.state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(tmp, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	chownTree(t, base, uid, gid)
@@ -163,7 +172,7 @@ func checkAsOwner(t *testing.T, asRoot bool) {
 		t.Cleanup(func() { os.Remove(p) })
 	}
 	t.Cleanup(func() { os.Remove("/dev/shm/" + mark) })
-	c.env = []string{"HOME=" + home, "AWCP_OWNER_SECRET=hunter2", "SSH_AUTH_SOCK=" + agentSock}
+	c.env = []string{"HOME=" + home, "TMPDIR=" + tmp, "AWCP_OWNER_SECRET=hunter2", "SSH_AUTH_SOCK=" + agentSock}
 
 	// The probes run by the owner as they are: every one reaches its
 	// target, or the refusals below would prove nothing.
@@ -247,7 +256,9 @@ func checkAsOwner(t *testing.T, asRoot bool) {
 	if after := len(c.status()); after != before {
 		t.Errorf("the check made delegations through the owner's socket: %d, then %d", before, after)
 	}
-	if left, _ := filepath.Glob(filepath.Join(os.TempDir(), "awcp-check-*", "tree")); len(left) > 0 {
+	left, _ := filepath.Glob(filepath.Join(tmp, "awcp-check-*", "tree"))
+	inTmp, _ := filepath.Glob(filepath.Join(os.TempDir(), "awcp-check-*", "tree")) // none made there: TMPDIR is the owner's
+	if left = append(left, inTmp...); len(left) > 0 {
 		t.Errorf("the checks' copies were left: %v", left)
 	}
 	if asRoot {

@@ -23,6 +23,7 @@ import (
 // awcp-fs cleans up.
 func TestAgentInheritsNoDescriptorAndDeadExecutorFails(t *testing.T) {
 	slow(t)
+	alone(t, "bounds, in wall-clock seconds, how soon a dead executor is seen")
 	pids := t.TempDir()
 	x := startExecutor(t, `echo $$ > `+pids+`/$AWCP_DELEGATION_ID; exec sleep 300`)
 	c := newCtl(t)
@@ -128,6 +129,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // A second awcp-fs serve on a state dir another one holds stops at once
 // and says why, instead of waiting on the store's lock.
 func TestSecondExecutorOnStateDirStops(t *testing.T) {
+	alone(t, "bounds, in wall-clock seconds, how soon the second executor gives up")
 	x := startExecutor(t, "true")
 	state := x.args[slices.Index(x.args, "--state-dir")+1]
 	cmd := exec.Command(filepath.Join(binDir, "awcp-fs"), "serve", "--state-dir", state,

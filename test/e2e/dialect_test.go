@@ -15,6 +15,7 @@ import (
 // mode with it). Each completes, the agent's line in the file. The head
 // archive failed so once ("bind …/workspace: permission denied").
 func TestDialectsUnderTheSandbox(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, `echo "agent was here" >> notes.txt`)
 	c := newCtl(t)
 	for _, dialect := range []string{"seed", "head"} {

@@ -28,6 +28,7 @@ func doctorLine(out, what string) string {
 // cannot reach this machine's SSH port.
 func TestDoctor(t *testing.T) {
 	slow(t)
+	parallel(t)
 	fsDoctor := func(args ...string) result {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(binDir, "awcp-fs"), append([]string{"doctor"}, args...)...)
@@ -146,6 +147,7 @@ func TestDoctor(t *testing.T) {
 // program only running it would tell: a script of the work dir's, shell
 // syntax.
 func TestServeRefusesAnAgentNotInstalled(t *testing.T) {
+	parallel(t)
 	dir := t.TempDir()
 	for _, flags := range [][]string{{"--agent-cmd", `claud -p "$AWCP_PROMPT"`}, {"--agent-acp", "claude-agent-ac"}, {"--agent-cmd", "/opt/nowhere/agent"}} {
 		r := runFS(t, append([]string{"serve", "--work-root", filepath.Join(dir, "w"), "--state-dir", filepath.Join(dir, "s"), "--listen", "127.0.0.1:0"}, flags...)...)

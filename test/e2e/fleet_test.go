@@ -87,6 +87,7 @@ func (n *node) identityKey(t *testing.T) string {
 // alone, no PTR or TXT) is browsed too.
 func TestDNSFleet(t *testing.T) {
 	slow(t)
+	parallel(t)
 	l := newLAN(t)
 	d := l.add("d", 2)
 	const domain = "fleet.test"

@@ -52,6 +52,7 @@ type editorTranscript struct {
 // with no mount and no work dir.
 func TestEditorSessionThroughTheGateway(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := sessionAgentExecutor(t)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
@@ -175,6 +176,7 @@ func TestEditorSessionThroughTheGateway(t *testing.T) {
 // is session_expired. The delegation was not ended meanwhile.
 func TestEditorSessionOutlivesItsGateway(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := sessionAgentExecutor(t)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)

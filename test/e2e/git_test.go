@@ -32,6 +32,7 @@ echo "workdir: $PWD"`
 // --max-write-bytes is refused whole.
 func TestGitTransport(t *testing.T) {
 	slow(t)
+	parallel(t)
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Fatal("the git transport's test needs git")
 	}
@@ -98,6 +99,7 @@ func TestGitTransport(t *testing.T) {
 // when the executor takes its result, and nothing of its .git comes back;
 // its work tree is taken all the same.
 func TestGitTransportAgentRepoRunsNothing(t *testing.T) {
+	parallel(t)
 	markers := t.TempDir()
 	agent := `set -e
 echo "work" > work.txt; git add work.txt; git commit -qm work
@@ -142,6 +144,7 @@ rm -f .git/HEAD; ln -s "$secret" .git/HEAD`
 // on either side: no clone, no lent repository, nothing applied.
 func TestGitTransportEndsCleanly(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := startExecutor(t, `echo "half" > half.txt; git add half.txt; git commit -qm half; sleep 60`, "--transports", "git")
 	c := newCtl(t)
 	c.serve()
@@ -177,6 +180,7 @@ func TestGitTransportEndsCleanly(t *testing.T) {
 // --snapshot staged with git: the result waits for review; diff shows the
 // agent's committed and uncommitted lines, and apply brings them in.
 func TestGitTransportStaged(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, gitAgent, "--transports", "git")
 	c := newCtl(t)
 	ws := t.TempDir()
@@ -215,6 +219,7 @@ func TestGitTransportStaged(t *testing.T) {
 // the export hides is in none of them.
 func TestGitTransportBranchKeepsCommits(t *testing.T) {
 	slow(t)
+	parallel(t)
 	agent := `set -e
 echo "history: $(git rev-list --count HEAD)"
 echo "line one" >> notes.txt; echo "PASSWORD=the-agents" > .env; git add notes.txt .env; git commit -qm "first: one line"
@@ -265,6 +270,7 @@ echo "left uncommitted" > loose.txt`
 // view, and nothing older; a hidden path in any of them refuses it, naming
 // the path and the commit.
 func TestGitTransportHistory(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, `echo "commits: $(git rev-list --count HEAD)"; echo "log: $(git log --format=%s | tr '\n' ,)"; git cat-file -e $(cat first.sha) 2>/dev/null && echo "first: present" || echo "first: absent"`, "--transports", "git")
 	c := newCtl(t)
 	ws := t.TempDir()
@@ -302,6 +308,7 @@ func TestGitTransportHistory(t *testing.T) {
 // agent's commit) discards the other.
 func TestGitTransportAttempts(t *testing.T) {
 	slow(t)
+	parallel(t)
 	var peers []string
 	for _, v := range []string{"2", "3"} {
 		x := startExecutor(t, `sed -i 's/^x = 1$/x = `+v+`/' calc.txt; git commit -qam "x is `+v+`"; echo "x is `+v+`"`, "--transports", "git")
@@ -355,6 +362,7 @@ func ownerGit(t *testing.T, ws string) func(args ...string) string {
 // what it changes outside its scope does not come in.
 func TestGitTransportScopes(t *testing.T) {
 	slow(t)
+	parallel(t)
 	agent := func(mine, other string) string {
 		return `echo "` + mine + `" > ` + mine + `/out.txt; echo intruder > ` + other + `/intrude.txt; git add -A; git commit -qm "both"`
 	}
@@ -382,6 +390,7 @@ func TestGitTransportScopes(t *testing.T) {
 // end comes in.
 func TestGitTransportSurvivesADaemonRestart(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := startExecutor(t, `sleep 4; echo "after the restart" > late.txt`, "--transports", "git")
 	c := newCtl(t)
 	sshAddr := freeAddr(t)

@@ -23,6 +23,7 @@ import (
 // TestMountByHand runs `awcp-fs mount --start START.json` against a real
 // SSH server and ends it with SIGINT, then with `awcp-fs umount`.
 func TestMountByHand(t *testing.T) {
+	parallel(t)
 	state, dir := t.TempDir(), t.TempDir()
 	os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("hi\n"), 0o644)
 	auth, err := sshd.LoadAuthority(state)
@@ -110,6 +111,7 @@ func TestMountByHand(t *testing.T) {
 // lend ends the lease, and the mount with it.
 func TestLendByHand(t *testing.T) {
 	slow(t)
+	parallel(t)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
 	startFile := filepath.Join(t.TempDir(), "START.json")

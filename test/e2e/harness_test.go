@@ -606,6 +606,26 @@ func nothingLeft(t *testing.T, c *ctl, x *executor, agentPGID int) {
 	storesAgree(t, c, x)
 }
 
+// parallel marks a test that shares nothing with the others — its ports
+// come from the kernel, its homes, state dirs, work roots and namespaces
+// are its own — and runs it beside them. Go runs every test that does
+// not call it first, one at a time, then these together (-parallel).
+func parallel(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+}
+
+// alone marks a test that runs with no other beside it, and says in one
+// line why: what it shares (the test process's environment, a fixed port
+// or namespace name) or needs whole (the machine's CPU, for its timings).
+// TestEachTestSaysHowItRuns holds every test to one of the two.
+func alone(t *testing.T, why string) {
+	t.Helper()
+	if strings.TrimSpace(why) == "" {
+		t.Fatal("alone: say why the test cannot run beside the others")
+	}
+}
+
 // slow marks a test that takes a second or more here: `make test-short`
 // (go test -short), the loop while working, leaves it out; `make test`
 // and CI run every test.

@@ -63,6 +63,7 @@ func hostileAgent(self *string, elsewhere string, cardToo bool) http.Handler {
 // the other server receives nothing — no token, no byte of the
 // workspace, not even a request.
 func TestDelegatorFollowsNoRedirectOffItsPeer(t *testing.T) {
+	parallel(t)
 	const token = "redirect-token-c0ffee"
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "secret.txt"), []byte("the owner's words\n"), 0o644)
@@ -141,6 +142,7 @@ func scriptedAgent(t *testing.T, task string) *httptest.Server {
 // where the id enters, and a right-to-left override or an escape in its
 // words reaches `export`, `status ID` and `output ID` escaped.
 func TestA2AAgentWordsReachNoTerminalRaw(t *testing.T) {
+	parallel(t)
 	raw := func(s string) bool { return strings.ContainsAny(s, "\x1b\x07\u202e\u2066") }
 	status := func(ctx, words string) string {
 		b, _ := json.Marshal(map[string]any{"kind": "task", "id": "task-1", "contextId": ctx,

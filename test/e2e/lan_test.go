@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -57,7 +58,9 @@ func newLAN(t *testing.T) *lan {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Fatal("LAN tests need iproute2's ip (.ci/run installs it)")
 	}
-	l := &lan{t: t, prefix: fmt.Sprintf("awcp%d", os.Getpid()%100000), nodes: map[string]*node{}}
+	// The prefix is this test's: LANs of tests running side by side
+	// are namespaces of their own, each with its own hub.
+	l := &lan{t: t, prefix: fmt.Sprintf("awcp%d-%d", os.Getpid()%100000, lanSeq.Add(1)), nodes: map[string]*node{}}
 	l.hub = l.prefix + "-hub"
 	t.Cleanup(l.remove)
 	l.ip("netns", "add", l.hub)
@@ -86,6 +89,9 @@ func (l *lan) remove() {
 		}
 	}
 }
+
+// lanSeq numbers this process's LANs.
+var lanSeq atomic.Int32
 
 // add makes node name, with address 10.78.0.i.
 func (l *lan) add(name string, i int) *node {
@@ -290,6 +296,7 @@ func (w *watcher) await(t *testing.T, within time.Duration, what string, ok func
 // within the records' TTL; and neither is dropped from the list.
 func TestLANDiscovery(t *testing.T) {
 	slow(t)
+	alone(t, "bounds multicast discovery at 5 s of wall clock")
 	l := newLAN(t)
 	d := l.add("d", 1)
 	b, c := l.add("b", 2), l.add("c", 3)
@@ -382,6 +389,7 @@ exit 0
 // executor; A's agent may not.
 func TestLANCallChain(t *testing.T) {
 	slow(t)
+	parallel(t)
 	l := newLAN(t)
 	a, b, c := l.add("a", 1), l.add("b", 2), l.add("c", 3)
 	script := filepath.Join(t.TempDir(), "agent.sh")
@@ -454,6 +462,7 @@ func TestLANCallChain(t *testing.T) {
 // that can mount, and the delegation runs over a live mount between hosts.
 func TestLANPeerAuto(t *testing.T) {
 	slow(t)
+	parallel(t)
 	l := newLAN(t)
 	d, b, c := l.add("d", 1), l.add("b", 2), l.add("c", 3)
 	b.serve(t, `echo from-auto > note.txt`)
@@ -486,6 +495,7 @@ func TestLANPeerAuto(t *testing.T) {
 // delegation whose chain holds that executor, it refuses.
 func TestLANMCP(t *testing.T) {
 	slow(t)
+	parallel(t)
 	l := newLAN(t)
 	d, b := l.add("d", 1), l.add("b", 2)
 	b.serve(t, `echo by-mcp > note.txt`, "--transports", "archive")
@@ -608,6 +618,7 @@ func advertiseAsAttacker(spec string) int {
 // attack did reach the delegator.
 func TestLANAdvertisementCannotAimTheBrowser(t *testing.T) {
 	slow(t)
+	parallel(t)
 	l := newLAN(t)
 	d, x := l.add("d", 1), l.add("x", 9)
 	const decoy, aimed = "dec0dec0-0000-4000-8000-000000000001", "a1a1a1a1-0000-4000-8000-000000000002"
@@ -664,6 +675,7 @@ func TestLANAdvertisementCannotAimTheBrowser(t *testing.T) {
 // named by its own id, it is refused until the user trusts its key.
 func TestLANImpostorGetsNothing(t *testing.T) {
 	slow(t)
+	parallel(t)
 	l := newLAN(t)
 	d, b, x := l.add("d", 1), l.add("b", 2), l.add("x", 9)
 	b.serve(t, `echo from-b > note.txt`, "--transports", "archive", "--token-file", tokenFileFor(t))

@@ -28,6 +28,7 @@ func openFDs(t *testing.T, pid int) int {
 // and both sides agree that every delegation completed.
 func TestConcurrentDelegations(t *testing.T) {
 	slow(t)
+	parallel(t)
 	const n = 20
 	x := startExecutor(t, `for i in 1 2 3; do echo "step $i" >> log.txt; sleep 0.1; done; echo ok`,
 		"--max-concurrent", strconv.Itoa(n))

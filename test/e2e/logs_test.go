@@ -15,6 +15,7 @@ import (
 // --json` carry the lines too.
 func TestFollowABackgroundDelegation(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := startExecutor(t, `for i in 1 2 3 4; do echo "step $i of 4"; sleep 0.7; done; echo "all done"`)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
@@ -68,6 +69,7 @@ func TestFollowABackgroundDelegation(t *testing.T) {
 // takes it over to its end.
 func TestStopTheDaemon(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := startExecutor(t, `sleep 3; echo done > stopped.txt`)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
@@ -96,6 +98,7 @@ func TestStopTheDaemon(t *testing.T) {
 // A waiting export shows the agent's lines once, as they come, and does
 // not print them again with the result; `output` still has them.
 func TestExportShowsTheAgentsLinesOnce(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, `echo "first line"; echo "second line"; echo done`)
 	c := newCtl(t)
 	r := c.run("export", sampleWorkspace(t), "--peer", x.url, "--prompt", "talk", "--transport", "archive")

@@ -177,6 +177,7 @@ func (tr *mcpTranscript) check(t *testing.T) {
 // server's process, live-mounted through its own SSH server.
 func TestMCPWithTypeScriptClient(t *testing.T) {
 	slow(t)
+	parallel(t)
 	modules := nodeModules(t, mcpSDK)
 	x := startExecutor(t, greetingAgent, "--name", "greeter", "--skill", "greetings: writes greeting files")
 	c := newCtl(t)
@@ -307,6 +308,7 @@ func TestMCPWithTypeScriptClient(t *testing.T) {
 // delegations: they survive the MCP client.
 func TestMCPUsesTheDaemon(t *testing.T) {
 	slow(t)
+	parallel(t)
 	modules := nodeModules(t, mcpSDK)
 	x := startExecutor(t, greetingAgent)
 	c := newCtl(t)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -9,20 +10,33 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
-// freeAddr is a loopback address nothing listens on (it was free a moment
-// ago), for a daemon flag that takes a fixed address.
+// freeAddr is a loopback address nothing listens on, for a daemon flag
+// that takes a fixed address. It comes from below the kernel's ephemeral
+// range (32768 and up here), which bind(:0) and connect(2) take their
+// ports from: a port of the range freed a moment ago could be another
+// test's connection's by the time the daemon binds it, with tests running
+// side by side. Each call takes the next port this process has not handed
+// out, from an offset of its pid's, so two runs at once rarely meet.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 2000 {
+		port := 20000 + (os.Getpid()*7+int(nextFreePort.Add(1)))%12000
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // taken, by a daemon of another run
+		}
+		ln.Close()
+		return ln.Addr().String()
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free loopback port between 20000 and 32000")
+	return ""
 }
+
+var nextFreePort atomic.Int64
 
 // scrape reads a Prometheus text page into sample → value, the sample as
 // written (name{labels}).
@@ -79,6 +93,7 @@ sample:
 // code, the live mount's SFTP and FUSE traffic, agent exits and archive
 // sizes — and no delegation id or path is in any label.
 func TestMetrics(t *testing.T) {
+	parallel(t)
 	fsMetrics := freeAddr(t)
 	x := startExecutor(t, `echo written > out.txt; cat in.txt >> out.txt`, "--token", "secret", "--metrics-listen", fsMetrics)
 	c := newCtl(t)

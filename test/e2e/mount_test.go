@@ -109,6 +109,7 @@ func goWorkspace(t *testing.T) string {
 
 func TestLiveMountRoundTrip(t *testing.T) {
 	slow(t)
+	parallel(t)
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Fatal("git is needed by this test (.ci/run installs it)")
 	}
@@ -218,6 +219,7 @@ func TestLiveMountRoundTrip(t *testing.T) {
 }
 
 func TestLiveMountReadOnly(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, `for op in "touch new.txt" "echo x >> README.md" "rm README.md" "mkdir d" \
 		"mv README.md R.md" "chmod 777 README.md" "ln -s README.md l" "truncate -s 0 README.md"; do
 		if out=$(sh -c "$op" 2>&1); then echo "WROTE: $op"; else echo "refused: $op: $out"; fi
@@ -244,6 +246,7 @@ func TestLiveMountReadOnly(t *testing.T) {
 }
 
 func TestLiveMountSymlinkEscapes(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, `
 	ln -s /etc/passwd abs-link 2>/dev/null && echo "ESCAPED: absolute link made"
 	ln -s ../../../outside rel-link 2>/dev/null && echo "ESCAPED: relative link made"
@@ -264,6 +267,7 @@ func TestLiveMountSymlinkEscapes(t *testing.T) {
 
 func TestLiveMountEndsOnCancelAndExpiry(t *testing.T) {
 	slow(t)
+	parallel(t)
 	for _, how := range []string{"cancel", "expiry"} {
 		t.Run(how, func(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "agent.pid")
@@ -302,6 +306,7 @@ func TestLiveMountEndsOnCancelAndExpiry(t *testing.T) {
 // the agent's writes on disk.
 func TestDelegatorCrashMidMount(t *testing.T) {
 	slow(t)
+	parallel(t)
 	for _, staged := range []bool{false, true} {
 		name := "auto"
 		if staged {
@@ -394,6 +399,7 @@ func delegatorCrashMidMount(t *testing.T, staged bool) {
 // it, and the waiting delegator hears TASK_FAILED. The delegator's files
 // are intact.
 func TestExecutorCrashMidTask(t *testing.T) {
+	parallel(t)
 	pidFile := filepath.Join(t.TempDir(), "agent.pid")
 	x := startExecutor(t, `echo $$ > `+pidFile+`; echo partial > partial.txt; while :; do sleep 0.1; done`)
 	c := newCtl(t)
@@ -420,6 +426,7 @@ func TestExecutorCrashMidTask(t *testing.T) {
 // latest.
 func TestDelegatorGoneForGood(t *testing.T) {
 	slow(t)
+	alone(t, "bounds, in wall-clock seconds, how soon the mount gives up on a delegator gone")
 	pidFile := filepath.Join(t.TempDir(), "agent.pid")
 	x := startExecutor(t, `echo $$ > `+pidFile+`; while :; do ls >/dev/null 2>&1; sleep 0.1; done`)
 	c := newCtl(t)

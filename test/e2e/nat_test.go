@@ -78,6 +78,7 @@ func (l *lan) route(n, router *node) {
 // no mount, work dir or connection behind.
 func TestLANReverseLiveMount(t *testing.T) {
 	slow(t)
+	parallel(t)
 	l := newLAN(t)
 	x := l.add("x", 2)
 	fails := filepath.Join(t.TempDir(), "fails")
@@ -204,6 +205,7 @@ func (x *node) nothingLeft(t *testing.T, peer *node) {
 // forward mount would after the same cut.
 func TestLANReverseLiveMountSurvivesACut(t *testing.T) {
 	slow(t)
+	alone(t, "times an outage in wall-clock seconds: a write must fail within 8 s of the cut, not before 1 s")
 	l := newLAN(t)
 	x := l.add("x", 2)
 	x.serve(t, `n=0; while :; do [ -e stop ] && break; n=$((n+1)); echo $n > count.txt 2>/dev/null; sleep 0.05; done; echo finished > result.txt`)
@@ -286,6 +288,7 @@ func TestLANReverseLiveMountSurvivesACut(t *testing.T) {
 // connection to it: the delegator finds that out, opens the connections
 // itself, and the clone and the push go over them.
 func TestLANGitTransportBehindNAT(t *testing.T) {
+	parallel(t)
 	l := newLAN(t)
 	x := l.add("x", 2)
 	x.serve(t, `echo "from behind" > nat.txt; git add nat.txt; git commit -qm nat; echo loose > loose.txt`, "--transports", "git")

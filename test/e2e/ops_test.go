@@ -15,6 +15,7 @@ import (
 // one JSON object, and those of a delegation's work carry its id under
 // "delegation", so that an operator can follow one delegation through.
 func TestJSONLogs(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, `echo working; echo done > out.txt`, "--log-format", "json")
 	c := newCtl(t)
 	r := c.run("--log-format", "json", "--log-level", "info", "export", t.TempDir(), "--peer", x.url,
@@ -60,6 +61,7 @@ func (x *executor) stop(t *testing.T) {
 // flags by asking the program; zsh gets the same through bashcompinit;
 // fish gets complete lines for every command.
 func TestShellCompletion(t *testing.T) {
+	parallel(t)
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Fatal("bash is needed by this test")
 	}

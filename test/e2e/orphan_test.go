@@ -19,6 +19,7 @@ const orphanAgent = `case "$AWCP_PROMPT" in wait) echo waiting; sleep 60;; *) ec
 // ends the rest (a live mount whose SSH server died with the export).
 func TestDeadExportDoesNotKeepItsDirectory(t *testing.T) {
 	slow(t)
+	parallel(t)
 	t.Run("no daemon: the next export ends it", func(t *testing.T) {
 		// The dead export's SSH server went with it: what the mount still
 		// owes it waits for it only this long.
@@ -88,6 +89,7 @@ func TestDeadExportDoesNotKeepItsDirectory(t *testing.T) {
 // end of its delegation: SIGPIPE does not kill it.
 func TestExportOutlivesAClosedPipe(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := startExecutor(t, `echo one; echo two; sleep 1; `+orphanAgent)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)

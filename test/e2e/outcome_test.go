@@ -15,6 +15,7 @@ import (
 // writes its mount refused are counted in the result, and what the agent
 // said on stderr is kept although it exited 0.
 func TestReadOnlyRunShowsWhatWasRefused(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, `echo hi > new.txt; rm -f README.md; echo "warning: could not save new.txt" >&2; true`)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
@@ -39,6 +40,7 @@ func TestReadOnlyRunShowsWhatWasRefused(t *testing.T) {
 // Ctrl-C ends a live-mount delegation, but what the agent already changed
 // in the directory stays — and export says so.
 func TestInterruptedLiveRunSaysItsChangesStay(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, `echo new > added.txt; rm src/old.go; echo "changed two files"; sleep 60`)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
@@ -64,6 +66,7 @@ func TestInterruptedLiveRunSaysItsChangesStay(t *testing.T) {
 // not there is not said to have refused; the failed attempt can be
 // filtered out and pruned; a mistyped command is bad usage.
 func TestNewcomerErrors(t *testing.T) {
+	parallel(t)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
 	r := c.run("export", ws, "--peer", "http://127.0.0.1:1", "--prompt", "x")
@@ -109,6 +112,7 @@ func TestNewcomerErrors(t *testing.T) {
 // as a bad flag), never as the executor's refusal (DECLINED), and no
 // delegation is listed for it: nothing was sent.
 func TestLocalMistakesAreTheUsersOwn(t *testing.T) {
+	parallel(t)
 	c := newCtl(t)
 	c.tls = true // no AWCP_PLAIN_HTTP
 	ws := sampleWorkspace(t)
@@ -151,6 +155,7 @@ func TestLocalMistakesAreTheUsersOwn(t *testing.T) {
 // `peers` on a host where no interface takes multicast says what to do,
 // in a network namespace with nothing but loopback.
 func TestPeersWithoutMulticastSaysWhy(t *testing.T) {
+	parallel(t)
 	ns := fmt.Sprintf("awcp-nomc-%d", os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v %s", err, out)
@@ -166,6 +171,7 @@ func TestPeersWithoutMulticastSaysWhy(t *testing.T) {
 // "completed" is the agent's word that its turn ended: a read-write run
 // that wrote nothing says so beside it, on the live mount as on archive.
 func TestCompletedRunThatWroteNothingSaysSo(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, `echo "I have updated the README as asked."`)
 	c := newCtl(t)
 	for _, tr := range []string{"sshfs", "archive"} {

@@ -13,6 +13,7 @@ import (
 // answers there — as doctor and export find it — and offline once it
 // stops; the list shows its URL.
 func TestPeerTrustedByURLIsOnline(t *testing.T) {
+	parallel(t)
 	x := startTLSExecutor(t, "true")
 	c := newCtl(t)
 	c.tls = true
@@ -39,6 +40,7 @@ func TestPeerTrustedByURLIsOnline(t *testing.T) {
 // it refuses), and one also taking plain HTTP says http:// to a plain
 // request.
 func TestManifestSaysHTTPS(t *testing.T) {
+	parallel(t)
 	x := startTLSExecutor(t, "true")
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // the test reads what is advertised, not who
 	var m struct{ Endpoints map[string]string }

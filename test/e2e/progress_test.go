@@ -40,6 +40,7 @@ func openPTY(t *testing.T) (controller, term *os.File) {
 // it shows neither.
 func TestExportProgressBar(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := startExecutor(t, `head -c 3000000 /dev/urandom > result.bin`)
 	dir := t.TempDir()
 	big := make([]byte, 6<<20)

@@ -21,6 +21,7 @@ import (
 // lent file, and nothing may stay mounted.
 func TestReadmeQuickStart(t *testing.T) {
 	slow(t)
+	parallel(t)
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -175,6 +176,7 @@ func unmountBeneath(dir string) {
 // workspace shows the agent's changes, the audit it points to is shown
 // before the demo's state goes, and nothing of it is left behind.
 func TestDemo(t *testing.T) {
+	parallel(t)
 	_, port, _ := strings.Cut(freeAddr(t), ":")
 	tmp := t.TempDir()
 	cmd := exec.Command("sh", "demo/run.sh")
@@ -200,6 +202,7 @@ func TestDemo(t *testing.T) {
 // nothing of the demo is left behind.
 func TestDemoACP(t *testing.T) {
 	slow(t)
+	parallel(t)
 	modules, _ := sessionAgentScript(t)
 	_, port, _ := strings.Cut(freeAddr(t), ":")
 	tmp := t.TempDir()

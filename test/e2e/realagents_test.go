@@ -42,6 +42,7 @@ var realAgentPackages = []string{"@agentclientprotocol/claude-agent-acp@0.101.0"
 // agent's own auth error as text, within seconds.
 func TestRealAgents(t *testing.T) {
 	slow(t)
+	alone(t, "sets HOME and PATH (t.Setenv) for the real agents' CLIs it starts")
 	modules := nodeModules(t, realAgentPackages...)
 	bin := filepath.Join(modules, "node_modules", ".bin")
 	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
@@ -179,6 +180,7 @@ var hostPackages = []string{"@anthropic-ai/claude-code@2.1.332", "@openai/codex@
 // words (Claude Code's "Not logged in" is on its stdout).
 func TestHostsAndHeadlessCLIs(t *testing.T) {
 	slow(t)
+	alone(t, "sets HOME and PATH (t.Setenv) for the real agents' CLIs it starts")
 	modules := nodeModules(t, hostPackages...)
 	home := t.TempDir()
 	project := filepath.Join(home, "project")

@@ -24,6 +24,7 @@ import (
 // own words and the same hint — not "the channel closed".
 func TestSandboxedAgentSaysWhatItNeeds(t *testing.T) {
 	slow(t)
+	parallel(t)
 	modules, hoisted := sessionAgentScript(t)
 	script := filepath.Join(modules, "agent", filepath.Base(hoisted))
 	os.MkdirAll(filepath.Dir(script), 0o755)
@@ -107,6 +108,7 @@ func mustJSON(v any) []byte {
 // a couple of seconds, not after a wait for capabilities that will never
 // come.
 func TestBrokenAgentIsSaidAtInitialize(t *testing.T) {
+	alone(t, "bounds, in wall-clock seconds, how soon a broken agent is said")
 	x := startExecutor(t, "", "--agent-acp", `sh -c 'echo "Error: no API key: set GEMINI_API_KEY" >&2; exit 1'`)
 	ed := startEditor(t, newCtl(t), x, "archive")
 	started := time.Now()
@@ -130,6 +132,7 @@ func TestBrokenAgentIsSaidAtInitialize(t *testing.T) {
 // name and auth methods.
 func TestAgentFindsItsCredentialsAsServeStartsIt(t *testing.T) {
 	slow(t)
+	alone(t, "sets HOME (t.Setenv) for the daemon it starts")
 	daemonHome, agentCmd := homeAgent(t, "tok-123")
 	grant := filepath.Join(daemonHome, ".fakeagent") + ":rw"
 	doctor := func(extra ...string) (int, string) {
@@ -174,6 +177,7 @@ func TestAgentFindsItsCredentialsAsServeStartsIt(t *testing.T) {
 // saying where it ran.
 func TestAuthenticateRunsOnTheExecutor(t *testing.T) {
 	slow(t)
+	alone(t, "sets HOME (t.Setenv) for the daemon it starts")
 	daemonHome, agentCmd := homeAgent(t, "tok-9")
 	x := startExecutor(t, "", "--agent-acp", agentCmd, "--sandbox-allow", filepath.Join(daemonHome, ".fakeagent"))
 	c := newCtl(t)

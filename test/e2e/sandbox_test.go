@@ -31,6 +31,7 @@ import (
 // its events nor cancels it: a delegation is its delegator's alone.
 func TestAgentSandbox(t *testing.T) {
 	slow(t)
+	parallel(t)
 	script, err := filepath.Abs(filepath.Join("testdata", "sandbox_agent.sh"))
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 // `make bench` is where speed is judged.
 func TestLargeTreeWatched(t *testing.T) {
 	slow(t)
+	parallel(t)
 	ws := filepath.Join(t.TempDir(), "monorepo")
 	deep := ws
 	for i := range 30 {

@@ -17,6 +17,7 @@ import (
 // and starts once that one ended.
 func TestScopesSplitATask(t *testing.T) {
 	slow(t)
+	parallel(t)
 	agent := func(mine, other string) string {
 		return `date +%s.%N > ` + mine + `/start; printf '%s' "$AWCP_PROMPT" > ` + mine + `/prompt.txt; sleep 2; echo "` + mine + `" > ` + mine + `/out.txt; ` +
 			`echo intruder > ` + other + `/intrude.txt 2>/dev/null; date +%s.%N > ` + mine + `/end; echo "did ` + mine + `"`
@@ -112,6 +113,7 @@ func TestScopesSplitATask(t *testing.T) {
 // before anything starts: no delegation, no agent run, the directory
 // byte-identical.
 func TestOverlappingScopesStartNothing(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, `echo ran > ran.txt`)
 	c := newCtl(t)
 	ws := t.TempDir()

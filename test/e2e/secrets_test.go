@@ -18,6 +18,7 @@ import (
 // loudly; doctor fails a settings file holding a token that others may
 // read.
 func TestExecutorSecretsStayWithTheDaemon(t *testing.T) {
+	alone(t, "sets the test process's environment (t.Setenv) for what it starts")
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "tokens")
 	os.WriteFile(tokenFile, []byte("# the executor's tokens\nfile-secret-4242\n"), 0o644)
@@ -112,6 +113,7 @@ func runFS(t *testing.T, args ...string) result {
 // An agent that runs `awcp-ctl export` without --prompt does not send its
 // own task on: $AWCP_PROMPT, which its executor set, is not read.
 func TestNestedExportDoesNotResendTheParentsTask(t *testing.T) {
+	parallel(t)
 	c := newCtl(t)
 	cmd := c.command("export", t.TempDir(), "--peer", "http://127.0.0.1:1")
 	cmd.Env = append(cmd.Env, "AWCP_PROMPT=the parent's task")
@@ -128,6 +130,7 @@ func TestNestedExportDoesNotResendTheParentsTask(t *testing.T) {
 // the URL to give instead, and the help names the flag's value plainly
 // (issue 42.9).
 func TestPeerAsHostPortSuggestsTheURL(t *testing.T) {
+	parallel(t)
 	c := newCtl(t)
 	r := c.run("export", t.TempDir(), "--peer", "127.0.0.1:10250", "--prompt", "p")
 	if r.code != 2 || !strings.Contains(r.stderr, "--peer https://127.0.0.1:10250") {

@@ -47,6 +47,7 @@ func execStart(t *testing.T, unit string) []string {
 // operator edited.
 func TestServiceFiles(t *testing.T) {
 	slow(t)
+	parallel(t)
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
 		t.Fatal("systemd-analyze is needed by this test (.ci/run installs systemd)")
@@ -222,6 +223,7 @@ func plistDict(t *testing.T, file string) map[string][]string {
 // the page says — and keeps settings already there. launchd is not here:
 // the file is checked as launchd reads it, not run.
 func TestLaunchdAgent(t *testing.T) {
+	parallel(t)
 	root := repoRoot(t)
 	home := t.TempDir()
 	install := func() {

@@ -81,6 +81,7 @@ type mcpSessionTranscript struct {
 // with nothing.
 func TestSessionOverMCP(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := sessionAgentExecutor(t)
 	mcpModules := nodeModules(t, mcpSDK)
 	c := newCtl(t)
@@ -179,6 +180,7 @@ func TestSessionOverMCP(t *testing.T) {
 // after that is refused as expired.
 func TestSessionFromTheCommandLine(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := sessionAgentExecutor(t)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
@@ -308,6 +310,7 @@ func TestSessionFromTheCommandLine(t *testing.T) {
 // renewed certificate. The record shows each renewal.
 func TestSessionOutlivesItsLease(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := sessionAgentExecutor(t, "--max-ttl", "6s")
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
@@ -359,6 +362,7 @@ func TestSessionOutlivesItsLease(t *testing.T) {
 // with the agent's words as text (not its JSON), the delegation ends
 // failed (status), and output says so with exit 1.
 func TestSessionWhoseAgentFailsFails(t *testing.T) {
+	parallel(t)
 	x := sessionAgentExecutor(t)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
@@ -382,6 +386,7 @@ func TestSessionWhoseAgentFailsFails(t *testing.T) {
 // hint — no fall back to the archive (which would not hold a session
 // either), no JSON-RPC object in what the user reads.
 func TestSessionToATaskExecutor(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, "echo task")
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
@@ -401,6 +406,7 @@ func TestSessionToATaskExecutor(t *testing.T) {
 // AWCP_DAEMON_IDLE), where it ran on unseen.
 func TestStartedDaemonGoesWhenIdle(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := sessionAgentExecutor(t)
 	c := newCtl(t)
 	c.env = append(c.env, "AWCP_DAEMON_IDLE=2s")
@@ -427,6 +433,7 @@ func TestStartedDaemonGoesWhenIdle(t *testing.T) {
 // A session that fails to open fails export --session new --json too:
 // exit 1 beside the record that says error, not 0.
 func TestSessionThatFailsToOpenFailsInJSON(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, "", "--agent-acp", `sh -c 'echo "Error: no API key" >&2; exit 1'`)
 	c := newCtl(t)
 	r := c.run("export", sampleWorkspace(t), "--peer", x.url, "--prompt", "hi", "--session", "new", "--json")
@@ -440,6 +447,7 @@ func TestSessionThatFailsToOpenFailsInJSON(t *testing.T) {
 // closed with that request unanswered — whatever the agent's last words.
 func TestSessionClosedWhileItAsks(t *testing.T) {
 	slow(t)
+	parallel(t)
 	x := sessionAgentExecutor(t)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)

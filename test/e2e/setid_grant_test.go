@@ -22,6 +22,7 @@ import (
 // way; the program is untouched. (Where awcp-fs serves anyway, the test
 // delegates the attack and reports what it did.)
 func TestSetidProgramInAGrant(t *testing.T) {
+	parallel(t)
 	grant := t.TempDir()
 	tool := filepath.Join(grant, "bin", "tool")
 	os.MkdirAll(filepath.Dir(tool), 0o755)

@@ -55,6 +55,7 @@ func skillFolders(t *testing.T, dir string) map[string]string {
 // --watch --skills` does the same as executors come and go.
 func TestSkillsForTrustedExecutors(t *testing.T) {
 	slow(t)
+	parallel(t)
 	modules := nodeModules(t, skillsRef)
 	names := []string{"Build Box", "gpu-runner", "docs"}
 	var xs []*executor

@@ -349,6 +349,7 @@ func footprint(t *testing.T, metricsAddr string) executorFootprint {
 
 func TestSoak(t *testing.T) {
 	slow(t)
+	parallel(t) // its faults are to its own daemons, its footprint its own executor's: others' load slows it, and must not break it
 	if _, err := exec.LookPath("fio"); err != nil {
 		t.Fatal("the soak needs fio (.ci/run installs it)")
 	}

@@ -45,6 +45,7 @@ func stagedWorkspace(t *testing.T) string {
 // refuses a later apply.
 func TestStagedResult(t *testing.T) {
 	slow(t)
+	parallel(t)
 	for _, transport := range []string{"sshfs", "archive"} {
 		t.Run(transport, func(t *testing.T) {
 			live := transport == "sshfs"
@@ -56,14 +57,15 @@ func TestStagedResult(t *testing.T) {
 				"--snapshot", "staged", "--ssh-listen", "127.0.0.1:0")
 			var id string
 			if live {
-				// The agent has made its changes when diff shows them;
-				// it waits for the owner then.
+				// The agent has made its changes when diff shows the
+				// last of them, gone.txt's removal; it waits for the
+				// owner then.
 				deadline := time.Now().Add(20 * time.Second)
 				for {
 					if ds := c.status(); len(ds) == 1 {
 						id = ds[0].ID
-						if r := c.run("diff", id, "--name-status"); strings.Contains(r.stdout, "A\tcreated.txt") {
-							if !strings.Contains(r.stdout, "D\tgone.txt") || !strings.Contains(r.stdout, "M\ta.txt") {
+						if r := c.run("diff", id, "--name-status"); strings.Contains(r.stdout, "D\tgone.txt") {
+							if !strings.Contains(r.stdout, "A\tcreated.txt") || !strings.Contains(r.stdout, "M\ta.txt") {
 								t.Errorf("diff --name-status while running:\n%s", r.stdout)
 							}
 							break
@@ -242,6 +244,7 @@ type snapshotsTranscript struct {
 // apply.
 func TestSnapshotToolsOverMCP(t *testing.T) {
 	slow(t)
+	parallel(t)
 	modules := nodeModules(t, mcpSDK)
 	release := filepath.Join(t.TempDir(), "release")
 	x := startExecutor(t, `case "$AWCP_PROMPT" in *wait*) while [ ! -e `+release+` ]; do sleep 0.1; done;; esac
@@ -320,6 +323,7 @@ echo "did the work" > "$AWCP_SUMMARY_FILE"`)
 // own writes) on a staging area that is removed at the end; the owner's
 // directory is as it was.
 func TestDiscardModeLive(t *testing.T) {
+	parallel(t)
 	x := startExecutor(t, stagedAgent(false))
 	c := newCtl(t)
 	dir := stagedWorkspace(t)

@@ -98,6 +98,7 @@ func tokenFile(t *testing.T, token string) string {
 // refused.
 func TestPeersSpeakTLSPinnedToTheirKeys(t *testing.T) {
 	slow(t)
+	parallel(t)
 	const token, secret, prompt = "tok-8c1f2e", "workspace-secret-5d7a", "prompt-words-93b2"
 	x := startTLSExecutor(t, `cat notes.txt > seen.txt; echo done`, "--token-file", tokenFile(t, token), "--transports", "archive")
 	key := x.key(t)
@@ -191,6 +192,7 @@ func TestPeersSpeakTLSPinnedToTheirKeys(t *testing.T) {
 // An authorized-delegators file that holds no key (a Secret left empty)
 // would serve the executor open to anyone: awcp-fs refuses to start.
 func TestEmptyAuthorizedDelegatorsRefused(t *testing.T) {
+	parallel(t)
 	empty := filepath.Join(t.TempDir(), "authorized")
 	if err := os.WriteFile(empty, []byte("# keys go here\n\n"), 0o600); err != nil {
 		t.Fatal(err)

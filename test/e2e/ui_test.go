@@ -214,6 +214,7 @@ func jsString(s string) string { return fmt.Sprintf("%q", s) }
 // with its session (startUIVia checks each step).
 func TestUIOpenKeepsTheTokenOffCommandLines(t *testing.T) {
 	slow(t)
+	parallel(t)
 	c := newCtl(t)
 	p := startUIVia(t, c, true, "")
 	if got := p.eval(t, `location.href`); got != p.origin+"/#/" {
@@ -240,6 +241,7 @@ func TestUIOpenKeepsTheTokenOffCommandLines(t *testing.T) {
 // request answered from the page reaches the agent. Screenshots are kept.
 func TestUIInABrowser(t *testing.T) {
 	slow(t)
+	parallel(t)
 	const evil = `<img src=x onerror=alert(1)>.txt`
 	x := startExecutor(t, `sleep 2; printf 'hello from the agent\n' > greeting.txt; printf '<b>bold</b><script>alert(2)</script>\n' > '`+evil+`'`)
 	c := newCtl(t)
@@ -326,6 +328,11 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Authorization": "B
 	p.waitFor(t, "the apply button", `document.querySelector('#apply')`, 10*time.Second)
 	p.click(t, `#apply`)
 	p.waitFor(t, "the apply's report", `document.querySelector('#applied') && document.querySelector('#applied').textContent.includes('greeting.txt')`, 20*time.Second)
+	// The apply changes the delegation, and the page is redrawn with its
+	// new state: the report stays (it was once replaced by the error of
+	// asking for a staged result no longer there).
+	p.waitFor(t, "the page redrawn as applied", `document.querySelector('#state').textContent.includes('staged: applied')`, 20*time.Second)
+	p.waitFor(t, "the apply's report after the redraw", `document.querySelector('#applied') && document.querySelector('#applied').textContent.includes('greeting.txt') && !document.querySelector('#review').textContent.includes('NOT_FOUND')`, 5*time.Second)
 	if b, err := os.ReadFile(filepath.Join(ws, "greeting.txt")); err != nil || string(b) != "hello from the agent\n" {
 		t.Fatalf("after Apply, greeting.txt = %q, %v", b, err)
 	}
@@ -429,6 +436,7 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Authorization": "B
 // on its own page.
 func TestUIStopsAndClips(t *testing.T) {
 	slow(t)
+	parallel(t)
 	long := strings.Repeat("the agent's long complaint on stderr, line after line; ", 40)
 	slow := startExecutor(t, `echo started; sleep 60`)
 	failing := startExecutor(t, `printf '%s\n' "`+long+`" >&2; exit 3`)

@@ -31,6 +31,7 @@ import (
 // the owner's file through the live mount; the delegation completes, and
 // the executor leaves nothing mounted nor in its work root.
 func TestExecutorInALinuxVMOnTheLaptop(t *testing.T) {
+	parallel(t)
 	if os.Geteuid() != 0 {
 		t.Fatal("this test builds namespaces: run it as root (CI does)")
 	}

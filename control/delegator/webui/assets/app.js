@@ -263,9 +263,21 @@ function auditForm(id) {
 
 let sideBySide = false;
 
+// reports holds what an apply or discard from this page answered, by
+// delegation: the page is redrawn when the delegation changes — as the
+// apply itself changes it — and the report must outlive the redraw.
+const reports = new Map();
+
 async function showReview(d) {
   const box = document.getElementById("review");
   box.dataset.open = d.id;
+  if (d.staged && d.staged !== "pending") {
+    // Reviewed already: the staged result is gone, so say what became
+    // of it rather than ask for it.
+    put(box, reports.has(d.id) ? el("div", { id: "applied" }, appliedText(reports.get(d.id)))
+      : el("p", {}, "the result was " + d.staged + " (awcp-ctl status " + d.id + " shows what it changed)"));
+    return;
+  }
   let res;
   try {
     res = await api("/api/delegations/" + encodeURIComponent(d.id) + "/result");
@@ -279,6 +291,7 @@ async function showReview(d) {
   const act = async (what, body) => {
     try {
       const out = await api("/api/delegations/" + encodeURIComponent(d.id) + "/" + what, body);
+      reports.set(d.id, out);
       put(report, appliedText(out));
     } catch (e) { put(report, el("p", {}, e.message)); }
   };
