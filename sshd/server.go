@@ -60,7 +60,17 @@ type Options struct {
 	// Metrics receives the SFTP sessions' requests, bytes and errors.
 	// Default: none.
 	Metrics Metrics
+	// Resumed, if set, is closed once the delegator has granted again
+	// what it lent before a restart. Until then a valid certificate of a
+	// delegation without a grant waits for it (at most resumeHold)
+	// rather than be refused: an executor that re-dials a restarting
+	// delegator must not be told its lease is over.
+	Resumed <-chan struct{}
 }
+
+// resumeHold bounds the wait of a certificate for the delegator's
+// resumption (Options.Resumed).
+const resumeHold = 10 * time.Second
 
 // Server is the embedded SSH server: certificates of our CA only, the sftp
 // subsystem only.
@@ -174,11 +184,30 @@ func (s *Server) checkCert(ctx ssh.Context, key ssh.PublicKey) bool {
 		s.log.Info("ssh: refused certificate", "delegation", user, "serial", cert.Serial, "err", err)
 		return false
 	}
-	if _, live := s.live(user); !live {
+	if _, live := s.live(user); !live && !s.awaitResumed(ctx, user) {
 		s.log.Info("ssh: refused certificate of an ended lease", "delegation", user, "serial", cert.Serial)
 		return false
 	}
 	return true
+}
+
+// awaitResumed waits, while the delegator is granting again what it lent
+// before a restart (Options.Resumed), for id's grant: true if it came.
+// Only a certificate of our CA, valid now and naming one delegation,
+// waits; the pre-authentication bounds hold the connections that do.
+func (s *Server) awaitResumed(ctx ssh.Context, id string) bool {
+	if s.opts.Resumed == nil {
+		return false
+	}
+	select {
+	case <-s.opts.Resumed:
+	case <-ctx.Done():
+		return false
+	case <-time.After(resumeHold):
+		return false
+	}
+	_, live := s.live(id)
+	return live
 }
 
 func (s *Server) serveSFTP(sess ssh.Session) {

@@ -29,13 +29,20 @@ func newFixture(t testing.TB) *fixture { return newFixtureWith(t, nil) }
 // newFixtureWith is newFixture with the server's metrics going to m.
 func newFixtureWith(t testing.TB, m Metrics) *fixture {
 	t.Helper()
+	return newFixtureOpts(t, func(o *Options) { o.Metrics = m })
+}
+
+// newFixtureOpts is newFixture with the server's options changed by set.
+func newFixtureOpts(t testing.TB, set func(*Options)) *fixture {
+	t.Helper()
 	auth, err := LoadAuthority(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &fixture{auth: auth}
-	f.srv, err = New(Options{Authority: auth, SweepInterval: 100 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler), Metrics: m})
+	opts := Options{Authority: auth, SweepInterval: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	set(&opts)
+	f.srv, err = New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,6 +212,58 @@ func TestCertificateChecks(t *testing.T) {
 
 // A grant's end closes its connections without a Revoke, and refuses
 // new ones.
+// TestCertificatesWaitForTheResumption: a restarted delegator's server is
+// up before its delegations are granted again. Meanwhile a valid
+// certificate without a grant waits rather than be told its lease is over;
+// when the resumption ends, the one granted again gets in and the other is
+// refused; after it, a certificate without a grant is refused at once.
+func TestCertificatesWaitForTheResumption(t *testing.T) {
+	resumed := make(chan struct{})
+	f := newFixtureOpts(t, func(o *Options) { o.Resumed = resumed })
+	issue := func(id string) gossh.Signer {
+		cred, err := f.auth.Issue(id, time.Now().Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return certSigner(t, cred)
+	}
+	dialled := func(id string) chan error {
+		c := make(chan error, 1)
+		signer := issue(id)
+		go func() {
+			client, err := f.dial(id, signer)
+			if err == nil {
+				client.Close()
+			}
+			c <- err
+		}()
+		return c
+	}
+	back, gone := dialled("dlg_back"), dialled("dlg_gone")
+	select {
+	case err := <-back:
+		t.Fatalf("a certificate was answered (%v) before the resumption ended", err)
+	case err := <-gone:
+		t.Fatalf("a certificate was answered (%v) before the resumption ended", err)
+	case <-time.After(400 * time.Millisecond):
+	}
+	f.srv.Grant("dlg_back", Export{Dir: t.TempDir()}, time.Now().Add(time.Hour))
+	close(resumed)
+	if err := <-back; err != nil {
+		t.Fatalf("the delegation granted again was refused: %v", err)
+	}
+	if err := <-gone; err == nil {
+		t.Fatal("a certificate of no grant got in after the resumption")
+	}
+	start := time.Now()
+	if err := <-dialled("dlg_later"); err == nil {
+		t.Fatal("a certificate of no grant got in")
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("after the resumption a certificate of no grant waited %s", took)
+	}
+}
+
 func TestGrantEndClosesConnections(t *testing.T) {
 	f := newFixture(t)
 	dir, cred := f.lend(t, "dlg_sweep", false)

@@ -44,6 +44,7 @@ type env struct {
 	stagedRetention time.Duration                            // how long staged results wait (--snapshot-retention); zero: the default
 	reconnectBound  time.Duration                            // --reconnect-bound, where the command has it
 	daemon          bool                                     // this process is `awcp-ctl serve`
+	resumed         chan struct{}                            // the daemon's: closed once what it lent before a restart is granted again
 	mcp             bool                                     // this process is `awcp-ctl mcp`: its delegations wait for its restart's delegate_recover
 }
 
@@ -200,7 +201,7 @@ func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err er
 	audit := &delegator.AuditLog{Store: e.store, MaxRecords: records, Retention: clikit.Duration(c, "audit-retention"), Logger: e.log}
 	opts := lendlive.SSHOptions{StateDir: e.state, Store: e.store, PerAddress: perAddress,
 		Listen: listen, AdvertiseHost: host, AdvertisePort: port, Logger: e.log,
-		Audit: audit, NoAudit: records == 0}
+		Audit: audit, NoAudit: records == 0, Resumed: e.resumed}
 	if e.metrics != nil {
 		opts.Metrics = e.metrics
 	}

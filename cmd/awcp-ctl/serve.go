@@ -56,6 +56,10 @@ func serveCommand(ctx context.Context) *cli.Command {
 				defer stop()
 			}
 			sshCtx, stopSSH := context.WithCancel(context.Background())
+			// The delegations lent before a restart are granted again
+			// by their takeover, after the SSH server is up: their
+			// executors' re-dials wait for it, not refused meanwhile.
+			e.resumed = make(chan struct{})
 			waitSSH, err := e.startSSH(sshCtx, c)
 			if err != nil {
 				stopSSH()
@@ -68,7 +72,8 @@ func serveCommand(ctx context.Context) *cli.Command {
 			if err != nil {
 				return err
 			}
-			srv := &delegator.LocalServer{Delegator: dlg, Stop: stop, Drive: e.driver(dlg, c).Drive}
+			srv := &delegator.LocalServer{Delegator: dlg, Stop: stop, Drive: e.driver(dlg, c).Drive,
+				Resumed: sync.OnceFunc(func() { close(e.resumed) })}
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() { defer wg.Done(); dlg.RunScheduler(ctx) }()

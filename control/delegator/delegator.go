@@ -98,8 +98,9 @@ type Delegator struct {
 	log   *slog.Logger
 	sched *lease.Scheduler
 
-	mu        sync.Mutex                    // guards following, snapshots, reach and progress
+	mu        sync.Mutex                    // guards following, snapshots, reach, progress and cleaning
 	following map[string]context.CancelFunc // delegations this process drives
+	cleaning  map[string]chan struct{}      // clean-ups under way, closed at their end
 	// snapshots are the head dialect's results received and not yet
 	// applied, one per delegation id (holdSnapshot).
 	snapshots map[string]heldSnapshot
@@ -129,7 +130,7 @@ func New(opts Options) (*Delegator, error) {
 		opts.IdleAfter = DefaultIdleAfter
 	}
 	d := &Delegator{opts: opts, store: opts.Store, log: opts.Logger,
-		following: map[string]context.CancelFunc{}, snapshots: map[string]heldSnapshot{}, reach: map[string]reachResult{},
+		following: map[string]context.CancelFunc{}, cleaning: map[string]chan struct{}{}, snapshots: map[string]heldSnapshot{}, reach: map[string]reachResult{},
 		progress: map[string]*heldLines{}}
 	d.sched = lease.NewScheduler(lease.Scheduler{List: d.due, Expire: d.Expire, Logger: opts.Logger})
 	return d, nil
@@ -357,6 +358,19 @@ const EventNote = "note"
 // final record. If ctx ends first the delegation is left as it is, for a
 // later Run (by a daemon, say) to pick up.
 func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, error) {
+	return d.run(ctx, id, func() {})
+}
+
+// TakeOver is Run for a delegation this process takes over (its own,
+// from before a restart, or a dead command's): setUp is called once what
+// the transport keeps in memory — the live mount's grant — is set up
+// again, or once Run knows there is nothing to set up.
+func (d *Delegator) TakeOver(ctx context.Context, id string, setUp func()) (*lease.Delegation, error) {
+	return d.run(ctx, id, sync.OnceFunc(setUp))
+}
+
+func (d *Delegator) run(ctx context.Context, id string, setUp func()) (*lease.Delegation, error) {
+	defer setUp()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	d.mu.Lock()
@@ -379,6 +393,7 @@ func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, erro
 	var events *stream
 	switch del.State {
 	case lease.Created:
+		setUp() // nothing was lent yet
 		handshake := d.handshake
 		if del.PeerProtocol == lease.PeerA2A {
 			handshake = d.handshakeA2A
@@ -402,6 +417,7 @@ func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, erro
 			return d.fail(ctx, id, err)
 		}
 	case lease.Invited, lease.Accepted:
+		setUp()
 		// A previous owner died mid-handshake: whether the executor holds a
 		// slot is unknown, so release it and end here.
 		d.notifyPeer(del, control.NewError(id, control.CodeDeclined, "the delegator restarted during the handshake", ""))
@@ -412,6 +428,7 @@ func (d *Delegator) Run(ctx context.Context, id string) (*lease.Delegation, erro
 		if r, ok := d.transport(del).(resumer); ok && !del.State.Terminal() {
 			r.Resume(ctx, lent(del))
 		}
+		setUp()
 		events = d.startFollowing(ctx, id, nil)
 	}
 	events.wait()

@@ -30,7 +30,32 @@ func (d *Delegator) notifyPeer(del *lease.Delegation, m *control.Error) {
 	}
 }
 
+// cleanup runs the ending's clean-up of del once at a time: two endings
+// can meet (a cancel here, and the executor's answering error on the
+// event stream), and the second waits for the first rather than race it.
+// The first takes the audit and records the changes it found; a caller
+// that reads the delegation after its cleanup returns sees them, whichever
+// of the two did the work.
 func (d *Delegator) cleanup(ctx context.Context, del *lease.Delegation) {
+	d.mu.Lock()
+	if running, ok := d.cleaning[del.ID]; ok {
+		d.mu.Unlock()
+		<-running
+		return
+	}
+	running := make(chan struct{})
+	d.cleaning[del.ID] = running
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.cleaning, del.ID)
+		d.mu.Unlock()
+		close(running)
+	}()
+	d.cleanupOnce(ctx, del)
+}
+
+func (d *Delegator) cleanupOnce(ctx context.Context, del *lease.Delegation) {
 	if del.PeerProtocol == lease.PeerA2A && d.opts.A2A != nil {
 		d.opts.A2A.Forget(del.ID)
 	}

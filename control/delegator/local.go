@@ -33,7 +33,12 @@ type LocalServer struct {
 	// store (control/delegator/turns), for as long as it lives; without
 	// it such sessions are refused.
 	Drive func(ctx context.Context, id string) error
-	wg    sync.WaitGroup // delegations started through the API
+	// Resumed, if set, is called once the delegations this daemon takes
+	// over at its start (its own from before a crash among them) have
+	// what their transports keep in memory set up again: the SSH server
+	// holds their certificates until then (lendlive.SSHOptions.Resumed).
+	Resumed func()
+	wg      sync.WaitGroup // delegations started through the API
 	// lastRequest is when the API last took a request (unix nanoseconds):
 	// a daemon that exits when idle does not exit under a command that
 	// has just asked it for something.
@@ -128,7 +133,8 @@ func (s *LocalServer) takeOverOrphans(ctx context.Context, interval time.Duratio
 	d := s.Delegator
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	for ctx.Err() == nil {
+	var setUp sync.WaitGroup // the first pass's
+	for first := true; ctx.Err() == nil; first = false {
 		orphans, err := d.Orphans()
 		if err != nil {
 			d.log.Warn("list orphaned delegations", "err", err)
@@ -141,7 +147,16 @@ func (s *LocalServer) takeOverOrphans(ctx context.Context, interval time.Duratio
 				continue
 			}
 			d.log.Info("adopting delegation", "delegation", del.ID, "pid", del.OwnerPID)
-			s.Adopt(ctx, del.ID)
+			done := func() {}
+			if first {
+				setUp.Add(1)
+				done = setUp.Done
+			}
+			s.adopt(ctx, del.ID, done)
+		}
+		if first && s.Resumed != nil {
+			s.wg.Add(1)
+			go func() { defer s.wg.Done(); setUp.Wait(); s.Resumed() }()
 		}
 		select {
 		case <-ctx.Done():
@@ -151,11 +166,15 @@ func (s *LocalServer) takeOverOrphans(ctx context.Context, interval time.Duratio
 }
 
 // Adopt runs a delegation that no live process follows.
-func (s *LocalServer) Adopt(ctx context.Context, id string) {
+func (s *LocalServer) Adopt(ctx context.Context, id string) { s.adopt(ctx, id, func() {}) }
+
+// adopt is Adopt, calling setUp once the delegation's transport is set up
+// again (Delegator.TakeOver).
+func (s *LocalServer) adopt(ctx context.Context, id string, setUp func()) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.Delegator.Run(ctx, id)
+		s.Delegator.TakeOver(ctx, id, setUp)
 	}()
 }
 

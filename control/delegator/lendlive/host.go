@@ -54,6 +54,10 @@ type SSHOptions struct {
 	PerAddress bool
 	// Metrics receives the SFTP sessions' requests. Default: none.
 	Metrics sshd.Metrics
+	// Resumed, if set, is closed once the delegations lent before a
+	// restart are granted again; until then their certificates wait
+	// (sshd.Options.Resumed). A daemon's: an export starts afresh.
+	Resumed <-chan struct{}
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
@@ -75,7 +79,7 @@ func StartSSH(ctx context.Context, o SSHOptions) (_ *Transport, wait func(), err
 	if err != nil {
 		return nil, nil, err
 	}
-	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: o.Logger, Metrics: o.Metrics})
+	srv, err := sshd.New(sshd.Options{Authority: auth, Logger: o.Logger, Metrics: o.Metrics, Resumed: o.Resumed})
 	if err != nil {
 		return nil, nil, err
 	}
