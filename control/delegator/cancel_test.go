@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,6 +106,73 @@ func TestCancelInEveryHandshakeState(t *testing.T) {
 				t.Fatalf("local dir changed: %v", ents)
 			}
 		})
+	}
+}
+
+// overtakenExecutor holds an INVITE before the executor sees it, until an
+// ERROR for the delegation has come and gone: the ERROR overtakes the
+// INVITE, as two requests on two connections may, and finds no
+// delegation. The INVITE is then handled as the executor would handle one
+// whose sender has hung up: to the end.
+type overtakenExecutor struct {
+	next    http.Handler
+	arrived chan struct{} // the INVITE is held
+	erred   chan struct{} // an ERROR was answered
+	once    sync.Once
+}
+
+func (o *overtakenExecutor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != "/awcp" {
+		o.next.ServeHTTP(w, r)
+		return
+	}
+	body, _ := readAllLimited(r)
+	r.Body = nopBody(body)
+	switch {
+	case strings.Contains(string(body), `"type":"`+control.TypeInvite+`"`):
+		close(o.arrived)
+		<-o.erred
+		o.next.ServeHTTP(w, r.WithContext(context.WithoutCancel(r.Context())))
+	case strings.Contains(string(body), `"type":"`+control.TypeError+`"`):
+		o.next.ServeHTTP(w, r)
+		o.once.Do(func() { close(o.erred) })
+	default:
+		o.next.ServeHTTP(w, r)
+	}
+}
+
+// TestCancelledInviteThatOvertakesItsError cancels a delegation while its
+// INVITE is on the way, and the executor takes the INVITE only after the
+// ERROR that said it ended: it accepts a delegation nobody will START.
+// The delegator tells it again until it knows it, and its slot is free
+// within seconds, not at its START deadline.
+func TestCancelledInviteThatOvertakesItsError(t *testing.T) {
+	x := executortest.New(t, `true`, nil)
+	o := &overtakenExecutor{next: x.Exec.Handler(), arrived: make(chan struct{}), erred: make(chan struct{})}
+	srv := httptest.NewServer(o)
+	defer srv.Close()
+	dlg, _ := newArchiveDelegator(t, nil)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a"), 0o644)
+	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *lease.Delegation, 1)
+	go func() { end, _ := dlg.Run(context.Background(), d.ID); done <- end }()
+	<-o.arrived
+	if _, err := dlg.Cancel(context.Background(), d.ID); err != nil {
+		t.Fatal(err)
+	}
+	if end := <-done; end.State != lease.Cancelled {
+		t.Fatalf("ended %s", end.State)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for x.Exec.Active() != 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := x.Exec.Active(); n != 0 {
+		t.Fatalf("the executor holds %d reservations: it accepted the INVITE after the ERROR, and was not told again", n)
 	}
 }
 

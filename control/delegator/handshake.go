@@ -127,11 +127,32 @@ func (d *Delegator) invite(ctx context.Context, del *lease.Delegation, inv *cont
 		// cutting the request): the executor may have accepted it all
 		// the same, the end's cancel having come before it. Tell it.
 		if cur, gerr := d.store.Delegation(id); gerr == nil && cur.State.Terminal() && ctx.Err() != nil {
-			d.notifyPeer(cur, control.NewError(id, control.CodeCancelled, "the delegation ended while it was being invited", ""))
+			d.tellCutInvite(pc, control.NewError(id, control.CodeCancelled, "the delegation ended while it was being invited", ""))
 		}
 		return nil, nil, nil, err
 	}
 	return del, pc, acc, nil
+}
+
+// tellCutInvite tells the executor that a delegation whose INVITE was cut
+// off has ended. The ERROR can overtake the INVITE there — two requests on
+// two connections — and find no delegation yet: while the executor
+// answers that it knows none, the INVITE may still be in its hands, so it
+// is told again, every 250 ms for up to 2 s. An executor that accepted
+// would otherwise hold the slot until its START deadline (2 minutes).
+func (d *Delegator) tellCutInvite(pc *PeerClient, m *control.Error) {
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := pc.SendError(ctx, m)
+		cancel()
+		var pe *control.ProtocolError
+		if err == nil || !errors.As(err, &pe) || time.Now().After(deadline) {
+			if err != nil {
+				d.log.Debug("tell executor", "delegation", m.DelegationID, "err", err)
+			}
+			return
+		}
+	}
 }
 
 // fallBackToArchive turns auto's live mount, which the executor cannot
