@@ -61,10 +61,12 @@ type Options struct {
 	// Default: none.
 	Metrics Metrics
 	// Resumed, if set, is closed once the delegator has granted again
-	// what it lent before a restart. Until then a valid certificate of a
-	// delegation without a grant waits for it (at most resumeHold)
-	// rather than be refused: an executor that re-dials a restarting
-	// delegator must not be told its lease is over.
+	// what it lent before it started (a restarted daemon's delegations,
+	// a session an editor's new gateway takes over). Until then a valid
+	// certificate of a delegation without a grant waits for one (at most
+	// resumeHold) rather than be refused: an executor that re-dials a
+	// delegator taking its delegation over must not be told its lease is
+	// over.
 	Resumed <-chan struct{}
 }
 
@@ -199,15 +201,25 @@ func (s *Server) awaitResumed(ctx ssh.Context, id string) bool {
 	if s.opts.Resumed == nil {
 		return false
 	}
-	select {
-	case <-s.opts.Resumed:
-	case <-ctx.Done():
-		return false
-	case <-time.After(resumeHold):
-		return false
+	look := time.NewTicker(50 * time.Millisecond)
+	defer look.Stop()
+	bound := time.NewTimer(resumeHold)
+	defer bound.Stop()
+	for {
+		select {
+		case <-s.opts.Resumed:
+			_, live := s.live(id)
+			return live
+		case <-look.C:
+			if _, live := s.live(id); live {
+				return true
+			}
+		case <-ctx.Done():
+			return false
+		case <-bound.C:
+			return false
+		}
 	}
-	_, live := s.live(id)
-	return live
 }
 
 func (s *Server) serveSFTP(sess ssh.Session) {

@@ -262,6 +262,22 @@ func TestCertificatesWaitForTheResumption(t *testing.T) {
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("after the resumption a certificate of no grant waited %s", took)
 	}
+
+	// A takeover on demand (an editor's new gateway at session/load):
+	// the grant comes while the resumption is still open, and the
+	// certificate gets in then, not at its end.
+	open := newFixtureOpts(t, func(o *Options) { o.Resumed = make(chan struct{}) })
+	f = open
+	soon := dialled("dlg_soon")
+	time.Sleep(200 * time.Millisecond)
+	granted := time.Now()
+	open.srv.Grant("dlg_soon", Export{Dir: t.TempDir()}, time.Now().Add(time.Hour))
+	if err := <-soon; err != nil {
+		t.Fatalf("a certificate whose grant came meanwhile was refused: %v", err)
+	}
+	if took := time.Since(granted); took > 2*time.Second {
+		t.Fatalf("a certificate whose grant came meanwhile waited %s more", took)
+	}
 }
 
 func TestGrantEndClosesConnections(t *testing.T) {

@@ -44,7 +44,7 @@ type env struct {
 	stagedRetention time.Duration                            // how long staged results wait (--snapshot-retention); zero: the default
 	reconnectBound  time.Duration                            // --reconnect-bound, where the command has it
 	daemon          bool                                     // this process is `awcp-ctl serve`
-	resumed         chan struct{}                            // the daemon's: closed once what it lent before a restart is granted again
+	resumed         chan struct{}                            // closed once what this process takes over is granted again (sshd.Options.Resumed): the daemon's takeover, or resumeWindow after acp's or mcp's start
 	mcp             bool                                     // this process is `awcp-ctl mcp`: its delegations wait for its restart's delegate_recover
 }
 
@@ -159,6 +159,11 @@ func (e *env) liveMount(ctx context.Context, c *cli.Context, transport string, w
 	return func() {}, nil
 }
 
+// resumeWindow is how long after its start a process's SSH server holds
+// certificates without a grant for one to appear (unless the daemon's
+// takeover says sooner that it has granted all it will).
+const resumeWindow = 10 * time.Second
+
 // startSSH runs the embedded SSH server until ctx ends and registers the
 // live-mount transport. wait returns once the server has stopped.
 func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err error) {
@@ -197,6 +202,15 @@ func (e *env) startSSH(ctx context.Context, c *cli.Context) (wait func(), err er
 	if h, _, err := net.SplitHostPort(listen); err == nil && (h == "" || h == "0.0.0.0" || h == "::") && c.Command != nil && c.Command.Name == "serve" {
 		e.log.Warn("the SSH server for live mounts listens on every address of this machine (" + listen +
 			"): only certificates this delegator issued get in, but anyone who reaches it can knock; without --ssh-listen it opens on the address facing each executor only")
+	}
+	if e.resumed == nil && (e.mcp || c.Command != nil && c.Command.Name == "acp") {
+		// A process that takes delegations over on demand — an editor's
+		// new gateway at session/load, mcp at delegate_recover — grants
+		// them a moment after its server is up; the executors' re-dials
+		// of its first seconds wait for that rather than be refused.
+		// (An export takes nothing over: its server refuses at once.)
+		e.resumed = make(chan struct{})
+		time.AfterFunc(resumeWindow, func() { close(e.resumed) })
 	}
 	audit := &delegator.AuditLog{Store: e.store, MaxRecords: records, Retention: clikit.Duration(c, "audit-retention"), Logger: e.log}
 	opts := lendlive.SSHOptions{StateDir: e.state, Store: e.store, PerAddress: perAddress,
