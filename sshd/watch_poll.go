@@ -35,7 +35,7 @@ type pollSource struct {
 	mu      sync.Mutex
 	dirs    map[string]*polledDir // by key: the directory's device and inode
 	entries int                   // held in all dirs' snapshots
-	reading bool                  // read began: it closes the trigger as it ends
+	reading bool                  // a read began and has not failed: it closes the trigger and the directories as it ends
 	closed  bool
 }
 
@@ -158,12 +158,20 @@ func (p *pollSource) close() error {
 	})
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.reading {
-		// No reader waits on the trigger: it is closed here. (A reader
-		// closes it as it ends, never while it may wait on it.)
-		p.closeTrig()
-	}
 	p.closed = true
+	if !p.reading {
+		// No reader waits on the trigger or lists a directory: they are
+		// closed here. (A reader closes them as it ends, never while it
+		// may wait on the one or read a descriptor of the others — whose
+		// number, once closed, could be another file's.)
+		p.closeTrig()
+		p.closeDirs()
+	}
+	return nil
+}
+
+// closeDirs closes every watched directory; p.mu is held.
+func (p *pollSource) closeDirs() {
 	for key, d := range p.dirs {
 		if p.trig != nil {
 			p.trig.remove(key)
@@ -171,7 +179,6 @@ func (p *pollSource) close() error {
 		d.f.Close()
 		delete(p.dirs, key)
 	}
-	return nil
 }
 
 // read waits until the trigger names directories, or the period is out,
@@ -181,7 +188,15 @@ func (p *pollSource) close() error {
 func (p *pollSource) read() (evs []event, err error) {
 	defer func() {
 		if err != nil {
-			p.closeTrig() // read is not called again once it failed
+			// read is not called again once it failed: the reader
+			// ends, and what close left to it is closed here.
+			p.closeTrig()
+			p.mu.Lock()
+			p.reading = false
+			if p.closed {
+				p.closeDirs()
+			}
+			p.mu.Unlock()
 		}
 	}()
 	p.mu.Lock()
