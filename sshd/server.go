@@ -196,7 +196,10 @@ func (s *Server) checkCert(ctx ssh.Context, key ssh.PublicKey) bool {
 // awaitResumed waits, while the delegator is granting again what it lent
 // before a restart (Options.Resumed), for id's grant: true if it came.
 // Only a certificate of our CA, valid now and naming one delegation,
-// waits; the pre-authentication bounds hold the connections that do.
+// waits — but x/crypto/ssh asks this before the client has signed, so a
+// holder of the certificate alone (public, once seen) can make a
+// connection wait: the pre-authentication bounds count the ones that do,
+// and the wait ends at resumeHold or when the server has resumed.
 func (s *Server) awaitResumed(ctx ssh.Context, id string) bool {
 	if s.opts.Resumed == nil {
 		return false
