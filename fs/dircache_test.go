@@ -31,7 +31,7 @@ func TestKernelKeepsListings(t *testing.T) {
 	time.Sleep(2 * renotifyAfter)
 	list()
 	time.Sleep(1500 * time.Millisecond)
-	before, served := readdirs(), f.served.Sum("awcp_sftp_request_seconds", nil)
+	before, served := readdirs(), f.asked(t, "")
 	if got := list(); !slices.Equal(got, []string{"a", "b", "sub"}) {
 		t.Fatalf("listed %v", got)
 	}
@@ -43,7 +43,7 @@ func TestKernelKeepsListings(t *testing.T) {
 	if got := readdirs() - before; got != 0 {
 		t.Errorf("listing again 1.5 s on took %v READDIRs, want none", got)
 	}
-	if got := f.served.Sum("awcp_sftp_request_seconds", nil) - served; got != 0 {
+	if got := f.asked(t, "") - served; got != 0 {
 		t.Errorf("listing and stating again 1.5 s on asked the delegator %v times, want none", got)
 	}
 	owner(t, f.dir, "chmod 700 d")

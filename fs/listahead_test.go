@@ -22,7 +22,7 @@ func TestWalkReadsAhead(t *testing.T) {
 	owner(t, f.dir, `for a in $(seq 10); do for b in $(seq 20); do mkdir -p t$a/d$b && : > t$a/d$b/f; done; done`)
 	time.Sleep(2 * renotifyAfter) // the watch's reports of making it, told twice
 
-	listed := func() float64 { return f.served.Sum("awcp_sftp_request_seconds", map[string]string{"op": "list"}) }
+	listed := func() float64 { return f.asked(t, "list") }
 	before := listed()
 	used := f.mount.fsys.dirsAhead.used.Load()
 	dirs := 0

@@ -65,6 +65,24 @@ type mountFixture struct {
 	exp        sshd.Export
 }
 
+// asked is how many requests of operation op ("": all) the delegator's
+// server answered. The server counts a request after its answer went out,
+// so it first waits for none to be in hand: every answer the mount got by
+// now is counted.
+func (f *mountFixture) asked(t testing.TB, op string) float64 {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); f.served.Sum("awcp_sftp_requests_handling", nil) != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the delegator's server is still handling a request after 5 s")
+		}
+	}
+	var match map[string]string
+	if op != "" {
+		match = map[string]string{"op": op}
+	}
+	return f.served.Sum("awcp_sftp_request_seconds", match)
+}
+
 // serve runs f.srv on ln until stopServer.
 func (f *mountFixture) serve(ln net.Listener) {
 	ctx, cancel := context.WithCancel(context.Background())

@@ -15,7 +15,7 @@ func TestStatfsKeptBriefly(t *testing.T) {
 	slow(t)
 	f := newMount(t, false)
 	asked := func() float64 {
-		return f.served.Sum("awcp_sftp_request_seconds", map[string]string{"op": "statvfs"})
+		return f.asked(t, "statvfs")
 	}
 	statfs := func() syscall.Statfs_t {
 		t.Helper()

@@ -11,6 +11,11 @@ import (
 // registry (internal/metrics) implements it. Operation and status names
 // are fixed sets: nothing a client sends becomes a label.
 type Metrics interface {
+	// SFTPHandling is a request about to be handled; its SFTPRequest
+	// follows once it is answered. Answers go out before SFTPRequest is
+	// called, so what a client was answered is counted once no request is
+	// being handled.
+	SFTPHandling()
 	// SFTPRequest is one request handled, by operation, and how long it took.
 	SFTPRequest(op string, took time.Duration)
 	// SFTPBytes is file data read ("read") or written ("write").
@@ -21,6 +26,7 @@ type Metrics interface {
 
 type noMetrics struct{}
 
+func (noMetrics) SFTPHandling()                     {}
 func (noMetrics) SFTPRequest(string, time.Duration) {}
 func (noMetrics) SFTPBytes(string, int)             {}
 func (noMetrics) SFTPError(string)                  {}

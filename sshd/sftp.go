@@ -194,6 +194,7 @@ func serveSFTP(rw io.ReadWriter, root *os.Root, sess session, log *slog.Logger, 
 				if j.after != nil {
 					j.after.Wait()
 				}
+				s.metrics.SFTPHandling()
 				start := time.Now()
 				handle(j.pkt)
 				if j.owned != nil {

@@ -33,6 +33,7 @@ type Registry struct {
 	reg *prometheus.Registry
 
 	sftpSeconds   *prometheus.HistogramVec
+	sftpHandling  prometheus.Gauge
 	sftpBytes     *prometheus.CounterVec
 	sftpStatus    *prometheus.CounterVec
 	fuseOps       *prometheus.CounterVec
@@ -56,6 +57,10 @@ func New() *Registry {
 		Help:    "Time the SFTP server took to handle a request, by operation (its _count is the requests served).",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1, 5},
 	}, []string{"op"})
+	r.sftpHandling = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "awcp_sftp_requests_handling",
+		Help: "SFTP requests being handled now (their answers not yet counted in awcp_sftp_request_seconds).",
+	})
 	r.sftpBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "awcp_sftp_bytes_total",
 		Help: "File data the SFTP server read or wrote for the mounts (op is read or write).",
@@ -109,7 +114,7 @@ func New() *Registry {
 	r.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		r.sftpSeconds, r.sftpBytes, r.sftpStatus, r.fuseOps, r.fuseErrors,
+		r.sftpSeconds, r.sftpHandling, r.sftpBytes, r.sftpStatus, r.fuseOps, r.fuseErrors,
 		r.outages, r.reconnects, r.cacheDrops, r.outageSeconds, r.refused, r.agentExits, r.expiries, r.archiveBytes,
 	)
 	return r
@@ -178,9 +183,13 @@ func (c *censusCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// SFTPHandling implements sshd.Metrics.
+func (r *Registry) SFTPHandling() { r.sftpHandling.Inc() }
+
 // SFTPRequest implements sshd.Metrics.
 func (r *Registry) SFTPRequest(op string, took time.Duration) {
 	r.sftpSeconds.WithLabelValues(op).Observe(took.Seconds())
+	r.sftpHandling.Dec()
 }
 
 // SFTPBytes implements sshd.Metrics.

@@ -23,6 +23,7 @@ func recordOneOfEach(r *Registry) {
 	r.CountDelegations("test", func() (map[[2]string]int, error) {
 		return map[[2]string]int{{"running", "sshfs"}: 2, {"completed", "archive"}: 1}, nil
 	})
+	r.SFTPHandling()
 	r.SFTPRequest("open", time.Millisecond)
 	r.SFTPBytes("write", 10)
 	r.SFTPError("no_such_file")
