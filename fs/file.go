@@ -506,6 +506,9 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 	// could overtake the write on the wire.
 	defer h.node.fsys.changing(h.node)()
 	wb := &h.node.fsys.conn.writes
+	// A write the delegator may refuse is not sent behind: its writer
+	// waits for the answer (room.go).
+	behind := h.node.fsys.roomFor(ctx, gen, int64(len(data)))
 	// The kernel reuses data once Write returns; the copy is also what a
 	// lost connection's write is sent again from.
 	kept := keep(data)
@@ -523,8 +526,19 @@ func (h *fileHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 		}
 	}
 	h.mu.Unlock()
-	if upto := wb.queue(h, gen, f.StartWriteBehind(kept, off), kept, off); upto != 0 {
+	upto := wb.queue(h, gen, f.StartWriteBehind(kept, off), kept, off)
+	h.node.fsys.room.queued(int64(len(data)))
+	if upto != 0 {
 		if err := wb.settleTo(ctx, upto); err != nil {
+			return 0, h.node.errno(ctx, "write", h.node.rpath(), err)
+		}
+	}
+	if !behind {
+		err := wb.settleHandles(ctx, h)
+		if werr := h.takeErr(); werr != nil {
+			err = werr
+		}
+		if err != nil {
 			return 0, h.node.errno(ctx, "write", h.node.rpath(), err)
 		}
 	}
@@ -584,12 +598,15 @@ func (n *node) takeLateErr() error {
 // Flush reports an error of the handle's writes already answered, and
 // does not wait for those still on the wire: close(2) costs no round trip
 // (across a network, two for each file a shell writes: bash closes its
-// redirection twice). A write that fails later is reported by the file's
+// redirection twice). What the delegator's write limit or disk would
+// refuse was not sent behind (room.go): it failed write(2) itself. A
+// write that fails later for another reason is reported by the file's
 // next open or fsync, through any handle (failed), as a local file system
 // reports a write-back error at fsync; the mount's log says it, and the
 // delegator's audit log records the refused or failed request. It may run
 // several times.
 func (h *fileHandle) Flush(ctx context.Context) syscall.Errno {
+	h.node.fsys.conn.writes.settleAnswered(h)
 	if err := h.takeErr(); err != nil {
 		return h.node.errno(ctx, "write", h.node.rpath(), err)
 	}

@@ -151,6 +151,7 @@ func (o Options) validate() error {
 // filesystem is what every node shares.
 type filesystem struct {
 	conn  *conn // the live connection
+	room  room  // what may still be written behind (room.go)
 	log   *slog.Logger
 	entry time.Duration
 	attr  time.Duration

@@ -320,6 +320,15 @@ func (n *node) createBehind(ctx context.Context, s uint64, name string, flags, p
 	if client == nil || !client.OpensNamed() {
 		return nil, nil
 	}
+	// The name costs the delegator's write limit what it costs there
+	// (sshd's inodeCost); without room for it, it is made the plain way,
+	// and a refusal fails the open.
+	cost := int64(len(name)) + nameCost
+	behind := n.fsys.roomFor(ctx, gen, cost)
+	defer n.fsys.room.queued(cost)
+	if !behind {
+		return nil, nil
+	}
 	// The file's times are chosen here and set by the delegator as it
 	// creates the file, so that what the kernel is told now is what a
 	// stat will say later (a made-up time, in whole seconds, changed to

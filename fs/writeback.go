@@ -278,6 +278,33 @@ func (w *writeBehind) settleHandles(ctx context.Context, hs ...*fileHandle) erro
 	return w.settleTo(ctx, target)
 }
 
+// settleAnswered settles h's writes, and what was queued before them, if
+// every one is answered already: what close(2) can report without
+// waiting for the wire.
+func (w *writeBehind) settleAnswered(h *fileHandle) {
+	w.mu.Lock()
+	target := h.lastWrite
+	if target <= w.done || w.busy != nil {
+		w.mu.Unlock()
+		return
+	}
+	for _, p := range w.queued {
+		if p.seq > target {
+			break
+		}
+		if !answered(p.call) {
+			w.mu.Unlock()
+			return
+		}
+	}
+	w.mu.Unlock()
+	// Cancelled: another caller's batch, begun meanwhile, is not waited
+	// for; this one's is answered.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	w.settleTo(ctx, target)
+}
+
 // settleTo returns once the writes up to seq target are settled. Waiting
 // on another caller's batch ends with ctx; a batch of one's own is seen
 // through, since its writes complete when they are answered or the

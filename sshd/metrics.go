@@ -51,6 +51,7 @@ var extensionNames = map[string]string{
 	wire.List:                  "list",
 	wire.ListRead:              "list-read",
 	wire.Policy:                "policy",
+	wire.Room:                  "room",
 }
 
 // opName is the label of request pkt (type, id, then the body).

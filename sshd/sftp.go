@@ -43,6 +43,7 @@ var extensions = [][2]string{
 	{wire.List, "1"},
 	{wire.ListRead, "1"},
 	{wire.Watch, "1"},
+	{wire.Room, "1"},
 }
 
 // errBadMessage is a malformed packet.
@@ -691,6 +692,8 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 		s.list(id, r)
 	case wire.ListRead:
 		s.listRead(id, r)
+	case wire.Room:
+		s.room(id)
 	case "statvfs@openssh.com":
 		s.rel(r.Str()) // every path is on the same file system
 		var st syscall.Statfs_t

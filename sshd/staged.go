@@ -126,6 +126,9 @@ func (v *stagedView) extended(id uint32, pkt []byte, r *reader) {
 		// Pages of a merged listing, with contents from either layer:
 		// not served; the client walks the plain way.
 		v.lower.status(id, wire.OpUnsupported, "extension unsupported on a staged export")
+	case wire.Room:
+		// Writes go to the staging area: its file system's room.
+		v.upper.handle(pkt)
 	default: // fsync, statvfs, write barriers: handles and the owner's file system
 		v.lower.handle(pkt)
 	}

@@ -124,6 +124,7 @@ type Client struct {
 	list         bool              // the server announced wire.List
 	listRead     bool              // the server announced wire.ListRead
 	watch        bool              // the server announced wire.Watch
+	room         bool              // the server announced wire.Room
 	policy       wire.ExportPolicy // the server announced wire.Policy: what it may refuse
 	hide         *wire.Matcher     // policy.Hide, ready
 
@@ -210,6 +211,8 @@ func (c *Client) handshake() error {
 			c.listRead = true
 		case wire.Watch:
 			c.watch = true
+		case wire.Room:
+			c.room = true
 		case wire.Policy:
 			c.policy = wire.DecodePolicy(data)
 			c.hide = wire.NewMatcher(c.policy.Hide)

@@ -175,6 +175,28 @@ func (c *Client) StatVFS(p string) (StatVFS, error) {
 	return s, d.Err
 }
 
+// Room is what the server lets the session write (wire.Room).
+type Room struct {
+	Left uint64 // bytes under the export's write limit; wire.RoomUnbounded if none
+	Free uint64 // bytes free on the file system the writes go to
+}
+
+// TellsRoom reports whether the server answers Room.
+func (c *Client) TellsRoom() bool { return c.room }
+
+// Room asks how much more the session may write (wire.Room).
+func (c *Client) Room() (Room, error) {
+	typ, d, err := c.extended(wire.Room).wait()
+	if err != nil {
+		return Room{}, err
+	}
+	if typ != wire.ExtendedReply {
+		return Room{}, statusOf(typ, d)
+	}
+	r := Room{Left: d.U64(), Free: d.U64()}
+	return r, d.Err
+}
+
 // Entry is a directory entry.
 type Entry struct {
 	Name  string

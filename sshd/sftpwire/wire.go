@@ -75,6 +75,19 @@ const List = "list@awcp"
 // next from the index after the last.
 const ListRead = "list-read@awcp"
 
+// Room is our extension, announced in VERSION: how much more the session
+// may write before the server refuses it. The request has no body; the
+// EXTENDED_REPLY holds two uint64: the bytes left under the export's
+// write limit (RoomUnbounded if it has none) and the bytes free for the
+// server on the file system that takes the session's writes. A client
+// that writes behind (answering write(2) before the server does) sends
+// what would pass either one as a plain request, and waits for its
+// answer, so that the refusal reaches the writer.
+const Room = "room@awcp"
+
+// RoomUnbounded is the bytes left of an export without a write limit.
+const RoomUnbounded = ^uint64(0)
+
 // Watch is our extension, announced in VERSION: the server tells the
 // client which paths of the export changed other than by the session's
 // own requests. The request has no body; it is answered once something
