@@ -182,3 +182,22 @@ func TestCompletedRunThatWroteNothingSaysSo(t *testing.T) {
 		}
 	}
 }
+
+// An agent writing past --max-write-bytes over the live mount is told so by
+// the write that passes it (EDQUOT), as a quota says it on a local disk —
+// not told its writes succeeded while less landed — and what landed in the
+// owner's directory is within the bound.
+func TestWriteLimitReachesTheAgent(t *testing.T) {
+	parallel(t)
+	x := startExecutor(t, `head -c 3000000 /dev/zero > big.bin || echo "the write failed" >&2; true`)
+	c := newCtl(t)
+	ws := sampleWorkspace(t)
+	r := c.run("export", ws, "--peer", x.url, "--prompt", "write a lot", "--transport", "sshfs", "--ssh-listen", "127.0.0.1:0", "--max-write-bytes", "1M")
+	out := r.stdout + r.stderr
+	if !strings.Contains(out, "Disk quota exceeded") || !strings.Contains(out, "the write failed") || !strings.Contains(out, "1 refused") {
+		t.Errorf("the agent was not told its write past the bound failed (exit %d):\n%s", r.code, out)
+	}
+	if fi, err := os.Stat(filepath.Join(ws, "big.bin")); err != nil || fi.Size() > 1<<20 {
+		t.Errorf("big.bin in the owner's directory: %v, %v", fi, err)
+	}
+}
