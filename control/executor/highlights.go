@@ -132,8 +132,9 @@ func loggedHighlights(dir string, logged []string) ([]string, error) {
 		}
 		return true
 	}
+	kinds := parentListings{root: root, dir: dir}
 	for _, p := range logged {
-		isDir, ok := kindBeneath(root, p)
+		isDir, ok := kinds.kind(p)
 		switch {
 		case !ok:
 			continue // gone, or no longer reachable without a symlink
@@ -167,23 +168,53 @@ func sorted(paths []string) []string {
 	return paths
 }
 
-// kindBeneath reports whether p (relative to the directory open at root)
-// is a directory; ok is false where it is not there, or is reached only
-// through a symlink.
-func kindBeneath(root int, p string) (isDir, ok bool) {
+// parentListings tells what kind each logged path is from its parent
+// directory's listing, read once for all the paths logged in it: on a live
+// mount across a link, a stat of each file the mount made (whose
+// attributes the kernel no longer keeps) was a round trip each — 23 s at
+// 20 ms for a benchmark's thousand files — where a listing the mount keeps
+// costs none.
+type parentListings struct {
+	root int                        // the mount's root, O_PATH
+	dir  string                     // its path
+	dirs map[string]map[string]bool // by parent: each entry, and whether it is a directory; nil: not reachable
+}
+
+// kind reports whether p (relative to root) is a directory; ok is false
+// where it is not there, or is reached only through a symlink.
+func (l *parentListings) kind(p string) (isDir, ok bool) {
 	parent, base := filepath.Split(p)
-	at := root
-	if parent != "" {
-		fd, err := treewalk.OpenBeneath(root, parent, unix.O_PATH|unix.O_DIRECTORY)
-		if err != nil {
-			return false, false
-		}
-		defer unix.Close(fd)
-		at = fd
+	ents, listed := l.dirs[parent]
+	if !listed {
+		ents = l.list(parent)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstatat(at, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return false, false
+	isDir, ok = ents[base]
+	return isDir, ok
+}
+
+// list reads parent's entries, opened beneath root without a symlink,
+// and keeps them.
+func (l *parentListings) list(parent string) map[string]bool {
+	if l.dirs == nil {
+		l.dirs = map[string]map[string]bool{}
 	}
-	return st.Mode&unix.S_IFMT == unix.S_IFDIR, true
+	l.dirs[parent] = nil
+	fd, err := treewalk.OpenBeneath(l.root, path.Join(".", parent), unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil
+	}
+	// The name is for a kind the listing does not say, which os stats by
+	// it; the kind of a directory is checked again by its walk.
+	f := os.NewFile(uintptr(fd), filepath.Join(l.dir, parent))
+	defer f.Close()
+	ents, err := f.ReadDir(-1)
+	if err != nil {
+		return nil
+	}
+	kinds := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		kinds[e.Name()] = e.IsDir()
+	}
+	l.dirs[parent] = kinds
+	return kinds
 }

@@ -93,6 +93,7 @@ step() {
 	e=$(t)
 	awk -v n="$1" -v s="$s" -v e="$e" 'BEGIN { printf "LAT %s=%.3f\n", n, e-s }'
 }
+echo "LAT began_at=$(t)"
 step status_cold 'git status --porcelain'
 step status_warm 'git status --porcelain'
 step grep_cold 'grep -r needle0007 src include'
@@ -101,6 +102,7 @@ step create 'mkdir new && for i in $(seq 500); do echo "x $i" >new/f$i; done'
 step untar "mkdir untar && tar -xf '@TAR@' -C untar"
 step cat64 'cat data/big.bin'
 step cc50 'mkdir -p obj && for i in $(seq -f %04g 1 50); do cc -O1 -Iinclude -c src/f$i.c -o obj/f$i.o; done'
+echo "LAT ended_at=$(t)"
 EOF
 sed -i "s|@TAR@|$B/run/t500.tar|" "$B/run/work.sh"
 chmod +x "$B/run/work.sh"
@@ -194,12 +196,20 @@ run_target() { # TARGET → LAT lines
 	local) (cd "$B/lent/p" && bash "$B/run/work.sh") ;;
 	sshfs) (cd "$B/sshfs/p" && LAT_TIMEOUT=$CAP bash "$B/run/work.sh") ;;
 	live | git)
-		local id
-		id=$("$BIN/awcp-ctl" --state-dir "$B/ctl" export "$B/lent/p" --peer "http://10.231.0.2:$PORT" --plain-http \
-			--transport "$1" --ttl 1h --background --prompt "work")
-		"$BIN/awcp-ctl" --state-dir "$B/ctl" output "$id" --block --timeout 1h >/dev/null 2>&1 && "$BIN/awcp-ctl" --state-dir "$B/ctl" logs "$id" 2>&1 | sed -n 's/.*LAT /LAT /p' || {
+		# The delegation's two ends: from export to the agent's start,
+		# and from the agent's end to export's return (all on this
+		# machine's clock).
+		local id sent back
+		sent=$(date +%s.%N)
+		"$BIN/awcp-ctl" --state-dir "$B/ctl" export "$B/lent/p" --peer "http://10.231.0.2:$PORT" --plain-http \
+			--transport "$1" --ttl 1h --prompt "work" >"$B/run/export.out" 2>&1 &&
+			back=$(date +%s.%N) &&
+			id=$(sed -n 's/^delegation \([^ ]*\) .*/\1/p' "$B/run/export.out" | head -n 1) &&
+			"$BIN/awcp-ctl" --state-dir "$B/ctl" logs "$id" 2>&1 | sed -n 's/.*LAT /LAT /p' |
+			awk -v sent="$sent" -v back="$back" '{ print } /^LAT began_at=/ { split($2, a, "="); printf "LAT start=%.3f\n", a[2] - sent }
+				/^LAT ended_at=/ { split($2, a, "="); printf "LAT end=%.3f\n", back - a[2] }' || {
+			cat "$B/run/export.out" >&2
 			echo "bench latency: the $1 delegation failed" >&2
-			"$BIN/awcp-ctl" --state-dir "$B/ctl" status "$id" >&2
 			exit 1
 		} ;;
 	esac
@@ -217,7 +227,7 @@ for rtt in $RTTS; do
 		for t in $TARGETS; do
 			s=$(date +%s)
 			lines=$(run_target "$t") || exit 1
-			for w in $WORKLOADS; do
+			for w in $WORKLOADS start end; do
 				v=$(echo "$lines" | sed -n "s/^LAT $w=//p" | tail -n 1)
 				v=${v%% *}
 				R[$rtt.$t.$w.$r]=${v:-$CAP}
@@ -239,11 +249,22 @@ for rtt in $RTTS; do
 		printf '\n'
 	done
 	for t in $TARGETS; do
+		case $t in live | git) ;; *) continue ;; esac
+		for w in start end; do
+			v=(); for r in $(seq "$ROUNDS"); do v+=("${R[$rtt.$t.$w.$r]}"); done
+			m=$(median "${v[@]}")
+			printf '%s\t%s\t%s\t%s\n' "$rtt" "$t" "$w" "$m" >>"$OUT/latency.tsv"
+			eval "ends_$w=\$m"
+		done
+		printf '%-12s %s: export to the agent'"'"'s start %.3f s, the agent'"'"'s end to export'"'"'s return %.3f s\n' "ends" "$t" "$ends_start" "$ends_end"
+	done
+	for t in $TARGETS; do
 		v=(); for r in $(seq "$ROUNDS"); do v+=("${R[$rtt.$t.cat64.$r]}"); done
 		m=$(median "${v[@]}")
 		printf '%-12s %s: %.0f MB/s, %.0f%% of the link\n' "cat64" "$t" "$(awk -v s="$m" 'BEGIN { print 67.108864 / s }')" \
 			"$(awk -v s="$m" -v l="$LINK" 'BEGIN { print 100 * 67.108864 / s / l }')"
 	done
+	for l in awcp-fs awcp-ctl; do cp "$B/run/$l.log" "$OUT/latency-$rtt-$l.log"; done
 	stop_all
 done
 echo "(seconds, medians; sshfs cut off at ${CAP} s. Goals at 20 ms: live status_cold ≤ 2, status_warm ≤ 0.1, grep_warm ≤ 0.3,"
