@@ -23,6 +23,8 @@ import (
 const (
 	SubsystemGitUpload  = wire.SubsystemGitUpload
 	SubsystemGitReceive = wire.SubsystemGitReceive
+	// GitHaveRef is the lent commit as pushes are shown it.
+	GitHaveRef = wire.GitHaveRef
 )
 
 // GitExport is a repository lent to a delegation (Export.Git).
@@ -71,9 +73,11 @@ func (s *Server) serveGit(receive bool) ssh.SubsystemHandler {
 			}
 			verb = "receive-pack"
 			// Only the result branch takes a push: every other ref is
-			// hidden, which refuses an update of it.
+			// hidden, which refuses an update of it — but the lent
+			// commit, shown so that a push sends only what is new
+			// (wire.GitHaveRef).
 			args = append(args, "-c", "receive.fsckObjects=true", "-c", "receive.denyDeletes=true", "-c", "receive.unpackLimit=0",
-				"-c", "receive.hideRefs=refs/", "-c", "receive.hideRefs=!refs/heads/result")
+				"-c", "receive.hideRefs=refs/", "-c", "receive.hideRefs=!refs/heads/result", "-c", "receive.hideRefs=!"+wire.GitHaveRef)
 			if g.Git.MaxReceive > 0 {
 				left := g.Git.MaxReceive - g.written.Load()
 				if left <= 0 {

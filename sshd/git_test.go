@@ -14,7 +14,8 @@ import (
 
 // The git transport's subsystems, tried with OpenSSH's client and git as
 // an executor holding a delegation's certificate would: its repository
-// clones and takes a push to refs/heads/result, and nothing else does —
+// clones and takes a push to refs/heads/result (of what is new: the lent
+// tree is not sent back), and nothing else does —
 // not a push to the base branch or a delete, not a push past the
 // delegation's bound, not SFTP beside it, not another delegation's
 // repository, not a read-only delegation's push.
@@ -38,10 +39,16 @@ func TestGitSubsystemsAsAnAttacker(t *testing.T) {
 	seed := t.TempDir()
 	must(seed, "init", "-q", "-b", "awcp")
 	os.WriteFile(filepath.Join(seed, "a.txt"), []byte("lent\n"), 0o644)
-	must(seed, "add", "a.txt")
+	// The lent tree is larger than the delegation's bound: a push sends
+	// only what is new, not the tree it was lent (GitHaveRef).
+	lent := make([]byte, 200<<10)
+	rand.Read(lent)
+	os.WriteFile(filepath.Join(seed, "lent.bin"), lent, 0o644)
+	must(seed, "add", "a.txt", "lent.bin")
 	must(seed, "commit", "-qm", "view")
 	must("", "clone", "-q", "--bare", seed, repo)
 	base := must(seed, "rev-parse", "HEAD")
+	must("", "--git-dir="+repo, "update-ref", GitHaveRef, base) // as the delegator lends it
 
 	grant := func(id string, exp Export) (key, kh, host, port string) {
 		f.srv.Grant(id, exp, time.Now().Add(time.Hour))
@@ -69,7 +76,7 @@ func TestGitSubsystemsAsAnAttacker(t *testing.T) {
 		return err
 	}
 	if err := push(key, kh, "dlg_gitlent", "HEAD:refs/heads/result"); err != nil {
-		t.Fatalf("the push to refs/heads/result: %v", err)
+		t.Fatalf("the push of a one-line change to refs/heads/result, within a bound smaller than the lent tree: %v", err)
 	}
 	if err := push(key, kh, "dlg_gitlent", "HEAD:refs/heads/awcp"); err == nil {
 		t.Error("a push moved the base branch")

@@ -235,3 +235,11 @@ const (
 	SubsystemGitUpload  = "awcp-git-upload-pack"
 	SubsystemGitReceive = "awcp-git-receive-pack"
 )
+
+// GitHaveRef is the ref a lent repository shows to pushes beside the
+// result branch: the commit it was lent at. A push sends only what the
+// refs it is shown lack, so without it the executor's push of a one-line
+// change sent the whole tree back (64 MiB for a 64 MiB workspace, counted
+// against --max-write-bytes). A push may move it; the delegator reads the
+// base from its own record, never from a ref a push can reach.
+const GitHaveRef = "refs/awcp/have"

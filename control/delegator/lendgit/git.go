@@ -188,6 +188,10 @@ func (t *Transport) commitView(ctx context.Context, packed, repo string, d contr
 	if err != nil {
 		return err
 	}
+	// Shown to the executor's push, which then sends only what is new.
+	if _, err := git(ctx, repo, nil, "update-ref", sshd.GitHaveRef, strings.TrimSpace(string(base))); err != nil {
+		return err
+	}
 	return os.WriteFile(filepath.Join(repo, baseFile), base, 0o600)
 }
 
