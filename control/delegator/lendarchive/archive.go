@@ -69,6 +69,17 @@ func (t *Transport) packedFile(id string) string {
 // Prepare packs the directory into a file in the staging directory, which
 // START streams from, and remembers what it sent.
 func (t *Transport) Prepare(_ context.Context, d control.Lent) (*control.WorkDirInfo, error) {
+	return t.prepare(d, false)
+}
+
+// PrepareStored is Prepare with the files stored, not deflated, for a ZIP
+// read on this machine alone (the git transport makes its repository of
+// it).
+func (t *Transport) PrepareStored(_ context.Context, d control.Lent) (*control.WorkDirInfo, error) {
+	return t.prepare(d, true)
+}
+
+func (t *Transport) prepare(d control.Lent, stored bool) (*control.WorkDirInfo, error) {
 	if err := os.MkdirAll(t.StagingDir, 0o700); err != nil {
 		return nil, err
 	}
@@ -83,7 +94,7 @@ func (t *Transport) Prepare(_ context.Context, d control.Lent) (*control.WorkDir
 	if d.Dialect == control.DialectHead {
 		folder = control.ResourceWorkspace // the head dialect's archive holds a folder per resource
 	}
-	p, err := archive.PackWith(io.MultiWriter(f, sum), d.LocalDir, archive.PackOptions{Folder: folder, Hide: lending.Hider(d.Policy)})
+	p, err := archive.PackWith(io.MultiWriter(f, sum), d.LocalDir, archive.PackOptions{Folder: folder, Hide: lending.Hider(d.Policy), Stored: stored})
 	if err == nil {
 		err = f.Close()
 	}
