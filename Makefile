@@ -75,8 +75,11 @@ soak: build
 # generated C project on local disk, the live mount and the git transport
 # (build.sh), then the CPU each daemon spends per request against the
 # commit before the last round's security work (ops.sh: BENCH_BASE), then
-# an agent's work across a link that adds 2, 20 and 60 ms round trips, on
-# local disk, the live mount, the git transport and sshfs (latency.sh), and
+# an agent's work across a link that adds 2, 20, 100 and 200 ms round
+# trips, then 20 ms with 1% of the packets lost and 20 ms capped at 20
+# Mbit/s, on local disk, the live mount, the git transport and sshfs, with
+# the delegation's two ends on the live mount and the git transport
+# (latency.sh), and
 # last one table of ratios to the loopback and sshfs (summary.sh; compare
 # two runs with test/bench/summary.sh DIR_A DIR_B). Root.
 BENCH_OUT ?= $(BIN)/bench

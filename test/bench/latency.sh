@@ -16,8 +16,10 @@
 # Writes $BENCH_OUT/latency.tsv: rtt_ms, target, workload, seconds
 # (median), and prints a table per round trip with the issue's goals.
 #
-# Env: BIN, BENCH_ROUNDS (default 1), BENCH_OUT, LAT_RTTS (default
-# "2 20 60"), LAT_TARGETS (default "local live git sshfs"), LAT_FILES
+# Env: BIN, BENCH_ROUNDS (default 1), BENCH_OUT, LAT_RTTS (the links, each
+# a round trip in ms, and optionally ":loss=FRACTION" and ":rate=BITS/S",
+# e.g. "20:loss=0.01" or "20:rate=20e6"; default "2 20 100 200
+# 20:loss=0.01 20:rate=20e6"), LAT_TARGETS (default "local live git sshfs"), LAT_FILES
 # (sources, default 1000: 2,000 files with their headers), LAT_CAP
 # (seconds a workload may take on sshfs before it is cut off and shown as
 # ≥ that, default 120). Root; removes its namespace and devices on exit.
@@ -25,7 +27,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${BIN:-$ROOT/bin}
 ROUNDS=${BENCH_ROUNDS:-1}
-RTTS=${LAT_RTTS:-2 20 60}
+RTTS=${LAT_RTTS:-2 20 100 200 20:loss=0.01 20:rate=20e6}
 TARGETS=${LAT_TARGETS:-local live git sshfs}
 N=${LAT_FILES:-1000}
 CAP=${LAT_CAP:-120}
@@ -108,9 +110,14 @@ sed -i "s|@TAR@|$B/run/t500.tar|" "$B/run/work.sh"
 chmod +x "$B/run/work.sh"
 
 # --- the link, the two daemons, OpenSSH and sshfs, for one round trip ---
-start_link() { # RTT_MS
+start_link() { # RTT_MS[:loss=F][:rate=B]
+	local spec=$1 args=() o
+	args+=(-rtt "${spec%%:*}ms")
+	IFS=: read -ra o <<<"${spec#*:}"
+	[ "$spec" = "${spec%%:*}" ] && o=()
+	for kv in "${o[@]}"; do args+=("-${kv%%=*}" "${kv#*=}"); done
 	ip netns add "$NS"
-	"$B/run/delaylink" -rtt "${1}ms" -a "awl$$a" -b "awl$$b" >"$B/run/delaylink.log" 2>&1 &
+	"$B/run/delaylink" "${args[@]}" -a "awl$$a" -b "awl$$b" >"$B/run/delaylink.log" 2>&1 &
 	pids+=($!)
 	wait_for 5 grep -q ready "$B/run/delaylink.log"
 	ip link set "awl$$b" netns "$NS"
@@ -221,7 +228,7 @@ printf 'rtt_ms\ttarget\tworkload\tseconds\n' >"$OUT/latency.tsv"
 for rtt in $RTTS; do
 	start_link "$rtt"
 	LINK=$(link_mb_s)
-	echo "bench latency: ${rtt} ms round trip (the link carries $LINK MB/s), $ROUNDS round(s) of $TARGETS"
+	echo "bench latency: ${rtt} (ms round trip, and what else the link does; it carries $LINK MB/s), $ROUNDS round(s) of $TARGETS"
 	printf '%s\tlink\tmb_s\t%s\n' "$rtt" "$LINK" >>"$OUT/latency.tsv"
 	for r in $(seq "$ROUNDS"); do
 		for t in $TARGETS; do
@@ -235,7 +242,7 @@ for rtt in $RTTS; do
 			echo "bench latency:   round $r $t $(($(date +%s) - s)) s"
 		done
 	done
-	printf '\n%-12s' "at ${rtt} ms"
+	printf '\n%-12s' "at ${rtt}"
 	for t in $TARGETS; do printf ' %9s' "$t"; done
 	printf '\n'
 	for w in $WORKLOADS; do
@@ -264,7 +271,7 @@ for rtt in $RTTS; do
 		printf '%-12s %s: %.0f MB/s, %.0f%% of the link\n' "cat64" "$t" "$(awk -v s="$m" 'BEGIN { print 67.108864 / s }')" \
 			"$(awk -v s="$m" -v l="$LINK" 'BEGIN { print 100 * 67.108864 / s / l }')"
 	done
-	for l in awcp-fs awcp-ctl; do cp "$B/run/$l.log" "$OUT/latency-$rtt-$l.log"; done
+	for l in awcp-fs awcp-ctl; do cp "$B/run/$l.log" "$OUT/latency-${rtt//[:=]/-}-$l.log"; done
 	stop_all
 done
 echo "(seconds, medians; sshfs cut off at ${CAP} s. Goals at 20 ms: live status_cold ≤ 2, status_warm ≤ 0.1, grep_warm ≤ 0.3,"
