@@ -49,7 +49,7 @@ const (
 // take spends n bytes of room for a change about to go out behind on
 // connection gen; false: there is no room for it known, and it must go out
 // as a plain request.
-func (r *room) take(client *sftpc.Client, gen uint64, n int64) bool {
+func (r *room) take(gen uint64, n int64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.gen != gen || r.left < n {
@@ -86,12 +86,11 @@ func (r *room) queued(n int64) {
 // meanwhile (by other writers) is counted against the answer, and so is
 // what was spent but not queued when the settling began.
 func (r *room) learn(ctx context.Context, c *conn) {
-	r.mu.Lock()
 	client, gen := c.liveAt()
 	if client == nil || !client.TellsRoom() {
-		r.mu.Unlock()
 		return
 	}
+	r.mu.Lock()
 	if r.gen == gen && r.tight && time.Since(r.askedAt) < roomAskEvery {
 		r.mu.Unlock()
 		return
@@ -145,11 +144,11 @@ func (f *filesystem) roomFor(ctx context.Context, gen uint64, n int64) bool {
 		f.room.spend(n) // counted, though no bound is known
 		return true
 	}
-	if f.room.take(client, gen, n) {
+	if f.room.take(gen, n) {
 		return true
 	}
 	f.room.learn(ctx, f.conn)
-	if f.room.take(client, gen, n) {
+	if f.room.take(gen, n) {
 		return true
 	}
 	f.room.spend(n)
