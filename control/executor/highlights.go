@@ -180,6 +180,10 @@ type parentListings struct {
 	dirs map[string]map[string]bool // by parent: each entry, and whether it is a directory; nil: not reachable
 }
 
+// maxListingsKept bounds the listings kept at once: the logged paths come
+// sorted, a directory's names mostly together.
+const maxListingsKept = 256
+
 // kind reports whether p (relative to root) is a directory; ok is false
 // where it is not there, or is reached only through a symlink.
 func (l *parentListings) kind(p string) (isDir, ok bool) {
@@ -195,8 +199,8 @@ func (l *parentListings) kind(p string) (isDir, ok bool) {
 // list reads parent's entries, opened beneath root without a symlink,
 // and keeps them.
 func (l *parentListings) list(parent string) map[string]bool {
-	if l.dirs == nil {
-		l.dirs = map[string]map[string]bool{}
+	if l.dirs == nil || len(l.dirs) >= maxListingsKept {
+		l.dirs = map[string]map[string]bool{} // read again if wanted again
 	}
 	l.dirs[parent] = nil
 	fd, err := treewalk.OpenBeneath(l.root, path.Join(".", parent), unix.O_RDONLY|unix.O_DIRECTORY)
