@@ -565,7 +565,7 @@ func (h *fileHandle) failed(err error) {
 		n.lateErr = err
 	}
 	n.mu.Unlock()
-	n.fsys.log.Warn("fs: a write sent behind failed; the file's next open or fsync reports it", "path", n.rpath(), "err", err)
+	n.fsys.log.Warn("fs: a write failed on the delegator; its writer is told, if still waiting, else the file's next open or fsync", "path", n.rpath(), "err", err)
 }
 
 // takeErr returns and forgets the handle's write error: it is reported
