@@ -23,9 +23,7 @@ func acpExecutor(t *testing.T, extra ...string) *executor {
 		t.Fatal(err)
 	}
 	script := filepath.Join(modules, "acp_agent.mjs")
-	if err := os.WriteFile(script, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeShared(t, script, src, 0o644)
 	// The agent loads the SDK beside it: granted, read-only.
 	x := startExecutor(t, "", append([]string{"--agent-acp", "exec node '" + script + "'", "--sandbox-allow", modules}, extra...)...)
 	return x

@@ -635,3 +635,30 @@ func slow(t *testing.T) {
 		t.Skip("a second or more: make test runs it")
 	}
 }
+
+// writeShared writes data to path, a file in a directory the tests share
+// (the npm cache of nodeModules): into a file of its own beside it, then
+// renamed over path, so that a test running an agent from path meanwhile
+// reads the whole file, never one being written (node read an empty
+// script and exited before answering initialize).
+func writeShared(t *testing.T, path string, data []byte, perm os.FileMode) {
+	t.Helper()
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".write-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tmp.Write(data)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), perm)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		t.Fatal(err)
+	}
+}

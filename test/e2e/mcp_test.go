@@ -73,9 +73,7 @@ func placeScript(t *testing.T, modules, script string) string {
 		t.Fatal(err)
 	}
 	path := filepath.Join(modules, script)
-	if err := os.WriteFile(path, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeShared(t, path, src, 0o644)
 	return path
 }
 

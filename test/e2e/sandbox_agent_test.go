@@ -28,12 +28,13 @@ func TestSandboxedAgentSaysWhatItNeeds(t *testing.T) {
 	modules, hoisted := sessionAgentScript(t)
 	script := filepath.Join(modules, "agent", filepath.Base(hoisted))
 	os.MkdirAll(filepath.Dir(script), 0o755)
-	if err := os.Rename(hoisted, script); err != nil {
+	// A copy: the hoisted script is the other tests' too.
+	src, err := os.ReadFile(hoisted)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(modules, "agent", "package.json"), []byte(`{"name":"agent","private":true}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeShared(t, script, src, 0o644)
+	writeShared(t, filepath.Join(modules, "agent", "package.json"), []byte(`{"name":"agent","private":true}`), 0o644)
 	agentCmd := "exec node '" + script + "'"
 	doctor := func(extra ...string) (int, string) {
 		return runFSDoctor(t, append([]string{"--agent-acp", agentCmd}, extra...)...)

@@ -31,9 +31,7 @@ func sessionAgentScript(t *testing.T) (modules, script string) {
 		t.Fatal(err)
 	}
 	script = filepath.Join(modules, "acp_session_agent.mjs")
-	if err := os.WriteFile(script, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeShared(t, script, src, 0o644)
 	return modules, script
 }
 
