@@ -196,28 +196,21 @@ func (l *parentListings) kind(p string) (isDir, ok bool) {
 	return isDir, ok
 }
 
-// list reads parent's entries, opened beneath root without a symlink,
-// and keeps them.
+// list reads parent's entries, beneath root without a symlink (a walk of
+// that one directory), and keeps them.
 func (l *parentListings) list(parent string) map[string]bool {
 	if l.dirs == nil || len(l.dirs) >= maxListingsKept {
 		l.dirs = map[string]map[string]bool{} // read again if wanted again
 	}
-	l.dirs[parent] = nil
-	fd, err := treewalk.OpenBeneath(l.root, path.Join(".", parent), unix.O_RDONLY|unix.O_DIRECTORY)
+	kinds := map[string]bool{}
+	err := treewalk.WalkAt(l.root, l.dir, path.Join(".", parent), func(_ string, _ int, ents []os.DirEntry) ([]string, error) {
+		for _, e := range ents {
+			kinds[e.Name()] = e.IsDir()
+		}
+		return nil, nil
+	})
 	if err != nil {
-		return nil
-	}
-	// The name is for a kind the listing does not say, which os stats by
-	// it; the kind of a directory is checked again by its walk.
-	f := os.NewFile(uintptr(fd), filepath.Join(l.dir, parent))
-	defer f.Close()
-	ents, err := f.ReadDir(-1)
-	if err != nil {
-		return nil
-	}
-	kinds := make(map[string]bool, len(ents))
-	for _, e := range ents {
-		kinds[e.Name()] = e.IsDir()
+		kinds = nil
 	}
 	l.dirs[parent] = kinds
 	return kinds
