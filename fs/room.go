@@ -31,7 +31,6 @@ type room struct {
 	gen     uint64     // the connection left was learnt on; 0: not learnt
 	left    int64      // what may still be spent behind
 	askedAt time.Time  // the last answer's
-	tight   bool       // the last answer left less than a large write
 	asking  chan struct{}
 	spent   int64 // all that was ever spent (monotonic)
 	pending int64 // spent by writes not queued yet
@@ -81,7 +80,8 @@ func (r *room) queued(n int64) {
 }
 
 // learn asks the delegator for the room, on the live connection, unless
-// it was asked less than roomAskEvery ago and had none: what was sent
+// it was asked less than roomAskEvery ago and less than a large write's
+// worth is left: each write would ask again. What was sent
 // before is settled first, so that the answer counts it. What is spent
 // meanwhile (by other writers) is counted against the answer, and so is
 // what was spent but not queued when the settling began.
@@ -91,7 +91,7 @@ func (r *room) learn(ctx context.Context, c *conn) {
 		return
 	}
 	r.mu.Lock()
-	if r.gen == gen && r.tight && time.Since(r.askedAt) < roomAskEvery {
+	if r.gen == gen && r.left < sftpc.MaxData && time.Since(r.askedAt) < roomAskEvery {
 		r.mu.Unlock()
 		return
 	}
@@ -125,8 +125,7 @@ func (r *room) learn(ctx context.Context, c *conn) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	left -= r.spent - spentBefore + pendingBefore + roomMargin
-	// Less than a large write's worth: each write would ask again.
-	r.gen, r.left, r.askedAt, r.tight = gen, max(left, 0), time.Now(), left < sftpc.MaxData
+	r.gen, r.left, r.askedAt = gen, max(left, 0), time.Now()
 }
 
 func clampRoom(v uint64) int64 {

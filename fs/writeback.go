@@ -300,10 +300,15 @@ func (w *writeBehind) settleAnswered(h *fileHandle) {
 	w.mu.Unlock()
 	// Cancelled: another caller's batch, begun meanwhile, is not waited
 	// for; this one's is answered.
+	w.settleTo(cancelled, target)
+}
+
+// cancelled is a context that has ended.
+var cancelled = func() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	w.settleTo(ctx, target)
-}
+	return ctx
+}()
 
 // settleTo returns once the writes up to seq target are settled. Waiting
 // on another caller's batch ends with ctx; a batch of one's own is seen
