@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -184,20 +186,25 @@ func TestCompletedRunThatWroteNothingSaysSo(t *testing.T) {
 }
 
 // An agent writing past --max-write-bytes over the live mount is told so by
-// the write that passes it (EDQUOT), as a quota says it on a local disk —
-// not told its writes succeeded while less landed — and what landed in the
-// owner's directory is within the bound.
+// the write that passes it (EDQUOT), as a quota says it on a local disk,
+// and what it was told it wrote is what landed in the owner's directory:
+// dd counts the bytes its writes were told were written.
 func TestWriteLimitReachesTheAgent(t *testing.T) {
 	parallel(t)
-	x := startExecutor(t, `head -c 3000000 /dev/zero > big.bin || echo "the write failed" >&2; true`)
+	x := startExecutor(t, `dd if=/dev/zero of=big.bin bs=64k count=48; true`)
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
 	r := c.run("export", ws, "--peer", x.url, "--prompt", "write a lot", "--transport", "sshfs", "--ssh-listen", "127.0.0.1:0", "--max-write-bytes", "1M")
 	out := r.stdout + r.stderr
-	if !strings.Contains(out, "Disk quota exceeded") || !strings.Contains(out, "the write failed") || !strings.Contains(out, "1 refused") {
+	if !strings.Contains(out, "Disk quota exceeded") || !strings.Contains(out, "1 refused") {
 		t.Errorf("the agent was not told its write past the bound failed (exit %d):\n%s", r.code, out)
 	}
-	if fi, err := os.Stat(filepath.Join(ws, "big.bin")); err != nil || fi.Size() > 1<<20 {
-		t.Errorf("big.bin in the owner's directory: %v, %v", fi, err)
+	m := regexp.MustCompile(`(\d+) bytes .* copied`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no count of dd's bytes in the agent's stderr:\n%s", out)
+	}
+	told, _ := strconv.ParseInt(m[1], 10, 64)
+	if fi, err := os.Stat(filepath.Join(ws, "big.bin")); err != nil || fi.Size() > 1<<20 || fi.Size() != told {
+		t.Errorf("big.bin in the owner's directory: %v, %v; dd was told %d bytes were written", fi, err, told)
 	}
 }
