@@ -72,12 +72,7 @@ func TestCancelInEveryHandshakeState(t *testing.T) {
 			dlg, store := newArchiveDelegator(t, nil)
 			dir := t.TempDir()
 			os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a"), 0o644)
-			d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive})
-			if err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan *lease.Delegation, 1)
-			go func() { end, _ := dlg.Run(context.Background(), d.ID); done <- end }()
+			d, done := runExport(t, dlg, ExportRequest{Dir: dir, Peer: srv.URL, PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive})
 			<-slow.arrived
 			// While START is out the event stream is open, so a "running"
 			// from the executor may already have moved it on.
@@ -154,12 +149,7 @@ func TestCancelledInviteThatOvertakesItsError(t *testing.T) {
 	dlg, _ := newArchiveDelegator(t, nil)
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a"), 0o644)
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: srv.URL, PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan *lease.Delegation, 1)
-	go func() { end, _ := dlg.Run(context.Background(), d.ID); done <- end }()
+	d, done := runExport(t, dlg, ExportRequest{Dir: dir, Peer: srv.URL, PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive})
 	<-o.arrived
 	if _, err := dlg.Cancel(context.Background(), d.ID); err != nil {
 		t.Fatal(err)
@@ -216,12 +206,7 @@ func TestEndWhileAccepted(t *testing.T) {
 			if how == "expire" {
 				ttl = time.Second
 			}
-			d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: x.Srv.URL, PeerKey: x.Key(), Prompt: "p", Transport: control.TransportArchive, TTL: ttl})
-			if err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan *lease.Delegation, 1)
-			go func() { end, _ := dlg.Run(context.Background(), d.ID); done <- end }()
+			d, done := runExport(t, dlg, ExportRequest{Dir: t.TempDir(), Peer: x.Srv.URL, PeerKey: x.Key(), Prompt: "p", Transport: control.TransportArchive, TTL: ttl})
 			<-gate.arrived
 			if x.Exec.Active() != 1 {
 				t.Fatalf("executor reservations: %d", x.Exec.Active())
@@ -367,12 +352,7 @@ func TestMalformedEventEndsDelegation(t *testing.T) {
 	srv := httptest.NewServer(corruptingProxy(x.Exec.Handler()))
 	defer srv.Close()
 	dlg, _ := newArchiveDelegator(t, nil)
-	d, err := dlg.Create(ExportRequest{Dir: t.TempDir(), Peer: srv.URL, PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan *lease.Delegation, 1)
-	go func() { end, _ := dlg.Run(context.Background(), d.ID); done <- end }()
+	_, done := runExport(t, dlg, ExportRequest{Dir: t.TempDir(), Peer: srv.URL, PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive})
 	var end *lease.Delegation
 	select {
 	case end = <-done:
@@ -424,4 +404,17 @@ func TestResultChecksumMismatchIsRefused(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "new.txt")); err == nil {
 		t.Fatal("new.txt exists: the tampered result was applied")
 	}
+}
+
+// runExport creates the delegation req asks for and runs it in the
+// background: done has its final record.
+func runExport(t *testing.T, dlg *Delegator, req ExportRequest) (*lease.Delegation, <-chan *lease.Delegation) {
+	t.Helper()
+	d, err := dlg.Create(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *lease.Delegation, 1)
+	go func() { end, _ := dlg.Run(context.Background(), d.ID); done <- end }()
+	return d, done
 }

@@ -3,7 +3,6 @@
 package delegator
 
 import (
-	"context"
 	"io"
 	"net"
 	"os"
@@ -121,12 +120,7 @@ func TestChannelStates(t *testing.T) {
 		}
 	})
 	dir := t.TempDir()
-	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: net.url(), PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan *lease.Delegation, 1)
-	go func() { end, _ := dlg.Run(context.Background(), d.ID); done <- end }()
+	d, done := runExport(t, dlg, ExportRequest{Dir: dir, Peer: net.url(), PlainHTTP: true, Prompt: "p", Transport: control.TransportArchive})
 	channel := func(want string, within time.Duration) *lease.Delegation {
 		t.Helper()
 		for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
