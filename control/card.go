@@ -80,12 +80,30 @@ type AgentCard struct {
 	DefaultOutputModes []string        `json:"defaultOutputModes"`
 	Skills             []CardSkill     `json:"skills"`
 	Extensions         []CardExtension `json:"extensions"`
-	// A2A's, where the executor has an A2A face: the protocol version
-	// and the transport URL speaks, and the security schemes it takes.
-	ProtocolVersion    string                `json:"protocolVersion,omitempty"`
-	PreferredTransport string                `json:"preferredTransport,omitempty"`
-	SecuritySchemes    map[string]any        `json:"securitySchemes,omitempty"`
-	Security           []map[string][]string `json:"security,omitempty"`
+	// A2A's, where the executor has an A2A face. The card is both
+	// generations' at once: 1.0's interfaces and security requirements,
+	// and 0.3's protocol version, transport (URL's) and security; each
+	// security scheme carries both forms (see Executor.securitySchemes).
+	SupportedInterfaces  []CardInterface       `json:"supportedInterfaces,omitempty"`
+	SecurityRequirements []CardRequirement     `json:"securityRequirements,omitempty"`
+	ProtocolVersion      string                `json:"protocolVersion,omitempty"`
+	PreferredTransport   string                `json:"preferredTransport,omitempty"`
+	SecuritySchemes      map[string]any        `json:"securitySchemes,omitempty"`
+	Security             []map[string][]string `json:"security,omitempty"`
+}
+
+// CardInterface is one way an A2A agent is reached (A2A 1.0's
+// AgentInterface): where, by which binding, in which version.
+type CardInterface struct {
+	URL             string `json:"url"`
+	ProtocolBinding string `json:"protocolBinding"`
+	ProtocolVersion string `json:"protocolVersion"`
+}
+
+// CardRequirement is one way of authenticating A2A 1.0 accepts: every
+// scheme it names (by name; scopes, none here).
+type CardRequirement struct {
+	Schemes map[string][]string `json:"schemes"`
 }
 
 // CardSkill is one skill of an agent card (A2A AgentSkill).

@@ -648,9 +648,15 @@ func (e *Executor) handleCard(w http.ResponseWriter, r *http.Request) {
 		Extensions:         []control.CardExtension{ext},
 	}
 	if e.a2a != nil {
-		// A2A clients send to url by its preferred transport: the A2A
-		// face, which takes a workspace as a ZIP file part.
+		// A2A clients send to the A2A face, which takes a workspace as
+		// a ZIP file part: 1.0's find it in the interfaces, 0.3's at url
+		// by its preferred transport. Both versions at one URL: a
+		// request says which it speaks (A2A-Version).
 		card.URL = base + e.a2a.path
+		card.SupportedInterfaces = []control.CardInterface{
+			{URL: card.URL, ProtocolBinding: "JSONRPC", ProtocolVersion: "1.0"},
+			{URL: card.URL, ProtocolBinding: "JSONRPC", ProtocolVersion: "0.3"},
+		}
 		card.ProtocolVersion = "0.3.0"
 		card.PreferredTransport = "JSONRPC"
 		card.DefaultInputModes = []string{"text/plain", "application/zip"}
@@ -659,23 +665,30 @@ func (e *Executor) handleCard(w http.ResponseWriter, r *http.Request) {
 			Description: "Send the task as text and the directory as a ZIP file part: the agent works on it, confined, and the changed files and the diff come back as artifacts.",
 			Tags:        []string{"awcp", "workspace", "coding"}}}, card.Skills...)
 		card.SecuritySchemes, card.Security = e.securitySchemes()
+		for _, req := range card.Security {
+			card.SecurityRequirements = append(card.SecurityRequirements, control.CardRequirement{Schemes: req})
+		}
 	}
 	httpserve.WriteJSON(w, http.StatusOK, card)
 }
 
 // securitySchemes are the A2A security schemes the executor takes, and
-// its requirement: any one of them.
+// its requirement: any one of them. Each scheme is written in both
+// versions' forms, 0.3's members ("type", …) beside 1.0's one member
+// naming its kind; each reader takes its own and skips the other's.
 func (e *Executor) securitySchemes() (map[string]any, []map[string][]string) {
 	schemes := map[string]any{}
 	var req []map[string][]string
 	if len(e.opts.Tokens) > 0 {
-		schemes["bearer"] = map[string]any{"type": "http", "scheme": "bearer",
-			"description": "the executor's token, as its operator gave it to you"}
+		const about = "the executor's token, as its operator gave it to you"
+		schemes["bearer"] = map[string]any{"type": "http", "scheme": "bearer", "description": about,
+			"httpAuthSecurityScheme": map[string]any{"scheme": "bearer", "description": about}}
 		req = append(req, map[string][]string{"bearer": {}})
 	}
 	if len(e.opts.AuthorizedDelegators) > 0 {
-		schemes["identityKey"] = map[string]any{"type": "mutualTLS",
-			"description": "a TLS client certificate of an Ed25519 identity key the operator authorized (awcp-ctl peers self prints one)"}
+		const about = "a TLS client certificate of an Ed25519 identity key the operator authorized (awcp-ctl peers self prints one)"
+		schemes["identityKey"] = map[string]any{"type": "mutualTLS", "description": about,
+			"mtlsSecurityScheme": map[string]any{"description": about}}
 		req = append(req, map[string][]string{"identityKey": {}})
 	}
 	if len(schemes) == 0 {

@@ -2,7 +2,9 @@
 // (--peer a2a:URL; delegator.A2APeer): the task and the lent directory,
 // packed as the archive transport packs it, go in one message (a text
 // part and a ZIP file part) by the official Go SDK's client
-// (github.com/a2aproject/a2a-go, A2A 0.3, JSON-RPC); the task's states
+// (github.com/a2aproject/a2a-go/v2: A2A 1.0, and 0.3 through its
+// compatibility layer; JSON-RPC first, HTTP+JSON where that is all an
+// agent offers — the newest version both speak); the task's states
 // become the delegation's events; its artifacts become a result ZIP,
 // built on what was sent, that the archive transport's review applies or
 // stages as it would an executor's. Nothing the agent sends touches the
@@ -20,6 +22,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,9 +37,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/a2aproject/a2a-go/a2a"
-	"github.com/a2aproject/a2a-go/a2aclient"
-	"github.com/a2aproject/a2a-go/a2aclient/agentcard"
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2aclient"
+	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
+	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/internal/untrusted"
@@ -94,26 +98,59 @@ func (p *Peer) client(ctx context.Context, del *lease.Delegation) (_ *a2aclient.
 	hc := &http.Client{Transport: &bounded{next: transportFor(del), token: del.Token, max: maxResult*4/3 + 1<<20,
 		workspace: p.sentFile(del.ID), spools: sp},
 		CheckRedirect: control.SameServerRedirects}
-	card, err := agentcard.NewResolver(hc).Resolve(ctx, del.Peer)
+	resolver := agentcard.NewResolver(hc)
+	resolver.CardParser = parseCard
+	card, err := resolver.Resolve(ctx, del.Peer)
 	if err != nil {
 		return nil, nil, fmt.Errorf("the agent card at %s: %w", del.Peer, err)
 	}
+	// Every way the card offers must be the agent's own server: the
+	// token and the workspace go wherever the client chooses.
 	peer, _ := url.Parse(del.Peer)
-	at, err := url.Parse(card.URL)
-	if err != nil || !sameServer(peer, at) {
-		return nil, nil, control.Errorf(control.CodeTaskFailed, "the agent card at %s sends tasks to %q, another place than the agent: refused (the token and the workspace would go there)", del.Peer, untrusted.Clip(card.URL, 200)).
-			WithHint("name the agent by the URL its card gives")
+	for _, iface := range card.SupportedInterfaces {
+		where := ""
+		if iface != nil {
+			where = iface.URL
+		}
+		if at, err := url.Parse(where); iface == nil || err != nil || !sameServer(peer, at) {
+			return nil, nil, control.Errorf(control.CodeTaskFailed, "the agent card at %s sends tasks to %q, another place than the agent: refused (the token and the workspace would go there)", del.Peer, untrusted.Clip(where, 200)).
+				WithHint("name the agent by the URL its card gives")
+		}
 	}
-	if card.PreferredTransport == "" {
-		// A2A 0.3: a card that names none prefers JSON-RPC (a2a-go's
-		// factory finds no transport otherwise: Gemini CLI's card).
-		card.PreferredTransport = a2a.TransportProtocolJSONRPC
-	}
-	c, err := a2aclient.NewFromCard(ctx, card, a2aclient.WithJSONRPCTransport(hc))
+	c, err := a2aclient.NewFromCard(ctx, card,
+		a2aclient.WithJSONRPCTransport(hc), a2aclient.WithRESTTransport(hc),
+		a2av0.WithJSONRPCTransport(a2av0.JSONRPCTransportConfig{Client: hc}),
+		a2av0.WithRESTTransport(a2av0.RESTTransportConfig{Client: hc}))
 	if err != nil {
-		return nil, nil, control.Errorf(control.CodeTaskFailed, "the agent at %s speaks no A2A transport this delegator does (JSON-RPC): %v", del.Peer, err)
+		return nil, nil, control.Errorf(control.CodeTaskFailed, "the agent at %s speaks no A2A version and binding this delegator does (1.0 or 0.3; JSON-RPC or HTTP+JSON): %s", del.Peer, untrusted.Clip(err.Error(), 300))
 	}
 	return c, sp, nil
+}
+
+// parseCard reads an agent card of either generation: 1.0's interfaces,
+// else 0.3's url — by JSON-RPC where the card names no transport (A2A
+// 0.3's default; Gemini CLI's card names none).
+func parseCard(body []byte) (*a2a.AgentCard, error) {
+	var legacy struct {
+		Interfaces []json.RawMessage `json:"supportedInterfaces"`
+		URL        string            `json:"url"`
+		Preferred  string            `json:"preferredTransport"`
+	}
+	if err := json.Unmarshal(body, &legacy); err != nil {
+		return nil, err
+	}
+	card, err := a2av0.NewAgentCardParser()(body)
+	if err != nil {
+		return nil, err
+	}
+	if len(legacy.Interfaces) == 0 && legacy.URL != "" && legacy.Preferred == "" {
+		card.SupportedInterfaces = append([]*a2a.AgentInterface{{URL: legacy.URL,
+			ProtocolBinding: a2a.TransportProtocolJSONRPC, ProtocolVersion: a2av0.Version}}, card.SupportedInterfaces...)
+	}
+	if len(card.SupportedInterfaces) == 0 {
+		return nil, errors.New("the card names no interface (1.0's supportedInterfaces) and no url (0.3's)")
+	}
+	return card, nil
 }
 
 // transportFor is how del's agent is reached: pinned to its key where one
@@ -258,9 +295,8 @@ func (p *Peer) message(del *lease.Delegation) (*a2a.Message, error) {
 		return nil, fmt.Errorf("the workspace kept for the task: %w", err)
 	}
 	return a2a.NewMessage(a2a.MessageRoleUser,
-		a2a.TextPart{Text: del.Prompt},
-		a2a.FilePart{File: a2a.FileBytes{FileMeta: a2a.FileMeta{Name: "workspace.zip", MimeType: "application/zip"},
-			Bytes: workspaceMark},
+		a2a.NewTextPart(del.Prompt),
+		&a2a.Part{Content: a2a.Raw(workspaceMarkRaw), Filename: "workspace.zip", MediaType: "application/zip",
 			Metadata: map[string]any{"sha256": hex.EncodeToString(sum.Sum(nil))}}), nil
 }
 
@@ -276,12 +312,9 @@ func (p *Peer) Permit(ctx context.Context, del *lease.Delegation, requestID, opt
 	}
 	defer sp.close()
 	defer c.Destroy()
-	m := a2a.NewMessage(a2a.MessageRoleUser,
-		a2a.DataPart{Data: map[string]any{"optionId": optionID, "requestId": requestID}},
-		a2a.TextPart{Text: optionID})
+	m := a2a.NewMessage(a2a.MessageRoleUser, answerParts(requestID, optionID)...)
 	m.TaskID, m.ContextID = a2a.TaskID(del.PeerTaskID), del.PeerContextID
-	no := false
-	if _, err := c.SendMessage(ctx, &a2a.MessageSendParams{Message: m, Config: &a2a.MessageSendConfig{Blocking: &no}}); err != nil {
+	if _, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: m, Config: &a2a.SendMessageConfig{ReturnImmediately: true}}); err != nil {
 		return fatal(err)
 	}
 	return nil
@@ -295,7 +328,7 @@ func (p *Peer) Cancel(ctx context.Context, del *lease.Delegation) error {
 	}
 	defer sp.close()
 	defer c.Destroy()
-	_, err = c.CancelTask(ctx, &a2a.TaskIDParams{ID: a2a.TaskID(del.PeerTaskID)})
+	_, err = c.CancelTask(ctx, &a2a.CancelTaskRequest{ID: a2a.TaskID(del.PeerTaskID)})
 	return err
 }
 

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/a2aproject/a2a-go/a2a"
-	"github.com/a2aproject/a2a-go/a2aclient"
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2aclient"
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/internal/untrusted"
@@ -33,7 +33,14 @@ type follower struct {
 	said    string // the last status words given
 	asked   string // the permission request given and not yet left
 	failed  string // the agent's words of an error it reported mid-turn
+	// toolCall is the tool call a Gemini CLI agent last asked to confirm
+	// (its "tool-call-confirmation" update), until its task goes on.
+	toolCall *toolCall
 }
+
+// toolCall is a tool call a Gemini CLI agent asks to be confirmed: its
+// call id, and what it would do, in its words.
+type toolCall struct{ id, title string }
 
 // Follow is delegator.A2APeer's: the task's stream while it lasts, then
 // the task asked for every second until it ends (an agent waiting on an
@@ -56,7 +63,7 @@ func (p *Peer) Follow(ctx context.Context, del *lease.Delegation, after uint64, 
 		if err != nil {
 			return fatal(err)
 		}
-		for ev, err := range c.SendStreamingMessage(ctx, &a2a.MessageSendParams{Message: msg}) {
+		for ev, err := range c.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: msg}) {
 			if err != nil {
 				if f.del.PeerTaskID == "" {
 					return fatal(err) // the message itself was refused
@@ -74,7 +81,7 @@ func (p *Peer) Follow(ctx context.Context, del *lease.Delegation, after uint64, 
 		}
 	}
 	for {
-		task, err := c.GetTask(ctx, &a2a.TaskQueryParams{ID: a2a.TaskID(f.del.PeerTaskID)})
+		task, err := c.GetTask(ctx, &a2a.GetTaskRequest{ID: a2a.TaskID(f.del.PeerTaskID)})
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -110,6 +117,7 @@ func (f *follower) event(ctx context.Context, ev a2a.Event) (bool, error) {
 			return false, err
 		}
 		f.noteError(ev.Metadata, ev.Status.Message)
+		f.noteToolCall(ev.Metadata, ev.Status.Message)
 		return f.status(ctx, ev.Status, nil)
 	case *a2a.Message:
 		// An answer that is a message, not a task: the agent's whole
@@ -147,9 +155,12 @@ func (f *follower) status(ctx context.Context, st a2a.TaskStatus, task *a2a.Task
 		}
 	}
 	switch st.State {
-	case a2a.TaskStateSubmitted, a2a.TaskStateUnspecified, a2a.TaskStateUnknown:
+	case a2a.TaskStateSubmitted, a2a.TaskStateUnspecified:
 		return false, nil
 	case a2a.TaskStateWorking:
+		if f.asked == "" && f.toolCall != nil && !f.toolCall.pending(st.Message) {
+			f.toolCall = nil // confirmed, or the agent went past it
+		}
 		if !f.running {
 			f.running, f.said = true, words
 			return false, f.emit(&control.Event{Type: control.EventStatus, Status: control.StatusRunning, Message: "the A2A agent is working: " + words})
@@ -163,6 +174,9 @@ func (f *follower) status(ctx context.Context, st a2a.TaskStatus, task *a2a.Task
 		if structured(st.Message) {
 			return false, f.ask(st.Message, words)
 		}
+		if tc := f.toolCall; tc != nil {
+			return false, f.askToolCall(tc, words)
+		}
 		// An agent's turn ended, and it waits for the next message (as
 		// Gemini CLI's does after each): a delegation is one task, so it
 		// ends here — failed if the agent reported an error on the way.
@@ -170,7 +184,7 @@ func (f *follower) status(ctx context.Context, st a2a.TaskStatus, task *a2a.Task
 			return true, f.emit(&control.Event{Type: control.EventError, Code: control.CodeTaskFailed, Message: "the A2A agent failed: " + f.failed})
 		}
 		if task == nil || len(task.Artifacts) == 0 {
-			got, err := f.c.GetTask(ctx, &a2a.TaskQueryParams{ID: a2a.TaskID(f.del.PeerTaskID)})
+			got, err := f.c.GetTask(ctx, &a2a.GetTaskRequest{ID: a2a.TaskID(f.del.PeerTaskID)})
 			if err != nil {
 				return false, err
 			}
@@ -180,7 +194,7 @@ func (f *follower) status(ctx context.Context, st a2a.TaskStatus, task *a2a.Task
 		return true, f.finish(ctx, task)
 	case a2a.TaskStateCompleted:
 		if task == nil || len(task.Artifacts) == 0 {
-			got, err := f.c.GetTask(ctx, &a2a.TaskQueryParams{ID: a2a.TaskID(f.del.PeerTaskID)})
+			got, err := f.c.GetTask(ctx, &a2a.GetTaskRequest{ID: a2a.TaskID(f.del.PeerTaskID)})
 			if err != nil {
 				return false, err
 			}
@@ -206,14 +220,14 @@ func (f *follower) ask(m *a2a.Message, words string) error {
 	id, options := "", []control.PermissionOption(nil)
 	if m != nil {
 		for _, part := range m.Parts {
-			dp, ok := part.(a2a.DataPart)
+			data, ok := dataOf(part)
 			if !ok {
 				continue
 			}
-			if s, ok := dp.Data["requestId"].(string); ok && requestIDPattern.MatchString(s) {
+			if s, ok := data["requestId"].(string); ok && requestIDPattern.MatchString(s) {
 				id = s
 			}
-			list, _ := dp.Data["options"].([]any)
+			list, _ := data["options"].([]any)
 			for _, o := range list {
 				om, _ := o.(map[string]any)
 				oid, _ := om["optionId"].(string)
@@ -249,16 +263,112 @@ func structured(m *a2a.Message) bool {
 		return false
 	}
 	for _, part := range m.Parts {
-		if dp, ok := part.(a2a.DataPart); ok {
-			if _, ok := dp.Data["requestId"]; ok {
+		if data, ok := dataOf(part); ok {
+			if _, ok := data["requestId"]; ok {
 				return true
 			}
-			if _, ok := dp.Data["options"]; ok {
+			if _, ok := data["options"]; ok {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// dataOf is a part's data, if it is a data part holding an object.
+func dataOf(p *a2a.Part) (map[string]any, bool) {
+	if p == nil {
+		return nil, false
+	}
+	d, ok := p.Content.(a2a.Data)
+	if !ok {
+		return nil, false
+	}
+	m, ok := d.Value.(map[string]any)
+	return m, ok
+}
+
+// Gemini CLI's A2A server asks a tool call's confirmation in two steps:
+// a working update (metadata coderAgent.kind "tool-call-confirmation")
+// whose data part is the call awaiting approval, then input-required
+// with no words. Its answer is a data part {callId, outcome}.
+const geminiConfirmation = "tool-call-confirmation"
+
+// The outcomes a Gemini CLI tool call takes, as a permission's options.
+var geminiOutcomes = []control.PermissionOption{
+	{OptionID: "proceed_once", Name: "Allow once", Kind: "allow_once"},
+	{OptionID: "proceed_always", Name: "Allow always", Kind: "allow_always"},
+	{OptionID: "cancel", Name: "Reject", Kind: "reject_once"},
+}
+
+// noteToolCall keeps the tool call a Gemini CLI update asks to confirm.
+func (f *follower) noteToolCall(meta map[string]any, m *a2a.Message) {
+	agent, _ := meta["coderAgent"].(map[string]any)
+	if kind, _ := agent["kind"].(string); kind != geminiConfirmation || m == nil {
+		return
+	}
+	for _, part := range m.Parts {
+		data, ok := dataOf(part)
+		if !ok {
+			continue
+		}
+		req, _ := data["request"].(map[string]any)
+		id, _ := req["callId"].(string)
+		if status, _ := data["status"].(string); status != "awaiting_approval" || !requestIDPattern.MatchString(id) {
+			continue
+		}
+		title, _ := req["name"].(string)
+		if details, ok := data["confirmationDetails"].(map[string]any); ok {
+			if t, ok := details["title"].(string); ok && t != "" {
+				title = t
+			}
+		}
+		f.toolCall = &toolCall{id: id, title: untrusted.Clip(title, 200)}
+	}
+}
+
+// pending says whether an update still shows the call awaiting approval
+// (its status repeated); any other update of the task says it went on.
+func (tc *toolCall) pending(m *a2a.Message) bool {
+	if m == nil {
+		return true // words without a call: nothing said of it
+	}
+	for _, part := range m.Parts {
+		data, ok := dataOf(part)
+		if !ok {
+			continue
+		}
+		req, _ := data["request"].(map[string]any)
+		if id, _ := req["callId"].(string); id == tc.id {
+			status, _ := data["status"].(string)
+			return status == "awaiting_approval"
+		}
+	}
+	return true
+}
+
+// askToolCall gives a Gemini CLI tool call's confirmation as a
+// permission, once; its id is the call's.
+func (f *follower) askToolCall(tc *toolCall, words string) error {
+	if f.asked == tc.id {
+		return nil
+	}
+	f.asked = tc.id
+	if words == "" {
+		words = "run " + tc.title
+	}
+	return f.emit(&control.Event{Type: control.EventPermission, RequestID: tc.id, Message: words,
+		Options: geminiOutcomes, Outcome: control.PermissionPending})
+}
+
+// answerParts are a permission's answer, as every agent awcp knows reads
+// one: optionId and requestId (an awcp executor's face), callId and
+// outcome (Gemini CLI's tool confirmation), and the option as text.
+func answerParts(requestID, optionID string) []*a2a.Part {
+	return []*a2a.Part{
+		a2a.NewDataPart(map[string]any{"optionId": optionID, "requestId": requestID, "callId": requestID, "outcome": optionID}),
+		a2a.NewTextPart(optionID),
+	}
 }
 
 // noteError keeps the words of an error the agent reported in an
@@ -283,11 +393,11 @@ func textOf(m *a2a.Message) string {
 	}
 	var b strings.Builder
 	for _, p := range m.Parts {
-		if tp, ok := p.(a2a.TextPart); ok {
+		if tp, ok := p.Content.(a2a.Text); ok {
 			if b.Len() > 0 {
 				b.WriteString("\n")
 			}
-			b.WriteString(tp.Text)
+			b.WriteString(string(tp))
 		}
 	}
 	return b.String()

@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -13,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2a"
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/internal/untrusted"
@@ -42,47 +43,48 @@ func (f *follower) finish(ctx context.Context, task *a2a.Task) error {
 			continue
 		}
 		for _, part := range art.Parts {
-			switch p := part.(type) {
-			case a2a.TextPart:
+			if part == nil {
+				continue
+			}
+			switch c := part.Content.(type) {
+			case a2a.Text:
 				if art.Name != "" {
 					summary = append(summary, "["+untrusted.Clip(art.Name, 80)+"]")
 				}
-				summary = append(summary, p.Text)
-			case a2a.FilePart:
-				switch fc := p.File.(type) {
-				case a2a.FileBytes:
-					got, err := f.fileBytes(fc.Bytes)
-					if err != nil {
-						return fmt.Errorf("a file the agent sent: %w", err)
-					}
-					name := resultName(fc.Name)
-					if name == "" {
-						os.Remove(got.File)
-						notes = append(notes, fmt.Sprintf("a file named %q: not a path in the directory, left out", untrusted.Clip(fc.Name, 120)))
-						continue
-					}
-					if got.Bad != nil {
-						os.Remove(got.File)
-						notes = append(notes, fmt.Sprintf("%s: not base64, left out", name))
-						continue
-					}
-					fi, err := os.Stat(got.File)
-					if err != nil {
-						return fmt.Errorf("a file the agent sent: %w", err)
-					}
-					if size += fi.Size(); size > maxResult {
-						os.Remove(got.File)
-						return control.Errorf(control.CodeTaskFailed, "the A2A agent's files are past the %d bytes a result may be: nothing was applied", maxResult)
-					}
-					if old, ok := files[name]; ok {
-						os.Remove(old)
-					}
-					files[name] = got.File
-				case a2a.FileURI:
-					notes = append(notes, fmt.Sprintf("%s by URI (%s): not fetched", untrusted.Clip(fc.Name, 120), untrusted.Clip(fc.URI, 200)))
+				summary = append(summary, string(c))
+			case a2a.Raw:
+				got, err := f.fileBytes(c)
+				if err != nil {
+					return fmt.Errorf("a file the agent sent: %w", err)
 				}
-			case a2a.DataPart:
-				list, _ := p.Data["removed"].([]any)
+				name := resultName(part.Filename)
+				if name == "" {
+					os.Remove(got.File)
+					notes = append(notes, fmt.Sprintf("a file named %q: not a path in the directory, left out", untrusted.Clip(part.Filename, 120)))
+					continue
+				}
+				if got.Bad != nil {
+					os.Remove(got.File)
+					notes = append(notes, fmt.Sprintf("%s: not base64, left out", name))
+					continue
+				}
+				fi, err := os.Stat(got.File)
+				if err != nil {
+					return fmt.Errorf("a file the agent sent: %w", err)
+				}
+				if size += fi.Size(); size > maxResult {
+					os.Remove(got.File)
+					return control.Errorf(control.CodeTaskFailed, "the A2A agent's files are past the %d bytes a result may be: nothing was applied", maxResult)
+				}
+				if old, ok := files[name]; ok {
+					os.Remove(old)
+				}
+				files[name] = got.File
+			case a2a.URL:
+				notes = append(notes, fmt.Sprintf("%s by URI (%s): not fetched", untrusted.Clip(part.Filename, 120), untrusted.Clip(string(c), 200)))
+			case a2a.Data:
+				data, _ := c.Value.(map[string]any)
+				list, _ := data["removed"].([]any)
 				for _, r := range list {
 					if s, ok := r.(string); ok {
 						if name := resultName(s); name != "" {
@@ -119,18 +121,18 @@ func (f *follower) finish(ctx context.Context, task *a2a.Task) error {
 }
 
 // fileBytes is the file a file part's bytes were decoded into: spooled as
-// the answer was read (b is its mark), or, for a part that came in a
-// stream's event (small: the SDK reads at most 64 KiB a line), decoded
-// now. The file is the caller's to remove.
-func (f *follower) fileBytes(b string) (control.Spooled, error) {
-	if got, ok := f.spools.take(b); ok {
+// the answer was read (raw is then its mark, decoded by the SDK), or, for
+// a part that came in a stream's event (the SDK reads at most 10 MiB an
+// event), written now. The file is the caller's to remove.
+func (f *follower) fileBytes(raw []byte) (control.Spooled, error) {
+	if got, ok := f.spools.take(string(raw)); ok {
 		return got, nil
 	}
 	sp, err := control.NewSpoolFile(f.p.Dir, 0)
 	if err != nil {
 		return control.Spooled{}, err
 	}
-	if _, err := io.WriteString(sp, b); err != nil {
+	if _, err := io.WriteString(sp, base64.StdEncoding.EncodeToString(raw)); err != nil {
 		sp.Discard()
 		return control.Spooled{}, err
 	}

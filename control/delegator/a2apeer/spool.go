@@ -27,29 +27,37 @@ import (
 // maxRest bounds what an answer may hold outside its file parts.
 const maxRest = 32 << 20
 
-// workspaceMark is what a task's message holds where the workspace's
-// base64 goes: random, so that no prompt can be it.
-var workspaceMark = func() string {
-	b := make([]byte, 16)
+// workspaceMarkRaw is the bytes a task's message holds in its workspace
+// part, and workspaceMark their base64, which the transport finds where
+// the workspace's base64 goes: random, so that no prompt can be it. (The
+// SDK sends a part's bytes as base64: the mark must be some bytes'.)
+var workspaceMarkRaw = func() []byte {
+	b := make([]byte, 24) // 32 characters of base64, no padding
 	rand.Read(b)
-	return "awcp-workspace-base64-" + hex.EncodeToString(b)
+	return b
 }()
 
-// spoolMarkPrefix begins the mark of a file part spooled.
-const spoolMarkPrefix = "awcp-spool:"
+var workspaceMark = base64.StdEncoding.EncodeToString(workspaceMarkRaw)
 
-// spools are the file parts of one client's answers, by mark.
+// spools are the file parts of one client's answers, by mark: each
+// mark is the base64 of "awcp-spool-<random>:<n>", which the SDK decodes
+// into the part's bytes, where the follower finds it (take).
 type spools struct {
-	dir   string
-	mu    sync.Mutex
-	n     int
-	files map[string]control.Spooled
+	dir    string
+	prefix string
+	mu     sync.Mutex
+	n      int
+	files  map[string]control.Spooled // by the mark's bytes
 }
 
-func newSpools(dir string) *spools { return &spools{dir: dir, files: map[string]control.Spooled{}} }
+func newSpools(dir string) *spools {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return &spools{dir: dir, prefix: "awcp-spool-" + hex.EncodeToString(b) + ":", files: map[string]control.Spooled{}}
+}
 
-// take gives the file spooled under mark, which is then the caller's to
-// remove; ok false if mark is none of this client's.
+// take gives the file spooled under mark (a part's bytes, decoded), which
+// is then the caller's to remove; ok false if mark is none of this client's.
 func (s *spools) take(mark string) (control.Spooled, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -70,26 +78,27 @@ func (s *spools) close() {
 }
 
 // isFileBytes says whether the string at keys is a file part's content
-// (A2A 0.3: {"kind":"file","file":{"name":…,"bytes":"<base64>"}}), at
-// any depth: a task's artifacts, its history, a status message.
+// (A2A 1.0: {"raw":"<base64>","filename":…}; 0.3:
+// {"kind":"file","file":{"name":…,"bytes":"<base64>"}}), at any depth:
+// a task's artifacts, its history, a status message.
 func isFileBytes(keys []string) bool {
 	n := len(keys)
-	return n >= 2 && keys[n-2] == "file" && keys[n-1] == "bytes"
+	return (n >= 1 && keys[n-1] == "raw") || (n >= 2 && keys[n-2] == "file" && keys[n-1] == "bytes")
 }
 
 // divert reads a JSON answer of body, each file part into a spool (at
 // most max bytes of base64 in all), and returns the rest.
 func (s *spools) divert(body io.Reader, max int64) ([]byte, error) {
 	type pending struct {
-		f    *control.SpoolFile
-		mark string
+		f   *control.SpoolFile
+		key string // the mark's bytes
 	}
 	var got []pending
 	var taken int64
 	rest, err := control.DivertEach(bufio.NewReaderSize(body, 64<<10), maxRest, isFileBytes, func() (io.Writer, string, error) {
 		s.mu.Lock()
 		s.n++
-		mark := fmt.Sprintf("%s%d", spoolMarkPrefix, s.n)
+		key := fmt.Sprintf("%s%d", s.prefix, s.n)
 		s.mu.Unlock()
 		left := max - taken
 		if left <= 0 {
@@ -99,8 +108,8 @@ func (s *spools) divert(body io.Reader, max int64) ([]byte, error) {
 		if err != nil {
 			return nil, "", err
 		}
-		got = append(got, pending{f, mark})
-		return countingWriter{f, &taken}, mark, nil
+		got = append(got, pending{f, key})
+		return countingWriter{f, &taken}, base64.StdEncoding.EncodeToString([]byte(key)), nil
 	})
 	for _, p := range got {
 		sp, ferr := p.f.Finish()
@@ -110,12 +119,12 @@ func (s *spools) divert(body io.Reader, max int64) ([]byte, error) {
 			continue
 		}
 		s.mu.Lock()
-		s.files[p.mark] = sp
+		s.files[p.key] = sp
 		s.mu.Unlock()
 	}
 	if err != nil {
 		for _, p := range got {
-			if f, ok := s.take(p.mark); ok {
+			if f, ok := s.take(p.key); ok {
 				os.Remove(f.File)
 			}
 		}

@@ -7,14 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"math"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/a2aproject/a2a-go/a2a"
-	"github.com/a2aproject/a2a-go/a2asrv"
-	"github.com/a2aproject/a2a-go/a2asrv/eventqueue"
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2asrv"
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/executor"
@@ -35,10 +35,35 @@ const (
 // agent is the face's a2asrv.AgentExecutor: a message is a delegation.
 type agent struct{ f *Face }
 
+// emit is where an Execute's or a Cancel's events go: the SDK's, or
+// errTakesNoMore once it takes no more.
+type emit func(a2a.Event) error
+
+var errTakesNoMore = errors.New("a2a: the task takes no more events")
+
+// events runs run with its events given to the SDK as they come.
+func events(run func(q emit) error) iter.Seq2[a2a.Event, error] {
+	return func(yield func(a2a.Event, error) bool) {
+		q := func(ev a2a.Event) error {
+			if !yield(ev, nil) {
+				return errTakesNoMore
+			}
+			return nil
+		}
+		if err := run(q); err != nil && !errors.Is(err, errTakesNoMore) {
+			yield(nil, err)
+		}
+	}
+}
+
 // Execute starts a delegation for a new task, or for a task waiting on a
 // permission gives the client's answer and goes on; then it follows the
 // delegation's events to the client until it ends or asks again.
-func (a *agent) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eventqueue.Queue) error {
+func (a *agent) Execute(ctx context.Context, rc *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
+	return events(func(q emit) error { return a.execute(ctx, rc, q) })
+}
+
+func (a *agent) execute(ctx context.Context, rc *a2asrv.ExecutorContext, q emit) error {
 	f := a.f
 	// The SDK runs this detached from the request; it ends with the face.
 	ctx, cancel := context.WithCancel(ctx)
@@ -57,7 +82,7 @@ func (a *agent) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eventq
 		}
 		t := f.tasks.lent(rc.TaskID)
 		if t == nil {
-			return q.Write(ctx, final(rc, a2a.TaskStateFailed, "this executor has no delegation for the task"))
+			return q(final(rc, a2a.TaskStateFailed, "this executor has no delegation for the task"))
 		}
 		return a.resume(ctx, rc, q, c, t)
 	}
@@ -65,7 +90,7 @@ func (a *agent) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eventq
 	// sends without waiting asks about it at once (tasks/resubscribe).
 	t := &lentTask{caller: c}
 	f.tasks.lend(rc.TaskID, t)
-	if err := q.Write(ctx, a2a.NewSubmittedTask(rc, rc.Message)); err != nil {
+	if err := q(a2a.NewSubmittedTask(rc, rc.Message)); err != nil {
 		t.end()
 		return err
 	}
@@ -76,7 +101,7 @@ func (a *agent) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eventq
 		if pe.Code == control.CodeSetupFailed || pe.Code == control.CodeStartExpired {
 			state = a2a.TaskStateFailed
 		}
-		return q.Write(ctx, final(rc, state, failureText(pe.Code, pe.Message, pe.Hint)))
+		return q(final(rc, state, failureText(pe.Code, pe.Message, pe.Hint)))
 	}
 	f.log.Info("A2A task started", "task", rc.TaskID, "context", rc.ContextID, "delegation", t.delegation, "peer", c.Peer)
 	return a.follow(ctx, rc, q, c, t)
@@ -85,7 +110,7 @@ func (a *agent) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eventq
 // delegate starts the delegation rc's message asks for, with ws, its
 // workspace as ServeHTTP decoded it (nil if it sent none). ws is removed
 // if it is refused, else it is t's.
-func (a *agent) delegate(ctx context.Context, rc *a2asrv.RequestContext, c executor.Caller, t *lentTask, ws *workspace) *control.ProtocolError {
+func (a *agent) delegate(ctx context.Context, rc *a2asrv.ExecutorContext, c executor.Caller, t *lentTask, ws *workspace) *control.ProtocolError {
 	f := a.f
 	refuse := func(pe *control.ProtocolError) *control.ProtocolError {
 		if ws != nil {
@@ -95,18 +120,18 @@ func (a *agent) delegate(ctx context.Context, rc *a2asrv.RequestContext, c execu
 	}
 	msg := rc.Message
 	var prompt []string
-	var file *a2a.FilePart
+	var file *a2a.Part
 	for _, p := range msg.Parts {
-		switch p := p.(type) {
-		case a2a.TextPart:
-			prompt = append(prompt, p.Text)
-		case a2a.FilePart:
+		switch c := p.Content.(type) {
+		case a2a.Text:
+			prompt = append(prompt, string(c))
+		case a2a.Raw, a2a.URL:
 			if file != nil {
 				return refuse(control.Errorf(control.CodeDeclined, "the message has two file parts; the workspace is one ZIP").
 					WithHint("send the directory as one ZIP file part"))
 			}
-			file = &p
-		case a2a.DataPart:
+			file = p
+		case a2a.Data:
 			// Nothing to take from one: the task is the text.
 		}
 	}
@@ -126,13 +151,13 @@ func (a *agent) delegate(ctx context.Context, rc *a2asrv.RequestContext, c execu
 			return err
 		}
 	default:
-		fb, ok := file.File.(a2a.FileBytes)
+		_, ok := file.Content.(a2a.Raw)
 		switch {
 		case !ok:
 			return refuse(control.Errorf(control.CodeDeclined, "the workspace is a URI; this executor fetches nothing a client names").
 				WithHint("send the ZIP's bytes in the file part"))
-		case fb.MimeType != "" && fb.MimeType != "application/zip" && fb.MimeType != "application/x-zip-compressed":
-			return refuse(control.Errorf(control.CodeDeclined, "the workspace is %q; it must be a ZIP (application/zip)", fb.MimeType))
+		case file.MediaType != "" && file.MediaType != "application/zip" && file.MediaType != "application/x-zip-compressed":
+			return refuse(control.Errorf(control.CodeDeclined, "the workspace is %q; it must be a ZIP (application/zip)", untrusted.Clip(file.MediaType, 100)))
 		case ws == nil:
 			return control.Errorf(control.CodeDeclined, "the file part holds no bytes").WithHint("send the ZIP's bytes in the file part")
 		}
@@ -188,20 +213,20 @@ func (f *Face) emptyWorkspace() (*workspace, *control.ProtocolError) {
 // resume gives the client's answer to the permission its task waits on,
 // then follows the delegation on from where the task was left: no event
 // is given twice.
-func (a *agent) resume(ctx context.Context, rc *a2asrv.RequestContext, q eventqueue.Queue, c executor.Caller, t *lentTask) error {
+func (a *agent) resume(ctx context.Context, rc *a2asrv.ExecutorContext, q emit, c executor.Caller, t *lentTask) error {
 	if !t.mayTouch(c) {
-		return q.Write(ctx, final(rc, a2a.TaskStateFailed, "the task is another client's"))
+		return q(final(rc, a2a.TaskStateFailed, "the task is another client's"))
 	}
 	t.mu.Lock()
 	pending := t.pending
 	t.mu.Unlock()
 	if pending == nil {
-		return q.Write(ctx, status(rc, a2a.TaskStateWorking, "the task asks nothing now; it goes on", nil, true))
+		return q(status(rc, a2a.TaskStateWorking, "the task asks nothing now; it goes on", nil, true))
 	}
 	choice := answerIn(rc.Message, pending)
 	if err := a.f.exec.Answer(c, t.delegation, pending.RequestID, choice); err != nil {
 		// Asked again, with why: the task still waits.
-		return q.Write(ctx, inputRequired(rc, pending, "that answer was not taken ("+err.Error()+"); "))
+		return q(inputRequired(rc, pending, "that answer was not taken ("+err.Error()+"); "))
 	}
 	t.mu.Lock()
 	t.pending = nil
@@ -213,13 +238,15 @@ func (a *agent) resume(ctx context.Context, rc *a2asrv.RequestContext, q eventqu
 // "optionId", or a text that is an option's id or name.
 func answerIn(m *a2a.Message, asked *control.Event) string {
 	for _, p := range m.Parts {
-		switch p := p.(type) {
-		case a2a.DataPart:
-			if id, ok := p.Data["optionId"].(string); ok {
-				return id
+		switch c := p.Content.(type) {
+		case a2a.Data:
+			if data, ok := c.Value.(map[string]any); ok {
+				if id, ok := data["optionId"].(string); ok {
+					return id
+				}
 			}
-		case a2a.TextPart:
-			text := strings.TrimSpace(p.Text)
+		case a2a.Text:
+			text := strings.TrimSpace(string(c))
 			for _, o := range asked.Options {
 				if strings.EqualFold(text, o.OptionID) || strings.EqualFold(text, o.Name) {
 					return o.OptionID
@@ -233,7 +260,7 @@ func answerIn(m *a2a.Message, asked *control.Event) string {
 
 // follow gives the delegation's events to the client as the task's, from
 // the task's cursor on, until the delegation ends or asks a permission.
-func (a *agent) follow(ctx context.Context, rc *a2asrv.RequestContext, q eventqueue.Queue, c executor.Caller, t *lentTask) error {
+func (a *agent) follow(ctx context.Context, rc *a2asrv.ExecutorContext, q emit, c executor.Caller, t *lentTask) error {
 	f := a.f
 	t.mu.Lock()
 	from := t.cursor
@@ -260,7 +287,7 @@ func (a *agent) follow(ctx context.Context, rc *a2asrv.RequestContext, q eventqu
 				t.mu.Lock()
 				t.cursor, t.pending = seq, ev
 				t.mu.Unlock()
-				if err := q.Write(ctx, inputRequired(rc, ev, "")); err != nil {
+				if err := q(inputRequired(rc, ev, "")); err != nil {
 					return err
 				}
 				return errAsked
@@ -274,7 +301,7 @@ func (a *agent) follow(ctx context.Context, rc *a2asrv.RequestContext, q eventqu
 			}
 			for _, art := range arts {
 				ae := &a2a.TaskArtifactUpdateEvent{TaskID: rc.TaskID, ContextID: rc.ContextID, Artifact: art, LastChunk: true}
-				if err := q.Write(ctx, ae); err != nil {
+				if err := q(ae); err != nil {
 					return err
 				}
 			}
@@ -295,7 +322,7 @@ func (a *agent) follow(ctx context.Context, rc *a2asrv.RequestContext, q eventqu
 		t.mu.Lock()
 		t.cursor = seq
 		t.mu.Unlock()
-		return q.Write(ctx, out)
+		return q(out)
 	})
 	switch {
 	case errors.Is(err, errAsked):
@@ -304,14 +331,18 @@ func (a *agent) follow(ctx context.Context, rc *a2asrv.RequestContext, q eventqu
 		return nil // cancelled: Cancel wrote the task's end
 	case err != nil:
 		t.end()
-		return q.Write(ctx, final(rc, a2a.TaskStateFailed, "the executor lost the delegation: "+err.Error()))
+		return q(final(rc, a2a.TaskStateFailed, "the executor lost the delegation: "+err.Error()))
 	}
 	t.end()
 	return nil
 }
 
 // Cancel ends the task's delegation, as the AWCP face's cancel does.
-func (a *agent) Cancel(ctx context.Context, rc *a2asrv.RequestContext, q eventqueue.Queue) error {
+func (a *agent) Cancel(ctx context.Context, rc *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
+	return events(func(q emit) error { return a.cancel(ctx, rc, q) })
+}
+
+func (a *agent) cancel(ctx context.Context, rc *a2asrv.ExecutorContext, q emit) error {
 	c, _ := callerFrom(ctx)
 	t := a.f.tasks.lent(rc.TaskID)
 	if t == nil {
@@ -335,7 +366,7 @@ func (a *agent) Cancel(ctx context.Context, rc *a2asrv.RequestContext, q eventqu
 		return nil
 	}
 	t.end()
-	return q.Write(ctx, final(rc, a2a.TaskStateCanceled, "cancelled by the client: the delegation was ended"))
+	return q(final(rc, a2a.TaskStateCanceled, "cancelled by the client: the delegation was ended"))
 }
 
 func (t *lentTask) meta(seq uint64) map[string]any {
@@ -343,23 +374,23 @@ func (t *lentTask) meta(seq uint64) map[string]any {
 }
 
 // status is a status update of the task.
-func status(rc *a2asrv.RequestContext, state a2a.TaskState, text string, meta map[string]any, last bool) *a2a.TaskStatusUpdateEvent {
+func status(rc *a2asrv.ExecutorContext, state a2a.TaskState, text string, meta map[string]any, last bool) *a2a.TaskStatusUpdateEvent {
 	var msg *a2a.Message
 	if text != "" {
-		msg = a2a.NewMessageForTask(a2a.MessageRoleAgent, rc, a2a.TextPart{Text: text})
+		msg = a2a.NewMessageForTask(a2a.MessageRoleAgent, rc, a2a.NewTextPart(text))
 	}
 	ev := a2a.NewStatusUpdateEvent(rc, state, msg)
-	ev.Final, ev.Metadata = last, meta
+	ev.Metadata = meta
 	return ev
 }
 
-func final(rc *a2asrv.RequestContext, state a2a.TaskState, text string) *a2a.TaskStatusUpdateEvent {
+func final(rc *a2asrv.ExecutorContext, state a2a.TaskState, text string) *a2a.TaskStatusUpdateEvent {
 	return status(rc, state, text, nil, true)
 }
 
 // inputRequired asks the client a permission the agent asks: its title,
 // its options (in text, and as data to answer with), and how to answer.
-func inputRequired(rc *a2asrv.RequestContext, ev *control.Event, before string) *a2a.TaskStatusUpdateEvent {
+func inputRequired(rc *a2asrv.ExecutorContext, ev *control.Event, before string) *a2a.TaskStatusUpdateEvent {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%sThe agent asks permission: %s. Answer with one of:", before, ev.Message)
 	options := make([]any, 0, len(ev.Options))
@@ -368,10 +399,9 @@ func inputRequired(rc *a2asrv.RequestContext, ev *control.Event, before string) 
 		options = append(options, map[string]any{"optionId": o.OptionID, "name": o.Name, "kind": o.Kind})
 	}
 	msg := a2a.NewMessageForTask(a2a.MessageRoleAgent, rc,
-		a2a.TextPart{Text: strings.TrimSuffix(b.String(), ";")},
-		a2a.DataPart{Data: map[string]any{"requestId": ev.RequestID, "title": ev.Message, "options": options}})
+		a2a.NewTextPart(strings.TrimSuffix(b.String(), ";")),
+		a2a.NewDataPart(map[string]any{"requestId": ev.RequestID, "title": ev.Message, "options": options}))
 	up := a2a.NewStatusUpdateEvent(rc, a2a.TaskStateInputRequired, msg)
-	up.Final = true
 	up.Metadata = map[string]any{MetaRequestID: ev.RequestID}
 	return up
 }

@@ -29,11 +29,13 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/a2aproject/a2a-go/a2a"
-	"github.com/a2aproject/a2a-go/a2asrv"
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
+	"github.com/a2aproject/a2a-go/v2/a2asrv"
 
 	"github.com/awcp/awcp/control"
 	"github.com/awcp/awcp/control/executor"
@@ -44,8 +46,13 @@ import (
 // Path is where the face answers.
 const Path = "/a2a"
 
-// ProtocolVersion is the A2A version the face speaks: a2a-go v0.3's.
-const ProtocolVersion = "0.3.0"
+// The A2A versions the face speaks, each a JSON-RPC binding at Path: a
+// request says which by its A2A-Version header (1.0's rule), and one
+// without it is 0.3's (the header's absence means 0.3).
+const (
+	ProtocolVersion       = "1.0" // a2a-go v2's
+	LegacyProtocolVersion = "0.3" // its compatibility layer's (a2av0)
+)
 
 // Executor is what the face asks of the executor (executor.Executor).
 type Executor interface {
@@ -111,7 +118,7 @@ type Face struct {
 	exec   Executor
 	opts   Options
 	log    *slog.Logger
-	rpc    http.Handler
+	rpc    map[string]http.Handler // by wire version
 	bodies chan struct{}
 	tasks  *taskBook
 	life   context.Context // the face's: a task's follower ends with it
@@ -126,7 +133,13 @@ func New(ctx context.Context, e Executor, opts Options) *Face {
 	handler := a2asrv.NewHandler(&agent{f: f},
 		a2asrv.WithTaskStore(f.tasks),
 		a2asrv.WithLogger(opts.Logger))
-	f.rpc = a2asrv.NewJSONRPCHandler(&owned{RequestHandler: handler, f: f})
+	// One handler, one implementation of the task semantics, under both
+	// wire versions: the 0.3 layer converts its messages to 1.0's.
+	h := &owned{RequestHandler: handler, f: f}
+	f.rpc = map[string]http.Handler{
+		ProtocolVersion:       a2asrv.NewJSONRPCHandler(h),
+		LegacyProtocolVersion: a2av0.NewJSONRPCHandler(h),
+	}
 	return f
 }
 
@@ -145,6 +158,12 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		rpcError(w, http.StatusMethodNotAllowed, -32600, "A2A's JSON-RPC binding is POST "+Path)
+		return
+	}
+	version, ok := wireVersion(r.Header.Get(a2a.SvcParamVersion))
+	if !ok {
+		rpcError(w, http.StatusBadRequest, -32009, fmt.Sprintf("A2A version %q is not spoken here: %s and %s are (VERSION_NOT_SUPPORTED)",
+			untrusted.Clip(r.Header.Get(a2a.SvcParamVersion), 40), ProtocolVersion, LegacyProtocolVersion))
 		return
 	}
 	c, ok := f.exec.Authenticate(r)
@@ -167,7 +186,7 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// rest of it, at most control.MaxMessageBytes.
 	paced := httpserve.LimitBody(w, r, f.opts.MaxBody, httpserve.DefaultBodyGrace)
 	var spool *control.SpoolFile
-	rest, err := control.DivertMarked(bufio.NewReaderSize(paced, 64<<10), workspacePath, control.MaxMessageBytes, divertedMark, func() (io.Writer, error) {
+	rest, err := control.DivertMarked(bufio.NewReaderSize(paced, 64<<10), workspacePath[version], control.MaxMessageBytes, divertedMark, func() (io.Writer, error) {
 		var err error
 		spool, err = f.exec.NewSpool()
 		return spool, err
@@ -204,16 +223,37 @@ func (f *Face) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = io.NopCloser(bytes.NewReader(rest))
 	r.ContentLength = int64(len(rest))
 	ctx := context.WithValue(context.WithValue(r.Context(), callerKey{}, c), workspaceKey{}, ws)
-	f.rpc.ServeHTTP(w, r.WithContext(ctx))
+	if version == LegacyProtocolVersion {
+		lw := &legacyErrors{ResponseWriter: w}
+		defer lw.finish()
+		w = lw
+	}
+	f.rpc[version].ServeHTTP(w, r.WithContext(ctx))
+}
+
+// wireVersion is the version a request's A2A-Version header names, as
+// Major.Minor: none is 0.3; false for one the face does not speak.
+func wireVersion(header string) (string, bool) {
+	switch v := strings.TrimSpace(header); v {
+	case "", "0.3", "0.3.0":
+		return LegacyProtocolVersion, true
+	case "1", "1.0", "1.0.0":
+		return ProtocolVersion, true
+	}
+	return "", false
 }
 
 // divertedMark stands in the message the SDK reads for the bytes decoded
 // into a file (it refuses a file part with none): base64 of "awcp".
 const divertedMark = "YXdjcA=="
 
-// workspacePath is where a message's workspace is: the bytes of a file
-// part (the first; the agent refuses a second).
-var workspacePath = [][]string{{"params"}, {"message"}, {"parts"}, {"[]"}, {"file"}, {"bytes"}}
+// workspacePath is where a message's workspace is, by wire version: the
+// bytes of a file part (the first; the agent refuses a second) — 1.0's
+// part holds them as "raw", 0.3's in its "file".
+var workspacePath = map[string][][]string{
+	ProtocolVersion:       {{"params"}, {"message"}, {"parts"}, {"[]"}, {"raw"}},
+	LegacyProtocolVersion: {{"params"}, {"message"}, {"parts"}, {"[]"}, {"file"}, {"bytes"}},
+}
 
 // workspace is a message's workspace, decoded into a file as its body was
 // read; the Execute of its task takes it (take), else it is removed with
@@ -270,37 +310,40 @@ func (h *owned) mayTouch(ctx context.Context, id a2a.TaskID) error {
 	return nil
 }
 
-func (h *owned) OnGetTask(ctx context.Context, q *a2a.TaskQueryParams) (*a2a.Task, error) {
+func (h *owned) GetTask(ctx context.Context, q *a2a.GetTaskRequest) (*a2a.Task, error) {
 	if q == nil {
 		return nil, a2a.ErrInvalidParams
 	}
 	if err := h.mayTouch(ctx, q.ID); err != nil {
 		return nil, err
 	}
-	return h.RequestHandler.OnGetTask(ctx, q)
+	return h.RequestHandler.GetTask(ctx, q)
 }
 
-func (h *owned) OnCancelTask(ctx context.Context, p *a2a.TaskIDParams) (*a2a.Task, error) {
+func (h *owned) CancelTask(ctx context.Context, p *a2a.CancelTaskRequest) (*a2a.Task, error) {
 	if p == nil {
 		return nil, a2a.ErrInvalidParams
 	}
 	if err := h.mayTouch(ctx, p.ID); err != nil {
 		return nil, err
 	}
-	return h.RequestHandler.OnCancelTask(ctx, p)
+	return h.RequestHandler.CancelTask(ctx, p)
 }
 
-func (h *owned) OnResubscribeToTask(ctx context.Context, p *a2a.TaskIDParams) iter.Seq2[a2a.Event, error] {
+func (h *owned) SubscribeToTask(ctx context.Context, p *a2a.SubscribeToTaskRequest) iter.Seq2[a2a.Event, error] {
 	if p == nil {
 		return func(yield func(a2a.Event, error) bool) { yield(nil, a2a.ErrInvalidParams) }
 	}
 	if err := h.mayTouch(ctx, p.ID); err != nil {
 		return func(yield func(a2a.Event, error) bool) { yield(nil, err) }
 	}
-	return h.RequestHandler.OnResubscribeToTask(ctx, p)
+	return h.RequestHandler.SubscribeToTask(ctx, p)
 }
 
-func (h *owned) checkMessage(ctx context.Context, p *a2a.MessageSendParams) error {
+// ListTasks is the SDK's, whose store (taskBook.List) lists only the
+// caller's tasks.
+
+func (h *owned) checkMessage(ctx context.Context, p *a2a.SendMessageRequest) error {
 	if p == nil || p.Message == nil {
 		return a2a.ErrInvalidParams
 	}
@@ -313,32 +356,32 @@ func (h *owned) checkMessage(ctx context.Context, p *a2a.MessageSendParams) erro
 	return nil
 }
 
-func (h *owned) OnSendMessage(ctx context.Context, p *a2a.MessageSendParams) (a2a.SendMessageResult, error) {
+func (h *owned) SendMessage(ctx context.Context, p *a2a.SendMessageRequest) (a2a.SendMessageResult, error) {
 	if err := h.checkMessage(ctx, p); err != nil {
 		return nil, err
 	}
-	return h.RequestHandler.OnSendMessage(ctx, p)
+	return h.RequestHandler.SendMessage(ctx, p)
 }
 
-func (h *owned) OnSendMessageStream(ctx context.Context, p *a2a.MessageSendParams) iter.Seq2[a2a.Event, error] {
+func (h *owned) SendStreamingMessage(ctx context.Context, p *a2a.SendMessageRequest) iter.Seq2[a2a.Event, error] {
 	if err := h.checkMessage(ctx, p); err != nil {
 		return func(yield func(a2a.Event, error) bool) { yield(nil, err) }
 	}
-	return h.RequestHandler.OnSendMessageStream(ctx, p)
+	return h.RequestHandler.SendStreamingMessage(ctx, p)
 }
 
-func (h *owned) OnGetTaskPushConfig(context.Context, *a2a.GetTaskPushConfigParams) (*a2a.TaskPushConfig, error) {
+func (h *owned) GetTaskPushConfig(context.Context, *a2a.GetTaskPushConfigRequest) (*a2a.PushConfig, error) {
 	return nil, a2a.ErrPushNotificationNotSupported
 }
 
-func (h *owned) OnListTaskPushConfig(context.Context, *a2a.ListTaskPushConfigParams) ([]*a2a.TaskPushConfig, error) {
+func (h *owned) ListTaskPushConfigs(context.Context, *a2a.ListTaskPushConfigRequest) (*a2a.ListTaskPushConfigResponse, error) {
 	return nil, a2a.ErrPushNotificationNotSupported
 }
 
-func (h *owned) OnSetTaskPushConfig(context.Context, *a2a.TaskPushConfig) (*a2a.TaskPushConfig, error) {
+func (h *owned) CreateTaskPushConfig(context.Context, *a2a.PushConfig) (*a2a.PushConfig, error) {
 	return nil, a2a.ErrPushNotificationNotSupported
 }
 
-func (h *owned) OnDeleteTaskPushConfig(context.Context, *a2a.DeleteTaskPushConfigParams) error {
+func (h *owned) DeleteTaskPushConfig(context.Context, *a2a.DeleteTaskPushConfigRequest) error {
 	return a2a.ErrPushNotificationNotSupported
 }

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2a"
 
 	"github.com/awcp/awcp/internal/linediff"
 )
@@ -109,7 +109,7 @@ func (f *Face) artifacts(t *lentTask) ([]*a2a.Artifact, error) {
 	slices.Sort(changed)
 	slices.Sort(removed)
 
-	var parts []a2a.Part
+	var parts []*a2a.Part
 	var sent, omitted []string
 	budget := f.opts.MaxArtifactBytes
 	for _, p := range changed {
@@ -123,13 +123,11 @@ func (f *Face) artifacts(t *lentTask) ([]*a2a.Artifact, error) {
 			return nil, fmt.Errorf("the result's %s: %w", p, err)
 		}
 		budget -= int64(len(data))
-		parts = append(parts, a2a.FilePart{File: a2a.FileBytes{
-			FileMeta: a2a.FileMeta{Name: p, MimeType: mimeOf(p, data)},
-			Bytes:    base64Std(data)}})
+		parts = append(parts, &a2a.Part{Content: a2a.Raw(data), Filename: p, MediaType: mimeOf(p, data)})
 		sent = append(sent, p)
 	}
 	summary := map[string]any{"changed": nonNil(changed), "removed": nonNil(removed), "sent": nonNil(sent), "omitted": nonNil(omitted)}
-	parts = append(parts, a2a.DataPart{Data: summary})
+	parts = append(parts, a2a.NewDataPart(summary))
 	changes := &a2a.Artifact{ID: a2a.NewArtifactID(), Name: ArtifactChanges,
 		Description: fmt.Sprintf("%d file(s) changed or made, %d removed; the changed ones as file parts (a link, or a file past the artifact bound, named in \"omitted\")", len(changed), len(removed)),
 		Parts:       parts}
@@ -166,7 +164,7 @@ func (f *Face) artifacts(t *lentTask) ([]*a2a.Artifact, error) {
 	}
 	diffArt := &a2a.Artifact{ID: a2a.NewArtifactID(), Name: ArtifactDiff,
 		Description: "a unified diff of the changed text files against the workspace sent",
-		Parts:       []a2a.Part{a2a.TextPart{Text: diff.String()}}}
+		Parts:       []*a2a.Part{a2a.NewTextPart(diff.String())}}
 	return []*a2a.Artifact{changes, diffArt}, nil
 }
 

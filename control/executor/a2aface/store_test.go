@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2a"
 )
 
 // The tasks remembered are bounded in number and in bytes: the oldest
@@ -15,7 +15,8 @@ func TestTaskBookIsBounded(t *testing.T) {
 	ctx := context.Background()
 	b := newTaskBook(3, 4096)
 	save := func(id string, size int) error {
-		return b.Save(ctx, &a2a.Task{ID: a2a.TaskID(id), Metadata: map[string]any{"pad": strings.Repeat("x", size)}})
+		_, err := b.Create(ctx, &a2a.Task{ID: a2a.TaskID(id), Metadata: map[string]any{"pad": strings.Repeat("x", size)}})
+		return err
 	}
 	for _, id := range []string{"going", "ended1", "ended2"} {
 		if err := save(id, 10); err != nil {
