@@ -402,30 +402,49 @@ func jsFiles(parts []map[string]any) map[string]string {
 	return files
 }
 
-// TestA2AJSClient: the official JavaScript SDK's client (its v0.3 layer,
-// as a v1.0 client talks to a 0.3 agent) gives our executor a task with
-// its workspace, streams it, gets the changed files and the diff, cancels
-// a second task and reads it back cancelled; a wrong token is refused,
-// and a client holding another token of the executor's reads and cancels
-// nothing of the first's.
+// TestA2AJSClient: the official JavaScript SDK's client — as it is made
+// by default (A2A 1.0), and with its v0.3 layer on — gives our executor a
+// task with its workspace, streams it, gets the changed files and the
+// diff, cancels a second task and reads it back cancelled; a wrong token
+// is refused, and a client holding another token of the executor's
+// reads, cancels and lists nothing of the first's (1.0's ListTasks).
 func TestA2AJSClient(t *testing.T) {
 	slow(t)
 	parallel(t)
+	modules := nodeModules(t, a2aJS)
+	for _, mode := range []string{"default", "legacy"} {
+		t.Run(mode, func(t *testing.T) { testA2AJSClient(t, modules, mode == "legacy") })
+	}
+}
+
+func testA2AJSClient(t *testing.T, modules string, legacy bool) {
 	const token, other = "a2a-js-token-7c2b", "a2a-js-other-0d5a"
 	x := startExecutor(t, a2aAgent, "--token-file", tokenFile(t, token+"\n"+other), "--transports", "archive")
-	modules := nodeModules(t, a2aJS)
 	ws, sum := zipOf(t, map[string]string{"a.txt": "old a\n", "gone.txt": "to be removed\n"})
 	var out struct {
-		Done        jsSeen `json:"done"`
-		Held        jsSeen `json:"held"`
-		CancelState string `json:"cancelState"`
-		HeldState   string `json:"heldState"`
-		WrongToken  string `json:"wrongToken"`
-		OtherGet    string `json:"otherGet"`
-		OtherCancel string `json:"otherCancel"`
+		Done        jsSeen   `json:"done"`
+		Held        jsSeen   `json:"held"`
+		CancelState string   `json:"cancelState"`
+		HeldState   string   `json:"heldState"`
+		WrongToken  string   `json:"wrongToken"`
+		OtherGet    string   `json:"otherGet"`
+		OtherCancel string   `json:"otherCancel"`
+		OwnList     []string `json:"ownList"`
+		OtherList   []string `json:"otherList"`
 	}
-	runNode(t, modules, "a2a_client.mjs", []string{"A2A_URL=" + x.url, "A2A_TOKEN=" + token, "A2A_OTHER_TOKEN=" + other,
-		"A2A_ZIP=" + ws, "A2A_SUM=" + sum}, &out)
+	env := []string{"A2A_URL=" + x.url, "A2A_TOKEN=" + token, "A2A_OTHER_TOKEN=" + other, "A2A_ZIP=" + ws, "A2A_SUM=" + sum}
+	if legacy {
+		env = append(env, "A2A_LEGACY=1")
+	}
+	runNode(t, modules, "a2a_client.mjs", env, &out)
+	if !legacy {
+		if !slices.Contains(out.OwnList, out.Done.TaskID) || !slices.Contains(out.OwnList, out.Held.TaskID) {
+			t.Errorf("the client's own tasks %v, listed: %v", []string{out.Done.TaskID, out.Held.TaskID}, out.OwnList)
+		}
+		if len(out.OtherList) != 0 {
+			t.Errorf("another token's holder lists the first client's tasks: %v", out.OtherList)
+		}
+	}
 	if !strings.HasPrefix(out.OtherGet, "refused") || !strings.HasPrefix(out.OtherCancel, "refused") {
 		t.Errorf("another token's holder on the first client's tasks: get %q, cancel %q", out.OtherGet, out.OtherCancel)
 	}

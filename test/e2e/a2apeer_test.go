@@ -185,48 +185,60 @@ func TestExportToAnA2AExecutorAsksPermission(t *testing.T) {
 }
 
 // TestExportToAnA2AAgentOnTheJSSDK: an A2A agent served by the official
-// JavaScript SDK's own server classes, with a scripted agent, as a peer:
+// JavaScript SDK's own server classes, with a scripted agent, as a peer —
+// as that SDK makes them by default (A2A 1.0 alone: a card with no url)
+// and with only its 0.3 layer on: the delegator speaks each its version;
 // a wrong token is refused in its words; its files are applied, the one it
 // names out of the directory and the one by URI are not, and what it says
 // it removed goes; its failure reaches the user in its own words.
 func TestExportToAnA2AAgentOnTheJSSDK(t *testing.T) {
 	parallel(t)
-	const token = "js-agent-token-33a1"
 	modules := nodeModules(t, a2aJS, "express@5.1.0")
-	port := startNode(t, modules, "a2a_agent.mjs", []string{"A2A_TOKEN=" + token})
-	peer := "a2a:http://127.0.0.1:" + port
-	c := newCtl(t)
-	parent := t.TempDir()
-	dir := filepath.Join(parent, "ws")
-	os.MkdirAll(dir, 0o755)
-	os.WriteFile(filepath.Join(dir, "README.md"), []byte("# Hello\n"), 0o644)
-	os.WriteFile(filepath.Join(dir, "old.txt"), []byte("old\n"), 0o644)
+	for _, version := range []string{"1.0", "0.3"} {
+		t.Run(version, func(t *testing.T) {
+			const token = "js-agent-token-33a1"
+			port := startNode(t, modules, "a2a_agent.mjs", []string{"A2A_TOKEN=" + token, "A2A_VERSIONS=" + version})
+			peer := "a2a:http://127.0.0.1:" + port
+			c := newCtl(t)
+			parent := t.TempDir()
+			dir := filepath.Join(parent, "ws")
+			os.MkdirAll(dir, 0o755)
+			os.WriteFile(filepath.Join(dir, "README.md"), []byte("# Hello\n"), 0o644)
+			os.WriteFile(filepath.Join(dir, "old.txt"), []byte("old\n"), 0o644)
 
-	r := c.run("export", dir, "--peer", peer, "--plain-http", "--token", "wrong", "--prompt", "write notes")
-	if r.code == 0 || !strings.Contains(r.stderr, "the scripted agent wants its token") {
-		t.Errorf("a wrong token: exit %d\n%s", r.code, r.stderr)
-	}
-	r = c.run("export", dir, "--peer", peer, "--plain-http", "--token-file", tokenFile(t, token), "--prompt", "write notes")
-	if r.code != 0 {
-		t.Fatalf("export: exit %d\n%s%s", r.code, r.stdout, r.stderr)
-	}
-	if b, _ := os.ReadFile(filepath.Join(dir, "notes.md")); string(b) != "notes on: # Hello\n" {
-		t.Errorf("notes.md: %q", b)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "old.txt")); err == nil {
-		t.Errorf("old.txt, which the agent removed, is still there")
-	}
-	for _, p := range []string{filepath.Join(parent, "escape.txt"), filepath.Join(dir, "big.bin")} {
-		if _, err := os.Stat(p); err == nil {
-			t.Errorf("%s was written", p)
-		}
-	}
-	if !strings.Contains(r.stdout, `"../escape.txt": not a path in the directory`) || !strings.Contains(r.stdout, "not fetched") {
-		t.Errorf("the summary does not say what was left out:\n%s", r.stdout)
-	}
-	r = c.run("export", t.TempDir(), "--peer", peer, "--plain-http", "--token-file", tokenFile(t, token), "--prompt", "fail now")
-	if r.code == 0 || !strings.Contains(r.stderr, "TASK_FAILED") || !strings.Contains(r.stderr, "quota exceeded") {
-		t.Errorf("the agent's failure: exit %d\n%s", r.code, r.stderr)
+			r := c.run("export", dir, "--peer", peer, "--plain-http", "--token", "wrong", "--prompt", "write notes")
+			if r.code == 0 || !strings.Contains(r.stderr, "the scripted agent wants its token") {
+				t.Errorf("a wrong token: exit %d\n%s", r.code, r.stderr)
+			}
+			r = c.run("export", dir, "--peer", peer, "--plain-http", "--token-file", tokenFile(t, token), "--prompt", "write notes")
+			if r.code != 0 {
+				t.Fatalf("export: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			// 0.3's header is optional: the SDK's 0.3 client may send
+			// "0.3" or none; 1.0's is required.
+			if want := "(A2A-Version " + version + ")"; !strings.Contains(r.stdout, want) &&
+				!(version == "0.3" && strings.Contains(r.stdout, "(A2A-Version none)")) {
+				t.Errorf("the delegator did not speak %s to an agent that speaks only it:\n%s", version, r.stdout)
+			}
+			if b, _ := os.ReadFile(filepath.Join(dir, "notes.md")); string(b) != "notes on: # Hello\n" {
+				t.Errorf("notes.md: %q", b)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "old.txt")); err == nil {
+				t.Errorf("old.txt, which the agent removed, is still there")
+			}
+			for _, p := range []string{filepath.Join(parent, "escape.txt"), filepath.Join(dir, "big.bin")} {
+				if _, err := os.Stat(p); err == nil {
+					t.Errorf("%s was written", p)
+				}
+			}
+			if !strings.Contains(r.stdout, `"../escape.txt": not a path in the directory`) || !strings.Contains(r.stdout, "not fetched") {
+				t.Errorf("the summary does not say what was left out:\n%s", r.stdout)
+			}
+			r = c.run("export", t.TempDir(), "--peer", peer, "--plain-http", "--token-file", tokenFile(t, token), "--prompt", "fail now")
+			if r.code == 0 || !strings.Contains(r.stderr, "TASK_FAILED") || !strings.Contains(r.stderr, "quota exceeded") {
+				t.Errorf("the agent's failure: exit %d\n%s", r.code, r.stderr)
+			}
+		})
 	}
 }
 

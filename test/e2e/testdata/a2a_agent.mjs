@@ -1,11 +1,13 @@
 // An A2A agent nobody at awcp wrote the server of: the official JavaScript
 // SDK's own server classes (DefaultRequestHandler, its Express JSON-RPC
-// handler and agent card handler, its v0.3 compatibility layer on, since
-// a 0.3 client — awcp-ctl's, a2a-go — calls it), with a scripted agent:
+// handler and agent card handler) as that SDK makes them by default: A2A
+// 1.0 alone. With A2A_VERSIONS=0.3 its card lists 0.3 alone and its v0.3
+// compatibility layer is on (an agent still on 0.3). A scripted agent:
 //   a prompt with "notes": working, then an artifact with a notes.md that
 //     quotes the workspace's README.md, a file named "../escape.txt", a
 //     file by URI, and a data part removing old.txt; then completed;
 //   "fail": working, then failed with the agent's own words.
+// Its last words name the A2A-Version its caller sent ("none" without).
 // It wants `Authorization: Bearer $A2A_TOKEN` when that is set. It prints
 // "listening on PORT" once it listens on 127.0.0.1 ($PORT, or any).
 import express from "express";
@@ -15,6 +17,8 @@ import { TaskState } from "@a2a-js/sdk";
 import zlib from "node:zlib";
 
 const token = process.env.A2A_TOKEN ?? "";
+const legacy = process.env.A2A_VERSIONS === "0.3";
+let lastVersion = "none"; // the A2A-Version header of the last request
 
 // The workspace ZIP's README.md, read without a ZIP library: found in the
 // central directory (sizes there are right even when the local header
@@ -71,7 +75,7 @@ const agent = {
         ],
       },
     }));
-    bus.publish(status(taskId, contextId, TaskState.TASK_STATE_COMPLETED, "done: notes written"));
+    bus.publish(status(taskId, contextId, TaskState.TASK_STATE_COMPLETED, "done: notes written (A2A-Version " + lastVersion + ")"));
     bus.finished();
   },
   async cancelTask(taskId, bus) {
@@ -85,10 +89,7 @@ let url = "";
 const card = async () => ({
   name: "scripted-notes-agent",
   description: "A scripted agent on the official JS SDK's server classes",
-  supportedInterfaces: [
-    { url, protocolBinding: "JSONRPC", tenant: "", protocolVersion: "1.0" },
-    { url, protocolBinding: "JSONRPC", tenant: "", protocolVersion: "0.3" },
-  ],
+  supportedInterfaces: [{ url, protocolBinding: "JSONRPC", tenant: "", protocolVersion: legacy ? "0.3" : "1.0" }],
   provider: undefined,
   version: "1.0.0",
   capabilities: { streaming: true, pushNotifications: false, extensions: [] },
@@ -101,14 +102,15 @@ const card = async () => ({
 });
 const handler = new DefaultRequestHandler(await (async () => { url = "http://placeholder"; return card(); })(), new InMemoryTaskStore(), agent);
 app.use((req, res, next) => {
+  if (req.path.startsWith("/a2a")) lastVersion = req.headers["a2a-version"] ?? "none";
   if (token && req.path !== "/.well-known/agent-card.json" && req.headers.authorization !== "Bearer " + token) {
     res.status(401).json({ jsonrpc: "2.0", id: null, error: { code: -32001, message: "the scripted agent wants its token" } });
     return;
   }
   next();
 });
-app.use("/.well-known/agent-card.json", agentCardHandler({ agentCardProvider: card, legacyCompat: { enabled: true } }));
-app.use("/a2a", express.json({ limit: "64mb" }), jsonRpcHandler({ requestHandler: handler, userBuilder: UserBuilder.noAuthentication, legacyCompat: { enabled: true } }));
+app.use("/.well-known/agent-card.json", agentCardHandler({ agentCardProvider: card, ...(legacy ? { legacyCompat: { enabled: true } } : {}) }));
+app.use("/a2a", express.json({ limit: "64mb" }), jsonRpcHandler({ requestHandler: handler, userBuilder: UserBuilder.noAuthentication, ...(legacy ? { legacyCompat: { enabled: true } } : {}) }));
 const server = app.listen(Number(process.env.PORT ?? 0), "127.0.0.1", () => {
   url = `http://127.0.0.1:${server.address().port}/a2a`;
   console.log("listening on " + server.address().port);

@@ -1,12 +1,14 @@
-// An A2A client built on the official JavaScript SDK (@a2a-js/sdk), its
-// v0.3 compatibility layer on: it finds the executor's A2A face from the
+// An A2A client built on the official JavaScript SDK (@a2a-js/sdk), as
+// that SDK makes one by default (A2A 1.0), or with its v0.3 compatibility
+// layer on ($A2A_LEGACY=1): it finds the executor's A2A face from the
 // agent card at $A2A_URL, sends a task with the workspace ZIP ($A2A_ZIP,
 // base64; $A2A_SUM its SHA-256) and streams it to the end; sends a second
 // ("hold on"), cancels it once it works, and reads it back; answers a
 // permission if one is asked ($A2A_ANSWER); tries a wrong token; and, with
 // $A2A_OTHER_TOKEN (another valid token of the executor's), reads and
-// cancels the first task as that other client would. It prints one JSON
-// object of what it saw.
+// cancels the first task and lists the tasks as that other client would
+// (the first client lists its own too). It prints one JSON object of
+// what it saw.
 import {
   ClientFactory,
   JsonRpcTransportFactory,
@@ -16,6 +18,7 @@ import { TaskState } from "@a2a-js/sdk";
 
 const base = process.env.A2A_URL;
 const token = process.env.A2A_TOKEN ?? "";
+const legacy = process.env.A2A_LEGACY === "1" ? { legacyCompat: { enabled: true } } : {};
 
 function clientFor(tok) {
   const fetchImpl = (url, init = {}) => {
@@ -24,8 +27,8 @@ function clientFor(tok) {
     return fetch(url, { ...init, headers });
   };
   const factory = new ClientFactory({
-    transports: [new JsonRpcTransportFactory({ fetchImpl, legacyCompat: { enabled: true } })],
-    cardResolver: new DefaultAgentCardResolver({ fetchImpl, legacyCompat: { enabled: true } }),
+    transports: [new JsonRpcTransportFactory({ fetchImpl, ...legacy })],
+    cardResolver: new DefaultAgentCardResolver({ fetchImpl, ...legacy }),
   });
   return factory.createFromUrl(base);
 }
@@ -123,6 +126,15 @@ if (!process.env.A2A_ANSWER) {
     out.wrongToken = String(e?.message ?? e);
   }
 }
+const listed = async (c) => {
+  try {
+    const r = await c.listTasks({ tenant: "", contextId: "", status: 0, pageToken: "" });
+    return (r.tasks ?? []).map((t) => t.id);
+  } catch (e) {
+    return ["refused: " + String(e?.message ?? e)];
+  }
+};
+if (!legacy.legacyCompat) out.ownList = await listed(client);
 if (process.env.A2A_OTHER_TOKEN) {
   const other = await clientFor(process.env.A2A_OTHER_TOKEN);
   const tryAs = async (f) => {
@@ -135,5 +147,6 @@ if (process.env.A2A_OTHER_TOKEN) {
   };
   out.otherGet = await tryAs(() => other.getTask({ id: out.done.taskId, tenant: "" }));
   out.otherCancel = await tryAs(() => other.cancelTask({ id: out.held?.taskId ?? out.done.taskId, tenant: "", metadata: undefined }));
+  if (!legacy.legacyCompat) out.otherList = await listed(other);
 }
 process.stdout.write(JSON.stringify(out));
