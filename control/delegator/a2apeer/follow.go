@@ -149,6 +149,9 @@ func (f *follower) status(ctx context.Context, st a2a.TaskStatus, task *a2a.Task
 	if f.asked != "" && st.State != a2a.TaskStateInputRequired {
 		// Answered (by awcp-ctl permit, here or in another process).
 		ev := &control.Event{Type: control.EventPermission, RequestID: f.asked, Outcome: control.PermissionSelected, DecidedBy: "delegator"}
+		if f.toolCall != nil && f.toolCall.id == f.asked {
+			f.toolCall = nil // answered: never asked again
+		}
 		f.asked = ""
 		if err := f.emit(ev); err != nil {
 			return false, err
@@ -158,8 +161,8 @@ func (f *follower) status(ctx context.Context, st a2a.TaskStatus, task *a2a.Task
 	case a2a.TaskStateSubmitted, a2a.TaskStateUnspecified:
 		return false, nil
 	case a2a.TaskStateWorking:
-		if f.asked == "" && f.toolCall != nil && !f.toolCall.pending(st.Message) {
-			f.toolCall = nil // confirmed, or the agent went past it
+		if f.toolCall != nil && !f.toolCall.pending(st.Message) {
+			f.toolCall = nil // the agent went past it
 		}
 		if !f.running {
 			f.running, f.said = true, words

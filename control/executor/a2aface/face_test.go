@@ -286,3 +286,72 @@ func TestHugeTTLOnTheA2AFace(t *testing.T) {
 		}
 	}
 }
+
+// postAs is post with an A2A-Version header, giving the raw answer.
+func postAs(t *testing.T, url, version, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+a2aface.Path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	if version != "" {
+		req.Header.Set("A2A-Version", version)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	data, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatalf("answer %d %q: %v", resp.StatusCode, data, err)
+	}
+	return resp.StatusCode, out
+}
+
+// One face, both wire versions, as each request says: 1.0's SendMessage
+// with its workspace as a raw part runs the task and answers in 1.0's
+// shapes (TASK_STATE_*, the changed file as a raw part); 0.3's errors keep
+// 0.3's shape (data an object, which a2a-go 0.3's client requires); a
+// version the face does not speak is refused as 1.0 says.
+func TestBothWireVersions(t *testing.T) {
+	srv, _ := serveFace(t, "echo changed > a.txt; echo done", a2aface.Options{})
+	ws, sum := zipB64(t, map[string]string{"a.txt": "old\n"})
+	msg := `{"jsonrpc":"2.0","id":"r1","method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[` +
+		`{"text":"change a.txt"},{"raw":"` + ws + `","filename":"ws.zip","mediaType":"application/zip","metadata":{"sha256":"` + sum + `"}}]}}}`
+	status, out := postAs(t, srv.URL, "1.0", msg)
+	task, _ := out["result"].(map[string]any)["task"].(map[string]any)
+	if status != 200 || task == nil {
+		t.Fatalf("SendMessage: HTTP %d %v", status, out)
+	}
+	if st := task["status"].(map[string]any)["state"]; st != "TASK_STATE_COMPLETED" {
+		t.Fatalf("the task: %v", task)
+	}
+	var changed string
+	for _, a := range task["artifacts"].([]any) {
+		for _, p := range a.(map[string]any)["parts"].([]any) {
+			if part := p.(map[string]any); part["filename"] == "a.txt" {
+				raw, _ := base64.StdEncoding.DecodeString(part["raw"].(string))
+				changed = string(raw)
+			}
+		}
+	}
+	if changed != "changed\n" {
+		t.Errorf("the changed file: %q in %v", changed, task["artifacts"])
+	}
+
+	_, out = postAs(t, srv.URL, "", `{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"no-such-task"}}`)
+	rpcErr, _ := out["error"].(map[string]any)
+	if _, isObject := rpcErr["data"].(map[string]any); rpcErr == nil || rpcErr["code"] != float64(-32001) || (rpcErr["data"] != nil && !isObject) {
+		t.Errorf("a 0.3 error: %v", out)
+	}
+	_, out = postAs(t, srv.URL, "1.0", `{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"no-such-task"}}`)
+	if rpcErr, _ := out["error"].(map[string]any); rpcErr == nil || rpcErr["code"] != float64(-32001) {
+		t.Errorf("a 1.0 error: %v", out)
+	}
+
+	status, out = postAs(t, srv.URL, "2.0", msg)
+	if rpcErr, _ := out["error"].(map[string]any); status != 400 || rpcErr == nil || rpcErr["code"] != float64(-32009) {
+		t.Errorf("version 2.0: HTTP %d %v", status, out)
+	}
+}
