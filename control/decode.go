@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 )
 
 var (
@@ -68,6 +69,10 @@ func DecodeMessageSpooled(data []byte, workspace *Spooled) (any, error) {
 		msg = new(Start)
 	case TypeError:
 		msg = new(Error)
+	case TypeContinue:
+		msg = new(Continue)
+	case TypeClose:
+		msg = new(Close)
 	default:
 		return nil, fieldErr("type", "unknown message type %q", base.Type)
 	}
@@ -276,6 +281,29 @@ func (w *WorkDirInfo) validate(at string) error {
 	return nil
 }
 
+func (m *Continue) validate() error {
+	if err := m.BaseMessage.validate(); err != nil {
+		return err
+	}
+	if m.Round < 2 {
+		return fieldErr("round", "must be 2 or more (round 1 is START's)")
+	}
+	if strings.TrimSpace(m.Task.Prompt) == "" && strings.TrimSpace(m.Task.Description) == "" {
+		return fieldErr("task", "needs a prompt or a description")
+	}
+	if m.Lease != nil {
+		if _, err := ParseTimestamp(m.Lease.ExpiresAt); err != nil {
+			return fieldErr("lease.expiresAt", "must be an ISO 8601 time such as 2026-02-01T13:00:00.000Z")
+		}
+		if err := validAccess("lease.accessMode", m.Lease.AccessMode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Close) validate() error { return m.BaseMessage.validate() }
+
 func (m *Error) validate() error {
 	// An ERROR may concern a message whose id was unusable, so only a
 	// present id is checked.
@@ -327,6 +355,10 @@ func DecodeEvent(data []byte) (*Event, error) {
 	case EventSnapshot:
 		if ev.SnapshotID == "" {
 			return nil, fieldErr("snapshotId", "is required")
+		}
+	case EventRoundDone:
+		if ev.Round < 1 {
+			return nil, fieldErr("round", "must be 1 or more")
 		}
 	case EventPermission:
 		if ev.RequestID == "" {

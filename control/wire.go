@@ -38,6 +38,11 @@ const (
 	TypeStart  = "START"
 	TypeDone   = "DONE"
 	TypeError  = "ERROR"
+	// TypeContinue and TypeClose are the reference's rounds (its
+	// development line, SII-Holos/awcp 8d66b97): a head delegation's next
+	// round on the still-lent workspace, and the end of its rounds.
+	TypeContinue = "CONTINUE"
+	TypeClose    = "CLOSE"
 )
 
 // Access modes.
@@ -84,6 +89,11 @@ const (
 	// EventSnapshot is the head dialect's result: a ZIP of the
 	// environment (a folder per resource), sent before done.
 	EventSnapshot = "snapshot"
+	// EventRoundDone is the end of a round of a head delegation that
+	// takes rounds (Round, Summary, Highlights, the round's snapshot
+	// named as done names it): the workspace stays lent, and the
+	// delegator sends CONTINUE or CLOSE. done comes after CLOSE.
+	EventRoundDone = "round_done"
 	// EventPermission is an extension of v1: an ACP agent's permission
 	// request, pending or decided. Delegators that do not know the type
 	// ignore it, so the v1 wire stays compatible.
@@ -351,6 +361,22 @@ func (m *Start) workDirField() string {
 }
 
 // Error is spec §4.6, sent as an HTTP body in either direction.
+// Continue is the reference's CONTINUE: round Round of a head delegation
+// that ended its last round, with its task. Lease, if given, is the
+// lease from now on.
+type Continue struct {
+	BaseMessage
+	Task  Task        `json:"task"`
+	Round int         `json:"round"`
+	Lease *StartLease `json:"lease,omitempty"`
+}
+
+// Close is the reference's CLOSE: a head delegation's rounds end, and so
+// does the delegation (done follows on its stream).
+type Close struct {
+	BaseMessage
+}
+
 type Error struct {
 	BaseMessage
 	Code    string `json:"code"`
@@ -380,6 +406,9 @@ type Event struct {
 	Message  string   `json:"message,omitempty"`
 	Hint     string   `json:"hint,omitempty"`
 	Progress *float64 `json:"progress,omitempty"`
+
+	// round_done: which round ended (the first is 1)
+	Round int `json:"round,omitempty"`
 
 	// snapshot (head); done
 	SnapshotID string   `json:"snapshotId,omitempty"`

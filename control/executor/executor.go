@@ -102,6 +102,11 @@ type Options struct {
 	// with an IdentityKey, a plain request is answered a refusal naming
 	// the way to connect.
 	PlainHTTP bool
+	// RoundWait is how long a head delegation's workspace stays lent after
+	// a round for the delegator's CONTINUE or CLOSE (rounds.go); past it,
+	// the delegation ends as a one-round one does. Zero: no rounds, done
+	// after the agent's task, as before rounds were spoken.
+	RoundWait time.Duration
 	// StartTimeout is how long an accepted INVITE waits for START before
 	// its slot is freed. Default 2m.
 	StartTimeout time.Duration
@@ -267,6 +272,8 @@ type task struct {
 	// channel takes a session delegation's channels (session.go); nil
 	// for a task.
 	channel chan control.SessionChannel
+	// rounds is a delegation's that takes rounds (rounds.go); nil else.
+	rounds *roundWaiter
 }
 
 // New checks opts and builds an Executor.
@@ -506,6 +513,7 @@ func (e *Executor) forget(id string) error {
 		return err
 	}
 	os.Remove(e.resultFile(id))
+	e.forgetRounds(id)
 	e.mu.Lock()
 	delete(e.notify, id)
 	e.mu.Unlock()

@@ -267,6 +267,32 @@ func (e *Executor) handleMessage(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		httpserve.WriteJSON(w, http.StatusOK, control.StartResponse{OK: true})
+	case *control.Continue:
+		if !e.authorized(w, r, m.DelegationID) {
+			return
+		}
+		a, err := e.store.Assignment(m.DelegationID)
+		if err != nil {
+			writeError(w, http.StatusNotFound, control.NewError(m.DelegationID, control.CodeDeclined, "unknown delegation", ""))
+			return
+		}
+		if status, pe := e.nextRound(m.DelegationID, m); pe != nil {
+			writeError(w, status, pe.ToMessage(m.DelegationID))
+			return
+		}
+		e.continueLease(a, m.Lease)
+		e.log.Info("CONTINUE received", "delegation", m.DelegationID, "round", m.Round)
+		httpserve.WriteJSON(w, http.StatusOK, control.StartResponse{OK: true})
+	case *control.Close:
+		if !e.authorized(w, r, m.DelegationID) {
+			return
+		}
+		if status, pe := e.nextRound(m.DelegationID, nil); pe != nil {
+			writeError(w, status, pe.ToMessage(m.DelegationID))
+			return
+		}
+		e.log.Info("CLOSE received", "delegation", m.DelegationID)
+		httpserve.WriteJSON(w, http.StatusOK, control.StartResponse{OK: true})
 	case *control.Error:
 		if !e.authorized(w, r, m.DelegationID) {
 			return
@@ -425,7 +451,17 @@ func (e *Executor) writeEvent(w io.Writer, id string, ev lease.StoredEvent, carr
 	var f *os.File
 	if carrier != "" {
 		var err error
-		if f, err = os.Open(e.resultFile(id)); err == nil {
+		// A round's snapshot is in a file of its own (the last one's
+		// becomes the result when the delegation ends).
+		var snap struct{ SnapshotID string }
+		json.Unmarshal(ev.Data, &snap)
+		if snap.SnapshotID != "" && roundSnapID.MatchString(snap.SnapshotID) {
+			f, err = os.Open(e.roundFile(id, snap.SnapshotID))
+		}
+		if f == nil {
+			f, err = os.Open(e.resultFile(id))
+		}
+		if err == nil {
 			defer f.Close()
 		}
 	}

@@ -215,6 +215,9 @@ func (e *Executor) start(ctx context.Context, st *control.Start) *control.Protoc
 	if a.Session != "" {
 		t.channel = make(chan control.SessionChannel, 1)
 	}
+	if e.takesRounds(a, t) {
+		t.rounds = &roundWaiter{next: make(chan *control.Continue, 1)}
+	}
 	e.mu.Lock()
 	e.tasks[id] = t
 	e.mu.Unlock()
@@ -330,10 +333,9 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		log.Warn("scan work dir before the task", "err", err)
 	}
 
-	updates := make(chan agent.Update, 256)
-	var pumpDone sync.WaitGroup
-	pumpDone.Add(1)
-	go func() { defer pumpDone.Done(); e.pumpProgress(a.ID, updates) }()
+	// Each run of the agent (a round, where the delegation takes rounds)
+	// has its progress pumped into events, all written before it ends.
+	var updates chan agent.Update
 
 	os.MkdirAll(filepath.Dir(e.summaryFile(a.ID)), 0o700)
 	at := agent.Task{
@@ -370,19 +372,63 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 			}
 		},
 	}
-	var res *agent.Result
-	switch {
-	case confineErr != nil:
-		err = confineErr
-	case t.channel != nil:
-		// A session: the editor's prompts come over its channel, which
-		// the delegator opens once it hears the delegation runs.
-		res, err = e.opts.Sessions.Session(ctx, at, hooks, t.channel, e.opts.StartTimeout)
-	default:
-		res, err = e.opts.Worker.Run(ctx, at, hooks)
+	runAgent := func(at agent.Task) (*agent.Result, error) {
+		updates = make(chan agent.Update, 256)
+		var pumpDone sync.WaitGroup
+		pumpDone.Add(1)
+		go func() { defer pumpDone.Done(); e.pumpProgress(a.ID, updates) }()
+		defer pumpDone.Wait()
+		defer close(updates)
+		switch {
+		case confineErr != nil:
+			return nil, confineErr
+		case t.channel != nil:
+			// A session: the editor's prompts come over its channel, which
+			// the delegator opens once it hears the delegation runs.
+			return e.opts.Sessions.Session(ctx, at, hooks, t.channel, e.opts.StartTimeout)
+		default:
+			return e.opts.Worker.Run(ctx, at, hooks)
+		}
 	}
-	close(updates)
-	pumpDone.Wait()
+	res, err := runAgent(at)
+	// A delegation that takes rounds (rounds.go) runs the agent again for
+	// each CONTINUE, until CLOSE, the wait's end, or a failure.
+	var snapIDs []string
+	var closed *roundsEnd // the last round's, once CLOSE or the wait ended the rounds
+	for round := 1; t.rounds != nil && err == nil && res.Failed == ""; {
+		summary := res.Summary
+		if summary == "" {
+			summary = "The agent finished without output."
+		}
+		highlights, after, herr := e.highlights(a, before)
+		if herr != nil {
+			err = fmt.Errorf("round %d's changes: %w", round, herr)
+			break
+		}
+		next, rerr := e.endRound(ctx, t, a, round, summary, highlights, after, &snapIDs)
+		if ctx.Err() != nil {
+			err = agent.ErrKilled // cancelled or expired while it waited: reported by who ended it
+			break
+		}
+		if rerr != nil {
+			err = rerr
+			break
+		}
+		if next == nil {
+			closed = &roundsEnd{summary: summary, highlights: highlights}
+			break
+		}
+		round, before = next.Round, after
+		if before == nil && e.changeLog(a) == nil {
+			before, _ = e.highlightsBefore(a)
+		}
+		at.Prompt, at.Description = next.Task.Prompt, next.Task.Description
+		if at.Prompt == "" {
+			at.Prompt = at.Description
+		}
+		e.roundStarted(a.ID, round, at.Prompt)
+		res, err = runAgent(at)
+	}
 	var refused *control.MountRefused // before the mount goes with its count
 	if m, ok := e.transport(a.Transport).(refusalCounter); ok {
 		refused = m.Refused(a.ID)
@@ -405,6 +451,17 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		ev = lease.SendError
 		final = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventError, Code: control.CodeTaskFailed, Message: res.Failed,
 			Hint: agentHint(e.opts.Confine, res.Failed, res.StderrTail), AgentStderr: res.StderrTail, MountRefused: refused})
+	case closed != nil:
+		e.opts.Metrics.AgentExited("completed")
+		ev = lease.ReceiveDone
+		final, err = e.roundsDone(ctx, a, closed, snapIDs, func(ev *control.Event) {
+			ev.AgentStderr, ev.MountRefused = res.StderrTail, refused
+		})
+		if err != nil {
+			log.Error("end the rounds", "err", err)
+			ev = lease.SendError
+			final = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventError, Code: control.CodeTaskFailed, Message: "the result could not be collected"})
+		}
 	default:
 		e.opts.Metrics.AgentExited("completed")
 		ev = lease.ReceiveDone
