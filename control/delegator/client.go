@@ -418,6 +418,19 @@ func (c *PeerClient) SendError(ctx context.Context, m *control.Error) error {
 	return c.post(ctx, "/awcp", m, &ok)
 }
 
+// Continue sends a head executor of the reference's development line the
+// next round of a delegation whose last round ended (round_done).
+func (c *PeerClient) Continue(ctx context.Context, m *control.Continue) error {
+	var ok control.StartResponse
+	return c.post(ctx, "/awcp", m, &ok)
+}
+
+// Close ends a delegation's rounds on such an executor: done follows.
+func (c *PeerClient) Close(ctx context.Context, id string) error {
+	var ok control.StartResponse
+	return c.post(ctx, "/awcp", &control.Close{BaseMessage: control.BaseMessage{Version: control.Version, Type: control.TypeClose, DelegationID: id}}, &ok)
+}
+
 // Cancel asks the executor to cancel a delegation.
 func (c *PeerClient) Cancel(ctx context.Context, id string) error {
 	var ok control.StartResponse

@@ -20,8 +20,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/control/executor"
 	"github.com/awcp/awcp/control/executor/executortest"
 	"github.com/awcp/awcp/lease"
 )
@@ -354,9 +356,23 @@ const HeadAgent = `echo from the agent > out.txt; pwd > where.txt`
 // Our delegator told to speak head, with our executor, over the archive:
 // the agent runs in workspace/ (the live mount: control_test).
 func TestHeadDialectBetweenOurs(t *testing.T) {
-	x := executortest.New(t, HeadAgent, nil)
+	for _, rounds := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one task", true: "rounds"}[rounds], func(t *testing.T) { testHeadBetweenOurs(t, rounds) })
+	}
+}
+
+// testHeadBetweenOurs: with rounds, the executor ends the agent's task
+// with round_done and holds the workspace for a minute; the delegator's
+// CLOSE ends it at once, the round's snapshot applied.
+func testHeadBetweenOurs(t *testing.T, rounds bool) {
+	x := executortest.New(t, HeadAgent, func(o *executor.Options) {
+		if rounds {
+			o.RoundWait = time.Minute
+		}
+	})
 	dlg, _ := newArchiveDelegator(t, nil)
 	dir := t.TempDir()
+	start := time.Now()
 	d, err := dlg.Create(ExportRequest{Dir: dir, Peer: x.Srv.URL, PeerKey: x.Key(), Prompt: "p", Transport: control.TransportArchive, Dialect: control.DialectHead})
 	if err != nil {
 		t.Fatal(err)
@@ -368,5 +384,8 @@ func TestHeadDialectBetweenOurs(t *testing.T) {
 	checkHeadRun(t, end, dir)
 	if _, err := x.Store.Assignment(d.ID); err == nil {
 		t.Error("the executor still keeps the delegation after the delegator's ack")
+	}
+	if got := slices.Contains(end.Notes, roundsNote); got != rounds || time.Since(start) > 20*time.Second {
+		t.Errorf("rounds %v: noted %v, took %s (notes %q)", rounds, got, time.Since(start), end.Notes)
 	}
 }

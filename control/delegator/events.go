@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -281,6 +282,21 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 			return seen(del)
 		})
 		after()
+	case control.EventRoundDone:
+		// An executor that works in rounds (the reference's development
+		// line) ended one and holds the workspace for the next. A
+		// delegation is one task: its first round's end is its end, and
+		// CLOSE has the executor say done.
+		first := false
+		_, err = d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
+			if !slices.Contains(del.Notes, roundsNote) {
+				del.Notes, first = append(del.Notes, roundsNote), true
+			}
+			return seen(del)
+		})
+		if err == nil && first {
+			d.closeRounds(ctx, del)
+		}
 	case control.EventDone:
 		if del.State.Terminal() {
 			return nil
@@ -409,6 +425,22 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 		d.dropSnapshots(id)
 	}
 	return err
+}
+
+// roundsNote is a delegation's note once its executor says it works in
+// rounds.
+const roundsNote = "the executor works in rounds (round_done): its first round's end closed it (CLOSE)"
+
+// closeRounds sends CLOSE for del, bounded; a failure is logged, and the
+// executor ends the delegation at its lease.
+func (d *Delegator) closeRounds(ctx context.Context, del *lease.Delegation) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := d.peer(del).Close(ctx, del.ID); err != nil {
+		d.log.Warn("CLOSE after the executor's round_done", "delegation", del.ID, "err", err)
+		return
+	}
+	d.log.Info("the executor works in rounds: its round ended, CLOSE sent", "delegation", del.ID)
 }
 
 // holdSnapshot keeps a snapshot event's ZIP (which the stream reader
