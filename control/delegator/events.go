@@ -292,6 +292,7 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 			if !slices.Contains(del.Notes, roundsNote) {
 				del.Notes, first = append(del.Notes, roundsNote), true
 			}
+			del.Summary, del.Highlights = ev.Summary, ev.Highlights
 			return seen(del)
 		})
 		if err == nil && first {
@@ -369,7 +370,11 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 		} else {
 			_, err = d.store.FireDelegation(id, lease.ReceiveDone, "done received", func(del *lease.Delegation) error {
 				del.LastEventID = seq
-				del.Summary, del.Highlights = ev.Summary, ev.Highlights
+				// After rounds, the last round's words are the agent's; the
+				// done our CLOSE asked says only that it closed.
+				if !slices.Contains(del.Notes, roundsNote) || del.Summary == "" {
+					del.Summary, del.Highlights = ev.Summary, ev.Highlights
+				}
 				del.AgentStderr, del.MountRefused = ev.AgentStderr, ev.MountRefused
 				del.Changes, del.Conflicts = changesOf(rep), rep.Conflicts
 				if del.Transport == control.TransportArchive {
