@@ -25,8 +25,13 @@ import (
 // it, behind NAT as elsewhere, over both transports — and it ends with
 // the delegation.
 const (
-	// SessionACP is the one session protocol: ACP.
+	// SessionACP is a session with the executor's ACP agent: an editor's
+	// protocol over the session's channel.
 	SessionACP = "acp"
+	// SessionRounds is a session of rounds (the reference's CONTINUE and
+	// CLOSE) with a task agent: each prompt after the first is a round on
+	// the still-lent workspace. No channel: the rounds go as messages.
+	SessionRounds = "rounds"
 	// SessionUpgrade is the channel request's Upgrade protocol.
 	SessionUpgrade = "awcp-acp"
 	// SessionKeyHeader carries the INVITE's session key on the channel
@@ -53,8 +58,8 @@ func NewSessionRequest() *SessionRequest {
 
 // Check validates a session request as received.
 func (s *SessionRequest) Check() error {
-	if s.Protocol != SessionACP {
-		return fmt.Errorf("session protocol %q is not offered here (only %q)", s.Protocol, SessionACP)
+	if s.Protocol != SessionACP && s.Protocol != SessionRounds {
+		return fmt.Errorf("session protocol %q is not offered here (only %q and %q)", s.Protocol, SessionACP, SessionRounds)
 	}
 	if b, err := hex.DecodeString(s.Key); err != nil || len(b) != sessionKeyBytes {
 		return fmt.Errorf("the session key must be %d bytes in hex", sessionKeyBytes)

@@ -165,8 +165,9 @@ type Delegation struct {
 	// transport's defaults), kept for a fall back to archive, which
 	// checks the archive's again.
 	Limits [3]int64 `json:"limits,omitzero"` // total bytes, files, bytes of one file
-	// Session is "acp" for a session delegation, and SessionKey the key
-	// its channel presents (control/session.go). Secret.
+	// Session is "acp" for a session delegation with an ACP agent, or
+	// "rounds" for one of a task agent's rounds (control/session.go);
+	// SessionKey the key its channel or renewals present. Secret.
 	Session    string `json:"session,omitempty"`
 	SessionKey string `json:"sessionKey,omitempty"`
 	// SessionDriven says the session's turns come from the record

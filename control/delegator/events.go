@@ -287,9 +287,13 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 		// line) ended one and holds the workspace for the next. A
 		// delegation is one task: its first round's end is its end, and
 		// CLOSE has the executor say done.
+		// In a session of rounds, the round is the turn, and it ended.
 		first := false
+		now := d.store.Now()
 		_, err = d.store.UpdateDelegation(id, func(del *lease.Delegation) error {
-			if !slices.Contains(del.Notes, roundsNote) {
+			if del.Session == control.SessionRounds {
+				endRoundTurn(del, ev, now)
+			} else if !slices.Contains(del.Notes, roundsNote) {
 				del.Notes, first = append(del.Notes, roundsNote), true
 			}
 			del.Summary, del.Highlights = ev.Summary, ev.Highlights
@@ -302,7 +306,7 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 		if del.State.Terminal() {
 			return nil
 		}
-		if del.Dialect == control.DialectHead && ev.ResultFile == "" {
+		if (del.Dialect == control.DialectHead || ev.RecommendedSnapshotID != "") && ev.ResultFile == "" {
 			release := d.headResult(ctx, del, ev)
 			defer release()
 		}
@@ -372,8 +376,19 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 				del.LastEventID = seq
 				// After rounds, the last round's words are the agent's; the
 				// done our CLOSE asked says only that it closed.
-				if !slices.Contains(del.Notes, roundsNote) || del.Summary == "" {
+				rounds := slices.Contains(del.Notes, roundsNote) || del.Session == control.SessionRounds
+				if !rounds || del.Summary == "" {
 					del.Summary, del.Highlights = ev.Summary, ev.Highlights
+				}
+				if del.Session == control.SessionRounds {
+					if t := del.LastTurn(); t != nil && !t.Ended() {
+						// done with no round_done: an executor that knows
+						// no rounds ran the task as one.
+						t.State, t.StopReason, t.Reply, t.EndedAt = lease.TurnDone, "end_turn", lease.KeepReply(ev.Summary), d.store.Now()
+						if t.N == 1 {
+							del.Notes = append(del.Notes, "the executor knows no rounds: the session ended with its first turn")
+						}
+					}
 				}
 				del.AgentStderr, del.MountRefused = ev.AgentStderr, ev.MountRefused
 				del.Changes, del.Conflicts = changesOf(rep), rep.Conflicts

@@ -186,9 +186,21 @@ func (d *Delegator) fallBackToArchive(del *lease.Delegation, inv *control.Invite
 // reverse live mount.
 func (d *Delegator) checkAccept(del *lease.Delegation, inv *control.Invite, acc *control.Accept) error {
 	id := del.ID
+	if inv.Session != nil && inv.Session.Protocol == control.SessionRounds && acc.RetentionMs != nil &&
+		(acc.ExecutorConstraints == nil || acc.ExecutorConstraints.Session == "") {
+		// A head executor that does not read the extension: the
+		// reference's, whose development line works in rounds and says
+		// so only with round_done. The session goes on; if it ends at
+		// its first turn, the executor knew no rounds (noted then).
+		return nil
+	}
 	if inv.Session != nil && (acc.ExecutorConstraints == nil || acc.ExecutorConstraints.Session != inv.Session.Protocol) {
 		// An executor that does not know sessions took a task: not asked for.
-		d.notifyPeer(del, control.NewError(id, control.CodeDeclined, "the delegator asked for an ACP session", ""))
+		d.notifyPeer(del, control.NewError(id, control.CodeDeclined, "the delegator asked for a session ("+inv.Session.Protocol+")", ""))
+		if inv.Session.Protocol == control.SessionRounds {
+			return control.Errorf(control.CodeDepMissing, "the executor takes neither ACP sessions nor rounds").
+				WithHint("delegate a task (awcp-ctl export DIR --prompt TEXT)")
+		}
 		return control.Errorf(control.CodeDepMissing, "the executor does not hold ACP sessions").
 			WithHint("use an awcp-fs started with --agent-acp")
 	}

@@ -40,11 +40,12 @@ type roundWaiter struct {
 	awaiting int
 }
 
-// takesRounds says whether a's task runs in rounds: a head delegation
-// on a transport that leaves the workspace where it is between rounds
-// (the archive's copy, the live mount), not a session, with rounds on.
+// takesRounds says whether a's task runs in rounds: a head delegation,
+// or a session of rounds our delegator asked for, on a transport that
+// leaves the workspace where it is between rounds (the archive's copy,
+// the live mount), with rounds on.
 func (e *Executor) takesRounds(a *lease.Assignment, t *task) bool {
-	return e.opts.RoundWait > 0 && a.Dialect == control.DialectHead && t.channel == nil &&
+	return e.opts.RoundWait > 0 && (a.Dialect == control.DialectHead || a.Session == control.SessionRounds) && t.channel == nil &&
 		(a.Transport == control.TransportArchive || a.Transport == control.TransportSSHFS)
 }
 
@@ -116,12 +117,19 @@ func (e *Executor) endRound(ctx context.Context, t *task, a *lease.Assignment, n
 	}
 	e.publish(a.ID)
 	e.log.Info("round done; the workspace stays lent for CONTINUE or CLOSE", "delegation", a.ID, "round", n, "wait", e.opts.RoundWait)
-	wait := time.NewTimer(e.opts.RoundWait)
-	defer wait.Stop()
+	// A session of rounds, asked for as one, waits for its delegator
+	// until the lease ends (the delegator renews it and ends the session
+	// when it is idle); the reference's rounds, for RoundWait.
+	var waited <-chan time.Time
+	if a.Session != control.SessionRounds {
+		wait := time.NewTimer(e.opts.RoundWait)
+		defer wait.Stop()
+		waited = wait.C
+	}
 	select {
 	case next := <-t.rounds.next:
 		return next, nil
-	case <-wait.C:
+	case <-waited:
 		e.mu.Lock()
 		late := t.rounds.awaiting == 0 // a CONTINUE or CLOSE was handed over as the wait ran out
 		t.rounds.awaiting = 0

@@ -58,10 +58,14 @@ func (e *Executor) acpAgentFailure() string {
 
 // sessionProtocols is what the manifest offers.
 func (e *Executor) sessionProtocols() []string {
-	if e.opts.Sessions == nil {
-		return nil
+	var ps []string
+	if e.opts.Sessions != nil {
+		ps = append(ps, control.SessionACP)
 	}
-	return []string{control.SessionACP}
+	if e.opts.RoundWait > 0 {
+		ps = append(ps, control.SessionRounds)
+	}
+	return ps
 }
 
 // admitSession checks an INVITE's session request: nil, or the refusal.
@@ -69,12 +73,19 @@ func (e *Executor) admitSession(inv *control.Invite) *control.ProtocolError {
 	if inv.Session == nil {
 		return nil
 	}
-	if e.opts.Sessions == nil {
-		return control.Errorf(control.CodeDepMissing, "this executor's agent does not speak ACP: it runs tasks, not sessions").
-			WithHint("delegate a task (awcp-ctl export), or use an executor started with --agent-acp")
-	}
 	if err := inv.Session.Check(); err != nil {
 		return control.Errorf(control.CodeDeclined, "INVITE's %v", err)
+	}
+	switch {
+	case inv.Session.Protocol == control.SessionRounds && e.opts.RoundWait <= 0:
+		return control.Errorf(control.CodeDepMissing, "this executor takes no rounds (--round-wait 0)").
+			WithHint("delegate a task (awcp-ctl export)")
+	case inv.Session.Protocol == control.SessionRounds && inv.Requirements != nil && inv.Requirements.Transport == control.TransportGit:
+		return control.Errorf(control.CodeDepMissing, "rounds are taken over the archive or the live mount, not the git transport").
+			WithHint("--transport archive, or live")
+	case inv.Session.Protocol == control.SessionACP && e.opts.Sessions == nil:
+		return control.Errorf(control.CodeDepMissing, "this executor's agent does not speak ACP: it runs tasks, not sessions").
+			WithHint("delegate a task (awcp-ctl export), or use an executor started with --agent-acp")
 	}
 	return nil
 }

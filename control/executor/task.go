@@ -212,7 +212,7 @@ func (e *Executor) start(ctx context.Context, st *control.Start) *control.Protoc
 
 	tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	t := &task{cancel: cancel, done: make(chan struct{}), asks: map[string]*ask{}}
-	if a.Session != "" {
+	if a.Session == control.SessionACP {
 		t.channel = make(chan control.SessionChannel, 1)
 	}
 	if e.takesRounds(a, t) {

@@ -466,3 +466,39 @@ func TestSessionClosedWhileItAsks(t *testing.T) {
 	}
 	waitWorkRootEmpty(t, x)
 }
+
+// TestSessionOfRoundsFromTheCommandLine: --session is not ACP's alone. An
+// executor whose agent is a command takes a session as rounds: each
+// answer runs the command again, with the new prompt, on the same lent
+// workspace (over the live mount: each round's edit is on the owner's
+// side as it is made), and close ends it.
+func TestSessionOfRoundsFromTheCommandLine(t *testing.T) {
+	slow(t)
+	parallel(t)
+	x := startExecutor(t, `echo "$AWCP_PROMPT" >> rounds.txt; echo "did: $AWCP_PROMPT"`)
+	c := newCtl(t)
+	ws := t.TempDir()
+	writeFiles(t, ws, map[string]string{"rounds.txt": "start\n"})
+	r := c.run("export", ws, "--peer", x.url, "--transport", "live", "--prompt", "first", "--session", "new")
+	m := regexp.MustCompile(`session (\S+) awaits your next prompt`).FindStringSubmatch(r.stderr)
+	if r.code != 3 || m == nil || strings.TrimSpace(r.stdout) != "did: first" {
+		t.Fatalf("export --session new to a command agent: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	id := m[1]
+	for _, prompt := range []string{"second", "third"} {
+		r = c.run("answer", id, prompt)
+		if r.code != 3 || strings.TrimSpace(r.stdout) != "did: "+prompt {
+			t.Fatalf("answer %q: exit %d\n%s%s", prompt, r.code, r.stdout, r.stderr)
+		}
+		if b, _ := os.ReadFile(filepath.Join(ws, "rounds.txt")); !strings.HasSuffix(string(b), prompt+"\n") {
+			t.Errorf("after round %q the owner's rounds.txt is %q", prompt, b)
+		}
+	}
+	r = c.run("close", id)
+	if r.code != 0 || !strings.Contains(r.stdout, "completed") {
+		t.Fatalf("close: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "rounds.txt")); string(b) != "start\nfirst\nsecond\nthird\n" {
+		t.Errorf("the owner's rounds.txt: %q", b)
+	}
+}

@@ -1,5 +1,7 @@
 // Package turns drives a session delegation for those who are not
 // editors — MCP's delegate and `awcp-ctl export --session` — turn by turn
+// (with an executor whose agent holds no ACP session, as its rounds:
+// delegator.DriveRounds)
 // from the delegation's record: a tool or a command queues a prompt there
 // (delegator.Say), the driver sends it to the remote agent and writes back
 // the agent's reply; a permission the agent asks for waits in the record
@@ -35,6 +37,10 @@ import (
 type Delegator interface {
 	gateway.Delegator
 	RecordChannel(id string, ev lease.SessionEvent, ch *lease.SessionChannel)
+	// PreferRounds and DriveRounds are a session with an executor whose
+	// agent holds no ACP session: its turns are the executor's rounds.
+	PreferRounds(ctx context.Context, id string) (bool, error)
+	DriveRounds(ctx context.Context, id string, idle, poll time.Duration) error
 }
 
 // Store is the record the turns come from and go back to.
@@ -83,6 +89,11 @@ func (dr *Driver) Drive(ctx context.Context, id string) error {
 	}
 	if !del.SessionDriven {
 		return fmt.Errorf("delegation %s is not a driven session", id)
+	}
+	if rounds, err := dr.Delegator.PreferRounds(ctx, id); err != nil {
+		return err
+	} else if rounds {
+		return dr.Delegator.DriveRounds(ctx, id, dr.IdleTTL, dr.Poll)
 	}
 	toGateway, fromDriver := io.Pipe()
 	toDriver, fromGateway := io.Pipe()
