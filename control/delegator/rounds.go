@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/awcp/awcp/control"
+	"github.com/awcp/awcp/internal/untrusted"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -148,12 +149,18 @@ func (d *Delegator) setTurn(id string, n int, fn func(*lease.Turn)) {
 }
 
 // endRoundTurn records round n's end in a session of rounds: its turn is
-// done, the round's words its reply.
+// done, the round's words its reply — or failed, with why, where the
+// executor says its agent failed (the session goes on).
 func endRoundTurn(del *lease.Delegation, ev *control.Event, now time.Time) {
 	for i := range del.Turns {
 		t := &del.Turns[i]
-		if t.N == ev.Round && !t.Ended() {
-			t.State, t.StopReason, t.Reply, t.EndedAt = lease.TurnDone, "end_turn", lease.KeepReply(ev.Summary), now
+		if t.N != ev.Round || t.Ended() {
+			continue
 		}
+		if ev.Code != "" {
+			t.State, t.Error, t.EndedAt = lease.TurnFailed, untrusted.Clip(ev.Summary, 4096), now
+			continue
+		}
+		t.State, t.StopReason, t.Reply, t.EndedAt = lease.TurnDone, "end_turn", lease.KeepReply(ev.Summary), now
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,9 +17,10 @@ import (
 // A session with an executor whose agent is a command, not an ACP agent:
 // its turns are rounds — the first the task, the next ones CONTINUE on
 // the same workspace, each turn's reply the round's words — and its end
-// a CLOSE, after which every round's edit is in the owner's directory.
+// a CLOSE, after which every round's edit is in the owner's directory. A
+// round whose agent fails fails its turn, not the session.
 func TestSessionOfRounds(t *testing.T) {
-	x := executortest.New(t, `echo "$AWCP_PROMPT" >> rounds.txt; echo "did: $AWCP_PROMPT"`, func(o *executor.Options) { o.RoundWait = time.Minute })
+	x := executortest.New(t, `[ "$AWCP_PROMPT" = fail ] && { echo broke >&2; exit 3; }; echo "$AWCP_PROMPT" >> rounds.txt; echo "did: $AWCP_PROMPT"`, func(o *executor.Options) { o.RoundWait = time.Minute })
 	dlg, store := newArchiveDelegator(t, nil)
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "rounds.txt"), []byte("start\n"), 0o644)
@@ -52,14 +54,21 @@ func TestSessionOfRounds(t *testing.T) {
 		t.Fatalf("turn %d never ended", n)
 		return nil
 	}
-	for n, prompt := range []string{"first", "second", "third"} {
+	for n, prompt := range []string{"first", "second", "fail", "third"} {
 		if n > 0 {
 			if _, err := dlg.Say(d.ID, prompt, "test"); err != nil {
 				t.Fatal(err)
 			}
 		}
 		del := awaits(n + 1)
-		if turn := del.LastTurn(); turn.Reply != "did: "+prompt || turn.State != lease.TurnDone {
+		turn := del.LastTurn()
+		if prompt == "fail" {
+			if turn.State != lease.TurnFailed || !strings.Contains(turn.Error, "3") {
+				t.Errorf("the failed round's turn: %+v", turn)
+			}
+			continue
+		}
+		if turn.Reply != "did: "+prompt || turn.State != lease.TurnDone {
 			t.Errorf("turn %d: %+v", n+1, turn)
 		}
 	}

@@ -92,15 +92,21 @@ func (e *Executor) roundSnapshot(a *lease.Assignment, n int, summary string, hig
 }
 
 // endRound tells the delegator round n ended — its snapshot, then
-// round_done — and waits for what comes next: CONTINUE's message, or nil
+// round_done (with code TASK_FAILED if its agent failed: a session of
+// rounds goes on) — and waits for what comes next: CONTINUE's message, or nil
 // for CLOSE, for the wait past, or for the delegation's end (ctx).
 // snapIDs gains the round's snapshot.
-func (e *Executor) endRound(ctx context.Context, t *task, a *lease.Assignment, n int, summary string, highlights []string, after archive.Manifest, snapIDs *[]string) (*control.Continue, error) {
+func (e *Executor) endRound(ctx context.Context, t *task, a *lease.Assignment, n int, summary string, failed bool, highlights []string, after archive.Manifest, snapIDs *[]string) (*control.Continue, error) {
 	snapID, snapshot, err := e.roundSnapshot(a, n, summary, highlights, after)
 	if err != nil {
 		return nil, fmt.Errorf("round %d's snapshot: %w", n, err)
 	}
 	done := &control.Event{DelegationID: a.ID, Type: control.EventRoundDone, Round: n, Summary: summary, Highlights: highlights}
+	if failed {
+		// Ours: the round's agent failed (summary says how); the
+		// session goes on.
+		done.Code = control.CodeTaskFailed
+	}
 	if snapID != "" {
 		*snapIDs = append(*snapIDs, snapID)
 		done.SnapshotIDs, done.RecommendedSnapshotID = []string{snapID}, snapID

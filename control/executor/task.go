@@ -395,17 +395,22 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 	// each CONTINUE, until CLOSE, the wait's end, or a failure.
 	var snapIDs []string
 	var closed *roundsEnd // the last round's, once CLOSE or the wait ended the rounds
-	for round := 1; t.rounds != nil && err == nil && res.Failed == ""; {
+	// In a session of rounds a round whose agent failed is that turn's
+	// failure, not the session's: the rounds before it stay.
+	for round := 1; t.rounds != nil && err == nil && (res.Failed == "" || a.Session == control.SessionRounds); {
 		summary := res.Summary
 		if summary == "" {
 			summary = "The agent finished without output."
+		}
+		if res.Failed != "" {
+			summary = res.Failed
 		}
 		highlights, after, herr := e.highlights(a, before)
 		if herr != nil {
 			err = fmt.Errorf("round %d's changes: %w", round, herr)
 			break
 		}
-		next, rerr := e.endRound(ctx, t, a, round, summary, highlights, after, &snapIDs)
+		next, rerr := e.endRound(ctx, t, a, round, summary, res.Failed != "", highlights, after, &snapIDs)
 		if ctx.Err() != nil {
 			err = agent.ErrKilled // cancelled or expired while it waited: reported by who ended it
 			break
@@ -446,11 +451,6 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 		ev = lease.SendError
 		final = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventError, Code: control.CodeTaskFailed, Message: "the agent could not run: " + err.Error(),
 			Hint: sandboxHint(e.opts.Confine, err.Error())})
-	case res.Failed != "":
-		e.opts.Metrics.AgentExited("failed")
-		ev = lease.SendError
-		final = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventError, Code: control.CodeTaskFailed, Message: res.Failed,
-			Hint: agentHint(e.opts.Confine, res.Failed, res.StderrTail), AgentStderr: res.StderrTail, MountRefused: refused})
 	case closed != nil:
 		e.opts.Metrics.AgentExited("completed")
 		ev = lease.ReceiveDone
@@ -462,6 +462,11 @@ func (e *Executor) run(ctx context.Context, t *task, a *lease.Assignment) {
 			ev = lease.SendError
 			final = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventError, Code: control.CodeTaskFailed, Message: "the result could not be collected"})
 		}
+	case res.Failed != "":
+		e.opts.Metrics.AgentExited("failed")
+		ev = lease.SendError
+		final = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventError, Code: control.CodeTaskFailed, Message: res.Failed,
+			Hint: agentHint(e.opts.Confine, res.Failed, res.StderrTail), AgentStderr: res.StderrTail, MountRefused: refused})
 	default:
 		e.opts.Metrics.AgentExited("completed")
 		ev = lease.ReceiveDone
