@@ -61,6 +61,10 @@ func (l *legacyErrors) Flush() {
 	}
 }
 
+// Unwrap is for http.ResponseController (deadlines), which finds Flush
+// here first.
+func (l *legacyErrors) Unwrap() http.ResponseWriter { return l.ResponseWriter }
+
 // pass sends what is held, as it was, and writes through from now on.
 func (l *legacyErrors) pass() {
 	l.passing = true
