@@ -16,7 +16,6 @@ import (
 
 	"github.com/awcp/awcp/archive"
 	"github.com/awcp/awcp/control"
-	"github.com/awcp/awcp/internal/untrusted"
 	"github.com/awcp/awcp/lease"
 )
 
@@ -236,8 +235,11 @@ func (e *Executor) roundsDone(ctx context.Context, a *lease.Assignment, last *ro
 // line.
 func (e *Executor) roundStarted(id string, n int, prompt string) {
 	first, _, _ := strings.Cut(strings.TrimSpace(prompt), "\n")
+	if len(first) > 200 {
+		first = strings.ToValidUTF8(first[:200], "") + "…"
+	}
 	data := e.eventJSON(&control.Event{DelegationID: id, Type: control.EventStatus, Status: control.StatusProgress,
-		Message: fmt.Sprintf("round %d: %s", n, untrusted.Clip(first, 200))})
+		Message: fmt.Sprintf("round %d: %s", n, first)})
 	if _, err := e.store.AppendProgress(id, [][]byte{data}, e.opts.ProgressKept); err != nil {
 		e.log.Warn("record a round's start", "delegation", id, "err", err)
 	}
