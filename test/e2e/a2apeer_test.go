@@ -5,9 +5,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -360,5 +364,93 @@ func TestA2APeerPinnedLikeAnyExecutor(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "pwned.txt")); err == nil {
 		t.Error("the impostor's agent ran on the workspace")
+	}
+}
+
+// TestGeminiCLIA2AServerConfirmsATool: Gemini CLI's A2A server, its model
+// API scripted to make an edit, asks to confirm the tool call (as it does
+// by default); the delegator makes that a permission of the delegation,
+// with Gemini's own outcomes as its options, and `awcp-ctl permit`'s
+// proceed_once lets the edit through: the task goes on and completes
+// where it used to end at input-required.
+func TestGeminiCLIA2AServerConfirmsATool(t *testing.T) {
+	slow(t)
+	parallel(t)
+	modules := nodeModules(t, geminiA2A)
+	work := t.TempDir()
+	writeFiles(t, work, map[string]string{"notes.md": "draft notes\n"})
+	m := startScriptedModel(t, modelEdit{file: "notes.md", old: "draft notes", new: "reviewed notes", final: "Marked the notes reviewed."})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	home := t.TempDir()
+	server := filepath.Join(modules, "node_modules", "@google", "gemini-cli-a2a-server", "dist", "a2a-server.mjs")
+	cmd := exec.Command("node", server)
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), "HOME="+home, "CODER_AGENT_PORT="+port, "CODER_AGENT_WORKSPACE_PATH="+work,
+		"GEMINI_API_KEY=scripted-key", "GOOGLE_GEMINI_BASE_URL="+m.url,
+		// Its checkpoints are commits of a repository of its own.
+		"GIT_AUTHOR_NAME=gemini", "GIT_AUTHOR_EMAIL=gemini@example.invalid", "GIT_COMMITTER_NAME=gemini", "GIT_COMMITTER_EMAIL=gemini@example.invalid")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var log lockedLog
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("gemini-cli-a2a-server:\n%s\nthe model was asked: %v", tail(log.String(), 6000), m.requests())
+		}
+	})
+	waitUntil(t, 60*time.Second, "Gemini CLI's A2A server to answer", func() bool {
+		resp, err := http.Get("http://127.0.0.1:" + port + "/.well-known/agent-card.json")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == 200
+	})
+	c := newCtl(t)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "README.md"), []byte("# hi\n"), 0o644)
+	r := c.run("export", dir, "--peer", "a2a:http://127.0.0.1:"+port, "--plain-http", "--prompt", "Mark the notes reviewed.", "--ttl", "3m", "--background")
+	if r.code != 0 {
+		t.Fatalf("export --background: exit %d\n%s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	var req string
+	var options []string
+	waitUntil(t, 60*time.Second, "Gemini's tool confirmation as a permission", func() bool {
+		d := c.only()
+		if d.State == "error" || d.State == "completed" {
+			t.Fatalf("the delegation ended (%s) without asking: %+v", d.State, d)
+		}
+		for _, p := range d.Permissions {
+			if p.Outcome == "pending" {
+				req = p.RequestID
+				options = options[:0]
+				for _, o := range p.Options {
+					options = append(options, o.OptionID)
+				}
+			}
+		}
+		return req != ""
+	})
+	if !slices.Contains(options, "proceed_once") || !slices.Contains(options, "cancel") {
+		t.Errorf("the permission's options: %v", options)
+	}
+	if b, _ := os.ReadFile(filepath.Join(work, "notes.md")); string(b) != "draft notes\n" {
+		t.Fatalf("the edit ran before it was confirmed: %q", b)
+	}
+	if r := c.run("permit", id, req, "proceed_once"); r.code != 0 {
+		t.Fatalf("permit: exit %d\n%s", r.code, r.stderr)
+	}
+	d := c.waitState(id, "completed")
+	if b, _ := os.ReadFile(filepath.Join(work, "notes.md")); string(b) != "reviewed notes\n" {
+		t.Errorf("after proceed_once Gemini's notes.md is %q (%+v)", b, d)
 	}
 }

@@ -327,6 +327,9 @@ type delegation struct {
 		Outcome   string `json:"outcome"`
 		OptionID  string `json:"optionId"`
 		DecidedBy string `json:"decidedBy"`
+		Options   []struct {
+			OptionID string `json:"optionId"`
+		} `json:"options"`
 	} `json:"permissions"`
 }
 

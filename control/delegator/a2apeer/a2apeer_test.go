@@ -154,11 +154,12 @@ func TestGeminiToolConfirmationIsAPermission(t *testing.T) {
 		return a2a.NewDataPart(map[string]any{"request": map[string]any{"callId": "write_file-17", "name": "write_file"},
 			"status": status, "confirmationDetails": map[string]any{"title": "Confirm Write: notes.md"}})
 	}
+	asked := update(a2a.TaskStateInputRequired, "state-change")
 	for _, ev := range []a2a.Event{
 		update(a2a.TaskStateWorking, "state-change"),
 		update(a2a.TaskStateWorking, "tool-call-confirmation", call("awaiting_approval")),
-		update(a2a.TaskStateInputRequired, "state-change"),
-		update(a2a.TaskStateInputRequired, "state-change"), // asked once
+		asked,
+		asked, // the same status again (the task asked for): asked once
 	} {
 		if done, err := f.event(ctx, ev); done || err != nil {
 			t.Fatalf("the task ended at %T: %v", ev, err)

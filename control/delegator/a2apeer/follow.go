@@ -39,8 +39,12 @@ type follower struct {
 }
 
 // toolCall is a tool call a Gemini CLI agent asks to be confirmed: its
-// call id, and what it would do, in its words.
-type toolCall struct{ id, title string }
+// call id, what it would do, in its words, and the time of the
+// input-required that asked it (once asked).
+type toolCall struct {
+	id, title string
+	askedAt   time.Time
+}
 
 // Follow is delegator.A2APeer's: the task's stream while it lasts, then
 // the task asked for every second until it ends (an agent waiting on an
@@ -178,7 +182,17 @@ func (f *follower) status(ctx context.Context, st a2a.TaskStatus, task *a2a.Task
 			return false, f.ask(st.Message, words)
 		}
 		if tc := f.toolCall; tc != nil {
-			return false, f.askToolCall(tc, words)
+			// Asked already, and this is another input-required, later:
+			// the answer went through and the agent's turn ended since
+			// (seen by asking for the task, which shows no update
+			// between). Else the confirmation still waits, or is new.
+			if tc.askedAt.IsZero() || st.Timestamp == nil || !st.Timestamp.After(tc.askedAt) {
+				if tc.askedAt.IsZero() && st.Timestamp != nil {
+					tc.askedAt = *st.Timestamp
+				}
+				return false, f.askToolCall(tc, words)
+			}
+			f.toolCall = nil
 		}
 		// An agent's turn ended, and it waits for the next message (as
 		// Gemini CLI's does after each): a delegation is one task, so it
