@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -266,19 +267,7 @@ func TestExportToGeminiCLIA2AServer(t *testing.T) {
 	cmd := exec.Command("ip", "netns", "exec", n.ns, "node", server)
 	cmd.Env = append(os.Environ(), "HOME="+home, "CODER_AGENT_PORT=18777", "GEMINI_API_KEY=not-a-real-key",
 		"GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:"+api)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var log lockedLog
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("gemini-cli-a2a-server:\n%s", tail(log.String(), 4000))
-		}
-	})
+	startLogged(t, "gemini-cli-a2a-server", cmd, nil)
 	waitUntil(t, 60*time.Second, "Gemini CLI's A2A server to answer", func() bool {
 		return exec.Command("ip", "netns", "exec", n.ns, "curl", "-sf", "http://127.0.0.1:18777/.well-known/agent-card.json").Run() == nil
 	})
@@ -291,6 +280,29 @@ func TestExportToGeminiCLIA2AServer(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(dir, "README.md")); string(b) != "# hi\n" {
 		t.Errorf("the directory changed: %q", b)
 	}
+}
+
+// startLogged starts cmd in a process group of its own, killed at the
+// test's end; if the test failed, its output is shown (and more's).
+func startLogged(t *testing.T, name string, cmd *exec.Cmd, more func() string) {
+	t.Helper()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var log lockedLog
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+		if t.Failed() {
+			extra := ""
+			if more != nil {
+				extra = "\n" + more()
+			}
+			t.Logf("%s:\n%s%s", name, tail(log.String(), 6000), extra)
+		}
+	})
 }
 
 // lockedLog is a process's output, read while it writes.
@@ -394,19 +406,7 @@ func TestGeminiCLIA2AServerConfirmsATool(t *testing.T) {
 		"GEMINI_API_KEY=scripted-key", "GOOGLE_GEMINI_BASE_URL="+m.url,
 		// Its checkpoints are commits of a repository of its own.
 		"GIT_AUTHOR_NAME=gemini", "GIT_AUTHOR_EMAIL=gemini@example.invalid", "GIT_COMMITTER_NAME=gemini", "GIT_COMMITTER_EMAIL=gemini@example.invalid")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var log lockedLog
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("gemini-cli-a2a-server:\n%s\nthe model was asked: %v", tail(log.String(), 6000), m.requests())
-		}
-	})
+	startLogged(t, "gemini-cli-a2a-server", cmd, func() string { return fmt.Sprintf("the model was asked: %v", m.requests()) })
 	waitUntil(t, 60*time.Second, "Gemini CLI's A2A server to answer", func() bool {
 		resp, err := http.Get("http://127.0.0.1:" + port + "/.well-known/agent-card.json")
 		if err == nil {
