@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -148,9 +147,6 @@ func (e *Executor) endRound(ctx context.Context, t *task, a *lease.Assignment, n
 		return nil, ctx.Err()
 	}
 }
-
-// errNoRound is a CONTINUE or CLOSE the delegation cannot take now.
-var errNoRound = errors.New("no round")
 
 // nextRound hands CONTINUE's message (nil for CLOSE) to id's task, which
 // must be between rounds; else the HTTP status and error to answer.
