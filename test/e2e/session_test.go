@@ -380,18 +380,20 @@ func TestSessionWhoseAgentFailsFails(t *testing.T) {
 }
 
 // TestSessionToATaskExecutor: `export --session new` to an executor whose
-// agent runs tasks, not sessions, fails at once with DEP_MISSING and its
-// hint — no fall back to the archive (which would not hold a session
-// either), no JSON-RPC object in what the user reads.
+// agent runs tasks and that takes no rounds (--round-wait 0) fails at
+// once with DEP_MISSING and its hint — no fall back to the archive (which
+// would not hold a session either), no JSON-RPC object in what the user
+// reads. (With rounds, its default, the session is its rounds:
+// TestSessionOfRoundsFromTheCommandLine.)
 func TestSessionToATaskExecutor(t *testing.T) {
 	parallel(t)
-	x := startExecutor(t, "echo task")
+	x := startExecutor(t, "echo task", "--round-wait", "0")
 	c := newCtl(t)
 	ws := sampleWorkspace(t)
 	r := c.run("export", ws, "--peer", x.url, "--prompt", "p", "--session", "new", "--ssh-listen", "127.0.0.1:0")
 	out := r.stdout + r.stderr
-	if r.code == 0 || !strings.Contains(out, "DEP_MISSING: this executor's agent does not speak ACP") || !strings.Contains(out, "--agent-acp") {
-		t.Fatalf("a session to a task executor: exit %d\n%s", r.code, out)
+	if r.code == 0 || !strings.Contains(out, "DEP_MISSING: this executor takes no rounds") || !strings.Contains(out, "awcp-ctl export") {
+		t.Fatalf("a session to a task executor without rounds: exit %d\n%s", r.code, out)
 	}
 	if strings.Contains(out, "fell back to archive") || strings.Contains(out, `{"code"`) {
 		t.Errorf("it fell back, or shows JSON-RPC:\n%s", out)
