@@ -453,4 +453,9 @@ func TestGeminiCLIA2AServerConfirmsATool(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(work, "notes.md")); string(b) != "reviewed notes\n" {
 		t.Errorf("after proceed_once Gemini's notes.md is %q (%+v)", b, d)
 	}
+	for _, p := range d.Permissions {
+		if p.RequestID == req && p.Outcome == "pending" {
+			t.Errorf("the confirmation is still pending in the record after the task completed: %+v", p)
+		}
+	}
 }

@@ -193,6 +193,12 @@ func (f *follower) status(ctx context.Context, st a2a.TaskStatus, task *a2a.Task
 				return false, f.askToolCall(tc, words)
 			}
 			f.toolCall = nil
+			if f.asked == tc.id {
+				f.asked = ""
+				if err := f.emit(&control.Event{Type: control.EventPermission, RequestID: tc.id, Outcome: control.PermissionSelected, DecidedBy: "delegator"}); err != nil {
+					return false, err
+				}
+			}
 		}
 		// An agent's turn ended, and it waits for the next message (as
 		// Gemini CLI's does after each): a delegation is one task, so it
@@ -372,7 +378,10 @@ func (f *follower) askToolCall(tc *toolCall, words string) error {
 	}
 	f.asked = tc.id
 	if words == "" {
-		words = "run " + tc.title
+		words = tc.title // Gemini's own: "Confirm Edit: notes.md"
+	}
+	if words == "" {
+		words = "a tool call"
 	}
 	return f.emit(&control.Event{Type: control.EventPermission, RequestID: tc.id, Message: words,
 		Options: geminiOutcomes, Outcome: control.PermissionPending})
