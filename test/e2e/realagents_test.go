@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,6 +70,26 @@ func TestRealAgents(t *testing.T) {
 			t.Logf("doctor: agent session: %s", session)
 
 			x := startExecutor(t, "", "--agent-acp", a.command)
+			// The executor asks its agent what it can do once, as it
+			// starts (a node CLI, in its sandbox: seconds, more under the
+			// suite's load); the editor's gateway waits 10 s for that and
+			// then answers with the least. What is tested here is that
+			// the agent's answer passes through, so it is awaited first.
+			waitUntil(t, 60*time.Second, "the executor's ACP agent to answer initialize", func() bool {
+				var m struct {
+					AWCP struct {
+						ACPAgent json.RawMessage `json:"acp_agent"`
+						Error    string          `json:"acp_agent_error"`
+					} `json:"awcp"`
+				}
+				resp, err := http.Get(x.url + "/manifest")
+				if err != nil {
+					return false
+				}
+				defer resp.Body.Close()
+				json.NewDecoder(resp.Body).Decode(&m)
+				return len(m.AWCP.ACPAgent) > 0 || m.AWCP.Error != ""
+			})
 			c := newCtl(t)
 			ed := startEditor(t, c, x, "live")
 			init := ed.call(t, "1", "initialize", `{"protocolVersion":1,"clientCapabilities":{"fs":{"readTextFile":true,"writeTextFile":true}}}`)
