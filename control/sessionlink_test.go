@@ -156,7 +156,10 @@ func TestSessionLinkPeerThatNeverReads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
+	// A deadlock never ends; the bounds are far past the time it takes
+	// (the attach sends again the 30 MiB kept — under -race, beside the
+	// other packages' tests on two cores, one run took past 10 s).
+	case <-time.After(60 * time.Second):
 		t.Fatal("a new connection waited for a send blocked on the old one")
 	}
 	select {
@@ -164,7 +167,7 @@ func TestSessionLinkPeerThatNeverReads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(60 * time.Second):
 		t.Fatal("the messages did not all come on the new connection")
 	}
 	<-sent
