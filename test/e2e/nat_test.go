@@ -235,6 +235,9 @@ func TestLANReverseLiveMountSurvivesACut(t *testing.T) {
 		"the delegator's router is off the LAN for 5 s, the delegator's connections reset",
 		"the delegator's router is off the LAN for 5 s, no connection reset",
 	} {
+		// Counted before the cut, not after the restore: the mount,
+		// redialling all along, may be back before this counts.
+		reconnects := strings.Count(x.log.String(), "fs: reconnected to the delegator")
 		switch round {
 		case 0:
 			nft("insert rule inet filter gate drop")
@@ -260,7 +263,6 @@ func TestLANReverseLiveMountSurvivesACut(t *testing.T) {
 		case 2, 3:
 			l.ip("-n", l.hub, "link", "set", "p9", "up")
 		}
-		reconnects := strings.Count(x.log.String(), "fs: reconnected to the delegator")
 		counting(t, ws, 30*time.Second, &stderr)
 		if round < 3 {
 			// The mount's connection was reset: the agent's writes went
