@@ -52,9 +52,7 @@ func (e *Executor) doneEvent(ctx context.Context, a *lease.Assignment, before ar
 		}
 	}
 	snapID := "snap_" + checksum[:12]
-	recommended := true
-	snapshot = e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventSnapshot, SnapshotID: snapID, Summary: summary,
-		Highlights: ev.Highlights, Recommended: &recommended, ResultChecksum: checksum, Metadata: snapshotMetadata(after, ev.Highlights)})
+	snapshot = e.snapshotEvent(a.ID, snapID, checksum, summary, ev.Highlights, after)
 	ev.SnapshotIDs, ev.RecommendedSnapshotID = []string{snapID}, snapID
 	return snapshot, e.eventJSON(ev), nil
 }
@@ -69,27 +67,50 @@ func (e *Executor) resultFile(id string) string {
 // returns the result's SHA-256 (hex); none is left, and the checksum is
 // empty, if it has no result.
 func (e *Executor) packResult(ctx context.Context, tr control.ExecutorTransport, a *lease.Assignment) (string, error) {
-	name := e.resultFile(a.ID)
-	if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
+	tmp, checksum, err := e.packSummed(a.ID, func(w io.Writer) (bool, error) { return tr.Teardown(ctx, a.ID, a.WorkDir, w) })
+	if tmp == "" || err != nil {
 		return "", err
 	}
-	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
+	if err := os.Rename(tmp, e.resultFile(a.ID)); err != nil {
+		os.Remove(tmp)
 		return "", err
+	}
+	if fi, err := os.Stat(e.resultFile(a.ID)); err == nil {
+		e.opts.Metrics.Archive("result_sent", fi.Size())
+	}
+	return checksum, nil
+}
+
+// packSummed has write write a ZIP into a new file beside the results
+// and returns the file, for the caller to rename into place, and its
+// SHA-256 (hex); no file if write wrote none or failed.
+func (e *Executor) packSummed(id string, write func(io.Writer) (bool, error)) (tmp, checksum string, err error) {
+	dir := filepath.Dir(e.resultFile(id))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", err
+	}
+	f, err := os.CreateTemp(dir, id+".packing-*.zip")
+	if err != nil {
+		return "", "", err
 	}
 	sum := sha256.New()
-	wrote, err := tr.Teardown(ctx, a.ID, a.WorkDir, io.MultiWriter(f, sum))
+	wrote, err := write(io.MultiWriter(f, sum))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil || !wrote {
-		os.Remove(name)
-		return "", err
+		os.Remove(f.Name())
+		return "", "", err
 	}
-	if fi, err := os.Stat(name); err == nil {
-		e.opts.Metrics.Archive("result_sent", fi.Size())
-	}
-	return hex.EncodeToString(sum.Sum(nil)), nil
+	return f.Name(), hex.EncodeToString(sum.Sum(nil)), nil
+}
+
+// snapshotEvent is the head dialect's snapshot event of a result whose
+// file is kept under snapID (the event stream appends its bytes).
+func (e *Executor) snapshotEvent(id, snapID, checksum, summary string, highlights []string, after archive.Manifest) []byte {
+	recommended := true
+	return e.eventJSON(&control.Event{DelegationID: id, Type: control.EventSnapshot, SnapshotID: snapID, Summary: summary,
+		Highlights: highlights, Recommended: &recommended, ResultChecksum: checksum, Metadata: snapshotMetadata(after, highlights)})
 }
 
 // snapshotMetadata is a snapshot event's metadata as the reference's

@@ -2,8 +2,6 @@ package executor
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -63,30 +61,19 @@ func (e *Executor) roundSnapshot(a *lease.Assignment, n int, summary string, hig
 	if a.AccessMode != control.AccessRW || a.Transport != control.TransportArchive {
 		return "", nil, nil
 	}
-	if err := os.MkdirAll(filepath.Dir(e.resultFile(a.ID)), 0o700); err != nil {
-		return "", nil, err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(e.resultFile(a.ID)), a.ID+".round-*.zip")
+	tmp, checksum, err := e.packSummed(a.ID, func(w io.Writer) (bool, error) {
+		_, err := archive.PackTo(w, a.WorkDir)
+		return err == nil, err
+	})
 	if err != nil {
 		return "", nil, err
 	}
-	defer os.Remove(tmp.Name()) // renamed into place, unless it failed
-	sum := sha256.New()
-	_, err = archive.PackTo(io.MultiWriter(tmp, sum), a.WorkDir)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return "", nil, err
-	}
-	checksum := hex.EncodeToString(sum.Sum(nil))
 	snapID = fmt.Sprintf("snap_r%d_%s", n, checksum[:12])
-	if err := os.Rename(tmp.Name(), e.roundFile(a.ID, snapID)); err != nil {
+	if err := os.Rename(tmp, e.roundFile(a.ID, snapID)); err != nil {
+		os.Remove(tmp)
 		return "", nil, err
 	}
-	recommended := true
-	return snapID, e.eventJSON(&control.Event{DelegationID: a.ID, Type: control.EventSnapshot, SnapshotID: snapID, Summary: summary,
-		Highlights: highlights, Recommended: &recommended, ResultChecksum: checksum, Metadata: snapshotMetadata(after, highlights)}), nil
+	return snapID, e.snapshotEvent(a.ID, snapID, checksum, summary, highlights, after), nil
 }
 
 // endRound tells the delegator round n ended — its snapshot, then
@@ -194,9 +181,10 @@ func (e *Executor) lastRoundResult(id, snapID string) error {
 	return os.Rename(e.roundFile(id, snapID), e.resultFile(id))
 }
 
-// forgetRounds removes id's round snapshots.
+// forgetRounds removes id's round snapshots, and a result left half
+// packed by a run that stopped.
 func (e *Executor) forgetRounds(id string) {
-	files, _ := filepath.Glob(filepath.Join(e.opts.StateDir, "results", id+".snap_*.zip"))
+	files, _ := filepath.Glob(filepath.Join(e.opts.StateDir, "results", id+".*.zip"))
 	for _, f := range files {
 		os.Remove(f)
 	}
