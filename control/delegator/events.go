@@ -300,7 +300,7 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 			return seen(del)
 		})
 		if err == nil && first {
-			d.closeRounds(ctx, del)
+			d.sendClose(ctx, del, "a task is one round") // failing, the executor ends it at its lease
 		}
 	case control.EventDone:
 		if del.State.Terminal() {
@@ -450,18 +450,6 @@ func (f *follower) handle(ctx context.Context, seq uint64, ev *control.Event) er
 // roundsNote is a delegation's note once its executor says it works in
 // rounds.
 const roundsNote = "the executor works in rounds (round_done): its first round's end closed it (CLOSE)"
-
-// closeRounds sends CLOSE for del, bounded; a failure is logged, and the
-// executor ends the delegation at its lease.
-func (d *Delegator) closeRounds(ctx context.Context, del *lease.Delegation) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := d.peer(del).Close(ctx, del.ID); err != nil {
-		d.log.Warn("CLOSE after the executor's round_done", "delegation", del.ID, "err", err)
-		return
-	}
-	d.log.Info("the executor works in rounds: its round ended, CLOSE sent", "delegation", del.ID)
-}
 
 // holdSnapshot keeps a snapshot event's ZIP (which the stream reader
 // would remove) until done says which snapshot is the result. One is kept

@@ -91,7 +91,8 @@ func (d *Delegator) DriveRounds(ctx context.Context, id string, idle, poll time.
 			closing = d.sendClose(ctx, del, fmt.Sprintf("idle for %s", idle))
 		case t != nil && t.State == lease.TurnQueued:
 			d.sendRound(ctx, del, t)
-		default:
+		case del.ExpiresAt.Sub(d.store.Now()) < control.Seconds(del.TTLSeconds)/2:
+			// In use, by the rounds it waits for: its lease runs on.
 			if _, err := d.RenewSession(ctx, id); err != nil {
 				d.log.Debug("renew a session of rounds", "delegation", id, "err", err)
 			}
@@ -120,7 +121,8 @@ func (d *Delegator) sendRound(ctx context.Context, del *lease.Delegation, t *lea
 	}
 }
 
-// sendClose sends CLOSE; the executor's done ends the delegation.
+// sendClose sends CLOSE, bounded, and reports whether the executor took
+// it; its done ends the delegation.
 func (d *Delegator) sendClose(ctx context.Context, del *lease.Delegation, why string) bool {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
