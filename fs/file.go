@@ -98,6 +98,22 @@ type headRead struct {
 // for many.
 const headSize = 64 << 10
 
+// wholeSize is the largest file an open for reading brings whole, where
+// the kernel knows its size: git's index of a few thousand files, a large
+// source file — one round trip, not two. Larger, and the second round trip
+// costs less than bytes a reader may never want (head, file(1)).
+const wholeSize = 256 << 10
+
+// openHead is how much of a file of kernelSize bytes an open for reading
+// brings along: a byte past its size, so that its end is seen to be there
+// (the answer's EOF; openedWith hands the kernel only a file seen whole).
+func openHead(kernelSize uint64) int {
+	if kernelSize >= headSize && kernelSize < wholeSize {
+		return int(kernelSize) + 1
+	}
+	return headSize
+}
+
 // fromHead answers a read at off from the handle's head: n bytes in dest,
 // and whether that is the whole answer (the head covered dest, or reached
 // the end of the file).
@@ -120,6 +136,33 @@ func (h *fileHandle) fromHead(dest []byte, off int64) (n int, whole bool) {
 	}
 	n = copy(dest, head.data)
 	return n, n == len(dest) || head.eof
+}
+
+// fromKept answers a read of a handle only reading, not yet open on the
+// delegator, from the file's contents fetched ahead (warmStore.file), if
+// they are kept and of the file as the kernel knows it: n bytes in dest.
+func (h *fileHandle) fromKept(dest []byte, off int64) (n int, ok bool) {
+	f := h.node.fsys
+	gen := f.exactNow()
+	if h.flags&syscall.O_ACCMODE != syscall.O_RDONLY || gen == 0 || off < 0 {
+		return 0, false
+	}
+	o, ok := f.warm.file(h.node.rpath(), gen, false)
+	if !ok || !o.EOF {
+		return 0, false
+	}
+	var a fuse.Attr
+	f.fillAttr(o.Attrs, &a)
+	h.node.mu.Lock()
+	seen := h.node.seen
+	h.node.mu.Unlock()
+	if versionOf(&a) != seen || uint64(len(o.Head)) != a.Size {
+		return 0, false
+	}
+	if off >= int64(len(o.Head)) {
+		return 0, true
+	}
+	return copy(dest, o.Head[off:]), true
 }
 
 var (
@@ -456,6 +499,10 @@ func (h *fileHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 		return fuse.ReadResultData(dest[:had]), 0
 	}
 	if had == 0 && h.deferred() {
+		if n, ok := h.fromKept(dest, off); ok {
+			h.readWhole(off, n, len(dest))
+			return fuse.ReadResultData(dest[:n]), 0
+		}
 		// Its open brings the file's start along.
 		if err := h.withFile(ctx, func(*sftpc.File) error { return nil }); err != nil {
 			return nil, h.node.errno(ctx, "read", h.node.rpath(), err)

@@ -188,6 +188,7 @@ type filesystem struct {
 	// forgets counts the nodes the kernel forgot.
 	dirsAhead *listAhead
 	forgets   atomic.Uint64
+	root      *node // the mount's root, whose attributes the tree's pages lack
 	// warm is the tree fetched ahead of the agent (warm.go).
 	warm      warmStore
 	warmStart sync.Once
@@ -234,7 +235,11 @@ func (f *filesystem) learnOwner(a sftpc.Attrs) { f.owner.Store(uint64(a.UID) + 1
 func (f *filesystem) mayRemoveIn(uid, mode uint32) bool {
 	owner := f.owner.Load()
 	if owner == 0 {
-		return false
+		if uid, _, told := f.room.creator(syscall.S_IFDIR, 0); told {
+			owner = uint64(uid) + 1
+		} else {
+			return false
+		}
 	}
 	return owner == 1 || (uint64(uid)+1 == owner && mode&0o300 == 0o300)
 }
@@ -248,7 +253,7 @@ func (f *filesystem) mayRemoveIn(uid, mode uint32) bool {
 // its stamp with it, before its entry in a listing expires.)
 func (f *filesystem) changing(ns ...*node) func() {
 	stamp := func() {
-		v := f.changes.Add(1)
+		v := f.warm.change(&f.changes, ns)
 		for _, n := range ns {
 			if n == nil {
 				continue
@@ -484,6 +489,7 @@ func New(mountpoint string, opts Options) (*Mount, error) {
 	fsys := &filesystem{conn: c, log: opts.Logger, entry: opts.EntryTimeout, attr: opts.AttrTimeout, prefetch: newPrefetcher(), dirsAhead: newListAhead(), warmed: make(chan struct{}),
 		lentTo: opts.LentTo, readOnly: opts.ReadOnly}
 	root := &node{fsys: fsys}
+	fsys.root = root
 	// Negative entries are cached as long as positive ones: tools probe
 	// for many files that do not exist (git does, a lot). Our own creates
 	// replace the negative entry in the kernel at once.

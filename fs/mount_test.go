@@ -252,9 +252,9 @@ func TestMountSeesBothSides(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(f.mnt, "from-executor"), []byte("e"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	fi, err := os.Stat(filepath.Join(f.dir, "from-executor"))
-	if err != nil || fi.Mode().Perm() != 0o755 {
-		t.Fatalf("executor's file on the delegator's side: %v %v", fi, err)
+	// close(2) does not wait for the file to land (landed).
+	if fi := landedWith(t, filepath.Join(f.dir, "from-executor"), func(fi os.FileInfo) bool { return fi.Mode().Perm() == 0o755 }); fi == nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("executor's file on the delegator's side: %v", fi)
 	}
 	// errno mapping
 	if err := os.Mkdir(filepath.Join(f.mnt, "from-executor"), 0o755); !errors.Is(err, syscall.EEXIST) {

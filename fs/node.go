@@ -340,10 +340,15 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	}
 	l := n.keptListing()
 	if l == nil {
-		l, _ = n.fromWarm()
-	}
-	if l == nil {
-		l, _ = n.fromAhead()
+		if l, _ = n.fromWarm(); l == nil {
+			l, _ = n.fromAhead()
+		}
+		// Either made n's names known: a name the listing lacks is not
+		// there, as it would be had the listing been n's already (git
+		// looks up a dozen such names in .git at every command).
+		if l != nil && n.absent(name) {
+			return nil, syscall.ENOENT
+		}
 	}
 	if l != nil {
 		if ch, ok := n.fromListing(ctx, l, name, out); ok {
@@ -407,21 +412,31 @@ type keptAttrs struct {
 	exact uint64
 }
 
-// keepAttrs records a, the attributes of n, a directory, read when the
-// mount's change count was at and its stamp s, if an exact watch reported
-// nothing meanwhile: a GETATTR is answered from them until the mount
-// changes n or the watch reports a change to it (forgetEntries moves its
-// stamp past at), or the watch ends. The kernel keeps attributes for an
-// hour, but asks again for those of each directory it has read (a read
-// moves the access time, which it then counts as unknown): a walk of a
-// tree then asks the delegator nothing for its directories' stats. Files
-// are left out: the kernel asks again for theirs only past the hour. The
-// access time answered is the one read, which a listing on the
-// delegator's side may have moved since, as a read of a file the kernel
-// answers from its pages does not.
+// keepAttrs records a, the attributes of n, a directory or a regular
+// file, read when the mount's change count was at and its stamp s, if an
+// exact watch reported nothing meanwhile: a GETATTR is answered from them
+// until the mount changes n or the watch reports a change to it
+// (forgetEntries moves its stamp past at), or the watch ends. The kernel
+// keeps attributes for an hour, but asks again for those of each
+// directory and file it has read (a read moves the access time, which it
+// then counts as unknown): a walk of a tree then asks the delegator
+// nothing for its stats, nor git for its index's after reading it. A file
+// with links elsewhere is left out (linkedElsewhere). The access time
+// answered is the one read, which a read on the delegator's side may
+// have moved since, as a read of a file the kernel answers from its pages
+// does not.
 func (n *node) keepAttrs(a *fuse.Attr, at, s uint64) {
 	g := n.fsys.exactSince(s)
-	if g == 0 || a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+	switch a.Mode & syscall.S_IFMT {
+	case syscall.S_IFDIR:
+	case syscall.S_IFREG:
+		if linkedElsewhere(a) {
+			return
+		}
+	default:
+		return
+	}
+	if g == 0 {
 		return
 	}
 	n.mu.Lock()
@@ -455,6 +470,14 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		}
 	}
 	if h, ok := f.(*fileHandle); ok {
+		// A handle that only reads changes nothing: the attributes kept
+		// are as good as its own (git's fstat of each file it reads).
+		if h.flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+			if a, ok := n.keptAttrs(); ok {
+				out.Attr = a
+				return 0
+			}
+		}
 		a, err := h.stat(ctx)
 		if err != nil {
 			return n.errno(ctx, "fstat", n.rpath(), err)

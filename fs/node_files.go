@@ -204,7 +204,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			return h, fuseFlags, 0
 		}
 		changes := n.changes.Load()
-		f, o, err := n.fsys.at(ctx).OpenRead(p, pf, 0, headSize)
+		f, o, err := n.fsys.at(ctx).OpenRead(p, pf, 0, openHead(kernelSize))
 		if err != nil {
 			return nil, 0, n.errno(ctx, "open", p, err)
 		}
@@ -286,7 +286,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 // A file that tar, git or a build writes then costs one round trip (that
 // of its close or its futimens) instead of two. It is done only where the
 // answer is known: n's names say name is not there, the delegator's owner
-// of a new file in n was seen on the last one, and the mode is perm (our
+// of a new file in n was seen on the last one or told (room.creator),
+// and the mode is perm (our
 // server, the only one with named opens, creates with exactly that, but
 // never sets the setuid, setgid and sticky bits: a file asked for with
 // them is created the plain way, which reads back what was made).
@@ -299,7 +300,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 func (n *node) createBehind(ctx context.Context, s uint64, name string, flags, perm uint32, out *fuse.EntryOut) (*fs.Inode, *fileHandle) {
 	n.mu.Lock()
 	uid, gid, known := n.childUID, n.childGID, n.ownerKnown
+	dirMode, dirGID := n.mode, n.gid
 	n.mu.Unlock()
+	if !known {
+		uid, gid, known = n.fsys.room.creator(dirMode, dirGID)
+	}
 	// A name too long for the delegator's file system must fail at the
 	// open, where the caller looks for it, not at a later fsync.
 	if !known || flags&(syscall.O_EXCL|syscall.O_TRUNC) == 0 || perm&^0o777 != 0 || len(name) > 255 || !n.absent(name) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/awcp/awcp/fs/sftpc"
@@ -34,6 +35,26 @@ type room struct {
 	asking  chan struct{}
 	spent   int64 // all that was ever spent (monotonic)
 	pending int64 // spent by writes not queued yet
+	// owner is who the delegator said a file made there belongs to
+	// (sftpc.Room), if it said.
+	owner sftpc.Room
+}
+
+// creator is the owner the delegator gives a file made in a directory
+// whose mode and group are dirMode and dirGID, if it said who
+// (sftpc.Room): its user, and its group — or the directory's, where the
+// directory is set-group-ID or the delegator's system always does so.
+func (r *room) creator(dirMode, dirGID uint32) (uid, gid uint32, ok bool) {
+	r.mu.Lock()
+	o := r.owner
+	r.mu.Unlock()
+	if !o.OwnerKnown || dirMode&syscall.S_IFMT != syscall.S_IFDIR {
+		return 0, 0, false
+	}
+	if o.DirGroup || dirMode&syscall.S_ISGID != 0 {
+		return o.UID, dirGID, true
+	}
+	return o.UID, o.GID, true
 }
 
 const (
@@ -126,6 +147,9 @@ func (r *room) learn(ctx context.Context, c *conn) {
 	defer r.mu.Unlock()
 	left -= r.spent - spentBefore + pendingBefore + roomMargin
 	r.gen, r.left, r.askedAt = gen, max(left, 0), time.Now()
+	if got.OwnerKnown {
+		r.owner = got
+	}
 }
 
 func clampRoom(v uint64) int64 {

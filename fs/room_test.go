@@ -107,3 +107,50 @@ func TestFullDiskFailsTheWrite(t *testing.T) {
 		t.Errorf("the owner's file holds %d bytes; the writer was told %d", len(b), written)
 	}
 }
+
+// TestFirstFileMadeBehind: the delegator says who a file made there
+// belongs to (room@awcp), so the first file made in a directory goes out
+// behind like the rest — git's index.lock, the first file an untar
+// writes — instead of a round trip to learn it; and what the mount tells
+// the kernel is what the file is: its owner, and in a set-group-ID
+// directory that directory's group.
+func TestFirstFileMadeBehind(t *testing.T) {
+	dir := t.TempDir()
+	owner(t, dir, `mkdir plain shared && chgrp 4242 shared && chmod 2775 shared`)
+	f := newMountOf(t, sshd.Export{Dir: dir}, nil)
+	waitExact(t, f)
+	plainOpens := func() float64 { return f.asked(t, "open") + f.asked(t, "open-read") }
+	opens, named := plainOpens(), f.asked(t, "open-named")
+	told := map[string]syscall.Stat_t{}
+	for _, p := range []string{"plain/new", "shared/new"} {
+		fd, err := os.OpenFile(filepath.Join(f.mnt, p), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Fstat(int(fd.Fd()), &st); err != nil { // what the mount says before anything landed
+			t.Fatal(err)
+		}
+		told[p] = st
+		fd.WriteString("made\n")
+		if err := fd.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, m := plainOpens()-opens, f.asked(t, "open-named")-named; n != 0 || m != 2 {
+		t.Errorf("the first files made in two directories: %v plain opens and %v named ones, want 0 and 2 (made behind)", n, m)
+	}
+	for p, here := range told {
+		var there syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(dir, p), &there); err != nil {
+			t.Fatal(err)
+		}
+		if here.Uid != there.Uid || here.Gid != there.Gid || here.Mode != there.Mode {
+			t.Errorf("%s: the mount said %d:%d %o, the file is %d:%d %o", p, here.Uid, here.Gid, here.Mode, there.Uid, there.Gid, there.Mode)
+		}
+	}
+	var st syscall.Stat_t
+	if syscall.Stat(filepath.Join(dir, "shared/new"), &st); st.Gid != 4242 {
+		t.Errorf("the file made in the set-group-ID directory has group %d, want 4242 (the test's premise)", st.Gid)
+	}
+}

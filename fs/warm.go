@@ -2,13 +2,12 @@ package fs
 
 import (
 	"context"
-	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/awcp/awcp/fs/sftpc"
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // Across a real network a round trip costs milliseconds, and an agent's
@@ -21,8 +20,9 @@ import (
 // one round trip (sftpwire.ListRead), several pages in flight. The walk
 // then finds its directories listed and its files' contents at hand.
 //
-// What is fetched is kept until used once (a listing becomes the node's
-// own, contents go to the kernel's page cache at the file's open) or
+// What is fetched is kept — a listing until used once (it becomes the
+// node's own), contents until the mount ends (they go to the kernel's page
+// cache at the file's open, and answer a read it no longer does) — or
 // until it may be stale, path by path (void): the watch reports a change
 // there, or the mount changes it itself. A page answered while either
 // happened is not kept. The store is bounded (warmEntries, warmBytes, and
@@ -52,6 +52,15 @@ type warmStore struct {
 	// last is not voided again (voidNode).
 	kept atomic.Uint64
 
+	// walking is set while the tree is fetched: the mount's changes are
+	// then noted by path (recent), so that a page answered meanwhile is
+	// dropped only where one of them touched it — git's index.lock must
+	// not cost the whole tree in flight.
+	walking  atomic.Bool
+	recentMu sync.Mutex // guards recent and lost; taken before mu, never after
+	recent   []noted    // the latest warmRecent changes, oldest first
+	lost     uint64     // the count of the latest change noted no more
+
 	mu      sync.Mutex // guards the fields below; never held across a request
 	gen     uint64     // the exact watch's connection it was fetched under
 	dirs    map[string]*warmDir
@@ -60,6 +69,74 @@ type warmStore struct {
 	// fetched counts the directories kept; usedDirs and usedFiles what
 	// was taken (tests).
 	fetched, usedDirs, usedFiles int
+}
+
+// warmRecent is how many changes a walk notes: past them, a page that
+// was in flight longer is dropped whatever it holds.
+const warmRecent = 1024
+
+// noted is a change the mount made while the tree was fetched: the
+// mount's change count it moved to, and the path changed.
+type noted struct {
+	at   uint64
+	path string
+}
+
+// change moves the mount's change count (changes) for a change to nodes
+// ns, and notes their paths while the tree is fetched; it is the count
+// moved to.
+func (w *warmStore) change(changes *atomic.Uint64, ns []*node) uint64 {
+	if !w.walking.Load() {
+		return changes.Add(1)
+	}
+	paths := make([]string, 0, len(ns))
+	for _, n := range ns {
+		if n != nil {
+			paths = append(paths, n.rpath())
+		}
+	}
+	w.recentMu.Lock()
+	defer w.recentMu.Unlock()
+	v := changes.Add(1) // under the lock: a page checked sees v with its paths, or neither
+	for _, p := range paths {
+		if len(w.recent) == warmRecent {
+			w.lost = w.recent[0].at
+			w.recent = append(w.recent[:0], w.recent[1:]...)
+		}
+		w.recent = append(w.recent, noted{at: v, path: p})
+	}
+	return v
+}
+
+// untouched reports whether the mount changed nothing of directory p
+// since its change count was at: neither p, nor a name in it, nor a
+// directory above it (moved or removed). Past the walk, or once changes
+// after at are noted no more, any change counts. recentMu is held.
+func (w *warmStore) untouched(changes *atomic.Uint64, p string, at uint64) bool {
+	now := changes.Load()
+	if now == at {
+		return true
+	}
+	if !w.walking.Load() || w.lost > at {
+		return false
+	}
+	for _, c := range w.recent {
+		if c.at <= at {
+			continue
+		}
+		if dir, _ := splitPath(c.path); c.path == p || dir == p || strings.HasPrefix(p, c.path+"/") || c.path == "/" {
+			return false
+		}
+	}
+	return true
+}
+
+// walk marks the tree's fetch begun (on) or ended.
+func (w *warmStore) walk(on bool) {
+	w.recentMu.Lock()
+	defer w.recentMu.Unlock()
+	w.walking.Store(on)
+	w.recent, w.lost = nil, 0
 }
 
 // warmDir is one directory's listing and its small files' contents, as
@@ -79,10 +156,12 @@ type warmDir struct {
 // check is made under the lock that void takes, after the count or the
 // stamp moved); it reports whether the store has room for more.
 func (w *warmStore) keep(f *filesystem, p string, d *warmDir) bool {
+	w.recentMu.Lock() // both locks: a change noted after this voids what is kept
+	defer w.recentMu.Unlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	gen := d.gen
-	if f.changes.Load() != d.at || f.stamp() != d.stamp || f.exactNow() != gen {
+	if !w.untouched(&f.changes, p, d.at) || f.stamp() != d.stamp || f.exactNow() != gen {
 		return true // voided on arrival: the walk goes on
 	}
 	if w.entries+len(d.entries) > warmEntries || w.bytes+d.bytes > warmBytes ||
@@ -129,8 +208,12 @@ func (w *warmStore) listing(p string, gen uint64, take bool) ([]sftpc.Entry, boo
 func (w *warmStore) has(p string, gen uint64) bool     { _, ok := w.listing(p, gen, false); return ok }
 func (w *warmStore) hasFile(p string, gen uint64) bool { _, ok := w.file(p, gen, false); return ok }
 
-// file is the contents of p fetched ahead under connection gen, if any;
-// taken, they are kept no longer.
+// file is the contents of p fetched ahead under connection gen, if any
+// (take counts it used). They are kept after use, until voided: the kernel
+// may drop a file's pages while nobody changed it (it did, for a tenth of
+// a tree between two greps a few seconds apart, on the kernel here), and
+// a read the pages no longer answer is then answered from them
+// (fileHandle.fromKept) instead of across the link.
 func (w *warmStore) file(p string, gen uint64, take bool) (sftpc.Opened, bool) {
 	if w.held.Load() == 0 {
 		return sftpc.Opened{}, false
@@ -144,7 +227,6 @@ func (w *warmStore) file(p string, gen uint64, take bool) (sftpc.Opened, bool) {
 	}
 	o, ok := d.files[name]
 	if ok && take {
-		w.forgetFile(dir, d, name)
 		w.usedFiles++
 	}
 	return o, ok
@@ -330,6 +412,15 @@ func (f *filesystem) warmUp(ctx context.Context, gen uint64) {
 	if client == nil || live != gen {
 		return
 	}
+	f.warm.walk(true)
+	defer f.warm.walk(false)
+	var side sync.WaitGroup
+	defer side.Wait()
+	side.Add(1)
+	go func() { defer side.Done(); f.warmSide(ctx) }()
+	if f.warmTree(ctx, client) {
+		return
+	}
 	var (
 		mu      sync.Mutex
 		queue   = []string{"/"}
@@ -390,6 +481,29 @@ func (f *filesystem) warmUp(ctx context.Context, gen uint64) {
 	wg.Wait()
 }
 
+// warmSide asks, beside the tree, what an agent's first commands would
+// otherwise wait a round trip for each: the root's attributes (the
+// kernel asks for them first, and the tree's pages hold only those of
+// what is below), and the room to write behind (room.go: the first file
+// made would ask).
+func (f *filesystem) warmSide(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if !f.readOnly {
+		wg.Add(1)
+		go func() { defer wg.Done(); f.room.learn(ctx, f.conn) }()
+	}
+	at, s := f.changes.Load(), f.stamp()
+	a, err := f.at(ctx).Lstat("/")
+	if err != nil {
+		return
+	}
+	var attr fuse.Attr
+	f.fillAttr(a, &attr)
+	f.root.observe(&attr)
+	f.root.keepAttrs(&attr, at, s)
+}
+
 // fetchDir fetches directory p's pages; ok is false where the server
 // refused, or the connection ended. d is kept (warmStore.keep) only if
 // nothing changed since the stamps it carries were read.
@@ -408,19 +522,7 @@ func (f *filesystem) fetchDir(client *sftpc.Client, p string) (d *warmDir, subdi
 		if err != nil {
 			return nil, nil, false
 		}
-		for _, e := range page {
-			d.entries = append(d.entries, e.Entry)
-			child := path.Join(p, e.Name)
-			switch {
-			case e.Attrs.Mode&syscall.S_IFMT == syscall.S_IFDIR:
-				if !f.hidden(child) {
-					subdirs = append(subdirs, child)
-				}
-			case e.HasData:
-				d.files[e.Name] = sftpc.Opened{Attrs: e.Attrs, Head: e.Data, EOF: true}
-				d.bytes += len(e.Data)
-			}
-		}
+		subdirs = append(subdirs, d.add(f, p, page)...)
 		start += len(page)
 		if len(page) == 0 || start >= total {
 			if d.entries == nil {

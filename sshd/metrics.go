@@ -50,6 +50,7 @@ var extensionNames = map[string]string{
 	wire.OpenNamed:             "open-named",
 	wire.List:                  "list",
 	wire.ListRead:              "list-read",
+	wire.TreeRead:              "tree-read",
 	wire.Policy:                "policy",
 	wire.Room:                  "room",
 }

@@ -1,13 +1,15 @@
 package sshd
 
 import (
+	"os"
 	"syscall"
 
 	wire "github.com/awcp/awcp/sshd/sftpwire"
 )
 
 // room answers wire.Room: the bytes left under the export's write limit
-// and the bytes free on the file system the session writes to. The mount
+// and the bytes free on the file system the session writes to, then the
+// owner a file the session creates is given. The mount
 // writes behind (write(2) returns before the write is answered) only
 // while both leave room for it; past them it waits for each write's
 // answer, so that this server's refusal — the write limit, a full disk —
@@ -31,5 +33,14 @@ func (s *sftpServer) room(id uint32) {
 	b.U32(id)
 	b.U64(left)
 	b.U64(uint64(st.Bavail) * frsize)
+	// Who a file the session creates belongs to: the mount creates
+	// behind only where it knows what it tells the kernel is so.
+	b.U32(uint32(os.Geteuid()))
+	b.U32(uint32(os.Getegid()))
+	var flags uint32
+	if newFileTakesDirGroup {
+		flags |= wire.RoomDirGroup
+	}
+	b.U32(flags)
 	s.send(b)
 }

@@ -1,6 +1,8 @@
 package sshd
 
 import (
+	"path/filepath"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -39,6 +41,14 @@ func TestRoomSaysWhatIsLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	fd.Close()
+	// Who a file made there belongs to, as the file says.
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(small, "f"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if !r.OwnerKnown || r.UID != st.Uid || r.GID != st.Gid || r.DirGroup {
+		t.Errorf("the owner told: %+v; the file made is %d:%d (Linux: the process's group, not the directory's)", r, st.Uid, st.Gid)
+	}
 	after, err := c.Room()
 	if err != nil {
 		t.Fatal(err)

@@ -42,6 +42,7 @@ var extensions = [][2]string{
 	{wire.RemoveAfterOpen, "1"},
 	{wire.List, "1"},
 	{wire.ListRead, "1"},
+	{wire.TreeRead, "1"},
 	{wire.Watch, "1"},
 	{wire.Room, "1"},
 }
@@ -692,6 +693,8 @@ func (s *sftpServer) extended(id uint32, r *reader) {
 		s.list(id, r)
 	case wire.ListRead:
 		s.listRead(id, r)
+	case wire.TreeRead:
+		s.treeRead(id, r)
 	case wire.Room:
 		s.room(id)
 	case "statvfs@openssh.com":

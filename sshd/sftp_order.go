@@ -53,6 +53,12 @@ func answerBound(pkt []byte) int {
 				return small + min(int(n), listReadBudget)
 			}
 			return small + listReadBudget
+		case wire.TreeRead:
+			r.U32()
+			if n := r.U32(); r.Err == nil {
+				return small + min(int(n), listReadBudget)
+			}
+			return small + listReadBudget
 		case wire.OpenRead:
 			r.Str()
 			r.U32()

@@ -122,7 +122,7 @@ func (v *stagedView) extended(id uint32, pkt []byte, r *reader) {
 		v.open(id, pkt, r)
 	case wire.List:
 		v.list(id, v.name(r), r.Err)
-	case wire.ListRead:
+	case wire.ListRead, wire.TreeRead:
 		// Pages of a merged listing, with contents from either layer:
 		// not served; the client walks the plain way.
 		v.lower.status(id, wire.OpUnsupported, "extension unsupported on a staged export")

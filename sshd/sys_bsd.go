@@ -21,6 +21,10 @@ func setFileTimes(f *os.File, ts [2]unix.Timespec) error {
 	return syscall.Futimes(int(f.Fd()), tv)
 }
 
+// newFileTakesDirGroup: a new file takes its directory's group, as on
+// every BSD, whatever the directory's set-group-ID bit.
+const newFileTakesDirGroup = true
+
 // noAtime: no such open flag here.
 const noAtime = 0
 

@@ -13,6 +13,11 @@ import (
 // What the server asks of the system that each names its own way: this
 // file is Linux's; sys_darwin.go and sys_freebsd.go are the others'.
 
+// newFileTakesDirGroup: a new file takes the process's group, or its
+// directory's where that has the set-group-ID bit (file systems mounted
+// with grpid aside).
+const newFileTakesDirGroup = false
+
 // renameNoReplace renames without replacing what the new name holds:
 // renameat2's RENAME_NOREPLACE. EINVAL or ENOSYS: the file system has
 // none (the caller checks, then renames).

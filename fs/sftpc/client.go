@@ -123,6 +123,7 @@ type Client struct {
 	rmAfterOpen  bool              // the server announced wire.RemoveAfterOpen
 	list         bool              // the server announced wire.List
 	listRead     bool              // the server announced wire.ListRead
+	treeRead     bool              // the server announced wire.TreeRead
 	watch        bool              // the server announced wire.Watch
 	room         bool              // the server announced wire.Room
 	policy       wire.ExportPolicy // the server announced wire.Policy: what it may refuse
@@ -209,6 +210,8 @@ func (c *Client) handshake() error {
 			c.list = true
 		case wire.ListRead:
 			c.listRead = true
+		case wire.TreeRead:
+			c.treeRead = true
 		case wire.Watch:
 			c.watch = true
 		case wire.Room:

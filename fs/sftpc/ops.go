@@ -7,6 +7,7 @@ import (
 	"io"
 	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	wire "github.com/awcp/awcp/sshd/sftpwire"
@@ -179,6 +180,12 @@ func (c *Client) StatVFS(p string) (StatVFS, error) {
 type Room struct {
 	Left uint64 // bytes under the export's write limit; wire.RoomUnbounded if none
 	Free uint64 // bytes free on the file system the writes go to
+	// OwnerKnown: the server told who a file the session creates
+	// belongs to — UID and GID, or, with DirGroup, its directory's
+	// group whatever its set-group-ID bit.
+	OwnerKnown bool
+	UID, GID   uint32
+	DirGroup   bool
 }
 
 // TellsRoom reports whether the server answers Room.
@@ -194,6 +201,10 @@ func (c *Client) Room() (Room, error) {
 		return Room{}, statusOf(typ, d)
 	}
 	r := Room{Left: d.U64(), Free: d.U64()}
+	if len(d.B) >= 12 {
+		r.UID, r.GID = d.U32(), d.U32()
+		r.DirGroup, r.OwnerKnown = d.U32()&wire.RoomDirGroup != 0, true
+	}
 	return r, d.Err
 }
 
@@ -314,22 +325,117 @@ func (c *Client) ListReadResult(call *Call) (total int, page []PageEntry, err er
 		return 0, nil, statusOf(typ, d)
 	}
 	total = int(d.U32())
+	if page, err = decodePage(&d); err != nil {
+		return 0, nil, err
+	}
+	return total, page, nil
+}
+
+// decodePage reads a page's entries (ListRead's answer after its total).
+func decodePage(d *decoder) ([]PageEntry, error) {
 	n := d.U32()
 	if int(n) > len(d.B)/10 { // a name, flags and a byte at least
-		return 0, nil, errBadReply
+		return nil, errBadReply
 	}
-	page = make([]PageEntry, 0, n)
+	page := make([]PageEntry, 0, n)
 	for ; n > 0; n-- {
-		e := PageEntry{Entry: Entry{Name: d.Str(), Attrs: wire.DecodeAttrs(&d)}}
+		e := PageEntry{Entry: Entry{Name: d.Str(), Attrs: wire.DecodeAttrs(d)}}
 		if flag := d.Take(1); len(flag) == 1 && flag[0] == 1 {
 			e.Data, e.HasData = bytes.Clone(d.Bytes()), true
 		}
 		page = append(page, e)
 	}
 	if d.Err != nil {
-		return 0, nil, d.Err
+		return nil, d.Err
 	}
-	return total, page, nil
+	return page, nil
+}
+
+// TreeStart is a directory a StartTreeRead asks for, and the index of
+// its first entry wanted.
+type TreeStart struct {
+	Path  string
+	Start int
+}
+
+// TreePage is a directory's page in a TreeRead answer: which of the
+// request's directories it lies under, its path below it ("" for that
+// one), and its page (as ListReadResult's) — or Err where the server
+// could not list it.
+type TreePage struct {
+	From  int
+	Sub   string
+	Err   error
+	Total int
+	Start int
+	Page  []PageEntry
+}
+
+// StartTreeRead asks for pages of the directories dirs and of those below
+// them, breadth first, with the contents of regular files of up to small
+// bytes, in an answer of at most budget bytes (wire.TreeRead); nil where
+// the server does not serve it. TreeReadResult takes its answer.
+func (c *Client) StartTreeRead(dirs []TreeStart, small, budget int) *Call {
+	if !c.treeRead || len(dirs) == 0 {
+		return nil
+	}
+	return c.start(wire.Extended, nil, func(e *encoder) {
+		e.Str(wire.TreeRead)
+		e.U32(uint32(small))
+		e.U32(uint32(min(budget, MaxData)))
+		e.U32(uint32(len(dirs)))
+		for _, d := range dirs {
+			e.Str(c.at(d.Path))
+			e.U32(uint32(d.Start))
+		}
+	})
+}
+
+// TreeReadResult is the pages a StartTreeRead call was answered with, for
+// starts, the directories it asked for.
+func (c *Client) TreeReadResult(call *Call, starts int) ([]TreePage, error) {
+	typ, d, err := call.wait()
+	if err != nil {
+		return nil, err
+	}
+	if typ != wire.ExtendedReply {
+		return nil, statusOf(typ, d)
+	}
+	n := d.U32()
+	if int(n) > len(d.B)/12 { // an index, a path and a status at least
+		return nil, errBadReply
+	}
+	pages := make([]TreePage, 0, n)
+	for ; n > 0 && d.Err == nil; n-- {
+		p := TreePage{From: int(d.U32()), Sub: d.Str()}
+		if p.From >= starts || !validSub(p.Sub) {
+			return nil, errBadReply
+		}
+		if code := d.U32(); code != wire.OK {
+			p.Err = &StatusError{Code: code, Msg: "tree-read"}
+		} else {
+			p.Total = int(d.U32())
+			p.Page, err = decodePage(&d)
+			if err != nil {
+				return nil, err
+			}
+		}
+		pages = append(pages, p)
+	}
+	if d.Err != nil {
+		return nil, d.Err
+	}
+	return pages, nil
+}
+
+// validSub reports whether sub, a path below a directory asked for, is
+// one: relative, clean, no step out. A server that names another could
+// have its pages kept as another directory's.
+func validSub(sub string) bool {
+	if sub == "" {
+		return true
+	}
+	return path.Clean(sub) == sub && !path.IsAbs(sub) && sub != ".." && !strings.HasPrefix(sub, "../")
 }
 
 // File is an open remote file.

@@ -75,15 +75,35 @@ const List = "list@awcp"
 // next from the index after the last.
 const ListRead = "list-read@awcp"
 
+// TreeRead is our extension, announced in VERSION: pages of several
+// directories and of every directory below them, breadth first, in one
+// answer — a walk of the lent tree in a few round trips instead of one
+// per level of it. The request is two uint32 as ListRead's (small and
+// budget), a uint32 count of directories, and for each its path (string)
+// and the index of its first entry wanted (uint32). The EXTENDED_REPLY
+// holds a uint32 count of records, each: the index of the request's
+// directory it lies under (uint32), its path below that one (string, ""
+// for the directory itself), a status (uint32), and if that is OK a page
+// as ListRead's answer lays it out. A directory whose page is short of its
+// entries, a subdirectory listed without a record of its own, and a
+// directory of the request without one are the client's to ask for again.
+const TreeRead = "tree-read@awcp"
+
 // Room is our extension, announced in VERSION: how much more the session
 // may write before the server refuses it. The request has no body; the
 // EXTENDED_REPLY holds two uint64: the bytes left under the export's
 // write limit (RoomUnbounded if it has none) and the bytes free for the
-// server on the file system that takes the session's writes. A client
+// server on the file system that takes the session's writes; then, from
+// servers that know it, three uint32: the user and group a file the
+// session creates is given, and flags (RoomDirGroup). A client
 // that writes behind (answering write(2) before the server does) sends
 // what would pass either one as a plain request, and waits for its
 // answer, so that the refusal reaches the writer.
 const Room = "room@awcp"
+
+// RoomDirGroup is a flag of a Room answer's owner: a new file takes its
+// directory's group, whatever the directory's set-group-ID bit (BSD).
+const RoomDirGroup = 1
 
 // RoomUnbounded is the bytes left of an export without a write limit.
 const RoomUnbounded = ^uint64(0)
