@@ -703,6 +703,7 @@ func (h *fileHandle) setstat(ctx context.Context, set sftpc.Attrs) (sftpc.Attrs,
 // hold up the caller. Unmount waits for these closes.
 func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 	fsys := h.node.fsys
+	h.keepMadeAttrs()
 	h.behind.Lock() // no setattr begins behind the writes after this
 	h.node.mu.Lock()
 	if _, wrote := h.node.writers[h]; wrote {
@@ -752,6 +753,27 @@ func (h *fileHandle) Release(ctx context.Context) syscall.Errno {
 		close(h.closed)
 	}()
 	return 0
+}
+
+// keepMadeAttrs keeps, as the node's (node.keepAttrs), the attributes of
+// a file this handle made and wrote behind, as they will be once its
+// writes land (attrsBehind), where the watch is exact: the stat that
+// follows a close — git's of its index.lock before the rename, a build's
+// of what it wrote — then waits neither for the writes nor for the
+// delegator's answer (two round trips).
+func (h *fileHandle) keepMadeAttrs() {
+	fsys := h.node.fsys
+	if h.flags&syscall.O_ACCMODE == syscall.O_RDONLY || !fsys.exact() {
+		return
+	}
+	s := fsys.stamp()
+	a, ok := h.attrsBehind()
+	if !ok {
+		return
+	}
+	var attr fuse.Attr
+	fsys.fillAttr(a, &attr)
+	h.node.keepAttrs(&attr, fsys.changes.Load(), s)
 }
 
 // awaitClosing waits for the handles released with writes on the wire

@@ -489,6 +489,8 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	}
 	if a, ok := n.keptAttrs(); ok {
 		out.Attr = a
+		n.observe(&out.Attr)
+		n.told(&out.Attr)
 		return 0
 	}
 	if n.orphaned() {

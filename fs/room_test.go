@@ -137,6 +137,9 @@ func TestFirstFileMadeBehind(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	for p := range told { // made behind: counted once they land
+		landed(t, filepath.Join(dir, p), "made\n")
+	}
 	if n, m := plainOpens()-opens, f.asked(t, "open-named")-named; n != 0 || m != 2 {
 		t.Errorf("the first files made in two directories: %v plain opens and %v named ones, want 0 and 2 (made behind)", n, m)
 	}
@@ -152,5 +155,48 @@ func TestFirstFileMadeBehind(t *testing.T) {
 	var st syscall.Stat_t
 	if syscall.Stat(filepath.Join(dir, "shared/new"), &st); st.Gid != 4242 {
 		t.Errorf("the file made in the set-group-ID directory has group %d, want 4242 (the test's premise)", st.Gid)
+	}
+}
+
+// TestStatOfAFileJustWrittenAsksNothing: a file made and written here,
+// then closed, is stated at once by what comes next — git stats its
+// index.lock before renaming it over the index, a build what it wrote —
+// and the mount answers from what it sent behind (the size written, the
+// times it set on the delegator's file behind the writes), not after the
+// writes landed and a round trip more; and that answer is what the file
+// is once they land.
+func TestStatOfAFileJustWrittenAsksNothing(t *testing.T) {
+	dir := t.TempDir()
+	owner(t, dir, `mkdir .git`)
+	f := newMountOf(t, sshd.Export{Dir: dir}, nil)
+	waitExact(t, f)
+	p := filepath.Join(f.mnt, ".git", "index.lock")
+	fd, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("DIRC"), 40000)
+	if _, err := fd.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := fd.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := f.asked(t, "lstat") + f.asked(t, "fstat") + f.asked(t, "stat")
+	var here syscall.Stat_t
+	if err := syscall.Stat(p, &here); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.asked(t, "lstat") + f.asked(t, "fstat") + f.asked(t, "stat") - before; n != 0 {
+		t.Errorf("the stat of a file just written and closed asked the delegator %v times, want none", n)
+	}
+	landed(t, filepath.Join(dir, ".git", "index.lock"), string(data))
+	var there syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dir, ".git", "index.lock"), &there); err != nil {
+		t.Fatal(err)
+	}
+	if here.Size != there.Size || here.Mtim != there.Mtim || here.Mode != there.Mode {
+		t.Errorf("the mount said size %d, mtime %v, mode %o; the file landed with %d, %v, %o",
+			here.Size, here.Mtim, here.Mode, there.Size, there.Mtim, there.Mode)
 	}
 }

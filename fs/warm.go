@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/awcp/awcp/fs/sftpc"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -548,7 +549,10 @@ func (f *filesystem) startWarmUp(gen uint64) {
 		go func() {
 			defer f.prefetch.wg.Done()
 			defer close(f.warmed)
+			began := time.Now()
 			f.warmUp(f.prefetch.ctx, gen)
+			fetched, _, _ := f.warm.counts()
+			f.log.Info("fs: the tree fetched ahead", "directories", fetched, "took", time.Since(began).Round(time.Millisecond))
 		}()
 	})
 }

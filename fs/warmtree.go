@@ -21,6 +21,15 @@ import (
 // among warmInFlight requests, so the walk costs about the tree's bytes
 // over warmInFlight MiB in round trips, and a few more.
 
+// The answers grow from treeFirst, doubling, to warmPage. The agent
+// starts beside the walk, and its first requests (git's HEAD, config,
+// index) queue behind the answers on the wire: across a link of 100 ms, a
+// MiB is some seven round trips of a TCP connection's slow start, which
+// is where a new connection, or one idle for a moment, starts. Small
+// answers first bring the top of the tree, and let the agent's requests
+// through, before the large ones fill the link.
+const treeFirst = 64 << 10
+
 // warmBatch bounds the directories one request names, and
 // warmBatchBytes their paths together, under the server's request bound.
 const (
@@ -37,6 +46,7 @@ type treeWalk struct {
 	queue   []sftpc.TreeStart   // directories to ask for, and from which entry
 	partial map[string]*warmDir // directories whose pages are still coming
 	asked   int                 // requests in flight
+	sent    int                 // requests sent
 	full    bool                // the store has no room left
 	failed  bool                // the server refused, or the connection ended
 	wake    chan struct{}
@@ -51,7 +61,7 @@ func (f *filesystem) warmTree(ctx context.Context, client *sftpc.Client) bool {
 	if !ok {
 		return true
 	}
-	call := client.StartTreeRead(first.dirs, warmSmall, warmPage)
+	call := client.StartTreeRead(first.dirs, warmSmall, first.budget)
 	if call == nil {
 		return false
 	}
@@ -66,7 +76,7 @@ func (f *filesystem) warmTree(ctx context.Context, client *sftpc.Client) bool {
 				if !ok {
 					continue
 				}
-				call := client.StartTreeRead(b.dirs, warmSmall, warmPage)
+				call := client.StartTreeRead(b.dirs, warmSmall, b.budget)
 				if call == nil {
 					t.fail()
 					return
@@ -83,6 +93,7 @@ func (f *filesystem) warmTree(ctx context.Context, client *sftpc.Client) bool {
 // before it was sent (warmStore.keep).
 type treeBatch struct {
 	dirs           []sftpc.TreeStart
+	budget         int // the answer's size asked for (treeBudget)
 	at, stamp, gen uint64
 }
 
@@ -143,6 +154,8 @@ func (t *treeWalk) take() (treeBatch, bool) {
 	b.dirs = t.queue[:n:n]
 	t.queue = t.queue[n:]
 	t.asked++
+	b.budget = min(treeFirst<<t.sent, warmPage)
+	t.sent++
 	return b, true
 }
 
