@@ -93,7 +93,7 @@ func (f *filesystem) warmTree(ctx context.Context, client *sftpc.Client) bool {
 // before it was sent (warmStore.keep).
 type treeBatch struct {
 	dirs           []sftpc.TreeStart
-	budget         int // the answer's size asked for (treeBudget)
+	budget         int // the answer's size asked for (treeFirst)
 	at, stamp, gen uint64
 }
 
@@ -140,7 +140,10 @@ func (t *treeWalk) take() (treeBatch, bool) {
 	b := treeBatch{at: t.f.changes.Load(), stamp: t.f.stamp(), gen: t.f.exactNow()}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.queue) == 0 || b.gen == 0 {
+	if b.gen == 0 {
+		t.failed = true // the watch is no longer exact: what comes is not kept
+	}
+	if len(t.queue) == 0 || t.failed {
 		return b, false
 	}
 	n := min((len(t.queue)+warmInFlight-1)/warmInFlight, warmBatch)
@@ -154,8 +157,11 @@ func (t *treeWalk) take() (treeBatch, bool) {
 	b.dirs = t.queue[:n:n]
 	t.queue = t.queue[n:]
 	t.asked++
-	b.budget = min(treeFirst<<t.sent, warmPage)
+	b.budget = min(treeFirst<<min(t.sent, 16), warmPage)
 	t.sent++
+	if len(t.queue) > 0 {
+		t.nudge() // another request may go out too: the wake holds one
+	}
 	return b, true
 }
 
