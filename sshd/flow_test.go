@@ -281,8 +281,8 @@ func TestFloodOverManyConnectionsIsBounded(t *testing.T) {
 	}
 }
 
-// A client that pipelines list-read@awcp requests, each answered with a
-// page of up to 1 MiB of a directory's entries and file contents, and
+// A client that pipelines list-read@awcp or tree-read@awcp requests, each
+// answered with up to 1 MiB of directories' entries and file contents, and
 // reads no answer, is bounded as a READ flood is: the answers are counted
 // against the connection's flow from the moment each request is read.
 func TestListReadFloodIsBounded(t *testing.T) {
@@ -298,32 +298,51 @@ func TestListReadFloodIsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := newFloodSession(t, f, "dlg_listflood", cred)
-	const pages = 300 // 300 MiB of answers, were they all held
-	before := heapInUse()
-	for i := range pages {
-		s.send(func(b *buf) {
-			b.Byte(wire.Extended)
-			b.U32(uint32(100 + i))
-			b.Str(wire.ListRead)
-			b.Str("/")
-			b.U32(0)
-			b.U32(64 << 10)
-			b.U32(maxReadLen)
+	// list-read@awcp pages of the directory, and tree-read@awcp answers
+	// of the tree (the same directory, and its subdirectory as large).
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		os.WriteFile(filepath.Join(dir, "sub", fmt.Sprintf("g%02d", i)), content, 0o644)
+	}
+	for _, ext := range []string{wire.ListRead, wire.TreeRead} {
+		t.Run(ext, func(t *testing.T) {
+			s := newFloodSession(t, f, "dlg_listflood", cred)
+			const pages = 300 // 300 MiB of answers, were they all held
+			before := heapInUse()
+			for i := range pages {
+				s.send(func(b *buf) {
+					b.Byte(wire.Extended)
+					b.U32(uint32(100 + i))
+					b.Str(ext)
+					if ext == wire.ListRead {
+						b.Str("/")
+						b.U32(0)
+					}
+					b.U32(64 << 10)
+					b.U32(maxReadLen)
+					if ext == wire.TreeRead {
+						b.U32(1)
+						b.Str("/")
+						b.U32(0)
+					}
+				})
+			}
+			peak := peakGrowth(before)
+			if peak > 48<<20 {
+				t.Fatalf("the server held %d MiB for %d unread answers of up to 1 MiB; want it bounded by its flow control", peak>>20, pages)
+			}
+			for i := range pages {
+				typ, body := s.reply()
+				if typ != wire.ExtendedReply {
+					t.Fatalf("answer %d: type %d", i, typ)
+				}
+				if len(body) < 512<<10 {
+					t.Fatalf("answer %d: %d bytes, want a full page", i, len(body))
+				}
+			}
 		})
-	}
-	peak := peakGrowth(before)
-	if peak > 48<<20 {
-		t.Fatalf("the server held %d MiB for %d unread pages of up to 1 MiB; want it bounded by its flow control", peak>>20, pages)
-	}
-	for i := range pages {
-		typ, body := s.reply()
-		if typ != wire.ExtendedReply {
-			t.Fatalf("answer %d: type %d", i, typ)
-		}
-		if len(body) < 512<<10 {
-			t.Fatalf("answer %d: %d bytes, want a full page", i, len(body))
-		}
 	}
 }
 
