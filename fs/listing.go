@@ -103,14 +103,15 @@ func (n *node) keptListing() *listing {
 }
 
 // fromListing answers a lookup of name in n from l, a listing of n, if it
-// holds name, is within its time, and the mount has changed neither n nor
-// the entry since (n too: the kernel may have forgotten the entry's node,
-// and its stamp with it). The kernel keeps the answer no longer than l is
-// kept: the delegator's changes show within an entry timeout of it.
+// holds name, is within its time, and the mount has changed neither the
+// entry nor its name in n since (n's note of it too: the kernel may have
+// forgotten the entry's node, and its stamp with it). The kernel keeps
+// the answer no longer than l is kept: the delegator's changes show
+// within an entry timeout of it.
 func (n *node) fromListing(ctx context.Context, l *listing, name string, out *fuse.EntryOut) (*fs.Inode, bool) {
 	i, ok := l.position(name)
 	left := time.Until(l.until)
-	if !ok || left <= 0 || !n.unchangedSince(l.at) || !n.childNode(name).unchangedSince(l.at) {
+	if !ok || left <= 0 || !n.entryUnchangedSince(name, l.at) || !n.childNode(name).unchangedSince(l.at) {
 		return nil, false
 	}
 	ch := n.newChild(ctx, l.stamp, name, l.entries[i].Attrs, out)

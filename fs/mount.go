@@ -251,24 +251,47 @@ func (f *filesystem) mayRemoveIn(uid, mode uint32) bool {
 // was read of it at a lower count — a listing, a file read ahead — is
 // still current. (The directory, because the kernel may forget a node, and
 // its stamp with it, before its entry in a listing expires.)
-func (f *filesystem) changing(ns ...*node) func() {
+func (f *filesystem) changing(ns ...*node) func() { return f.changingIn(nil, nil, ns...) }
+
+// changingIn is changing, for a change that makes, removes or renames the
+// names of directory dir (nil: none): dir's listing is changed for those
+// names alone (node.entryChanged), where a directory among ns is changed
+// for all of its names.
+func (f *filesystem) changingIn(dir *node, names []string, ns ...*node) func() {
 	stamp := func() {
-		v := f.warm.change(&f.changes, ns)
+		all := ns
+		if dir != nil {
+			all = append([]*node{dir}, ns...)
+		}
+		v := f.warm.change(&f.changes, all)
+		if dir != nil {
+			f.warm.voidNode(dir)
+			dir.entryChanged(v, names...)
+			dir.stampWithParent(v)
+		}
 		for _, n := range ns {
 			if n == nil {
 				continue
 			}
 			f.warm.voidNode(n)
-			n.stamp(v)
-			if _, parent := n.Parent(); parent != nil {
-				if pn, ok := parent.Operations().(*node); ok {
-					pn.stamp(v)
-				}
-			}
+			n.entryChanged(v)
+			n.stampWithParent(v)
 		}
 	}
 	stamp()
 	return stamp
+}
+
+// stampWithParent stamps n, and its directory for n's name there: its
+// entry there is of n as it was.
+func (n *node) stampWithParent(v uint64) {
+	n.stamp(v)
+	if name, parent := n.Parent(); parent != nil {
+		if pn, ok := parent.Operations().(*node); ok {
+			pn.stamp(v)
+			pn.entryChanged(v, name)
+		}
+	}
 }
 
 // hidden reports whether p, a path below a directory the mount reached,

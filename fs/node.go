@@ -33,6 +33,10 @@ type node struct {
 	// latest change made to n through this mount, whichever came last
 	// (filesystem.changing).
 	changedAt atomic.Uint64
+	// allNamedAt is, for a directory, filesystem.changes at the latest
+	// change to one of its entries not noted by name (namedAt): a change
+	// to the directory as a whole, or past namedMax names.
+	allNamedAt atomic.Uint64
 	// kernelListed is the connection whose exact watch the kernel keeps
 	// n's listing under (dirHandle), 0 if it keeps none; forgetEntries
 	// clears it.
@@ -46,6 +50,13 @@ type node struct {
 	// notifications: a request holds it only to read or record what the
 	// server answered.
 	mu sync.Mutex
+	// namedAt is, for a directory, filesystem.changes at the latest
+	// change the mount made to each name in it, by name: a name made,
+	// removed or renamed, a file written. A listing older than the
+	// directory's last change still answers a lookup of a name the change
+	// did not touch (entryUnchangedSince): git's index.lock does not make
+	// .git's every other name a round trip.
+	namedAt map[string]uint64
 	// seen is the file's size and mtime as last reported by the server,
 	// opened the same at the last open; when they agree at an open, the
 	// kernel may keep its cached pages (FOPEN_KEEP_CACHE).
@@ -187,10 +198,50 @@ func (n *node) unnamed(name string) {
 }
 
 // stamp records a change to n at count v; a stamp never goes back.
-func (n *node) stamp(v uint64) {
+func (n *node) stamp(v uint64) { stampMax(&n.changedAt, v) }
+
+// namedMax bounds the names a directory notes changes to by name
+// (namedAt): past them, a change to one counts as one to them all.
+const namedMax = 64
+
+// entryChanged notes a change at count v to the entries of n, a directory:
+// to those named, or to all if names is nil.
+func (n *node) entryChanged(v uint64, names ...string) {
+	if names == nil {
+		stampMax(&n.allNamedAt, v)
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.namedAt == nil {
+		n.namedAt = map[string]uint64{}
+	}
+	for _, name := range names {
+		n.namedAt[name] = max(n.namedAt[name], v)
+	}
+	if len(n.namedAt) > namedMax {
+		for _, at := range n.namedAt {
+			stampMax(&n.allNamedAt, at)
+		}
+		clear(n.namedAt)
+	}
+}
+
+// entryUnchangedSince reports whether n, a directory, has had no change
+// through this mount to its entry name after count at.
+func (n *node) entryUnchangedSince(name string, at uint64) bool {
+	if n.allNamedAt.Load() > at {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.namedAt[name] <= at
+}
+
+func stampMax(a *atomic.Uint64, v uint64) {
 	for {
-		old := n.changedAt.Load()
-		if old >= v || n.changedAt.CompareAndSwap(old, v) {
+		old := a.Load()
+		if old >= v || a.CompareAndSwap(old, v) {
 			return
 		}
 	}

@@ -16,7 +16,7 @@ import (
 // Mkdir sends MKDIR and the LSTAT of the new directory back to back (our
 // server runs requests on one path in order): one round trip.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer n.fsys.changing(n)()
+	defer n.fsys.changingIn(n, []string{name})()
 	s := n.fsys.stamp()
 	p := n.child(name)
 	perm := mode & 0o7777
@@ -65,7 +65,7 @@ func (n *node) openDeferredChild(ctx context.Context, name string) {
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	defer n.fsys.freed.Add(1)                         // once the remove is out (statfs)
-	answered := n.fsys.changing(n, n.childNode(name)) // its link count, if linked elsewhere
+	answered := n.fsys.changingIn(n, []string{name}, n.childNode(name)) // its link count, if linked elsewhere
 	n.openDeferredChild(ctx, name)
 	p := n.child(name)
 	n.fsys.warm.voidTree(p) // a file made under the name later is not this one
@@ -85,7 +85,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	defer n.fsys.freed.Add(1)
-	answered := n.fsys.changing(n)
+	answered := n.fsys.changingIn(n, []string{name})
 	p := n.child(name)
 	n.fsys.warm.voidTree(p)
 	if n.removeBehind(ctx, name, p, true, answered) {
@@ -222,7 +222,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	moved := n.childNode(name)
 	from := n.child(name)
 	to := path.Join("/"+newParent.EmbeddedInode().Path(nil), newName)
-	answered := n.fsys.changing(n, np, moved, replaced)
+	names := []string{name}
+	switch {
+	case np == n:
+		names = append(names, newName)
+	case np != nil:
+		defer np.fsys.changingIn(np, []string{newName})()
+	}
+	answered := n.fsys.changingIn(n, names, moved, replaced)
 	// What was fetched ahead under either name is of the tree before.
 	n.fsys.warm.voidTree(from)
 	n.fsys.warm.voidTree(to)
@@ -269,7 +276,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	defer n.fsys.changing(n)()
+	defer n.fsys.changingIn(n, []string{name})()
 	s := n.fsys.stamp()
 	p := n.child(name)
 	a, err := n.fsys.at(ctx).Symlink(target, p)
@@ -297,7 +304,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	tn, _ := target.EmbeddedInode().Operations().(*node)
-	defer n.fsys.changing(n, tn)() // tn: its link count
+	defer n.fsys.changingIn(n, []string{name}, tn)() // tn: its link count
 	if tn != nil {
 		tn.forgetWritten()
 	}

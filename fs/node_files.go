@@ -226,7 +226,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	defer n.fsys.changing(n, n.childNode(name))()
+	defer n.fsys.changingIn(n, []string{name}, n.childNode(name))()
 	s := n.fsys.stamp()
 	p := n.child(name)
 	perm := mode & 0o7777

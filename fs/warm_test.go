@@ -272,3 +272,46 @@ func heapNow() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// TestOwnChangeKeepsTheListingForOtherNames: a name the mount makes,
+// removes or renames in a directory changes that name's entry, not the
+// directory's every other: git makes index.lock in .git at every command,
+// and the lookups of HEAD, hooks or index that follow are answered from
+// the listing fetched ahead, not by a round trip each. The names changed
+// show as changed at once.
+func TestOwnChangeKeepsTheListingForOtherNames(t *testing.T) {
+	dir := t.TempDir()
+	owner(t, dir, `mkdir d && for i in $(seq 9); do echo "file $i" > d/f$i; done`)
+	f := newMountOf(t, sshd.Export{Dir: dir}, nil)
+	waitFetched(t, f, 2)
+	stat := func(name string) error {
+		_, err := os.Lstat(filepath.Join(f.mnt, "d", name))
+		return err
+	}
+	if err := stat("f1"); err != nil { // the listing is the directory's now
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.mnt, "d", "new.lock"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(f.mnt, "d", "f2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(f.mnt, "d", "f3"), filepath.Join(f.mnt, "d", "g3")); err != nil {
+		t.Fatal(err)
+	}
+	before := f.asked(t, "lstat")
+	for _, name := range []string{"f4", "f5", "f6", "f7"} {
+		if err := stat(name); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if n := f.asked(t, "lstat") - before; n != 0 {
+		t.Errorf("looking up 4 names the mount did not touch, after it made, removed and renamed others beside them, asked the delegator %v times, want none", n)
+	}
+	for name, there := range map[string]bool{"new.lock": true, "f2": false, "f3": false, "g3": true} {
+		if err := stat(name); (err == nil) != there {
+			t.Errorf("%s after the mount's change: %v, want there: %v", name, err, there)
+		}
+	}
+}
