@@ -64,7 +64,7 @@ func (n *node) openDeferredChild(ctx context.Context, name string) {
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	defer n.fsys.freed.Add(1)                         // once the remove is out (statfs)
+	defer n.fsys.freed.Add(1)                                           // once the remove is out (statfs)
 	answered := n.fsys.changingIn(n, []string{name}, n.childNode(name)) // its link count, if linked elsewhere
 	n.openDeferredChild(ctx, name)
 	p := n.child(name)
